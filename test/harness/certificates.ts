@@ -74,7 +74,8 @@ async function signedCertificate(
   return { certFile, keyFile };
 }
 
-const clientExtensions = "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n";
+const clientExtensions =
+  "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n";
 
 /** A fresh CA, the apiserver's serving certificate, client certificates and service-account keys. */
 export async function generateClusterCertificates(dir: string): Promise<ClusterCertificates> {

@@ -331,6 +331,7 @@ export async function stopCluster(state: ClusterState, log: (message: string) =>
   for (const port of Object.values(state.ports)) {
     if (await isListening(port)) stillListening.push(port);
   }
-  if (stillListening.length > 0) throw new Error(`ports still listening after stop: ${stillListening.join(", ")}`);
+  if (stillListening.length > 0)
+    throw new Error(`ports still listening after stop: ${stillListening.join(", ")}`);
   await rm(stateFile(state.stateDir), { force: true });
 }
