@@ -3,6 +3,7 @@
 // sent, so an attempt that traps SIGTERM and exits 0 is still a timeout.
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
+import { existsSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -96,10 +97,11 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   } catch (error) {
     return spawnFailure(error as Error, startTime, tail);
   }
-  const spawned = await Promise.race([
-    once(child, "spawn").then(() => null),
-    once(child, "error").then(([error]) => error as Error),
-  ]);
+  // events.once() rejects on "error", so the two outcomes of a spawn are awaited by hand.
+  const spawned = await new Promise<Error | null>((resolve) => {
+    child.once("spawn", () => resolve(null));
+    child.once("error", (error) => resolve(error));
+  });
   if (spawned !== null || child.pid === undefined) {
     return spawnFailure(spawned ?? new Error("no pid"), startTime, tail, spec.cwd);
   }
@@ -243,7 +245,7 @@ async function endTree(pgid: number, spec: AttemptSpec, leaderAlive: () => boole
 function spawnFailure(error: Error, startTime: Date, tail: OutputTail, cwd?: string): AttemptResult {
   const code = (error as NodeJS.ErrnoException).code;
   const spawnError =
-    code === "ENOENT" && cwd
+    code === "ENOENT" && cwd && !existsSync(cwd)
       ? `could not start: workingDir ${cwd} does not exist`
       : `could not start: ${error.message}`;
   return {
