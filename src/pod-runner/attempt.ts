@@ -14,8 +14,8 @@ import { LinePrefixer, OutputTail } from "./output.js";
 import {
   ATTEMPT_ID_VAR,
   CANCEL_FILE_VAR,
-  groupMembers,
-  processesWithCookie,
+  processStartTime,
+  scanProcesses,
   sendSignal,
 } from "./process-table.js";
 
@@ -31,6 +31,10 @@ export interface AttemptSpec {
   env: NodeJS.ProcessEnv;
   cwd?: string;
   attemptId: string;
+  /** PLAYBOOK_ATTEMPT_ID prefix shared by every attempt of the run */
+  runCookie: string;
+  /** start (clock ticks) of the run's first process, for finding what earlier tasks left */
+  runStartedFrom?: number;
   cancelFilePath: string;
   deadline: AttemptDeadline | null;
   /** 0 disables the stall limit */
@@ -56,12 +60,16 @@ export interface AttemptResult {
   kind: "exited" | "limit" | "cancelled" | "spawn-error";
   limit?: TaskLimit;
   ending?: Ending;
+  /** a final look after the kill found nothing of the whole run alive */
+  runClean?: boolean;
   exitCode: number | null;
   signal: string | null;
   startTime: Date;
   completionTime: Date;
   tail: OutputTail;
   pgid: number | null;
+  /** the leader's start in clock ticks (0 if it never started) */
+  startedFrom: number;
   spawnError?: string;
 }
 
@@ -69,18 +77,37 @@ const POLL_MS = 20;
 /** After SIGKILL the kernel needs a moment; this bounds how long we wait to see the tree gone. */
 const KILL_CONFIRM_MS = 5000;
 
-function everyoneGone(pgid: number, attemptId: string): boolean {
-  return groupMembers(pgid).length === 0 && processesWithCookie(attemptId).length === 0;
+/** What the kill path needs to know of a live attempt. */
+interface Tree {
+  pgid: number;
+  /** the leader's start, in clock ticks: nothing older can be the attempt's */
+  startedFrom: number;
+  runStartedFrom: number;
+  cookie: string;
+  leaderAlive: () => boolean;
+  leaderExited: Promise<void>;
+  streamsClosed: Promise<void>;
+}
+
+/** The attempt's live processes apart from an unreaped leader's group (which is signalled whole). */
+function findRest(tree: Tree, cookie = tree.cookie): number[] {
+  return scanProcesses({
+    pgid: tree.leaderAlive() ? undefined : tree.pgid,
+    cookiePrefix: cookie,
+    startedFrom: cookie === tree.cookie ? tree.startedFrom : Math.min(tree.startedFrom, tree.runStartedFrom),
+  });
 }
 
 /**
- * Signals the attempt's whole tree. The group is signalled by id only while the leader has not
- * been reaped or the group still has members: a process group id cannot be reused while the
- * group exists, so this never reaches a recycled group.
+ * Signals the attempt's whole tree. The group is signalled by id only while the leader is
+ * unreaped; after that its members are found and signalled one by one, so a signal never
+ * reaches a group whose id was recycled. `cookie` widens the search to the whole run.
  */
-function signalTree(pgid: number, attemptId: string, leaderAlive: boolean, signal: NodeJS.Signals): void {
-  if (leaderAlive || groupMembers(pgid).length > 0) sendSignal(-pgid, signal);
-  for (const pid of processesWithCookie(attemptId)) sendSignal(pid, signal);
+function signalTree(tree: Tree, signal: NodeJS.Signals, cookie = tree.cookie): number {
+  if (tree.leaderAlive()) sendSignal(-tree.pgid, signal);
+  const rest = findRest(tree, cookie);
+  for (const pid of rest) sendSignal(pid, signal);
+  return rest.length;
 }
 
 export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
@@ -122,7 +149,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
         () => undefined,
       );
     }),
-  );
+  ).then(() => undefined);
 
   let leaderAlive = true;
   let exitCode: number | null = null;
@@ -135,6 +162,16 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
       resolve();
     });
   });
+
+  const tree: Tree = {
+    pgid,
+    startedFrom: processStartTime(pgid),
+    runStartedFrom: spec.runStartedFrom ?? Number.POSITIVE_INFINITY,
+    cookie: `${spec.attemptId}\0`,
+    leaderAlive: () => leaderAlive,
+    leaderExited,
+    streamsClosed,
+  };
 
   // The watchdog: one timer for the deadline, one for the stall window. Both are stopped the
   // moment the leader exits on its own or a limit fires.
@@ -201,45 +238,66 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
       completionTime: new Date(),
       tail,
       pgid,
+      startedFrom: tree.startedFrom,
     };
   }
 
-  const ending = await endTree(pgid, spec, () => leaderAlive);
-  await leaderExited;
+  const { ending, runClean } = await endTree(tree, spec.killGraceMs, spec.runCookie);
   await Promise.race([streamsClosed, sleep(spec.drainWindowMs)]);
   const fired = stop as AttemptStop;
   return {
     kind: fired.kind,
     limit: fired.limit,
     ending,
+    runClean,
     exitCode,
     signal: exitSignal,
     startTime,
     completionTime: new Date(),
     tail,
     pgid,
+    startedFrom: tree.startedFrom,
   };
 }
 
-/** SIGTERM, a grace window in which the tree may end by itself (Exited), then SIGKILL (Killed). */
-async function endTree(pgid: number, spec: AttemptSpec, leaderAlive: () => boolean): Promise<Ending> {
-  if (spec.killGraceMs > 0) {
-    signalTree(pgid, spec.attemptId, leaderAlive(), "SIGTERM");
-    const graceEnds = performance.now() + spec.killGraceMs;
+/**
+ * SIGTERM, a grace window in which the tree may end by itself (Exited), then SIGKILL (Killed).
+ * A limit or a cancellation ends the run, so what earlier tasks left running is signalled with
+ * this task's tree, and a clean final look lets the run skip its own sweep.
+ */
+async function endTree(
+  tree: Tree,
+  killGraceMs: number,
+  runCookie: string,
+): Promise<{ ending: Ending; runClean: boolean }> {
+  if (killGraceMs > 0) {
+    signalTree(tree, "SIGTERM", runCookie);
+    const graceEnds = performance.now() + killGraceMs;
     while (performance.now() < graceEnds) {
-      await sleep(Math.min(POLL_MS, Math.max(1, graceEnds - performance.now())));
-      if (!leaderAlive() && everyoneGone(pgid, spec.attemptId)) return "Exited";
+      await Promise.race([
+        tree.leaderExited,
+        sleep(Math.min(POLL_MS, Math.max(1, graceEnds - performance.now()))),
+      ]);
+      if (!tree.leaderAlive() && findRest(tree).length === 0) {
+        return { ending: "Exited", runClean: false };
+      }
     }
   }
-  signalTree(pgid, spec.attemptId, leaderAlive(), "SIGKILL");
+  // The group first, by id and without a scan, so the kill is not delayed by looking around.
+  if (tree.leaderAlive()) sendSignal(-tree.pgid, "SIGKILL");
   const confirmBy = performance.now() + KILL_CONFIRM_MS;
+  await Promise.race([tree.leaderExited, sleep(KILL_CONFIRM_MS)]);
+  await Promise.race([tree.streamsClosed, sleep(POLL_MS)]);
+  // Then what is left: escapers, members that closed their pipes, forks that raced the kill.
+  let runClean = false;
   while (performance.now() < confirmBy) {
-    if (!leaderAlive() && everyoneGone(pgid, spec.attemptId)) break;
+    if (signalTree(tree, "SIGKILL", runCookie) === 0) {
+      runClean = true;
+      break;
+    }
     await sleep(2);
-    // A fork racing the first kill may have escaped it; keep killing until the tree is empty.
-    signalTree(pgid, spec.attemptId, leaderAlive(), "SIGKILL");
   }
-  return "Killed";
+  return { ending: "Killed", runClean };
 }
 
 function spawnFailure(error: Error, startTime: Date, tail: OutputTail, cwd?: string): AttemptResult {
@@ -256,6 +314,7 @@ function spawnFailure(error: Error, startTime: Date, tail: OutputTail, cwd?: str
     completionTime: new Date(),
     tail,
     pgid: null,
+    startedFrom: 0,
     spawnError,
   };
 }

@@ -8,7 +8,7 @@ import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js
 import type { RunOutcome } from "../../src/api/report.js";
 import { type RunEvent, runPlaybook } from "../../src/pod-runner/run.js";
 
-export const MARKER_VAR = "PLAYBOOK_TEST_MARKER";
+export const MARKER_VAR = "RUNNER_TEST_MARKER";
 
 /** Processes whose environment carries `NAME=value`. */
 export function processesWithEnv(name: string, value: string): number[] {
