@@ -61,9 +61,15 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     outputBytes: bytes,
   });
   const cancel = new AbortController();
+  const hurry = new AbortController();
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals) => {
-    if (!interrupted) options.progressOut.write(`playbook: received ${signal}; cancelling the run\n`);
+    if (interrupted) {
+      options.progressOut.write(`playbook: received ${signal} again; killing without waiting for the grace\n`);
+      hurry.abort();
+      return;
+    }
+    options.progressOut.write(`playbook: received ${signal}; cancelling the run (again to kill at once)\n`);
     interrupted = true;
     cancel.abort();
   };
@@ -77,6 +83,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       runStart: options.runStart,
       sink,
       cancelSignal: cancel.signal,
+      hurrySignal: hurry.signal,
       onEvent: (event) => progress.event(event),
     });
     const reportText = encodeReport(outcome);

@@ -46,6 +46,8 @@ export interface AttemptSpec {
   prefix: string;
   tailBytes: number;
   cancelSignal?: AbortSignal;
+  /** aborted to cut a running grace window short (a second Ctrl-C) */
+  hurrySignal?: AbortSignal;
   /** told once when a limit fires or cancellation starts, before any signal is sent */
   onStop?: (stop: AttemptStop) => void;
 }
@@ -242,7 +244,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     };
   }
 
-  const { ending, runClean } = await endTree(tree, spec.killGraceMs, spec.runCookie);
+  const { ending, runClean } = await endTree(tree, spec.killGraceMs, spec.runCookie, spec.hurrySignal);
   await Promise.race([streamsClosed, sleep(spec.drainWindowMs)]);
   const fired = stop as AttemptStop;
   return {
@@ -269,11 +271,12 @@ async function endTree(
   tree: Tree,
   killGraceMs: number,
   runCookie: string,
+  hurry?: AbortSignal,
 ): Promise<{ ending: Ending; runClean: boolean }> {
   if (killGraceMs > 0) {
     signalTree(tree, "SIGTERM", runCookie);
     const graceEnds = performance.now() + killGraceMs;
-    while (performance.now() < graceEnds) {
+    while (performance.now() < graceEnds && !hurry?.aborted) {
       await Promise.race([
         tree.leaderExited,
         sleep(Math.min(POLL_MS, Math.max(1, graceEnds - performance.now()))),

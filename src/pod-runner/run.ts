@@ -37,6 +37,8 @@ export interface RunOptions {
   /** Prefix each output line with "[task] ". */
   prefixOutput?: boolean;
   cancelSignal?: AbortSignal;
+  /** aborted to skip what is left of a grace window */
+  hurrySignal?: AbortSignal;
   onEvent?: (event: RunEvent) => void;
   drainWindowMs?: number;
   tailBytes?: number;
@@ -116,6 +118,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           prefix: options.prefixOutput === false ? "" : `[${task.name}] `,
           tailBytes: options.tailBytes ?? DEFAULT_TAIL_BYTES,
           cancelSignal: options.cancelSignal,
+          hurrySignal: options.hurrySignal,
           onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),
         });
         if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);

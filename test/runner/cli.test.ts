@@ -137,6 +137,25 @@ describe("playbook run", () => {
     expect(parsed.tasks[0]?.e).toBe("Killed");
   });
 
+  it("kills at once on a second SIGINT instead of waiting out the grace", async () => {
+    const file = manifest({
+      killGrace: "60s",
+      tasks: [{ name: "stubborn", run: "echo working; trap '' TERM; while :; do sleep 0.1; done" }],
+    });
+    const started = performance.now();
+    const result = await startCli(["run", "-f", file, "-o", "json"], (child) => {
+      child.stderr?.on("data", (chunk: Buffer) => {
+        if (chunk.toString().includes("[stubborn] working")) child.kill("SIGINT");
+        if (chunk.toString().includes("cancelling the run")) setTimeout(() => child.kill("SIGINT"), 200);
+      });
+    });
+    expect(result.code).toBe(130);
+    expect(performance.now() - started).toBeLessThan(20_000);
+    expect(result.stderr).toContain("killing without waiting for the grace");
+    const task = JSON.parse(result.stdout).status.tasks[0];
+    expect(task).toMatchObject({ phase: "Cancelled", ending: "Killed" });
+  });
+
   it("writes a report under 4096 bytes for 200 tasks", async () => {
     const dir = mkdtempSync(join(tmpdir(), "cli-"));
     const report = join(dir, "report.json");
