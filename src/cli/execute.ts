@@ -65,7 +65,9 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals) => {
     if (interrupted) {
-      options.progressOut.write(`playbook: received ${signal} again; killing without waiting for the grace\n`);
+      options.progressOut.write(
+        `playbook: received ${signal} again; killing without waiting for the grace\n`,
+      );
       hurry.abort();
       return;
     }

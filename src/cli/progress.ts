@@ -56,16 +56,14 @@ export class Progress {
   event(event: RunEvent): void {
     switch (event.type) {
       case "task-started": {
-        this.startedAt.set(event.index, Date.now());
+        if (event.attempt === 1) this.startedAt.set(event.index, Date.now());
         const limits = describeTaskLimits(event.limits, this.options.limits);
-        const attempt = event.attempt > 1 ? ` attempt ${event.attempt}/${event.limits.retries + 1},` : "";
+        const attempt = event.attempt > 1 ? `attempt ${event.attempt}/${event.limits.retries + 1}, ` : "";
         if (this.options.tty) {
           this.write(`\x1b[36m▶\x1b[0m ${event.name}  \x1b[2m(${attempt}${limits})\x1b[0m`);
           this.liveLine = { outputMark: this.options.outputBytes(), startedAt: Date.now() };
         } else {
-          this.write(
-            `playbook: task ${event.name} started (${attempt.trim()}${attempt ? " " : ""}${limits})`,
-          );
+          this.write(`playbook: task ${event.name} started (${attempt}${limits})`);
         }
         return;
       }

@@ -7,14 +7,20 @@ import { describe, expect, it } from "vitest";
 const ROOT = join(import.meta.dirname, "../..");
 
 function runExample(file: string): Promise<{ code: number | null; status: Record<string, unknown> }> {
-  const child = spawn(process.execPath, [join(ROOT, "dist/src/cli/main.js"), "run", "-f", join(ROOT, file), "-o", "json"], {
-    stdio: ["ignore", "pipe", "ignore"],
-  });
+  const child = spawn(
+    process.execPath,
+    [join(ROOT, "dist/src/cli/main.js"), "run", "-f", join(ROOT, file), "-o", "json"],
+    {
+      stdio: ["ignore", "pipe", "ignore"],
+    },
+  );
   let stdout = "";
   child.stdout.on("data", (chunk: Buffer) => {
     stdout += chunk.toString();
   });
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, status: JSON.parse(stdout).status })));
+  return new Promise((resolve) =>
+    child.on("close", (code) => resolve({ code, status: JSON.parse(stdout).status })),
+  );
 }
 
 describe("examples", () => {
@@ -28,7 +34,10 @@ describe("examples", () => {
   ])("%s ends with exit %i and reason %s", async (file, code, reason, phases) => {
     const result = await runExample(file);
     expect(result.code).toBe(code);
-    const status = result.status as { conditions: { reason: string }[]; tasks: { phase: string; ending?: string }[] };
+    const status = result.status as {
+      conditions: { reason: string }[];
+      tasks: { phase: string; ending?: string }[];
+    };
     expect(status.conditions[0]?.reason).toBe(reason);
     expect(status.tasks.map((t) => t.phase)).toEqual(phases);
     if (file.includes("cooperative")) expect(status.tasks[0]?.ending).toBe("Exited");
