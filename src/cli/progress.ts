@@ -71,9 +71,11 @@ export class Progress {
         this.liveLine = null;
         const what =
           event.stop.kind === "cancelled" ? "is being cancelled" : `passed its ${event.stop.limit} limit`;
-        this.write(
-          `playbook: task ${event.name} ${what}: cancel file written, SIGTERM sent to its process group`,
-        );
+        const how =
+          this.options.limits.killGrace.ms === 0
+            ? "killing its process group at once (killGrace 0s)"
+            : `cancel file written, SIGTERM sent to its process group, SIGKILL in ${formatDuration(this.options.limits.killGrace.ms)}`;
+        this.write(`playbook: task ${event.name} ${what}: ${how}`);
         if (event.stop.warning) this.write(`playbook: warning: ${event.stop.warning}`);
         return;
       }

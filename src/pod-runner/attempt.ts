@@ -79,6 +79,13 @@ const POLL_MS = 20;
 /** After SIGKILL the kernel needs a moment; this bounds how long we wait to see the tree gone. */
 const KILL_CONFIRM_MS = 5000;
 
+/** Waits for `promise`, at most `ms`; the timer is cleared either way so it holds no process open. */
+async function within(promise: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([promise, new Promise((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}
+
 /** What the kill path needs to know of a live attempt. */
 interface Tree {
   pgid: number;
@@ -231,7 +238,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     stopWatchdog();
     // The leader is done: the attempt is over. Give the pipes a short window to close; a
     // background process that still holds them (a service for later tasks) is not waited for.
-    await Promise.race([streamsClosed, sleep(spec.drainWindowMs)]);
+    await within(streamsClosed, spec.drainWindowMs);
     return {
       kind: "exited",
       exitCode,
@@ -245,7 +252,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   }
 
   const { ending, runClean } = await endTree(tree, spec.killGraceMs, spec.runCookie, spec.hurrySignal);
-  await Promise.race([streamsClosed, sleep(spec.drainWindowMs)]);
+  await within(streamsClosed, spec.drainWindowMs);
   const fired = stop as AttemptStop;
   return {
     kind: fired.kind,
@@ -277,10 +284,7 @@ async function endTree(
     signalTree(tree, "SIGTERM", runCookie);
     const graceEnds = performance.now() + killGraceMs;
     while (performance.now() < graceEnds && !hurry?.aborted) {
-      await Promise.race([
-        tree.leaderExited,
-        sleep(Math.min(POLL_MS, Math.max(1, graceEnds - performance.now()))),
-      ]);
+      await within(tree.leaderExited, Math.min(POLL_MS, Math.max(1, graceEnds - performance.now())));
       if (!tree.leaderAlive() && findRest(tree).length === 0) {
         return { ending: "Exited", runClean: false };
       }
@@ -289,8 +293,8 @@ async function endTree(
   // The group first, by id and without a scan, so the kill is not delayed by looking around.
   if (tree.leaderAlive()) sendSignal(-tree.pgid, "SIGKILL");
   const confirmBy = performance.now() + KILL_CONFIRM_MS;
-  await Promise.race([tree.leaderExited, sleep(KILL_CONFIRM_MS)]);
-  await Promise.race([tree.streamsClosed, sleep(POLL_MS)]);
+  await within(tree.leaderExited, KILL_CONFIRM_MS);
+  await within(tree.streamsClosed, POLL_MS);
   // Then what is left: escapers, members that closed their pipes, forks that raced the kill.
   let runClean = false;
   while (performance.now() < confirmBy) {

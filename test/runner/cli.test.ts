@@ -200,6 +200,77 @@ describe("playbook run", () => {
   });
 });
 
+describe("playbook pod-runner", () => {
+  it("runs the plan from $PLAYBOOK_PLAN, counts the ceiling from the run's start, and writes the report", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "pod-"));
+    const log = join(dir, "termination-log");
+    const plan = {
+      name: "nightly",
+      namespace: "team-a",
+      // The first pod was lost 1.5s into a 3s ceiling; this pod has what is left.
+      runStartTime: new Date(Date.now() - 1500).toISOString(),
+      defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
+      spec: { ceiling: "3s", killGrace: "0s", tasks: [{ name: "soak", run: "echo soaking; sleep 30" }] },
+    };
+    const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
+      env: { PATH: process.env.PATH, [MARKER_VAR]: marker, PLAYBOOK_PLAN: JSON.stringify(plan) },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      stdout += chunk.toString();
+    });
+    const started = performance.now();
+    const code = await new Promise((resolve) => child.on("close", resolve));
+    expect(code).toBe(1);
+    expect(performance.now() - started).toBeLessThan(2900);
+    expect(stdout).toContain("[soak] soaking");
+    const report = decodeReport(readFileSync(log, "utf8"), 1);
+    expect(report).toMatchObject({ phase: "Failed", reason: "RunCeiling" });
+    expect(report.tasks[0]).toMatchObject({ p: "TimedOut", l: "RunCeiling", e: "Killed" });
+  });
+
+  it("on SIGTERM (pod deletion) cancels, reports Cancelled and exits 130", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "pod-"));
+    const log = join(dir, "termination-log");
+    const plan = {
+      name: "nightly",
+      runStartTime: new Date().toISOString(),
+      defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
+      spec: {
+        killGrace: "2s",
+        tasks: [{ name: "work", run: "echo up; trap 'exit 0' TERM; sleep 30 & wait" }],
+      },
+    };
+    const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
+      env: { PATH: process.env.PATH, [MARKER_VAR]: marker, PLAYBOOK_PLAN: JSON.stringify(plan) },
+      stdio: ["ignore", "pipe", "ignore"],
+    });
+    child.stdout.once("data", () => child.kill("SIGTERM"));
+    const code = await new Promise((resolve) => child.on("close", resolve));
+    expect(code).toBe(130);
+    const report = decodeReport(readFileSync(log, "utf8"), 1);
+    expect(report).toMatchObject({ phase: "Cancelled", reason: "Cancelled" });
+    expect(report.tasks[0]).toMatchObject({ p: "Cancelled", e: "Exited" });
+  });
+
+  it("refuses a plan that is not valid, naming the field, with exit 2", async () => {
+    const result = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", "/dev/null"], {
+        env: { PATH: process.env.PATH, PLAYBOOK_PLAN: JSON.stringify({ name: "x", spec: { tasks: [] } }) },
+        stdio: ["ignore", "ignore", "pipe"],
+      });
+      let stderr = "";
+      child.stderr.on("data", (chunk: Buffer) => {
+        stderr += chunk.toString();
+      });
+      child.on("close", (code) => resolve({ code, stderr }));
+    });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain("runStartTime");
+  });
+});
+
 describe("playbook validate, --help and --version", () => {
   it("shows each effective limit with its source", async () => {
     const file = manifest({

@@ -3,16 +3,18 @@
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { MARKER_VAR, newMarker, processesWithEnv } from "../support/runner.js";
 
 const ROOT = join(import.meta.dirname, "../..");
 
-function runExample(file: string): Promise<{ code: number | null; status: Record<string, unknown> }> {
+function runExample(
+  file: string,
+  marker: string,
+): Promise<{ code: number | null; status: Record<string, unknown> }> {
   const child = spawn(
     process.execPath,
     [join(ROOT, "dist/src/cli/main.js"), "run", "-f", join(ROOT, file), "-o", "json"],
-    {
-      stdio: ["ignore", "pipe", "ignore"],
-    },
+    { env: { ...process.env, [MARKER_VAR]: marker }, stdio: ["ignore", "pipe", "ignore"] },
   );
   let stdout = "";
   child.stdout.on("data", (chunk: Buffer) => {
@@ -32,7 +34,9 @@ describe("examples", () => {
     ["examples/ceiling.yaml", 1, "RunCeiling", ["Succeeded", "TimedOut", "Skipped"]],
     ["examples/cooperative-stop.yaml", 1, "TaskTimeout", ["TimedOut"]],
   ])("%s ends with exit %i and reason %s", async (file, code, reason, phases) => {
-    const result = await runExample(file);
+    const marker = newMarker();
+    const result = await runExample(file, marker);
+    expect(processesWithEnv(MARKER_VAR, marker), "processes of this example still alive").toEqual([]);
     expect(result.code).toBe(code);
     const status = result.status as {
       conditions: { reason: string }[];
