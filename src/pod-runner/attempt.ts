@@ -234,31 +234,18 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
 
   await Promise.race([leaderExited, stopped]);
 
-  if (!stop) {
-    stopWatchdog();
-    // The leader is done: the attempt is over. Give the pipes a short window to close; a
-    // background process that still holds them (a service for later tasks) is not waited for.
-    await within(streamsClosed, spec.drainWindowMs);
-    return {
-      kind: "exited",
-      exitCode,
-      signal: exitSignal,
-      startTime,
-      completionTime: new Date(),
-      tail,
-      pgid,
-      startedFrom: tree.startedFrom,
-    };
-  }
-
-  const { ending, runClean } = await endTree(tree, spec.killGraceMs, spec.runCookie, spec.hurrySignal);
+  // Stopped by a limit or cancellation: end the tree. Otherwise the leader is done and the
+  // attempt is over; a background process that still holds the pipes (a service for later
+  // tasks) gets only the drain window, it is not waited for.
+  const fired = stop as AttemptStop | null;
+  let ended: { ending?: Ending; runClean?: boolean } = {};
+  if (fired) ended = await endTree(tree, spec.killGraceMs, spec.runCookie, spec.hurrySignal);
+  else stopWatchdog();
   await within(streamsClosed, spec.drainWindowMs);
-  const fired = stop as AttemptStop;
   return {
-    kind: fired.kind,
-    limit: fired.limit,
-    ending,
-    runClean,
+    kind: fired ? fired.kind : "exited",
+    limit: fired?.limit,
+    ...ended,
     exitCode,
     signal: exitSignal,
     startTime,

@@ -3,18 +3,14 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { decodeReport } from "../../src/api/report.js";
-import { MARKER_VAR, newMarker, processesWithEnv } from "../support/runner.js";
+import { checkNothingLeftBehind, MARKER_VAR } from "../support/runner.js";
 
 const CLI = join(import.meta.dirname, "../../dist/src/cli/main.js");
 
-let marker = newMarker();
-afterEach(() => {
-  expect(processesWithEnv(MARKER_VAR, marker), "processes of this test still alive").toEqual([]);
-  marker = newMarker();
-});
+const currentMarker = checkNothingLeftBehind();
 
 interface CliResult {
   code: number | null;
@@ -24,7 +20,7 @@ interface CliResult {
 
 function startCli(args: string[], onSpawn?: (child: ChildProcess) => void): Promise<CliResult> {
   const child = spawn(process.execPath, [CLI, ...args], {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, [MARKER_VAR]: marker },
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, [MARKER_VAR]: currentMarker() },
     stdio: ["ignore", "pipe", "pipe"],
   });
   onSpawn?.(child);
@@ -140,7 +136,7 @@ describe("playbook run", () => {
   it("kills at once on a second SIGINT instead of waiting out the grace", async () => {
     const file = manifest({
       killGrace: "60s",
-      tasks: [{ name: "stubborn", run: "echo working; trap '' TERM; while :; do sleep 0.1; done" }],
+      tasks: [{ name: "stubborn", run: "trap '' TERM; echo working; while :; do sleep 0.1; done" }],
     });
     const started = performance.now();
     const result = await startCli(["run", "-f", file, "-o", "json"], (child) => {
@@ -189,7 +185,7 @@ describe("playbook run", () => {
       ],
     });
     const child = spawn(process.execPath, [CLI, "run", "-f", file], {
-      env: { PATH: process.env.PATH, [MARKER_VAR]: marker },
+      env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker() },
       stdio: ["ignore", "ignore", "pipe"],
     });
     const code = await new Promise((resolve) => child.on("close", resolve));
@@ -213,7 +209,7 @@ describe("playbook pod-runner", () => {
       spec: { ceiling: "3s", killGrace: "0s", tasks: [{ name: "soak", run: "echo soaking; sleep 30" }] },
     };
     const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
-      env: { PATH: process.env.PATH, [MARKER_VAR]: marker, PLAYBOOK_PLAN: JSON.stringify(plan) },
+      env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker(), PLAYBOOK_PLAN: JSON.stringify(plan) },
       stdio: ["ignore", "pipe", "pipe"],
     });
     let stdout = "";
@@ -239,11 +235,11 @@ describe("playbook pod-runner", () => {
       defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
       spec: {
         killGrace: "2s",
-        tasks: [{ name: "work", run: "echo up; trap 'exit 0' TERM; sleep 30 & wait" }],
+        tasks: [{ name: "work", run: "trap 'exit 0' TERM; echo up; sleep 30 & wait" }],
       },
     };
     const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
-      env: { PATH: process.env.PATH, [MARKER_VAR]: marker, PLAYBOOK_PLAN: JSON.stringify(plan) },
+      env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker(), PLAYBOOK_PLAN: JSON.stringify(plan) },
       stdio: ["ignore", "pipe", "ignore"],
     });
     child.stdout.once("data", () => child.kill("SIGTERM"));

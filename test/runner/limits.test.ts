@@ -2,14 +2,10 @@
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
-import { MARKER_VAR, newMarker, processesWithEnv, runSpec } from "../support/runner.js";
+import { describe, expect, it } from "vitest";
+import { checkNothingLeftBehind, runSpec } from "../support/runner.js";
 
-let marker = newMarker();
-afterEach(() => {
-  expect(processesWithEnv(MARKER_VAR, marker), "processes of this test still alive").toEqual([]);
-  marker = newMarker();
-});
+const currentMarker = checkNothingLeftBehind();
 
 describe("task limits", () => {
   it("settles a task that traps SIGTERM and exits 0 after its deadline as TimedOut", async () => {
@@ -20,7 +16,7 @@ describe("task limits", () => {
           { name: "stubborn", timeout: "500ms", run: "trap 'echo caught; exit 0' TERM; sleep 30 & wait" },
         ],
       },
-      { marker },
+      { marker: currentMarker() },
     );
     const task = run.outcome.tasks[0];
     expect(task).toMatchObject({ phase: "TimedOut", limit: "TaskTimeout", ending: "Exited", exitCode: 0 });
@@ -34,7 +30,7 @@ describe("task limits", () => {
         killGrace: "0s",
         tasks: [{ name: "silent", timeout: "20s", stall: "600ms", run: "echo start; sleep 30" }],
       },
-      { marker },
+      { marker: currentMarker() },
     );
     expect(silent.outcome.tasks[0]).toMatchObject({
       phase: "TimedOut",
@@ -56,7 +52,7 @@ describe("task limits", () => {
           },
         ],
       },
-      { marker },
+      { marker: currentMarker() },
     );
     expect(chatty.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "TaskTimeout" });
     expect(chatty.output.split("\n").filter((line) => line === "[chatty] tick").length).toBeGreaterThan(5);
@@ -74,7 +70,7 @@ describe("task limits", () => {
           { name: "last", run: "echo never" },
         ],
       },
-      { marker },
+      { marker: currentMarker() },
     );
     expect(run.outcome.reason).toBe("RunCeiling");
     expect(run.outcome.tasks.map((t) => t.phase)).toEqual(["Succeeded", "TimedOut", "Skipped", "Skipped"]);
@@ -86,7 +82,7 @@ describe("task limits", () => {
     // As when the controller re-creates a lost pod: 1.5s of a 2s ceiling are already spent.
     const run = await runSpec(
       { ceiling: "2s", killGrace: "0s", tasks: [{ name: "endless", run: "sleep 30" }] },
-      { marker, runStart: new Date(Date.now() - 1500) },
+      { marker: currentMarker(), runStart: new Date(Date.now() - 1500) },
     );
     expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "RunCeiling" });
     expect(run.elapsedMs).toBeLessThan(1500);
@@ -95,7 +91,7 @@ describe("task limits", () => {
   it("names the task timeout when it is earlier than the ceiling, and the ceiling otherwise", async () => {
     const run = await runSpec(
       { ceiling: "800ms", killGrace: "0s", tasks: [{ name: "t", timeout: "700ms", run: "sleep 30" }] },
-      { marker },
+      { marker: currentMarker() },
     );
     expect(run.outcome.tasks[0]?.limit).toBe("TaskTimeout");
   });
@@ -109,7 +105,7 @@ describe("task limits", () => {
           { name: "flaky", retries: 2, run: `echo x >> ${counter}; echo "attempt failed" >&2; exit 1` },
         ],
       },
-      { marker },
+      { marker: currentMarker() },
     );
     expect(failing.outcome.tasks[0]).toMatchObject({
       phase: "Failed",
@@ -131,7 +127,7 @@ describe("task limits", () => {
           },
         ],
       },
-      { marker },
+      { marker: currentMarker() },
     );
     expect(recovers.outcome.tasks[0]).toMatchObject({ phase: "Succeeded", attempts: 2 });
     expect(recovers.outcome.reason).toBe("Succeeded");
@@ -142,7 +138,7 @@ describe("task limits", () => {
         killGrace: "0s",
         tasks: [{ name: "slow", retries: 3, timeout: "300ms", run: `echo x >> ${timed}; sleep 30` }],
       },
-      { marker },
+      { marker: currentMarker() },
     );
     expect(timedOut.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", attempts: 1 });
     expect(readFileSync(timed, "utf8").trim().split("\n")).toHaveLength(1);
@@ -151,7 +147,7 @@ describe("task limits", () => {
   it("fails a task whose working directory does not exist, naming it", async () => {
     const run = await runSpec(
       { tasks: [{ name: "lost", workingDir: "/nonexistent/dir", run: "true" }] },
-      { marker },
+      { marker: currentMarker() },
     );
     expect(run.outcome.tasks[0]).toMatchObject({ phase: "Failed" });
     expect(run.outcome.tasks[0]?.detail).toContain("/nonexistent/dir");
@@ -171,7 +167,7 @@ describe("the cancel file", () => {
           },
         ],
       },
-      { marker },
+      { marker: currentMarker() },
     );
     expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "TaskTimeout", ending: "Exited" });
     expect(run.output).toMatch(/\[polite\] saw TaskTimeout/);
@@ -184,7 +180,7 @@ describe("the cancel file", () => {
         killGrace: "700ms",
         tasks: [{ name: "deaf", timeout: "300ms", run: "trap '' TERM; while :; do sleep 0.05; done" }],
       },
-      { marker },
+      { marker: currentMarker() },
     );
     expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", ending: "Killed", signal: "SIGKILL" });
     expect(run.elapsedMs).toBeGreaterThanOrEqual(950);
@@ -200,7 +196,7 @@ describe("the cancel file", () => {
           { name: "planter", timeout: "500ms", run: `ln -s ${target} "$PLAYBOOK_CANCEL_FILE"; sleep 30` },
         ],
       },
-      { marker },
+      { marker: currentMarker() },
     );
     expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "TaskTimeout" });
     expect(existsSync(target)).toBe(false);
@@ -219,7 +215,7 @@ describe("the cancel file", () => {
           { name: "next", run: "echo never" },
         ],
       },
-      { marker, cancelSignal: cancel.signal },
+      { marker: currentMarker(), cancelSignal: cancel.signal },
     );
     expect(run.outcome.reason).toBe("Cancelled");
     expect(run.outcome.phase).toBe("Cancelled");

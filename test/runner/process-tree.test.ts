@@ -1,13 +1,9 @@
 // The whole tree ends with the task: grandchildren that hold the pipes, and processes that left
 // the group, are killed; what a finished task left running is ended when the run ends.
-import { afterEach, describe, expect, it } from "vitest";
-import { MARKER_VAR, newMarker, processesWithEnv, runSpec } from "../support/runner.js";
+import { describe, expect, it } from "vitest";
+import { checkNothingLeftBehind, runSpec } from "../support/runner.js";
 
-let marker = newMarker();
-afterEach(() => {
-  expect(processesWithEnv(MARKER_VAR, marker), "processes of this test still alive").toEqual([]);
-  marker = newMarker();
-});
+const currentMarker = checkNothingLeftBehind();
 
 describe("process trees", () => {
   it("kills a grandchild that holds the output pipe and returns at the deadline", async () => {
@@ -22,7 +18,7 @@ describe("process trees", () => {
           },
         ],
       },
-      { marker },
+      { marker: currentMarker() },
     );
     expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "TaskTimeout", ending: "Killed" });
     expect(run.elapsedMs).toBeLessThan(3000);
@@ -42,7 +38,7 @@ describe("process trees", () => {
           },
         ],
       },
-      { marker },
+      { marker: currentMarker() },
     );
     expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", ending: "Killed" });
     // afterEach proves neither setsid'd sleep survived.
@@ -57,7 +53,7 @@ describe("process trees", () => {
           { name: "uses-it", run: "echo using the service" },
         ],
       },
-      { marker },
+      { marker: currentMarker() },
     );
     expect(run.outcome.tasks.map((t) => t.phase)).toEqual(["Succeeded", "Succeeded"]);
     expect(run.output).toContain("[uses-it] using the service");

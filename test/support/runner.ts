@@ -3,6 +3,7 @@
 import { randomUUID } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import { PassThrough } from "node:stream";
+import { afterEach, expect } from "vitest";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
 import type { RunOutcome } from "../../src/api/report.js";
@@ -37,6 +38,20 @@ export interface TestRun {
 
 export function newMarker(): string {
   return randomUUID();
+}
+
+/**
+ * A fresh marker for each test, and after each test the check that no process carrying it is
+ * still alive. Returns a getter for the current test's marker.
+ */
+export function checkNothingLeftBehind(): () => string {
+  let marker = newMarker();
+  afterEach(() => {
+    const left = processesWithEnv(MARKER_VAR, marker);
+    marker = newMarker();
+    expect(left, "processes of this test still alive").toEqual([]);
+  });
+  return () => marker;
 }
 
 export async function runSpec(
