@@ -2,10 +2,9 @@
 // deadline and a stall timer. Whoever fires a limit records the outcome before any signal is
 // sent, so an attempt that traps SIGTERM and exits 0 is still a timeout.
 import { type ChildProcess, spawn } from "node:child_process";
-import { once } from "node:events";
 import { existsSync } from "node:fs";
 import { performance } from "node:perf_hooks";
-import type { Writable } from "node:stream";
+import type { Readable, Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { formatDuration } from "../api/duration.js";
 import type { Ending, TaskLimit } from "../api/reasons.js";
@@ -33,8 +32,9 @@ export interface AttemptSpec {
   attemptId: string;
   /** PLAYBOOK_ATTEMPT_ID prefix shared by every attempt of the run */
   runCookie: string;
-  /** start (clock ticks) of the run's first process, for finding what earlier tasks left */
+  /** start (clock ticks) and pid of the run's first process, for finding what earlier tasks left */
   runStartedFrom?: number;
+  runMinPid?: number;
   cancelFilePath: string;
   deadline: AttemptDeadline | null;
   /** 0 disables the stall limit */
@@ -78,6 +78,39 @@ export interface AttemptResult {
 const POLL_MS = 20;
 /** After SIGKILL the kernel needs a moment; this bounds how long we wait to see the tree gone. */
 const KILL_CONFIRM_MS = 5000;
+/** How long a SIGKILLed tree gets to close its pipes before we look for stragglers ourselves. */
+const PIPE_CLOSE_WAIT_MS = 500;
+
+/**
+ * Streams a task's pipe into the sink with line prefixes, pausing the pipe while the sink is
+ * full so memory stays bounded however much the task prints. Resolves when the pipe ends.
+ */
+function forward(
+  stream: Readable,
+  sink: Writable,
+  prefix: string,
+  onData: (chunk: Buffer) => void,
+): Promise<void> {
+  const prefixer = new LinePrefixer(prefix);
+  const resume = () => stream.resume();
+  stream.on("data", (chunk: Buffer) => {
+    onData(chunk);
+    if (!sink.write(prefixer.push(chunk))) {
+      stream.pause();
+      sink.once("drain", resume);
+    }
+  });
+  return new Promise((resolve) => {
+    const done = () => {
+      const tail = prefixer.end();
+      if (tail) sink.write(tail);
+      sink.off("drain", resume);
+      resolve();
+    };
+    stream.once("end", done);
+    stream.once("error", done);
+  });
+}
 
 /** Waits for `promise`, at most `ms`; the timer is cleared either way so it holds no process open. */
 async function within(promise: Promise<unknown>, ms: number): Promise<void> {
@@ -92,6 +125,7 @@ interface Tree {
   /** the leader's start, in clock ticks: nothing older can be the attempt's */
   startedFrom: number;
   runStartedFrom: number;
+  runMinPid: number;
   cookie: string;
   leaderAlive: () => boolean;
   leaderExited: Promise<void>;
@@ -100,10 +134,12 @@ interface Tree {
 
 /** The attempt's live processes apart from an unreaped leader's group (which is signalled whole). */
 function findRest(tree: Tree, cookie = tree.cookie): number[] {
+  const wholeRun = cookie !== tree.cookie;
   return scanProcesses({
     pgid: tree.leaderAlive() ? undefined : tree.pgid,
     cookiePrefix: cookie,
-    startedFrom: cookie === tree.cookie ? tree.startedFrom : Math.min(tree.startedFrom, tree.runStartedFrom),
+    startedFrom: wholeRun ? Math.min(tree.startedFrom, tree.runStartedFrom) : tree.startedFrom,
+    minPid: wholeRun ? Math.min(tree.pgid, tree.runMinPid) : tree.pgid,
   });
 }
 
@@ -149,15 +185,9 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     tail.push(chunk);
   };
   const streamsClosed = Promise.all(
-    [child.stdout, child.stderr].map((stream) => {
-      if (!stream) return Promise.resolve();
-      const prefixer = new LinePrefixer(spec.prefix, onData);
-      stream.pipe(prefixer).pipe(spec.sink, { end: false });
-      return once(prefixer, "end").then(
-        () => undefined,
-        () => undefined,
-      );
-    }),
+    [child.stdout, child.stderr].map((stream) =>
+      stream ? forward(stream, spec.sink, spec.prefix, onData) : null,
+    ),
   ).then(() => undefined);
 
   let leaderAlive = true;
@@ -176,6 +206,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     pgid,
     startedFrom: processStartTime(pgid),
     runStartedFrom: spec.runStartedFrom ?? Number.POSITIVE_INFINITY,
+    runMinPid: spec.runMinPid ?? pgid,
     cookie: `${spec.attemptId}\0`,
     leaderAlive: () => leaderAlive,
     leaderExited,
@@ -277,12 +308,21 @@ async function endTree(
       }
     }
   }
-  // The group first, by id and without a scan, so the kill is not delayed by looking around.
+  // The group first, by id and without a scan, so the kill is not delayed by looking around;
+  // then processes that left the group, whose members need no look as they are already dying.
   if (tree.leaderAlive()) sendSignal(-tree.pgid, "SIGKILL");
+  const escaped = scanProcesses({
+    cookiePrefix: runCookie,
+    excludePgid: tree.pgid,
+    startedFrom: Math.min(tree.startedFrom, tree.runStartedFrom),
+    minPid: Math.min(tree.pgid, tree.runMinPid),
+  });
+  for (const pid of escaped) sendSignal(pid, "SIGKILL");
   const confirmBy = performance.now() + KILL_CONFIRM_MS;
   await within(tree.leaderExited, KILL_CONFIRM_MS);
-  await within(tree.streamsClosed, POLL_MS);
-  // Then what is left: escapers, members that closed their pipes, forks that raced the kill.
+  // Once every holder of the pipes is dead they close: usually the whole tree is gone by then.
+  await within(tree.streamsClosed, PIPE_CLOSE_WAIT_MS);
+  // A last look for stragglers: members that closed their pipes, forks that raced the kill.
   let runClean = false;
   while (performance.now() < confirmBy) {
     if (signalTree(tree, "SIGKILL", runCookie) === 0) {

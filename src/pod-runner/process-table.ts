@@ -42,6 +42,8 @@ function listPids(): number[] {
 export interface ScanQuery {
   /** report live members of this process group */
   pgid?: number;
+  /** skip members of this process group without reading their environment (they were just killed whole) */
+  excludePgid?: number;
   /** report live processes whose environment holds PLAYBOOK_ATTEMPT_ID=<prefix>… */
   cookiePrefix: string;
   /**
@@ -49,20 +51,36 @@ export interface ScanQuery {
    * read: it keeps a scan cheap on a busy machine.
    */
   startedFrom?: number;
+  /**
+   * The attempt's first pid. Pids are handed out in increasing order until they wrap, so while
+   * the newest pid is still above this one, lower pids are older processes and are not read.
+   */
+  minPid?: number;
+}
+
+/** The most recently allocated pid (the last field of /proc/loadavg). */
+function newestPid(): number {
+  try {
+    return Number(readFileSync("/proc/loadavg", "latin1").trim().split("/").pop()?.split(" ").pop());
+  } catch {
+    return 0;
+  }
 }
 
 /** One pass over /proc: the attempt's group members and every process carrying its cookie. */
 export function scanProcesses(query: ScanQuery): number[] {
   const needle = Buffer.from(`${ATTEMPT_ID_VAR}=${query.cookiePrefix}`);
   const found: number[] = [];
+  const floor = query.minPid !== undefined && newestPid() >= query.minPid ? query.minPid : 0;
   for (const pid of listPids()) {
-    if (pid === process.pid) continue;
+    if (pid < floor || pid === process.pid) continue;
     const stat = readStat(pid);
     if (!stat?.alive) continue;
     if (query.pgid !== undefined && stat.pgrp === query.pgid) {
       found.push(pid);
       continue;
     }
+    if (stat.pgrp === query.excludePgid) continue;
     if (query.startedFrom !== undefined && stat.startTime < query.startedFrom) continue;
     try {
       if (readFileSync(`/proc/${pid}/environ`).indexOf(needle) !== -1) found.push(pid);

@@ -71,6 +71,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   let reason: RunnerReason = "Succeeded";
   // Nothing started before the run's first task can be one of its processes.
   let firstStart = Number.POSITIVE_INFINITY;
+  let firstPid: number | undefined;
 
   let runClean = false;
   try {
@@ -109,6 +110,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           attemptId,
           runCookie: `${runId}.`,
           runStartedFrom: firstStart,
+          runMinPid: firstPid,
           cancelFilePath: join(scratch, `${attemptId}.cancel`),
           deadline: attemptDeadline(attemptStart, limits, ceilingAt),
           stallMs: limits.stall.ms,
@@ -122,6 +124,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),
         });
         if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);
+        if (result.pgid !== null) firstPid ??= result.pgid;
         const failedOrdinarily = result.kind === "exited" && result.exitCode !== 0;
         if (!failedOrdinarily || outcome.attempts > limits.retries) break;
         emit({
@@ -145,7 +148,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       break;
     }
   } finally {
-    const killed = runClean ? 0 : await sweepLeftovers(runId, firstStart, options.limits.killGrace.ms);
+    const killed = runClean
+      ? 0
+      : await sweepLeftovers(runId, firstStart, firstPid, options.limits.killGrace.ms);
     if (killed > 0) emit({ type: "leftovers-killed", count: killed });
     rmSync(scratch, { recursive: true, force: true });
   }
@@ -202,8 +207,13 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
 /** Ends whatever the run's tasks left running: SIGTERM, the grace window, then SIGKILL. */
 // Found by the run's cookie only: the groups of earlier attempts may be empty by now and their
 // ids taken by unrelated processes, so a group id alone is not proof of ownership here.
-async function sweepLeftovers(runId: string, startedFrom: number, graceMs: number): Promise<number> {
-  const find = () => scanProcesses({ cookiePrefix: `${runId}.`, startedFrom });
+async function sweepLeftovers(
+  runId: string,
+  startedFrom: number,
+  minPid: number | undefined,
+  graceMs: number,
+): Promise<number> {
+  const find = () => scanProcesses({ cookiePrefix: `${runId}.`, startedFrom, minPid });
   const initial = find();
   if (initial.length === 0) return 0;
   for (const pid of initial) sendSignal(pid, "SIGTERM");
