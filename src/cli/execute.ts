@@ -52,6 +52,16 @@ function countingSink(target: NodeJS.WritableStream): { sink: Writable; bytes: (
   return { sink, bytes: () => bytes };
 }
 
+/** A report that cannot be written must not cost the run its outcome: say so and go on. */
+function writeReport(path: string, text: string, progressOut: NodeJS.WritableStream): void {
+  try {
+    writeFileSync(path, text);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
+    progressOut.write(`playbook: could not write the report to ${path}: ${code}\n`);
+  }
+}
+
 export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult> {
   const { sink, bytes } = countingSink(options.output);
   const progress = new Progress({
@@ -89,7 +99,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       onEvent: (event) => progress.event(event),
     });
     const reportText = encodeReport(outcome);
-    if (options.reportPath) writeFileSync(options.reportPath, reportText);
+    if (options.reportPath) writeReport(options.reportPath, reportText, options.progressOut);
     const report = decodeReport(reportText, options.tasks.length);
     progress.end(outcome, statusFromReport(report, options.limits).message);
     return { outcome, report, reportText, interrupted };

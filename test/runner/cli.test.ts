@@ -152,6 +152,13 @@ describe("playbook run", () => {
     expect(task).toMatchObject({ phase: "Cancelled", ending: "Killed" });
   });
 
+  it("still ends with the run's exit code when the report cannot be written, and says why", async () => {
+    const file = manifest({ tasks: [{ name: "ok", run: "true" }] });
+    const result = await startCli(["run", "-f", file, "--report", "/nonexistent/dir/report.json"]);
+    expect(result.code).toBe(0);
+    expect(result.stderr).toContain("could not write the report to /nonexistent/dir/report.json: ENOENT");
+  });
+
   it("writes a report under 4096 bytes for 200 tasks", async () => {
     const dir = mkdtempSync(join(tmpdir(), "cli-"));
     const report = join(dir, "report.json");
