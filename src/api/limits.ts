@@ -1,0 +1,125 @@
+// Effective limits, each with the level it came from, so that status and progress lines can say
+// "10m (task)" or "30m (default)" and an operator knows which knob to turn.
+import { formatDuration, parseDuration } from "./duration.js";
+import type { PlaybookSpec } from "./playbook.js";
+import type { LimitSource } from "./reasons.js";
+
+export interface LimitDefaults {
+  ceilingMs: number;
+  maxCeilingMs: number;
+  stallMs: number;
+  killGraceMs: number;
+}
+
+/** Defaults for `playbook run` on a laptop; the controller takes its own from its configuration. */
+export const LOCAL_DEFAULTS: LimitDefaults = {
+  ceilingMs: 3_600_000,
+  maxCeilingMs: 24 * 3_600_000,
+  stallMs: 600_000,
+  killGraceMs: 10_000,
+};
+
+export interface EffectiveLimit {
+  ms: number;
+  source: LimitSource;
+  /** Where an operator would change it, e.g. "spec.tasks[0].timeout" or "the default ceiling". */
+  field: string;
+}
+
+export interface TaskLimits {
+  name: string;
+  /** The task's own timeout; null when only the run's ceiling bounds it. */
+  timeout: EffectiveLimit | null;
+  /** 0 disables the stall limit. */
+  stall: EffectiveLimit;
+  retries: number;
+}
+
+export interface ResolvedLimits {
+  ceiling: EffectiveLimit;
+  stall: EffectiveLimit;
+  killGrace: EffectiveLimit;
+  tasks: TaskLimits[];
+}
+
+export interface LimitProblem {
+  path: string;
+  message: string;
+}
+
+function pick(
+  specValue: string | undefined,
+  specField: string,
+  defaultMs: number,
+  what: string,
+): EffectiveLimit {
+  if (specValue !== undefined) return { ms: parseDuration(specValue), source: "spec", field: specField };
+  return { ms: defaultMs, source: "default", field: `the default ${what}` };
+}
+
+export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): ResolvedLimits {
+  const ceiling = pick(spec.ceiling, "spec.ceiling", defaults.ceilingMs, "ceiling");
+  const stall = pick(spec.stall, "spec.stall", defaults.stallMs, "stall limit");
+  const killGrace = pick(spec.killGrace, "spec.killGrace", defaults.killGraceMs, "kill grace");
+  const tasks = spec.tasks.map((task, index): TaskLimits => {
+    const timeout: EffectiveLimit | null =
+      task.timeout === undefined
+        ? null
+        : { ms: parseDuration(task.timeout), source: "task", field: `spec.tasks[${index}].timeout` };
+    const taskStall: EffectiveLimit =
+      task.stall === undefined
+        ? stall
+        : { ms: parseDuration(task.stall), source: "task", field: `spec.tasks[${index}].stall` };
+    return { name: task.name, timeout, stall: taskStall, retries: task.retries };
+  });
+  return { ceiling, stall, killGrace, tasks };
+}
+
+/** Checks that need the defaults or cross fields: what a schema alone cannot refuse. */
+export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitProblem[] {
+  const limits = resolveLimits(spec, defaults);
+  const problems: LimitProblem[] = [];
+  const ceilingText = formatDuration(limits.ceiling.ms);
+  if (limits.ceiling.ms <= 0) {
+    problems.push({ path: "spec.ceiling", message: `${spec.ceiling} must be longer than 0s` });
+  }
+  if (limits.ceiling.ms > defaults.maxCeilingMs) {
+    problems.push({
+      path: limits.ceiling.source === "spec" ? "spec.ceiling" : "spec",
+      message: `${ceilingText} is longer than the maximum ceiling ${formatDuration(defaults.maxCeilingMs)}`,
+    });
+  }
+  const seen = new Map<string, number>();
+  spec.tasks.forEach((task, index) => {
+    const first = seen.get(task.name);
+    if (first !== undefined) {
+      problems.push({
+        path: `spec.tasks[${index}].name`,
+        message: `${JSON.stringify(task.name)} is already used by spec.tasks[${first}]; task names must be unique`,
+      });
+    } else {
+      seen.set(task.name, index);
+    }
+    const timeout = limits.tasks[index]?.timeout;
+    if (timeout && timeout.ms > limits.ceiling.ms) {
+      const ceilingName = limits.ceiling.source === "spec" ? "spec.ceiling" : "the default ceiling";
+      problems.push({
+        path: `spec.tasks[${index}].timeout`,
+        message: `${task.timeout} is longer than ${ceilingName} ${ceilingText}`,
+      });
+    }
+    if (timeout && timeout.ms <= 0) {
+      problems.push({
+        path: `spec.tasks[${index}].timeout`,
+        message: `${task.timeout} must be longer than 0s`,
+      });
+    }
+  });
+  return problems;
+}
+
+/** The status.limits shape of DESIGN.md. */
+export function describeRunLimits(limits: ResolvedLimits) {
+  const show = (limit: EffectiveLimit) => ({ value: formatDuration(limit.ms), source: limit.source });
+  return { ceiling: show(limits.ceiling), stall: show(limits.stall), killGrace: show(limits.killGrace) };
+}

@@ -1,0 +1,101 @@
+// Reading a Playbook manifest: YAML or JSON text in, a typed Playbook or a list of problems out,
+// each naming the field path and the value, e.g. "spec.tasks[1].timeout: 2h is longer than spec.ceiling 30m".
+import { parseAllDocuments } from "yaml";
+import type { z } from "zod";
+import { checkLimits, type LimitDefaults } from "./limits.js";
+import { type Playbook, PlaybookSchema } from "./playbook.js";
+
+export interface ManifestProblem {
+  path: string;
+  message: string;
+}
+
+export class InvalidPlaybookError extends Error {
+  readonly source: string;
+  readonly problems: ManifestProblem[];
+  constructor(source: string, problems: ManifestProblem[]) {
+    super(`${source}: invalid Playbook\n${problems.map((p) => `  ${p.path}: ${p.message}`).join("\n")}`);
+    this.source = source;
+    this.problems = problems;
+  }
+}
+
+/** Renders a zod path the way kubectl does: spec.tasks[1].timeout. */
+export function formatPath(path: readonly PropertyKey[]): string {
+  let out = "";
+  for (const part of path) {
+    if (typeof part === "number") out += `[${part}]`;
+    else out += out === "" ? String(part) : `.${String(part)}`;
+  }
+  return out === "" ? "(object)" : out;
+}
+
+function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
+  let current: unknown = root;
+  for (const part of path) {
+    if (current === null || typeof current !== "object") return undefined;
+    current = (current as Record<PropertyKey, unknown>)[part];
+  }
+  return current;
+}
+
+function showValue(value: unknown): string {
+  const text = JSON.stringify(value);
+  if (text === undefined) return "";
+  return text.length > 60 ? `${text.slice(0, 57)}...` : text;
+}
+
+export function zodProblems(error: z.ZodError, input: unknown): ManifestProblem[] {
+  const problems: ManifestProblem[] = [];
+  for (const issue of error.issues) {
+    if (issue.code === "unrecognized_keys") {
+      for (const key of issue.keys) {
+        problems.push({ path: formatPath([...issue.path, key]), message: "unknown field" });
+      }
+      continue;
+    }
+    const value = valueAt(input, issue.path);
+    const custom = issue.code === "custom";
+    let message = issue.message;
+    if (value === undefined && issue.code === "invalid_type") message = "is required";
+    else if (!custom && value !== undefined && typeof value !== "object")
+      message = `${showValue(value)} ${message}`;
+    problems.push({ path: formatPath(issue.path), message });
+  }
+  return problems;
+}
+
+/** Validates an already-parsed object (from a file or the API server) as a Playbook. */
+export function validatePlaybook(input: unknown, defaults: LimitDefaults, source = "playbook"): Playbook {
+  const parsed = PlaybookSchema.safeParse(input);
+  if (!parsed.success) throw new InvalidPlaybookError(source, zodProblems(parsed.error, input));
+  const problems = checkLimits(parsed.data.spec, defaults);
+  if (problems.length > 0) throw new InvalidPlaybookError(source, problems);
+  return parsed.data;
+}
+
+/** Parses manifest text holding exactly one Playbook document. */
+export function parsePlaybookManifest(text: string, defaults: LimitDefaults, source = "playbook"): Playbook {
+  const documents = parseAllDocuments(text, { prettyErrors: true }).filter(
+    (doc) => !(doc.contents === null && doc.errors.length === 0),
+  );
+  if (documents.length === 0) {
+    throw new InvalidPlaybookError(source, [{ path: "(file)", message: "is empty: expected one Playbook" }]);
+  }
+  const problems: ManifestProblem[] = [];
+  for (const doc of documents) {
+    for (const error of doc.errors) {
+      const where = error.linePos?.[0]
+        ? `line ${error.linePos[0].line}, column ${error.linePos[0].col}`
+        : "(file)";
+      problems.push({ path: where, message: `YAML: ${error.message.split("\n")[0]}` });
+    }
+  }
+  if (problems.length > 0) throw new InvalidPlaybookError(source, problems);
+  if (documents.length > 1) {
+    throw new InvalidPlaybookError(source, [
+      { path: "(file)", message: `holds ${documents.length} documents: expected exactly one Playbook` },
+    ]);
+  }
+  return validatePlaybook(documents[0]?.toJS(), defaults, source);
+}

@@ -1,0 +1,147 @@
+// The Playbook API object (playbook.dev/v1alpha1), parsed with zod wherever one enters a process:
+// a file given to the CLI, an object read from the API server, the plan handed to the pod runner.
+import { z } from "zod";
+import { parseDuration } from "./duration.js";
+import { ENDINGS, LIMIT_SOURCES, RUN_PHASES, TASK_LIMITS, TASK_PHASES } from "./reasons.js";
+
+export const API_GROUP = "playbook.dev";
+export const API_VERSION = "playbook.dev/v1alpha1";
+export const KIND = "Playbook";
+export const MAX_TASKS = 200;
+
+const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const ENV_NAME = /^[-._a-zA-Z][-._a-zA-Z0-9]*$/;
+const QUANTITY = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$/;
+
+/** A Go duration string; the parsed value is checked but the text is kept as the user wrote it. */
+export const DurationString = z.string().superRefine((value, ctx) => {
+  try {
+    parseDuration(value);
+  } catch (error) {
+    ctx.addIssue({ code: "custom", message: `${JSON.stringify(value)} ${(error as Error).message}` });
+  }
+});
+
+const EnvVar = z.strictObject({
+  name: z
+    .string()
+    .regex(ENV_NAME, "must be a C-style environment variable name")
+    .refine(
+      (name) => !name.startsWith("PLAYBOOK_"),
+      "is reserved: the runner sets PLAYBOOK_* variables itself",
+    ),
+  value: z.string().default(""),
+});
+
+export const TaskSpecSchema = z.strictObject({
+  name: z.string().max(63, "must be at most 63 characters").regex(DNS1123_LABEL, "must be a DNS-1123 label"),
+  run: z.string().min(1, "must not be empty"),
+  timeout: DurationString.optional(),
+  stall: DurationString.optional(),
+  retries: z.number().int().min(0).max(100).default(0),
+  env: z.array(EnvVar).default([]),
+  workingDir: z.string().min(1).optional(),
+});
+export type TaskSpec = z.infer<typeof TaskSpecSchema>;
+
+const Quantity = z.union([
+  z.string().regex(QUANTITY, "must be a resource quantity such as 500m or 1Gi"),
+  z.number(),
+]);
+const ResourceRequirements = z.strictObject({
+  limits: z.record(z.string(), Quantity).optional(),
+  requests: z.record(z.string(), Quantity).optional(),
+  claims: z.array(z.looseObject({ name: z.string() })).optional(),
+});
+
+export const PlaybookSpecSchema = z.strictObject({
+  ceiling: DurationString.optional(),
+  stall: DurationString.optional(),
+  killGrace: DurationString.optional(),
+  cancel: z.boolean().default(false),
+  backoffLimit: z.number().int().min(0).max(100).default(2),
+  image: z.string().min(1).optional(),
+  serviceAccountName: z.string().regex(DNS1123_SUBDOMAIN, "must be a DNS-1123 subdomain").optional(),
+  resources: ResourceRequirements.optional(),
+  ttlSecondsAfterFinished: z.number().int().min(0).optional(),
+  tasks: z
+    .array(TaskSpecSchema)
+    .min(1, "must list at least one task")
+    .max(MAX_TASKS, `must list at most ${MAX_TASKS} tasks`),
+});
+export type PlaybookSpec = z.infer<typeof PlaybookSpecSchema>;
+
+const Time = z.string();
+
+export const EffectiveLimitSchema = z.strictObject({
+  value: z.string(),
+  source: z.enum(LIMIT_SOURCES),
+});
+
+export const TaskStatusSchema = z.looseObject({
+  name: z.string(),
+  phase: z.enum(TASK_PHASES),
+  limit: z.enum(TASK_LIMITS).optional(),
+  limitValue: z.string().optional(),
+  limitSource: z.enum(LIMIT_SOURCES).optional(),
+  ending: z.enum(ENDINGS).optional(),
+  attempts: z.number().int().min(0),
+  exitCode: z.number().int().nullable().optional(),
+  signal: z.string().nullable().optional(),
+  startTime: Time.optional(),
+  completionTime: Time.optional(),
+  message: z.string().optional(),
+});
+export type TaskStatus = z.infer<typeof TaskStatusSchema>;
+
+export const ConditionSchema = z.looseObject({
+  type: z.string(),
+  status: z.enum(["True", "False", "Unknown"]),
+  reason: z.string(),
+  message: z.string(),
+  lastTransitionTime: Time,
+  observedGeneration: z.number().int().optional(),
+});
+export type Condition = z.infer<typeof ConditionSchema>;
+
+export const PlaybookStatusSchema = z.looseObject({
+  observedGeneration: z.number().int().optional(),
+  phase: z.enum(RUN_PHASES).optional(),
+  startTime: Time.optional(),
+  completionTime: Time.optional(),
+  podName: z.string().optional(),
+  podAttempts: z.number().int().optional(),
+  limits: z
+    .strictObject({
+      ceiling: EffectiveLimitSchema,
+      stall: EffectiveLimitSchema,
+      killGrace: EffectiveLimitSchema,
+    })
+    .optional(),
+  tasks: z.array(TaskStatusSchema).optional(),
+  conditions: z.array(ConditionSchema).optional(),
+});
+export type PlaybookStatus = z.infer<typeof PlaybookStatusSchema>;
+
+export const ObjectMetaSchema = z.looseObject({
+  name: z
+    .string({ error: "is required" })
+    .max(253, "must be at most 253 characters")
+    .regex(DNS1123_SUBDOMAIN, "must be a DNS-1123 subdomain (lower case letters, digits, '-' and '.')"),
+  namespace: z.string().optional(),
+  uid: z.string().optional(),
+  generation: z.number().int().optional(),
+  resourceVersion: z.string().optional(),
+  labels: z.record(z.string(), z.string()).optional(),
+  annotations: z.record(z.string(), z.string()).optional(),
+});
+
+export const PlaybookSchema = z.strictObject({
+  apiVersion: z.literal(API_VERSION, { error: `must be ${API_VERSION}` }),
+  kind: z.literal(KIND, { error: `must be ${KIND}` }),
+  metadata: ObjectMetaSchema,
+  spec: PlaybookSpecSchema,
+  status: PlaybookStatusSchema.optional(),
+});
+export type Playbook = z.infer<typeof PlaybookSchema>;

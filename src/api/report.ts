@@ -1,0 +1,289 @@
+// The runner's report: what the pod runner writes to its termination-message file (4096 bytes at
+// most, the kubelet's limit) and what the controller and `playbook run` read back with the same
+// schema. Keys are short and derivable facts are left out (task names, limit values and the
+// standard messages come from the plan), so that 200 tasks still fit.
+import { z } from "zod";
+import { formatDuration } from "./duration.js";
+import type { EffectiveLimit, ResolvedLimits } from "./limits.js";
+import type { TaskStatus } from "./playbook.js";
+import {
+  ENDINGS,
+  TASK_LIMITS,
+  TASK_PHASES,
+  type TaskLimit,
+  type TaskPhase,
+  type TerminalReason,
+} from "./reasons.js";
+
+export const REPORT_MAX_BYTES = 4096;
+
+export const RUNNER_REASONS = [
+  "Succeeded",
+  "TaskFailed",
+  "TaskTimeout",
+  "StallLimit",
+  "RunCeiling",
+  "Cancelled",
+] as const satisfies readonly TerminalReason[];
+export type RunnerReason = (typeof RUNNER_REASONS)[number];
+
+export const ReportTaskSchema = z.strictObject({
+  /** phase */
+  p: z.enum(TASK_PHASES),
+  /** attempts; omitted = 1 for a task that ran, 0 otherwise */
+  a: z.number().int().min(0).optional(),
+  /** exit code of the last attempt; omitted = 0 for Succeeded, unknown otherwise */
+  x: z.number().int().optional(),
+  /** signal that ended the last attempt's leader */
+  sig: z.string().optional(),
+  /** the limit that fired (TimedOut tasks only) */
+  l: z.enum(TASK_LIMITS).optional(),
+  /** how the group ended after a limit or cancellation */
+  e: z.enum(ENDINGS).optional(),
+  /** [start, end] in ms after the report's start */
+  t: z.tuple([z.number().int().min(0), z.number().int().min(0)]).optional(),
+  /** extra detail, e.g. the last line of output of a failed task */
+  m: z.string().optional(),
+});
+export type ReportTask = z.infer<typeof ReportTaskSchema>;
+
+export const RunnerReportSchema = z.strictObject({
+  v: z.literal(1),
+  phase: z.enum(["Succeeded", "Failed", "Cancelled"]),
+  reason: z.enum(RUNNER_REASONS),
+  start: z.iso.datetime(),
+  end: z.iso.datetime(),
+  tasks: z.array(ReportTaskSchema),
+  /** how far the encoder had to compact to fit; absent when nothing was dropped */
+  c: z.number().int().min(1).optional(),
+});
+export type RunnerReport = z.infer<typeof RunnerReportSchema>;
+
+/** What the runner knows of one task when the run ends. */
+export interface TaskOutcome {
+  name: string;
+  phase: TaskPhase;
+  attempts: number;
+  exitCode: number | null;
+  signal: string | null;
+  limit?: TaskLimit;
+  ending?: "Exited" | "Killed";
+  startTime?: Date;
+  completionTime?: Date;
+  detail?: string;
+}
+
+export interface RunOutcome {
+  phase: "Succeeded" | "Failed" | "Cancelled";
+  reason: RunnerReason;
+  startTime: Date;
+  completionTime: Date;
+  tasks: TaskOutcome[];
+}
+
+function truncate(text: string, max: number): string {
+  if (text.length <= max) return text;
+  if (max <= 1) return "";
+  return `${text.slice(0, max - 1)}…`;
+}
+
+function toReportTask(task: TaskOutcome, start: number): ReportTask {
+  const out: ReportTask = { p: task.phase };
+  const ran = task.phase !== "Skipped" && task.phase !== "Pending";
+  if (task.attempts !== (ran ? 1 : 0)) out.a = task.attempts;
+  if (task.exitCode !== null && !(task.phase === "Succeeded" && task.exitCode === 0)) out.x = task.exitCode;
+  if (task.signal) out.sig = task.signal;
+  if (task.limit) out.l = task.limit;
+  if (task.ending) out.e = task.ending;
+  if (task.startTime && task.completionTime) {
+    out.t = [
+      Math.max(0, task.startTime.getTime() - start),
+      Math.max(0, task.completionTime.getTime() - start),
+    ];
+  }
+  if (task.detail) out.m = task.detail;
+  return out;
+}
+
+/** Index of the task that decided the run's outcome (the last one that ran), or -1. */
+function decidingIndex(tasks: readonly { p: TaskPhase }[]): number {
+  for (let i = tasks.length - 1; i >= 0; i--) {
+    const phase = tasks[i]?.p;
+    if (phase !== "Skipped" && phase !== "Pending") return i;
+  }
+  return -1;
+}
+
+/**
+ * Encodes the outcome as compact JSON of at most 4096 bytes. Detail is given up in steps —
+ * messages shortened, then other tasks' messages and times dropped, then the deciding task's
+ * message shortened — before any structure is lost.
+ */
+export function encodeReport(outcome: RunOutcome, maxBytes = REPORT_MAX_BYTES): string {
+  const start = outcome.startTime.getTime();
+  const base: RunnerReport = {
+    v: 1,
+    phase: outcome.phase,
+    reason: outcome.reason,
+    start: outcome.startTime.toISOString(),
+    end: outcome.completionTime.toISOString(),
+    tasks: outcome.tasks.map((task) => toReportTask(task, start)),
+  };
+  const fits = (report: RunnerReport) => Buffer.byteLength(JSON.stringify(report)) <= maxBytes;
+  if (fits(base)) return JSON.stringify(base);
+  const deciding = decidingIndex(base.tasks);
+  const steps: ((task: ReportTask, index: number) => ReportTask)[] = [
+    (task) => (task.m ? { ...task, m: truncate(task.m, 120) } : task),
+    (task, i) => (i === deciding ? task : { ...task, m: undefined }),
+    (task, i) => (i === deciding ? task : { ...task, t: undefined }),
+  ];
+  let report = base;
+  for (const [level, step] of steps.entries()) {
+    report = { ...report, c: level + 1, tasks: report.tasks.map(step).map(dropUndefined) };
+    if (fits(report)) return JSON.stringify(report);
+  }
+  // Last: shorten the deciding task's message until the whole report fits.
+  const last = report.tasks[deciding];
+  if (last?.m) {
+    let keep = last.m.length;
+    while (keep > 0) {
+      keep = Math.floor(keep / 2);
+      const tasks = report.tasks.slice();
+      tasks[deciding] = dropUndefined({ ...last, m: keep > 0 ? truncate(last.m, keep) : undefined });
+      const candidate: RunnerReport = { ...report, c: steps.length + 1, tasks };
+      if (fits(candidate)) return JSON.stringify(candidate);
+    }
+  }
+  throw new Error(
+    `the report does not fit in ${maxBytes} bytes even without messages (${outcome.tasks.length} tasks)`,
+  );
+}
+
+function dropUndefined(task: ReportTask): ReportTask {
+  return Object.fromEntries(Object.entries(task).filter(([, v]) => v !== undefined)) as ReportTask;
+}
+
+export class InvalidReportError extends Error {}
+
+/** Parses and validates a report read from a termination message or a file. */
+export function decodeReport(text: string, taskCount?: number): RunnerReport {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new InvalidReportError(`not JSON: ${truncate(text.trim(), 200) || "(empty)"}`);
+  }
+  const parsed = RunnerReportSchema.safeParse(json);
+  if (!parsed.success) {
+    const first = parsed.error.issues[0];
+    throw new InvalidReportError(
+      `does not match the report schema at ${first?.path.join(".") || "(root)"}: ${first?.message}`,
+    );
+  }
+  if (taskCount !== undefined && parsed.data.tasks.length !== taskCount) {
+    throw new InvalidReportError(`lists ${parsed.data.tasks.length} tasks, the plan has ${taskCount}`);
+  }
+  return parsed.data;
+}
+
+function limitOf(limits: ResolvedLimits, index: number, limit: TaskLimit): EffectiveLimit {
+  const task = limits.tasks[index];
+  if (limit === "TaskTimeout" && task?.timeout) return task.timeout;
+  if (limit === "StallLimit" && task) return task.stall;
+  return limits.ceiling;
+}
+
+/** The standard sentence for a limit, e.g. "exceeded its 10m timeout (spec.tasks[0].timeout)". */
+export function describeLimit(limit: TaskLimit, effective: EffectiveLimit): string {
+  const value = formatDuration(effective.ms);
+  switch (limit) {
+    case "TaskTimeout":
+      return `exceeded its ${value} timeout (${effective.field})`;
+    case "StallLimit":
+      return `printed nothing for ${value}, its stall limit (${effective.field})`;
+    case "RunCeiling":
+      return `was stopped by the run's ${value} ceiling (${effective.field})`;
+  }
+}
+
+function describeEnding(task: ReportTask, killGrace: EffectiveLimit): string {
+  const grace = formatDuration(killGrace.ms);
+  if (task.e === "Exited") return `; process group stopped within the ${grace} grace`;
+  if (task.e === "Killed")
+    return killGrace.ms === 0
+      ? "; process group killed at once"
+      : `; process group killed after ${grace} grace`;
+  return "";
+}
+
+function describeTask(task: ReportTask, index: number, limits: ResolvedLimits): string | undefined {
+  const detail = task.m ? `: ${task.m}` : "";
+  switch (task.p) {
+    case "TimedOut": {
+      const limit = task.l ?? "RunCeiling";
+      return `${describeLimit(limit, limitOf(limits, index, limit))}${describeEnding(task, limits.killGrace)}${detail}`;
+    }
+    case "Failed": {
+      const how = task.sig ? `was killed by ${task.sig}` : `exited with code ${task.x ?? "unknown"}`;
+      const tries = (task.a ?? 1) > 1 ? ` after ${task.a} attempts` : "";
+      return `${how}${tries}${detail}`;
+    }
+    case "Cancelled":
+      return `was cancelled${describeEnding(task, limits.killGrace)}${detail}`;
+    case "Skipped":
+      return "not run: an earlier task ended the run";
+    default:
+      return task.m;
+  }
+}
+
+export interface StatusFromReport {
+  tasks: TaskStatus[];
+  reason: RunnerReason;
+  /** The Succeeded condition's message, e.g. "task build exceeded its 10m timeout (spec.tasks[0].timeout)". */
+  message: string;
+  startTime: string;
+  completionTime: string;
+}
+
+/** Expands a report into DESIGN.md's status.tasks and the condition message, using the plan's limits. */
+export function statusFromReport(report: RunnerReport, limits: ResolvedLimits): StatusFromReport {
+  const start = Date.parse(report.start);
+  const tasks = report.tasks.map((task, index): TaskStatus => {
+    const ran = task.p !== "Skipped" && task.p !== "Pending";
+    const status: TaskStatus = {
+      name: limits.tasks[index]?.name ?? `task-${index}`,
+      phase: task.p,
+      attempts: task.a ?? (ran ? 1 : 0),
+    };
+    if (task.l) {
+      const effective = limitOf(limits, index, task.l);
+      status.limit = task.l;
+      status.limitValue = formatDuration(effective.ms);
+      status.limitSource = effective.source;
+    }
+    if (task.e) status.ending = task.e;
+    if (ran) {
+      status.exitCode = task.x ?? (task.p === "Succeeded" ? 0 : null);
+      status.signal = task.sig ?? null;
+    }
+    if (task.t) {
+      status.startTime = new Date(start + task.t[0]).toISOString();
+      status.completionTime = new Date(start + task.t[1]).toISOString();
+    }
+    const message = describeTask(task, index, limits);
+    if (message) status.message = message;
+    return status;
+  });
+  const deciding = decidingIndex(report.tasks);
+  const decidingTask = tasks[deciding];
+  let message: string;
+  if (report.reason === "Succeeded") {
+    message = tasks.length === 1 ? "the task succeeded" : `all ${tasks.length} tasks succeeded`;
+  } else if (decidingTask) {
+    message = `task ${decidingTask.name} ${decidingTask.message ?? decidingTask.phase}`;
+  } else {
+    message = report.reason === "Cancelled" ? "the run was cancelled before any task started" : report.reason;
+  }
+  return { tasks, reason: report.reason, message, startTime: report.start, completionTime: report.end };
+}

@@ -1,0 +1,46 @@
+// The Playbook status that a finished run's report stands for — built the same way by
+// `playbook run -o json` and by the controller, so a laptop run and a cluster run read alike.
+import { setCondition } from "./conditions.js";
+import { describeRunLimits, type ResolvedLimits } from "./limits.js";
+import type { Condition, PlaybookStatus } from "./playbook.js";
+import { isLimitReason } from "./reasons.js";
+import { type RunnerReport, statusFromReport } from "./report.js";
+
+export function statusForReport(
+  report: RunnerReport,
+  limits: ResolvedLimits,
+  now: Date,
+  previous: readonly Condition[] = [],
+  observedGeneration?: number,
+): PlaybookStatus {
+  const settled = statusFromReport(report, limits);
+  let conditions = setCondition(
+    previous,
+    {
+      type: "Succeeded",
+      status: report.reason === "Succeeded" ? "True" : "False",
+      reason: report.reason,
+      message: settled.message,
+    },
+    now,
+    observedGeneration,
+  );
+  if (isLimitReason(report.reason)) {
+    conditions = setCondition(
+      conditions,
+      { type: "LimitExceeded", status: "True", reason: report.reason, message: settled.message },
+      now,
+      observedGeneration,
+    );
+  }
+  const status: PlaybookStatus = {
+    phase: report.phase,
+    startTime: settled.startTime,
+    completionTime: settled.completionTime,
+    limits: describeRunLimits(limits),
+    tasks: settled.tasks,
+    conditions,
+  };
+  if (observedGeneration !== undefined) status.observedGeneration = observedGeneration;
+  return status;
+}

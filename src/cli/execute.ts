@@ -1,0 +1,110 @@
+// What `playbook run` and `playbook pod-runner` share: run the tasks with progress, turn
+// SIGINT/SIGTERM into a cancellation that still reports, and encode the report.
+import { writeFileSync } from "node:fs";
+import { Writable } from "node:stream";
+import type { ResolvedLimits } from "../api/limits.js";
+import type { TaskSpec } from "../api/playbook.js";
+import {
+  decodeReport,
+  encodeReport,
+  type RunnerReport,
+  type RunOutcome,
+  statusFromReport,
+} from "../api/report.js";
+import { runPlaybook } from "../pod-runner/run.js";
+import { Progress } from "./progress.js";
+
+export interface ExecuteOptions {
+  name: string;
+  tasks: readonly TaskSpec[];
+  limits: ResolvedLimits;
+  runStart?: Date;
+  /** where task output goes */
+  output: NodeJS.WritableStream;
+  progressOut: NodeJS.WritableStream;
+  tty: boolean;
+  reportPath?: string;
+}
+
+export interface ExecuteResult {
+  outcome: RunOutcome;
+  report: RunnerReport;
+  reportText: string;
+  interrupted: boolean;
+}
+
+/** A sink that counts what passes and survives a closed reader (EPIPE) without losing the run. */
+function countingSink(target: NodeJS.WritableStream): { sink: Writable; bytes: () => number } {
+  let bytes = 0;
+  let broken = false;
+  target.on("error", () => {
+    broken = true;
+  });
+  const sink = new Writable({
+    highWaterMark: 1 << 16,
+    write(chunk: Buffer, _encoding, callback) {
+      bytes += chunk.length;
+      if (broken) return callback();
+      if (target.write(chunk)) callback();
+      else target.once("drain", () => callback());
+    },
+  });
+  return { sink, bytes: () => bytes };
+}
+
+/** A report that cannot be written must not cost the run its outcome: say so and go on. */
+function writeReport(path: string, text: string, progressOut: NodeJS.WritableStream): void {
+  try {
+    writeFileSync(path, text);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
+    progressOut.write(`playbook: could not write the report to ${path}: ${code}\n`);
+  }
+}
+
+export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult> {
+  const { sink, bytes } = countingSink(options.output);
+  const progress = new Progress({
+    out: options.progressOut,
+    tty: options.tty,
+    limits: options.limits,
+    outputBytes: bytes,
+  });
+  const cancel = new AbortController();
+  const hurry = new AbortController();
+  let interrupted = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (interrupted) {
+      options.progressOut.write(
+        `playbook: received ${signal} again; killing without waiting for the grace\n`,
+      );
+      hurry.abort();
+      return;
+    }
+    options.progressOut.write(`playbook: received ${signal}; cancelling the run (again to kill at once)\n`);
+    interrupted = true;
+    cancel.abort();
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  try {
+    progress.begin(options.name, options.tasks.length);
+    const outcome = await runPlaybook({
+      tasks: options.tasks,
+      limits: options.limits,
+      runStart: options.runStart,
+      sink,
+      cancelSignal: cancel.signal,
+      hurrySignal: hurry.signal,
+      onEvent: (event) => progress.event(event),
+    });
+    const reportText = encodeReport(outcome);
+    if (options.reportPath) writeReport(options.reportPath, reportText, options.progressOut);
+    const report = decodeReport(reportText, options.tasks.length);
+    progress.end(outcome, statusFromReport(report, options.limits).message);
+    return { outcome, report, reportText, interrupted };
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+  }
+}

@@ -1,0 +1,93 @@
+// Task output: streamed through with a "[task] " prefix at each line start, bytes untouched
+// (no decoding, so invalid UTF-8 and lines without newlines pass as they are), and a bounded
+// tail kept for the report.
+
+const NEWLINE = 0x0a;
+
+/** Keeps the last `limit` bytes written to it. */
+export class OutputTail {
+  private chunks: Buffer[] = [];
+  private size = 0;
+  private readonly limit: number;
+
+  constructor(limit: number) {
+    this.limit = limit;
+  }
+
+  push(chunk: Buffer): void {
+    if (chunk.length >= this.limit) {
+      this.chunks = [Buffer.from(chunk.subarray(chunk.length - this.limit))];
+      this.size = this.limit;
+      return;
+    }
+    this.chunks.push(Buffer.from(chunk));
+    this.size += chunk.length;
+    while (this.size - (this.chunks[0]?.length ?? 0) >= this.limit) {
+      this.size -= this.chunks.shift()?.length ?? 0;
+    }
+  }
+
+  /** The last non-empty line, decoded leniently, for a failure message. */
+  lastLine(maxChars = 200): string {
+    const text = Buffer.concat(this.chunks).toString("utf8").replace(/\s+$/, "");
+    const line = text.slice(text.lastIndexOf("\n") + 1).trim();
+    return line.length > maxChars ? `…${line.slice(line.length - maxChars + 1)}` : line;
+  }
+}
+
+/**
+ * Prefixes each line with `prefix`, byte for byte otherwise. Newline positions are collected
+ * first so each chunk is copied once into one buffer of the right size: at 1 GiB of short lines
+ * the per-line cost is what decides the runner's throughput.
+ */
+export class LinePrefixer {
+  private atLineStart = true;
+  private readonly prefix: Buffer;
+  private positions = new Int32Array(1024);
+
+  constructor(prefix: string) {
+    this.prefix = Buffer.from(prefix);
+  }
+
+  push(chunk: Buffer): Buffer {
+    const prefix = this.prefix;
+    const size = prefix.length;
+    if (size === 0 || chunk.length === 0) return chunk;
+    let count = 0;
+    for (let at = chunk.indexOf(NEWLINE); at !== -1; at = chunk.indexOf(NEWLINE, at + 1)) {
+      if (count === this.positions.length) {
+        const grown = new Int32Array(count * 2);
+        grown.set(this.positions);
+        this.positions = grown;
+      }
+      this.positions[count++] = at;
+    }
+    const out = Buffer.allocUnsafe(chunk.length + (count + 1) * size);
+    let written = 0;
+    let from = 0;
+    const copyPrefix = () => {
+      for (let i = 0; i < size; i++) out[written + i] = prefix[i] as number;
+      written += size;
+    };
+    for (let k = 0; k < count; k++) {
+      const end = (this.positions[k] as number) + 1;
+      if (this.atLineStart) copyPrefix();
+      out.set(chunk.subarray(from, end), written);
+      written += end - from;
+      from = end;
+      this.atLineStart = true;
+    }
+    if (from < chunk.length) {
+      if (this.atLineStart) copyPrefix();
+      out.set(chunk.subarray(from), written);
+      written += chunk.length - from;
+      this.atLineStart = false;
+    }
+    return out.subarray(0, written);
+  }
+
+  /** Ends an unterminated last line so the next task's prefix starts on a line of its own. */
+  end(): Buffer | null {
+    return this.atLineStart || this.prefix.length === 0 ? null : Buffer.from("\n");
+  }
+}

@@ -1,0 +1,228 @@
+// A whole run: tasks in order, retries after ordinary failures only, the ceiling counted from the
+// run's start (which the controller carries across pod re-creations), and a sweep at the end so
+// nothing a task left behind outlives the run.
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { performance } from "node:perf_hooks";
+import type { Writable } from "node:stream";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { ResolvedLimits, TaskLimits } from "../api/limits.js";
+import type { TaskSpec } from "../api/playbook.js";
+import type { TaskPhase } from "../api/reasons.js";
+import type { RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
+import { type AttemptDeadline, type AttemptResult, type AttemptStop, runAttempt } from "./attempt.js";
+import { scanProcesses, sendSignal } from "./process-table.js";
+
+export interface RunnerTask {
+  spec: TaskSpec;
+  limits: TaskLimits;
+}
+
+export type RunEvent =
+  | { type: "task-started"; index: number; name: string; attempt: number; limits: TaskLimits }
+  | { type: "task-stopping"; index: number; name: string; stop: AttemptStop }
+  | { type: "task-retrying"; index: number; name: string; attempt: number; exitCode: number | null }
+  | { type: "task-finished"; index: number; outcome: TaskOutcome }
+  | { type: "leftovers-killed"; count: number };
+
+export interface RunOptions {
+  tasks: readonly TaskSpec[];
+  limits: ResolvedLimits;
+  /** When the run started; the ceiling counts from here (default: now). */
+  runStart?: Date;
+  /** Where task output goes (the runner's stdout in a pod). */
+  sink: Writable;
+  /** Prefix each output line with "[task] ". */
+  prefixOutput?: boolean;
+  cancelSignal?: AbortSignal;
+  /** aborted to skip what is left of a grace window */
+  hurrySignal?: AbortSignal;
+  onEvent?: (event: RunEvent) => void;
+  drainWindowMs?: number;
+  tailBytes?: number;
+  /** Environment the tasks inherit (default: this process's, without PLAYBOOK_* variables). */
+  baseEnv?: NodeJS.ProcessEnv;
+}
+
+const DEFAULT_DRAIN_WINDOW_MS = 250;
+const DEFAULT_TAIL_BYTES = 4096;
+
+function inheritedEnv(): NodeJS.ProcessEnv {
+  return Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("PLAYBOOK_")));
+}
+
+export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
+  const runStart = options.runStart ?? new Date();
+  const startedAt = performance.now();
+  const ceilingAt = startedAt + (runStart.getTime() + options.limits.ceiling.ms - Date.now());
+  const runId = randomBytes(6).toString("hex");
+  const scratch = mkdtempSync(join(tmpdir(), "playbook-"));
+  const baseEnv = options.baseEnv ?? inheritedEnv();
+  const emit = options.onEvent ?? (() => {});
+  const outcomes: TaskOutcome[] = options.tasks.map((task) => ({
+    name: task.name,
+    phase: "Pending",
+    attempts: 0,
+    exitCode: null,
+    signal: null,
+  }));
+  let reason: RunnerReason = "Succeeded";
+  // Nothing started before the run's first task can be one of its processes.
+  let firstStart = Number.POSITIVE_INFINITY;
+  let firstPid: number | undefined;
+
+  let runClean = false;
+  try {
+    for (const [index, task] of options.tasks.entries()) {
+      const limits = options.limits.tasks[index] as TaskLimits;
+      const outcome = outcomes[index] as TaskOutcome;
+      if (options.cancelSignal?.aborted) {
+        reason = "Cancelled";
+        break;
+      }
+      if (performance.now() >= ceilingAt) {
+        // The ceiling passed between tasks: this task is the one it stopped.
+        Object.assign(outcome, {
+          phase: "TimedOut",
+          limit: "RunCeiling",
+          startTime: new Date(),
+          completionTime: new Date(),
+        });
+        reason = "RunCeiling";
+        emit({ type: "task-finished", index, outcome });
+        break;
+      }
+      outcome.phase = "Running";
+      outcome.startTime = new Date();
+      let result: AttemptResult;
+      for (;;) {
+        outcome.attempts += 1;
+        emit({ type: "task-started", index, name: task.name, attempt: outcome.attempts, limits });
+        const attemptStart = performance.now();
+        const attemptId = `${runId}.${index}.${outcome.attempts}`;
+        result = await runAttempt({
+          taskName: task.name,
+          run: task.run,
+          env: { ...baseEnv, ...Object.fromEntries(task.env.map((v) => [v.name, v.value])) },
+          cwd: task.workingDir ? resolve(task.workingDir) : undefined,
+          attemptId,
+          runCookie: `${runId}.`,
+          runStartedFrom: firstStart,
+          runMinPid: firstPid,
+          cancelFilePath: join(scratch, `${attemptId}.cancel`),
+          deadline: attemptDeadline(attemptStart, limits, ceilingAt),
+          stallMs: limits.stall.ms,
+          killGraceMs: options.limits.killGrace.ms,
+          drainWindowMs: options.drainWindowMs ?? DEFAULT_DRAIN_WINDOW_MS,
+          sink: options.sink,
+          prefix: options.prefixOutput === false ? "" : `[${task.name}] `,
+          tailBytes: options.tailBytes ?? DEFAULT_TAIL_BYTES,
+          cancelSignal: options.cancelSignal,
+          hurrySignal: options.hurrySignal,
+          onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),
+        });
+        if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);
+        if (result.pgid !== null) firstPid ??= result.pgid;
+        const failedOrdinarily = result.kind === "exited" && result.exitCode !== 0;
+        if (!failedOrdinarily || outcome.attempts > limits.retries) break;
+        emit({
+          type: "task-retrying",
+          index,
+          name: task.name,
+          attempt: outcome.attempts + 1,
+          exitCode: result.exitCode,
+        });
+      }
+      runClean = result.runClean === true;
+      const settled = settleTask(outcome, result);
+      emit({ type: "task-finished", index, outcome });
+      if (settled === "Succeeded") continue;
+      reason =
+        settled === "TimedOut"
+          ? (outcome.limit ?? "RunCeiling")
+          : settled === "Cancelled"
+            ? "Cancelled"
+            : "TaskFailed";
+      break;
+    }
+  } finally {
+    const killed = runClean
+      ? 0
+      : await sweepLeftovers(runId, firstStart, firstPid, options.limits.killGrace.ms);
+    if (killed > 0) emit({ type: "leftovers-killed", count: killed });
+    rmSync(scratch, { recursive: true, force: true });
+  }
+
+  for (const outcome of outcomes) {
+    if (outcome.phase === "Pending") outcome.phase = "Skipped";
+  }
+  const phase = reason === "Succeeded" ? "Succeeded" : reason === "Cancelled" ? "Cancelled" : "Failed";
+  return { phase, reason, startTime: runStart, completionTime: new Date(), tasks: outcomes };
+}
+
+/** Deadline of an attempt = min(attempt start + task timeout, run start + ceiling). */
+export function attemptDeadline(
+  attemptStart: number,
+  limits: TaskLimits,
+  ceilingAt: number,
+): AttemptDeadline {
+  if (limits.timeout) {
+    const timeoutAt = attemptStart + limits.timeout.ms;
+    if (timeoutAt <= ceilingAt) return { at: timeoutAt, limit: "TaskTimeout" };
+  }
+  return { at: ceilingAt, limit: "RunCeiling" };
+}
+
+/** Turns the last attempt's result into the task's outcome; only the limit's firer decides TimedOut. */
+function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
+  outcome.completionTime = result.completionTime;
+  outcome.exitCode = result.exitCode;
+  outcome.signal = result.signal;
+  switch (result.kind) {
+    case "limit":
+      outcome.phase = "TimedOut";
+      outcome.limit = result.limit;
+      outcome.ending = result.ending;
+      break;
+    case "cancelled":
+      outcome.phase = "Cancelled";
+      outcome.ending = result.ending;
+      break;
+    case "spawn-error":
+      outcome.phase = "Failed";
+      outcome.detail = result.spawnError;
+      break;
+    case "exited": {
+      outcome.phase = result.exitCode === 0 ? "Succeeded" : "Failed";
+      const last = result.tail.lastLine();
+      if (outcome.phase === "Failed" && last) outcome.detail = last;
+      break;
+    }
+  }
+  return outcome.phase;
+}
+
+/** Ends whatever the run's tasks left running: SIGTERM, the grace window, then SIGKILL. */
+// Found by the run's cookie only: the groups of earlier attempts may be empty by now and their
+// ids taken by unrelated processes, so a group id alone is not proof of ownership here.
+async function sweepLeftovers(
+  runId: string,
+  startedFrom: number,
+  minPid: number | undefined,
+  graceMs: number,
+): Promise<number> {
+  const find = () => scanProcesses({ cookiePrefix: `${runId}.`, startedFrom, minPid });
+  const initial = find();
+  if (initial.length === 0) return 0;
+  for (const pid of initial) sendSignal(pid, "SIGTERM");
+  const graceEnds = performance.now() + graceMs;
+  while (performance.now() < graceEnds && find().length > 0) await sleep(20);
+  const confirmBy = performance.now() + 5000;
+  for (let left = find(); left.length > 0 && performance.now() < confirmBy; left = find()) {
+    for (const pid of left) sendSignal(pid, "SIGKILL");
+    await sleep(5);
+  }
+  return initial.length;
+}
