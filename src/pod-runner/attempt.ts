@@ -112,11 +112,20 @@ function forward(
   });
 }
 
-/** Waits for `promise`, at most `ms`; the timer is cleared either way so it holds no process open. */
-async function within(promise: Promise<unknown>, ms: number): Promise<void> {
+/**
+ * Waits for `promise`, at most `ms`, and says whether it settled in time. The timer is cleared
+ * either way so it holds no process open.
+ */
+async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
-  await Promise.race([promise, new Promise((resolve) => (timer = setTimeout(resolve, ms)))]);
+  const settled = await Promise.race([
+    promise.then(() => true),
+    new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), ms);
+    }),
+  ]);
   clearTimeout(timer);
+  return settled;
 }
 
 /** What the kill path needs to know of a live attempt. */
@@ -308,20 +317,23 @@ async function endTree(
       }
     }
   }
-  // The group first, by id and without a scan, so the kill is not delayed by looking around;
-  // then processes that left the group, whose members need no look as they are already dying.
+  // The group first, by id and without a scan, so the kill is not delayed by looking around.
   if (tree.leaderAlive()) sendSignal(-tree.pgid, "SIGKILL");
-  const escaped = scanProcesses({
-    cookiePrefix: runCookie,
-    excludePgid: tree.pgid,
-    startedFrom: Math.min(tree.startedFrom, tree.runStartedFrom),
-    minPid: Math.min(tree.pgid, tree.runMinPid),
-  });
-  for (const pid of escaped) sendSignal(pid, "SIGKILL");
   const confirmBy = performance.now() + KILL_CONFIRM_MS;
   await within(tree.leaderExited, KILL_CONFIRM_MS);
   // Once every holder of the pipes is dead they close: usually the whole tree is gone by then.
-  await within(tree.streamsClosed, PIPE_CLOSE_WAIT_MS);
+  // If they stay open, a process that left the group holds them: find it (the group's members
+  // need no look, they are already dying) and kill it.
+  if (!(await within(tree.streamsClosed, POLL_MS))) {
+    const escaped = scanProcesses({
+      cookiePrefix: runCookie,
+      excludePgid: tree.pgid,
+      startedFrom: Math.min(tree.startedFrom, tree.runStartedFrom),
+      minPid: Math.min(tree.pgid, tree.runMinPid),
+    });
+    for (const pid of escaped) sendSignal(pid, "SIGKILL");
+    await within(tree.streamsClosed, PIPE_CLOSE_WAIT_MS);
+  }
   // A last look for stragglers: members that closed their pipes, forks that raced the kill.
   let runClean = false;
   while (performance.now() < confirmBy) {

@@ -118,7 +118,7 @@ describe("playbook run", () => {
     const file = manifest({
       killGrace: "3s",
       tasks: [
-        { name: "long", run: "echo working; (trap '' TERM INT; sleep 60) & sleep 60" },
+        { name: "long", run: "(trap '' TERM INT; echo working; sleep 60) & sleep 60" },
         { name: "never", run: "echo never" },
       ],
     });
