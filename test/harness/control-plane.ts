@@ -1,4 +1,4 @@
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import https from "node:https";
 import path from "node:path";
@@ -63,6 +63,24 @@ export async function readClusterState(stateDir: string): Promise<ClusterState |
   const file = stateFile(stateDir);
   if (!existsSync(file)) return undefined;
   return clusterStateSchema.parse(JSON.parse(await readFile(file, "utf8")));
+}
+
+/** For exit hooks, which cannot wait: SIGKILL every recorded process group that still runs. */
+export function killRecordedProcessesSync(stateDir: string): void {
+  let state: ClusterState;
+  try {
+    state = clusterStateSchema.parse(JSON.parse(readFileSync(stateFile(stateDir), "utf8")));
+  } catch {
+    return;
+  }
+  for (const recorded of state.processes) {
+    if (!isRunning(recorded)) continue;
+    try {
+      process.kill(-recorded.pid, "SIGKILL");
+    } catch {
+      // Gone meanwhile.
+    }
+  }
 }
 
 function kubeconfigYaml(server: string, caFile: string, user: string, certFile: string, keyFile: string) {
