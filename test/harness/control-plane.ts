@@ -9,6 +9,7 @@ import {
   freePort,
   isListening,
   isRunning,
+  killProcessesWorkingUnder,
   logTail,
   type RecordedProcess,
   type StartedProcess,
@@ -50,6 +51,9 @@ export interface ControlPlane {
   /** Adds a process started beside the control plane (process node, controller) to state.json. */
   record(process: RecordedProcess, port?: { name: string; port: number }): Promise<void>;
 }
+
+/** The process node's work folder inside the state folder; its pods run in subfolders. */
+export const PROCESS_NODE_DIR = "process-node";
 
 const stateFile = (stateDir: string) => path.join(stateDir, "state.json");
 
@@ -350,6 +354,9 @@ export async function stopCluster(state: ClusterState, log: (message: string) =>
     await stopProcess(recorded);
     log(`Stopped ${recorded.name} (pid ${recorded.pid})`);
   }
+  // Pod processes outlive a process node that was itself SIGKILLed; they run in its work folder.
+  const leftovers = killProcessesWorkingUnder(path.join(state.stateDir, PROCESS_NODE_DIR));
+  if (leftovers > 0) log(`Killed ${leftovers} leftover pod processes`);
   const stillListening: number[] = [];
   for (const port of Object.values(state.ports)) {
     if (await isListening(port)) stillListening.push(port);
