@@ -268,6 +268,20 @@ describe("the process node", () => {
     expect(report).toMatchObject({ phase: "Succeeded", reason: "Succeeded" });
   });
 
+  it("serves the container's output to `kubectl logs` through the apiserver", async () => {
+    await core.createNamespacedPod({
+      namespace,
+      body: shellPod("talks", 'for i in 1 2 3; do echo "line $i"; done; echo "to stderr" >&2'),
+    });
+    await waitForPod(core, namespace, "talks", "to finish", finished);
+    expect(await core.readNamespacedPodLog({ namespace, name: "talks" })).toBe(
+      "line 1\nline 2\nline 3\nto stderr\n",
+    );
+    expect(await core.readNamespacedPodLog({ namespace, name: "talks", tailLines: 2 })).toBe(
+      "line 3\nto stderr\n",
+    );
+  });
+
   it("reports StartError when the command does not exist", async () => {
     const body = shellPod("no-such-command", "");
     const container = body.spec?.containers[0];
