@@ -230,6 +230,7 @@ export class Informer<T> {
       };
       const controller = new AbortController();
       this.abort = controller;
+      controller.signal.addEventListener("abort", () => finish({ kind: "ended" }), { once: true });
       const watchdog = setInterval(
         () => {
           if (Date.now() - lastEvent > watchTimeoutMs) finish({ kind: "silent" });
@@ -256,6 +257,7 @@ export class Informer<T> {
           (error: unknown) => finish(error ? { kind: "error", error } : { kind: "ended" }),
         )
         .then((inner) => {
+          // The request may still be connecting when the watch is given up: abort it once it is here.
           if (settled) inner.abort();
           else controller.signal.addEventListener("abort", () => inner.abort(), { once: true });
         })
