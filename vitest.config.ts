@@ -2,12 +2,33 @@ import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
-    include: ["test/**/*.test.ts"],
     // Runner tests spawn real process trees and wait on real deadlines; two cores are shared.
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: "forks",
     fileParallelism: true,
     maxWorkers: 2,
+    projects: [
+      {
+        extends: true,
+        test: {
+          name: "unit",
+          include: ["test/unit/**/*.test.ts", "test/runner/**/*.test.ts"],
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: "cluster",
+          include: ["test/cluster/**/*.test.ts"],
+          // One shared control plane (built from tools/ on first use) for all cluster test files.
+          globalSetup: ["test/harness/global-setup.ts"],
+          testTimeout: 120_000,
+          // A cold Go build of the binaries can take several minutes.
+          hookTimeout: 1_200_000,
+          fileParallelism: false,
+        },
+      },
+    ],
   },
 });

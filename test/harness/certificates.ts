@@ -1,0 +1,142 @@
+import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdir, writeFile } from "node:fs/promises";
+import path from "node:path";
+import { promisify } from "node:util";
+
+const run = promisify(execFile);
+
+export interface ClientCertificate {
+  certFile: string;
+  keyFile: string;
+}
+
+export interface ClusterCertificates {
+  caFile: string;
+  caKeyFile: string;
+  serving: ClientCertificate;
+  admin: ClientCertificate;
+  controllerManager: ClientCertificate;
+  scheduler: ClientCertificate;
+  serviceAccountKeyFile: string;
+  serviceAccountPublicKeyFile: string;
+}
+
+async function openssl(args: string[]): Promise<void> {
+  try {
+    await run("openssl", args);
+  } catch (error) {
+    const { stderr } = error as { stderr?: string };
+    throw new Error(`openssl ${args[0]} failed: ${stderr ?? String(error)}`, { cause: error });
+  }
+}
+
+// P-256 keys: generating them takes milliseconds, which keeps a warm start fast.
+async function newKey(file: string): Promise<void> {
+  await openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", file]);
+}
+
+async function signedCertificate(
+  dir: string,
+  name: string,
+  subject: string,
+  extensions: string,
+  caFile: string,
+  caKeyFile: string,
+): Promise<ClientCertificate> {
+  const keyFile = path.join(dir, `${name}.key`);
+  const certFile = path.join(dir, `${name}.crt`);
+  const csrFile = path.join(dir, `${name}.csr`);
+  const extFile = path.join(dir, `${name}.ext`);
+  await newKey(keyFile);
+  await openssl(["req", "-new", "-key", keyFile, "-subj", subject, "-out", csrFile]);
+  await writeFile(extFile, extensions);
+  await openssl([
+    "x509",
+    "-req",
+    "-in",
+    csrFile,
+    "-CA",
+    caFile,
+    "-CAkey",
+    caKeyFile,
+    // A random serial instead of -CAcreateserial: the certificates are signed in parallel.
+    "-set_serial",
+    `0x${randomBytes(16).toString("hex")}`,
+    "-days",
+    "30",
+    "-sha256",
+    "-extfile",
+    extFile,
+    "-out",
+    certFile,
+  ]);
+  return { certFile, keyFile };
+}
+
+const clientExtensions =
+  "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n";
+
+/** A fresh CA, the apiserver's serving certificate, client certificates and service-account keys. */
+export async function generateClusterCertificates(dir: string): Promise<ClusterCertificates> {
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  const caKeyFile = path.join(dir, "ca.key");
+  const caFile = path.join(dir, "ca.crt");
+  await newKey(caKeyFile);
+  await openssl([
+    "req",
+    "-x509",
+    "-new",
+    "-key",
+    caKeyFile,
+    "-subj",
+    "/CN=playbook-controller-dev-ca",
+    "-days",
+    "30",
+    "-sha256",
+    "-addext",
+    "basicConstraints=critical,CA:TRUE",
+    "-addext",
+    "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+    "-out",
+    caFile,
+  ]);
+
+  const servingExtensions = [
+    "basicConstraints=CA:FALSE",
+    "keyUsage=digitalSignature,keyEncipherment",
+    "extendedKeyUsage=serverAuth",
+    "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local",
+    "",
+  ].join("\n");
+
+  const [serving, admin, controllerManager, scheduler] = await Promise.all([
+    signedCertificate(dir, "apiserver", "/CN=kube-apiserver", servingExtensions, caFile, caKeyFile),
+    signedCertificate(dir, "admin", "/O=system:masters/CN=admin", clientExtensions, caFile, caKeyFile),
+    signedCertificate(
+      dir,
+      "controller-manager",
+      "/CN=system:kube-controller-manager",
+      clientExtensions,
+      caFile,
+      caKeyFile,
+    ),
+    signedCertificate(dir, "scheduler", "/CN=system:kube-scheduler", clientExtensions, caFile, caKeyFile),
+  ]);
+
+  const serviceAccountKeyFile = path.join(dir, "service-account.key");
+  const serviceAccountPublicKeyFile = path.join(dir, "service-account.pub");
+  await newKey(serviceAccountKeyFile);
+  await openssl(["pkey", "-in", serviceAccountKeyFile, "-pubout", "-out", serviceAccountPublicKeyFile]);
+
+  return {
+    caFile,
+    caKeyFile,
+    serving,
+    admin,
+    controllerManager,
+    scheduler,
+    serviceAccountKeyFile,
+    serviceAccountPublicKeyFile,
+  };
+}

@@ -1,0 +1,105 @@
+import { randomBytes } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
+import { ApiException, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
+import { inject } from "vitest";
+import { waitFor } from "./processes.js";
+
+export interface ClusterClients {
+  kubeConfig: KubeConfig;
+  core: CoreV1Api;
+}
+
+/** Clients for the control plane the global setup started. */
+export function clusterClients(): ClusterClients {
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromFile(inject("kubeconfig"));
+  return { kubeConfig, core: kubeConfig.makeApiClient(CoreV1Api) };
+}
+
+/** A fresh namespace, returned once its default service account exists (pods need it). */
+export async function createTestNamespace(
+  core: CoreV1Api,
+  prefix: string,
+  labels: Record<string, string> = {},
+): Promise<string> {
+  const name = `${prefix}-${randomBytes(3).toString("hex")}`;
+  await core.createNamespace({ body: { metadata: { name, labels } } });
+  await waitFor(
+    `service account default in ${name}`,
+    async () => {
+      await core.readNamespacedServiceAccount({ namespace: name, name: "default" });
+      return true;
+    },
+    { timeoutMs: 30_000 },
+  );
+  return name;
+}
+
+export async function deleteTestNamespace(core: CoreV1Api, name: string): Promise<void> {
+  await core.deleteNamespace({ name }).catch(() => {});
+}
+
+export function isNotFound(error: unknown): boolean {
+  return error instanceof ApiException && error.code === 404;
+}
+
+export async function waitForPod(
+  core: CoreV1Api,
+  namespace: string,
+  name: string,
+  what: string,
+  predicate: (pod: V1Pod) => boolean,
+  timeoutMs = 60_000,
+): Promise<V1Pod> {
+  return waitFor(
+    `pod ${namespace}/${name} ${what}`,
+    async () => {
+      const pod = await core.readNamespacedPod({ namespace, name });
+      return predicate(pod) ? pod : undefined;
+    },
+    { timeoutMs, intervalMs: 200 },
+  );
+}
+
+export async function waitForPodGone(core: CoreV1Api, namespace: string, name: string, timeoutMs = 60_000) {
+  await waitFor(
+    `pod ${namespace}/${name} to be deleted`,
+    async () => {
+      try {
+        await core.readNamespacedPod({ namespace, name });
+        return undefined;
+      } catch (error) {
+        if (isNotFound(error)) return true;
+        throw error;
+      }
+    },
+    { timeoutMs, intervalMs: 100 },
+  );
+}
+
+/** Asks the process node to lose the pod, as a node failure would. */
+export async function losePod(namespace: string, name: string): Promise<void> {
+  const response = await fetch(`${inject("processNodeUrl")}/lose/${namespace}/${name}`, { method: "POST" });
+  if (response.status !== 204) throw new Error(`losePod ${namespace}/${name}: HTTP ${response.status}`);
+}
+
+/** Pids of live processes whose command line contains the marker. */
+export function processesWithMarker(marker: string): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      if (stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z")) continue;
+      if (readFileSync(`/proc/${entry}/cmdline`, "utf8").includes(marker)) found.push(Number(entry));
+    } catch {
+      // Exited meanwhile.
+    }
+  }
+  return found;
+}
+
+export const marker = (): string => `marker-${randomBytes(6).toString("hex")}`;
+
+export { sleep };

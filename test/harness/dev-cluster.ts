@@ -1,0 +1,152 @@
+import { execFile } from "node:child_process";
+import { existsSync, readdirSync } from "node:fs";
+import { readFile, rm } from "node:fs/promises";
+import path from "node:path";
+import { promisify } from "node:util";
+import { KubeConfig } from "@kubernetes/client-node";
+import { repoRoot, toolsBinDir } from "./binaries.js";
+import { type ClusterState, readClusterState, startControlPlane, stopCluster } from "./control-plane.js";
+import { defaultCommandMapping } from "./process-node/mapping.js";
+import { ProcessNode } from "./process-node/process-node.js";
+import { isRunning, logTail, startProcess, waitFor } from "./processes.js";
+
+const run = promisify(execFile);
+
+export interface DevCluster {
+  state: ClusterState;
+  /** Base URL of the process node's test hooks (POST /lose/NAMESPACE/NAME). */
+  processNodeUrl: string;
+  /** The in-process node, when not started as a daemon. */
+  node?: ProcessNode;
+  stop(): Promise<void>;
+}
+
+export interface DevClusterOptions {
+  stateDir: string;
+  /** Processes outlive this one (`cluster:up`); otherwise the process node runs in-process. */
+  daemon: boolean;
+  /** Start `playbook controller` from this checkout's build when it exists. */
+  startController?: boolean;
+  log: (message: string) => void;
+}
+
+async function installCrds(binDir: string, kubeconfig: string, log: (message: string) => void) {
+  const crdDir = path.join(repoRoot(), "crds");
+  if (!existsSync(crdDir) || !readdirSync(crdDir).some((f) => /\.ya?ml$/.test(f))) return;
+  const kubectl = path.join(binDir, "kubectl");
+  const env = { ...process.env, KUBECONFIG: kubeconfig };
+  await run(kubectl, ["apply", "--server-side", "-f", crdDir], { env });
+  await run(kubectl, ["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"], { env });
+  log(`Installed CRDs from ${crdDir}`);
+}
+
+/**
+ * The control plane, the CRDs, the process node and (optionally) the controller: what
+ * `npm run cluster:up` and the cluster tests' global setup both start.
+ */
+export async function startDevCluster(options: DevClusterOptions): Promise<DevCluster> {
+  const { log } = options;
+  const binDir = await toolsBinDir();
+  const controlPlane = await startControlPlane({
+    stateDir: options.stateDir,
+    binDir,
+    daemon: options.daemon,
+    log,
+  });
+  const { state } = controlPlane;
+  let node: ProcessNode | undefined;
+  try {
+    await installCrds(binDir, state.kubeconfig, log);
+    const workDir = path.join(state.stateDir, "process-node");
+    let processNodeUrl: string;
+    if (options.daemon) {
+      const urlFile = path.join(state.stateDir, "process-node.url");
+      const main = path.join(repoRoot(), "dist", "test", "harness", "process-node", "main.js");
+      const started = startProcess(
+        "process-node",
+        process.execPath,
+        [main, "--kubeconfig", state.kubeconfig, "--work-dir", workDir, "--control-url-file", urlFile],
+        { logFile: path.join(state.stateDir, "logs", "process-node.log"), daemon: true },
+      );
+      await controlPlane.record(started);
+      processNodeUrl = await waitFor(
+        "the process node",
+        async () => (existsSync(urlFile) ? (await readFile(urlFile, "utf8")).trim() : undefined),
+        {
+          timeoutMs: 60_000,
+          abortIf: () =>
+            isRunning(started) ? undefined : `process node exited:\n${logTail(started.logFile)}`,
+        },
+      );
+    } else {
+      const kubeConfig = new KubeConfig();
+      kubeConfig.loadFromFile(state.kubeconfig);
+      node = new ProcessNode({ kubeConfig, workDir, mapping: defaultCommandMapping() });
+      await node.start();
+      processNodeUrl = await node.listenControl();
+    }
+    log(`Process node ready (${node?.isolation ?? "see logs/process-node.log"})`);
+
+    const cli = path.join(repoRoot(), "dist", "src", "cli", "main.js");
+    if (
+      options.startController &&
+      existsSync(path.join(repoRoot(), "src", "controller")) &&
+      existsSync(cli)
+    ) {
+      const controller = startProcess("controller", process.execPath, [cli, "controller"], {
+        logFile: path.join(state.stateDir, "logs", "controller.log"),
+        env: { ...process.env, KUBECONFIG: state.kubeconfig },
+        daemon: options.daemon,
+      });
+      await controlPlane.record(controller);
+      log(`Started the controller (log ${controller.logFile})`);
+    } else if (options.startController) {
+      log("No controller in this checkout yet (src/controller and dist/src/cli/main.js); not started");
+    }
+
+    return {
+      state,
+      processNodeUrl,
+      ...(node ? { node } : {}),
+      async stop() {
+        await node?.stop();
+        await stopCluster(state, log);
+      },
+    };
+  } catch (error) {
+    await node?.stop().catch(() => {});
+    await stopCluster(state, log).catch(() => {});
+    throw error;
+  }
+}
+
+/** Stops a cluster recorded in `stateDir/state.json`, if any; returns whether one was found. */
+export async function stopDevCluster(stateDir: string, log: (message: string) => void): Promise<boolean> {
+  const state = await readClusterState(stateDir);
+  if (!state) return false;
+  await stopCluster(state, log);
+  return true;
+}
+
+/** Stops what earlier test runs left behind when they were killed before their teardown. */
+export async function sweepAbandonedTestClusters(
+  parent: string,
+  log: (message: string) => void,
+): Promise<void> {
+  if (!existsSync(parent)) return;
+  for (const entry of readdirSync(parent)) {
+    const owner = /^test-(\d+)$/.exec(entry)?.[1];
+    if (!owner) continue;
+    try {
+      process.kill(Number(owner), 0);
+      continue;
+    } catch {
+      // The owning test run is gone.
+    }
+    const dir = path.join(parent, entry);
+    await stopDevCluster(dir, log).catch((error) =>
+      log(`Could not stop abandoned cluster in ${dir}: ${error}`),
+    );
+    await rm(dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,140 @@
+import { spawn, spawnSync } from "node:child_process";
+import { closeSync, openSync, readdirSync, readFileSync } from "node:fs";
+
+/** How one container's process ended, in the terms the kubelet reports. */
+export interface ProcessExit {
+  exitCode: number;
+  /** Signal number when the process died of a signal. */
+  signal?: number;
+}
+
+export interface ContainerProcess {
+  /** The pid the node signals: the container's main process (pid 1 of its PID namespace). */
+  readonly mainPid: () => number | undefined;
+  readonly exited: Promise<ProcessExit>;
+  signal(signal: "SIGTERM" | "SIGKILL"): void;
+}
+
+export type Isolation = "pid-namespace" | "session";
+
+const SIGNAL_NUMBERS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGKILL: 9, SIGTERM: 15, SIGQUIT: 3 };
+
+const unshareArgs = (): string[] => [
+  // Unprivileged users need a user namespace to own the PID namespace; root does not.
+  ...(process.getuid?.() === 0 ? [] : ["--user", "--map-root-user"]),
+  "--pid",
+  "--fork",
+  "--kill-child",
+];
+
+let probedIsolation: Isolation | undefined;
+
+/**
+ * A PID namespace per pod when `unshare` works on this machine: when the container's main
+ * process (the namespace's init) ends, the kernel kills everything left in it, as container
+ * teardown does. Otherwise a session per pod plus a sweep by environment cookie.
+ */
+export function detectIsolation(): Isolation {
+  if (probedIsolation) return probedIsolation;
+  const probe = spawnSync("unshare", [...unshareArgs(), "true"], { stdio: "ignore", timeout: 5_000 });
+  probedIsolation = probe.status === 0 ? "pid-namespace" : "session";
+  return probedIsolation;
+}
+
+function childrenOf(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8")
+      .trim()
+      .split(/\s+/)
+      .filter(Boolean)
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** Processes whose environment carries the cookie, for the session fallback's sweep. */
+function processesWithCookie(cookie: string): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/environ`, "utf8").split("\0").includes(cookie))
+        found.push(Number(entry));
+    } catch {
+      // Gone or not ours to read.
+    }
+  }
+  return found;
+}
+
+function kill(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(pid, signal);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "ESRCH") throw error;
+  }
+}
+
+export interface StartContainerOptions {
+  argv: [string, ...string[]];
+  env: Record<string, string>;
+  cwd: string;
+  logFile: string;
+  /** Unique per container run; marks its processes for the session fallback's sweep. */
+  cookie: string;
+  isolation: Isolation;
+}
+
+export function startContainerProcess(options: StartContainerOptions): ContainerProcess {
+  const log = openSync(options.logFile, "a");
+  const cookieEntry = `PROCESS_NODE_CONTAINER=${options.cookie}`;
+  const env = { ...options.env, PROCESS_NODE_CONTAINER: options.cookie };
+  const [file, ...args] =
+    options.isolation === "pid-namespace"
+      ? ["unshare", ...unshareArgs(), "--", ...options.argv]
+      : options.argv;
+  const child = spawn(file, args, { cwd: options.cwd, env, stdio: ["ignore", log, log], detached: true });
+  closeSync(log);
+  let sentKill = false;
+
+  const mainPid = (): number | undefined => {
+    if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return undefined;
+    if (options.isolation === "session") return child.pid;
+    return childrenOf(child.pid)[0];
+  };
+
+  const exited = new Promise<ProcessExit>((resolve) => {
+    child.once("error", () => resolve({ exitCode: 128 }));
+    child.once("exit", (code, signal) => {
+      if (options.isolation === "session") {
+        // The container's main process is gone: take down whatever it left behind.
+        for (const pid of processesWithCookie(cookieEntry)) kill(pid, "SIGKILL");
+      }
+      if (signal) {
+        const number = SIGNAL_NUMBERS[signal] ?? 0;
+        resolve({ exitCode: 128 + number, signal: number });
+      } else if (sentKill && options.isolation === "pid-namespace" && code === 1) {
+        // unshare cannot re-raise SIGKILL on itself and exits 1 instead; we know who sent it.
+        resolve({ exitCode: 137, signal: 9 });
+      } else {
+        resolve({ exitCode: code ?? 128 });
+      }
+    });
+  });
+
+  return {
+    mainPid,
+    exited,
+    signal(signal) {
+      if (signal === "SIGKILL") sentKill = true;
+      const pid = mainPid();
+      if (pid !== undefined) kill(pid, signal);
+      else if (signal === "SIGKILL" && child.pid !== undefined) kill(child.pid, signal);
+      if (signal === "SIGKILL" && options.isolation === "session" && child.pid !== undefined) {
+        kill(-child.pid, "SIGKILL");
+        for (const stray of processesWithCookie(cookieEntry)) kill(stray, "SIGKILL");
+      }
+    },
+  };
+}

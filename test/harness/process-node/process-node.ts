@@ -1,0 +1,807 @@
+import { randomUUID } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
+import { mkdir, writeFile } from "node:fs/promises";
+import http from "node:http";
+import os from "node:os";
+import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import {
+  ApiException,
+  CoordinationV1Api,
+  CoreV1Api,
+  type KubeConfig,
+  ListWatch,
+  type V1ContainerStateTerminated,
+  type V1ContainerStatus,
+  type V1Lease,
+  type V1Pod,
+  type V1PodCondition,
+  type V1PodStatus,
+  Watch,
+} from "@kubernetes/client-node";
+import {
+  type ContainerProcess,
+  detectIsolation,
+  type Isolation,
+  type ProcessExit,
+  startContainerProcess,
+} from "./container-process.js";
+import { type CommandMapping, containerEnv, resolveArgv } from "./pod-spec.js";
+
+export interface ProcessNodeOptions {
+  kubeConfig: KubeConfig;
+  nodeName?: string;
+  /** Per-pod working folders, container logs and termination-message files go here. */
+  workDir: string;
+  mapping: CommandMapping;
+  log?: (fields: Record<string, unknown>, message: string) => void;
+}
+
+/** The kubelet's limits on termination messages (pkg/kubelet/container/runtime.go). */
+const MAX_TERMINATION_MESSAGE_BYTES = 4096;
+const MAX_FALLBACK_LOG_BYTES = 2048;
+const MAX_FALLBACK_LOG_LINES = 80;
+const LEASE_DURATION_SECONDS = 40;
+const LEASE_RENEW_MS = 10_000;
+const RESYNC_MS = 5_000;
+
+export const TERMINATION_MESSAGE_ENV = "PLAYBOOK_TERMINATION_MESSAGE_PATH";
+export const DEADLINE_EXCEEDED_MESSAGE = "Pod was active on the node longer than the specified deadline";
+
+interface ContainerRun {
+  name: string;
+  image: string;
+  process?: ContainerProcess;
+  startedAt?: Date;
+  finishedAt?: Date;
+  exit?: ProcessExit;
+  reason?: string;
+  message?: string;
+  restartCount: number;
+  lastTerminated?: V1ContainerStateTerminated;
+  terminationMessageFile: string;
+  logFile: string;
+  cookie: string;
+}
+
+interface PodRun {
+  uid: string;
+  namespace: string;
+  name: string;
+  pod: V1Pod;
+  dir: string;
+  startTime: Date;
+  containers: ContainerRun[];
+  phase: "Pending" | "Running" | "Succeeded" | "Failed";
+  reason?: string;
+  message?: string;
+  /** Set once the pod is being torn down (deadline, deletion, loss); containers are not restarted. */
+  stopping: boolean;
+  deadlineTimer?: NodeJS.Timeout;
+  writes: Promise<void>;
+}
+
+const isApiError = (error: unknown, code: number): boolean =>
+  error instanceof ApiException && error.code === code;
+
+function tailBytes(file: string, max: number): string {
+  try {
+    const data = readFileSync(file);
+    return data.subarray(Math.max(0, data.length - max)).toString("utf8");
+  } catch {
+    return "";
+  }
+}
+
+function sameCondition(a: V1PodCondition | undefined, status: string): boolean {
+  return a?.status === status;
+}
+
+/**
+ * client-node sends a Date as an ISO string with milliseconds, which the apiserver refuses for
+ * MicroTime fields (RFC 3339 with exactly six fractional digits); a preformatted string passes
+ * through its serializer untouched.
+ */
+function microTime(date: Date): Date {
+  return date.toISOString().replace(/\.(\d{3})Z$/, ".$1000Z") as unknown as Date;
+}
+
+/**
+ * A test double of the kubelet: registers a Ready Node, keeps its Lease fresh, runs the pods the
+ * scheduler binds to it as local processes and reports their status as the kubelet does.
+ * See docs/development.md for the kubelet behaviours it follows and those it does not.
+ */
+export class ProcessNode {
+  readonly nodeName: string;
+  readonly isolation: Isolation;
+  private readonly core: CoreV1Api;
+  private readonly coordination: CoordinationV1Api;
+  private readonly runs = new Map<string, PodRun>();
+  private readonly timers: NodeJS.Timeout[] = [];
+  private informer?: ListWatch<V1Pod>;
+  private controlServer?: http.Server;
+  private stopped = false;
+  private readonly options: ProcessNodeOptions;
+  private readonly log: (fields: Record<string, unknown>, message: string) => void;
+
+  constructor(options: ProcessNodeOptions) {
+    this.options = options;
+    this.nodeName = options.nodeName ?? "process-node";
+    this.core = options.kubeConfig.makeApiClient(CoreV1Api);
+    this.coordination = options.kubeConfig.makeApiClient(CoordinationV1Api);
+    this.isolation = detectIsolation();
+    this.log = options.log ?? (() => {});
+  }
+
+  /** Registers the node, starts the lease and the pod watch, and waits until pods can be scheduled. */
+  async start(): Promise<void> {
+    await mkdir(this.options.workDir, { recursive: true });
+    await this.registerNode();
+    await this.renewLease();
+    this.timers.push(
+      setInterval(
+        () => void this.renewLease().catch((error) => this.logError(error, "Failed to renew Lease")),
+        LEASE_RENEW_MS,
+      ),
+      setInterval(
+        () =>
+          void this.postNodeStatus().catch((error) => this.logError(error, "Failed to update Node status")),
+        60_000,
+      ),
+      setInterval(
+        () => void this.resync().catch((error) => this.logError(error, "Failed to resync pods")),
+        RESYNC_MS,
+      ),
+    );
+    this.startWatch();
+    await this.waitSchedulable();
+    this.log({ node: this.nodeName, isolation: this.isolation }, "Started process node");
+  }
+
+  /** Kills every pod process (as a node shutting down would) and stops watching. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const timer of this.timers) clearInterval(timer);
+    await this.informer?.stop();
+    await new Promise<void>((resolve) =>
+      this.controlServer ? this.controlServer.close(() => resolve()) : resolve(),
+    );
+    const exits: Promise<unknown>[] = [];
+    for (const run of this.runs.values()) {
+      run.stopping = true;
+      if (run.deadlineTimer) clearTimeout(run.deadlineTimer);
+      for (const container of run.containers) {
+        container.process?.signal("SIGKILL");
+        if (container.process) exits.push(container.process.exited);
+      }
+    }
+    await Promise.all(exits);
+  }
+
+  /** Synchronous last resort for an exiting test process: SIGKILL every pod process. */
+  killAllSync(): void {
+    for (const run of this.runs.values())
+      for (const container of run.containers) container.process?.signal("SIGKILL");
+  }
+
+  /**
+   * Simulates losing the pod with its node: its processes are killed without a word to the API,
+   * then it is marked Failed with a DisruptionTarget condition and force-deleted, as PodGC does for
+   * a pod whose node no longer exists (pkg/controller/podgc).
+   */
+  async losePod(namespace: string, name: string): Promise<boolean> {
+    const run = [...this.runs.values()].find((r) => r.namespace === namespace && r.name === name);
+    if (!run) return false;
+    run.stopping = true;
+    if (run.deadlineTimer) clearTimeout(run.deadlineTimer);
+    this.runs.delete(run.uid);
+    await Promise.all(
+      run.containers.map(async (container) => {
+        container.process?.signal("SIGKILL");
+        await container.process?.exited;
+      }),
+    );
+    await run.writes;
+    for (let attempt = 0; attempt < 5; attempt++) {
+      try {
+        const pod = await this.core.readNamespacedPod({ namespace, name });
+        if (pod.metadata?.uid !== run.uid) break;
+        const status: V1PodStatus = { ...pod.status };
+        if (status.phase !== "Succeeded" && status.phase !== "Failed") {
+          status.phase = "Failed";
+          status.conditions = [
+            ...(status.conditions ?? []).filter((c) => c.type !== "DisruptionTarget"),
+            {
+              type: "DisruptionTarget",
+              status: "True",
+              reason: "DeletionByPodGC",
+              message: "PodGC: node no longer exists",
+              lastTransitionTime: new Date(),
+            },
+          ];
+          await this.core.replaceNamespacedPodStatus({ namespace, name, body: { ...pod, status } });
+        }
+        break;
+      } catch (error) {
+        if (isApiError(error, 404)) return true;
+        if (!isApiError(error, 409)) throw error;
+      }
+    }
+    await this.forceDelete(run);
+    this.log({ namespace, pod: name }, "Lost pod");
+    return true;
+  }
+
+  /** A loopback HTTP endpoint so tests in other processes can call losePod: POST /lose/NAMESPACE/NAME. */
+  async listenControl(): Promise<string> {
+    const server = http.createServer((request, response) => {
+      const match = /^\/lose\/([^/]+)\/([^/]+)$/.exec(request.url ?? "");
+      if (request.method !== "POST" || !match) {
+        response.writeHead(404).end();
+        return;
+      }
+      this.losePod(decodeURIComponent(match[1] ?? ""), decodeURIComponent(match[2] ?? ""))
+        .then((found) => response.writeHead(found ? 204 : 404).end())
+        .catch((error: unknown) => response.writeHead(500).end(String(error)));
+    });
+    this.controlServer = server;
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const address = server.address();
+    if (!address || typeof address !== "object") throw new Error("control server has no address");
+    return `http://127.0.0.1:${address.port}`;
+  }
+
+  private logError(error: unknown, message: string, fields: Record<string, unknown> = {}) {
+    if (this.stopped) return;
+    const detail =
+      error instanceof ApiException ? `${error.code} ${JSON.stringify(error.body)}` : String(error);
+    this.log({ ...fields, err: detail }, message);
+  }
+
+  private async registerNode(): Promise<void> {
+    try {
+      await this.core.createNode({
+        body: {
+          metadata: {
+            name: this.nodeName,
+            labels: {
+              "kubernetes.io/hostname": this.nodeName,
+              "kubernetes.io/os": "linux",
+              "kubernetes.io/arch": process.arch === "x64" ? "amd64" : process.arch,
+              "playbook.dev/process-node": "true",
+            },
+          },
+        },
+      });
+      this.log({ node: this.nodeName }, "Registered Node");
+    } catch (error) {
+      if (!isApiError(error, 409)) throw error;
+    }
+    await this.postNodeStatus();
+  }
+
+  private async postNodeStatus(): Promise<void> {
+    const now = new Date();
+    const node = await this.core.readNode({ name: this.nodeName });
+    const previous = new Map((node.status?.conditions ?? []).map((c) => [c.type, c]));
+    const condition = (type: string, status: string, reason: string, message: string) => ({
+      type,
+      status,
+      reason,
+      message,
+      lastHeartbeatTime: now,
+      lastTransitionTime:
+        previous.get(type)?.status === status ? (previous.get(type)?.lastTransitionTime ?? now) : now,
+    });
+    const capacity = {
+      cpu: String(os.cpus().length),
+      memory: `${Math.floor(os.totalmem() / 1024)}Ki`,
+      pods: "110",
+      "ephemeral-storage": "100Gi",
+    };
+    node.status = {
+      ...node.status,
+      capacity,
+      allocatable: capacity,
+      conditions: [
+        condition(
+          "MemoryPressure",
+          "False",
+          "KubeletHasSufficientMemory",
+          "kubelet has sufficient memory available",
+        ),
+        condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        condition("Ready", "True", "KubeletReady", "process node is posting ready status"),
+      ],
+      addresses: [
+        { type: "InternalIP", address: "127.0.0.1" },
+        { type: "Hostname", address: this.nodeName },
+      ],
+      daemonEndpoints: { kubeletEndpoint: { Port: 10250 } },
+      nodeInfo: {
+        architecture: process.arch === "x64" ? "amd64" : process.arch,
+        bootID: "",
+        containerRuntimeVersion: `process-node://${this.isolation}`,
+        kernelVersion: os.release(),
+        kubeProxyVersion: "",
+        kubeletVersion: "process-node",
+        machineID: "",
+        operatingSystem: "linux",
+        osImage: os.version(),
+        systemUUID: "",
+      },
+    };
+    await this.core.replaceNodeStatus({ name: this.nodeName, body: node });
+  }
+
+  private async renewLease(): Promise<void> {
+    const namespace = "kube-node-lease";
+    const body: V1Lease = {
+      metadata: { name: this.nodeName, namespace },
+      spec: {
+        holderIdentity: this.nodeName,
+        leaseDurationSeconds: LEASE_DURATION_SECONDS,
+        renewTime: microTime(new Date()),
+      },
+    };
+    try {
+      const lease = await this.coordination.readNamespacedLease({ namespace, name: this.nodeName });
+      lease.spec = { ...lease.spec, ...body.spec };
+      await this.coordination.replaceNamespacedLease({ namespace, name: this.nodeName, body: lease });
+    } catch (error) {
+      if (!isApiError(error, 404)) throw error;
+      const node = await this.core.readNode({ name: this.nodeName });
+      body.metadata = {
+        ...body.metadata,
+        ownerReferences: [
+          { apiVersion: "v1", kind: "Node", name: this.nodeName, uid: node.metadata?.uid ?? "" },
+        ],
+      };
+      await this.coordination.createNamespacedLease({ namespace, body });
+    }
+  }
+
+  /** New nodes carry the not-ready taint until the node lifecycle controller sees them Ready. */
+  private async waitSchedulable(): Promise<void> {
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const node = await this.core.readNode({ name: this.nodeName });
+      const blocking = (node.spec?.taints ?? []).filter(
+        (t) => t.effect === "NoSchedule" || t.effect === "NoExecute",
+      );
+      if (blocking.length === 0) return;
+      if (Date.now() > deadline) {
+        throw new Error(`node ${this.nodeName} still tainted: ${blocking.map((t) => t.key).join(", ")}`);
+      }
+      await sleep(200);
+    }
+  }
+
+  private startWatch(): void {
+    const fieldSelector = `spec.nodeName=${this.nodeName}`;
+    const informer = new ListWatch<V1Pod>(
+      "/api/v1/pods",
+      new Watch(this.options.kubeConfig),
+      () => this.core.listPodForAllNamespaces({ fieldSelector }),
+      false,
+      undefined,
+      fieldSelector,
+    );
+    informer.on("add", (pod) => this.onPod(pod));
+    informer.on("update", (pod) => this.onPod(pod));
+    informer.on("delete", (pod) => this.onPodGone(pod.metadata?.uid ?? ""));
+    informer.on("error", (error) => {
+      if (this.stopped) return;
+      this.logError(error, "Pod watch failed; restarting");
+      // client-node's watch stays down after an error; the resync covers the gap.
+      setTimeout(
+        () => void (this.stopped ? undefined : informer.start().catch(() => {})),
+        1_000 + Math.random() * 1_000,
+      );
+    });
+    this.informer = informer;
+    void informer.start().catch((error) => this.logError(error, "Pod watch failed to start"));
+  }
+
+  /** Level-triggered safety net behind the watch: every bound pod is looked at again. */
+  private async resync(): Promise<void> {
+    if (this.stopped) return;
+    const list = await this.core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${this.nodeName}` });
+    const present = new Set<string>();
+    for (const pod of list.items) {
+      present.add(pod.metadata?.uid ?? "");
+      this.onPod(pod);
+    }
+    for (const uid of this.runs.keys()) if (!present.has(uid)) this.onPodGone(uid);
+  }
+
+  private onPod(pod: V1Pod): void {
+    if (this.stopped) return;
+    const uid = pod.metadata?.uid;
+    if (!uid) return;
+    const run = this.runs.get(uid);
+    if (run) run.pod = pod;
+    if (pod.metadata?.deletionTimestamp) {
+      void this.terminateForDeletion(pod, run).catch((error) =>
+        this.logError(error, "Failed to terminate pod", {
+          namespace: pod.metadata?.namespace,
+          pod: pod.metadata?.name,
+        }),
+      );
+      return;
+    }
+    if (run) return;
+    const phase = pod.status?.phase;
+    if (phase === "Succeeded" || phase === "Failed") return;
+    void this.admit(pod).catch((error) =>
+      this.logError(error, "Failed to start pod", {
+        namespace: pod.metadata?.namespace,
+        pod: pod.metadata?.name,
+      }),
+    );
+  }
+
+  /** The pod object is gone (force-deleted): kill its processes at once, as the kubelet does for orphans. */
+  private onPodGone(uid: string): void {
+    const run = this.runs.get(uid);
+    if (!run) return;
+    this.runs.delete(uid);
+    run.stopping = true;
+    if (run.deadlineTimer) clearTimeout(run.deadlineTimer);
+    for (const container of run.containers) container.process?.signal("SIGKILL");
+  }
+
+  private async admit(pod: V1Pod): Promise<void> {
+    const uid = pod.metadata?.uid ?? "";
+    const namespace = pod.metadata?.namespace ?? "default";
+    const name = pod.metadata?.name ?? "";
+    const dir = path.join(this.options.workDir, `${namespace}_${name}_${uid}`);
+    const previouslyStarted = pod.status?.startTime !== undefined;
+    const run: PodRun = {
+      uid,
+      namespace,
+      name,
+      pod,
+      dir,
+      startTime: pod.status?.startTime ? new Date(pod.status.startTime) : new Date(),
+      containers: (pod.spec?.containers ?? []).map((container) => ({
+        name: container.name,
+        image: container.image ?? "",
+        restartCount: 0,
+        terminationMessageFile: path.join(dir, `${container.name}.termination-log`),
+        logFile: path.join(dir, `${container.name}.log`),
+        cookie: randomUUID(),
+      })),
+      phase: "Pending",
+      stopping: false,
+      writes: Promise.resolve(),
+    };
+    this.runs.set(uid, run);
+
+    if (previouslyStarted) {
+      // A pod this node ran before it restarted: its processes are gone and cannot be found again.
+      run.stopping = true;
+      run.phase = "Failed";
+      for (const container of run.containers) {
+        container.finishedAt = new Date();
+        container.exit = { exitCode: 137 };
+        container.reason = "ContainerStatusUnknown";
+        container.message = "The container could not be located when the pod was terminated";
+      }
+      this.writeStatus(run);
+      return;
+    }
+
+    await mkdir(dir, { recursive: true });
+    this.log({ namespace, pod: name }, "Starting pod");
+    const deadlineSeconds = pod.spec?.activeDeadlineSeconds;
+    if (deadlineSeconds !== undefined) {
+      const remaining = run.startTime.getTime() + deadlineSeconds * 1000 - Date.now();
+      run.deadlineTimer = setTimeout(() => this.deadlineExceeded(run), Math.max(0, remaining));
+    }
+    run.phase = "Running";
+    await Promise.all(run.containers.map((container) => this.startContainer(run, container)));
+    this.writeStatus(run);
+  }
+
+  private async readSecretOrConfigMap(kind: "Secret" | "ConfigMap", namespace: string, name: string) {
+    try {
+      if (kind === "ConfigMap")
+        return (await this.core.readNamespacedConfigMap({ namespace, name })).data ?? {};
+      const secret = await this.core.readNamespacedSecret({ namespace, name });
+      return Object.fromEntries(
+        Object.entries(secret.data ?? {}).map(([k, v]) => [k, Buffer.from(v, "base64").toString("utf8")]),
+      );
+    } catch (error) {
+      if (isApiError(error, 404)) return undefined;
+      throw error;
+    }
+  }
+
+  private async startContainer(run: PodRun, container: ContainerRun): Promise<void> {
+    if (run.stopping) return;
+    const spec = run.pod.spec?.containers.find((c) => c.name === container.name);
+    if (!spec) return;
+    const terminationPath = spec.terminationMessagePath ?? "/dev/termination-log";
+    await writeFile(container.terminationMessageFile, "");
+    const finish = (exit: ProcessExit, reason: string, message?: string) => {
+      container.finishedAt = new Date();
+      container.exit = exit;
+      container.reason = reason;
+      container.message = message;
+    };
+    let env: Record<string, string>;
+    try {
+      env = await containerEnv(
+        run.pod,
+        spec,
+        {
+          PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin",
+          HOME: run.dir,
+          HOSTNAME: run.name,
+        },
+        (kind, namespace, name) => this.readSecretOrConfigMap(kind, namespace, name),
+      );
+    } catch (error) {
+      // The kubelet keeps such a container Waiting (CreateContainerConfigError); here it fails at once.
+      finish({ exitCode: 128 }, "CreateContainerConfigError", String(error));
+      this.containerEnded(run, container);
+      return;
+    }
+    env[TERMINATION_MESSAGE_ENV] = container.terminationMessageFile;
+    const resolved = resolveArgv(spec, env, this.options.mapping);
+    if ("error" in resolved) {
+      container.startedAt = new Date();
+      finish({ exitCode: 128 }, "StartError", resolved.error);
+      this.containerEnded(run, container);
+      return;
+    }
+    // No mount namespace: an argument naming the termination path is pointed at the host file.
+    const argv = resolved.argv.map((arg) =>
+      arg === terminationPath ? container.terminationMessageFile : arg,
+    ) as [string, ...string[]];
+    const workingDir = spec.workingDir && existsSync(spec.workingDir) ? spec.workingDir : run.dir;
+    const child = startContainerProcess({
+      argv,
+      env,
+      cwd: workingDir,
+      logFile: container.logFile,
+      cookie: container.cookie,
+      isolation: this.isolation,
+    });
+    container.process = child;
+    container.startedAt = new Date();
+    container.finishedAt = undefined;
+    container.exit = undefined;
+    void child.exited.then((exit) => {
+      if (container.process !== child) return;
+      const fallback = spec.terminationMessagePolicy === "FallbackToLogsOnError" && exit.exitCode !== 0;
+      let message = tailBytes(container.terminationMessageFile, MAX_TERMINATION_MESSAGE_BYTES);
+      if (message === "" && fallback) {
+        message = tailBytes(container.logFile, MAX_FALLBACK_LOG_BYTES)
+          .split("\n")
+          .slice(-MAX_FALLBACK_LOG_LINES - 1)
+          .join("\n");
+      }
+      finish(exit, exit.exitCode === 0 ? "Completed" : "Error", message || undefined);
+      this.containerEnded(run, container);
+    });
+  }
+
+  private containerEnded(run: PodRun, container: ContainerRun): void {
+    if (!this.runs.has(run.uid) && !run.stopping) return;
+    this.log(
+      {
+        namespace: run.namespace,
+        pod: run.name,
+        container: container.name,
+        exitCode: container.exit?.exitCode,
+      },
+      "Container exited",
+    );
+    const policy = run.pod.spec?.restartPolicy ?? "Always";
+    const failed = (container.exit?.exitCode ?? 0) !== 0;
+    if (!run.stopping && (policy === "Always" || (policy === "OnFailure" && failed))) {
+      container.lastTerminated = this.terminatedState(container);
+      container.restartCount += 1;
+      // CrashLoopBackOff's shape: 10s doubling up to 5 minutes.
+      const backoff = Math.min(10_000 * 2 ** (container.restartCount - 1), 300_000);
+      this.writeStatus(run);
+      setTimeout(() => void this.startContainer(run, container).then(() => this.writeStatus(run)), backoff);
+      return;
+    }
+    if (run.containers.every((c) => c.exit !== undefined)) {
+      if (run.reason !== "DeadlineExceeded") {
+        run.phase = run.containers.every((c) => c.exit?.exitCode === 0) ? "Succeeded" : "Failed";
+      }
+      if (run.deadlineTimer) clearTimeout(run.deadlineTimer);
+    }
+    this.writeStatus(run);
+  }
+
+  /** pkg/kubelet/active_deadline.go: the pod fails at once, then its containers are killed. */
+  private deadlineExceeded(run: PodRun): void {
+    if (run.phase === "Succeeded" || run.phase === "Failed" || run.stopping) return;
+    run.phase = "Failed";
+    run.reason = "DeadlineExceeded";
+    run.message = DEADLINE_EXCEEDED_MESSAGE;
+    this.log({ namespace: run.namespace, pod: run.name }, "Pod exceeded its active deadline");
+    this.writeStatus(run);
+    void this.killContainers(run, this.gracePeriodSeconds(run.pod));
+  }
+
+  /** calculateEffectiveGracePeriod in pkg/kubelet/pod_workers.go: never below one second. */
+  private gracePeriodSeconds(pod: V1Pod): number {
+    const requested =
+      pod.metadata?.deletionGracePeriodSeconds ?? pod.spec?.terminationGracePeriodSeconds ?? 30;
+    return Math.max(1, requested);
+  }
+
+  private async killContainers(run: PodRun, graceSeconds: number): Promise<void> {
+    run.stopping = true;
+    const live = run.containers.filter((c) => c.process && c.exit === undefined);
+    for (const container of live) container.process?.signal("SIGTERM");
+    const exited = Promise.all(live.map((c) => c.process?.exited));
+    const timer = setTimeout(() => {
+      for (const container of live) if (container.exit === undefined) container.process?.signal("SIGKILL");
+    }, graceSeconds * 1000);
+    await exited;
+    clearTimeout(timer);
+    // The exit handlers record each container's end on a later tick.
+    await sleep(0);
+  }
+
+  private terminating = new Set<string>();
+
+  private async terminateForDeletion(pod: V1Pod, run: PodRun | undefined): Promise<void> {
+    const uid = pod.metadata?.uid ?? "";
+    if (this.terminating.has(uid)) return;
+    this.terminating.add(uid);
+    try {
+      if (run) {
+        if (run.deadlineTimer) clearTimeout(run.deadlineTimer);
+        await this.killContainers(run, this.gracePeriodSeconds(pod));
+        for (const container of run.containers) {
+          if (container.exit === undefined) {
+            // Never started (or already gone): the kubelet reports it as unlocatable.
+            container.finishedAt = new Date();
+            container.exit = { exitCode: 137 };
+            container.reason = "ContainerStatusUnknown";
+            container.message = "The container could not be located when the pod was deleted";
+          }
+        }
+        if (run.phase !== "Succeeded" && run.phase !== "Failed") {
+          run.phase = run.containers.every((c) => c.exit?.exitCode === 0) ? "Succeeded" : "Failed";
+        }
+        this.writeStatus(run);
+        await run.writes;
+        this.runs.delete(uid);
+      }
+      await this.forceDelete(
+        run ?? { uid, namespace: pod.metadata?.namespace ?? "", name: pod.metadata?.name ?? "" },
+      );
+      this.log({ namespace: pod.metadata?.namespace, pod: pod.metadata?.name }, "Deleted pod");
+    } finally {
+      this.terminating.delete(uid);
+    }
+  }
+
+  private async forceDelete(run: Pick<PodRun, "uid" | "namespace" | "name">): Promise<void> {
+    try {
+      await this.core.deleteNamespacedPod({
+        namespace: run.namespace,
+        name: run.name,
+        gracePeriodSeconds: 0,
+        body: { gracePeriodSeconds: 0, preconditions: { uid: run.uid } },
+      });
+    } catch (error) {
+      if (!isApiError(error, 404) && !isApiError(error, 409)) throw error;
+    }
+  }
+
+  private terminatedState(container: ContainerRun): V1ContainerStateTerminated {
+    return {
+      exitCode: container.exit?.exitCode ?? 0,
+      ...(container.exit?.signal !== undefined ? { signal: container.exit.signal } : {}),
+      reason: container.reason,
+      ...(container.message !== undefined ? { message: container.message } : {}),
+      startedAt: container.startedAt,
+      finishedAt: container.finishedAt,
+      containerID: `process-node://${container.cookie}`,
+    };
+  }
+
+  private containerStatus(container: ContainerRun): V1ContainerStatus {
+    const running = container.process !== undefined && container.exit === undefined;
+    return {
+      name: container.name,
+      image: container.image,
+      imageID: "",
+      containerID: `process-node://${container.cookie}`,
+      ready: running,
+      started: running,
+      restartCount: container.restartCount,
+      state:
+        container.exit !== undefined
+          ? { terminated: this.terminatedState(container) }
+          : running
+            ? { running: { startedAt: container.startedAt } }
+            : { waiting: { reason: container.restartCount > 0 ? "CrashLoopBackOff" : "ContainerCreating" } },
+      ...(container.lastTerminated ? { lastState: { terminated: container.lastTerminated } } : {}),
+    };
+  }
+
+  private desiredStatus(run: PodRun, current: V1PodStatus | undefined): V1PodStatus {
+    const now = new Date();
+    const previous = new Map((current?.conditions ?? []).map((c) => [c.type, c]));
+    const condition = (type: string, status: string, reason?: string, message?: string): V1PodCondition => ({
+      type,
+      status,
+      ...(reason ? { reason } : {}),
+      ...(message ? { message } : {}),
+      lastProbeTime: undefined,
+      lastTransitionTime: sameCondition(previous.get(type), status)
+        ? (previous.get(type)?.lastTransitionTime ?? now)
+        : now,
+    });
+    const terminal = run.phase === "Succeeded" || run.phase === "Failed";
+    const unready = run.containers.filter((c) => !(c.process && c.exit === undefined)).map((c) => c.name);
+    const readyStatus = !terminal && unready.length === 0 ? "True" : "False";
+    const readyReason = terminal ? "PodCompleted" : unready.length > 0 ? "ContainersNotReady" : undefined;
+    const readyMessage =
+      !terminal && unready.length > 0 ? `containers with unready status: [${unready.join(" ")}]` : undefined;
+    const managed = new Set(["PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"]);
+    return {
+      ...current,
+      phase: run.phase,
+      ...(run.reason ? { reason: run.reason } : {}),
+      ...(run.message ? { message: run.message } : {}),
+      hostIP: "127.0.0.1",
+      hostIPs: [{ ip: "127.0.0.1" }],
+      podIP: "127.0.0.1",
+      podIPs: [{ ip: "127.0.0.1" }],
+      startTime: run.startTime,
+      conditions: [
+        ...(current?.conditions ?? []).filter((c) => !managed.has(c.type)),
+        condition("PodReadyToStartContainers", terminal ? "False" : "True"),
+        condition("Initialized", "True"),
+        condition("ContainersReady", readyStatus, readyReason, readyMessage),
+        condition("Ready", readyStatus, readyReason, readyMessage),
+      ],
+      containerStatuses: run.containers.map((c) => this.containerStatus(c)),
+    };
+  }
+
+  /** Writes the pod's status through the status subresource, one write at a time per pod. */
+  private writeStatus(run: PodRun): void {
+    run.writes = run.writes
+      .then(async () => {
+        for (let attempt = 0; attempt < 10; attempt++) {
+          let pod: V1Pod;
+          try {
+            pod = await this.core.readNamespacedPod({ namespace: run.namespace, name: run.name });
+          } catch (error) {
+            if (isApiError(error, 404)) return;
+            throw error;
+          }
+          if (pod.metadata?.uid !== run.uid) return;
+          pod.status = this.desiredStatus(run, pod.status);
+          try {
+            await this.core.replaceNamespacedPodStatus({
+              namespace: run.namespace,
+              name: run.name,
+              body: pod,
+            });
+            return;
+          } catch (error) {
+            if (!isApiError(error, 409)) throw error;
+          }
+        }
+        throw new Error("status write kept conflicting");
+      })
+      .catch((error) =>
+        this.logError(error, "Failed to write pod status", { namespace: run.namespace, pod: run.name }),
+      );
+  }
+}

@@ -1,0 +1,144 @@
+import { spawn } from "node:child_process";
+import { closeSync, openSync, readFileSync } from "node:fs";
+import net from "node:net";
+import { setTimeout as sleep } from "node:timers/promises";
+
+/** A process the harness started: enough to find it again from another process and stop it. */
+export interface RecordedProcess {
+  name: string;
+  pid: number;
+  /** The executable, checked against /proc before signalling so a reused pid is never killed. */
+  executable: string;
+  logFile: string;
+}
+
+export interface StartedProcess extends RecordedProcess {
+  /** Resolves when the process exits; only for processes this Node process spawned. */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/**
+ * Starts a process in its own process group with stdout and stderr appended to a log file.
+ * `daemon` processes are unreferenced so the caller may exit and leave them running.
+ */
+export function startProcess(
+  name: string,
+  executable: string,
+  args: string[],
+  options: { logFile: string; env?: NodeJS.ProcessEnv; daemon?: boolean },
+): StartedProcess {
+  const log = openSync(options.logFile, "a");
+  try {
+    const child = spawn(executable, args, {
+      detached: true,
+      stdio: ["ignore", log, log],
+      env: options.env ?? process.env,
+    });
+    if (child.pid === undefined) throw new Error(`${name} did not start (${executable})`);
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+      child.once("exit", (code, signal) => resolve({ code, signal }));
+      child.once("error", () => resolve({ code: null, signal: null }));
+    });
+    if (options.daemon) child.unref();
+    return { name, pid: child.pid, executable, logFile: options.logFile, exited };
+  } finally {
+    closeSync(log);
+  }
+}
+
+/** True while the pid runs the recorded executable; zombies and reused pids count as gone. */
+export function isRunning(recorded: Pick<RecordedProcess, "pid" | "executable">): boolean {
+  try {
+    const stat = readFileSync(`/proc/${recorded.pid}/stat`, "utf8");
+    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+    if (state === "Z" || state === "X") return false;
+    const argv0 = readFileSync(`/proc/${recorded.pid}/cmdline`, "utf8").split("\0")[0] ?? "";
+    return argv0 === recorded.executable;
+  } catch {
+    return false;
+  }
+}
+
+function signalGroup(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pid, signal);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "ESRCH") throw error;
+  }
+}
+
+/** SIGTERM to the process group, SIGKILL after `graceMs`, and wait until it is gone. */
+export async function stopProcess(recorded: RecordedProcess, graceMs = 10_000): Promise<void> {
+  if (!isRunning(recorded)) return;
+  signalGroup(recorded.pid, "SIGTERM");
+  const deadline = Date.now() + graceMs;
+  while (isRunning(recorded) && Date.now() < deadline) await sleep(50);
+  if (isRunning(recorded)) {
+    signalGroup(recorded.pid, "SIGKILL");
+    const killDeadline = Date.now() + 5_000;
+    while (isRunning(recorded) && Date.now() < killDeadline) await sleep(20);
+  }
+  if (isRunning(recorded)) throw new Error(`${recorded.name} (pid ${recorded.pid}) survived SIGKILL`);
+}
+
+/** A port the kernel reports free on loopback right now. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.unref();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => {
+        if (address && typeof address === "object") resolve(address.port);
+        else reject(new Error("no port assigned"));
+      });
+    });
+  });
+}
+
+/** True when something accepts connections on 127.0.0.1:port. */
+export async function isListening(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: "127.0.0.1", port });
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
+}
+
+/** Polls `check` until it returns a value, failing with the last error after `timeoutMs`. */
+export async function waitFor<T>(
+  what: string,
+  check: () => Promise<T | undefined>,
+  options: { timeoutMs: number; intervalMs?: number; abortIf?: () => string | undefined },
+): Promise<T> {
+  const deadline = Date.now() + options.timeoutMs;
+  let lastError: unknown;
+  for (;;) {
+    const reason = options.abortIf?.();
+    if (reason !== undefined) throw new Error(`${what}: ${reason}`);
+    try {
+      const value = await check();
+      if (value !== undefined) return value;
+    } catch (error) {
+      lastError = error;
+    }
+    if (Date.now() > deadline) {
+      const detail = lastError instanceof Error ? `: ${lastError.message}` : "";
+      throw new Error(`timed out after ${options.timeoutMs}ms waiting for ${what}${detail}`);
+    }
+    await sleep(options.intervalMs ?? 100);
+  }
+}
+
+/** The last lines of a log file, for error messages. */
+export function logTail(file: string, lines = 20): string {
+  try {
+    return readFileSync(file, "utf8").trimEnd().split("\n").slice(-lines).join("\n");
+  } catch {
+    return "(no log)";
+  }
+}
