@@ -29,7 +29,7 @@ export const ControllerConfigSchema = z
     defaultStall: Duration.prefault("10m"),
     defaultKillGrace: Duration.prefault("10s"),
     ttlSecondsAfterFinished: z.coerce.number().int().min(0).default(3600),
-    runnerImage: z.string().min(1).default("ghcr.io/playbook-dev/playbook-controller:latest"),
+    runnerImage: z.string().min(1).default("ghcr.io/playbook-controller/playbook-controller:0.1.0"),
     /** Empty: all namespaces. */
     namespaces: z
       .union([z.array(z.string()), z.string()])

@@ -297,7 +297,7 @@ function decideLost(state: RunState, what: string): Decision {
     const action = createPodAction(state, attempt, new Date(state.startTime));
     const next = progressStatus(base, {
       phase: "Pending",
-      message: `pod ${action.pod.metadata.name} created after ${what} (attempt ${attempt} of ${spec.backoffLimit + 1})`,
+      message: pendingMessage(action.pod.metadata.name, attempt),
       startTime: state.startTime,
       podName: action.pod.metadata.name,
       podAttempts: attempt,
@@ -321,6 +321,11 @@ function decideLost(state: RunState, what: string): Decision {
     tasks: markUnfinished(base.previous.tasks ?? [], "Cancelled"),
   });
   return settle(base, next, "PodLost");
+}
+
+/** The same words at creation and while pending, so that a pass in between writes nothing. */
+function pendingMessage(podName: string, attempt: number): string {
+  return `pod ${podName} is pending (attempt ${attempt})`;
 }
 
 function capitalise(text: string): string {
@@ -432,7 +437,7 @@ export function decide(input: ReconcileInput): Decision {
       const action = createPodAction(state, 1, now);
       const next = progressStatus(base, {
         phase: "Pending",
-        message: `pod ${action.pod.metadata.name} created`,
+        message: pendingMessage(action.pod.metadata.name, 1),
         startTime: now.toISOString(),
         podName: action.pod.metadata.name,
         podAttempts: 1,
@@ -449,10 +454,11 @@ export function decide(input: ReconcileInput): Decision {
   }
   if (isPodFinished(pod)) return decideEndedPod(state, pod);
   const running = pod.status?.phase === "Running";
-  const being = pod.metadata.deletionTimestamp ? " and is being deleted" : "";
   const next = progressStatus(base, {
     phase: running ? "Running" : "Pending",
-    message: `pod ${pod.metadata.name} is ${running ? "running" : "pending"}${being} (attempt ${attempts})`,
+    message: running
+      ? `pod ${pod.metadata.name} is running (attempt ${attempts})${pod.metadata.deletionTimestamp ? "; it is being deleted" : ""}`
+      : pendingMessage(pod.metadata.name, attempts),
     startTime,
     podName: pod.metadata.name,
     podAttempts: attempts,
