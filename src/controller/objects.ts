@@ -67,6 +67,17 @@ export const PodSchema = z.looseObject({
       reason: z.string().optional(),
       message: z.string().optional(),
       containerStatuses: z.array(ContainerStatusSchema).optional(),
+      conditions: z
+        .array(
+          z.looseObject({
+            type: z.string(),
+            status: z.string(),
+            reason: z.string().nullable().optional(),
+            message: z.string().nullable().optional(),
+          }),
+        )
+        .nullable()
+        .optional(),
     })
     .optional(),
 });

@@ -332,17 +332,27 @@ function capitalise(text: string): string {
   return text.charAt(0).toUpperCase() + text.slice(1);
 }
 
+/**
+ * Why the infrastructure took the pod away, if it did: an eviction, or a DisruptionTarget
+ * condition (preemption, taint manager, PodGC for a node that is gone, kubelet shutdown).
+ */
+export function disruptionOf(pod: PodView): string | undefined {
+  if (pod.status?.reason === "Evicted") {
+    return `was evicted${pod.status.message ? `: ${pod.status.message}` : ""}`;
+  }
+  const target = pod.status?.conditions?.find((c) => c.type === "DisruptionTarget" && c.status === "True");
+  if (target)
+    return `was disrupted (${target.reason ?? "DisruptionTarget"}${target.message ? `: ${target.message}` : ""})`;
+  return undefined;
+}
+
 /** A pod that ended: the runner's report decides, unless the kubelet's deadline or an eviction did. */
 function decideEndedPod(state: RunState, pod: PodView): Decision {
   const { base, spec } = state;
   const podName = pod.metadata.name;
   const run = { startTime: state.startTime, podName, podAttempts: state.attempts };
-  if (pod.status?.reason === "Evicted") {
-    return decideLost(
-      state,
-      `pod ${podName} was evicted${pod.status.message ? `: ${pod.status.message}` : ""}`,
-    );
-  }
+  const disruption = disruptionOf(pod);
+  if (disruption) return decideLost(state, `pod ${podName} ${disruption}`);
   const read = readReport(pod, spec.tasks.length);
   if (pod.status?.reason === "DeadlineExceeded") {
     const tasks = read.ok ? reportedStatus(base, read.report, run).tasks : base.previous.tasks;
@@ -361,6 +371,12 @@ function decideEndedPod(state: RunState, pod: PodView): Decision {
     }
     const next = reportedStatus(base, read.report, run);
     return settle(base, next, read.report.reason);
+  }
+  if (pod.metadata.deletionTimestamp && !spec.cancel) {
+    return decideLost(
+      state,
+      `pod ${podName} was deleted before the runner reported (${describeKubeletVerdict(pod)})`,
+    );
   }
   const message = `pod ${podName} ended without a valid runner report (${describeKubeletVerdict(pod)}): ${read.problem}`;
   const next = settledStatus(base, { reason: spec.cancel ? "Cancelled" : "RunnerLost", message });

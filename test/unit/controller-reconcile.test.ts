@@ -246,6 +246,29 @@ describe("a lost pod", () => {
       pods: [pod(1, { phase: "Failed", reason: "Evicted", message: "The node was low on memory" })],
     },
     {
+      name: "gone with its node (PodGC's DisruptionTarget)",
+      pods: [
+        {
+          ...pod(1, { phase: "Failed" }),
+          status: {
+            phase: "Failed",
+            conditions: [
+              {
+                type: "DisruptionTarget",
+                status: "True",
+                reason: "DeletionByPodGC",
+                message: "PodGC: node no longer exists",
+              },
+            ],
+          },
+        },
+      ],
+    },
+    {
+      name: "deleted and killed before it could report",
+      pods: [pod(1, { phase: "Failed", deleting: true, terminated: { exitCode: 137, reason: "Error" } })],
+    },
+    {
       name: "interrupted by a deletion that was not a cancel",
       pods: [
         pod(1, {
