@@ -323,6 +323,16 @@ function decideLost(state: RunState, what: string): Decision {
   return settle(base, next, "PodLost");
 }
 
+/** How long a pod that ended without a report stays unjudged, so a disruption can still show. */
+export const REPORTLESS_SETTLE_MS = 3000;
+
+function settleWaitMs(pod: PodView, now: Date): number {
+  const finishedAt = Date.parse(runnerTerminated(pod)?.finishedAt ?? "");
+  if (Number.isNaN(finishedAt)) return 0;
+  // finishedAt has whole seconds: count from the end of that second.
+  return Math.max(0, finishedAt + 1000 + REPORTLESS_SETTLE_MS - now.getTime());
+}
+
 /** The same words at creation and while pending, so that a pass in between writes nothing. */
 function pendingMessage(podName: string, attempt: number): string {
   return `pod ${podName} is pending (attempt ${attempt})`;
@@ -377,6 +387,12 @@ function decideEndedPod(state: RunState, pod: PodView): Decision {
       state,
       `pod ${podName} was deleted before the runner reported (${describeKubeletVerdict(pod)})`,
     );
+  }
+  const waitMs = settleWaitMs(pod, state.input.now);
+  if (waitMs > 0 && !spec.cancel) {
+    // The container's end and the disruption that caused it can reach the API in separate
+    // writes; a pod taken by the infrastructure must not be mistaken for a runner that crashed.
+    return progress(base, base.previous, { requeueAfterMs: waitMs });
   }
   const message = `pod ${podName} ended without a valid runner report (${describeKubeletVerdict(pod)}): ${read.problem}`;
   const next = settledStatus(base, { reason: spec.cancel ? "Cancelled" : "RunnerLost", message });

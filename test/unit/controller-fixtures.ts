@@ -41,7 +41,7 @@ export function pod(
     phase?: string;
     reason?: string;
     message?: string;
-    terminated?: { exitCode: number; reason?: string; message?: string };
+    terminated?: { exitCode: number; reason?: string; message?: string; finishedAt?: string };
     deleting?: boolean;
     runStart?: Date;
   } = {},

@@ -224,6 +224,17 @@ describe("what the kubelet decided", () => {
     expect(decision.finished?.limit).toBe("PodDeadlineExceeded");
   });
 
+  it("waits a moment before calling a pod that ended without a report RunnerLost", () => {
+    const ended = pod(1, {
+      phase: "Failed",
+      terminated: { exitCode: 137, reason: "Error", finishedAt: at(20).toISOString() },
+    });
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [ended], now: at(21) }));
+    expect(decision.status).toBeNull();
+    expect(decision.requeueAfterMs).toBe(3000);
+    expect(decision.finished).toBeUndefined();
+  });
+
   it("names RunnerLost with what the kubelet said when no valid report came", () => {
     const ended = pod(1, {
       phase: "Failed",
