@@ -137,6 +137,11 @@ export class PlaybookController {
     await this.shutDown();
   }
 
+  /** Queues every cached Playbook again, as the periodic resync does. */
+  resync(): void {
+    for (const informer of this.playbooks.values()) informer.resync();
+  }
+
   /** Stops taking work; run() resolves after in-flight reconciles finished and the Lease is released. */
   stop(): void {
     this.stopping.abort();
