@@ -15,20 +15,10 @@ die() {
   exit 1
 }
 
-command -v go >/dev/null 2>&1 ||
-  die "the Go toolchain (go >= 1.26) is required to build the Kubernetes, etcd and helm binaries, but 'go' is not on PATH; install it from https://go.dev/dl or your package manager"
-
-# A Go older than the modules' go line would refuse them; fetch the needed toolchain through
-# the module proxy instead of failing, unless the user pinned GOTOOLCHAIN to something else.
-required_go=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$tools_dir/kubernetes/go.mod")
-installed_go=$(go env GOVERSION)
-installed_go=${installed_go#go}
-if [[ $(printf '%s\n%s\n' "$required_go" "$installed_go" | sort -V | head -1) != "$required_go" ]]; then
-  if [[ ${GOTOOLCHAIN:-local} == local ]]; then
-    log "go $installed_go is older than the required $required_go; using GOTOOLCHAIN=go$required_go"
-    export GOTOOLCHAIN="go$required_go"
-  fi
-fi
+# Go from PATH or /usr/local/go when new enough, else the toolchain module from the Go proxy.
+go_bin=$("$tools_dir/install-go.sh") ||
+  die "the Go toolchain (go >= 1.26) is required to build the Kubernetes, etcd and helm binaries and could not be found or fetched; install it from https://go.dev/dl"
+export PATH="$go_bin:$PATH"
 
 module_version() { # module_version <dir> <module path>
   local v

@@ -279,7 +279,7 @@ export function statusFromReport(report: RunnerReport, limits: ResolvedLimits): 
   const decidingTask = tasks[deciding];
   let message: string;
   if (report.reason === "Succeeded") {
-    message = `all ${tasks.length} task${tasks.length === 1 ? "" : "s"} succeeded`;
+    message = tasks.length === 1 ? "the task succeeded" : `all ${tasks.length} tasks succeeded`;
   } else if (decidingTask) {
     message = `task ${decidingTask.name} ${decidingTask.message ?? decidingTask.phase}`;
   } else {

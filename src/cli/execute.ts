@@ -52,6 +52,16 @@ function countingSink(target: NodeJS.WritableStream): { sink: Writable; bytes: (
   return { sink, bytes: () => bytes };
 }
 
+/** A report that cannot be written must not cost the run its outcome: say so and go on. */
+function writeReport(path: string, text: string, progressOut: NodeJS.WritableStream): void {
+  try {
+    writeFileSync(path, text);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
+    progressOut.write(`playbook: could not write the report to ${path}: ${code}\n`);
+  }
+}
+
 export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult> {
   const { sink, bytes } = countingSink(options.output);
   const progress = new Progress({
@@ -61,9 +71,17 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     outputBytes: bytes,
   });
   const cancel = new AbortController();
+  const hurry = new AbortController();
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals) => {
-    if (!interrupted) options.progressOut.write(`playbook: received ${signal}; cancelling the run\n`);
+    if (interrupted) {
+      options.progressOut.write(
+        `playbook: received ${signal} again; killing without waiting for the grace\n`,
+      );
+      hurry.abort();
+      return;
+    }
+    options.progressOut.write(`playbook: received ${signal}; cancelling the run (again to kill at once)\n`);
     interrupted = true;
     cancel.abort();
   };
@@ -77,10 +95,11 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       runStart: options.runStart,
       sink,
       cancelSignal: cancel.signal,
+      hurrySignal: hurry.signal,
       onEvent: (event) => progress.event(event),
     });
     const reportText = encodeReport(outcome);
-    if (options.reportPath) writeFileSync(options.reportPath, reportText);
+    if (options.reportPath) writeReport(options.reportPath, reportText, options.progressOut);
     const report = decodeReport(reportText, options.tasks.length);
     progress.end(outcome, statusFromReport(report, options.limits).message);
     return { outcome, report, reportText, interrupted };

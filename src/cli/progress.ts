@@ -56,16 +56,14 @@ export class Progress {
   event(event: RunEvent): void {
     switch (event.type) {
       case "task-started": {
-        this.startedAt.set(event.index, Date.now());
+        if (event.attempt === 1) this.startedAt.set(event.index, Date.now());
         const limits = describeTaskLimits(event.limits, this.options.limits);
-        const attempt = event.attempt > 1 ? ` attempt ${event.attempt}/${event.limits.retries + 1},` : "";
+        const attempt = event.attempt > 1 ? `attempt ${event.attempt}/${event.limits.retries + 1}, ` : "";
         if (this.options.tty) {
           this.write(`\x1b[36m▶\x1b[0m ${event.name}  \x1b[2m(${attempt}${limits})\x1b[0m`);
           this.liveLine = { outputMark: this.options.outputBytes(), startedAt: Date.now() };
         } else {
-          this.write(
-            `playbook: task ${event.name} started (${attempt.trim()}${attempt ? " " : ""}${limits})`,
-          );
+          this.write(`playbook: task ${event.name} started (${attempt}${limits})`);
         }
         return;
       }
@@ -73,9 +71,11 @@ export class Progress {
         this.liveLine = null;
         const what =
           event.stop.kind === "cancelled" ? "is being cancelled" : `passed its ${event.stop.limit} limit`;
-        this.write(
-          `playbook: task ${event.name} ${what}: cancel file written, SIGTERM sent to its process group`,
-        );
+        const how =
+          this.options.limits.killGrace.ms === 0
+            ? "killing its process group at once (killGrace 0s)"
+            : `cancel file written, SIGTERM sent to its process group, SIGKILL in ${formatDuration(this.options.limits.killGrace.ms)}`;
+        this.write(`playbook: task ${event.name} ${what}: ${how}`);
         if (event.stop.warning) this.write(`playbook: warning: ${event.stop.warning}`);
         return;
       }

@@ -2,9 +2,9 @@
 // deadline and a stall timer. Whoever fires a limit records the outcome before any signal is
 // sent, so an attempt that traps SIGTERM and exits 0 is still a timeout.
 import { type ChildProcess, spawn } from "node:child_process";
-import { once } from "node:events";
+import { existsSync } from "node:fs";
 import { performance } from "node:perf_hooks";
-import type { Writable } from "node:stream";
+import type { Readable, Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { formatDuration } from "../api/duration.js";
 import type { Ending, TaskLimit } from "../api/reasons.js";
@@ -13,8 +13,8 @@ import { LinePrefixer, OutputTail } from "./output.js";
 import {
   ATTEMPT_ID_VAR,
   CANCEL_FILE_VAR,
-  groupMembers,
-  processesWithCookie,
+  processStartTime,
+  scanProcesses,
   sendSignal,
 } from "./process-table.js";
 
@@ -30,6 +30,11 @@ export interface AttemptSpec {
   env: NodeJS.ProcessEnv;
   cwd?: string;
   attemptId: string;
+  /** PLAYBOOK_ATTEMPT_ID prefix shared by every attempt of the run */
+  runCookie: string;
+  /** start (clock ticks) and pid of the run's first process, for finding what earlier tasks left */
+  runStartedFrom?: number;
+  runMinPid?: number;
   cancelFilePath: string;
   deadline: AttemptDeadline | null;
   /** 0 disables the stall limit */
@@ -41,6 +46,8 @@ export interface AttemptSpec {
   prefix: string;
   tailBytes: number;
   cancelSignal?: AbortSignal;
+  /** aborted to cut a running grace window short (a second Ctrl-C) */
+  hurrySignal?: AbortSignal;
   /** told once when a limit fires or cancellation starts, before any signal is sent */
   onStop?: (stop: AttemptStop) => void;
 }
@@ -55,31 +62,97 @@ export interface AttemptResult {
   kind: "exited" | "limit" | "cancelled" | "spawn-error";
   limit?: TaskLimit;
   ending?: Ending;
+  /** a final look after the kill found nothing of the whole run alive */
+  runClean?: boolean;
   exitCode: number | null;
   signal: string | null;
   startTime: Date;
   completionTime: Date;
   tail: OutputTail;
   pgid: number | null;
+  /** the leader's start in clock ticks (0 if it never started) */
+  startedFrom: number;
   spawnError?: string;
 }
 
 const POLL_MS = 20;
 /** After SIGKILL the kernel needs a moment; this bounds how long we wait to see the tree gone. */
 const KILL_CONFIRM_MS = 5000;
+/** How long a SIGKILLed tree gets to close its pipes before we look for stragglers ourselves. */
+const PIPE_CLOSE_WAIT_MS = 500;
 
-function everyoneGone(pgid: number, attemptId: string): boolean {
-  return groupMembers(pgid).length === 0 && processesWithCookie(attemptId).length === 0;
+/**
+ * Streams a task's pipe into the sink with line prefixes, pausing the pipe while the sink is
+ * full so memory stays bounded however much the task prints. Resolves when the pipe ends.
+ */
+function forward(
+  stream: Readable,
+  sink: Writable,
+  prefix: string,
+  onData: (chunk: Buffer) => void,
+): Promise<void> {
+  const prefixer = new LinePrefixer(prefix);
+  const resume = () => stream.resume();
+  stream.on("data", (chunk: Buffer) => {
+    onData(chunk);
+    if (!sink.write(prefixer.push(chunk))) {
+      stream.pause();
+      sink.once("drain", resume);
+    }
+  });
+  return new Promise((resolve) => {
+    const done = () => {
+      const tail = prefixer.end();
+      if (tail) sink.write(tail);
+      sink.off("drain", resume);
+      resolve();
+    };
+    stream.once("end", done);
+    stream.once("error", done);
+  });
+}
+
+/** Waits for `promise`, at most `ms`; the timer is cleared either way so it holds no process open. */
+async function within(promise: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([promise, new Promise((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}
+
+/** What the kill path needs to know of a live attempt. */
+interface Tree {
+  pgid: number;
+  /** the leader's start, in clock ticks: nothing older can be the attempt's */
+  startedFrom: number;
+  runStartedFrom: number;
+  runMinPid: number;
+  cookie: string;
+  leaderAlive: () => boolean;
+  leaderExited: Promise<void>;
+  streamsClosed: Promise<void>;
+}
+
+/** The attempt's live processes apart from an unreaped leader's group (which is signalled whole). */
+function findRest(tree: Tree, cookie = tree.cookie): number[] {
+  const wholeRun = cookie !== tree.cookie;
+  return scanProcesses({
+    pgid: tree.leaderAlive() ? undefined : tree.pgid,
+    cookiePrefix: cookie,
+    startedFrom: wholeRun ? Math.min(tree.startedFrom, tree.runStartedFrom) : tree.startedFrom,
+    minPid: wholeRun ? Math.min(tree.pgid, tree.runMinPid) : tree.pgid,
+  });
 }
 
 /**
- * Signals the attempt's whole tree. The group is signalled by id only while the leader has not
- * been reaped or the group still has members: a process group id cannot be reused while the
- * group exists, so this never reaches a recycled group.
+ * Signals the attempt's whole tree. The group is signalled by id only while the leader is
+ * unreaped; after that its members are found and signalled one by one, so a signal never
+ * reaches a group whose id was recycled. `cookie` widens the search to the whole run.
  */
-function signalTree(pgid: number, attemptId: string, leaderAlive: boolean, signal: NodeJS.Signals): void {
-  if (leaderAlive || groupMembers(pgid).length > 0) sendSignal(-pgid, signal);
-  for (const pid of processesWithCookie(attemptId)) sendSignal(pid, signal);
+function signalTree(tree: Tree, signal: NodeJS.Signals, cookie = tree.cookie): number {
+  if (tree.leaderAlive()) sendSignal(-tree.pgid, signal);
+  const rest = findRest(tree, cookie);
+  for (const pid of rest) sendSignal(pid, signal);
+  return rest.length;
 }
 
 export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
@@ -96,10 +169,11 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   } catch (error) {
     return spawnFailure(error as Error, startTime, tail);
   }
-  const spawned = await Promise.race([
-    once(child, "spawn").then(() => null),
-    once(child, "error").then(([error]) => error as Error),
-  ]);
+  // events.once() rejects on "error", so the two outcomes of a spawn are awaited by hand.
+  const spawned = await new Promise<Error | null>((resolve) => {
+    child.once("spawn", () => resolve(null));
+    child.once("error", (error) => resolve(error));
+  });
   if (spawned !== null || child.pid === undefined) {
     return spawnFailure(spawned ?? new Error("no pid"), startTime, tail, spec.cwd);
   }
@@ -111,16 +185,10 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     tail.push(chunk);
   };
   const streamsClosed = Promise.all(
-    [child.stdout, child.stderr].map((stream) => {
-      if (!stream) return Promise.resolve();
-      const prefixer = new LinePrefixer(spec.prefix, onData);
-      stream.pipe(prefixer).pipe(spec.sink, { end: false });
-      return once(prefixer, "end").then(
-        () => undefined,
-        () => undefined,
-      );
-    }),
-  );
+    [child.stdout, child.stderr].map((stream) =>
+      stream ? forward(stream, spec.sink, spec.prefix, onData) : null,
+    ),
+  ).then(() => undefined);
 
   let leaderAlive = true;
   let exitCode: number | null = null;
@@ -133,6 +201,17 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
       resolve();
     });
   });
+
+  const tree: Tree = {
+    pgid,
+    startedFrom: processStartTime(pgid),
+    runStartedFrom: spec.runStartedFrom ?? Number.POSITIVE_INFINITY,
+    runMinPid: spec.runMinPid ?? pgid,
+    cookie: `${spec.attemptId}\0`,
+    leaderAlive: () => leaderAlive,
+    leaderExited,
+    streamsClosed,
+  };
 
   // The watchdog: one timer for the deadline, one for the stall window. Both are stopped the
   // moment the leader exits on its own or a limit fires.
@@ -186,64 +265,79 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
 
   await Promise.race([leaderExited, stopped]);
 
-  if (!stop) {
-    stopWatchdog();
-    // The leader is done: the attempt is over. Give the pipes a short window to close; a
-    // background process that still holds them (a service for later tasks) is not waited for.
-    await Promise.race([streamsClosed, sleep(spec.drainWindowMs)]);
-    return {
-      kind: "exited",
-      exitCode,
-      signal: exitSignal,
-      startTime,
-      completionTime: new Date(),
-      tail,
-      pgid,
-    };
-  }
-
-  const ending = await endTree(pgid, spec, () => leaderAlive);
-  await leaderExited;
-  await Promise.race([streamsClosed, sleep(spec.drainWindowMs)]);
-  const fired = stop as AttemptStop;
+  // Stopped by a limit or cancellation: end the tree. Otherwise the leader is done and the
+  // attempt is over; a background process that still holds the pipes (a service for later
+  // tasks) gets only the drain window, it is not waited for.
+  const fired = stop as AttemptStop | null;
+  let ended: { ending?: Ending; runClean?: boolean } = {};
+  if (fired) ended = await endTree(tree, spec.killGraceMs, spec.runCookie, spec.hurrySignal);
+  else stopWatchdog();
+  await within(streamsClosed, spec.drainWindowMs);
   return {
-    kind: fired.kind,
-    limit: fired.limit,
-    ending,
+    kind: fired ? fired.kind : "exited",
+    limit: fired?.limit,
+    ...ended,
     exitCode,
     signal: exitSignal,
     startTime,
     completionTime: new Date(),
     tail,
     pgid,
+    startedFrom: tree.startedFrom,
   };
 }
 
-/** SIGTERM, a grace window in which the tree may end by itself (Exited), then SIGKILL (Killed). */
-async function endTree(pgid: number, spec: AttemptSpec, leaderAlive: () => boolean): Promise<Ending> {
-  if (spec.killGraceMs > 0) {
-    signalTree(pgid, spec.attemptId, leaderAlive(), "SIGTERM");
-    const graceEnds = performance.now() + spec.killGraceMs;
-    while (performance.now() < graceEnds) {
-      await sleep(Math.min(POLL_MS, Math.max(1, graceEnds - performance.now())));
-      if (!leaderAlive() && everyoneGone(pgid, spec.attemptId)) return "Exited";
+/**
+ * SIGTERM, a grace window in which the tree may end by itself (Exited), then SIGKILL (Killed).
+ * A limit or a cancellation ends the run, so what earlier tasks left running is signalled with
+ * this task's tree, and a clean final look lets the run skip its own sweep.
+ */
+async function endTree(
+  tree: Tree,
+  killGraceMs: number,
+  runCookie: string,
+  hurry?: AbortSignal,
+): Promise<{ ending: Ending; runClean: boolean }> {
+  if (killGraceMs > 0) {
+    signalTree(tree, "SIGTERM", runCookie);
+    const graceEnds = performance.now() + killGraceMs;
+    while (performance.now() < graceEnds && !hurry?.aborted) {
+      await within(tree.leaderExited, Math.min(POLL_MS, Math.max(1, graceEnds - performance.now())));
+      if (!tree.leaderAlive() && findRest(tree).length === 0) {
+        return { ending: "Exited", runClean: false };
+      }
     }
   }
-  signalTree(pgid, spec.attemptId, leaderAlive(), "SIGKILL");
+  // The group first, by id and without a scan, so the kill is not delayed by looking around;
+  // then processes that left the group, whose members need no look as they are already dying.
+  if (tree.leaderAlive()) sendSignal(-tree.pgid, "SIGKILL");
+  const escaped = scanProcesses({
+    cookiePrefix: runCookie,
+    excludePgid: tree.pgid,
+    startedFrom: Math.min(tree.startedFrom, tree.runStartedFrom),
+    minPid: Math.min(tree.pgid, tree.runMinPid),
+  });
+  for (const pid of escaped) sendSignal(pid, "SIGKILL");
   const confirmBy = performance.now() + KILL_CONFIRM_MS;
+  await within(tree.leaderExited, KILL_CONFIRM_MS);
+  // Once every holder of the pipes is dead they close: usually the whole tree is gone by then.
+  await within(tree.streamsClosed, PIPE_CLOSE_WAIT_MS);
+  // A last look for stragglers: members that closed their pipes, forks that raced the kill.
+  let runClean = false;
   while (performance.now() < confirmBy) {
-    if (!leaderAlive() && everyoneGone(pgid, spec.attemptId)) break;
+    if (signalTree(tree, "SIGKILL", runCookie) === 0) {
+      runClean = true;
+      break;
+    }
     await sleep(2);
-    // A fork racing the first kill may have escaped it; keep killing until the tree is empty.
-    signalTree(pgid, spec.attemptId, leaderAlive(), "SIGKILL");
   }
-  return "Killed";
+  return { ending: "Killed", runClean };
 }
 
 function spawnFailure(error: Error, startTime: Date, tail: OutputTail, cwd?: string): AttemptResult {
   const code = (error as NodeJS.ErrnoException).code;
   const spawnError =
-    code === "ENOENT" && cwd
+    code === "ENOENT" && cwd && !existsSync(cwd)
       ? `could not start: workingDir ${cwd} does not exist`
       : `could not start: ${error.message}`;
   return {
@@ -254,6 +348,7 @@ function spawnFailure(error: Error, startTime: Date, tail: OutputTail, cwd?: str
     completionTime: new Date(),
     tail,
     pgid: null,
+    startedFrom: 0,
     spawnError,
   };
 }

@@ -1,7 +1,6 @@
 // Task output: streamed through with a "[task] " prefix at each line start, bytes untouched
 // (no decoding, so invalid UTF-8 and lines without newlines pass as they are), and a bounded
 // tail kept for the report.
-import { Transform, type TransformCallback } from "node:stream";
 
 const NEWLINE = 0x0a;
 
@@ -36,43 +35,59 @@ export class OutputTail {
   }
 }
 
-/** Prefixes each line with `prefix`; `onData` sees every raw chunk first (stall timer, tail). */
-export class LinePrefixer extends Transform {
+/**
+ * Prefixes each line with `prefix`, byte for byte otherwise. Newline positions are collected
+ * first so each chunk is copied once into one buffer of the right size: at 1 GiB of short lines
+ * the per-line cost is what decides the runner's throughput.
+ */
+export class LinePrefixer {
   private atLineStart = true;
   private readonly prefix: Buffer;
-  private readonly onData: (chunk: Buffer) => void;
+  private positions = new Int32Array(1024);
 
-  constructor(prefix: string, onData: (chunk: Buffer) => void) {
-    super();
+  constructor(prefix: string) {
     this.prefix = Buffer.from(prefix);
-    this.onData = onData;
   }
 
-  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
-    this.onData(chunk);
-    if (this.prefix.length === 0) {
-      callback(null, chunk);
-      return;
-    }
-    const parts: Buffer[] = [];
-    let from = 0;
-    while (from < chunk.length) {
-      if (this.atLineStart) parts.push(this.prefix);
-      const newline = chunk.indexOf(NEWLINE, from);
-      if (newline === -1) {
-        parts.push(chunk.subarray(from));
-        this.atLineStart = false;
-        break;
+  push(chunk: Buffer): Buffer {
+    const prefix = this.prefix;
+    const size = prefix.length;
+    if (size === 0 || chunk.length === 0) return chunk;
+    let count = 0;
+    for (let at = chunk.indexOf(NEWLINE); at !== -1; at = chunk.indexOf(NEWLINE, at + 1)) {
+      if (count === this.positions.length) {
+        const grown = new Int32Array(count * 2);
+        grown.set(this.positions);
+        this.positions = grown;
       }
-      parts.push(chunk.subarray(from, newline + 1));
-      this.atLineStart = true;
-      from = newline + 1;
+      this.positions[count++] = at;
     }
-    callback(null, parts.length === 1 ? parts[0] : Buffer.concat(parts));
+    const out = Buffer.allocUnsafe(chunk.length + (count + 1) * size);
+    let written = 0;
+    let from = 0;
+    const copyPrefix = () => {
+      for (let i = 0; i < size; i++) out[written + i] = prefix[i] as number;
+      written += size;
+    };
+    for (let k = 0; k < count; k++) {
+      const end = (this.positions[k] as number) + 1;
+      if (this.atLineStart) copyPrefix();
+      out.set(chunk.subarray(from, end), written);
+      written += end - from;
+      from = end;
+      this.atLineStart = true;
+    }
+    if (from < chunk.length) {
+      if (this.atLineStart) copyPrefix();
+      out.set(chunk.subarray(from), written);
+      written += chunk.length - from;
+      this.atLineStart = false;
+    }
+    return out.subarray(0, written);
   }
 
-  override _flush(callback: TransformCallback): void {
-    // End an unterminated last line so the next task's prefix starts on a line of its own.
-    callback(null, this.atLineStart || this.prefix.length === 0 ? undefined : Buffer.from("\n"));
+  /** Ends an unterminated last line so the next task's prefix starts on a line of its own. */
+  end(): Buffer | null {
+    return this.atLineStart || this.prefix.length === 0 ? null : Buffer.from("\n");
   }
 }

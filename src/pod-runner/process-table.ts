@@ -6,23 +6,28 @@ import { readdirSync, readFileSync } from "node:fs";
 export const ATTEMPT_ID_VAR = "PLAYBOOK_ATTEMPT_ID";
 export const CANCEL_FILE_VAR = "PLAYBOOK_CANCEL_FILE";
 
-interface ProcessEntry {
-  pid: number;
+interface ProcessStat {
   pgrp: number;
-  state: string;
+  /** clock ticks after boot */
+  startTime: number;
+  alive: boolean;
 }
 
-function readStat(pid: number): ProcessEntry | null {
+function readStat(pid: number | "self"): ProcessStat | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
     // The command name is in parentheses and may itself contain spaces or ')'.
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
     const state = fields[0] ?? "?";
-    const pgrp = Number(fields[2]);
-    return { pid, pgrp, state };
+    return { pgrp: Number(fields[2]), startTime: Number(fields[19]), alive: state !== "Z" && state !== "X" };
   } catch {
     return null; // gone since the directory was listed
   }
+}
+
+/** When `pid` started, in clock ticks after boot; 0 when it is already gone. */
+export function processStartTime(pid: number): number {
+  return readStat(pid)?.startTime ?? 0;
 }
 
 function listPids(): number[] {
@@ -34,38 +39,54 @@ function listPids(): number[] {
   return pids;
 }
 
-/** Live (non-zombie) processes whose process group is `pgid`. */
-export function groupMembers(pgid: number): number[] {
-  const members: number[] = [];
-  for (const pid of listPids()) {
-    const entry = readStat(pid);
-    if (entry && entry.pgrp === pgid && entry.state !== "Z" && entry.state !== "X") members.push(pid);
-  }
-  return members;
+export interface ScanQuery {
+  /** report live members of this process group */
+  pgid?: number;
+  /** skip members of this process group without reading their environment (they were just killed whole) */
+  excludePgid?: number;
+  /** report live processes whose environment holds PLAYBOOK_ATTEMPT_ID=<prefix>… */
+  cookiePrefix: string;
+  /**
+   * Processes that started before this tick cannot be the attempt's, so their environment is not
+   * read: it keeps a scan cheap on a busy machine.
+   */
+  startedFrom?: number;
+  /**
+   * The attempt's first pid. Pids are handed out in increasing order until they wrap, so while
+   * the newest pid is still above this one, lower pids are older processes and are not read.
+   */
+  minPid?: number;
 }
 
-function environHas(pid: number, needles: readonly Buffer[]): boolean {
-  let environ: Buffer;
+/** The most recently allocated pid (the last field of /proc/loadavg). */
+function newestPid(): number {
   try {
-    environ = readFileSync(`/proc/${pid}/environ`);
+    return Number(readFileSync("/proc/loadavg", "latin1").trim().split("/").pop()?.split(" ").pop());
   } catch {
-    return false; // gone, or not ours to read
+    return 0;
   }
-  return needles.some((needle) => environ.indexOf(needle) !== -1);
 }
 
-/**
- * Live processes whose environment holds `PLAYBOOK_ATTEMPT_ID=<prefix>` — every process an
- * attempt started, wherever it went. Matching a prefix lets a whole run be swept at once.
- */
-export function processesWithCookie(prefix: string): number[] {
-  const needles = [Buffer.from(`\0${ATTEMPT_ID_VAR}=${prefix}`), Buffer.from(`${ATTEMPT_ID_VAR}=${prefix}`)];
+/** One pass over /proc: the attempt's group members and every process carrying its cookie. */
+export function scanProcesses(query: ScanQuery): number[] {
+  const needle = Buffer.from(`${ATTEMPT_ID_VAR}=${query.cookiePrefix}`);
   const found: number[] = [];
+  const floor = query.minPid !== undefined && newestPid() >= query.minPid ? query.minPid : 0;
   for (const pid of listPids()) {
-    if (pid === process.pid) continue;
-    const entry = readStat(pid);
-    if (!entry || entry.state === "Z" || entry.state === "X") continue;
-    if (environHas(pid, needles)) found.push(pid);
+    if (pid < floor || pid === process.pid) continue;
+    const stat = readStat(pid);
+    if (!stat?.alive) continue;
+    if (query.pgid !== undefined && stat.pgrp === query.pgid) {
+      found.push(pid);
+      continue;
+    }
+    if (stat.pgrp === query.excludePgid) continue;
+    if (query.startedFrom !== undefined && stat.startTime < query.startedFrom) continue;
+    try {
+      if (readFileSync(`/proc/${pid}/environ`).indexOf(needle) !== -1) found.push(pid);
+    } catch {
+      // gone, or not ours to read
+    }
   }
   return found;
 }

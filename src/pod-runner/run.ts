@@ -13,7 +13,7 @@ import type { TaskSpec } from "../api/playbook.js";
 import type { TaskPhase } from "../api/reasons.js";
 import type { RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
 import { type AttemptDeadline, type AttemptResult, type AttemptStop, runAttempt } from "./attempt.js";
-import { processesWithCookie, sendSignal } from "./process-table.js";
+import { scanProcesses, sendSignal } from "./process-table.js";
 
 export interface RunnerTask {
   spec: TaskSpec;
@@ -37,6 +37,8 @@ export interface RunOptions {
   /** Prefix each output line with "[task] ". */
   prefixOutput?: boolean;
   cancelSignal?: AbortSignal;
+  /** aborted to skip what is left of a grace window */
+  hurrySignal?: AbortSignal;
   onEvent?: (event: RunEvent) => void;
   drainWindowMs?: number;
   tailBytes?: number;
@@ -67,7 +69,11 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     signal: null,
   }));
   let reason: RunnerReason = "Succeeded";
+  // Nothing started before the run's first task can be one of its processes.
+  let firstStart = Number.POSITIVE_INFINITY;
+  let firstPid: number | undefined;
 
+  let runClean = false;
   try {
     for (const [index, task] of options.tasks.entries()) {
       const limits = options.limits.tasks[index] as TaskLimits;
@@ -102,6 +108,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           env: { ...baseEnv, ...Object.fromEntries(task.env.map((v) => [v.name, v.value])) },
           cwd: task.workingDir ? resolve(task.workingDir) : undefined,
           attemptId,
+          runCookie: `${runId}.`,
+          runStartedFrom: firstStart,
+          runMinPid: firstPid,
           cancelFilePath: join(scratch, `${attemptId}.cancel`),
           deadline: attemptDeadline(attemptStart, limits, ceilingAt),
           stallMs: limits.stall.ms,
@@ -111,8 +120,11 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           prefix: options.prefixOutput === false ? "" : `[${task.name}] `,
           tailBytes: options.tailBytes ?? DEFAULT_TAIL_BYTES,
           cancelSignal: options.cancelSignal,
+          hurrySignal: options.hurrySignal,
           onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),
         });
+        if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);
+        if (result.pgid !== null) firstPid ??= result.pgid;
         const failedOrdinarily = result.kind === "exited" && result.exitCode !== 0;
         if (!failedOrdinarily || outcome.attempts > limits.retries) break;
         emit({
@@ -123,6 +135,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           exitCode: result.exitCode,
         });
       }
+      runClean = result.runClean === true;
       const settled = settleTask(outcome, result);
       emit({ type: "task-finished", index, outcome });
       if (settled === "Succeeded") continue;
@@ -135,7 +148,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       break;
     }
   } finally {
-    const killed = await sweepLeftovers(runId, options.limits.killGrace.ms);
+    const killed = runClean
+      ? 0
+      : await sweepLeftovers(runId, firstStart, firstPid, options.limits.killGrace.ms);
     if (killed > 0) emit({ type: "leftovers-killed", count: killed });
     rmSync(scratch, { recursive: true, force: true });
   }
@@ -192,8 +207,13 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
 /** Ends whatever the run's tasks left running: SIGTERM, the grace window, then SIGKILL. */
 // Found by the run's cookie only: the groups of earlier attempts may be empty by now and their
 // ids taken by unrelated processes, so a group id alone is not proof of ownership here.
-async function sweepLeftovers(runId: string, graceMs: number): Promise<number> {
-  const find = () => processesWithCookie(`${runId}.`);
+async function sweepLeftovers(
+  runId: string,
+  startedFrom: number,
+  minPid: number | undefined,
+  graceMs: number,
+): Promise<number> {
+  const find = () => scanProcesses({ cookiePrefix: `${runId}.`, startedFrom, minPid });
   const initial = find();
   if (initial.length === 0) return 0;
   for (const pid of initial) sendSignal(pid, "SIGTERM");

@@ -1,8 +1,11 @@
+import { existsSync } from "node:fs";
 import { mkdtemp, readFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import type { V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { decodeReport } from "../../src/api/report.js";
+import { repoRoot } from "../harness/binaries.js";
 import {
   clusterClients,
   createTestNamespace,
@@ -201,6 +204,40 @@ describe("the process node", () => {
 
     await waitForPodGone(core, namespace, "lost", 10_000);
     expect(processesWithMarker(tag)).toEqual([]);
+  });
+
+  it("runs the runner image's `playbook` command as this checkout's build and reports its report", async () => {
+    if (!existsSync(path.join(repoRoot(), "dist", "src", "cli", "main.js"))) {
+      throw new Error("dist/src/cli/main.js is missing: run `npm run build` (npm test does it in pretest)");
+    }
+    const plan = {
+      name: "nightly",
+      namespace,
+      runStartTime: new Date().toISOString(),
+      defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
+      spec: { tasks: [{ name: "greet", run: "echo hello" }] },
+    };
+    await core.createNamespacedPod({
+      namespace,
+      body: {
+        metadata: { name: "runner" },
+        spec: {
+          restartPolicy: "Never",
+          containers: [
+            {
+              name: "runner",
+              image: "ghcr.io/playbook-controller/playbook-controller:dev",
+              command: ["playbook", "pod-runner"],
+              env: [{ name: "PLAYBOOK_PLAN", value: JSON.stringify(plan) }],
+            },
+          ],
+        },
+      },
+    });
+    const pod = await waitForPod(core, namespace, "runner", "to finish", finished);
+    expect(pod.status?.phase).toBe("Succeeded");
+    const report = decodeReport(terminated(pod)?.message ?? "", 1);
+    expect(report).toMatchObject({ phase: "Succeeded", reason: "Succeeded" });
   });
 
   it("reports StartError when the command does not exist", async () => {

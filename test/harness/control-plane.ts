@@ -237,6 +237,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       `--root-ca-file=${certs.caFile}`,
       `--cluster-signing-cert-file=${certs.caFile}`,
       `--cluster-signing-key-file=${certs.caKeyFile}`,
+      // A new node is tainted not-ready until this controller's next pass sees it Ready.
+      "--node-monitor-period=1s",
       "--profiling=false",
     ]);
     const scheduler = await launch("kube-scheduler", "kube-scheduler", [

@@ -1,0 +1,153 @@
+// `npm run bench:runner`: the runner beside references measured in the same run, printed as
+// ratios (these machines are shared and noisy; absolute numbers mean little).
+//   (a) kill latency: deadline -> runner returned with the whole tree dead, vs GNU `timeout -s KILL`
+//   (b) per-task overhead over 1000 trivial tasks, vs a bare `sh -c true` spawn
+//   (c) stdout throughput of a task printing 1 GiB through the runner, vs a raw pipe read by Node
+import { spawn } from "node:child_process";
+import { performance } from "node:perf_hooks";
+import { Writable } from "node:stream";
+import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
+import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
+import { runPlaybook } from "../../src/pod-runner/run.js";
+
+const args = new Map(process.argv.slice(2).map((a) => a.replace(/^--/, "").split("=") as [string, string]));
+const quick = args.has("quick");
+const KILL_ROUNDS = Number(args.get("kill-rounds") ?? (quick ? 5 : 20));
+const TASKS = Number(args.get("tasks") ?? (quick ? 200 : 1000));
+const BYTES = Number(args.get("bytes") ?? (quick ? 128 : 1024)) * 1024 * 1024;
+const DEADLINE_MS = 300;
+
+function discard(): Writable & { bytes: number } {
+  const sink = new Writable({
+    highWaterMark: 1 << 16,
+    write(chunk: Buffer, _e, callback) {
+      sink.bytes += chunk.length;
+      callback();
+    },
+  }) as Writable & { bytes: number };
+  sink.bytes = 0;
+  return sink;
+}
+
+async function runTasks(spec: object): Promise<number> {
+  const parsed: PlaybookSpec = PlaybookSpecSchema.parse(spec);
+  const started = performance.now();
+  await runPlaybook({ tasks: parsed.tasks, limits: resolveLimits(parsed, LOCAL_DEFAULTS), sink: discard() });
+  return performance.now() - started;
+}
+
+function percentile(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] as number;
+}
+
+function tree(size: number): string {
+  // `size` processes that each hold the output pipe, plus the shell that started them.
+  return `i=1; while [ $i -lt ${size} ]; do sleep 60 & i=$((i+1)); done; echo ready; sleep 60`;
+}
+
+function timeGnuTimeout(size: number): Promise<number> {
+  return new Promise((resolve) => {
+    const started = performance.now();
+    const child = spawn("timeout", ["-s", "KILL", `${DEADLINE_MS / 1000}`, "sh", "-c", tree(size)], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    child.stdout.resume();
+    child.stderr.resume();
+    // "close" comes once every holder of the pipes is gone: the whole tree is dead.
+    child.on("close", () => resolve(performance.now() - started - DEADLINE_MS));
+  });
+}
+
+async function timeRunner(size: number): Promise<number> {
+  const elapsed = await runTasks({
+    killGrace: "0s",
+    tasks: [{ name: "tree", timeout: `${DEADLINE_MS}ms`, run: tree(size) }],
+  });
+  return elapsed - DEADLINE_MS;
+}
+
+function spawnBare(): Promise<void> {
+  return new Promise((resolve) => {
+    const child = spawn("sh", ["-c", "true"], { stdio: ["ignore", "pipe", "pipe"] });
+    child.stdout.resume();
+    child.stderr.resume();
+    child.on("close", () => resolve());
+  });
+}
+
+function rawPipe(bytes: number, command: string): Promise<number> {
+  return new Promise((resolve) => {
+    const started = performance.now();
+    const child = spawn("sh", ["-c", command], { stdio: ["ignore", "pipe", "inherit"] });
+    let seen = 0;
+    child.stdout.on("data", (chunk: Buffer) => {
+      seen += chunk.length;
+    });
+    child.on("close", () => {
+      if (seen < bytes) throw new Error(`raw pipe saw ${seen} bytes`);
+      resolve(performance.now() - started);
+    });
+  });
+}
+
+const fmt = (ms: number) => `${ms.toFixed(1)} ms`;
+const results: string[] = [];
+const report = (line: string) => {
+  results.push(line);
+  console.log(line);
+};
+
+console.log(
+  `runner benchmark: kill rounds ${KILL_ROUNDS}, tasks ${TASKS}, output ${BYTES / 1024 / 1024} MiB`,
+);
+
+// (a) kill latency, interleaved so both see the same machine load.
+for (const size of [1, 10, 100]) {
+  const gnu: number[] = [];
+  const ours: number[] = [];
+  for (let round = 0; round < KILL_ROUNDS; round++) {
+    gnu.push(await timeGnuTimeout(size));
+    ours.push(await timeRunner(size));
+  }
+  const ratio = percentile(ours, 99) / percentile(gnu, 99);
+  report(
+    `(a) kill latency, tree of ${String(size).padStart(3)}: runner p50 ${fmt(percentile(ours, 50))} p99 ${fmt(percentile(ours, 99))}; ` +
+      `timeout -s KILL p50 ${fmt(percentile(gnu, 50))} p99 ${fmt(percentile(gnu, 99))}; p99 ratio ${ratio.toFixed(2)}x (target <= 1.2x)`,
+  );
+}
+
+// (b) per-task overhead, in interleaved rounds so both see the same machine load.
+{
+  const rounds = 5;
+  const perRound = Math.max(1, Math.floor(TASKS / rounds));
+  const tasks = Array.from({ length: perRound }, (_, i) => ({ name: `t${i}`, run: "true" }));
+  await runTasks({ tasks: tasks.slice(0, 20) }); // warm up
+  let bareMs = 0;
+  let oursMs = 0;
+  for (let round = 0; round < rounds; round++) {
+    const bareStart = performance.now();
+    for (let i = 0; i < perRound; i++) await spawnBare();
+    bareMs += performance.now() - bareStart;
+    oursMs += await runTasks({ tasks });
+  }
+  const bare = bareMs / (rounds * perRound);
+  const ours = oursMs / (rounds * perRound);
+  report(
+    `(b) per task over ${rounds * perRound} trivial tasks: runner ${fmt(ours)}, bare sh -c spawn ${fmt(bare)}; ` +
+      `ratio ${(ours / bare).toFixed(2)}x (target <= 1.25x)`,
+  );
+}
+
+// (c) throughput, for output without newlines and for 100-byte lines.
+for (const [label, command] of [
+  ["no newlines", `head -c ${BYTES} /dev/zero`],
+  ["100-byte lines", `yes '${"x".repeat(99)}' | head -c ${BYTES}`],
+] as const) {
+  const raw = await rawPipe(BYTES, command);
+  const ours = await runTasks({ tasks: [{ name: "flood", run: command }] });
+  const mibps = (ms: number) => `${(BYTES / 1024 / 1024 / (ms / 1000)).toFixed(0)} MiB/s`;
+  report(
+    `(c) throughput, ${label}: runner ${mibps(ours)}, raw pipe ${mibps(raw)}; ratio ${(raw / ours).toFixed(2)} of raw (target >= 0.70)`,
+  );
+}

@@ -1,0 +1,79 @@
+import { execFile } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { promisify } from "node:util";
+import { afterAll, describe, expect, it } from "vitest";
+import { repoRoot } from "../harness/binaries.js";
+import { marker, processesWithMarker } from "../harness/cluster-test.js";
+import { type ClusterState, readClusterState } from "../harness/control-plane.js";
+import { isListening, isRunning } from "../harness/processes.js";
+
+const run = promisify(execFile);
+
+describe("npm run cluster:up and cluster:down", () => {
+  let stateDir: string | undefined;
+  afterAll(async () => {
+    if (!stateDir) return;
+    await run("npm", ["run", "--silent", "cluster:down"], {
+      cwd: repoRoot(),
+      env: { ...process.env, CLUSTER_STATE_DIR: stateDir },
+    }).catch(() => {});
+    await rm(stateDir, { recursive: true, force: true });
+  });
+
+  it("serve kubectl end to end, then leave no etcd, apiserver or node process and no listening port", async () => {
+    stateDir = await mkdtemp(path.join(os.tmpdir(), "playbook-cluster-up-"));
+    const env = { ...process.env, CLUSTER_STATE_DIR: stateDir };
+    const up = await run("npm", ["run", "--silent", "cluster:up"], { cwd: repoRoot(), env });
+    const kubeconfig = path.join(stateDir, "kubeconfig");
+    expect(up.stdout).toBe(`export KUBECONFIG=${kubeconfig}\n`);
+
+    const state = (await readClusterState(stateDir)) as ClusterState;
+    expect(state.processes.map((p) => p.name)).toEqual(
+      expect.arrayContaining([
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "process-node",
+      ]),
+    );
+    const kubectl = (...args: string[]) =>
+      run(path.join(state.binDir, "kubectl"), args, { env: { ...process.env, KUBECONFIG: kubeconfig } });
+    await kubectl(
+      "run",
+      "hello",
+      "--image=busybox",
+      "--restart=Never",
+      "--command",
+      "--",
+      "sh",
+      "-c",
+      "exit 0",
+    );
+    await kubectl("wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/hello", "--timeout=60s");
+    const tag = marker();
+    await kubectl(
+      "run",
+      "sleeper",
+      "--image=busybox",
+      "--restart=Never",
+      "--command",
+      "--",
+      "sh",
+      "-c",
+      "sleep 300",
+      tag,
+    );
+    await kubectl("wait", "--for=condition=Ready", "pod/sleeper", "--timeout=60s");
+
+    await run("npm", ["run", "--silent", "cluster:down"], { cwd: repoRoot(), env });
+
+    for (const recorded of state.processes) expect(isRunning(recorded), recorded.name).toBe(false);
+    for (const [name, port] of Object.entries(state.ports)) expect(await isListening(port), name).toBe(false);
+    // Every control-plane process and the node name the state folder in their arguments.
+    expect(processesWithMarker(stateDir)).toEqual([]);
+    expect(processesWithMarker(tag)).toEqual([]);
+  });
+});

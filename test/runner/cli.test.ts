@@ -1,0 +1,305 @@
+// `playbook run` and `playbook validate` as a user meets them: the built CLI in a real process.
+import { type ChildProcess, spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { stringify } from "yaml";
+import { decodeReport } from "../../src/api/report.js";
+import { checkNothingLeftBehind, MARKER_VAR } from "../support/runner.js";
+
+const CLI = join(import.meta.dirname, "../../dist/src/cli/main.js");
+
+const currentMarker = checkNothingLeftBehind();
+
+interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function startCli(args: string[], onSpawn?: (child: ChildProcess) => void): Promise<CliResult> {
+  const child = spawn(process.execPath, [CLI, ...args], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, [MARKER_VAR]: currentMarker() },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  onSpawn?.(child);
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (c: Buffer) => {
+    stdout += c.toString();
+  });
+  child.stderr.on("data", (c: Buffer) => {
+    stderr += c.toString();
+  });
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
+
+function manifest(spec: object, name = "cli-test"): string {
+  const dir = mkdtempSync(join(tmpdir(), "cli-"));
+  const file = join(dir, "playbook.yaml");
+  writeFileSync(
+    file,
+    stringify({ apiVersion: "playbook.dev/v1alpha1", kind: "Playbook", metadata: { name }, spec }),
+  );
+  return file;
+}
+
+describe("playbook run", () => {
+  it("refuses a task timeout above the ceiling with exit 2, naming the field, and runs nothing", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const witness = join(dir, "ran");
+    const file = manifest({
+      ceiling: "30m",
+      tasks: [
+        { name: "first", run: `touch ${witness}` },
+        { name: "long", run: "true", timeout: "2h" },
+      ],
+    });
+    const result = await startCli(["run", "-f", file]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain("spec.tasks[1].timeout: 2h is longer than spec.ceiling 30m");
+    expect(existsSync(witness)).toBe(false);
+  });
+
+  it.each([
+    ["unparseable YAML", "spec: [", /line 1, column \d+: YAML/],
+    ["a missing file", null, /cannot read: ENOENT/],
+  ])("exits 2 on %s", async (_name, content, message) => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const file = join(dir, "pb.yaml");
+    if (content !== null) writeFileSync(file, content);
+    const result = await startCli(["run", "-f", file]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(message);
+  });
+
+  it("exits 2 on an unknown output format, naming the flag", async () => {
+    const result = await startCli([
+      "run",
+      "-f",
+      manifest({ tasks: [{ name: "a", run: "true" }] }),
+      "-o",
+      "xml",
+    ]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain("xml");
+    expect(result.stderr).toContain("--output");
+  });
+
+  it("prints only the Playbook with its status on stdout with -o json; task output goes to stderr", async () => {
+    const file = manifest({
+      tasks: [
+        { name: "hello", run: "echo hi from the task" },
+        { name: "bye", run: "exit 3" },
+      ],
+    });
+    const result = await startCli(["run", "-f", file, "-o", "json"]);
+    expect(result.code).toBe(1);
+    const object = JSON.parse(result.stdout);
+    expect(object.kind).toBe("Playbook");
+    expect(object.status.phase).toBe("Failed");
+    expect(object.status.tasks.map((t: { phase: string }) => t.phase)).toEqual(["Succeeded", "Failed"]);
+    expect(object.status.conditions).toEqual([
+      expect.objectContaining({
+        type: "Succeeded",
+        status: "False",
+        reason: "TaskFailed",
+        message: "task bye exited with code 3",
+      }),
+    ]);
+    expect(object.status.limits.ceiling).toEqual({ value: "1h", source: "default" });
+    expect(result.stderr).toContain("[hello] hi from the task");
+  });
+
+  it("on SIGINT cancels the live task, leaves nothing behind, still reports and exits 130", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const report = join(dir, "report.json");
+    const file = manifest({
+      killGrace: "3s",
+      tasks: [
+        { name: "long", run: "echo working; (trap '' TERM INT; sleep 60) & sleep 60" },
+        { name: "never", run: "echo never" },
+      ],
+    });
+    const result = await startCli(["run", "-f", file, "--report", report], (child) => {
+      child.stdout?.once("data", () => child.kill("SIGINT"));
+    });
+    expect(result.code).toBe(130);
+    expect(result.stdout).not.toContain("never");
+    const parsed = decodeReport(readFileSync(report, "utf8"), 2);
+    expect(parsed).toMatchObject({ phase: "Cancelled", reason: "Cancelled" });
+    expect(parsed.tasks.map((t) => t.p)).toEqual(["Cancelled", "Skipped"]);
+    expect(parsed.tasks[0]?.e).toBe("Killed");
+  });
+
+  it("kills at once on a second SIGINT instead of waiting out the grace", async () => {
+    const file = manifest({
+      killGrace: "60s",
+      tasks: [{ name: "stubborn", run: "trap '' TERM; echo working; while :; do sleep 0.1; done" }],
+    });
+    const started = performance.now();
+    const result = await startCli(["run", "-f", file, "-o", "json"], (child) => {
+      child.stderr?.on("data", (chunk: Buffer) => {
+        if (chunk.toString().includes("[stubborn] working")) child.kill("SIGINT");
+        if (chunk.toString().includes("cancelling the run")) setTimeout(() => child.kill("SIGINT"), 200);
+      });
+    });
+    expect(result.code).toBe(130);
+    expect(performance.now() - started).toBeLessThan(20_000);
+    expect(result.stderr).toContain("killing without waiting for the grace");
+    const task = JSON.parse(result.stdout).status.tasks[0];
+    expect(task).toMatchObject({ phase: "Cancelled", ending: "Killed" });
+  });
+
+  it("still ends with the run's exit code when the report cannot be written, and says why", async () => {
+    const file = manifest({ tasks: [{ name: "ok", run: "true" }] });
+    const result = await startCli(["run", "-f", file, "--report", "/nonexistent/dir/report.json"]);
+    expect(result.code).toBe(0);
+    expect(result.stderr).toContain("could not write the report to /nonexistent/dir/report.json: ENOENT");
+  });
+
+  it("writes a report under 4096 bytes for 200 tasks", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const report = join(dir, "report.json");
+    const tasks = Array.from({ length: 200 }, (_, i) => ({
+      name: `step-${i}`,
+      run: i === 199 ? "echo boom >&2; exit 1" : "true",
+    }));
+    const result = await startCli(["run", "-f", manifest({ tasks }), "--report", report, "-o", "json"]);
+    expect(result.code).toBe(1);
+    expect(statSync(report).size).toBeLessThanOrEqual(4096);
+    const status = JSON.parse(result.stdout).status;
+    expect(status.tasks).toHaveLength(200);
+    expect(status.tasks[199]).toMatchObject({
+      name: "step-199",
+      phase: "Failed",
+      exitCode: 1,
+      message: "exited with code 1: boom",
+    });
+  });
+
+  it("keeps its memory bounded while a task prints 500 MB", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const peak = join(dir, "peak");
+    // The task reads its parent's (the runner's) peak resident set once the output has passed.
+    const file = manifest({
+      tasks: [
+        {
+          name: "flood",
+          run: `head -c 500000000 /dev/zero | tr '\\0' 'y'; grep VmHWM /proc/$PPID/status > ${peak}`,
+        },
+      ],
+    });
+    const child = spawn(process.execPath, [CLI, "run", "-f", file], {
+      env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker() },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    const code = await new Promise((resolve) => child.on("close", resolve));
+    expect(code).toBe(0);
+    const kib = Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync(peak, "utf8"))?.[1]);
+    expect(kib).toBeGreaterThan(0);
+    expect(kib / 1024).toBeLessThan(200);
+  });
+});
+
+describe("playbook pod-runner", () => {
+  it("runs the plan from $PLAYBOOK_PLAN, counts the ceiling from the run's start, and writes the report", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "pod-"));
+    const log = join(dir, "termination-log");
+    const plan = {
+      name: "nightly",
+      namespace: "team-a",
+      // The first pod was lost 1.5s into a 3s ceiling; this pod has what is left.
+      runStartTime: new Date(Date.now() - 1500).toISOString(),
+      defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
+      spec: { ceiling: "3s", killGrace: "0s", tasks: [{ name: "soak", run: "echo soaking; sleep 30" }] },
+    };
+    const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
+      env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker(), PLAYBOOK_PLAN: JSON.stringify(plan) },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      stdout += chunk.toString();
+    });
+    const started = performance.now();
+    const code = await new Promise((resolve) => child.on("close", resolve));
+    expect(code).toBe(1);
+    expect(performance.now() - started).toBeLessThan(2900);
+    expect(stdout).toContain("[soak] soaking");
+    const report = decodeReport(readFileSync(log, "utf8"), 1);
+    expect(report).toMatchObject({ phase: "Failed", reason: "RunCeiling" });
+    expect(report.tasks[0]).toMatchObject({ p: "TimedOut", l: "RunCeiling", e: "Killed" });
+  });
+
+  it("on SIGTERM (pod deletion) cancels, reports Cancelled and exits 130", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "pod-"));
+    const log = join(dir, "termination-log");
+    const plan = {
+      name: "nightly",
+      runStartTime: new Date().toISOString(),
+      defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
+      spec: {
+        killGrace: "2s",
+        tasks: [{ name: "work", run: "trap 'exit 0' TERM; echo up; sleep 30 & wait" }],
+      },
+    };
+    const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
+      env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker(), PLAYBOOK_PLAN: JSON.stringify(plan) },
+      stdio: ["ignore", "pipe", "ignore"],
+    });
+    child.stdout.once("data", () => child.kill("SIGTERM"));
+    const code = await new Promise((resolve) => child.on("close", resolve));
+    expect(code).toBe(130);
+    const report = decodeReport(readFileSync(log, "utf8"), 1);
+    expect(report).toMatchObject({ phase: "Cancelled", reason: "Cancelled" });
+    expect(report.tasks[0]).toMatchObject({ p: "Cancelled", e: "Exited" });
+  });
+
+  it("refuses a plan that is not valid, naming the field, with exit 2", async () => {
+    const result = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", "/dev/null"], {
+        env: { PATH: process.env.PATH, PLAYBOOK_PLAN: JSON.stringify({ name: "x", spec: { tasks: [] } }) },
+        stdio: ["ignore", "ignore", "pipe"],
+      });
+      let stderr = "";
+      child.stderr.on("data", (chunk: Buffer) => {
+        stderr += chunk.toString();
+      });
+      child.on("close", (code) => resolve({ code, stderr }));
+    });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain("runStartTime");
+  });
+});
+
+describe("playbook validate, --help and --version", () => {
+  it("shows each effective limit with its source", async () => {
+    const file = manifest({
+      ceiling: "30m",
+      tasks: [
+        { name: "build", run: "make", timeout: "10m", stall: "2m" },
+        { name: "test", run: "make test" },
+      ],
+    });
+    const result = await startCli(["validate", "-f", file]);
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain("ceiling 30m (spec), stall 10m (default), killGrace 10s (default)");
+    expect(result.stdout).toContain("task build: timeout 10m (task), stall 2m (task)");
+    expect(result.stdout).toContain("task test: no timeout of its own, stall 10m (default)");
+  });
+
+  it.each([["run"], ["validate"], ["pod-runner"]])("prints help for %s", async (command) => {
+    const result = await startCli([command, "--help"]);
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain(`Usage: playbook ${command}`);
+  });
+
+  it("prints its version", async () => {
+    const result = await startCli(["--version"]);
+    expect(result.code).toBe(0);
+    const pkg = JSON.parse(readFileSync(join(import.meta.dirname, "../../package.json"), "utf8"));
+    expect(result.stdout.trim()).toBe(pkg.version);
+  });
+});

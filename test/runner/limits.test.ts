@@ -1,0 +1,225 @@
+// Each limit fires for the reason it names, and the outcome is decided by who fired it.
+import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { checkNothingLeftBehind, runSpec } from "../support/runner.js";
+
+const currentMarker = checkNothingLeftBehind();
+
+describe("task limits", () => {
+  it("settles a task that traps SIGTERM and exits 0 after its deadline as TimedOut", async () => {
+    const run = await runSpec(
+      {
+        killGrace: "2s",
+        tasks: [
+          { name: "stubborn", timeout: "500ms", run: "trap 'echo caught; exit 0' TERM; sleep 30 & wait" },
+        ],
+      },
+      { marker: currentMarker() },
+    );
+    const task = run.outcome.tasks[0];
+    expect(task).toMatchObject({ phase: "TimedOut", limit: "TaskTimeout", ending: "Exited", exitCode: 0 });
+    expect(run.outcome.reason).toBe("TaskTimeout");
+    expect(run.output).toContain("[stubborn] caught");
+  });
+
+  it("ends a silent task on its stall limit and a chatty runaway on its timeout", async () => {
+    const silent = await runSpec(
+      {
+        killGrace: "0s",
+        tasks: [{ name: "silent", timeout: "20s", stall: "600ms", run: "echo start; sleep 30" }],
+      },
+      { marker: currentMarker() },
+    );
+    expect(silent.outcome.tasks[0]).toMatchObject({
+      phase: "TimedOut",
+      limit: "StallLimit",
+      ending: "Killed",
+    });
+    expect(silent.outcome.reason).toBe("StallLimit");
+    expect(silent.elapsedMs).toBeLessThan(10_000);
+
+    const chatty = await runSpec(
+      {
+        killGrace: "0s",
+        tasks: [
+          {
+            name: "chatty",
+            timeout: "1500ms",
+            stall: "600ms",
+            run: "while :; do echo tick; sleep 0.05; done",
+          },
+        ],
+      },
+      { marker: currentMarker() },
+    );
+    expect(chatty.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "TaskTimeout" });
+    expect(chatty.output.split("\n").filter((line) => line === "[chatty] tick").length).toBeGreaterThan(5);
+  });
+
+  it("stops the run at its ceiling and skips the remaining tasks", async () => {
+    const run = await runSpec(
+      {
+        ceiling: "1s",
+        killGrace: "0s",
+        tasks: [
+          { name: "quick", run: "true" },
+          { name: "endless", run: "sleep 30" },
+          { name: "later", run: "echo never" },
+          { name: "last", run: "echo never" },
+        ],
+      },
+      { marker: currentMarker() },
+    );
+    expect(run.outcome.reason).toBe("RunCeiling");
+    expect(run.outcome.tasks.map((t) => t.phase)).toEqual(["Succeeded", "TimedOut", "Skipped", "Skipped"]);
+    expect(run.outcome.tasks[1]?.limit).toBe("RunCeiling");
+    expect(run.output).not.toContain("never");
+  });
+
+  it("counts the ceiling from the run's start, not from this runner's start", async () => {
+    // As when the controller re-creates a lost pod: 1.5s of a 2s ceiling are already spent.
+    const run = await runSpec(
+      { ceiling: "2s", killGrace: "0s", tasks: [{ name: "endless", run: "sleep 30" }] },
+      { marker: currentMarker(), runStart: new Date(Date.now() - 1500) },
+    );
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "RunCeiling" });
+    expect(run.elapsedMs).toBeLessThan(1500);
+  });
+
+  it("names the task timeout when it is earlier than the ceiling, and the ceiling otherwise", async () => {
+    const run = await runSpec(
+      { ceiling: "800ms", killGrace: "0s", tasks: [{ name: "t", timeout: "700ms", run: "sleep 30" }] },
+      { marker: currentMarker() },
+    );
+    expect(run.outcome.tasks[0]?.limit).toBe("TaskTimeout");
+  });
+
+  it("retries after a non-zero exit and never after a timeout", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "retries-"));
+    const counter = join(dir, "count");
+    const failing = await runSpec(
+      {
+        tasks: [
+          { name: "flaky", retries: 2, run: `echo x >> ${counter}; echo "attempt failed" >&2; exit 1` },
+        ],
+      },
+      { marker: currentMarker() },
+    );
+    expect(failing.outcome.tasks[0]).toMatchObject({
+      phase: "Failed",
+      attempts: 3,
+      exitCode: 1,
+      detail: "attempt failed",
+    });
+    expect(readFileSync(counter, "utf8").trim().split("\n")).toHaveLength(3);
+    expect(failing.outcome.reason).toBe("TaskFailed");
+
+    const second = join(dir, "second");
+    const recovers = await runSpec(
+      {
+        tasks: [
+          {
+            name: "recovers",
+            retries: 3,
+            run: `if [ -e ${second} ]; then exit 0; fi; touch ${second}; exit 1`,
+          },
+        ],
+      },
+      { marker: currentMarker() },
+    );
+    expect(recovers.outcome.tasks[0]).toMatchObject({ phase: "Succeeded", attempts: 2 });
+    expect(recovers.outcome.reason).toBe("Succeeded");
+
+    const timed = join(dir, "timed");
+    const timedOut = await runSpec(
+      {
+        killGrace: "0s",
+        tasks: [{ name: "slow", retries: 3, timeout: "300ms", run: `echo x >> ${timed}; sleep 30` }],
+      },
+      { marker: currentMarker() },
+    );
+    expect(timedOut.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", attempts: 1 });
+    expect(readFileSync(timed, "utf8").trim().split("\n")).toHaveLength(1);
+  });
+
+  it("fails a task whose working directory does not exist, naming it", async () => {
+    const run = await runSpec(
+      { tasks: [{ name: "lost", workingDir: "/nonexistent/dir", run: "true" }] },
+      { marker: currentMarker() },
+    );
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "Failed" });
+    expect(run.outcome.tasks[0]?.detail).toContain("/nonexistent/dir");
+  });
+});
+
+describe("the cancel file", () => {
+  it("lets a task that honours it stop by itself within the grace (Exited)", async () => {
+    const run = await runSpec(
+      {
+        killGrace: "10s",
+        tasks: [
+          {
+            name: "polite",
+            timeout: "500ms",
+            run: `trap '' TERM; while [ ! -e "$PLAYBOOK_CANCEL_FILE" ]; do sleep 0.05; done; echo "saw $(cat "$PLAYBOOK_CANCEL_FILE")"`,
+          },
+        ],
+      },
+      { marker: currentMarker() },
+    );
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "TaskTimeout", ending: "Exited" });
+    expect(run.output).toMatch(/\[polite\] saw TaskTimeout/);
+    expect(run.elapsedMs).toBeLessThan(5000);
+  });
+
+  it("kills a task that ignores both the file and SIGTERM when the grace ends (Killed)", async () => {
+    const run = await runSpec(
+      {
+        killGrace: "700ms",
+        tasks: [{ name: "deaf", timeout: "300ms", run: "trap '' TERM; while :; do sleep 0.05; done" }],
+      },
+      { marker: currentMarker() },
+    );
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", ending: "Killed", signal: "SIGKILL" });
+    expect(run.elapsedMs).toBeGreaterThanOrEqual(950);
+  });
+
+  it("does not write through a symlink planted at the cancel-file path", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "symlink-"));
+    const target = join(dir, "precious");
+    const run = await runSpec(
+      {
+        killGrace: "300ms",
+        tasks: [
+          { name: "planter", timeout: "500ms", run: `ln -s ${target} "$PLAYBOOK_CANCEL_FILE"; sleep 30` },
+        ],
+      },
+      { marker: currentMarker() },
+    );
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "TaskTimeout" });
+    expect(existsSync(target)).toBe(false);
+    const stopping = run.events.find((e) => e.type === "task-stopping");
+    expect(stopping?.type === "task-stopping" && stopping.stop.warning).toContain("not written");
+  });
+
+  it("cancels the live task when the run is cancelled, skipping the rest", async () => {
+    const cancel = new AbortController();
+    setTimeout(() => cancel.abort(), 400);
+    const run = await runSpec(
+      {
+        killGrace: "2s",
+        tasks: [
+          { name: "working", run: `trap 'echo stopping; exit 3' TERM; sleep 30 & wait` },
+          { name: "next", run: "echo never" },
+        ],
+      },
+      { marker: currentMarker(), cancelSignal: cancel.signal },
+    );
+    expect(run.outcome.reason).toBe("Cancelled");
+    expect(run.outcome.phase).toBe("Cancelled");
+    expect(run.outcome.tasks.map((t) => t.phase)).toEqual(["Cancelled", "Skipped"]);
+    expect(run.outcome.tasks[0]?.ending).toBe("Exited");
+  });
+});

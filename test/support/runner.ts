@@ -1,0 +1,87 @@
+// Shared by the runner suites: build a run from a few task lines, capture its output, and check
+// that nothing a test started is still alive afterwards (every task carries the test's marker).
+import { randomUUID } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
+import { PassThrough } from "node:stream";
+import { afterEach, expect } from "vitest";
+import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
+import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
+import type { RunOutcome } from "../../src/api/report.js";
+import { type RunEvent, runPlaybook } from "../../src/pod-runner/run.js";
+
+export const MARKER_VAR = "RUNNER_TEST_MARKER";
+
+/** Processes whose environment carries `NAME=value`. */
+export function processesWithEnv(name: string, value: string): number[] {
+  const needle = Buffer.from(`${name}=${value}\0`);
+  const found: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "latin1");
+      if (stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z")) continue;
+      if (readFileSync(`/proc/${entry}/environ`).indexOf(needle) !== -1) found.push(Number(entry));
+    } catch {
+      // gone already
+    }
+  }
+  return found;
+}
+
+export interface TestRun {
+  outcome: RunOutcome;
+  output: string;
+  outputBytes: Buffer;
+  events: RunEvent[];
+  elapsedMs: number;
+}
+
+export function newMarker(): string {
+  return randomUUID();
+}
+
+/**
+ * A fresh marker for each test, and after each test the check that no process carrying it is
+ * still alive. Returns a getter for the current test's marker.
+ */
+export function checkNothingLeftBehind(): () => string {
+  let marker = newMarker();
+  afterEach(() => {
+    const left = processesWithEnv(MARKER_VAR, marker);
+    marker = newMarker();
+    expect(left, "processes of this test still alive").toEqual([]);
+  });
+  return () => marker;
+}
+
+export async function runSpec(
+  spec: unknown,
+  options: {
+    marker: string;
+    defaults?: LimitDefaults;
+    prefixOutput?: boolean;
+    cancelSignal?: AbortSignal;
+    runStart?: Date;
+  },
+): Promise<TestRun> {
+  const parsed: PlaybookSpec = PlaybookSpecSchema.parse(spec);
+  const limits = resolveLimits(parsed, options.defaults ?? LOCAL_DEFAULTS);
+  const sink = new PassThrough();
+  const chunks: Buffer[] = [];
+  sink.on("data", (chunk: Buffer) => chunks.push(chunk));
+  const events: RunEvent[] = [];
+  const started = performance.now();
+  const outcome = await runPlaybook({
+    tasks: parsed.tasks,
+    limits,
+    sink,
+    prefixOutput: options.prefixOutput,
+    cancelSignal: options.cancelSignal,
+    runStart: options.runStart,
+    onEvent: (event) => events.push(event),
+    baseEnv: { PATH: process.env.PATH, [MARKER_VAR]: options.marker },
+  });
+  const elapsedMs = performance.now() - started;
+  const outputBytes = Buffer.concat(chunks);
+  return { outcome, output: outputBytes.toString("utf8"), outputBytes, events, elapsedMs };
+}

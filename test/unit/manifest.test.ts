@@ -1,0 +1,103 @@
+import { describe, expect, it } from "vitest";
+import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
+import { InvalidPlaybookError, parsePlaybookManifest } from "../../src/api/manifest.js";
+
+const header = "apiVersion: playbook.dev/v1alpha1\nkind: Playbook\nmetadata:\n  name: demo\n";
+
+function problemsOf(yaml: string): string[] {
+  try {
+    parsePlaybookManifest(yaml, LOCAL_DEFAULTS, "demo.yaml");
+  } catch (error) {
+    if (error instanceof InvalidPlaybookError) return error.problems.map((p) => `${p.path}: ${p.message}`);
+    throw error;
+  }
+  return [];
+}
+
+describe("reading a Playbook manifest", () => {
+  it.each([
+    [
+      "a task timeout longer than the ceiling",
+      "spec:\n  ceiling: 30m\n  tasks:\n    - {name: a, run: 'true'}\n    - {name: b, run: 'true', timeout: 2h}\n",
+      "spec.tasks[1].timeout: 2h is longer than spec.ceiling 30m",
+    ],
+    [
+      "a task timeout longer than the default ceiling",
+      "spec:\n  tasks:\n    - {name: a, run: 'true', timeout: 2h}\n",
+      "spec.tasks[0].timeout: 2h is longer than the default ceiling 1h",
+    ],
+    [
+      "an unknown field",
+      "spec:\n  tasks:\n    - {name: a, run: 'true', timout: 5m}\n",
+      "spec.tasks[0].timout: unknown field",
+    ],
+    [
+      "a malformed duration",
+      "spec:\n  stall: 1x\n  tasks:\n    - {name: a, run: 'true'}\n",
+      'spec.stall: "1x" is not a duration',
+    ],
+    [
+      "a negative duration",
+      "spec:\n  killGrace: -1s\n  tasks:\n    - {name: a, run: 'true'}\n",
+      'spec.killGrace: "-1s" must not be negative',
+    ],
+    [
+      "duplicate task names",
+      "spec:\n  tasks:\n    - {name: a, run: 'true'}\n    - {name: a, run: 'false'}\n",
+      'spec.tasks[1].name: "a" is already used by spec.tasks[0]',
+    ],
+    [
+      "a task name that is not a DNS label",
+      "spec:\n  tasks:\n    - {name: Build_1, run: 'true'}\n",
+      'spec.tasks[0].name: "Build_1"',
+    ],
+    ["no tasks", "spec:\n  tasks: []\n", "spec.tasks: must list at least one task"],
+    ["a missing run", "spec:\n  tasks:\n    - {name: a}\n", "spec.tasks[0].run: is required"],
+    [
+      "a ceiling above the maximum",
+      "spec:\n  ceiling: 48h\n  tasks:\n    - {name: a, run: 'true'}\n",
+      "spec.ceiling: 48h is longer than the maximum ceiling 24h",
+    ],
+    [
+      "a reserved environment variable",
+      "spec:\n  tasks:\n    - {name: a, run: 'true', env: [{name: PLAYBOOK_CANCEL_FILE, value: x}]}\n",
+      "spec.tasks[0].env[0].name",
+    ],
+    [
+      "retries that are not a number",
+      "spec:\n  tasks:\n    - {name: a, run: 'true', retries: many}\n",
+      "spec.tasks[0].retries",
+    ],
+  ])("refuses %s, naming the field and value", (_name, spec, expected) => {
+    const problems = problemsOf(header + spec);
+    expect(problems.join("\n")).toContain(expected);
+  });
+
+  it("refuses YAML that does not parse, naming the line", () => {
+    expect(problemsOf(`${header}spec:\n  tasks: [\n`).join("\n")).toMatch(/line \d+, column \d+: YAML/);
+  });
+
+  it("refuses a file with the wrong kind", () => {
+    expect(
+      problemsOf(
+        `${header.replace("kind: Playbook", "kind: Job")}spec:\n  tasks:\n    - {name: a, run: 'true'}\n`,
+      ),
+    ).toEqual(['kind: "Job" must be Playbook']);
+  });
+
+  it("resolves each effective limit with the level it came from", () => {
+    const playbook = parsePlaybookManifest(
+      `${header}spec:\n  ceiling: 30m\n  tasks:\n    - {name: a, run: 'true', timeout: 10m, stall: 2m}\n    - {name: b, run: 'true'}\n`,
+      LOCAL_DEFAULTS,
+    );
+    const limits = resolveLimits(playbook.spec, LOCAL_DEFAULTS);
+    expect(limits.ceiling).toMatchObject({ ms: 1_800_000, source: "spec" });
+    expect(limits.stall).toMatchObject({ ms: 600_000, source: "default" });
+    expect(limits.killGrace).toMatchObject({ ms: 10_000, source: "default" });
+    expect(limits.tasks[0]).toMatchObject({
+      timeout: { ms: 600_000, source: "task" },
+      stall: { ms: 120_000, source: "task" },
+    });
+    expect(limits.tasks[1]).toMatchObject({ timeout: null, stall: { source: "default" } });
+  });
+});

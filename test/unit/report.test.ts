@@ -1,0 +1,92 @@
+import { describe, expect, it } from "vitest";
+import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
+import type { PlaybookSpec } from "../../src/api/playbook.js";
+import {
+  decodeReport,
+  encodeReport,
+  REPORT_MAX_BYTES,
+  type RunOutcome,
+  statusFromReport,
+} from "../../src/api/report.js";
+
+function outcomeOf(count: number, detail: string): { outcome: RunOutcome; spec: PlaybookSpec } {
+  const start = new Date("2026-11-29T10:00:00.000Z");
+  const spec = {
+    tasks: Array.from({ length: count }, (_, i) => ({
+      name: `task-${i}`,
+      run: "true",
+      retries: 0,
+      env: [],
+      timeout: "10m",
+    })),
+    cancel: false,
+    backoffLimit: 2,
+  } as PlaybookSpec;
+  const tasks = spec.tasks.map((task, i) => ({
+    name: task.name,
+    phase: i === count - 1 ? ("TimedOut" as const) : ("Succeeded" as const),
+    attempts: 1,
+    exitCode: i === count - 1 ? null : 0,
+    signal: i === count - 1 ? "SIGKILL" : null,
+    limit: i === count - 1 ? ("TaskTimeout" as const) : undefined,
+    ending: i === count - 1 ? ("Killed" as const) : undefined,
+    startTime: new Date(start.getTime() + i * 61_000),
+    completionTime: new Date(start.getTime() + i * 61_000 + 60_000),
+    detail,
+  }));
+  const outcome: RunOutcome = {
+    phase: "Failed",
+    reason: "TaskTimeout",
+    startTime: start,
+    completionTime: new Date(start.getTime() + count * 61_000),
+    tasks,
+  };
+  return { outcome, spec };
+}
+
+describe("the runner's report", () => {
+  it("stays within 4096 bytes for 200 tasks with long messages, keeping every task's phase", () => {
+    const { outcome, spec } = outcomeOf(200, "x".repeat(3000));
+    const text = encodeReport(outcome);
+    expect(Buffer.byteLength(text)).toBeLessThanOrEqual(REPORT_MAX_BYTES);
+    const report = decodeReport(text, 200);
+    expect(report.tasks).toHaveLength(200);
+    expect(report.tasks.filter((t) => t.p === "Succeeded")).toHaveLength(199);
+    const status = statusFromReport(report, resolveLimits(spec, LOCAL_DEFAULTS));
+    expect(status.tasks[199]).toMatchObject({
+      name: "task-199",
+      phase: "TimedOut",
+      limit: "TaskTimeout",
+      limitValue: "10m",
+      limitSource: "task",
+      ending: "Killed",
+    });
+    expect(status.message).toContain("task task-199 exceeded its 10m timeout (spec.tasks[199].timeout)");
+  });
+
+  it("keeps everything when it fits", () => {
+    const { outcome, spec } = outcomeOf(3, "disk full");
+    const report = decodeReport(encodeReport(outcome), 3);
+    expect(report.c).toBeUndefined();
+    const status = statusFromReport(report, resolveLimits(spec, LOCAL_DEFAULTS));
+    expect(status.tasks[0]).toMatchObject({
+      startTime: "2026-11-29T10:00:00.000Z",
+      completionTime: "2026-11-29T10:01:00.000Z",
+    });
+    expect(status.tasks[2]?.message).toBe(
+      "exceeded its 10m timeout (spec.tasks[2].timeout); process group killed after 10s grace: disk full",
+    );
+  });
+
+  it.each([
+    ["text that is not JSON", "OOMKilled", "not JSON"],
+    ["JSON of another shape", '{"v":2}', "does not match the report schema"],
+    [
+      "a report for another plan",
+      '{"v":1,"phase":"Succeeded","reason":"Succeeded","start":"2026-11-29T10:00:00Z","end":"2026-11-29T10:00:01Z","tasks":[]}',
+      "lists 0 tasks, the plan has 1",
+    ],
+  ])("refuses %s", (_name, text, message) => {
+    expect(() => decodeReport(text, 1)).toThrow(message);
+  });
+});
