@@ -1,6 +1,7 @@
 // `playbook controller`: runs the controller against the cluster in KUBECONFIG (or in-cluster).
 import type { Command } from "commander";
-import { pino } from "pino";
+// Only the controller needs client-node, pino and prom-client: they are loaded when it starts,
+// so `playbook run` and the pod runner stay small and quick to start.
 import {
   CONFIG_ENV,
   type ControllerConfigInput,
@@ -8,8 +9,6 @@ import {
   kebab,
   loadControllerConfig,
 } from "../controller/config.js";
-import { PlaybookController } from "../controller/controller.js";
-import { loadKubeConfig, makeClients } from "../controller/kube.js";
 
 const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
   defaultCeiling: "run ceiling when spec.ceiling is not set (default 1h)",
@@ -62,6 +61,11 @@ async function runController(flags: Record<string, unknown>): Promise<void> {
     }
     throw error;
   }
+  const [{ pino }, { PlaybookController }, { loadKubeConfig, makeClients }] = await Promise.all([
+    import("pino"),
+    import("../controller/controller.js"),
+    import("../controller/kube.js"),
+  ]);
   const log = pino({ level: config.logLevel, base: { component: "playbook-controller" } });
   const controller = new PlaybookController({ config, clients: makeClients(loadKubeConfig()), log });
   let signals = 0;
