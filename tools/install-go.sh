@@ -37,6 +37,7 @@ for tool in curl unzip; do
 done
 proxy=${GOPROXY:-https://proxy.golang.org}
 proxy=${proxy%%,*}
+[[ $proxy == http* ]] || { log "Go >= $required is missing and GOPROXY=${GOPROXY:-} names no proxy to fetch it from"; exit 1; }
 url="$proxy/golang.org/toolchain/@v/v0.0.1-go$version.linux-$arch.zip"
 log "Go >= $required not found; fetching $url"
 tmp=$(mktemp -d)

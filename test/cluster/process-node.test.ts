@@ -2,7 +2,7 @@ import { existsSync } from "node:fs";
 import { mkdtemp, readFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import type { V1Pod } from "@kubernetes/client-node";
+import { type V1Pod, Watch } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { decodeReport } from "../../src/api/report.js";
 import { repoRoot } from "../harness/binaries.js";
@@ -18,7 +18,7 @@ import {
 } from "../harness/cluster-test.js";
 import { waitFor } from "../harness/processes.js";
 
-const { core } = clusterClients();
+const { kubeConfig, core } = clusterClients();
 let namespace: string;
 
 beforeAll(async () => {
@@ -200,9 +200,37 @@ describe("the process node", () => {
       },
     );
 
-    await losePod(namespace, "lost");
+    const seen: { type: string; pod: V1Pod }[] = [];
+    const watch = await new Watch(kubeConfig).watch(
+      `/api/v1/namespaces/${namespace}/pods`,
+      { fieldSelector: "metadata.name=lost" },
+      (type, pod: V1Pod) => seen.push({ type, pod }),
+      () => {},
+    );
+    try {
+      await losePod(namespace, "lost");
+      await waitForPodGone(core, namespace, "lost", 10_000);
+      await waitFor(
+        "the DELETED event",
+        async () => (seen.some((e) => e.type === "DELETED") ? true : undefined),
+        {
+          timeoutMs: 5_000,
+        },
+      );
+    } finally {
+      watch.abort();
+    }
 
-    await waitForPodGone(core, namespace, "lost", 10_000);
+    // What a controller sees: Failed with PodGC's DisruptionTarget condition, and no container
+    // termination reported, because the node never said another word about the pod.
+    const last = seen.filter((e) => e.type === "DELETED").at(-1)?.pod;
+    expect(last?.status?.phase).toBe("Failed");
+    expect(last?.status?.conditions?.find((c) => c.type === "DisruptionTarget")).toMatchObject({
+      status: "True",
+      reason: "DeletionByPodGC",
+      message: "PodGC: node no longer exists",
+    });
+    expect(last?.status?.containerStatuses?.[0]?.state?.running).toBeDefined();
     expect(processesWithMarker(tag)).toEqual([]);
   });
 

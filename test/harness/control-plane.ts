@@ -117,7 +117,10 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   const log = options.log ?? (() => {});
   const { stateDir, binDir } = options;
   const previous = await readClusterState(stateDir).catch(() => undefined);
-  if (previous) await stopCluster(previous, log);
+  if (previous) {
+    log(`Stopping the cluster already recorded in ${stateDir}`);
+    await stopCluster(previous, log);
+  }
   await rm(stateDir, { recursive: true, force: true });
   const logDir = path.join(stateDir, "logs");
   await mkdir(logDir, { recursive: true });

@@ -33,12 +33,14 @@ export default async function setup(project: TestProject) {
   project.provide("binDir", cluster.state.binDir);
 
   let stopping: Promise<void> | undefined;
+  const stopOnce = async (): Promise<void> => {
+    await cluster.stop();
+    await rm(stateDir, { recursive: true, force: true });
+    log("Cluster stopped");
+  };
   const teardown = (): Promise<void> => {
-    stopping ??= cluster
-      .stop()
-      .then(() => rm(stateDir, { recursive: true, force: true }))
-      .then(() => log("Cluster stopped"));
-    return stopping as Promise<void>;
+    stopping ??= stopOnce();
+    return stopping;
   };
   const onSignal = (signal: NodeJS.Signals) => {
     void teardown().finally(() => process.exit(signal === "SIGINT" ? 130 : 143));

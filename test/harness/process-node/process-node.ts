@@ -117,6 +117,8 @@ export class ProcessNode {
   private readonly core: CoreV1Api;
   private readonly coordination: CoordinationV1Api;
   private readonly runs = new Map<string, PodRun>();
+  /** Pods this node has let go of (lost, deleted); later events for them are ignored. */
+  private readonly forgotten = new Set<string>();
   private readonly timers: NodeJS.Timeout[] = [];
   private informer?: ListWatch<V1Pod>;
   private controlServer?: http.Server;
@@ -194,7 +196,7 @@ export class ProcessNode {
     if (!run) return false;
     run.stopping = true;
     if (run.deadlineTimer) clearTimeout(run.deadlineTimer);
-    this.runs.delete(run.uid);
+    this.forget(run.uid);
     await Promise.all(
       run.containers.map(async (container) => {
         container.process?.signal("SIGKILL");
@@ -416,10 +418,15 @@ export class ProcessNode {
     for (const uid of this.runs.keys()) if (!present.has(uid)) this.onPodGone(uid);
   }
 
+  private forget(uid: string): void {
+    this.runs.delete(uid);
+    this.forgotten.add(uid);
+  }
+
   private onPod(pod: V1Pod): void {
     if (this.stopped) return;
     const uid = pod.metadata?.uid;
-    if (!uid) return;
+    if (!uid || this.forgotten.has(uid)) return;
     const run = this.runs.get(uid);
     if (run) run.pod = pod;
     if (pod.metadata?.deletionTimestamp) {
@@ -446,7 +453,7 @@ export class ProcessNode {
   private onPodGone(uid: string): void {
     const run = this.runs.get(uid);
     if (!run) return;
-    this.runs.delete(uid);
+    this.forget(uid);
     run.stopping = true;
     if (run.deadlineTimer) clearTimeout(run.deadlineTimer);
     for (const container of run.containers) container.process?.signal("SIGKILL");
@@ -590,7 +597,8 @@ export class ProcessNode {
   }
 
   private containerEnded(run: PodRun, container: ContainerRun): void {
-    if (!this.runs.has(run.uid) && !run.stopping) return;
+    // A lost or vanished pod's node says nothing more about it.
+    if (!this.runs.has(run.uid)) return;
     this.log(
       {
         namespace: run.namespace,
@@ -676,7 +684,7 @@ export class ProcessNode {
         }
         this.writeStatus(run);
         await run.writes;
-        this.runs.delete(uid);
+        this.forget(uid);
       }
       await this.forceDelete(
         run ?? { uid, namespace: pod.metadata?.namespace ?? "", name: pod.metadata?.name ?? "" },
