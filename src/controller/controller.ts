@@ -43,6 +43,7 @@ export interface ControllerDeps {
 }
 
 const LIST_PAGE = 500;
+const CREATED_MEMORY_MS = 30_000;
 
 export class PlaybookController {
   readonly metrics: ControllerMetrics;
@@ -58,6 +59,11 @@ export class PlaybookController {
   private readonly pods = new Map<string, Informer<PodView>>();
   private readonly stopping = new AbortController();
   private workers: Promise<void>[] = [];
+  /**
+   * Pods this controller created that its cache may not show yet (as the Job controller's
+   * expectations): a pass in that window trusts the create instead of reading the pod again.
+   */
+  private readonly created = new Map<string, { pod: PodView; uid: string; at: number }>();
   private elector: LeaderElector | undefined;
   private server: HealthServer | undefined;
 
@@ -268,6 +274,7 @@ export class PlaybookController {
       onRelist: () => this.metrics.watchRelists.inc({ resource: "pods" }),
     });
     const enqueueOwner = (pod: PodView) => {
+      this.created.delete(keyOf(pod.metadata));
       const owner = ownerKeyOfPod(pod);
       if (owner) this.queue.add(owner);
     };
@@ -321,6 +328,9 @@ export class PlaybookController {
     if (!expected || isFinished(playbook.status) || cached.some((pod) => pod.metadata.name === expected)) {
       return cached;
     }
+    const created = this.created.get(`${namespace}/${expected}`);
+    if (created && created.uid === uid && Date.now() - created.at < CREATED_MEMORY_MS)
+      return [...cached, created.pod];
     try {
       const live = parsePod(await this.clients.core.readNamespacedPod({ name: expected, namespace }));
       if (live?.metadata.ownerReferences?.some((ref) => ref.controller && ref.uid === uid))
@@ -375,7 +385,19 @@ export class PlaybookController {
     if (action.type === "createPod") {
       try {
         // The manifest is plain JSON of a v1 Pod; the typed client serializes it field by field.
-        await core.createNamespacedPod({ namespace: ref.namespace, body: action.pod as unknown as V1Pod });
+        const created = parsePod(
+          await core.createNamespacedPod({ namespace: ref.namespace, body: action.pod as unknown as V1Pod }),
+        );
+        if (created) {
+          const now = Date.now();
+          for (const [key, entry] of this.created)
+            if (now - entry.at > CREATED_MEMORY_MS) this.created.delete(key);
+          this.created.set(keyOf(created.metadata), {
+            pod: created,
+            uid: action.pod.metadata.ownerReferences[0]?.uid ?? "",
+            at: Date.now(),
+          });
+        }
         this.log.info({ ...ref, pod: action.pod.metadata.name, attempt: action.attempt }, "Created Pod");
       } catch (error) {
         // Its deterministic name makes a second create of the same attempt fail here, never run twice.

@@ -216,6 +216,18 @@ const cases: ReasonCase[] = [
       await losePod(namespace, `${name}-1`);
     },
   },
+  {
+    name: "InvalidSpec (a ceiling above the controller's maximum, which admission cannot know)",
+    spec: () => ({ ceiling: "48h", tasks: [{ name: "a", run: "true" }] }),
+    reason: "InvalidSpec",
+    phase: "Failed",
+    check: async (playbook, name) => {
+      expect(condition(playbook, "Succeeded")?.message).toContain(
+        "spec.ceiling: 48h is longer than the maximum ceiling 24h",
+      );
+      expect(await podsOf(namespace, name)).toEqual([]);
+    },
+  },
 ];
 
 describe.concurrent("each reason of the Succeeded condition comes from a real run", () => {
