@@ -377,7 +377,8 @@ export class PlaybookController {
     }
     const target = { ...ref, uid: playbook.metadata.uid, resourceVersion: playbook.metadata.resourceVersion };
     const now = this.clock.now();
-    await Promise.all(decision.events.map((event) => this.events.record(target, event, now)));
+    // One after the other, so `kubectl describe` lists them in the order they happened.
+    for (const event of decision.events) await this.events.record(target, event, now);
   }
 
   private async applyAction(action: Action, ref: { namespace: string; name: string }): Promise<void> {

@@ -299,6 +299,43 @@ describe("a pod lost with its node", () => {
   });
 });
 
+describe.concurrent("a pod taken away while its run is live", () => {
+  it.each([
+    {
+      how: "deleted (kubectl delete pod)",
+      take: (pod: string) => kubectl(["-n", namespace, "delete", "pod", pod, "--wait=false"]),
+    },
+    {
+      how: "evicted through the Eviction API",
+      take: (pod: string) =>
+        core.createNamespacedPodEviction({
+          namespace,
+          name: pod,
+          body: { apiVersion: "policy/v1", kind: "Eviction", metadata: { name: pod, namespace } },
+        }),
+    },
+  ])("is re-created when $how", async ({ how, take }) => {
+    const mark = marker();
+    const name = `taken-${how.split(" ")[0]}`;
+    try {
+      await createPlaybook(namespace, name, {
+        ceiling: "90s",
+        killGrace: "1s",
+        tasks: [{ name: "naps", run: `sleep 3 # ${mark}` }],
+      });
+      await runnerOf(mark);
+      await take(`${name}-1`);
+      const playbook = await waitForFinished(namespace, name, 60_000);
+      expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+      expect(playbook.status).toMatchObject({ podAttempts: 2, podName: `${name}-2` });
+      const lost = (await eventsOf(namespace, name)).find((e) => e.reason === "PodLost");
+      expect(lost?.message).toContain(`${name}-2`);
+    } finally {
+      killAll(mark);
+    }
+  });
+});
+
 describe("kubectl", () => {
   it("waits for --for=condition=Succeeded of a successful run", async () => {
     await createPlaybook(namespace, "waited", { ceiling: "1m", tasks: [{ name: "a", run: "sleep 1" }] });
