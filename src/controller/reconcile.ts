@@ -486,6 +486,13 @@ export function decide(input: ReconcileInput): Decision {
   }
   if (isPodFinished(pod)) return decideEndedPod(state, pod);
   const running = pod.status?.phase === "Running";
+  if (!running) {
+    // activeDeadlineSeconds counts from the pod's start on a node: a pod that never starts
+    // (unschedulable, image never pulled) is bounded by the controller instead.
+    const overdueMs =
+      Date.parse(startTime) + base.limits.ceiling.ms + base.limits.killGrace.ms - now.getTime();
+    if (overdueMs <= 0) return decideNeverStarted(state, pod);
+  }
   const next = progressStatus(base, {
     phase: running ? "Running" : "Pending",
     message: running
@@ -495,5 +502,29 @@ export function decide(input: ReconcileInput): Decision {
     podName: pod.metadata.name,
     podAttempts: attempts,
   });
-  return progress(base, next);
+  const pendingFor = running
+    ? undefined
+    : Date.parse(startTime) + base.limits.ceiling.ms + base.limits.killGrace.ms - now.getTime();
+  return progress(base, next, pendingFor === undefined ? {} : { requeueAfterMs: pendingFor });
+}
+
+/** The ceiling passed before the pod ever ran: the run ends RunCeiling and the pod is removed. */
+function decideNeverStarted(state: RunState, pod: PodView): Decision {
+  const { base } = state;
+  const waiting = pod.status?.containerStatuses?.[0]?.state?.waiting;
+  const why =
+    waiting?.reason ??
+    pod.status?.reason ??
+    pod.status?.conditions?.find((c) => c.status === "False")?.reason;
+  const message = `the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) passed before pod ${pod.metadata.name} started${why ? ` (${why})` : ""}`;
+  const next = settledStatus(base, {
+    reason: "RunCeiling",
+    message,
+    tasks: markUnfinished(base.previous.tasks ?? [], "Cancelled"),
+  });
+  return settle(base, { ...next, podName: pod.metadata.name, podAttempts: state.attempts }, "RunCeiling", {
+    actions: pod.metadata.deletionTimestamp
+      ? []
+      : [{ type: "deletePod", name: pod.metadata.name, why: "finished" }],
+  });
 }

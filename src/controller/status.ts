@@ -128,7 +128,7 @@ export function settledStatus(
     completionTime: base.now.toISOString(),
     conditions,
   };
-  if (outcome.tasks) status.tasks = outcome.tasks;
+  if (outcome.tasks && outcome.tasks.length > 0) status.tasks = outcome.tasks;
   const ending = endingTask(status.tasks);
   if (ending) status.endingTask = ending;
   if (base.limits) status.limits = describeRunLimits(base.limits);

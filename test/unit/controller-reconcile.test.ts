@@ -204,6 +204,30 @@ describe.each(reportCases)("a pod that reported $name", ({ outcome, condition, l
   });
 });
 
+describe("a pod that never starts", () => {
+  const pending = () => ({
+    ...pod(1, { phase: "Pending" }),
+    status: {
+      phase: "Pending",
+      conditions: [{ type: "PodScheduled", status: "False", reason: "Unschedulable" }],
+    },
+  });
+
+  it("is looked at again when the ceiling and killGrace will have passed", () => {
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [pending()], now: at(60) }));
+    expect(decision.status).toBeNull();
+    expect(decision.requeueAfterMs).toBe((1800 + 10 - 60) * 1000);
+  });
+
+  it("ends the run RunCeiling and removes the pod once they passed", () => {
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [pending()], now: at(1810) }));
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "RunCeiling" });
+    expect(succeeded(decision.status)?.message).toContain("Unschedulable");
+    expect(limitExceeded(decision.status)).toMatchObject({ reason: "RunCeiling" });
+    expect(decision.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "finished" }]);
+  });
+});
+
 describe("what the kubelet decided", () => {
   it("names PodDeadlineExceeded when the activeDeadlineSeconds backstop fired", () => {
     const cancelled = report({
