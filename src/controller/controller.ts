@@ -5,9 +5,18 @@ import type { V1Pod } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { API_VERSION, KIND } from "../api/playbook.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
-import { EventRecorder } from "./events.js";
+import { EventRecorder, type EventTarget } from "./events.js";
 import { Informer, type ListResult } from "./informer.js";
-import { apiErrorMessage, GROUP, isConflict, isNotFound, type KubeClients, PLURAL, VERSION } from "./kube.js";
+import {
+  apiErrorMessage,
+  GROUP,
+  isConflict,
+  isNotFound,
+  type KubeClients,
+  PLURAL,
+  statusCodeOf,
+  VERSION,
+} from "./kube.js";
 import { LeaderElector } from "./leader-election.js";
 import { ControllerMetrics } from "./metrics.js";
 import {
@@ -20,7 +29,7 @@ import {
   type StoredPlaybook,
   splitKey,
 } from "./objects.js";
-import { type Action, type Decision, decide, type ReconcileSettings } from "./reconcile.js";
+import { type Action, type Decision, decide, decideRefusedPod, type ReconcileSettings } from "./reconcile.js";
 import { HealthServer } from "./server.js";
 import { isFinished } from "./status.js";
 import { WorkQueue } from "./work-queue.js";
@@ -33,6 +42,9 @@ export const systemClock: Clock = { now: () => new Date() };
 
 /** A reconcile error that retrying cannot fix; the key is dropped until its objects change. */
 export class TerminalReconcileError extends Error {}
+
+/** The API server refused the pod as invalid: the run ends InvalidSpec. */
+class PodRefusedError extends Error {}
 
 export interface ControllerDeps {
   config: ControllerConfig;
@@ -308,8 +320,15 @@ export class PlaybookController {
     const playbook = this.informerFor(this.playbooks, namespace)?.get(key);
     if (!playbook) return undefined;
     const pods = await this.podsOf(key, playbook);
-    const decision = decide({ playbook, pods, now: this.clock.now(), settings: this.settings });
-    await this.apply(playbook, decision, { namespace, name });
+    const input = { playbook, pods, now: this.clock.now(), settings: this.settings };
+    const decision = decide(input);
+    try {
+      await this.apply(playbook, decision, { namespace, name });
+    } catch (error) {
+      if (!(error instanceof PodRefusedError)) throw error;
+      await this.apply(playbook, decideRefusedPod(input, error.message), { namespace, name });
+      return undefined;
+    }
     return decision.requeueAfterMs;
   }
 
@@ -346,7 +365,8 @@ export class PlaybookController {
     decision: Decision,
     ref: { namespace: string; name: string },
   ): Promise<void> {
-    for (const action of decision.actions) await this.applyAction(action, ref);
+    const target = { ...ref, uid: playbook.metadata.uid, resourceVersion: playbook.metadata.resourceVersion };
+    for (const action of decision.actions) await this.applyAction(action, target);
     if (decision.status) {
       const body = {
         apiVersion: API_VERSION,
@@ -375,13 +395,13 @@ export class PlaybookController {
       );
       if (decision.finished) this.metrics.recordFinished(ref.namespace, decision.finished);
     }
-    const target = { ...ref, uid: playbook.metadata.uid, resourceVersion: playbook.metadata.resourceVersion };
     const now = this.clock.now();
     // One after the other, so `kubectl describe` lists them in the order they happened.
     for (const event of decision.events) await this.events.record(target, event, now);
   }
 
-  private async applyAction(action: Action, ref: { namespace: string; name: string }): Promise<void> {
+  private async applyAction(action: Action, target: EventTarget): Promise<void> {
+    const ref = { namespace: target.namespace, name: target.name };
     const { core } = this.clients;
     if (action.type === "createPod") {
       try {
@@ -402,8 +422,23 @@ export class PlaybookController {
         this.log.info({ ...ref, pod: action.pod.metadata.name, attempt: action.attempt }, "Created Pod");
       } catch (error) {
         // Its deterministic name makes a second create of the same attempt fail here, never run twice.
-        if (!isConflict(error)) throw error;
-        this.log.debug({ ...ref, pod: action.pod.metadata.name }, "Pod already existed");
+        if (isConflict(error)) {
+          this.log.debug({ ...ref, pod: action.pod.metadata.name }, "Pod already existed");
+          return;
+        }
+        const code = statusCodeOf(error);
+        if (code === 403 || code === 422) {
+          // Refused by admission (Pod Security, quota) or invalid: say so where the user looks.
+          const message = `Could not create pod ${action.pod.metadata.name}: ${apiErrorMessage(error)}`;
+          await this.events.record(
+            target,
+            { type: "Warning", reason: "FailedCreate", message },
+            this.clock.now(),
+          );
+          // An invalid pod stays invalid; a quota may free up, so a 403 is retried.
+          if (code === 422) throw new PodRefusedError(message);
+        }
+        throw error;
       }
       return;
     }

@@ -528,3 +528,19 @@ function decideNeverStarted(state: RunState, pod: PodView): Decision {
       : [{ type: "deletePod", name: pod.metadata.name, why: "finished" }],
   });
 }
+
+/** The API server refused the pod as invalid (e.g. requests above limits): the run cannot start. */
+export function decideRefusedPod(input: ReconcileInput, message: string): Decision {
+  const { playbook, now, settings } = input;
+  const previous = playbook.status ?? {};
+  if (isFinished(previous)) return { status: null, actions: [], events: [] };
+  const validated = validateSpec(playbook, settings.defaults);
+  const base: StatusBase = {
+    previous,
+    generation: playbook.metadata.generation,
+    now,
+    limits: validated.ok ? validated.limits : null,
+  };
+  const next = settledStatus(base, { reason: "InvalidSpec", message });
+  return settle(base, next, "InvalidSpec");
+}

@@ -228,6 +228,23 @@ const cases: ReasonCase[] = [
       expect(await podsOf(namespace, name)).toEqual([]);
     },
   },
+  {
+    name: "InvalidSpec (a pod the API server refuses: requests above limits)",
+    spec: () => ({
+      ceiling: "1m",
+      resources: { requests: { memory: "2Gi" }, limits: { memory: "1Gi" } },
+      tasks: [{ name: "a", run: "true" }],
+    }),
+    reason: "InvalidSpec",
+    phase: "Failed",
+    check: async (playbook, name) => {
+      expect(condition(playbook, "Succeeded")?.message).toContain(
+        "must be less than or equal to memory limit",
+      );
+      const events = await eventsOf(namespace, name);
+      expect(events.find((e) => e.reason === "FailedCreate")?.type).toBe("Warning");
+    },
+  },
 ];
 
 describe.concurrent("each reason of the Succeeded condition comes from a real run", () => {
