@@ -1,4 +1,5 @@
 import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
@@ -11,11 +12,20 @@ import { isListening, isRunning } from "../harness/processes.js";
 
 const run = promisify(execFile);
 
-describe("npm run cluster:up and cluster:down", () => {
+// The npm scripts compile first (`tsc`), then run these; the test runs the compiled scripts that
+// `npm test`'s pretest built, so it never rewrites dist/ under the runner tests running beside it.
+const script = (name: string): string => {
+  const file = path.join(repoRoot(), "dist", "scripts", `${name}.js`);
+  if (!existsSync(file))
+    throw new Error(`${file} is missing: run \`npm run build\` (npm test does it in pretest)`);
+  return file;
+};
+
+describe("cluster:up and cluster:down", () => {
   let stateDir: string | undefined;
   afterAll(async () => {
     if (!stateDir) return;
-    await run("npm", ["run", "--silent", "cluster:down"], {
+    await run(process.execPath, [script("cluster-down")], {
       cwd: repoRoot(),
       env: { ...process.env, CLUSTER_STATE_DIR: stateDir },
     }).catch(() => {});
@@ -25,7 +35,7 @@ describe("npm run cluster:up and cluster:down", () => {
   it("serve kubectl end to end, then leave no etcd, apiserver or node process and no listening port", async () => {
     stateDir = await mkdtemp(path.join(os.tmpdir(), "playbook-cluster-up-"));
     const env = { ...process.env, CLUSTER_STATE_DIR: stateDir };
-    const up = await run("npm", ["run", "--silent", "cluster:up"], { cwd: repoRoot(), env });
+    const up = await run(process.execPath, [script("cluster-up")], { cwd: repoRoot(), env });
     const kubeconfig = path.join(stateDir, "kubeconfig");
     expect(up.stdout).toBe(`export KUBECONFIG=${kubeconfig}\n`);
 
@@ -68,7 +78,7 @@ describe("npm run cluster:up and cluster:down", () => {
     );
     await kubectl("wait", "--for=condition=Ready", "pod/sleeper", "--timeout=60s");
 
-    await run("npm", ["run", "--silent", "cluster:down"], { cwd: repoRoot(), env });
+    await run(process.execPath, [script("cluster-down")], { cwd: repoRoot(), env });
 
     for (const recorded of state.processes) expect(isRunning(recorded), recorded.name).toBe(false);
     for (const [name, port] of Object.entries(state.ports)) expect(await isListening(port), name).toBe(false);

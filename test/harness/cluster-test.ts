@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ApiException, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { inject } from "vitest";
@@ -95,6 +95,21 @@ export function processesWithMarker(marker: string): number[] {
       if (readFileSync(`/proc/${entry}/cmdline`, "utf8").includes(marker)) found.push(Number(entry));
     } catch {
       // Exited meanwhile.
+    }
+  }
+  return found;
+}
+
+/** Pids of live processes whose working directory is inside `dir` (pods run in their work folder). */
+export function processesWorkingUnder(dir: string): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cwd = readlinkSync(`/proc/${entry}/cwd`);
+      if (cwd === dir || cwd.startsWith(`${dir}/`)) found.push(Number(entry));
+    } catch {
+      // Exited meanwhile, or a zombie without a cwd.
     }
   }
   return found;

@@ -1,4 +1,4 @@
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import https from "node:https";
 import path from "node:path";
@@ -9,6 +9,7 @@ import {
   freePort,
   isListening,
   isRunning,
+  killProcessesWorkingUnder,
   logTail,
   type RecordedProcess,
   type StartedProcess,
@@ -51,6 +52,9 @@ export interface ControlPlane {
   record(process: RecordedProcess, port?: { name: string; port: number }): Promise<void>;
 }
 
+/** The process node's work folder inside the state folder; its pods run in subfolders. */
+export const PROCESS_NODE_DIR = "process-node";
+
 const stateFile = (stateDir: string) => path.join(stateDir, "state.json");
 
 async function writeState(state: ClusterState): Promise<void> {
@@ -63,6 +67,24 @@ export async function readClusterState(stateDir: string): Promise<ClusterState |
   const file = stateFile(stateDir);
   if (!existsSync(file)) return undefined;
   return clusterStateSchema.parse(JSON.parse(await readFile(file, "utf8")));
+}
+
+/** For exit hooks, which cannot wait: SIGKILL every recorded process group that still runs. */
+export function killRecordedProcessesSync(stateDir: string): void {
+  let state: ClusterState;
+  try {
+    state = clusterStateSchema.parse(JSON.parse(readFileSync(stateFile(stateDir), "utf8")));
+  } catch {
+    return;
+  }
+  for (const recorded of state.processes) {
+    if (!isRunning(recorded)) continue;
+    try {
+      process.kill(-recorded.pid, "SIGKILL");
+    } catch {
+      // Gone meanwhile.
+    }
+  }
 }
 
 function kubeconfigYaml(server: string, caFile: string, user: string, certFile: string, keyFile: string) {
@@ -332,6 +354,9 @@ export async function stopCluster(state: ClusterState, log: (message: string) =>
     await stopProcess(recorded);
     log(`Stopped ${recorded.name} (pid ${recorded.pid})`);
   }
+  // Pod processes outlive a process node that was itself SIGKILLed; they run in its work folder.
+  const leftovers = killProcessesWorkingUnder(path.join(state.stateDir, PROCESS_NODE_DIR));
+  if (leftovers > 0) log(`Killed ${leftovers} leftover pod processes`);
   const stillListening: number[] = [];
   for (const port of Object.values(state.ports)) {
     if (await isListening(port)) stillListening.push(port);

@@ -5,7 +5,13 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { KubeConfig } from "@kubernetes/client-node";
 import { repoRoot, toolsBinDir } from "./binaries.js";
-import { type ClusterState, readClusterState, startControlPlane, stopCluster } from "./control-plane.js";
+import {
+  type ClusterState,
+  PROCESS_NODE_DIR,
+  readClusterState,
+  startControlPlane,
+  stopCluster,
+} from "./control-plane.js";
 import { defaultCommandMapping } from "./process-node/mapping.js";
 import { ProcessNode } from "./process-node/process-node.js";
 import { isRunning, logTail, startProcess, waitFor } from "./processes.js";
@@ -57,7 +63,7 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
   let node: ProcessNode | undefined;
   try {
     await installCrds(binDir, state.kubeconfig, log);
-    const workDir = path.join(state.stateDir, "process-node");
+    const workDir = path.join(state.stateDir, PROCESS_NODE_DIR);
     let processNodeUrl: string;
     if (options.daemon) {
       const urlFile = path.join(state.stateDir, "process-node.url");

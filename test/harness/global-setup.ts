@@ -3,6 +3,7 @@ import path from "node:path";
 import type {} from "vitest";
 import type { TestProject } from "vitest/node";
 import { repoRoot } from "./binaries.js";
+import { killRecordedProcessesSync } from "./control-plane.js";
 import { type DevCluster, startDevCluster, sweepAbandonedTestClusters } from "./dev-cluster.js";
 
 declare module "vitest" {
@@ -25,16 +26,14 @@ export default async function setup(project: TestProject) {
   const parent = path.join(repoRoot(), ".cluster");
   await sweepAbandonedTestClusters(parent, log);
   const stateDir = path.join(parent, `test-${process.pid}`);
-  const t0 = Date.now();
-  const cluster: DevCluster = await startDevCluster({ stateDir, daemon: false, log });
-  log(`Cluster ready in ${Date.now() - t0}ms (${cluster.state.server})`);
-  project.provide("kubeconfig", cluster.state.kubeconfig);
-  project.provide("processNodeUrl", cluster.processNodeUrl);
-  project.provide("binDir", cluster.state.binDir);
 
+  // Hooks go in before anything starts, so an interrupt during startup leaves nothing behind:
+  // every process is in state.json as soon as it is spawned.
+  let cluster: DevCluster | undefined;
   let stopping: Promise<void> | undefined;
   const stopOnce = async (): Promise<void> => {
-    await cluster.stop();
+    if (cluster) await cluster.stop();
+    else killRecordedProcessesSync(stateDir);
     await rm(stateDir, { recursive: true, force: true });
     log("Cluster stopped");
   };
@@ -47,23 +46,32 @@ export default async function setup(project: TestProject) {
   };
   // If the process dies before teardown finishes, no child may outlive it.
   const onExit = () => {
-    cluster.node?.killAllSync();
-    for (const recorded of cluster.state.processes) {
-      try {
-        process.kill(-recorded.pid, "SIGKILL");
-      } catch {
-        // Already gone.
-      }
-    }
+    cluster?.node?.killAllSync();
+    killRecordedProcessesSync(stateDir);
+  };
+  const unhook = () => {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+    process.off("exit", onExit);
   };
   process.once("SIGINT", onSignal);
   process.once("SIGTERM", onSignal);
   process.once("exit", onExit);
 
+  const t0 = Date.now();
+  try {
+    cluster = await startDevCluster({ stateDir, daemon: false, log });
+  } catch (error) {
+    unhook();
+    throw error;
+  }
+  log(`Cluster ready in ${Date.now() - t0}ms (${cluster.state.server})`);
+  project.provide("kubeconfig", cluster.state.kubeconfig);
+  project.provide("processNodeUrl", cluster.processNodeUrl);
+  project.provide("binDir", cluster.state.binDir);
+
   return async () => {
     await teardown();
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
-    process.off("exit", onExit);
+    unhook();
   };
 }

@@ -1,5 +1,6 @@
 import { spawn, spawnSync } from "node:child_process";
 import { closeSync, openSync, readdirSync, readFileSync } from "node:fs";
+import { constants } from "node:os";
 
 /** How one container's process ended, in the terms the kubelet reports. */
 export interface ProcessExit {
@@ -16,8 +17,6 @@ export interface ContainerProcess {
 }
 
 export type Isolation = "pid-namespace" | "session";
-
-const SIGNAL_NUMBERS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGKILL: 9, SIGTERM: 15, SIGQUIT: 3 };
 
 const unshareArgs = (): string[] => [
   // Unprivileged users need a user namespace to own the PID namespace; root does not.
@@ -112,7 +111,7 @@ export function startContainerProcess(options: StartContainerOptions): Container
         for (const pid of processesWithCookie(cookieEntry)) kill(pid, "SIGKILL");
       }
       if (signal) {
-        const number = SIGNAL_NUMBERS[signal] ?? 0;
+        const number = constants.signals[signal] ?? 0;
         resolve({ exitCode: 128 + number, signal: number });
       } else if (sentKill && options.isolation === "pid-namespace" && code === 1) {
         // unshare cannot re-raise SIGKILL on itself and exits 1 instead; we know who sent it.

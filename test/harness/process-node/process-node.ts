@@ -568,6 +568,8 @@ export class ProcessNode {
     const argv = resolved.argv.map((arg) =>
       arg === terminationPath ? container.terminationMessageFile : arg,
     ) as [string, ...string[]];
+    // The pod may have been deleted or lost while its environment was read.
+    if (run.stopping) return;
     const workingDir = spec.workingDir && existsSync(spec.workingDir) ? spec.workingDir : run.dir;
     const child = startContainerProcess({
       argv,
