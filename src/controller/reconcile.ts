@@ -14,7 +14,13 @@ import {
   RUNNER_CONTAINER,
   type StoredPlaybook,
 } from "./objects.js";
-import { buildPod, type PodManifest, podNameFor, terminationGraceSeconds } from "./pod-builder.js";
+import {
+  buildPod,
+  DEADLINE_MARGIN_SECONDS,
+  type PodManifest,
+  podNameFor,
+  terminationGraceSeconds,
+} from "./pod-builder.js";
 import {
   describeDeadline,
   isFinished,
@@ -69,8 +75,12 @@ export interface Decision {
 
 const FINISHED_POD_PHASES = new Set(["Succeeded", "Failed"]);
 
+/** Ended: by its phase, or (restartPolicy Never) by its runner container's terminated state. */
 export function isPodFinished(pod: PodView): boolean {
-  return FINISHED_POD_PHASES.has(pod.status?.phase ?? "");
+  if (FINISHED_POD_PHASES.has(pod.status?.phase ?? "")) return true;
+  const statuses = pod.status?.containerStatuses ?? [];
+  const runner = statuses.find((s) => s.name === RUNNER_CONTAINER);
+  return runner?.state?.terminated !== undefined;
 }
 
 function runnerTerminated(pod: PodView): ContainerTerminated | undefined {
@@ -292,6 +302,17 @@ function podCreatedEvent(state: RunState, action: Action & { type: "createPod" }
 /** The pod was lost: create the next attempt while backoffLimit allows, else the run fails PodLost. */
 function decideLost(state: RunState, what: string): Decision {
   const { base, spec } = state;
+  const ceilingAt = Date.parse(state.startTime) + base.limits.ceiling.ms;
+  if (ceilingAt <= state.input.now.getTime()) {
+    // A new pod would have no time left: the ceiling, not the loss, ends the run.
+    const message = `the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) passed; ${what}`;
+    const next = settledStatus(base, {
+      reason: "RunCeiling",
+      message,
+      tasks: markUnfinished(base.previous.tasks ?? [], "Cancelled"),
+    });
+    return settle(base, next, "RunCeiling");
+  }
   if (state.attempts - 1 < spec.backoffLimit) {
     const attempt = state.attempts + 1;
     const action = createPodAction(state, attempt, new Date(state.startTime));
@@ -322,6 +343,9 @@ function decideLost(state: RunState, what: string): Decision {
   });
   return settle(base, next, "PodLost");
 }
+
+/** How long past its activeDeadlineSeconds a running pod may go before the controller acts. */
+export const BACKSTOP_SLACK_MS = 30_000;
 
 /** How long a pod that ended without a report stays unjudged, so a disruption can still show. */
 export const REPORTLESS_SETTLE_MS = 3000;
@@ -486,13 +510,14 @@ export function decide(input: ReconcileInput): Decision {
   }
   if (isPodFinished(pod)) return decideEndedPod(state, pod);
   const running = pod.status?.phase === "Running";
-  if (!running) {
+  const endsAt = Date.parse(startTime) + base.limits.ceiling.ms + base.limits.killGrace.ms;
+  if (!running && endsAt <= now.getTime()) {
     // activeDeadlineSeconds counts from the pod's start on a node: a pod that never starts
     // (unschedulable, image never pulled) is bounded by the controller instead.
-    const overdueMs =
-      Date.parse(startTime) + base.limits.ceiling.ms + base.limits.killGrace.ms - now.getTime();
-    if (overdueMs <= 0) return decideNeverStarted(state, pod);
+    return decideNeverStarted(state, pod);
   }
+  const backstopAt = endsAt + (DEADLINE_MARGIN_SECONDS * 1000 + BACKSTOP_SLACK_MS);
+  if (running && backstopAt <= now.getTime()) return decideOutlived(state, pod);
   const next = progressStatus(base, {
     phase: running ? "Running" : "Pending",
     message: running
@@ -502,10 +527,32 @@ export function decide(input: ReconcileInput): Decision {
     podName: pod.metadata.name,
     podAttempts: attempts,
   });
-  const pendingFor = running
-    ? undefined
-    : Date.parse(startTime) + base.limits.ceiling.ms + base.limits.killGrace.ms - now.getTime();
-  return progress(base, next, pendingFor === undefined ? {} : { requeueAfterMs: pendingFor });
+  return progress(base, next, { requeueAfterMs: (running ? backstopAt : endsAt) - now.getTime() });
+}
+
+/**
+ * The pod outlived its activeDeadlineSeconds by BACKSTOP_SLACK_MS: its node did not enforce it
+ * (unresponsive, partitioned). As the Job controller does for a Job's deadline, the controller
+ * deletes the pod and ends the run.
+ */
+function decideOutlived(state: RunState, pod: PodView): Decision {
+  const { base } = state;
+  const message = `pod ${pod.metadata.name} outlived its activeDeadlineSeconds (the run's ${formatDuration(base.limits.ceiling.ms)} ceiling from ${base.limits.ceiling.field}, plus killGrace and a margin) without its node stopping it; the controller deleted it`;
+  const next = settledStatus(base, {
+    reason: "PodDeadlineExceeded",
+    message,
+    tasks: markUnfinished(base.previous.tasks ?? [], "Cancelled"),
+  });
+  return settle(
+    base,
+    { ...next, podName: pod.metadata.name, podAttempts: state.attempts },
+    "PodDeadlineExceeded",
+    {
+      actions: pod.metadata.deletionTimestamp
+        ? []
+        : [{ type: "deletePod", name: pod.metadata.name, gracePeriodSeconds: 0, why: "finished" }],
+    },
+  );
 }
 
 /** The ceiling passed before the pod ever ran: the run ends RunCeiling and the pod is removed. */

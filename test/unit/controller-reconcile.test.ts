@@ -97,7 +97,41 @@ describe("a running pod", () => {
     const second = decide(
       input({ playbook: playbook({}, first.status ?? undefined), pods: [pod(1)], now: at(9) }),
     );
-    expect(second).toEqual({ status: null, actions: [], events: [] } satisfies Decision);
+    expect(second).toEqual({
+      status: null,
+      actions: [],
+      events: [],
+      // Looked at again when the pod should long be gone: ceiling + killGrace + margin + slack.
+      requeueAfterMs: (1800 + 10 + 5 + 30 - 9) * 1000,
+    } satisfies Decision);
+  });
+
+  it("is judged by its runner container when the pod phase lags behind", () => {
+    const ended = {
+      ...pod(1, {
+        phase: "Running",
+        terminated: {
+          exitCode: 0,
+          message: report({
+            phase: "Succeeded",
+            reason: "Succeeded",
+            tasks: [task("build", {}), task("test", {})],
+          }),
+        },
+      }),
+    };
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [ended], now: at(61) }));
+    expect(succeeded(decision.status)?.reason).toBe("Succeeded");
+  });
+
+  it("is deleted and the run ends PodDeadlineExceeded when its node did not enforce the deadline", () => {
+    const decision = decide(
+      input({ playbook: playbook({}, started()), pods: [pod(1)], now: at(1800 + 10 + 5 + 30) }),
+    );
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "PodDeadlineExceeded" });
+    expect(decision.actions).toEqual([
+      { type: "deletePod", name: "nightly-1", gracePeriodSeconds: 0, why: "finished" },
+    ]);
   });
 });
 
@@ -340,6 +374,12 @@ describe("a lost pod", () => {
       expect(decision.finished).toBeUndefined();
     },
   );
+
+  it("is not re-created once the ceiling passed: the run ends RunCeiling", () => {
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [], now: at(1800) }));
+    expect(decision.actions).toEqual([]);
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "RunCeiling" });
+  });
 
   it("ends the run PodLost once backoffLimit re-creations are used up", () => {
     const decision = decide(
