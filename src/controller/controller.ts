@@ -117,14 +117,21 @@ export class PlaybookController {
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
     for (const informer of [...this.playbooks.values(), ...this.pods.values()]) informer.start();
-    await Promise.all(
-      [...this.playbooks.values(), ...this.pods.values()].map((informer) => informer.waitForSync()),
+    const stopped = new Promise<void>((resolve) =>
+      this.stopping.signal.addEventListener("abort", () => resolve(), { once: true }),
     );
+    // A SIGTERM while the API server is unreachable must not wait for caches that never sync.
+    await Promise.race([
+      Promise.all(
+        [...this.playbooks.values(), ...this.pods.values()].map((informer) => informer.waitForSync()),
+      ),
+      stopped,
+    ]);
+    if (this.stopping.signal.aborted) return this.shutDown();
     this.log.info(
       { namespaces: this.config.namespaces.length > 0 ? this.config.namespaces : "all" },
       "Caches synced",
     );
-    if (this.stopping.signal.aborted) return this.shutDown();
     if (this.config.leaderElection) {
       this.elector = new LeaderElector({
         coordination: this.clients.coordination,
@@ -148,9 +155,7 @@ export class PlaybookController {
       }
     } else {
       this.startWorkers();
-      await new Promise<void>((resolve) =>
-        this.stopping.signal.addEventListener("abort", () => resolve(), { once: true }),
-      );
+      await stopped;
     }
     await this.shutDown();
   }

@@ -117,7 +117,10 @@ export class Informer<T> {
     if (this.resyncTimer) clearInterval(this.resyncTimer);
     this.abort?.abort();
     this.wake?.();
-    await this.loop;
+    // A list call in flight cannot be aborted; do not let it hold a shutdown for long.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.loop, new Promise((resolve) => (timer = setTimeout(resolve, 2000)))]);
+    clearTimeout(timer);
   }
 
   /** Hands every cached object to the handlers again, as client-go's resync does. */
