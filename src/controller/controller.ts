@@ -173,6 +173,7 @@ export class PlaybookController {
   private async shutDown(): Promise<void> {
     await this.queue.shutDown();
     await Promise.all(this.workers);
+    await this.events.flush();
     await this.elector?.release();
     this.metrics.isLeader.set(0);
     await Promise.all([...this.playbooks.values(), ...this.pods.values()].map((informer) => informer.stop()));
@@ -401,8 +402,7 @@ export class PlaybookController {
       if (decision.finished) this.metrics.recordFinished(ref.namespace, decision.finished);
     }
     const now = this.clock.now();
-    // One after the other, so `kubectl describe` lists them in the order they happened.
-    for (const event of decision.events) await this.events.record(target, event, now);
+    for (const event of decision.events) this.events.post(target, event, now);
   }
 
   private async applyAction(action: Action, target: EventTarget): Promise<void> {
@@ -435,11 +435,7 @@ export class PlaybookController {
         if (code === 403 || code === 422) {
           // Refused by admission (Pod Security, quota) or invalid: say so where the user looks.
           const message = `Could not create pod ${action.pod.metadata.name}: ${apiErrorMessage(error)}`;
-          await this.events.record(
-            target,
-            { type: "Warning", reason: "FailedCreate", message },
-            this.clock.now(),
-          );
+          this.events.post(target, { type: "Warning", reason: "FailedCreate", message }, this.clock.now());
           // An invalid pod stays invalid; a quota may free up, so a 403 is retried.
           if (code === 422) throw new PodRefusedError(message);
         }

@@ -28,6 +28,21 @@ export class EventRecorder {
     this.log = log;
   }
 
+  private pending: Promise<void> = Promise.resolve();
+
+  /**
+   * Queues the event; events are written one after the other (so `kubectl describe` lists them
+   * in order) without holding up the worker that recorded them.
+   */
+  post(target: EventTarget, event: RecordedEvent, now: Date): void {
+    this.pending = this.pending.then(() => this.record(target, event, now));
+  }
+
+  /** Resolves when every posted event was written (or failed). */
+  flush(): Promise<void> {
+    return this.pending;
+  }
+
   async record(target: EventTarget, event: RecordedEvent, now: Date): Promise<void> {
     const body: CoreV1Event = {
       apiVersion: "v1",

@@ -87,7 +87,7 @@ describe("in a namespace enforcing the restricted Pod Security Standard", () => 
       seccompProfile: { type: "RuntimeDefault" },
     });
     expect(container?.terminationMessagePolicy).toBe("FallbackToLogsOnError");
-    const reasons = (await eventsOf(ns, "nightly")).map((e) => e.reason);
+    const reasons = (await eventsOf(ns, "nightly", ["PodCreated", "RunSucceeded"])).map((e) => e.reason);
     expect(reasons).toEqual(expect.arrayContaining(["PodCreated", "RunSucceeded"]));
     expect(await counterValue(running, "runsTotal")).toBe(1);
   });

@@ -241,7 +241,7 @@ const cases: ReasonCase[] = [
       expect(condition(playbook, "Succeeded")?.message).toContain(
         "must be less than or equal to memory limit",
       );
-      const events = await eventsOf(namespace, name);
+      const events = await eventsOf(namespace, name, ["FailedCreate"]);
       expect(events.find((e) => e.reason === "FailedCreate")?.type).toBe("Warning");
     },
   },
@@ -267,7 +267,7 @@ describe.concurrent("each reason of the Succeeded condition comes from a real ru
       else expect(playbook.status?.endingTask).toBe(c.endingTask);
       if (c.limit) {
         expect(condition(playbook, "LimitExceeded")).toMatchObject({ status: "True", reason: c.limit });
-        const events = await eventsOf(namespace, name);
+        const events = await eventsOf(namespace, name, ["LimitFired"]);
         const fired = events.find((e) => e.reason === "LimitFired");
         expect(fired?.type).toBe("Warning");
         expect(fired?.message).toContain(c.limit);
@@ -308,7 +308,7 @@ describe("a pod lost with its node", () => {
       const playbook = await waitForFinished(namespace, name, 60_000);
       expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
       expect(playbook.status).toMatchObject({ podAttempts: 2, podName: `${name}-2` });
-      const reasons = (await eventsOf(namespace, name)).map((e) => e.reason);
+      const reasons = (await eventsOf(namespace, name, ["PodLost"])).map((e) => e.reason);
       expect(reasons).toContain("PodLost");
     } finally {
       killAll(mark);
@@ -345,7 +345,7 @@ describe.concurrent("a pod taken away while its run is live", () => {
       const playbook = await waitForFinished(namespace, name, 60_000);
       expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
       expect(playbook.status).toMatchObject({ podAttempts: 2, podName: `${name}-2` });
-      const lost = (await eventsOf(namespace, name)).find((e) => e.reason === "PodLost");
+      const lost = (await eventsOf(namespace, name, ["PodLost"])).find((e) => e.reason === "PodLost");
       expect(lost?.message).toContain(`${name}-2`);
     } finally {
       killAll(mark);

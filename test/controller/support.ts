@@ -166,13 +166,24 @@ export async function podsOf(namespace: string, name: string): Promise<V1Pod[]> 
   return list.items;
 }
 
-export async function eventsOf(namespace: string, name: string) {
+/** The Playbook's events, once those with the given reasons are there (events are written after the status). */
+export async function eventsOf(namespace: string, name: string, reasons: string[] = []) {
   const { core } = clients();
-  const list = await core.listNamespacedEvent({
-    namespace,
-    fieldSelector: `involvedObject.name=${name},involvedObject.kind=Playbook`,
-  });
-  return list.items;
+  const list = async () =>
+    (
+      await core.listNamespacedEvent({
+        namespace,
+        fieldSelector: `involvedObject.name=${name},involvedObject.kind=Playbook`,
+      })
+    ).items;
+  return waitFor(
+    `events ${reasons.join(", ")} of playbook ${namespace}/${name}`,
+    async () => {
+      const items = await list();
+      return reasons.every((reason) => items.some((e) => e.reason === reason)) ? items : undefined;
+    },
+    { timeoutMs: 15_000, intervalMs: 200 },
+  );
 }
 
 /** Polls until the check passes or the time is up; for "eventually" assertions. */
