@@ -5,15 +5,7 @@ import { type LimitDefaults, type ResolvedLimits, resolveLimits } from "../api/l
 import { InvalidPlaybookError, validatePlaybook } from "../api/manifest.js";
 import type { PlaybookSpec, PlaybookStatus } from "../api/playbook.js";
 import { isLimitReason, type TerminalReason } from "../api/reasons.js";
-import { decodeReport, InvalidReportError, type RunnerReport } from "../api/report.js";
-import {
-  ANNOTATION_RUN_START,
-  type ContainerTerminated,
-  type PodView,
-  podAttemptOf,
-  RUNNER_CONTAINER,
-  type StoredPlaybook,
-} from "./objects.js";
+import { ANNOTATION_RUN_START, type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
 import {
   buildPod,
   DEADLINE_MARGIN_SECONDS,
@@ -21,6 +13,14 @@ import {
   podNameFor,
   terminationGraceSeconds,
 } from "./pod-builder.js";
+import {
+  currentPod,
+  describeKubeletVerdict,
+  disruptionOf,
+  isPodFinished,
+  readReport,
+  settleWaitMs,
+} from "./pod-state.js";
 import {
   describeDeadline,
   isFinished,
@@ -73,53 +73,6 @@ export interface Decision {
   requeueAfterMs?: number;
 }
 
-const FINISHED_POD_PHASES = new Set(["Succeeded", "Failed"]);
-
-/** Ended: by its phase, or (restartPolicy Never) by its runner container's terminated state. */
-export function isPodFinished(pod: PodView): boolean {
-  if (FINISHED_POD_PHASES.has(pod.status?.phase ?? "")) return true;
-  const statuses = pod.status?.containerStatuses ?? [];
-  const runner = statuses.find((s) => s.name === RUNNER_CONTAINER);
-  return runner?.state?.terminated !== undefined;
-}
-
-function runnerTerminated(pod: PodView): ContainerTerminated | undefined {
-  const statuses = pod.status?.containerStatuses ?? [];
-  const runner = statuses.find((s) => s.name === RUNNER_CONTAINER) ?? statuses[0];
-  return runner?.state?.terminated ?? runner?.lastState?.terminated;
-}
-
-export type ReadReport = { ok: true; report: RunnerReport } | { ok: false; problem: string };
-
-export function readReport(pod: PodView, taskCount: number): ReadReport {
-  const terminated = runnerTerminated(pod);
-  if (!terminated) return { ok: false, problem: "the runner container has no terminated state" };
-  const message = terminated.message?.trim() ?? "";
-  if (message === "") return { ok: false, problem: "the termination message is empty" };
-  try {
-    return { ok: true, report: decodeReport(message, taskCount) };
-  } catch (error) {
-    if (error instanceof InvalidReportError) return { ok: false, problem: `the report is ${error.message}` };
-    throw error;
-  }
-}
-
-/** What the kubelet said about a pod that ended: "OOMKilled, exit code 137". */
-export function describeKubeletVerdict(pod: PodView): string {
-  const parts: string[] = [];
-  if (pod.status?.reason)
-    parts.push(`pod ${pod.status.reason}${pod.status.message ? `: ${pod.status.message}` : ""}`);
-  const terminated = runnerTerminated(pod);
-  if (terminated) {
-    if (terminated.reason) parts.push(terminated.reason);
-    parts.push(`exit code ${terminated.exitCode}`);
-    if (terminated.signal) parts.push(`signal ${terminated.signal}`);
-  } else {
-    parts.push(`pod phase ${pod.status?.phase ?? "unknown"}`);
-  }
-  return parts.join(", ");
-}
-
 type Validated = { ok: true; spec: PlaybookSpec; limits: ResolvedLimits } | { ok: false; message: string };
 
 export function validateSpec(playbook: StoredPlaybook, defaults: LimitDefaults): Validated {
@@ -141,15 +94,6 @@ export function validateSpec(playbook: StoredPlaybook, defaults: LimitDefaults):
     }
     throw error;
   }
-}
-
-/** The pod of the latest attempt, if any. */
-export function currentPod(pods: readonly PodView[]): PodView | undefined {
-  let best: PodView | undefined;
-  for (const pod of pods) {
-    if (!best || podAttemptOf(pod) > podAttemptOf(best)) best = pod;
-  }
-  return best;
 }
 
 function durationSeconds(start: string | undefined, end: string | undefined): number {
@@ -347,16 +291,6 @@ function decideLost(state: RunState, what: string): Decision {
 /** How long past its activeDeadlineSeconds a running pod may go before the controller acts. */
 export const BACKSTOP_SLACK_MS = 30_000;
 
-/** How long a pod that ended without a report stays unjudged, so a disruption can still show. */
-export const REPORTLESS_SETTLE_MS = 3000;
-
-function settleWaitMs(pod: PodView, now: Date): number {
-  const finishedAt = Date.parse(runnerTerminated(pod)?.finishedAt ?? "");
-  if (Number.isNaN(finishedAt)) return 0;
-  // finishedAt has whole seconds: count from the end of that second.
-  return Math.max(0, finishedAt + 1000 + REPORTLESS_SETTLE_MS - now.getTime());
-}
-
 /** The same words at creation and while pending, so that a pass in between writes nothing. */
 function pendingMessage(podName: string, attempt: number): string {
   return `pod ${podName} is pending (attempt ${attempt})`;
@@ -364,20 +298,6 @@ function pendingMessage(podName: string, attempt: number): string {
 
 function capitalise(text: string): string {
   return text.charAt(0).toUpperCase() + text.slice(1);
-}
-
-/**
- * Why the infrastructure took the pod away, if it did: an eviction, or a DisruptionTarget
- * condition (preemption, taint manager, PodGC for a node that is gone, kubelet shutdown).
- */
-export function disruptionOf(pod: PodView): string | undefined {
-  if (pod.status?.reason === "Evicted") {
-    return `was evicted${pod.status.message ? `: ${pod.status.message}` : ""}`;
-  }
-  const target = pod.status?.conditions?.find((c) => c.type === "DisruptionTarget" && c.status === "True");
-  if (target)
-    return `was disrupted (${target.reason ?? "DisruptionTarget"}${target.message ? `: ${target.message}` : ""})`;
-  return undefined;
 }
 
 /** A pod that ended: the runner's report decides, unless the kubelet's deadline or an eviction did. */
