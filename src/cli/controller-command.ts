@@ -27,7 +27,7 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
   renewDeadline: "how long the leader keeps trying to renew before it stops (default 10s)",
   retryPeriod: "how often the Lease is tried or renewed (default 2s)",
   resync: "reconcile every Playbook again this often (default 10m)",
-  watchTimeout: "restart a watch that delivered nothing for this long (default 3m)",
+  watchTimeout: "restart a watch that delivered nothing for this long (default 5m)",
   identity: "this replica's identity in the Lease (default HOSTNAME_PID)",
   logLevel: "trace | debug | info | warn | error (default info)",
 };

@@ -4,6 +4,9 @@ import { z } from "zod";
 import { parseDuration } from "../api/duration.js";
 import type { LimitDefaults } from "../api/limits.js";
 
+/** Server-side watch timeout of the informers: between this and twice this; the watchdog must be longer. */
+export const WATCH_SECONDS_MIN = 120;
+
 const Duration = z.string().transform((text, ctx) => {
   try {
     return parseDuration(text);
@@ -46,7 +49,7 @@ export const ControllerConfigSchema = z
     /** How often every cached Playbook is reconciled again, whatever happened. */
     resync: Duration.prefault("10m"),
     /** A watch that delivers nothing (not even a bookmark) for this long is restarted. */
-    watchTimeout: Duration.prefault("3m"),
+    watchTimeout: Duration.prefault("5m"),
     identity: z.string().min(1).optional(),
     logLevel: z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]).default("info"),
   })
@@ -56,6 +59,13 @@ export const ControllerConfigSchema = z
         code: "custom",
         path: ["defaultCeiling"],
         message: "must not be longer than the maximum ceiling",
+      });
+    }
+    if (config.watchTimeout <= 2 * WATCH_SECONDS_MIN * 1000) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["watchTimeout"],
+        message: `must be longer than ${2 * WATCH_SECONDS_MIN}s, the longest a healthy watch stays open`,
       });
     }
     if (config.defaultCeiling <= 0) {

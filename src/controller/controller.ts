@@ -249,7 +249,7 @@ export class PlaybookController {
       watchTimeoutMs: this.config.watchTimeout,
       resyncMs: this.config.resync,
       log: this.log,
-      onReconnect: () => this.metrics.watchReconnects.inc({ resource: "playbooks" }),
+      onReconnect: (cause) => this.metrics.watchReconnects.inc({ resource: "playbooks", cause }),
       onRelist: () => this.metrics.watchRelists.inc({ resource: "playbooks" }),
     });
     informer.addHandlers({
@@ -288,7 +288,7 @@ export class PlaybookController {
       watchTimeoutMs: this.config.watchTimeout,
       resyncMs: 0,
       log: this.log,
-      onReconnect: () => this.metrics.watchReconnects.inc({ resource: "pods" }),
+      onReconnect: (cause) => this.metrics.watchReconnects.inc({ resource: "pods", cause }),
       onRelist: () => this.metrics.watchRelists.inc({ resource: "pods" }),
     });
     const enqueueOwner = (pod: PodView) => {

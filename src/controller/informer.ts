@@ -5,6 +5,7 @@
 import { type KubeConfig, Watch } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { z } from "zod";
+import { WATCH_SECONDS_MIN } from "./config.js";
 
 export interface ListResult {
   items: unknown[];
@@ -32,7 +33,8 @@ export interface InformerOptions<T> {
   watchTimeoutMs: number;
   resyncMs: number;
   log: Logger;
-  onReconnect?: () => void;
+  /** A watch restarted from the last resourceVersion: "timeout" (the server ended it, as asked), "error" or "silent". */
+  onReconnect?: (cause: "timeout" | "error" | "silent") => void;
   onRelist?: () => void;
   random?: () => number;
 }
@@ -45,6 +47,7 @@ const WatchMetaSchema = z.looseObject({
 type WatchEnd = { kind: "gone" } | { kind: "ended" } | { kind: "silent" } | { kind: "error"; error: unknown };
 
 const MIN_BACKOFF_MS = 200;
+
 const MAX_BACKOFF_MS = 30_000;
 
 export class Informer<T> {
@@ -148,9 +151,11 @@ export class Informer<T> {
             continue;
           case "silent":
             log.warn({ resource, resourceVersion: this.resourceVersion }, "Watch went silent, restarting it");
+            this.options.onReconnect?.("silent");
             break;
           case "ended":
             failures = 0;
+            this.options.onReconnect?.("timeout");
             break;
           case "error":
             if (isGone(end.error)) {
@@ -159,9 +164,9 @@ export class Informer<T> {
             }
             failures++;
             log.warn({ resource, err: describeError(end.error) }, "Watch failed");
+            this.options.onReconnect?.("error");
             break;
         }
-        this.options.onReconnect?.();
       } catch (error) {
         failures++;
         log.warn({ resource, err: describeError(error) }, "List failed");
@@ -244,8 +249,9 @@ export class Informer<T> {
       const query: Record<string, string | number | boolean | undefined> = {
         resourceVersion: this.resourceVersion,
         allowWatchBookmarks: true,
-        // The API server ends the watch after this; reconnecting then spreads load, as client-go does.
-        timeoutSeconds: Math.floor(300 + 300 * this.random()),
+        // The API server ends a healthy watch after this (well before the watchdog fires), so a
+        // quiet watch is renewed rather than mistaken for a silent one; jitter spreads the load.
+        timeoutSeconds: Math.floor(WATCH_SECONDS_MIN + WATCH_SECONDS_MIN * this.random()),
         labelSelector,
       };
       watch

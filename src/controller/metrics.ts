@@ -15,7 +15,7 @@ export class ControllerMetrics {
   readonly reconcileDuration: Histogram;
   readonly reconcileErrors: Counter;
   readonly workqueueDepth: Gauge;
-  readonly watchReconnects: Counter<"resource">;
+  readonly watchReconnects: Counter<"resource" | "cause">;
   readonly watchRelists: Counter<"resource">;
   readonly statusWrites: Counter;
   readonly isLeader: Gauge;
@@ -79,8 +79,8 @@ export class ControllerMetrics {
     });
     this.watchReconnects = new Counter({
       name: "playbook_watch_reconnects_total",
-      help: "Watches restarted from their last resourceVersion",
-      labelNames: ["resource"],
+      help: "Watches restarted from their last resourceVersion, by cause: timeout (the server ended it as asked), error, silent (the watchdog)",
+      labelNames: ["resource", "cause"],
       registers,
     });
     this.watchRelists = new Counter({
