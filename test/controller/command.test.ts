@@ -26,32 +26,84 @@ async function freePort(): Promise<number> {
   return port;
 }
 
+function spawnController(identity: string, port: number, extra: string[] = []) {
+  const child = spawn(
+    process.execPath,
+    [
+      path.join(repoRoot(), "dist", "src", "cli", "main.js"),
+      "controller",
+      "--namespaces",
+      namespace,
+      "--metrics-address",
+      `127.0.0.1:${port}`,
+      "--leader-election-namespace",
+      namespace,
+      "--identity",
+      identity,
+      ...extra,
+    ],
+    {
+      env: { ...process.env, KUBECONFIG: inject("kubeconfig"), PLAYBOOK_LOG_LEVEL: "warn" },
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
+  let output = "";
+  child.stdout.on("data", (chunk) => (output += chunk));
+  child.stderr.on("data", (chunk) => (output += chunk));
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  return { child, exited, output: () => output };
+}
+
+async function leaseHolder(name: string): Promise<string> {
+  try {
+    return (await coordination.readNamespacedLease({ namespace, name })).spec?.holderIdentity ?? "";
+  } catch {
+    return "";
+  }
+}
+
+describe("two controller processes", () => {
+  it("a standby takes over when the leader dies without releasing the Lease", async () => {
+    const lease = [
+      "--leader-election-id",
+      "takeover",
+      "--lease-duration",
+      "3s",
+      "--renew-deadline",
+      "2s",
+      "--retry-period",
+      "500ms",
+    ];
+    const replicas = [
+      spawnController("replica-a", await freePort(), lease),
+      spawnController("replica-b", await freePort(), lease),
+    ];
+    try {
+      const holder = await eventually("a leader", async () => (await leaseHolder("takeover")) || undefined);
+      const leader = holder === "replica-a" ? replicas[0] : replicas[1];
+      const standby = holder === "replica-a" ? "replica-b" : "replica-a";
+      leader?.child.kill("SIGKILL");
+      await eventually(
+        "the standby to lead",
+        async () => ((await leaseHolder("takeover")) === standby ? true : undefined),
+        30_000,
+      );
+      await createPlaybook(namespace, "after-takeover", {
+        ceiling: "1m",
+        tasks: [{ name: "a", run: "true" }],
+      });
+      const playbook = await waitForFinished(namespace, "after-takeover", 60_000);
+      expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
+    } finally {
+      for (const replica of replicas) replica.child.kill("SIGKILL");
+    }
+  });
+});
+
 describe("playbook controller", () => {
   it("serves health and metrics, counts each run once, and releases its Lease on SIGTERM", async () => {
     const port = await freePort();
-    const child = spawn(
-      process.execPath,
-      [
-        path.join(repoRoot(), "dist", "src", "cli", "main.js"),
-        "controller",
-        "--namespaces",
-        namespace,
-        "--metrics-address",
-        `127.0.0.1:${port}`,
-        "--leader-election-namespace",
-        namespace,
-        "--identity",
-        "command-test",
-      ],
-      {
-        env: { ...process.env, KUBECONFIG: inject("kubeconfig"), PLAYBOOK_LOG_LEVEL: "warn" },
-        stdio: ["ignore", "pipe", "pipe"],
-      },
-    );
-    let output = "";
-    child.stdout.on("data", (chunk) => (output += chunk));
-    child.stderr.on("data", (chunk) => (output += chunk));
-    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    const { child, exited, output: outputOf } = spawnController("command-test", port);
     try {
       const url = `http://127.0.0.1:${port}`;
       await eventually("/readyz to answer 200", async () =>
@@ -83,7 +135,7 @@ describe("playbook controller", () => {
       expect(lease.spec?.holderIdentity).toBe("command-test");
 
       child.kill("SIGTERM");
-      expect(await exited, output).toBe(0);
+      expect(await exited, outputOf()).toBe(0);
       const released = await coordination.readNamespacedLease({ namespace, name: "playbook-controller" });
       expect(released.spec?.holderIdentity ?? "").toBe("");
     } finally {
