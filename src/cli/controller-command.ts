@@ -21,7 +21,7 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
   workers: "Playbooks reconciled at the same time (default 2)",
   metricsAddress: "HOST:PORT for /metrics, /healthz and /readyz (default :8080)",
   leaderElection: "elect a leader on a Lease so only one replica reconciles (default true)",
-  leaderElectionNamespace: "namespace of the leader Lease (default default)",
+  leaderElectionNamespace: "namespace of the leader Lease (default: its own in a pod, else default)",
   leaderElectionId: "name of the leader Lease (default playbook-controller)",
   leaseDuration: "how long a standby waits for an unrenewed Lease (default 15s)",
   renewDeadline: "how long the leader keeps trying to renew before it stops (default 10s)",

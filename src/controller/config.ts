@@ -1,8 +1,20 @@
 // The controller's configuration: flags win over env (PLAYBOOK_*), env over defaults; validated
 // with zod so a bad value stops the process at start with the flag it came from.
+import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { parseDuration } from "../api/duration.js";
 import type { LimitDefaults } from "../api/limits.js";
+
+const SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/** The namespace this process runs in, when it runs in a pod. */
+function ownNamespace(): string {
+  try {
+    return readFileSync(SERVICE_ACCOUNT_NAMESPACE, "utf8").trim() || "default";
+  } catch {
+    return "default";
+  }
+}
 
 /** Server-side watch timeout of the informers: between this and twice this; the watchdog must be longer. */
 export const WATCH_SECONDS_MIN = 120;
@@ -41,7 +53,8 @@ export const ControllerConfigSchema = z
     workers: z.coerce.number().int().min(1).max(64).default(2),
     metricsAddress: Address.default(":8080"),
     leaderElection: Bool.default(true),
-    leaderElectionNamespace: z.string().min(1).default("default"),
+    /** Default: the pod's own namespace in a cluster, else "default". */
+    leaderElectionNamespace: z.string().min(1).default(ownNamespace),
     leaderElectionId: z.string().min(1).default("playbook-controller"),
     leaseDuration: Duration.prefault("15s"),
     renewDeadline: Duration.prefault("10s"),
