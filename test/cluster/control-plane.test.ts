@@ -1,10 +1,16 @@
 import { execFile } from "node:child_process";
 import path from "node:path";
 import { promisify } from "node:util";
-import { ApiException, VersionApi } from "@kubernetes/client-node";
+import {
+  ApiException,
+  AuthorizationV1Api,
+  RbacAuthorizationV1Api,
+  VersionApi,
+} from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { z } from "zod";
 import { clusterClients, createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { waitFor } from "../harness/processes.js";
 
 const run = promisify(execFile);
 const { kubeConfig, core } = clusterClients();
@@ -21,6 +27,56 @@ describe("the control plane", () => {
     });
     const reported = JSON.parse(stdout) as { serverVersion: { gitVersion: string } };
     expect(reported.serverVersion.gitVersion).toBe(version.gitVersion);
+  });
+
+  it("authorizes with RBAC: a service account may list pods only once a RoleBinding allows it", async () => {
+    const namespace = await createTestNamespace(core, "rbac");
+    try {
+      const rbac = kubeConfig.makeApiClient(RbacAuthorizationV1Api);
+      const authorization = kubeConfig.makeApiClient(AuthorizationV1Api);
+      const canListPods = async () => {
+        const review = await authorization.createSubjectAccessReview({
+          body: {
+            spec: {
+              user: `system:serviceaccount:${namespace}:default`,
+              groups: [
+                "system:serviceaccounts",
+                `system:serviceaccounts:${namespace}`,
+                "system:authenticated",
+              ],
+              resourceAttributes: { namespace, verb: "list", resource: "pods" },
+            },
+          },
+        });
+        return review.status?.allowed ?? false;
+      };
+      expect(await canListPods()).toBe(false);
+
+      await rbac.createNamespacedRole({
+        namespace,
+        body: {
+          metadata: { name: "pod-reader" },
+          rules: [{ apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] }],
+        },
+      });
+      await rbac.createNamespacedRoleBinding({
+        namespace,
+        body: {
+          metadata: { name: "default-reads-pods" },
+          roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "pod-reader" },
+          subjects: [{ kind: "ServiceAccount", name: "default", namespace }],
+        },
+      });
+      await waitFor(
+        "the RoleBinding to take effect",
+        async () => ((await canListPods()) ? true : undefined),
+        {
+          timeoutMs: 10_000,
+        },
+      );
+    } finally {
+      await deleteTestNamespace(core, namespace);
+    }
   });
 
   describe("in a namespace enforcing the restricted Pod Security level", () => {

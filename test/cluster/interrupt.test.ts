@@ -16,7 +16,13 @@ describe("an interrupted cluster test run", () => {
     const child = spawn(
       process.execPath,
       [vitest, "run", "--project", "cluster", "test/cluster/process-node.test.ts"],
-      { cwd: repoRoot(), stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, CI: "true" } },
+      // Its own process group, so the interrupt reaches it and its workers as Ctrl-C in a terminal does.
+      {
+        cwd: repoRoot(),
+        stdio: ["ignore", "ignore", "pipe"],
+        env: { ...process.env, CI: "true" },
+        detached: true,
+      },
     );
     const stateDir = path.join(repoRoot(), ".cluster", `test-${child.pid}`);
     let stderr = "";
@@ -44,7 +50,7 @@ describe("an interrupted cluster test run", () => {
         );
       }
 
-      child.kill("SIGINT");
+      process.kill(-(child.pid ?? 0), "SIGINT");
       await exited;
 
       await waitFor(
@@ -56,7 +62,11 @@ describe("an interrupted cluster test run", () => {
         { timeoutMs: 15_000 },
       );
     } finally {
-      if (child.exitCode === null) child.kill("SIGKILL");
+      try {
+        process.kill(-(child.pid ?? 0), "SIGKILL");
+      } catch {
+        // The whole group is gone already.
+      }
       await rm(stateDir, { recursive: true, force: true });
     }
   });

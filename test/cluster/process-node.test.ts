@@ -268,6 +268,34 @@ describe("the process node", () => {
     expect(report).toMatchObject({ phase: "Succeeded", reason: "Succeeded" });
   });
 
+  it("restarts an OnFailure container after a back-off and keeps its last termination", async () => {
+    const script = 'if [ -f "$HOME/ran" ]; then exit 0; fi; touch "$HOME/ran"; exit 1';
+    await core.createNamespacedPod({
+      namespace,
+      body: shellPod("retries", script, { restartPolicy: "OnFailure" }),
+    });
+    const pod = await waitForPod(core, namespace, "retries", "to succeed", finished, 60_000);
+    expect(pod.status?.phase).toBe("Succeeded");
+    const status = pod.status?.containerStatuses?.[0];
+    expect(status?.restartCount).toBe(1);
+    expect(status?.lastState?.terminated).toMatchObject({ exitCode: 1, reason: "Error" });
+    expect(status?.state?.terminated).toMatchObject({ exitCode: 0, reason: "Completed" });
+  });
+
+  it("serves the container's output to `kubectl logs` through the apiserver", async () => {
+    await core.createNamespacedPod({
+      namespace,
+      body: shellPod("talks", 'for i in 1 2 3; do echo "line $i"; done; echo "to stderr" >&2'),
+    });
+    await waitForPod(core, namespace, "talks", "to finish", finished);
+    expect(await core.readNamespacedPodLog({ namespace, name: "talks" })).toBe(
+      "line 1\nline 2\nline 3\nto stderr\n",
+    );
+    expect(await core.readNamespacedPodLog({ namespace, name: "talks", tailLines: 2 })).toBe(
+      "line 3\nto stderr\n",
+    );
+  });
+
   it("reports StartError when the command does not exist", async () => {
     const body = shellPod("no-such-command", "");
     const container = body.spec?.containers[0];

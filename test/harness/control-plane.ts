@@ -239,6 +239,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
       "--api-audiences=https://kubernetes.default.svc.cluster.local",
       "--service-cluster-ip-range=10.0.0.0/24",
+      // The process node is reached at 127.0.0.1 for `kubectl logs`; its hostname resolves nowhere.
+      "--kubelet-preferred-address-types=InternalIP",
       "--profiling=false",
     ]);
     await waitFor(

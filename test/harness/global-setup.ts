@@ -1,5 +1,6 @@
 import { rm } from "node:fs/promises";
 import path from "node:path";
+// Brings in vitest's types so the ProvidedContext augmentation below applies.
 import type {} from "vitest";
 import type { TestProject } from "vitest/node";
 import { repoRoot } from "./binaries.js";

@@ -26,6 +26,7 @@ import {
   type ProcessExit,
   startContainerProcess,
 } from "./container-process.js";
+import { startLogServer } from "./log-server.js";
 import { type CommandMapping, containerEnv, resolveArgv } from "./pod-spec.js";
 
 export interface ProcessNodeOptions {
@@ -122,6 +123,7 @@ export class ProcessNode {
   private readonly timers: NodeJS.Timeout[] = [];
   private informer?: ListWatch<V1Pod>;
   private controlServer?: http.Server;
+  private logServer?: { port: number; close(): Promise<void> };
   private stopped = false;
   private readonly options: ProcessNodeOptions;
   private readonly log: (fields: Record<string, unknown>, message: string) => void;
@@ -138,6 +140,13 @@ export class ProcessNode {
   /** Registers the node, starts the lease and the pod watch, and waits until pods can be scheduled. */
   async start(): Promise<void> {
     await mkdir(this.options.workDir, { recursive: true });
+    this.logServer = await startLogServer(this.options.workDir, {
+      logFile: (namespace, pod, container) => this.findContainer(namespace, pod, container)?.logFile,
+      isRunning: (namespace, pod, container) => {
+        const found = this.findContainer(namespace, pod, container);
+        return found?.process !== undefined && found.exit === undefined;
+      },
+    });
     await this.registerNode();
     await this.renewLease();
     this.timers.push(
@@ -168,6 +177,7 @@ export class ProcessNode {
     await new Promise<void>((resolve) =>
       this.controlServer ? this.controlServer.close(() => resolve()) : resolve(),
     );
+    await this.logServer?.close();
     const exits: Promise<unknown>[] = [];
     for (const run of this.runs.values()) {
       run.stopping = true;
@@ -178,6 +188,11 @@ export class ProcessNode {
       }
     }
     await Promise.all(exits);
+  }
+
+  private findContainer(namespace: string, pod: string, container: string): ContainerRun | undefined {
+    const run = [...this.runs.values()].find((r) => r.namespace === namespace && r.name === pod);
+    return run?.containers.find((c) => c.name === container);
   }
 
   /** Synchronous last resort for an exiting test process: SIGKILL every pod process. */
@@ -320,7 +335,7 @@ export class ProcessNode {
         { type: "InternalIP", address: "127.0.0.1" },
         { type: "Hostname", address: this.nodeName },
       ],
-      daemonEndpoints: { kubeletEndpoint: { Port: 10250 } },
+      daemonEndpoints: { kubeletEndpoint: { Port: this.logServer?.port ?? 10250 } },
       nodeInfo: {
         architecture: process.arch === "x64" ? "amd64" : process.arch,
         bootID: "",
