@@ -44,7 +44,7 @@ export const systemClock: Clock = { now: () => new Date() };
 export class TerminalReconcileError extends Error {}
 
 /** The API server refused the pod as invalid: the run ends InvalidSpec. */
-class PodRefusedError extends Error {}
+class PodRefusedError extends TerminalReconcileError {}
 
 export interface ControllerDeps {
   config: ControllerConfig;
