@@ -133,31 +133,34 @@ export class PlaybookController {
       "Caches synced",
     );
     if (this.config.leaderElection) {
-      this.elector = new LeaderElector({
-        coordination: this.clients.coordination,
-        namespace: this.config.leaderElectionNamespace,
-        name: this.config.leaderElectionId,
-        identity: this.identity,
-        leaseDurationMs: this.config.leaseDuration,
-        renewDeadlineMs: this.config.renewDeadline,
-        retryPeriodMs: this.config.retryPeriod,
-        log: this.log,
-      });
-      if (!(await this.elector.acquire(this.stopping.signal))) return this.shutDown();
-      this.metrics.isLeader.set(1);
-      this.startWorkers();
-      const outcome = await this.elector.holdUntilLost(this.stopping.signal);
-      if (outcome === "lost") {
-        // Another replica may lead now: stop at once rather than reconcile beside it.
-        this.metrics.isLeader.set(0);
-        await this.shutDown();
-        throw new Error("lost the leader Lease");
-      }
+      await this.lead();
     } else {
       this.startWorkers();
       await stopped;
     }
     await this.shutDown();
+  }
+
+  /** Reconciles while this replica holds the Lease; throws when the Lease is lost. */
+  private async lead(): Promise<void> {
+    this.elector = new LeaderElector({
+      coordination: this.clients.coordination,
+      namespace: this.config.leaderElectionNamespace,
+      name: this.config.leaderElectionId,
+      identity: this.identity,
+      leaseDurationMs: this.config.leaseDuration,
+      renewDeadlineMs: this.config.renewDeadline,
+      retryPeriodMs: this.config.retryPeriod,
+      log: this.log,
+    });
+    if (!(await this.elector.acquire(this.stopping.signal))) return;
+    this.metrics.isLeader.set(1);
+    this.startWorkers();
+    if ((await this.elector.holdUntilLost(this.stopping.signal)) === "lost") {
+      // Another replica may lead now: stop at once rather than reconcile beside it.
+      await this.shutDown();
+      throw new Error("lost the leader Lease");
+    }
   }
 
   /** Queues every cached Playbook again, as the periodic resync does. */
