@@ -115,7 +115,12 @@ describe("playbook controller", () => {
       const playbook = await waitForFinished(namespace, "metered", 60_000);
       expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
 
-      const metrics = await (await fetch(`${url}/metrics`)).text();
+      // The status can be read back a moment before the controller has counted its write.
+      const counted = `playbook_runs_total{namespace="${namespace}",reason="Succeeded"} 1`;
+      const metrics = await eventually("the run to be counted", async () => {
+        const text = await (await fetch(`${url}/metrics`)).text();
+        return text.includes(counted) ? text : undefined;
+      });
       for (const name of [
         "playbook_runs_total",
         "playbook_run_duration_seconds_bucket",
@@ -128,7 +133,7 @@ describe("playbook controller", () => {
       ]) {
         expect(metrics, name).toContain(name);
       }
-      expect(metrics).toContain(`playbook_runs_total{namespace="${namespace}",reason="Succeeded"} 1`);
+      expect(metrics).toContain(counted);
       expect(metrics).toContain(`playbook_active_runs{namespace="${namespace}"} 0`);
 
       const lease = await coordination.readNamespacedLease({ namespace, name: "playbook-controller" });
