@@ -1,6 +1,8 @@
 // The controller's life around a run: the pod it creates, the writes it spares, restarts,
 // replicas, the Lease and the pods it cleans up.
+import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { repoRoot } from "../harness/binaries.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import {
   clients,
@@ -8,6 +10,7 @@ import {
   createPlaybook,
   eventsOf,
   eventually,
+  kubectl,
   podsOf,
   type RunningController,
   sleep,
@@ -194,5 +197,20 @@ describe("pods of finished runs", () => {
     );
     const playbook = await waitForFinished(ns, "brief");
     expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
+  });
+});
+
+describe("examples/cancel-me.yaml", () => {
+  it("ends Cancelled as its comment says, its task stopped within the grace", async () => {
+    const ns = await namespace("pb-example");
+    controllerFor([ns]);
+    await kubectl(["-n", ns, "apply", "-f", path.join(repoRoot(), "examples", "cancel-me.yaml")]);
+    await waitForPlaybook(ns, "cancel-me", "to run", (p) => p.status?.phase === "Running", 30_000);
+    await sleep(1000);
+    await kubectl(["-n", ns, "patch", "pb", "cancel-me", "--type=merge", "-p", '{"spec":{"cancel":true}}']);
+    const playbook = await waitForFinished(ns, "cancel-me", 60_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "Cancelled" });
+    expect(playbook.status?.phase).toBe("Cancelled");
+    expect(playbook.status?.tasks?.[0]).toMatchObject({ name: "wait", phase: "Cancelled", ending: "Exited" });
   });
 });
