@@ -10,6 +10,7 @@ import { PLAN_ENV_VAR, RunPlanSchema } from "../api/plan.js";
 import type { Playbook } from "../api/playbook.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusForReport } from "../api/status.js";
+import { registerControllerCommand } from "./controller-command.js";
 import { executeRun } from "./execute.js";
 import { describeTaskLimits, showLimit } from "./progress.js";
 
@@ -162,6 +163,7 @@ export function buildProgram(setExit: (code: number) => Promise<void> | void): C
       process.env.PLAYBOOK_TERMINATION_MESSAGE_PATH ?? "/dev/termination-log",
     )
     .action(async (flags) => setExit(await podRunnerCommand(flags)));
+  registerControllerCommand(program);
   return program;
 }
 

@@ -1,0 +1,84 @@
+// `playbook controller`: runs the controller against the cluster in KUBECONFIG (or in-cluster).
+import type { Command } from "commander";
+// Only the controller needs client-node, pino and prom-client: they are loaded when it starts,
+// so `playbook run` and the pod runner stay small and quick to start.
+import {
+  CONFIG_ENV,
+  type ControllerConfigInput,
+  InvalidConfigError,
+  kebab,
+  loadControllerConfig,
+} from "../controller/config.js";
+
+const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
+  defaultCeiling: "run ceiling when spec.ceiling is not set (default 1h)",
+  maxCeiling: "longest spec.ceiling accepted; longer is InvalidSpec (default 24h)",
+  defaultStall: "stall limit when spec.stall is not set (default 10m)",
+  defaultKillGrace: "killGrace when spec.killGrace is not set (default 10s)",
+  ttlSecondsAfterFinished: "keep pods of finished runs this long when the spec does not say (default 3600)",
+  runnerImage: "image of the runner container when spec.image is not set",
+  namespaces: "comma-separated namespaces to watch (default: all)",
+  workers: "Playbooks reconciled at the same time (default 2)",
+  metricsAddress: "HOST:PORT for /metrics, /healthz and /readyz (default :8080)",
+  leaderElection: "elect a leader on a Lease so only one replica reconciles (default true)",
+  leaderElectionNamespace: "namespace of the leader Lease (default: its own in a pod, else default)",
+  leaderElectionId: "name of the leader Lease (default playbook-controller)",
+  leaseDuration: "how long a standby waits for an unrenewed Lease (default 15s)",
+  renewDeadline: "how long the leader keeps trying to renew before it stops (default 10s)",
+  retryPeriod: "how often the Lease is tried or renewed (default 2s)",
+  resync: "reconcile every Playbook again this often (default 10m)",
+  watchTimeout: "restart a watch that delivered nothing for this long (default 5m)",
+  identity: "this replica's identity in the Lease (default HOSTNAME_PID)",
+  logLevel: "trace | debug | info | warn | error (default info)",
+};
+
+export function registerControllerCommand(program: Command): void {
+  const command = program
+    .command("controller")
+    .description("reconcile Playbooks into pods on the cluster in KUBECONFIG, or in-cluster");
+  for (const [key, help] of Object.entries(FLAG_HELP)) {
+    const variable = CONFIG_ENV[key as keyof ControllerConfigInput];
+    if (key === "leaderElection") {
+      command.option("--leader-election [bool]", `${help} [$${variable}]`);
+      command.option("--no-leader-election", "run without leader election (a single replica)");
+      continue;
+    }
+    command.option(`--${kebab(key)} <value>`, `${help} [$${variable}]`);
+  }
+  command.action(async (flags: Record<string, unknown>) => {
+    await runController(flags);
+  });
+}
+
+async function runController(flags: Record<string, unknown>): Promise<void> {
+  let config: ReturnType<typeof loadControllerConfig>;
+  try {
+    config = loadControllerConfig(flags);
+  } catch (error) {
+    if (error instanceof InvalidConfigError) {
+      process.stderr.write(`playbook controller: ${error.message}\n`);
+      process.exit(2);
+    }
+    throw error;
+  }
+  const [{ pino }, { PlaybookController }, { loadKubeConfig, makeClients }] = await Promise.all([
+    import("pino"),
+    import("../controller/controller.js"),
+    import("../controller/kube.js"),
+  ]);
+  const log = pino({ level: config.logLevel, base: { component: "playbook-controller" } });
+  const controller = new PlaybookController({ config, clients: makeClients(loadKubeConfig()), log });
+  let signals = 0;
+  const onSignal = (signal: NodeJS.Signals) => {
+    signals++;
+    if (signals > 1) {
+      log.warn({ signal }, "Second signal, exiting at once");
+      process.exit(130);
+    }
+    log.info({ signal }, "Stopping: finishing in-flight reconciles and releasing the Lease");
+    controller.stop();
+  };
+  process.on("SIGTERM", onSignal);
+  process.on("SIGINT", onSignal);
+  await controller.run();
+}

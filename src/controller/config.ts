@@ -1,0 +1,165 @@
+// The controller's configuration: flags win over env (PLAYBOOK_*), env over defaults; validated
+// with zod so a bad value stops the process at start with the flag it came from.
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+import { parseDuration } from "../api/duration.js";
+import type { LimitDefaults } from "../api/limits.js";
+
+const SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/** The namespace this process runs in, when it runs in a pod. */
+function ownNamespace(): string {
+  try {
+    return readFileSync(SERVICE_ACCOUNT_NAMESPACE, "utf8").trim() || "default";
+  } catch {
+    return "default";
+  }
+}
+
+/** Server-side watch timeout of the informers: between this and twice this; the watchdog must be longer. */
+export const WATCH_SECONDS_MIN = 120;
+
+const Duration = z.string().transform((text, ctx) => {
+  try {
+    return parseDuration(text);
+  } catch (error) {
+    ctx.addIssue({ code: "custom", message: `${JSON.stringify(text)} ${(error as Error).message}` });
+    return z.NEVER;
+  }
+});
+
+const Address = z
+  .string()
+  .regex(/^([^:]*):(\d{1,5})$/, "must be HOST:PORT, e.g. :8080 or 127.0.0.1:8080 (port 0 picks a free one)");
+
+const Bool = z.union([
+  z.boolean(),
+  z.enum(["true", "false", "1", "0"]).transform((v) => v === "true" || v === "1"),
+]);
+
+export const ControllerConfigSchema = z
+  .strictObject({
+    defaultCeiling: Duration.prefault("1h"),
+    maxCeiling: Duration.prefault("24h"),
+    defaultStall: Duration.prefault("10m"),
+    defaultKillGrace: Duration.prefault("10s"),
+    ttlSecondsAfterFinished: z.coerce.number().int().min(0).default(3600),
+    runnerImage: z.string().min(1).default("ghcr.io/playbook-controller/playbook-controller:0.1.0"),
+    /** Empty: all namespaces. */
+    namespaces: z
+      .union([z.array(z.string()), z.string()])
+      .transform((v) => (Array.isArray(v) ? v : v.split(",")).map((s) => s.trim()).filter((s) => s !== ""))
+      .default([]),
+    workers: z.coerce.number().int().min(1).max(64).default(2),
+    metricsAddress: Address.default(":8080"),
+    leaderElection: Bool.default(true),
+    /** Default: the pod's own namespace in a cluster, else "default". */
+    leaderElectionNamespace: z.string().min(1).default(ownNamespace),
+    leaderElectionId: z.string().min(1).default("playbook-controller"),
+    leaseDuration: Duration.prefault("15s"),
+    renewDeadline: Duration.prefault("10s"),
+    retryPeriod: Duration.prefault("2s"),
+    /** How often every cached Playbook is reconciled again, whatever happened. */
+    resync: Duration.prefault("10m"),
+    /** A watch that delivers nothing (not even a bookmark) for this long is restarted. */
+    watchTimeout: Duration.prefault("5m"),
+    identity: z.string().min(1).optional(),
+    logLevel: z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]).default("info"),
+  })
+  .superRefine((config, ctx) => {
+    if (config.defaultCeiling > config.maxCeiling) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["defaultCeiling"],
+        message: "must not be longer than the maximum ceiling",
+      });
+    }
+    if (config.watchTimeout <= 2 * WATCH_SECONDS_MIN * 1000) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["watchTimeout"],
+        message: `must be longer than ${2 * WATCH_SECONDS_MIN}s, the longest a healthy watch stays open`,
+      });
+    }
+    if (config.defaultCeiling <= 0) {
+      ctx.addIssue({ code: "custom", path: ["defaultCeiling"], message: "must be longer than 0s" });
+    }
+    if (config.leaseDuration <= config.renewDeadline) {
+      ctx.addIssue({ code: "custom", path: ["leaseDuration"], message: "must be longer than renewDeadline" });
+    }
+    if (config.renewDeadline <= config.retryPeriod) {
+      ctx.addIssue({ code: "custom", path: ["renewDeadline"], message: "must be longer than retryPeriod" });
+    }
+  });
+export type ControllerConfig = z.output<typeof ControllerConfigSchema>;
+export type ControllerConfigInput = z.input<typeof ControllerConfigSchema>;
+
+/** Environment variables read for each setting; a flag given on the command line wins. */
+export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
+  defaultCeiling: "PLAYBOOK_DEFAULT_CEILING",
+  maxCeiling: "PLAYBOOK_MAX_CEILING",
+  defaultStall: "PLAYBOOK_DEFAULT_STALL",
+  defaultKillGrace: "PLAYBOOK_DEFAULT_KILL_GRACE",
+  ttlSecondsAfterFinished: "PLAYBOOK_TTL_SECONDS_AFTER_FINISHED",
+  runnerImage: "PLAYBOOK_RUNNER_IMAGE",
+  namespaces: "PLAYBOOK_NAMESPACES",
+  workers: "PLAYBOOK_WORKERS",
+  metricsAddress: "PLAYBOOK_METRICS_ADDRESS",
+  leaderElection: "PLAYBOOK_LEADER_ELECTION",
+  leaderElectionNamespace: "PLAYBOOK_LEADER_ELECTION_NAMESPACE",
+  leaderElectionId: "PLAYBOOK_LEADER_ELECTION_ID",
+  leaseDuration: "PLAYBOOK_LEASE_DURATION",
+  renewDeadline: "PLAYBOOK_RENEW_DEADLINE",
+  retryPeriod: "PLAYBOOK_RETRY_PERIOD",
+  resync: "PLAYBOOK_RESYNC",
+  watchTimeout: "PLAYBOOK_WATCH_TIMEOUT",
+  identity: "PLAYBOOK_IDENTITY",
+  logLevel: "PLAYBOOK_LOG_LEVEL",
+};
+
+export class InvalidConfigError extends Error {}
+
+/** Merges flags over env and validates; throws InvalidConfigError naming each bad setting. */
+export function loadControllerConfig(
+  flags: Partial<Record<keyof ControllerConfigInput, unknown>>,
+  env: NodeJS.ProcessEnv = process.env,
+): ControllerConfig {
+  const input: Record<string, unknown> = {};
+  for (const [key, variable] of Object.entries(CONFIG_ENV)) {
+    const value = env[variable];
+    if (value !== undefined && value !== "") input[key] = value;
+  }
+  for (const [key, value] of Object.entries(flags)) {
+    if (value !== undefined && key in CONFIG_ENV) input[key] = value;
+  }
+  const parsed = ControllerConfigSchema.safeParse(input);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((issue) => {
+      const key = String(issue.path[0] ?? "");
+      const variable = CONFIG_ENV[key as keyof ControllerConfigInput];
+      const where = variable ? `--${kebab(key)} ($${variable})` : key || "(config)";
+      return `${where}: ${issue.message}`;
+    });
+    throw new InvalidConfigError(`invalid controller configuration\n  ${lines.join("\n  ")}`);
+  }
+  return parsed.data;
+}
+
+export function kebab(key: string): string {
+  return key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+}
+
+export function limitDefaults(config: ControllerConfig): LimitDefaults {
+  return {
+    ceilingMs: config.defaultCeiling,
+    maxCeilingMs: config.maxCeiling,
+    stallMs: config.defaultStall,
+    killGraceMs: config.defaultKillGrace,
+  };
+}
+
+export function parseAddress(address: string): { host: string; port: number } {
+  const match = /^([^:]*):(\d{1,5})$/.exec(address);
+  if (!match) throw new InvalidConfigError(`bad address ${address}`);
+  return { host: match[1] || "0.0.0.0", port: Number(match[2]) };
+}

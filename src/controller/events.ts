@@ -1,0 +1,82 @@
+// Kubernetes Events on the Playbook, so `kubectl describe playbook` tells the run's story.
+// Best effort: a failed event is logged, never retried, and never fails a reconcile.
+import { randomBytes } from "node:crypto";
+import type { CoreV1Api, CoreV1Event } from "@kubernetes/client-node";
+import type { Logger } from "pino";
+import { API_VERSION, KIND } from "../api/playbook.js";
+import { apiErrorMessage } from "./kube.js";
+import type { RecordedEvent } from "./reconcile.js";
+
+export const COMPONENT = "playbook-controller";
+const MAX_MESSAGE = 1024;
+
+export interface EventTarget {
+  name: string;
+  namespace: string;
+  uid?: string | undefined;
+  resourceVersion?: string | undefined;
+}
+
+export class EventRecorder {
+  private readonly core: CoreV1Api;
+  private readonly identity: string;
+  private readonly log: Logger;
+
+  constructor(core: CoreV1Api, identity: string, log: Logger) {
+    this.core = core;
+    this.identity = identity;
+    this.log = log;
+  }
+
+  private pending: Promise<void> = Promise.resolve();
+
+  /**
+   * Queues the event; events are written one after the other (so `kubectl describe` lists them
+   * in order) without holding up the worker that recorded them.
+   */
+  post(target: EventTarget, event: RecordedEvent, now: Date): void {
+    this.pending = this.pending.then(() => this.record(target, event, now));
+  }
+
+  /** Resolves when every posted event was written (or failed). */
+  flush(): Promise<void> {
+    return this.pending;
+  }
+
+  async record(target: EventTarget, event: RecordedEvent, now: Date): Promise<void> {
+    const body: CoreV1Event = {
+      apiVersion: "v1",
+      kind: "Event",
+      metadata: {
+        name: `${target.name}.${now.getTime().toString(16)}${randomBytes(3).toString("hex")}`,
+        namespace: target.namespace,
+      },
+      involvedObject: {
+        apiVersion: API_VERSION,
+        kind: KIND,
+        name: target.name,
+        namespace: target.namespace,
+        uid: target.uid,
+        resourceVersion: target.resourceVersion,
+      },
+      type: event.type,
+      reason: event.reason,
+      message:
+        event.message.length > MAX_MESSAGE ? `${event.message.slice(0, MAX_MESSAGE - 1)}…` : event.message,
+      source: { component: COMPONENT },
+      reportingComponent: COMPONENT,
+      reportingInstance: this.identity,
+      firstTimestamp: now,
+      lastTimestamp: now,
+      count: 1,
+    };
+    try {
+      await this.core.createNamespacedEvent({ namespace: target.namespace, body });
+    } catch (error) {
+      this.log.warn(
+        { namespace: target.namespace, name: target.name, reason: event.reason, err: apiErrorMessage(error) },
+        "Failed to record event",
+      );
+    }
+  }
+}

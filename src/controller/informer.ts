@@ -1,0 +1,354 @@
+// A list-watch cache that owns its recovery, since client-node's watch can end or fall silent:
+// it restarts the watch with backoff and jitter from the last resourceVersion, relists on
+// 410 Gone, restarts a watch that delivered nothing (not even a bookmark) for too long, and
+// hands every cached object to its handlers again on a periodic resync.
+import { type KubeConfig, Watch } from "@kubernetes/client-node";
+import type { Logger } from "pino";
+import { z } from "zod";
+import { WATCH_SECONDS_MIN } from "./config.js";
+
+export interface ListResult {
+  items: unknown[];
+  resourceVersion: string;
+}
+
+export interface InformerHandlers<T> {
+  /** old is undefined for an object seen for the first time. */
+  onUpsert?: (object: T, old: T | undefined) => void;
+  onDelete?: (object: T) => void;
+}
+
+export interface InformerOptions<T> {
+  /** For logs and metrics, e.g. "pods". */
+  resource: string;
+  kubeConfig: KubeConfig;
+  watchPath: string;
+  labelSelector?: string;
+  list: () => Promise<ListResult>;
+  parse: (raw: unknown) => T | null;
+  keyOf: (object: T) => string;
+  resourceVersionOf: (object: T) => string | undefined;
+  /** A secondary index, e.g. pods by the Playbook that owns them. */
+  indexOf?: (object: T) => string | null;
+  watchTimeoutMs: number;
+  resyncMs: number;
+  log: Logger;
+  /** A watch restarted from the last resourceVersion: "timeout" (the server ended it, as asked), "error" or "silent". */
+  onReconnect?: (cause: "timeout" | "error" | "silent") => void;
+  onRelist?: () => void;
+  random?: () => number;
+}
+
+const WatchStatusSchema = z.looseObject({ code: z.number().optional(), message: z.string().optional() });
+const WatchMetaSchema = z.looseObject({
+  metadata: z.looseObject({ resourceVersion: z.string().optional() }).optional(),
+});
+
+type WatchEnd = { kind: "gone" } | { kind: "ended" } | { kind: "silent" } | { kind: "error"; error: unknown };
+
+const MIN_BACKOFF_MS = 200;
+
+const MAX_BACKOFF_MS = 30_000;
+
+export class Informer<T> {
+  private readonly cache = new Map<string, T>();
+  private readonly index = new Map<string, Set<string>>();
+  private readonly handlers: InformerHandlers<T>[] = [];
+  private resourceVersion = "";
+  private synced = false;
+  private stopped = false;
+  private abort: AbortController | undefined;
+  private resyncTimer: NodeJS.Timeout | undefined;
+  private wake: (() => void) | undefined;
+  private loop: Promise<void> | undefined;
+  private syncWaiters: (() => void)[] = [];
+  private readonly random: () => number;
+  private readonly options: InformerOptions<T>;
+
+  constructor(options: InformerOptions<T>) {
+    this.options = options;
+    this.random = options.random ?? Math.random;
+  }
+
+  addHandlers(handlers: InformerHandlers<T>): void {
+    this.handlers.push(handlers);
+  }
+
+  get hasSynced(): boolean {
+    return this.synced;
+  }
+
+  get lastResourceVersion(): string {
+    return this.resourceVersion;
+  }
+
+  get(key: string): T | undefined {
+    return this.cache.get(key);
+  }
+
+  list(): T[] {
+    return [...this.cache.values()];
+  }
+
+  byIndex(value: string): T[] {
+    const keys = this.index.get(value);
+    if (!keys) return [];
+    const out: T[] = [];
+    for (const key of keys) {
+      const object = this.cache.get(key);
+      if (object) out.push(object);
+    }
+    return out;
+  }
+
+  start(): void {
+    if (this.loop) return;
+    this.loop = this.run();
+    if (this.options.resyncMs > 0) {
+      this.resyncTimer = setInterval(() => this.resync(), this.options.resyncMs);
+      this.resyncTimer.unref();
+    }
+  }
+
+  waitForSync(): Promise<void> {
+    if (this.synced) return Promise.resolve();
+    return new Promise((resolve) => this.syncWaiters.push(resolve));
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.resyncTimer) clearInterval(this.resyncTimer);
+    this.abort?.abort();
+    this.wake?.();
+    // A list call in flight cannot be aborted; do not let it hold a shutdown for long.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.loop, new Promise((resolve) => (timer = setTimeout(resolve, 2000)))]);
+    clearTimeout(timer);
+  }
+
+  /** Hands every cached object to the handlers again, as client-go's resync does. */
+  resync(): void {
+    for (const object of this.cache.values()) this.emitUpsert(object, object);
+  }
+
+  private async run(): Promise<void> {
+    const { log, resource } = this.options;
+    let needList = true;
+    let failures = 0;
+    while (!this.stopped) {
+      try {
+        if (needList) {
+          await this.relist();
+          needList = false;
+        }
+        const end = await this.watchOnce();
+        if (this.stopped) break;
+        switch (end.kind) {
+          case "gone":
+            log.info({ resource, resourceVersion: this.resourceVersion }, "Watch expired, relisting");
+            needList = true;
+            failures = 0;
+            continue;
+          case "silent":
+            log.warn({ resource, resourceVersion: this.resourceVersion }, "Watch went silent, restarting it");
+            this.options.onReconnect?.("silent");
+            break;
+          case "ended":
+            failures = 0;
+            this.options.onReconnect?.("timeout");
+            break;
+          case "error":
+            if (isGone(end.error)) {
+              needList = true;
+              continue;
+            }
+            failures++;
+            log.warn({ resource, err: describeError(end.error) }, "Watch failed");
+            this.options.onReconnect?.("error");
+            break;
+        }
+      } catch (error) {
+        failures++;
+        log.warn({ resource, err: describeError(error) }, "List failed");
+      }
+      if (failures > 0) await this.sleep(this.backoff(failures));
+    }
+  }
+
+  private backoff(failures: number): number {
+    const ceiling = Math.min(MAX_BACKOFF_MS, MIN_BACKOFF_MS * 2 ** (failures - 1));
+    return ceiling / 2 + (ceiling / 2) * this.random();
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.wake = undefined;
+        resolve();
+      }, ms);
+      this.wake = () => {
+        clearTimeout(timer);
+        this.wake = undefined;
+        resolve();
+      };
+    });
+  }
+
+  private async relist(): Promise<void> {
+    const result = await this.options.list();
+    this.options.onRelist?.();
+    const seen = new Set<string>();
+    for (const raw of result.items) {
+      const object = this.options.parse(raw);
+      if (!object) continue;
+      const key = this.options.keyOf(object);
+      seen.add(key);
+      const old = this.cache.get(key);
+      if (old && this.options.resourceVersionOf(old) === this.options.resourceVersionOf(object)) continue;
+      this.store(key, object);
+      this.emitUpsert(object, old);
+    }
+    for (const [key, old] of [...this.cache]) {
+      if (seen.has(key)) continue;
+      this.remove(key);
+      for (const handler of this.handlers) handler.onDelete?.(old);
+    }
+    this.resourceVersion = result.resourceVersion;
+    if (!this.synced) {
+      this.synced = true;
+      for (const waiter of this.syncWaiters.splice(0)) waiter();
+    }
+  }
+
+  private watchOnce(): Promise<WatchEnd> {
+    const { kubeConfig, watchPath, labelSelector, watchTimeoutMs } = this.options;
+    const watch = new Watch(kubeConfig);
+    // client-node aborts a watch with no data for requestTimeoutMs (30s by default), less than
+    // the API server's bookmark interval; our own watchdog below decides when a watch is silent.
+    (watch as unknown as { requestTimeoutMs: number }).requestTimeoutMs = watchTimeoutMs + 30_000;
+    return new Promise<WatchEnd>((resolve) => {
+      let settled = false;
+      let lastEvent = Date.now();
+      const finish = (end: WatchEnd) => {
+        if (settled) return;
+        settled = true;
+        clearInterval(watchdog);
+        controller.abort();
+        resolve(end);
+      };
+      const controller = new AbortController();
+      this.abort = controller;
+      controller.signal.addEventListener("abort", () => finish({ kind: "ended" }), { once: true });
+      const watchdog = setInterval(
+        () => {
+          if (Date.now() - lastEvent > watchTimeoutMs) finish({ kind: "silent" });
+        },
+        Math.min(10_000, Math.max(100, watchTimeoutMs / 4)),
+      );
+      watchdog.unref();
+      const query: Record<string, string | number | boolean | undefined> = {
+        resourceVersion: this.resourceVersion,
+        allowWatchBookmarks: true,
+        // The API server ends a healthy watch after this (well before the watchdog fires), so a
+        // quiet watch is renewed rather than mistaken for a silent one; jitter spreads the load.
+        timeoutSeconds: Math.floor(WATCH_SECONDS_MIN + WATCH_SECONDS_MIN * this.random()),
+        labelSelector,
+      };
+      watch
+        .watch(
+          watchPath,
+          query,
+          (type: string, raw: unknown) => {
+            lastEvent = Date.now();
+            if (settled) return;
+            this.handleEvent(type, raw, finish);
+          },
+          (error: unknown) => finish(error ? { kind: "error", error } : { kind: "ended" }),
+        )
+        .then((inner) => {
+          // The request may still be connecting when the watch is given up: abort it once it is here.
+          if (settled) inner.abort();
+          else controller.signal.addEventListener("abort", () => inner.abort(), { once: true });
+        })
+        .catch((error: unknown) => finish({ kind: "error", error }));
+    });
+  }
+
+  private handleEvent(type: string, raw: unknown, finish: (end: WatchEnd) => void): void {
+    if (type === "ERROR") {
+      const status = WatchStatusSchema.safeParse(raw);
+      if (status.success && status.data.code === 410) finish({ kind: "gone" });
+      else finish({ kind: "error", error: new Error(`watch error: ${JSON.stringify(raw)}`) });
+      return;
+    }
+    const meta = WatchMetaSchema.safeParse(raw);
+    const resourceVersion = meta.success ? meta.data.metadata?.resourceVersion : undefined;
+    if (type === "BOOKMARK") {
+      if (resourceVersion) this.resourceVersion = resourceVersion;
+      return;
+    }
+    const object = this.options.parse(raw);
+    if (!object) {
+      this.options.log.warn(
+        { resource: this.options.resource, type },
+        "Ignored an object that did not parse",
+      );
+      if (resourceVersion) this.resourceVersion = resourceVersion;
+      return;
+    }
+    const key = this.options.keyOf(object);
+    if (type === "DELETED") {
+      const old = this.cache.get(key);
+      this.remove(key);
+      for (const handler of this.handlers) handler.onDelete?.(old ?? object);
+    } else if (type === "ADDED" || type === "MODIFIED") {
+      const old = this.cache.get(key);
+      this.store(key, object);
+      this.emitUpsert(object, old);
+    }
+    if (resourceVersion) this.resourceVersion = resourceVersion;
+  }
+
+  private emitUpsert(object: T, old: T | undefined): void {
+    for (const handler of this.handlers) handler.onUpsert?.(object, old);
+  }
+
+  private store(key: string, object: T): void {
+    const old = this.cache.get(key);
+    if (old && this.options.indexOf) this.unindex(key, old);
+    this.cache.set(key, object);
+    const value = this.options.indexOf?.(object);
+    if (value) {
+      let keys = this.index.get(value);
+      if (!keys) {
+        keys = new Set();
+        this.index.set(value, keys);
+      }
+      keys.add(key);
+    }
+  }
+
+  private remove(key: string): void {
+    const old = this.cache.get(key);
+    if (old && this.options.indexOf) this.unindex(key, old);
+    this.cache.delete(key);
+  }
+
+  private unindex(key: string, object: T): void {
+    const value = this.options.indexOf?.(object);
+    if (!value) return;
+    const keys = this.index.get(value);
+    keys?.delete(key);
+    if (keys?.size === 0) this.index.delete(value);
+  }
+}
+
+export function isGone(error: unknown): boolean {
+  const code = (error as { statusCode?: unknown; code?: unknown } | null)?.statusCode;
+  return code === 410 || (error as { code?: unknown } | null)?.code === 410;
+}
+
+export function describeError(error: unknown): string {
+  if (error instanceof Error) return error.message.split("\n")[0] ?? error.name;
+  return String(error);
+}

@@ -1,0 +1,125 @@
+// What the controller reads from the API server, parsed with zod at the edge: the parts of a Pod
+// it decides on, and a Playbook's metadata and status even when its spec is not valid.
+import { z } from "zod";
+import { PlaybookStatusSchema } from "../api/playbook.js";
+
+export const LABEL_NAME = "playbook.dev/name";
+export const LABEL_POD_ATTEMPT = "playbook.dev/pod-attempt";
+export const LABEL_MANAGED_BY = "app.kubernetes.io/managed-by";
+export const MANAGED_BY = "playbook-controller";
+export const ANNOTATION_RUN_START = "playbook.dev/run-start-time";
+export const RUNNER_CONTAINER = "runner";
+export const POD_SELECTOR = `${LABEL_MANAGED_BY}=${MANAGED_BY}`;
+
+/** Typed list calls of client-node give Dates, watches give strings; both become RFC 3339 text. */
+const Timestamp = z.union([z.string(), z.date().transform((d) => d.toISOString())]);
+
+const OwnerReferenceSchema = z.looseObject({
+  apiVersion: z.string(),
+  kind: z.string(),
+  name: z.string(),
+  uid: z.string(),
+  controller: z.boolean().optional(),
+});
+
+export const MetaSchema = z.looseObject({
+  name: z.string(),
+  namespace: z.string().optional(),
+  uid: z.string().optional(),
+  generation: z.number().int().optional(),
+  resourceVersion: z.string().optional(),
+  creationTimestamp: Timestamp.optional(),
+  deletionTimestamp: Timestamp.nullable().optional(),
+  labels: z.record(z.string(), z.string()).optional(),
+  annotations: z.record(z.string(), z.string()).optional(),
+  ownerReferences: z.array(OwnerReferenceSchema).optional(),
+});
+export type Meta = z.infer<typeof MetaSchema>;
+
+const TerminatedSchema = z.looseObject({
+  exitCode: z.number().int(),
+  signal: z.number().int().optional(),
+  reason: z.string().optional(),
+  message: z.string().optional(),
+  startedAt: Timestamp.nullable().optional(),
+  finishedAt: Timestamp.nullable().optional(),
+});
+export type ContainerTerminated = z.infer<typeof TerminatedSchema>;
+
+const ContainerStatusSchema = z.looseObject({
+  name: z.string(),
+  state: z
+    .looseObject({
+      running: z.looseObject({}).optional(),
+      waiting: z.looseObject({ reason: z.string().optional(), message: z.string().optional() }).optional(),
+      terminated: TerminatedSchema.optional(),
+    })
+    .optional(),
+  lastState: z.looseObject({ terminated: TerminatedSchema.optional() }).optional(),
+});
+
+export const PodSchema = z.looseObject({
+  metadata: MetaSchema,
+  spec: z.looseObject({ nodeName: z.string().optional() }).optional(),
+  status: z
+    .looseObject({
+      phase: z.string().optional(),
+      reason: z.string().optional(),
+      message: z.string().optional(),
+      containerStatuses: z.array(ContainerStatusSchema).optional(),
+      conditions: z
+        .array(
+          z.looseObject({
+            type: z.string(),
+            status: z.string(),
+            reason: z.string().nullable().optional(),
+            message: z.string().nullable().optional(),
+          }),
+        )
+        .nullable()
+        .optional(),
+    })
+    .optional(),
+});
+export type PodView = z.infer<typeof PodSchema>;
+
+/** A Playbook as stored: the spec is checked later, so that a bad spec can still get a status. */
+export const StoredPlaybookSchema = z.looseObject({
+  apiVersion: z.string(),
+  kind: z.string(),
+  metadata: MetaSchema,
+  spec: z.unknown(),
+  status: PlaybookStatusSchema.optional(),
+});
+export type StoredPlaybook = z.infer<typeof StoredPlaybookSchema>;
+
+export function parsePod(raw: unknown): PodView | null {
+  const parsed = PodSchema.safeParse(raw);
+  return parsed.success ? parsed.data : null;
+}
+
+export function parseStoredPlaybook(raw: unknown): StoredPlaybook | null {
+  const parsed = StoredPlaybookSchema.safeParse(raw);
+  return parsed.success ? parsed.data : null;
+}
+
+export function keyOf(meta: { name: string; namespace?: string | undefined }): string {
+  return `${meta.namespace ?? ""}/${meta.name}`;
+}
+
+export function splitKey(key: string): { namespace: string; name: string } {
+  const slash = key.indexOf("/");
+  return { namespace: key.slice(0, slash), name: key.slice(slash + 1) };
+}
+
+/** The Playbook key a pod belongs to, from its controller owner reference. */
+export function ownerKeyOfPod(pod: PodView): string | null {
+  const owner = pod.metadata.ownerReferences?.find((ref) => ref.controller && ref.kind === "Playbook");
+  if (!owner) return null;
+  return keyOf({ name: owner.name, namespace: pod.metadata.namespace });
+}
+
+export function podAttemptOf(pod: PodView): number {
+  const value = Number(pod.metadata.labels?.[LABEL_POD_ATTEMPT]);
+  return Number.isInteger(value) && value > 0 ? value : 0;
+}

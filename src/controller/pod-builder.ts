@@ -1,0 +1,151 @@
+// The pod for one attempt of a run: deterministic name, owned by its Playbook, restricted-PSS
+// security context, the resolved plan in its environment and the kubelet's deadline as backstop.
+import { createHash } from "node:crypto";
+import type { LimitDefaults, ResolvedLimits } from "../api/limits.js";
+import { PLAN_ENV_VAR, type RunPlan } from "../api/plan.js";
+import { API_VERSION, KIND, type PlaybookSpec } from "../api/playbook.js";
+import {
+  ANNOTATION_RUN_START,
+  LABEL_MANAGED_BY,
+  LABEL_NAME,
+  LABEL_POD_ATTEMPT,
+  MANAGED_BY,
+  RUNNER_CONTAINER,
+} from "./objects.js";
+
+/** Slack on top of the remaining ceiling and killGrace, so the runner's own limit fires first. */
+export const DEADLINE_MARGIN_SECONDS = 5;
+export const RUNNER_UID = 65532;
+const MAX_NAME = 63;
+
+function shortHash(text: string): string {
+  return createHash("sha256").update(text).digest("hex").slice(0, 8);
+}
+
+/** Fits `text` into `max` characters, keeping it unique with a hash when it must be cut. */
+function fitName(text: string, max: number): string {
+  if (text.length <= max) return text;
+  const cut = text.slice(0, max - 9).replace(/[-.]+$/, "");
+  return `${cut}-${shortHash(text)}`;
+}
+
+export function podNameFor(playbookName: string, attempt: number): string {
+  const suffix = `-${attempt}`;
+  return `${fitName(playbookName, MAX_NAME - suffix.length)}${suffix}`;
+}
+
+/** Label values are limited to 63 characters; long Playbook names are shortened with a hash. */
+export function nameLabelValue(playbookName: string): string {
+  return fitName(playbookName, MAX_NAME);
+}
+
+/** Seconds the kubelet lets the pod run: what is left of the ceiling, plus killGrace and a margin. */
+export function activeDeadlineSeconds(limits: ResolvedLimits, runStart: Date, now: Date): number {
+  const remainingMs = runStart.getTime() + limits.ceiling.ms - now.getTime();
+  const remaining = Math.max(0, Math.ceil(remainingMs / 1000));
+  return Math.max(1, remaining + Math.ceil(limits.killGrace.ms / 1000) + DEADLINE_MARGIN_SECONDS);
+}
+
+export function terminationGraceSeconds(limits: ResolvedLimits): number {
+  return Math.ceil(limits.killGrace.ms / 1000) + DEADLINE_MARGIN_SECONDS;
+}
+
+export interface PodRequest {
+  playbook: { name: string; namespace: string; uid: string };
+  spec: PlaybookSpec;
+  limits: ResolvedLimits;
+  defaults: LimitDefaults;
+  attempt: number;
+  runStart: Date;
+  now: Date;
+  runnerImage: string;
+}
+
+export interface PodManifest {
+  apiVersion: "v1";
+  kind: "Pod";
+  metadata: {
+    name: string;
+    namespace: string;
+    labels: Record<string, string>;
+    annotations: Record<string, string>;
+    ownerReferences: {
+      apiVersion: string;
+      kind: string;
+      name: string;
+      uid: string;
+      controller: true;
+      blockOwnerDeletion: true;
+    }[];
+  };
+  spec: Record<string, unknown>;
+}
+
+export function buildPlan(request: PodRequest): RunPlan {
+  return {
+    name: request.playbook.name,
+    namespace: request.playbook.namespace,
+    runStartTime: request.runStart.toISOString(),
+    defaults: request.defaults,
+    spec: request.spec,
+  };
+}
+
+export function buildPod(request: PodRequest): PodManifest {
+  const { playbook, spec, limits } = request;
+  const container: Record<string, unknown> = {
+    name: RUNNER_CONTAINER,
+    image: spec.image ?? request.runnerImage,
+    command: ["playbook", "pod-runner"],
+    env: [{ name: PLAN_ENV_VAR, value: JSON.stringify(buildPlan(request)) }],
+    terminationMessagePolicy: "FallbackToLogsOnError",
+    securityContext: {
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ["ALL"] },
+      runAsNonRoot: true,
+      runAsUser: RUNNER_UID,
+      seccompProfile: { type: "RuntimeDefault" },
+    },
+  };
+  if (spec.resources) container.resources = spec.resources;
+  const podSpec: Record<string, unknown> = {
+    restartPolicy: "Never",
+    activeDeadlineSeconds: activeDeadlineSeconds(limits, request.runStart, request.now),
+    terminationGracePeriodSeconds: terminationGraceSeconds(limits),
+    enableServiceLinks: false,
+    automountServiceAccountToken: spec.serviceAccountName !== undefined,
+    securityContext: {
+      runAsNonRoot: true,
+      runAsUser: RUNNER_UID,
+      runAsGroup: RUNNER_UID,
+      seccompProfile: { type: "RuntimeDefault" },
+    },
+    containers: [container],
+  };
+  if (spec.serviceAccountName) podSpec.serviceAccountName = spec.serviceAccountName;
+  return {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: {
+      name: podNameFor(playbook.name, request.attempt),
+      namespace: playbook.namespace,
+      labels: {
+        [LABEL_NAME]: nameLabelValue(playbook.name),
+        [LABEL_POD_ATTEMPT]: String(request.attempt),
+        [LABEL_MANAGED_BY]: MANAGED_BY,
+      },
+      annotations: { [ANNOTATION_RUN_START]: request.runStart.toISOString() },
+      ownerReferences: [
+        {
+          apiVersion: API_VERSION,
+          kind: KIND,
+          name: playbook.name,
+          uid: playbook.uid,
+          controller: true,
+          blockOwnerDeletion: true,
+        },
+      ],
+    },
+    spec: podSpec,
+  };
+}

@@ -1,0 +1,84 @@
+// What a pod says about its run: whether it ended, the runner's report, what the kubelet said,
+// and whether the infrastructure took it away. Pure readers of the pod as the API server has it.
+import { decodeReport, InvalidReportError, type RunnerReport } from "../api/report.js";
+import { type ContainerTerminated, type PodView, podAttemptOf, RUNNER_CONTAINER } from "./objects.js";
+
+const FINISHED_POD_PHASES = new Set(["Succeeded", "Failed"]);
+
+/** Ended: by its phase, or (restartPolicy Never) by its runner container's terminated state. */
+export function isPodFinished(pod: PodView): boolean {
+  if (FINISHED_POD_PHASES.has(pod.status?.phase ?? "")) return true;
+  const statuses = pod.status?.containerStatuses ?? [];
+  const runner = statuses.find((s) => s.name === RUNNER_CONTAINER);
+  return runner?.state?.terminated !== undefined;
+}
+
+function runnerTerminated(pod: PodView): ContainerTerminated | undefined {
+  const statuses = pod.status?.containerStatuses ?? [];
+  const runner = statuses.find((s) => s.name === RUNNER_CONTAINER) ?? statuses[0];
+  return runner?.state?.terminated ?? runner?.lastState?.terminated;
+}
+
+export type ReadReport = { ok: true; report: RunnerReport } | { ok: false; problem: string };
+
+export function readReport(pod: PodView, taskCount: number): ReadReport {
+  const terminated = runnerTerminated(pod);
+  if (!terminated) return { ok: false, problem: "the runner container has no terminated state" };
+  const message = terminated.message?.trim() ?? "";
+  if (message === "") return { ok: false, problem: "the termination message is empty" };
+  try {
+    return { ok: true, report: decodeReport(message, taskCount) };
+  } catch (error) {
+    if (error instanceof InvalidReportError) return { ok: false, problem: `the report is ${error.message}` };
+    throw error;
+  }
+}
+
+/** What the kubelet said about a pod that ended: "OOMKilled, exit code 137". */
+export function describeKubeletVerdict(pod: PodView): string {
+  const parts: string[] = [];
+  if (pod.status?.reason)
+    parts.push(`pod ${pod.status.reason}${pod.status.message ? `: ${pod.status.message}` : ""}`);
+  const terminated = runnerTerminated(pod);
+  if (terminated) {
+    if (terminated.reason) parts.push(terminated.reason);
+    parts.push(`exit code ${terminated.exitCode}`);
+    if (terminated.signal) parts.push(`signal ${terminated.signal}`);
+  } else {
+    parts.push(`pod phase ${pod.status?.phase ?? "unknown"}`);
+  }
+  return parts.join(", ");
+}
+
+/** The pod of the latest attempt, if any. */
+export function currentPod(pods: readonly PodView[]): PodView | undefined {
+  let best: PodView | undefined;
+  for (const pod of pods) {
+    if (!best || podAttemptOf(pod) > podAttemptOf(best)) best = pod;
+  }
+  return best;
+}
+
+/** How long a pod that ended without a report stays unjudged, so a disruption can still show. */
+export const REPORTLESS_SETTLE_MS = 3000;
+
+export function settleWaitMs(pod: PodView, now: Date): number {
+  const finishedAt = Date.parse(runnerTerminated(pod)?.finishedAt ?? "");
+  if (Number.isNaN(finishedAt)) return 0;
+  // finishedAt has whole seconds: count from the end of that second.
+  return Math.max(0, finishedAt + 1000 + REPORTLESS_SETTLE_MS - now.getTime());
+}
+
+/**
+ * Why the infrastructure took the pod away, if it did: an eviction, or a DisruptionTarget
+ * condition (preemption, taint manager, PodGC for a node that is gone, kubelet shutdown).
+ */
+export function disruptionOf(pod: PodView): string | undefined {
+  if (pod.status?.reason === "Evicted") {
+    return `was evicted${pod.status.message ? `: ${pod.status.message}` : ""}`;
+  }
+  const target = pod.status?.conditions?.find((c) => c.type === "DisruptionTarget" && c.status === "True");
+  if (target)
+    return `was disrupted (${target.reason ?? "DisruptionTarget"}${target.message ? `: ${target.message}` : ""})`;
+  return undefined;
+}

@@ -1,0 +1,513 @@
+// Reconcile decisions as a pure function of (Playbook, its pods, now, config): what to create or
+// delete, the status to write and the events to record. The controller applies the decision.
+import { formatDuration } from "../api/duration.js";
+import { type LimitDefaults, type ResolvedLimits, resolveLimits } from "../api/limits.js";
+import { InvalidPlaybookError, validatePlaybook } from "../api/manifest.js";
+import type { PlaybookSpec, PlaybookStatus } from "../api/playbook.js";
+import { isLimitReason, type TerminalReason } from "../api/reasons.js";
+import { ANNOTATION_RUN_START, type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
+import {
+  buildPod,
+  DEADLINE_MARGIN_SECONDS,
+  type PodManifest,
+  podNameFor,
+  terminationGraceSeconds,
+} from "./pod-builder.js";
+import {
+  currentPod,
+  describeKubeletVerdict,
+  disruptionOf,
+  isPodFinished,
+  readReport,
+  settleWaitMs,
+} from "./pod-state.js";
+import {
+  describeDeadline,
+  isFinished,
+  markUnfinished,
+  progressStatus,
+  reportedStatus,
+  type StatusBase,
+  sameStatus,
+  settledStatus,
+} from "./status.js";
+
+export interface ReconcileSettings {
+  defaults: LimitDefaults;
+  runnerImage: string;
+  ttlSecondsAfterFinished: number;
+}
+
+export interface ReconcileInput {
+  playbook: StoredPlaybook;
+  /** Pods this Playbook controls (owner reference), from the cache or confirmed by a live read. */
+  pods: readonly PodView[];
+  now: Date;
+  settings: ReconcileSettings;
+}
+
+export type Action =
+  | { type: "createPod"; pod: PodManifest; attempt: number }
+  | { type: "deletePod"; name: string; gracePeriodSeconds?: number; why: "cancel" | "ttl" | "finished" };
+
+export interface RecordedEvent {
+  type: "Normal" | "Warning";
+  reason: string;
+  message: string;
+}
+
+/** What a finished run contributes to the metrics, counted when its terminal status is written. */
+export interface FinishedRun {
+  reason: TerminalReason;
+  limit?: string;
+  durationSeconds: number;
+  tasks: { phase: string; durationSeconds: number }[];
+}
+
+export interface Decision {
+  /** The status to write, or null when it would not change. */
+  status: PlaybookStatus | null;
+  actions: Action[];
+  events: RecordedEvent[];
+  finished?: FinishedRun;
+  requeueAfterMs?: number;
+}
+
+type Validated = { ok: true; spec: PlaybookSpec; limits: ResolvedLimits } | { ok: false; message: string };
+
+export function validateSpec(playbook: StoredPlaybook, defaults: LimitDefaults): Validated {
+  try {
+    const parsed = validatePlaybook(
+      {
+        apiVersion: playbook.apiVersion,
+        kind: playbook.kind,
+        metadata: { name: playbook.metadata.name, namespace: playbook.metadata.namespace },
+        spec: playbook.spec,
+      },
+      defaults,
+      `${playbook.metadata.namespace}/${playbook.metadata.name}`,
+    );
+    return { ok: true, spec: parsed.spec, limits: resolveLimits(parsed.spec, defaults) };
+  } catch (error) {
+    if (error instanceof InvalidPlaybookError) {
+      return { ok: false, message: error.problems.map((p) => `${p.path}: ${p.message}`).join("; ") };
+    }
+    throw error;
+  }
+}
+
+function durationSeconds(start: string | undefined, end: string | undefined): number {
+  if (!start || !end) return 0;
+  return Math.max(0, (Date.parse(end) - Date.parse(start)) / 1000);
+}
+
+function finishedRun(status: PlaybookStatus, reason: TerminalReason): FinishedRun {
+  const run: FinishedRun = {
+    reason,
+    durationSeconds: durationSeconds(status.startTime, status.completionTime),
+    tasks: (status.tasks ?? [])
+      .filter((task) => task.startTime && task.completionTime)
+      .map((task) => ({
+        phase: task.phase,
+        durationSeconds: durationSeconds(task.startTime, task.completionTime),
+      })),
+  };
+  if (isLimitReason(reason)) run.limit = reason;
+  return run;
+}
+
+function finishEvents(
+  status: PlaybookStatus,
+  reason: TerminalReason,
+  limits: ResolvedLimits | null,
+): RecordedEvent[] {
+  const condition = status.conditions?.find((c) => c.type === "Succeeded");
+  const message = condition?.message ?? reason;
+  const events: RecordedEvent[] = [];
+  if (isLimitReason(reason)) {
+    events.push({
+      type: "Warning",
+      reason: "LimitFired",
+      message: `${reason} fired: ${describeFiredLimit(status, reason, limits)}`,
+    });
+  }
+  events.push({
+    type: reason === "Succeeded" ? "Normal" : "Warning",
+    reason: reason === "Succeeded" ? "RunSucceeded" : "RunFailed",
+    message: `Run finished with reason ${reason}: ${message}`,
+  });
+  return events;
+}
+
+/** "limit 10m from task (spec.tasks[0].timeout)" for the limit that ended the run. */
+function describeFiredLimit(status: PlaybookStatus, reason: string, limits: ResolvedLimits | null): string {
+  const task = status.tasks?.find((t) => t.limit === reason);
+  const condition = status.conditions?.find((c) => c.type === "Succeeded");
+  if (task?.limitValue && task.limitSource) {
+    return `limit ${task.limitValue} (source ${task.limitSource}) on task ${task.name}: ${condition?.message ?? ""}`;
+  }
+  if (limits) {
+    return `ceiling ${formatDuration(limits.ceiling.ms)} (source ${limits.ceiling.source}, ${limits.ceiling.field}): ${condition?.message ?? ""}`;
+  }
+  return condition?.message ?? reason;
+}
+
+function settle(
+  base: StatusBase,
+  next: PlaybookStatus,
+  reason: TerminalReason,
+  extra: Partial<Decision> = {},
+): Decision {
+  return {
+    status: next,
+    actions: extra.actions ?? [],
+    events: [...(extra.events ?? []), ...finishEvents(next, reason, base.limits)],
+    finished: finishedRun(next, reason),
+  };
+}
+
+function progress(base: StatusBase, next: PlaybookStatus, extra: Partial<Decision> = {}): Decision {
+  return {
+    status: sameStatus(base.previous, next) ? null : next,
+    actions: extra.actions ?? [],
+    events: extra.events ?? [],
+    ...(extra.requeueAfterMs !== undefined ? { requeueAfterMs: extra.requeueAfterMs } : {}),
+  };
+}
+
+/** A finished run: nothing to decide but removing its pods once ttlSecondsAfterFinished passed. */
+export function decideFinished(input: ReconcileInput): Decision {
+  const status = input.playbook.status ?? {};
+  const spec = input.playbook.spec as { ttlSecondsAfterFinished?: unknown } | undefined;
+  const ttlSeconds =
+    typeof spec?.ttlSecondsAfterFinished === "number"
+      ? spec.ttlSecondsAfterFinished
+      : input.settings.ttlSecondsAfterFinished;
+  const actions: Action[] = [];
+  const events: RecordedEvent[] = [];
+  const live = input.pods.filter((pod) => !pod.metadata.deletionTimestamp);
+  for (const pod of live) {
+    if (!isPodFinished(pod)) actions.push({ type: "deletePod", name: pod.metadata.name, why: "finished" });
+  }
+  const finishedPods = live.filter(isPodFinished);
+  if (finishedPods.length === 0) return { status: null, actions, events };
+  const completion = Date.parse(status.completionTime ?? "") || input.now.getTime();
+  const expiresAt = completion + ttlSeconds * 1000;
+  if (expiresAt <= input.now.getTime()) {
+    for (const pod of finishedPods) {
+      actions.push({ type: "deletePod", name: pod.metadata.name, why: "ttl" });
+      events.push({
+        type: "Normal",
+        reason: "PodDeleted",
+        message: `Deleted finished pod ${pod.metadata.name}: ttlSecondsAfterFinished (${ttlSeconds}s) passed`,
+      });
+    }
+    return { status: null, actions, events };
+  }
+  return { status: null, actions, events, requeueAfterMs: expiresAt - input.now.getTime() };
+}
+
+interface RunState {
+  base: StatusBase & { limits: ResolvedLimits };
+  spec: PlaybookSpec;
+  input: ReconcileInput;
+  attempts: number;
+  startTime: string;
+}
+
+function createPodAction(state: RunState, attempt: number, runStart: Date): Action & { type: "createPod" } {
+  const { playbook } = state.input;
+  const pod = buildPod({
+    playbook: {
+      name: playbook.metadata.name,
+      namespace: playbook.metadata.namespace ?? "default",
+      uid: playbook.metadata.uid ?? "",
+    },
+    spec: state.spec,
+    limits: state.base.limits,
+    defaults: state.input.settings.defaults,
+    attempt,
+    runStart,
+    now: state.input.now,
+    runnerImage: state.input.settings.runnerImage,
+  });
+  return { type: "createPod", pod, attempt };
+}
+
+function podCreatedEvent(state: RunState, action: Action & { type: "createPod" }): RecordedEvent {
+  const deadline = Number(action.pod.spec.activeDeadlineSeconds);
+  return {
+    type: "Normal",
+    reason: "PodCreated",
+    message: `Created pod ${action.pod.metadata.name} (attempt ${action.attempt}) with activeDeadlineSeconds ${describeDeadline(state.base.limits, deadline)}`,
+  };
+}
+
+/** The pod was lost: create the next attempt while backoffLimit allows, else the run fails PodLost. */
+function decideLost(state: RunState, what: string): Decision {
+  const { base, spec } = state;
+  const ceilingAt = Date.parse(state.startTime) + base.limits.ceiling.ms;
+  if (ceilingAt <= state.input.now.getTime()) {
+    // A new pod would have no time left: the ceiling, not the loss, ends the run.
+    const message = `the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) passed; ${what}`;
+    const next = settledStatus(base, {
+      reason: "RunCeiling",
+      message,
+      tasks: markUnfinished(base.previous.tasks ?? [], "Cancelled"),
+    });
+    return settle(base, next, "RunCeiling");
+  }
+  if (state.attempts - 1 < spec.backoffLimit) {
+    const attempt = state.attempts + 1;
+    const action = createPodAction(state, attempt, new Date(state.startTime));
+    const next = progressStatus(base, {
+      phase: "Pending",
+      message: pendingMessage(action.pod.metadata.name, attempt),
+      startTime: state.startTime,
+      podName: action.pod.metadata.name,
+      podAttempts: attempt,
+    });
+    return progress(base, next, {
+      actions: [action],
+      events: [
+        {
+          type: "Warning",
+          reason: "PodLost",
+          message: `${capitalise(what)}; created pod ${action.pod.metadata.name} (attempt ${attempt} of ${spec.backoffLimit + 1}), the ceiling still counts from ${state.startTime}`,
+        },
+        podCreatedEvent(state, action),
+      ],
+    });
+  }
+  const message = `${what}; the pod was lost ${state.attempts} time${state.attempts === 1 ? "" : "s"}, more than backoffLimit ${spec.backoffLimit} allows`;
+  const next = settledStatus(base, {
+    reason: "PodLost",
+    message,
+    tasks: markUnfinished(base.previous.tasks ?? [], "Cancelled"),
+  });
+  return settle(base, next, "PodLost");
+}
+
+/** How long past its activeDeadlineSeconds a running pod may go before the controller acts. */
+export const BACKSTOP_SLACK_MS = 30_000;
+
+/** The same words at creation and while pending, so that a pass in between writes nothing. */
+function pendingMessage(podName: string, attempt: number): string {
+  return `pod ${podName} is pending (attempt ${attempt})`;
+}
+
+function capitalise(text: string): string {
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}
+
+/** A pod that ended: the runner's report decides, unless the kubelet's deadline or an eviction did. */
+function decideEndedPod(state: RunState, pod: PodView): Decision {
+  const { base, spec } = state;
+  const podName = pod.metadata.name;
+  const run = { startTime: state.startTime, podName, podAttempts: state.attempts };
+  const disruption = disruptionOf(pod);
+  if (disruption) return decideLost(state, `pod ${podName} ${disruption}`);
+  const read = readReport(pod, spec.tasks.length);
+  if (pod.status?.reason === "DeadlineExceeded") {
+    const tasks = read.ok ? reportedStatus(base, read.report, run).tasks : base.previous.tasks;
+    const message = `the kubelet stopped pod ${podName} at its activeDeadlineSeconds backstop: the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) plus killGrace and a margin passed before the runner reported`;
+    const next = settledStatus(base, {
+      reason: "PodDeadlineExceeded",
+      message,
+      tasks: markUnfinished(tasks ?? [], "Cancelled"),
+    });
+    return settle(base, { ...next, podName, podAttempts: state.attempts }, "PodDeadlineExceeded");
+  }
+  if (read.ok) {
+    if (read.report.reason === "Cancelled" && !spec.cancel) {
+      // The runner was interrupted by someone else than us: a node drain, a deletion.
+      return decideLost(state, `pod ${podName} was stopped from outside (${describeKubeletVerdict(pod)})`);
+    }
+    const next = reportedStatus(base, read.report, run);
+    return settle(base, next, read.report.reason);
+  }
+  if (pod.metadata.deletionTimestamp && !spec.cancel) {
+    return decideLost(
+      state,
+      `pod ${podName} was deleted before the runner reported (${describeKubeletVerdict(pod)})`,
+    );
+  }
+  const waitMs = settleWaitMs(pod, state.input.now);
+  if (waitMs > 0 && !spec.cancel) {
+    // The container's end and the disruption that caused it can reach the API in separate
+    // writes; a pod taken by the infrastructure must not be mistaken for a runner that crashed.
+    return progress(base, base.previous, { requeueAfterMs: waitMs });
+  }
+  const message = `pod ${podName} ended without a valid runner report (${describeKubeletVerdict(pod)}): ${read.problem}`;
+  const next = settledStatus(base, { reason: spec.cancel ? "Cancelled" : "RunnerLost", message });
+  return settle(
+    base,
+    { ...next, podName, podAttempts: state.attempts },
+    spec.cancel ? "Cancelled" : "RunnerLost",
+  );
+}
+
+function decideCancel(state: RunState, pod: PodView | undefined): Decision {
+  const { base } = state;
+  if (pod && !isPodFinished(pod)) {
+    const next = progressStatus(base, {
+      phase: "Running",
+      message: `cancelling: pod ${pod.metadata.name} was asked to stop (spec.cancel)`,
+      startTime: state.startTime,
+      podName: pod.metadata.name,
+      podAttempts: state.attempts,
+    });
+    if (pod.metadata.deletionTimestamp) return progress(base, next);
+    const grace = terminationGraceSeconds(base.limits);
+    return progress(base, next, {
+      actions: [{ type: "deletePod", name: pod.metadata.name, gracePeriodSeconds: grace, why: "cancel" }],
+      events: [
+        {
+          type: "Normal",
+          reason: "Cancelling",
+          message: `Deleted pod ${pod.metadata.name} with a ${grace}s grace period: spec.cancel is true`,
+        },
+      ],
+    });
+  }
+  if (pod) return decideEndedPod(state, pod);
+  const message =
+    state.attempts === 0
+      ? "the run was cancelled (spec.cancel) before its pod was created"
+      : "the run was cancelled (spec.cancel); its pod was gone before the runner reported";
+  const next = settledStatus(base, {
+    reason: "Cancelled",
+    message,
+    tasks: markUnfinished(base.previous.tasks ?? [], "Cancelled"),
+  });
+  return settle(base, next, "Cancelled");
+}
+
+/** The whole decision for one Playbook. */
+export function decide(input: ReconcileInput): Decision {
+  const { playbook, now, settings } = input;
+  const previous = playbook.status ?? {};
+  if (isFinished(previous)) return decideFinished(input);
+  const generation = playbook.metadata.generation;
+  const validated = validateSpec(playbook, settings.defaults);
+  if (!validated.ok) {
+    const base: StatusBase = { previous, generation, now, limits: null };
+    const next = settledStatus(base, { reason: "InvalidSpec", message: validated.message });
+    return settle(base, next, "InvalidSpec", {
+      events: [{ type: "Warning", reason: "InvalidSpec", message: `Refused the spec: ${validated.message}` }],
+      actions: input.pods
+        .filter((pod) => !isPodFinished(pod) && !pod.metadata.deletionTimestamp)
+        .map((pod) => ({ type: "deletePod" as const, name: pod.metadata.name, why: "finished" as const })),
+    });
+  }
+  const base = { previous, generation, now, limits: validated.limits };
+  const pod = currentPod(input.pods);
+  const attempts = Math.max(previous.podAttempts ?? 0, pod ? podAttemptOf(pod) : 0);
+  const adoptedStart = pod?.metadata.annotations?.[ANNOTATION_RUN_START];
+  const startTime = previous.startTime ?? adoptedStart ?? now.toISOString();
+  const state: RunState = { base, spec: validated.spec, input, attempts, startTime };
+
+  if (validated.spec.cancel) return decideCancel(state, pod);
+  if (!pod) {
+    if (attempts === 0) {
+      const action = createPodAction(state, 1, now);
+      const next = progressStatus(base, {
+        phase: "Pending",
+        message: pendingMessage(action.pod.metadata.name, 1),
+        startTime: now.toISOString(),
+        podName: action.pod.metadata.name,
+        podAttempts: 1,
+      });
+      return progress(base, next, {
+        actions: [action],
+        events: [podCreatedEvent({ ...state, startTime: next.startTime ?? "" }, action)],
+      });
+    }
+    return decideLost(
+      state,
+      `pod ${previous.podName ?? podNameFor(playbook.metadata.name, attempts)} was deleted or lost with its node`,
+    );
+  }
+  if (isPodFinished(pod)) return decideEndedPod(state, pod);
+  const running = pod.status?.phase === "Running";
+  const endsAt = Date.parse(startTime) + base.limits.ceiling.ms + base.limits.killGrace.ms;
+  if (!running && endsAt <= now.getTime()) {
+    // activeDeadlineSeconds counts from the pod's start on a node: a pod that never starts
+    // (unschedulable, image never pulled) is bounded by the controller instead.
+    return decideNeverStarted(state, pod);
+  }
+  const backstopAt = endsAt + (DEADLINE_MARGIN_SECONDS * 1000 + BACKSTOP_SLACK_MS);
+  if (running && backstopAt <= now.getTime()) return decideOutlived(state, pod);
+  const next = progressStatus(base, {
+    phase: running ? "Running" : "Pending",
+    message: running
+      ? `pod ${pod.metadata.name} is running (attempt ${attempts})${pod.metadata.deletionTimestamp ? "; it is being deleted" : ""}`
+      : pendingMessage(pod.metadata.name, attempts),
+    startTime,
+    podName: pod.metadata.name,
+    podAttempts: attempts,
+  });
+  return progress(base, next, { requeueAfterMs: (running ? backstopAt : endsAt) - now.getTime() });
+}
+
+/**
+ * The pod outlived its activeDeadlineSeconds by BACKSTOP_SLACK_MS: its node did not enforce it
+ * (unresponsive, partitioned). As the Job controller does for a Job's deadline, the controller
+ * deletes the pod and ends the run.
+ */
+function decideOutlived(state: RunState, pod: PodView): Decision {
+  const { base } = state;
+  const message = `pod ${pod.metadata.name} outlived its activeDeadlineSeconds (the run's ${formatDuration(base.limits.ceiling.ms)} ceiling from ${base.limits.ceiling.field}, plus killGrace and a margin) without its node stopping it; the controller deleted it`;
+  const next = settledStatus(base, {
+    reason: "PodDeadlineExceeded",
+    message,
+    tasks: markUnfinished(base.previous.tasks ?? [], "Cancelled"),
+  });
+  return settle(
+    base,
+    { ...next, podName: pod.metadata.name, podAttempts: state.attempts },
+    "PodDeadlineExceeded",
+    {
+      actions: pod.metadata.deletionTimestamp
+        ? []
+        : [{ type: "deletePod", name: pod.metadata.name, gracePeriodSeconds: 0, why: "finished" }],
+    },
+  );
+}
+
+/** The ceiling passed before the pod ever ran: the run ends RunCeiling and the pod is removed. */
+function decideNeverStarted(state: RunState, pod: PodView): Decision {
+  const { base } = state;
+  const waiting = pod.status?.containerStatuses?.[0]?.state?.waiting;
+  const why =
+    waiting?.reason ??
+    pod.status?.reason ??
+    pod.status?.conditions?.find((c) => c.status === "False")?.reason;
+  const message = `the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) passed before pod ${pod.metadata.name} started${why ? ` (${why})` : ""}`;
+  const next = settledStatus(base, {
+    reason: "RunCeiling",
+    message,
+    tasks: markUnfinished(base.previous.tasks ?? [], "Cancelled"),
+  });
+  return settle(base, { ...next, podName: pod.metadata.name, podAttempts: state.attempts }, "RunCeiling", {
+    actions: pod.metadata.deletionTimestamp
+      ? []
+      : [{ type: "deletePod", name: pod.metadata.name, why: "finished" }],
+  });
+}
+
+/** The API server refused the pod as invalid (e.g. requests above limits): the run cannot start. */
+export function decideRefusedPod(input: ReconcileInput, message: string): Decision {
+  const { playbook, now, settings } = input;
+  const previous = playbook.status ?? {};
+  if (isFinished(previous)) return { status: null, actions: [], events: [] };
+  const validated = validateSpec(playbook, settings.defaults);
+  const base: StatusBase = {
+    previous,
+    generation: playbook.metadata.generation,
+    now,
+    limits: validated.ok ? validated.limits : null,
+  };
+  const next = settledStatus(base, { reason: "InvalidSpec", message });
+  return settle(base, next, "InvalidSpec");
+}

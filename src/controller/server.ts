@@ -1,0 +1,66 @@
+// /metrics, /healthz and /readyz on one small HTTP server.
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Registry } from "prom-client";
+
+export interface HealthServerOptions {
+  host: string;
+  port: number;
+  registry: Registry;
+  /** Live: the process is not wedged. */
+  healthy: () => boolean;
+  /** Ready: the caches have synced. */
+  ready: () => boolean;
+}
+
+export class HealthServer {
+  private readonly server: Server;
+  private readonly options: HealthServerOptions;
+
+  constructor(options: HealthServerOptions) {
+    this.options = options;
+    this.server = createServer((request, response) => {
+      const path = (request.url ?? "/").split("?")[0];
+      if (request.method !== "GET" && request.method !== "HEAD") {
+        response.writeHead(405).end();
+        return;
+      }
+      if (path === "/healthz" || path === "/livez") {
+        const ok = this.options.healthy();
+        response.writeHead(ok ? 200 : 500, { "content-type": "text/plain" }).end(ok ? "ok\n" : "unhealthy\n");
+        return;
+      }
+      if (path === "/readyz") {
+        const ok = this.options.ready();
+        response
+          .writeHead(ok ? 200 : 503, { "content-type": "text/plain" })
+          .end(ok ? "ok\n" : "caches not synced\n");
+        return;
+      }
+      if (path === "/metrics") {
+        this.options.registry.metrics().then(
+          (text) => response.writeHead(200, { "content-type": this.options.registry.contentType }).end(text),
+          (error: unknown) => response.writeHead(500).end(String(error)),
+        );
+        return;
+      }
+      response.writeHead(404).end();
+    });
+  }
+
+  listen(): Promise<AddressInfo> {
+    return new Promise((resolve, reject) => {
+      this.server.once("error", reject);
+      this.server.listen(this.options.port, this.options.host, () =>
+        resolve(this.server.address() as AddressInfo),
+      );
+    });
+  }
+
+  close(): Promise<void> {
+    return new Promise((resolve) => {
+      this.server.close(() => resolve());
+      this.server.closeAllConnections();
+    });
+  }
+}

@@ -1,0 +1,167 @@
+// The statuses a reconcile pass can settle on, each built from the previous status so that
+// conditions keep their lastTransitionTime and observedGeneration is always set.
+import { setCondition } from "../api/conditions.js";
+import { formatDuration } from "../api/duration.js";
+import { describeRunLimits, type ResolvedLimits } from "../api/limits.js";
+import type { Condition, PlaybookStatus, TaskStatus } from "../api/playbook.js";
+import { isLimitReason, type RunPhase, type TerminalReason } from "../api/reasons.js";
+import type { RunnerReport } from "../api/report.js";
+import { statusForReport } from "../api/status.js";
+
+export const SUCCEEDED = "Succeeded";
+export const LIMIT_EXCEEDED = "LimitExceeded";
+
+/** A run whose Succeeded condition is True or False is finished; its status is never rewritten. */
+export function isFinished(status: PlaybookStatus | undefined): boolean {
+  const condition = status?.conditions?.find((c) => c.type === SUCCEEDED);
+  return condition !== undefined && condition.status !== "Unknown";
+}
+
+export function finishedReason(status: PlaybookStatus | undefined): string | undefined {
+  const condition = status?.conditions?.find((c) => c.type === SUCCEEDED);
+  return condition && condition.status !== "Unknown" ? condition.reason : undefined;
+}
+
+export interface StatusBase {
+  previous: PlaybookStatus;
+  generation: number | undefined;
+  now: Date;
+  limits: ResolvedLimits | null;
+}
+
+function withGeneration(status: PlaybookStatus, generation: number | undefined): PlaybookStatus {
+  return generation === undefined ? status : { ...status, observedGeneration: generation };
+}
+
+/** Pending or Running: the run has not finished. */
+export function progressStatus(
+  base: StatusBase,
+  progress: {
+    phase: "Pending" | "Running";
+    message: string;
+    startTime: string;
+    podName: string;
+    podAttempts: number;
+  },
+): PlaybookStatus {
+  const conditions = setCondition(
+    base.previous.conditions ?? [],
+    { type: SUCCEEDED, status: "Unknown", reason: progress.phase, message: progress.message },
+    base.now,
+    base.generation,
+  );
+  const status: PlaybookStatus = {
+    ...base.previous,
+    phase: progress.phase,
+    startTime: progress.startTime,
+    podName: progress.podName,
+    podAttempts: progress.podAttempts,
+    conditions,
+  };
+  if (base.limits) status.limits = describeRunLimits(base.limits);
+  return withGeneration(status, base.generation);
+}
+
+/** The task that ended the run: the last one that ran, unless every task succeeded. */
+export function endingTask(tasks: readonly TaskStatus[] | undefined): string | undefined {
+  if (!tasks) return undefined;
+  for (let i = tasks.length - 1; i >= 0; i--) {
+    const task = tasks[i];
+    if (!task || task.phase === "Skipped" || task.phase === "Pending") continue;
+    return task.phase === "Succeeded" ? undefined : task.name;
+  }
+  return undefined;
+}
+
+/** A finished run the runner reported on. */
+export function reportedStatus(
+  base: StatusBase & { limits: ResolvedLimits },
+  report: RunnerReport,
+  run: { startTime: string; podName: string; podAttempts: number },
+): PlaybookStatus {
+  const settled = statusForReport(
+    report,
+    base.limits,
+    base.now,
+    base.previous.conditions ?? [],
+    base.generation,
+  );
+  const status: PlaybookStatus = {
+    ...base.previous,
+    ...settled,
+    startTime: run.startTime,
+    podName: run.podName,
+    podAttempts: run.podAttempts,
+  };
+  const ending = endingTask(settled.tasks);
+  if (ending) status.endingTask = ending;
+  return withGeneration(status, base.generation);
+}
+
+/** A finished run the controller settles itself: the runner could not say (or never ran). */
+export function settledStatus(
+  base: StatusBase,
+  outcome: {
+    reason: Exclude<TerminalReason, "Succeeded">;
+    message: string;
+    phase?: RunPhase;
+    tasks?: TaskStatus[];
+  },
+): PlaybookStatus {
+  let conditions: Condition[] = setCondition(
+    base.previous.conditions ?? [],
+    { type: SUCCEEDED, status: "False", reason: outcome.reason, message: outcome.message },
+    base.now,
+    base.generation,
+  );
+  if (isLimitReason(outcome.reason)) {
+    conditions = setCondition(
+      conditions,
+      { type: LIMIT_EXCEEDED, status: "True", reason: outcome.reason, message: outcome.message },
+      base.now,
+      base.generation,
+    );
+  }
+  const status: PlaybookStatus = {
+    ...base.previous,
+    phase: outcome.phase ?? (outcome.reason === "Cancelled" ? "Cancelled" : "Failed"),
+    completionTime: base.now.toISOString(),
+    conditions,
+  };
+  if (outcome.tasks && outcome.tasks.length > 0) status.tasks = outcome.tasks;
+  const ending = endingTask(status.tasks);
+  if (ending) status.endingTask = ending;
+  if (base.limits) status.limits = describeRunLimits(base.limits);
+  return withGeneration(status, base.generation);
+}
+
+/** Tasks that had not finished when the run was stopped from outside the runner. */
+export function markUnfinished(tasks: readonly TaskStatus[], phase: "Cancelled"): TaskStatus[] {
+  return tasks.map((task) =>
+    task.phase === "Pending" || task.phase === "Running"
+      ? { ...task, phase, message: "the run was stopped" }
+      : task,
+  );
+}
+
+export function describeDeadline(limits: ResolvedLimits, seconds: number): string {
+  return `${seconds}s (the ceiling ${formatDuration(limits.ceiling.ms)} from ${limits.ceiling.field}, plus killGrace ${formatDuration(limits.killGrace.ms)} and a margin)`;
+}
+
+/** Stable comparison of two statuses, so a pass that changes nothing writes nothing. */
+export function sameStatus(a: PlaybookStatus | undefined, b: PlaybookStatus | undefined): boolean {
+  return stableJson(a ?? {}) === stableJson(b ?? {});
+}
+
+function stableJson(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) => {
+    if (v && typeof v === "object" && !Array.isArray(v)) {
+      return Object.fromEntries(
+        Object.entries(v as Record<string, unknown>)
+          .filter(([, inner]) => inner !== undefined)
+          .sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0)),
+      );
+    }
+    return v;
+  });
+}

@@ -1,0 +1,150 @@
+// `playbook controller` as an operator runs it: a process with flags, KUBECONFIG, /healthz,
+// /readyz and /metrics, a Lease it holds and releases on SIGTERM.
+import { spawn } from "node:child_process";
+import { createServer } from "node:net";
+import path from "node:path";
+import { CoordinationV1Api } from "@kubernetes/client-node";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { repoRoot } from "../harness/binaries.js";
+import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { clients, condition, createPlaybook, eventually, waitForFinished } from "./support.js";
+
+const { core, kubeConfig } = clients();
+const coordination = kubeConfig.makeApiClient(CoordinationV1Api);
+let namespace: string;
+
+beforeAll(async () => {
+  namespace = await createTestNamespace(core, "pb-command");
+});
+afterAll(() => deleteTestNamespace(core, namespace));
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+function spawnController(identity: string, port: number, extra: string[] = []) {
+  const child = spawn(
+    process.execPath,
+    [
+      path.join(repoRoot(), "dist", "src", "cli", "main.js"),
+      "controller",
+      "--namespaces",
+      namespace,
+      "--metrics-address",
+      `127.0.0.1:${port}`,
+      "--leader-election-namespace",
+      namespace,
+      "--identity",
+      identity,
+      ...extra,
+    ],
+    {
+      env: { ...process.env, KUBECONFIG: inject("kubeconfig"), PLAYBOOK_LOG_LEVEL: "warn" },
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
+  let output = "";
+  child.stdout.on("data", (chunk) => (output += chunk));
+  child.stderr.on("data", (chunk) => (output += chunk));
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  return { child, exited, output: () => output };
+}
+
+async function leaseHolder(name: string): Promise<string> {
+  try {
+    return (await coordination.readNamespacedLease({ namespace, name })).spec?.holderIdentity ?? "";
+  } catch {
+    return "";
+  }
+}
+
+describe("two controller processes", () => {
+  it("a standby takes over when the leader dies without releasing the Lease", async () => {
+    const lease = [
+      "--leader-election-id",
+      "takeover",
+      "--lease-duration",
+      "3s",
+      "--renew-deadline",
+      "2s",
+      "--retry-period",
+      "500ms",
+    ];
+    const replicas = [
+      spawnController("replica-a", await freePort(), lease),
+      spawnController("replica-b", await freePort(), lease),
+    ];
+    try {
+      const holder = await eventually("a leader", async () => (await leaseHolder("takeover")) || undefined);
+      const leader = holder === "replica-a" ? replicas[0] : replicas[1];
+      const standby = holder === "replica-a" ? "replica-b" : "replica-a";
+      leader?.child.kill("SIGKILL");
+      await eventually(
+        "the standby to lead",
+        async () => ((await leaseHolder("takeover")) === standby ? true : undefined),
+        30_000,
+      );
+      await createPlaybook(namespace, "after-takeover", {
+        ceiling: "1m",
+        tasks: [{ name: "a", run: "true" }],
+      });
+      const playbook = await waitForFinished(namespace, "after-takeover", 60_000);
+      expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
+    } finally {
+      for (const replica of replicas) replica.child.kill("SIGKILL");
+    }
+  });
+});
+
+describe("playbook controller", () => {
+  it("serves health and metrics, counts each run once, and releases its Lease on SIGTERM", async () => {
+    const port = await freePort();
+    const { child, exited, output: outputOf } = spawnController("command-test", port);
+    try {
+      const url = `http://127.0.0.1:${port}`;
+      await eventually("/readyz to answer 200", async () =>
+        (await fetch(`${url}/readyz`).catch(() => undefined))?.status === 200 ? true : undefined,
+      );
+      expect((await fetch(`${url}/healthz`)).status).toBe(200);
+
+      await createPlaybook(namespace, "metered", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
+      const playbook = await waitForFinished(namespace, "metered", 60_000);
+      expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
+
+      // The status can be read back a moment before the controller has counted its write.
+      const counted = `playbook_runs_total{namespace="${namespace}",reason="Succeeded"} 1`;
+      const metrics = await eventually("the run to be counted", async () => {
+        const text = await (await fetch(`${url}/metrics`)).text();
+        return text.includes(counted) ? text : undefined;
+      });
+      for (const name of [
+        "playbook_runs_total",
+        "playbook_run_duration_seconds_bucket",
+        "playbook_task_duration_seconds_bucket",
+        "playbook_active_runs",
+        "playbook_reconcile_duration_seconds_bucket",
+        "playbook_reconcile_errors_total",
+        "playbook_workqueue_depth",
+        "process_cpu_seconds_total",
+      ]) {
+        expect(metrics, name).toContain(name);
+      }
+      expect(metrics).toContain(counted);
+      expect(metrics).toContain(`playbook_active_runs{namespace="${namespace}"} 0`);
+
+      const lease = await coordination.readNamespacedLease({ namespace, name: "playbook-controller" });
+      expect(lease.spec?.holderIdentity).toBe("command-test");
+
+      child.kill("SIGTERM");
+      expect(await exited, outputOf()).toBe(0);
+      const released = await coordination.readNamespacedLease({ namespace, name: "playbook-controller" });
+      expect(released.spec?.holderIdentity ?? "").toBe("");
+    } finally {
+      child.kill("SIGKILL");
+    }
+  });
+});

@@ -1,0 +1,216 @@
+// The controller's life around a run: the pod it creates, the writes it spares, restarts,
+// replicas, the Lease and the pods it cleans up.
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { repoRoot } from "../harness/binaries.js";
+import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import {
+  clients,
+  condition,
+  createPlaybook,
+  eventsOf,
+  eventually,
+  kubectl,
+  podsOf,
+  type RunningController,
+  sleep,
+  startController,
+  waitForFinished,
+  waitForPlaybook,
+} from "./support.js";
+
+const { core, kubeConfig } = clients();
+const namespaces: string[] = [];
+const controllers: RunningController[] = [];
+
+async function namespace(prefix: string, labels: Record<string, string> = {}) {
+  const name = await createTestNamespace(core, prefix, labels);
+  namespaces.push(name);
+  return name;
+}
+
+function controllerFor(ns: string[], overrides: Record<string, string | boolean> = {}) {
+  const running = startController(ns, overrides);
+  controllers.push(running);
+  return running;
+}
+
+afterAll(async () => {
+  await Promise.all(controllers.map((c) => c.stop()));
+  await Promise.all(namespaces.map((n) => deleteTestNamespace(core, n)));
+});
+
+/**
+ * Waits until the controller counted `count` finished runs: a test can read the terminal status
+ * from the API server a moment before the controller has the response to its write.
+ */
+async function runsCounted(running: RunningController, count: number): Promise<void> {
+  await eventually(`${count} runs counted`, async () =>
+    (await counterValue(running, "runsTotal")) === count ? true : undefined,
+  );
+  await sleep(200);
+  expect(await counterValue(running, "runsTotal")).toBe(count);
+}
+
+async function counterValue(running: RunningController, name: "statusWrites" | "runsTotal"): Promise<number> {
+  const metric = await running.controller.metrics[name].get();
+  return metric.values.reduce((sum, v) => sum + v.value, 0);
+}
+
+describe("in a namespace enforcing the restricted Pod Security Standard", () => {
+  let ns: string;
+  let running: RunningController;
+  beforeAll(async () => {
+    ns = await namespace("pb-restricted", { "pod-security.kubernetes.io/enforce": "restricted" });
+    running = controllerFor([ns]);
+  });
+
+  it("a valid Playbook gets exactly one pod with the expected deadline, owner and security context", async () => {
+    const created = await createPlaybook(ns, "nightly", {
+      ceiling: "2m",
+      killGrace: "3s",
+      tasks: [{ name: "build", run: "sleep 1" }],
+    });
+    const playbook = await waitForFinished(ns, "nightly", 60_000);
+    expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
+    const pods = await podsOf(ns, "nightly");
+    expect(pods.map((p) => p.metadata?.name)).toEqual(["nightly-1"]);
+    const [pod] = pods;
+    expect(pod?.spec?.activeDeadlineSeconds).toBe(120 + 3 + 5);
+    expect(pod?.spec?.terminationGracePeriodSeconds).toBe(3 + 5);
+    expect(pod?.spec?.restartPolicy).toBe("Never");
+    expect(pod?.metadata?.ownerReferences).toEqual([
+      {
+        apiVersion: "playbook.dev/v1alpha1",
+        kind: "Playbook",
+        name: "nightly",
+        uid: created.metadata.uid,
+        controller: true,
+        blockOwnerDeletion: true,
+      },
+    ]);
+    expect(pod?.metadata?.labels).toMatchObject({
+      "playbook.dev/name": "nightly",
+      "playbook.dev/pod-attempt": "1",
+      "app.kubernetes.io/managed-by": "playbook-controller",
+    });
+    const container = pod?.spec?.containers[0];
+    expect(container?.securityContext).toMatchObject({
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ["ALL"] },
+      runAsNonRoot: true,
+      seccompProfile: { type: "RuntimeDefault" },
+    });
+    expect(container?.terminationMessagePolicy).toBe("FallbackToLogsOnError");
+    const reasons = (await eventsOf(ns, "nightly", ["PodCreated", "RunSucceeded"])).map((e) => e.reason);
+    expect(reasons).toEqual(expect.arrayContaining(["PodCreated", "RunSucceeded"]));
+    await runsCounted(running, 1);
+  });
+});
+
+describe("status writes", () => {
+  it("are one per change: none when nothing changed, none for a finished run", async () => {
+    const ns = await namespace("pb-writes");
+    const running = controllerFor([ns]);
+    await createPlaybook(ns, "counted", { ceiling: "1m", tasks: [{ name: "a", run: "sleep 2" }] });
+    await waitForFinished(ns, "counted", 60_000);
+    await runsCounted(running, 1);
+    const afterRun = await counterValue(running, "statusWrites");
+    // Pending (pod created), Running, Succeeded; the Pending write may be skipped by a quick pod.
+    expect(afterRun).toBeGreaterThanOrEqual(2);
+    expect(afterRun).toBeLessThanOrEqual(3);
+    for (let i = 0; i < 3; i++) {
+      running.controller.resync();
+      await sleep(300);
+    }
+    expect(await counterValue(running, "statusWrites")).toBe(afterRun);
+    expect(await counterValue(running, "runsTotal")).toBe(1);
+  });
+});
+
+describe("a controller restarted in the middle of a run", () => {
+  it("creates no second pod and the run still settles", async () => {
+    const ns = await namespace("pb-restart");
+    const first = controllerFor([ns]);
+    await createPlaybook(ns, "survivor", { ceiling: "1m", tasks: [{ name: "a", run: "sleep 4" }] });
+    await waitForPlaybook(ns, "survivor", "to run", (p) => p.status?.phase === "Running", 30_000);
+    await first.stop();
+    const second = controllerFor([ns]);
+    const playbook = await waitForFinished(ns, "survivor", 60_000);
+    expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
+    expect(playbook.status?.podAttempts).toBe(1);
+    expect((await podsOf(ns, "survivor")).map((p) => p.metadata?.name)).toEqual(["survivor-1"]);
+    await runsCounted(second, 1);
+  });
+});
+
+describe("two controller replicas", () => {
+  it("never both reconcile, and the standby takes over when the leader stops", async () => {
+    const ns = await namespace("pb-replicas");
+    const a = controllerFor([ns]);
+    const b = controllerFor([ns]);
+    const names = ["one", "two", "three", "four"];
+    await Promise.all(
+      names.map((n) => createPlaybook(ns, n, { ceiling: "1m", tasks: [{ name: "a", run: "sleep 1" }] })),
+    );
+    for (const n of names) await waitForFinished(ns, n, 60_000);
+    await sleep(500);
+    for (const n of names) expect((await podsOf(ns, n)).map((p) => p.metadata?.name)).toEqual([`${n}-1`]);
+    const writes = [await counterValue(a, "statusWrites"), await counterValue(b, "statusWrites")];
+    expect(writes.filter((w) => w === 0)).toHaveLength(1);
+    const [leader, standby] = writes[0] === 0 ? [b, a] : [a, b];
+    const coordination = kubeConfig.makeApiClient(
+      (await import("@kubernetes/client-node")).CoordinationV1Api,
+    );
+    const leaseName = `playbook-controller-${ns}`;
+    expect(
+      (await coordination.readNamespacedLease({ namespace: ns, name: leaseName })).spec?.holderIdentity,
+    ).toBe(leader.identity);
+
+    await leader.stop();
+    await eventually("the standby to hold the Lease", async () => {
+      const lease = await coordination.readNamespacedLease({ namespace: ns, name: leaseName });
+      return lease.spec?.holderIdentity === standby.identity ? true : undefined;
+    });
+    await createPlaybook(ns, "five", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
+    const playbook = await waitForFinished(ns, "five", 60_000);
+    expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
+    await runsCounted(standby, 1);
+  });
+});
+
+describe("pods of finished runs", () => {
+  it("are kept for their logs until ttlSecondsAfterFinished, then deleted", async () => {
+    const ns = await namespace("pb-ttl");
+    controllerFor([ns]);
+    await createPlaybook(ns, "brief", {
+      ceiling: "1m",
+      ttlSecondsAfterFinished: 3,
+      tasks: [{ name: "a", run: "echo bye" }],
+    });
+    await waitForFinished(ns, "brief", 60_000);
+    expect(await podsOf(ns, "brief")).toHaveLength(1);
+    await eventually(
+      "the pod to be deleted",
+      async () => ((await podsOf(ns, "brief")).length === 0 ? true : undefined),
+      30_000,
+    );
+    const playbook = await waitForFinished(ns, "brief");
+    expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
+  });
+});
+
+describe("examples/cancel-me.yaml", () => {
+  it("ends Cancelled as its comment says, its task stopped within the grace", async () => {
+    const ns = await namespace("pb-example");
+    controllerFor([ns]);
+    await kubectl(["-n", ns, "apply", "-f", path.join(repoRoot(), "examples", "cancel-me.yaml")]);
+    await waitForPlaybook(ns, "cancel-me", "to run", (p) => p.status?.phase === "Running", 30_000);
+    await sleep(1000);
+    await kubectl(["-n", ns, "patch", "pb", "cancel-me", "--type=merge", "-p", '{"spec":{"cancel":true}}']);
+    const playbook = await waitForFinished(ns, "cancel-me", 60_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "Cancelled" });
+    expect(playbook.status?.phase).toBe("Cancelled");
+    expect(playbook.status?.tasks?.[0]).toMatchObject({ name: "wait", phase: "Cancelled", ending: "Exited" });
+  });
+});

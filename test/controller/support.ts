@@ -1,0 +1,194 @@
+// What the controller's end-to-end tests share: a controller started in this process against the
+// shared control plane (each test file its own Lease and namespaces), kubectl, and waits on what
+// a user would look at — the Playbook's status, its pods and its events.
+import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { promisify } from "node:util";
+import { CoreV1Api, CustomObjectsApi, KubeConfig, type V1Pod } from "@kubernetes/client-node";
+import { pino } from "pino";
+import { inject } from "vitest";
+import type { PlaybookStatus } from "../../src/api/playbook.js";
+import { loadControllerConfig } from "../../src/controller/config.js";
+import { PlaybookController } from "../../src/controller/controller.js";
+import { GROUP, makeClients, PLURAL, VERSION } from "../../src/controller/kube.js";
+import { waitFor } from "../harness/processes.js";
+
+const run = promisify(execFile);
+
+export function clients() {
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromFile(inject("kubeconfig"));
+  return {
+    kubeConfig,
+    core: kubeConfig.makeApiClient(CoreV1Api),
+    custom: kubeConfig.makeApiClient(CustomObjectsApi),
+  };
+}
+
+export interface RunningController {
+  controller: PlaybookController;
+  done: Promise<void>;
+  identity: string;
+  stop(): Promise<void>;
+}
+
+/** Starts a controller in this process, watching only the given namespaces. */
+export function startController(
+  namespaces: string[],
+  overrides: Record<string, string | boolean> = {},
+): RunningController {
+  const identity = `test-${randomBytes(3).toString("hex")}`;
+  const config = loadControllerConfig(
+    {
+      namespaces: namespaces.join(","),
+      metricsAddress: "127.0.0.1:0",
+      leaderElectionNamespace: namespaces[0],
+      leaderElectionId: `playbook-controller-${namespaces[0]}`,
+      leaseDuration: "4s",
+      renewDeadline: "3s",
+      retryPeriod: "500ms",
+      defaultKillGrace: "2s",
+      identity,
+      runnerImage: "ghcr.io/playbook-controller/playbook-controller:test",
+      ...overrides,
+    },
+    {},
+  );
+  const log = pino({ level: process.env.CONTROLLER_TEST_LOG ?? "silent" }, pino.destination(2));
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromFile(inject("kubeconfig"));
+  const controller = new PlaybookController({ config, clients: makeClients(kubeConfig), log });
+  const done = controller.run();
+  done.catch(() => {});
+  return {
+    controller,
+    done,
+    identity,
+    async stop() {
+      controller.stop();
+      await done.catch(() => {});
+    },
+  };
+}
+
+export async function kubectl(args: string[], options: { input?: string } = {}) {
+  const child = run(path.join(inject("binDir"), "kubectl"), args, {
+    env: { ...process.env, KUBECONFIG: inject("kubeconfig") },
+    maxBuffer: 1 << 22,
+  });
+  if (options.input !== undefined) {
+    child.child.stdin?.end(options.input);
+  }
+  return child;
+}
+
+/** kubectl that resolves with its exit code and both streams instead of throwing. */
+export async function kubectlResult(args: string[], input?: string) {
+  try {
+    const { stdout, stderr } = await kubectl(args, input === undefined ? {} : { input });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code?: number; stdout?: string; stderr?: string };
+    return { code: failed.code ?? 1, stdout: failed.stdout ?? "", stderr: failed.stderr ?? "" };
+  }
+}
+
+export interface PlaybookObject {
+  metadata: { name: string; namespace: string; uid: string; generation: number; resourceVersion: string };
+  spec: Record<string, unknown>;
+  status?: PlaybookStatus;
+}
+
+export function playbookManifest(name: string, spec: Record<string, unknown>) {
+  return { apiVersion: `${GROUP}/${VERSION}`, kind: "Playbook", metadata: { name }, spec };
+}
+
+export async function createPlaybook(namespace: string, name: string, spec: Record<string, unknown>) {
+  const { custom } = clients();
+  return (await custom.createNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    plural: PLURAL,
+    namespace,
+    body: playbookManifest(name, spec),
+  })) as PlaybookObject;
+}
+
+export async function getPlaybook(namespace: string, name: string): Promise<PlaybookObject> {
+  const { custom } = clients();
+  return (await custom.getNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    plural: PLURAL,
+    namespace,
+    name,
+  })) as PlaybookObject;
+}
+
+export async function patchSpec(namespace: string, name: string, spec: Record<string, unknown>) {
+  await kubectl(["-n", namespace, "patch", "playbook", name, "--type=merge", "-p", JSON.stringify({ spec })]);
+}
+
+export const condition = (playbook: PlaybookObject, type: string) =>
+  playbook.status?.conditions?.find((c) => c.type === type);
+
+export async function waitForPlaybook(
+  namespace: string,
+  name: string,
+  what: string,
+  predicate: (playbook: PlaybookObject) => boolean,
+  timeoutMs = 90_000,
+): Promise<PlaybookObject> {
+  return waitFor(
+    `playbook ${namespace}/${name} ${what}`,
+    async () => {
+      const playbook = await getPlaybook(namespace, name);
+      return predicate(playbook) ? playbook : undefined;
+    },
+    { timeoutMs, intervalMs: 200 },
+  );
+}
+
+export const finished = (playbook: PlaybookObject) => {
+  const succeeded = condition(playbook, "Succeeded");
+  return succeeded !== undefined && succeeded.status !== "Unknown";
+};
+
+export async function waitForFinished(namespace: string, name: string, timeoutMs = 90_000) {
+  return waitForPlaybook(namespace, name, "to finish", finished, timeoutMs);
+}
+
+export async function podsOf(namespace: string, name: string): Promise<V1Pod[]> {
+  const { core } = clients();
+  const list = await core.listNamespacedPod({ namespace, labelSelector: `playbook.dev/name=${name}` });
+  return list.items;
+}
+
+/** The Playbook's events, once those with the given reasons are there (events are written after the status). */
+export async function eventsOf(namespace: string, name: string, reasons: string[] = []) {
+  const { core } = clients();
+  const list = async () =>
+    (
+      await core.listNamespacedEvent({
+        namespace,
+        fieldSelector: `involvedObject.name=${name},involvedObject.kind=Playbook`,
+      })
+    ).items;
+  return waitFor(
+    `events ${reasons.join(", ")} of playbook ${namespace}/${name}`,
+    async () => {
+      const items = await list();
+      return reasons.every((reason) => items.some((e) => e.reason === reason)) ? items : undefined;
+    },
+    { timeoutMs: 15_000, intervalMs: 200 },
+  );
+}
+
+/** Polls until the check passes or the time is up; for "eventually" assertions. */
+export async function eventually<T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 30_000) {
+  return waitFor(what, check, { timeoutMs, intervalMs: 200 });
+}
+
+export { sleep };

@@ -1,0 +1,83 @@
+// Playbooks and pods as the API server would hand them to the controller, for table tests.
+import type { PlaybookStatus } from "../../src/api/playbook.js";
+import { encodeReport, type RunOutcome } from "../../src/api/report.js";
+import type { PodView, StoredPlaybook } from "../../src/controller/objects.js";
+import { buildPod } from "../../src/controller/pod-builder.js";
+import type { ReconcileSettings } from "../../src/controller/reconcile.js";
+
+export const T0 = new Date("2026-01-01T00:00:00.000Z");
+export const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
+
+export const SETTINGS: ReconcileSettings = {
+  defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
+  runnerImage: "runner:test",
+  ttlSecondsAfterFinished: 3600,
+};
+
+export function playbook(
+  spec: Record<string, unknown> = {},
+  status?: PlaybookStatus,
+  generation = 1,
+): StoredPlaybook {
+  return {
+    apiVersion: "playbook.dev/v1alpha1",
+    kind: "Playbook",
+    metadata: { name: "nightly", namespace: "ops", uid: "uid-1", generation, resourceVersion: "10" },
+    spec: {
+      ceiling: "30m",
+      tasks: [
+        { name: "build", run: "make", timeout: "10m" },
+        { name: "test", run: "make test" },
+      ],
+      ...spec,
+    },
+    ...(status ? { status } : {}),
+  };
+}
+
+export function pod(
+  attempt: number,
+  options: {
+    phase?: string;
+    reason?: string;
+    message?: string;
+    terminated?: { exitCode: number; reason?: string; message?: string; finishedAt?: string };
+    deleting?: boolean;
+    runStart?: Date;
+  } = {},
+): PodView {
+  const manifest = buildPod({
+    playbook: { name: "nightly", namespace: "ops", uid: "uid-1" },
+    spec: { cancel: false, backoffLimit: 2, tasks: [] },
+    limits: {
+      ceiling: { ms: 1_800_000, source: "spec", field: "spec.ceiling" },
+      stall: { ms: 600_000, source: "default", field: "the default stall limit" },
+      killGrace: { ms: 10_000, source: "default", field: "the default kill grace" },
+      tasks: [],
+    },
+    defaults: SETTINGS.defaults,
+    attempt,
+    runStart: options.runStart ?? T0,
+    now: T0,
+    runnerImage: "runner:test",
+  });
+  const view: PodView = {
+    metadata: { ...manifest.metadata, uid: `pod-uid-${attempt}`, resourceVersion: "5" },
+    status: { phase: options.phase ?? "Running" },
+  };
+  if (options.deleting) view.metadata.deletionTimestamp = at(1).toISOString();
+  if (options.reason) view.status = { ...view.status, reason: options.reason, message: options.message };
+  if (options.terminated) {
+    view.status = {
+      ...view.status,
+      containerStatuses: [{ name: "runner", state: { terminated: options.terminated } }],
+    };
+  }
+  return view;
+}
+
+export function report(
+  outcome: Partial<RunOutcome> & Pick<RunOutcome, "reason" | "phase" | "tasks">,
+): string {
+  return encodeReport({ startTime: T0, completionTime: at(60), ...outcome });
+}

@@ -1,0 +1,159 @@
+// The informer's recovery, against a small HTTP server that speaks the watch protocol and
+// misbehaves on cue: ends streams, expires resourceVersions, falls silent.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { KubeConfig } from "@kubernetes/client-node";
+import { pino } from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { Informer, type ListResult } from "../../src/controller/informer.js";
+import { type PodView, parsePod } from "../../src/controller/objects.js";
+
+type Behaviour = (request: IncomingMessage, response: ServerResponse, query: URLSearchParams) => void;
+
+interface FakeApi {
+  server: Server;
+  kubeConfig: KubeConfig;
+  watches: URLSearchParams[];
+  behaviours: Behaviour[];
+}
+
+const podEvent = (type: string, name: string, rv: string) =>
+  `${JSON.stringify({ type, object: { metadata: { name, namespace: "ops", resourceVersion: rv } } })}\n`;
+
+async function fakeApi(): Promise<FakeApi> {
+  const api: FakeApi = { server: createServer(), kubeConfig: new KubeConfig(), watches: [], behaviours: [] };
+  api.server.on("request", (request: IncomingMessage, response: ServerResponse) => {
+    const url = new URL(request.url ?? "/", "http://localhost");
+    api.watches.push(url.searchParams);
+    const behaviour = api.behaviours.shift();
+    response.writeHead(200, { "content-type": "application/json" });
+    if (behaviour) behaviour(request, response, url.searchParams);
+    // Without a behaviour the watch stays open and silent.
+  });
+  await new Promise<void>((resolve) => api.server.listen(0, "127.0.0.1", resolve));
+  const { port } = api.server.address() as AddressInfo;
+  api.kubeConfig.loadFromOptions({
+    clusters: [{ name: "fake", server: `http://127.0.0.1:${port}`, skipTLSVerify: true }],
+    users: [{ name: "fake" }],
+    contexts: [{ name: "fake", cluster: "fake", user: "fake" }],
+    currentContext: "fake",
+  });
+  return api;
+}
+
+const log = pino({ level: "silent" });
+let cleanup: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const step of cleanup.reverse()) await step();
+  cleanup = [];
+});
+
+function startInformer(api: FakeApi, lists: ListResult[], watchTimeoutMs = 60_000) {
+  const counts = { lists: 0, reconnects: 0, relists: 0 };
+  const informer = new Informer<PodView>({
+    resource: "pods",
+    kubeConfig: api.kubeConfig,
+    watchPath: "/api/v1/pods",
+    list: async () => {
+      const list = lists[Math.min(counts.lists, lists.length - 1)] as ListResult;
+      counts.lists++;
+      return list;
+    },
+    parse: parsePod,
+    keyOf: (pod) => `${pod.metadata.namespace}/${pod.metadata.name}`,
+    resourceVersionOf: (pod) => pod.metadata.resourceVersion,
+    watchTimeoutMs,
+    resyncMs: 0,
+    log,
+    onReconnect: () => counts.reconnects++,
+    onRelist: () => counts.relists++,
+    random: () => 0,
+  });
+  informer.start();
+  cleanup.push(async () => {
+    await informer.stop();
+    api.server.closeAllConnections();
+    await new Promise((resolve) => api.server.close(resolve));
+  });
+  return { informer, counts };
+}
+
+async function until(check: () => boolean, timeoutMs = 5000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > end) throw new Error("condition not met in time");
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+const pod = (name: string, rv: string) => ({ metadata: { name, namespace: "ops", resourceVersion: rv } });
+
+describe("the informer", () => {
+  it("lists, then watches from the list's resourceVersion and keeps the cache current", async () => {
+    const api = await fakeApi();
+    api.behaviours.push((_req, res) =>
+      res.write(podEvent("ADDED", "b", "11") + podEvent("DELETED", "a", "12")),
+    );
+    const { informer } = startInformer(api, [{ items: [pod("a", "10")], resourceVersion: "10" }]);
+    await informer.waitForSync();
+    await until(() => informer.get("ops/b") !== undefined && informer.get("ops/a") === undefined);
+    expect(api.watches[0]?.get("resourceVersion")).toBe("10");
+    expect(api.watches[0]?.get("allowWatchBookmarks")).toBe("true");
+  });
+
+  it("resumes from the last resourceVersion after the stream ends, without a relist", async () => {
+    const api = await fakeApi();
+    api.behaviours.push((_req, res) => res.end(podEvent("ADDED", "b", "15")));
+    const { informer, counts } = startInformer(api, [{ items: [], resourceVersion: "10" }]);
+    await until(() => api.watches.length >= 2);
+    expect(api.watches[1]?.get("resourceVersion")).toBe("15");
+    expect(counts.lists).toBe(1);
+    expect(counts.reconnects).toBeGreaterThanOrEqual(1);
+    expect(informer.get("ops/b")).toBeDefined();
+  });
+
+  it("follows bookmarks", async () => {
+    const api = await fakeApi();
+    api.behaviours.push((_req, res) => res.end(podEvent("BOOKMARK", "", "42")));
+    startInformer(api, [{ items: [], resourceVersion: "10" }]);
+    await until(() => api.watches.length >= 2);
+    expect(api.watches[1]?.get("resourceVersion")).toBe("42");
+  });
+
+  it("relists on 410 Gone and drops what the new list no longer has", async () => {
+    const api = await fakeApi();
+    api.behaviours.push((_req, res) =>
+      res.end(
+        `${JSON.stringify({ type: "ERROR", object: { kind: "Status", code: 410, message: "too old resource version" } })}\n`,
+      ),
+    );
+    const { informer, counts } = startInformer(api, [
+      { items: [pod("a", "10")], resourceVersion: "10" },
+      { items: [pod("c", "30")], resourceVersion: "30" },
+    ]);
+    await until(() => counts.relists >= 2 && api.watches.length >= 2);
+    expect(informer.get("ops/a")).toBeUndefined();
+    expect(informer.get("ops/c")).toBeDefined();
+    expect(api.watches[1]?.get("resourceVersion")).toBe("30");
+  });
+
+  it("restarts a watch that went silent", async () => {
+    const api = await fakeApi();
+    const { counts } = startInformer(api, [{ items: [], resourceVersion: "10" }], 300);
+    await until(() => api.watches.length >= 2, 5000);
+    expect(counts.reconnects).toBeGreaterThanOrEqual(1);
+    expect(api.watches[1]?.get("resourceVersion")).toBe("10");
+  });
+
+  it("hands every cached object to its handlers on resync", async () => {
+    const api = await fakeApi();
+    const { informer } = startInformer(api, [
+      { items: [pod("a", "10"), pod("b", "10")], resourceVersion: "10" },
+    ]);
+    await informer.waitForSync();
+    const seen: string[] = [];
+    informer.addHandlers({ onUpsert: (p, old) => seen.push(`${p.metadata.name}:${old === p}`) });
+    informer.resync();
+    expect(seen.sort()).toEqual(["a:true", "b:true"]);
+  });
+});

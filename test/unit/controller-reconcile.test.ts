@@ -1,0 +1,508 @@
+import { describe, expect, it } from "vitest";
+import type { PlaybookStatus } from "../../src/api/playbook.js";
+import type { TaskOutcome } from "../../src/api/report.js";
+import { type Decision, decide, type ReconcileInput } from "../../src/controller/reconcile.js";
+import { at, playbook, pod, report, SETTINGS, T0 } from "./controller-fixtures.js";
+
+const succeeded = (condition: PlaybookStatus | null | undefined) =>
+  condition?.conditions?.find((c) => c.type === "Succeeded");
+const limitExceeded = (status: PlaybookStatus | null | undefined) =>
+  status?.conditions?.find((c) => c.type === "LimitExceeded");
+
+function input(partial: Partial<ReconcileInput>): ReconcileInput {
+  return { playbook: playbook(), pods: [], now: T0, settings: SETTINGS, ...partial };
+}
+
+/** The status a Playbook has after its first pod was created at T0. */
+function started(attempts = 1): PlaybookStatus {
+  const first = decide(input({}));
+  return { ...(first.status as PlaybookStatus), podAttempts: attempts, podName: `nightly-${attempts}` };
+}
+
+const task = (name: string, outcome: Partial<TaskOutcome>): TaskOutcome => ({
+  name,
+  phase: "Succeeded",
+  attempts: 1,
+  exitCode: 0,
+  signal: null,
+  startTime: at(1),
+  completionTime: at(2),
+  ...outcome,
+});
+
+const skipped = (name: string): TaskOutcome => ({
+  name,
+  phase: "Skipped",
+  attempts: 0,
+  exitCode: null,
+  signal: null,
+});
+
+describe("a new Playbook", () => {
+  it("gets exactly one pod with the remaining ceiling as its deadline", () => {
+    const decision = decide(input({}));
+    expect(decision.actions).toHaveLength(1);
+    const action = decision.actions[0];
+    expect(action?.type).toBe("createPod");
+    if (action?.type !== "createPod") return;
+    expect(action.pod.metadata.name).toBe("nightly-1");
+    expect(action.pod.spec.activeDeadlineSeconds).toBe(1800 + 10 + 5);
+    expect(action.pod.metadata.ownerReferences[0]).toMatchObject({
+      kind: "Playbook",
+      uid: "uid-1",
+      controller: true,
+    });
+    expect(decision.status).toMatchObject({
+      phase: "Pending",
+      podName: "nightly-1",
+      podAttempts: 1,
+      startTime: T0.toISOString(),
+      observedGeneration: 1,
+      limits: { ceiling: { value: "30m", source: "spec" }, stall: { value: "10m", source: "default" } },
+    });
+    expect(succeeded(decision.status)).toMatchObject({
+      status: "Unknown",
+      reason: "Pending",
+      observedGeneration: 1,
+    });
+    expect(decision.events.map((e) => e.reason)).toEqual(["PodCreated"]);
+  });
+
+  it("adopts the pod of a pass whose status write was lost instead of creating another", () => {
+    const decision = decide(input({ pods: [pod(1, { phase: "Running", runStart: at(-30) })], now: at(5) }));
+    expect(decision.actions).toEqual([]);
+    expect(decision.status).toMatchObject({
+      phase: "Running",
+      podAttempts: 1,
+      startTime: at(-30).toISOString(),
+    });
+  });
+});
+
+describe("a running pod", () => {
+  it("moves the run to Running, keeping lastTransitionTime of the Unknown condition", () => {
+    const status = started();
+    const decision = decide(input({ playbook: playbook({}, status), pods: [pod(1)], now: at(3) }));
+    expect(decision.status?.phase).toBe("Running");
+    expect(succeeded(decision.status)).toMatchObject({
+      status: "Unknown",
+      reason: "Running",
+      lastTransitionTime: T0.toISOString(),
+    });
+    expect(decision.actions).toEqual([]);
+  });
+
+  it("writes no status when nothing changed", () => {
+    const first = decide(input({ playbook: playbook({}, started()), pods: [pod(1)], now: at(3) }));
+    const second = decide(
+      input({ playbook: playbook({}, first.status ?? undefined), pods: [pod(1)], now: at(9) }),
+    );
+    expect(second).toEqual({
+      status: null,
+      actions: [],
+      events: [],
+      // Looked at again when the pod should long be gone: ceiling + killGrace + margin + slack.
+      requeueAfterMs: (1800 + 10 + 5 + 30 - 9) * 1000,
+    } satisfies Decision);
+  });
+
+  it("is judged by its runner container when the pod phase lags behind", () => {
+    const ended = {
+      ...pod(1, {
+        phase: "Running",
+        terminated: {
+          exitCode: 0,
+          message: report({
+            phase: "Succeeded",
+            reason: "Succeeded",
+            tasks: [task("build", {}), task("test", {})],
+          }),
+        },
+      }),
+    };
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [ended], now: at(61) }));
+    expect(succeeded(decision.status)?.reason).toBe("Succeeded");
+  });
+
+  it("is deleted and the run ends PodDeadlineExceeded when its node did not enforce the deadline", () => {
+    const decision = decide(
+      input({ playbook: playbook({}, started()), pods: [pod(1)], now: at(1800 + 10 + 5 + 30) }),
+    );
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "PodDeadlineExceeded" });
+    expect(decision.actions).toEqual([
+      { type: "deletePod", name: "nightly-1", gracePeriodSeconds: 0, why: "finished" },
+    ]);
+  });
+});
+
+const reportCases = [
+  {
+    name: "Succeeded",
+    outcome: { phase: "Succeeded", reason: "Succeeded", tasks: [task("build", {}), task("test", {})] },
+    condition: { status: "True", reason: "Succeeded" },
+    limit: undefined,
+    endingTask: undefined,
+  },
+  {
+    name: "TaskFailed",
+    outcome: {
+      phase: "Failed",
+      reason: "TaskFailed",
+      tasks: [task("build", { phase: "Failed", exitCode: 2 }), skipped("test")],
+    },
+    condition: { status: "False", reason: "TaskFailed" },
+    limit: undefined,
+    endingTask: "build",
+  },
+  {
+    name: "TaskTimeout",
+    outcome: {
+      phase: "Failed",
+      reason: "TaskTimeout",
+      tasks: [
+        task("build", {
+          phase: "TimedOut",
+          limit: "TaskTimeout",
+          ending: "Killed",
+          exitCode: null,
+          signal: "SIGKILL",
+        }),
+        skipped("test"),
+      ],
+    },
+    condition: {
+      status: "False",
+      reason: "TaskTimeout",
+      message:
+        "task build exceeded its 10m timeout (spec.tasks[0].timeout); process group killed after 10s grace",
+    },
+    limit: "TaskTimeout",
+    endingTask: "build",
+  },
+  {
+    name: "StallLimit",
+    outcome: {
+      phase: "Failed",
+      reason: "StallLimit",
+      tasks: [
+        task("build", {}),
+        task("test", { phase: "TimedOut", limit: "StallLimit", ending: "Exited", exitCode: 143 }),
+      ],
+    },
+    condition: { status: "False", reason: "StallLimit" },
+    limit: "StallLimit",
+    endingTask: "test",
+  },
+  {
+    name: "RunCeiling",
+    outcome: {
+      phase: "Failed",
+      reason: "RunCeiling",
+      tasks: [task("build", { phase: "TimedOut", limit: "RunCeiling", ending: "Killed" }), skipped("test")],
+    },
+    condition: { status: "False", reason: "RunCeiling" },
+    limit: "RunCeiling",
+    endingTask: "build",
+  },
+] as const;
+
+describe.each(reportCases)("a pod that reported $name", ({ outcome, condition, limit, endingTask }) => {
+  const phase = outcome.reason === "Succeeded" ? "Succeeded" : "Failed";
+  const ended = pod(1, {
+    phase,
+    terminated: { exitCode: phase === "Succeeded" ? 0 : 1, message: report(outcome as never) },
+  });
+  const decision = decide(input({ playbook: playbook({}, started()), pods: [ended], now: at(61) }));
+
+  it("settles the Succeeded condition from the report", () => {
+    expect(succeeded(decision.status)).toMatchObject({ ...condition, observedGeneration: 1 });
+    expect(decision.status?.phase).toBe(outcome.phase);
+    expect(decision.status?.tasks?.map((t) => t.name)).toEqual(["build", "test"]);
+    expect(decision.status?.endingTask).toBe(endingTask);
+    expect(decision.status?.startTime).toBe(T0.toISOString());
+  });
+
+  it("sets LimitExceeded only when a limit ended the run", () => {
+    if (limit) expect(limitExceeded(decision.status)).toMatchObject({ status: "True", reason: limit });
+    else expect(limitExceeded(decision.status)).toBeUndefined();
+  });
+
+  it("counts the run once and tells the story in events", () => {
+    expect(decision.finished).toMatchObject({ reason: outcome.reason, durationSeconds: 60 });
+    expect(decision.finished?.limit).toBe(limit);
+    const reasons = decision.events.map((e) => e.reason);
+    expect(reasons).toEqual(
+      limit ? ["LimitFired", "RunFailed"] : [outcome.reason === "Succeeded" ? "RunSucceeded" : "RunFailed"],
+    );
+    if (limit === "TaskTimeout") expect(decision.events[0]?.message).toContain("10m (source task)");
+  });
+});
+
+describe("a pod that never starts", () => {
+  const pending = () => ({
+    ...pod(1, { phase: "Pending" }),
+    status: {
+      phase: "Pending",
+      conditions: [{ type: "PodScheduled", status: "False", reason: "Unschedulable" }],
+    },
+  });
+
+  it("is looked at again when the ceiling and killGrace will have passed", () => {
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [pending()], now: at(60) }));
+    expect(decision.status).toBeNull();
+    expect(decision.requeueAfterMs).toBe((1800 + 10 - 60) * 1000);
+  });
+
+  it("ends the run RunCeiling and removes the pod once they passed", () => {
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [pending()], now: at(1810) }));
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "RunCeiling" });
+    expect(succeeded(decision.status)?.message).toContain("Unschedulable");
+    expect(limitExceeded(decision.status)).toMatchObject({ reason: "RunCeiling" });
+    expect(decision.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "finished" }]);
+  });
+});
+
+describe("what the kubelet decided", () => {
+  it("names PodDeadlineExceeded when the activeDeadlineSeconds backstop fired", () => {
+    const cancelled = report({
+      phase: "Cancelled",
+      reason: "Cancelled",
+      tasks: [task("build", { phase: "Cancelled", ending: "Killed" }), skipped("test")],
+    });
+    const ended = pod(1, {
+      phase: "Failed",
+      reason: "DeadlineExceeded",
+      message: "Pod was active on the node longer than the specified deadline",
+      terminated: { exitCode: 130, message: cancelled },
+    });
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [ended], now: at(1815) }));
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "PodDeadlineExceeded" });
+    expect(limitExceeded(decision.status)).toMatchObject({ status: "True", reason: "PodDeadlineExceeded" });
+    expect(decision.status?.phase).toBe("Failed");
+    expect(decision.finished?.limit).toBe("PodDeadlineExceeded");
+  });
+
+  it("waits a moment before calling a pod that ended without a report RunnerLost", () => {
+    const ended = pod(1, {
+      phase: "Failed",
+      terminated: { exitCode: 137, reason: "Error", finishedAt: at(20).toISOString() },
+    });
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [ended], now: at(21) }));
+    expect(decision.status).toBeNull();
+    expect(decision.requeueAfterMs).toBe(3000);
+    expect(decision.finished).toBeUndefined();
+  });
+
+  it("names RunnerLost with what the kubelet said when no valid report came", () => {
+    const ended = pod(1, {
+      phase: "Failed",
+      terminated: { exitCode: 137, reason: "OOMKilled", message: "Killed\n" },
+    });
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [ended], now: at(20) }));
+    const condition = succeeded(decision.status);
+    expect(condition).toMatchObject({ status: "False", reason: "RunnerLost" });
+    expect(condition?.message).toContain("OOMKilled");
+    expect(condition?.message).toContain("exit code 137");
+    expect(limitExceeded(decision.status)).toBeUndefined();
+  });
+});
+
+describe("a lost pod", () => {
+  const lostCases = [
+    { name: "deleted (gone from the cache and the API server)", pods: [] },
+    {
+      name: "evicted",
+      pods: [pod(1, { phase: "Failed", reason: "Evicted", message: "The node was low on memory" })],
+    },
+    {
+      name: "gone with its node (PodGC's DisruptionTarget)",
+      pods: [
+        {
+          ...pod(1, { phase: "Failed" }),
+          status: {
+            phase: "Failed",
+            conditions: [
+              {
+                type: "DisruptionTarget",
+                status: "True",
+                reason: "DeletionByPodGC",
+                message: "PodGC: node no longer exists",
+              },
+            ],
+          },
+        },
+      ],
+    },
+    {
+      name: "deleted and killed before it could report",
+      pods: [pod(1, { phase: "Failed", deleting: true, terminated: { exitCode: 137, reason: "Error" } })],
+    },
+    {
+      name: "interrupted by a deletion that was not a cancel",
+      pods: [
+        pod(1, {
+          phase: "Failed",
+          deleting: true,
+          terminated: {
+            exitCode: 130,
+            message: report({
+              phase: "Cancelled",
+              reason: "Cancelled",
+              tasks: [task("build", { phase: "Cancelled" }), skipped("test")],
+            }),
+          },
+        }),
+      ],
+    },
+  ];
+
+  it.each(lostCases)(
+    "is re-created when $name, with the ceiling still counted from the run's start",
+    ({ pods }) => {
+      const decision = decide(input({ playbook: playbook({}, started()), pods, now: at(600) }));
+      const action = decision.actions.find((a) => a.type === "createPod");
+      expect(action?.type === "createPod" && action.pod.metadata.name).toBe("nightly-2");
+      if (action?.type !== "createPod") return;
+      expect(action.pod.spec.activeDeadlineSeconds).toBe(1200 + 10 + 5);
+      expect(action.pod.metadata.annotations["playbook.dev/run-start-time"]).toBe(T0.toISOString());
+      expect(decision.status).toMatchObject({
+        podAttempts: 2,
+        podName: "nightly-2",
+        startTime: T0.toISOString(),
+      });
+      expect(decision.events.map((e) => e.reason)).toEqual(["PodLost", "PodCreated"]);
+      expect(decision.finished).toBeUndefined();
+    },
+  );
+
+  it("is not re-created once the ceiling passed: the run ends RunCeiling", () => {
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [], now: at(1800) }));
+    expect(decision.actions).toEqual([]);
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "RunCeiling" });
+  });
+
+  it("ends the run PodLost once backoffLimit re-creations are used up", () => {
+    const decision = decide(
+      input({ playbook: playbook({ backoffLimit: 2 }, started(3)), pods: [], now: at(600) }),
+    );
+    expect(decision.actions).toEqual([]);
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "PodLost" });
+    expect(decision.finished?.reason).toBe("PodLost");
+  });
+});
+
+describe("spec.cancel", () => {
+  it("deletes the running pod with a grace period longer than killGrace", () => {
+    const decision = decide(
+      input({ playbook: playbook({ cancel: true }, started()), pods: [pod(1)], now: at(30) }),
+    );
+    expect(decision.actions).toEqual([
+      { type: "deletePod", name: "nightly-1", gracePeriodSeconds: 15, why: "cancel" },
+    ]);
+    expect(decision.finished).toBeUndefined();
+  });
+
+  it("waits while the pod is terminating", () => {
+    const decision = decide(
+      input({
+        playbook: playbook({ cancel: true }, started()),
+        pods: [pod(1, { deleting: true })],
+        now: at(31),
+      }),
+    );
+    expect(decision.actions).toEqual([]);
+    expect(decision.finished).toBeUndefined();
+  });
+
+  it.each([
+    { name: "its pod is already gone", pods: [] },
+    {
+      name: "its pod reported the cancellation",
+      pods: [
+        pod(1, {
+          phase: "Failed",
+          deleting: true,
+          terminated: {
+            exitCode: 130,
+            message: report({
+              phase: "Cancelled",
+              reason: "Cancelled",
+              tasks: [task("build", { phase: "Cancelled", ending: "Exited" }), skipped("test")],
+            }),
+          },
+        }),
+      ],
+    },
+  ])("settles Cancelled when $name", ({ pods }) => {
+    const decision = decide(input({ playbook: playbook({ cancel: true }, started()), pods, now: at(40) }));
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "Cancelled" });
+    expect(decision.status?.phase).toBe("Cancelled");
+    expect(decision.actions).toEqual([]);
+  });
+
+  it("settles Cancelled without a pod when cancelled before the run started", () => {
+    const decision = decide(input({ playbook: playbook({ cancel: true }) }));
+    expect(decision.actions).toEqual([]);
+    expect(succeeded(decision.status)).toMatchObject({ reason: "Cancelled" });
+  });
+});
+
+describe("validation the API server could not do", () => {
+  it("refuses a ceiling above the configured maximum as InvalidSpec", () => {
+    const decision = decide(input({ playbook: playbook({ ceiling: "48h" }) }));
+    expect(decision.actions).toEqual([]);
+    const condition = succeeded(decision.status);
+    expect(condition).toMatchObject({ status: "False", reason: "InvalidSpec" });
+    expect(condition?.message).toContain("spec.ceiling");
+    expect(condition?.message).toContain("24h");
+  });
+
+  it("refuses a task timeout above the default ceiling", () => {
+    const decision = decide(
+      input({
+        playbook: playbook({ ceiling: undefined, tasks: [{ name: "a", run: "true", timeout: "2h" }] }),
+      }),
+    );
+    expect(succeeded(decision.status)?.message).toContain("spec.tasks[0].timeout");
+  });
+});
+
+describe("a finished run", () => {
+  const finished = (): PlaybookStatus => {
+    const ended = pod(1, {
+      phase: "Succeeded",
+      terminated: {
+        exitCode: 0,
+        message: report({
+          phase: "Succeeded",
+          reason: "Succeeded",
+          tasks: [task("build", {}), task("test", {})],
+        }),
+      },
+    });
+    return decide(input({ playbook: playbook({}, started()), pods: [ended], now: at(61) }))
+      .status as PlaybookStatus;
+  };
+
+  it("is never rewritten by a later pass", () => {
+    const status = finished();
+    const decision = decide(input({ playbook: playbook({ cancel: true }, status), pods: [], now: at(100) }));
+    expect(decision.status).toBeNull();
+    expect(decision.events).toEqual([]);
+    expect(decision.finished).toBeUndefined();
+  });
+
+  it("keeps its pod for logs until ttlSecondsAfterFinished, then deletes it", () => {
+    const status = finished();
+    const ended = pod(1, { phase: "Succeeded" });
+    const early = decide(
+      input({ playbook: playbook({ ttlSecondsAfterFinished: 60 }, status), pods: [ended], now: at(100) }),
+    );
+    expect(early.actions).toEqual([]);
+    expect(early.requeueAfterMs).toBe(20_000);
+    const late = decide(
+      input({ playbook: playbook({ ttlSecondsAfterFinished: 60 }, status), pods: [ended], now: at(120) }),
+    );
+    expect(late.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "ttl" }]);
+  });
+});
