@@ -99,11 +99,16 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       existsSync(path.join(repoRoot(), "src", "controller")) &&
       existsSync(cli)
     ) {
-      const controller = startProcess("controller", process.execPath, [cli, "controller"], {
-        logFile: path.join(state.stateDir, "logs", "controller.log"),
-        env: { ...process.env, KUBECONFIG: state.kubeconfig },
-        daemon: options.daemon,
-      });
+      const controller = startProcess(
+        "controller",
+        process.execPath,
+        [cli, "controller", "--metrics-address", "127.0.0.1:0"],
+        {
+          logFile: path.join(state.stateDir, "logs", "controller.log"),
+          env: { ...process.env, KUBECONFIG: state.kubeconfig },
+          daemon: options.daemon,
+        },
+      );
       await controlPlane.record(controller);
       log(`Started the controller (log ${controller.logFile})`);
     } else if (options.startController) {
