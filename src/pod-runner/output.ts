@@ -4,7 +4,11 @@
 
 const NEWLINE = 0x0a;
 
-/** Keeps the last `limit` bytes written to it. */
+/**
+ * Keeps (at least) the last `limit` bytes written to it. Chunks are held by reference, not
+ * copied: a pipe's chunks are not reused once emitted, and at most one chunk beyond the limit
+ * is held.
+ */
 export class OutputTail {
   private chunks: Buffer[] = [];
   private size = 0;
@@ -16,11 +20,11 @@ export class OutputTail {
 
   push(chunk: Buffer): void {
     if (chunk.length >= this.limit) {
-      this.chunks = [Buffer.from(chunk.subarray(chunk.length - this.limit))];
-      this.size = this.limit;
+      this.chunks = [chunk];
+      this.size = chunk.length;
       return;
     }
-    this.chunks.push(Buffer.from(chunk));
+    this.chunks.push(chunk);
     this.size += chunk.length;
     while (this.size - (this.chunks[0]?.length ?? 0) >= this.limit) {
       this.size -= this.chunks.shift()?.length ?? 0;
@@ -29,7 +33,11 @@ export class OutputTail {
 
   /** The last non-empty line, decoded leniently, for a failure message. */
   lastLine(maxChars = 200): string {
-    const text = Buffer.concat(this.chunks).toString("utf8").replace(/\s+$/, "");
+    const all = Buffer.concat(this.chunks);
+    const text = all
+      .subarray(Math.max(0, all.length - this.limit))
+      .toString("utf8")
+      .replace(/\s+$/, "");
     const line = text.slice(text.lastIndexOf("\n") + 1).trim();
     return line.length > maxChars ? `…${line.slice(line.length - maxChars + 1)}` : line;
   }
@@ -61,6 +69,12 @@ export class LinePrefixer {
         this.positions = grown;
       }
       this.positions[count++] = at;
+    }
+    if (count === 0) {
+      // No line ends here: only a chunk that starts a line needs a copy (of prefix + chunk).
+      const starts = this.atLineStart;
+      this.atLineStart = false;
+      return starts ? Buffer.concat([prefix, chunk]) : chunk;
     }
     const out = Buffer.allocUnsafe(chunk.length + (count + 1) * size);
     let written = 0;
