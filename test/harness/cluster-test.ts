@@ -1,5 +1,4 @@
 import { randomBytes } from "node:crypto";
-import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ApiException, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { inject } from "vitest";
@@ -84,36 +83,7 @@ export async function losePod(namespace: string, name: string): Promise<void> {
   if (response.status !== 204) throw new Error(`losePod ${namespace}/${name}: HTTP ${response.status}`);
 }
 
-/** Pids of live processes whose command line contains the marker. */
-export function processesWithMarker(marker: string): number[] {
-  const found: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      if (stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z")) continue;
-      if (readFileSync(`/proc/${entry}/cmdline`, "utf8").includes(marker)) found.push(Number(entry));
-    } catch {
-      // Exited meanwhile.
-    }
-  }
-  return found;
-}
-
-/** Pids of live processes whose working directory is inside `dir` (pods run in their work folder). */
-export function processesWorkingUnder(dir: string): number[] {
-  const found: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const cwd = readlinkSync(`/proc/${entry}/cwd`);
-      if (cwd === dir || cwd.startsWith(`${dir}/`)) found.push(Number(entry));
-    } catch {
-      // Exited meanwhile, or a zombie without a cwd.
-    }
-  }
-  return found;
-}
+export { processesWithMarker, processesWorkingUnder } from "../support/processes.js";
 
 export const marker = (): string => `marker-${randomBytes(6).toString("hex")}`;
 

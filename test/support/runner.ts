@@ -1,32 +1,17 @@
 // Shared by the runner suites: build a run from a few task lines, capture its output, and check
 // that nothing a test started is still alive afterwards (every task carries the test's marker).
 import { randomUUID } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
 import { PassThrough } from "node:stream";
 import { afterEach, expect } from "vitest";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
 import type { RunOutcome } from "../../src/api/report.js";
 import { type RunEvent, runPlaybook } from "../../src/pod-runner/run.js";
+import { processesWithEnv } from "./processes.js";
 
 export const MARKER_VAR = "RUNNER_TEST_MARKER";
 
-/** Processes whose environment carries `NAME=value`. */
-export function processesWithEnv(name: string, value: string): number[] {
-  const needle = Buffer.from(`${name}=${value}\0`);
-  const found: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "latin1");
-      if (stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z")) continue;
-      if (readFileSync(`/proc/${entry}/environ`).indexOf(needle) !== -1) found.push(Number(entry));
-    } catch {
-      // gone already
-    }
-  }
-  return found;
-}
+export { processesWithEnv };
 
 export interface TestRun {
   outcome: RunOutcome;

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -9,21 +9,7 @@ import {
   type Isolation,
   startContainerProcess,
 } from "../harness/process-node/container-process.js";
-
-function withMarker(marker: string): number[] {
-  const found: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      if (stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z")) continue;
-      if (readFileSync(`/proc/${entry}/cmdline`, "utf8").includes(marker)) found.push(Number(entry));
-    } catch {
-      // Exited meanwhile.
-    }
-  }
-  return found;
-}
+import { processesWithMarker } from "../support/processes.js";
 
 function start(isolation: Isolation, script: string) {
   const dir = mkdtempSync(path.join(os.tmpdir(), "container-process-"));
@@ -54,13 +40,15 @@ describe.each(isolations)("a container process with %s isolation", (isolation) =
     const marker = `marker-${randomBytes(6).toString("hex")}`;
     const container = start(isolation, `sh -c 'sleep 300' ${marker} & sleep 0.2; exit 3`);
     expect(await container.exited).toEqual({ exitCode: 3 });
-    await waitUntil(() => withMarker(marker).length === 0);
+    await waitUntil(() => processesWithMarker(marker).length === 0);
   });
 
   it("delivers SIGTERM to a main process that handles it", async () => {
-    const container = start(isolation, "trap 'exit 7' TERM; while true; do sleep 0.05; done");
-    await waitUntil(() => container.mainPid() !== undefined);
-    await sleep(100);
+    // As PID 1 of its namespace the shell ignores SIGTERM until its trap is set, as a
+    // container's init does: signal only once the script says the trap is in place.
+    const ready = path.join(mkdtempSync(path.join(os.tmpdir(), "trap-ready-")), "ready");
+    const container = start(isolation, `trap 'exit 7' TERM; touch ${ready}; while true; do sleep 0.05; done`);
+    await waitUntil(() => container.mainPid() !== undefined && existsSync(ready));
     container.signal("SIGTERM");
     expect(await container.exited).toEqual({ exitCode: 7 });
   });
@@ -68,9 +56,9 @@ describe.each(isolations)("a container process with %s isolation", (isolation) =
   it("reports SIGKILL as exit code 137 and signal 9", async () => {
     const marker = `marker-${randomBytes(6).toString("hex")}`;
     const container = start(isolation, `sh -c 'sleep 300' ${marker} & while true; do sleep 0.05; done`);
-    await waitUntil(() => container.mainPid() !== undefined && withMarker(marker).length > 0);
+    await waitUntil(() => container.mainPid() !== undefined && processesWithMarker(marker).length > 0);
     container.signal("SIGKILL");
     expect(await container.exited).toEqual({ exitCode: 137, signal: 9 });
-    await waitUntil(() => withMarker(marker).length === 0);
+    await waitUntil(() => processesWithMarker(marker).length === 0);
   });
 });
