@@ -45,8 +45,16 @@ function countingSink(target: NodeJS.WritableStream): { sink: Writable; bytes: (
     write(chunk: Buffer, _encoding, callback) {
       bytes += chunk.length;
       if (broken) return callback();
-      if (target.write(chunk)) callback();
-      else target.once("drain", () => callback());
+      if (target.write(chunk)) return callback();
+      // A reader that goes away while we wait never sends "drain": the error must release the
+      // write too, or the tasks' pipes stay paused and the run hangs on its stall limit.
+      const release = () => {
+        target.off("drain", release);
+        target.off("error", release);
+        callback();
+      };
+      target.on("drain", release);
+      target.on("error", release);
     },
   });
   return { sink, bytes: () => bytes };
@@ -63,6 +71,9 @@ function writeReport(path: string, text: string, progressOut: NodeJS.WritableStr
 }
 
 export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult> {
+  // Progress is best effort: a closed reader (EPIPE) must not crash the runner and orphan the
+  // tasks' process groups. The listener stays for the life of the process.
+  options.progressOut.on("error", () => {});
   const { sink, bytes } = countingSink(options.output);
   const progress = new Progress({
     out: options.progressOut,

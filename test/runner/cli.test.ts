@@ -152,6 +152,37 @@ describe("playbook run", () => {
     expect(task).toMatchObject({ phase: "Cancelled", ending: "Killed" });
   });
 
+  it("keeps running the tasks when the reader of its output goes away (playbook run | head)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const witness = join(dir, "done");
+    const file = manifest({
+      stall: "2s",
+      tasks: [{ name: "chatty", run: `seq 1 3000000; touch ${witness}` }],
+    });
+    const result = await startCli(["run", "-f", file], (child) => {
+      child.stdout?.once("data", () => child.stdout?.destroy());
+    });
+    expect(result.stderr).not.toContain("StallLimit");
+    expect(result.code).toBe(0);
+    expect(existsSync(witness)).toBe(true);
+  });
+
+  it("does not die and orphan its tasks when the reader of its progress goes away", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const witness = join(dir, "done");
+    const file = manifest({
+      tasks: [
+        { name: "first", run: "sleep 0.5" },
+        { name: "second", run: `touch ${witness}` },
+      ],
+    });
+    const result = await startCli(["run", "-f", file], (child) => {
+      child.stderr?.once("data", () => child.stderr?.destroy());
+    });
+    expect(result.code).toBe(0);
+    expect(existsSync(witness)).toBe(true);
+  });
+
   it("still ends with the run's exit code when the report cannot be written, and says why", async () => {
     const file = manifest({ tasks: [{ name: "ok", run: "true" }] });
     const result = await startCli(["run", "-f", file, "--report", "/nonexistent/dir/report.json"]);
