@@ -76,6 +76,8 @@ export interface AttemptResult {
 }
 
 const POLL_MS = 20;
+/** The longest delay setTimeout keeps (about 24.8 days); beyond it, it fires at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 /** After SIGKILL the kernel needs a moment; this bounds how long we wait to see the tree gone. */
 const KILL_CONFIRM_MS = 5000;
 /** How long a SIGKILLed tree gets to close its pipes before we look for stragglers ourselves. */
@@ -90,13 +92,21 @@ function forward(
   sink: Writable,
   prefix: string,
   onData: (chunk: Buffer) => void,
+  onBlocked: (blocked: boolean) => void,
 ): Promise<void> {
   const prefixer = new LinePrefixer(prefix);
-  const resume = () => stream.resume();
+  let blocked = false;
+  const resume = () => {
+    blocked = false;
+    onBlocked(false);
+    stream.resume();
+  };
   stream.on("data", (chunk: Buffer) => {
     onData(chunk);
     if (!sink.write(prefixer.push(chunk))) {
       stream.pause();
+      blocked = true;
+      onBlocked(true);
       sink.once("drain", resume);
     }
   });
@@ -105,6 +115,7 @@ function forward(
       const tail = prefixer.end();
       if (tail) sink.write(tail);
       sink.off("drain", resume);
+      if (blocked) onBlocked(false);
       resolve();
     };
     stream.once("end", done);
@@ -193,9 +204,16 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     lastOutput = performance.now();
     tail.push(chunk);
   };
+  // While a pipe is paused because our reader is slow, the task is blocked on us, not silent:
+  // that time is not a stall.
+  let blockedPipes = 0;
+  const onBlocked = (blocked: boolean) => {
+    blockedPipes += blocked ? 1 : -1;
+    lastOutput = performance.now();
+  };
   const streamsClosed = Promise.all(
     [child.stdout, child.stderr].map((stream) =>
-      stream ? forward(stream, spec.sink, spec.prefix, onData) : null,
+      stream ? forward(stream, spec.sink, spec.prefix, onData, onBlocked) : null,
     ),
   ).then(() => undefined);
 
@@ -253,19 +271,28 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
 
   if (spec.deadline) {
     const deadline = spec.deadline;
-    deadlineTimer = setTimeout(
-      () => fire({ kind: "limit", limit: deadline.limit }),
-      Math.max(0, deadline.at - performance.now()),
-    );
+    // A longer wait than a timer can hold is taken in steps (setTimeout fires at once beyond it).
+    const armDeadline = () => {
+      const wait = Math.max(0, deadline.at - performance.now());
+      deadlineTimer = setTimeout(
+        () => (wait > MAX_TIMER_MS ? armDeadline() : fire({ kind: "limit", limit: deadline.limit })),
+        Math.min(wait, MAX_TIMER_MS),
+      );
+    };
+    armDeadline();
   }
   if (spec.stallMs > 0) {
     // Re-armed from the last output time rather than on every chunk: cheap at 1 GiB of output.
     const armStall = (delay: number) => {
-      stallTimer = setTimeout(() => {
-        const quiet = performance.now() - lastOutput;
-        if (quiet >= spec.stallMs - 1) fire({ kind: "limit", limit: "StallLimit" });
-        else armStall(spec.stallMs - quiet);
-      }, delay);
+      stallTimer = setTimeout(
+        () => {
+          const quiet = performance.now() - lastOutput;
+          if (blockedPipes > 0) armStall(spec.stallMs);
+          else if (quiet >= spec.stallMs - 1) fire({ kind: "limit", limit: "StallLimit" });
+          else armStall(spec.stallMs - quiet);
+        },
+        Math.min(delay, MAX_TIMER_MS),
+      );
     };
     armStall(spec.stallMs);
   }

@@ -2,6 +2,7 @@
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Writable } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { checkNothingLeftBehind, runSpec } from "../support/runner.js";
 
@@ -86,6 +87,36 @@ describe("task limits", () => {
     );
     expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "RunCeiling" });
     expect(run.elapsedMs).toBeLessThan(1500);
+  });
+
+  it("does not count the time a task is blocked on a slow reader of its output as a stall", async () => {
+    // Like `playbook run | less`: the task prints all the time, the reader takes 700ms a chunk.
+    const slowReader = new Writable({
+      highWaterMark: 1024,
+      write(_chunk, _encoding, callback) {
+        setTimeout(callback, 700);
+      },
+    });
+    const run = await runSpec(
+      {
+        stall: "400ms",
+        killGrace: "0s",
+        tasks: [{ name: "chatty", run: "head -c 300000 /dev/zero | tr '\\0' y" }],
+      },
+      { marker: currentMarker(), sink: slowReader, prefixOutput: false },
+    );
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "Succeeded" });
+  });
+
+  it("keeps limits longer than 24.8 days (the timer maximum) from firing at once", async () => {
+    const run = await runSpec(
+      { ceiling: "720h", stall: "1000h", tasks: [{ name: "short", run: "sleep 0.3; echo ok" }] },
+      {
+        marker: currentMarker(),
+        defaults: { ceilingMs: 3_600_000, maxCeilingMs: 1000 * 3_600_000, stallMs: 0, killGraceMs: 0 },
+      },
+    );
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "Succeeded" });
   });
 
   it("names the task timeout when it is earlier than the ceiling, and the ceiling otherwise", async () => {

@@ -2,7 +2,7 @@
 // that nothing a test started is still alive afterwards (every task carries the test's marker).
 import { randomUUID } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
-import { PassThrough } from "node:stream";
+import { PassThrough, type Writable } from "node:stream";
 import { afterEach, expect } from "vitest";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
@@ -62,6 +62,9 @@ export async function runSpec(
     prefixOutput?: boolean;
     cancelSignal?: AbortSignal;
     runStart?: Date;
+    /** where task output goes instead of the captured buffer (output is then empty) */
+    sink?: Writable;
+    hurrySignal?: AbortSignal;
   },
 ): Promise<TestRun> {
   const parsed: PlaybookSpec = PlaybookSpecSchema.parse(spec);
@@ -74,9 +77,10 @@ export async function runSpec(
   const outcome = await runPlaybook({
     tasks: parsed.tasks,
     limits,
-    sink,
+    sink: options.sink ?? sink,
     prefixOutput: options.prefixOutput,
     cancelSignal: options.cancelSignal,
+    hurrySignal: options.hurrySignal,
     runStart: options.runStart,
     onEvent: (event) => events.push(event),
     baseEnv: { PATH: process.env.PATH, [MARKER_VAR]: options.marker },
