@@ -14,6 +14,10 @@ const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
 const ENV_NAME = /^[-._a-zA-Z][-._a-zA-Z0-9]*$/;
 const QUANTITY = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$/;
 
+/** Text that reaches exec (argv, env, cwd): the kernel cannot take a NUL byte in any of them. */
+const NO_NUL = /^[^\0]*$/;
+const NO_NUL_MESSAGE = "must not contain a NUL byte";
+
 /** A Go duration string; the parsed value is checked but the text is kept as the user wrote it. */
 export const DurationString = z.string().superRefine((value, ctx) => {
   try {
@@ -31,17 +35,17 @@ const EnvVar = z.strictObject({
       (name) => !name.startsWith("PLAYBOOK_"),
       "is reserved: the runner sets PLAYBOOK_* variables itself",
     ),
-  value: z.string().default(""),
+  value: z.string().regex(NO_NUL, NO_NUL_MESSAGE).default(""),
 });
 
 export const TaskSpecSchema = z.strictObject({
   name: z.string().max(63, "must be at most 63 characters").regex(DNS1123_LABEL, "must be a DNS-1123 label"),
-  run: z.string().min(1, "must not be empty"),
+  run: z.string().min(1, "must not be empty").regex(NO_NUL, NO_NUL_MESSAGE),
   timeout: DurationString.optional(),
   stall: DurationString.optional(),
   retries: z.number().int().min(0).max(100).default(0),
   env: z.array(EnvVar).default([]),
-  workingDir: z.string().min(1).optional(),
+  workingDir: z.string().min(1).regex(NO_NUL, NO_NUL_MESSAGE).optional(),
 });
 export type TaskSpec = z.infer<typeof TaskSpecSchema>;
 

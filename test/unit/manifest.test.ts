@@ -68,6 +68,21 @@ describe("reading a Playbook manifest", () => {
       "spec:\n  tasks:\n    - {name: a, run: 'true', retries: many}\n",
       "spec.tasks[0].retries",
     ],
+    [
+      "a NUL byte in a command, which no process can be started with",
+      'spec:\n  tasks:\n    - {name: a, run: "echo a\\0b"}\n',
+      'spec.tasks[0].run: "echo a\\u0000b" must not contain a NUL byte',
+    ],
+    [
+      "a NUL byte in an environment value",
+      'spec:\n  tasks:\n    - {name: a, run: "true", env: [{name: K, value: "x\\0y"}]}\n',
+      'spec.tasks[0].env[0].value: "x\\u0000y" must not contain a NUL byte',
+    ],
+    [
+      "a NUL byte in a working directory",
+      'spec:\n  tasks:\n    - {name: a, run: "true", workingDir: "/tmp\\0x"}\n',
+      'spec.tasks[0].workingDir: "/tmp\\u0000x" must not contain a NUL byte',
+    ],
   ])("refuses %s, naming the field and value", (_name, spec, expected) => {
     const problems = problemsOf(header + spec);
     expect(problems.join("\n")).toContain(expected);
