@@ -150,7 +150,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   } finally {
     const killed = runClean
       ? 0
-      : await sweepLeftovers(runId, firstStart, firstPid, options.limits.killGrace.ms);
+      : await sweepLeftovers(runId, firstStart, firstPid, options.limits.killGrace.ms, options.hurrySignal);
     if (killed > 0) emit({ type: "leftovers-killed", count: killed });
     rmSync(scratch, { recursive: true, force: true });
   }
@@ -212,13 +212,15 @@ async function sweepLeftovers(
   startedFrom: number,
   minPid: number | undefined,
   graceMs: number,
+  hurry?: AbortSignal,
 ): Promise<number> {
   const find = () => scanProcesses({ cookiePrefix: `${runId}.`, startedFrom, minPid });
   const initial = find();
   if (initial.length === 0) return 0;
   for (const pid of initial) sendSignal(pid, "SIGTERM");
   const graceEnds = performance.now() + graceMs;
-  while (performance.now() < graceEnds && find().length > 0) await sleep(20);
+  // A second Ctrl-C cuts this grace short as it does a task's.
+  while (performance.now() < graceEnds && !hurry?.aborted && find().length > 0) await sleep(20);
   const confirmBy = performance.now() + 5000;
   for (let left = find(); left.length > 0 && performance.now() < confirmBy; left = find()) {
     for (const pid of left) sendSignal(pid, "SIGKILL");

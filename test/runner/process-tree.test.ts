@@ -60,4 +60,18 @@ describe("process trees", () => {
     expect(run.elapsedMs).toBeLessThan(5000);
     expect(run.events.some((e) => e.type === "leftovers-killed")).toBe(true);
   });
+
+  it("kills leftovers at once on a second Ctrl-C instead of waiting out their grace", async () => {
+    const hurry = new AbortController();
+    setTimeout(() => hurry.abort(), 1000);
+    const run = await runSpec(
+      {
+        killGrace: "30s",
+        tasks: [{ name: "service", run: "(trap '' TERM; while :; do sleep 0.1; done) & echo up" }],
+      },
+      { marker: currentMarker(), hurrySignal: hurry.signal },
+    );
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "Succeeded" });
+    expect(run.elapsedMs).toBeLessThan(10_000);
+  });
 });
