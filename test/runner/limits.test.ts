@@ -217,6 +217,24 @@ describe("the cancel file", () => {
     expect(run.elapsedMs).toBeGreaterThanOrEqual(950);
   });
 
+  it("still writes the cancel file after the task removed its directory (a /tmp cleanup)", async () => {
+    const run = await runSpec(
+      {
+        killGrace: "10s",
+        tasks: [
+          {
+            name: "tidy",
+            timeout: "500ms",
+            run: `rm -rf "$(dirname "$PLAYBOOK_CANCEL_FILE")"; trap '' TERM; while [ ! -e "$PLAYBOOK_CANCEL_FILE" ]; do sleep 0.05; done; echo saw it`,
+          },
+        ],
+      },
+      { marker: currentMarker() },
+    );
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "TaskTimeout", ending: "Exited" });
+    expect(run.output).toContain("[tidy] saw it");
+  });
+
   it("does not write through a symlink planted at the cancel-file path", async () => {
     const dir = mkdtempSync(join(tmpdir(), "symlink-"));
     const target = join(dir, "precious");
