@@ -73,30 +73,28 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   let firstStart = Number.POSITIVE_INFINITY;
   let firstPid: number | undefined;
 
+  /** A cancellation or a passed ceiling that forbids starting another attempt. */
+  const stopBeforeStart = (): "Cancelled" | "RunCeiling" | null =>
+    options.cancelSignal?.aborted ? "Cancelled" : performance.now() >= ceilingAt ? "RunCeiling" : null;
+
   let runClean = false;
   try {
     for (const [index, task] of options.tasks.entries()) {
       const limits = options.limits.tasks[index] as TaskLimits;
       const outcome = outcomes[index] as TaskOutcome;
-      if (options.cancelSignal?.aborted) {
-        reason = "Cancelled";
-        break;
-      }
-      if (performance.now() >= ceilingAt) {
-        // The ceiling passed between tasks: this task is the one it stopped.
-        Object.assign(outcome, {
-          phase: "TimedOut",
-          limit: "RunCeiling",
-          startTime: new Date(),
-          completionTime: new Date(),
-        });
-        reason = "RunCeiling";
+      const stopped = stopBeforeStart();
+      if (stopped) {
+        // Stopped between tasks: this task is the one it kept from starting.
+        outcome.startTime = new Date();
+        markStopped(outcome, stopped);
+        reason = stopped;
         emit({ type: "task-finished", index, outcome });
         break;
       }
       outcome.phase = "Running";
       outcome.startTime = new Date();
       let result: AttemptResult;
+      let stoppedBeforeRetry: "Cancelled" | "RunCeiling" | null = null;
       for (;;) {
         outcome.attempts += 1;
         emit({ type: "task-started", index, name: task.name, attempt: outcome.attempts, limits });
@@ -127,6 +125,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         if (result.pgid !== null) firstPid ??= result.pgid;
         const failedOrdinarily = result.kind === "exited" && result.exitCode !== 0;
         if (!failedOrdinarily || outcome.attempts > limits.retries) break;
+        // A retry is a new start: not after a cancellation or past the ceiling.
+        stoppedBeforeRetry = stopBeforeStart();
+        if (stoppedBeforeRetry) break;
         emit({
           type: "task-retrying",
           index,
@@ -136,7 +137,11 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         });
       }
       runClean = result.runClean === true;
-      const settled = settleTask(outcome, result);
+      let settled = settleTask(outcome, result);
+      if (stoppedBeforeRetry) {
+        outcome.detail = undefined;
+        settled = markStopped(outcome, stoppedBeforeRetry);
+      }
       emit({ type: "task-finished", index, outcome });
       if (settled === "Succeeded") continue;
       reason =
@@ -173,6 +178,18 @@ export function attemptDeadline(
     if (timeoutAt <= ceilingAt) return { at: timeoutAt, limit: "TaskTimeout" };
   }
   return { at: ceilingAt, limit: "RunCeiling" };
+}
+
+/** Settles a task that a cancellation or the ceiling kept from (re)starting. */
+function markStopped(outcome: TaskOutcome, stop: "Cancelled" | "RunCeiling"): TaskPhase {
+  outcome.completionTime = new Date();
+  if (stop === "Cancelled") {
+    outcome.phase = "Cancelled";
+  } else {
+    outcome.phase = "TimedOut";
+    outcome.limit = "RunCeiling";
+  }
+  return outcome.phase;
 }
 
 /** Turns the last attempt's result into the task's outcome; only the limit's firer decides TimedOut. */

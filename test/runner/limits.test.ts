@@ -272,3 +272,51 @@ describe("the cancel file", () => {
     expect(run.outcome.tasks[0]?.ending).toBe("Exited");
   });
 });
+
+describe("stops between starts", () => {
+  it("names the task a cancellation between tasks stopped from starting", async () => {
+    // The first task's leader exits at once while its background child holds the pipes; the
+    // cancellation lands while the runner drains them, after the task but before the next.
+    const cancel = new AbortController();
+    setTimeout(() => cancel.abort(), 120);
+    const run = await runSpec(
+      {
+        killGrace: "0s",
+        tasks: [
+          { name: "first", run: "sleep 60 & echo up" },
+          { name: "second", run: "echo never" },
+          { name: "third", run: "echo never" },
+        ],
+      },
+      { marker: currentMarker(), cancelSignal: cancel.signal },
+    );
+    expect(run.outcome.reason).toBe("Cancelled");
+    expect(run.outcome.tasks.map((t) => t.phase)).toEqual(["Succeeded", "Cancelled", "Skipped"]);
+    expect(run.output).not.toContain("never");
+  });
+
+  it("does not start a retry once the run is cancelled", async () => {
+    const cancel = new AbortController();
+    setTimeout(() => cancel.abort(), 120);
+    const run = await runSpec(
+      { killGrace: "0s", tasks: [{ name: "flaky", retries: 3, run: "sleep 60 & exit 1" }] },
+      { marker: currentMarker(), cancelSignal: cancel.signal },
+    );
+    expect(run.outcome.reason).toBe("Cancelled");
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "Cancelled", attempts: 1, exitCode: 1 });
+  });
+
+  it("does not start a retry once the ceiling has passed", async () => {
+    const run = await runSpec(
+      {
+        ceiling: "1s",
+        killGrace: "0s",
+        // Fails just before the ceiling; draining the pipes its child holds takes the run past it.
+        tasks: [{ name: "flaky", retries: 3, run: "sleep 0.85; sleep 60 & exit 1" }],
+      },
+      { marker: currentMarker() },
+    );
+    expect(run.outcome.reason).toBe("RunCeiling");
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "RunCeiling", attempts: 1 });
+  });
+});
