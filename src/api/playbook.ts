@@ -19,13 +19,15 @@ const NO_NUL = /^[^\0]*$/;
 const NO_NUL_MESSAGE = "must not contain a NUL byte";
 
 /** A Go duration string; the parsed value is checked but the text is kept as the user wrote it. */
-export const DurationString = z.string().superRefine((value, ctx) => {
-  try {
-    parseDuration(value);
-  } catch (error) {
-    ctx.addIssue({ code: "custom", message: `${JSON.stringify(value)} ${(error as Error).message}` });
-  }
-});
+export const DurationString = z
+  .string({ error: 'must be a duration string with a unit, such as "10s" or "10m"' })
+  .superRefine((value, ctx) => {
+    try {
+      parseDuration(value);
+    } catch (error) {
+      ctx.addIssue({ code: "custom", message: `${JSON.stringify(value)} ${(error as Error).message}` });
+    }
+  });
 
 const EnvVar = z.strictObject({
   name: z

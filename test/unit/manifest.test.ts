@@ -88,6 +88,29 @@ describe("reading a Playbook manifest", () => {
     expect(problems.join("\n")).toContain(expected);
   });
 
+  it.each([
+    ["a trailing document separator", `${header}spec:\n  tasks: [{name: a, run: 'true'}]\n---\n`],
+    ["a leading empty document", `---\n---\n${header}spec:\n  tasks: [{name: a, run: 'true'}]\n`],
+    ["a comment-only document", `# generated\n---\n${header}spec:\n  tasks: [{name: a, run: 'true'}]\n`],
+    ["a document end marker", `${header}spec:\n  tasks: [{name: a, run: 'true'}]\n...\n`],
+  ])("reads a manifest with %s, as kubectl does", (_name, yaml) => {
+    expect(problemsOf(yaml)).toEqual([]);
+  });
+
+  it("reads anchors and merge keys, as kubectl does", () => {
+    const playbook = parsePlaybookManifest(
+      `${header}spec:\n  tasks:\n    - &base {name: a, run: 'true', timeout: 10m}\n    - <<: *base\n      name: b\n`,
+      LOCAL_DEFAULTS,
+    );
+    expect(playbook.spec.tasks[1]).toMatchObject({ name: "b", run: "true", timeout: "10m" });
+  });
+
+  it("says a duration needs a unit when given a bare number", () => {
+    expect(problemsOf(`${header}spec:\n  tasks:\n    - {name: a, run: 'true', timeout: 10}\n`)).toEqual([
+      'spec.tasks[0].timeout: 10 must be a duration string with a unit, such as "10s" or "10m"',
+    ]);
+  });
+
   it("refuses YAML that does not parse, naming the line", () => {
     expect(problemsOf(`${header}spec:\n  tasks: [\n`).join("\n")).toMatch(/line \d+, column \d+: YAML/);
   });
