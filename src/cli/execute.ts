@@ -1,5 +1,5 @@
 // What `playbook run` and `playbook pod-runner` share: run the tasks with progress, turn
-// SIGINT/SIGTERM into a cancellation that still reports, and encode the report.
+// SIGINT/SIGTERM/SIGHUP into a cancellation that still reports, and encode the report.
 import { writeFileSync } from "node:fs";
 import { Writable } from "node:stream";
 import type { ResolvedLimits } from "../api/limits.js";
@@ -96,8 +96,10 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     interrupted = true;
     cancel.abort();
   };
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
+  // SIGHUP too: a closed terminal would otherwise kill the runner, and the tasks, which live in
+  // sessions of their own and never see the hangup, would be left running.
+  const signals = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
+  for (const signal of signals) process.on(signal, onSignal);
   try {
     progress.begin(options.name, options.tasks.length);
     const outcome = await runPlaybook({
@@ -115,7 +117,6 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     progress.end(outcome, statusFromReport(report, options.limits).message);
     return { outcome, report, reportText, interrupted };
   } finally {
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
+    for (const signal of signals) process.off(signal, onSignal);
   }
 }

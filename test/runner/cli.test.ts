@@ -133,6 +133,20 @@ describe("playbook run", () => {
     expect(parsed.tasks[0]?.e).toBe("Killed");
   });
 
+  it("on SIGHUP (its terminal closed) cancels the live task and leaves nothing behind", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const report = join(dir, "report.json");
+    const file = manifest({
+      killGrace: "1s",
+      tasks: [{ name: "long", run: "echo working; sleep 60" }],
+    });
+    const result = await startCli(["run", "-f", file, "--report", report], (child) => {
+      child.stdout?.once("data", () => child.kill("SIGHUP"));
+    });
+    expect(result.code).toBe(130);
+    expect(decodeReport(readFileSync(report, "utf8"), 1)).toMatchObject({ reason: "Cancelled" });
+  });
+
   it("kills at once on a second SIGINT instead of waiting out the grace", async () => {
     const file = manifest({
       killGrace: "60s",
