@@ -3,6 +3,7 @@
 // sent, so an attempt that traps SIGTERM and exits 0 is still a timeout.
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
+import type { Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import type { Readable, Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -308,7 +309,12 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   let ended: { ending?: Ending; runClean?: boolean } = {};
   if (fired) ended = await endTree(tree, spec.killGraceMs, spec.runCookie, spec.hurrySignal);
   else stopWatchdog();
-  await within(streamsClosed, spec.drainWindowMs);
+  if (!(await within(streamsClosed, spec.drainWindowMs))) {
+    // Output from what still holds the pipes keeps flowing while the run goes on, but must not
+    // keep the runner alive after it: a holder the final sweep cannot find (a new session and a
+    // cleared environment) would otherwise hold the pod or the terminal for as long as it lives.
+    for (const stream of [child.stdout, child.stderr]) (stream as Socket | null)?.unref();
+  }
   return {
     kind: fired ? fired.kind : "exited",
     limit: fired?.limit,

@@ -197,6 +197,17 @@ describe("playbook run", () => {
     expect(existsSync(witness)).toBe(true);
   });
 
+  it("exits when the run is over even if a process it cannot find still holds the task's output", async () => {
+    // A new session and a cleared environment: neither the group kill nor the cookie reaches it.
+    const file = manifest({
+      tasks: [{ name: "hidden", run: "setsid env -i sh -c 'sleep 8' & echo started" }],
+    });
+    const started = performance.now();
+    const result = await startCli(["run", "-f", file]);
+    expect(result.code).toBe(0);
+    expect(performance.now() - started).toBeLessThan(6000);
+  });
+
   it("still ends with the run's exit code when the report cannot be written, and says why", async () => {
     const file = manifest({ tasks: [{ name: "ok", run: "true" }] });
     const result = await startCli(["run", "-f", file, "--report", "/nonexistent/dir/report.json"]);
