@@ -111,6 +111,17 @@ describe("reading a Playbook manifest", () => {
     ]);
   });
 
+  it("refuses a command or environment entry too long for exec, before anything runs", () => {
+    const long = `true #${"x".repeat(140_000)}`;
+    const problems = problemsOf(
+      `${header}spec:\n  tasks:\n    - {name: a, run: 'true'}\n    - {name: b, run: '${long}', env: [{name: K, value: '${long}'}]}\n`,
+    );
+    expect(problems).toEqual([
+      "spec.tasks[1].run: is 140006 bytes; one exec argument holds at most 131071",
+      "spec.tasks[1].env[0].value: K=… is 140008 bytes; one exec argument holds at most 131071",
+    ]);
+  });
+
   it("refuses YAML that does not parse, naming the line", () => {
     expect(problemsOf(`${header}spec:\n  tasks: [\n`).join("\n")).toMatch(/line \d+, column \d+: YAML/);
   });
