@@ -245,6 +245,8 @@ function describeTask(task: ReportTask, index: number, limits: ResolvedLimits): 
       return `${describeLimit(limit, limitOf(limits, index, limit))}${describeEnding(task, limits.killGrace)}${detail}`;
     }
     case "Failed": {
+      // Neither an exit code nor a signal: it never started, and its message says why.
+      if (task.x === undefined && !task.sig && task.m) return task.m;
       const how = task.sig ? `was killed by ${task.sig}` : `exited with code ${task.x ?? "unknown"}`;
       const tries = (task.a ?? 1) > 1 ? ` after ${task.a} attempts` : "";
       return `${how}${tries}${detail}`;

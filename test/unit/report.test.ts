@@ -99,4 +99,22 @@ describe("the runner's report", () => {
     expect(status.tasks.filter((t) => t.phase === "Succeeded")).toHaveLength(199);
     expect(status.tasks[199]).toMatchObject({ phase: "TimedOut", attempts: 3 });
   });
+
+  it("says a task that could not start could not start, not that it exited", () => {
+    const { outcome, spec } = outcomeOf(1, "");
+    outcome.reason = "TaskFailed";
+    outcome.tasks[0] = {
+      name: "task-0",
+      phase: "Failed",
+      attempts: 1,
+      exitCode: null,
+      signal: null,
+      detail: "could not start: workingDir /nonexistent does not exist",
+    };
+    const status = statusFromReport(
+      decodeReport(encodeReport(outcome), 1),
+      resolveLimits(spec, LOCAL_DEFAULTS),
+    );
+    expect(status.message).toBe("task task-0 could not start: workingDir /nonexistent does not exist");
+  });
 });
