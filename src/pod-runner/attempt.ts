@@ -344,7 +344,10 @@ async function endTree(
     signalTree(tree, "SIGTERM", runCookie);
     const graceEnds = performance.now() + killGraceMs;
     while (performance.now() < graceEnds && !hurry?.aborted) {
-      await within(tree.leaderExited, Math.min(POLL_MS, Math.max(1, graceEnds - performance.now())));
+      const wait = Math.min(POLL_MS, Math.max(1, graceEnds - performance.now()));
+      // Once the leader is gone its exit no longer paces the loop: sleep, or /proc is scanned flat out.
+      if (tree.leaderAlive()) await within(tree.leaderExited, wait);
+      else await sleep(wait);
       if (!tree.leaderAlive() && findRest(tree).length === 0) {
         return { ending: "Exited", runClean: false };
       }

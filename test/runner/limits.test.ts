@@ -235,6 +235,22 @@ describe("the cancel file", () => {
     expect(run.output).toContain("[tidy] saw it");
   });
 
+  it("does not spin while the leader has exited and a member sits out the grace", async () => {
+    const cpuBefore = process.cpuUsage();
+    const run = await runSpec(
+      {
+        killGrace: "2s",
+        tasks: [
+          { name: "stub", timeout: "300ms", run: "trap 'exit 0' TERM; (trap '' TERM; sleep 60) & wait" },
+        ],
+      },
+      { marker: currentMarker() },
+    );
+    const cpu = process.cpuUsage(cpuBefore);
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", ending: "Killed" });
+    expect((cpu.user + cpu.system) / 1000).toBeLessThan(run.elapsedMs / 2);
+  });
+
   it("does not write through a symlink planted at the cancel-file path", async () => {
     const dir = mkdtempSync(join(tmpdir(), "symlink-"));
     const target = join(dir, "precious");
