@@ -315,6 +315,8 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     // cleared environment) would otherwise hold the pod or the terminal for as long as it lives.
     for (const stream of [child.stdout, child.stderr]) (stream as Socket | null)?.unref();
   }
+  // Likewise a leader the kill could not reach (it became another user).
+  if (leaderAlive) child.unref();
   return {
     kind: fired ? fired.kind : "exited",
     limit: fired?.limit,

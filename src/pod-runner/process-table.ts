@@ -91,11 +91,16 @@ export function scanProcesses(query: ScanQuery): number[] {
   return found;
 }
 
-/** Sends a signal, treating "no such process" as done: the target may end at any moment. */
+/**
+ * Sends a signal, treating "no such process" as done: the target may end at any moment. A target
+ * that became another user (sudo) answers EPERM: nothing more can be done to it, and throwing
+ * would cost the run its report.
+ */
 export function sendSignal(pid: number, signal: NodeJS.Signals): void {
   try {
     process.kill(pid, signal);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "ESRCH") throw error;
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code !== "ESRCH" && code !== "EPERM") throw error;
   }
 }
