@@ -33,9 +33,8 @@ export interface AttemptSpec {
   attemptId: string;
   /** PLAYBOOK_ATTEMPT_ID prefix shared by every attempt of the run */
   runCookie: string;
-  /** start (clock ticks) and pid of the run's first process, for finding what earlier tasks left */
+  /** start (clock ticks) of the run's first process, for finding what earlier tasks left */
   runStartedFrom?: number;
-  runMinPid?: number;
   cancelFilePath: string;
   deadline: AttemptDeadline | null;
   /** 0 disables the stall limit */
@@ -146,7 +145,6 @@ interface Tree {
   /** the leader's start, in clock ticks: nothing older can be the attempt's */
   startedFrom: number;
   runStartedFrom: number;
-  runMinPid: number;
   cookie: string;
   leaderAlive: () => boolean;
   leaderExited: Promise<void>;
@@ -160,7 +158,6 @@ function findRest(tree: Tree, cookie = tree.cookie): number[] {
     pgid: tree.leaderAlive() ? undefined : tree.pgid,
     cookiePrefix: cookie,
     startedFrom: wholeRun ? Math.min(tree.startedFrom, tree.runStartedFrom) : tree.startedFrom,
-    minPid: wholeRun ? Math.min(tree.pgid, tree.runMinPid) : tree.pgid,
   });
 }
 
@@ -234,7 +231,6 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     pgid,
     startedFrom: processStartTime(pgid),
     runStartedFrom: spec.runStartedFrom ?? Number.POSITIVE_INFINITY,
-    runMinPid: spec.runMinPid ?? pgid,
     cookie: `${spec.attemptId}\0`,
     leaderAlive: () => leaderAlive,
     leaderExited,
@@ -367,7 +363,6 @@ async function endTree(
       cookiePrefix: runCookie,
       excludePgid: tree.pgid,
       startedFrom: Math.min(tree.startedFrom, tree.runStartedFrom),
-      minPid: Math.min(tree.pgid, tree.runMinPid),
     });
     for (const pid of escaped) sendSignal(pid, "SIGKILL");
     await within(tree.streamsClosed, PIPE_CLOSE_WAIT_MS);

@@ -71,7 +71,6 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   let reason: RunnerReason = "Succeeded";
   // Nothing started before the run's first task can be one of its processes.
   let firstStart = Number.POSITIVE_INFINITY;
-  let firstPid: number | undefined;
 
   /** A cancellation or a passed ceiling that forbids starting another attempt. */
   const stopBeforeStart = (): "Cancelled" | "RunCeiling" | null =>
@@ -108,7 +107,6 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           attemptId,
           runCookie: `${runId}.`,
           runStartedFrom: firstStart,
-          runMinPid: firstPid,
           cancelFilePath: join(scratch, `${attemptId}.cancel`),
           deadline: attemptDeadline(attemptStart, limits, ceilingAt),
           stallMs: limits.stall.ms,
@@ -122,7 +120,6 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),
         });
         if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);
-        if (result.pgid !== null) firstPid ??= result.pgid;
         const failedOrdinarily = result.kind === "exited" && result.exitCode !== 0;
         if (!failedOrdinarily || outcome.attempts > limits.retries) break;
         // A retry is a new start: not after a cancellation or past the ceiling.
@@ -155,7 +152,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   } finally {
     const killed = runClean
       ? 0
-      : await sweepLeftovers(runId, firstStart, firstPid, options.limits.killGrace.ms, options.hurrySignal);
+      : await sweepLeftovers(runId, firstStart, options.limits.killGrace.ms, options.hurrySignal);
     if (killed > 0) emit({ type: "leftovers-killed", count: killed });
     rmSync(scratch, { recursive: true, force: true });
   }
@@ -227,11 +224,10 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
 async function sweepLeftovers(
   runId: string,
   startedFrom: number,
-  minPid: number | undefined,
   graceMs: number,
   hurry?: AbortSignal,
 ): Promise<number> {
-  const find = () => scanProcesses({ cookiePrefix: `${runId}.`, startedFrom, minPid });
+  const find = () => scanProcesses({ cookiePrefix: `${runId}.`, startedFrom });
   const initial = find();
   if (initial.length === 0) return 0;
   for (const pid of initial) sendSignal(pid, "SIGTERM");
