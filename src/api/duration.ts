@@ -38,7 +38,8 @@ export function parseDuration(text: string): number {
   if (!Number.isFinite(total) || total > Number.MAX_SAFE_INTEGER) {
     throw new DurationError(`is too large: "${text}"`);
   }
-  return Math.round(total);
+  // 0 means "off" for a stall limit and "at once" for killGrace: a positive duration never becomes it.
+  return total > 0 ? Math.max(1, Math.round(total)) : 0;
 }
 
 /** Formats milliseconds as the shortest Go duration: 5400000 -> "1h30m", 90000 -> "1m30s". */

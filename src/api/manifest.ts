@@ -76,12 +76,8 @@ export function validatePlaybook(input: unknown, defaults: LimitDefaults, source
 
 /** Parses manifest text holding exactly one Playbook document. */
 export function parsePlaybookManifest(text: string, defaults: LimitDefaults, source = "playbook"): Playbook {
-  const documents = parseAllDocuments(text, { prettyErrors: true }).filter(
-    (doc) => !(doc.contents === null && doc.errors.length === 0),
-  );
-  if (documents.length === 0) {
-    throw new InvalidPlaybookError(source, [{ path: "(file)", message: "is empty: expected one Playbook" }]);
-  }
+  // Merge keys (<<) are read as kubectl's YAML reader reads them.
+  const documents = parseAllDocuments(text, { prettyErrors: true, merge: true });
   const problems: ManifestProblem[] = [];
   for (const doc of documents) {
     for (const error of doc.errors) {
@@ -92,10 +88,27 @@ export function parsePlaybookManifest(text: string, defaults: LimitDefaults, sou
     }
   }
   if (problems.length > 0) throw new InvalidPlaybookError(source, problems);
-  if (documents.length > 1) {
+  const values: unknown[] = [];
+  for (const doc of documents) {
+    let value: unknown;
+    try {
+      value = doc.toJS();
+    } catch (error) {
+      // e.g. too many aliases (a "billion laughs" file)
+      throw new InvalidPlaybookError(source, [
+        { path: "(file)", message: `YAML: ${(error as Error).message}` },
+      ]);
+    }
+    // Empty documents (a trailing ---, a leading ---) are skipped, as kubectl skips them.
+    if (value !== null && value !== undefined) values.push(value);
+  }
+  if (values.length === 0) {
+    throw new InvalidPlaybookError(source, [{ path: "(file)", message: "is empty: expected one Playbook" }]);
+  }
+  if (values.length > 1) {
     throw new InvalidPlaybookError(source, [
-      { path: "(file)", message: `holds ${documents.length} documents: expected exactly one Playbook` },
+      { path: "(file)", message: `holds ${values.length} documents: expected exactly one Playbook` },
     ]);
   }
-  return validatePlaybook(documents[0]?.toJS(), defaults, source);
+  return validatePlaybook(values[0], defaults, source);
 }

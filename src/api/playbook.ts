@@ -14,34 +14,60 @@ const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
 const ENV_NAME = /^[-._a-zA-Z][-._a-zA-Z0-9]*$/;
 const QUANTITY = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$/;
 
-/** A Go duration string; the parsed value is checked but the text is kept as the user wrote it. */
-export const DurationString = z.string().superRefine((value, ctx) => {
-  try {
-    parseDuration(value);
-  } catch (error) {
-    ctx.addIssue({ code: "custom", message: `${JSON.stringify(value)} ${(error as Error).message}` });
-  }
-});
+/** Text that reaches exec (argv, env, cwd): the kernel cannot take a NUL byte in any of them. */
+const NO_NUL = /^[^\0]*$/;
+const NO_NUL_MESSAGE = "must not contain a NUL byte";
 
-const EnvVar = z.strictObject({
-  name: z
-    .string()
-    .regex(ENV_NAME, "must be a C-style environment variable name")
-    .refine(
-      (name) => !name.startsWith("PLAYBOOK_"),
-      "is reserved: the runner sets PLAYBOOK_* variables itself",
-    ),
-  value: z.string().default(""),
-});
+/** The kernel's MAX_ARG_STRLEN less the NUL: the longest one argv or environment string exec takes. */
+const MAX_EXEC_STRING = 131_071;
+
+function execStringTooLong(text: string, shown: string, ctx: z.RefinementCtx, path: string[] = []) {
+  const bytes = Buffer.byteLength(text);
+  if (bytes > MAX_EXEC_STRING) {
+    ctx.addIssue({
+      code: "custom",
+      path,
+      message: `${shown}is ${bytes} bytes; one exec argument holds at most ${MAX_EXEC_STRING}`,
+    });
+  }
+}
+
+/** A Go duration string; the parsed value is checked but the text is kept as the user wrote it. */
+export const DurationString = z
+  .string({ error: 'must be a duration string with a unit, such as "10s" or "10m"' })
+  .superRefine((value, ctx) => {
+    try {
+      parseDuration(value);
+    } catch (error) {
+      ctx.addIssue({ code: "custom", message: `${JSON.stringify(value)} ${(error as Error).message}` });
+    }
+  });
+
+const EnvVar = z
+  .strictObject({
+    name: z
+      .string()
+      .regex(ENV_NAME, "must be a C-style environment variable name")
+      .refine(
+        (name) => !name.startsWith("PLAYBOOK_"),
+        "is reserved: the runner sets PLAYBOOK_* variables itself",
+      ),
+    value: z.string().regex(NO_NUL, NO_NUL_MESSAGE).default(""),
+  })
+  .superRefine((env, ctx) => execStringTooLong(`${env.name}=${env.value}`, `${env.name}=… `, ctx, ["value"]));
 
 export const TaskSpecSchema = z.strictObject({
   name: z.string().max(63, "must be at most 63 characters").regex(DNS1123_LABEL, "must be a DNS-1123 label"),
-  run: z.string().min(1, "must not be empty"),
+  run: z
+    .string()
+    .min(1, "must not be empty")
+    .regex(NO_NUL, NO_NUL_MESSAGE)
+    .superRefine((run, ctx) => execStringTooLong(run, "", ctx)),
   timeout: DurationString.optional(),
   stall: DurationString.optional(),
   retries: z.number().int().min(0).max(100).default(0),
   env: z.array(EnvVar).default([]),
-  workingDir: z.string().min(1).optional(),
+  workingDir: z.string().min(1).regex(NO_NUL, NO_NUL_MESSAGE).optional(),
 });
 export type TaskSpec = z.infer<typeof TaskSpecSchema>;
 

@@ -142,21 +142,42 @@ export function encodeReport(outcome: RunOutcome, maxBytes = REPORT_MAX_BYTES): 
     report = { ...report, c: level + 1, tasks: report.tasks.map(step).map(dropUndefined) };
     if (fits(report)) return JSON.stringify(report);
   }
-  // Last: shorten the deciding task's message until the whole report fits.
-  const last = report.tasks[deciding];
-  if (last?.m) {
-    let keep = last.m.length;
-    while (keep > 0) {
-      keep = Math.floor(keep / 2);
-      const tasks = report.tasks.slice();
-      tasks[deciding] = dropUndefined({ ...last, m: keep > 0 ? truncate(last.m, keep) : undefined });
-      const candidate: RunnerReport = { ...report, c: steps.length + 1, tasks };
-      if (fits(candidate)) return JSON.stringify(candidate);
-    }
-  }
+  // Then: shorten the deciding task's message until the whole report fits.
+  const shortened = shortenDecidingMessage(report, deciding, steps.length + 1, fits);
+  if (shortened) return shortened;
+  // Last, rather than no report at all: other tasks' attempt counts (read back as 1). Many
+  // retried tasks need this; it keeps each task's phase.
+  report = {
+    ...report,
+    tasks: report.tasks.map((task, i) => (i === deciding ? task : dropUndefined({ ...task, a: undefined }))),
+  };
+  const withoutAttempts = shortenDecidingMessage(report, deciding, steps.length + 2, fits);
+  if (withoutAttempts) return withoutAttempts;
   throw new Error(
     `the report does not fit in ${maxBytes} bytes even without messages (${outcome.tasks.length} tasks)`,
   );
+}
+
+/** The report at compaction `level`, with the deciding task's message halved until it fits, or null. */
+function shortenDecidingMessage(
+  report: RunnerReport,
+  deciding: number,
+  level: number,
+  fits: (report: RunnerReport) => boolean,
+): string | null {
+  const whole: RunnerReport = { ...report, c: level };
+  if (fits(whole)) return JSON.stringify(whole);
+  const last = report.tasks[deciding];
+  if (!last?.m) return null;
+  let keep = last.m.length;
+  while (keep > 0) {
+    keep = Math.floor(keep / 2);
+    const tasks = report.tasks.slice();
+    tasks[deciding] = dropUndefined({ ...last, m: keep > 0 ? truncate(last.m, keep) : undefined });
+    const candidate: RunnerReport = { ...whole, tasks };
+    if (fits(candidate)) return JSON.stringify(candidate);
+  }
+  return null;
 }
 
 function dropUndefined(task: ReportTask): ReportTask {
@@ -224,6 +245,8 @@ function describeTask(task: ReportTask, index: number, limits: ResolvedLimits): 
       return `${describeLimit(limit, limitOf(limits, index, limit))}${describeEnding(task, limits.killGrace)}${detail}`;
     }
     case "Failed": {
+      // Neither an exit code nor a signal: it never started, and its message says why.
+      if (task.x === undefined && !task.sig && task.m) return task.m;
       const how = task.sig ? `was killed by ${task.sig}` : `exited with code ${task.x ?? "unknown"}`;
       const tries = (task.a ?? 1) > 1 ? ` after ${task.a} attempts` : "";
       return `${how}${tries}${detail}`;

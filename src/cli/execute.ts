@@ -1,5 +1,5 @@
 // What `playbook run` and `playbook pod-runner` share: run the tasks with progress, turn
-// SIGINT/SIGTERM into a cancellation that still reports, and encode the report.
+// SIGINT/SIGTERM/SIGHUP into a cancellation that still reports, and encode the report.
 import { writeFileSync } from "node:fs";
 import { Writable } from "node:stream";
 import type { ResolvedLimits } from "../api/limits.js";
@@ -45,8 +45,16 @@ function countingSink(target: NodeJS.WritableStream): { sink: Writable; bytes: (
     write(chunk: Buffer, _encoding, callback) {
       bytes += chunk.length;
       if (broken) return callback();
-      if (target.write(chunk)) callback();
-      else target.once("drain", () => callback());
+      if (target.write(chunk)) return callback();
+      // A reader that goes away while we wait never sends "drain": the error must release the
+      // write too, or the tasks' pipes stay paused and the run hangs on its stall limit.
+      const release = () => {
+        target.off("drain", release);
+        target.off("error", release);
+        callback();
+      };
+      target.on("drain", release);
+      target.on("error", release);
     },
   });
   return { sink, bytes: () => bytes };
@@ -63,6 +71,9 @@ function writeReport(path: string, text: string, progressOut: NodeJS.WritableStr
 }
 
 export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult> {
+  // Progress is best effort: a closed reader (EPIPE) must not crash the runner and orphan the
+  // tasks' process groups. The listener stays for the life of the process.
+  options.progressOut.on("error", () => {});
   const { sink, bytes } = countingSink(options.output);
   const progress = new Progress({
     out: options.progressOut,
@@ -85,8 +96,10 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     interrupted = true;
     cancel.abort();
   };
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
+  // SIGHUP too: a closed terminal would otherwise kill the runner, and the tasks, which live in
+  // sessions of their own and never see the hangup, would be left running.
+  const signals = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
+  for (const signal of signals) process.on(signal, onSignal);
   try {
     progress.begin(options.name, options.tasks.length);
     const outcome = await runPlaybook({
@@ -104,7 +117,6 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     progress.end(outcome, statusFromReport(report, options.limits).message);
     return { outcome, report, reportText, interrupted };
   } finally {
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
+    for (const signal of signals) process.off(signal, onSignal);
   }
 }

@@ -3,6 +3,7 @@
 // sent, so an attempt that traps SIGTERM and exits 0 is still a timeout.
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
+import type { Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import type { Readable, Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -32,9 +33,8 @@ export interface AttemptSpec {
   attemptId: string;
   /** PLAYBOOK_ATTEMPT_ID prefix shared by every attempt of the run */
   runCookie: string;
-  /** start (clock ticks) and pid of the run's first process, for finding what earlier tasks left */
+  /** start (clock ticks) of the run's first process, for finding what earlier tasks left */
   runStartedFrom?: number;
-  runMinPid?: number;
   cancelFilePath: string;
   deadline: AttemptDeadline | null;
   /** 0 disables the stall limit */
@@ -76,6 +76,8 @@ export interface AttemptResult {
 }
 
 const POLL_MS = 20;
+/** The longest delay setTimeout keeps (about 24.8 days); beyond it, it fires at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 /** After SIGKILL the kernel needs a moment; this bounds how long we wait to see the tree gone. */
 const KILL_CONFIRM_MS = 5000;
 /** How long a SIGKILLed tree gets to close its pipes before we look for stragglers ourselves. */
@@ -90,13 +92,21 @@ function forward(
   sink: Writable,
   prefix: string,
   onData: (chunk: Buffer) => void,
+  onBlocked: (blocked: boolean) => void,
 ): Promise<void> {
   const prefixer = new LinePrefixer(prefix);
-  const resume = () => stream.resume();
+  let blocked = false;
+  const resume = () => {
+    blocked = false;
+    onBlocked(false);
+    stream.resume();
+  };
   stream.on("data", (chunk: Buffer) => {
     onData(chunk);
     if (!sink.write(prefixer.push(chunk))) {
       stream.pause();
+      blocked = true;
+      onBlocked(true);
       sink.once("drain", resume);
     }
   });
@@ -105,6 +115,7 @@ function forward(
       const tail = prefixer.end();
       if (tail) sink.write(tail);
       sink.off("drain", resume);
+      if (blocked) onBlocked(false);
       resolve();
     };
     stream.once("end", done);
@@ -134,7 +145,6 @@ interface Tree {
   /** the leader's start, in clock ticks: nothing older can be the attempt's */
   startedFrom: number;
   runStartedFrom: number;
-  runMinPid: number;
   cookie: string;
   leaderAlive: () => boolean;
   leaderExited: Promise<void>;
@@ -148,7 +158,6 @@ function findRest(tree: Tree, cookie = tree.cookie): number[] {
     pgid: tree.leaderAlive() ? undefined : tree.pgid,
     cookiePrefix: cookie,
     startedFrom: wholeRun ? Math.min(tree.startedFrom, tree.runStartedFrom) : tree.startedFrom,
-    minPid: wholeRun ? Math.min(tree.pgid, tree.runMinPid) : tree.pgid,
   });
 }
 
@@ -193,9 +202,16 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     lastOutput = performance.now();
     tail.push(chunk);
   };
+  // While a pipe is paused because our reader is slow, the task is blocked on us, not silent:
+  // that time is not a stall.
+  let blockedPipes = 0;
+  const onBlocked = (blocked: boolean) => {
+    blockedPipes += blocked ? 1 : -1;
+    lastOutput = performance.now();
+  };
   const streamsClosed = Promise.all(
     [child.stdout, child.stderr].map((stream) =>
-      stream ? forward(stream, spec.sink, spec.prefix, onData) : null,
+      stream ? forward(stream, spec.sink, spec.prefix, onData, onBlocked) : null,
     ),
   ).then(() => undefined);
 
@@ -215,7 +231,6 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     pgid,
     startedFrom: processStartTime(pgid),
     runStartedFrom: spec.runStartedFrom ?? Number.POSITIVE_INFINITY,
-    runMinPid: spec.runMinPid ?? pgid,
     cookie: `${spec.attemptId}\0`,
     leaderAlive: () => leaderAlive,
     leaderExited,
@@ -253,19 +268,28 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
 
   if (spec.deadline) {
     const deadline = spec.deadline;
-    deadlineTimer = setTimeout(
-      () => fire({ kind: "limit", limit: deadline.limit }),
-      Math.max(0, deadline.at - performance.now()),
-    );
+    // A longer wait than a timer can hold is taken in steps (setTimeout fires at once beyond it).
+    const armDeadline = () => {
+      const wait = Math.max(0, deadline.at - performance.now());
+      deadlineTimer = setTimeout(
+        () => (wait > MAX_TIMER_MS ? armDeadline() : fire({ kind: "limit", limit: deadline.limit })),
+        Math.min(wait, MAX_TIMER_MS),
+      );
+    };
+    armDeadline();
   }
   if (spec.stallMs > 0) {
     // Re-armed from the last output time rather than on every chunk: cheap at 1 GiB of output.
     const armStall = (delay: number) => {
-      stallTimer = setTimeout(() => {
-        const quiet = performance.now() - lastOutput;
-        if (quiet >= spec.stallMs - 1) fire({ kind: "limit", limit: "StallLimit" });
-        else armStall(spec.stallMs - quiet);
-      }, delay);
+      stallTimer = setTimeout(
+        () => {
+          const quiet = performance.now() - lastOutput;
+          if (blockedPipes > 0) armStall(spec.stallMs);
+          else if (quiet >= spec.stallMs - 1) fire({ kind: "limit", limit: "StallLimit" });
+          else armStall(spec.stallMs - quiet);
+        },
+        Math.min(delay, MAX_TIMER_MS),
+      );
     };
     armStall(spec.stallMs);
   }
@@ -281,7 +305,14 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   let ended: { ending?: Ending; runClean?: boolean } = {};
   if (fired) ended = await endTree(tree, spec.killGraceMs, spec.runCookie, spec.hurrySignal);
   else stopWatchdog();
-  await within(streamsClosed, spec.drainWindowMs);
+  if (!(await within(streamsClosed, spec.drainWindowMs))) {
+    // Output from what still holds the pipes keeps flowing while the run goes on, but must not
+    // keep the runner alive after it: a holder the final sweep cannot find (a new session and a
+    // cleared environment) would otherwise hold the pod or the terminal for as long as it lives.
+    for (const stream of [child.stdout, child.stderr]) (stream as Socket | null)?.unref();
+  }
+  // Likewise a leader the kill could not reach (it became another user).
+  if (leaderAlive) child.unref();
   return {
     kind: fired ? fired.kind : "exited",
     limit: fired?.limit,
@@ -311,7 +342,10 @@ async function endTree(
     signalTree(tree, "SIGTERM", runCookie);
     const graceEnds = performance.now() + killGraceMs;
     while (performance.now() < graceEnds && !hurry?.aborted) {
-      await within(tree.leaderExited, Math.min(POLL_MS, Math.max(1, graceEnds - performance.now())));
+      const wait = Math.min(POLL_MS, Math.max(1, graceEnds - performance.now()));
+      // Once the leader is gone its exit no longer paces the loop: sleep, or /proc is scanned flat out.
+      if (tree.leaderAlive()) await within(tree.leaderExited, wait);
+      else await sleep(wait);
       if (!tree.leaderAlive() && findRest(tree).length === 0) {
         return { ending: "Exited", runClean: false };
       }
@@ -329,7 +363,6 @@ async function endTree(
       cookiePrefix: runCookie,
       excludePgid: tree.pgid,
       startedFrom: Math.min(tree.startedFrom, tree.runStartedFrom),
-      minPid: Math.min(tree.pgid, tree.runMinPid),
     });
     for (const pid of escaped) sendSignal(pid, "SIGKILL");
     await within(tree.streamsClosed, PIPE_CLOSE_WAIT_MS);

@@ -1,18 +1,25 @@
 // The cooperative stop: a file whose appearance tells a tool to wind down before the signals come.
 // Created exclusively and never through a symlink, so a task cannot aim the runner's write at a
 // file of its choosing.
-import { closeSync, constants, openSync, writeSync } from "node:fs";
+import { closeSync, constants, mkdirSync, openSync, writeSync } from "node:fs";
+import { dirname } from "node:path";
 
 export type CancelFileResult = { written: true } | { written: false; reason: string };
+
+const openExclusive = (path: string) =>
+  openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
 
 export function writeCancelFile(path: string, text: string): CancelFileResult {
   let fd: number;
   try {
-    fd = openSync(
-      path,
-      constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
-      0o644,
-    );
+    try {
+      fd = openExclusive(path);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+      // The directory lives in the tasks' temp dir, which a task may have cleaned: recreate it.
+      mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+      fd = openExclusive(path);
+    }
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     const reason =

@@ -51,29 +51,15 @@ export interface ScanQuery {
    * read: it keeps a scan cheap on a busy machine.
    */
   startedFrom?: number;
-  /**
-   * The attempt's first pid. Pids are handed out in increasing order until they wrap, so while
-   * the newest pid is still above this one, lower pids are older processes and are not read.
-   */
-  minPid?: number;
-}
-
-/** The most recently allocated pid (the last field of /proc/loadavg). */
-function newestPid(): number {
-  try {
-    return Number(readFileSync("/proc/loadavg", "latin1").trim().split("/").pop()?.split(" ").pop());
-  } catch {
-    return 0;
-  }
 }
 
 /** One pass over /proc: the attempt's group members and every process carrying its cookie. */
 export function scanProcesses(query: ScanQuery): number[] {
   const needle = Buffer.from(`${ATTEMPT_ID_VAR}=${query.cookiePrefix}`);
   const found: number[] = [];
-  const floor = query.minPid !== undefined && newestPid() >= query.minPid ? query.minPid : 0;
+  // Every pid is looked at: pids wrap (pid_max may be 32768), so a low pid is no proof of age.
   for (const pid of listPids()) {
-    if (pid < floor || pid === process.pid) continue;
+    if (pid === process.pid) continue;
     const stat = readStat(pid);
     if (!stat?.alive) continue;
     if (query.pgid !== undefined && stat.pgrp === query.pgid) {
@@ -91,11 +77,16 @@ export function scanProcesses(query: ScanQuery): number[] {
   return found;
 }
 
-/** Sends a signal, treating "no such process" as done: the target may end at any moment. */
+/**
+ * Sends a signal, treating "no such process" as done: the target may end at any moment. A target
+ * that became another user (sudo) answers EPERM: nothing more can be done to it, and throwing
+ * would cost the run its report.
+ */
 export function sendSignal(pid: number, signal: NodeJS.Signals): void {
   try {
     process.kill(pid, signal);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "ESRCH") throw error;
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code !== "ESRCH" && code !== "EPERM") throw error;
   }
 }

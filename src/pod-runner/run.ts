@@ -71,32 +71,29 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   let reason: RunnerReason = "Succeeded";
   // Nothing started before the run's first task can be one of its processes.
   let firstStart = Number.POSITIVE_INFINITY;
-  let firstPid: number | undefined;
+
+  /** A cancellation or a passed ceiling that forbids starting another attempt. */
+  const stopBeforeStart = (): "Cancelled" | "RunCeiling" | null =>
+    options.cancelSignal?.aborted ? "Cancelled" : performance.now() >= ceilingAt ? "RunCeiling" : null;
 
   let runClean = false;
   try {
     for (const [index, task] of options.tasks.entries()) {
       const limits = options.limits.tasks[index] as TaskLimits;
       const outcome = outcomes[index] as TaskOutcome;
-      if (options.cancelSignal?.aborted) {
-        reason = "Cancelled";
-        break;
-      }
-      if (performance.now() >= ceilingAt) {
-        // The ceiling passed between tasks: this task is the one it stopped.
-        Object.assign(outcome, {
-          phase: "TimedOut",
-          limit: "RunCeiling",
-          startTime: new Date(),
-          completionTime: new Date(),
-        });
-        reason = "RunCeiling";
+      const stopped = stopBeforeStart();
+      if (stopped) {
+        // Stopped between tasks: this task is the one it kept from starting.
+        outcome.startTime = new Date();
+        markStopped(outcome, stopped);
+        reason = stopped;
         emit({ type: "task-finished", index, outcome });
         break;
       }
       outcome.phase = "Running";
       outcome.startTime = new Date();
       let result: AttemptResult;
+      let stoppedBeforeRetry: "Cancelled" | "RunCeiling" | null = null;
       for (;;) {
         outcome.attempts += 1;
         emit({ type: "task-started", index, name: task.name, attempt: outcome.attempts, limits });
@@ -110,7 +107,6 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           attemptId,
           runCookie: `${runId}.`,
           runStartedFrom: firstStart,
-          runMinPid: firstPid,
           cancelFilePath: join(scratch, `${attemptId}.cancel`),
           deadline: attemptDeadline(attemptStart, limits, ceilingAt),
           stallMs: limits.stall.ms,
@@ -124,9 +120,11 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),
         });
         if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);
-        if (result.pgid !== null) firstPid ??= result.pgid;
         const failedOrdinarily = result.kind === "exited" && result.exitCode !== 0;
         if (!failedOrdinarily || outcome.attempts > limits.retries) break;
+        // A retry is a new start: not after a cancellation or past the ceiling.
+        stoppedBeforeRetry = stopBeforeStart();
+        if (stoppedBeforeRetry) break;
         emit({
           type: "task-retrying",
           index,
@@ -136,7 +134,11 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         });
       }
       runClean = result.runClean === true;
-      const settled = settleTask(outcome, result);
+      let settled = settleTask(outcome, result);
+      if (stoppedBeforeRetry) {
+        outcome.detail = undefined;
+        settled = markStopped(outcome, stoppedBeforeRetry);
+      }
       emit({ type: "task-finished", index, outcome });
       if (settled === "Succeeded") continue;
       reason =
@@ -150,7 +152,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   } finally {
     const killed = runClean
       ? 0
-      : await sweepLeftovers(runId, firstStart, firstPid, options.limits.killGrace.ms);
+      : await sweepLeftovers(runId, firstStart, options.limits.killGrace.ms, options.hurrySignal);
     if (killed > 0) emit({ type: "leftovers-killed", count: killed });
     rmSync(scratch, { recursive: true, force: true });
   }
@@ -173,6 +175,18 @@ export function attemptDeadline(
     if (timeoutAt <= ceilingAt) return { at: timeoutAt, limit: "TaskTimeout" };
   }
   return { at: ceilingAt, limit: "RunCeiling" };
+}
+
+/** Settles a task that a cancellation or the ceiling kept from (re)starting. */
+function markStopped(outcome: TaskOutcome, stop: "Cancelled" | "RunCeiling"): TaskPhase {
+  outcome.completionTime = new Date();
+  if (stop === "Cancelled") {
+    outcome.phase = "Cancelled";
+  } else {
+    outcome.phase = "TimedOut";
+    outcome.limit = "RunCeiling";
+  }
+  return outcome.phase;
 }
 
 /** Turns the last attempt's result into the task's outcome; only the limit's firer decides TimedOut. */
@@ -210,15 +224,16 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
 async function sweepLeftovers(
   runId: string,
   startedFrom: number,
-  minPid: number | undefined,
   graceMs: number,
+  hurry?: AbortSignal,
 ): Promise<number> {
-  const find = () => scanProcesses({ cookiePrefix: `${runId}.`, startedFrom, minPid });
+  const find = () => scanProcesses({ cookiePrefix: `${runId}.`, startedFrom });
   const initial = find();
   if (initial.length === 0) return 0;
   for (const pid of initial) sendSignal(pid, "SIGTERM");
   const graceEnds = performance.now() + graceMs;
-  while (performance.now() < graceEnds && find().length > 0) await sleep(20);
+  // A second Ctrl-C cuts this grace short as it does a task's.
+  while (performance.now() < graceEnds && !hurry?.aborted && find().length > 0) await sleep(20);
   const confirmBy = performance.now() + 5000;
   for (let left = find(); left.length > 0 && performance.now() < confirmBy; left = find()) {
     for (const pid of left) sendSignal(pid, "SIGKILL");

@@ -1,12 +1,20 @@
 // `playbook run` and `playbook validate` as a user meets them: the built CLI in a real process.
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { decodeReport } from "../../src/api/report.js";
-import { checkNothingLeftBehind, MARKER_VAR } from "../support/runner.js";
+import { checkNothingLeftBehind, MARKER_VAR, processesWithEnv } from "../support/runner.js";
 
 const CLI = join(import.meta.dirname, "../../dist/src/cli/main.js");
 
@@ -133,6 +141,20 @@ describe("playbook run", () => {
     expect(parsed.tasks[0]?.e).toBe("Killed");
   });
 
+  it("on SIGHUP (its terminal closed) cancels the live task and leaves nothing behind", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const report = join(dir, "report.json");
+    const file = manifest({
+      killGrace: "1s",
+      tasks: [{ name: "long", run: "echo working; sleep 60" }],
+    });
+    const result = await startCli(["run", "-f", file, "--report", report], (child) => {
+      child.stdout?.once("data", () => child.kill("SIGHUP"));
+    });
+    expect(result.code).toBe(130);
+    expect(decodeReport(readFileSync(report, "utf8"), 1)).toMatchObject({ reason: "Cancelled" });
+  });
+
   it("kills at once on a second SIGINT instead of waiting out the grace", async () => {
     const file = manifest({
       killGrace: "60s",
@@ -151,6 +173,85 @@ describe("playbook run", () => {
     const task = JSON.parse(result.stdout).status.tasks[0];
     expect(task).toMatchObject({ phase: "Cancelled", ending: "Killed" });
   });
+
+  it("keeps running the tasks when the reader of its output goes away (playbook run | head)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const witness = join(dir, "done");
+    const file = manifest({
+      stall: "2s",
+      tasks: [{ name: "chatty", run: `seq 1 3000000; touch ${witness}` }],
+    });
+    const result = await startCli(["run", "-f", file], (child) => {
+      child.stdout?.once("data", () => child.stdout?.destroy());
+    });
+    expect(result.stderr).not.toContain("StallLimit");
+    expect(result.code).toBe(0);
+    expect(existsSync(witness)).toBe(true);
+  });
+
+  it("does not die and orphan its tasks when the reader of its progress goes away", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const witness = join(dir, "done");
+    const file = manifest({
+      tasks: [
+        { name: "first", run: "sleep 0.5" },
+        { name: "second", run: `touch ${witness}` },
+      ],
+    });
+    const result = await startCli(["run", "-f", file], (child) => {
+      child.stderr?.once("data", () => child.stderr?.destroy());
+    });
+    expect(result.code).toBe(0);
+    expect(existsSync(witness)).toBe(true);
+  });
+
+  it("exits when the run is over even if a process it cannot find still holds the task's output", async () => {
+    // A new session and a cleared environment: neither the group kill nor the cookie reaches it.
+    const file = manifest({
+      tasks: [{ name: "hidden", run: "setsid env -i sh -c 'sleep 8' & echo started" }],
+    });
+    const started = performance.now();
+    const result = await startCli(["run", "-f", file]);
+    expect(result.code).toBe(0);
+    expect(performance.now() - started).toBeLessThan(6000);
+  });
+
+  it.skipIf(process.getuid?.() !== 0 || !existsSync("/usr/bin/perl"))(
+    "still reports when a task became another user (sudo) and cannot be signalled",
+    async () => {
+      // A setuid-root program that takes root as its real uid too, as sudo does: the runner,
+      // running as nobody, gets EPERM for every signal it sends.
+      const dir = mkdtempSync(join(tmpdir(), "cli-"));
+      chmodSync(dir, 0o777);
+      const perl = join(dir, "perl");
+      copyFileSync("/usr/bin/perl", perl);
+      chmodSync(perl, 0o4755);
+      const report = join(dir, "report.json");
+      const file = manifest({
+        killGrace: "200ms",
+        tasks: [{ name: "root", timeout: "300ms", run: `exec ${perl} -e '$< = 0; $> = 0; sleep 60'` }],
+      });
+      chmodSync(join(file, ".."), 0o755);
+      const child = spawn(process.execPath, [CLI, "run", "-f", file, "--report", report], {
+        env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker() },
+        stdio: ["ignore", "ignore", "pipe"],
+        uid: 65534,
+        gid: 65534,
+      });
+      let stderr = "";
+      child.stderr.on("data", (chunk: Buffer) => {
+        stderr += chunk.toString();
+      });
+      const started = performance.now();
+      const code = await new Promise((resolve) => child.on("close", resolve));
+      const elapsed = performance.now() - started;
+      for (const pid of processesWithEnv(MARKER_VAR, currentMarker())) process.kill(pid, "SIGKILL");
+      expect(stderr).not.toContain("EPERM");
+      expect(code).toBe(1);
+      expect(elapsed).toBeLessThan(20_000);
+      expect(decodeReport(readFileSync(report, "utf8"), 1)).toMatchObject({ reason: "TaskTimeout" });
+    },
+  );
 
   it("still ends with the run's exit code when the report cannot be written, and says why", async () => {
     const file = manifest({ tasks: [{ name: "ok", run: "true" }] });

@@ -2,6 +2,7 @@
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Writable } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { checkNothingLeftBehind, runSpec } from "../support/runner.js";
 
@@ -86,6 +87,36 @@ describe("task limits", () => {
     );
     expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "RunCeiling" });
     expect(run.elapsedMs).toBeLessThan(1500);
+  });
+
+  it("does not count the time a task is blocked on a slow reader of its output as a stall", async () => {
+    // Like `playbook run | less`: the task prints all the time, the reader takes 700ms a chunk.
+    const slowReader = new Writable({
+      highWaterMark: 1024,
+      write(_chunk, _encoding, callback) {
+        setTimeout(callback, 700);
+      },
+    });
+    const run = await runSpec(
+      {
+        stall: "400ms",
+        killGrace: "0s",
+        tasks: [{ name: "chatty", run: "head -c 300000 /dev/zero | tr '\\0' y" }],
+      },
+      { marker: currentMarker(), sink: slowReader, prefixOutput: false },
+    );
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "Succeeded" });
+  });
+
+  it("keeps limits longer than 24.8 days (the timer maximum) from firing at once", async () => {
+    const run = await runSpec(
+      { ceiling: "720h", stall: "1000h", tasks: [{ name: "short", run: "sleep 0.3; echo ok" }] },
+      {
+        marker: currentMarker(),
+        defaults: { ceilingMs: 3_600_000, maxCeilingMs: 1000 * 3_600_000, stallMs: 0, killGraceMs: 0 },
+      },
+    );
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "Succeeded" });
   });
 
   it("names the task timeout when it is earlier than the ceiling, and the ceiling otherwise", async () => {
@@ -186,6 +217,40 @@ describe("the cancel file", () => {
     expect(run.elapsedMs).toBeGreaterThanOrEqual(950);
   });
 
+  it("still writes the cancel file after the task removed its directory (a /tmp cleanup)", async () => {
+    const run = await runSpec(
+      {
+        killGrace: "10s",
+        tasks: [
+          {
+            name: "tidy",
+            timeout: "500ms",
+            run: `rm -rf "$(dirname "$PLAYBOOK_CANCEL_FILE")"; trap '' TERM; while [ ! -e "$PLAYBOOK_CANCEL_FILE" ]; do sleep 0.05; done; echo saw it`,
+          },
+        ],
+      },
+      { marker: currentMarker() },
+    );
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "TaskTimeout", ending: "Exited" });
+    expect(run.output).toContain("[tidy] saw it");
+  });
+
+  it("does not spin while the leader has exited and a member sits out the grace", async () => {
+    const cpuBefore = process.cpuUsage();
+    const run = await runSpec(
+      {
+        killGrace: "2s",
+        tasks: [
+          { name: "stub", timeout: "300ms", run: "trap 'exit 0' TERM; (trap '' TERM; sleep 60) & wait" },
+        ],
+      },
+      { marker: currentMarker() },
+    );
+    const cpu = process.cpuUsage(cpuBefore);
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", ending: "Killed" });
+    expect((cpu.user + cpu.system) / 1000).toBeLessThan(run.elapsedMs / 2);
+  });
+
   it("does not write through a symlink planted at the cancel-file path", async () => {
     const dir = mkdtempSync(join(tmpdir(), "symlink-"));
     const target = join(dir, "precious");
@@ -221,5 +286,53 @@ describe("the cancel file", () => {
     expect(run.outcome.phase).toBe("Cancelled");
     expect(run.outcome.tasks.map((t) => t.phase)).toEqual(["Cancelled", "Skipped"]);
     expect(run.outcome.tasks[0]?.ending).toBe("Exited");
+  });
+});
+
+describe("stops between starts", () => {
+  it("names the task a cancellation between tasks stopped from starting", async () => {
+    // The first task's leader exits at once while its background child holds the pipes; the
+    // cancellation lands while the runner drains them, after the task but before the next.
+    const cancel = new AbortController();
+    setTimeout(() => cancel.abort(), 120);
+    const run = await runSpec(
+      {
+        killGrace: "0s",
+        tasks: [
+          { name: "first", run: "sleep 60 & echo up" },
+          { name: "second", run: "echo never" },
+          { name: "third", run: "echo never" },
+        ],
+      },
+      { marker: currentMarker(), cancelSignal: cancel.signal },
+    );
+    expect(run.outcome.reason).toBe("Cancelled");
+    expect(run.outcome.tasks.map((t) => t.phase)).toEqual(["Succeeded", "Cancelled", "Skipped"]);
+    expect(run.output).not.toContain("never");
+  });
+
+  it("does not start a retry once the run is cancelled", async () => {
+    const cancel = new AbortController();
+    setTimeout(() => cancel.abort(), 120);
+    const run = await runSpec(
+      { killGrace: "0s", tasks: [{ name: "flaky", retries: 3, run: "sleep 60 & exit 1" }] },
+      { marker: currentMarker(), cancelSignal: cancel.signal },
+    );
+    expect(run.outcome.reason).toBe("Cancelled");
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "Cancelled", attempts: 1, exitCode: 1 });
+  });
+
+  it("does not start a retry once the ceiling has passed", async () => {
+    const run = await runSpec(
+      {
+        ceiling: "1s",
+        killGrace: "0s",
+        // Fails just before the ceiling; draining the pipes its child holds takes the run past it.
+        tasks: [{ name: "flaky", retries: 3, run: "sleep 0.85; sleep 60 & exit 1" }],
+      },
+      { marker: currentMarker() },
+    );
+    expect(run.outcome.reason).toBe("RunCeiling");
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "RunCeiling", attempts: 1 });
   });
 });

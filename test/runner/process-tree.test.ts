@@ -1,7 +1,25 @@
 // The whole tree ends with the task: grandchildren that hold the pipes, and processes that left
 // the group, are killed; what a finished task left running is ended when the run ends.
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { checkNothingLeftBehind, runSpec } from "../support/runner.js";
+import { stringify } from "yaml";
+import { checkNothingLeftBehind, MARKER_VAR, runSpec } from "../support/runner.js";
+
+const CLI = join(import.meta.dirname, "../../dist/src/cli/main.js");
+/** A private pid namespace whose pid counter a test may set (root only). */
+const canSetPids =
+  process.getuid?.() === 0 &&
+  spawnSync("unshare", [
+    "--pid",
+    "--fork",
+    "--mount-proc",
+    "sh",
+    "-c",
+    "echo 1 > /proc/sys/kernel/ns_last_pid",
+  ]).status === 0;
 
 const currentMarker = checkNothingLeftBehind();
 
@@ -60,4 +78,62 @@ describe("process trees", () => {
     expect(run.elapsedMs).toBeLessThan(5000);
     expect(run.events.some((e) => e.type === "leftovers-killed")).toBe(true);
   });
+
+  it("kills leftovers at once on a second Ctrl-C instead of waiting out their grace", async () => {
+    const hurry = new AbortController();
+    setTimeout(() => hurry.abort(), 1000);
+    const run = await runSpec(
+      {
+        killGrace: "30s",
+        tasks: [{ name: "service", run: "(trap '' TERM; while :; do sleep 0.1; done) & echo up" }],
+      },
+      { marker: currentMarker(), hurrySignal: hurry.signal },
+    );
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "Succeeded" });
+    expect(run.elapsedMs).toBeLessThan(10_000);
+  });
+
+  it.skipIf(!canSetPids)(
+    "ends a leftover whose pid is lower than the run's first after the pids wrapped",
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "wrap-"));
+      const leftover = join(dir, "leftover");
+      const file = join(dir, "playbook.yaml");
+      // The run starts near pid 20000; the task then makes the counter wrap (as a busy machine with
+      // pid_max 32768 does) to leave a process at a low pid, and climb back above the run's first.
+      const task = [
+        "echo 100 > /proc/sys/kernel/ns_last_pid",
+        `setsid sleep 60 >/dev/null 2>&1 & echo $! > ${leftover}`,
+        "echo 25000 > /proc/sys/kernel/ns_last_pid",
+        "sh -c true",
+      ].join("; ");
+      writeFileSync(
+        file,
+        stringify({
+          apiVersion: "playbook.dev/v1alpha1",
+          kind: "Playbook",
+          metadata: { name: "wrap" },
+          spec: { killGrace: "0s", tasks: [{ name: "wrapper", run: task }] },
+        }),
+      );
+      // The namespace's init (sh) outlives the runner to say whether the leftover did too.
+      const script = `echo 20000 > /proc/sys/kernel/ns_last_pid; "$NODE" "$CLI" run -f "$FILE" >/dev/null 2>&1; if kill -0 "$(cat ${leftover})" 2>/dev/null; then echo alive; else echo gone; fi`;
+      const child = spawn("unshare", ["--pid", "--fork", "--mount-proc", "sh", "-c", script], {
+        env: {
+          PATH: process.env.PATH,
+          NODE: process.execPath,
+          CLI,
+          FILE: file,
+          [MARKER_VAR]: currentMarker(),
+        },
+        stdio: ["ignore", "pipe", "inherit"],
+      });
+      let stdout = "";
+      child.stdout.on("data", (chunk: Buffer) => {
+        stdout += chunk.toString();
+      });
+      await new Promise((resolve) => child.on("close", resolve));
+      expect(stdout.trim()).toBe("gone");
+    },
+  );
 });

@@ -1,7 +1,7 @@
 // Shared by the runner suites: build a run from a few task lines, capture its output, and check
 // that nothing a test started is still alive afterwards (every task carries the test's marker).
 import { randomUUID } from "node:crypto";
-import { PassThrough } from "node:stream";
+import { PassThrough, type Writable } from "node:stream";
 import { afterEach, expect } from "vitest";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
@@ -47,6 +47,9 @@ export async function runSpec(
     prefixOutput?: boolean;
     cancelSignal?: AbortSignal;
     runStart?: Date;
+    /** where task output goes instead of the captured buffer (output is then empty) */
+    sink?: Writable;
+    hurrySignal?: AbortSignal;
   },
 ): Promise<TestRun> {
   const parsed: PlaybookSpec = PlaybookSpecSchema.parse(spec);
@@ -59,9 +62,10 @@ export async function runSpec(
   const outcome = await runPlaybook({
     tasks: parsed.tasks,
     limits,
-    sink,
+    sink: options.sink ?? sink,
     prefixOutput: options.prefixOutput,
     cancelSignal: options.cancelSignal,
+    hurrySignal: options.hurrySignal,
     runStart: options.runStart,
     onEvent: (event) => events.push(event),
     baseEnv: { PATH: process.env.PATH, [MARKER_VAR]: options.marker },

@@ -16,6 +16,13 @@ describe("Go-style durations", () => {
     expect(parseDuration(text)).toBe(ms);
   });
 
+  it.each([["100us"], ["1ns"], ["0.4ms"]])(
+    "never rounds the positive duration %s to 0s, which would turn a stall limit off",
+    (text) => {
+      expect(parseDuration(text)).toBe(1);
+    },
+  );
+
   it.each([
     ["1x", "is not a duration"],
     ["-5s", "must not be negative"],

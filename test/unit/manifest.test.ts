@@ -68,9 +68,58 @@ describe("reading a Playbook manifest", () => {
       "spec:\n  tasks:\n    - {name: a, run: 'true', retries: many}\n",
       "spec.tasks[0].retries",
     ],
+    [
+      "a NUL byte in a command, which no process can be started with",
+      'spec:\n  tasks:\n    - {name: a, run: "echo a\\0b"}\n',
+      'spec.tasks[0].run: "echo a\\u0000b" must not contain a NUL byte',
+    ],
+    [
+      "a NUL byte in an environment value",
+      'spec:\n  tasks:\n    - {name: a, run: "true", env: [{name: K, value: "x\\0y"}]}\n',
+      'spec.tasks[0].env[0].value: "x\\u0000y" must not contain a NUL byte',
+    ],
+    [
+      "a NUL byte in a working directory",
+      'spec:\n  tasks:\n    - {name: a, run: "true", workingDir: "/tmp\\0x"}\n',
+      'spec.tasks[0].workingDir: "/tmp\\u0000x" must not contain a NUL byte',
+    ],
   ])("refuses %s, naming the field and value", (_name, spec, expected) => {
     const problems = problemsOf(header + spec);
     expect(problems.join("\n")).toContain(expected);
+  });
+
+  it.each([
+    ["a trailing document separator", `${header}spec:\n  tasks: [{name: a, run: 'true'}]\n---\n`],
+    ["a leading empty document", `---\n---\n${header}spec:\n  tasks: [{name: a, run: 'true'}]\n`],
+    ["a comment-only document", `# generated\n---\n${header}spec:\n  tasks: [{name: a, run: 'true'}]\n`],
+    ["a document end marker", `${header}spec:\n  tasks: [{name: a, run: 'true'}]\n...\n`],
+  ])("reads a manifest with %s, as kubectl does", (_name, yaml) => {
+    expect(problemsOf(yaml)).toEqual([]);
+  });
+
+  it("reads anchors and merge keys, as kubectl does", () => {
+    const playbook = parsePlaybookManifest(
+      `${header}spec:\n  tasks:\n    - &base {name: a, run: 'true', timeout: 10m}\n    - <<: *base\n      name: b\n`,
+      LOCAL_DEFAULTS,
+    );
+    expect(playbook.spec.tasks[1]).toMatchObject({ name: "b", run: "true", timeout: "10m" });
+  });
+
+  it("says a duration needs a unit when given a bare number", () => {
+    expect(problemsOf(`${header}spec:\n  tasks:\n    - {name: a, run: 'true', timeout: 10}\n`)).toEqual([
+      'spec.tasks[0].timeout: 10 must be a duration string with a unit, such as "10s" or "10m"',
+    ]);
+  });
+
+  it("refuses a command or environment entry too long for exec, before anything runs", () => {
+    const long = `true #${"x".repeat(140_000)}`;
+    const problems = problemsOf(
+      `${header}spec:\n  tasks:\n    - {name: a, run: 'true'}\n    - {name: b, run: '${long}', env: [{name: K, value: '${long}'}]}\n`,
+    );
+    expect(problems).toEqual([
+      "spec.tasks[1].run: is 140006 bytes; one exec argument holds at most 131071",
+      "spec.tasks[1].env[0].value: K=… is 140008 bytes; one exec argument holds at most 131071",
+    ]);
   });
 
   it("refuses YAML that does not parse, naming the line", () => {

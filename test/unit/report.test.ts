@@ -89,4 +89,32 @@ describe("the runner's report", () => {
   ])("refuses %s", (_name, text, message) => {
     expect(() => decodeReport(text, 1)).toThrow(message);
   });
+
+  it("still reports 200 tasks that each needed a retry, keeping the deciding task's attempts", () => {
+    const { outcome, spec } = outcomeOf(200, "");
+    for (const task of outcome.tasks) task.attempts = 3;
+    const text = encodeReport(outcome);
+    expect(Buffer.byteLength(text)).toBeLessThanOrEqual(REPORT_MAX_BYTES);
+    const status = statusFromReport(decodeReport(text, 200), resolveLimits(spec, LOCAL_DEFAULTS));
+    expect(status.tasks.filter((t) => t.phase === "Succeeded")).toHaveLength(199);
+    expect(status.tasks[199]).toMatchObject({ phase: "TimedOut", attempts: 3 });
+  });
+
+  it("says a task that could not start could not start, not that it exited", () => {
+    const { outcome, spec } = outcomeOf(1, "");
+    outcome.reason = "TaskFailed";
+    outcome.tasks[0] = {
+      name: "task-0",
+      phase: "Failed",
+      attempts: 1,
+      exitCode: null,
+      signal: null,
+      detail: "could not start: workingDir /nonexistent does not exist",
+    };
+    const status = statusFromReport(
+      decodeReport(encodeReport(outcome), 1),
+      resolveLimits(spec, LOCAL_DEFAULTS),
+    );
+    expect(status.message).toBe("task task-0 could not start: workingDir /nonexistent does not exist");
+  });
 });
