@@ -17,7 +17,9 @@ export function writeCancelFile(path: string, text: string): CancelFileResult {
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
       // The directory lives in the tasks' temp dir, which a task may have cleaned: recreate it.
-      mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+      // Not recursively: its parent is the temp dir itself, and Node's recursive mkdir spins on
+      // file systems such as /proc that answer ENOENT.
+      mkdirSync(dirname(path), { mode: 0o700 });
       fd = openExclusive(path);
     }
   } catch (error) {

@@ -58,7 +58,14 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const startedAt = performance.now();
   const ceilingAt = startedAt + (runStart.getTime() + options.limits.ceiling.ms - Date.now());
   const runId = randomBytes(6).toString("hex");
-  const scratch = mkdtempSync(join(tmpdir(), "playbook-"));
+  let scratch: string;
+  try {
+    scratch = mkdtempSync(join(tmpdir(), "playbook-"));
+  } catch {
+    // No writable temp dir (a read-only root, a bad TMPDIR): run anyway. Each cancel file is
+    // still tried when a limit fires, and a failure is a warning, not a lost run and report.
+    scratch = join(tmpdir(), `playbook-${runId}`);
+  }
   const baseEnv = options.baseEnv ?? inheritedEnv();
   const emit = options.onEvent ?? (() => {});
   const outcomes: TaskOutcome[] = options.tasks.map((task) => ({

@@ -253,6 +253,32 @@ describe("playbook run", () => {
     },
   );
 
+  it("runs and reports even without a writable temp dir for cancel files (read-only root)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const report = join(dir, "report.json");
+    const file = manifest({
+      killGrace: "0s",
+      tasks: [
+        { name: "fine", run: "echo fine" },
+        { name: "slow", timeout: "300ms", run: "sleep 30" },
+      ],
+    });
+    const child = spawn(process.execPath, [CLI, "run", "-f", file, "--report", report], {
+      // Nothing, not even root, can create a directory under /proc.
+      env: { PATH: process.env.PATH, TMPDIR: "/proc/no-such-tmp", [MARKER_VAR]: currentMarker() },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    child.stderr.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    const code = await new Promise((resolve) => child.on("close", resolve));
+    expect(code).toBe(1);
+    expect(stderr).toContain("warning: cancel file");
+    const parsed = decodeReport(readFileSync(report, "utf8"), 2);
+    expect(parsed.tasks.map((t) => t.p)).toEqual(["Succeeded", "TimedOut"]);
+  });
+
   it("still ends with the run's exit code when the report cannot be written, and says why", async () => {
     const file = manifest({ tasks: [{ name: "ok", run: "true" }] });
     const result = await startCli(["run", "-f", file, "--report", "/nonexistent/dir/report.json"]);
