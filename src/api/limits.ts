@@ -81,7 +81,10 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
   const problems: LimitProblem[] = [];
   const ceilingText = formatDuration(limits.ceiling.ms);
   if (limits.ceiling.ms <= 0) {
-    problems.push({ path: "spec.ceiling", message: `${spec.ceiling} must be longer than 0s` });
+    problems.push({
+      path: limits.ceiling.source === "spec" ? "spec.ceiling" : "spec",
+      message: `${ceilingText} must be longer than 0s${limits.ceiling.source === "spec" ? "" : " (the default ceiling)"}`,
+    });
   }
   if (limits.ceiling.ms > defaults.maxCeilingMs) {
     problems.push({

@@ -88,7 +88,14 @@ const PodRunnerFlags = z.strictObject({
 
 async function podRunnerCommand(flags: unknown): Promise<number> {
   const parsed = PodRunnerFlags.parse(flags);
-  const planText = parsed.plan ? readFileSync(parsed.plan, "utf8") : process.env[PLAN_ENV_VAR];
+  let planText: string | undefined;
+  try {
+    planText = parsed.plan ? readFileSync(parsed.plan, "utf8") : process.env[PLAN_ENV_VAR];
+  } catch (error) {
+    throw new UsageError(
+      `--plan ${parsed.plan}: cannot read: ${(error as NodeJS.ErrnoException).code ?? error}`,
+    );
+  }
   if (!planText) throw new UsageError(`no plan: set ${PLAN_ENV_VAR} or pass --plan FILE`);
   let planJson: unknown;
   try {

@@ -82,7 +82,8 @@ export class Progress {
       case "task-retrying":
         this.liveLine = null;
         this.write(
-          `playbook: task ${event.name} exited with code ${event.exitCode}; retrying (attempt ${event.attempt})`,
+          `playbook: task ${event.name} ${event.signal ? `was killed by ${event.signal}` : `exited with code ${event.exitCode}`}; ` +
+            `retrying (attempt ${event.attempt})`,
         );
         return;
       case "task-finished": {

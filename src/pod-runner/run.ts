@@ -23,7 +23,14 @@ export interface RunnerTask {
 export type RunEvent =
   | { type: "task-started"; index: number; name: string; attempt: number; limits: TaskLimits }
   | { type: "task-stopping"; index: number; name: string; stop: AttemptStop }
-  | { type: "task-retrying"; index: number; name: string; attempt: number; exitCode: number | null }
+  | {
+      type: "task-retrying";
+      index: number;
+      name: string;
+      attempt: number;
+      exitCode: number | null;
+      signal: string | null;
+    }
   | { type: "task-finished"; index: number; outcome: TaskOutcome }
   | { type: "leftovers-killed"; count: number };
 
@@ -138,6 +145,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           name: task.name,
           attempt: outcome.attempts + 1,
           exitCode: result.exitCode,
+          signal: result.signal,
         });
       }
       runClean = result.runClean === true;
@@ -157,9 +165,10 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       break;
     }
   } finally {
-    const killed = runClean
-      ? 0
-      : await sweepLeftovers(runId, firstStart, options.limits.killGrace.ms, options.hurrySignal);
+    // After a limit or a cancellation the leftovers were sent SIGTERM with the task's group and
+    // had its grace: a second grace here could outlast the pod's termination grace period.
+    const graceLeft = reason === "Succeeded" || reason === "TaskFailed" ? options.limits.killGrace.ms : 0;
+    const killed = runClean ? 0 : await sweepLeftovers(runId, firstStart, graceLeft, options.hurrySignal);
     if (killed > 0) emit({ type: "leftovers-killed", count: killed });
     rmSync(scratch, { recursive: true, force: true });
   }

@@ -185,6 +185,28 @@ describe("task limits", () => {
   });
 });
 
+describe("ending within the pod's grace", () => {
+  it("keeps a cancelled run, leftovers included, within one killGrace", async () => {
+    // Pod deletion gives the runner terminationGracePeriodSeconds (killGrace plus a margin): the
+    // leftover of an earlier task must not get a second grace after the live task's own.
+    const cancel = new AbortController();
+    setTimeout(() => cancel.abort(), 500);
+    const run = await runSpec(
+      {
+        killGrace: "1500ms",
+        tasks: [
+          { name: "service", run: "(trap '' TERM; exec sleep 60) & echo started" },
+          { name: "work", run: "trap 'sleep 0.8; exit 0' TERM; echo working; sleep 30 & wait" },
+        ],
+      },
+      { marker: currentMarker(), cancelSignal: cancel.signal },
+    );
+    expect(run.outcome.tasks.map((t) => t.phase)).toEqual(["Succeeded", "Cancelled"]);
+    expect(run.outcome.tasks[1]?.ending).toBe("Exited");
+    expect(run.elapsedMs - 500).toBeLessThan(1500);
+  });
+});
+
 describe("the cancel file", () => {
   it("lets a task that honours it stop by itself within the grace (Exited)", async () => {
     const run = await runSpec(
