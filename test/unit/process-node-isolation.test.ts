@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import {
   detectIsolation,
   type Isolation,
@@ -11,9 +11,15 @@ import {
 } from "../harness/process-node/container-process.js";
 import { processesWithMarker } from "../support/processes.js";
 
+const started: ReturnType<typeof startContainerProcess>[] = [];
+// A test that fails midway must not leave its container running.
+afterEach(() => {
+  for (const container of started.splice(0)) container.signal("SIGKILL");
+});
+
 function start(isolation: Isolation, script: string) {
   const dir = mkdtempSync(path.join(os.tmpdir(), "container-process-"));
-  return startContainerProcess({
+  const container = startContainerProcess({
     argv: ["/bin/sh", "-c", script],
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
     cwd: dir,
@@ -21,6 +27,8 @@ function start(isolation: Isolation, script: string) {
     cookie: randomBytes(8).toString("hex"),
     isolation,
   });
+  started.push(container);
+  return container;
 }
 
 async function waitUntil(check: () => boolean, timeoutMs = 5_000): Promise<void> {
