@@ -216,6 +216,7 @@ describe("playbook run", () => {
     expect(performance.now() - started).toBeLessThan(6000);
   });
 
+  // Skipped only where it cannot run: making a setuid-root program needs root, and perl writes it.
   it.skipIf(process.getuid?.() !== 0 || !existsSync("/usr/bin/perl"))(
     "still reports when a task became another user (sudo) and cannot be signalled",
     async () => {
