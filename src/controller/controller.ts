@@ -100,8 +100,12 @@ export class PlaybookController {
     }
   }
 
+  private informers(): (Informer<StoredPlaybook> | Informer<PodView>)[] {
+    return [...this.playbooks.values(), ...this.pods.values()];
+  }
+
   get ready(): boolean {
-    return [...this.playbooks.values(), ...this.pods.values()].every((informer) => informer.hasSynced);
+    return this.informers().every((informer) => informer.hasSynced);
   }
 
   /** Serves health and metrics, starts the caches, and once leading, the workers. Resolves on stop. */
@@ -116,17 +120,12 @@ export class PlaybookController {
     });
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
-    for (const informer of [...this.playbooks.values(), ...this.pods.values()]) informer.start();
+    for (const informer of this.informers()) informer.start();
     const stopped = new Promise<void>((resolve) =>
       this.stopping.signal.addEventListener("abort", () => resolve(), { once: true }),
     );
     // A SIGTERM while the API server is unreachable must not wait for caches that never sync.
-    await Promise.race([
-      Promise.all(
-        [...this.playbooks.values(), ...this.pods.values()].map((informer) => informer.waitForSync()),
-      ),
-      stopped,
-    ]);
+    await Promise.race([Promise.all(this.informers().map((informer) => informer.waitForSync())), stopped]);
     if (this.stopping.signal.aborted) return this.shutDown();
     this.log.info(
       { namespaces: this.config.namespaces.length > 0 ? this.config.namespaces : "all" },
@@ -179,7 +178,7 @@ export class PlaybookController {
     await this.events.flush();
     await this.elector?.release();
     this.metrics.isLeader.set(0);
-    await Promise.all([...this.playbooks.values(), ...this.pods.values()].map((informer) => informer.stop()));
+    await Promise.all(this.informers().map((informer) => informer.stop()));
     await this.server?.close();
     this.log.info({}, "Stopped");
   }
@@ -350,7 +349,7 @@ export class PlaybookController {
     const uid = playbook.metadata.uid;
     const namespace = playbook.metadata.namespace ?? "";
     const cached = (this.informerFor(this.pods, namespace)?.byIndex(key) ?? []).filter((pod) =>
-      pod.metadata.ownerReferences?.some((ref) => ref.controller && ref.uid === uid),
+      isControlledBy(pod, uid),
     );
     const expected = playbook.status?.podName;
     if (!expected || isFinished(playbook.status) || cached.some((pod) => pod.metadata.name === expected)) {
@@ -361,8 +360,7 @@ export class PlaybookController {
       return [...cached, created.pod];
     try {
       const live = parsePod(await this.clients.core.readNamespacedPod({ name: expected, namespace }));
-      if (live?.metadata.ownerReferences?.some((ref) => ref.controller && ref.uid === uid))
-        return [...cached, live];
+      if (live && isControlledBy(live, uid)) return [...cached, live];
     } catch (error) {
       if (!isNotFound(error)) throw error;
     }
@@ -409,45 +407,48 @@ export class PlaybookController {
   }
 
   private async applyAction(action: Action, target: EventTarget): Promise<void> {
+    if (action.type === "createPod") await this.createPod(action, target);
+    else await this.deletePod(action, target);
+  }
+
+  private async createPod(action: Action & { type: "createPod" }, target: EventTarget): Promise<void> {
     const ref = { namespace: target.namespace, name: target.name };
     const { core } = this.clients;
-    if (action.type === "createPod") {
-      try {
-        // The manifest is plain JSON of a v1 Pod; the typed client serializes it field by field.
-        const created = parsePod(
-          await core.createNamespacedPod({ namespace: ref.namespace, body: action.pod as unknown as V1Pod }),
-        );
-        if (created) {
-          const now = Date.now();
-          for (const [key, entry] of this.created)
-            if (now - entry.at > CREATED_MEMORY_MS) this.created.delete(key);
-          this.created.set(keyOf(created.metadata), {
-            pod: created,
-            uid: action.pod.metadata.ownerReferences[0]?.uid ?? "",
-            at: Date.now(),
-          });
-        }
-        this.log.info({ ...ref, pod: action.pod.metadata.name, attempt: action.attempt }, "Created Pod");
-      } catch (error) {
-        // Its deterministic name makes a second create of the same attempt fail here, never run twice.
-        if (isConflict(error)) {
-          this.log.debug({ ...ref, pod: action.pod.metadata.name }, "Pod already existed");
-          return;
-        }
-        const code = statusCodeOf(error);
-        if (code === 403 || code === 422) {
-          // Refused by admission (Pod Security, quota) or invalid: say so where the user looks.
-          const message = `Could not create pod ${action.pod.metadata.name}: ${apiErrorMessage(error)}`;
-          this.events.post(target, { type: "Warning", reason: "FailedCreate", message }, this.clock.now());
-          // An invalid pod stays invalid; a quota may free up, so a 403 is retried.
-          if (code === 422) throw new PodRefusedError(message);
-        }
-        throw error;
-      }
-      return;
-    }
     try {
-      await core.deleteNamespacedPod({
+      // The manifest is plain JSON of a v1 Pod; the typed client serializes it field by field.
+      const created = parsePod(
+        await core.createNamespacedPod({ namespace: ref.namespace, body: action.pod as unknown as V1Pod }),
+      );
+      if (created) this.rememberCreated(created, action.pod.metadata.ownerReferences[0]?.uid ?? "");
+      this.log.info({ ...ref, pod: action.pod.metadata.name, attempt: action.attempt }, "Created Pod");
+    } catch (error) {
+      // Its deterministic name makes a second create of the same attempt fail here, never run twice.
+      if (isConflict(error)) {
+        this.log.debug({ ...ref, pod: action.pod.metadata.name }, "Pod already existed");
+        return;
+      }
+      const code = statusCodeOf(error);
+      if (code === 403 || code === 422) {
+        // Refused by admission (Pod Security, quota) or invalid: say so where the user looks.
+        const message = `Could not create pod ${action.pod.metadata.name}: ${apiErrorMessage(error)}`;
+        this.events.post(target, { type: "Warning", reason: "FailedCreate", message }, this.clock.now());
+        // An invalid pod stays invalid; a quota may free up, so a 403 is retried.
+        if (code === 422) throw new PodRefusedError(message);
+      }
+      throw error;
+    }
+  }
+
+  private rememberCreated(pod: PodView, uid: string): void {
+    const now = Date.now();
+    for (const [key, entry] of this.created) if (now - entry.at > CREATED_MEMORY_MS) this.created.delete(key);
+    this.created.set(keyOf(pod.metadata), { pod, uid, at: Date.now() });
+  }
+
+  private async deletePod(action: Action & { type: "deletePod" }, target: EventTarget): Promise<void> {
+    const ref = { namespace: target.namespace, name: target.name };
+    try {
+      await this.clients.core.deleteNamespacedPod({
         name: action.name,
         namespace: ref.namespace,
         ...(action.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: action.gracePeriodSeconds } : {}),
@@ -458,6 +459,10 @@ export class PlaybookController {
       if (!isNotFound(error)) throw error;
     }
   }
+}
+
+function isControlledBy(pod: PodView, uid: string | undefined): boolean {
+  return pod.metadata.ownerReferences?.some((ref) => ref.controller && ref.uid === uid) ?? false;
 }
 
 async function paginate(page: (cont: string | undefined) => Promise<unknown>): Promise<ListResult> {
