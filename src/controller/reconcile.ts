@@ -3,7 +3,7 @@
 import { formatDuration } from "../api/duration.js";
 import { type LimitDefaults, type ResolvedLimits, resolveLimits } from "../api/limits.js";
 import { InvalidPlaybookError, validatePlaybook } from "../api/manifest.js";
-import type { PlaybookSpec, PlaybookStatus } from "../api/playbook.js";
+import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import { isLimitReason, type TerminalReason } from "../api/reasons.js";
 import { ANNOTATION_RUN_START, type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
 import {
@@ -152,6 +152,11 @@ function describeFiredLimit(status: PlaybookStatus, reason: string, limits: Reso
   return condition?.message ?? reason;
 }
 
+/** The tasks of the last status, those not ended marked Cancelled. */
+function cancelledTasks(base: StatusBase): TaskStatus[] {
+  return markUnfinished(base.previous.tasks ?? [], "Cancelled");
+}
+
 function settle(
   base: StatusBase,
   next: PlaybookStatus,
@@ -253,7 +258,7 @@ function decideLost(state: RunState, what: string): Decision {
     const next = settledStatus(base, {
       reason: "RunCeiling",
       message,
-      tasks: markUnfinished(base.previous.tasks ?? [], "Cancelled"),
+      tasks: cancelledTasks(base),
     });
     return settle(base, next, "RunCeiling");
   }
@@ -283,7 +288,7 @@ function decideLost(state: RunState, what: string): Decision {
   const next = settledStatus(base, {
     reason: "PodLost",
     message,
-    tasks: markUnfinished(base.previous.tasks ?? [], "Cancelled"),
+    tasks: cancelledTasks(base),
   });
   return settle(base, next, "PodLost");
 }
@@ -378,7 +383,7 @@ function decideCancel(state: RunState, pod: PodView | undefined): Decision {
   const next = settledStatus(base, {
     reason: "Cancelled",
     message,
-    tasks: markUnfinished(base.previous.tasks ?? [], "Cancelled"),
+    tasks: cancelledTasks(base),
   });
   return settle(base, next, "Cancelled");
 }
@@ -409,26 +414,35 @@ export function decide(input: ReconcileInput): Decision {
 
   if (validated.spec.cancel) return decideCancel(state, pod);
   if (!pod) {
-    if (attempts === 0) {
-      const action = createPodAction(state, 1, now);
-      const next = progressStatus(base, {
-        phase: "Pending",
-        message: pendingMessage(action.pod.metadata.name, 1),
-        startTime: now.toISOString(),
-        podName: action.pod.metadata.name,
-        podAttempts: 1,
-      });
-      return progress(base, next, {
-        actions: [action],
-        events: [podCreatedEvent({ ...state, startTime: next.startTime ?? "" }, action)],
-      });
-    }
+    if (attempts === 0) return decideFirstPod(state);
     return decideLost(
       state,
       `pod ${previous.podName ?? podNameFor(playbook.metadata.name, attempts)} was deleted or lost with its node`,
     );
   }
   if (isPodFinished(pod)) return decideEndedPod(state, pod);
+  return decideActivePod(state, pod);
+}
+
+/** No pod was ever created: create the first attempt, the run starting now. */
+function decideFirstPod(state: RunState): Decision {
+  const { base } = state;
+  const { now } = state.input;
+  const action = createPodAction(state, 1, now);
+  const next = progressStatus(base, {
+    phase: "Pending",
+    message: pendingMessage(action.pod.metadata.name, 1),
+    startTime: now.toISOString(),
+    podName: action.pod.metadata.name,
+    podAttempts: 1,
+  });
+  return progress(base, next, { actions: [action], events: [podCreatedEvent(state, action)] });
+}
+
+/** A pod that has not ended: report its progress, unless it never started or outlived its deadline. */
+function decideActivePod(state: RunState, pod: PodView): Decision {
+  const { base, attempts, startTime } = state;
+  const { now } = state.input;
   const running = pod.status?.phase === "Running";
   const endsAt = Date.parse(startTime) + base.limits.ceiling.ms + base.limits.killGrace.ms;
   if (!running && endsAt <= now.getTime()) {
@@ -461,7 +475,7 @@ function decideOutlived(state: RunState, pod: PodView): Decision {
   const next = settledStatus(base, {
     reason: "PodDeadlineExceeded",
     message,
-    tasks: markUnfinished(base.previous.tasks ?? [], "Cancelled"),
+    tasks: cancelledTasks(base),
   });
   return settle(
     base,
@@ -487,7 +501,7 @@ function decideNeverStarted(state: RunState, pod: PodView): Decision {
   const next = settledStatus(base, {
     reason: "RunCeiling",
     message,
-    tasks: markUnfinished(base.previous.tasks ?? [], "Cancelled"),
+    tasks: cancelledTasks(base),
   });
   return settle(base, { ...next, podName: pod.metadata.name, podAttempts: state.attempts }, "RunCeiling", {
     actions: pod.metadata.deletionTimestamp
