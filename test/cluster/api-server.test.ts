@@ -95,41 +95,22 @@ const widget = (name: string, spec: Record<string, unknown>, status?: Record<str
   ...(status ? { status } : {}),
 });
 
+const createWidget = (body: ReturnType<typeof widget>) =>
+  custom.createNamespacedCustomObject({ group, version, namespace, plural, body });
+
 describe("the apiserver", () => {
   it("enforces a CRD's structural schema and CEL rules", async () => {
-    const cel = await apiError(
-      custom.createNamespacedCustomObject({
-        group,
-        version,
-        namespace,
-        plural,
-        body: widget("big", { size: 20 }),
-      }),
-    );
+    const cel = await apiError(createWidget(widget("big", { size: 20 })));
     expect(cel.code).toBe(422);
     expect(cel.message).toContain("size above 10 needs mode large");
 
-    const schema = await apiError(
-      custom.createNamespacedCustomObject({
-        group,
-        version,
-        namespace,
-        plural,
-        body: widget("zero", { size: 0 }),
-      }),
-    );
+    const schema = await apiError(createWidget(widget("zero", { size: 0 })));
     expect(schema.code).toBe(422);
     expect(schema.message).toContain("should be greater than or equal to 1");
   });
 
   it("writes status only through the status subresource and refuses a stale resourceVersion", async () => {
-    const createdObject: unknown = await custom.createNamespacedCustomObject({
-      group,
-      version,
-      namespace,
-      plural,
-      body: widget("w", { size: 3 }, { observedGeneration: 99 }),
-    });
+    const createdObject: unknown = await createWidget(widget("w", { size: 3 }, { observedGeneration: 99 }));
     const created = widgetSchema.parse(createdObject);
     // The parsed view drops apiVersion and kind; requests send the object as served.
     const served = z.record(z.string(), z.unknown()).parse(createdObject);
