@@ -51,31 +51,12 @@ describe("cluster:up and cluster:down", () => {
     );
     const kubectl = (...args: string[]) =>
       run(path.join(state.binDir, "kubectl"), args, { env: { ...process.env, KUBECONFIG: kubeconfig } });
-    await kubectl(
-      "run",
-      "hello",
-      "--image=busybox",
-      "--restart=Never",
-      "--command",
-      "--",
-      "sh",
-      "-c",
-      "exit 0",
-    );
+    const runShellPod = (name: string, ...shArgs: string[]) =>
+      kubectl("run", name, "--image=busybox", "--restart=Never", "--command", "--", "sh", "-c", ...shArgs);
+    await runShellPod("hello", "exit 0");
     await kubectl("wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/hello", "--timeout=60s");
     const tag = marker();
-    await kubectl(
-      "run",
-      "sleeper",
-      "--image=busybox",
-      "--restart=Never",
-      "--command",
-      "--",
-      "sh",
-      "-c",
-      "sleep 300",
-      tag,
-    );
+    await runShellPod("sleeper", "sleep 300", tag);
     await kubectl("wait", "--for=condition=Ready", "pod/sleeper", "--timeout=60s");
 
     await run(process.execPath, [script("cluster-down")], { cwd: repoRoot(), env });
