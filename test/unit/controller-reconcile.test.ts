@@ -38,6 +38,25 @@ const skipped = (name: string): TaskOutcome => ({
   signal: null,
 });
 
+/** The report of a run stopped mid-way: build cancelled, test never started. */
+const cancelledReport = (buildEnding?: TaskOutcome["ending"]) =>
+  report({
+    phase: "Cancelled",
+    reason: "Cancelled",
+    tasks: [
+      task("build", { phase: "Cancelled", ...(buildEnding ? { ending: buildEnding } : {}) }),
+      skipped("test"),
+    ],
+  });
+
+/** The first pod, deleted after its runner reported the run cancelled. */
+const interruptedPod = (buildEnding?: TaskOutcome["ending"]) =>
+  pod(1, {
+    phase: "Failed",
+    deleting: true,
+    terminated: { exitCode: 130, message: cancelledReport(buildEnding) },
+  });
+
 describe("a new Playbook", () => {
   it("gets exactly one pod with the remaining ceiling as its deadline", () => {
     const decision = decide(input({}));
@@ -264,16 +283,11 @@ describe("a pod that never starts", () => {
 
 describe("what the kubelet decided", () => {
   it("names PodDeadlineExceeded when the activeDeadlineSeconds backstop fired", () => {
-    const cancelled = report({
-      phase: "Cancelled",
-      reason: "Cancelled",
-      tasks: [task("build", { phase: "Cancelled", ending: "Killed" }), skipped("test")],
-    });
     const ended = pod(1, {
       phase: "Failed",
       reason: "DeadlineExceeded",
       message: "Pod was active on the node longer than the specified deadline",
-      terminated: { exitCode: 130, message: cancelled },
+      terminated: { exitCode: 130, message: cancelledReport("Killed") },
     });
     const decision = decide(input({ playbook: playbook({}, started()), pods: [ended], now: at(1815) }));
     expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "PodDeadlineExceeded" });
@@ -339,20 +353,7 @@ describe("a lost pod", () => {
     },
     {
       name: "interrupted by a deletion that was not a cancel",
-      pods: [
-        pod(1, {
-          phase: "Failed",
-          deleting: true,
-          terminated: {
-            exitCode: 130,
-            message: report({
-              phase: "Cancelled",
-              reason: "Cancelled",
-              tasks: [task("build", { phase: "Cancelled" }), skipped("test")],
-            }),
-          },
-        }),
-      ],
+      pods: [interruptedPod()],
     },
   ];
 
@@ -418,20 +419,7 @@ describe("spec.cancel", () => {
     { name: "its pod is already gone", pods: [] },
     {
       name: "its pod reported the cancellation",
-      pods: [
-        pod(1, {
-          phase: "Failed",
-          deleting: true,
-          terminated: {
-            exitCode: 130,
-            message: report({
-              phase: "Cancelled",
-              reason: "Cancelled",
-              tasks: [task("build", { phase: "Cancelled", ending: "Exited" }), skipped("test")],
-            }),
-          },
-        }),
-      ],
+      pods: [interruptedPod("Exited")],
     },
   ])("settles Cancelled when $name", ({ pods }) => {
     const decision = decide(input({ playbook: playbook({ cancel: true }, started()), pods, now: at(40) }));
