@@ -1,6 +1,10 @@
 // Conditions through one helper, as apimachinery's meta.SetStatusCondition does:
 // lastTransitionTime moves only when status changes; observedGeneration is always set.
 import type { Condition } from "./playbook.js";
+import { isLimitReason } from "./reasons.js";
+
+export const SUCCEEDED = "Succeeded";
+export const LIMIT_EXCEEDED = "LimitExceeded";
 
 export interface ConditionInput {
   type: string;
@@ -22,10 +26,32 @@ export function setCondition(
       existing && existing.status === input.status ? existing.lastTransitionTime : now.toISOString(),
   };
   if (observedGeneration !== undefined) next.observedGeneration = observedGeneration;
-  const others = conditions.filter((c) => c.type !== input.type);
-  return existing ? conditions.map((c) => (c.type === input.type ? next : c)) : [...others, next];
+  return existing ? conditions.map((c) => (c.type === input.type ? next : c)) : [...conditions, next];
 }
 
-export function removeCondition(conditions: readonly Condition[], type: string): Condition[] {
-  return conditions.filter((c) => c.type !== type);
+/**
+ * The conditions of a finished run: Succeeded True or False with its reason, and LimitExceeded
+ * True when one of the limit reasons ended it.
+ */
+export function setFinishedConditions(
+  conditions: readonly Condition[],
+  outcome: { reason: string; message: string },
+  now: Date,
+  observedGeneration?: number,
+): Condition[] {
+  const { reason, message } = outcome;
+  const status = reason === "Succeeded" ? "True" : "False";
+  const finished = setCondition(
+    conditions,
+    { type: SUCCEEDED, status, reason, message },
+    now,
+    observedGeneration,
+  );
+  if (!isLimitReason(reason)) return finished;
+  return setCondition(
+    finished,
+    { type: LIMIT_EXCEEDED, status: "True", reason, message },
+    now,
+    observedGeneration,
+  );
 }

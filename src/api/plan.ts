@@ -2,7 +2,6 @@
 // defaults its limits were resolved with, and when the run started, so the ceiling keeps counting
 // from the first pod's start when a pod is re-created.
 import { z } from "zod";
-import type { LimitDefaults } from "./limits.js";
 import { PlaybookSpecSchema } from "./playbook.js";
 
 export const PLAN_ENV_VAR = "PLAYBOOK_PLAN";
@@ -17,7 +16,3 @@ export const RunPlanSchema = z.strictObject({
   spec: PlaybookSpecSchema,
 });
 export type RunPlan = z.infer<typeof RunPlanSchema>;
-
-export function planDefaults(plan: RunPlan): LimitDefaults {
-  return plan.defaults;
-}

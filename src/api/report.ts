@@ -106,10 +106,9 @@ function toReportTask(task: TaskOutcome, start: number): ReportTask {
 }
 
 /** Index of the task that decided the run's outcome (the last one that ran), or -1. */
-function decidingIndex(tasks: readonly { p: TaskPhase }[]): number {
-  for (let i = tasks.length - 1; i >= 0; i--) {
-    const phase = tasks[i]?.p;
-    if (phase !== "Skipped" && phase !== "Pending") return i;
+export function decidingIndex(phases: readonly TaskPhase[]): number {
+  for (let i = phases.length - 1; i >= 0; i--) {
+    if (phases[i] !== "Skipped" && phases[i] !== "Pending") return i;
   }
   return -1;
 }
@@ -131,7 +130,7 @@ export function encodeReport(outcome: RunOutcome, maxBytes = REPORT_MAX_BYTES): 
   };
   const fits = (report: RunnerReport) => Buffer.byteLength(JSON.stringify(report)) <= maxBytes;
   if (fits(base)) return JSON.stringify(base);
-  const deciding = decidingIndex(base.tasks);
+  const deciding = decidingIndex(base.tasks.map((task) => task.p));
   const steps: ((task: ReportTask, index: number) => ReportTask)[] = [
     (task) => (task.m ? { ...task, m: truncate(task.m, 120) } : task),
     (task, i) => (i === deciding ? task : { ...task, m: undefined }),
@@ -298,7 +297,7 @@ export function statusFromReport(report: RunnerReport, limits: ResolvedLimits): 
     if (message) status.message = message;
     return status;
   });
-  const deciding = decidingIndex(report.tasks);
+  const deciding = decidingIndex(report.tasks.map((task) => task.p));
   const decidingTask = tasks[deciding];
   let message: string;
   if (report.reason === "Succeeded") {

@@ -1,9 +1,8 @@
 // The Playbook status that a finished run's report stands for — built the same way by
 // `playbook run -o json` and by the controller, so a laptop run and a cluster run read alike.
-import { setCondition } from "./conditions.js";
+import { setFinishedConditions } from "./conditions.js";
 import { describeRunLimits, type ResolvedLimits } from "./limits.js";
 import type { Condition, PlaybookStatus } from "./playbook.js";
-import { isLimitReason } from "./reasons.js";
 import { type RunnerReport, statusFromReport } from "./report.js";
 
 export function statusForReport(
@@ -14,25 +13,12 @@ export function statusForReport(
   observedGeneration?: number,
 ): PlaybookStatus {
   const settled = statusFromReport(report, limits);
-  let conditions = setCondition(
+  const conditions = setFinishedConditions(
     previous,
-    {
-      type: "Succeeded",
-      status: report.reason === "Succeeded" ? "True" : "False",
-      reason: report.reason,
-      message: settled.message,
-    },
+    { reason: report.reason, message: settled.message },
     now,
     observedGeneration,
   );
-  if (isLimitReason(report.reason)) {
-    conditions = setCondition(
-      conditions,
-      { type: "LimitExceeded", status: "True", reason: report.reason, message: settled.message },
-      now,
-      observedGeneration,
-    );
-  }
   const status: PlaybookStatus = {
     phase: report.phase,
     startTime: settled.startTime,

@@ -1,15 +1,14 @@
 // The statuses a reconcile pass can settle on, each built from the previous status so that
 // conditions keep their lastTransitionTime and observedGeneration is always set.
-import { setCondition } from "../api/conditions.js";
+import { LIMIT_EXCEEDED, SUCCEEDED, setCondition, setFinishedConditions } from "../api/conditions.js";
 import { formatDuration } from "../api/duration.js";
 import { describeRunLimits, type ResolvedLimits } from "../api/limits.js";
-import type { Condition, PlaybookStatus, TaskStatus } from "../api/playbook.js";
-import { isLimitReason, type RunPhase, type TerminalReason } from "../api/reasons.js";
-import type { RunnerReport } from "../api/report.js";
+import type { PlaybookStatus, TaskStatus } from "../api/playbook.js";
+import type { RunPhase, TerminalReason } from "../api/reasons.js";
+import { decidingIndex, type RunnerReport } from "../api/report.js";
 import { statusForReport } from "../api/status.js";
 
-export const SUCCEEDED = "Succeeded";
-export const LIMIT_EXCEEDED = "LimitExceeded";
+export { LIMIT_EXCEEDED, SUCCEEDED };
 
 /** A run whose Succeeded condition is True or False is finished; its status is never rewritten. */
 export function isFinished(status: PlaybookStatus | undefined): boolean {
@@ -64,13 +63,8 @@ export function progressStatus(
 
 /** The task that ended the run: the last one that ran, unless every task succeeded. */
 export function endingTask(tasks: readonly TaskStatus[] | undefined): string | undefined {
-  if (!tasks) return undefined;
-  for (let i = tasks.length - 1; i >= 0; i--) {
-    const task = tasks[i];
-    if (!task || task.phase === "Skipped" || task.phase === "Pending") continue;
-    return task.phase === "Succeeded" ? undefined : task.name;
-  }
-  return undefined;
+  const task = tasks?.[decidingIndex(tasks.map((t) => t.phase))];
+  return task && task.phase !== "Succeeded" ? task.name : undefined;
 }
 
 /** A finished run the runner reported on. */
@@ -108,20 +102,12 @@ export function settledStatus(
     tasks?: TaskStatus[];
   },
 ): PlaybookStatus {
-  let conditions: Condition[] = setCondition(
+  const conditions = setFinishedConditions(
     base.previous.conditions ?? [],
-    { type: SUCCEEDED, status: "False", reason: outcome.reason, message: outcome.message },
+    { reason: outcome.reason, message: outcome.message },
     base.now,
     base.generation,
   );
-  if (isLimitReason(outcome.reason)) {
-    conditions = setCondition(
-      conditions,
-      { type: LIMIT_EXCEEDED, status: "True", reason: outcome.reason, message: outcome.message },
-      base.now,
-      base.generation,
-    );
-  }
   const status: PlaybookStatus = {
     ...base.previous,
     phase: outcome.phase ?? (outcome.reason === "Cancelled" ? "Cancelled" : "Failed"),

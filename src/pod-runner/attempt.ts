@@ -144,6 +144,7 @@ interface Tree {
   pgid: number;
   /** the leader's start, in clock ticks: nothing older can be the attempt's */
   startedFrom: number;
+  /** the same for the whole run: the earlier of this and the run's first process */
   runStartedFrom: number;
   cookie: string;
   leaderAlive: () => boolean;
@@ -157,7 +158,7 @@ function findRest(tree: Tree, cookie = tree.cookie): number[] {
   return scanProcesses({
     pgid: tree.leaderAlive() ? undefined : tree.pgid,
     cookiePrefix: cookie,
-    startedFrom: wholeRun ? Math.min(tree.startedFrom, tree.runStartedFrom) : tree.startedFrom,
+    startedFrom: wholeRun ? tree.runStartedFrom : tree.startedFrom,
   });
 }
 
@@ -227,10 +228,11 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     });
   });
 
+  const startedFrom = processStartTime(pgid);
   const tree: Tree = {
     pgid,
-    startedFrom: processStartTime(pgid),
-    runStartedFrom: spec.runStartedFrom ?? Number.POSITIVE_INFINITY,
+    startedFrom,
+    runStartedFrom: Math.min(startedFrom, spec.runStartedFrom ?? Number.POSITIVE_INFINITY),
     cookie: `${spec.attemptId}\0`,
     leaderAlive: () => leaderAlive,
     leaderExited,
@@ -362,7 +364,7 @@ async function endTree(
     const escaped = scanProcesses({
       cookiePrefix: runCookie,
       excludePgid: tree.pgid,
-      startedFrom: Math.min(tree.startedFrom, tree.runStartedFrom),
+      startedFrom: tree.runStartedFrom,
     });
     for (const pid of escaped) sendSignal(pid, "SIGKILL");
     await within(tree.streamsClosed, PIPE_CLOSE_WAIT_MS);

@@ -65,6 +65,8 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const startedAt = performance.now();
   const ceilingAt = startedAt + (runStart.getTime() + options.limits.ceiling.ms - Date.now());
   const runId = randomBytes(6).toString("hex");
+  // Every attempt's PLAYBOOK_ATTEMPT_ID starts with this, so the whole run can be found at once.
+  const runCookie = `${runId}.`;
   let scratch: string;
   try {
     scratch = mkdtempSync(join(tmpdir(), "playbook-"));
@@ -119,7 +121,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           env: { ...baseEnv, ...Object.fromEntries(task.env.map((v) => [v.name, v.value])) },
           cwd: task.workingDir ? resolve(task.workingDir) : undefined,
           attemptId,
-          runCookie: `${runId}.`,
+          runCookie,
           runStartedFrom: firstStart,
           cancelFilePath: join(scratch, `${attemptId}.cancel`),
           deadline: attemptDeadline(attemptStart, limits, ceilingAt),
@@ -168,7 +170,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     // After a limit or a cancellation the leftovers were sent SIGTERM with the task's group and
     // had its grace: a second grace here could outlast the pod's termination grace period.
     const graceLeft = reason === "Succeeded" || reason === "TaskFailed" ? options.limits.killGrace.ms : 0;
-    const killed = runClean ? 0 : await sweepLeftovers(runId, firstStart, graceLeft, options.hurrySignal);
+    const killed = runClean ? 0 : await sweepLeftovers(runCookie, firstStart, graceLeft, options.hurrySignal);
     if (killed > 0) emit({ type: "leftovers-killed", count: killed });
     rmSync(scratch, { recursive: true, force: true });
   }
@@ -234,16 +236,18 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
   return outcome.phase;
 }
 
-/** Ends whatever the run's tasks left running: SIGTERM, the grace window, then SIGKILL. */
-// Found by the run's cookie only: the groups of earlier attempts may be empty by now and their
-// ids taken by unrelated processes, so a group id alone is not proof of ownership here.
+/**
+ * Ends whatever the run's tasks left running: SIGTERM, the grace window, then SIGKILL. They are
+ * found by the run's cookie only: the groups of earlier attempts may be empty by now and their
+ * ids taken by unrelated processes, so a group id alone is no proof of ownership here.
+ */
 async function sweepLeftovers(
-  runId: string,
+  runCookie: string,
   startedFrom: number,
   graceMs: number,
   hurry?: AbortSignal,
 ): Promise<number> {
-  const find = () => scanProcesses({ cookiePrefix: `${runId}.`, startedFrom });
+  const find = () => scanProcesses({ cookiePrefix: runCookie, startedFrom });
   const initial = find();
   if (initial.length === 0) return 0;
   for (const pid of initial) sendSignal(pid, "SIGTERM");
