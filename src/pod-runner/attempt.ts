@@ -165,13 +165,22 @@ function findRest(tree: Tree, cookie = tree.cookie): number[] {
 /**
  * Signals the attempt's whole tree. The group is signalled by id only while the leader is
  * unreaped; after that its members are found and signalled one by one, so a signal never
- * reaches a group whose id was recycled. `cookie` widens the search to the whole run.
+ * reaches a group whose id was recycled. Each process gets the signal once: many programs read
+ * a second SIGTERM as "stop now, skip the clean-up". `cookie` widens the search to the whole run.
+ * Returns how many processes were signalled (the group counts as one).
  */
 function signalTree(tree: Tree, signal: NodeJS.Signals, cookie = tree.cookie): number {
-  if (tree.leaderAlive()) sendSignal(-tree.pgid, signal);
-  const rest = findRest(tree, cookie);
+  const byGroup = tree.leaderAlive();
+  if (byGroup) sendSignal(-tree.pgid, signal);
+  const rest = byGroup
+    ? scanProcesses({
+        excludePgid: tree.pgid,
+        cookiePrefix: cookie,
+        startedFrom: cookie !== tree.cookie ? tree.runStartedFrom : tree.startedFrom,
+      })
+    : findRest(tree, cookie);
   for (const pid of rest) sendSignal(pid, signal);
-  return rest.length;
+  return rest.length + (byGroup ? 1 : 0);
 }
 
 export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {

@@ -250,7 +250,8 @@ async function sweepLeftovers(
   const find = () => scanProcesses({ cookiePrefix: runCookie, startedFrom });
   const initial = find();
   if (initial.length === 0) return 0;
-  for (const pid of initial) sendSignal(pid, "SIGTERM");
+  // No grace left means they already had theirs with the task that stopped the run: no second SIGTERM.
+  if (graceMs > 0) for (const pid of initial) sendSignal(pid, "SIGTERM");
   const graceEnds = performance.now() + graceMs;
   // A second Ctrl-C cuts this grace short as it does a task's.
   while (performance.now() < graceEnds && !hurry?.aborted && find().length > 0) await sleep(20);

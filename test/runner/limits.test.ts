@@ -207,6 +207,30 @@ describe("ending within the pod's grace", () => {
   });
 });
 
+describe("SIGTERM at a limit", () => {
+  it("reaches each process of the task once", async () => {
+    // Many programs read a second SIGTERM as "stop now, skip the clean-up"; a group signalled by
+    // id must not have its members signalled again one by one.
+    const counter =
+      "let n = 0; process.on('SIGTERM', () => { if (n++ === 0) setTimeout(() => { console.log('terms ' + n); process.exit(0); }, 300); }); setInterval(() => {}, 1000); console.log('ready')";
+    const run = await runSpec(
+      {
+        killGrace: "5s",
+        tasks: [
+          {
+            name: "count",
+            timeout: "500ms",
+            run: `exec ${JSON.stringify(process.execPath)} -e "${counter}"`,
+          },
+        ],
+      },
+      { marker: currentMarker() },
+    );
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", ending: "Exited" });
+    expect(run.output).toContain("[count] terms 1\n");
+  });
+});
+
 describe("the cancel file", () => {
   it("lets a task that honours it stop by itself within the grace (Exited)", async () => {
     const run = await runSpec(
