@@ -19,6 +19,37 @@ describe("line prefixes", () => {
     expect(prefixAll(chunks)).toBe(expected);
   });
 
+  it("matches a line-by-line reference for random bytes cut at random points", () => {
+    // Lines of 0-40 bytes, with bytes of every value, in chunks of 0-300 bytes: the output is
+    // built with in-place moves, so every offset between prefixes and lines is exercised.
+    let seed = 42;
+    const random = (below: number) => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed % below;
+    };
+    for (let round = 0; round < 50; round++) {
+      const bytes: number[] = [];
+      while (bytes.length < 5000) {
+        for (let n = random(41); n > 0; n--) bytes.push(random(256));
+        bytes.push(10);
+      }
+      const text = Buffer.from(bytes.slice(0, 5000 - random(3))).toString("latin1");
+      const chunks: string[] = [];
+      for (let at = 0; at < text.length; ) {
+        const size = random(301);
+        chunks.push(text.slice(at, at + size));
+        at += size;
+      }
+      const lines = text.split("\n");
+      const reference =
+        lines
+          .slice(0, -1)
+          .map((line) => `[t] ${line}\n`)
+          .join("") + (lines.at(-1) ? `[t] ${lines.at(-1)}\n` : "");
+      expect(prefixAll(chunks)).toBe(reference);
+    }
+  });
+
   it("passes chunks through untouched without a prefix", () => {
     const chunk = Buffer.from([0xff, 0x0a, 0x00]);
     expect(new LinePrefixer("").push(chunk)).toBe(chunk);
