@@ -2,8 +2,6 @@
 // (no decoding, so invalid UTF-8 and lines without newlines pass as they are), and a bounded
 // tail kept for the report.
 
-const NEWLINE = 0x0a;
-
 /**
  * Keeps (at least) the last `limit` bytes written to it. Chunks are held by reference, not
  * copied: a pipe's chunks are not reused once emitted, and at most one chunk beyond the limit
