@@ -363,30 +363,33 @@ async function endTree(
     }
   }
   // The group first, by id and without a scan, so the kill is not delayed by looking around.
-  if (tree.leaderAlive()) sendSignal(-tree.pgid, "SIGKILL");
+  // While the leader is unreaped the id is still its group's, and a group kill leaves no member
+  // behind: the kernel fails a fork that races it.
+  const killedByGroup = tree.leaderAlive();
+  if (killedByGroup) sendSignal(-tree.pgid, "SIGKILL");
   const confirmBy = performance.now() + KILL_CONFIRM_MS;
-  await within(tree.leaderExited, KILL_CONFIRM_MS);
-  // Once every holder of the pipes is dead they close: usually the whole tree is gone by then.
-  // If they stay open, a process that left the group holds them: find it (the group's members
-  // need no look, they are already dying) and kill it.
-  if (!(await within(tree.streamsClosed, POLL_MS))) {
-    const escaped = scanProcesses({
-      cookiePrefix: runCookie,
-      excludePgid: tree.pgid,
-      startedFrom: tree.runStartedFrom,
-    });
-    for (const pid of escaped) sendSignal(pid, "SIGKILL");
-    await within(tree.streamsClosed, PIPE_CLOSE_WAIT_MS);
-  }
-  // A last look for stragglers: members that closed their pipes, forks that raced the kill.
+  // While the kernel ends the group, look for what the group kill cannot reach: processes that
+  // left it (setsid, double fork), by the run's cookie, and the members one by one when the
+  // group could not be killed by id. The pipes closing is no proof: a daemon closes them. The
+  // look is repeated until it finds nothing, so forks of an escaper between looks are caught.
+  const stragglers = () =>
+    killedByGroup
+      ? scanProcesses({ cookiePrefix: runCookie, excludePgid: tree.pgid, startedFrom: tree.runStartedFrom })
+      : findRest(tree, runCookie);
   let runClean = false;
   while (performance.now() < confirmBy) {
-    if (signalTree(tree, "SIGKILL", runCookie) === 0) {
+    const left = stragglers();
+    if (left.length === 0) {
       runClean = true;
       break;
     }
+    for (const pid of left) sendSignal(pid, "SIGKILL");
     await sleep(2);
   }
+  // Every holder of the pipes is dead or dying: they close as the kernel finishes. One that stays
+  // open is held by a process that hid its cookie; it is not waited for long.
+  await within(tree.leaderExited, Math.max(0, confirmBy - performance.now()));
+  await within(tree.streamsClosed, PIPE_CLOSE_WAIT_MS);
   return { ending: "Killed", runClean };
 }
 

@@ -14,6 +14,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { decodeReport } from "../../src/api/report.js";
+import { killAndWaitGone } from "../support/processes.js";
 import { checkNothingLeftBehind, MARKER_VAR, processesWithEnv } from "../support/runner.js";
 
 const CLI = join(import.meta.dirname, "../../dist/src/cli/main.js");
@@ -246,7 +247,7 @@ describe("playbook run", () => {
       const started = performance.now();
       const code = await new Promise((resolve) => child.on("close", resolve));
       const elapsed = performance.now() - started;
-      for (const pid of processesWithEnv(MARKER_VAR, currentMarker())) process.kill(pid, "SIGKILL");
+      await killAndWaitGone(processesWithEnv(MARKER_VAR, currentMarker()));
       expect(stderr).not.toContain("EPERM");
       expect(code).toBe(1);
       expect(elapsed).toBeLessThan(20_000);

@@ -36,3 +36,22 @@ export function processesWorkingUnder(dir: string): number[] {
     return cwd === dir || cwd.startsWith(`${dir}/`);
   });
 }
+
+/**
+ * SIGKILLs `pids` and waits until none is alive: the signal is delivered at once, but a process
+ * still takes a moment to die, and a check made meanwhile would still see it.
+ */
+export async function killAndWaitGone(pids: number[], timeoutMs = 5000): Promise<void> {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
+  }
+  const wanted = new Set(pids.map(String));
+  const until = performance.now() + timeoutMs;
+  while (liveProcesses((pid) => wanted.has(pid)).length > 0 && performance.now() < until) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
