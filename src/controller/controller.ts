@@ -55,6 +55,9 @@ export interface ControllerDeps {
 }
 
 const LIST_PAGE = 500;
+// How long a pod this controller created is trusted to exist while the cache has not shown it.
+// Timed on the monotonic clock: it is about this process's cache lag, not about the run, whose
+// decisions use the injected clock.
 const CREATED_MEMORY_MS = 30_000;
 
 export class PlaybookController {
@@ -356,7 +359,7 @@ export class PlaybookController {
       return cached;
     }
     const created = this.created.get(`${namespace}/${expected}`);
-    if (created && created.uid === uid && Date.now() - created.at < CREATED_MEMORY_MS)
+    if (created && created.uid === uid && performance.now() - created.at < CREATED_MEMORY_MS)
       return [...cached, created.pod];
     try {
       const live = parsePod(await this.clients.core.readNamespacedPod({ name: expected, namespace }));
@@ -440,9 +443,9 @@ export class PlaybookController {
   }
 
   private rememberCreated(pod: PodView, uid: string): void {
-    const now = Date.now();
+    const now = performance.now();
     for (const [key, entry] of this.created) if (now - entry.at > CREATED_MEMORY_MS) this.created.delete(key);
-    this.created.set(keyOf(pod.metadata), { pod, uid, at: Date.now() });
+    this.created.set(keyOf(pod.metadata), { pod, uid, at: now });
   }
 
   private async deletePod(action: Action & { type: "deletePod" }, target: EventTarget): Promise<void> {

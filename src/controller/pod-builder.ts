@@ -113,6 +113,10 @@ export function buildPod(request: PodRequest): PodManifest {
     activeDeadlineSeconds: activeDeadlineSeconds(limits, request.runStart, request.now),
     terminationGracePeriodSeconds: terminationGraceSeconds(limits),
     enableServiceLinks: false,
+    // The sandbox's pause process becomes PID 1 and reaps what tasks orphan (daemons, double
+    // forks): the runner is a Node process, which reaps only its own children, and the image's
+    // init (tini) does not run because `command` replaces the entrypoint.
+    shareProcessNamespace: true,
     automountServiceAccountToken: spec.serviceAccountName !== undefined,
     securityContext: {
       runAsNonRoot: true,

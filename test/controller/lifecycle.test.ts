@@ -1,9 +1,13 @@
 // The controller's life around a run: the pod it creates, the writes it spares, restarts,
 // replicas, the Lease and the pods it cleans up.
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { repoRoot } from "../harness/binaries.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { zombiesNamed } from "../support/processes.js";
 import {
   clients,
   condition,
@@ -79,6 +83,7 @@ describe("in a namespace enforcing the restricted Pod Security Standard", () => 
     expect(pod?.spec?.activeDeadlineSeconds).toBe(120 + 3 + 5);
     expect(pod?.spec?.terminationGracePeriodSeconds).toBe(3 + 5);
     expect(pod?.spec?.restartPolicy).toBe("Never");
+    expect(pod?.spec?.shareProcessNamespace).toBe(true);
     expect(pod?.metadata?.ownerReferences).toEqual([
       {
         apiVersion: "playbook.dev/v1alpha1",
@@ -196,6 +201,36 @@ describe("pods of finished runs", () => {
       30_000,
     );
     const playbook = await waitForFinished(ns, "brief");
+    expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
+  });
+});
+
+describe("processes a task orphans", () => {
+  it("are reaped in the pod, not left as zombies for the rest of the run", async () => {
+    // The runner is Node and reaps only its own children; the pod's shared PID namespace puts a
+    // reaper (the sandbox's pause; tini on the process node) at PID 1.
+    const ns = await namespace("pb-orphans");
+    controllerFor([ns]);
+    const name = `orph${randomBytes(4).toString("hex")}`;
+    const spawned = path.join(mkdtempSync(path.join(tmpdir(), "orphans-")), "spawned");
+    await createPlaybook(ns, "orphans", {
+      ceiling: "1m",
+      tasks: [
+        {
+          name: "spawn",
+          run: `cp "$(command -v sleep)" ./${name} && for i in 1 2 3; do (./${name} 0.05 &); done; touch ${spawned}`,
+        },
+        { name: "hold", run: "sleep 4" },
+      ],
+    });
+    await eventually(
+      "the orphans to be started",
+      async () => (existsSync(spawned) ? true : undefined),
+      60_000,
+    );
+    await sleep(1000);
+    expect(zombiesNamed(name)).toEqual([]);
+    const playbook = await waitForFinished(ns, "orphans", 60_000);
     expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
   });
 });

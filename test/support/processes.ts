@@ -55,3 +55,18 @@ export async function killAndWaitGone(pids: number[], timeoutMs = 5000): Promise
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }
+
+/** Zombies whose command name is `name`: orphans that exited and that nobody reaped. */
+export function zombiesNamed(name: string): number[] {
+  const zombies: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/stat`, "latin1").startsWith(`${entry} (${name}) Z`))
+        zombies.push(Number(entry));
+    } catch {
+      // Reaped meanwhile.
+    }
+  }
+  return zombies;
+}

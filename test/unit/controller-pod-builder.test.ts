@@ -65,6 +65,10 @@ describe("the pod of an attempt", () => {
     });
   });
 
+  it("shares the pod's PID namespace, so the sandbox reaps what tasks orphan", () => {
+    expect(pod.spec.shareProcessNamespace).toBe(true);
+  });
+
   it("runs the pod runner with the resolved plan and falls back to logs for its message", () => {
     expect(container.command).toEqual(["playbook", "pod-runner"]);
     expect(container.terminationMessagePolicy).toBe("FallbackToLogsOnError");

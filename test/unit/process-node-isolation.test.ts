@@ -1,5 +1,6 @@
+import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync } from "node:fs";
+import { copyFileSync, existsSync, mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -9,7 +10,7 @@ import {
   type Isolation,
   startContainerProcess,
 } from "../harness/process-node/container-process.js";
-import { processesWithMarker } from "../support/processes.js";
+import { processesWithMarker, zombiesNamed } from "../support/processes.js";
 
 const started: ReturnType<typeof startContainerProcess>[] = [];
 // A test that fails midway must not leave its container running.
@@ -17,15 +18,20 @@ afterEach(() => {
   for (const container of started.splice(0)) container.signal("SIGKILL");
 });
 
-function start(isolation: Isolation, script: string) {
+function start(
+  isolation: Isolation,
+  script: string,
+  options: { argv?: [string, ...string[]]; shared?: boolean } = {},
+) {
   const dir = mkdtempSync(path.join(os.tmpdir(), "container-process-"));
   const container = startContainerProcess({
-    argv: ["/bin/sh", "-c", script],
+    argv: options.argv ?? ["/bin/sh", "-c", script],
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
     cwd: dir,
     logFile: path.join(dir, "log"),
     cookie: randomBytes(8).toString("hex"),
     isolation,
+    sharedPidNamespace: options.shared,
   });
   started.push(container);
   return container;
@@ -68,5 +74,42 @@ describe.each(isolations)("a container process with %s isolation", (isolation) =
     container.signal("SIGKILL");
     expect(await container.exited).toEqual({ exitCode: 137, signal: 9 });
     await waitUntil(() => processesWithMarker(marker).length === 0);
+  });
+});
+
+/**
+ * A container whose main process is Node, which reaps only the children it spawned: a shell it
+ * starts leaves three short-lived orphans behind, named `name`, and exits.
+ */
+function startOrphanMaker(isolation: Isolation, name: string, shared: boolean) {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "orphans-"));
+  const orphan = path.join(dir, name);
+  copyFileSync(execFileSync("sh", ["-c", "command -v sleep"], { encoding: "utf8" }).trim(), orphan);
+  const script = `for i in 1 2 3; do (${orphan} 0.05 &); done`;
+  const main = `require("child_process").spawn("sh", ["-c", ${JSON.stringify(script)}]); setInterval(() => {}, 1000);`;
+  return start(isolation, "", { argv: [process.execPath, "-e", main], shared });
+}
+
+describe.each(isolations)("shareProcessNamespace with %s isolation", (isolation) => {
+  it("reaps what the container orphans, as the sandbox's pause does, and signals the container's process", async () => {
+    const name = `orph${randomBytes(4).toString("hex")}`;
+    const container = startOrphanMaker(isolation, name, true);
+    await waitUntil(() => container.mainPid() !== undefined);
+    await sleep(1_000);
+    expect(zombiesNamed(name)).toEqual([]);
+    // SIGTERM reaches Node, not the reaper: Node's default action ends it, 128 + 15.
+    container.signal("SIGTERM");
+    expect(await container.exited).toEqual({ exitCode: 143 });
+  });
+});
+
+describe.runIf(detectIsolation() === "pid-namespace")("without shareProcessNamespace", () => {
+  it("leaves orphans as zombies of a main process that does not reap, as a container's init does", async () => {
+    const name = `orph${randomBytes(4).toString("hex")}`;
+    const container = startOrphanMaker("pid-namespace", name, false);
+    await waitUntil(() => zombiesNamed(name).length === 3);
+    container.signal("SIGKILL");
+    await container.exited;
+    await waitUntil(() => zombiesNamed(name).length === 0);
   });
 });

@@ -83,24 +83,39 @@ export interface StartContainerOptions {
   /** Unique per container run; marks its processes for the session fallback's sweep. */
   cookie: string;
   isolation: Isolation;
+  /**
+   * `shareProcessNamespace: true`: the pod's sandbox (pause) is PID 1 and reaps orphans, and the
+   * container's main process is its child. tini plays pause here.
+   */
+  sharedPidNamespace?: boolean;
+}
+
+/** The reaper that plays the pod sandbox's pause process, or undefined when it is not installed. */
+export function findReaper(): string | undefined {
+  const probe = spawnSync("tini", ["--version"], { stdio: "ignore", timeout: 5_000 });
+  return probe.status === 0 ? "tini" : undefined;
 }
 
 export function startContainerProcess(options: StartContainerOptions): ContainerProcess {
   const log = openSync(options.logFile, "a");
   const cookieEntry = `PROCESS_NODE_CONTAINER=${options.cookie}`;
   const env = { ...options.env, PROCESS_NODE_CONTAINER: options.cookie };
-  const [file, ...args] =
-    options.isolation === "pid-namespace"
-      ? ["unshare", ...unshareArgs(), "--", ...options.argv]
-      : options.argv;
+  // With a shared namespace, tini is PID 1 (as pause is) and a subreaper in the session fallback.
+  const shared = options.sharedPidNamespace === true;
+  const argv: [string, ...string[]] = shared ? ["tini", "-s", "--", ...options.argv] : options.argv;
+  const [file, ...args]: [string, ...string[]] =
+    options.isolation === "pid-namespace" ? ["unshare", ...unshareArgs(), "--", ...argv] : argv;
   const child = spawn(file, args, { cwd: options.cwd, env, stdio: ["ignore", log, log], detached: true });
   closeSync(log);
   let sentKill = false;
 
   const mainPid = (): number | undefined => {
     if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return undefined;
-    if (options.isolation === "session") return child.pid;
-    return childrenOf(child.pid)[0];
+    // The namespace's init (under unshare), then the container's process (under the reaper).
+    let pid: number | undefined = child.pid;
+    if (options.isolation === "pid-namespace") pid = childrenOf(pid)[0];
+    if (shared && pid !== undefined) pid = childrenOf(pid)[0];
+    return pid;
   };
 
   const exited = new Promise<ProcessExit>((resolve) => {

@@ -22,6 +22,7 @@ import {
 import {
   type ContainerProcess,
   detectIsolation,
+  findReaper,
   type Isolation,
   type ProcessExit,
   startContainerProcess,
@@ -115,6 +116,8 @@ function microTime(date: Date): Date {
 export class ProcessNode {
   readonly nodeName: string;
   readonly isolation: Isolation;
+  /** what plays the pod sandbox's PID 1 for pods with shareProcessNamespace */
+  readonly reaper: string | undefined;
   private readonly core: CoreV1Api;
   private readonly coordination: CoordinationV1Api;
   private readonly runs = new Map<string, PodRun>();
@@ -134,6 +137,7 @@ export class ProcessNode {
     this.core = options.kubeConfig.makeApiClient(CoreV1Api);
     this.coordination = options.kubeConfig.makeApiClient(CoordinationV1Api);
     this.isolation = detectIsolation();
+    this.reaper = findReaper();
     this.log = options.log ?? (() => {});
   }
 
@@ -583,6 +587,17 @@ export class ProcessNode {
     const argv = resolved.argv.map((arg) =>
       arg === terminationPath ? container.terminationMessageFile : arg,
     ) as [string, ...string[]];
+    const sharedPidNamespace = run.pod.spec?.shareProcessNamespace === true;
+    if (sharedPidNamespace && !this.reaper) {
+      container.startedAt = new Date();
+      finish(
+        { exitCode: 128 },
+        "StartError",
+        "shareProcessNamespace needs tini on the process node's machine, to play the pod sandbox's reaping PID 1",
+      );
+      this.containerEnded(run, container);
+      return;
+    }
     // The pod may have been deleted or lost while its environment was read.
     if (run.stopping) return;
     const workingDir = spec.workingDir && existsSync(spec.workingDir) ? spec.workingDir : run.dir;
@@ -593,6 +608,7 @@ export class ProcessNode {
       logFile: container.logFile,
       cookie: container.cookie,
       isolation: this.isolation,
+      sharedPidNamespace,
     });
     container.process = child;
     container.startedAt = new Date();
