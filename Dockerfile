@@ -1,6 +1,7 @@
 # The runner and controller image. tini is PID 1 so that processes orphaned by tasks are reaped
-# (Node does not reap children it did not spawn), and the runner is not PID 1's special signal
-# handling.
+# (Node does not reap children it did not spawn) when the image runs as it is. In the controller's
+# pods the container command replaces this entrypoint; there the pod shares its PID namespace and
+# the sandbox's pause process reaps instead.
 FROM node:24-bookworm-slim AS build
 WORKDIR /src
 COPY package.json package-lock.json tsconfig.json tsconfig.build.json ./
