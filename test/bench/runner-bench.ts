@@ -158,14 +158,14 @@ const median = (values: number[]) => percentile(values, 50);
   );
 }
 
-// (c) throughput, for output without newlines and for 100-byte lines; 3 interleaved rounds.
+// (c) throughput, for output without newlines and for 100-byte lines; 5 interleaved rounds.
 for (const [label, command] of [
   ["no newlines", `head -c ${BYTES} /dev/zero`],
   ["100-byte lines", `yes '${"x".repeat(99)}' | head -c ${BYTES}`],
 ] as const) {
   const raw: number[] = [];
   const ours: number[] = [];
-  for (let round = 0; round < 3; round++) {
+  for (let round = 0; round < 5; round++) {
     raw.push(await rawPipe(BYTES, command));
     ours.push(await runTasks({ tasks: [{ name: "flood", run: command }] }));
   }
