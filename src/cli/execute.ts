@@ -24,6 +24,8 @@ export interface ExecuteOptions {
   progressOut: NodeJS.WritableStream;
   tty: boolean;
   reportPath?: string;
+  /** spec.cancel: the run is cancelled before its first task, as the controller cancels it before its pod */
+  cancelled?: boolean;
 }
 
 export interface ExecuteResult {
@@ -100,6 +102,10 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
   // sessions of their own and never see the hangup, would be left running.
   const signals = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
   for (const signal of signals) process.on(signal, onSignal);
+  if (options.cancelled) {
+    options.progressOut.write("playbook: spec.cancel is true; the run is cancelled before its first task\n");
+    cancel.abort();
+  }
   try {
     progress.begin(options.name, options.tasks.length);
     const outcome = await runPlaybook({

@@ -54,6 +54,7 @@ async function runCommand(flags: unknown): Promise<number> {
     progressOut: process.stderr,
     tty: Boolean(process.stderr.isTTY),
     reportPath: parsed.report,
+    cancelled: playbook.spec.cancel,
   });
   if (parsed.output) {
     const status = statusForReport(result.report, limits, new Date(), [], playbook.metadata.generation);
@@ -119,6 +120,7 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
     progressOut: process.stderr,
     tty: false,
     reportPath: parsed.terminationLog,
+    cancelled: playbook.spec.cancel,
   });
   if (result.interrupted) return EXIT.interrupted;
   return result.outcome.phase === "Succeeded" ? EXIT.succeeded : EXIT.failed;

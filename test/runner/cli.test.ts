@@ -83,6 +83,29 @@ describe("playbook run", () => {
     expect(result.stderr).toMatch(message);
   });
 
+  it("runs nothing for a Playbook with spec.cancel: true and reports it Cancelled, as the controller does", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const witness = join(dir, "ran");
+    const file = manifest({
+      cancel: true,
+      tasks: [
+        { name: "first", run: `touch ${witness}` },
+        { name: "second", run: "true" },
+      ],
+    });
+    const result = await startCli(["run", "-f", file, "-o", "json"]);
+    expect(result.code).toBe(1);
+    expect(existsSync(witness)).toBe(false);
+    expect(result.stderr).toContain("spec.cancel is true");
+    const status = JSON.parse(result.stdout).status;
+    expect(status.phase).toBe("Cancelled");
+    expect(status.conditions.find((c: { type: string }) => c.type === "Succeeded")).toMatchObject({
+      status: "False",
+      reason: "Cancelled",
+    });
+    expect(status.tasks.map((t: { phase: string }) => t.phase)).toEqual(["Cancelled", "Skipped"]);
+  });
+
   it("exits 2 on an unknown output format, naming the flag", async () => {
     const result = await startCli([
       "run",
