@@ -109,36 +109,30 @@ function rawPipe(bytes: number, command: string): Promise<number> {
 }
 
 const fmt = (ms: number) => `${ms.toFixed(1)} ms`;
-const results: string[] = [];
-const report = (line: string) => {
-  results.push(line);
-  console.log(line);
-};
-
-console.log(
-  `runner benchmark: kill rounds ${KILL_ROUNDS}, tasks ${TASKS}, output ${BYTES / 1024 / 1024} MiB; orphans reaped by ${reaper}`,
-);
-
-// (a) kill latency, interleaved so both see the same machine load.
-for (const size of [1, 10, 100]) {
-  const gnu: number[] = [];
-  const ours: number[] = [];
-  for (let round = 0; round < KILL_ROUNDS; round++) {
-    gnu.push(await timeGnuTimeout(size));
-    ours.push(await timeRunner(size));
-  }
-  const ratio = percentile(ours, 99) / percentile(gnu, 99);
-  report(
-    `(a) kill latency, tree of ${String(size).padStart(3)}: runner p50 ${fmt(percentile(ours, 50))} p99 ${fmt(percentile(ours, 99))}; ` +
-      `timeout -s KILL p50 ${fmt(percentile(gnu, 50))} p99 ${fmt(percentile(gnu, 99))}; p99 ratio ${ratio.toFixed(2)}x (target <= 1.2x)`,
-  );
-}
-
 const median = (values: number[]) => percentile(values, 50);
 
-// (b) per-task overhead: rounds of `perRound` tasks, each beside the same number of bare spawns,
-// so both see the same machine load; the median round's ratio is reported.
-{
+/** (a) kill latency, interleaved so both see the same machine load. */
+async function killLatency(): Promise<void> {
+  for (const size of [1, 10, 100]) {
+    const gnu: number[] = [];
+    const ours: number[] = [];
+    for (let round = 0; round < KILL_ROUNDS; round++) {
+      gnu.push(await timeGnuTimeout(size));
+      ours.push(await timeRunner(size));
+    }
+    const ratio = percentile(ours, 99) / percentile(gnu, 99);
+    console.log(
+      `(a) kill latency, tree of ${String(size).padStart(3)}: runner p50 ${fmt(percentile(ours, 50))} p99 ${fmt(percentile(ours, 99))}; ` +
+        `timeout -s KILL p50 ${fmt(percentile(gnu, 50))} p99 ${fmt(percentile(gnu, 99))}; p99 ratio ${ratio.toFixed(2)}x (target <= 1.2x)`,
+    );
+  }
+}
+
+/**
+ * (b) per-task overhead: rounds of `perRound` tasks, each beside the same number of bare spawns,
+ * so both see the same machine load; the median round's ratio is reported.
+ */
+async function perTask(): Promise<void> {
   const rounds = quick ? 3 : 10;
   const perRound = Math.min(200, Math.max(1, Math.floor(TASKS / rounds)));
   const tasks = Array.from({ length: perRound }, (_, i) => ({ name: `t${i}`, run: "true" }));
@@ -152,27 +146,50 @@ const median = (values: number[]) => percentile(values, 50);
     ours.push((await runTasks({ tasks })) / perRound);
   }
   const ratio = median(ours.map((value, i) => value / (bare[i] as number)));
-  report(
+  console.log(
     `(b) per task over ${rounds * perRound} trivial tasks: runner median ${fmt(median(ours))}, bare sh -c spawn ${fmt(median(bare))}; ` +
       `median ratio ${ratio.toFixed(2)}x (target <= 1.25x)`,
   );
 }
 
-// (c) throughput, for output without newlines and for 100-byte lines; 5 interleaved rounds.
-for (const [label, command] of [
-  ["no newlines", `head -c ${BYTES} /dev/zero`],
-  ["100-byte lines", `yes '${"x".repeat(99)}' | head -c ${BYTES}`],
-] as const) {
-  const raw: number[] = [];
-  const ours: number[] = [];
-  for (let round = 0; round < 5; round++) {
-    raw.push(await rawPipe(BYTES, command));
-    ours.push(await runTasks({ tasks: [{ name: "flood", run: command }] }));
+/** (c) throughput, for output without newlines and for 100-byte lines; 5 interleaved rounds. */
+async function throughput(): Promise<void> {
+  for (const [label, command] of [
+    ["no newlines", `head -c ${BYTES} /dev/zero`],
+    ["100-byte lines", `yes '${"x".repeat(99)}' | head -c ${BYTES}`],
+  ] as const) {
+    const raw: number[] = [];
+    const ours: number[] = [];
+    for (let round = 0; round < 5; round++) {
+      raw.push(await rawPipe(BYTES, command));
+      ours.push(await runTasks({ tasks: [{ name: "flood", run: command }] }));
+    }
+    const mibps = (ms: number) => `${(BYTES / 1024 / 1024 / (ms / 1000)).toFixed(0)} MiB/s`;
+    const ratio = median(raw.map((value, i) => value / (ours[i] as number)));
+    console.log(
+      `(c) throughput, ${label}: runner median ${mibps(median(ours))}, raw pipe ${mibps(median(raw))}; ` +
+        `median ratio ${ratio.toFixed(2)} of raw (target >= 0.70)`,
+    );
   }
-  const mibps = (ms: number) => `${(BYTES / 1024 / 1024 / (ms / 1000)).toFixed(0)} MiB/s`;
-  const ratio = median(raw.map((value, i) => value / (ours[i] as number)));
-  report(
-    `(c) throughput, ${label}: runner median ${mibps(median(ours))}, raw pipe ${mibps(median(raw))}; ` +
-      `median ratio ${ratio.toFixed(2)} of raw (target >= 0.70)`,
+}
+
+const SECTIONS: Record<string, () => Promise<void>> = { a: killLatency, b: perTask, c: throughput };
+const section = args.get("section");
+if (section !== undefined) {
+  const measure = SECTIONS[section];
+  if (!measure) throw new Error(`--section=${section}: must be one of ${Object.keys(SECTIONS).join(", ")}`);
+  await measure();
+} else {
+  console.log(
+    `runner benchmark: kill rounds ${KILL_ROUNDS}, tasks ${TASKS}, output ${BYTES / 1024 / 1024} MiB; orphans reaped by ${reaper}`,
   );
+  // Each measurement in a Node process of its own, as the runner runs one Playbook per process:
+  // the heap that 1,000 runs and 2,000 spawns leave behind slows the next section's output path
+  // by up to a third, which no runner process in a pod ever carries.
+  for (const name of Object.keys(SECTIONS)) {
+    const child = spawnSync(process.execPath, [...process.argv.slice(1), `--section=${name}`], {
+      stdio: "inherit",
+    });
+    if (child.status !== 0) process.exit(child.status ?? 1);
+  }
 }
