@@ -47,16 +47,19 @@ function countingSink(target: NodeJS.WritableStream): { sink: Writable; bytes: (
     write(chunk: Buffer, _encoding, callback) {
       bytes += chunk.length;
       if (broken) return callback();
-      if (target.write(chunk)) return callback();
-      // A reader that goes away while we wait never sends "drain": the error must release the
-      // write too, or the tasks' pipes stay paused and the run hangs on its stall limit.
+      // Called back once the target has written the chunk out, not when it merely queued it: the
+      // runner reuses the chunk's memory after this callback. A reader that goes away fails the
+      // write; the error must release it too, or the tasks' pipes stay paused and the run hangs
+      // on its stall limit.
+      let released = false;
       const release = () => {
-        target.off("drain", release);
+        if (released) return;
+        released = true;
         target.off("error", release);
         callback();
       };
-      target.on("drain", release);
       target.on("error", release);
+      target.write(chunk, release);
     },
   });
   return { sink, bytes: () => bytes };
@@ -113,6 +116,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       limits: options.limits,
       runStart: options.runStart,
       sink,
+      recycleOutput: true,
       cancelSignal: cancel.signal,
       hurrySignal: hurry.signal,
       onEvent: (event) => progress.event(event),

@@ -43,6 +43,8 @@ export interface AttemptSpec {
   /** how long to wait for the pipes to close after the leader exits on its own */
   drainWindowMs: number;
   sink: Writable;
+  /** the sink is done with a chunk once it has called back: output buffers are reused */
+  recycleOutput?: boolean;
   prefix: string;
   tailBytes: number;
   cancelSignal?: AbortSignal;
@@ -91,10 +93,11 @@ function forward(
   stream: Readable,
   sink: Writable,
   prefix: string,
+  recycle: boolean,
   onData: (chunk: Buffer) => void,
   onBlocked: (blocked: boolean) => void,
 ): Promise<void> {
-  const prefixer = new LinePrefixer(prefix);
+  const prefixer = new LinePrefixer(prefix, recycle);
   let blocked = false;
   const resume = () => {
     blocked = false;
@@ -103,7 +106,13 @@ function forward(
   };
   stream.on("data", (chunk: Buffer) => {
     onData(chunk);
-    if (!sink.write(prefixer.push(chunk))) {
+    const out = prefixer.push(chunk);
+    const accepted = recycle
+      ? sink.write(out, (error) => {
+          if (!error) prefixer.release(out);
+        })
+      : sink.write(out);
+    if (!accepted) {
       stream.pause();
       blocked = true;
       onBlocked(true);
@@ -221,7 +230,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   };
   const streamsClosed = Promise.all(
     [child.stdout, child.stderr].map((stream) =>
-      stream ? forward(stream, spec.sink, spec.prefix, onData, onBlocked) : null,
+      stream ? forward(stream, spec.sink, spec.prefix, spec.recycleOutput === true, onData, onBlocked) : null,
     ),
   ).then(() => undefined);
 

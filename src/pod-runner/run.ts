@@ -41,6 +41,12 @@ export interface RunOptions {
   runStart?: Date;
   /** Where task output goes (the runner's stdout in a pod). */
   sink: Writable;
+  /**
+   * The sink is done with a chunk once its write callback has run, as a stream over a file
+   * descriptor is: the runner then reuses its output buffers. Not for a sink that hands chunks
+   * on to readers who may keep them (a PassThrough).
+   */
+  recycleOutput?: boolean;
   /** Prefix each output line with "[task] ". */
   prefixOutput?: boolean;
   cancelSignal?: AbortSignal;
@@ -129,6 +135,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           killGraceMs: options.limits.killGrace.ms,
           drainWindowMs: options.drainWindowMs ?? DEFAULT_DRAIN_WINDOW_MS,
           sink: options.sink,
+          recycleOutput: options.recycleOutput,
           prefix: options.prefixOutput === false ? "" : `[${task.name}] `,
           tailBytes: options.tailBytes ?? DEFAULT_TAIL_BYTES,
           cancelSignal: options.cancelSignal,

@@ -331,6 +331,34 @@ describe("playbook run", () => {
     });
   });
 
+  it("delivers every line intact and in order to a slow reader of its stdout", async () => {
+    // The runner reuses its output buffers once stdout has written them: a reader that keeps
+    // pausing must still see each line exactly as printed.
+    const file = manifest({ tasks: [{ name: "count", run: "seq 1 300000" }] });
+    const child = spawn(process.execPath, [CLI, "run", "-f", file], {
+      env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker() },
+      stdio: ["ignore", "pipe", "ignore"],
+    });
+    const chunks: Buffer[] = [];
+    let sinceBreak = 0;
+    child.stdout.on("data", (chunk: Buffer) => {
+      chunks.push(chunk);
+      sinceBreak += chunk.length;
+      if (sinceBreak > 256 * 1024) {
+        sinceBreak = 0;
+        child.stdout.pause();
+        setTimeout(() => child.stdout.resume(), 20);
+      }
+    });
+    const code = await new Promise((resolve) => child.on("close", resolve));
+    expect(code).toBe(0);
+    const lines = Buffer.concat(chunks).toString().split("\n");
+    expect(lines.pop()).toBe("");
+    expect(lines).toHaveLength(300000);
+    const wrong = lines.findIndex((line, i) => line !== `[count] ${i + 1}`);
+    expect(wrong, `line ${wrong + 1}: ${JSON.stringify(lines[wrong])}`).toBe(-1);
+  });
+
   it("keeps its memory bounded while a task prints 500 MB", async () => {
     const dir = mkdtempSync(join(tmpdir(), "cli-"));
     const peak = join(dir, "peak");

@@ -56,6 +56,29 @@ describe("line prefixes", () => {
   });
 });
 
+describe("recycled output buffers", () => {
+  it("are reused only once released, so output still held by a reader is never overwritten", () => {
+    const prefixer = new LinePrefixer("[t] ", true);
+    const held = prefixer.push(Buffer.from("one\ntwo\n"));
+    const heldText = held.toString();
+    const next = prefixer.push(Buffer.from("three\n"));
+    expect(next.buffer).not.toBe(held.buffer);
+    expect(held.toString()).toBe(heldText);
+    prefixer.release(held);
+    const reused = prefixer.push(Buffer.from("four\n"));
+    expect(reused.buffer).toBe(held.buffer);
+    expect(reused.toString()).toBe("[t] four\n");
+    expect(next.toString()).toBe("[t] three\n");
+  });
+
+  it("are not taken back when they are not the prefixer's own", () => {
+    const prefixer = new LinePrefixer("[t] ", true);
+    const foreign = Buffer.from("x\n");
+    prefixer.release(foreign);
+    expect(prefixer.push(Buffer.from("y\n")).buffer).not.toBe(foreign.buffer);
+  });
+});
+
 describe("the output tail", () => {
   it("keeps the last line of a long output within its byte limit", () => {
     const tail = new OutputTail(64);
