@@ -161,13 +161,17 @@ interface Tree {
   streamsClosed: Promise<void>;
 }
 
-/** The attempt's live processes apart from an unreaped leader's group (which is signalled whole). */
-function findRest(tree: Tree, cookie = tree.cookie): number[] {
-  const wholeRun = cookie !== tree.cookie;
+/**
+ * The attempt's live processes that a signal to its group by id does not reach: while the group
+ * is signalled by id (`groupSignalled`, the leader unreaped), those that left it; afterwards,
+ * its members too. `cookie` widens the search to the whole run.
+ */
+function findRest(tree: Tree, cookie = tree.cookie, groupSignalled = tree.leaderAlive()): number[] {
   return scanProcesses({
-    pgid: tree.leaderAlive() ? undefined : tree.pgid,
+    pgid: groupSignalled ? undefined : tree.pgid,
+    excludePgid: groupSignalled ? tree.pgid : undefined,
     cookiePrefix: cookie,
-    startedFrom: wholeRun ? tree.runStartedFrom : tree.startedFrom,
+    startedFrom: cookie !== tree.cookie ? tree.runStartedFrom : tree.startedFrom,
   });
 }
 
@@ -176,20 +180,11 @@ function findRest(tree: Tree, cookie = tree.cookie): number[] {
  * unreaped; after that its members are found and signalled one by one, so a signal never
  * reaches a group whose id was recycled. Each process gets the signal once: many programs read
  * a second SIGTERM as "stop now, skip the clean-up". `cookie` widens the search to the whole run.
- * Returns how many processes were signalled (the group counts as one).
  */
-function signalTree(tree: Tree, signal: NodeJS.Signals, cookie = tree.cookie): number {
+function signalTree(tree: Tree, signal: NodeJS.Signals, cookie = tree.cookie): void {
   const byGroup = tree.leaderAlive();
   if (byGroup) sendSignal(-tree.pgid, signal);
-  const rest = byGroup
-    ? scanProcesses({
-        excludePgid: tree.pgid,
-        cookiePrefix: cookie,
-        startedFrom: cookie !== tree.cookie ? tree.runStartedFrom : tree.startedFrom,
-      })
-    : findRest(tree, cookie);
-  for (const pid of rest) sendSignal(pid, signal);
-  return rest.length + (byGroup ? 1 : 0);
+  for (const pid of findRest(tree, cookie, byGroup)) sendSignal(pid, signal);
 }
 
 export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
@@ -381,13 +376,9 @@ async function endTree(
   // left it (setsid, double fork), by the run's cookie, and the members one by one when the
   // group could not be killed by id. The pipes closing is no proof: a daemon closes them. The
   // look is repeated until it finds nothing, so forks of an escaper between looks are caught.
-  const stragglers = () =>
-    killedByGroup
-      ? scanProcesses({ cookiePrefix: runCookie, excludePgid: tree.pgid, startedFrom: tree.runStartedFrom })
-      : findRest(tree, runCookie);
   let runClean = false;
   while (performance.now() < confirmBy) {
-    const left = stragglers();
+    const left = findRest(tree, runCookie, killedByGroup);
     if (left.length === 0) {
       runClean = true;
       break;
