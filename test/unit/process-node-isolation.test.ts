@@ -18,20 +18,17 @@ afterEach(() => {
   for (const container of started.splice(0)) container.signal("SIGKILL");
 });
 
-function start(
-  isolation: Isolation,
-  script: string,
-  options: { argv?: [string, ...string[]]; shared?: boolean } = {},
-) {
+/** Starts a container running `command`: a script for `sh -c`, or an argv. */
+function start(isolation: Isolation, command: string | [string, ...string[]], shared = false) {
   const dir = mkdtempSync(path.join(os.tmpdir(), "container-process-"));
   const container = startContainerProcess({
-    argv: options.argv ?? ["/bin/sh", "-c", script],
+    argv: typeof command === "string" ? ["/bin/sh", "-c", command] : command,
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
     cwd: dir,
     logFile: path.join(dir, "log"),
     cookie: randomBytes(8).toString("hex"),
     isolation,
-    sharedPidNamespace: options.shared,
+    sharedPidNamespace: shared,
   });
   started.push(container);
   return container;
@@ -87,7 +84,7 @@ function startOrphanMaker(isolation: Isolation, name: string, shared: boolean) {
   copyFileSync(execFileSync("sh", ["-c", "command -v sleep"], { encoding: "utf8" }).trim(), orphan);
   const script = `for i in 1 2 3; do (${orphan} 0.05 &); done`;
   const main = `require("child_process").spawn("sh", ["-c", ${JSON.stringify(script)}]); setInterval(() => {}, 1000);`;
-  return start(isolation, "", { argv: [process.execPath, "-e", main], shared });
+  return start(isolation, [process.execPath, "-e", main], shared);
 }
 
 describe.each(isolations)("shareProcessNamespace with %s isolation", (isolation) => {

@@ -90,10 +90,9 @@ export interface StartContainerOptions {
   sharedPidNamespace?: boolean;
 }
 
-/** The reaper that plays the pod sandbox's pause process, or undefined when it is not installed. */
-export function findReaper(): string | undefined {
-  const probe = spawnSync("tini", ["--version"], { stdio: "ignore", timeout: 5_000 });
-  return probe.status === 0 ? "tini" : undefined;
+/** Whether tini, which plays the pod sandbox's pause process, is installed. */
+export function reaperInstalled(): boolean {
+  return spawnSync("tini", ["--version"], { stdio: "ignore", timeout: 5_000 }).status === 0;
 }
 
 export function startContainerProcess(options: StartContainerOptions): ContainerProcess {

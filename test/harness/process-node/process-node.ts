@@ -22,9 +22,9 @@ import {
 import {
   type ContainerProcess,
   detectIsolation,
-  findReaper,
   type Isolation,
   type ProcessExit,
+  reaperInstalled,
   startContainerProcess,
 } from "./container-process.js";
 import { startLogServer } from "./log-server.js";
@@ -116,8 +116,8 @@ function microTime(date: Date): Date {
 export class ProcessNode {
   readonly nodeName: string;
   readonly isolation: Isolation;
-  /** what plays the pod sandbox's PID 1 for pods with shareProcessNamespace */
-  readonly reaper: string | undefined;
+  /** tini is there to play the pod sandbox's PID 1 for pods with shareProcessNamespace */
+  readonly hasReaper: boolean;
   private readonly core: CoreV1Api;
   private readonly coordination: CoordinationV1Api;
   private readonly runs = new Map<string, PodRun>();
@@ -137,7 +137,7 @@ export class ProcessNode {
     this.core = options.kubeConfig.makeApiClient(CoreV1Api);
     this.coordination = options.kubeConfig.makeApiClient(CoordinationV1Api);
     this.isolation = detectIsolation();
-    this.reaper = findReaper();
+    this.hasReaper = reaperInstalled();
     this.log = options.log ?? (() => {});
   }
 
@@ -588,7 +588,7 @@ export class ProcessNode {
       arg === terminationPath ? container.terminationMessageFile : arg,
     ) as [string, ...string[]];
     const sharedPidNamespace = run.pod.spec?.shareProcessNamespace === true;
-    if (sharedPidNamespace && !this.reaper) {
+    if (sharedPidNamespace && !this.hasReaper) {
       container.startedAt = new Date();
       finish(
         { exitCode: 128 },
