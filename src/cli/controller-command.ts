@@ -30,6 +30,10 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
   watchTimeout: "restart a watch that delivered nothing for this long (default 5m)",
   identity: "this replica's identity in the Lease (default HOSTNAME_PID)",
   logLevel: "trace | debug | info | warn | error (default info)",
+  logFormat:
+    "json (one object per line, for log collectors) | text (one readable line per record) (default json)",
+  metricsPlaybookLabel:
+    "a Playbook label (e.g. app.kubernetes.io/name) whose value becomes a `playbook` label on the run, limit and usage metrics (default: none)",
 };
 
 export function registerControllerCommand(program: Command): void {
@@ -61,12 +65,18 @@ async function runController(flags: Record<string, unknown>): Promise<void> {
     }
     throw error;
   }
-  const [{ pino }, { PlaybookController }, { loadKubeConfig, makeClients }] = await Promise.all([
-    import("pino"),
-    import("../controller/controller.js"),
-    import("../controller/kube.js"),
-  ]);
-  const log = pino({ level: config.logLevel, base: { component: "playbook-controller" } });
+  const [{ pino }, { PlaybookController }, { loadKubeConfig, makeClients }, { textDestination }] =
+    await Promise.all([
+      import("pino"),
+      import("../controller/controller.js"),
+      import("../controller/kube.js"),
+      import("../controller/log-format.js"),
+    ]);
+  const log =
+    config.logFormat === "text"
+      ? // Every line is the controller's; a component field would only repeat that.
+        pino({ level: config.logLevel, base: null }, textDestination(process.stdout))
+      : pino({ level: config.logLevel, base: { component: "playbook-controller" } });
   const controller = new PlaybookController({ config, clients: makeClients(loadKubeConfig()), log });
   let signals = 0;
   const onSignal = (signal: NodeJS.Signals) => {

@@ -32,6 +32,23 @@ const Address = z
   .string()
   .regex(/^([^:]*):(\d{1,5})$/, "must be HOST:PORT, e.g. :8080 or 127.0.0.1:8080 (port 0 picks a free one)");
 
+// A Kubernetes label key, as apimachinery's IsQualifiedName checks it: [prefix/]name.
+const LABEL_NAME = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const LabelKey = z.string().refine(
+  (key) => {
+    if (key === "") return true;
+    const slash = key.lastIndexOf("/");
+    const [prefix, name] = slash < 0 ? [undefined, key] : [key.slice(0, slash), key.slice(slash + 1)];
+    if (name.length > 63 || !LABEL_NAME.test(name)) return false;
+    return prefix === undefined || (prefix.length <= 253 && DNS_SUBDOMAIN.test(prefix));
+  },
+  {
+    error: (issue) =>
+      `${JSON.stringify(issue.input)} is not a label key: [prefix/]name, a name of at most 63 letters, digits, '-', '_' or '.' starting and ending alphanumeric, and an optional DNS subdomain prefix, e.g. app.kubernetes.io/name`,
+  },
+);
+
 const Bool = z.union([
   z.boolean(),
   z.enum(["true", "false", "1", "0"]).transform((v) => v === "true" || v === "1"),
@@ -65,6 +82,10 @@ export const ControllerConfigSchema = z
     watchTimeout: Duration.prefault("5m"),
     identity: z.string().min(1).optional(),
     logLevel: z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]).default("info"),
+    /** json for log collectors; text is one line per record for people reading `kubectl logs`. */
+    logFormat: z.enum(["json", "text"]).default("json"),
+    /** A Playbook label whose value becomes a `playbook` metric label; empty: no such label. */
+    metricsPlaybookLabel: LabelKey.default(""),
   })
   .superRefine((config, ctx) => {
     if (config.defaultCeiling > config.maxCeiling) {
@@ -115,6 +136,8 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   watchTimeout: "PLAYBOOK_WATCH_TIMEOUT",
   identity: "PLAYBOOK_IDENTITY",
   logLevel: "PLAYBOOK_LOG_LEVEL",
+  logFormat: "PLAYBOOK_LOG_FORMAT",
+  metricsPlaybookLabel: "PLAYBOOK_METRICS_PLAYBOOK_LABEL",
 };
 
 export class InvalidConfigError extends Error {}

@@ -88,7 +88,13 @@ export class PlaybookController {
     this.log = deps.log;
     this.clock = deps.clock ?? systemClock;
     this.identity = deps.config.identity ?? `${hostname()}_${process.pid}`;
-    this.metrics = deps.metrics ?? new ControllerMetrics({ activeRuns: () => this.activeRuns() });
+    this.metrics =
+      deps.metrics ??
+      new ControllerMetrics({
+        activeRuns: () => this.activeRuns(),
+        ready: () => this.ready,
+        playbookLabel: deps.config.metricsPlaybookLabel !== "",
+      });
     this.queue = new WorkQueue({ onDepthChange: (depth) => this.metrics.workqueueDepth.set(depth) });
     this.events = new EventRecorder(deps.clients.core, this.identity, deps.log);
     this.settings = {
@@ -403,7 +409,13 @@ export class PlaybookController {
         { ...ref, phase: decision.status.phase, reason: condition?.reason },
         "Updated Playbook status",
       );
-      if (decision.finished) this.metrics.recordFinished(ref.namespace, decision.finished);
+      if (decision.finished) {
+        const label = this.config.metricsPlaybookLabel;
+        this.metrics.recordFinished(decision.finished, {
+          namespace: ref.namespace,
+          ...(label ? { playbook: playbook.metadata.labels?.[label] ?? "" } : {}),
+        });
+      }
     }
     const now = this.clock.now();
     for (const event of decision.events) this.events.post(target, event, now);

@@ -4,12 +4,34 @@ import type { FinishedRun } from "./reconcile.js";
 
 const RUN_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400];
 const TASK_BUCKETS = [0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 3600, 21600];
+// Fine near 1, where a limit is about to be too tight.
+const USAGE_BUCKETS = [0.1, 0.25, 0.5, 0.75, 0.8, 0.9, 0.95, 0.99, 1];
+
+/** The optional per-Playbook label, present on the run, limit and usage metrics only when configured. */
+type PlaybookLabel = "playbook";
+
+export interface MetricsOptions {
+  /** Off: process defaults are left out (tests that read exact text). */
+  defaults?: boolean;
+  activeRuns?: () => Map<string, number>;
+  /** What /readyz answers: the caches have synced. */
+  ready?: () => boolean;
+  /** Add a `playbook` label to the run, limit and usage metrics (--metrics-playbook-label). */
+  playbookLabel?: boolean;
+}
+
+/** Which run is being counted: its namespace, and its Playbook's label value when that label is on. */
+export interface RunLabels {
+  namespace: string;
+  playbook?: string;
+}
 
 export class ControllerMetrics {
   readonly registry = new Registry();
-  readonly runsTotal: Counter<"namespace" | "reason">;
-  readonly limitFiredTotal: Counter<"namespace" | "limit">;
-  readonly runDuration: Histogram<"namespace" | "reason">;
+  readonly runsTotal: Counter<"namespace" | "reason" | PlaybookLabel>;
+  readonly limitFiredTotal: Counter<"namespace" | "limit" | PlaybookLabel>;
+  readonly runDuration: Histogram<"namespace" | "reason" | PlaybookLabel>;
+  readonly limitUsage: Histogram<"namespace" | "limit" | PlaybookLabel>;
   readonly taskDuration: Histogram<"namespace" | "phase">;
   readonly activeRuns: Gauge<"namespace">;
   readonly reconcileDuration: Histogram;
@@ -19,27 +41,42 @@ export class ControllerMetrics {
   readonly watchRelists: Counter<"resource">;
   readonly statusWrites: Counter;
   readonly isLeader: Gauge;
+  readonly isReady: Gauge;
+  private readonly playbookLabel: boolean;
 
-  constructor(options: { defaults?: boolean; activeRuns?: () => Map<string, number> } = {}) {
+  constructor(options: MetricsOptions = {}) {
     const registers = [this.registry];
     if (options.defaults !== false) collectDefaultMetrics({ register: this.registry });
+    this.playbookLabel = options.playbookLabel === true;
+    // prom-client fixes label names at construction: without the option the label does not exist.
+    const perPlaybook: PlaybookLabel[] = this.playbookLabel ? ["playbook"] : [];
     this.runsTotal = new Counter({
       name: "playbook_runs_total",
       help: "Runs finished, by the reason of their Succeeded condition",
-      labelNames: ["namespace", "reason"],
+      labelNames: ["namespace", "reason", ...perPlaybook],
       registers,
     });
     this.limitFiredTotal = new Counter({
       name: "playbook_limit_fired_total",
       help: "Runs ended by a limit, by limit",
-      labelNames: ["namespace", "limit"],
+      labelNames: ["namespace", "limit", ...perPlaybook],
       registers,
     });
     this.runDuration = new Histogram({
       name: "playbook_run_duration_seconds",
       help: "Wall-clock duration of finished runs, from the first pod's creation",
-      labelNames: ["namespace", "reason"],
+      labelNames: ["namespace", "reason", ...perPlaybook],
       buckets: RUN_BUCKETS,
+      registers,
+    });
+    this.limitUsage = new Histogram({
+      name: "playbook_task_limit_usage_ratio",
+      help:
+        "Duration over the effective limit of finished runs and tasks, for near misses: limit=TaskTimeout per task that " +
+        "ended Succeeded or Failed and had a timeout (a retried task: its span over attempts x timeout), " +
+        "limit=RunCeiling per run; a limit that fired is left out (its ratio is 1; see playbook_limit_fired_total)",
+      labelNames: ["namespace", "limit", ...perPlaybook],
+      buckets: USAGE_BUCKETS,
       registers,
     });
     this.taskDuration = new Histogram({
@@ -99,14 +136,26 @@ export class ControllerMetrics {
       help: "1 while this replica holds the leader Lease",
       registers,
     });
+    const ready = options.ready;
+    this.isReady = new Gauge({
+      name: "playbook_ready",
+      help: "1 while this replica's caches of Playbooks and pods are synced (what /readyz answers), else 0",
+      registers,
+      collect() {
+        if (ready) this.set(ready() ? 1 : 0);
+      },
+    });
   }
 
   /** Counts a run once, when its terminal status was written. */
-  recordFinished(namespace: string, run: FinishedRun): void {
-    this.runsTotal.inc({ namespace, reason: run.reason });
-    if (run.limit) this.limitFiredTotal.inc({ namespace, limit: run.limit });
-    this.runDuration.observe({ namespace, reason: run.reason }, run.durationSeconds);
+  recordFinished(run: FinishedRun, labels: RunLabels): void {
+    const { namespace } = labels;
+    const per = this.playbookLabel ? { namespace, playbook: labels.playbook ?? "" } : { namespace };
+    this.runsTotal.inc({ ...per, reason: run.reason });
+    if (run.limit) this.limitFiredTotal.inc({ ...per, limit: run.limit });
+    this.runDuration.observe({ ...per, reason: run.reason }, run.durationSeconds);
     for (const task of run.tasks)
       this.taskDuration.observe({ namespace, phase: task.phase }, task.durationSeconds);
+    for (const usage of run.usage) this.limitUsage.observe({ ...per, limit: usage.limit }, usage.ratio);
   }
 }

@@ -56,12 +56,20 @@ export interface RecordedEvent {
   message: string;
 }
 
+/** How much of an effective limit a run or task used, for the near-miss histogram. */
+export interface LimitUsage {
+  limit: "TaskTimeout" | "RunCeiling";
+  ratio: number;
+}
+
 /** What a finished run contributes to the metrics, counted when its terminal status is written. */
 export interface FinishedRun {
   reason: TerminalReason;
   limit?: string;
   durationSeconds: number;
   tasks: { phase: string; durationSeconds: number }[];
+  /** Duration over the effective limit, for tasks and runs that ended before their limit fired. */
+  usage: LimitUsage[];
 }
 
 export interface Decision {
@@ -96,12 +104,48 @@ export function validateSpec(playbook: StoredPlaybook, defaults: LimitDefaults):
   }
 }
 
-function durationSeconds(start: string | undefined, end: string | undefined): number {
-  if (!start || !end) return 0;
-  return Math.max(0, (Date.parse(end) - Date.parse(start)) / 1000);
+function durationMs(start: string | undefined, end: string | undefined): number | undefined {
+  if (!start || !end) return undefined;
+  return Math.max(0, Date.parse(end) - Date.parse(start));
 }
 
-function finishedRun(status: PlaybookStatus, reason: TerminalReason): FinishedRun {
+function durationSeconds(start: string | undefined, end: string | undefined): number {
+  return (durationMs(start, end) ?? 0) / 1000;
+}
+
+/**
+ * Each task that ended on its own (Succeeded or Failed) against its timeout, and the run against
+ * its ceiling unless the ceiling is what ended it: a limit that fired used all of it by
+ * definition and is counted by playbook_limit_fired_total instead.
+ */
+export function limitUsage(
+  status: PlaybookStatus,
+  reason: TerminalReason,
+  limits: ResolvedLimits | null,
+): LimitUsage[] {
+  if (!limits) return [];
+  const usage: LimitUsage[] = [];
+  for (const task of status.tasks ?? []) {
+    if (task.phase !== "Succeeded" && task.phase !== "Failed") continue;
+    const timeout = limits.tasks.find((t) => t.name === task.name)?.timeout;
+    const took = durationMs(task.startTime, task.completionTime);
+    if (!timeout || timeout.ms <= 0 || took === undefined) continue;
+    // The timeout bounds each attempt: a retried task's span is held against all its attempts.
+    usage.push({ limit: "TaskTimeout", ratio: took / (timeout.ms * Math.max(1, task.attempts)) });
+  }
+  const took = durationMs(status.startTime, status.completionTime);
+  const ceilingFired = reason === "RunCeiling" || reason === "PodDeadlineExceeded";
+  if (!ceilingFired && took !== undefined && limits.ceiling.ms > 0) {
+    usage.push({ limit: "RunCeiling", ratio: took / limits.ceiling.ms });
+  }
+  return usage;
+}
+
+function finishedRun(
+  status: PlaybookStatus,
+  reason: TerminalReason,
+  limits: ResolvedLimits | null,
+): FinishedRun {
   const run: FinishedRun = {
     reason,
     durationSeconds: durationSeconds(status.startTime, status.completionTime),
@@ -111,6 +155,7 @@ function finishedRun(status: PlaybookStatus, reason: TerminalReason): FinishedRu
         phase: task.phase,
         durationSeconds: durationSeconds(task.startTime, task.completionTime),
       })),
+    usage: limitUsage(status, reason, limits),
   };
   if (isLimitReason(reason)) run.limit = reason;
   return run;
@@ -167,7 +212,7 @@ function settle(
     status: next,
     actions: extra.actions ?? [],
     events: [...(extra.events ?? []), ...finishEvents(next, reason, base.limits)],
-    finished: finishedRun(next, reason),
+    finished: finishedRun(next, reason, base.limits),
   };
 }
 

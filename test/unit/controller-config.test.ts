@@ -1,5 +1,9 @@
+import { spawnSync } from "node:child_process";
+import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { InvalidConfigError, loadControllerConfig } from "../../src/controller/config.js";
+
+const CLI = path.join(import.meta.dirname, "../../dist/src/cli/main.js");
 
 describe("the controller's configuration", () => {
   it("has defaults that work against a cluster", () => {
@@ -14,7 +18,19 @@ describe("the controller's configuration", () => {
       metricsAddress: ":8080",
       leaderElection: true,
       namespaces: [],
+      logFormat: "json",
+      metricsPlaybookLabel: "",
     });
+  });
+
+  it("takes a Playbook label for the metrics and a log format from env or flags", () => {
+    expect(
+      loadControllerConfig(
+        {},
+        { PLAYBOOK_METRICS_PLAYBOOK_LABEL: "app.kubernetes.io/name", PLAYBOOK_LOG_FORMAT: "text" },
+      ),
+    ).toMatchObject({ metricsPlaybookLabel: "app.kubernetes.io/name", logFormat: "text" });
+    expect(loadControllerConfig({ metricsPlaybookLabel: "team" }, {}).metricsPlaybookLabel).toBe("team");
   });
 
   it("takes env, and flags over env", () => {
@@ -42,8 +58,28 @@ describe("the controller's configuration", () => {
     },
     { name: "zero workers", flags: { workers: "0" }, says: "--workers" },
     { name: "a bad address", flags: { metricsAddress: "8080" }, says: "--metrics-address" },
+    { name: "an unknown log format", flags: { logFormat: "xml" }, says: "--log-format" },
+    ...["app name", "-team", "Example.com/name", "a/b/c", `x/${"n".repeat(64)}`].map((key) => ({
+      name: `the label key ${JSON.stringify(key)}`,
+      flags: { metricsPlaybookLabel: key },
+      says: `--metrics-playbook-label ($PLAYBOOK_METRICS_PLAYBOOK_LABEL): ${JSON.stringify(key)} is not a label key`,
+    })),
   ])("refuses $name, naming the flag", ({ flags, says }) => {
     expect(() => loadControllerConfig(flags, {})).toThrow(InvalidConfigError);
     expect(() => loadControllerConfig(flags, {})).toThrow(says);
+  });
+});
+
+describe("playbook controller with a bad setting", () => {
+  it("exits 2 before connecting anywhere, naming the flag and the value", () => {
+    const result = spawnSync(process.execPath, [CLI, "controller", "--metrics-playbook-label", "app name"], {
+      encoding: "utf8",
+      env: { PATH: process.env.PATH, KUBECONFIG: "/nonexistent" },
+      timeout: 30_000,
+    });
+    expect(result.status).toBe(2);
+    expect(result.stderr).toContain(
+      '--metrics-playbook-label ($PLAYBOOK_METRICS_PLAYBOOK_LABEL): "app name" is not a label key',
+    );
   });
 });

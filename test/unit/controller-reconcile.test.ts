@@ -494,3 +494,106 @@ describe("a finished run", () => {
     expect(late.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "ttl" }]);
   });
 });
+
+describe("how much of its limits a finished run used", () => {
+  /** The decision for a pod whose runner reported `outcome`, the report ending at `endSeconds`. */
+  const reported = (
+    outcome: Parameters<typeof report>[0],
+    endSeconds = 60,
+    spec: Record<string, unknown> = {},
+  ): Decision => {
+    const phase = outcome.reason === "Succeeded" ? "Succeeded" : "Failed";
+    const ended = pod(1, {
+      phase,
+      terminated: {
+        exitCode: phase === "Succeeded" ? 0 : 1,
+        message: report({ completionTime: at(endSeconds), ...outcome }),
+      },
+    });
+    return decide(input({ playbook: playbook(spec, started()), pods: [ended], now: at(endSeconds + 1) }));
+  };
+
+  it("holds a task that ended on its own against its timeout, and the run against its ceiling", () => {
+    const decision = reported(
+      {
+        phase: "Succeeded",
+        reason: "Succeeded",
+        // build: 9m of its 10m timeout; test has no timeout of its own.
+        tasks: [task("build", { startTime: T0, completionTime: at(540) }), task("test", {})],
+      },
+      900,
+    );
+    expect(decision.finished?.usage).toEqual([
+      { limit: "TaskTimeout", ratio: 0.9 },
+      { limit: "RunCeiling", ratio: 0.5 },
+    ]);
+  });
+
+  it("counts a failed task as well as a succeeded one", () => {
+    const decision = reported({
+      phase: "Failed",
+      reason: "TaskFailed",
+      tasks: [
+        task("build", { phase: "Failed", exitCode: 2, startTime: T0, completionTime: at(60) }),
+        skipped("test"),
+      ],
+    });
+    expect(decision.finished?.usage).toEqual([
+      { limit: "TaskTimeout", ratio: 0.1 },
+      { limit: "RunCeiling", ratio: 60 / 1800 },
+    ]);
+  });
+
+  it("holds a retried task's whole span against the timeout of each of its attempts", () => {
+    const decision = reported(
+      {
+        phase: "Succeeded",
+        reason: "Succeeded",
+        tasks: [task("build", { attempts: 2, startTime: T0, completionTime: at(900) }), task("test", {})],
+      },
+      900,
+    );
+    expect(decision.finished?.usage).toContainEqual({ limit: "TaskTimeout", ratio: 0.75 });
+  });
+
+  it("leaves out a task whose timeout fired: the limit counter has it", () => {
+    const decision = reported(
+      {
+        phase: "Failed",
+        reason: "TaskTimeout",
+        tasks: [
+          task("build", {
+            phase: "TimedOut",
+            limit: "TaskTimeout",
+            ending: "Killed",
+            startTime: T0,
+            completionTime: at(600),
+          }),
+          skipped("test"),
+        ],
+      },
+      610,
+    );
+    expect(decision.finished?.limit).toBe("TaskTimeout");
+    expect(decision.finished?.usage).toEqual([{ limit: "RunCeiling", ratio: 610 / 1800 }]);
+  });
+
+  it("leaves out the run when its ceiling is what ended it", () => {
+    const decision = reported(
+      {
+        phase: "Failed",
+        reason: "RunCeiling",
+        tasks: [task("build", { phase: "TimedOut", limit: "RunCeiling", ending: "Killed" }), skipped("test")],
+      },
+      1800,
+    );
+    expect(decision.finished?.limit).toBe("RunCeiling");
+    expect(decision.finished?.usage).toEqual([]);
+  });
+
+  it("has nothing to measure for a spec refused before it ran", () => {
+    const decision = decide(input({ playbook: playbook({ ceiling: "48h" }) }));
+    expect(decision.finished?.reason).toBe("InvalidSpec");
+    expect(decision.finished?.usage).toEqual([]);
+  });
+});

@@ -1,0 +1,204 @@
+// The controller's /metrics text as Prometheus scrapes it, fed by real reconcile decisions.
+import { describe, expect, it } from "vitest";
+import type { TaskOutcome } from "../../src/api/report.js";
+import { ControllerMetrics } from "../../src/controller/metrics.js";
+import { decide, type FinishedRun } from "../../src/controller/reconcile.js";
+import { at, playbook, pod, report, SETTINGS, T0 } from "./controller-fixtures.js";
+
+/** The value of the sample `name{labels}` in exposition text, whatever the label order; undefined if absent. */
+function sample(text: string, name: string, labels: Record<string, string>): number | undefined {
+  for (const line of text.split("\n")) {
+    const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+    if (!match || match[1] !== name) continue;
+    const found = Object.fromEntries(
+      [...(match[2] ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)].map((m) => [
+        m[1],
+        m[2],
+      ]),
+    );
+    const keys = Object.keys(labels);
+    if (Object.keys(found).length !== keys.length) continue;
+    if (keys.every((key) => found[key] === labels[key])) return Number(match[3]);
+  }
+  return undefined;
+}
+
+/** Label names on every sample of `name` (histograms: its _bucket, _sum and _count). */
+function labelNamesOf(text: string, name: string): Set<string> {
+  const names = new Set<string>();
+  for (const line of text.split("\n")) {
+    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name}_`)) continue;
+    for (const m of line.matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="/g)) if (m[1]) names.add(m[1]);
+  }
+  return names;
+}
+
+const task = (name: string, outcome: Partial<TaskOutcome>): TaskOutcome => ({
+  name,
+  phase: "Succeeded",
+  attempts: 1,
+  exitCode: 0,
+  signal: null,
+  ...outcome,
+});
+
+/** What the controller records when the runner reports this run, its pod started at T0. */
+function finishedRun(outcome: Parameters<typeof report>[0], endSeconds: number, labels = {}): FinishedRun {
+  const first = decide({ playbook: playbook(), pods: [], now: T0, settings: SETTINGS });
+  const stored = playbook({}, { ...first.status, podAttempts: 1, podName: "nightly-1" });
+  stored.metadata.labels = labels;
+  const phase = outcome.reason === "Succeeded" ? "Succeeded" : "Failed";
+  const ended = pod(1, {
+    phase,
+    terminated: {
+      exitCode: phase === "Succeeded" ? 0 : 1,
+      message: report({ completionTime: at(endSeconds), ...outcome }),
+    },
+  });
+  const decision = decide({ playbook: stored, pods: [ended], now: at(endSeconds + 1), settings: SETTINGS });
+  if (!decision.finished) throw new Error("the run did not finish");
+  return decision.finished;
+}
+
+/** build took 9m30s of its 10m timeout; the run 20m of its 30m ceiling. */
+const nearMiss = () =>
+  finishedRun(
+    {
+      phase: "Succeeded",
+      reason: "Succeeded",
+      tasks: [
+        task("build", { startTime: T0, completionTime: at(570) }),
+        task("test", { startTime: at(570), completionTime: at(1200) }),
+      ],
+    },
+    1200,
+  );
+
+const timedOut = () =>
+  finishedRun(
+    {
+      phase: "Failed",
+      reason: "TaskTimeout",
+      tasks: [
+        task("build", {
+          phase: "TimedOut",
+          limit: "TaskTimeout",
+          ending: "Killed",
+          exitCode: null,
+          signal: "SIGKILL",
+          startTime: T0,
+          completionTime: at(610),
+        }),
+        task("test", { phase: "Skipped", attempts: 0, exitCode: null }),
+      ],
+    },
+    610,
+  );
+
+describe("playbook_task_limit_usage_ratio", () => {
+  it("puts a task that used 95% of its timeout above the 0.9 bucket and below 0.95", async () => {
+    const metrics = new ControllerMetrics({ defaults: false });
+    metrics.recordFinished(nearMiss(), { namespace: "ops" });
+    const text = await metrics.registry.metrics();
+    const bucket = (le: string) =>
+      sample(text, "playbook_task_limit_usage_ratio_bucket", { le, namespace: "ops", limit: "TaskTimeout" });
+    expect(bucket("0.9")).toBe(0);
+    expect(bucket("0.95")).toBe(1);
+    expect(bucket("+Inf")).toBe(1);
+    expect(
+      sample(text, "playbook_task_limit_usage_ratio_count", { namespace: "ops", limit: "TaskTimeout" }),
+    ).toBe(1);
+    expect(
+      sample(text, "playbook_task_limit_usage_ratio_sum", { namespace: "ops", limit: "TaskTimeout" }),
+    ).toBe(0.95);
+    // The run: 20m of 30m.
+    const run = (le: string) =>
+      sample(text, "playbook_task_limit_usage_ratio_bucket", { le, namespace: "ops", limit: "RunCeiling" });
+    expect(run("0.5")).toBe(0);
+    expect(run("0.75")).toBe(1);
+  });
+
+  it("leaves out a task whose timeout fired, which playbook_limit_fired_total counts", async () => {
+    const metrics = new ControllerMetrics({ defaults: false });
+    metrics.recordFinished(timedOut(), { namespace: "ops" });
+    const text = await metrics.registry.metrics();
+    expect(sample(text, "playbook_limit_fired_total", { namespace: "ops", limit: "TaskTimeout" })).toBe(1);
+    expect(
+      sample(text, "playbook_task_limit_usage_ratio_count", { namespace: "ops", limit: "TaskTimeout" }),
+    ).toBeUndefined();
+    expect(
+      sample(text, "playbook_task_limit_usage_ratio_count", { namespace: "ops", limit: "RunCeiling" }),
+    ).toBe(1);
+  });
+
+  it("says in its help that fired limits are left out", async () => {
+    const text = await new ControllerMetrics({ defaults: false }).registry.metrics();
+    const help = text.split("\n").find((line) => line.startsWith("# HELP playbook_task_limit_usage_ratio "));
+    expect(help).toContain("a limit that fired is left out");
+  });
+});
+
+describe("the per-Playbook label", () => {
+  const perPlaybookMetrics = [
+    "playbook_runs_total",
+    "playbook_limit_fired_total",
+    "playbook_run_duration_seconds",
+    "playbook_task_limit_usage_ratio",
+  ];
+
+  it("does not exist unless configured", async () => {
+    const metrics = new ControllerMetrics({ defaults: false });
+    metrics.recordFinished(timedOut(), { namespace: "ops", playbook: "billing" });
+    const text = await metrics.registry.metrics();
+    for (const name of perPlaybookMetrics) expect(labelNamesOf(text, name), name).not.toContain("playbook");
+    expect(sample(text, "playbook_runs_total", { namespace: "ops", reason: "TaskTimeout" })).toBe(1);
+  });
+
+  it("carries the Playbook's label value on the run, limit and usage metrics when configured", async () => {
+    const metrics = new ControllerMetrics({ defaults: false, playbookLabel: true });
+    metrics.recordFinished(timedOut(), { namespace: "ops", playbook: "billing" });
+    metrics.recordFinished(nearMiss(), { namespace: "ops" });
+    const text = await metrics.registry.metrics();
+    for (const name of perPlaybookMetrics) expect(labelNamesOf(text, name), name).toContain("playbook");
+    expect(
+      sample(text, "playbook_runs_total", { namespace: "ops", reason: "TaskTimeout", playbook: "billing" }),
+    ).toBe(1);
+    expect(
+      sample(text, "playbook_limit_fired_total", {
+        namespace: "ops",
+        limit: "TaskTimeout",
+        playbook: "billing",
+      }),
+    ).toBe(1);
+    expect(
+      sample(text, "playbook_run_duration_seconds_count", {
+        namespace: "ops",
+        reason: "TaskTimeout",
+        playbook: "billing",
+      }),
+    ).toBe(1);
+    // A Playbook without the label: an empty value.
+    expect(sample(text, "playbook_runs_total", { namespace: "ops", reason: "Succeeded", playbook: "" })).toBe(
+      1,
+    );
+    expect(
+      sample(text, "playbook_task_limit_usage_ratio_count", {
+        namespace: "ops",
+        limit: "TaskTimeout",
+        playbook: "",
+      }),
+    ).toBe(1);
+    // Task durations stay by namespace and phase only.
+    expect(labelNamesOf(text, "playbook_task_duration_seconds")).not.toContain("playbook");
+  });
+});
+
+describe("playbook_ready", () => {
+  it("follows what /readyz answers", async () => {
+    let synced = false;
+    const metrics = new ControllerMetrics({ defaults: false, ready: () => synced });
+    expect(sample(await metrics.registry.metrics(), "playbook_ready", {})).toBe(0);
+    synced = true;
+    expect(sample(await metrics.registry.metrics(), "playbook_ready", {})).toBe(1);
+  });
+});
