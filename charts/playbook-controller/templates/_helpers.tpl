@@ -1,0 +1,77 @@
+{{/* Names, labels and images shared by every template. */}}
+
+{{- define "playbook-controller.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Release name + chart name, unless the release name already holds the chart name. */}}
+{{- define "playbook-controller.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "playbook-controller.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride -}}
+{{- end -}}
+
+{{- define "playbook-controller.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "playbook-controller.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{- define "playbook-controller.labels" -}}
+{{ include "playbook-controller.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: playbook-controller
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "playbook-controller.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "playbook-controller.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* registry/repository:tag, or @digest when a digest is set. */}}
+{{- define "playbook-controller.image" -}}
+{{- $repository := .Values.image.repository -}}
+{{- if .Values.image.registry -}}
+{{- $repository = printf "%s/%s" .Values.image.registry .Values.image.repository -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the monitoring.coreos.com/v1 API can take a ServiceMonitor or PrometheusRule. */}}
+{{- define "playbook-controller.hasMonitoringApi" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}
+{{- end -}}
+
+{{/* --max-old-space-size at 75% of the memory limit, when the limit is in Mi or Gi. */}}
+{{- define "playbook-controller.heapMiB" -}}
+{{- $limit := "" -}}
+{{- with .Values.resources }}{{ with .limits }}{{ with .memory }}{{ $limit = toString . }}{{ end }}{{ end }}{{ end -}}
+{{- if hasSuffix "Gi" $limit -}}
+{{- div (mul (trimSuffix "Gi" $limit | atoi) 1024 3) 4 -}}
+{{- else if hasSuffix "Mi" $limit -}}
+{{- div (mul (trimSuffix "Mi" $limit | atoi) 3) 4 -}}
+{{- end -}}
+{{- end -}}
