@@ -1,12 +1,15 @@
 import { spawn, spawnSync } from "node:child_process";
 import { closeSync, openSync, readdirSync, readFileSync } from "node:fs";
-import { constants } from "node:os";
+import { constants, tmpdir } from "node:os";
+import { type MountStep, type MountTools, mountWrapper } from "./mounts.js";
 
 /** How one container's process ended, in the terms the kubelet reports. */
 export interface ProcessExit {
   exitCode: number;
   /** Signal number when the process died of a signal. */
   signal?: number;
+  /** Set when the container never started (a mount failed): the runtime's message. */
+  startError?: string;
 }
 
 export interface ContainerProcess {
@@ -18,9 +21,12 @@ export interface ContainerProcess {
 
 export type Isolation = "pid-namespace" | "session";
 
-const unshareArgs = (): string[] => [
+const unshareArgs = (mountNamespace = false): string[] => [
   // Unprivileged users need a user namespace to own the PID namespace; root does not.
   ...(process.getuid?.() === 0 ? [] : ["--user", "--map-root-user"]),
+  // Private propagation: nothing mounted for the container shows on this machine, and it all
+  // goes away with the namespace's last process.
+  ...(mountNamespace ? ["--mount", "--propagation", "private"] : []),
   "--pid",
   "--fork",
   "--kill-child",
@@ -38,6 +44,37 @@ export function detectIsolation(): Isolation {
   const probe = spawnSync("unshare", [...unshareArgs(), "true"], { stdio: "ignore", timeout: 5_000 });
   probedIsolation = probe.status === 0 ? "pid-namespace" : "session";
   return probedIsolation;
+}
+
+function onPath(file: string): string | undefined {
+  const found = spawnSync("sh", ["-c", 'command -v "$1"', "sh", file], { encoding: "utf8", timeout: 5_000 });
+  const resolved = found.stdout?.trim();
+  return found.status === 0 && resolved?.startsWith("/") ? resolved : undefined;
+}
+
+let probedMountTools: MountTools | null | undefined;
+
+/**
+ * The tools that mount a container's volumes in its own mount namespace, when this machine can
+ * make one (`unshare --mount` with private propagation, beside the PID namespace); else undefined.
+ * Their paths are fixed here so that a pod's PATH cannot change them.
+ */
+export function detectMountNamespaces(): MountTools | undefined {
+  if (probedMountTools !== undefined) return probedMountTools ?? undefined;
+  const shell = onPath("sh");
+  const mount = onPath("mount");
+  const mkdir = onPath("mkdir");
+  const works =
+    shell !== undefined &&
+    mount !== undefined &&
+    mkdir !== undefined &&
+    detectIsolation() === "pid-namespace" &&
+    spawnSync("unshare", [...unshareArgs(true), mount, "-t", "tmpfs", "tmpfs", tmpdir()], {
+      stdio: "ignore",
+      timeout: 5_000,
+    }).status === 0;
+  probedMountTools = works ? { shell, mount, mkdir } : null;
+  return probedMountTools ?? undefined;
 }
 
 function childrenOf(pid: number): number[] {
@@ -88,11 +125,24 @@ export interface StartContainerOptions {
    * container's main process is its child. tini plays pause here.
    */
   sharedPidNamespace?: boolean;
+  /**
+   * Mounts made in a private mount namespace before the container's process starts (needs
+   * detectMountNamespaces()); `errorFile` receives the StartError message when one fails.
+   */
+  mounts?: { tools: MountTools; steps: MountStep[]; errorFile: string };
 }
 
 /** Whether tini, which plays the pod sandbox's pause process, is installed. */
 export function reaperInstalled(): boolean {
   return spawnSync("tini", ["--version"], { stdio: "ignore", timeout: 5_000 }).status === 0;
+}
+
+function readStartError(file: string): string | undefined {
+  try {
+    return readFileSync(file, "utf8") || undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 export function startContainerProcess(options: StartContainerOptions): ContainerProcess {
@@ -101,9 +151,16 @@ export function startContainerProcess(options: StartContainerOptions): Container
   const env = { ...options.env, PROCESS_NODE_CONTAINER: options.cookie };
   // With a shared namespace, tini is PID 1 (as pause is) and a subreaper in the session fallback.
   const shared = options.sharedPidNamespace === true;
-  const argv: [string, ...string[]] = shared ? ["tini", "-s", "--", ...options.argv] : options.argv;
+  let argv: [string, ...string[]] = shared ? ["tini", "-s", "--", ...options.argv] : options.argv;
+  const mounts = options.mounts;
+  if (mounts && options.isolation !== "pid-namespace")
+    throw new Error("mounts need a PID and mount namespace");
+  // The wrapper becomes the namespace's PID 1 and then execs the container's process in its place.
+  if (mounts) argv = mountWrapper(mounts.tools, mounts.steps, mounts.errorFile, options.cwd, argv);
   const [file, ...args]: [string, ...string[]] =
-    options.isolation === "pid-namespace" ? ["unshare", ...unshareArgs(), "--", ...argv] : argv;
+    options.isolation === "pid-namespace"
+      ? ["unshare", ...unshareArgs(mounts !== undefined), "--", ...argv]
+      : argv;
   const child = spawn(file, args, { cwd: options.cwd, env, stdio: ["ignore", log, log], detached: true });
   closeSync(log);
   let sentKill = false;
@@ -124,7 +181,10 @@ export function startContainerProcess(options: StartContainerOptions): Container
         // The container's main process is gone: take down whatever it left behind.
         for (const pid of processesWithCookie(cookieEntry)) kill(pid, "SIGKILL");
       }
-      if (signal) {
+      const startError = mounts ? readStartError(mounts.errorFile) : undefined;
+      if (startError !== undefined && code === 128) {
+        resolve({ exitCode: 128, startError });
+      } else if (signal) {
         const number = constants.signals[signal] ?? 0;
         resolve({ exitCode: 128 + number, signal: number });
       } else if (sentKill && options.isolation === "pid-namespace" && code === 1) {

@@ -62,7 +62,7 @@ export function resolveArgv(
   return { argv: [executable, ...rest] };
 }
 
-function fieldValue(pod: V1Pod, fieldPath: string): string {
+export function fieldValue(pod: V1Pod, fieldPath: string): string {
   const labelOrAnnotation = /^metadata\.(labels|annotations)\['(.+)'\]$/.exec(fieldPath);
   if (labelOrAnnotation) {
     const [, kind, key = ""] = labelOrAnnotation;

@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
-import { mkdir, writeFile } from "node:fs/promises";
+import { mkdir, rm, writeFile } from "node:fs/promises";
 import http from "node:http";
 import os from "node:os";
 import path from "node:path";
@@ -22,13 +22,16 @@ import {
 import {
   type ContainerProcess,
   detectIsolation,
+  detectMountNamespaces,
   type Isolation,
   type ProcessExit,
   reaperInstalled,
   startContainerProcess,
 } from "./container-process.js";
 import { startLogServer } from "./log-server.js";
+import { type MountTools, planMounts } from "./mounts.js";
 import { type CommandMapping, containerEnv, resolveArgv } from "./pod-spec.js";
+import { PodVolumes, type VolumeApi } from "./volumes.js";
 
 export interface ProcessNodeOptions {
   kubeConfig: KubeConfig;
@@ -63,6 +66,8 @@ interface ContainerRun {
   lastTerminated?: V1ContainerStateTerminated;
   terminationMessageFile: string;
   logFile: string;
+  /** Where the mount setup writes its StartError message. */
+  startErrorFile: string;
   cookie: string;
 }
 
@@ -72,6 +77,7 @@ interface PodRun {
   name: string;
   pod: V1Pod;
   dir: string;
+  volumes: PodVolumes;
   startTime: Date;
   containers: ContainerRun[];
   phase: "Pending" | "Running" | "Succeeded" | "Failed";
@@ -109,6 +115,28 @@ function microTime(date: Date): Date {
 }
 
 /**
+ * The environment the kubelet gives every container for the `kubernetes` Service in `default`
+ * (pkg/kubelet/kubelet_pods.go, whatever enableServiceLinks says). With no kube-proxy here, it
+ * names the API server this node talks to; its serving certificate covers that address.
+ */
+export function kubernetesServiceEnv(server: string): Record<string, string> {
+  const url = new URL(server);
+  const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
+  const port = url.port || "443";
+  const address = `tcp://${url.hostname}:${port}`;
+  return {
+    KUBERNETES_SERVICE_HOST: host,
+    KUBERNETES_SERVICE_PORT: port,
+    KUBERNETES_SERVICE_PORT_HTTPS: port,
+    KUBERNETES_PORT: address,
+    [`KUBERNETES_PORT_${port}_TCP`]: address,
+    [`KUBERNETES_PORT_${port}_TCP_PROTO`]: "tcp",
+    [`KUBERNETES_PORT_${port}_TCP_PORT`]: port,
+    [`KUBERNETES_PORT_${port}_TCP_ADDR`]: host,
+  };
+}
+
+/**
  * A test double of the kubelet: registers a Ready Node, keeps its Lease fresh, runs the pods the
  * scheduler binds to it as local processes and reports their status as the kubelet does.
  * See docs/development.md for the kubelet behaviours it follows and those it does not.
@@ -118,6 +146,10 @@ export class ProcessNode {
   readonly isolation: Isolation;
   /** tini is there to play the pod sandbox's PID 1 for pods with shareProcessNamespace */
   readonly hasReaper: boolean;
+  /** Set when containers can have a private mount namespace for their volumes. */
+  readonly mountTools: MountTools | undefined;
+  private readonly serviceEnv: Record<string, string>;
+  private readonly volumeApi: VolumeApi;
   private readonly core: CoreV1Api;
   private readonly coordination: CoordinationV1Api;
   private readonly runs = new Map<string, PodRun>();
@@ -138,6 +170,31 @@ export class ProcessNode {
     this.coordination = options.kubeConfig.makeApiClient(CoordinationV1Api);
     this.isolation = detectIsolation();
     this.hasReaper = reaperInstalled();
+    this.mountTools = this.isolation === "pid-namespace" ? detectMountNamespaces() : undefined;
+    const server = options.kubeConfig.getCurrentCluster()?.server;
+    this.serviceEnv = server ? kubernetesServiceEnv(server) : {};
+    this.volumeApi = {
+      read: (kind, namespace, name) => this.readObjectData(kind, namespace, name),
+      requestToken: async (request) => {
+        const response = await this.core.createNamespacedServiceAccountToken({
+          namespace: request.namespace,
+          name: request.serviceAccount,
+          body: {
+            spec: {
+              audiences: request.audience ? [request.audience] : [],
+              expirationSeconds: request.expirationSeconds,
+              boundObjectRef: { apiVersion: "v1", kind: "Pod", name: request.pod.name, uid: request.pod.uid },
+            },
+          },
+        });
+        const token = response.status?.token;
+        if (!token)
+          throw new Error(
+            `TokenRequest for ${request.namespace}/${request.serviceAccount} returned no token`,
+          );
+        return token;
+      },
+    };
     this.log = options.log ?? (() => {});
   }
 
@@ -170,7 +227,10 @@ export class ProcessNode {
     );
     this.startWatch();
     await this.waitSchedulable();
-    this.log({ node: this.nodeName, isolation: this.isolation }, "Started process node");
+    this.log(
+      { node: this.nodeName, isolation: this.isolation, mountNamespaces: this.mountTools !== undefined },
+      "Started process node",
+    );
   }
 
   /** Kills every pod process (as a node shutting down would) and stops watching. */
@@ -192,6 +252,7 @@ export class ProcessNode {
       }
     }
     await Promise.all(exits);
+    await Promise.all([...this.runs.values()].map((run) => run.volumes.release()));
   }
 
   private findContainer(namespace: string, pod: string, container: string): ContainerRun | undefined {
@@ -438,8 +499,11 @@ export class ProcessNode {
   }
 
   private forget(uid: string): void {
+    const run = this.runs.get(uid);
     this.runs.delete(uid);
     this.forgotten.add(uid);
+    // As the kubelet tears down a deleted pod's volumes, once its processes are gone.
+    if (run) void Promise.all(run.containers.map((c) => c.process?.exited)).then(() => run.volumes.release());
   }
 
   private onPod(pod: V1Pod): void {
@@ -490,6 +554,7 @@ export class ProcessNode {
       name,
       pod,
       dir,
+      volumes: new PodVolumes(dir),
       startTime: pod.status?.startTime ? new Date(pod.status.startTime) : new Date(),
       containers: (pod.spec?.containers ?? []).map((container) => ({
         name: container.name,
@@ -497,6 +562,7 @@ export class ProcessNode {
         restartCount: 0,
         terminationMessageFile: path.join(dir, `${container.name}.termination-log`),
         logFile: path.join(dir, `${container.name}.log`),
+        startErrorFile: path.join(dir, `${container.name}.start-error`),
         cookie: randomUUID(),
       })),
       phase: "Pending",
@@ -526,9 +592,41 @@ export class ProcessNode {
       const remaining = run.startTime.getTime() + deadlineSeconds * 1000 - Date.now();
       run.deadlineTimer = setTimeout(() => this.deadlineExceeded(run), Math.max(0, remaining));
     }
+    let waiting = false;
+    await run.volumes.prepare(pod, this.volumeApi, {
+      isStopping: () => run.stopping || this.stopped,
+      onRetry: (message) => {
+        // Containers stay ContainerCreating until their volumes can be set up, as with the kubelet.
+        if (!waiting) this.writeStatus(run);
+        waiting = true;
+        this.log({ namespace, pod: name, err: message }, "Waiting for volumes (FailedMount)");
+      },
+      onRefreshError: (error) =>
+        this.logError(error, "Failed to refresh service account token", { namespace, pod: name }),
+    });
+    if (run.stopping) return;
     run.phase = "Running";
     await Promise.all(run.containers.map((container) => this.startContainer(run, container)));
     this.writeStatus(run);
+  }
+
+  /** A Secret's or ConfigMap's bytes for volumes (configMap binaryData included). */
+  private async readObjectData(kind: "Secret" | "ConfigMap", namespace: string, name: string) {
+    const decode = (data: Record<string, string> | undefined) =>
+      Object.entries(data ?? {}).map(([k, v]) => [k, Buffer.from(v, "base64")] as const);
+    try {
+      if (kind === "ConfigMap") {
+        const map = await this.core.readNamespacedConfigMap({ namespace, name });
+        return Object.fromEntries([
+          ...Object.entries(map.data ?? {}).map(([k, v]) => [k, Buffer.from(v, "utf8")] as const),
+          ...decode(map.binaryData),
+        ]);
+      }
+      return Object.fromEntries(decode((await this.core.readNamespacedSecret({ namespace, name })).data));
+    } catch (error) {
+      if (isApiError(error, 404)) return undefined;
+      throw error;
+    }
   }
 
   private async readSecretOrConfigMap(kind: "Secret" | "ConfigMap", namespace: string, name: string) {
@@ -566,6 +664,7 @@ export class ProcessNode {
           PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin",
           HOME: run.dir,
           HOSTNAME: run.name,
+          ...this.serviceEnv,
         },
         (kind, namespace, name) => this.readSecretOrConfigMap(kind, namespace, name),
       );
@@ -598,9 +697,32 @@ export class ProcessNode {
       this.containerEnded(run, container);
       return;
     }
-    // The pod may have been deleted or lost while its environment was read.
+    const mounts = await run.volumes.mountsFor(spec, env);
+    const plan =
+      "error" in mounts
+        ? mounts
+        : mounts.length === 0
+          ? { steps: [] }
+          : !this.mountTools
+            ? {
+                error: `the process node cannot make a mount namespace on this machine (unshare --mount failed), so it cannot mount ${mounts.map((m) => m.target).join(", ")}`,
+              }
+            : planMounts(mounts, [run.dir]);
+    if ("error" in plan) {
+      container.startedAt = new Date();
+      finish({ exitCode: 128 }, "StartError", plan.error);
+      this.containerEnded(run, container);
+      return;
+    }
+    // The pod may have been deleted or lost while its environment and volumes were read.
     if (run.stopping) return;
-    const workingDir = spec.workingDir && existsSync(spec.workingDir) ? spec.workingDir : run.dir;
+    const inMount = (dir: string) =>
+      "error" in mounts ? false : mounts.some((m) => dir === m.target || dir.startsWith(`${m.target}/`));
+    const workingDir =
+      spec.workingDir && (existsSync(spec.workingDir) || inMount(spec.workingDir))
+        ? spec.workingDir
+        : run.dir;
+    await rm(container.startErrorFile, { force: true });
     const child = startContainerProcess({
       argv,
       env,
@@ -609,6 +731,9 @@ export class ProcessNode {
       cookie: container.cookie,
       isolation: this.isolation,
       sharedPidNamespace,
+      ...(plan.steps.length > 0 && this.mountTools
+        ? { mounts: { tools: this.mountTools, steps: plan.steps, errorFile: container.startErrorFile } }
+        : {}),
     });
     container.process = child;
     container.startedAt = new Date();
@@ -624,7 +749,8 @@ export class ProcessNode {
           .slice(-MAX_FALLBACK_LOG_LINES - 1)
           .join("\n");
       }
-      finish(exit, exit.exitCode === 0 ? "Completed" : "Error", message || undefined);
+      if (exit.startError !== undefined) finish(exit, "StartError", exit.startError);
+      else finish(exit, exit.exitCode === 0 ? "Completed" : "Error", message || undefined);
       this.containerEnded(run, container);
     });
   }
@@ -657,6 +783,8 @@ export class ProcessNode {
         run.phase = run.containers.every((c) => c.exit?.exitCode === 0) ? "Succeeded" : "Failed";
       }
       if (run.deadlineTimer) clearTimeout(run.deadlineTimer);
+      // A finished pod's volumes are torn down (its token stops being refreshed); logs stay.
+      void run.volumes.release();
     }
     this.writeStatus(run);
   }
