@@ -1,0 +1,136 @@
+// The "Playbooks: timeouts" dashboard as Grafana imports it on its own. That every expression
+// parses and returns data is proven against a real Prometheus in test/controller/prometheus.test.ts.
+import { describe, expect, it } from "vitest";
+import {
+  dashboardQueries,
+  exportedMetricNames,
+  loadDashboard,
+  playbookMetricsIn,
+} from "../support/monitoring.js";
+
+// biome-ignore lint/suspicious/noTemplateCurlyInString: Grafana's variable syntax, not a JavaScript template
+const DATASOURCE = { type: "prometheus", uid: "${datasource}" };
+
+const dashboard = loadDashboard();
+const panels = dashboard.panels.filter((panel) => panel.type !== "row");
+const queries = dashboardQueries(dashboard);
+
+// The metrics that carry the Playbook's namespace as a label: each selection of them follows $namespace.
+const NAMESPACED = [
+  "playbook_runs_total",
+  "playbook_limit_fired_total",
+  "playbook_run_duration_seconds",
+  "playbook_task_duration_seconds",
+  "playbook_task_limit_usage_ratio",
+  "playbook_active_runs",
+];
+
+describe("the Playbooks: timeouts dashboard", () => {
+  it("has a stable uid, its title and a current schemaVersion", () => {
+    expect(dashboard.uid).toBe("playbook-timeouts");
+    expect(dashboard.title).toBe("Playbooks: timeouts");
+    expect(dashboard.schemaVersion).toBeGreaterThanOrEqual(39);
+  });
+
+  it("gives every panel, rows included, an id of its own", () => {
+    const ids = dashboard.panels.map((panel) => panel.id);
+    expect(new Set(ids).size).toBe(ids.length);
+  });
+
+  it("lays panels out on the 24-column grid without overlaps", () => {
+    for (const panel of dashboard.panels)
+      expect(panel.gridPos.x + panel.gridPos.w, panel.title).toBeLessThanOrEqual(24);
+    const overlaps: string[] = [];
+    dashboard.panels.forEach((a, i) => {
+      for (const b of dashboard.panels.slice(i + 1)) {
+        const apart =
+          a.gridPos.x + a.gridPos.w <= b.gridPos.x ||
+          b.gridPos.x + b.gridPos.w <= a.gridPos.x ||
+          a.gridPos.y + a.gridPos.h <= b.gridPos.y ||
+          b.gridPos.y + b.gridPos.h <= a.gridPos.y;
+        if (!apart) overlaps.push(`${a.title} / ${b.title}`);
+      }
+    });
+    expect(overlaps).toEqual([]);
+  });
+
+  it("describes every panel and queries it through the datasource variable, not a fixed uid", () => {
+    for (const panel of panels) {
+      expect(panel.description?.length ?? 0, panel.title).toBeGreaterThan(20);
+      expect(panel.datasource, panel.title).toEqual(DATASOURCE);
+      expect(panel.targets?.length ?? 0, panel.title).toBeGreaterThan(0);
+      for (const target of panel.targets ?? [])
+        expect(target.datasource, `${panel.title} ${target.refId}`).toEqual(panel.datasource);
+    }
+  });
+
+  it("gives every target an expression and a refId unique in its panel", () => {
+    for (const panel of panels) {
+      const refIds = (panel.targets ?? []).map((target) => target.refId);
+      expect(new Set(refIds).size, panel.title).toBe(refIds.length);
+      for (const target of panel.targets ?? []) expect(target.expr.trim(), panel.title).not.toBe("");
+    }
+  });
+
+  it("has a Prometheus datasource variable and a multi-value namespace variable with All", () => {
+    const variables = new Map(dashboard.templating.list.map((variable) => [variable.name, variable]));
+    expect(variables.get("datasource")).toMatchObject({ type: "datasource", query: "prometheus" });
+    const namespace = variables.get("namespace");
+    expect(namespace).toMatchObject({
+      type: "query",
+      multi: true,
+      includeAll: true,
+      datasource: DATASOURCE,
+    });
+    const query = namespace?.query;
+    expect(typeof query === "string" ? query : query?.query).toBe(
+      "label_values(playbook_runs_total, namespace)",
+    );
+  });
+
+  it("takes rates over $__rate_interval and totals over $__range, never a fixed window", () => {
+    for (const { panel, expr } of queries) {
+      const windows = [...expr.matchAll(/\[([^\]]+)\]/g)].map((match) => match[1]);
+      for (const window of windows)
+        expect(["$__rate_interval", "$__range"], `${panel.title}: ${expr}`).toContain(window);
+    }
+  });
+
+  it("follows the namespace variable wherever a metric has a namespace label", () => {
+    for (const { panel, expr } of queries) {
+      for (const name of NAMESPACED) {
+        for (const match of expr.matchAll(
+          new RegExp(`\\b${name}(_bucket|_count|_sum)?\\b(\\{[^}]*\\})?`, "g"),
+        ))
+          expect(match[2] ?? "", `${panel.title}: ${expr}`).toContain('namespace=~"$namespace"');
+      }
+    }
+  });
+
+  it("selects only metrics the controller exports", async () => {
+    const exported = await exportedMetricNames();
+    const used = new Set(queries.flatMap(({ expr }) => playbookMetricsIn(expr)));
+    expect([...used].filter((name) => !exported.has(name))).toEqual([]);
+    // The panels the dashboard exists for.
+    for (const name of [
+      "playbook_limit_fired_total",
+      "playbook_runs_total",
+      "playbook_task_limit_usage_ratio_bucket",
+      "playbook_active_runs",
+      "playbook_leader",
+      "playbook_ready",
+    ])
+      expect(used).toContain(name);
+  });
+
+  it("says on the per-Playbook panels that they need --metrics-playbook-label", () => {
+    const perPlaybook = panels.filter((panel) =>
+      panel.targets?.some((target) => target.expr.includes("playbook!=")),
+    );
+    expect(perPlaybook.map((panel) => panel.title)).toEqual([
+      "Playbooks that time out most",
+      "Playbooks with most near misses",
+    ]);
+    for (const panel of perPlaybook) expect(panel.description).toContain("--metrics-playbook-label");
+  });
+});
