@@ -5,14 +5,18 @@ import path from "node:path";
 import { z } from "zod";
 import { repoRoot } from "../test/harness/binaries.js";
 import { startDevCluster } from "../test/harness/dev-cluster.js";
+import { installForbiddenByEnv, MissingPrerequisiteError } from "../test/harness/prerequisites.js";
 
 const log = (message: string): void => {
   process.stderr.write(`cluster:up: ${message}\n`);
 };
 
-// The only flag: --no-controller leaves the controller out, for `npx playbook controller` by hand.
+// --no-controller leaves the controller out, for `npx playbook controller` by hand; --no-install
+// (or CLUSTER_NO_INSTALL=1) stops at a missing package instead of installing it with apt-get.
 const Flags = z.array(
-  z.literal("--no-controller", { error: (i) => `unknown flag ${String(i.input)} (only --no-controller)` }),
+  z.enum(["--no-controller", "--no-install"], {
+    error: (i) => `unknown flag ${String(i.input)} (only --no-controller and --no-install)`,
+  }),
 );
 const flags = Flags.safeParse(process.argv.slice(2));
 if (!flags.success) {
@@ -20,11 +24,12 @@ if (!flags.success) {
   process.exit(2);
 }
 const startController = !flags.data.includes("--no-controller");
+const install = !flags.data.includes("--no-install") && !installForbiddenByEnv();
 
 const stateDir = path.resolve(process.env.CLUSTER_STATE_DIR ?? path.join(repoRoot(), ".cluster"));
 const t0 = Date.now();
 try {
-  const cluster = await startDevCluster({ stateDir, daemon: true, startController, log });
+  const cluster = await startDevCluster({ stateDir, daemon: true, startController, install, log });
   log(`Cluster up in ${((Date.now() - t0) / 1000).toFixed(1)}s; logs in ${path.join(stateDir, "logs")}`);
   log(`kubectl, helm and the control-plane binaries are in ${cluster.state.binDir}`);
   log(`Lose a pod as on node failure: curl -X POST ${cluster.processNodeUrl}/lose/NAMESPACE/NAME`);
@@ -33,6 +38,7 @@ try {
   log("Stop it all with: npm run cluster:down");
   process.stdout.write(`export KUBECONFIG=${cluster.state.kubeconfig}\n`);
 } catch (error) {
-  log(`failed: ${error instanceof Error ? error.message : String(error)}`);
+  if (error instanceof MissingPrerequisiteError) for (const line of error.message.split("\n")) log(line);
+  else log(`failed: ${error instanceof Error ? error.message : String(error)}`);
   process.exitCode = 1;
 }

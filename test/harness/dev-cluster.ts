@@ -12,6 +12,7 @@ import {
   startControlPlane,
   stopCluster,
 } from "./control-plane.js";
+import { ensurePrerequisites, installForbiddenByEnv } from "./prerequisites.js";
 import { defaultCommandMapping } from "./process-node/mapping.js";
 import { ProcessNode } from "./process-node/process-node.js";
 import { isRunning, logTail, startProcess, waitFor } from "./processes.js";
@@ -33,6 +34,11 @@ export interface DevClusterOptions {
   daemon: boolean;
   /** Start `playbook controller` from this checkout's build when it exists. */
   startController?: boolean;
+  /**
+   * May install missing Debian packages (tini) with apt-get when running as root; default: yes
+   * unless CLUSTER_NO_INSTALL is set.
+   */
+  install?: boolean;
   log: (message: string) => void;
 }
 
@@ -52,6 +58,8 @@ async function installCrds(binDir: string, kubeconfig: string, log: (message: st
  */
 export async function startDevCluster(options: DevClusterOptions): Promise<DevCluster> {
   const { log } = options;
+  // Everything this machine must provide is checked (and Go fetched) before anything starts.
+  ensurePrerequisites({ install: options.install ?? !installForbiddenByEnv(), log });
   const binDir = await toolsBinDir();
   const controlPlane = await startControlPlane({
     stateDir: options.stateDir,

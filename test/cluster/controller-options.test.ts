@@ -1,0 +1,161 @@
+// `playbook controller`'s logging and metrics options, as a process against the real control
+// plane: what `kubectl logs` shows in each --log-format, and what Prometheus scrapes with
+// --metrics-playbook-label.
+import { spawn } from "node:child_process";
+import { createServer } from "node:net";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { GROUP, PLURAL, VERSION } from "../../src/controller/kube.js";
+import { clients, condition, eventually, waitForFinished } from "../controller/support.js";
+import { repoRoot } from "../harness/binaries.js";
+import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { sample } from "../unit/metrics-text.js";
+
+const { core, custom } = clients();
+let namespace: string;
+
+beforeAll(async () => {
+  namespace = await createTestNamespace(core, "pb-options");
+});
+afterAll(() => deleteTestNamespace(core, namespace));
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** The controller as a process on this test's namespace, without leader election. */
+function spawnController(port: number, extra: string[]) {
+  const child = spawn(
+    process.execPath,
+    [
+      path.join(repoRoot(), "dist", "src", "cli", "main.js"),
+      "controller",
+      "--namespaces",
+      namespace,
+      "--metrics-address",
+      `127.0.0.1:${port}`,
+      "--no-leader-election",
+      "--identity",
+      "options-test",
+      ...extra,
+    ],
+    { env: { ...process.env, KUBECONFIG: inject("kubeconfig") }, stdio: ["ignore", "pipe", "pipe"] },
+  );
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (chunk) => (stdout += chunk));
+  child.stderr.on("data", (chunk) => (stderr += chunk));
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  return { child, exited, stdout: () => stdout, stderr: () => stderr };
+}
+
+/** Runs the controller until its workers started, then stops it; returns its stdout lines. */
+async function startUpLines(format: "json" | "text"): Promise<string[]> {
+  const controller = spawnController(await freePort(), ["--log-format", format]);
+  try {
+    await eventually("the workers to start", async () =>
+      controller.stdout().includes("Started workers") ? true : undefined,
+    );
+    controller.child.kill("SIGTERM");
+    expect(await controller.exited, controller.stderr()).toBe(0);
+    return controller.stdout().split("\n").filter(Boolean);
+  } finally {
+    controller.child.kill("SIGKILL");
+  }
+}
+
+describe("--log-format", () => {
+  it("json prints one object per start-up line, for log collectors", async () => {
+    const lines = await startUpLines("json");
+    const records = lines.map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(records.map((r) => r.msg)).toEqual([
+      "Serving metrics and health",
+      "Caches synced",
+      "Started workers",
+      "Stopping: finishing in-flight reconciles and releasing the Lease",
+      "Stopped",
+    ]);
+    expect(records[0]).toMatchObject({ level: 30, component: "playbook-controller" });
+    expect(records[1]).toMatchObject({ namespaces: [namespace] });
+    expect(records[2]).toMatchObject({ workers: 2, identity: "options-test" });
+  });
+
+  it("text prints time, level, message and key=value fields, one line each", async () => {
+    const lines = await startUpLines("text");
+    const time = String.raw`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z`;
+    expect(lines).toHaveLength(5);
+    expect(lines[0]).toMatch(
+      new RegExp(`^${time} INFO  Serving metrics and health address=127\\.0\\.0\\.1:\\d+$`),
+    );
+    expect(lines[1]).toMatch(new RegExp(`^${time} INFO  Caches synced namespaces=\\["${namespace}"\\]$`));
+    expect(lines[2]).toMatch(new RegExp(`^${time} INFO  Started workers workers=2 identity=options-test$`));
+    expect(lines[3]).toMatch(
+      new RegExp(
+        `^${time} INFO  Stopping: finishing in-flight reconciles and releasing the Lease signal=SIGTERM$`,
+      ),
+    );
+    expect(lines[4]).toMatch(new RegExp(`^${time} INFO  Stopped$`));
+  });
+});
+
+describe("--metrics-playbook-label", () => {
+  it("labels a run's metrics with its Playbook's label value, and reports the caches ready", async () => {
+    const port = await freePort();
+    const controller = spawnController(port, [
+      "--metrics-playbook-label",
+      "app.kubernetes.io/name",
+      "--log-level",
+      "warn",
+    ]);
+    try {
+      const url = `http://127.0.0.1:${port}/metrics`;
+      const scrape = async () => (await fetch(url).catch(() => undefined))?.text();
+      await eventually("playbook_ready to be 1", async () => {
+        const text = await scrape();
+        return text && sample(text, "playbook_ready", {}) === 1 ? true : undefined;
+      });
+      await custom.createNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        plural: PLURAL,
+        namespace,
+        body: {
+          apiVersion: `${GROUP}/${VERSION}`,
+          kind: "Playbook",
+          metadata: { name: "labelled", labels: { "app.kubernetes.io/name": "billing" } },
+          spec: { ceiling: "1m", tasks: [{ name: "a", run: "true", timeout: "30s" }] },
+        },
+      });
+      const playbook = await waitForFinished(namespace, "labelled", 60_000);
+      expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
+      const labels = { namespace, playbook: "billing" };
+      const text = await eventually("the run to be counted", async () => {
+        const text = await scrape();
+        return text && sample(text, "playbook_runs_total", { ...labels, reason: "Succeeded" }) === 1
+          ? text
+          : undefined;
+      });
+      expect(sample(text, "playbook_run_duration_seconds_count", { ...labels, reason: "Succeeded" })).toBe(1);
+      expect(sample(text, "playbook_task_limit_usage_ratio_count", { ...labels, limit: "TaskTimeout" })).toBe(
+        1,
+      );
+      expect(sample(text, "playbook_task_limit_usage_ratio_count", { ...labels, limit: "RunCeiling" })).toBe(
+        1,
+      );
+      // A task that ran `true` used far less than 10% of its 30s timeout.
+      expect(
+        sample(text, "playbook_task_limit_usage_ratio_bucket", {
+          ...labels,
+          limit: "TaskTimeout",
+          le: "0.1",
+        }),
+      ).toBe(1);
+    } finally {
+      controller.child.kill("SIGKILL");
+    }
+  });
+});

@@ -1,0 +1,103 @@
+// What a dev cluster needs from this machine besides Node, checked before anything starts, so a
+// missing piece stops `cluster:up` with the command that installs it instead of every Playbook
+// ending RunnerLost later. Go is the third: tools/build.sh (run next, still before anything
+// starts) fetches it when missing and stops with its own message when it cannot.
+import { spawnSync } from "node:child_process";
+import { reaperInstalled } from "./process-node/container-process.js";
+
+export interface Prerequisite {
+  /** The command that must be on PATH. */
+  command: string;
+  /** The Debian package that provides it. */
+  debianPackage: string;
+  /** What it is for, said when it is missing. */
+  purpose: string;
+  /** Without it the cluster starts anyway, with less (said on stderr). */
+  optional: boolean;
+  present: () => boolean;
+}
+
+function onPath(command: string): boolean {
+  return (
+    spawnSync("sh", ["-c", 'command -v "$1" >/dev/null', "sh", command], { stdio: "ignore" }).status === 0
+  );
+}
+
+export const PREREQUISITES: readonly Prerequisite[] = [
+  {
+    command: "tini",
+    debianPackage: "tini",
+    purpose:
+      "the process node's stand-in for the pod sandbox's reaping PID 1; every Playbook's pod shares its PID namespace and ends RunnerLost without it",
+    optional: false,
+    present: reaperInstalled,
+  },
+  {
+    command: "unshare",
+    debianPackage: "util-linux",
+    purpose:
+      "a PID namespace per pod, so a pod's processes end with it; without it the process node gives each pod a session and sweeps its processes by environment",
+    optional: true,
+    present: () => onPath("unshare"),
+  },
+];
+
+/** `CLUSTER_NO_INSTALL` set (to anything but 0 or false) forbids installing packages. */
+export function installForbiddenByEnv(env: NodeJS.ProcessEnv = process.env): boolean {
+  const value = env.CLUSTER_NO_INSTALL;
+  return value !== undefined && value !== "" && value !== "0" && value !== "false";
+}
+
+export class MissingPrerequisiteError extends Error {}
+
+const isRoot = (): boolean => process.getuid?.() === 0;
+
+/** The one command a person runs to install it. */
+export function installCommand(prerequisite: Prerequisite): string {
+  return `${isRoot() ? "" : "sudo "}apt-get install ${prerequisite.debianPackage}`;
+}
+
+function aptInstall(packages: string[], log: (message: string) => void): void {
+  const args = ["install", "-y", "--no-install-recommends", ...packages];
+  log(`Installing ${packages.join(", ")}: apt-get ${args.join(" ")}`);
+  // apt's output goes to stderr: stdout of cluster:up is kept for the KUBECONFIG line.
+  const options = {
+    stdio: ["ignore", 2, 2] as ["ignore", number, number],
+    env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" },
+  };
+  if (spawnSync("apt-get", args, options).status === 0) return;
+  // A fresh machine may have no package lists yet.
+  log("apt-get install failed; updating the package lists and trying again");
+  spawnSync("apt-get", ["update", "-qq"], options);
+  spawnSync("apt-get", args, options);
+}
+
+/**
+ * Installs what is missing when running as root with apt-get and `install` allows it; then
+ * throws MissingPrerequisiteError, one line per required command still missing, naming the
+ * command that installs it. Optional ones still missing are only reported through `log`.
+ */
+export function ensurePrerequisites(options: { install: boolean; log: (message: string) => void }): void {
+  const { log } = options;
+  let missing = PREREQUISITES.filter((p) => !p.present());
+  if (missing.length === 0) return;
+  if (options.install && isRoot() && onPath("apt-get")) {
+    aptInstall(
+      missing.map((p) => p.debianPackage),
+      log,
+    );
+    missing = missing.filter((p) => !p.present());
+  }
+  for (const prerequisite of missing.filter((p) => p.optional)) {
+    log(
+      `${prerequisite.command} is not on PATH (${prerequisite.purpose}); \`${installCommand(prerequisite)}\` installs it`,
+    );
+  }
+  const required = missing.filter((p) => !p.optional);
+  if (required.length === 0) return;
+  throw new MissingPrerequisiteError(
+    required
+      .map((p) => `${p.command} is not on PATH (${p.purpose}): install it with \`${installCommand(p)}\``)
+      .join("\n"),
+  );
+}
