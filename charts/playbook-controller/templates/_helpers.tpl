@@ -75,3 +75,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- div (mul (trimSuffix "Mi" $limit | atoi) 3) 4 -}}
 {{- end -}}
 {{- end -}}
+
+{{/* What the controller does with Playbooks, their pods and events: every verb listed, nothing else. */}}
+{{- define "playbook-controller.rules" }}
+rules:
+  - apiGroups: [playbook.dev]
+    resources: [playbooks]
+    verbs: [get, list, watch]
+  - apiGroups: [playbook.dev]
+    resources: [playbooks/status]
+    verbs: [update]
+  # Pods it creates carry an owner reference with blockOwnerDeletion.
+  - apiGroups: [playbook.dev]
+    resources: [playbooks/finalizers]
+    verbs: [update]
+  - apiGroups: [""]
+    resources: [pods]
+    verbs: [get, list, watch, create, delete]
+  - apiGroups: [""]
+    resources: [events]
+    verbs: [create]
+{{- end }}

@@ -1,0 +1,390 @@
+// The dashboard and the alerts on a real Prometheus: a controller in this process runs Playbooks
+// that end by each limit and one that succeeds close to its timeout, Prometheus scrapes it every
+// second and evaluates the alert rules, and every dashboard and alert expression is queried
+// through Prometheus' HTTP API as Grafana and the rule manager would.
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { z } from "zod";
+import { GROUP, PLURAL, VERSION } from "../../src/controller/kube.js";
+import {
+  createTestNamespace,
+  deleteTestNamespace,
+  marker,
+  processesWithMarker,
+} from "../harness/cluster-test.js";
+import {
+  freePort,
+  logTail,
+  type StartedProcess,
+  startProcess,
+  stopProcess,
+  waitFor,
+} from "../harness/processes.js";
+import {
+  type AlertRule,
+  dashboardQueries,
+  loadAlertRules,
+  type PanelQuery,
+  rulesFile,
+  substituteVariables,
+} from "../support/monitoring.js";
+import {
+  clients,
+  condition,
+  eventually,
+  playbookManifest,
+  type RunningController,
+  startController,
+  waitForFinished,
+} from "./support.js";
+
+const { core, custom } = clients();
+const PLAYBOOK_LABEL = "app.kubernetes.io/name";
+
+let namespace: string;
+let controller: RunningController;
+let metricsUrl: string;
+let prometheus: StartedProcess | undefined;
+let prometheusUrl: string;
+let workDir: string;
+
+beforeAll(async () => {
+  namespace = await createTestNamespace(core, "pb-prom");
+  const metricsPort = await freePort();
+  metricsUrl = `http://127.0.0.1:${metricsPort}`;
+  controller = startController([namespace], {
+    metricsAddress: `127.0.0.1:${metricsPort}`,
+    metricsPlaybookLabel: PLAYBOOK_LABEL,
+  });
+
+  workDir = mkdtempSync(path.join(tmpdir(), "pb-prometheus-"));
+  const configFile = path.join(workDir, "prometheus.yml");
+  // honor_labels: the metrics' own `namespace` (the Playbook's) must win over a target label, as
+  // the chart's ServiceMonitor must keep it.
+  writeFileSync(
+    configFile,
+    JSON.stringify({
+      global: { scrape_interval: "1s", evaluation_interval: "1s" },
+      rule_files: [rulesFile],
+      scrape_configs: [
+        {
+          job_name: "playbook-controller",
+          honor_labels: true,
+          static_configs: [{ targets: [`127.0.0.1:${metricsPort}`] }],
+        },
+      ],
+    }),
+  );
+  const port = await freePort();
+  prometheusUrl = `http://127.0.0.1:${port}`;
+  const logFile = path.join(workDir, "prometheus.log");
+  prometheus = startProcess(
+    "prometheus",
+    process.env.PROMETHEUS ?? "prometheus",
+    [
+      `--config.file=${configFile}`,
+      `--storage.tsdb.path=${path.join(workDir, "data")}`,
+      `--web.listen-address=127.0.0.1:${port}`,
+      "--log.level=warn",
+    ],
+    { logFile },
+  );
+  let exited = false;
+  void prometheus.exited.then(() => (exited = true));
+  await waitFor(
+    "Prometheus to be ready",
+    async () => ((await fetch(`${prometheusUrl}/-/ready`)).ok ? true : undefined),
+    {
+      timeoutMs: 30_000,
+      intervalMs: 200,
+      abortIf: () => (exited ? `exited: ${logTail(logFile)}` : undefined),
+    },
+  );
+  await waitFor(
+    "the controller to be scraped",
+    async () => ((await query("up")).some((s) => s.value === 1) ? true : undefined),
+    { timeoutMs: 30_000, intervalMs: 500 },
+  );
+});
+
+afterAll(async () => {
+  if (prometheus) await stopProcess(prometheus);
+  if (workDir) rmSync(workDir, { recursive: true, force: true });
+  await controller?.stop();
+  await deleteTestNamespace(core, namespace);
+});
+
+const QueryResponse = z.discriminatedUnion("status", [
+  z.object({
+    status: z.literal("success"),
+    data: z.object({
+      resultType: z.string(),
+      result: z.array(
+        z.object({ metric: z.record(z.string(), z.string()), value: z.tuple([z.number(), z.string()]) }),
+      ),
+    }),
+  }),
+  z.object({ status: z.literal("error"), errorType: z.string(), error: z.string() }),
+]);
+
+interface Sample {
+  labels: Record<string, string>;
+  value: number;
+}
+
+/** An instant query; throws with Prometheus' message when the expression does not parse or evaluate. */
+async function query(expr: string): Promise<Sample[]> {
+  const response = await fetch(`${prometheusUrl}/api/v1/query`, {
+    method: "POST",
+    body: new URLSearchParams({ query: expr }),
+  });
+  const parsed = QueryResponse.parse(await response.json());
+  if (parsed.status === "error") throw new Error(`${parsed.errorType}: ${parsed.error}\n${expr}`);
+  return parsed.data.result.map((r) => ({ labels: r.metric, value: Number(r.value[1]) }));
+}
+
+const sumOf = async (expr: string) => (await query(`sum(${expr})`))[0]?.value ?? 0;
+
+function parentOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+}
+
+interface RunCase {
+  app: string;
+  reason: string;
+  spec: (mark: string) => Record<string, unknown>;
+  /** What happens to the run from outside while it runs. */
+  meanwhile?: (mark: string) => Promise<void>;
+}
+
+const cases: RunCase[] = [
+  {
+    // Uses ~93% of its timeout: a near miss.
+    app: "nightly-ok",
+    reason: "Succeeded",
+    spec: (m) => ({
+      ceiling: "1m",
+      tasks: [{ name: "close-call", run: `sleep 9.3 # ${m}`, timeout: "10s" }],
+    }),
+  },
+  {
+    app: "nightly-timeout",
+    reason: "TaskTimeout",
+    spec: (m) => ({
+      ceiling: "1m",
+      killGrace: "1s",
+      tasks: [{ name: "slow", run: `sleep 30 # ${m}`, timeout: "2s" }],
+    }),
+  },
+  {
+    app: "nightly-stall",
+    reason: "StallLimit",
+    spec: (m) => ({
+      ceiling: "1m",
+      killGrace: "1s",
+      stall: "2s",
+      tasks: [{ name: "quiet", run: `echo start; sleep 30 # ${m}` }],
+    }),
+  },
+  {
+    app: "nightly-ceiling",
+    reason: "RunCeiling",
+    spec: (m) => ({ ceiling: "3s", killGrace: "1s", tasks: [{ name: "long", run: `sleep 30 # ${m}` }] }),
+  },
+  {
+    // The runner is stopped hard, so only the kubelet's activeDeadlineSeconds ends the pod.
+    app: "nightly-frozen",
+    reason: "PodDeadlineExceeded",
+    spec: (m) => ({ ceiling: "6s", killGrace: "1s", tasks: [{ name: "held", run: `sleep 60 # ${m}` }] }),
+    meanwhile: async (mark) => {
+      const task = await eventually(`a task process with ${mark}`, async () => processesWithMarker(mark)[0]);
+      process.kill(parentOf(task), "SIGSTOP");
+    },
+  },
+];
+
+async function runToTheEnd(c: RunCase, wave: number): Promise<void> {
+  const mark = marker();
+  const name = `${c.app}-${wave}`;
+  const manifest = playbookManifest(name, c.spec(mark));
+  try {
+    await custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      plural: PLURAL,
+      namespace,
+      body: { ...manifest, metadata: { name, labels: { [PLAYBOOK_LABEL]: c.app } } },
+    });
+    await c.meanwhile?.(mark);
+    const playbook = await waitForFinished(namespace, name, 60_000);
+    expect(condition(playbook, "Succeeded")?.reason, name).toBe(c.reason);
+  } finally {
+    for (const pid of processesWithMarker(mark)) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // Gone already.
+      }
+    }
+  }
+}
+
+/** Runs every case once and waits until Prometheus has scraped all of them. */
+async function wave(n: number): Promise<void> {
+  await Promise.all(cases.map((c) => runToTheEnd(c, n)));
+  const runs = cases.length * n;
+  await waitFor(
+    `Prometheus to have scraped ${runs} runs`,
+    async () => ((await sumOf(`playbook_runs_total{namespace="${namespace}"}`)) === runs ? true : undefined),
+    { timeoutMs: 30_000, intervalMs: 500 },
+  );
+}
+
+// Grafana's values: the test namespace for $namespace, windows that cover both waves.
+const VARIABLES = { rateInterval: "2m", range: "10m" };
+
+// Panels that may be empty after a short healthy run, and why.
+const MAY_BE_EMPTY = new Map([
+  ["Watch reconnects and relists/A", "a reconnect series exists only once a watch has been restarted"],
+]);
+
+describe("the dashboard and the alerts on a real Prometheus scraping the controller", () => {
+  const results = new Map<string, Sample[]>();
+  const key = (q: Pick<PanelQuery, "refId"> & { panel: { title: string } }) => `${q.panel.title}/${q.refId}`;
+  const resultOf = (title: string, refId = "A") => results.get(`${title}/${refId}`) ?? [];
+
+  beforeAll(async () => {
+    // A counter's series starts at its first increment: the second wave is what rate() and
+    // increase() see.
+    await wave(1);
+    await wave(2);
+    for (const q of dashboardQueries()) {
+      const expr = substituteVariables(q.expr, { ...VARIABLES, namespace });
+      results.set(key(q), await query(expr));
+    }
+  }, 300_000);
+
+  it("the controller's /metrics passes promtool check metrics, but for prom-client's Node gauges", async () => {
+    const text = await (await fetch(`${metricsUrl}/metrics`)).text();
+    const { code, output } = await new Promise<{ code: number; output: string }>((resolve) => {
+      const child = execFile("promtool", ["check", "metrics"], (error, stdout, stderr) =>
+        resolve({ code: error ? Number(error.code ?? 1) : 0, output: stdout + stderr }),
+      );
+      child.stdin?.end(text);
+    });
+    // prom-client's default collectors name these gauges *_total; the names are theirs, not ours.
+    expect(output.trim().split("\n").sort()).toEqual([
+      'nodejs_active_handles_total non-counter metrics should not have "_total" suffix',
+      'nodejs_active_requests_total non-counter metrics should not have "_total" suffix',
+      'nodejs_active_resources_total non-counter metrics should not have "_total" suffix',
+    ]);
+    expect(code).toBe(3);
+  });
+
+  it("parses and evaluates every dashboard expression, and every panel returns data", () => {
+    const queries = dashboardQueries();
+    expect(results.size).toBe(queries.length);
+    const empty = queries.map(key).filter((k) => (results.get(k) ?? []).length === 0 && !MAY_BE_EMPTY.has(k));
+    expect(empty).toEqual([]);
+  });
+
+  it("counts each limit that fired and each reason in range", () => {
+    const byLimit = Object.fromEntries(
+      resultOf("Limits fired in range, by limit").map((s) => [s.labels.limit, s.value]),
+    );
+    for (const limit of ["TaskTimeout", "StallLimit", "RunCeiling", "PodDeadlineExceeded"])
+      expect(byLimit[limit], limit).toBeGreaterThan(0);
+    const byReason = resultOf("Runs in range, by reason").map((s) => s.labels.reason);
+    expect(byReason).toEqual(expect.arrayContaining(cases.map((c) => c.reason)));
+    expect(resultOf("Limits fired")[0]?.value).toBeGreaterThan(0);
+    expect(resultOf("Runs failed")[0]?.value).toBeGreaterThan(0);
+  });
+
+  it("names the namespace and the Playbooks that time out most", () => {
+    expect(resultOf("Namespaces that time out most").map((s) => s.labels.namespace)).toEqual([namespace]);
+    const playbooks = resultOf("Playbooks that time out most").map((s) => s.labels.playbook);
+    expect(playbooks.sort()).toEqual([
+      "nightly-ceiling",
+      "nightly-frozen",
+      "nightly-stall",
+      "nightly-timeout",
+    ]);
+  });
+
+  it("shows the task that used over 90% of its timeout as a near miss", () => {
+    const share = (refId: string) =>
+      resultOf("Near misses: share of finished tasks over 80% / 90% of their limit", refId).find(
+        (s) => s.labels.limit === "TaskTimeout",
+      )?.value;
+    expect(share("A")).toBe(1);
+    expect(share("B")).toBe(1);
+    expect(resultOf("Namespaces with most near misses").map((s) => s.labels.namespace)).toEqual([namespace]);
+    expect(resultOf("Playbooks with most near misses").map((s) => s.labels.playbook)).toEqual(["nightly-ok"]);
+  });
+
+  it("shows one replica up, ready and leading, and no run active", () => {
+    expect(resultOf("Controller replicas", "A")[0]?.value).toBe(1);
+    expect(resultOf("Controller replicas", "B")[0]?.value).toBe(1);
+    expect(resultOf("Leader")[0]?.value).toBe(1);
+    expect(resultOf("Active runs")[0]?.value).toBe(0);
+  });
+
+  it("evaluates every alert expression, and the rule manager reports every rule healthy", async () => {
+    const rules: AlertRule[] = loadAlertRules();
+    for (const rule of rules) await query(rule.expr);
+    const RulesResponse = z.object({
+      data: z.object({
+        groups: z.array(
+          z.object({
+            rules: z.array(
+              z.object({ name: z.string(), health: z.string(), lastError: z.string().optional() }),
+            ),
+          }),
+        ),
+      }),
+    });
+    const loaded = await eventually("every rule evaluated", async () => {
+      const body = RulesResponse.parse(await (await fetch(`${prometheusUrl}/api/v1/rules`)).json());
+      const all = body.data.groups.flatMap((g) => g.rules);
+      return all.every((r) => r.health !== "unknown") ? all : undefined;
+    });
+    // Prometheus lists groups by name, not in file order.
+    expect(loaded.map((r) => r.name).sort()).toEqual(rules.map((r) => r.alert).sort());
+    expect(loaded.filter((r) => r.health !== "ok")).toEqual([]);
+  });
+
+  it("fires PlaybookRunCeilingHit and PlaybookPodDeadlineExceeded for their Playbooks, and nothing else", async () => {
+    const AlertsResponse = z.object({
+      data: z.object({
+        alerts: z.array(z.object({ labels: z.record(z.string(), z.string()), state: z.string() })),
+      }),
+    });
+    const firing = await eventually("both alerts to fire", async () => {
+      const body = AlertsResponse.parse(await (await fetch(`${prometheusUrl}/api/v1/alerts`)).json());
+      const alerts = body.data.alerts.filter((a) => a.state === "firing");
+      return alerts.length >= 2 ? alerts : undefined;
+    });
+    expect(
+      firing
+        .map((a) => ({
+          alertname: a.labels.alertname,
+          namespace: a.labels.namespace,
+          playbook: a.labels.playbook,
+          severity: a.labels.severity,
+        }))
+        .sort((a, b) => String(a.alertname).localeCompare(String(b.alertname))),
+    ).toEqual([
+      {
+        alertname: "PlaybookPodDeadlineExceeded",
+        namespace,
+        playbook: "nightly-frozen",
+        severity: "warning",
+      },
+      { alertname: "PlaybookRunCeilingHit", namespace, playbook: "nightly-ceiling", severity: "warning" },
+    ]);
+  });
+});
