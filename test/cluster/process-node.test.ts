@@ -1,9 +1,10 @@
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { mkdtemp, readFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { type V1Pod, Watch } from "@kubernetes/client-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { pathToFileURL } from "node:url";
+import { RbacAuthorizationV1Api, type V1Pod, Watch } from "@kubernetes/client-node";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { decodeReport } from "../../src/api/report.js";
 import { repoRoot } from "../harness/binaries.js";
 import {
@@ -305,5 +306,176 @@ describe("the process node", () => {
     expect(pod.status?.phase).toBe("Failed");
     expect(terminated(pod)).toMatchObject({ exitCode: 128, reason: "StartError" });
     expect(terminated(pod)?.message).toContain('"definitely-not-a-command": executable file not found');
+  });
+});
+
+/** The process node's folder for a pod: `<work dir>/<namespace>_<name>_<uid>` under .cluster/test-<pid>/. */
+function podFolder(pod: V1Pod): string {
+  const parent = path.join(repoRoot(), ".cluster");
+  const name = `${pod.metadata?.namespace}_${pod.metadata?.name}_${pod.metadata?.uid}`;
+  for (const entry of readdirSync(parent)) {
+    const candidate = path.join(parent, entry, "process-node", name);
+    if (existsSync(candidate)) return candidate;
+  }
+  throw new Error(`no process-node folder for pod ${name}`);
+}
+
+const hostMountsUnder = (dir: string): string[] =>
+  readFileSync("/proc/self/mountinfo", "utf8")
+    .split("\n")
+    .filter((line) => line.includes(dir));
+
+describe("the process node's in-cluster API access and volumes", () => {
+  const server = new URL(kubeConfig.getCurrentCluster()?.server ?? "");
+
+  it("gives a pod its service account's bound token: kubectl and client-node in it act as that account, under RBAC", async () => {
+    const rbac = kubeConfig.makeApiClient(RbacAuthorizationV1Api);
+    await core.createNamespacedServiceAccount({ namespace, body: { metadata: { name: "reader" } } });
+    await rbac.createNamespacedRole({
+      namespace,
+      body: {
+        metadata: { name: "pod-reader" },
+        rules: [{ apiGroups: [""], resources: ["pods"], verbs: ["get", "list"] }],
+      },
+    });
+    await rbac.createNamespacedRoleBinding({
+      namespace,
+      body: {
+        metadata: { name: "reader" },
+        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "pod-reader" },
+        subjects: [{ kind: "ServiceAccount", name: "reader", namespace }],
+      },
+    });
+    const kubectl = path.join(inject("binDir"), "kubectl");
+    const clientNode = pathToFileURL(
+      path.join(repoRoot(), "node_modules", "@kubernetes", "client-node", "dist", "index.js"),
+    ).href;
+    // What the controller does in its pod: KubeConfig.loadFromDefault(), which falls back to in-cluster.
+    const program = `
+      const k8s = await import(process.argv[1]);
+      const kc = new k8s.KubeConfig();
+      kc.loadFromDefault();
+      const api = kc.makeApiClient(k8s.CoreV1Api);
+      const pods = await api.listNamespacedPod({ namespace: process.env.NS, fieldSelector: "metadata.name=" + process.env.HOSTNAME });
+      console.log("client-node", kc.getCurrentCluster().server, pods.items.map((p) => p.metadata.name).join(","));
+      await api.listNamespacedSecret({ namespace: process.env.NS }).catch((e) => console.log("client-node secrets", e.code));`;
+    const script = [
+      `${kubectl} auth whoami -o jsonpath='{.status.userInfo.username} {.status.userInfo.extra.authentication\\.kubernetes\\.io/pod-name[0]}'; echo`,
+      `${kubectl} get pods --field-selector metadata.name=$HOSTNAME -o name`,
+      `${kubectl} get secrets 2>&1; echo "secrets exit $?"`,
+      `${process.execPath} --input-type=module -e '${program}' ${clientNode}`,
+    ].join("\n");
+    const body = shellPod("in-cluster", script, { serviceAccountName: "reader" });
+    body.spec?.containers[0]?.env?.push({
+      name: "NS",
+      valueFrom: { fieldRef: { fieldPath: "metadata.namespace" } },
+    });
+    await core.createNamespacedPod({ namespace, body });
+    const pod = await waitForPod(core, namespace, "in-cluster", "to finish", finished);
+
+    // The ServiceAccount admission added the projected volume the token came from.
+    expect(pod.spec?.volumes?.some((v) => v.name.startsWith("kube-api-access-"))).toBe(true);
+    const log = await core.readNamespacedPodLog({ namespace, name: "in-cluster" });
+    const account = `system:serviceaccount:${namespace}:reader`;
+    expect(log.split("\n")).toEqual([
+      `${account} in-cluster`,
+      "pod/in-cluster",
+      `Error from server (Forbidden): secrets is forbidden: User "${account}" cannot list resource "secrets" in API group "" in the namespace "${namespace}"`,
+      "secrets exit 1",
+      `client-node https://${server.host} in-cluster`,
+      "client-node secrets 403",
+      "",
+    ]);
+    expect(pod.status?.phase).toBe("Succeeded");
+  });
+
+  it("mounts no token when automountServiceAccountToken is false, and still sets the kubernetes Service's environment", async () => {
+    const script =
+      'test -e /var/run/secrets/kubernetes.io/serviceaccount/token && echo token || echo no token; echo "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT $KUBERNETES_PORT"';
+    await core.createNamespacedPod({
+      namespace,
+      body: shellPod("no-token", script, { automountServiceAccountToken: false }),
+    });
+    const pod = await waitForPod(core, namespace, "no-token", "to finish", finished);
+    expect(pod.spec?.volumes ?? []).toEqual([]);
+    expect(await core.readNamespacedPodLog({ namespace, name: "no-token" })).toBe(
+      `no token\n${server.hostname}:${server.port} tcp://${server.host}\n`,
+    );
+  });
+
+  it("gives a pod a private emptyDir at /tmp that goes with the pod, leaving nothing mounted or running", async () => {
+    const tag = marker();
+    const script = `echo private > /tmp/${tag}; ls -A /tmp; sh -c 'sleep 300' ${tag}`;
+    const body = shellPod("scratch", script, { volumes: [{ name: "scratch", emptyDir: {} }] });
+    const container = body.spec?.containers[0];
+    if (container) container.volumeMounts = [{ name: "scratch", mountPath: "/tmp" }];
+    await core.createNamespacedPod({ namespace, body });
+    const pod = await waitForPod(core, namespace, "scratch", "to run", (p) => p.status?.phase === "Running");
+    await waitFor(
+      "the pod's processes",
+      async () => (processesWithMarker(tag).length > 0 ? true : undefined),
+      {
+        timeoutMs: 10_000,
+      },
+    );
+    const folder = podFolder(pod);
+    const written = path.join(folder, "volumes", "scratch", tag);
+
+    // Only what the pod wrote is in its /tmp; the machine's /tmp never sees it.
+    expect(await core.readNamespacedPodLog({ namespace, name: "scratch" })).toBe(`${tag}\n`);
+    expect(readFileSync(written, "utf8")).toBe("private\n");
+    expect(existsSync(path.join("/tmp", tag))).toBe(false);
+    expect(hostMountsUnder(folder)).toEqual([]);
+
+    await core.deleteNamespacedPod({ namespace, name: "scratch", gracePeriodSeconds: 1 });
+    await waitForPodGone(core, namespace, "scratch", 30_000);
+    await waitFor("the emptyDir to be removed", async () => (existsSync(written) ? undefined : true), {
+      timeoutMs: 5_000,
+    });
+    expect(processesWithMarker(tag)).toEqual([]);
+    expect(hostMountsUnder(path.dirname(folder))).toEqual([]);
+  });
+
+  it("mounts configMap and secret volumes read-only and refuses a mount point it would have to create under /etc", async () => {
+    await core.createNamespacedConfigMap({
+      namespace,
+      body: { metadata: { name: "settings" }, data: { greeting: "hello from a config map" } },
+    });
+    await core.createNamespacedSecret({
+      namespace,
+      body: { metadata: { name: "credentials" }, stringData: { password: "s3cret" } },
+    });
+    const script =
+      "cat /mnt/settings/greeting; echo; cat /mnt/credentials/password; echo; touch /mnt/settings/x || true";
+    const body = shellPod("configured", script, {
+      volumes: [
+        { name: "settings", configMap: { name: "settings" } },
+        { name: "credentials", secret: { secretName: "credentials" } },
+      ],
+    });
+    const container = body.spec?.containers[0];
+    if (container) {
+      container.volumeMounts = [
+        { name: "settings", mountPath: "/mnt/settings" },
+        { name: "credentials", mountPath: "/mnt/credentials" },
+      ];
+    }
+    await core.createNamespacedPod({ namespace, body });
+    await waitForPod(core, namespace, "configured", "to finish", finished);
+    expect(await core.readNamespacedPodLog({ namespace, name: "configured" })).toBe(
+      "hello from a config map\ns3cret\ntouch: cannot touch '/mnt/settings/x': Read-only file system\n",
+    );
+
+    const refused = shellPod("under-etc", "echo ran", {
+      volumes: [{ name: "settings", configMap: { name: "settings" } }],
+    });
+    const refusedContainer = refused.spec?.containers[0];
+    if (refusedContainer)
+      refusedContainer.volumeMounts = [{ name: "settings", mountPath: "/etc/playbook-settings" }];
+    await core.createNamespacedPod({ namespace, body: refused });
+    const pod = await waitForPod(core, namespace, "under-etc", "to finish", finished);
+    expect(pod.status?.phase).toBe("Failed");
+    expect(terminated(pod)).toMatchObject({ exitCode: 128, reason: "StartError" });
+    expect(terminated(pod)?.message).toContain("/etc/playbook-settings does not exist");
   });
 });
