@@ -326,6 +326,12 @@ describe("the dashboard and the alerts on a real Prometheus scraping the control
     expect(resultOf("Playbooks with most near misses").map((s) => s.labels.playbook)).toEqual(["nightly-ok"]);
   });
 
+  it("fills the namespace variable as Grafana asks for label_values(playbook_runs_total, namespace)", async () => {
+    const url = `${prometheusUrl}/api/v1/label/namespace/values?${new URLSearchParams({ "match[]": "playbook_runs_total" })}`;
+    const body = z.object({ data: z.array(z.string()) }).parse(await (await fetch(url)).json());
+    expect(body.data).toContain(namespace);
+  });
+
   it("shows one replica up, ready and leading, and no run active", () => {
     expect(resultOf("Controller replicas", "A")[0]?.value).toBe(1);
     expect(resultOf("Controller replicas", "B")[0]?.value).toBe(1);
@@ -360,7 +366,13 @@ describe("the dashboard and the alerts on a real Prometheus scraping the control
   it("fires PlaybookRunCeilingHit and PlaybookPodDeadlineExceeded for their Playbooks, and nothing else", async () => {
     const AlertsResponse = z.object({
       data: z.object({
-        alerts: z.array(z.object({ labels: z.record(z.string(), z.string()), state: z.string() })),
+        alerts: z.array(
+          z.object({
+            labels: z.record(z.string(), z.string()),
+            annotations: z.record(z.string(), z.string()),
+            state: z.string(),
+          }),
+        ),
       }),
     });
     const firing = await eventually("both alerts to fire", async () => {
@@ -386,5 +398,10 @@ describe("the dashboard and the alerts on a real Prometheus scraping the control
       },
       { alertname: "PlaybookRunCeilingHit", namespace, playbook: "nightly-ceiling", severity: "warning" },
     ]);
+    // Both ceiling runs of the Playbook, named as on-call reads them.
+    const ceiling = firing.find((a) => a.labels.alertname === "PlaybookRunCeilingHit");
+    expect(ceiling?.annotations.description).toContain(
+      `Runs of Playbook nightly-ceiling in namespace ${namespace} reached their ceiling in the last 15 minutes (2)`,
+    );
   });
 });
