@@ -118,7 +118,7 @@ function durationSeconds(start: string | undefined, end: string | undefined): nu
  * its ceiling unless the ceiling is what ended it: a limit that fired used all of it by
  * definition and is counted by playbook_limit_fired_total instead.
  */
-export function limitUsage(
+function limitUsage(
   status: PlaybookStatus,
   reason: TerminalReason,
   limits: ResolvedLimits | null,
