@@ -146,7 +146,7 @@ describe("the Helm chart", () => {
     [
       "image by digest, pull secrets, scheduling, extra args and env",
       [
-        "image.digest=sha256:" + "a".repeat(64),
+        `image.digest=sha256:${"a".repeat(64)}`,
         "imagePullSecrets[0].name=regcred",
         "nodeSelector.kubernetes\\.io/os=linux",
         "tolerations[0].key=dedicated",
