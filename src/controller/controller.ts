@@ -143,6 +143,8 @@ export class PlaybookController {
     if (this.config.leaderElection) {
       await this.lead();
     } else {
+      // A single replica without a Lease is the one that reconciles: it leads, for the alerts too.
+      this.metrics.isLeader.set(1);
       this.startWorkers();
       await stopped;
     }

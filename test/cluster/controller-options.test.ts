@@ -140,6 +140,8 @@ describe("--metrics-playbook-label", () => {
           : undefined;
       });
       expect(sample(text, "playbook_run_duration_seconds_count", { ...labels, reason: "Succeeded" })).toBe(1);
+      // Without leader election the single replica reconciles, so it reports itself the leader.
+      expect(sample(text, "playbook_leader", {})).toBe(1);
       expect(sample(text, "playbook_task_limit_usage_ratio_count", { ...labels, limit: "TaskTimeout" })).toBe(
         1,
       );
