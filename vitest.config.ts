@@ -14,6 +14,7 @@ export default defineConfig({
         test: {
           name: "unit",
           include: ["test/unit/**/*.test.ts", "test/runner/**/*.test.ts"],
+          globalSetup: ["test/harness/test-prerequisites.ts"],
         },
       },
       {
@@ -22,7 +23,7 @@ export default defineConfig({
           name: "cluster",
           include: ["test/cluster/**/*.test.ts", "test/controller/**/*.test.ts"],
           // One shared control plane (built from tools/ on first use) for all cluster test files.
-          globalSetup: ["test/harness/global-setup.ts"],
+          globalSetup: ["test/harness/test-prerequisites.ts", "test/harness/global-setup.ts"],
           testTimeout: 120_000,
           // A cold Go build of the binaries can take several minutes.
           hookTimeout: 1_200_000,

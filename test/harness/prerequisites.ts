@@ -42,6 +42,24 @@ export const PREREQUISITES: readonly Prerequisite[] = [
   },
 ];
 
+/** What the test suites need besides a cluster: Debian's Prometheus, which brings promtool. */
+export const TEST_PREREQUISITES: readonly Prerequisite[] = [
+  {
+    command: "prometheus",
+    debianPackage: "prometheus",
+    purpose: "the monitoring tests evaluate the dashboard's and the alerts' queries in a real Prometheus",
+    optional: false,
+    present: () => onPath("prometheus"),
+  },
+  {
+    command: "promtool",
+    debianPackage: "prometheus",
+    purpose: "the monitoring tests check and unit-test the alert rules and /metrics with promtool",
+    optional: false,
+    present: () => onPath("promtool"),
+  },
+];
+
 /** `CLUSTER_NO_INSTALL` set (to anything but 0 or false) forbids installing packages. */
 export function installForbiddenByEnv(env: NodeJS.ProcessEnv = process.env): boolean {
   const value = env.CLUSTER_NO_INSTALL;
@@ -77,15 +95,16 @@ function aptInstall(packages: string[], log: (message: string) => void): void {
  * throws MissingPrerequisiteError, one line per required command still missing, naming the
  * command that installs it. Optional ones still missing are only reported through `log`.
  */
-export function ensurePrerequisites(options: { install: boolean; log: (message: string) => void }): void {
+export function ensurePrerequisites(options: {
+  install: boolean;
+  log: (message: string) => void;
+  prerequisites?: readonly Prerequisite[];
+}): void {
   const { log } = options;
-  let missing = PREREQUISITES.filter((p) => !p.present());
+  let missing = (options.prerequisites ?? PREREQUISITES).filter((p) => !p.present());
   if (missing.length === 0) return;
   if (options.install && isRoot() && onPath("apt-get")) {
-    aptInstall(
-      missing.map((p) => p.debianPackage),
-      log,
-    );
+    aptInstall([...new Set(missing.map((p) => p.debianPackage))], log);
     missing = missing.filter((p) => !p.present());
   }
   for (const prerequisite of missing.filter((p) => p.optional)) {

@@ -1,0 +1,17 @@
+// Global setup of every test project: what `npm test` needs from this machine is checked (and, as
+// root with apt-get, installed) before any test runs, so a missing tool fails once with the command
+// that installs it instead of failing tests one by one. CLUSTER_NO_INSTALL forbids installing.
+import {
+  ensurePrerequisites,
+  installForbiddenByEnv,
+  PREREQUISITES,
+  TEST_PREREQUISITES,
+} from "./prerequisites.js";
+
+export default function setup(): void {
+  ensurePrerequisites({
+    install: !installForbiddenByEnv(),
+    log: (message) => process.stderr.write(`[prerequisites] ${message}\n`),
+    prerequisites: [...PREREQUISITES, ...TEST_PREREQUISITES],
+  });
+}
