@@ -47,6 +47,8 @@ const Variable = z.object({
   multi: z.boolean().optional(),
   includeAll: z.boolean().optional(),
   allValue: z.string().optional(),
+  auto: z.boolean().optional(),
+  auto_min: z.string().optional(),
 });
 
 const Dashboard = z.object({
@@ -82,6 +84,7 @@ export function substituteVariables(
   return expr
     .replaceAll("$namespace", values.namespace)
     .replaceAll("$__rate_interval", values.rateInterval)
+    .replaceAll("$interval", values.rateInterval)
     .replaceAll("$__range", values.range);
 }
 

@@ -72,6 +72,11 @@ describe("the Playbooks: timeouts dashboard", () => {
     }
   });
 
+  it("has an interval variable for the rate window that never goes below four 30s scrapes", () => {
+    const interval = dashboard.templating.list.find((variable) => variable.name === "interval");
+    expect(interval).toMatchObject({ type: "interval", auto: true, auto_min: "2m" });
+  });
+
   it("has a Prometheus datasource variable and a multi-value namespace variable with All", () => {
     const variables = new Map(dashboard.templating.list.map((variable) => [variable.name, variable]));
     expect(variables.get("datasource")).toMatchObject({ type: "datasource", query: "prometheus" });
@@ -88,11 +93,11 @@ describe("the Playbooks: timeouts dashboard", () => {
     );
   });
 
-  it("takes rates over $__rate_interval and totals over $__range, never a fixed window", () => {
+  it("takes rates over the interval variable and totals over $__range, never a fixed window", () => {
     for (const { panel, expr } of queries) {
       const windows = [...expr.matchAll(/\[([^\]]+)\]/g)].map((match) => match[1]);
       for (const window of windows)
-        expect(["$__rate_interval", "$__range"], `${panel.title}: ${expr}`).toContain(window);
+        expect(["$interval", "$__range"], `${panel.title}: ${expr}`).toContain(window);
     }
   });
 
