@@ -182,7 +182,7 @@ describe("helm install on the dev cluster", () => {
     expect(rows).toEqual(
       [
         "events [create]",
-        "playbooks.playbook.dev [get list watch]",
+        "playbooks.playbook.dev [list watch]",
         "playbooks.playbook.dev/finalizers [update]",
         "playbooks.playbook.dev/status [update]",
         "pods [get list watch create delete]",

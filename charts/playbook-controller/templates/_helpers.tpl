@@ -81,7 +81,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 rules:
   - apiGroups: [playbook.dev]
     resources: [playbooks]
-    verbs: [get, list, watch]
+    # Read from the watch cache only: never a get.
+    verbs: [list, watch]
   - apiGroups: [playbook.dev]
     resources: [playbooks/status]
     verbs: [update]
