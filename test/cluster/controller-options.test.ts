@@ -2,13 +2,13 @@
 // plane: what `kubectl logs` shows in each --log-format, and what Prometheus scrapes with
 // --metrics-playbook-label.
 import { spawn } from "node:child_process";
-import { createServer } from "node:net";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { GROUP, PLURAL, VERSION } from "../../src/controller/kube.js";
 import { clients, condition, eventually, waitForFinished } from "../controller/support.js";
 import { repoRoot } from "../harness/binaries.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { freePort } from "../harness/processes.js";
 import { sample } from "../unit/metrics-text.js";
 
 const { core, custom } = clients();
@@ -18,14 +18,6 @@ beforeAll(async () => {
   namespace = await createTestNamespace(core, "pb-options");
 });
 afterAll(() => deleteTestNamespace(core, namespace));
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 /** The controller as a process on this test's namespace, without leader election. */
 function spawnController(port: number, extra: string[]) {

@@ -1,18 +1,15 @@
 // The Helm chart with the real helm and the real API server: lint, render with several value sets
 // and apply each in a server-side dry run (into a namespace that enforces the `restricted` Pod
 // Security Standard too), the schema's refusals, and the opt-in monitoring pieces.
-import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
 import path from "node:path";
-import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse, parseAllDocuments } from "yaml";
 import { repoRoot } from "../harness/binaries.js";
 import { clusterClients, createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { waitFor } from "../harness/processes.js";
-import { kubectl, kubectlResult } from "./support.js";
+import { helm, kubectl, kubectlResult } from "./support.js";
 
-const run = promisify(execFile);
 const chart = path.join(repoRoot(), "charts", "playbook-controller");
 const standInCrds = path.join(
   repoRoot(),
@@ -33,27 +30,6 @@ interface Rendered {
   };
   spec?: Record<string, unknown>;
   data?: Record<string, string>;
-}
-
-async function helm(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run(path.join(inject("binDir"), "helm"), args, {
-      env: {
-        ...process.env,
-        KUBECONFIG: inject("kubeconfig"),
-        HELM_CACHE_HOME: path.join(repoRoot(), ".cluster", "helm-cache"),
-      },
-      maxBuffer: 1 << 24,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const failed = error as { code?: number; stdout?: string; stderr?: string };
-    return {
-      code: typeof failed.code === "number" ? failed.code : 1,
-      stdout: failed.stdout ?? "",
-      stderr: failed.stderr ?? "",
-    };
-  }
 }
 
 const setArgs = (sets: string[]) => sets.flatMap((set) => ["--set", set]);

@@ -1,12 +1,12 @@
 // `playbook controller` as an operator runs it: a process with flags, KUBECONFIG, /healthz,
 // /readyz and /metrics, a Lease it holds and releases on SIGTERM.
 import { spawn } from "node:child_process";
-import { createServer } from "node:net";
 import path from "node:path";
 import { CoordinationV1Api } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { repoRoot } from "../harness/binaries.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { freePort } from "../harness/processes.js";
 import { clients, condition, createPlaybook, eventually, waitForFinished } from "./support.js";
 
 const { core, kubeConfig } = clients();
@@ -17,14 +17,6 @@ beforeAll(async () => {
   namespace = await createTestNamespace(core, "pb-command");
 });
 afterAll(() => deleteTestNamespace(core, namespace));
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 function spawnController(identity: string, port: number, extra: string[] = []) {
   const child = spawn(

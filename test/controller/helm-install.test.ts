@@ -3,49 +3,18 @@
 // ServiceAccount), a leader elected, Playbooks applied afterwards run and say which limit fired,
 // `helm upgrade` rolls the Deployment, `helm uninstall` leaves the CRD and the Playbooks. The
 // ServiceAccount's permissions are exactly the documented list.
-import { execFile } from "node:child_process";
-import { createServer } from "node:net";
 import path from "node:path";
-import { promisify } from "node:util";
 import { AppsV1Api, CoordinationV1Api } from "@kubernetes/client-node";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { repoRoot } from "../harness/binaries.js";
 import { clusterClients, createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
-import { waitFor } from "../harness/processes.js";
-import { condition, kubectl, kubectlResult, waitForFinished } from "./support.js";
+import { freePort, waitFor } from "../harness/processes.js";
+import { condition, helm, kubectl, kubectlResult, waitForFinished } from "./support.js";
 
-const run = promisify(execFile);
 const chart = path.join(repoRoot(), "charts", "playbook-controller");
 const release = "pbc";
 const fullname = "pbc-playbook-controller";
 const CRD = "playbooks.playbook.dev";
-
-async function helm(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run(path.join(inject("binDir"), "helm"), args, {
-      env: { ...process.env, KUBECONFIG: inject("kubeconfig") },
-      maxBuffer: 1 << 24,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const failed = error as { code?: number; stdout?: string; stderr?: string };
-    return {
-      code: typeof failed.code === "number" ? failed.code : 1,
-      stdout: failed.stdout ?? "",
-      stderr: failed.stderr ?? "",
-    };
-  }
-}
-
-/** A free loopback port: the process node runs every pod in this machine's network. */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (!address || typeof address !== "object") throw new Error("no port");
-  return address.port;
-}
 
 const { core, kubeConfig } = clusterClients();
 const apps = kubeConfig.makeApiClient(AppsV1Api);

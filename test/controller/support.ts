@@ -84,6 +84,21 @@ export async function kubectl(args: string[], options: { input?: string } = {}) 
   return child;
 }
 
+/** helm (built into the tools folder) against the test cluster, resolving with its exit code and both streams. */
+export async function helm(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await run(path.join(inject("binDir"), "helm"), args, {
+      env: { ...process.env, KUBECONFIG: inject("kubeconfig") },
+      maxBuffer: 1 << 24,
+    });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code?: unknown; stdout?: string; stderr?: string };
+    const code = typeof failed.code === "number" ? failed.code : 1;
+    return { code, stdout: failed.stdout ?? "", stderr: failed.stderr ?? "" };
+  }
+}
+
 /** kubectl that resolves with its exit code and both streams instead of throwing. */
 export async function kubectlResult(args: string[], input?: string) {
   try {
