@@ -1,5 +1,6 @@
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { mkdtemp, readFile } from "node:fs/promises";
+import { connect } from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -14,9 +15,11 @@ import {
   losePod,
   marker,
   processesWithMarker,
+  processesWorkingUnder,
   waitForPod,
   waitForPodGone,
 } from "../harness/cluster-test.js";
+import { detectNetworkNamespaces } from "../harness/process-node/network.js";
 import { waitFor } from "../harness/processes.js";
 
 const { kubeConfig, core } = clusterClients();
@@ -477,5 +480,50 @@ describe("the process node's in-cluster API access and volumes", () => {
     expect(pod.status?.phase).toBe("Failed");
     expect(terminated(pod)).toMatchObject({ exitCode: 128, reason: "StartError" });
     expect(terminated(pod)?.message).toContain("/etc/playbook-settings does not exist");
+  });
+});
+
+describe.runIf(detectNetworkNamespaces() !== undefined)("the process node's pod networks", () => {
+  it("gives each pod its own loopback: two pods listen on the same port, which stays free on the machine", async () => {
+    const port = 18_000 + Math.floor(Math.random() * 2_000);
+    // Each pod serves its name, asks itself, and keeps the port a few seconds so the pods overlap.
+    const program = `
+      const server = require("node:http").createServer((_, res) => res.end(process.env.HOSTNAME));
+      server.listen(${port}, "127.0.0.1", async () => {
+        console.log("answered by", await (await fetch("http://127.0.0.1:${port}")).text());
+        console.log(require("node:fs").readlinkSync("/proc/self/ns/net"));
+        setTimeout(() => server.close(), 3000);
+      });`;
+    for (const name of ["listener-a", "listener-b"]) {
+      await core.createNamespacedPod({
+        namespace,
+        body: shellPod(name, `${process.execPath} -e '${program}'`),
+      });
+    }
+    await waitForPod(core, namespace, "listener-a", "to run", (p) => p.status?.phase === "Running");
+    const onMachine = await new Promise<string>((resolve) => {
+      const socket = connect(port, "127.0.0.1", () => {
+        socket.destroy();
+        resolve("connected");
+      });
+      socket.on("error", (error: NodeJS.ErrnoException) => resolve(error.code ?? "error"));
+    });
+    expect(onMachine).toBe("ECONNREFUSED");
+    const namespaces = new Set<string>();
+    for (const name of ["listener-a", "listener-b"]) {
+      const pod = await waitForPod(core, namespace, name, "to finish", finished);
+      const [answer, network] = (await core.readNamespacedPodLog({ namespace, name })).split("\n");
+      expect(answer).toBe(`answered by ${name}`);
+      namespaces.add(network ?? "");
+      expect(pod.status?.phase).toBe("Succeeded");
+      // The sandbox holding the namespace goes with the pod's end.
+      await waitFor(
+        `${name}'s sandbox to stop`,
+        async () => (processesWorkingUnder(podFolder(pod)).length === 0 ? true : undefined),
+        { timeoutMs: 5_000 },
+      );
+    }
+    expect(namespaces.size).toBe(2);
+    expect(namespaces.has(readlinkSync("/proc/self/ns/net"))).toBe(false);
   });
 });

@@ -46,7 +46,7 @@ export function detectIsolation(): Isolation {
   return probedIsolation;
 }
 
-function onPath(file: string): string | undefined {
+export function onPath(file: string): string | undefined {
   const found = spawnSync("sh", ["-c", 'command -v "$1"', "sh", file], { encoding: "utf8", timeout: 5_000 });
   const resolved = found.stdout?.trim();
   return found.status === 0 && resolved?.startsWith("/") ? resolved : undefined;
@@ -130,6 +130,8 @@ export interface StartContainerOptions {
    * detectMountNamespaces()); `errorFile` receives the StartError message when one fails.
    */
   mounts?: { tools: MountTools; steps: MountStep[]; errorFile: string };
+  /** The pod's network namespace (`/proc/<pid>/ns/net`) to join; else the machine's network. */
+  network?: string;
 }
 
 /** Whether tini, which plays the pod sandbox's pause process, is installed. */
@@ -157,10 +159,15 @@ export function startContainerProcess(options: StartContainerOptions): Container
     throw new Error("mounts need a PID and mount namespace");
   // The wrapper becomes the namespace's PID 1 and then execs the container's process in its place.
   if (mounts) argv = mountWrapper(mounts.tools, mounts.steps, mounts.errorFile, options.cwd, argv);
-  const [file, ...args]: [string, ...string[]] =
+  if (options.network && options.isolation !== "pid-namespace")
+    throw new Error("a pod network needs a PID namespace");
+  // nsenter execs unshare in its own place, so the pids the node signals stay the same.
+  const joinNetwork = options.network ? ["nsenter", `--net=${options.network}`, "--"] : [];
+  const [file, ...args]: string[] =
     options.isolation === "pid-namespace"
-      ? ["unshare", ...unshareArgs(mounts !== undefined), "--", ...argv]
+      ? [...joinNetwork, "unshare", ...unshareArgs(mounts !== undefined), "--", ...argv]
       : argv;
+  if (file === undefined) throw new Error("empty argv");
   const child = spawn(file, args, { cwd: options.cwd, env, stdio: ["ignore", log, log], detached: true });
   closeSync(log);
   let sentKill = false;

@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
-import { mkdir, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import http from "node:http";
 import os from "node:os";
 import path from "node:path";
@@ -30,6 +30,7 @@ import {
 } from "./container-process.js";
 import { startLogServer } from "./log-server.js";
 import { type MountTools, planMounts } from "./mounts.js";
+import { detectNetworkNamespaces, type PodNetwork, startApiRelay, startPodNetwork } from "./network.js";
 import { type CommandMapping, containerEnv, resolveArgv } from "./pod-spec.js";
 import { PodVolumes, type VolumeApi } from "./volumes.js";
 
@@ -78,6 +79,8 @@ interface PodRun {
   pod: V1Pod;
   dir: string;
   volumes: PodVolumes;
+  /** The pod's own network namespace, or why it could not be made. */
+  network?: PodNetwork | { error: string };
   startTime: Date;
   containers: ContainerRun[];
   phase: "Pending" | "Running" | "Succeeded" | "Failed";
@@ -149,6 +152,9 @@ export class ProcessNode {
   /** Set when containers can have a private mount namespace for their volumes. */
   readonly mountTools: MountTools | undefined;
   private readonly serviceEnv: Record<string, string>;
+  /** `ip`, when pods get a network namespace of their own. */
+  readonly podNetworkTool: string | undefined;
+  private apiRelay?: { socket: string; port: number; close(): Promise<void> };
   private readonly volumeApi: VolumeApi;
   private readonly core: CoreV1Api;
   private readonly coordination: CoordinationV1Api;
@@ -173,6 +179,11 @@ export class ProcessNode {
     this.mountTools = this.isolation === "pid-namespace" ? detectMountNamespaces() : undefined;
     const server = options.kubeConfig.getCurrentCluster()?.server;
     this.serviceEnv = server ? kubernetesServiceEnv(server) : {};
+    const loopbackServer = server !== undefined && new URL(server).hostname === "127.0.0.1";
+    this.podNetworkTool =
+      this.isolation === "pid-namespace" && loopbackServer && process.env.PROCESS_NODE_POD_NETWORK !== "host"
+        ? detectNetworkNamespaces()
+        : undefined;
     this.volumeApi = {
       read: (kind, namespace, name) => this.readObjectData(kind, namespace, name),
       requestToken: async (request) => {
@@ -208,6 +219,7 @@ export class ProcessNode {
         return found?.process !== undefined && found.exit === undefined;
       },
     });
+    if (this.podNetworkTool) await this.startApiRelay();
     await this.registerNode();
     await this.renewLease();
     this.timers.push(
@@ -233,6 +245,17 @@ export class ProcessNode {
     );
   }
 
+  /** The node's end of the pods' API relays, on a unix socket (path at most 107 bytes). */
+  private async startApiRelay(): Promise<void> {
+    const server = new URL(this.options.kubeConfig.getCurrentCluster()?.server ?? "");
+    const port = Number(server.port || "443");
+    let socket = path.join(this.options.workDir, "apiserver.sock");
+    if (Buffer.byteLength(socket) > 100)
+      socket = path.join(await mkdtemp(path.join(os.tmpdir(), "pn-")), "api.sock");
+    const relay = await startApiRelay(socket, server.hostname, port);
+    this.apiRelay = { socket, port, close: relay.close };
+  }
+
   /** Kills every pod process (as a node shutting down would) and stops watching. */
   async stop(): Promise<void> {
     this.stopped = true;
@@ -252,7 +275,13 @@ export class ProcessNode {
       }
     }
     await Promise.all(exits);
+    for (const run of this.runs.values()) this.releaseNetwork(run);
+    await this.apiRelay?.close();
     await Promise.all([...this.runs.values()].map((run) => run.volumes.release()));
+  }
+
+  private releaseNetwork(run: PodRun): void {
+    if (run.network && "stop" in run.network) run.network.stop();
   }
 
   private findContainer(namespace: string, pod: string, container: string): ContainerRun | undefined {
@@ -262,8 +291,10 @@ export class ProcessNode {
 
   /** Synchronous last resort for an exiting test process: SIGKILL every pod process. */
   killAllSync(): void {
-    for (const run of this.runs.values())
+    for (const run of this.runs.values()) {
       for (const container of run.containers) container.process?.signal("SIGKILL");
+      this.releaseNetwork(run);
+    }
   }
 
   /**
@@ -503,7 +534,12 @@ export class ProcessNode {
     this.runs.delete(uid);
     this.forgotten.add(uid);
     // As the kubelet tears down a deleted pod's volumes, once its processes are gone.
-    if (run) void Promise.all(run.containers.map((c) => c.process?.exited)).then(() => run.volumes.release());
+    if (run) {
+      void Promise.all(run.containers.map((c) => c.process?.exited)).then(() => {
+        this.releaseNetwork(run);
+        return run.volumes.release();
+      });
+    }
   }
 
   private onPod(pod: V1Pod): void {
@@ -605,6 +641,23 @@ export class ProcessNode {
         this.logError(error, "Failed to refresh service account token", { namespace, pod: name }),
     });
     if (run.stopping) return;
+    if (this.podNetworkTool && this.apiRelay && pod.spec?.hostNetwork !== true) {
+      try {
+        run.network = await startPodNetwork({
+          ip: this.podNetworkTool,
+          apiPort: this.apiRelay.port,
+          relaySocket: this.apiRelay.socket,
+          cwd: dir,
+        });
+      } catch (error) {
+        run.network = { error: `failed to set up the pod's network namespace: ${String(error)}` };
+      }
+      // Torn down meanwhile: the sandbox goes too.
+      if (run.stopping || !this.runs.has(uid)) {
+        this.releaseNetwork(run);
+        return;
+      }
+    }
     run.phase = "Running";
     await Promise.all(run.containers.map((container) => this.startContainer(run, container)));
     this.writeStatus(run);
@@ -708,9 +761,10 @@ export class ProcessNode {
                 error: `the process node cannot make a mount namespace on this machine (unshare --mount failed), so it cannot mount ${mounts.map((m) => m.target).join(", ")}`,
               }
             : planMounts(mounts, [run.dir]);
-    if ("error" in plan) {
+    const networkError = run.network && "error" in run.network ? run.network.error : undefined;
+    if ("error" in plan || networkError) {
       container.startedAt = new Date();
-      finish({ exitCode: 128 }, "StartError", plan.error);
+      finish({ exitCode: 128 }, "StartError", networkError ?? ("error" in plan ? plan.error : ""));
       this.containerEnded(run, container);
       return;
     }
@@ -734,6 +788,7 @@ export class ProcessNode {
       ...(plan.steps.length > 0 && this.mountTools
         ? { mounts: { tools: this.mountTools, steps: plan.steps, errorFile: container.startErrorFile } }
         : {}),
+      ...(run.network && "path" in run.network ? { network: run.network.path } : {}),
     });
     container.process = child;
     container.startedAt = new Date();
@@ -783,7 +838,8 @@ export class ProcessNode {
         run.phase = run.containers.every((c) => c.exit?.exitCode === 0) ? "Succeeded" : "Failed";
       }
       if (run.deadlineTimer) clearTimeout(run.deadlineTimer);
-      // A finished pod's volumes are torn down (its token stops being refreshed); logs stay.
+      // A finished pod's volumes and sandbox are torn down (its token stops being refreshed); logs stay.
+      this.releaseNetwork(run);
       void run.volumes.release();
     }
     this.writeStatus(run);
