@@ -411,13 +411,13 @@ export class PlaybookController {
         { ...ref, phase: decision.status.phase, reason: condition?.reason },
         "Updated Playbook status",
       );
-      if (decision.finished) {
-        const label = this.config.metricsPlaybookLabel;
-        this.metrics.recordFinished(decision.finished, {
-          namespace: ref.namespace,
-          ...(label ? { playbook: playbook.metadata.labels?.[label] ?? "" } : {}),
-        });
-      }
+      const label = this.config.metricsPlaybookLabel;
+      const labels = {
+        namespace: ref.namespace,
+        ...(label ? { playbook: playbook.metadata.labels?.[label] ?? "" } : {}),
+      };
+      if (decision.finished) this.metrics.recordFinished(decision.finished, labels);
+      else this.metrics.recordStarted(labels);
     }
     const now = this.clock.now();
     for (const event of decision.events) this.events.post(target, event, now);

@@ -1,5 +1,6 @@
 // DESIGN.md's metrics on a private prom-client registry, plus the informers' own health.
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import { LIMIT_REASONS, TERMINAL_REASONS } from "../api/reasons.js";
 import type { FinishedRun } from "./reconcile.js";
 
 const RUN_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400];
@@ -147,10 +148,26 @@ export class ControllerMetrics {
     });
   }
 
+  private perRun(labels: RunLabels): { namespace: string; playbook?: string } {
+    const { namespace } = labels;
+    return this.playbookLabel ? { namespace, playbook: labels.playbook ?? "" } : { namespace };
+  }
+
+  /**
+   * Creates a started run's counter series at 0, one per reason and limit: a counter series that
+   * first appears with value 1 is invisible to increase() and rate(), which would miss the first
+   * timeout of every namespace.
+   */
+  recordStarted(labels: RunLabels): void {
+    const per = this.perRun(labels);
+    for (const reason of TERMINAL_REASONS) this.runsTotal.inc({ ...per, reason }, 0);
+    for (const limit of LIMIT_REASONS) this.limitFiredTotal.inc({ ...per, limit }, 0);
+  }
+
   /** Counts a run once, when its terminal status was written. */
   recordFinished(run: FinishedRun, labels: RunLabels): void {
     const { namespace } = labels;
-    const per = this.playbookLabel ? { namespace, playbook: labels.playbook ?? "" } : { namespace };
+    const per = this.perRun(labels);
     this.runsTotal.inc({ ...per, reason: run.reason });
     if (run.limit) this.limitFiredTotal.inc({ ...per, limit: run.limit });
     this.runDuration.observe({ ...per, reason: run.reason }, run.durationSeconds);

@@ -166,6 +166,25 @@ describe("the per-Playbook label", () => {
   });
 });
 
+describe("a started run's counters", () => {
+  it("exist at 0 for every reason and limit before the run ends, so its first timeout counts in increase()", async () => {
+    const metrics = new ControllerMetrics({ defaults: false, playbookLabel: true });
+    metrics.recordStarted({ namespace: "ops", playbook: "billing" });
+    const started = await metrics.registry.metrics();
+    const labels = { namespace: "ops", playbook: "billing" };
+    expect(sample(started, "playbook_runs_total", { ...labels, reason: "TaskTimeout" })).toBe(0);
+    expect(sample(started, "playbook_runs_total", { ...labels, reason: "Succeeded" })).toBe(0);
+    expect(sample(started, "playbook_limit_fired_total", { ...labels, limit: "PodDeadlineExceeded" })).toBe(
+      0,
+    );
+    metrics.recordFinished(timedOut(), labels);
+    metrics.recordStarted(labels);
+    const ended = await metrics.registry.metrics();
+    expect(sample(ended, "playbook_runs_total", { ...labels, reason: "TaskTimeout" })).toBe(1);
+    expect(sample(ended, "playbook_limit_fired_total", { ...labels, limit: "TaskTimeout" })).toBe(1);
+  });
+});
+
 describe("playbook_ready", () => {
   it("follows what /readyz answers", async () => {
     let synced = false;
