@@ -2,10 +2,12 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, describe, expect, it } from "vitest";
 import {
   type ContainerProcess,
   detectMountNamespaces,
+  reaperInstalled,
   startContainerProcess,
 } from "../harness/process-node/container-process.js";
 import { type Mount, type MountStep, planMounts } from "../harness/process-node/mounts.js";
@@ -80,10 +82,18 @@ describe("planning a container's mounts", () => {
   });
 });
 
+async function waitUntil(check: () => boolean, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await sleep(20);
+  }
+}
+
 const tools = detectMountNamespaces();
 
 describe.runIf(tools !== undefined)("a container with mounts", () => {
-  function start(steps: MountStep[], script: string, cwd: string) {
+  function start(steps: MountStep[], script: string, cwd: string, sharedPidNamespace = false) {
     const dir = mkdtempSync(path.join(os.tmpdir(), "mounts-container-"));
     const errorFile = path.join(dir, "start-error");
     const container = startContainerProcess({
@@ -94,6 +104,7 @@ describe.runIf(tools !== undefined)("a container with mounts", () => {
       cookie: randomBytes(8).toString("hex"),
       isolation: "pid-namespace",
       mounts: { tools: tools as NonNullable<typeof tools>, steps, errorFile },
+      sharedPidNamespace,
     });
     started.push(container);
     return { container, log: () => readFileSync(path.join(dir, "log"), "utf8") };
@@ -127,6 +138,27 @@ describe.runIf(tools !== undefined)("a container with mounts", () => {
     expect(readFileSync(path.join(volume, "made-inside"), "utf8")).toBe("written\n");
     expect(existsSync(path.join(target, "made-inside"))).toBe(false);
   });
+
+  it.runIf(reaperInstalled())(
+    "runs under the sandbox's reaper with shareProcessNamespace, which signals the container's process",
+    async () => {
+      const { pod, volume } = podWithVolume({ token: "shared" });
+      const target = `/run/test-${randomBytes(4).toString("hex")}`;
+      const plan = planMounts([{ source: volume, target, readOnly: true }], [pod]);
+      if ("error" in plan) throw new Error(plan.error);
+      const ready = path.join(pod, "ready");
+      const { container, log } = start(
+        plan.steps,
+        `trap 'cat ${target}/token; exit 7' TERM; touch ${ready}; while true; do sleep 0.05; done`,
+        pod,
+        true,
+      );
+      await waitUntil(() => container.mainPid() !== undefined && existsSync(ready));
+      container.signal("SIGTERM");
+      expect(await container.exited).toEqual({ exitCode: 7 });
+      expect(log()).toBe("shared");
+    },
+  );
 
   it("reports a mount that fails as a StartError without running the command", async () => {
     const { pod, volume } = podWithVolume({});
