@@ -101,20 +101,28 @@ export async function startPodNetwork(options: {
   child.stderr?.on("data", (chunk: Buffer) => {
     errors += chunk.toString();
   });
-  await new Promise<void>((resolve, reject) => {
-    child.once("error", reject);
-    child.once("exit", (code) => reject(new Error(`pod network setup exited ${code}: ${errors.trim()}`)));
-    child.stdout?.once("data", () => resolve());
-  });
-  child.removeAllListeners("exit");
-  return {
-    path: `/proc/${child.pid}/ns/net`,
-    stop() {
-      try {
-        if (child.pid !== undefined && child.exitCode === null) process.kill(child.pid, "SIGKILL");
-      } catch {
-        // Already gone.
-      }
-    },
+  const stop = () => {
+    try {
+      if (child.pid !== undefined && child.exitCode === null) process.kill(child.pid, "SIGKILL");
+    } catch {
+      // Already gone.
+    }
   };
+  try {
+    await new Promise<void>((resolve, reject) => {
+      child.once("error", reject);
+      child.once("exit", (code) => reject(new Error(`pod network setup exited ${code}: ${errors.trim()}`)));
+      child.stdout?.once("data", () => resolve());
+      setTimeout(
+        () => reject(new Error(`pod network setup gave no sign in 10s: ${errors.trim()}`)),
+        10_000,
+      ).unref();
+    });
+  } catch (error) {
+    stop();
+    throw error;
+  } finally {
+    child.removeAllListeners("exit");
+  }
+  return { path: `/proc/${child.pid}/ns/net`, stop };
 }
