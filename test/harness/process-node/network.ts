@@ -30,8 +30,10 @@ let probedIp: string | null | undefined;
 export function detectNetworkNamespaces(): string | undefined {
   if (probedIp !== undefined) return probedIp ?? undefined;
   const ip = process.getuid?.() === 0 ? onPath("ip") : undefined;
+  // Containers join the namespace with nsenter.
   const works =
     ip !== undefined &&
+    onPath("nsenter") !== undefined &&
     spawnSync("unshare", ["--net", "--", ip, "link", "set", "lo", "up"], { stdio: "ignore", timeout: 5_000 })
       .status === 0;
   probedIp = works ? (ip ?? null) : null;
