@@ -40,6 +40,14 @@ export const PREREQUISITES: readonly Prerequisite[] = [
     optional: true,
     present: () => onPath("unshare"),
   },
+  {
+    command: "ip",
+    debianPackage: "iproute2",
+    purpose:
+      "a network namespace per pod (as root), so that pods such as the Helm chart's two controller replicas can each listen on the same port; without it every pod shares this machine's network",
+    optional: true,
+    present: () => onPath("ip"),
+  },
 ];
 
 /** What the test suites need besides a cluster: Debian's Prometheus, which brings promtool. */

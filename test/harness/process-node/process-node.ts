@@ -393,7 +393,22 @@ export class ProcessNode {
     await this.postNodeStatus();
   }
 
+  /**
+   * Writes the node's status from a fresh read; the node lifecycle controller edits a new Node
+   * (its taints) at the same moment, so a conflict re-reads and tries again, as the kubelet does.
+   */
   private async postNodeStatus(): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.writeNodeStatus();
+        return;
+      } catch (error) {
+        if (!isApiError(error, 409) || attempt >= 5) throw error;
+      }
+    }
+  }
+
+  private async writeNodeStatus(): Promise<void> {
     const now = new Date();
     const node = await this.core.readNode({ name: this.nodeName });
     const previous = new Map((node.status?.conditions ?? []).map((c) => [c.type, c]));
