@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -34,8 +34,14 @@ describe("planning a container's mounts", () => {
       { source: volume, target: "/var/run/secrets/kubernetes.io/serviceaccount", readOnly: true },
       { source: volume, target: "/tmp", readOnly: false },
     ];
-    expect(planMounts(mounts, [pod])).toEqual({
-      error: expect.stringContaining(`would hide the pod's folder`),
+    // /tmp covers the pod's folder (under the machine's temp folder here): it is shown again last.
+    expect(planMounts(mounts, [pod])).toMatchObject({
+      steps: [
+        { kind: "tmpfs", target: "/run" },
+        { kind: "bind", target: "/tmp" },
+        { kind: "bind", target: "/run/secrets/kubernetes.io/serviceaccount" },
+        { kind: "expose", path: realpathSync(pod) },
+      ],
     });
     expect(planMounts(mounts.slice(0, 1), [pod])).toEqual({
       steps: [
@@ -103,7 +109,12 @@ describe.runIf(tools !== undefined)("a container with mounts", () => {
       logFile: path.join(dir, "log"),
       cookie: randomBytes(8).toString("hex"),
       isolation: "pid-namespace",
-      mounts: { tools: tools as NonNullable<typeof tools>, steps, errorFile },
+      mounts: {
+        tools: tools as NonNullable<typeof tools>,
+        steps,
+        errorFile,
+        stash: mkdtempSync(path.join(dir, "stash-")),
+      },
       sharedPidNamespace,
     });
     started.push(container);
@@ -124,6 +135,32 @@ describe.runIf(tools !== undefined)("a container with mounts", () => {
     expect(log()).toBe("secret-token\nRead-only file system\n1\n");
     expect(existsSync(secrets)).toBe(false);
     expect(readFileSync("/proc/self/mountinfo", "utf8")).not.toContain(volume);
+  });
+
+  it("shows the pod's folder again where a volume covers it, and still reads later volumes from it", async () => {
+    const { pod, volume } = podWithVolume({ token: "from-the-pod" });
+    const scratch = path.join(pod, "volumes", "scratch");
+    mkdirSync(scratch);
+    const parent = path.dirname(realpathSync(pod));
+    const secrets = `/run/test-${randomBytes(4).toString("hex")}`;
+    const plan = planMounts(
+      [
+        { source: scratch, target: parent, readOnly: false },
+        { source: volume, target: secrets, readOnly: true },
+      ],
+      [pod],
+    );
+    if ("error" in plan) throw new Error(plan.error);
+    const { container, log } = start(
+      plan.steps,
+      `cat ${secrets}/token; echo; ls ${pod}/volumes | sort | tr '\n' ' '; echo > ${parent}/written-inside`,
+      pod,
+    );
+    expect(await container.exited).toEqual({ exitCode: 0 });
+    expect(log()).toBe("from-the-pod\ndata scratch ");
+    // The covering volume took the write; the machine's folder did not.
+    expect(existsSync(path.join(scratch, "written-inside"))).toBe(true);
+    expect(existsSync(path.join(parent, "written-inside"))).toBe(false);
   });
 
   it("mounts a writable folder over an existing one and starts in its working folder inside it", async () => {

@@ -129,7 +129,7 @@ export interface StartContainerOptions {
    * Mounts made in a private mount namespace before the container's process starts (needs
    * detectMountNamespaces()); `errorFile` receives the StartError message when one fails.
    */
-  mounts?: { tools: MountTools; steps: MountStep[]; errorFile: string };
+  mounts?: { tools: MountTools; steps: MountStep[]; errorFile: string; stash: string };
   /** The pod's network namespace (`/proc/<pid>/ns/net`) to join; else the machine's network. */
   network?: string;
 }
@@ -158,7 +158,8 @@ export function startContainerProcess(options: StartContainerOptions): Container
   if (mounts && options.isolation !== "pid-namespace")
     throw new Error("mounts need a PID and mount namespace");
   // The wrapper becomes the namespace's PID 1 and then execs the container's process in its place.
-  if (mounts) argv = mountWrapper(mounts.tools, mounts.steps, mounts.errorFile, options.cwd, argv);
+  if (mounts)
+    argv = mountWrapper(mounts.tools, mounts.steps, mounts.errorFile, options.cwd, mounts.stash, argv);
   if (options.network && options.isolation !== "pid-namespace")
     throw new Error("a pod network needs a PID namespace");
   // nsenter execs unshare in its own place, so the pids the node signals stay the same.

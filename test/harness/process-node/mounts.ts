@@ -11,7 +11,9 @@ export interface Mount {
 /** One step of a container's mount setup, run inside its private mount namespace. */
 export type MountStep =
   | { kind: "tmpfs"; target: string }
-  | { kind: "bind"; source: string; target: string; readOnly: boolean; file: boolean };
+  | { kind: "bind"; source: string; target: string; readOnly: boolean; file: boolean }
+  /** A folder of this machine the process node needs (the checkout, Node, the pod's folder) shown again where a mount covered it. */
+  | { kind: "expose"; path: string };
 
 /**
  * Folders a container has its own copy of, so the process node may cover them with an empty
@@ -41,7 +43,9 @@ const hideableRoots = (): string[] =>
  * Orders a container's mounts as runc does (shallowest first) and decides where a missing mount
  * point may be created: inside an earlier mount, or inside a tmpfs laid over the nearest
  * hideable folder. Never in this machine's own filesystem. `keepVisible` (the pod's folder:
- * volume sources, HOME, the termination-message file) must not end up covered.
+ * volume sources, HOME, the termination-message file; the checkout and Node that run the
+ * container's command) is shown again, through an `expose` step, where a mount covers it: a real
+ * container has its own root filesystem, the process node only this machine's.
  */
 export function planMounts(
   mounts: Mount[],
@@ -80,23 +84,29 @@ export function planMounts(
     ...[...tmpfs].sort().map((target) => ({ kind: "tmpfs" as const, target })),
     ...binds,
   ];
-  for (const step of steps) {
-    const hidden = keepVisible.find((kept) => within(kept, step.target));
-    if (hidden)
-      return { error: `a mount at ${step.target} would hide the pod's folder ${hidden} on the process node` };
-  }
-  return { steps };
+  const covered = keepVisible
+    .map((kept) => resolveOnHost(kept))
+    .filter((kept) => steps.some((step) => step.kind !== "expose" && within(kept, step.target)))
+    .sort((a, b) => a.length - b.length);
+  const exposed: string[] = [];
+  for (const kept of covered) if (!exposed.some((outer) => within(kept, outer))) exposed.push(kept);
+  return { steps: [...steps, ...exposed.map((kept) => ({ kind: "expose" as const, path: kept }))] };
 }
 
 /**
  * Runs as the container's first process in its mount namespace: performs the steps, then execs the
  * container's argv in its working folder. A failed step writes the runtime's StartError message to
- * the given file and exits 128. Arguments: mount, mkdir, error file, working folder, steps, `--`, argv.
+ * the given file and exits 128. Arguments: mount, mkdir, error file, working folder, stash, steps,
+ * `--`, argv. First the machine's whole tree is bound at the stash and made the working folder:
+ * sources are then read through it (`-c`: no canonicalizing, so the kernel resolves `./x` from
+ * there), even once a mount (say an emptyDir at /tmp) covers where they live.
  */
 const MOUNT_SCRIPT = `
-m=$1 mk=$2 errfile=$3 cwd=$4
-shift 4
+m=$1 mk=$2 errfile=$3 cwd=$4 stash=$5
+shift 5
 fail() { printf '%s' "$1" > "$errfile"; exit 128; }
+out=$("$m" --rbind / "$stash" 2>&1) || fail "error binding the machine's tree at $stash: $out"
+cd "$stash" || fail "cannot enter $stash"
 while [ "$1" != -- ]; do
   case $1 in
   tmpfs)
@@ -110,11 +120,15 @@ while [ "$1" != -- ]; do
         out=$("$mk" -p "\${parent:-/}" 2>&1) && out=$( (true > "$3") 2>&1) || fail "error creating mount point $3: $out"
       fi
     fi
-    out=$("$m" --bind "$2" "$3" 2>&1) || fail "error mounting $2 at $3: $out"
+    out=$("$m" -c --bind ".$2" "$3" 2>&1) || fail "error mounting $2 at $3: $out"
     if [ "$4" = ro ]; then
       out=$("$m" -o remount,bind,ro "$3" 2>&1) || fail "error making $3 read-only: $out"
     fi
     shift 4 ;;
+  expose)
+    out=$("$mk" -p "$2" 2>&1) || fail "error creating $2 to show it again: $out"
+    out=$("$m" -c --bind ".$2" "$2" 2>&1) || fail "error showing $2 again: $out"
+    shift 2 ;;
   *) fail "unknown mount step $1" ;;
   esac
 done
@@ -129,18 +143,21 @@ export interface MountTools {
   mkdir: string;
 }
 
-/** The argv that performs the steps and then runs `argv` in `cwd`. */
+/** The argv that performs the steps and then runs `argv` in `cwd`; `stash` is an empty folder of the pod's. */
 export function mountWrapper(
   tools: MountTools,
   steps: MountStep[],
   errorFile: string,
   cwd: string,
+  stash: string,
   argv: string[],
 ): [string, ...string[]] {
   const encoded = steps.flatMap((step) =>
     step.kind === "tmpfs"
       ? ["tmpfs", step.target]
-      : [step.file ? "file" : "dir", step.source, step.target, step.readOnly ? "ro" : "rw"],
+      : step.kind === "expose"
+        ? ["expose", step.path]
+        : [step.file ? "file" : "dir", step.source, step.target, step.readOnly ? "ro" : "rw"],
   );
   return [
     tools.shell,
@@ -151,6 +168,7 @@ export function mountWrapper(
     tools.mkdir,
     errorFile,
     cwd,
+    stash,
     ...encoded,
     "--",
     ...argv,

@@ -19,6 +19,7 @@ import {
   type V1PodStatus,
   Watch,
 } from "@kubernetes/client-node";
+import { repoRoot } from "../binaries.js";
 import {
   type ContainerProcess,
   detectIsolation,
@@ -775,7 +776,8 @@ export class ProcessNode {
             ? {
                 error: `the process node cannot make a mount namespace on this machine (unshare --mount failed), so it cannot mount ${mounts.map((m) => m.target).join(", ")}`,
               }
-            : planMounts(mounts, [run.dir]);
+            : // What runs the container's command must stay in its view: the checkout and Node.
+              planMounts(mounts, [run.dir, repoRoot(), path.dirname(process.execPath)]);
     const networkError = run.network && "error" in run.network ? run.network.error : undefined;
     if ("error" in plan || networkError) {
       container.startedAt = new Date();
@@ -792,6 +794,8 @@ export class ProcessNode {
         ? spec.workingDir
         : run.dir;
     await rm(container.startErrorFile, { force: true });
+    const stash = path.join(run.dir, ".machine");
+    if (plan.steps.length > 0) await mkdir(stash, { recursive: true });
     const child = startContainerProcess({
       argv,
       env,
@@ -801,7 +805,9 @@ export class ProcessNode {
       isolation: this.isolation,
       sharedPidNamespace,
       ...(plan.steps.length > 0 && this.mountTools
-        ? { mounts: { tools: this.mountTools, steps: plan.steps, errorFile: container.startErrorFile } }
+        ? {
+            mounts: { tools: this.mountTools, steps: plan.steps, errorFile: container.startErrorFile, stash },
+          }
         : {}),
       ...(run.network && "path" in run.network ? { network: run.network.path } : {}),
     });
