@@ -37,7 +37,7 @@ describe("cluster:up without tini", () => {
       encoding: "utf8",
       env: {
         // apt-get is there, so only the knob keeps it from installing.
-        PATH: pathWith(dir, ["sh", "apt-get", "unshare"]),
+        PATH: pathWith(dir, ["sh", "apt-get", "unshare", "ip"]),
         HOME: process.env.HOME,
         CLUSTER_STATE_DIR: stateDir,
         ...env,
