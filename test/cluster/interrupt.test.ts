@@ -1,10 +1,26 @@
 import { spawn } from "node:child_process";
+import { readFileSync, readlinkSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { repoRoot } from "../harness/binaries.js";
 import { processesWithMarker, processesWorkingUnder } from "../harness/cluster-test.js";
 import { waitFor } from "../harness/processes.js";
+
+/** What is still running of the run in `stateDir`: pid, command line and working folder each. */
+function describeProcesses(stateDir: string): string {
+  const pids = [...new Set([...processesWithMarker(stateDir), ...processesWorkingUnder(stateDir)])];
+  return pids
+    .map((pid) => {
+      try {
+        const command = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ").trim();
+        return `${pid} [${command}] in ${readlinkSync(`/proc/${pid}/cwd`)}`;
+      } catch {
+        return `${pid} (gone)`;
+      }
+    })
+    .join("; ");
+}
 
 describe("an interrupted cluster test run", () => {
   it.each([
@@ -60,7 +76,9 @@ describe("an interrupted cluster test run", () => {
             ? true
             : undefined,
         { timeoutMs: 15_000 },
-      );
+      ).catch((error: Error) => {
+        throw new Error(`${error.message}; left: ${describeProcesses(stateDir)}`);
+      });
     } finally {
       try {
         process.kill(-(child.pid ?? 0), "SIGKILL");

@@ -73,6 +73,20 @@ export interface PodNetwork {
   stop(): void;
 }
 
+/** Every relay this process started and that still runs, from its spawn on: a node stopping (or its process exiting) mid-setup must not leave one behind. */
+const liveRelays = new Set<ChildProcess>();
+
+/** SIGKILLs every pod network's relay this process started; for a node that stops or exits. */
+export function killAllRelaysSync(): void {
+  for (const relay of liveRelays) {
+    try {
+      if (relay.pid !== undefined && relay.exitCode === null) process.kill(relay.pid, "SIGKILL");
+    } catch {
+      // Already gone.
+    }
+  }
+}
+
 export async function startPodNetwork(options: {
   ip: string;
   apiPort: number;
@@ -99,6 +113,8 @@ export async function startPodNetwork(options: {
     // Its folder is the pod's, so cluster:down's sweep by working folder finds it too.
     { cwd: options.cwd, stdio: ["ignore", "pipe", "pipe"], detached: true },
   );
+  liveRelays.add(child);
+  child.once("exit", () => liveRelays.delete(child));
   let errors = "";
   child.stderr?.on("data", (chunk: Buffer) => {
     errors += chunk.toString();
@@ -110,10 +126,12 @@ export async function startPodNetwork(options: {
       // Already gone.
     }
   };
+  let onEarlyExit: ((code: number | null) => void) | undefined;
   try {
     await new Promise<void>((resolve, reject) => {
       child.once("error", reject);
-      child.once("exit", (code) => reject(new Error(`pod network setup exited ${code}: ${errors.trim()}`)));
+      onEarlyExit = (code) => reject(new Error(`pod network setup exited ${code}: ${errors.trim()}`));
+      child.once("exit", onEarlyExit);
       child.stdout?.once("data", () => resolve());
       setTimeout(
         () => reject(new Error(`pod network setup gave no sign in 10s: ${errors.trim()}`)),
@@ -124,7 +142,7 @@ export async function startPodNetwork(options: {
     stop();
     throw error;
   } finally {
-    child.removeAllListeners("exit");
+    if (onEarlyExit) child.off("exit", onEarlyExit);
   }
   return { path: `/proc/${child.pid}/ns/net`, stop };
 }

@@ -31,7 +31,13 @@ import {
 } from "./container-process.js";
 import { startLogServer } from "./log-server.js";
 import { type MountTools, planMounts } from "./mounts.js";
-import { detectNetworkNamespaces, type PodNetwork, startApiRelay, startPodNetwork } from "./network.js";
+import {
+  detectNetworkNamespaces,
+  killAllRelaysSync,
+  type PodNetwork,
+  startApiRelay,
+  startPodNetwork,
+} from "./network.js";
 import { type CommandMapping, containerEnv, resolveArgv } from "./pod-spec.js";
 import { PodVolumes, type VolumeApi } from "./volumes.js";
 
@@ -277,6 +283,8 @@ export class ProcessNode {
     }
     await Promise.all(exits);
     for (const run of this.runs.values()) this.releaseNetwork(run);
+    // Relays of pods still being set up are not in their runs yet.
+    killAllRelaysSync();
     await this.apiRelay?.close();
     await Promise.all([...this.runs.values()].map((run) => run.volumes.release()));
   }
@@ -296,6 +304,7 @@ export class ProcessNode {
       for (const container of run.containers) container.process?.signal("SIGKILL");
       this.releaseNetwork(run);
     }
+    killAllRelaysSync();
   }
 
   /**
