@@ -469,15 +469,23 @@ export function decide(input: ReconcileInput): Decision {
   return decideActivePod(state, pod);
 }
 
-/** No pod was ever created: create the first attempt, the run starting now. */
+/**
+ * No pod was ever created: create the first attempt. The run starts at the first try, so a pod
+ * the API server keeps refusing (403, a missing service account) ends when the ceiling passes.
+ */
 function decideFirstPod(state: RunState): Decision {
   const { base } = state;
   const { now } = state.input;
-  const action = createPodAction(state, 1, now);
+  if (Date.parse(state.startTime) + base.limits.ceiling.ms <= now.getTime()) {
+    const why = base.previous.conditions?.find((c) => c.type === "Succeeded")?.message;
+    const message = `the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) passed before its pod could be created${why ? `: ${why}` : ""}`;
+    return settle(base, settledStatus(base, { reason: "RunCeiling", message }), "RunCeiling");
+  }
+  const action = createPodAction(state, 1, new Date(state.startTime));
   const next = progressStatus(base, {
     phase: "Pending",
     message: pendingMessage(action.pod.metadata.name, 1),
-    startTime: now.toISOString(),
+    startTime: state.startTime,
     podName: action.pod.metadata.name,
     podAttempts: 1,
   });
