@@ -16,6 +16,10 @@ import {
 } from "./reasons.js";
 
 export const REPORT_MAX_BYTES = 4096;
+export const REPORT_VERSION = 1;
+
+/** Ten years: far past any ceiling, and start + offset stays inside JavaScript's dates. */
+const MAX_TASK_OFFSET_MS = 10 * 366 * 24 * 3_600_000;
 
 export const RUNNER_REASONS = [
   "Succeeded",
@@ -40,15 +44,17 @@ export const ReportTaskSchema = z.strictObject({
   l: z.enum(TASK_LIMITS).optional(),
   /** how the group ended after a limit or cancellation */
   e: z.enum(ENDINGS).optional(),
-  /** [start, end] in ms after the report's start */
-  t: z.tuple([z.number().int().min(0), z.number().int().min(0)]).optional(),
+  /** [start, end] in ms after the report's start; bounded so that start + t stays a date */
+  t: z
+    .tuple([z.number().int().min(0).max(MAX_TASK_OFFSET_MS), z.number().int().min(0).max(MAX_TASK_OFFSET_MS)])
+    .optional(),
   /** extra detail, e.g. the last line of output of a failed task */
   m: z.string().optional(),
 });
 export type ReportTask = z.infer<typeof ReportTaskSchema>;
 
 export const RunnerReportSchema = z.strictObject({
-  v: z.literal(1),
+  v: z.literal(REPORT_VERSION),
   phase: z.enum(["Succeeded", "Failed", "Cancelled"]),
   reason: z.enum(RUNNER_REASONS),
   start: z.iso.datetime(),
@@ -185,25 +191,79 @@ function dropUndefined(task: ReportTask): ReportTask {
 
 export class InvalidReportError extends Error {}
 
-/** Parses and validates a report read from a termination message or a file. */
+/**
+ * Parses and validates a report read from a termination message or a file. Messages complete
+ * "the report is ...": the controller settles RunnerLost with them.
+ */
 export function decodeReport(text: string, taskCount?: number): RunnerReport {
+  const bytes = Buffer.byteLength(text);
+  if (bytes > REPORT_MAX_BYTES) {
+    // The runner never writes more; a kubelet would have cut it, so this is not the runner's.
+    throw new InvalidReportError(
+      `${bytes} bytes, more than the ${REPORT_MAX_BYTES} a termination message holds`,
+    );
+  }
   let json: unknown;
   try {
     json = JSON.parse(text);
   } catch {
     throw new InvalidReportError(`not JSON: ${truncate(text.trim(), 200) || "(empty)"}`);
   }
+  if (json !== null && typeof json === "object" && !Array.isArray(json)) {
+    const version = (json as { v?: unknown }).v;
+    if (version !== REPORT_VERSION) {
+      const shown = version === undefined ? "(none)" : truncate(JSON.stringify(version), 40);
+      throw new InvalidReportError(
+        `of report version ${shown}; this controller reads version ${REPORT_VERSION}`,
+      );
+    }
+  }
   const parsed = RunnerReportSchema.safeParse(json);
   if (!parsed.success) {
     const first = parsed.error.issues[0];
     throw new InvalidReportError(
-      `does not match the report schema at ${first?.path.join(".") || "(root)"}: ${first?.message}`,
+      `invalid: it does not match the report schema at ${first?.path.join(".") || "(root)"}: ${first?.message}`,
     );
   }
   if (taskCount !== undefined && parsed.data.tasks.length !== taskCount) {
-    throw new InvalidReportError(`lists ${parsed.data.tasks.length} tasks, the plan has ${taskCount}`);
+    throw new InvalidReportError(
+      `invalid: it lists ${parsed.data.tasks.length} tasks, the plan has ${taskCount}`,
+    );
   }
+  const contradiction = contradictionIn(parsed.data);
+  if (contradiction) throw new InvalidReportError(`self-contradictory: ${contradiction}`);
   return parsed.data;
+}
+
+const RUNNER_LIMITS: readonly string[] = TASK_LIMITS;
+
+/**
+ * What the runner never writes: a reason its phase or its tasks do not bear out. The runner runs
+ * tasks in order until the first that does not succeed, and that task's phase gives the reason.
+ */
+function contradictionIn(report: RunnerReport): string | undefined {
+  const phase = report.reason === "Succeeded" || report.reason === "Cancelled" ? report.reason : "Failed";
+  if (report.phase !== phase) return `phase ${report.phase} does not go with reason ${report.reason}`;
+  for (const [index, task] of report.tasks.entries()) {
+    if (task.l && task.p !== "TimedOut") return `task ${index} names limit ${task.l} but is ${task.p}`;
+  }
+  if (report.reason === "Succeeded") {
+    const index = report.tasks.findIndex((task) => task.p !== "Succeeded");
+    const task = report.tasks[index];
+    return task ? `it says the run Succeeded but task ${index} is ${task.p}` : undefined;
+  }
+  const deciding = decidingIndex(report.tasks.map((task) => task.p));
+  const task = report.tasks[deciding];
+  if (!task) return `reason ${report.reason} but no task ran`;
+  const expected =
+    report.reason === "TaskFailed" ? "Failed" : report.reason === "Cancelled" ? "Cancelled" : "TimedOut";
+  const limitMatches = !RUNNER_LIMITS.includes(report.reason) || (task.l ?? "RunCeiling") === report.reason;
+  if (task.p !== expected || !limitMatches) {
+    return `reason ${report.reason} but the task that ended the run (${deciding}) is ${task.p}${task.l ? ` by ${task.l}` : ""}`;
+  }
+  const early = report.tasks.findIndex((t, i) => i < deciding && t.p !== "Succeeded");
+  if (early >= 0) return `task ${early} is ${report.tasks[early]?.p}, yet a later task ran`;
+  return undefined;
 }
 
 function limitOf(limits: ResolvedLimits, index: number, limit: TaskLimit): EffectiveLimit {
