@@ -129,6 +129,38 @@ describe("the process node", () => {
     expect(processesWithMarker(tag)).toEqual([]);
   });
 
+  it("follows an activeDeadlineSeconds lowered on a running pod: stops it with its grace period and keeps it", async () => {
+    const script = `trap 'echo "stopping on TERM"; exit 0' TERM; echo started; while :; do sleep 1; done`;
+    await core.createNamespacedPod({
+      namespace,
+      body: shellPod("lowered", script, { activeDeadlineSeconds: 600, terminationGracePeriodSeconds: 10 }),
+    });
+    await waitFor(
+      "the pod's first line",
+      async () =>
+        (await core.readNamespacedPodLog({ namespace, name: "lowered" }).catch(() => "")).includes("started")
+          ? true
+          : undefined,
+      { timeoutMs: 60_000 },
+    );
+    const running = await core.readNamespacedPod({ namespace, name: "lowered" });
+    const elapsed = Math.ceil((Date.now() - new Date(running.status?.startTime ?? 0).getTime()) / 1000);
+    // The client's default patch type is a JSON patch.
+    await core.patchNamespacedPod({
+      namespace,
+      name: "lowered",
+      body: [{ op: "replace", path: "/spec/activeDeadlineSeconds", value: Math.max(1, elapsed) }],
+    });
+
+    const pod = await waitForPod(core, namespace, "lowered", "to stop", (p) => terminated(p) !== undefined);
+    expect(pod.status).toMatchObject({ phase: "Failed", reason: "DeadlineExceeded" });
+    expect(terminated(pod)).toMatchObject({ exitCode: 0 });
+    expect(pod.metadata?.deletionTimestamp).toBeUndefined();
+    expect(await core.readNamespacedPodLog({ namespace, name: "lowered" })).toBe(
+      "started\nstopping on TERM\n",
+    );
+  });
+
   it("on deletion sends SIGTERM, waits the grace period, then SIGKILLs and completes the deletion", async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), "process-node-test-"));
     const signals = path.join(dir, "signals");

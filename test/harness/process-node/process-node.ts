@@ -572,7 +572,12 @@ export class ProcessNode {
     const uid = pod.metadata?.uid;
     if (!uid || this.forgotten.has(uid)) return;
     const run = this.runs.get(uid);
-    if (run) run.pod = pod;
+    if (run) {
+      const lowered = pod.spec?.activeDeadlineSeconds !== run.pod.spec?.activeDeadlineSeconds;
+      run.pod = pod;
+      // The kubelet follows an activeDeadlineSeconds lowered on a running pod (a cancel does so).
+      if (lowered && run.deadlineTimer) this.armDeadline(run);
+    }
     if (pod.metadata?.deletionTimestamp) {
       void this.terminateForDeletion(pod, run).catch((error) =>
         this.logError(error, "Failed to terminate pod", {
@@ -648,11 +653,7 @@ export class ProcessNode {
 
     await mkdir(dir, { recursive: true });
     this.log({ namespace, pod: name }, "Starting pod");
-    const deadlineSeconds = pod.spec?.activeDeadlineSeconds;
-    if (deadlineSeconds !== undefined) {
-      const remaining = run.startTime.getTime() + deadlineSeconds * 1000 - Date.now();
-      run.deadlineTimer = setTimeout(() => this.deadlineExceeded(run), Math.max(0, remaining));
-    }
+    this.armDeadline(run);
     let waiting = false;
     await run.volumes.prepare(pod, this.volumeApi, {
       isStopping: () => run.stopping || this.stopped,
@@ -876,6 +877,16 @@ export class ProcessNode {
   }
 
   /** pkg/kubelet/active_deadline.go: the pod fails at once, then its containers are killed. */
+  /** activeDeadlineSeconds counts from the pod's start on this node. */
+  private armDeadline(run: PodRun): void {
+    if (run.deadlineTimer) clearTimeout(run.deadlineTimer);
+    run.deadlineTimer = undefined;
+    const deadlineSeconds = run.pod.spec?.activeDeadlineSeconds;
+    if (deadlineSeconds === undefined) return;
+    const remaining = run.startTime.getTime() + deadlineSeconds * 1000 - Date.now();
+    run.deadlineTimer = setTimeout(() => this.deadlineExceeded(run), Math.max(0, remaining));
+  }
+
   private deadlineExceeded(run: PodRun): void {
     if (run.phase === "Succeeded" || run.phase === "Failed" || run.stopping) return;
     run.phase = "Failed";
