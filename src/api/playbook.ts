@@ -32,9 +32,18 @@ function execStringTooLong(text: string, shown: string, ctx: z.RefinementCtx, pa
   }
 }
 
+/**
+ * The CRD's maxLength: the API server counts characters (code points), not UTF-16 units or
+ * bytes, so the two agree on every string (test/controller/admission-properties.test.ts).
+ */
+function maxCharacters(max: number) {
+  return [(text: string) => [...text].length <= max, `must be at most ${max} characters`] as const;
+}
+
 /** A Go duration string; the parsed value is checked but the text is kept as the user wrote it. */
 export const DurationString = z
   .string({ error: 'must be a duration string with a unit, such as "10s" or "10m"' })
+  .refine(...maxCharacters(64))
   .superRefine((value, ctx) => {
     try {
       parseDuration(value);
@@ -48,6 +57,7 @@ const EnvVar = z
     name: z
       .string()
       .regex(ENV_NAME, "must be a C-style environment variable name")
+      .max(256, "must be at most 256 characters")
       .refine(
         (name) => !name.startsWith("PLAYBOOK_"),
         "is reserved: the runner sets PLAYBOOK_* variables itself",
@@ -61,25 +71,56 @@ export const TaskSpecSchema = z.strictObject({
   run: z
     .string()
     .min(1, "must not be empty")
+    .refine(...maxCharacters(65_536))
     .regex(NO_NUL, NO_NUL_MESSAGE)
     .superRefine((run, ctx) => execStringTooLong(run, "", ctx)),
   timeout: DurationString.optional(),
   stall: DurationString.optional(),
   retries: z.number().int().min(0).max(100).default(0),
-  env: z.array(EnvVar).default([]),
-  workingDir: z.string().min(1).regex(NO_NUL, NO_NUL_MESSAGE).optional(),
+  env: z.array(EnvVar).max(128, "must list at most 128 variables").default([]),
+  workingDir: z
+    .string()
+    .min(1)
+    .refine(...maxCharacters(4096))
+    .regex(NO_NUL, NO_NUL_MESSAGE)
+    .optional(),
 });
 export type TaskSpec = z.infer<typeof TaskSpecSchema>;
 
 const Quantity = z.union([
   z.string().regex(QUANTITY, "must be a resource quantity such as 500m or 1Gi"),
-  z.number(),
+  // x-kubernetes-int-or-string: a number must be whole.
+  z.number().int(),
 ]);
 const ResourceRequirements = z.strictObject({
   limits: z.record(z.string(), Quantity).optional(),
   requests: z.record(z.string(), Quantity).optional(),
-  claims: z.array(z.looseObject({ name: z.string() })).optional(),
+  claims: z
+    .array(z.looseObject({ name: z.string() }))
+    .max(16, "must list at most 16 claims")
+    .optional(),
 });
+
+/** The CRD's bound on spec.tasks (see planTextSize): what the plan's pod annotation can hold. */
+export const MAX_PLAN_TEXT = 204_800;
+
+/** Code points, as CEL's size() counts a string. */
+const characters = (text: string | undefined): number => (text === undefined ? 0 : [...text].length);
+
+/**
+ * The size the CRD bounds, counted as its CEL rule counts it: the tasks' names, run scripts,
+ * timeouts, stalls, working directories and env, plus 96 per task and 32 per env entry for the
+ * JSON around them.
+ */
+export function planTextSize(tasks: readonly TaskSpec[]): number {
+  let total = 0;
+  for (const task of tasks) {
+    total += 96 + characters(task.name) + characters(task.run) + characters(task.timeout);
+    total += characters(task.stall) + characters(task.workingDir);
+    for (const env of task.env) total += 32 + characters(env.name) + characters(env.value);
+  }
+  return total;
+}
 
 export const PlaybookSpecSchema = z.strictObject({
   ceiling: DurationString.optional(),
@@ -87,14 +128,31 @@ export const PlaybookSpecSchema = z.strictObject({
   killGrace: DurationString.optional(),
   cancel: z.boolean().default(false),
   backoffLimit: z.number().int().min(0).max(100).default(2),
-  image: z.string().min(1).optional(),
-  serviceAccountName: z.string().regex(DNS1123_SUBDOMAIN, "must be a DNS-1123 subdomain").optional(),
+  image: z
+    .string()
+    .min(1)
+    .refine(...maxCharacters(1024))
+    .optional(),
+  serviceAccountName: z
+    .string()
+    .max(253, "must be at most 253 characters")
+    .regex(DNS1123_SUBDOMAIN, "must be a DNS-1123 subdomain")
+    .optional(),
   resources: ResourceRequirements.optional(),
   ttlSecondsAfterFinished: z.number().int().min(0).optional(),
   tasks: z
     .array(TaskSpecSchema)
     .min(1, "must list at least one task")
-    .max(MAX_TASKS, `must list at most ${MAX_TASKS} tasks`),
+    .max(MAX_TASKS, `must list at most ${MAX_TASKS} tasks`)
+    .superRefine((tasks, ctx) => {
+      const size = planTextSize(tasks);
+      if (size > MAX_PLAN_TEXT) {
+        ctx.addIssue({
+          code: "custom",
+          message: `is too large to run: ${size} characters of names, run scripts, limits, working directories and env (plus 96 per task and 32 per env entry), at most ${MAX_PLAN_TEXT}, so that the plan fits in the pod's annotations`,
+        });
+      }
+    }),
 });
 export type PlaybookSpec = z.infer<typeof PlaybookSpecSchema>;
 

@@ -15,6 +15,9 @@ afterAll(() => deleteTestNamespace(core, namespace));
 
 const apply = (name: string, spec: Record<string, unknown>) =>
   kubectlResult(["-n", namespace, "apply", "-f", "-"], stringify(playbookManifest(name, spec)));
+// Client-side apply keeps a copy of the object in an annotation (256 KiB at most): large specs are created.
+const create = (name: string, spec: Record<string, unknown>) =>
+  kubectlResult(["-n", namespace, "create", "-f", "-"], stringify(playbookManifest(name, spec)));
 
 const refusals = [
   {
@@ -63,6 +66,13 @@ const refusals = [
     says: ["spec.tasks"],
   },
   {
+    name: "tasks too large for the plan to reach their pod",
+    spec: {
+      tasks: ["a", "b", "c", "d"].map((name) => ({ name, run: `: ${"x".repeat(65_530)}` })),
+    },
+    says: ["spec.tasks: Invalid value", "spec.tasks is too large to run", "at most 204800 characters"],
+  },
+  {
     name: "a reserved environment variable",
     spec: { tasks: [{ name: "a", run: "true", env: [{ name: "PLAYBOOK_PLAN", value: "x" }] }] },
     says: ["must not start with PLAYBOOK_"],
@@ -71,7 +81,7 @@ const refusals = [
 
 describe("admission", () => {
   it.each(refusals)("refuses $name, naming the field", async ({ name, spec, says }) => {
-    const result = await apply(
+    const result = await create(
       `bad-${name.replace(/[^a-z]+/g, "-").replace(/^-|-$/g, "")}`.slice(0, 60),
       spec,
     );
@@ -93,6 +103,60 @@ describe("admission", () => {
     });
     expect(stored.spec.ceiling).toBe("30m");
     expect(stored.spec.stall).toBeUndefined();
+  });
+
+  describe("once a run has started", () => {
+    const started = async (name: string) => {
+      await apply(name, { ceiling: "30m", tasks: [{ name: "build", run: "make" }] });
+      // What the controller writes when it creates the run's first pod.
+      await kubectl([
+        ...["-n", namespace, "patch", "pb", name, "--subresource=status", "--type=merge"],
+        ...["-p", JSON.stringify({ status: { phase: "Pending", startTime: new Date().toISOString() } })],
+      ]);
+    };
+    const patch = (name: string, spec: Record<string, unknown>) =>
+      kubectlResult([
+        ...["-n", namespace, "patch", "pb", name, "--type=merge"],
+        ...["-p", JSON.stringify({ spec })],
+      ]);
+
+    it.each([
+      {
+        field: "spec.tasks",
+        spec: {
+          tasks: [
+            { name: "build", run: "make" },
+            { name: "test", run: "make test" },
+          ],
+        },
+      },
+      { field: "spec.ceiling", spec: { ceiling: "2h" } },
+      { field: "spec.stall", spec: { stall: "1m" } },
+      { field: "spec.image", spec: { image: "busybox" } },
+    ])("refuses an edit of $field, naming the field", async ({ field, spec }) => {
+      const name = `frozen-${field.replace("spec.", "").toLowerCase()}`;
+      await started(name);
+      const result = await patch(name, spec);
+      expect(result.code).not.toBe(0);
+      expect(result.stderr).toContain(`${field}: Forbidden: ${field} cannot change once the run has started`);
+      expect((await getPlaybook(namespace, name)).spec.tasks).toEqual([
+        { name: "build", run: "make", retries: 0 },
+      ]);
+    });
+
+    it("still takes spec.cancel", async () => {
+      await started("frozen-cancel");
+      const result = await patch("frozen-cancel", { cancel: true });
+      expect(result.stderr).toBe("");
+      expect((await getPlaybook(namespace, "frozen-cancel")).spec.cancel).toBe(true);
+    });
+
+    it("takes edits before the run started", async () => {
+      await apply("not-started", { tasks: [{ name: "build", run: "make" }] });
+      const result = await patch("not-started", { ceiling: "1h" });
+      expect(result.stderr).toBe("");
+      expect((await getPlaybook(namespace, "not-started")).spec.ceiling).toBe("1h");
+    });
   });
 
   it("explains every field", async () => {
