@@ -1,10 +1,20 @@
-// The plan the controller hands to the pod runner (env PLAYBOOK_PLAN): the Playbook's spec, the
-// defaults its limits were resolved with, and when the run started, so the ceiling keeps counting
-// from the first pod's start when a pod is re-created.
+// The plan the controller hands to the pod runner: the Playbook's spec, the defaults its limits
+// were resolved with, and when the run started, so the ceiling keeps counting from the first
+// pod's start when a pod is re-created. It travels in a pod annotation, which a downwardAPI
+// volume shows the runner as a file: an environment string would be limited to 128 KiB (E2BIG),
+// and the annotation also tells the controller which plan the pod was started with.
 import { z } from "zod";
 import { PlaybookSpecSchema } from "./playbook.js";
 
+/** Read by `playbook pod-runner` when no --plan FILE is given. */
 export const PLAN_ENV_VAR = "PLAYBOOK_PLAN";
+export const PLAN_ANNOTATION = "playbook.dev/plan";
+export const PLAN_MOUNT_DIR = "/run/playbook";
+export const PLAN_FILE_NAME = "plan.json";
+export const PLAN_FILE = `${PLAN_MOUNT_DIR}/${PLAN_FILE_NAME}`;
+
+/** All of a pod's annotations (keys and values) may take 256 KiB; the rest is left to the others. */
+export const MAX_PLAN_BYTES = 256 * 1024 - 2048;
 
 const Millis = z.number().int().min(0);
 
@@ -16,3 +26,37 @@ export const RunPlanSchema = z.strictObject({
   spec: PlaybookSpecSchema,
 });
 export type RunPlan = z.infer<typeof RunPlanSchema>;
+
+export class PlanTooLargeError extends Error {}
+
+/** The plan as the pod carries it; refuses one the pod's annotations could not hold. */
+export function serializePlan(plan: RunPlan): string {
+  const text = JSON.stringify(plan);
+  const bytes = Buffer.byteLength(text);
+  if (bytes > MAX_PLAN_BYTES) {
+    throw new PlanTooLargeError(
+      `the run's plan is ${bytes} bytes as JSON, more than the ${MAX_PLAN_BYTES} a pod annotation can hold (escaped characters such as control characters count several times)`,
+    );
+  }
+  return text;
+}
+
+export type ReadPlan = { ok: true; plan: RunPlan } | { ok: false; problem: string };
+
+/** The plan text a pod carries, checked with the same schema the runner uses. */
+export function parsePlan(text: string): ReadPlan {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return { ok: false, problem: "is not JSON" };
+  }
+  const parsed = RunPlanSchema.safeParse(json);
+  if (!parsed.success) {
+    return {
+      ok: false,
+      problem: parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "),
+    };
+  }
+  return { ok: true, plan: parsed.data };
+}

@@ -1,8 +1,16 @@
 // The pod for one attempt of a run: deterministic name, owned by its Playbook, restricted-PSS
-// security context, the resolved plan in its environment and the kubelet's deadline as backstop.
+// security context, the plan in an annotation shown to the runner as a file, and the kubelet's
+// deadline as backstop.
 import { createHash } from "node:crypto";
 import type { LimitDefaults, ResolvedLimits } from "../api/limits.js";
-import { PLAN_ENV_VAR, type RunPlan } from "../api/plan.js";
+import {
+  PLAN_ANNOTATION,
+  PLAN_FILE,
+  PLAN_FILE_NAME,
+  PLAN_MOUNT_DIR,
+  type RunPlan,
+  serializePlan,
+} from "../api/plan.js";
 import { API_VERSION, KIND, type PlaybookSpec } from "../api/playbook.js";
 import {
   ANNOTATION_RUN_START,
@@ -91,13 +99,17 @@ export function buildPlan(request: PodRequest): RunPlan {
   };
 }
 
+const PLAN_VOLUME = "plan";
+
+/** Throws PlanTooLargeError when the plan cannot fit in the pod's annotations. */
 export function buildPod(request: PodRequest): PodManifest {
   const { playbook, spec, limits } = request;
+  const plan = serializePlan(buildPlan(request));
   const container: Record<string, unknown> = {
     name: RUNNER_CONTAINER,
     image: spec.image ?? request.runnerImage,
-    command: ["playbook", "pod-runner"],
-    env: [{ name: PLAN_ENV_VAR, value: JSON.stringify(buildPlan(request)) }],
+    command: ["playbook", "pod-runner", "--plan", PLAN_FILE],
+    volumeMounts: [{ name: PLAN_VOLUME, mountPath: PLAN_MOUNT_DIR, readOnly: true }],
     terminationMessagePolicy: "FallbackToLogsOnError",
     securityContext: {
       allowPrivilegeEscalation: false,
@@ -125,6 +137,16 @@ export function buildPod(request: PodRequest): PodManifest {
       seccompProfile: { type: "RuntimeDefault" },
     },
     containers: [container],
+    volumes: [
+      {
+        name: PLAN_VOLUME,
+        downwardAPI: {
+          items: [
+            { path: PLAN_FILE_NAME, fieldRef: { fieldPath: `metadata.annotations['${PLAN_ANNOTATION}']` } },
+          ],
+        },
+      },
+    ],
   };
   if (spec.serviceAccountName) podSpec.serviceAccountName = spec.serviceAccountName;
   return {
@@ -138,7 +160,7 @@ export function buildPod(request: PodRequest): PodManifest {
         [LABEL_POD_ATTEMPT]: String(request.attempt),
         [LABEL_MANAGED_BY]: MANAGED_BY,
       },
-      annotations: { [ANNOTATION_RUN_START]: request.runStart.toISOString() },
+      annotations: { [ANNOTATION_RUN_START]: request.runStart.toISOString(), [PLAN_ANNOTATION]: plan },
       ownerReferences: [
         {
           apiVersion: API_VERSION,

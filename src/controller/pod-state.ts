@@ -1,5 +1,7 @@
 // What a pod says about its run: whether it ended, the runner's report, what the kubelet said,
 // and whether the infrastructure took it away. Pure readers of the pod as the API server has it.
+import { z } from "zod";
+import { PLAN_ANNOTATION, parsePlan, type ReadPlan } from "../api/plan.js";
 import { decodeReport, InvalidReportError, type RunnerReport } from "../api/report.js";
 import { type ContainerTerminated, type PodView, podAttemptOf, RUNNER_CONTAINER } from "./objects.js";
 
@@ -81,4 +83,36 @@ export function disruptionOf(pod: PodView): string | undefined {
   if (target)
     return `was disrupted (${target.reason ?? "DisruptionTarget"}${target.message ? `: ${target.message}` : ""})`;
   return undefined;
+}
+
+/** Whether the runner container has ended (its termination message, if any, can be read). */
+export function runnerEnded(pod: PodView): boolean {
+  return runnerTerminated(pod) !== undefined;
+}
+
+const PodTimingSchema = z.looseObject({
+  spec: z.looseObject({ activeDeadlineSeconds: z.number().int().optional() }).optional(),
+  status: z.looseObject({ startTime: z.union([z.string(), z.date()]).nullable().optional() }).optional(),
+});
+
+/**
+ * When the kubelet started the pod (activeDeadlineSeconds counts from there) and its deadline,
+ * if it has started.
+ */
+export function podDeadline(pod: PodView): { startedAt: number; seconds: number; at: number } | undefined {
+  const parsed = PodTimingSchema.safeParse(pod);
+  if (!parsed.success) return undefined;
+  const started = parsed.data.status?.startTime;
+  const seconds = parsed.data.spec?.activeDeadlineSeconds;
+  if (!started || seconds === undefined) return undefined;
+  const startedAt = started instanceof Date ? started.getTime() : Date.parse(started);
+  if (Number.isNaN(startedAt)) return undefined;
+  return { startedAt, seconds, at: startedAt + seconds * 1000 };
+}
+
+/** The plan the pod was started with, from its annotation; undefined for a pod that carries none. */
+export function podPlan(pod: PodView): ReadPlan | undefined {
+  const text = pod.metadata.annotations?.[PLAN_ANNOTATION];
+  if (text === undefined) return undefined;
+  return parsePlan(text);
 }

@@ -3,6 +3,7 @@
 import { formatDuration } from "../api/duration.js";
 import { type LimitDefaults, type ResolvedLimits, resolveLimits } from "../api/limits.js";
 import { InvalidPlaybookError, validatePlaybook } from "../api/manifest.js";
+import { PlanTooLargeError } from "../api/plan.js";
 import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import { isLimitReason, type TerminalReason } from "../api/reasons.js";
 import { ANNOTATION_RUN_START, type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
@@ -18,7 +19,11 @@ import {
   describeKubeletVerdict,
   disruptionOf,
   isPodFinished,
+  podDeadline,
+  podPlan,
+  type ReadReport,
   readReport,
+  runnerEnded,
   settleWaitMs,
 } from "./pod-state.js";
 import {
@@ -48,7 +53,9 @@ export interface ReconcileInput {
 
 export type Action =
   | { type: "createPod"; pod: PodManifest; attempt: number }
-  | { type: "deletePod"; name: string; gracePeriodSeconds?: number; why: "cancel" | "ttl" | "finished" };
+  | { type: "deletePod"; name: string; gracePeriodSeconds?: number; why: "cancel" | "ttl" | "finished" }
+  /** Cancel: the kubelet stops the pod at its lowered deadline and keeps it for its logs. */
+  | { type: "lowerDeadline"; name: string; activeDeadlineSeconds: number };
 
 export interface RecordedEvent {
   type: "Normal" | "Warning";
@@ -259,7 +266,12 @@ export function decideFinished(input: ReconcileInput): Decision {
 
 interface RunState {
   base: StatusBase & { limits: ResolvedLimits };
+  /** The spec the run is decided against: its pod's plan once a pod exists. */
   spec: PlaybookSpec;
+  /** The defaults the plan's limits were resolved with. */
+  defaults: LimitDefaults;
+  /** spec.cancel as the Playbook says now: the one field that may change during a run. */
+  cancel: boolean;
   input: ReconcileInput;
   attempts: number;
   startTime: string;
@@ -275,7 +287,7 @@ function createPodAction(state: RunState, attempt: number, runStart: Date): Acti
     },
     spec: state.spec,
     limits: state.base.limits,
-    defaults: state.input.settings.defaults,
+    defaults: state.defaults,
     attempt,
     runStart,
     now: state.input.now,
@@ -350,6 +362,26 @@ function capitalise(text: string): string {
   return text.charAt(0).toUpperCase() + text.slice(1);
 }
 
+/**
+ * A pod the kubelet stopped at the deadline the cancel lowered: the runner's report decides once
+ * its container ended (the pod's phase turns Failed first); without one the run is Cancelled, as
+ * the controller asked.
+ */
+function decideCancelledPod(state: RunState, pod: PodView, read: ReadReport): Decision {
+  const { base } = state;
+  const podName = pod.metadata.name;
+  const run = { startTime: state.startTime, podName, podAttempts: state.attempts };
+  if (read.ok) return settle(base, reportedStatus(base, read.report, run), read.report.reason);
+  const deadline = podDeadline(pod);
+  const waitUntil = (deadline?.at ?? 0) + terminationGraceSeconds(base.limits) * 1000 + BACKSTOP_SLACK_MS;
+  if (!runnerEnded(pod) && waitUntil > state.input.now.getTime()) {
+    return progress(base, base.previous, { requeueAfterMs: waitUntil - state.input.now.getTime() });
+  }
+  const message = `the run was cancelled (spec.cancel); pod ${podName} was stopped at its lowered activeDeadlineSeconds without a valid runner report (${describeKubeletVerdict(pod)}): ${read.ok ? "" : read.problem}`;
+  const next = settledStatus(base, { reason: "Cancelled", message, tasks: cancelledTasks(base) });
+  return settle(base, { ...next, podName, podAttempts: state.attempts }, "Cancelled");
+}
+
 /** A pod that ended: the runner's report decides, unless the kubelet's deadline or an eviction did. */
 function decideEndedPod(state: RunState, pod: PodView): Decision {
   const { base, spec } = state;
@@ -358,6 +390,7 @@ function decideEndedPod(state: RunState, pod: PodView): Decision {
   const disruption = disruptionOf(pod);
   if (disruption) return decideLost(state, `pod ${podName} ${disruption}`);
   const read = readReport(pod, spec.tasks.length);
+  if (pod.status?.reason === "DeadlineExceeded" && state.cancel) return decideCancelledPod(state, pod, read);
   if (pod.status?.reason === "DeadlineExceeded") {
     const tasks = read.ok ? reportedStatus(base, read.report, run).tasks : base.previous.tasks;
     const message = `the kubelet stopped pod ${podName} at its activeDeadlineSeconds backstop: the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) plus killGrace and a margin passed before the runner reported`;
@@ -369,32 +402,88 @@ function decideEndedPod(state: RunState, pod: PodView): Decision {
     return settle(base, { ...next, podName, podAttempts: state.attempts }, "PodDeadlineExceeded");
   }
   if (read.ok) {
-    if (read.report.reason === "Cancelled" && !spec.cancel) {
+    if (read.report.reason === "Cancelled" && !state.cancel) {
       // The runner was interrupted by someone else than us: a node drain, a deletion.
       return decideLost(state, `pod ${podName} was stopped from outside (${describeKubeletVerdict(pod)})`);
     }
     const next = reportedStatus(base, read.report, run);
     return settle(base, next, read.report.reason);
   }
-  if (pod.metadata.deletionTimestamp && !spec.cancel) {
+  if (pod.metadata.deletionTimestamp && !state.cancel) {
     return decideLost(
       state,
       `pod ${podName} was deleted before the runner reported (${describeKubeletVerdict(pod)})`,
     );
   }
   const waitMs = settleWaitMs(pod, state.input.now);
-  if (waitMs > 0 && !spec.cancel) {
+  if (waitMs > 0 && !state.cancel) {
     // The container's end and the disruption that caused it can reach the API in separate
     // writes; a pod taken by the infrastructure must not be mistaken for a runner that crashed.
     return progress(base, base.previous, { requeueAfterMs: waitMs });
   }
   const message = `pod ${podName} ended without a valid runner report (${describeKubeletVerdict(pod)}): ${read.problem}`;
-  const next = settledStatus(base, { reason: spec.cancel ? "Cancelled" : "RunnerLost", message });
+  const next = settledStatus(base, { reason: state.cancel ? "Cancelled" : "RunnerLost", message });
   return settle(
     base,
     { ...next, podName, podAttempts: state.attempts },
-    spec.cancel ? "Cancelled" : "RunnerLost",
+    state.cancel ? "Cancelled" : "RunnerLost",
   );
+}
+
+/**
+ * Cancel a pod that has not ended. A started pod keeps its logs as any finished run's pod does:
+ * its activeDeadlineSeconds is lowered to now, so the kubelet stops it with its grace period (the
+ * runner writes the cancel file, signals, kills and reports) and keeps it. A pod no node started
+ * yet has nothing to keep and is deleted, as is one whose node ignores the lowered deadline.
+ */
+function decideStopPod(state: RunState, pod: PodView, next: PlaybookStatus): Decision {
+  const { base } = state;
+  const { now } = state.input;
+  const name = pod.metadata.name;
+  const grace = terminationGraceSeconds(base.limits);
+  const deadline = podDeadline(pod);
+  const deleteAction: Action = { type: "deletePod", name, gracePeriodSeconds: grace, why: "cancel" };
+  if (!deadline) {
+    return progress(base, next, {
+      actions: [deleteAction],
+      events: [
+        {
+          type: "Normal",
+          reason: "Cancelling",
+          message: `Deleted pod ${name} with a ${grace}s grace period: spec.cancel is true and the pod had not started`,
+        },
+      ],
+    });
+  }
+  const elapsedSeconds = Math.max(1, Math.ceil((now.getTime() - deadline.startedAt) / 1000));
+  if (deadline.seconds > elapsedSeconds) {
+    return progress(base, next, {
+      actions: [{ type: "lowerDeadline", name, activeDeadlineSeconds: elapsedSeconds }],
+      events: [
+        {
+          type: "Normal",
+          reason: "Cancelling",
+          message: `Lowered activeDeadlineSeconds of pod ${name} to ${elapsedSeconds}: spec.cancel is true; the kubelet stops it with a ${grace}s grace period and keeps it for its logs`,
+        },
+      ],
+      requeueAfterMs: grace * 1000 + BACKSTOP_SLACK_MS,
+    });
+  }
+  const giveUpAt = deadline.at + grace * 1000 + BACKSTOP_SLACK_MS;
+  if (giveUpAt <= now.getTime()) {
+    // Its node did not stop it at the lowered deadline (unresponsive, partitioned).
+    return progress(base, next, {
+      actions: [deleteAction],
+      events: [
+        {
+          type: "Warning",
+          reason: "Cancelling",
+          message: `Deleted pod ${name} with a ${grace}s grace period: spec.cancel is true and its node did not stop it at its lowered activeDeadlineSeconds`,
+        },
+      ],
+    });
+  }
+  return progress(base, next, { requeueAfterMs: giveUpAt - now.getTime() });
 }
 
 function decideCancel(state: RunState, pod: PodView | undefined): Decision {
@@ -408,17 +497,7 @@ function decideCancel(state: RunState, pod: PodView | undefined): Decision {
       podAttempts: state.attempts,
     });
     if (pod.metadata.deletionTimestamp) return progress(base, next);
-    const grace = terminationGraceSeconds(base.limits);
-    return progress(base, next, {
-      actions: [{ type: "deletePod", name: pod.metadata.name, gracePeriodSeconds: grace, why: "cancel" }],
-      events: [
-        {
-          type: "Normal",
-          reason: "Cancelling",
-          message: `Deleted pod ${pod.metadata.name} with a ${grace}s grace period: spec.cancel is true`,
-        },
-      ],
-    });
+    return decideStopPod(state, pod, next);
   }
   if (pod) return decideEndedPod(state, pod);
   const message =
@@ -439,7 +518,18 @@ export function decide(input: ReconcileInput): Decision {
   const previous = playbook.status ?? {};
   if (isFinished(previous)) return decideFinished(input);
   const generation = playbook.metadata.generation;
-  const validated = validateSpec(playbook, settings.defaults);
+  const pod = currentPod(input.pods);
+  const planned = pod ? podPlan(pod) : undefined;
+  const validated: Validated & { defaults?: LimitDefaults } =
+    planned?.ok === true
+      ? // A started run is decided against the plan its pod was started with, not a later edit.
+        {
+          ok: true,
+          spec: planned.plan.spec,
+          limits: resolveLimits(planned.plan.spec, planned.plan.defaults),
+          defaults: planned.plan.defaults,
+        }
+      : validateSpec(playbook, settings.defaults);
   if (!validated.ok) {
     const base: StatusBase = { previous, generation, now, limits: null };
     const next = settledStatus(base, { reason: "InvalidSpec", message: validated.message });
@@ -451,13 +541,20 @@ export function decide(input: ReconcileInput): Decision {
     });
   }
   const base = { previous, generation, now, limits: validated.limits };
-  const pod = currentPod(input.pods);
   const attempts = Math.max(previous.podAttempts ?? 0, pod ? podAttemptOf(pod) : 0);
   const adoptedStart = pod?.metadata.annotations?.[ANNOTATION_RUN_START];
   const startTime = previous.startTime ?? adoptedStart ?? now.toISOString();
-  const state: RunState = { base, spec: validated.spec, input, attempts, startTime };
+  const state: RunState = {
+    base,
+    spec: validated.spec,
+    defaults: validated.defaults ?? settings.defaults,
+    cancel: (playbook.spec as { cancel?: unknown } | undefined)?.cancel === true,
+    input,
+    attempts,
+    startTime,
+  };
 
-  if (validated.spec.cancel) return decideCancel(state, pod);
+  if (state.cancel) return decideCancel(state, pod);
   if (!pod) {
     if (attempts === 0) return decideFirstPod(state);
     return decideLost(
@@ -481,7 +578,17 @@ function decideFirstPod(state: RunState): Decision {
     const message = `the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) passed before its pod could be created${why ? `: ${why}` : ""}`;
     return settle(base, settledStatus(base, { reason: "RunCeiling", message }), "RunCeiling");
   }
-  const action = createPodAction(state, 1, new Date(state.startTime));
+  let action: Action & { type: "createPod" };
+  try {
+    action = createPodAction(state, 1, new Date(state.startTime));
+  } catch (error) {
+    if (!(error instanceof PlanTooLargeError)) throw error;
+    // The CRD bounds the plan's text; escaped characters can still make its JSON too large.
+    const next = settledStatus(base, { reason: "InvalidSpec", message: error.message });
+    return settle(base, next, "InvalidSpec", {
+      events: [{ type: "Warning", reason: "InvalidSpec", message: `Refused the spec: ${error.message}` }],
+    });
+  }
   const next = progressStatus(base, {
     phase: "Pending",
     message: pendingMessage(action.pod.metadata.name, 1),

@@ -1,5 +1,6 @@
 // Playbooks and pods as the API server would hand them to the controller, for table tests.
-import type { PlaybookStatus } from "../../src/api/playbook.js";
+import { resolveLimits } from "../../src/api/limits.js";
+import { PlaybookSpecSchema, type PlaybookStatus } from "../../src/api/playbook.js";
 import { encodeReport, type RunOutcome } from "../../src/api/report.js";
 import type { PodView, StoredPlaybook } from "../../src/controller/objects.js";
 import { buildPod } from "../../src/controller/pod-builder.js";
@@ -14,6 +15,15 @@ export const SETTINGS: ReconcileSettings = {
   ttlSecondsAfterFinished: 3600,
 };
 
+/** The spec of playbook() without changes, and the plan of pod() unless told otherwise. */
+export const SPEC = {
+  ceiling: "30m",
+  tasks: [
+    { name: "build", run: "make", timeout: "10m" },
+    { name: "test", run: "make test" },
+  ],
+};
+
 export function playbook(
   spec: Record<string, unknown> = {},
   status?: PlaybookStatus,
@@ -23,14 +33,7 @@ export function playbook(
     apiVersion: "playbook.dev/v1alpha1",
     kind: "Playbook",
     metadata: { name: "nightly", namespace: "ops", uid: "uid-1", generation, resourceVersion: "10" },
-    spec: {
-      ceiling: "30m",
-      tasks: [
-        { name: "build", run: "make", timeout: "10m" },
-        { name: "test", run: "make test" },
-      ],
-      ...spec,
-    },
+    spec: { ...SPEC, ...spec },
     ...(status ? { status } : {}),
   };
 }
@@ -44,17 +47,18 @@ export function pod(
     terminated?: { exitCode: number; reason?: string; message?: string; finishedAt?: string };
     deleting?: boolean;
     runStart?: Date;
+    /** The spec the pod was started with (its plan); SPEC unless told. */
+    spec?: Record<string, unknown>;
+    /** When the node started it, and its activeDeadlineSeconds. */
+    startedAt?: Date;
+    activeDeadlineSeconds?: number;
   } = {},
 ): PodView {
+  const spec = PlaybookSpecSchema.parse(options.spec ?? SPEC);
   const manifest = buildPod({
     playbook: { name: "nightly", namespace: "ops", uid: "uid-1" },
-    spec: { cancel: false, backoffLimit: 2, tasks: [] },
-    limits: {
-      ceiling: { ms: 1_800_000, source: "spec", field: "spec.ceiling" },
-      stall: { ms: 600_000, source: "default", field: "the default stall limit" },
-      killGrace: { ms: 10_000, source: "default", field: "the default kill grace" },
-      tasks: [],
-    },
+    spec,
+    limits: resolveLimits(spec, SETTINGS.defaults),
     defaults: SETTINGS.defaults,
     attempt,
     runStart: options.runStart ?? T0,
@@ -65,6 +69,9 @@ export function pod(
     metadata: { ...manifest.metadata, uid: `pod-uid-${attempt}`, resourceVersion: "5" },
     status: { phase: options.phase ?? "Running" },
   };
+  if (options.activeDeadlineSeconds !== undefined)
+    view.spec = { activeDeadlineSeconds: options.activeDeadlineSeconds };
+  if (options.startedAt) view.status = { ...view.status, startTime: options.startedAt.toISOString() };
   if (options.deleting) view.metadata.deletionTimestamp = at(1).toISOString();
   if (options.reason) view.status = { ...view.status, reason: options.reason, message: options.message };
   if (options.terminated) {

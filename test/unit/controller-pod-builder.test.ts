@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { resolveLimits } from "../../src/api/limits.js";
-import { PLAN_ENV_VAR, RunPlanSchema } from "../../src/api/plan.js";
+import { MAX_PLAN_BYTES, PLAN_ANNOTATION, PlanTooLargeError, RunPlanSchema } from "../../src/api/plan.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { activeDeadlineSeconds, buildPod, podNameFor } from "../../src/controller/pod-builder.js";
 import { at, SETTINGS, T0 } from "./controller-fixtures.js";
@@ -69,17 +69,52 @@ describe("the pod of an attempt", () => {
     expect(pod.spec.shareProcessNamespace).toBe(true);
   });
 
-  it("runs the pod runner with the resolved plan and falls back to logs for its message", () => {
-    expect(container.command).toEqual(["playbook", "pod-runner"]);
+  it("runs the pod runner with the plan from an annotation, as a file, and falls back to logs for its message", () => {
+    expect(container.command).toEqual(["playbook", "pod-runner", "--plan", "/run/playbook/plan.json"]);
+    expect(container.env).toBeUndefined();
+    expect(container.volumeMounts).toEqual([{ name: "plan", mountPath: "/run/playbook", readOnly: true }]);
+    expect(pod.spec.volumes).toEqual([
+      {
+        name: "plan",
+        downwardAPI: {
+          items: [
+            { path: "plan.json", fieldRef: { fieldPath: "metadata.annotations['playbook.dev/plan']" } },
+          ],
+        },
+      },
+    ]);
     expect(container.terminationMessagePolicy).toBe("FallbackToLogsOnError");
-    const env = container.env as { name: string; value: string }[];
-    const plan = RunPlanSchema.parse(JSON.parse(env.find((e) => e.name === PLAN_ENV_VAR)?.value ?? ""));
+    const plan = RunPlanSchema.parse(JSON.parse(pod.metadata.annotations[PLAN_ANNOTATION] ?? ""));
     expect(plan).toMatchObject({
       name: "nightly",
       namespace: "ops",
       runStartTime: T0.toISOString(),
       defaults: SETTINGS.defaults,
+      spec: { tasks: [{ name: "a", run: "true" }] },
     });
+  });
+
+  it("carries the largest plan the CRD admits, and refuses one whose escaped JSON a pod cannot hold", () => {
+    const largest = PlaybookSpecSchema.parse({
+      tasks: [
+        ...["a", "b", "c"].map((name) => ({ name, run: "x".repeat(65_536) })),
+        { name: "d", run: "x".repeat(204_800 - 3 * (96 + 1 + 65_536) - 96 - 1) },
+      ],
+    });
+    const fits = buildPod({ ...request, spec: largest, limits: resolveLimits(largest, SETTINGS.defaults) });
+    expect(Buffer.byteLength(fits.metadata.annotations[PLAN_ANNOTATION] ?? "")).toBeLessThanOrEqual(
+      MAX_PLAN_BYTES,
+    );
+    // One character more is refused with the CRD's words, as the API server refuses it.
+    const over = PlaybookSpecSchema.safeParse({
+      tasks: [...largest.tasks.slice(0, 3), { name: "d", run: `${largest.tasks[3]?.run}x` }],
+    });
+    expect(over.error?.issues[0]?.message).toContain("is too large to run: 204801 characters");
+    // Each control character becomes six in JSON (\u0001).
+    const escaped = PlaybookSpecSchema.parse({ tasks: [{ name: "a", run: "\u0001".repeat(60_000) }] });
+    expect(() =>
+      buildPod({ ...request, spec: escaped, limits: resolveLimits(escaped, SETTINGS.defaults) }),
+    ).toThrow(PlanTooLargeError);
   });
 
   it("counts the deadline of a re-created pod from the run's start", () => {

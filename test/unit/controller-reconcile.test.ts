@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
 import type { TaskOutcome } from "../../src/api/report.js";
 import { type Decision, decide, type ReconcileInput } from "../../src/controller/reconcile.js";
-import { at, playbook, pod, report, SETTINGS, T0 } from "./controller-fixtures.js";
+import { at, playbook, pod, report, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
 
 const succeeded = (condition: PlaybookStatus | null | undefined) =>
   condition?.conditions?.find((c) => c.type === "Succeeded");
@@ -392,8 +392,134 @@ describe("a lost pod", () => {
   });
 });
 
+describe("a started run", () => {
+  it("is decided against its pod's plan, not a later edit of the spec", () => {
+    const edited = playbook(
+      { ceiling: "48h", tasks: [...SPEC.tasks, { name: "deploy", run: "make deploy" }] },
+      started(),
+      2,
+    );
+    const running = decide(input({ playbook: edited, pods: [pod(1)], now: at(30) }));
+    expect(running.actions).toEqual([]);
+    expect(running.status?.phase).toBe("Running");
+
+    const reported = pod(1, {
+      phase: "Succeeded",
+      terminated: {
+        exitCode: 0,
+        message: report({
+          phase: "Succeeded",
+          reason: "Succeeded",
+          tasks: [task("build", {}), task("test", {})],
+        }),
+      },
+    });
+    const decision = decide(input({ playbook: edited, pods: [reported], now: at(60) }));
+    expect(succeeded(decision.status)).toMatchObject({ status: "True", reason: "Succeeded" });
+    expect(decision.status?.tasks?.map((t) => t.name)).toEqual(["build", "test"]);
+    expect(decision.status?.limits?.ceiling).toEqual({ value: "30m", source: "spec" });
+  });
+
+  it("re-creates a lost pod with the plan its first pod was started with", () => {
+    const lost = pod(1, { phase: "Failed", reason: "Evicted", message: "The node was low on memory." });
+    const edited = playbook({ tasks: [{ name: "other", run: "true" }] }, started());
+    const decision = decide(input({ playbook: edited, pods: [lost], now: at(30) }));
+    const created = decision.actions[0];
+    expect(created?.type).toBe("createPod");
+    const plan = JSON.parse(
+      (created?.type === "createPod" && created.pod.metadata.annotations["playbook.dev/plan"]) || "{}",
+    );
+    expect(plan.spec.tasks.map((t: { name: string }) => t.name)).toEqual(["build", "test"]);
+  });
+});
+
+describe("a plan too large for its pod", () => {
+  it("ends InvalidSpec before any pod is created, saying why", () => {
+    const decision = decide(
+      input({ playbook: playbook({ tasks: [{ name: "a", run: "\u0001".repeat(60_000) }] }) }),
+    );
+    expect(decision.actions).toEqual([]);
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "InvalidSpec" });
+    expect(succeeded(decision.status)?.message).toMatch(
+      /the run's plan is \d+ bytes as JSON, more than the \d+ a pod annotation can hold/,
+    );
+  });
+});
+
 describe("spec.cancel", () => {
-  it("deletes the running pod with a grace period longer than killGrace", () => {
+  const cancelled = () => playbook({ cancel: true }, started());
+  const startedPod = (activeDeadlineSeconds: number) => pod(1, { startedAt: at(1), activeDeadlineSeconds });
+
+  it("lowers a started pod's activeDeadlineSeconds to now, so the kubelet stops it and keeps its logs", () => {
+    const decision = decide(
+      input({ playbook: cancelled(), pods: [startedPod(1800 + 10 + 5)], now: at(30.5) }),
+    );
+    expect(decision.actions).toEqual([
+      { type: "lowerDeadline", name: "nightly-1", activeDeadlineSeconds: 30 },
+    ]);
+    expect(decision.events.map((e) => e.reason)).toEqual(["Cancelling"]);
+    expect(decision.status?.phase).toBe("Running");
+    expect(decision.finished).toBeUndefined();
+  });
+
+  it("lowers it once, then waits for the kubelet", () => {
+    const decision = decide(input({ playbook: cancelled(), pods: [startedPod(30)], now: at(32) }));
+    expect(decision.actions).toEqual([]);
+    expect(decision.requeueAfterMs).toBeGreaterThan(0);
+  });
+
+  it("deletes the pod when its node did not stop it at the lowered deadline", () => {
+    const decision = decide(input({ playbook: cancelled(), pods: [startedPod(30)], now: at(31 + 15 + 31) }));
+    expect(decision.actions).toEqual([
+      { type: "deletePod", name: "nightly-1", gracePeriodSeconds: 15, why: "cancel" },
+    ]);
+  });
+
+  it("waits for the runner's report after the kubelet marked the pod DeadlineExceeded", () => {
+    const stopping = pod(1, {
+      phase: "Failed",
+      reason: "DeadlineExceeded",
+      startedAt: at(1),
+      activeDeadlineSeconds: 30,
+    });
+    const decision = decide(input({ playbook: cancelled(), pods: [stopping], now: at(32) }));
+    expect(decision.status).toBeNull();
+    expect(decision.actions).toEqual([]);
+  });
+
+  it("settles Cancelled from the runner's report of a pod stopped at its lowered deadline, keeping the pod", () => {
+    const stopped = pod(1, {
+      phase: "Failed",
+      reason: "DeadlineExceeded",
+      startedAt: at(1),
+      activeDeadlineSeconds: 30,
+      terminated: { exitCode: 130, message: cancelledReport("Exited") },
+    });
+    const decision = decide(input({ playbook: cancelled(), pods: [stopped], now: at(33) }));
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "Cancelled" });
+    expect(limitExceeded(decision.status)).toBeUndefined();
+    expect(decision.status?.tasks?.[0]).toMatchObject({
+      name: "build",
+      phase: "Cancelled",
+      ending: "Exited",
+    });
+    expect(decision.actions).toEqual([]);
+  });
+
+  it("settles Cancelled itself when the stopped runner gave no report", () => {
+    const stopped = pod(1, {
+      phase: "Failed",
+      reason: "DeadlineExceeded",
+      startedAt: at(1),
+      activeDeadlineSeconds: 30,
+      terminated: { exitCode: 137, reason: "Error" },
+    });
+    const decision = decide(input({ playbook: cancelled(), pods: [stopped], now: at(33) }));
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "Cancelled" });
+    expect(succeeded(decision.status)?.message).toContain("the run was cancelled (spec.cancel)");
+  });
+
+  it("deletes a pod no node started yet with a grace period longer than killGrace", () => {
     const decision = decide(
       input({ playbook: playbook({ cancel: true }, started()), pods: [pod(1)], now: at(30) }),
     );
