@@ -34,10 +34,11 @@ export interface RunningController {
   stop(): Promise<void>;
 }
 
-/** Starts a controller in this process, watching only the given namespaces. */
+/** Starts a controller in this process, watching only the given namespaces (through kubeConfig when given). */
 export function startController(
   namespaces: string[],
   overrides: Record<string, string | boolean> = {},
+  kubeConfig?: KubeConfig,
 ): RunningController {
   const identity = `test-${randomBytes(3).toString("hex")}`;
   const config = loadControllerConfig(
@@ -57,9 +58,11 @@ export function startController(
     {},
   );
   const log = pino({ level: process.env.CONTROLLER_TEST_LOG ?? "silent" }, pino.destination(2));
-  const kubeConfig = new KubeConfig();
-  kubeConfig.loadFromFile(inject("kubeconfig"));
-  const controller = new PlaybookController({ config, clients: makeClients(kubeConfig), log });
+  const controller = new PlaybookController({
+    config,
+    clients: makeClients(kubeConfig ?? clients().kubeConfig),
+    log,
+  });
   const done = controller.run();
   done.catch(() => {});
   return {
