@@ -1,20 +1,17 @@
-// The controller: informers feed keys into the work queue, workers reconcile one key at a time
-// and apply the decision — pods first, then one status write, then events and metrics.
+// The manager: start-up, the leader Lease, the informers and the workers. Informers feed keys into
+// the work queue; a worker reconciles one key at a time and hands the decision to the writer.
 import { hostname } from "node:os";
-import type { V1Pod } from "@kubernetes/client-node";
 import type { Logger } from "pino";
-import { API_VERSION, KIND } from "../api/playbook.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
-import { EventRecorder, type EventTarget } from "./events.js";
 import { Informer, type ListResult } from "./informer.js";
 import {
+  abortedBy,
   apiErrorMessage,
   GROUP,
   isConflict,
   isNotFound,
   type KubeClients,
   PLURAL,
-  statusCodeOf,
   VERSION,
 } from "./kube.js";
 import { LeaderElector } from "./leader-election.js";
@@ -29,22 +26,20 @@ import {
   type StoredPlaybook,
   splitKey,
 } from "./objects.js";
-import { type Action, type Decision, decide, decideRefusedPod, type ReconcileSettings } from "./reconcile.js";
+import { decide, decideRefusedPod, type ReconcileSettings } from "./reconcile.js";
 import { HealthServer } from "./server.js";
 import { isFinished } from "./status.js";
 import { WorkQueue } from "./work-queue.js";
+import {
+  type Clock,
+  PlaybookWriter,
+  PodCreateFailedError,
+  PodRefusedError,
+  systemClock,
+  TerminalReconcileError,
+} from "./writer.js";
 
-export interface Clock {
-  now(): Date;
-}
-
-export const systemClock: Clock = { now: () => new Date() };
-
-/** A reconcile error that retrying cannot fix; the key is dropped until its objects change. */
-export class TerminalReconcileError extends Error {}
-
-/** The API server refused the pod as invalid: the run ends InvalidSpec. */
-class PodRefusedError extends TerminalReconcileError {}
+export type { Clock };
 
 export interface ControllerDeps {
   config: ControllerConfig;
@@ -55,10 +50,9 @@ export interface ControllerDeps {
 }
 
 const LIST_PAGE = 500;
-// How long a pod this controller created is trusted to exist while the cache has not shown it.
-// Timed on the monotonic clock: it is about this process's cache lag, not about the run, whose
-// decisions use the injected clock.
-const CREATED_MEMORY_MS = 30_000;
+// When to look again at a Playbook whose cache has not shown this controller's last status write
+// yet, should the watch event that normally brings it be lost.
+const BEHIND_RETRY_MS = 5_000;
 
 export class PlaybookController {
   readonly metrics: ControllerMetrics;
@@ -68,17 +62,12 @@ export class PlaybookController {
   private readonly log: Logger;
   private readonly clock: Clock;
   private readonly identity: string;
-  private readonly events: EventRecorder;
+  private readonly writer: PlaybookWriter;
   private readonly settings: ReconcileSettings;
   private readonly playbooks = new Map<string, Informer<StoredPlaybook>>();
   private readonly pods = new Map<string, Informer<PodView>>();
   private readonly stopping = new AbortController();
   private workers: Promise<void>[] = [];
-  /**
-   * Pods this controller created that its cache may not show yet (as the Job controller's
-   * expectations): a pass in that window trusts the create instead of reading the pod again.
-   */
-  private readonly created = new Map<string, { pod: PodView; uid: string; at: number }>();
   private elector: LeaderElector | undefined;
   private server: HealthServer | undefined;
 
@@ -96,7 +85,14 @@ export class PlaybookController {
         playbookLabel: deps.config.metricsPlaybookLabel !== "",
       });
     this.queue = new WorkQueue({ onDepthChange: (depth) => this.metrics.workqueueDepth.set(depth) });
-    this.events = new EventRecorder(deps.clients.core, this.identity, deps.log);
+    this.writer = new PlaybookWriter({
+      clients: deps.clients,
+      log: deps.log,
+      clock: this.clock,
+      metrics: this.metrics,
+      identity: this.identity,
+      metricsPlaybookLabel: deps.config.metricsPlaybookLabel,
+    });
     this.settings = {
       defaults: limitDefaults(deps.config),
       runnerImage: deps.config.runnerImage,
@@ -167,7 +163,10 @@ export class PlaybookController {
     this.metrics.isLeader.set(1);
     this.startWorkers();
     if ((await this.elector.holdUntilLost(this.stopping.signal)) === "lost") {
-      // Another replica may lead now: stop at once rather than reconcile beside it.
+      // Another replica may lead now: stop at once rather than reconcile beside it, ending the
+      // writes in flight too.
+      this.writer.stopWriting();
+      this.metrics.isLeader.set(0);
       await this.shutDown();
       throw new Error("lost the leader Lease");
     }
@@ -186,7 +185,7 @@ export class PlaybookController {
   private async shutDown(): Promise<void> {
     await this.queue.shutDown();
     await Promise.all(this.workers);
-    await this.events.flush();
+    await this.writer.events.flush();
     await this.elector?.release();
     this.metrics.isLeader.set(0);
     await Promise.all(this.informers().map((informer) => informer.stop()));
@@ -211,7 +210,12 @@ export class PlaybookController {
         if (requeueAfterMs !== undefined) this.queue.addAfter(key, requeueAfterMs);
       } catch (error) {
         this.metrics.reconcileErrors.inc();
-        if (error instanceof TerminalReconcileError) {
+        if (error instanceof PodCreateFailedError) {
+          const delay = this.queue.addRateLimited(key);
+          // Back off, but look again when the ceiling passes: the run ends then.
+          if (error.retryWithinMs !== undefined) this.queue.addAfter(key, error.retryWithinMs);
+          this.log.warn({ key, err: error.message, retryInMs: Math.round(delay) }, "Failed to create Pod");
+        } else if (error instanceof TerminalReconcileError) {
           this.log.error({ key, err: error.message }, "Reconcile failed, not retrying");
           this.queue.forget(key);
         } else {
@@ -305,7 +309,7 @@ export class PlaybookController {
       onRelist: () => this.metrics.watchRelists.inc({ resource: "pods" }),
     });
     const enqueueOwner = (pod: PodView) => {
-      this.created.delete(keyOf(pod.metadata));
+      this.writer.sawPod(pod);
       const owner = ownerKeyOfPod(pod);
       if (owner) this.queue.add(owner);
     };
@@ -335,17 +339,19 @@ export class PlaybookController {
 
   /** One pass for one key. Returns when to look again, if time alone will change the answer. */
   async reconcileKey(key: string): Promise<number | undefined> {
-    const { namespace, name } = splitKey(key);
+    const { namespace } = splitKey(key);
     const playbook = this.informerFor(this.playbooks, namespace)?.get(key);
     if (!playbook) return undefined;
+    // The watch event of this controller's own last write re-queues the key when it arrives.
+    if (this.writer.isBehind(playbook)) return BEHIND_RETRY_MS;
     const pods = await this.podsOf(key, playbook);
     const input = { playbook, pods, now: this.clock.now(), settings: this.settings };
     const decision = decide(input);
     try {
-      await this.apply(playbook, decision, { namespace, name });
+      await this.writer.apply(playbook, decision);
     } catch (error) {
       if (!(error instanceof PodRefusedError)) throw error;
-      await this.apply(playbook, decideRefusedPod(input, error.message), { namespace, name });
+      await this.writer.apply(playbook, decideRefusedPod(input, error.message));
       return undefined;
     }
     return decision.requeueAfterMs;
@@ -366,115 +372,20 @@ export class PlaybookController {
     if (!expected || isFinished(playbook.status) || cached.some((pod) => pod.metadata.name === expected)) {
       return cached;
     }
-    const created = this.created.get(`${namespace}/${expected}`);
-    if (created && created.uid === uid && performance.now() - created.at < CREATED_MEMORY_MS)
-      return [...cached, created.pod];
+    const created = this.writer.createdPod(namespace, expected, uid);
+    if (created) return [...cached, created];
     try {
-      const live = parsePod(await this.clients.core.readNamespacedPod({ name: expected, namespace }));
+      const live = parsePod(
+        await this.clients.core.readNamespacedPod(
+          { name: expected, namespace },
+          abortedBy(this.writer.leadingSignal),
+        ),
+      );
       if (live && isControlledBy(live, uid)) return [...cached, live];
     } catch (error) {
       if (!isNotFound(error)) throw error;
     }
     return cached;
-  }
-
-  private async apply(
-    playbook: StoredPlaybook,
-    decision: Decision,
-    ref: { namespace: string; name: string },
-  ): Promise<void> {
-    const target = { ...ref, uid: playbook.metadata.uid, resourceVersion: playbook.metadata.resourceVersion };
-    for (const action of decision.actions) await this.applyAction(action, target);
-    if (decision.status) {
-      const body = {
-        apiVersion: API_VERSION,
-        kind: KIND,
-        metadata: {
-          name: ref.name,
-          namespace: ref.namespace,
-          resourceVersion: playbook.metadata.resourceVersion,
-        },
-        spec: playbook.spec,
-        status: decision.status,
-      };
-      await this.clients.custom.replaceNamespacedCustomObjectStatus({
-        group: GROUP,
-        version: VERSION,
-        plural: PLURAL,
-        namespace: ref.namespace,
-        name: ref.name,
-        body,
-      });
-      this.metrics.statusWrites.inc();
-      const condition = decision.status.conditions?.find((c) => c.type === "Succeeded");
-      this.log.info(
-        { ...ref, phase: decision.status.phase, reason: condition?.reason },
-        "Updated Playbook status",
-      );
-      const label = this.config.metricsPlaybookLabel;
-      const labels = {
-        namespace: ref.namespace,
-        ...(label ? { playbook: playbook.metadata.labels?.[label] ?? "" } : {}),
-      };
-      if (decision.finished) this.metrics.recordFinished(decision.finished, labels);
-      else this.metrics.recordStarted(labels);
-    }
-    const now = this.clock.now();
-    for (const event of decision.events) this.events.post(target, event, now);
-  }
-
-  private async applyAction(action: Action, target: EventTarget): Promise<void> {
-    if (action.type === "createPod") await this.createPod(action, target);
-    else await this.deletePod(action, target);
-  }
-
-  private async createPod(action: Action & { type: "createPod" }, target: EventTarget): Promise<void> {
-    const ref = { namespace: target.namespace, name: target.name };
-    const { core } = this.clients;
-    try {
-      // The manifest is plain JSON of a v1 Pod; the typed client serializes it field by field.
-      const created = parsePod(
-        await core.createNamespacedPod({ namespace: ref.namespace, body: action.pod as unknown as V1Pod }),
-      );
-      if (created) this.rememberCreated(created, action.pod.metadata.ownerReferences[0]?.uid ?? "");
-      this.log.info({ ...ref, pod: action.pod.metadata.name, attempt: action.attempt }, "Created Pod");
-    } catch (error) {
-      // Its deterministic name makes a second create of the same attempt fail here, never run twice.
-      if (isConflict(error)) {
-        this.log.debug({ ...ref, pod: action.pod.metadata.name }, "Pod already existed");
-        return;
-      }
-      const code = statusCodeOf(error);
-      if (code === 403 || code === 422) {
-        // Refused by admission (Pod Security, quota) or invalid: say so where the user looks.
-        const message = `Could not create pod ${action.pod.metadata.name}: ${apiErrorMessage(error)}`;
-        this.events.post(target, { type: "Warning", reason: "FailedCreate", message }, this.clock.now());
-        // An invalid pod stays invalid; a quota may free up, so a 403 is retried.
-        if (code === 422) throw new PodRefusedError(message);
-      }
-      throw error;
-    }
-  }
-
-  private rememberCreated(pod: PodView, uid: string): void {
-    const now = performance.now();
-    for (const [key, entry] of this.created) if (now - entry.at > CREATED_MEMORY_MS) this.created.delete(key);
-    this.created.set(keyOf(pod.metadata), { pod, uid, at: now });
-  }
-
-  private async deletePod(action: Action & { type: "deletePod" }, target: EventTarget): Promise<void> {
-    const ref = { namespace: target.namespace, name: target.name };
-    try {
-      await this.clients.core.deleteNamespacedPod({
-        name: action.name,
-        namespace: ref.namespace,
-        ...(action.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: action.gracePeriodSeconds } : {}),
-        propagationPolicy: "Background",
-      });
-      this.log.info({ ...ref, pod: action.name, why: action.why }, "Deleted Pod");
-    } catch (error) {
-      if (!isNotFound(error)) throw error;
-    }
   }
 }
 

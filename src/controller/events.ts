@@ -4,7 +4,7 @@ import { randomBytes } from "node:crypto";
 import type { CoreV1Api, CoreV1Event } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { API_VERSION, KIND } from "../api/playbook.js";
-import { apiErrorMessage } from "./kube.js";
+import { abortedBy, apiErrorMessage } from "./kube.js";
 import type { RecordedEvent } from "./reconcile.js";
 
 export const COMPONENT = "playbook-controller";
@@ -22,10 +22,14 @@ export class EventRecorder {
   private readonly identity: string;
   private readonly log: Logger;
 
-  constructor(core: CoreV1Api, identity: string, log: Logger) {
+  private readonly signal: AbortSignal | undefined;
+
+  /** signal, when given, ends the writes in flight and skips the rest (this replica stopped leading). */
+  constructor(core: CoreV1Api, identity: string, log: Logger, signal?: AbortSignal) {
     this.core = core;
     this.identity = identity;
     this.log = log;
+    this.signal = signal;
   }
 
   private pending: Promise<void> = Promise.resolve();
@@ -44,6 +48,7 @@ export class EventRecorder {
   }
 
   async record(target: EventTarget, event: RecordedEvent, now: Date): Promise<void> {
+    if (this.signal?.aborted) return;
     const body: CoreV1Event = {
       apiVersion: "v1",
       kind: "Event",
@@ -71,7 +76,10 @@ export class EventRecorder {
       count: 1,
     };
     try {
-      await this.core.createNamespacedEvent({ namespace: target.namespace, body });
+      await this.core.createNamespacedEvent(
+        { namespace: target.namespace, body },
+        this.signal ? abortedBy(this.signal) : undefined,
+      );
     } catch (error) {
       this.log.warn(
         { namespace: target.namespace, name: target.name, reason: event.reason, err: apiErrorMessage(error) },

@@ -1,5 +1,18 @@
 // The API clients the controller uses, and the few error facts it decides on.
-import { CoordinationV1Api, CoreV1Api, CustomObjectsApi, KubeConfig } from "@kubernetes/client-node";
+import {
+  type ConfigurationOptions,
+  CoordinationV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  createConfiguration,
+  KubeConfig,
+  Observable,
+  type ObservableMiddleware,
+  type RequestContext,
+  type ResponseContext,
+  ServerConfiguration,
+  setHeaderMiddleware,
+} from "@kubernetes/client-node";
 
 export const GROUP = "playbook.dev";
 export const VERSION = "v1alpha1";
@@ -22,12 +35,50 @@ export function loadKubeConfig(): KubeConfig {
   return kubeConfig;
 }
 
-export function makeClients(kubeConfig: KubeConfig): KubeClients {
+/** How long one API call may take unless it is given a shorter deadline. */
+export const API_CALL_TIMEOUT_MS = 30_000;
+
+/**
+ * Clients whose every call ends by its deadline: a call on a dead connection would otherwise
+ * wait forever (client-node sets no timeout), holding a worker or a Lease renew with it.
+ */
+export function makeClients(kubeConfig: KubeConfig, callTimeoutMs = API_CALL_TIMEOUT_MS): KubeClients {
+  const cluster = kubeConfig.getCurrentCluster();
+  if (!cluster) throw new Error("no Kubernetes cluster configured: set KUBECONFIG or run in a pod");
+  // As KubeConfig.makeApiClient builds it, plus the deadline.
+  const configuration = createConfiguration({
+    baseServer: new ServerConfiguration(cluster.server, {}),
+    authMethods: { default: kubeConfig },
+    middleware: [
+      setHeaderMiddleware("User-Agent", "playbook-controller"),
+      signalMiddleware(() => AbortSignal.timeout(callTimeoutMs)),
+    ],
+  });
   return {
     kubeConfig,
-    core: kubeConfig.makeApiClient(CoreV1Api),
-    custom: kubeConfig.makeApiClient(CustomObjectsApi),
-    coordination: kubeConfig.makeApiClient(CoordinationV1Api),
+    core: new CoreV1Api(configuration),
+    custom: new CustomObjectsApi(configuration),
+    coordination: new CoordinationV1Api(configuration),
+  };
+}
+
+/** Per-call options that also end the call when the signal aborts (as well as at its deadline). */
+export function abortedBy(
+  signal: AbortSignal,
+  ...more: ObservableMiddleware[]
+): ConfigurationOptions<ObservableMiddleware> {
+  return { middleware: [...more, signalMiddleware(() => signal)], middlewareMergeStrategy: "append" };
+}
+
+function signalMiddleware(signal: () => AbortSignal): ObservableMiddleware {
+  return {
+    pre(context: RequestContext) {
+      const earlier = context.getSignal();
+      const own = signal();
+      context.setSignal(earlier ? AbortSignal.any([earlier, own]) : own);
+      return new Observable(Promise.resolve(context));
+    },
+    post: (response: ResponseContext) => new Observable(Promise.resolve(response)),
   };
 }
 

@@ -4,7 +4,7 @@
 // renewDeadline stops leading; on shutdown the leader releases the Lease so a standby takes over at once.
 import type { CoordinationV1Api, V1Lease } from "@kubernetes/client-node";
 import type { Logger } from "pino";
-import { apiErrorMessage, isConflict, isNotFound } from "./kube.js";
+import { abortedBy, apiErrorMessage, isConflict, isNotFound } from "./kube.js";
 
 export interface LeaderElectionOptions {
   coordination: CoordinationV1Api;
@@ -41,10 +41,6 @@ export class LeaderElector {
     this.now = options.now ?? Date.now;
   }
 
-  get isLeader(): boolean {
-    return this.leading;
-  }
-
   /** Resolves true once this replica leads, false if the signal aborted first. */
   async acquire(signal: AbortSignal): Promise<boolean> {
     const { log, namespace, name, identity } = this.options;
@@ -64,15 +60,20 @@ export class LeaderElector {
     return false;
   }
 
-  /** Renews until renewal fails for renewDeadline (resolves "lost") or the signal aborts ("stopped"). */
+  /**
+   * Renews until renewal fails for renewDeadline (resolves "lost") or the signal aborts ("stopped").
+   * Each renew is aborted when the deadline passes, so a renew hanging on a dead connection
+   * cannot keep this replica leading beyond it.
+   */
   async holdUntilLost(signal: AbortSignal): Promise<"lost" | "stopped"> {
     let lastRenew = this.now();
     while (!signal.aborted) {
       await sleep(this.options.retryPeriodMs, signal);
       if (signal.aborted) break;
-      if (await this.tryAcquireOrRenew()) {
+      const left = lastRenew + this.options.renewDeadlineMs - this.now();
+      if (left > 0 && (await this.tryAcquireOrRenew(AbortSignal.timeout(left)))) {
         lastRenew = this.now();
-      } else if (this.now() - lastRenew > this.options.renewDeadlineMs) {
+      } else if (this.now() - lastRenew >= this.options.renewDeadlineMs) {
         this.leading = false;
         this.options.log.error({ name: this.options.name }, "Lost the leader Lease");
         return "lost";
@@ -125,13 +126,15 @@ export class LeaderElector {
     };
   }
 
-  async tryAcquireOrRenew(): Promise<boolean> {
+  /** One read and, when this replica may hold the Lease, one write; signal ends them early. */
+  async tryAcquireOrRenew(signal?: AbortSignal): Promise<boolean> {
     const { coordination, namespace, name, identity, log } = this.options;
+    const call = signal ? abortedBy(signal) : undefined;
     const durationSeconds = Math.ceil(this.options.leaseDurationMs / 1000);
     const now = this.now();
     let lease: V1Lease | undefined;
     try {
-      lease = await coordination.readNamespacedLease({ name, namespace });
+      lease = await coordination.readNamespacedLease({ name, namespace }, call);
     } catch (error) {
       if (!isNotFound(error)) {
         log.warn({ namespace, name, err: apiErrorMessage(error) }, "Failed to read the leader Lease");
@@ -140,16 +143,19 @@ export class LeaderElector {
     }
     if (!lease) {
       try {
-        const created = await coordination.createNamespacedLease({
-          namespace,
-          body: this.leaseBody(undefined, {
-            holderIdentity: identity,
-            leaseDurationSeconds: durationSeconds,
-            acquireTime: microTime(now),
-            renewTime: microTime(now),
-            leaseTransitions: 0,
-          }),
-        });
+        const created = await coordination.createNamespacedLease(
+          {
+            namespace,
+            body: this.leaseBody(undefined, {
+              holderIdentity: identity,
+              leaseDurationSeconds: durationSeconds,
+              acquireTime: microTime(now),
+              renewTime: microTime(now),
+              leaseTransitions: 0,
+            }),
+          },
+          call,
+        );
         this.observe(created, now);
         return true;
       } catch (error) {
@@ -173,11 +179,10 @@ export class LeaderElector {
       leaseTransitions: (spec.leaseTransitions ?? 0) + (takingOver && holder !== "" ? 1 : 0),
     };
     try {
-      const replaced = await coordination.replaceNamespacedLease({
-        name,
-        namespace,
-        body: this.leaseBody(lease, renewed),
-      });
+      const replaced = await coordination.replaceNamespacedLease(
+        { name, namespace, body: this.leaseBody(lease, renewed) },
+        call,
+      );
       this.observe(replaced, now);
       return true;
     } catch (error) {

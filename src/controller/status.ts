@@ -61,6 +61,30 @@ export function progressStatus(
   return withGeneration(status, base.generation);
 }
 
+/**
+ * The Pending status of a run whose pod the API server would not create: the attempt is not
+ * counted (no pod exists) and the Succeeded condition carries the server's reason.
+ */
+export function createFailedStatus(
+  previous: PlaybookStatus,
+  pending: PlaybookStatus,
+  message: string,
+  now: Date,
+): PlaybookStatus {
+  const generation = pending.observedGeneration;
+  const conditions = setCondition(
+    pending.conditions ?? [],
+    { type: SUCCEEDED, status: "Unknown", reason: "Pending", message },
+    now,
+    generation,
+  );
+  const { podName: _podName, podAttempts: _podAttempts, ...rest } = pending;
+  const status: PlaybookStatus = { ...rest, phase: "Pending", conditions };
+  if (previous.podName !== undefined) status.podName = previous.podName;
+  if (previous.podAttempts !== undefined) status.podAttempts = previous.podAttempts;
+  return status;
+}
+
 /** The task that ended the run: the last one that ran, unless every task succeeded. */
 export function endingTask(tasks: readonly TaskStatus[] | undefined): string | undefined {
   const task = tasks?.[decidingIndex(tasks.map((t) => t.phase))];

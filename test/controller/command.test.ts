@@ -92,6 +92,43 @@ describe("two controller processes", () => {
   });
 });
 
+describe("a few runs through `playbook controller`", () => {
+  it("end with no failed reconcile: no status write conflicts with the controller's own last one", async () => {
+    const port = await freePort();
+    const {
+      child,
+      exited,
+      output: outputOf,
+    } = spawnController("conflict-test", port, ["--leader-election-id", "playbook-controller-conflicts"]);
+    try {
+      const url = `http://127.0.0.1:${port}`;
+      await eventually("/readyz to answer 200", async () =>
+        (await fetch(`${url}/readyz`).catch(() => undefined))?.status === 200 ? true : undefined,
+      );
+      const names = ["w1", "w2", "w3", "w4", "w5", "w6"];
+      await Promise.all(
+        names.map((n) =>
+          createPlaybook(namespace, n, { ceiling: "1m", tasks: [{ name: "a", run: "sleep 1" }] }),
+        ),
+      );
+      for (const n of names) await waitForFinished(namespace, n, 60_000);
+      const counted = `playbook_runs_total{namespace="${namespace}",reason="Succeeded"} ${names.length}`;
+      const metrics = await eventually("the runs to be counted", async () => {
+        const text = await (await fetch(`${url}/metrics`)).text();
+        return text.includes(counted) ? text : undefined;
+      });
+      const writes = Number(/^playbook_status_writes_total (\d+)/m.exec(metrics)?.[1]);
+      expect(writes).toBeGreaterThanOrEqual(2 * names.length);
+      // A 409 on a status write is counted here and retried.
+      expect(Number(/^playbook_reconcile_errors_total (\d+)/m.exec(metrics)?.[1])).toBe(0);
+      child.kill("SIGTERM");
+      expect(await exited, outputOf()).toBe(0);
+    } finally {
+      child.kill("SIGKILL");
+    }
+  });
+});
+
 describe("playbook controller", () => {
   it("serves health and metrics, counts each run once, and releases its Lease on SIGTERM", async () => {
     const port = await freePort();

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { repoRoot } from "../harness/binaries.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { zombiesNamed } from "../support/processes.js";
+import { type FreezableProxy, startFreezableProxy } from "./freezable-proxy.js";
 import {
   clients,
   condition,
@@ -26,6 +27,7 @@ import {
 const { core, kubeConfig } = clients();
 const namespaces: string[] = [];
 const controllers: RunningController[] = [];
+const proxies: FreezableProxy[] = [];
 
 async function namespace(prefix: string, labels: Record<string, string> = {}) {
   const name = await createTestNamespace(core, prefix, labels);
@@ -33,13 +35,18 @@ async function namespace(prefix: string, labels: Record<string, string> = {}) {
   return name;
 }
 
-function controllerFor(ns: string[], overrides: Record<string, string | boolean> = {}) {
-  const running = startController(ns, overrides);
+function controllerFor(
+  ns: string[],
+  overrides: Record<string, string | boolean> = {},
+  through?: FreezableProxy,
+) {
+  const running = startController(ns, overrides, through?.kubeConfig);
   controllers.push(running);
   return running;
 }
 
 afterAll(async () => {
+  await Promise.all(proxies.map((p) => p.close()));
   await Promise.all(controllers.map((c) => c.stop()));
   await Promise.all(namespaces.map((n) => deleteTestNamespace(core, n)));
 });
@@ -133,6 +140,43 @@ describe("status writes", () => {
   });
 });
 
+describe("a pod the API server will not create", () => {
+  it("leaves the run Pending with the server's reason, then ends it when the ceiling passes", async () => {
+    const ns = await namespace("pb-nosa");
+    controllerFor([ns]);
+    await createPlaybook(ns, "nosa", {
+      ceiling: "8s",
+      serviceAccountName: "missing",
+      tasks: [{ name: "a", run: "true" }],
+    });
+    const pending = await waitForPlaybook(
+      ns,
+      "nosa",
+      "to say why its pod is not there",
+      (p) => /missing/.test(condition(p, "Succeeded")?.message ?? ""),
+      30_000,
+    );
+    expect(pending.status?.phase).toBe("Pending");
+    expect(condition(pending, "Succeeded")).toMatchObject({ status: "Unknown", reason: "Pending" });
+    expect(condition(pending, "Succeeded")?.message).toMatch(
+      /could not create pod nosa-1: 403 .*serviceaccount/,
+    );
+    const events = await eventsOf(ns, "nosa", ["FailedCreate"]);
+    expect(events.find((e) => e.reason === "FailedCreate")?.message).toMatch(
+      /serviceaccount "missing" not found/,
+    );
+    const playbook = await waitForFinished(ns, "nosa", 60_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "RunCeiling" });
+    expect(condition(playbook, "Succeeded")?.message).toMatch(
+      /ceiling .* passed before its pod could be created/,
+    );
+    expect(
+      Date.parse(playbook.status?.completionTime ?? "") - Date.parse(playbook.status?.startTime ?? ""),
+    ).toBeLessThan(30_000);
+    expect(await podsOf(ns, "nosa")).toEqual([]);
+  });
+});
+
 describe("a controller restarted in the middle of a run", () => {
   it("creates no second pod and the run still settles", async () => {
     const ns = await namespace("pb-restart");
@@ -181,6 +225,52 @@ describe("two controller replicas", () => {
     const playbook = await waitForFinished(ns, "five", 60_000);
     expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
     await runsCounted(standby, 1);
+  });
+});
+
+describe("a leader whose connection to the API server freezes", () => {
+  it("stops reconciling within its renew deadline, and the standby takes over", async () => {
+    const ns = await namespace("pb-frozen");
+    const proxy = await startFreezableProxy(kubeConfig);
+    proxies.push(proxy);
+    const leader = controllerFor([ns], {}, proxy);
+    const coordination = kubeConfig.makeApiClient(
+      (await import("@kubernetes/client-node")).CoordinationV1Api,
+    );
+    const leaseName = `playbook-controller-${ns}`;
+    const holder = async () =>
+      (await coordination.readNamespacedLease({ namespace: ns, name: leaseName })).spec?.holderIdentity;
+    await eventually("the first replica to lead", async () =>
+      (await holder().catch(() => undefined)) === leader.identity ? true : undefined,
+    );
+    const standby = controllerFor([ns]);
+    await createPlaybook(ns, "before", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
+    await waitForFinished(ns, "before", 60_000);
+    await runsCounted(leader, 1);
+
+    proxy.freeze();
+    const frozenAt = Date.now();
+    // renewDeadline is 3s; a renew hanging on the frozen connection must not hold it past that.
+    const ended = await Promise.race([
+      leader.done.then(
+        () => "resolved",
+        (error: Error) => error.message,
+      ),
+      sleep(20_000).then(() => "still leading after 20s"),
+    ]);
+    expect(ended).toBe("lost the leader Lease");
+    expect(Date.now() - frozenAt).toBeLessThan(3000 + 2000);
+    expect((await leader.controller.metrics.isLeader.get()).values[0]?.value).toBe(0);
+    const leaderWrites = await counterValue(leader, "statusWrites");
+
+    await eventually("the standby to hold the Lease", async () =>
+      (await holder()) === standby.identity ? true : undefined,
+    );
+    await createPlaybook(ns, "after", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
+    const playbook = await waitForFinished(ns, "after", 60_000);
+    expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
+    await runsCounted(standby, 1);
+    expect(await counterValue(leader, "statusWrites")).toBe(leaderWrites);
   });
 });
 

@@ -1,0 +1,286 @@
+// The writer: applies a reconcile decision — pods first, then one status write, then events and
+// metrics — and remembers what it just wrote until the caches show it (as the Job controller's
+// expectations do), so the next pass neither reads a pod as missing nor writes over a stale status.
+import { PatchStrategy, setHeaderMiddleware, type V1Pod } from "@kubernetes/client-node";
+import type { Logger } from "pino";
+import { z } from "zod";
+import { parseDuration } from "../api/duration.js";
+import { API_VERSION, KIND, type PlaybookStatus } from "../api/playbook.js";
+import { EventRecorder, type EventTarget } from "./events.js";
+import {
+  abortedBy,
+  apiErrorMessage,
+  GROUP,
+  isConflict,
+  isNotFound,
+  type KubeClients,
+  PLURAL,
+  statusCodeOf,
+  VERSION,
+} from "./kube.js";
+import type { ControllerMetrics } from "./metrics.js";
+import { keyOf, type PodView, parsePod, type StoredPlaybook } from "./objects.js";
+import type { Action, Decision } from "./reconcile.js";
+import { createFailedStatus, sameStatus } from "./status.js";
+
+export interface Clock {
+  now(): Date;
+}
+
+export const systemClock: Clock = { now: () => new Date() };
+
+/** A reconcile error that retrying cannot fix; the key is dropped until its objects change. */
+export class TerminalReconcileError extends Error {}
+
+/** The API server refused the pod as invalid: the run ends InvalidSpec. */
+export class PodRefusedError extends TerminalReconcileError {}
+
+/**
+ * The API server would not create the pod (403, a missing service account): the run stays
+ * Pending with the reason, and the key is retried with backoff, at the latest when its ceiling passes.
+ */
+export class PodCreateFailedError extends Error {
+  readonly retryWithinMs: number | undefined;
+
+  constructor(message: string, retryWithinMs: number | undefined) {
+    super(message);
+    this.retryWithinMs = retryWithinMs;
+  }
+}
+
+export interface WriterDeps {
+  clients: KubeClients;
+  log: Logger;
+  clock: Clock;
+  metrics: ControllerMetrics;
+  identity: string;
+  /** The Playbook label whose value becomes the metrics' playbook label; "" for none. */
+  metricsPlaybookLabel: string;
+}
+
+// How long a write is trusted while the cache has not shown it. Timed on the monotonic clock:
+// it is about this process's cache lag, not about the run, whose decisions use the injected clock.
+const EXPECTATION_MS = 30_000;
+
+const WrittenSchema = z.looseObject({ metadata: z.looseObject({ resourceVersion: z.string() }) });
+
+export class PlaybookWriter {
+  readonly events: EventRecorder;
+  private readonly deps: WriterDeps;
+  /** Aborted when this replica stops leading: its writes in flight end at once. */
+  private readonly leading = new AbortController();
+  /** Pods created that the cache may not show yet, by pod key. */
+  private readonly created = new Map<string, { pod: PodView; uid: string; at: number }>();
+  /** Status writes the cache may not show yet, by Playbook key: the resourceVersion written over. */
+  private readonly written = new Map<string, { over: string; at: number }>();
+
+  constructor(deps: WriterDeps) {
+    this.deps = deps;
+    this.events = new EventRecorder(deps.clients.core, deps.identity, deps.log, this.leading.signal);
+  }
+
+  /** Ends every write in flight and refuses new ones: another replica may lead now. */
+  stopWriting(): void {
+    this.leading.abort();
+  }
+
+  /** Aborts once this replica stopped leading, for the reads a pass makes too. */
+  get leadingSignal(): AbortSignal {
+    return this.leading.signal;
+  }
+
+  /** A pod this writer created that the cache does not show yet, if it is still trusted. */
+  createdPod(namespace: string, name: string, ownerUid: string | undefined): PodView | undefined {
+    const created = this.created.get(`${namespace}/${name}`);
+    if (created && created.uid === ownerUid && performance.now() - created.at < EXPECTATION_MS)
+      return created.pod;
+    return undefined;
+  }
+
+  /** The cache showed the pod: the memory of its create is no longer needed. */
+  sawPod(pod: PodView): void {
+    this.created.delete(keyOf(pod.metadata));
+  }
+
+  /**
+   * True while the cache still holds the Playbook as it was before this writer's last status
+   * write: a pass on it would decide on old facts and its write would conflict.
+   */
+  isBehind(playbook: StoredPlaybook): boolean {
+    const key = keyOf(playbook.metadata);
+    const written = this.written.get(key);
+    if (!written) return false;
+    if (written.over === playbook.metadata.resourceVersion && performance.now() - written.at < EXPECTATION_MS)
+      return true;
+    this.written.delete(key);
+    return false;
+  }
+
+  async apply(playbook: StoredPlaybook, decision: Decision): Promise<void> {
+    const target = this.targetOf(playbook);
+    try {
+      for (const action of decision.actions) await this.applyAction(action, target);
+    } catch (error) {
+      if (!(error instanceof PodCreateFailedError) || !decision.status) throw error;
+      // Say why where the user looks, without counting the attempt: no pod was made.
+      const now = this.deps.clock.now();
+      this.events.post(target, { type: "Warning", reason: "FailedCreate", message: error.message }, now);
+      const previous = playbook.status ?? {};
+      const next = createFailedStatus(previous, decision.status, error.message, now);
+      if (!sameStatus(previous, next)) await this.writeStatus(playbook, next);
+      throw new PodCreateFailedError(error.message, ceilingLeftMs(next, now));
+    }
+    if (decision.status) {
+      await this.writeStatus(playbook, decision.status);
+      const label = this.deps.metricsPlaybookLabel;
+      const labels = {
+        namespace: target.namespace,
+        ...(label ? { playbook: playbook.metadata.labels?.[label] ?? "" } : {}),
+      };
+      if (decision.finished) this.deps.metrics.recordFinished(decision.finished, labels);
+      else this.deps.metrics.recordStarted(labels);
+    }
+    const now = this.deps.clock.now();
+    for (const event of decision.events) this.events.post(target, event, now);
+  }
+
+  private targetOf(playbook: StoredPlaybook): EventTarget {
+    return {
+      namespace: playbook.metadata.namespace ?? "",
+      name: playbook.metadata.name,
+      uid: playbook.metadata.uid,
+      resourceVersion: playbook.metadata.resourceVersion,
+    };
+  }
+
+  private async writeStatus(playbook: StoredPlaybook, status: PlaybookStatus): Promise<void> {
+    const { namespace = "", name, resourceVersion } = playbook.metadata;
+    const body = {
+      apiVersion: API_VERSION,
+      kind: KIND,
+      metadata: { name, namespace, resourceVersion },
+      spec: playbook.spec,
+      status,
+    };
+    const written = await this.deps.clients.custom.replaceNamespacedCustomObjectStatus(
+      { group: GROUP, version: VERSION, plural: PLURAL, namespace, name, body },
+      abortedBy(this.leading.signal),
+    );
+    this.deps.metrics.statusWrites.inc();
+    if (resourceVersion && WrittenSchema.safeParse(written).success)
+      this.written.set(keyOf(playbook.metadata), { over: resourceVersion, at: performance.now() });
+    const condition = status.conditions?.find((c) => c.type === "Succeeded");
+    this.deps.log.info(
+      { namespace, name, phase: status.phase, reason: condition?.reason },
+      "Updated Playbook status",
+    );
+  }
+
+  private async applyAction(action: Action, target: EventTarget): Promise<void> {
+    switch (action.type) {
+      case "createPod":
+        return this.createPod(action, target);
+      case "deletePod":
+        return this.deletePod(action, target);
+      default:
+        return this.lowerDeadline(action, target);
+    }
+  }
+
+  /** The kubelet honours a lowered activeDeadlineSeconds on a running pod and keeps the pod. */
+  private async lowerDeadline(
+    action: { name: string; activeDeadlineSeconds: number },
+    target: EventTarget,
+  ): Promise<void> {
+    try {
+      await this.deps.clients.core.patchNamespacedPod(
+        {
+          name: action.name,
+          namespace: target.namespace,
+          body: { spec: { activeDeadlineSeconds: action.activeDeadlineSeconds } },
+        },
+        abortedBy(this.leading.signal, setHeaderMiddleware("Content-Type", PatchStrategy.MergePatch)),
+      );
+      this.deps.log.info(
+        {
+          namespace: target.namespace,
+          name: target.name,
+          pod: action.name,
+          activeDeadlineSeconds: action.activeDeadlineSeconds,
+        },
+        "Lowered Pod deadline",
+      );
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+    }
+  }
+
+  private async createPod(action: Action & { type: "createPod" }, target: EventTarget): Promise<void> {
+    const ref = { namespace: target.namespace, name: target.name };
+    const { core } = this.deps.clients;
+    const podName = action.pod.metadata.name;
+    try {
+      // The manifest is plain JSON of a v1 Pod; the typed client serializes it field by field.
+      const created = parsePod(
+        await core.createNamespacedPod(
+          { namespace: ref.namespace, body: action.pod as unknown as V1Pod },
+          abortedBy(this.leading.signal),
+        ),
+      );
+      if (created) this.rememberCreated(created, action.pod.metadata.ownerReferences[0]?.uid ?? "");
+      this.deps.log.info({ ...ref, pod: podName, attempt: action.attempt }, "Created Pod");
+    } catch (error) {
+      // Its deterministic name makes a second create of the same attempt fail here, never run twice.
+      if (isConflict(error)) {
+        this.deps.log.debug({ ...ref, pod: podName }, "Pod already existed");
+        return;
+      }
+      const code = statusCodeOf(error);
+      const message = `could not create pod ${podName}: ${apiErrorMessage(error)}`;
+      if (code === 422) {
+        // An invalid pod stays invalid: the run ends.
+        this.events.post(target, { type: "Warning", reason: "FailedCreate", message }, this.deps.clock.now());
+        throw new PodRefusedError(message);
+      }
+      // Refused by admission (Pod Security, quota, a missing service account): these may be
+      // fixed while the run waits, so it is retried. Other failures (5xx, timeouts) say nothing
+      // about the pod and are retried as they are.
+      if (code !== undefined && code >= 400 && code < 500) throw new PodCreateFailedError(message, undefined);
+      throw error;
+    }
+  }
+
+  private rememberCreated(pod: PodView, uid: string): void {
+    const now = performance.now();
+    for (const [key, entry] of this.created) if (now - entry.at > EXPECTATION_MS) this.created.delete(key);
+    this.created.set(keyOf(pod.metadata), { pod, uid, at: now });
+  }
+
+  private async deletePod(action: Action & { type: "deletePod" }, target: EventTarget): Promise<void> {
+    const ref = { namespace: target.namespace, name: target.name };
+    try {
+      await this.deps.clients.core.deleteNamespacedPod(
+        {
+          name: action.name,
+          namespace: ref.namespace,
+          ...(action.gracePeriodSeconds !== undefined
+            ? { gracePeriodSeconds: action.gracePeriodSeconds }
+            : {}),
+          propagationPolicy: "Background",
+        },
+        abortedBy(this.leading.signal),
+      );
+      this.deps.log.info({ ...ref, pod: action.name, why: action.why }, "Deleted Pod");
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+    }
+  }
+}
+
+/** How long until the run's ceiling passes, counted from its start, when the status says both. */
+function ceilingLeftMs(status: PlaybookStatus, now: Date): number | undefined {
+  const ceiling = status.limits?.ceiling?.value;
+  const start = Date.parse(status.startTime ?? "");
+  if (!ceiling || Number.isNaN(start)) return undefined;
+  return Math.max(0, start + parseDuration(ceiling) - now.getTime());
+}
