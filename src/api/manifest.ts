@@ -65,8 +65,26 @@ export function zodProblems(error: z.ZodError, input: unknown): ManifestProblem[
   return problems;
 }
 
+/**
+ * The object with every null-valued field removed, as the API server prunes the nulls of fields
+ * the CRD does not mark nullable (`timeout:` with nothing after it is null in YAML). Null items
+ * of a list stay, and are refused as the API server refuses them.
+ */
+function withoutNullFields(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(withoutNullFields);
+  if (value === null || typeof value !== "object") return value;
+  return Object.fromEntries(
+    Object.entries(value)
+      .filter(([, field]) => field !== null)
+      .map(([key, field]) => [key, withoutNullFields(field)]),
+  );
+}
+
 /** Validates an already-parsed object (from a file or the API server) as a Playbook. */
 export function validatePlaybook(input: unknown, defaults: LimitDefaults, source = "playbook"): Playbook {
+  if (input !== null && typeof input === "object" && "spec" in input) {
+    input = { ...input, spec: withoutNullFields(input.spec) };
+  }
   const parsed = PlaybookSchema.safeParse(input);
   if (!parsed.success) throw new InvalidPlaybookError(source, zodProblems(parsed.error, input));
   const problems = checkLimits(parsed.data.spec, defaults);

@@ -12,7 +12,13 @@ export const MAX_TASKS = 200;
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const ENV_NAME = /^[-._a-zA-Z][-._a-zA-Z0-9]*$/;
-const QUANTITY = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$/;
+/** The CRD's pattern for a quantity (its exponent may have a fraction, as the API server's has). */
+const QUANTITY =
+  /^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$/;
+/** The CRD's pattern for a duration: Go's syntax without a sign. */
+const DURATION = /^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$/;
+/** format: int32, which the API server checks. */
+const INT32_MAX = 2_147_483_647;
 
 /** Text that reaches exec (argv, env, cwd): the kernel cannot take a NUL byte in any of them. */
 const NO_NUL = /^[^\0]*$/;
@@ -49,6 +55,14 @@ export const DurationString = z
       parseDuration(value);
     } catch (error) {
       ctx.addIssue({ code: "custom", message: `${JSON.stringify(value)} ${(error as Error).message}` });
+      return;
+    }
+    // Go reads "+5m" too; the API server does not.
+    if (!DURATION.test(value)) {
+      ctx.addIssue({
+        code: "custom",
+        message: `${JSON.stringify(value)} must be a duration without a sign, such as 90s, 10m or 1h30m`,
+      });
     }
   });
 
@@ -89,8 +103,8 @@ export type TaskSpec = z.infer<typeof TaskSpecSchema>;
 
 const Quantity = z.union([
   z.string().regex(QUANTITY, "must be a resource quantity such as 500m or 1Gi"),
-  // x-kubernetes-int-or-string: a number must be whole.
-  z.number().int(),
+  // x-kubernetes-int-or-string: a number must be a whole one that fits in 64 bits.
+  z.number().refine((n) => Number.isInteger(n) && Math.abs(n) < 2 ** 63, "must be a whole number"),
 ]);
 const ResourceRequirements = z.strictObject({
   limits: z.record(z.string(), Quantity).optional(),
@@ -139,7 +153,7 @@ export const PlaybookSpecSchema = z.strictObject({
     .regex(DNS1123_SUBDOMAIN, "must be a DNS-1123 subdomain")
     .optional(),
   resources: ResourceRequirements.optional(),
-  ttlSecondsAfterFinished: z.number().int().min(0).optional(),
+  ttlSecondsAfterFinished: z.number().int().min(0).max(INT32_MAX).optional(),
   tasks: z
     .array(TaskSpecSchema)
     .min(1, "must list at least one task")

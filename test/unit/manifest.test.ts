@@ -112,13 +112,15 @@ describe("reading a Playbook manifest", () => {
   });
 
   it("refuses a command or environment entry too long for exec, before anything runs", () => {
-    const long = `true #${"x".repeat(140_000)}`;
+    // Within the CRD's 65536 characters and its bound on the plan, yet over exec's bytes.
+    const run = "€".repeat(50_000);
+    const value = "x".repeat(140_000);
     const problems = problemsOf(
-      `${header}spec:\n  tasks:\n    - {name: a, run: 'true'}\n    - {name: b, run: '${long}', env: [{name: K, value: '${long}'}]}\n`,
+      `${header}spec:\n  tasks:\n    - {name: a, run: 'true'}\n    - {name: b, run: '${run}', env: [{name: K, value: '${value}'}]}\n`,
     );
     expect(problems).toEqual([
-      "spec.tasks[1].run: is 140006 bytes; one exec argument holds at most 131071",
-      "spec.tasks[1].env[0].value: K=… is 140008 bytes; one exec argument holds at most 131071",
+      "spec.tasks[1].run: is 150000 bytes; one exec argument holds at most 131071",
+      "spec.tasks[1].env[0].value: K=… is 140002 bytes; one exec argument holds at most 131071",
     ]);
   });
 

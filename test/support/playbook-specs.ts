@@ -1,0 +1,300 @@
+// Generated Playbook specs for property-based tests: valid ones, and ones broken in the ways an
+// operator (or a hostile client) breaks them — malformed durations, timeouts over the ceiling,
+// duplicate and malformed names, reserved env names, huge strings, missing fields, wrong types.
+import fc from "fast-check";
+
+type Json = unknown;
+type Spec = Record<string, Json> & { tasks?: Json };
+type Task = Record<string, Json>;
+
+const UNITS = ["ns", "us", "µs", "μs", "ms", "s", "m", "h"] as const;
+
+/** Go durations the runner and the API server both read. */
+export const validDuration: fc.Arbitrary<string> = fc.oneof(
+  fc.tuple(fc.integer({ min: 1, max: 5000 }), fc.constantFrom(...UNITS)).map(([n, unit]) => `${n}${unit}`),
+  fc.constantFrom("1h30m", "90s", ".5s", "1.5h", "5.s", "10m0s", "2m500ms", "0s", "0"),
+);
+
+/** Text that is not a duration, or a duration no Go program can hold. */
+const malformedDuration: fc.Arbitrary<Json> = fc.oneof(
+  fc.constantFrom("10", "5x", "-1m", "+5m", "1h30", "", " 5m", "5m ", "5 m", "1e3s", "00", "h", "5mm"),
+  fc.constantFrom("ten minutes", "1H", "١s", "9999999999999h", "3000000h", "2562048h"),
+  // Past the CRD's 64 characters, yet a fine duration.
+  fc.constantFrom("1s".repeat(32), "1s".repeat(33), `${"0".repeat(62)}1s`, `${"0".repeat(63)}1s`),
+  fc.string({ maxLength: 8 }),
+  fc.constantFrom(5, 0, true, null, {}, ["5m"]),
+);
+
+const validName = fc.oneof(
+  fc.constantFrom("build", "test", "deploy", "a", "0", "a-b", "x1"),
+  fc.stringMatching(/^[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?$/),
+);
+const malformedName: fc.Arbitrary<Json> = fc.oneof(
+  fc.constantFrom("Build", "a_b", "-a", "a-", "", "a.b", "é", " a", "a\nb"),
+  fc.constantFrom("x".repeat(64), 5, null, true),
+);
+
+const validEnv = fc.record(
+  {
+    name: fc.oneof(
+      fc.constantFrom("K", "HOME_DIR", "a.b-c", "_x"),
+      fc.stringMatching(/^[A-Z_][A-Z0-9_]{0,15}$/),
+    ),
+    value: fc.string({ maxLength: 20 }),
+  },
+  { requiredKeys: ["name"] },
+);
+
+const validTask: fc.Arbitrary<Task> = fc.record(
+  {
+    name: validName,
+    run: fc.oneof(
+      fc.constantFrom("true", "make build", "echo $HOME", "sleep 1"),
+      fc.string({ minLength: 1, maxLength: 40 }),
+    ),
+    timeout: fc.constantFrom("1m", "10m", "30m", "90s"),
+    stall: validDuration,
+    retries: fc.integer({ min: 0, max: 100 }),
+    env: fc.array(validEnv, { maxLength: 3 }),
+    workingDir: fc.constantFrom("/work", "/tmp", "relative/dir"),
+  },
+  { requiredKeys: ["name", "run"] },
+);
+
+/** Task names made unique, as a valid Playbook needs them. */
+const uniqueNames = (tasks: Task[]): Task[] =>
+  tasks.map((task, index) => ({ ...task, name: `${String(task.name).slice(0, 55)}-${index}` }));
+
+/** Valid specs: every field present or not, limits well inside the controller's defaults. */
+export const validSpecs: fc.Arbitrary<Spec> = fc
+  .record(
+    {
+      ceiling: fc.constantFrom("30m", "1h", "45m"),
+      stall: validDuration,
+      killGrace: validDuration,
+      cancel: fc.boolean(),
+      backoffLimit: fc.integer({ min: 0, max: 100 }),
+      image: fc.constantFrom("registry.example/tools:1", "runner"),
+      serviceAccountName: fc.constantFrom("default", "runner", "a.b-c"),
+      resources: fc.constantFrom(
+        { limits: { cpu: "500m", memory: "1Gi" } },
+        { requests: { cpu: 1 } },
+        { limits: { memory: "1.5e3Mi" } },
+      ),
+      ttlSecondsAfterFinished: fc.integer({ min: 0, max: 1_000_000 }),
+      tasks: fc.array(validTask, { minLength: 1, maxLength: 4 }).map(uniqueNames),
+    },
+    { requiredKeys: ["tasks"] },
+  )
+  .map((spec) => spec as Spec);
+
+const taskIndex = (spec: Spec, pick: number): number => pick % Math.max(1, (spec.tasks as Task[]).length);
+
+/** One way of breaking a valid spec (some of which still leave it valid: the verdicts must agree either way). */
+const breakages: fc.Arbitrary<(spec: Spec) => void>[] = [
+  // Durations, malformed or out of range, at every level.
+  fc.tuple(fc.constantFrom("ceiling", "stall", "killGrace"), malformedDuration).map(
+    ([field, value]) =>
+      (spec) =>
+        void (spec[field] = value),
+  ),
+  fc
+    .tuple(fc.constantFrom("timeout", "stall"), malformedDuration, fc.nat())
+    .map(([field, value, pick]) => (spec) => {
+      (spec.tasks as Task[])[taskIndex(spec, pick)] = {
+        ...(spec.tasks as Task[])[taskIndex(spec, pick)],
+        [field]: value,
+      };
+    }),
+  // Timeouts against the ceiling: over it, at it, and over the controller's default when none is set.
+  fc
+    .tuple(fc.constantFrom("2h", "30m", "31m", "30m1ms", "1800s", "0s"), fc.boolean(), fc.nat())
+    .map(([timeout, dropCeiling, pick]) => (spec) => {
+      spec.ceiling = "30m";
+      if (dropCeiling) delete spec.ceiling;
+      ((spec.tasks as Task[])[taskIndex(spec, pick)] as Task).timeout = timeout;
+    }),
+  // Ceilings past the controller's maximum, or zero.
+  fc.constantFrom("25h", "24h", "24h0m1s", "0s", "1000h").map((ceiling) => (spec) => {
+    spec.ceiling = ceiling;
+    for (const task of spec.tasks as Task[]) delete task.timeout;
+  }),
+  // Names: duplicated, malformed, too long.
+  fc.nat().map((pick) => (spec) => {
+    const tasks = spec.tasks as Task[];
+    tasks.push({ ...(tasks[taskIndex(spec, pick)] as Task) });
+  }),
+  fc.tuple(malformedName, fc.nat()).map(
+    ([name, pick]) =>
+      (spec) =>
+        void (((spec.tasks as Task[])[taskIndex(spec, pick)] as Task).name = name),
+  ),
+  // Environment: reserved and malformed names, entries of the wrong shape.
+  fc
+    .tuple(
+      fc.oneof(
+        fc.constantFrom("PLAYBOOK_PLAN", "PLAYBOOK_X", "PLAYBOOK_", "playbook_x", "1A", "A=B", "", "A B"),
+        fc.constantFrom("x".repeat(256), "x".repeat(257), 5, null),
+      ),
+      fc.oneof(fc.string({ maxLength: 10 }), fc.constantFrom(null, 5, "a\u0000b")),
+      fc.nat(),
+    )
+    .map(([name, value, pick]) => (spec) => {
+      ((spec.tasks as Task[])[taskIndex(spec, pick)] as Task).env = [{ name, value }];
+    }),
+  fc.tuple(fc.constantFrom({ name: "K", extra: 1 }, { value: "v" }, "K=V", {}, null), fc.nat()).map(
+    ([entry, pick]) =>
+      (spec) =>
+        void (((spec.tasks as Task[])[taskIndex(spec, pick)] as Task).env = [entry]),
+  ),
+  fc.nat().map((pick) => (spec) => {
+    ((spec.tasks as Task[])[taskIndex(spec, pick)] as Task).env = Array.from({ length: 129 }, (_, i) => ({
+      name: `E${i}`,
+    }));
+  }),
+  // Huge strings, counted in bytes, UTF-16 units and code points alike.
+  fc
+    .tuple(
+      fc.constantFrom("run", "workingDir", "name"),
+      fc.constantFrom(
+        "x".repeat(65536),
+        "x".repeat(65537),
+        "😀".repeat(32768),
+        "😀".repeat(32769),
+        "é".repeat(65536),
+        "x".repeat(4096),
+        "x".repeat(4097),
+        "a\u0000b",
+      ),
+      fc.nat(),
+    )
+    .map(([field, value, pick]) => (spec) => {
+      spec.tasks = [{ ...((spec.tasks as Task[])[taskIndex(spec, pick)] as Task), [field]: value }];
+    }),
+  fc
+    .tuple(fc.constantFrom("x".repeat(140_000), "😀".repeat(40_000), "é".repeat(70_000)), fc.nat())
+    .map(([value, pick]) => (spec) => {
+      spec.tasks = [
+        { ...((spec.tasks as Task[])[taskIndex(spec, pick)] as Task), env: [{ name: "BIG", value }] },
+      ];
+    }),
+  fc
+    .tuple(
+      fc.constantFrom("image", "serviceAccountName"),
+      fc.constantFrom(
+        "x".repeat(253),
+        "x".repeat(254),
+        "x".repeat(1024),
+        "x".repeat(1025),
+        "",
+        "Runner",
+        "-a",
+      ),
+    )
+    .map(
+      ([field, value]) =>
+        (spec) =>
+          void (spec[field] = value),
+    ),
+  // Many tasks, or a plan too big to carry.
+  fc.constantFrom(200, 201).map((count) => (spec) => {
+    spec.tasks = Array.from({ length: count }, (_, i) => ({ name: `t${i}`, run: "true" }));
+  }),
+  fc.constantFrom(3, 4).map((count) => (spec) => {
+    spec.tasks = Array.from({ length: count }, (_, i) => ({ name: `t${i}`, run: "x".repeat(60_000) }));
+  }),
+  // Missing fields.
+  fc.constantFrom("tasks", "run", "name", "all-tasks").map((what) => (spec) => {
+    const tasks = spec.tasks as Task[];
+    if (what === "tasks") delete spec.tasks;
+    else if (what === "all-tasks") spec.tasks = [];
+    else delete (tasks[0] as Task)[what];
+  }),
+  // Wrong types and ranges.
+  fc
+    .tuple(
+      fc.constantFrom("cancel", "backoffLimit", "ttlSecondsAfterFinished", "tasks", "resources"),
+      fc.constantFrom("true", 1, 1.5, -1, 101, 2 ** 31, 2 ** 53, "2", null, {}, [], "x"),
+    )
+    .map(
+      ([field, value]) =>
+        (spec) =>
+          void (spec[field] = value),
+    ),
+  fc
+    .tuple(
+      fc.constantFrom("retries", "run", "env", "workingDir"),
+      fc.constantFrom("1", 1.5, -1, 101, 7, null, {}, [], ""),
+      fc.nat(),
+    )
+    .map(
+      ([field, value, pick]) =>
+        (spec) =>
+          void (((spec.tasks as Task[])[taskIndex(spec, pick)] as Task)[field] = value),
+    ),
+  fc
+    .constantFrom(
+      { limits: { cpu: "abc" } },
+      { limits: { cpu: -1 } },
+      { limits: { cpu: "1.5" } },
+      { limits: { cpu: "1e3" } },
+      { limits: { cpu: "1e1.5" } },
+      { limits: { cpu: 1.5 } },
+      { requests: { cpu: 2 ** 53 } },
+      { limits: { cpu: "+1" } },
+      { limits: "1" },
+      { requests: { memory: "1GB" } },
+      { claims: [{}] },
+      { claims: Array.from({ length: 17 }, (_, i) => ({ name: `c${i}` })) },
+      { other: {} },
+    )
+    .map((resources) => (spec) => void (spec.resources = resources)),
+  // Null where a value belongs (YAML's `timeout:` with nothing after it).
+  fc
+    .tuple(
+      fc.constantFrom(
+        "ceiling",
+        "stall",
+        "killGrace",
+        "cancel",
+        "backoffLimit",
+        "image",
+        "resources",
+        "tasks",
+      ),
+      fc.constantFrom("timeout", "stall", "retries", "env", "workingDir", "run", "name"),
+      fc.constantFrom("spec", "task", "env", "item"),
+      fc.nat(),
+    )
+    .map(([specField, taskField, where, pick]) => (spec) => {
+      const task = (spec.tasks as Task[])[taskIndex(spec, pick)] as Task;
+      if (where === "spec") spec[specField] = null;
+      else if (where === "task") task[taskField] = null;
+      else if (where === "env") task.env = [{ name: "K", value: null }];
+      else task.env = [null];
+    }),
+  // Fields nobody defined.
+  fc.constantFrom("spec", "task").map((where) => (spec) => {
+    if (where === "spec") spec.command = "true";
+    else ((spec.tasks as Task[])[0] as Task).command = "true";
+  }),
+];
+
+/** Valid specs broken in one to three ways. */
+export const invalidSpecs: fc.Arbitrary<Spec> = fc
+  .tuple(validSpecs, fc.array(fc.oneof(...breakages), { minLength: 1, maxLength: 3 }))
+  .map(([spec, breaks]) => {
+    const copy = structuredClone(spec);
+    for (const breakIt of breaks) {
+      if (
+        !Array.isArray(copy.tasks) ||
+        copy.tasks.length === 0 ||
+        typeof copy.tasks[0] !== "object" ||
+        copy.tasks[0] === null
+      ) {
+        copy.tasks = [{ name: "a", run: "true" }];
+      }
+      breakIt(copy);
+    }
+    return copy;
+  });
