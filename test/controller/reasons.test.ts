@@ -1,7 +1,10 @@
 // Every reason of DESIGN.md's table, produced by a real run: the controller, the real API server,
 // the process node and the real pod runner.
-import { readFileSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { repoRoot } from "../harness/binaries.js";
 import {
   createTestNamespace,
   deleteTestNamespace,
@@ -16,8 +19,10 @@ import {
   eventsOf,
   eventually,
   kubectl,
+  kubectlResult,
   type PlaybookObject,
   patchSpec,
+  playbookManifest,
   podsOf,
   type RunningController,
   startController,
@@ -179,16 +184,22 @@ const cases: ReasonCase[] = [
     spec: (m) => ({ ceiling: "1m", killGrace: "1s", tasks: [{ name: "waits", run: `sleep 60 # ${m}` }] }),
     reason: "Cancelled",
     phase: "Cancelled",
-    // The task when the runner reported the cancellation; none when the pod was gone first.
-    endingTask: "waits?",
+    // The runner reports the cancellation: its pod is stopped, not deleted.
+    endingTask: "waits",
     meanwhile: async (name, mark) => {
       await runnerOf(mark);
       await patchSpec(namespace, name, { cancel: true });
     },
-    check: async (_playbook, _name, mark) => {
+    check: async (playbook, name, mark) => {
+      expect(playbook.status?.tasks?.[0]).toMatchObject({ name: "waits", phase: "Cancelled" });
       await eventually("the task's processes to be gone", async () =>
         processesWithMarker(mark).length === 0 ? true : undefined,
       );
+      // Kept for its logs like any finished run's pod.
+      const [pod] = await podsOf(namespace, name);
+      expect(pod?.metadata?.deletionTimestamp).toBeUndefined();
+      expect(pod?.status?.reason).toBe("DeadlineExceeded");
+      await expect(kubectl(["-n", namespace, "logs", `${name}-1`])).resolves.toBeDefined();
     },
   },
   {
@@ -349,6 +360,101 @@ describe.concurrent("a pod taken away while its run is live", () => {
       expect(lost?.message).toContain(`${name}-2`);
     } finally {
       killAll(mark);
+    }
+  });
+});
+
+describe("examples/cancel-me.yaml", () => {
+  it("prints its stopping line when cancelled, and the pod keeps it for kubectl logs", async () => {
+    const logs = () =>
+      kubectl(["-n", namespace, "logs", "cancel-me-1"]).then(
+        (r) => r.stdout,
+        () => "",
+      );
+    await kubectl(["-n", namespace, "apply", "-f", path.join(repoRoot(), "examples", "cancel-me.yaml")]);
+    await eventually("the task's first line", async () =>
+      (await logs()).includes("waiting;") ? true : undefined,
+    );
+    await patchSpec(namespace, "cancel-me", { cancel: true });
+    const playbook = await waitForFinished(namespace, "cancel-me", 60_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "Cancelled" });
+    expect(playbook.status?.tasks?.[0]).toMatchObject({ name: "wait", phase: "Cancelled", ending: "Exited" });
+    expect(await logs()).toContain("saw the cancel file, stopping cleanly");
+  });
+});
+
+describe("the largest Playbook the CRD admits", () => {
+  it("runs to Succeeded: its plan reaches the pod", async () => {
+    // 204800 characters as the CRD counts them: 96 per task plus its name and run script.
+    const fill = (name: string, size: number) => ({ name, run: `: ${"x".repeat(size - 2)}` });
+    const tasks = [
+      fill("a", 65_536),
+      fill("b", 65_536),
+      fill("c", 65_536),
+      fill("d", 204_800 - 3 * 65_633 - 97),
+    ];
+    await createPlaybook(namespace, "largest", { ceiling: "1m", tasks });
+    const tooLarge = await kubectlResult(
+      ["-n", namespace, "create", "-f", "-"],
+      JSON.stringify(
+        playbookManifest("too-large", {
+          tasks: [...tasks.slice(0, 3), fill("d", 204_800 - 3 * 65_633 - 96)],
+        }),
+      ),
+    );
+    expect(tooLarge.stderr).toContain("spec.tasks is too large to run");
+    const playbook = await waitForFinished(namespace, "largest", 60_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    expect(playbook.status?.tasks?.map((t) => t.phase)).toEqual([
+      "Succeeded",
+      "Succeeded",
+      "Succeeded",
+      "Succeeded",
+    ]);
+  });
+});
+
+describe("a run whose spec changed after its pod started", () => {
+  it("is decided against its pod's plan", async () => {
+    // Admission freezes the spec once status.startTime is set; between the pod's creation and
+    // that status write an edit still gets through, which this test makes by removing startTime
+    // while no controller runs.
+    const ns = await createTestNamespace(core, "pb-plan");
+    const mark = marker();
+    const flag = path.join(os.tmpdir(), `release-${mark}`);
+    let second: RunningController | undefined;
+    const first = startController([ns]);
+    try {
+      await createPlaybook(ns, "edited", {
+        ceiling: "1m",
+        tasks: [{ name: "waits", run: `until [ -e ${flag} ]; do sleep 0.2; done # ${mark}` }],
+      });
+      await runnerOf(mark);
+      await first.stop();
+      await kubectl([
+        ...["-n", ns, "patch", "pb", "edited", "--subresource=status", "--type=json"],
+        ...["-p", JSON.stringify([{ op: "remove", path: "/status/startTime" }])],
+      ]);
+      // A ceiling the controller refuses and a task the pod never heard of.
+      await patchSpec(ns, "edited", {
+        ceiling: "48h",
+        tasks: [
+          { name: "waits", run: `until [ -e ${flag} ]; do sleep 0.2; done # ${mark}` },
+          { name: "later", run: "true" },
+        ],
+      });
+      second = startController([ns]);
+      writeFileSync(flag, "");
+      const playbook = await waitForFinished(ns, "edited", 60_000);
+      expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+      expect(playbook.status?.tasks?.map((t) => t.name)).toEqual(["waits"]);
+      expect(playbook.status?.limits?.ceiling).toEqual({ value: "1m", source: "spec" });
+    } finally {
+      killAll(mark);
+      rmSync(flag, { force: true });
+      await first.stop();
+      await second?.stop();
+      await deleteTestNamespace(core, ns);
     }
   });
 });
