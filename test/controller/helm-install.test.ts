@@ -152,7 +152,7 @@ describe("helm install on the dev cluster", () => {
         "playbooks.playbook.dev [list watch]",
         "playbooks.playbook.dev/finalizers [update]",
         "playbooks.playbook.dev/status [update]",
-        "pods [get list watch create delete]",
+        "pods [get list watch create delete patch]",
       ].sort(),
     );
     const own = (await granted(system))

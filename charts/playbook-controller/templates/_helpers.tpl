@@ -92,7 +92,7 @@ rules:
     verbs: [update]
   - apiGroups: [""]
     resources: [pods]
-    verbs: [get, list, watch, create, delete]
+    verbs: [get, list, watch, create, delete, patch]
   - apiGroups: [""]
     resources: [events]
     verbs: [create]
