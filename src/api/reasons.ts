@@ -36,9 +36,6 @@ export const TERMINAL_REASONS = [
 ] as const;
 export type TerminalReason = (typeof TERMINAL_REASONS)[number];
 
-export const PENDING_REASONS = ["Pending", "Running"] as const;
-export type SucceededReason = TerminalReason | (typeof PENDING_REASONS)[number];
-
 /** How a killed group ended: within killGrace after the cancel file and SIGTERM, or by SIGKILL. */
 export const ENDINGS = ["Exited", "Killed"] as const;
 export type Ending = (typeof ENDINGS)[number];

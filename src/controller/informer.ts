@@ -78,10 +78,6 @@ export class Informer<T> {
     return this.synced;
   }
 
-  get lastResourceVersion(): string {
-    return this.resourceVersion;
-  }
-
   get(key: string): T | undefined {
     return this.cache.get(key);
   }

@@ -16,11 +16,6 @@ export function isFinished(status: PlaybookStatus | undefined): boolean {
   return condition !== undefined && condition.status !== "Unknown";
 }
 
-export function finishedReason(status: PlaybookStatus | undefined): string | undefined {
-  const condition = status?.conditions?.find((c) => c.type === SUCCEEDED);
-  return condition && condition.status !== "Unknown" ? condition.reason : undefined;
-}
-
 export interface StatusBase {
   previous: PlaybookStatus;
   generation: number | undefined;

@@ -44,10 +44,6 @@ export class WorkQueue {
     return this.queue.length;
   }
 
-  get isShuttingDown(): boolean {
-    return this.shuttingDown;
-  }
-
   /** Queues the key unless it is already pending; a key being processed is queued again after done(). */
   add(key: string): void {
     if (this.shuttingDown || this.dirty.has(key)) return;
@@ -108,10 +104,6 @@ export class WorkQueue {
   /** Clears the key's failure count after a successful pass. */
   forget(key: string): void {
     this.failures.delete(key);
-  }
-
-  failuresOf(key: string): number {
-    return this.failures.get(key) ?? 0;
   }
 
   /** Resolves with the next key, or undefined once the queue shuts down. */

@@ -15,11 +15,6 @@ import type { RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
 import { type AttemptDeadline, type AttemptResult, type AttemptStop, runAttempt } from "./attempt.js";
 import { scanProcesses, sendSignal } from "./process-table.js";
 
-export interface RunnerTask {
-  spec: TaskSpec;
-  limits: TaskLimits;
-}
-
 export type RunEvent =
   | { type: "task-started"; index: number; name: string; attempt: number; limits: TaskLimits }
   | { type: "task-stopping"; index: number; name: string; stop: AttemptStop }
