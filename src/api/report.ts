@@ -319,7 +319,7 @@ function describeTask(task: ReportTask, index: number, limits: ResolvedLimits): 
   }
 }
 
-export interface StatusFromReport {
+export interface ExpandedReport {
   tasks: TaskStatus[];
   reason: RunnerReason;
   /** The Succeeded condition's message, e.g. "task build exceeded its 10m timeout (spec.tasks[0].timeout)". */
@@ -329,7 +329,7 @@ export interface StatusFromReport {
 }
 
 /** Expands a report into DESIGN.md's status.tasks and the condition message, using the plan's limits. */
-export function statusFromReport(report: RunnerReport, limits: ResolvedLimits): StatusFromReport {
+export function expandReport(report: RunnerReport, limits: ResolvedLimits): ExpandedReport {
   const start = Date.parse(report.start);
   const tasks = report.tasks.map((task, index): TaskStatus => {
     const ran = task.p !== "Skipped" && task.p !== "Pending";

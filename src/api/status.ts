@@ -3,16 +3,16 @@
 import { setFinishedConditions } from "./conditions.js";
 import { describeRunLimits, type ResolvedLimits } from "./limits.js";
 import type { Condition, PlaybookStatus } from "./playbook.js";
-import { type RunnerReport, statusFromReport } from "./report.js";
+import { expandReport, type RunnerReport } from "./report.js";
 
-export function statusForReport(
+export function statusFromReport(
   report: RunnerReport,
   limits: ResolvedLimits,
   now: Date,
   previous: readonly Condition[] = [],
   observedGeneration?: number,
 ): PlaybookStatus {
-  const settled = statusFromReport(report, limits);
+  const settled = expandReport(report, limits);
   const conditions = setFinishedConditions(
     previous,
     { reason: report.reason, message: settled.message },

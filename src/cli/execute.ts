@@ -7,9 +7,9 @@ import type { TaskSpec } from "../api/playbook.js";
 import {
   decodeReport,
   encodeReport,
+  expandReport,
   type RunnerReport,
   type RunOutcome,
-  statusFromReport,
 } from "../api/report.js";
 import { runPlaybook } from "../pod-runner/run.js";
 import { Progress } from "./progress.js";
@@ -124,7 +124,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     const reportText = encodeReport(outcome);
     if (options.reportPath) writeReport(options.reportPath, reportText, options.progressOut);
     const report = decodeReport(reportText, options.tasks.length);
-    progress.end(outcome, statusFromReport(report, options.limits).message);
+    progress.end(outcome, expandReport(report, options.limits).message);
     return { outcome, report, reportText, interrupted };
   } finally {
     for (const signal of signals) process.off(signal, onSignal);

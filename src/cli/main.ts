@@ -9,7 +9,7 @@ import { InvalidPlaybookError, parsePlaybookManifest, validatePlaybook } from ".
 import { PLAN_ENV_VAR, RunPlanSchema } from "../api/plan.js";
 import type { Playbook } from "../api/playbook.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
-import { statusForReport } from "../api/status.js";
+import { statusFromReport } from "../api/status.js";
 import { registerControllerCommand } from "./controller-command.js";
 import { executeRun } from "./execute.js";
 import { describeTaskLimits, showLimit } from "./progress.js";
@@ -57,7 +57,7 @@ async function runCommand(flags: unknown): Promise<number> {
     cancelled: playbook.spec.cancel,
   });
   if (parsed.output) {
-    const status = statusForReport(result.report, limits, new Date(), [], playbook.metadata.generation);
+    const status = statusFromReport(result.report, limits, new Date(), [], playbook.metadata.generation);
     const object = { ...playbook, status };
     process.stdout.write(
       parsed.output === "json" ? `${JSON.stringify(object, null, 2)}\n` : stringify(object),

@@ -31,7 +31,7 @@ import {
   isFinished,
   markUnfinished,
   progressStatus,
-  reportedStatus,
+  runStatusFromReport,
   type StatusBase,
   sameStatus,
   settledStatus,
@@ -371,7 +371,7 @@ function decideCancelledPod(state: RunState, pod: PodView, read: ReadReport): De
   const { base } = state;
   const podName = pod.metadata.name;
   const run = { startTime: state.startTime, podName, podAttempts: state.attempts };
-  if (read.ok) return settle(base, reportedStatus(base, read.report, run), read.report.reason);
+  if (read.ok) return settle(base, runStatusFromReport(base, read.report, run), read.report.reason);
   const deadline = podDeadline(pod);
   const waitUntil = (deadline?.at ?? 0) + terminationGraceSeconds(base.limits) * 1000 + BACKSTOP_SLACK_MS;
   if (!runnerEnded(pod) && waitUntil > state.input.now.getTime()) {
@@ -392,7 +392,7 @@ function decideEndedPod(state: RunState, pod: PodView): Decision {
   const read = readReport(pod, spec.tasks.length);
   if (pod.status?.reason === "DeadlineExceeded" && state.cancel) return decideCancelledPod(state, pod, read);
   if (pod.status?.reason === "DeadlineExceeded") {
-    const tasks = read.ok ? reportedStatus(base, read.report, run).tasks : base.previous.tasks;
+    const tasks = read.ok ? runStatusFromReport(base, read.report, run).tasks : base.previous.tasks;
     const message = `the kubelet stopped pod ${podName} at its activeDeadlineSeconds backstop: the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) plus killGrace and a margin passed before the runner reported`;
     const next = settledStatus(base, {
       reason: "PodDeadlineExceeded",
@@ -406,7 +406,7 @@ function decideEndedPod(state: RunState, pod: PodView): Decision {
       // The runner was interrupted by someone else than us: a node drain, a deletion.
       return decideLost(state, `pod ${podName} was stopped from outside (${describeKubeletVerdict(pod)})`);
     }
-    const next = reportedStatus(base, read.report, run);
+    const next = runStatusFromReport(base, read.report, run);
     return settle(base, next, read.report.reason);
   }
   if (pod.metadata.deletionTimestamp && !state.cancel) {

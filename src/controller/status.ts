@@ -6,7 +6,7 @@ import { describeRunLimits, type ResolvedLimits } from "../api/limits.js";
 import type { PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import type { RunPhase, TerminalReason } from "../api/reasons.js";
 import { decidingIndex, type RunnerReport } from "../api/report.js";
-import { statusForReport } from "../api/status.js";
+import { statusFromReport } from "../api/status.js";
 
 export { LIMIT_EXCEEDED, SUCCEEDED };
 
@@ -87,12 +87,12 @@ export function endingTask(tasks: readonly TaskStatus[] | undefined): string | u
 }
 
 /** A finished run the runner reported on. */
-export function reportedStatus(
+export function runStatusFromReport(
   base: StatusBase & { limits: ResolvedLimits },
   report: RunnerReport,
   run: { startTime: string; podName: string; podAttempts: number },
 ): PlaybookStatus {
-  const settled = statusForReport(
+  const settled = statusFromReport(
     report,
     base.limits,
     base.now,

@@ -4,9 +4,9 @@ import type { PlaybookSpec } from "../../src/api/playbook.js";
 import {
   decodeReport,
   encodeReport,
+  expandReport,
   REPORT_MAX_BYTES,
   type RunOutcome,
-  statusFromReport,
 } from "../../src/api/report.js";
 
 function outcomeOf(count: number, detail: string): { outcome: RunOutcome; spec: PlaybookSpec } {
@@ -52,7 +52,7 @@ describe("the runner's report", () => {
     const report = decodeReport(text, 200);
     expect(report.tasks).toHaveLength(200);
     expect(report.tasks.filter((t) => t.p === "Succeeded")).toHaveLength(199);
-    const status = statusFromReport(report, resolveLimits(spec, LOCAL_DEFAULTS));
+    const status = expandReport(report, resolveLimits(spec, LOCAL_DEFAULTS));
     expect(status.tasks[199]).toMatchObject({
       name: "task-199",
       phase: "TimedOut",
@@ -68,7 +68,7 @@ describe("the runner's report", () => {
     const { outcome, spec } = outcomeOf(3, "disk full");
     const report = decodeReport(encodeReport(outcome), 3);
     expect(report.c).toBeUndefined();
-    const status = statusFromReport(report, resolveLimits(spec, LOCAL_DEFAULTS));
+    const status = expandReport(report, resolveLimits(spec, LOCAL_DEFAULTS));
     expect(status.tasks[0]).toMatchObject({
       startTime: "2026-11-29T10:00:00.000Z",
       completionTime: "2026-11-29T10:01:00.000Z",
@@ -95,7 +95,7 @@ describe("the runner's report", () => {
     for (const task of outcome.tasks) task.attempts = 3;
     const text = encodeReport(outcome);
     expect(Buffer.byteLength(text)).toBeLessThanOrEqual(REPORT_MAX_BYTES);
-    const status = statusFromReport(decodeReport(text, 200), resolveLimits(spec, LOCAL_DEFAULTS));
+    const status = expandReport(decodeReport(text, 200), resolveLimits(spec, LOCAL_DEFAULTS));
     expect(status.tasks.filter((t) => t.phase === "Succeeded")).toHaveLength(199);
     expect(status.tasks[199]).toMatchObject({ phase: "TimedOut", attempts: 3 });
   });
@@ -111,10 +111,7 @@ describe("the runner's report", () => {
       signal: null,
       detail: "could not start: workingDir /nonexistent does not exist",
     };
-    const status = statusFromReport(
-      decodeReport(encodeReport(outcome), 1),
-      resolveLimits(spec, LOCAL_DEFAULTS),
-    );
+    const status = expandReport(decodeReport(encodeReport(outcome), 1), resolveLimits(spec, LOCAL_DEFAULTS));
     expect(status.message).toBe("task task-0 could not start: workingDir /nonexistent does not exist");
   });
 });
