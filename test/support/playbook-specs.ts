@@ -93,11 +93,11 @@ const taskIndex = (spec: Spec, pick: number): number => pick % Math.max(1, (spec
 /** One way of breaking a valid spec (some of which still leave it valid: the verdicts must agree either way). */
 const breakages: fc.Arbitrary<(spec: Spec) => void>[] = [
   // Durations, malformed or out of range, at every level.
-  fc.tuple(fc.constantFrom("ceiling", "stall", "killGrace"), malformedDuration).map(
-    ([field, value]) =>
-      (spec) =>
-        void (spec[field] = value),
-  ),
+  fc
+    .tuple(fc.constantFrom("ceiling", "stall", "killGrace"), malformedDuration)
+    .map(([field, value]) => (spec) => {
+      spec[field] = value;
+    }),
   fc
     .tuple(fc.constantFrom("timeout", "stall"), malformedDuration, fc.nat())
     .map(([field, value, pick]) => (spec) => {
@@ -124,11 +124,9 @@ const breakages: fc.Arbitrary<(spec: Spec) => void>[] = [
     const tasks = spec.tasks as Task[];
     tasks.push({ ...(tasks[taskIndex(spec, pick)] as Task) });
   }),
-  fc.tuple(malformedName, fc.nat()).map(
-    ([name, pick]) =>
-      (spec) =>
-        void (((spec.tasks as Task[])[taskIndex(spec, pick)] as Task).name = name),
-  ),
+  fc.tuple(malformedName, fc.nat()).map(([name, pick]) => (spec) => {
+    ((spec.tasks as Task[])[taskIndex(spec, pick)] as Task).name = name;
+  }),
   // Environment: reserved and malformed names, entries of the wrong shape.
   fc
     .tuple(
@@ -142,11 +140,11 @@ const breakages: fc.Arbitrary<(spec: Spec) => void>[] = [
     .map(([name, value, pick]) => (spec) => {
       ((spec.tasks as Task[])[taskIndex(spec, pick)] as Task).env = [{ name, value }];
     }),
-  fc.tuple(fc.constantFrom({ name: "K", extra: 1 }, { value: "v" }, "K=V", {}, null), fc.nat()).map(
-    ([entry, pick]) =>
-      (spec) =>
-        void (((spec.tasks as Task[])[taskIndex(spec, pick)] as Task).env = [entry]),
-  ),
+  fc
+    .tuple(fc.constantFrom({ name: "K", extra: 1 }, { value: "v" }, "K=V", {}, null), fc.nat())
+    .map(([entry, pick]) => (spec) => {
+      ((spec.tasks as Task[])[taskIndex(spec, pick)] as Task).env = [entry];
+    }),
   fc.nat().map((pick) => (spec) => {
     ((spec.tasks as Task[])[taskIndex(spec, pick)] as Task).env = Array.from({ length: 129 }, (_, i) => ({
       name: `E${i}`,
@@ -191,11 +189,9 @@ const breakages: fc.Arbitrary<(spec: Spec) => void>[] = [
         "-a",
       ),
     )
-    .map(
-      ([field, value]) =>
-        (spec) =>
-          void (spec[field] = value),
-    ),
+    .map(([field, value]) => (spec) => {
+      spec[field] = value;
+    }),
   // Many tasks, or a plan too big to carry.
   fc.constantFrom(200, 201).map((count) => (spec) => {
     spec.tasks = Array.from({ length: count }, (_, i) => ({ name: `t${i}`, run: "true" }));
@@ -216,22 +212,18 @@ const breakages: fc.Arbitrary<(spec: Spec) => void>[] = [
       fc.constantFrom("cancel", "backoffLimit", "ttlSecondsAfterFinished", "tasks", "resources"),
       fc.constantFrom("true", 1, 1.5, -1, 101, 2 ** 31, 2 ** 53, "2", null, {}, [], "x"),
     )
-    .map(
-      ([field, value]) =>
-        (spec) =>
-          void (spec[field] = value),
-    ),
+    .map(([field, value]) => (spec) => {
+      spec[field] = value;
+    }),
   fc
     .tuple(
       fc.constantFrom("retries", "run", "env", "workingDir"),
       fc.constantFrom("1", 1.5, -1, 101, 7, null, {}, [], ""),
       fc.nat(),
     )
-    .map(
-      ([field, value, pick]) =>
-        (spec) =>
-          void (((spec.tasks as Task[])[taskIndex(spec, pick)] as Task)[field] = value),
-    ),
+    .map(([field, value, pick]) => (spec) => {
+      ((spec.tasks as Task[])[taskIndex(spec, pick)] as Task)[field] = value;
+    }),
   fc
     .constantFrom(
       { limits: { cpu: "abc" } },
@@ -248,7 +240,9 @@ const breakages: fc.Arbitrary<(spec: Spec) => void>[] = [
       { claims: Array.from({ length: 17 }, (_, i) => ({ name: `c${i}` })) },
       { other: {} },
     )
-    .map((resources) => (spec) => void (spec.resources = resources)),
+    .map((resources) => (spec) => {
+      spec.resources = resources;
+    }),
   // Null where a value belongs (YAML's `timeout:` with nothing after it).
   fc
     .tuple(
