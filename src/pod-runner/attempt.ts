@@ -3,17 +3,17 @@
 // sent, so an attempt that traps SIGTERM and exits 0 is still a timeout.
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import type { Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import type { Readable, Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { formatDuration } from "../api/duration.js";
 import type { Ending, TaskLimit } from "../api/reasons.js";
-import { writeCancelFile } from "./cancel-file.js";
+import { writeCancelFile, writeCancelFilesOf } from "./cancel-file.js";
 import { LinePrefixer, OutputTail } from "./output.js";
 import {
   ATTEMPT_ID_VAR,
   CANCEL_FILE_VAR,
+  killUntilGone,
   processStartTime,
   scanProcesses,
   sendSignal,
@@ -35,12 +35,16 @@ export interface AttemptSpec {
   runCookie: string;
   /** start (clock ticks) of the run's first process, for finding what earlier tasks left */
   runStartedFrom?: number;
-  cancelFilePath: string;
+  /** where the cancel file of an attempt of this run goes (this one's, and earlier ones' leftovers) */
+  cancelFileOf: (attemptId: string) => string;
   deadline: AttemptDeadline | null;
   /** 0 disables the stall limit */
   stallMs: number;
   killGraceMs: number;
-  /** how long to wait for the pipes to close after the leader exits on its own */
+  /**
+   * How long the attempt waits for its pipes to close once the leader is gone before it is
+   * settled. Pipes still open then are read on while the run goes on (see `pipes` in the result).
+   */
   drainWindowMs: number;
   sink: Writable;
   /** the sink is done with a chunk once it has called back: output buffers are reused */
@@ -66,6 +70,11 @@ export interface AttemptResult {
   ending?: Ending;
   /** a final look after the kill found nothing of the whole run alive */
   runClean?: boolean;
+  /**
+   * performance.now() when the grace given with the stop ends: what earlier tasks left running
+   * was signalled with this attempt and has until then, not a grace of its own.
+   */
+  graceEndsAt?: number;
   exitCode: number | null;
   signal: string | null;
   startTime: Date;
@@ -75,6 +84,19 @@ export interface AttemptResult {
   /** the leader's start in clock ticks (0 if it never started) */
   startedFrom: number;
   spawnError?: string;
+  /** the pipes when still open at settlement, held by a background process: drain them with drainPipes */
+  pipes: OpenPipes | null;
+}
+
+/** An attempt's output pipes, still being read after the attempt was settled. */
+export interface OpenPipes {
+  closed: Promise<void>;
+  /** performance.now() when a byte last came out of them or the sink last took what they gave */
+  lastProgress: () => number;
+  /** paused because the sink is full: the holder is waiting on us, not silent */
+  blocked: () => boolean;
+  /** stops reading: what still holds them can write no more */
+  abandon: () => void;
 }
 
 const POLL_MS = 20;
@@ -82,8 +104,14 @@ const POLL_MS = 20;
 const MAX_TIMER_MS = 2 ** 31 - 1;
 /** After SIGKILL the kernel needs a moment; this bounds how long we wait to see the tree gone. */
 const KILL_CONFIRM_MS = 5000;
-/** How long a SIGKILLed tree gets to close its pipes before we look for stragglers ourselves. */
-const PIPE_CLOSE_WAIT_MS = 500;
+/**
+ * After the run's final kill every holder of a pipe that the kill can find is dead, so what a pipe
+ * still gives is what was queued in it. One that gives nothing for this long (while not waiting on
+ * the sink) is held by a process the kill could not find: it is given up.
+ */
+const PIPE_QUIET_MS = 500;
+/** And no pipe is read for longer than this after the final kill, however much it still gives. */
+const PIPE_DRAIN_MAX_MS = 2000;
 
 /**
  * Streams a task's pipe into the sink with line prefixes, pausing the pipe while the sink is
@@ -120,7 +148,10 @@ function forward(
     }
   });
   return new Promise((resolve) => {
+    let ended = false;
     const done = () => {
+      if (ended) return;
+      ended = true;
       const tail = prefixer.end();
       if (tail) sink.write(tail);
       sink.off("drain", resume);
@@ -129,6 +160,8 @@ function forward(
     };
     stream.once("end", done);
     stream.once("error", done);
+    // Abandoned (destroyed) after the run: no "end" comes.
+    stream.once("close", done);
   });
 }
 
@@ -158,7 +191,6 @@ interface Tree {
   cookie: string;
   leaderAlive: () => boolean;
   leaderExited: Promise<void>;
-  streamsClosed: Promise<void>;
 }
 
 /**
@@ -175,18 +207,6 @@ function findRest(tree: Tree, cookie = tree.cookie, groupSignalled = tree.leader
   });
 }
 
-/**
- * Signals the attempt's whole tree. The group is signalled by id only while the leader is
- * unreaped; after that its members are found and signalled one by one, so a signal never
- * reaches a group whose id was recycled. Each process gets the signal once: many programs read
- * a second SIGTERM as "stop now, skip the clean-up". `cookie` widens the search to the whole run.
- */
-function signalTree(tree: Tree, signal: NodeJS.Signals, cookie = tree.cookie): void {
-  const byGroup = tree.leaderAlive();
-  if (byGroup) sendSignal(-tree.pgid, signal);
-  for (const pid of findRest(tree, cookie, byGroup)) sendSignal(pid, signal);
-}
-
 export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   const tail = new OutputTail(spec.tailBytes);
   const startTime = new Date();
@@ -196,7 +216,11 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
       detached: true,
       stdio: ["ignore", "pipe", "pipe"],
       cwd: spec.cwd,
-      env: { ...spec.env, [ATTEMPT_ID_VAR]: spec.attemptId, [CANCEL_FILE_VAR]: spec.cancelFilePath },
+      env: {
+        ...spec.env,
+        [ATTEMPT_ID_VAR]: spec.attemptId,
+        [CANCEL_FILE_VAR]: spec.cancelFileOf(spec.attemptId),
+      },
     });
   } catch (error) {
     return spawnFailure(error as Error, startTime, tail);
@@ -249,12 +273,12 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     cookie: `${spec.attemptId}\0`,
     leaderAlive: () => leaderAlive,
     leaderExited,
-    streamsClosed,
   };
 
   // The watchdog: one timer for the deadline, one for the stall window. Both are stopped the
   // moment the leader exits on its own or a limit fires.
   let stop: AttemptStop | null = null;
+  let stopMessage = "";
   let stopFired!: () => void;
   const stopped = new Promise<void>((resolve) => {
     stopFired = resolve;
@@ -274,8 +298,19 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
       next.kind === "cancelled"
         ? "cancelled"
         : `${next.limit}: ${spec.taskName} passed its limit, stop now (grace ${formatDuration(spec.killGraceMs)})`;
-    const written = writeCancelFile(spec.cancelFilePath, `${message}\n`);
-    if (!written.written) next.warning = `cancel file ${spec.cancelFilePath}: ${written.reason}`;
+    stopMessage = `${message}\n`;
+    const ownFile = spec.cancelFileOf(spec.attemptId);
+    const written = writeCancelFile(ownFile, stopMessage);
+    const warnings = written.written ? [] : [`cancel file ${ownFile}: ${written.reason}`];
+    // A stop ends the run: what earlier tasks left running gets its own cancel file now too, before
+    // the SIGTERM it shares with this task. Not with no grace: the SIGKILL comes at once.
+    if (spec.killGraceMs > 0) {
+      const leftovers = findRest(tree, spec.runCookie);
+      warnings.push(
+        ...writeCancelFilesOf(leftovers, spec.runCookie, spec.cancelFileOf, stopMessage, spec.attemptId),
+      );
+    }
+    if (warnings.length > 0) next.warning = warnings.join("; ");
     spec.onStop?.(next);
     stopFired();
   };
@@ -315,18 +350,22 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
 
   // Stopped by a limit or cancellation: end the tree. Otherwise the leader is done and the
   // attempt is over; a background process that still holds the pipes (a service for later
-  // tasks) gets only the drain window, it is not waited for.
+  // tasks) is not waited for beyond the drain window. Its output is read on while the run goes
+  // on and drained after the run's final kill (drainPipes), so none of it is dropped.
   const fired = stop as AttemptStop | null;
-  let ended: { ending?: Ending; runClean?: boolean } = {};
+  let ended: { ending?: Ending; runClean?: boolean; graceEndsAt?: number } = {};
   if (fired) ended = await endTree(tree, spec.killGraceMs, spec.runCookie, spec.hurrySignal);
   else stopWatchdog();
-  if (!(await within(streamsClosed, spec.drainWindowMs))) {
-    // Output from what still holds the pipes keeps flowing while the run goes on, but must not
-    // keep the runner alive after it: a holder the final sweep cannot find (a new session and a
-    // cleared environment) would otherwise hold the pod or the terminal for as long as it lives.
-    for (const stream of [child.stdout, child.stderr]) (stream as Socket | null)?.unref();
-  }
-  // Likewise a leader the kill could not reach (it became another user).
+  const pipesClosed = await within(streamsClosed, spec.drainWindowMs);
+  const pipes: OpenPipes = {
+    closed: streamsClosed,
+    lastProgress: () => lastOutput,
+    blocked: () => blockedPipes > 0,
+    abandon: () => {
+      for (const stream of [child.stdout, child.stderr]) stream?.destroy();
+    },
+  };
+  // A leader the kill could not reach (it became another user) must not keep the runner alive.
   if (leaderAlive) child.unref();
   return {
     kind: fired ? fired.kind : "exited",
@@ -339,7 +378,35 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     tail,
     pgid,
     startedFrom: tree.startedFrom,
+    pipes: pipesClosed ? null : pipes,
   };
+}
+
+/**
+ * Reads what is left in the pipes of a run's attempts, once the run's final kill is done: until
+ * each closes, or is given up as held by a process the kill could not find (nothing for
+ * PIPE_QUIET_MS while not waiting on the sink), and at most PIPE_DRAIN_MAX_MS in all. A second
+ * Ctrl-C (`hurry`) gives them all up at once. Pipes given up are closed.
+ */
+export async function drainPipes(open: readonly OpenPipes[], hurry?: AbortSignal): Promise<void> {
+  if (open.length === 0) return;
+  const giveUpAt = performance.now() + PIPE_DRAIN_MAX_MS;
+  const hurried = new Promise<void>((resolve) => {
+    if (hurry?.aborted) resolve();
+    else hurry?.addEventListener("abort", () => resolve(), { once: true });
+  });
+  await Promise.all(
+    open.map(async (pipes) => {
+      for (;;) {
+        const now = performance.now();
+        const quiet = pipes.blocked() ? 0 : now - pipes.lastProgress();
+        if (hurry?.aborted || now >= giveUpAt || quiet >= PIPE_QUIET_MS) break;
+        const wait = Math.min(PIPE_QUIET_MS - quiet, giveUpAt - now);
+        if ((await within(Promise.race([pipes.closed, hurried]), wait)) && !hurry?.aborted) return;
+      }
+      pipes.abandon();
+    }),
+  );
 }
 
 /**
@@ -352,17 +419,22 @@ async function endTree(
   killGraceMs: number,
   runCookie: string,
   hurry?: AbortSignal,
-): Promise<{ ending: Ending; runClean: boolean }> {
+): Promise<{ ending: Ending; runClean: boolean; graceEndsAt: number }> {
+  const graceEndsAt = performance.now() + killGraceMs;
   if (killGraceMs > 0) {
-    signalTree(tree, "SIGTERM", runCookie);
-    const graceEnds = performance.now() + killGraceMs;
-    while (performance.now() < graceEnds && !hurry?.aborted) {
-      const wait = Math.min(POLL_MS, Math.max(1, graceEnds - performance.now()));
+    // The group by id while the leader is unreaped; after that its members one by one, so a signal
+    // never reaches a group whose id was recycled. Each process gets SIGTERM once: many programs
+    // read a second one as "stop now, skip the clean-up".
+    const byGroup = tree.leaderAlive();
+    if (byGroup) sendSignal(-tree.pgid, "SIGTERM");
+    for (const pid of findRest(tree, runCookie, byGroup)) sendSignal(pid, "SIGTERM");
+    while (performance.now() < graceEndsAt && !hurry?.aborted) {
+      const wait = Math.min(POLL_MS, Math.max(1, graceEndsAt - performance.now()));
       // Once the leader is gone its exit no longer paces the loop: sleep, or /proc is scanned flat out.
       if (tree.leaderAlive()) await within(tree.leaderExited, wait);
       else await sleep(wait);
       if (!tree.leaderAlive() && findRest(tree).length === 0) {
-        return { ending: "Exited", runClean: false };
+        return { ending: "Exited", runClean: false, graceEndsAt };
       }
     }
   }
@@ -376,21 +448,9 @@ async function endTree(
   // left it (setsid, double fork), by the run's cookie, and the members one by one when the
   // group could not be killed by id. The pipes closing is no proof: a daemon closes them. The
   // look is repeated until it finds nothing, so forks of an escaper between looks are caught.
-  let runClean = false;
-  while (performance.now() < confirmBy) {
-    const left = findRest(tree, runCookie, killedByGroup);
-    if (left.length === 0) {
-      runClean = true;
-      break;
-    }
-    for (const pid of left) sendSignal(pid, "SIGKILL");
-    await sleep(2);
-  }
-  // Every holder of the pipes is dead or dying: they close as the kernel finishes. One that stays
-  // open is held by a process that hid its cookie; it is not waited for long.
+  const runClean = await killUntilGone(() => findRest(tree, runCookie, killedByGroup), confirmBy);
   await within(tree.leaderExited, Math.max(0, confirmBy - performance.now()));
-  await within(tree.streamsClosed, PIPE_CLOSE_WAIT_MS);
-  return { ending: "Killed", runClean };
+  return { ending: "Killed", runClean, graceEndsAt };
 }
 
 function spawnFailure(error: Error, startTime: Date, tail: OutputTail, cwd?: string): AttemptResult {
@@ -409,5 +469,6 @@ function spawnFailure(error: Error, startTime: Date, tail: OutputTail, cwd?: str
     pgid: null,
     startedFrom: 0,
     spawnError,
+    pipes: null,
   };
 }

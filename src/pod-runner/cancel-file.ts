@@ -3,6 +3,7 @@
 // file of its choosing.
 import { closeSync, constants, mkdirSync, openSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
+import { attemptIdOf } from "./process-table.js";
 
 export type CancelFileResult = { written: true } | { written: false; reason: string };
 
@@ -36,4 +37,31 @@ export function writeCancelFile(path: string, text: string): CancelFileResult {
     closeSync(fd);
   }
   return { written: true };
+}
+
+/**
+ * Writes the cancel file of every attempt of the run that one of `pids` belongs to, except
+ * `except` (whose file is already written), once each: what earlier tasks left running is told
+ * to stop the same way as the live task before the signal comes. Returns what could not be
+ * written, for a warning.
+ */
+export function writeCancelFilesOf(
+  pids: readonly number[],
+  runCookie: string,
+  fileOf: (attemptId: string) => string,
+  text: string,
+  except?: string,
+): string[] {
+  const attempts = new Set<string>();
+  for (const pid of pids) {
+    const id = attemptIdOf(pid, runCookie);
+    if (id !== null && id !== except) attempts.add(id);
+  }
+  const failures: string[] = [];
+  for (const id of attempts) {
+    const path = fileOf(id);
+    const written = writeCancelFile(path, text);
+    if (!written.written) failures.push(`cancel file ${path}: ${written.reason}`);
+  }
+  return failures;
 }

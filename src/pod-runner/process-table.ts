@@ -2,6 +2,8 @@
 // left it (setsid, double fork into a new session) but still carry the attempt's cookie in their
 // environment. Linux only, like the pods this runs in.
 import { closeSync, openSync, readdirSync, readSync } from "node:fs";
+import { performance } from "node:perf_hooks";
+import { setTimeout as sleep } from "node:timers/promises";
 
 export const ATTEMPT_ID_VAR = "PLAYBOOK_ATTEMPT_ID";
 export const CANCEL_FILE_VAR = "PLAYBOOK_CANCEL_FILE";
@@ -101,6 +103,59 @@ export function scanProcesses(query: ScanQuery): number[] {
     if (readProcFile(`/proc/${pid}/environ`)?.includes(needle)) found.push(pid);
   }
   return found;
+}
+
+/**
+ * The attempt id (`PLAYBOOK_ATTEMPT_ID`) a live process carries, if it starts with `cookiePrefix`;
+ * null when it carries none of the run's, is gone, or is not ours to read.
+ */
+export function attemptIdOf(pid: number, cookiePrefix: string): string | null {
+  const environ = readProcFile(`/proc/${pid}/environ`);
+  if (environ === null) return null;
+  const needle = Buffer.from(`${ATTEMPT_ID_VAR}=${cookiePrefix}`);
+  for (let at = environ.indexOf(needle); at !== -1; at = environ.indexOf(needle, at + 1)) {
+    // Only at the start of a variable: not inside another variable's name or value.
+    if (at > 0 && environ[at - 1] !== 0) continue;
+    const start = at + needle.length - cookiePrefix.length;
+    const end = environ.indexOf(0, start);
+    return environ.toString("latin1", start, end === -1 ? environ.length : end);
+  }
+  return null;
+}
+
+/** The first look after a kill comes this soon: most trees are gone by then. */
+const KILL_LOOK_FIRST_MS = 2;
+/** Looks that keep finding the same processes slow down to this. */
+const KILL_LOOK_MAX_MS = 128;
+
+/**
+ * How long to wait before looking for survivors again after `repeats` looks in a row found only
+ * processes already sent SIGKILL. Those are in uninterruptible sleep (D state) or not ours to
+ * kill (EPERM): looking every 2ms would only burn a core for the kill path's whole bound.
+ */
+export function killLookDelay(repeats: number): number {
+  return Math.min(KILL_LOOK_FIRST_MS * 2 ** Math.max(0, repeats), KILL_LOOK_MAX_MS);
+}
+
+/**
+ * SIGKILLs what `find` reports until a look finds nothing (true) or `until` (a performance.now()
+ * value) passes (false). The look is repeated because an escaper may fork between looks; a new
+ * process found looks again at once, the same ones found again back off (killLookDelay).
+ */
+export async function killUntilGone(find: () => number[], until: number): Promise<boolean> {
+  const killed = new Set<number>();
+  let repeats = 0;
+  while (performance.now() < until) {
+    const left = find();
+    if (left.length === 0) return true;
+    repeats = left.some((pid) => !killed.has(pid)) ? 0 : repeats + 1;
+    for (const pid of left) {
+      killed.add(pid);
+      sendSignal(pid, "SIGKILL");
+    }
+    await sleep(Math.min(killLookDelay(repeats), Math.max(0, until - performance.now())));
+  }
+  return false;
 }
 
 /**

@@ -8,12 +8,21 @@ import { join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
+import { formatDuration } from "../api/duration.js";
 import type { ResolvedLimits, TaskLimits } from "../api/limits.js";
 import type { TaskSpec } from "../api/playbook.js";
 import type { TaskPhase } from "../api/reasons.js";
 import type { RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
-import { type AttemptDeadline, type AttemptResult, type AttemptStop, runAttempt } from "./attempt.js";
-import { scanProcesses, sendSignal } from "./process-table.js";
+import {
+  type AttemptDeadline,
+  type AttemptResult,
+  type AttemptStop,
+  drainPipes,
+  type OpenPipes,
+  runAttempt,
+} from "./attempt.js";
+import { writeCancelFilesOf } from "./cancel-file.js";
+import { killUntilGone, scanProcesses, sendSignal } from "./process-table.js";
 
 export type RunEvent =
   | { type: "task-started"; index: number; name: string; attempt: number; limits: TaskLimits }
@@ -27,7 +36,7 @@ export type RunEvent =
       signal: string | null;
     }
   | { type: "task-finished"; index: number; outcome: TaskOutcome }
-  | { type: "leftovers-killed"; count: number };
+  | { type: "leftovers-killed"; count: number; warnings: string[] };
 
 export interface RunOptions {
   tasks: readonly TaskSpec[];
@@ -48,6 +57,7 @@ export interface RunOptions {
   /** aborted to skip what is left of a grace window */
   hurrySignal?: AbortSignal;
   onEvent?: (event: RunEvent) => void;
+  /** how long a task's pipes may stay open after its shell exits before the next task starts */
   drainWindowMs?: number;
   tailBytes?: number;
   /** Environment the tasks inherit (default: this process's, without PLAYBOOK_* variables). */
@@ -93,7 +103,12 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const stopBeforeStart = (): "Cancelled" | "RunCeiling" | null =>
     options.cancelSignal?.aborted ? "Cancelled" : performance.now() >= ceilingAt ? "RunCeiling" : null;
 
+  const cancelFileOf = (attemptId: string) => join(scratch, `${attemptId}.cancel`);
+  // Pipes still held by what finished tasks left running: read on, and drained at the end.
+  const openPipes: OpenPipes[] = [];
   let runClean = false;
+  // Set when the run was stopped with a grace that leftovers shared: when that grace ends.
+  let sharedGraceEndsAt: number | undefined;
   try {
     for (const [index, task] of options.tasks.entries()) {
       const limits = options.limits.tasks[index] as TaskLimits;
@@ -124,7 +139,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           attemptId,
           runCookie,
           runStartedFrom: firstStart,
-          cancelFilePath: join(scratch, `${attemptId}.cancel`),
+          cancelFileOf,
           deadline: attemptDeadline(attemptStart, limits, ceilingAt),
           stallMs: limits.stall.ms,
           killGraceMs: options.limits.killGrace.ms,
@@ -138,6 +153,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),
         });
         if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);
+        if (result.pipes) openPipes.push(result.pipes);
         const failedOrdinarily = result.kind === "exited" && result.exitCode !== 0;
         if (!failedOrdinarily || outcome.attempts > limits.retries) break;
         // A retry is a new start: not after a cancellation or past the ceiling.
@@ -153,6 +169,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         });
       }
       runClean = result.runClean === true;
+      sharedGraceEndsAt = result.graceEndsAt;
       let settled = settleTask(outcome, result);
       if (stoppedBeforeRetry) {
         outcome.detail = undefined;
@@ -169,11 +186,28 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       break;
     }
   } finally {
-    // After a limit or a cancellation the leftovers were sent SIGTERM with the task's group and
-    // had its grace: a second grace here could outlast the pod's termination grace period.
-    const graceLeft = reason === "Succeeded" || reason === "TaskFailed" ? options.limits.killGrace.ms : 0;
-    const killed = runClean ? 0 : await sweepLeftovers(runCookie, firstStart, graceLeft, options.hurrySignal);
-    if (killed > 0) emit({ type: "leftovers-killed", count: killed });
+    // When a live task was stopped, the leftovers had their cancel file and SIGTERM with its group
+    // and share its grace: a second grace here could outlast the pod's termination grace period.
+    // Otherwise (the run is over, or was stopped between tasks) they get the whole grace now.
+    const sweep: Sweep = {
+      runCookie,
+      startedFrom: firstStart,
+      alreadyWarned: sharedGraceEndsAt !== undefined,
+      graceMs:
+        sharedGraceEndsAt === undefined
+          ? options.limits.killGrace.ms
+          : Math.max(0, sharedGraceEndsAt - performance.now()),
+      cancelFileOf,
+      cancelText:
+        reason === "Cancelled"
+          ? "cancelled\n"
+          : `${reason}: the run is over, stop now (grace ${formatDuration(options.limits.killGrace.ms)})\n`,
+      hurry: options.hurrySignal,
+    };
+    const swept = runClean ? { count: 0, warnings: [] } : await sweepLeftovers(sweep);
+    if (swept.count > 0) emit({ type: "leftovers-killed", ...swept });
+    // Everything that could hold a pipe is dead now: what it queued comes out before the report.
+    await drainPipes(openPipes, options.hurrySignal);
     rmSync(scratch, { recursive: true, force: true });
   }
 
@@ -238,29 +272,37 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
   return outcome.phase;
 }
 
+interface Sweep {
+  runCookie: string;
+  /** nothing started before the run's first process can be one of its processes */
+  startedFrom: number;
+  /** the leftovers were given their cancel file and SIGTERM with a stopped task */
+  alreadyWarned: boolean;
+  graceMs: number;
+  cancelFileOf: (attemptId: string) => string;
+  cancelText: string;
+  hurry?: AbortSignal;
+}
+
 /**
- * Ends whatever the run's tasks left running: SIGTERM, the grace window, then SIGKILL. They are
- * found by the run's cookie only: the groups of earlier attempts may be empty by now and their
- * ids taken by unrelated processes, so a group id alone is no proof of ownership here.
+ * Ends whatever the run's tasks left running: the cancel file of each attempt that left one,
+ * SIGTERM, the grace window, then SIGKILL. They are found by the run's cookie only: the groups
+ * of earlier attempts may be empty by now and their ids taken by unrelated processes, so a group
+ * id alone is no proof of ownership here.
  */
-async function sweepLeftovers(
-  runCookie: string,
-  startedFrom: number,
-  graceMs: number,
-  hurry?: AbortSignal,
-): Promise<number> {
-  const find = () => scanProcesses({ cookiePrefix: runCookie, startedFrom });
+async function sweepLeftovers(sweep: Sweep): Promise<{ count: number; warnings: string[] }> {
+  const find = () => scanProcesses({ cookiePrefix: sweep.runCookie, startedFrom: sweep.startedFrom });
   const initial = find();
-  if (initial.length === 0) return 0;
-  // No grace left means they already had theirs with the task that stopped the run: no second SIGTERM.
-  if (graceMs > 0) for (const pid of initial) sendSignal(pid, "SIGTERM");
-  const graceEnds = performance.now() + graceMs;
-  // A second Ctrl-C cuts this grace short as it does a task's.
-  while (performance.now() < graceEnds && !hurry?.aborted && find().length > 0) await sleep(20);
-  const confirmBy = performance.now() + 5000;
-  for (let left = find(); left.length > 0 && performance.now() < confirmBy; left = find()) {
-    for (const pid of left) sendSignal(pid, "SIGKILL");
-    await sleep(5);
+  if (initial.length === 0) return { count: 0, warnings: [] };
+  let warnings: string[] = [];
+  // Warned already means they were told with the task that stopped the run: no second SIGTERM.
+  if (!sweep.alreadyWarned && sweep.graceMs > 0) {
+    warnings = writeCancelFilesOf(initial, sweep.runCookie, sweep.cancelFileOf, sweep.cancelText);
+    for (const pid of initial) sendSignal(pid, "SIGTERM");
   }
-  return initial.length;
+  const graceEnds = performance.now() + sweep.graceMs;
+  // A second Ctrl-C cuts this grace short as it does a task's.
+  while (performance.now() < graceEnds && !sweep.hurry?.aborted && find().length > 0) await sleep(20);
+  await killUntilGone(find, performance.now() + 5000);
+  return { count: initial.length, warnings };
 }

@@ -182,13 +182,16 @@ describe("playbook run", () => {
   it("kills at once on a second SIGINT instead of waiting out the grace", async () => {
     const file = manifest({
       killGrace: "60s",
-      tasks: [{ name: "stubborn", run: "trap '' TERM; echo working; while :; do sleep 0.1; done" }],
+      tasks: [
+        { name: "stubborn", run: "trap 'echo got TERM' TERM; echo working; while :; do sleep 0.1; done" },
+      ],
     });
     const started = performance.now();
     const result = await startCli(["run", "-f", file, "-o", "json"], (child) => {
+      // The second SIGINT once the task says it got its SIGTERM: inside the grace.
       child.stderr?.on("data", (chunk: Buffer) => {
         if (chunk.toString().includes("[stubborn] working")) child.kill("SIGINT");
-        if (chunk.toString().includes("cancelling the run")) setTimeout(() => child.kill("SIGINT"), 200);
+        if (chunk.toString().includes("[stubborn] got TERM")) child.kill("SIGINT");
       });
     });
     expect(result.code).toBe(130);
@@ -275,6 +278,67 @@ describe("playbook run", () => {
       expect(code).toBe(1);
       expect(elapsed).toBeLessThan(20_000);
       expect(decodeReport(readFileSync(report, "utf8"), 1)).toMatchObject({ reason: "TaskTimeout" });
+    },
+  );
+
+  // Skipped only where it cannot run, as above.
+  it.skipIf(process.getuid?.() !== 0 || !existsSync("/usr/bin/perl"))(
+    "backs off instead of scanning flat out while a process it may not kill stays (EPERM)",
+    async () => {
+      // The task's shell ends at SIGTERM; its child became root and stays in the group, so every
+      // look of the kill path (5s long) finds it and every SIGKILL answers EPERM.
+      const dir = mkdtempSync(join(tmpdir(), "cli-"));
+      chmodSync(dir, 0o777);
+      const perl = join(dir, "perl");
+      copyFileSync("/usr/bin/perl", perl);
+      chmodSync(perl, 0o4755);
+      const report = join(dir, "report.json");
+      const file = manifest({
+        killGrace: "200ms",
+        tasks: [
+          {
+            name: "root",
+            run: `${perl} -e '$< = 0; $> = 0; $| = 1; print "now root\\n"; sleep 60' & trap 'exit 0' TERM; while :; do sleep 0.05; done`,
+          },
+        ],
+      });
+      chmodSync(join(file, ".."), 0o755);
+      const child = spawn(process.execPath, [CLI, "run", "-f", file, "--report", report], {
+        env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker() },
+        stdio: ["ignore", "pipe", "ignore"],
+        uid: 65534,
+        gid: 65534,
+      });
+      // The runner's CPU time in clock ticks, sampled while it runs (it is gone once it exits).
+      const cpuTicks = () => {
+        try {
+          const fields = readFileSync(`/proc/${child.pid}/stat`, "latin1").split(") ")[1]?.split(" ") ?? [];
+          return Number(fields[11]) + Number(fields[12]);
+        } catch {
+          return null; // exited
+        }
+      };
+      let ticks = 0;
+      let ticksAtCancel = 0;
+      const sample = setInterval(() => {
+        ticks = cpuTicks() ?? ticks;
+      }, 50);
+      child.stdout.on("data", (chunk: Buffer) => {
+        if (ticksAtCancel > 0 || !chunk.toString().includes("[root] now root")) return;
+        ticksAtCancel = cpuTicks() ?? 0;
+        child.kill("SIGINT");
+      });
+      const started = performance.now();
+      const code = await new Promise((resolve) => child.on("close", resolve));
+      clearInterval(sample);
+      const elapsed = performance.now() - started;
+      await killAndWaitGone(processesWithEnv(MARKER_VAR, currentMarker()));
+      expect(code).toBe(130);
+      expect(decodeReport(readFileSync(report, "utf8"), 1)).toMatchObject({ reason: "Cancelled" });
+      // The kill path waited out its bound for the root process...
+      expect(elapsed).toBeGreaterThan(5000);
+      // ...without burning a core on it: a look every 2ms for 5s costs over a second of CPU.
+      expect((ticks - ticksAtCancel) / 100, "runner CPU seconds after the cancellation").toBeLessThan(0.5);
     },
   );
 

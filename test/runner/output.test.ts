@@ -1,4 +1,8 @@
 // Task output reaches the runner's output byte for byte, prefixed per line, with memory bounded.
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Writable } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { checkNothingLeftBehind, runSpec } from "../support/runner.js";
 
@@ -44,5 +48,35 @@ describe("task output", () => {
       { marker: currentMarker() },
     );
     expect(run.outcome.tasks[0]).toMatchObject({ phase: "Failed", exitCode: 4, detail: "fatal: disk full" });
+  });
+
+  it("delivers a burst that a finished task's background child queued just before the run ended", async () => {
+    // The task's shell exits at once; its child writes a burst 200ms later, after the runner has
+    // settled the task. The reader takes 300ms a chunk, so the burst is still queued in the pipe
+    // when the last task ends: it must come out before the run returns, not be dropped.
+    const dir = mkdtempSync(join(tmpdir(), "burst-"));
+    const written = join(dir, "written");
+    const chunks: Buffer[] = [];
+    const slowReader = new Writable({
+      highWaterMark: 1,
+      write(chunk: Buffer, _encoding, callback) {
+        chunks.push(chunk);
+        setTimeout(callback, 300);
+      },
+    });
+    const run = await runSpec(
+      {
+        tasks: [
+          { name: "burst", run: `(sleep 0.2; seq 1 3000; echo burst-end; touch ${written}) & echo main` },
+          { name: "after", run: `while [ ! -e ${written} ]; do sleep 0.01; done` },
+        ],
+      },
+      { marker: currentMarker(), sink: slowReader },
+    );
+    expect(run.outcome.reason).toBe("Succeeded");
+    const lines = Buffer.concat(chunks).toString().split("\n");
+    expect(lines.pop()).toBe("");
+    const seqLines = Array.from({ length: 3000 }, (_, i) => `[burst] ${i + 1}`);
+    expect(lines).toEqual(["[burst] main", ...seqLines, "[burst] burst-end"]);
   });
 });

@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
+import { killLookDelay } from "../../src/pod-runner/process-table.js";
 import { checkNothingLeftBehind, MARKER_VAR, runSpec } from "../support/runner.js";
 
 const CLI = join(import.meta.dirname, "../../dist/src/cli/main.js");
@@ -80,16 +81,23 @@ describe("process trees", () => {
   });
 
   it("kills leftovers at once on a second Ctrl-C instead of waiting out their grace", async () => {
+    // The second Ctrl-C comes once the leftover says it got its SIGTERM: inside its grace.
     const hurry = new AbortController();
-    setTimeout(() => hurry.abort(), 1000);
     const run = await runSpec(
       {
         killGrace: "30s",
-        tasks: [{ name: "service", run: "(trap '' TERM; while :; do sleep 0.1; done) & echo up" }],
+        tasks: [
+          { name: "service", run: "(trap 'echo got TERM' TERM; while :; do sleep 0.1; done) & echo up" },
+        ],
       },
-      { marker: currentMarker(), hurrySignal: hurry.signal },
+      {
+        marker: currentMarker(),
+        hurrySignal: hurry.signal,
+        onOutput: (soFar) => soFar.includes("[service] got TERM") && hurry.abort(),
+      },
     );
     expect(run.outcome.tasks[0]).toMatchObject({ phase: "Succeeded" });
+    expect(hurry.signal.aborted).toBe(true);
     expect(run.elapsedMs).toBeLessThan(10_000);
   });
 
@@ -137,4 +145,15 @@ describe("process trees", () => {
       expect(stdout.trim()).toBe("gone");
     },
   );
+});
+
+describe("the kill path's looks for survivors", () => {
+  it("back off exponentially to a cap while they keep finding what SIGKILL cannot end", () => {
+    expect([0, 1, 2, 3, 4, 5, 6, 7, 30].map(killLookDelay)).toEqual([2, 4, 8, 16, 32, 64, 128, 128, 128]);
+    // The kill path's 5s bound then takes a few dozen looks, not 2500.
+    let waited = 0;
+    let looks = 0;
+    while (waited < 5000) waited += killLookDelay(looks++);
+    expect(looks).toBeLessThan(50);
+  });
 });

@@ -1,7 +1,7 @@
 // Shared by the runner suites: build a run from a few task lines, capture its output, and check
 // that nothing a test started is still alive afterwards (every task carries the test's marker).
 import { randomUUID } from "node:crypto";
-import { PassThrough, type Writable } from "node:stream";
+import { Writable } from "node:stream";
 import { afterEach, expect } from "vitest";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
@@ -50,13 +50,27 @@ export async function runSpec(
     /** where task output goes instead of the captured buffer (output is then empty) */
     sink?: Writable;
     hurrySignal?: AbortSignal;
+    /**
+     * Called with all output so far each time output arrives, before the runner reads on: a test
+     * that acts on a marker the task printed (cancels once it is ready) acts before the task's
+     * pipes can close.
+     */
+    onOutput?: (soFar: string) => void;
+    onEvent?: (event: RunEvent) => void;
+    drainWindowMs?: number;
   },
 ): Promise<TestRun> {
   const parsed: PlaybookSpec = PlaybookSpecSchema.parse(spec);
   const limits = resolveLimits(parsed, options.defaults ?? LOCAL_DEFAULTS);
-  const sink = new PassThrough();
   const chunks: Buffer[] = [];
-  sink.on("data", (chunk: Buffer) => chunks.push(chunk));
+  // A writable that takes each chunk as it is written (a PassThrough hands it on a tick later).
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, callback) {
+      chunks.push(chunk);
+      if (options.onOutput) options.onOutput(Buffer.concat(chunks).toString("utf8"));
+      callback();
+    },
+  });
   const events: RunEvent[] = [];
   const started = performance.now();
   const outcome = await runPlaybook({
@@ -67,7 +81,11 @@ export async function runSpec(
     cancelSignal: options.cancelSignal,
     hurrySignal: options.hurrySignal,
     runStart: options.runStart,
-    onEvent: (event) => events.push(event),
+    onEvent: (event) => {
+      events.push(event);
+      options.onEvent?.(event);
+    },
+    drainWindowMs: options.drainWindowMs,
     baseEnv: { PATH: process.env.PATH, [MARKER_VAR]: options.marker },
   });
   const elapsedMs = performance.now() - started;
