@@ -2,7 +2,10 @@
 // it restarts the watch with backoff and jitter from the last resourceVersion, relists on
 // 410 Gone, restarts a watch that delivered nothing (not even a bookmark) for too long, and
 // hands every cached object to its handlers again on a periodic resync.
-import { type KubeConfig, Watch } from "@kubernetes/client-node";
+import http from "node:http";
+import https from "node:https";
+import { createInterface } from "node:readline";
+import type { KubeConfig } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { z } from "zod";
 import { WATCH_SECONDS_MIN } from "./config.js";
@@ -39,6 +42,7 @@ export interface InformerOptions<T> {
   random?: () => number;
 }
 
+const WatchEventSchema = z.looseObject({ type: z.string(), object: z.unknown() });
 const WatchStatusSchema = z.looseObject({ code: z.number().optional(), message: z.string().optional() });
 const WatchMetaSchema = z.looseObject({
   metadata: z.looseObject({ resourceVersion: z.string().optional() }).optional(),
@@ -218,10 +222,6 @@ export class Informer<T> {
 
   private watchOnce(): Promise<WatchEnd> {
     const { kubeConfig, watchPath, labelSelector, watchTimeoutMs } = this.options;
-    const watch = new Watch(kubeConfig);
-    // client-node aborts a watch with no data for requestTimeoutMs (30s by default), less than
-    // the API server's bookmark interval; our own watchdog below decides when a watch is silent.
-    (watch as unknown as { requestTimeoutMs: number }).requestTimeoutMs = watchTimeoutMs + 30_000;
     return new Promise<WatchEnd>((resolve) => {
       let settled = false;
       let lastEvent = Date.now();
@@ -242,31 +242,28 @@ export class Informer<T> {
         Math.min(10_000, Math.max(100, watchTimeoutMs / 4)),
       );
       watchdog.unref();
-      const query: Record<string, string | number | boolean | undefined> = {
-        resourceVersion: this.resourceVersion,
-        allowWatchBookmarks: true,
-        // The API server ends a healthy watch after this (well before the watchdog fires), so a
-        // quiet watch is renewed rather than mistaken for a silent one; jitter spreads the load.
-        timeoutSeconds: Math.floor(WATCH_SECONDS_MIN + WATCH_SECONDS_MIN * this.random()),
-        labelSelector,
-      };
-      watch
-        .watch(
-          watchPath,
-          query,
-          (type: string, raw: unknown) => {
-            lastEvent = Date.now();
-            if (settled) return;
-            this.handleEvent(type, raw, finish);
-          },
-          (error: unknown) => finish(error ? { kind: "error", error } : { kind: "ended" }),
-        )
-        .then((inner) => {
-          // The request may still be connecting when the watch is given up: abort it once it is here.
-          if (settled) inner.abort();
-          else controller.signal.addEventListener("abort", () => inner.abort(), { once: true });
-        })
-        .catch((error: unknown) => finish({ kind: "error", error }));
+      const cluster = kubeConfig.getCurrentCluster();
+      if (!cluster) return finish({ kind: "error", error: new Error("no Kubernetes cluster configured") });
+      const url = new URL(cluster.server + watchPath);
+      url.searchParams.set("watch", "true");
+      url.searchParams.set("resourceVersion", this.resourceVersion);
+      url.searchParams.set("allowWatchBookmarks", "true");
+      // The API server ends a healthy watch after this (well before the watchdog fires), so a
+      // quiet watch is renewed rather than mistaken for a silent one; jitter spreads the load.
+      url.searchParams.set(
+        "timeoutSeconds",
+        String(Math.floor(WATCH_SECONDS_MIN + WATCH_SECONDS_MIN * this.random())),
+      );
+      if (labelSelector) url.searchParams.set("labelSelector", labelSelector);
+      streamLines(kubeConfig, url, controller.signal, (line) => {
+        lastEvent = Date.now();
+        if (settled) return;
+        const event = WatchEventSchema.safeParse(parseJson(line));
+        if (event.success) this.handleEvent(event.data.type, event.data.object, finish);
+      }).then(
+        () => finish({ kind: "ended" }),
+        (error: unknown) => finish({ kind: "error", error }),
+      );
     });
   }
 
@@ -347,4 +344,48 @@ export function isGone(error: unknown): boolean {
 export function describeError(error: unknown): string {
   if (error instanceof Error) return error.message.split("\n")[0] ?? error.name;
   return String(error);
+}
+
+function parseJson(line: string): unknown {
+  try {
+    return JSON.parse(line);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * One watch request, line by line: resolves when the server ends the stream, rejects on an HTTP
+ * error or a broken connection. It has no inactivity timeout of its own (client-node's Watch
+ * cuts a stream after 30 s without data, less than the API server's bookmark interval): the
+ * informer's watchdog decides when a watch went silent.
+ */
+async function streamLines(
+  kubeConfig: KubeConfig,
+  url: URL,
+  signal: AbortSignal,
+  onLine: (line: string) => void,
+): Promise<void> {
+  const options: https.RequestOptions = {};
+  await kubeConfig.applyToHTTPSOptions(options);
+  const transport = url.protocol === "https:" ? https : http;
+  await new Promise<void>((resolve, reject) => {
+    const request = transport.request(url, { ...options, method: "GET", signal }, (response) => {
+      // An aborted or reset stream errors here; the first settlement wins.
+      response.on("error", reject);
+      if (response.statusCode !== 200) {
+        response.resume();
+        const status = response.statusCode ?? 0;
+        reject(Object.assign(new Error(response.statusMessage || `HTTP ${status}`), { statusCode: status }));
+        return;
+      }
+      const lines = createInterface({ input: response, crlfDelay: Number.POSITIVE_INFINITY });
+      // readline passes the response's errors on to the interface too.
+      lines.on("error", reject);
+      lines.on("line", onLine);
+      lines.on("close", () => resolve());
+    });
+    request.on("error", reject);
+    request.end();
+  });
 }
