@@ -197,9 +197,9 @@ export class PlaybookWriter {
         {
           name: action.name,
           namespace: target.namespace,
-          body: { spec: { activeDeadlineSeconds: action.activeDeadlineSeconds } },
+          body: [{ op: "replace", path: "/spec/activeDeadlineSeconds", value: action.activeDeadlineSeconds }],
         },
-        abortedBy(this.leading.signal, setHeaderMiddleware("Content-Type", PatchStrategy.MergePatch)),
+        abortedBy(this.leading.signal, setHeaderMiddleware("Content-Type", PatchStrategy.JsonPatch)),
       );
       this.deps.log.info(
         {
