@@ -278,7 +278,6 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   // The watchdog: one timer for the deadline, one for the stall window. Both are stopped the
   // moment the leader exits on its own or a limit fires.
   let stop: AttemptStop | null = null;
-  let stopMessage = "";
   let stopFired!: () => void;
   const stopped = new Promise<void>((resolve) => {
     stopFired = resolve;
@@ -298,7 +297,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
       next.kind === "cancelled"
         ? "cancelled"
         : `${next.limit}: ${spec.taskName} passed its limit, stop now (grace ${formatDuration(spec.killGraceMs)})`;
-    stopMessage = `${message}\n`;
+    const stopMessage = `${message}\n`;
     const ownFile = spec.cancelFileOf(spec.attemptId);
     const written = writeCancelFile(ownFile, stopMessage);
     const warnings = written.written ? [] : [`cancel file ${ownFile}: ${written.reason}`];
