@@ -9,6 +9,8 @@ import { PlaybookSpecSchema } from "./playbook.js";
 /** Read by `playbook pod-runner` when no --plan FILE is given. */
 export const PLAN_ENV_VAR = "PLAYBOOK_PLAN";
 export const PLAN_ANNOTATION = "playbook.dev/plan";
+/** The Playbook's metadata.generation the plan was made from. */
+export const PLAN_GENERATION_ANNOTATION = "playbook.dev/plan-generation";
 export const PLAN_MOUNT_DIR = "/run/playbook";
 export const PLAN_FILE_NAME = "plan.json";
 export const PLAN_FILE = `${PLAN_MOUNT_DIR}/${PLAN_FILE_NAME}`;

@@ -7,6 +7,7 @@ import {
   PLAN_ANNOTATION,
   PLAN_FILE,
   PLAN_FILE_NAME,
+  PLAN_GENERATION_ANNOTATION,
   PLAN_MOUNT_DIR,
   type RunPlan,
   serializePlan,
@@ -64,6 +65,8 @@ export interface PodRequest {
   limits: ResolvedLimits;
   defaults: LimitDefaults;
   attempt: number;
+  /** The Playbook's generation the spec is from, if known. */
+  generation?: number | undefined;
   runStart: Date;
   now: Date;
   runnerImage: string;
@@ -160,7 +163,13 @@ export function buildPod(request: PodRequest): PodManifest {
         [LABEL_POD_ATTEMPT]: String(request.attempt),
         [LABEL_MANAGED_BY]: MANAGED_BY,
       },
-      annotations: { [ANNOTATION_RUN_START]: request.runStart.toISOString(), [PLAN_ANNOTATION]: plan },
+      annotations: {
+        [ANNOTATION_RUN_START]: request.runStart.toISOString(),
+        [PLAN_ANNOTATION]: plan,
+        ...(request.generation !== undefined
+          ? { [PLAN_GENERATION_ANNOTATION]: String(request.generation) }
+          : {}),
+      },
       ownerReferences: [
         {
           apiVersion: API_VERSION,

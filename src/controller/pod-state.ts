@@ -1,7 +1,7 @@
 // What a pod says about its run: whether it ended, the runner's report, what the kubelet said,
 // and whether the infrastructure took it away. Pure readers of the pod as the API server has it.
 import { z } from "zod";
-import { PLAN_ANNOTATION, parsePlan, type ReadPlan } from "../api/plan.js";
+import { PLAN_ANNOTATION, PLAN_GENERATION_ANNOTATION, parsePlan, type ReadPlan } from "../api/plan.js";
 import { decodeReport, InvalidReportError, type RunnerReport } from "../api/report.js";
 import { type ContainerTerminated, type PodView, podAttemptOf, RUNNER_CONTAINER } from "./objects.js";
 
@@ -108,6 +108,12 @@ export function podDeadline(pod: PodView): { startedAt: number; seconds: number;
   const startedAt = started instanceof Date ? started.getTime() : Date.parse(started);
   if (Number.isNaN(startedAt)) return undefined;
   return { startedAt, seconds, at: startedAt + seconds * 1000 };
+}
+
+/** The Playbook's generation the pod's plan was made from, if it says. */
+export function podPlanGeneration(pod: PodView): number | undefined {
+  const value = Number(pod.metadata.annotations?.[PLAN_GENERATION_ANNOTATION]);
+  return Number.isInteger(value) && value > 0 ? value : undefined;
 }
 
 /** The plan the pod was started with, from its annotation; undefined for a pod that carries none. */

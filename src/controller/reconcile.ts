@@ -21,6 +21,7 @@ import {
   isPodFinished,
   podDeadline,
   podPlan,
+  podPlanGeneration,
   type ReadReport,
   readReport,
   runnerEnded,
@@ -270,6 +271,8 @@ interface RunState {
   spec: PlaybookSpec;
   /** The defaults the plan's limits were resolved with. */
   defaults: LimitDefaults;
+  /** The Playbook's generation the spec is from. */
+  specGeneration: number | undefined;
   /** spec.cancel as the Playbook says now: the one field that may change during a run. */
   cancel: boolean;
   input: ReconcileInput;
@@ -288,6 +291,7 @@ function createPodAction(state: RunState, attempt: number, runStart: Date): Acti
     spec: state.spec,
     limits: state.base.limits,
     defaults: state.defaults,
+    generation: state.specGeneration,
     attempt,
     runStart,
     now: state.input.now,
@@ -512,14 +516,46 @@ function decideCancel(state: RunState, pod: PodView | undefined): Decision {
   return settle(base, next, "Cancelled");
 }
 
+/** JSON with object keys sorted, so that equal specs compare equal whatever their key order. */
+function canonical(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) =>
+    v && typeof v === "object" && !Array.isArray(v)
+      ? Object.fromEntries(
+          Object.entries(v as Record<string, unknown>).sort(([a], [b]) => a.localeCompare(b)),
+        )
+      : v,
+  );
+}
+
+/**
+ * The generation observedGeneration may claim for a run decided against its pod's plan: the
+ * current one when the spec still says what the plan says (spec.cancel aside, which is applied),
+ * else the one the plan was made from, as an edit after the pod's start is not applied.
+ */
+function appliedGeneration(
+  playbook: StoredPlaybook,
+  planSpec: PlaybookSpec,
+  planGeneration: number | undefined,
+  settings: ReconcileSettings,
+): number | undefined {
+  const current = validateSpec(playbook, settings.defaults);
+  const same =
+    current.ok && canonical({ ...current.spec, cancel: false }) === canonical({ ...planSpec, cancel: false });
+  return same ? playbook.metadata.generation : (planGeneration ?? playbook.status?.observedGeneration);
+}
+
 /** The whole decision for one Playbook. */
 export function decide(input: ReconcileInput): Decision {
   const { playbook, now, settings } = input;
   const previous = playbook.status ?? {};
   if (isFinished(previous)) return decideFinished(input);
-  const generation = playbook.metadata.generation;
   const pod = currentPod(input.pods);
   const planned = pod ? podPlan(pod) : undefined;
+  const specGeneration = pod && planned?.ok ? podPlanGeneration(pod) : playbook.metadata.generation;
+  const generation =
+    pod && planned?.ok
+      ? appliedGeneration(playbook, planned.plan.spec, specGeneration, settings)
+      : specGeneration;
   const validated: Validated & { defaults?: LimitDefaults } =
     planned?.ok === true
       ? // A started run is decided against the plan its pod was started with, not a later edit.
@@ -548,6 +584,7 @@ export function decide(input: ReconcileInput): Decision {
     base,
     spec: validated.spec,
     defaults: validated.defaults ?? settings.defaults,
+    specGeneration,
     cancel: (playbook.spec as { cancel?: unknown } | undefined)?.cancel === true,
     input,
     attempts,

@@ -449,6 +449,10 @@ describe("a run whose spec changed after its pod started", () => {
       expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
       expect(playbook.status?.tasks?.map((t) => t.name)).toEqual(["waits"]);
       expect(playbook.status?.limits?.ceiling).toEqual({ value: "1m", source: "spec" });
+      // The edit made generation 2; the run applied generation 1's spec.
+      expect(playbook.metadata.generation).toBe(2);
+      expect(playbook.status?.observedGeneration).toBe(1);
+      expect(condition(playbook, "Succeeded")?.observedGeneration).toBe(1);
     } finally {
       killAll(mark);
       rmSync(flag, { force: true });

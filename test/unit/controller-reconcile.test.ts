@@ -418,6 +418,16 @@ describe("a started run", () => {
     expect(succeeded(decision.status)).toMatchObject({ status: "True", reason: "Succeeded" });
     expect(decision.status?.tasks?.map((t) => t.name)).toEqual(["build", "test"]);
     expect(decision.status?.limits?.ceiling).toEqual({ value: "30m", source: "spec" });
+    // The edit (generation 2) was not applied: observedGeneration stays at the plan's.
+    expect(decision.status?.observedGeneration).toBe(1);
+    expect(succeeded(decision.status)?.observedGeneration).toBe(1);
+  });
+
+  it("claims the generation of a cancel, the one edit a started run applies", () => {
+    const decision = decide(
+      input({ playbook: playbook({ cancel: true }, started(), 2), pods: [pod(1)], now: at(30) }),
+    );
+    expect(decision.status?.observedGeneration).toBe(2);
   });
 
   it("re-creates a lost pod with the plan its first pod was started with", () => {
