@@ -95,6 +95,10 @@ const PodTimingSchema = z.looseObject({
   status: z.looseObject({ startTime: z.union([z.string(), z.date()]).nullable().optional() }).optional(),
 });
 
+export function podActiveDeadlineSeconds(pod: PodView): number | undefined {
+  return PodTimingSchema.safeParse(pod).data?.spec?.activeDeadlineSeconds;
+}
+
 /**
  * When the kubelet started the pod (activeDeadlineSeconds counts from there) and its deadline,
  * if it has started.

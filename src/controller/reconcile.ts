@@ -19,6 +19,7 @@ import {
   describeKubeletVerdict,
   disruptionOf,
   isPodFinished,
+  podActiveDeadlineSeconds,
   podDeadline,
   podPlan,
   podPlanGeneration,
@@ -435,10 +436,49 @@ function decideEndedPod(state: RunState, pod: PodView): Decision {
 }
 
 /**
+ * A pod bound to a node that has not said it started it (or whose start the cache has not seen
+ * yet): a deadline of one second stops it as soon as its node runs it. A node that never does is
+ * given up on, and the pod deleted, when the run's ceiling and killGrace passed.
+ */
+function decideStopUnstartedPod(state: RunState, pod: PodView, next: PlaybookStatus): Decision {
+  const { base } = state;
+  const { now } = state.input;
+  const name = pod.metadata.name;
+  const grace = terminationGraceSeconds(base.limits);
+  const giveUpAt = Date.parse(state.startTime) + base.limits.ceiling.ms + base.limits.killGrace.ms;
+  if (giveUpAt <= now.getTime()) {
+    return progress(base, next, {
+      actions: [{ type: "deletePod", name, gracePeriodSeconds: grace, why: "cancel" }],
+      events: [
+        {
+          type: "Warning",
+          reason: "Cancelling",
+          message: `Deleted pod ${name} with a ${grace}s grace period: spec.cancel is true and its node never started it`,
+        },
+      ],
+    });
+  }
+  const seconds = podActiveDeadlineSeconds(pod);
+  if (seconds !== undefined && seconds <= 1)
+    return progress(base, next, { requeueAfterMs: giveUpAt - now.getTime() });
+  return progress(base, next, {
+    actions: [{ type: "lowerDeadline", name, activeDeadlineSeconds: 1 }],
+    events: [
+      {
+        type: "Normal",
+        reason: "Cancelling",
+        message: `Lowered activeDeadlineSeconds of pod ${name} to 1: spec.cancel is true; its node stops it as soon as it starts it and keeps it for its logs`,
+      },
+    ],
+    requeueAfterMs: giveUpAt - now.getTime(),
+  });
+}
+
+/**
  * Cancel a pod that has not ended. A started pod keeps its logs as any finished run's pod does:
  * its activeDeadlineSeconds is lowered to now, so the kubelet stops it with its grace period (the
- * runner writes the cancel file, signals, kills and reports) and keeps it. A pod no node started
- * yet has nothing to keep and is deleted, as is one whose node ignores the lowered deadline.
+ * runner writes the cancel file, signals, kills and reports) and keeps it. A pod no node has
+ * taken has nothing to keep and is deleted, as is one whose node ignores the lowered deadline.
  */
 function decideStopPod(state: RunState, pod: PodView, next: PlaybookStatus): Decision {
   const { base } = state;
@@ -447,18 +487,19 @@ function decideStopPod(state: RunState, pod: PodView, next: PlaybookStatus): Dec
   const grace = terminationGraceSeconds(base.limits);
   const deadline = podDeadline(pod);
   const deleteAction: Action = { type: "deletePod", name, gracePeriodSeconds: grace, why: "cancel" };
-  if (!deadline) {
+  if (!deadline && !pod.spec?.nodeName) {
     return progress(base, next, {
       actions: [deleteAction],
       events: [
         {
           type: "Normal",
           reason: "Cancelling",
-          message: `Deleted pod ${name} with a ${grace}s grace period: spec.cancel is true and the pod had not started`,
+          message: `Deleted pod ${name} with a ${grace}s grace period: spec.cancel is true and no node had taken the pod`,
         },
       ],
     });
   }
+  if (!deadline) return decideStopUnstartedPod(state, pod, next);
   const elapsedSeconds = Math.max(1, Math.ceil((now.getTime() - deadline.startedAt) / 1000));
   if (deadline.seconds > elapsedSeconds) {
     return progress(base, next, {

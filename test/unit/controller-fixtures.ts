@@ -52,6 +52,8 @@ export function pod(
     /** When the node started it, and its activeDeadlineSeconds. */
     startedAt?: Date;
     activeDeadlineSeconds?: number;
+    /** The node the scheduler bound it to. */
+    nodeName?: string;
   } = {},
 ): PodView {
   const spec = PlaybookSpecSchema.parse(options.spec ?? SPEC);
@@ -71,6 +73,7 @@ export function pod(
   };
   if (options.activeDeadlineSeconds !== undefined)
     view.spec = { activeDeadlineSeconds: options.activeDeadlineSeconds };
+  if (options.nodeName) view.spec = { ...view.spec, nodeName: options.nodeName };
   if (options.startedAt) view.status = { ...view.status, startTime: options.startedAt.toISOString() };
   if (options.deleting) view.metadata.deletionTimestamp = at(1).toISOString();
   if (options.reason) view.status = { ...view.status, reason: options.reason, message: options.message };

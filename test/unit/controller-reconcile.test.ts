@@ -529,7 +529,28 @@ describe("spec.cancel", () => {
     expect(succeeded(decision.status)?.message).toContain("the run was cancelled (spec.cancel)");
   });
 
-  it("deletes a pod no node started yet with a grace period longer than killGrace", () => {
+  it.each([
+    {
+      name: "lowers the deadline of a pod bound to a node that has not started it to 1s",
+      deadline: 1815,
+      now: 30,
+      actions: [{ type: "lowerDeadline", name: "nightly-1", activeDeadlineSeconds: 1 }],
+    },
+    { name: "then waits for its node", deadline: 1, now: 31, actions: [] },
+    {
+      name: "and deletes it when the ceiling passed without its node starting it",
+      deadline: 1,
+      now: 1800 + 10,
+      actions: [{ type: "deletePod", name: "nightly-1", gracePeriodSeconds: 15, why: "cancel" }],
+    },
+  ])("$name", ({ deadline, now, actions }) => {
+    const bound = pod(1, { phase: "Pending", nodeName: "node-1", activeDeadlineSeconds: deadline });
+    const decision = decide(input({ playbook: cancelled(), pods: [bound], now: at(now) }));
+    expect(decision.actions).toEqual(actions);
+    expect(decision.finished).toBeUndefined();
+  });
+
+  it("deletes a pod no node took yet with a grace period longer than killGrace", () => {
     const decision = decide(
       input({ playbook: playbook({ cancel: true }, started()), pods: [pod(1)], now: at(30) }),
     );
