@@ -205,9 +205,10 @@ export class PlaybookController {
       if (key === undefined) return;
       const end = this.metrics.reconcileDuration.startTimer();
       try {
-        const requeueAfterMs = await this.reconcileKey(key);
-        this.queue.forget(key);
-        if (requeueAfterMs !== undefined) this.queue.addAfter(key, requeueAfterMs);
+        const pass = await this.reconcileKey(key);
+        // A pass that only waited for the cache decided nothing: the key keeps its backoff.
+        if (!pass.waited) this.queue.forget(key);
+        if (pass.requeueAfterMs !== undefined) this.queue.addAfter(key, pass.requeueAfterMs);
       } catch (error) {
         this.metrics.reconcileErrors.inc();
         if (error instanceof PodCreateFailedError) {
@@ -337,13 +338,16 @@ export class PlaybookController {
     return counts;
   }
 
-  /** One pass for one key. Returns when to look again, if time alone will change the answer. */
-  async reconcileKey(key: string): Promise<number | undefined> {
+  /**
+   * One pass for one key. Returns when to look again, if time alone will change the answer, and
+   * whether the pass only waited for the cache to show this controller's last write.
+   */
+  private async reconcileKey(key: string): Promise<{ requeueAfterMs?: number; waited?: true }> {
     const { namespace } = splitKey(key);
     const playbook = this.informerFor(this.playbooks, namespace)?.get(key);
-    if (!playbook) return undefined;
+    if (!playbook) return {};
     // The watch event of this controller's own last write re-queues the key when it arrives.
-    if (this.writer.isBehind(playbook)) return BEHIND_RETRY_MS;
+    if (this.writer.isBehind(playbook)) return { requeueAfterMs: BEHIND_RETRY_MS, waited: true };
     const pods = await this.podsOf(key, playbook);
     const input = { playbook, pods, now: this.clock.now(), settings: this.settings };
     const decision = decide(input);
@@ -352,9 +356,9 @@ export class PlaybookController {
     } catch (error) {
       if (!(error instanceof PodRefusedError)) throw error;
       await this.writer.apply(playbook, decideRefusedPod(input, error.message));
-      return undefined;
+      return {};
     }
-    return decision.requeueAfterMs;
+    return decision.requeueAfterMs === undefined ? {} : { requeueAfterMs: decision.requeueAfterMs };
   }
 
   /**
