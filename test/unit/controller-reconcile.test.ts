@@ -430,6 +430,17 @@ describe("a started run", () => {
     expect(decision.status?.observedGeneration).toBe(2);
   });
 
+  it("reads the plan of a pod an earlier version started, from its environment", () => {
+    const earlier = pod(1);
+    const plan = earlier.metadata.annotations?.["playbook.dev/plan"] ?? "";
+    delete earlier.metadata.annotations?.["playbook.dev/plan"];
+    earlier.spec = { containers: [{ name: "runner", env: [{ name: "PLAYBOOK_PLAN", value: plan }] }] };
+    const edited = playbook({ ceiling: "48h" }, started(), 2);
+    const decision = decide(input({ playbook: edited, pods: [earlier], now: at(30) }));
+    expect(decision.actions).toEqual([]);
+    expect(decision.status?.phase).toBe("Running");
+  });
+
   it("re-creates a lost pod with the plan its first pod was started with", () => {
     const lost = pod(1, { phase: "Failed", reason: "Evicted", message: "The node was low on memory." });
     const edited = playbook({ tasks: [{ name: "other", run: "true" }] }, started());
