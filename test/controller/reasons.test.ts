@@ -414,6 +414,33 @@ describe("the largest Playbook the CRD admits", () => {
   });
 });
 
+describe("a running Playbook", () => {
+  it("refuses an edit of its tasks and keeps running what its pod was started with", async () => {
+    const mark = marker();
+    const flag = path.join(os.tmpdir(), `release-${mark}`);
+    const waits = { name: "waits", run: `until [ -e ${flag} ]; do sleep 0.2; done # ${mark}` };
+    try {
+      await createPlaybook(namespace, "running-edit", { ceiling: "1m", tasks: [waits] });
+      await runnerOf(mark);
+      await waitForPlaybook(namespace, "running-edit", "to have started", (p) => !!p.status?.startTime);
+      const edit = await kubectlResult([
+        ...["-n", namespace, "patch", "pb", "running-edit", "--type=merge"],
+        ...["-p", JSON.stringify({ spec: { tasks: [waits, { name: "more", run: "true" }] } })],
+      ]);
+      expect(edit.stderr).toContain(
+        "spec.tasks: Forbidden: spec.tasks cannot change once the run has started (status.startTime is set); only spec.cancel may",
+      );
+      writeFileSync(flag, "");
+      const playbook = await waitForFinished(namespace, "running-edit", 60_000);
+      expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+      expect(playbook.status?.tasks?.map((t) => t.name)).toEqual(["waits"]);
+    } finally {
+      killAll(mark);
+      rmSync(flag, { force: true });
+    }
+  });
+});
+
 describe("a run whose spec changed after its pod started", () => {
   it("is decided against its pod's plan", async () => {
     // Admission freezes the spec once status.startTime is set; between the pod's creation and
