@@ -110,8 +110,14 @@ const KILL_CONFIRM_MS = 5000;
  * the sink) is held by a process the kill could not find: it is given up.
  */
 const PIPE_QUIET_MS = 500;
-/** And no pipe is read for longer than this after the final kill, however much it still gives. */
+/**
+ * And a pipe is waited on for at most this long after the final kill, however much it still
+ * gives (a hidden holder that keeps writing). Time spent waiting for the sink to take what the
+ * pipe gave is not counted: the runner's own reader is slow then, not the task.
+ */
 const PIPE_DRAIN_MAX_MS = 2000;
+/** How often the drain looks again at a pipe that is waiting on the sink. */
+const PIPE_DRAIN_LOOK_MS = 100;
 
 /**
  * Streams a task's pipe into the sink with line prefixes, pausing the pipe while the sink is
@@ -142,9 +148,13 @@ function forward(
       : sink.write(out);
     if (!accepted) {
       stream.pause();
-      blocked = true;
-      onBlocked(true);
-      sink.once("drain", resume);
+      // Node resumes a child's paused pipes once when the child exits, so data can come while
+      // we are already waiting for "drain": wait for it once, or the blocked count goes wrong.
+      if (!blocked) {
+        blocked = true;
+        onBlocked(true);
+        sink.once("drain", resume);
+      }
     }
   });
   return new Promise((resolve) => {
@@ -384,24 +394,30 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
 /**
  * Reads what is left in the pipes of a run's attempts, once the run's final kill is done: until
  * each closes, or is given up as held by a process the kill could not find (nothing for
- * PIPE_QUIET_MS while not waiting on the sink), and at most PIPE_DRAIN_MAX_MS in all. A second
- * Ctrl-C (`hurry`) gives them all up at once. Pipes given up are closed.
+ * PIPE_QUIET_MS while not waiting on the sink, or PIPE_DRAIN_MAX_MS of waiting on it in all).
+ * A second Ctrl-C (`hurry`) gives them all up at once. Pipes given up are closed.
  */
 export async function drainPipes(open: readonly OpenPipes[], hurry?: AbortSignal): Promise<void> {
   if (open.length === 0) return;
-  const giveUpAt = performance.now() + PIPE_DRAIN_MAX_MS;
   const hurried = new Promise<void>((resolve) => {
     if (hurry?.aborted) resolve();
     else hurry?.addEventListener("abort", () => resolve(), { once: true });
   });
+  const drainStart = performance.now();
   await Promise.all(
     open.map(async (pipes) => {
+      let waitedOnPipe = 0;
       for (;;) {
-        const now = performance.now();
-        const quiet = pipes.blocked() ? 0 : now - pipes.lastProgress();
-        if (hurry?.aborted || now >= giveUpAt || quiet >= PIPE_QUIET_MS) break;
-        const wait = Math.min(PIPE_QUIET_MS - quiet, giveUpAt - now);
-        if ((await within(Promise.race([pipes.closed, hurried]), wait)) && !hurry?.aborted) return;
+        const blocked = pipes.blocked();
+        // Quiet since the kill, not since the last output: what the kill's victims queued may be
+        // read only now.
+        const quiet = blocked ? 0 : performance.now() - Math.max(drainStart, pipes.lastProgress());
+        if (hurry?.aborted || quiet >= PIPE_QUIET_MS || waitedOnPipe >= PIPE_DRAIN_MAX_MS) break;
+        const from = performance.now();
+        const wait = Math.min(PIPE_DRAIN_LOOK_MS, PIPE_QUIET_MS - quiet, PIPE_DRAIN_MAX_MS - waitedOnPipe);
+        const closed = await within(Promise.race([pipes.closed, hurried]), wait);
+        if (closed && !hurry?.aborted) return;
+        if (!blocked || !pipes.blocked()) waitedOnPipe += performance.now() - from;
       }
       pipes.abandon();
     }),
