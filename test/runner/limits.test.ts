@@ -278,20 +278,25 @@ describe("the cancel file", () => {
   });
 
   it("still writes the cancel file after the task removed its directory (a /tmp cleanup)", async () => {
+    // Stopped once the directory is gone: a deadline could pass before `rm` has run.
+    const cancel = new AbortController();
     const run = await runSpec(
       {
         killGrace: "10s",
         tasks: [
           {
             name: "tidy",
-            timeout: "500ms",
-            run: `rm -rf "$(dirname "$PLAYBOOK_CANCEL_FILE")"; trap '' TERM; while [ ! -e "$PLAYBOOK_CANCEL_FILE" ]; do sleep 0.05; done; echo saw it`,
+            run: `rm -rf "$(dirname "$PLAYBOOK_CANCEL_FILE")"; trap '' TERM; echo removed; while [ ! -e "$PLAYBOOK_CANCEL_FILE" ]; do sleep 0.05; done; echo saw it`,
           },
         ],
       },
-      { marker: currentMarker() },
+      {
+        marker: currentMarker(),
+        cancelSignal: cancel.signal,
+        onOutput: (soFar) => soFar.includes("[tidy] removed") && cancel.abort(),
+      },
     );
-    expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "TaskTimeout", ending: "Exited" });
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "Cancelled", ending: "Exited" });
     expect(run.output).toContain("[tidy] saw it");
   });
 
@@ -314,16 +319,25 @@ describe("the cancel file", () => {
   it("does not write through a symlink planted at the cancel-file path", async () => {
     const dir = mkdtempSync(join(tmpdir(), "symlink-"));
     const target = join(dir, "precious");
+    // Stopped once the link is there: a deadline could pass before `ln` has run.
+    const cancel = new AbortController();
     const run = await runSpec(
       {
         killGrace: "300ms",
         tasks: [
-          { name: "planter", timeout: "500ms", run: `ln -s ${target} "$PLAYBOOK_CANCEL_FILE"; sleep 30` },
+          {
+            name: "planter",
+            run: `ln -s ${target} "$PLAYBOOK_CANCEL_FILE"; echo planted; sleep 30`,
+          },
         ],
       },
-      { marker: currentMarker() },
+      {
+        marker: currentMarker(),
+        cancelSignal: cancel.signal,
+        onOutput: (soFar) => soFar.includes("[planter] planted") && cancel.abort(),
+      },
     );
-    expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "TaskTimeout" });
+    expect(run.outcome.tasks[0]).toMatchObject({ phase: "Cancelled" });
     expect(existsSync(target)).toBe(false);
     const stopping = run.events.find((e) => e.type === "task-stopping");
     expect(stopping?.type === "task-stopping" && stopping.stop.warning).toContain("not written");
