@@ -7,7 +7,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { repoRoot } from "../harness/binaries.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
-import { zombiesNamed } from "../support/processes.js";
+import { processesNamed, zombiesNamed } from "../support/processes.js";
 import { type FreezableProxy, startFreezableProxy } from "./freezable-proxy.js";
 import {
   clients,
@@ -321,7 +321,12 @@ describe("processes a task orphans", () => {
       async () => (existsSync(spawned) ? true : undefined),
       60_000,
     );
-    await sleep(1000);
+    // Each orphan sleeps 50ms and exits; unreaped, it would stay a zombie for the rest of the run.
+    await eventually(
+      "the orphans to exit and be reaped",
+      async () => (processesNamed(name).length === 0 ? true : undefined),
+      15_000,
+    );
     expect(zombiesNamed(name)).toEqual([]);
     const playbook = await waitForFinished(ns, "orphans", 60_000);
     expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
@@ -334,7 +339,16 @@ describe("examples/cancel-me.yaml", () => {
     controllerFor([ns]);
     await kubectl(["-n", ns, "apply", "-f", path.join(repoRoot(), "examples", "cancel-me.yaml")]);
     await waitForPlaybook(ns, "cancel-me", "to run", (p) => p.status?.phase === "Running", 30_000);
-    await sleep(1000);
+    // Cancel once the task has set its trap and said so, not after a guessed pause.
+    const { core } = clients();
+    await eventually(
+      "the task to say it waits",
+      async () => {
+        const log = await core.readNamespacedPodLog({ namespace: ns, name: "cancel-me-1" }).catch(() => "");
+        return log.includes("waiting; cancel me") ? true : undefined;
+      },
+      30_000,
+    );
     await kubectl(["-n", ns, "patch", "pb", "cancel-me", "--type=merge", "-p", '{"spec":{"cancel":true}}']);
     const playbook = await waitForFinished(ns, "cancel-me", 60_000);
     expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "Cancelled" });

@@ -57,6 +57,21 @@ export async function killAndWaitGone(pids: number[], timeoutMs = 5000): Promise
 }
 
 /** Zombies whose command name is `name`: orphans that exited and that nobody reaped. */
+/** Processes whose command name is `name`, zombies included (not yet reaped). */
+export function processesNamed(name: string): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/stat`, "latin1").startsWith(`${entry} (${name}) `))
+        found.push(Number(entry));
+    } catch {
+      // Reaped meanwhile.
+    }
+  }
+  return found;
+}
+
 export function zombiesNamed(name: string): number[] {
   const zombies: number[] = [];
   for (const entry of readdirSync("/proc")) {
