@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // The `playbook` command: run | validate | pod-runner.
 import { readFileSync } from "node:fs";
+import { resolve } from "node:path";
 import { Command, CommanderError, Option } from "commander";
 import { stringify } from "yaml";
 import { z } from "zod";
@@ -12,6 +13,7 @@ import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/status.js";
 import { registerControllerCommand } from "./controller-command.js";
 import { executeRun } from "./execute.js";
+import { helpfulProblem } from "./problems.js";
 import { describeTaskLimits, showLimit } from "./progress.js";
 
 export const EXIT = { succeeded: 0, failed: 1, invalid: 2, interrupted: 130 } as const;
@@ -22,14 +24,25 @@ const VERSION = (
 
 class UsageError extends Error {}
 
+/** What went wrong reading a file, in words, with the path it looked at. */
+function describeReadError(error: unknown, file: string): string {
+  const code = (error as NodeJS.ErrnoException).code;
+  const words: Record<string, string> = {
+    ENOENT: "no such file",
+    EACCES: "permission denied",
+    EISDIR: "is a directory",
+    ENOTDIR: "a folder on the path is a file",
+  };
+  const what = (code && words[code]) ?? `cannot read: ${code ?? (error as Error).message}`;
+  return file === "-" ? what : `${what} (${resolve(file)})`;
+}
+
 function readManifest(file: string): Playbook {
   let text: string;
   try {
     text = file === "-" ? readFileSync(0, "utf8") : readFileSync(file, "utf8");
   } catch (error) {
-    throw new UsageError(
-      `-f ${file}: cannot read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
-    );
+    throw new UsageError(`-f ${file}: ${describeReadError(error, file)}`);
   }
   return parsePlaybookManifest(text, LOCAL_DEFAULTS, file);
 }
@@ -60,7 +73,10 @@ async function runCommand(flags: unknown): Promise<number> {
     const status = statusFromReport(result.report, limits, new Date(), [], playbook.metadata.generation);
     const object = { ...playbook, status };
     process.stdout.write(
-      parsed.output === "json" ? `${JSON.stringify(object, null, 2)}\n` : stringify(object),
+      parsed.output === "json"
+        ? `${JSON.stringify(object, null, 2)}\n`
+        : // Scripts print back as they were written (run: |), never folded, nor wrapped at 80 columns.
+          stringify(object, { blockQuote: "literal", lineWidth: 0 }),
     );
   }
   if (result.interrupted) return EXIT.interrupted;
@@ -137,9 +153,11 @@ export function buildProgram(setExit: (code: number) => Promise<void> | void): C
     .description("Run Playbooks — ordered shell tasks under deadlines that really end the work")
     .version(VERSION, "-V, --version")
     .exitOverride()
-    .showHelpAfterError();
+    // As git and kubectl do: the error, then where to find help, not the whole help.
+    .showHelpAfterError("See 'playbook --help' for usage.");
   program
     .command("run")
+    .showHelpAfterError("See 'playbook run --help' for usage.")
     .description("run a Playbook manifest on this machine with the pod runner")
     .requiredOption("-f, --filename <file>", "the Playbook manifest (YAML or JSON; - for stdin)")
     .addOption(
@@ -159,11 +177,13 @@ export function buildProgram(setExit: (code: number) => Promise<void> | void): C
     .action(async (flags) => setExit(await runCommand(flags)));
   program
     .command("validate")
+    .showHelpAfterError("See 'playbook validate --help' for usage.")
     .description("check a Playbook manifest and show each effective limit with its source")
     .requiredOption("-f, --filename <file>", "the Playbook manifest (YAML or JSON; - for stdin)")
     .action((flags) => setExit(validateCommand(flags)));
   program
     .command("pod-runner")
+    .showHelpAfterError("See 'playbook pod-runner --help' for usage.")
     .description("run the plan the controller put in the pod (used as the container's command)")
     .option("--plan <file>", `read the plan from a file instead of $${PLAN_ENV_VAR}`)
     .option(
@@ -177,7 +197,10 @@ export function buildProgram(setExit: (code: number) => Promise<void> | void): C
 }
 
 function describeFailure(error: unknown): { code: number; message: string } {
-  if (error instanceof InvalidPlaybookError) return { code: EXIT.invalid, message: error.message };
+  if (error instanceof InvalidPlaybookError) {
+    const helpful = new InvalidPlaybookError(error.source, error.problems.map(helpfulProblem));
+    return { code: EXIT.invalid, message: helpful.message };
+  }
   if (error instanceof UsageError) return { code: EXIT.invalid, message: `playbook: ${error.message}` };
   if (error instanceof z.ZodError) {
     return {

@@ -12,7 +12,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { stringify } from "yaml";
+import { parse, stringify } from "yaml";
 import { decodeReport } from "../../src/api/report.js";
 import { killAndWaitGone } from "../support/processes.js";
 import { checkNothingLeftBehind, MARKER_VAR, processesWithEnv } from "../support/runner.js";
@@ -72,8 +72,8 @@ describe("playbook run", () => {
   });
 
   it.each([
-    ["unparseable YAML", "spec: [", /line 1, column \d+: YAML/],
-    ["a missing file", null, /cannot read: ENOENT/],
+    ["unparseable YAML", "spec: [", /line \d+, column \d+: YAML/],
+    ["a missing file", null, /no such file/],
   ])("exits 2 on %s", async (_name, content, message) => {
     const dir = mkdtempSync(join(tmpdir(), "cli-"));
     const file = join(dir, "pb.yaml");
@@ -117,6 +117,25 @@ describe("playbook run", () => {
     expect(result.code).toBe(2);
     expect(result.stderr).toContain("xml");
     expect(result.stderr).toContain("--output");
+  });
+
+  it("prints a task's multi-line script back as a literal block with -o yaml", async () => {
+    const file = manifest({
+      tasks: [
+        {
+          name: "script",
+          run: "echo one\necho two with a line long enough that a printer folding at eighty columns would fold it\n",
+        },
+      ],
+    });
+    const result = await startCli(["run", "-f", file, "-o", "yaml"]);
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain(
+      "      run: |\n        echo one\n        echo two with a line long enough that a printer folding at eighty columns would fold it\n",
+    );
+    expect(parse(result.stdout).spec.tasks[0].run).toBe(
+      "echo one\necho two with a line long enough that a printer folding at eighty columns would fold it\n",
+    );
   });
 
   it("prints only the Playbook with its status on stdout with -o json; task output goes to stderr", async () => {
@@ -515,6 +534,51 @@ describe("playbook pod-runner", () => {
     });
     expect(result.code).toBe(2);
     expect(result.stderr).toContain("runStartTime");
+  });
+});
+
+describe("errors that say what to do next", () => {
+  it("says there is no such file and where it looked for it", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const result = await startCli(["run", "-f", join(dir, "nope.yaml")]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain(`-f ${join(dir, "nope.yaml")}: no such file (${join(dir, "nope.yaml")})`);
+    expect(result.stderr).not.toContain("ENOENT");
+  });
+
+  it("suggests the nearest known field for a misspelt one", async () => {
+    const file = manifest({ tasks: [{ name: "a", run: "true", timout: "5m" }] });
+    const result = await startCli(["validate", "-f", file]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain("spec.tasks[0].timout: unknown field; did you mean timeout?");
+  });
+
+  it("gives a YAML error's position once and does not end it with a colon", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cli-"));
+    const file = join(dir, "pb.yaml");
+    writeFileSync(file, "spec: [\n");
+    const result = await startCli(["run", "-f", file]);
+    expect(result.code).toBe(2);
+    const line = result.stderr.split("\n").find((l) => l.includes("YAML:")) ?? "";
+    expect(line).toMatch(/^ {2}line 2, column 1: YAML: \S/);
+    expect(line.match(/line \d+, column \d+/g)).toHaveLength(1);
+    expect(line).not.toMatch(/:\s*$/);
+  });
+
+  it.each([
+    ["a missing -f", ["run"], "error: required option '-f, --filename <file>' not specified"],
+    [
+      "-o xml",
+      ["run", "-f", "any.yaml", "-o", "xml"],
+      "error: option '-o, --output <format>' argument 'xml' is invalid",
+    ],
+  ])("on %s prints the error and where to get help, not the whole help", async (_name, args, error) => {
+    const result = await startCli(args);
+    expect(result.code).toBe(2);
+    expect(result.stderr.trimEnd().split("\n")).toEqual([
+      expect.stringContaining(error),
+      "See 'playbook run --help' for usage.",
+    ]);
   });
 });
 
