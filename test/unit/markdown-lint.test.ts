@@ -1,0 +1,70 @@
+// The documents' markdown is checked with the repository's markdownlint configuration, and that
+// configuration catches the breaks a formatter once made in the README.
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+
+const ROOT = join(import.meta.dirname, "../..");
+const LINTER = join(ROOT, "node_modules/markdownlint-cli2/markdownlint-cli2-bin.mjs");
+const CONFIG = join(ROOT, ".markdownlint-cli2.jsonc");
+
+function lint(...files: string[]): { code: number | null; output: string } {
+  const result = spawnSync(process.execPath, [LINTER, "--config", CONFIG, ...files], {
+    cwd: ROOT,
+    encoding: "utf8",
+  });
+  return { code: result.status, output: `${result.stdout}${result.stderr}` };
+}
+
+function document(text: string): string {
+  const file = join(mkdtempSync(join(tmpdir(), "md-")), "doc.md");
+  writeFileSync(file, text);
+  return file;
+}
+
+describe("markdown lint", () => {
+  it("passes the README, docs and the chart's documents", () => {
+    const result = lint("README.md", "docs/*.md", "charts/*/README.md", "charts/*/RUNBOOK.md");
+    expect(result.output).toContain("Summary: 0 issues");
+    expect(result.code).toBe(0);
+  });
+
+  it.each([
+    [
+      "a wrapped line starting with '+ ' that turns into a list",
+      "# Rules\n\nThe deadline is `min(attempt start + timeout, run start\n+ ceiling)`; the stall timer resets.\n",
+      /MD032|MD004/,
+    ],
+    [
+      "a wrapped line starting with '- ' that turns into a list",
+      "# Rules\n\nThe deadline is the earlier of the two\n- ceiling) and the stall timer resets.\n",
+      /MD032/,
+    ],
+    [
+      "code spans whose spaces a formatter moved outside them",
+      "# Rules\n\nThe runner creates the cancel file at `$PLAYBOOK_CANCEL_FILE`(exclusively), sends SIGTERM, waits`killGrace`, then kills the group.\n",
+      /code-span-spacing/,
+    ],
+    [
+      "the README's rules paragraph as a formatter once left it",
+      [
+        "# Rules",
+        "",
+        "**Rules the runner keeps.** The deadline of an attempt is `min(attempt start + timeout, run start",
+        "",
+        "- ceiling)`; the stall timer resets on every byte of stdout or stderr. On a limit the runner creates",
+        "the cancel file at `$PLAYBOOK_CANCEL_FILE`(exclusively, never through a symlink), sends SIGTERM to",
+        "the task's process group, waits`killGrace`, then SIGKILLs the group. Processes that left the group",
+        "(`setsid`, double fork) are found by the `PLAYBOOK_ATTEMPT_ID`cookie in their environment.",
+        "",
+      ].join("\n"),
+      /MD038/,
+    ],
+  ])("reports %s", (_name, text, rule) => {
+    const result = lint(document(text));
+    expect(result.code).not.toBe(0);
+    expect(result.output).toMatch(rule);
+  });
+});
