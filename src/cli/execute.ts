@@ -36,7 +36,10 @@ export interface ExecuteResult {
 }
 
 /** A sink that counts what passes and survives a closed reader (EPIPE) without losing the run. */
-function countingSink(target: NodeJS.WritableStream): { sink: Writable; bytes: () => number } {
+function countingSink(
+  target: NodeJS.WritableStream,
+  around: { before: () => void; after: (chunk: Buffer) => void },
+): { sink: Writable; bytes: () => number } {
   let bytes = 0;
   let broken = false;
   target.on("error", () => {
@@ -59,7 +62,9 @@ function countingSink(target: NodeJS.WritableStream): { sink: Writable; bytes: (
         callback();
       };
       target.on("error", release);
+      around.before();
       target.write(chunk, release);
+      around.after(chunk);
     },
   });
   return { sink, bytes: () => bytes };
@@ -79,25 +84,29 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
   // Progress is best effort: a closed reader (EPIPE) must not crash the runner and orphan the
   // tasks' process groups. The listener stays for the life of the process.
   options.progressOut.on("error", () => {});
-  const { sink, bytes } = countingSink(options.output);
-  const progress = new Progress({
+  let progress: Progress | undefined;
+  const { sink, bytes } = countingSink(options.output, {
+    before: () => progress?.beforeOutput(),
+    after: (chunk) => progress?.afterOutput(chunk),
+  });
+  progress = new Progress({
     out: options.progressOut,
     tty: options.tty,
     limits: options.limits,
     outputBytes: bytes,
+    outputOnTerminal:
+      options.output === options.progressOut || (options.output as { isTTY?: boolean }).isTTY === true,
   });
   const cancel = new AbortController();
   const hurry = new AbortController();
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals) => {
     if (interrupted) {
-      options.progressOut.write(
-        `playbook: received ${signal} again; killing without waiting for the grace\n`,
-      );
+      progress?.say(`playbook: received ${signal} again; killing without waiting for the grace`);
       hurry.abort();
       return;
     }
-    options.progressOut.write(`playbook: received ${signal}; cancelling the run (again to kill at once)\n`);
+    progress?.say(`playbook: received ${signal}; cancelling the run (again to kill at once)`);
     interrupted = true;
     cancel.abort();
   };
@@ -110,7 +119,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     cancel.abort();
   }
   try {
-    progress.begin(options.name, options.tasks.length);
+    progress.begin(options.name, options.tasks.length, options.runStart);
     const outcome = await runPlaybook({
       tasks: options.tasks,
       limits: options.limits,

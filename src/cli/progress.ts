@@ -1,5 +1,6 @@
 // Progress on stderr: plain lines for logs and pipes; on a terminal, one line per task that is
-// rewritten in place when the task ends (as long as no task output came in between).
+// rewritten in place when the task ends (as long as no task output came in between), and a live
+// line below the task's output with its clock against each limit, redrawn while it runs.
 import { formatDuration } from "../api/duration.js";
 import type { EffectiveLimit, ResolvedLimits, TaskLimits } from "../api/limits.js";
 import type { RunOutcome } from "../api/report.js";
@@ -21,6 +22,24 @@ export interface ProgressOptions {
   limits: ResolvedLimits;
   /** bytes of task output written so far, to know whether a live line can be rewritten */
   outputBytes: () => number;
+  /** task output goes to the same terminal, so the live line must make way for it */
+  outputOnTerminal?: boolean;
+}
+
+/** How often the live line is redrawn: twice a second, so no whole second is ever skipped. */
+const LIVE_REDRAW_MS = 500;
+/** After task output, the live line comes back at most this often, so long output is not slowed. */
+const LIVE_AFTER_OUTPUT_MS = 100;
+
+interface RunningAttempt {
+  name: string;
+  startedAt: number;
+  limits: TaskLimits;
+  lastOutputAt: number;
+}
+
+function wholeSeconds(ms: number, round: (x: number) => number): string {
+  return formatDuration(Math.max(0, round(ms / 1000)) * 1000);
 }
 
 const SYMBOLS: Record<string, string> = {
@@ -35,16 +54,100 @@ export class Progress {
   private readonly options: ProgressOptions;
   private liveLine: { outputMark: number; startedAt: number } | null = null;
   private readonly startedAt = new Map<number, number>();
+  private runStart = Date.now();
+  private running: RunningAttempt | null = null;
+  /** the live line is on the screen (the cursor is at its end) */
+  private drawn = false;
+  /** the task's output ended with a newline, so a line drawn now stands on its own */
+  private outputAtLineStart = true;
+  private redrawTimer: NodeJS.Timeout | undefined;
+  private afterOutputTimer: NodeJS.Timeout | undefined;
 
   constructor(options: ProgressOptions) {
     this.options = options;
   }
 
   private write(line: string): void {
+    this.clearLive();
     this.options.out.write(`${line}\n`);
   }
 
-  begin(name: string, taskCount: number): void {
+  /** A line of its own (a signal received, say), below the task's output, above the live line. */
+  say(line: string): void {
+    this.write(line);
+    this.drawLive();
+  }
+
+  /** The live line's text: elapsed against the timeout, time to the stall limit, the ceiling left. */
+  liveText(now: number): string | null {
+    const attempt = this.running;
+    if (!attempt) return null;
+    const elapsed = now - attempt.startedAt;
+    const { timeout, stall } = attempt.limits;
+    const clock = timeout
+      ? `${wholeSeconds(elapsed, Math.floor)} of ${formatDuration(timeout.ms)} timeout`
+      : `${wholeSeconds(elapsed, Math.floor)} (no timeout)`;
+    const stallPart =
+      stall.ms === 0
+        ? "stall off"
+        : `stall in ${wholeSeconds(attempt.lastOutputAt + stall.ms - now, Math.ceil)}`;
+    const ceilingLeft = this.runStart + this.options.limits.ceiling.ms - now;
+    return `  \x1b[2m${attempt.name}: ${clock} · ${stallPart} · ceiling ${wholeSeconds(ceilingLeft, Math.ceil)} left\x1b[0m`;
+  }
+
+  private drawLive(): void {
+    if (!this.options.tty || this.running === null) return;
+    // A partial line of task output on the same terminal would be joined by the live line.
+    if (this.options.outputOnTerminal && !this.outputAtLineStart) return;
+    const text = this.liveText(Date.now());
+    if (text === null) return;
+    this.options.out.write(`${this.drawn ? "\r\x1b[K" : ""}${text}`);
+    this.drawn = true;
+  }
+
+  private clearLive(): void {
+    if (!this.drawn) return;
+    this.options.out.write("\r\x1b[K");
+    this.drawn = false;
+  }
+
+  private startLive(attempt: RunningAttempt): void {
+    this.stopLive();
+    this.running = attempt;
+    this.drawLive();
+    this.redrawTimer = setInterval(() => this.drawLive(), LIVE_REDRAW_MS);
+    this.redrawTimer.unref();
+  }
+
+  private stopLive(): void {
+    clearInterval(this.redrawTimer);
+    clearTimeout(this.afterOutputTimer);
+    this.redrawTimer = undefined;
+    this.afterOutputTimer = undefined;
+    this.running = null;
+    this.clearLive();
+  }
+
+  /** Called before task output goes out: the live line makes way for it. */
+  beforeOutput(): void {
+    if (this.options.outputOnTerminal) this.clearLive();
+  }
+
+  /** Called after task output went out: the stall clock restarts and the live line comes back soon. */
+  afterOutput(chunk: Uint8Array): void {
+    if (chunk.length === 0) return;
+    if (this.running) this.running.lastOutputAt = Date.now();
+    this.outputAtLineStart = chunk[chunk.length - 1] === 0x0a;
+    if (!this.running || !this.options.tty || this.afterOutputTimer) return;
+    this.afterOutputTimer = setTimeout(() => {
+      this.afterOutputTimer = undefined;
+      this.drawLive();
+    }, LIVE_AFTER_OUTPUT_MS);
+    this.afterOutputTimer.unref();
+  }
+
+  begin(name: string, taskCount: number, runStart: Date = new Date()): void {
+    this.runStart = runStart.getTime();
     const { limits } = this.options;
     this.write(
       `playbook: running ${name}: ${taskCount} task${taskCount === 1 ? "" : "s"}, ceiling ${showLimit(limits.ceiling)}, ` +
@@ -57,17 +160,21 @@ export class Progress {
     switch (event.type) {
       case "task-started": {
         if (event.attempt === 1) this.startedAt.set(event.index, Date.now());
+        this.stopLive();
         const limits = describeTaskLimits(event.limits, this.options.limits);
         const attempt = event.attempt > 1 ? `attempt ${event.attempt}/${event.limits.retries + 1}, ` : "";
         if (this.options.tty) {
           this.write(`\x1b[36m▶\x1b[0m ${event.name}  \x1b[2m(${attempt}${limits})\x1b[0m`);
           this.liveLine = { outputMark: this.options.outputBytes(), startedAt: Date.now() };
+          const now = Date.now();
+          this.startLive({ name: event.name, startedAt: now, limits: event.limits, lastOutputAt: now });
         } else {
           this.write(`playbook: task ${event.name} started (${attempt}${limits})`);
         }
         return;
       }
       case "task-stopping": {
+        this.stopLive();
         this.liveLine = null;
         const what =
           event.stop.kind === "cancelled" ? "is being cancelled" : `passed its ${event.stop.limit} limit`;
@@ -80,6 +187,7 @@ export class Progress {
         return;
       }
       case "task-retrying":
+        this.stopLive();
         this.liveLine = null;
         this.write(
           `playbook: task ${event.name} ${event.signal ? `was killed by ${event.signal}` : `exited with code ${event.exitCode}`}; ` +
@@ -87,6 +195,7 @@ export class Progress {
         );
         return;
       case "task-finished": {
+        this.stopLive();
         const { outcome } = event;
         const started = this.startedAt.get(event.index);
         const took = started === undefined ? "" : ` in ${formatDuration(Date.now() - started)}`;
@@ -116,6 +225,7 @@ export class Progress {
   }
 
   end(outcome: RunOutcome, message: string): void {
+    this.stopLive();
     const skipped = outcome.tasks.filter((t) => t.phase === "Skipped").map((t) => t.name);
     if (skipped.length > 0) this.write(`playbook: skipped: ${skipped.join(", ")}`);
     this.write(`playbook: run ${outcome.phase} (${outcome.reason}): ${message}`);
