@@ -1,12 +1,12 @@
-// `playbook controller`'s logging and metrics options, as a process against the real control
-// plane: what `kubectl logs` shows in each --log-format, and what Prometheus scrapes with
-// --metrics-playbook-label.
-import { spawn } from "node:child_process";
-import path from "node:path";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GROUP, PLURAL, VERSION } from "../../src/controller/kube.js";
-import { clients, condition, eventually, waitForFinished } from "../controller/support.js";
-import { repoRoot } from "../harness/binaries.js";
+import {
+  clients,
+  condition,
+  eventually,
+  spawnControllerProcess,
+  waitForFinished,
+} from "../controller/support.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { freePort } from "../harness/processes.js";
 import { sample } from "../unit/metrics-text.js";
@@ -21,28 +21,16 @@ afterAll(() => deleteTestNamespace(core, namespace));
 
 /** The controller as a process on this test's namespace, without leader election. */
 function spawnController(port: number, extra: string[]) {
-  const child = spawn(
-    process.execPath,
-    [
-      path.join(repoRoot(), "dist", "src", "cli", "main.js"),
-      "controller",
-      "--namespaces",
-      namespace,
-      "--metrics-address",
-      `127.0.0.1:${port}`,
-      "--no-leader-election",
-      "--identity",
-      "options-test",
-      ...extra,
-    ],
-    { env: { ...process.env, KUBECONFIG: inject("kubeconfig") }, stdio: ["ignore", "pipe", "pipe"] },
-  );
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (chunk) => (stdout += chunk));
-  child.stderr.on("data", (chunk) => (stderr += chunk));
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-  return { child, exited, stdout: () => stdout, stderr: () => stderr };
+  return spawnControllerProcess([
+    "--namespaces",
+    namespace,
+    "--metrics-address",
+    `127.0.0.1:${port}`,
+    "--no-leader-election",
+    "--identity",
+    "options-test",
+    ...extra,
+  ]);
 }
 
 /** Runs the controller until its workers started, then stops it; returns its stdout lines. */

@@ -1,13 +1,15 @@
-// `playbook controller` as an operator runs it: a process with flags, KUBECONFIG, /healthz,
-// /readyz and /metrics, a Lease it holds and releases on SIGTERM.
-import { spawn } from "node:child_process";
-import path from "node:path";
 import { CoordinationV1Api } from "@kubernetes/client-node";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { repoRoot } from "../harness/binaries.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { freePort } from "../harness/processes.js";
-import { clients, condition, createPlaybook, eventually, waitForFinished } from "./support.js";
+import {
+  clients,
+  condition,
+  createPlaybook,
+  eventually,
+  spawnControllerProcess,
+  waitForFinished,
+} from "./support.js";
 
 const { core, kubeConfig } = clients();
 const coordination = kubeConfig.makeApiClient(CoordinationV1Api);
@@ -19,11 +21,8 @@ beforeAll(async () => {
 afterAll(() => deleteTestNamespace(core, namespace));
 
 function spawnController(identity: string, port: number, extra: string[] = []) {
-  const child = spawn(
-    process.execPath,
+  return spawnControllerProcess(
     [
-      path.join(repoRoot(), "dist", "src", "cli", "main.js"),
-      "controller",
       "--namespaces",
       namespace,
       "--metrics-address",
@@ -34,16 +33,8 @@ function spawnController(identity: string, port: number, extra: string[] = []) {
       identity,
       ...extra,
     ],
-    {
-      env: { ...process.env, KUBECONFIG: inject("kubeconfig"), PLAYBOOK_LOG_LEVEL: "warn" },
-      stdio: ["ignore", "pipe", "pipe"],
-    },
+    { PLAYBOOK_LOG_LEVEL: "warn" },
   );
-  let output = "";
-  child.stdout.on("data", (chunk) => (output += chunk));
-  child.stderr.on("data", (chunk) => (output += chunk));
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-  return { child, exited, output: () => output };
 }
 
 async function leaseHolder(name: string): Promise<string> {

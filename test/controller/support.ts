@@ -1,7 +1,7 @@
 // What the controller's end-to-end tests share: a controller started in this process against the
 // shared control plane (each test file its own Lease and namespaces), kubectl, and waits on what
 // a user would look at — the Playbook's status, its pods and its events.
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -13,6 +13,7 @@ import type { PlaybookStatus } from "../../src/api/playbook.js";
 import { loadControllerConfig } from "../../src/controller/config.js";
 import { PlaybookController } from "../../src/controller/controller.js";
 import { GROUP, makeClients, PLURAL, VERSION } from "../../src/controller/kube.js";
+import { repoRoot } from "../harness/binaries.js";
 import { waitFor } from "../harness/processes.js";
 
 const run = promisify(execFile);
@@ -85,6 +86,34 @@ export async function kubectl(args: string[], options: { input?: string } = {}) 
     child.child.stdin?.end(options.input);
   }
   return child;
+}
+
+/**
+ * `playbook controller` from this checkout's build as a process against the test cluster, its
+ * streams kept: `stdout()`, `stderr()` and both interleaved as `output()`.
+ */
+export function spawnControllerProcess(args: string[], env: Record<string, string> = {}) {
+  const child = spawn(
+    process.execPath,
+    [path.join(repoRoot(), "dist", "src", "cli", "main.js"), "controller", ...args],
+    {
+      env: { ...process.env, KUBECONFIG: inject("kubeconfig"), ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
+  let stdout = "";
+  let stderr = "";
+  let output = "";
+  child.stdout.on("data", (chunk) => {
+    stdout += chunk;
+    output += chunk;
+  });
+  child.stderr.on("data", (chunk) => {
+    stderr += chunk;
+    output += chunk;
+  });
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  return { child, exited, stdout: () => stdout, stderr: () => stderr, output: () => output };
 }
 
 /** helm (built into the tools folder) against the test cluster, resolving with its exit code and both streams. */
