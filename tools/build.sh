@@ -3,9 +3,18 @@
 # their Go modules into a per-version cache folder outside the repository, and prints that
 # folder as the only line of stdout. Binaries already present are not rebuilt.
 #
+# Progress goes to stderr: which binaries are building, packages compiled out of those that
+# need compiling, elapsed time; a bar on a terminal, a plain line every 15s otherwise. The
+# binaries of one module are built by one `go build` (they share most packages), and modules
+# are built side by side, up to half the machine's cores at once (go build itself uses them all).
+#
 # Environment:
-#   PLAYBOOK_TOOLS_CACHE  parent folder of the versioned cache (default: $XDG_CACHE_HOME or
-#                         ~/.cache, then playbook-controller/bin)
+#   PLAYBOOK_TOOLS_CACHE    parent folder of the versioned cache (default: $XDG_CACHE_HOME or
+#                           ~/.cache, then playbook-controller/bin)
+#   PLAYBOOK_TOOLS_JOBS     modules built at once (default: half the cores, at least 1)
+#   PLAYBOOK_TOOLS_TARGETS  what to build instead of the six binaries (for tests): a list of
+#                           NAME=DIR:PACKAGE, DIR relative to tools/ or absolute
+#   PLAYBOOK_TOOLS_PROGRESS_EVERY  seconds between plain progress lines (default 15)
 set -euo pipefail
 
 tools_dir=$(cd "$(dirname "$0")" && pwd)
@@ -40,40 +49,190 @@ flock 9
 
 export CGO_ENABLED=0
 started=$SECONDS
-built=0
+cores=$(nproc 2>/dev/null || echo 1)
+jobs=${PLAYBOOK_TOOLS_JOBS:-$(((cores + 1) / 2))}
+((jobs >= 1)) || jobs=1
+progress_every=${PLAYBOOK_TOOLS_PROGRESS_EVERY:-15}
 
-build() { # build <module dir> <binary name> <package> <ldflags>
-  local dir=$1 name=$2 pkg=$3 ldflags=$4 t0=$SECONDS
-  [[ -x "$bin_dir/$name" ]] && return 0
-  log "building $name from $pkg (this takes several minutes on a cold Go cache)"
-  (cd "$tools_dir/$dir" && go build -trimpath -ldflags "-s -w $ldflags" -o "$bin_dir/.$name.tmp" "$pkg") ||
-    die "go build of $name ($pkg) failed; see the compiler output above"
-  mv -f "$bin_dir/.$name.tmp" "$bin_dir/$name"
-  log "built $name in $((SECONDS - t0))s"
-  built=$((built + 1))
-}
+targets=${PLAYBOOK_TOOLS_TARGETS:-"
+  kube-apiserver=kubernetes:k8s.io/kubernetes/cmd/kube-apiserver
+  kube-controller-manager=kubernetes:k8s.io/kubernetes/cmd/kube-controller-manager
+  kube-scheduler=kubernetes:k8s.io/kubernetes/cmd/kube-scheduler
+  kubectl=kubernetes:k8s.io/kubernetes/cmd/kubectl
+  etcd=etcd:.
+  helm=helm:helm.sh/helm/v3/cmd/helm
+"}
 
 # Version stamping as Kubernetes' hack/lib/version.sh does, so /version and `kubectl version`
 # report the release; the module zip carries no commit, so the release time stands in for buildDate.
-k8s_minor=${k8s_version#v1.}
-k8s_minor=${k8s_minor%%.*}
-k8s_info=$(cd "$tools_dir/kubernetes" && go mod download -json "k8s.io/kubernetes@$k8s_version" |
-  sed -n 's/^\t"Info": "\(.*\)",$/\1/p')
-k8s_date=$(sed -n 's/.*"Time":"\([^"]*\)".*/\1/p' "$k8s_info")
-k8s_ldflags=""
-for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
-  k8s_ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor"
-  k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$k8s_date"
+k8s_ldflags() {
+  local minor info date flags="" pkg
+  minor=${k8s_version#v1.}
+  minor=${minor%%.*}
+  info=$(cd "$tools_dir/kubernetes" && go mod download -json "k8s.io/kubernetes@$k8s_version" |
+    sed -n 's/^\t"Info": "\(.*\)",$/\1/p')
+  date=$(sed -n 's/.*"Time":"\([^"]*\)".*/\1/p' "$info")
+  for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+    flags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
+  done
+  printf '%s' "$flags"
+}
+
+module_ldflags() { # module_ldflags <dir>
+  case $1 in
+    kubernetes) k8s_ldflags ;;
+    helm) printf '%s' "-X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean" ;;
+    *) ;;
+  esac
+}
+
+# The missing binaries, grouped by module folder, in the order first named.
+declare -A group_names=() group_pkgs=()
+groups=()
+for target in $targets; do
+  name=${target%%=*}
+  rest=${target#*=}
+  dir=${rest%%:*}
+  pkg=${rest#*:}
+  [[ -n $name && -n $dir && -n $pkg && $target == *=*:* ]] || die "PLAYBOOK_TOOLS_TARGETS: '$target' is not NAME=DIR:PACKAGE"
+  [[ -x "$bin_dir/$name" ]] && continue
+  [[ -v "group_names[$dir]" ]] || groups+=("$dir")
+  group_names[$dir]+="${group_names[$dir]:+ }$name"
+  group_pkgs[$dir]+="${group_pkgs[$dir]:+ }$pkg"
 done
 
-for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
-  build kubernetes "$cmd" "k8s.io/kubernetes/cmd/$cmd" "$k8s_ldflags"
-done
-build etcd etcd . ""
-build helm helm helm.sh/helm/v3/cmd/helm \
-  "-X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-
-if ((built > 0)); then
-  log "built $built binaries in $((SECONDS - started))s into $bin_dir"
+if ((${#groups[@]} == 0)); then
+  printf '%s\n' "$bin_dir"
+  exit 0
 fi
+
+state=$(mktemp -d)
+trap 'rm -rf "$state"' EXIT
+
+module_path() { # module_path <dir>: absolute, or under tools/
+  if [[ $1 == /* ]]; then printf '%s' "$1"; else printf '%s' "$tools_dir/$1"; fi
+}
+
+# build_group <index>: one go build for the missing binaries of one module folder. Writes the
+# packages it has to compile to $state/<i>.total and each one compiled to $state/<i>.done.
+build_group() {
+  local i=$1 dir=${groups[$1]} t0=$SECONDS ldflags
+  local -a names pkgs
+  read -r -a names <<<"${group_names[$dir]}"
+  read -r -a pkgs <<<"${group_pkgs[$dir]}"
+  cd "$(module_path "$dir")"
+  ldflags=$(module_ldflags "$dir")
+  # What needs compiling: the packages the build cache does not hold yet.
+  go list -trimpath -deps -f '{{if .Stale}}{{.ImportPath}}{{end}}' "${pkgs[@]}" | sort -u | wc -l >"$state/$i.total" ||
+    echo 0 >"$state/$i.total"
+  : >"$state/$i.done"
+  local out="$bin_dir/.$i.tmp"
+  rm -rf "$out"
+  local -a output=(-o "$out")
+  if ((${#pkgs[@]} > 1)); then
+    mkdir -p "$out"
+    output=(-o "$out/")
+  fi
+  # -v names each package as it is compiled; everything else it prints is the compiler's.
+  if ! go build -v -trimpath -ldflags "-s -w $ldflags" "${output[@]}" "${pkgs[@]}" 2>&1 |
+    while IFS= read -r line; do
+      if [[ $line =~ ^[[:alnum:]._~/-]+$ ]]; then
+        printf '%s\n' "$line" >>"$state/$i.done"
+      else
+        printf '%s\n' "$line" >&2
+      fi
+    done; then
+    log "error: go build of ${names[*]} (${pkgs[*]}) failed; see the compiler output above"
+    return 1
+  fi
+  if ((${#pkgs[@]} > 1)); then
+    # go build names each binary after its package path's last element (a /vN suffix dropped).
+    local k built_as
+    for k in "${!names[@]}"; do
+      built_as=${pkgs[$k]%/}
+      [[ ${built_as##*/} =~ ^v[0-9]+$ ]] && built_as=${built_as%/*}
+      mv -f "$out/${built_as##*/}" "$bin_dir/${names[$k]}"
+    done
+    rm -rf "$out"
+  else
+    mv -f "$out" "$bin_dir/${names[0]}"
+  fi
+  echo "$((SECONDS - t0))" >"$state/$i.took"
+}
+
+count_lines() { [[ -f $1 ]] && wc -l <"$1" || echo 0; }
+read_number() { [[ -s $1 ]] && cat "$1" || echo 0; }
+
+elapsed() { # elapsed <seconds>
+  local s=$1
+  if ((s >= 60)); then printf '%dm%02ds' $((s / 60)) $((s % 60)); else printf '%ds' "$s"; fi
+}
+
+on_terminal=false
+[[ -t 2 ]] && on_terminal=true
+declare -A pids=()
+next=0
+failed=0
+last_line=$SECONDS
+
+progress_line() {
+  local done=0 total=0 i building=() counted=false
+  for i in "${!groups[@]}"; do
+    [[ -v "pids[$i]" ]] && building+=("${group_names[${groups[$i]}]}")
+    [[ -f "$state/$i.total" ]] || continue
+    counted=true
+    done=$((done + $(count_lines "$state/$i.done")))
+    total=$((total + $(read_number "$state/$i.total")))
+  done
+  ((done <= total)) || total=$done
+  if ! $counted; then
+    $on_terminal || log "building ${building[*]}: counting the packages to compile"
+    return 0
+  fi
+  if $on_terminal; then
+    local width=24 filled=0
+    ((total > 0)) && filled=$((done * width / total))
+    local bar
+    bar=$(printf '%*s' "$filled" '' | tr ' ' '#')$(printf '%*s' $((width - filled)) '' | tr ' ' '-')
+    printf '\r\033[K%s' "tools:bin: [$bar] $done/$total packages, $(elapsed $((SECONDS - started))): ${building[*]}" >&2
+  else
+    log "building ${building[*]}: $done/$total packages compiled, $(elapsed $((SECONDS - started))) elapsed"
+  fi
+}
+
+clear_bar() { if $on_terminal; then printf '\r\033[K' >&2; fi; }
+
+while ((next < ${#groups[@]})) || ((${#pids[@]} > 0)); do
+  while ((next < ${#groups[@]} && ${#pids[@]} < jobs)); do
+    clear_bar
+    log "building ${group_names[${groups[$next]}]} from ${group_pkgs[${groups[$next]}]} (several minutes on a cold Go cache)"
+    build_group "$next" &
+    pids[$next]=$!
+    next=$((next + 1))
+  done
+  for i in "${!pids[@]}"; do
+    kill -0 "${pids[$i]}" 2>/dev/null && continue
+    clear_bar
+    if wait "${pids[$i]}"; then
+      $on_terminal && progress_line && clear_bar
+      log "built ${group_names[${groups[$i]}]} in $(elapsed "$(read_number "$state/$i.took")"): $(count_lines "$state/$i.done")/$(read_number "$state/$i.total") packages compiled"
+    else
+      failed=1
+    fi
+    unset "pids[$i]"
+  done
+  ((${#pids[@]} > 0)) || continue
+  if $on_terminal; then
+    progress_line
+  elif ((SECONDS - last_line >= progress_every)); then
+    progress_line
+    last_line=$SECONDS
+  fi
+  sleep 1
+done
+clear_bar
+
+((failed == 0)) || die "some binaries could not be built; see above"
+log "built everything missing in $(elapsed $((SECONDS - started))) into $bin_dir"
 printf '%s\n' "$bin_dir"

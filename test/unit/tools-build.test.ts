@@ -1,0 +1,133 @@
+// tools/build.sh as a first-time user meets it: progress while it builds. A small Go module
+// stands in for Kubernetes, etcd and helm (PLAYBOOK_TOOLS_TARGETS), built into a temp cache.
+import { execFileSync, spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+
+const BUILD = join(import.meta.dirname, "../../tools/build.sh");
+
+/** A module with two commands sharing a package whose content is new, so it must be compiled. */
+function smallModule(): { dir: string; targets: string } {
+  const dir = mkdtempSync(join(tmpdir(), "tools-build-"));
+  const mod = join(dir, "mod");
+  mkdirSync(join(mod, "shared"), { recursive: true });
+  writeFileSync(join(mod, "go.mod"), "module example.com/small\n\ngo 1.21\n");
+  writeFileSync(join(mod, "shared", "shared.go"), `package shared\n\nconst Stamp = "${dir}"\n`);
+  for (const name of ["first", "second"]) {
+    mkdirSync(join(mod, "cmd", name), { recursive: true });
+    writeFileSync(
+      join(mod, "cmd", name, "main.go"),
+      `package main\n\nimport (\n\t"fmt"\n\n\t"example.com/small/shared"\n)\n\nfunc main() { fmt.Println("${name}", shared.Stamp) }\n`,
+    );
+  }
+  return { dir, targets: `first=${mod}:./cmd/first second=${mod}:./cmd/second` };
+}
+
+function run(
+  command: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(command, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (c: Buffer) => {
+    stdout += c.toString();
+  });
+  child.stderr.on("data", (c: Buffer) => {
+    stderr += c.toString();
+  });
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
+
+describe("tools/build.sh progress", () => {
+  it("prints plain progress lines off a terminal: what it builds, packages compiled of the total, time", async () => {
+    const { dir, targets } = smallModule();
+    const env = {
+      PLAYBOOK_TOOLS_CACHE: join(dir, "cache"),
+      PLAYBOOK_TOOLS_TARGETS: targets,
+      PLAYBOOK_TOOLS_PROGRESS_EVERY: "0",
+    };
+    const result = await run("bash", [BUILD], env);
+    expect(result.stderr).toContain("tools:bin: building first second from ./cmd/first ./cmd/second");
+    expect(result.stderr).toMatch(
+      /tools:bin: building first second: (counting the packages to compile|\d+\/\d+ packages compiled, \d+s elapsed)/,
+    );
+    // The shared package and both commands were new to the build cache.
+    expect(result.stderr).toMatch(/tools:bin: built first second in \d+s: [3-9]\/[3-9] packages compiled/);
+    expect(result.stderr).not.toContain("\x1b[");
+    expect(result.code).toBe(0);
+    const binDir = result.stdout.trim();
+    expect(result.stdout.split("\n").filter(Boolean)).toHaveLength(1);
+    expect(execFileSync(join(binDir, "second"), { encoding: "utf8" })).toBe(`second ${dir}\n`);
+
+    // Nothing missing: nothing built, nothing said, the same folder printed.
+    const again = await run("bash", [BUILD], env);
+    expect(again.code).toBe(0);
+    expect(again.stdout.trim()).toBe(binDir);
+    expect(again.stderr).not.toContain("building");
+  });
+
+  it("builds the modules side by side, up to PLAYBOOK_TOOLS_JOBS at once", async () => {
+    const one = smallModule();
+    const two = smallModule();
+    const targets = `${one.targets.replaceAll("first=", "one-a=").replaceAll("second=", "one-b=")} ${two.targets
+      .replaceAll("first=", "two-a=")
+      .replaceAll("second=", "two-b=")}`;
+    const result = await run("bash", [BUILD], {
+      PLAYBOOK_TOOLS_CACHE: join(one.dir, "cache"),
+      PLAYBOOK_TOOLS_TARGETS: targets,
+      PLAYBOOK_TOOLS_PROGRESS_EVERY: "0",
+      PLAYBOOK_TOOLS_JOBS: "2",
+    });
+    expect(result.code).toBe(0);
+    expect(result.stderr).toContain("tools:bin: building one-a one-b two-a two-b: ");
+    expect(execFileSync(join(result.stdout.trim(), "two-a"), { encoding: "utf8" })).toBe(
+      `first ${two.dir}\n`,
+    );
+  });
+
+  it("shows the compiler's error and fails without printing a folder", async () => {
+    const { dir, targets } = smallModule();
+    writeFileSync(
+      join(dir, "mod", "cmd", "second", "main.go"),
+      "package main\n\nfunc main() { undefinedCall() }\n",
+    );
+    const result = await run("bash", [BUILD], {
+      PLAYBOOK_TOOLS_CACHE: join(dir, "cache"),
+      PLAYBOOK_TOOLS_TARGETS: targets,
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("undefined: undefinedCall");
+    expect(result.stderr).toContain(
+      "tools:bin: error: go build of first second (./cmd/first ./cmd/second) failed",
+    );
+    expect(result.stdout).toBe("");
+  });
+
+  it("draws a bar on a terminal that counts up to every package compiled", async () => {
+    const { dir, targets } = smallModule();
+    const env = {
+      PLAYBOOK_TOOLS_CACHE: join(dir, "cache"),
+      PLAYBOOK_TOOLS_TARGETS: targets,
+      // An empty build cache: the standard library is compiled too, so the build takes seconds.
+      GOCACHE: join(dir, "gocache"),
+    };
+    const result = await run("script", ["-qfec", `bash ${BUILD}`, "/dev/null"], env);
+    expect(result.code).toBe(0);
+    const bars = [
+      ...result.stdout.matchAll(/tools:bin: \[([#-]{24})\] (\d+)\/(\d+) packages, \d+s: first second/g),
+    ];
+    expect(bars.length).toBeGreaterThan(1);
+    const last = bars.at(-1);
+    expect(last?.[1]).toBe("#".repeat(24));
+    expect(last?.[2]).toBe(last?.[3]);
+    expect(Number(last?.[3])).toBeGreaterThan(10);
+    // Counts only go up, as packages are compiled.
+    const counts = bars.map((bar) => Number(bar[2]));
+    expect(counts).toEqual([...counts].sort((a, b) => a - b));
+    expect(result.stdout).toMatch(/tools:bin: built first second in \d+s: (\d+)\/\1 packages compiled/);
+  }, 240_000);
+});
