@@ -1,0 +1,205 @@
+// Fault: `playbook controller` is SIGKILLed at random moments while runs are in flight, and
+// restarted (same identity, as a container restarted in its pod, so it takes its Lease back at
+// once). Runs that succeed, time out and stall must each get one pod, settle with their reason,
+// and be counted once. The kill moments come from a seeded source: FAULTS_SEED replays a run.
+//
+// Counting once: a SIGKILLed process's counters die with it, so the check is per write. Every
+// terminal status write is logged (synchronously, right after the API server accepted it) by the
+// process that made it; across all processes each run has at most one such line, and the final
+// process's playbook_runs_total equals the terminal writes it logged, reason by reason. A run
+// whose write was accepted just before a SIGKILL, before the log line, is counted by no process:
+// the crash took the counter with it, which a restart cannot undo; the test prints how many.
+import { randomBytes } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { freePort } from "../harness/processes.js";
+import { processesWithEnv } from "../support/processes.js";
+import {
+  type ControllerProcess,
+  expectedReason,
+  faultSeed,
+  faultSpec,
+  type RunKind,
+  sample,
+  seededRandom,
+  spawnControllerProcess,
+  terminalWrites,
+} from "./faults-support.js";
+import { clients, condition, createPlaybook, eventually, finished, getPlaybook, podsOf } from "./support.js";
+
+const SEED = faultSeed(8);
+/** The issue's 50 runs, kinds in turn; the file takes about 30-60 s on a loaded 2-core machine. */
+const RUNS = 50;
+/** Runs created at once, one wave after each restart, so kills land at every stage of a run. */
+const WAVE = 10;
+const KINDS: RunKind[] = ["succeeds", "timesOut", "stalls"];
+
+const { core } = clients();
+let namespace: string;
+
+beforeAll(async () => {
+  namespace = await createTestNamespace(core, "pb-faults-kill");
+});
+afterAll(() => deleteTestNamespace(core, namespace));
+
+describe("the controller SIGKILLed at random moments and restarted", () => {
+  it(`gives every run one pod, its reason and one count (${RUNS} runs, seed ${SEED})`, async () => {
+    const random = seededRandom(SEED);
+    const mark = `faults-${randomBytes(4).toString("hex")}`;
+    const identity = `faults-kill-${randomBytes(3).toString("hex")}`;
+    const port = await freePort();
+    const args = [
+      "--namespaces",
+      namespace,
+      "--leader-election-namespace",
+      namespace,
+      "--leader-election-id",
+      "faults-kill",
+      "--identity",
+      identity,
+      "--lease-duration",
+      "4s",
+      "--renew-deadline",
+      "3s",
+      "--retry-period",
+      "500ms",
+    ];
+    const processes: ControllerProcess[] = [];
+    const start = () => {
+      const started = spawnControllerProcess({ kubeconfig: inject("kubeconfig"), port, args });
+      processes.push(started);
+      return started;
+    };
+    const ready = (replica: ControllerProcess) =>
+      eventually(`controller pid ${replica.pid} to be ready`, async () =>
+        (await fetch(`${replica.url}/readyz`).catch(() => undefined))?.status === 200 ? true : undefined,
+      );
+    const context = () => `seed ${SEED} (replay with FAULTS_SEED=${SEED}), ${processes.length} processes`;
+
+    const runs: { name: string; kind: RunKind }[] = [];
+    let kills = 0;
+    let current = start();
+    try {
+      while (runs.length < RUNS) {
+        // Create a wave while this process lives, then kill it at a random moment in the next
+        // few seconds: before it saw the wave, while it creates pods, while runs end.
+        const wave = Math.min(WAVE, RUNS - runs.length);
+        const created: Promise<unknown>[] = [];
+        for (let i = 0; i < wave; i++) {
+          const kind = KINDS[runs.length % KINDS.length] as RunKind;
+          const name = `run-${String(runs.length).padStart(2, "0")}`;
+          runs.push({ name, kind });
+          created.push(createPlaybook(namespace, name, faultSpec(kind, mark, random)));
+        }
+        await Promise.all(created);
+        // Two kills per wave, each at a random moment after the process is ready (the fault's own
+        // timing, drawn from the seed: not a wait for anything).
+        for (let k = 0; k < 2; k++) {
+          await ready(current);
+          await sleep(Math.floor(random() * 3_000));
+          current.child.kill("SIGKILL");
+          await current.exited;
+          kills += 1;
+          current = start();
+        }
+      }
+      // A few more kills after the last wave, while the slow runs are still ending.
+      for (let i = 0; i < 3; i++) {
+        await ready(current);
+        await sleep(Math.floor(random() * 3_000));
+        current.child.kill("SIGKILL");
+        await current.exited;
+        kills += 1;
+        current = start();
+      }
+
+      let unsettled = "";
+      const settled = await eventually(
+        `all ${RUNS} runs to settle (${context()})`,
+        async () => {
+          const all = await Promise.all(runs.map((run) => getPlaybook(namespace, run.name)));
+          unsettled = all
+            .filter((playbook) => !finished(playbook))
+            .map((p) => `${p.metadata.name} ${p.status?.phase} pod ${p.status?.podName}`)
+            .join(", ");
+          if (unsettled) {
+            const first = all.find((playbook) => !finished(playbook));
+            const pod = first ? (await podsOf(namespace, first.metadata.name))[0] : undefined;
+            unsettled += `; first's pod: ${JSON.stringify(pod?.status)}; its status: ${JSON.stringify(first?.status?.conditions)}`;
+          }
+          return all.every(finished) ? all : undefined;
+        },
+        90_000,
+      ).catch(async (error: unknown) => {
+        if (process.env.FAULTS_LOG_DIR) {
+          const { writeFile } = await import("node:fs/promises");
+          for (const [i, replica] of processes.entries())
+            await writeFile(`${process.env.FAULTS_LOG_DIR}/controller-${i}.log`, replica.output());
+          const { cp, readdir } = await import("node:fs/promises");
+          for (const dir of await readdir(".cluster").catch(() => []))
+            await cp(`.cluster/${dir}/logs`, `${process.env.FAULTS_LOG_DIR}/${dir}`, {
+              recursive: true,
+            }).catch(() => {});
+        }
+        throw new Error(`${(error as Error).message}; not settled: ${unsettled}`);
+      });
+
+      const wrong: string[] = [];
+      for (const [i, run] of runs.entries()) {
+        const playbook = settled[i];
+        const reason = playbook ? condition(playbook, "Succeeded")?.reason : undefined;
+        const pods = await podsOf(namespace, run.name);
+        const attempts = playbook?.status?.podAttempts;
+        if (reason !== expectedReason[run.kind])
+          wrong.push(
+            `${run.name}: ${run.kind} ended ${reason} (${playbook ? condition(playbook, "Succeeded")?.message : ""})`,
+          );
+        if (pods.length !== 1 || attempts !== 1)
+          wrong.push(`${run.name}: ${pods.length} pods, status.podAttempts ${attempts}`);
+      }
+
+      // At most one terminal write per run, over every process that ever ran.
+      const writesPerRun = new Map<string, number>();
+      for (const replica of processes)
+        for (const line of terminalWrites(replica.logLines(), namespace))
+          writesPerRun.set(line.name ?? "", (writesPerRun.get(line.name ?? "") ?? 0) + 1);
+      for (const [name, writes] of writesPerRun)
+        if (writes > 1) wrong.push(`${name}: ${writes} terminal status writes`);
+      const uncounted = runs.filter((run) => !writesPerRun.has(run.name)).map((run) => run.name);
+
+      // The last process counts exactly the runs whose terminal write it made.
+      const finalWrites = terminalWrites(current.logLines(), namespace);
+      const metrics = await eventually(`/metrics of the last controller (${context()})`, async () => {
+        const response = await fetch(`${current.url}/metrics`).catch(() => undefined);
+        return response?.ok ? response.text() : undefined;
+      });
+      for (const reason of Object.values(expectedReason)) {
+        const counted = sample(metrics, "playbook_runs_total", { namespace, reason });
+        const written = finalWrites.filter((line) => line.reason === reason).length;
+        if (counted !== written)
+          wrong.push(`last process counted ${counted} ${reason} runs but wrote ${written} such statuses`);
+      }
+
+      process.stderr.write(
+        `[faults] controller SIGKILLed ${kills} times over ${RUNS} runs (seed ${SEED}); ` +
+          `${RUNS - wrong.length} runs checked clean; terminal writes lost with a SIGKILL: ${uncounted.length}` +
+          `${uncounted.length ? ` (${uncounted.join(", ")})` : ""}\n`,
+      );
+      expect(wrong, context()).toEqual([]);
+      expect(kills).toBe((2 * RUNS) / WAVE + 3);
+    } finally {
+      for (const replica of processes) replica.child.kill("SIGKILL");
+      await Promise.all(processes.map((replica) => replica.exited));
+    }
+
+    // Nothing left behind: every controller process has exited (awaited above) and no task
+    // process of these runs is alive (the runner killed the timed-out and stalled ones).
+    const leftovers = await eventually(
+      "the runs' task processes to be gone",
+      async () => (processesWithEnv("FAULT_MARK", mark).length === 0 ? [] : undefined),
+      30_000,
+    );
+    expect(leftovers).toEqual([]);
+  }, 170_000);
+});
