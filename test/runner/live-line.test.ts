@@ -79,6 +79,37 @@ describe("the live line on a terminal", () => {
     expect(screen.slice(finished)).not.toMatch(LIVE);
   });
 
+  it("makes way for a flood of output without redrawing per chunk, and every line arrives whole", async () => {
+    const file = manifest({
+      // One write per line, so the output comes in many small chunks.
+      tasks: [
+        {
+          name: "loud",
+          run: "awk 'BEGIN { for (i = 1; i <= 100000; i++) { print i; fflush() } }'; sleep 1.2",
+          timeout: "1m",
+        },
+      ],
+    });
+    const started = Date.now();
+    const { code, screen } = await runOnTerminal(["run", "-f", file]);
+    const seconds = (Date.now() - started) / 1000;
+    expect(code).toBe(0);
+    // What stays on the screen of each line: what follows the last clear of it.
+    const lines = screen
+      .split("\r\n")
+      .map((line) => {
+        const cleared = line.lastIndexOf(`${ESC}[K`);
+        return cleared === -1 ? line : line.slice(cleared + `${ESC}[K`.length);
+      })
+      .filter((line) => line.startsWith("[loud] "));
+    expect(lines).toHaveLength(100_000);
+    expect(lines.at(-1)).toBe("[loud] 100000");
+    // Redraws are bounded by time (10 a second after output, 2 a second while silent), not by output.
+    const draws = screen.split("loud: ").length - 1;
+    expect(draws).toBeGreaterThan(0);
+    expect(draws).toBeLessThanOrEqual(Math.ceil(seconds * 12) + 4);
+  });
+
   it("is not drawn when stderr is not a terminal: plain lines as before", async () => {
     const file = manifest({ tasks: [{ name: "quiet", run: "sleep 1.2", timeout: "1m" }] });
     const { code, stderr } = await runOnPipes(["run", "-f", file]);
