@@ -109,9 +109,7 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
   try {
     planText = parsed.plan ? readFileSync(parsed.plan, "utf8") : process.env[PLAN_ENV_VAR];
   } catch (error) {
-    throw new UsageError(
-      `--plan ${parsed.plan}: cannot read: ${(error as NodeJS.ErrnoException).code ?? error}`,
-    );
+    throw new UsageError(`--plan ${parsed.plan}: ${describeReadError(error, parsed.plan ?? "")}`);
   }
   if (!planText) throw new UsageError(`no plan: set ${PLAN_ENV_VAR} or pass --plan FILE`);
   let planJson: unknown;
