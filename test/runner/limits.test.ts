@@ -217,7 +217,9 @@ describe("ending within the pod's grace", () => {
     expect(run.outcome.tasks.map((t) => t.phase)).toEqual(["Succeeded", "Cancelled"]);
     expect(run.outcome.tasks[1]?.ending).toBe("Exited");
     expect(tookMs).toBeGreaterThanOrEqual(1500);
-    expect(tookMs).toBeLessThan(2750);
+    // One grace ends by 2s (the leftover gets what is left of it); a second one would end at 3.5s.
+    // The margin between is for a loaded machine's spawn and kill path.
+    expect(tookMs).toBeLessThan(3400);
   });
 });
 
