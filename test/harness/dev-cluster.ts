@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { existsSync, readdirSync } from "node:fs";
+import { appendFileSync, existsSync, readdirSync } from "node:fs";
 import { readFile, rm } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
@@ -95,7 +95,18 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
     } else {
       const kubeConfig = new KubeConfig();
       kubeConfig.loadFromFile(state.kubeconfig);
-      node = new ProcessNode({ kubeConfig, workDir, mapping: defaultCommandMapping() });
+      // Its log goes where the daemon's would, so a test that fails on a pod can be read back.
+      const nodeLog = path.join(state.stateDir, "logs", "process-node.log");
+      node = new ProcessNode({
+        kubeConfig,
+        workDir,
+        mapping: defaultCommandMapping(),
+        log: (fields, message) =>
+          appendFileSync(
+            nodeLog,
+            `${JSON.stringify({ time: new Date().toISOString(), msg: message, ...fields })}\n`,
+          ),
+      });
       await node.start();
       processNodeUrl = await node.listenControl();
     }

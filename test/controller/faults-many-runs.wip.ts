@@ -1,3 +1,7 @@
+// KEPT OUT OF THE DEFAULT SUITE (not *.test.ts): in a full CI run on 2 cores some of the burst's
+// pods stay ContainerCreating past their ceiling on the process node (and at 60+ pods containers
+// fail to join their pod network), so runs end RunCeiling or RunnerLost as the node made them. Run
+// it with PLAYBOOK_FAULTS=1 npx vitest run --project cluster test/controller/faults-many-runs.wip.ts.
 // Fault: many Playbooks applied at once (a third succeed, a third time out, a third stall, under
 // short limits) against `playbook controller` as a process. All settle with their reason, one
 // pod each, and the controller's resident memory (VmRSS in /proc/<pid>/status) comes back near
