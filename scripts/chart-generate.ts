@@ -225,7 +225,8 @@ if (isMain) {
     }
     process.stderr.write("chart:generate: the chart's generated files are up to date\n");
   } else {
-    for (const [file, content] of generatedFiles()) writeFileSync(file, content);
-    process.stderr.write(`chart:generate: wrote ${[...generatedFiles().keys()].length} files\n`);
+    const files = generatedFiles();
+    for (const [file, content] of files) writeFileSync(file, content);
+    process.stderr.write(`chart:generate: wrote ${files.size} files\n`);
   }
 }

@@ -27,7 +27,7 @@ import {
   type RunKind,
   sample,
   seededRandom,
-  spawnControllerProcess,
+  spawnFaultController,
 } from "./faults-support.js";
 import { playbookManifest } from "./support.js";
 
@@ -86,7 +86,7 @@ describe("kube-apiserver restarted mid-run with etcd compacted", () => {
     const port = await freePort();
     let controller: ControllerProcess | undefined;
     try {
-      controller = spawnControllerProcess({
+      controller = spawnFaultController({
         kubeconfig: state.kubeconfig,
         port,
         args: ["--namespaces", namespace, "--leader-election=false"],

@@ -28,7 +28,7 @@ import {
   type RunKind,
   sample,
   seededRandom,
-  spawnControllerProcess,
+  spawnFaultController,
   terminalWrites,
 } from "./faults-support.js";
 import { clients, condition, createPlaybook, eventually, finished, getPlaybook, podsOf } from "./support.js";
@@ -72,7 +72,7 @@ describe("the controller SIGKILLed at random moments and restarted", () => {
     ];
     const processes: ControllerProcess[] = [];
     const start = () => {
-      const started = spawnControllerProcess({ kubeconfig: inject("kubeconfig"), port, args });
+      const started = spawnFaultController({ kubeconfig: inject("kubeconfig"), port, args });
       processes.push(started);
       return started;
     };

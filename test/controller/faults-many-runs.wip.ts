@@ -22,7 +22,7 @@ import {
   type RunKind,
   sample,
   seededRandom,
-  spawnControllerProcess,
+  spawnFaultController,
 } from "./faults-support.js";
 import { clients, createPlaybook, eventually } from "./support.js";
 
@@ -83,7 +83,7 @@ describe(`${RUNS} Playbooks at once`, () => {
     const port = await freePort();
     let controller: ControllerProcess | undefined;
     try {
-      controller = spawnControllerProcess({
+      controller = spawnFaultController({
         kubeconfig: inject("kubeconfig"),
         port,
         args: [

@@ -1,10 +1,9 @@
 // What the fault tests share: `playbook controller` as a process whose log and /metrics are read
 // back, a seeded random source (the seed is printed on failure so a run can be replayed), and
 // the Playbooks a fault run mixes: ones that succeed, time out and stall under short limits.
-import { type ChildProcess, spawn } from "node:child_process";
-import path from "node:path";
+import type { ChildProcess } from "node:child_process";
 import { z } from "zod";
-import { repoRoot } from "../harness/binaries.js";
+import { spawnControllerProcess } from "./support.js";
 
 /** mulberry32: small, fast and the same sequence for the same seed on every machine. */
 export function seededRandom(seed: number): () => number {
@@ -81,34 +80,16 @@ export interface ControllerProcess {
 }
 
 /** Spawns `playbook controller` against the cluster in `kubeconfig`, logging JSON at info. */
-export function spawnControllerProcess(options: {
+export function spawnFaultController(options: {
   kubeconfig: string;
   port: number;
   args: string[];
 }): ControllerProcess {
-  const child = spawn(
-    process.execPath,
-    [
-      path.join(repoRoot(), "dist", "src", "cli", "main.js"),
-      "controller",
-      "--metrics-address",
-      `127.0.0.1:${options.port}`,
-      ...options.args,
-    ],
-    {
-      env: {
-        ...process.env,
-        KUBECONFIG: options.kubeconfig,
-        PLAYBOOK_LOG_LEVEL: "info",
-        PLAYBOOK_LOG_FORMAT: "json",
-      },
-      stdio: ["ignore", "pipe", "pipe"],
-    },
+  const { child, output } = spawnControllerProcess(
+    ["--metrics-address", `127.0.0.1:${options.port}`, ...options.args],
+    { KUBECONFIG: options.kubeconfig, PLAYBOOK_LOG_LEVEL: "info", PLAYBOOK_LOG_FORMAT: "json" },
   );
   if (child.pid === undefined) throw new Error("playbook controller did not start");
-  let output = "";
-  child.stdout?.on("data", (chunk) => (output += chunk));
-  child.stderr?.on("data", (chunk) => (output += chunk));
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.once("exit", (code, signal) => resolve({ code, signal })),
   );
@@ -117,18 +98,20 @@ export function spawnControllerProcess(options: {
     pid: child.pid,
     url: `http://127.0.0.1:${options.port}`,
     exited,
-    output: () => output,
+    output,
     logLines: () =>
-      output.split("\n").flatMap((line) => {
-        if (!line.startsWith("{")) return [];
-        try {
-          const parsed = logLineSchema.safeParse(JSON.parse(line));
-          return parsed.success ? [parsed.data] : [];
-        } catch {
-          // A line cut by SIGKILL.
-          return [];
-        }
-      }),
+      output()
+        .split("\n")
+        .flatMap((line) => {
+          if (!line.startsWith("{")) return [];
+          try {
+            const parsed = logLineSchema.safeParse(JSON.parse(line));
+            return parsed.success ? [parsed.data] : [];
+          } catch {
+            // A line cut by SIGKILL.
+            return [];
+          }
+        }),
   };
 }
 

@@ -467,6 +467,16 @@ describe("a plan too large for its pod", () => {
   });
 });
 
+/** The cancelled run's pod, failed by its node at the lowered deadline (30s), with what it ended with. */
+const stoppedAtLoweredDeadline = (terminated?: NonNullable<Parameters<typeof pod>[1]>["terminated"]) =>
+  pod(1, {
+    phase: "Failed",
+    reason: "DeadlineExceeded",
+    startedAt: at(1),
+    activeDeadlineSeconds: 30,
+    ...(terminated ? { terminated } : {}),
+  });
+
 describe("spec.cancel", () => {
   const cancelled = () => playbook({ cancel: true }, started());
   const startedPod = (activeDeadlineSeconds: number) => pod(1, { startedAt: at(1), activeDeadlineSeconds });
@@ -497,25 +507,14 @@ describe("spec.cancel", () => {
   });
 
   it("waits for the runner's report after the kubelet marked the pod DeadlineExceeded", () => {
-    const stopping = pod(1, {
-      phase: "Failed",
-      reason: "DeadlineExceeded",
-      startedAt: at(1),
-      activeDeadlineSeconds: 30,
-    });
+    const stopping = stoppedAtLoweredDeadline();
     const decision = decide(input({ playbook: cancelled(), pods: [stopping], now: at(32) }));
     expect(decision.status).toBeNull();
     expect(decision.actions).toEqual([]);
   });
 
   it("settles Cancelled from the runner's report of a pod stopped at its lowered deadline, keeping the pod", () => {
-    const stopped = pod(1, {
-      phase: "Failed",
-      reason: "DeadlineExceeded",
-      startedAt: at(1),
-      activeDeadlineSeconds: 30,
-      terminated: { exitCode: 130, message: cancelledReport("Exited") },
-    });
+    const stopped = stoppedAtLoweredDeadline({ exitCode: 130, message: cancelledReport("Exited") });
     const decision = decide(input({ playbook: cancelled(), pods: [stopped], now: at(33) }));
     expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "Cancelled" });
     expect(limitExceeded(decision.status)).toBeUndefined();
@@ -528,13 +527,7 @@ describe("spec.cancel", () => {
   });
 
   it("settles Cancelled itself when the stopped runner gave no report", () => {
-    const stopped = pod(1, {
-      phase: "Failed",
-      reason: "DeadlineExceeded",
-      startedAt: at(1),
-      activeDeadlineSeconds: 30,
-      terminated: { exitCode: 137, reason: "Error" },
-    });
+    const stopped = stoppedAtLoweredDeadline({ exitCode: 137, reason: "Error" });
     const decision = decide(input({ playbook: cancelled(), pods: [stopped], now: at(33) }));
     expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "Cancelled" });
     expect(succeeded(decision.status)?.message).toContain("the run was cancelled (spec.cancel)");
