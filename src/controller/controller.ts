@@ -110,7 +110,34 @@ export class PlaybookController {
   }
 
   get ready(): boolean {
-    return this.informers().every((informer) => informer.hasSynced);
+    return this.readiness().ready;
+  }
+
+  /**
+   * What /readyz answers: ready while every cache is synced and its watch current. Leading plays
+   * no part (a standby with warm caches is ready to take over); shutting down does.
+   */
+  readiness(): { ready: boolean; reason: string } {
+    if (this.stopping.signal.aborted) return { ready: false, reason: "shutting down" };
+    const problems: string[] = [];
+    for (const [namespace, informer] of this.playbooks)
+      problems.push(...describeProblem("playbooks", namespace, informer));
+    for (const [namespace, informer] of this.pods)
+      problems.push(...describeProblem("pods", namespace, informer));
+    return problems.length === 0
+      ? { ready: true, reason: "ok" }
+      : { ready: false, reason: problems.join("; ") };
+  }
+
+  private lastReadiness = "";
+
+  /** Logs readiness when its reason changes, so the log says why /readyz answers 503. */
+  private noteReadiness(): void {
+    const { ready, reason } = this.readiness();
+    if (reason === this.lastReadiness) return;
+    this.lastReadiness = reason;
+    if (ready) this.log.info({}, "Ready");
+    else this.log.warn({ reason }, "Not ready");
   }
 
   /** Serves health and metrics, starts the caches, and once leading, the workers. Resolves on stop. */
@@ -121,7 +148,7 @@ export class PlaybookController {
       port,
       registry: this.metrics.registry,
       healthy: () => true,
-      ready: () => this.ready,
+      readiness: () => this.readiness(),
     });
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
@@ -180,6 +207,7 @@ export class PlaybookController {
   /** Stops taking work; run() resolves after in-flight reconciles finished and the Lease is released. */
   stop(): void {
     this.stopping.abort();
+    this.noteReadiness();
   }
 
   private async shutDown(): Promise<void> {
@@ -269,6 +297,7 @@ export class PlaybookController {
       log: this.log,
       onReconnect: (cause) => this.metrics.watchReconnects.inc({ resource: "playbooks", cause }),
       onRelist: () => this.metrics.watchRelists.inc({ resource: "playbooks" }),
+      onProblemChange: () => this.noteReadiness(),
     });
     informer.addHandlers({
       onUpsert: (playbook) => this.queue.add(keyOf(playbook.metadata)),
@@ -308,6 +337,7 @@ export class PlaybookController {
       log: this.log,
       onReconnect: (cause) => this.metrics.watchReconnects.inc({ resource: "pods", cause }),
       onRelist: () => this.metrics.watchRelists.inc({ resource: "pods" }),
+      onProblemChange: () => this.noteReadiness(),
     });
     const enqueueOwner = (pod: PodView) => {
       this.writer.sawPod(pod);
@@ -391,6 +421,16 @@ export class PlaybookController {
     }
     return cached;
   }
+}
+
+function describeProblem(
+  resource: string,
+  namespace: string,
+  informer: { problem: string | undefined },
+): string[] {
+  const problem = informer.problem;
+  if (problem === undefined) return [];
+  return [`${resource}${namespace ? ` in ${namespace}` : ""}: ${problem}`];
 }
 
 function isControlledBy(pod: PodView, uid: string | undefined): boolean {

@@ -39,6 +39,8 @@ export interface InformerOptions<T> {
   /** A watch restarted from the last resourceVersion: "timeout" (the server ended it, as asked), "error" or "silent". */
   onReconnect?: (cause: "timeout" | "error" | "silent") => void;
   onRelist?: () => void;
+  /** The informer's problem (see `problem`) changed. */
+  onProblemChange?: () => void;
   random?: () => number;
 }
 
@@ -52,6 +54,8 @@ type WatchEnd = { kind: "gone" } | { kind: "ended" } | { kind: "silent" } | { ki
 
 const MIN_BACKOFF_MS = 200;
 
+const GONE_PROBLEM = "watch expired (410 Gone), relisting";
+
 const MAX_BACKOFF_MS = 30_000;
 
 export class Informer<T> {
@@ -60,6 +64,7 @@ export class Informer<T> {
   private readonly handlers: InformerHandlers<T>[] = [];
   private resourceVersion = "";
   private synced = false;
+  private currentProblem: string | undefined = "has not listed yet";
   private stopped = false;
   private abort: AbortController | undefined;
   private resyncTimer: NodeJS.Timeout | undefined;
@@ -80,6 +85,20 @@ export class Informer<T> {
 
   get hasSynced(): boolean {
     return this.synced;
+  }
+
+  /**
+   * Why this cache cannot be trusted to be current, in words for /readyz and the log, or
+   * undefined while it is synced and its watch is open (or was renewed as asked).
+   */
+  get problem(): string | undefined {
+    return this.currentProblem;
+  }
+
+  private setProblem(problem: string | undefined): void {
+    if (problem === this.currentProblem) return;
+    this.currentProblem = problem;
+    this.options.onProblemChange?.();
   }
 
   get(key: string): T | undefined {
@@ -134,23 +153,30 @@ export class Informer<T> {
   private async run(): Promise<void> {
     const { log, resource } = this.options;
     let needList = true;
+    let afterGone = false;
     let failures = 0;
     while (!this.stopped) {
       try {
         if (needList) {
           await this.relist();
           needList = false;
+          afterGone = false;
         }
         const end = await this.watchOnce();
         if (this.stopped) break;
         switch (end.kind) {
           case "gone":
             log.info({ resource, resourceVersion: this.resourceVersion }, "Watch expired, relisting");
+            this.setProblem(GONE_PROBLEM);
             needList = true;
+            afterGone = true;
             failures = 0;
             continue;
           case "silent":
             log.warn({ resource, resourceVersion: this.resourceVersion }, "Watch went silent, restarting it");
+            this.setProblem(
+              `watch delivered nothing for ${Math.round(this.options.watchTimeoutMs / 1000)}s (API server frozen or the connection dead), restarting it`,
+            );
             this.options.onReconnect?.("silent");
             break;
           case "ended":
@@ -159,17 +185,22 @@ export class Informer<T> {
             break;
           case "error":
             if (isGone(end.error)) {
+              this.setProblem(GONE_PROBLEM);
               needList = true;
+              afterGone = true;
               continue;
             }
             failures++;
             log.warn({ resource, err: describeError(end.error) }, "Watch failed");
+            this.setProblem(`watch failed: ${describeApiFailure(end.error)}`);
             this.options.onReconnect?.("error");
             break;
         }
       } catch (error) {
         failures++;
         log.warn({ resource, err: describeError(error) }, "List failed");
+        const what = !this.synced ? "list" : afterGone ? "relist after 410 Gone" : "relist";
+        this.setProblem(`${what} failed: ${describeApiFailure(error)}`);
       }
       if (failures > 0) await this.sleep(this.backoff(failures));
     }
@@ -214,6 +245,7 @@ export class Informer<T> {
       for (const handler of this.handlers) handler.onDelete?.(old);
     }
     this.resourceVersion = result.resourceVersion;
+    this.setProblem(undefined);
     if (!this.synced) {
       this.synced = true;
       for (const waiter of this.syncWaiters.splice(0)) waiter();
@@ -255,7 +287,11 @@ export class Informer<T> {
         String(Math.floor(WATCH_SECONDS_MIN + WATCH_SECONDS_MIN * this.random())),
       );
       if (labelSelector) url.searchParams.set("labelSelector", labelSelector);
-      streamLines(kubeConfig, url, controller.signal, (line) => {
+      // A watch the server answered is a current cache again (after a failure or a silence).
+      const opened = () => {
+        if (this.synced && this.currentProblem !== GONE_PROBLEM) this.setProblem(undefined);
+      };
+      streamLines(kubeConfig, url, controller.signal, opened, (line) => {
         lastEvent = Date.now();
         if (settled) return;
         const event = WatchEventSchema.safeParse(parseJson(line));
@@ -346,6 +382,25 @@ export function describeError(error: unknown): string {
   return String(error);
 }
 
+const NETWORK_FAILURE =
+  /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN|EPIPE|socket hang up/;
+
+/** An API call's failure in words, saying when the API server could not be reached at all. */
+export function describeApiFailure(error: unknown): string {
+  const code = (error as { code?: unknown } | null)?.code;
+  const text = describeError(error);
+  const cause = (error as { cause?: unknown } | null)?.cause;
+  const causeText = cause === undefined ? "" : describeError(cause);
+  if (
+    (typeof code === "string" && NETWORK_FAILURE.test(code)) ||
+    NETWORK_FAILURE.test(text) ||
+    NETWORK_FAILURE.test(causeText)
+  ) {
+    return `API server unreachable: ${causeText && !text.includes(causeText) ? `${text}: ${causeText}` : text}`;
+  }
+  return text;
+}
+
 function parseJson(line: string): unknown {
   try {
     return JSON.parse(line);
@@ -364,6 +419,7 @@ async function streamLines(
   kubeConfig: KubeConfig,
   url: URL,
   signal: AbortSignal,
+  onOpen: () => void,
   onLine: (line: string) => void,
 ): Promise<void> {
   const options: https.RequestOptions = {};
@@ -376,9 +432,14 @@ async function streamLines(
       if (response.statusCode !== 200) {
         response.resume();
         const status = response.statusCode ?? 0;
-        reject(Object.assign(new Error(response.statusMessage || `HTTP ${status}`), { statusCode: status }));
+        reject(
+          Object.assign(new Error(`HTTP ${status} ${response.statusMessage ?? ""}`.trim()), {
+            statusCode: status,
+          }),
+        );
         return;
       }
+      onOpen();
       const lines = createInterface({ input: response, crlfDelay: Number.POSITIVE_INFINITY });
       // readline passes the response's errors on to the interface too.
       lines.on("error", reject);

@@ -9,8 +9,8 @@ export interface HealthServerOptions {
   registry: Registry;
   /** Live: the process is not wedged. */
   healthy: () => boolean;
-  /** Ready: the caches have synced. */
-  ready: () => boolean;
+  /** Ready: the caches are synced and current; otherwise the reason, in words. */
+  readiness: () => { ready: boolean; reason: string };
 }
 
 export class HealthServer {
@@ -31,10 +31,10 @@ export class HealthServer {
         return;
       }
       if (path === "/readyz") {
-        const ok = this.options.ready();
+        const { ready, reason } = this.options.readiness();
         response
-          .writeHead(ok ? 200 : 503, { "content-type": "text/plain" })
-          .end(ok ? "ok\n" : "caches not synced\n");
+          .writeHead(ready ? 200 : 503, { "content-type": "text/plain" })
+          .end(ready ? "ok\n" : `not ready: ${reason}\n`);
         return;
       }
       if (path === "/metrics") {

@@ -1,6 +1,7 @@
 // A TCP proxy in front of the API server that can be frozen: every connection through it, open
 // or new, stops carrying bytes without being closed, as a dead network path or a stopped relay
-// does. A client with no deadline waits on such a connection forever.
+// does. A client with no deadline waits on such a connection forever. It can also be cut (every
+// connection closed, new ones refused, as a stopped API server does) and restored.
 import net from "node:net";
 import { KubeConfig } from "@kubernetes/client-node";
 
@@ -8,6 +9,10 @@ export interface FreezableProxy {
   /** A kubeconfig like the given one whose cluster is reached through the proxy. */
   kubeConfig: KubeConfig;
   freeze(): void;
+  /** Closes every connection and stops listening: connecting is refused until restore(). */
+  cut(): Promise<void>;
+  /** Listens again on the same port and forwards again, after freeze() or cut(). */
+  restore(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -51,9 +56,20 @@ export async function startFreezableProxy(through: KubeConfig): Promise<Freezabl
         socket.pause();
       }
     },
+    async cut() {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const socket of sockets) socket.destroy();
+      await closed;
+    },
+    async restore() {
+      // Frozen connections stay dead: a client gives up on them and connects anew.
+      for (const socket of sockets) socket.destroy();
+      frozen = false;
+      if (!server.listening) await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
+    },
     async close() {
       for (const socket of sockets) socket.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      if (server.listening) await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
 }
