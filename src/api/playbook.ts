@@ -76,7 +76,8 @@ const EnvVar = z
         (name) => !name.startsWith("PLAYBOOK_"),
         "is reserved: the runner sets PLAYBOOK_* variables itself",
       ),
-    value: z.string().regex(NO_NUL, NO_NUL_MESSAGE).default(""),
+    // The CRD's bound: 32000 characters of up to 4 bytes fit one exec string beside any name.
+    value: z.string().refine(...maxCharacters(32_000)).regex(NO_NUL, NO_NUL_MESSAGE).default(""),
   })
   .superRefine((env, ctx) => execStringTooLong(`${env.name}=${env.value}`, `${env.name}=… `, ctx, ["value"]));
 

@@ -160,6 +160,7 @@ const breakages: fc.Arbitrary<(spec: Spec) => void>[] = [
         "😀".repeat(32768),
         "😀".repeat(32769),
         "é".repeat(65536),
+        "é".repeat(65535),
         "x".repeat(4096),
         "x".repeat(4097),
         "a\u0000b",
@@ -170,7 +171,16 @@ const breakages: fc.Arbitrary<(spec: Spec) => void>[] = [
       spec.tasks = [{ ...((spec.tasks as Task[])[taskIndex(spec, pick)] as Task), [field]: value }];
     }),
   fc
-    .tuple(fc.constantFrom("x".repeat(140_000), "😀".repeat(40_000), "é".repeat(70_000)), fc.nat())
+    .tuple(
+      fc.constantFrom(
+        "x".repeat(140_000),
+        "😀".repeat(40_000),
+        "é".repeat(70_000),
+        "x".repeat(32_001),
+        "😀".repeat(32_000),
+      ),
+      fc.nat(),
+    )
     .map(([value, pick]) => (spec) => {
       spec.tasks = [
         { ...((spec.tasks as Task[])[taskIndex(spec, pick)] as Task), env: [{ name: "BIG", value }] },
