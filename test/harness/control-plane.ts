@@ -44,7 +44,25 @@ export interface ControlPlaneOptions {
   /** Leave the processes running after this Node process exits (`cluster:up`). */
   daemon?: boolean;
   log?: (message: string) => void;
+  /**
+   * Audit every request at Metadata level (who, verb, resource, response code) to
+   * `stateDir/logs/audit.log`, one JSON object a line: the benchmarks count requests with it.
+   */
+  auditLog?: boolean;
+  /** Replaces kube-controller-manager's `--controllers` list, e.g. `*,-job` to run a Job controller apart. */
+  controllers?: string;
 }
+
+/** Where `auditLog` writes, relative to the state folder. */
+export const AUDIT_LOG = path.join("logs", "audit.log");
+
+const METADATA_AUDIT_POLICY = stringify({
+  apiVersion: "audit.k8s.io/v1",
+  kind: "Policy",
+  // RequestReceived would log each request twice; ResponseComplete carries the response code.
+  omitStages: ["RequestReceived"],
+  rules: [{ level: "Metadata" }],
+});
 
 export interface ControlPlane {
   state: ClusterState;
@@ -242,6 +260,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       // The process node is reached at 127.0.0.1 for `kubectl logs`; its hostname resolves nowhere.
       "--kubelet-preferred-address-types=InternalIP",
       "--profiling=false",
+      ...(await auditArgs(options, stateDir)),
     ]);
     await waitFor(
       "kube-apiserver /readyz",
@@ -267,6 +286,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       // A new node is tainted not-ready until this controller's next pass sees it Ready.
       "--node-monitor-period=1s",
       "--profiling=false",
+      ...(options.controllers !== undefined ? [`--controllers=${options.controllers}`] : []),
     ]);
     const scheduler = await launch("kube-scheduler", "kube-scheduler", [
       `--kubeconfig=${path.join(stateDir, "scheduler.kubeconfig")}`,
@@ -312,6 +332,22 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       await writeState(state);
     },
   };
+}
+
+async function auditArgs(options: ControlPlaneOptions, stateDir: string): Promise<string[]> {
+  if (!options.auditLog) return [];
+  const policyFile = path.join(stateDir, "audit-policy.yaml");
+  await writeFile(policyFile, METADATA_AUDIT_POLICY);
+  return [
+    `--audit-policy-file=${policyFile}`,
+    `--audit-log-path=${path.join(stateDir, AUDIT_LOG)}`,
+    "--audit-log-format=json",
+    // One file for the whole run: the reader counts every line.
+    "--audit-log-maxsize=0",
+    "--audit-log-maxbackup=0",
+    // Written as requests complete, not batched, so a count taken right after a run is whole.
+    "--audit-log-mode=blocking",
+  ];
 }
 
 async function writeKubeconfigs(stateDir: string, server: string, certs: ClusterCertificates) {
