@@ -12,27 +12,52 @@ const log = (message: string): void => {
 };
 
 // --no-controller leaves the controller out, for `npx playbook controller` by hand; --no-install
-// (or CLUSTER_NO_INSTALL=1) stops at a missing package instead of installing it with apt-get.
-const Flags = z.array(
-  z.enum(["--no-controller", "--no-install"], {
-    error: (i) => `unknown flag ${String(i.input)} (only --no-controller and --no-install)`,
-  }),
-);
-const flags = Flags.safeParse(process.argv.slice(2));
+// (or CLUSTER_NO_INSTALL=1) stops at a missing package instead of installing it with apt-get;
+// --node real runs pods in containerd under a real kubelet instead of the process node.
+const Flags = z.object({
+  noController: z.boolean(),
+  noInstall: z.boolean(),
+  node: z.enum(["process", "real"], { error: (i) => `--node takes process or real, not ${String(i.input)}` }),
+});
+function parseFlags(args: string[]) {
+  const flags = { noController: false, noInstall: false, node: "process" as string };
+  for (let i = 0; i < args.length; i += 1) {
+    const arg = args[i] ?? "";
+    if (arg === "--no-controller") flags.noController = true;
+    else if (arg === "--no-install") flags.noInstall = true;
+    else if (arg === "--node") flags.node = args[++i] ?? "";
+    else if (arg.startsWith("--node=")) flags.node = arg.slice("--node=".length);
+    else
+      return {
+        success: false as const,
+        message: `unknown flag ${arg} (only --no-controller, --no-install and --node process|real)`,
+      };
+  }
+  const parsed = Flags.safeParse(flags);
+  return parsed.success
+    ? { success: true as const, data: parsed.data }
+    : { success: false as const, message: parsed.error.issues.map((issue) => issue.message).join("; ") };
+}
+const flags = parseFlags(process.argv.slice(2));
 if (!flags.success) {
-  log(flags.error.issues.map((issue) => issue.message).join("; "));
+  log(flags.message);
   process.exit(2);
 }
-const startController = !flags.data.includes("--no-controller");
-const install = !flags.data.includes("--no-install") && !installForbiddenByEnv();
+const startController = !flags.data.noController;
+const install = !flags.data.noInstall && !installForbiddenByEnv();
+const node = flags.data.node;
 
 const stateDir = path.resolve(process.env.CLUSTER_STATE_DIR ?? path.join(repoRoot(), ".cluster"));
 const t0 = Date.now();
 try {
-  const cluster = await startDevCluster({ stateDir, daemon: true, startController, install, log });
+  const cluster = await startDevCluster({ stateDir, daemon: true, startController, install, log, node });
   log(`Cluster up in ${((Date.now() - t0) / 1000).toFixed(1)}s; logs in ${path.join(stateDir, "logs")}`);
   log(`kubectl, helm and the control-plane binaries are in ${cluster.state.binDir}`);
-  log(`Lose a pod as on node failure: curl -X POST ${cluster.processNodeUrl}/lose/NAMESPACE/NAME`);
+  if (cluster.realNode)
+    log(
+      `Real node ${cluster.realNode.name} (containerd ${cluster.realNode.containerdSocket}) has ${cluster.realNode.images.join(", ")}`,
+    );
+  else log(`Lose a pod as on node failure: curl -X POST ${cluster.processNodeUrl}/lose/NAMESPACE/NAME`);
   if (!startController)
     log("The controller was left out: run it with `npx playbook controller` (KUBECONFIG below)");
   log("Stop it all with: npm run cluster:down");

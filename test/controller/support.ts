@@ -53,7 +53,8 @@ export function startController(
       retryPeriod: "500ms",
       defaultKillGrace: "2s",
       identity,
-      runnerImage: "ghcr.io/playbook-controller/playbook-controller:test",
+      // The process node maps its test image to this checkout; a real node has the project's image.
+      runnerImage: inject("runnerImage"),
       ...overrides,
     },
     {},

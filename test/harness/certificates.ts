@@ -18,6 +18,10 @@ export interface ClusterCertificates {
   admin: ClientCertificate;
   controllerManager: ClientCertificate;
   scheduler: ClientCertificate;
+  /** The real node's kubelet: `system:node:real-node` in `system:nodes`, as the Node authorizer expects. */
+  node: ClientCertificate;
+  /** What the API server shows a kubelet it connects to (logs, exec). */
+  kubeletClient: ClientCertificate;
   serviceAccountKeyFile: string;
   serviceAccountPublicKeyFile: string;
 }
@@ -74,6 +78,9 @@ async function signedCertificate(
   return { certFile, keyFile };
 }
 
+/** The real node's name (`npm run cluster:up -- --node real`); its certificate names it. */
+export const NODE_NAME = "real-node";
+
 const clientExtensions =
   "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n";
 
@@ -110,7 +117,7 @@ export async function generateClusterCertificates(dir: string): Promise<ClusterC
     "",
   ].join("\n");
 
-  const [serving, admin, controllerManager, scheduler] = await Promise.all([
+  const [serving, admin, controllerManager, scheduler, node, kubeletClient] = await Promise.all([
     signedCertificate(dir, "apiserver", "/CN=kube-apiserver", servingExtensions, caFile, caKeyFile),
     signedCertificate(dir, "admin", "/O=system:masters/CN=admin", clientExtensions, caFile, caKeyFile),
     signedCertificate(
@@ -122,6 +129,22 @@ export async function generateClusterCertificates(dir: string): Promise<ClusterC
       caKeyFile,
     ),
     signedCertificate(dir, "scheduler", "/CN=system:kube-scheduler", clientExtensions, caFile, caKeyFile),
+    signedCertificate(
+      dir,
+      "node",
+      `/O=system:nodes/CN=system:node:${NODE_NAME}`,
+      clientExtensions,
+      caFile,
+      caKeyFile,
+    ),
+    signedCertificate(
+      dir,
+      "kubelet-client",
+      "/O=system:masters/CN=kube-apiserver-kubelet-client",
+      clientExtensions,
+      caFile,
+      caKeyFile,
+    ),
   ]);
 
   const serviceAccountKeyFile = path.join(dir, "service-account.key");
@@ -136,6 +159,8 @@ export async function generateClusterCertificates(dir: string): Promise<ClusterC
     admin,
     controllerManager,
     scheduler,
+    node,
+    kubeletClient,
     serviceAccountKeyFile,
     serviceAccountPublicKeyFile,
   };

@@ -1,8 +1,13 @@
+import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { promisify } from "node:util";
 import { ApiException, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { inject } from "vitest";
 import { waitFor } from "./processes.js";
+
+const run = promisify(execFile);
 
 export interface ClusterClients {
   kubeConfig: KubeConfig;
@@ -77,8 +82,17 @@ export async function waitForPodGone(core: CoreV1Api, namespace: string, name: s
   );
 }
 
-/** Asks the process node to lose the pod, as a node failure would. */
+/**
+ * Loses the pod as a node failure would. The process node kills its processes without a status
+ * write first; on a real node the pod is taken from the API as PodGC does it for a node that no
+ * longer exists (Failed with DisruptionTarget, then force-deleted), and the kubelet kills its
+ * containers when it sees the deletion.
+ */
 export async function losePod(namespace: string, name: string): Promise<void> {
+  if (inject("nodeKind") === "real") {
+    await loseToPodGc(namespace, name);
+    return;
+  }
   const response = await fetch(`${inject("processNodeUrl")}/lose/${namespace}/${name}`, { method: "POST" });
   if (response.status !== 204) throw new Error(`losePod ${namespace}/${name}: HTTP ${response.status}`);
 }
@@ -88,3 +102,32 @@ export { processesWithMarker, processesWorkingUnder } from "../support/processes
 export const marker = (): string => `marker-${randomBytes(6).toString("hex")}`;
 
 export { sleep };
+
+async function loseToPodGc(namespace: string, name: string): Promise<void> {
+  const kubectl = (args: string[]) =>
+    run(path.join(inject("binDir"), "kubectl"), [
+      `--kubeconfig=${inject("kubeconfig")}`,
+      "-n",
+      namespace,
+      ...args,
+    ]);
+  const now = new Date().toISOString();
+  await kubectl([
+    ...["patch", "pod", name, "--subresource=status", "--type=strategic", "-p"],
+    JSON.stringify({
+      status: {
+        phase: "Failed",
+        conditions: [
+          {
+            type: "DisruptionTarget",
+            status: "True",
+            reason: "DeletionByPodGC",
+            message: "PodGC: node no longer exists",
+            lastTransitionTime: now,
+          },
+        ],
+      },
+    }),
+  ]);
+  await kubectl(["delete", "pod", name, "--grace-period=0", "--force", "--wait=false"]);
+}

@@ -247,9 +247,12 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       `--tls-cert-file=${certs.serving.certFile}`,
       `--tls-private-key-file=${certs.serving.keyFile}`,
       `--client-ca-file=${certs.caFile}`,
-      "--authorization-mode=RBAC",
+      // Node: a real kubelet (`--node real`) gets what its pods need, as on any cluster.
+      "--authorization-mode=Node,RBAC",
       "--anonymous-auth=false",
-      "--enable-admission-plugins=PodSecurity",
+      "--enable-admission-plugins=PodSecurity,NodeRestriction",
+      `--kubelet-client-certificate=${certs.kubeletClient.certFile}`,
+      `--kubelet-client-key=${certs.kubeletClient.keyFile}`,
       // Privileged pods must reach PodSecurity admission, which is what the tests exercise.
       "--allow-privileged=true",
       `--service-account-key-file=${certs.serviceAccountPublicKeyFile}`,

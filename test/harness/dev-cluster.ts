@@ -16,13 +16,21 @@ import { ensurePrerequisites, installForbiddenByEnv } from "./prerequisites.js";
 import { defaultCommandMapping } from "./process-node/mapping.js";
 import { ProcessNode } from "./process-node/process-node.js";
 import { isRunning, logTail, startProcess, waitFor } from "./processes.js";
+import { projectImageArchive } from "./real-node/images.js";
+import { killRealNodeSync, type RealNode, startRealNode, stopRealNode } from "./real-node/real-node.js";
 
 const run = promisify(execFile);
 
+/** Which node runs the pods: the process node (a test double) or containerd with a real kubelet. */
+export type NodeKind = "process" | "real";
+
 export interface DevCluster {
   state: ClusterState;
-  /** Base URL of the process node's test hooks (POST /lose/NAMESPACE/NAME). */
+  nodeKind: NodeKind;
+  /** Base URL of the process node's test hooks (POST /lose/NAMESPACE/NAME); empty on a real node. */
   processNodeUrl: string;
+  /** The real node, when `node: "real"`. */
+  realNode?: RealNode;
   /** The in-process node, when not started as a daemon. */
   node?: ProcessNode;
   stop(): Promise<void>;
@@ -40,6 +48,10 @@ export interface DevClusterOptions {
    */
   install?: boolean;
   log: (message: string) => void;
+  /** Default "process". */
+  node?: NodeKind;
+  /** OCI image archives the real node imports besides its pause and busybox images. */
+  images?: string[];
 }
 
 async function installCrds(binDir: string, kubeconfig: string, log: (message: string) => void) {
@@ -61,6 +73,9 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
   // Everything this machine must provide is checked (and Go fetched) before anything starts.
   ensurePrerequisites({ install: options.install ?? !installForbiddenByEnv(), log });
   const binDir = await toolsBinDir();
+  const nodeKind = options.node ?? "process";
+  // A real node left by a killed run in this folder holds namespaces, cgroups and sysctls.
+  await stopRealNodeIn(options.stateDir, log);
   const controlPlane = await startControlPlane({
     stateDir: options.stateDir,
     binDir,
@@ -72,8 +87,24 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
   try {
     await installCrds(binDir, state.kubeconfig, log);
     const workDir = path.join(state.stateDir, PROCESS_NODE_DIR);
-    let processNodeUrl: string;
-    if (options.daemon) {
+    let processNodeUrl = "";
+    let realNode: RealNode | undefined;
+    if (nodeKind === "real") {
+      const pki = path.join(state.stateDir, "pki");
+      realNode = await startRealNode({
+        stateDir: state.stateDir,
+        binDir,
+        server: state.server,
+        caFile: path.join(pki, "ca.crt"),
+        node: { certFile: path.join(pki, "node.crt"), keyFile: path.join(pki, "node.key") },
+        adminKubeconfig: state.kubeconfig,
+        daemon: options.daemon,
+        extraImages:
+          options.images ?? [await projectImageArchive(log)].filter((a): a is string => a !== undefined),
+        record: (process, port) => controlPlane.record(process, port),
+        log,
+      });
+    } else if (options.daemon) {
       const urlFile = path.join(state.stateDir, "process-node.url");
       const main = path.join(repoRoot(), "dist", "test", "harness", "process-node", "main.js");
       const started = startProcess(
@@ -110,7 +141,7 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       await node.start();
       processNodeUrl = await node.listenControl();
     }
-    log(`Process node ready (${node?.isolation ?? "see logs/process-node.log"})`);
+    if (nodeKind === "process") log(`Process node ready (${node?.isolation ?? "see logs/process-node.log"})`);
 
     const cli = path.join(repoRoot(), "dist", "src", "cli", "main.js");
     if (
@@ -136,24 +167,40 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
 
     return {
       state,
+      nodeKind,
       processNodeUrl,
       ...(node ? { node } : {}),
+      ...(realNode ? { realNode } : {}),
       async stop() {
         await node?.stop();
+        await stopRealNode(state.stateDir, state.processes, log);
         await stopCluster(state, log);
       },
     };
   } catch (error) {
     await node?.stop().catch(() => {});
+    await stopRealNode(state.stateDir, state.processes, log).catch((e) => log(String(e)));
     await stopCluster(state, log).catch(() => {});
     throw error;
   }
+}
+
+/** Stops a real node recorded in `stateDir` (before the rest of its cluster), if there is one. */
+async function stopRealNodeIn(stateDir: string, log: (message: string) => void): Promise<void> {
+  const state = await readClusterState(stateDir).catch(() => undefined);
+  await stopRealNode(stateDir, state?.processes ?? [], log);
+}
+
+/** For exit hooks: SIGKILL a real node's pods and shims and restore its sysctls. */
+export function killRealNodeProcessesSync(stateDir: string): void {
+  killRealNodeSync(stateDir);
 }
 
 /** Stops a cluster recorded in `stateDir/state.json`, if any; returns whether one was found. */
 export async function stopDevCluster(stateDir: string, log: (message: string) => void): Promise<boolean> {
   const state = await readClusterState(stateDir);
   if (!state) return false;
+  await stopRealNode(stateDir, state.processes, log);
   await stopCluster(state, log);
   return true;
 }

@@ -5,15 +5,29 @@ import type {} from "vitest";
 import type { TestProject } from "vitest/node";
 import { repoRoot } from "./binaries.js";
 import { killRecordedProcessesSync } from "./control-plane.js";
-import { type DevCluster, startDevCluster, sweepAbandonedTestClusters } from "./dev-cluster.js";
+import {
+  type DevCluster,
+  killRealNodeProcessesSync,
+  type NodeKind,
+  startDevCluster,
+  sweepAbandonedTestClusters,
+} from "./dev-cluster.js";
+import { projectImageName } from "./real-node/images.js";
 
 declare module "vitest" {
   export interface ProvidedContext {
     kubeconfig: string;
     processNodeUrl: string;
     binDir: string;
+    /** Which node runs the pods: PLAYBOOK_TEST_NODE=real for containerd and a real kubelet. */
+    nodeKind: NodeKind;
+    /** The image the test controllers give their pods: the project's image on a real node. */
+    runnerImage: string;
   }
 }
+
+/** The process node's runner image: it maps this name to this checkout's build. */
+const PROCESS_NODE_RUNNER_IMAGE = "ghcr.io/playbook-controller/playbook-controller:test";
 
 const log = (message: string): void => {
   process.stderr.write(`[cluster] ${message}\n`);
@@ -24,6 +38,12 @@ const log = (message: string): void => {
  * namespace. Stopped in teardown, on SIGINT/SIGTERM, and (forcefully) on exit.
  */
 export default async function setup(project: TestProject) {
+  const node = process.env.PLAYBOOK_TEST_NODE === "real" ? "real" : "process";
+  return setupCluster(project, node);
+}
+
+/** The cluster setup for a node kind; test/harness/global-setup-real-node.ts asks for a real one. */
+export async function setupCluster(project: TestProject, node: NodeKind) {
   const parent = path.join(repoRoot(), ".cluster");
   await sweepAbandonedTestClusters(parent, log);
   const stateDir = path.join(parent, `test-${process.pid}`);
@@ -48,6 +68,7 @@ export default async function setup(project: TestProject) {
   // If the process dies before teardown finishes, no child may outlive it.
   const onExit = () => {
     cluster?.node?.killAllSync();
+    killRealNodeProcessesSync(stateDir);
     killRecordedProcessesSync(stateDir);
   };
   const unhook = () => {
@@ -61,7 +82,7 @@ export default async function setup(project: TestProject) {
 
   const t0 = Date.now();
   try {
-    cluster = await startDevCluster({ stateDir, daemon: false, log });
+    cluster = await startDevCluster({ stateDir, daemon: false, log, node });
   } catch (error) {
     unhook();
     throw error;
@@ -70,6 +91,8 @@ export default async function setup(project: TestProject) {
   project.provide("kubeconfig", cluster.state.kubeconfig);
   project.provide("processNodeUrl", cluster.processNodeUrl);
   project.provide("binDir", cluster.state.binDir);
+  project.provide("nodeKind", cluster.nodeKind);
+  project.provide("runnerImage", node === "real" ? projectImageName() : PROCESS_NODE_RUNNER_IMAGE);
 
   return async () => {
     await teardown();

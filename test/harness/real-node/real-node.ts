@@ -1,0 +1,667 @@
+// A real node for the dev cluster: Debian's containerd (with runc and the CNI bridge plugin) and
+// a kubelet built from the same Kubernetes module as the control plane, joined as
+// `system:node:real-node`.
+//
+// What they would change on this machine is kept off it:
+// - Both run in a mount namespace of their own (held by a `sleep` started with `unshare`), with
+//   empty tmpfs over /run and /var/lib: the kubelet's hard-coded device-plugins socket, its
+//   bind mounts, containerd's shim sockets, runc's state, the pods' network namespace mounts and
+//   every overlay rootfs live there and vanish with it.
+// - containerd also runs in a network namespace of its own: the CNI bridge, the pods' veths and
+//   the forwarding sysctl live there, so this machine's network is untouched. The kubelet stays
+//   in this machine's network, serving on 127.0.0.1 only, so the API server reaches it.
+// - Pods' cgroups go under a cgroup root named after the state folder, removed on stop.
+// - The kernel sysctls the kubelet sets (vm.overcommit_memory, kernel.panic...) are recorded
+//   before it starts and restored on stop; `makeIPTablesUtilChains: false` keeps it out of
+//   iptables.
+import { execFile, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, readdirSync, readFileSync, readlinkSync, rmdirSync, writeFileSync } from "node:fs";
+import { mkdir, rm, writeFile } from "node:fs/promises";
+import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { promisify } from "node:util";
+import { CoreV1Api, KubeConfig } from "@kubernetes/client-node";
+import { stringify } from "yaml";
+import { z } from "zod";
+import { NODE_NAME } from "../certificates.js";
+import {
+  freePort,
+  isRunning,
+  logTail,
+  type RecordedProcess,
+  type StartedProcess,
+  startProcess,
+  stopProcess,
+  waitFor,
+} from "../processes.js";
+import { busyboxImageArchive, PAUSE_IMAGE, pauseImageArchive } from "./images.js";
+
+const run = promisify(execFile);
+
+export const REAL_NODE_NAME = NODE_NAME;
+/** The real node's folder inside the cluster's state folder. */
+export const REAL_NODE_DIR = "real-node";
+/** The CNI bridge, inside containerd's network namespace; never in this machine's. */
+export const POD_BRIDGE = "pbdev0";
+const POD_SUBNET = "10.88.0.0/16";
+
+/** Kernel settings the kubelet writes at start (`setupKernelTunables`), restored on stop. */
+export const KUBELET_SYSCTLS = [
+  "vm/overcommit_memory",
+  "vm/panic_on_oom",
+  "kernel/panic",
+  "kernel/panic_on_oops",
+  "kernel/keys/root_maxkeys",
+  "kernel/keys/root_maxbytes",
+] as const;
+
+const hostRecordSchema = z.object({
+  cgroupRoot: z.string().regex(/^playbook-dev-[0-9a-f]+$/),
+  sysctls: z.record(z.string(), z.string()),
+  containerdSocket: z.string(),
+  mountNamespace: z.string().optional(),
+  netNamespace: z.string().optional(),
+});
+type HostRecord = z.infer<typeof hostRecordSchema>;
+
+export interface RealNodeOptions {
+  stateDir: string;
+  binDir: string;
+  server: string;
+  caFile: string;
+  /** The node's client certificate (CN=system:node:real-node, O=system:nodes). */
+  node: { certFile: string; keyFile: string };
+  adminKubeconfig: string;
+  daemon: boolean;
+  /** Image archives to import besides pause and busybox (the project's image). */
+  extraImages?: string[];
+  record: (process: RecordedProcess, port?: { name: string; port: number }) => Promise<void>;
+  log: (message: string) => void;
+}
+
+export interface RealNode {
+  name: string;
+  containerdSocket: string;
+  /** Images present on the node, by name. */
+  images: string[];
+}
+
+const nodeDir = (stateDir: string) => path.join(stateDir, REAL_NODE_DIR);
+const hostRecordFile = (stateDir: string) => path.join(nodeDir(stateDir), "host.json");
+
+/** What must be installed for a real node, with the Debian package that brings it. */
+const NEEDED: { command: string; debianPackage: string }[] = [
+  { command: "containerd", debianPackage: "containerd" },
+  { command: "ctr", debianPackage: "containerd" },
+  { command: "runc", debianPackage: "runc" },
+  { command: "unshare", debianPackage: "util-linux" },
+  { command: "nsenter", debianPackage: "util-linux" },
+  { command: "ip", debianPackage: "iproute2" },
+  { command: "cc", debianPackage: "gcc" },
+  { command: "dpkg-deb", debianPackage: "dpkg" },
+];
+const CNI_BIN_DIRS = ["/usr/lib/cni", "/opt/cni/bin"];
+
+function which(command: string): string | undefined {
+  const found = spawnSync("sh", ["-c", 'command -v "$1"', "sh", command], { encoding: "utf8" });
+  return found.status === 0 ? found.stdout.trim() : undefined;
+}
+
+/** Says what is missing for a real node and how to install it; empty when nothing is. */
+export function missingForRealNode(): string[] {
+  const missing: string[] = [];
+  if (process.getuid?.() !== 0) missing.push("root (containerd and the kubelet need it)");
+  for (const { command, debianPackage } of NEEDED)
+    if (!which(command)) missing.push(`${command} (apt-get install ${debianPackage})`);
+  if (!CNI_BIN_DIRS.some((dir) => existsSync(path.join(dir, "bridge"))))
+    missing.push("the CNI bridge plugin (apt-get install containernetworking-plugins)");
+  return missing;
+}
+
+function cniBinDir(): string {
+  return CNI_BIN_DIRS.find((dir) => existsSync(path.join(dir, "bridge"))) ?? CNI_BIN_DIRS[0] ?? "";
+}
+
+/** The cgroup hierarchies mounted here (v1 controllers and the unified one). */
+function cgroupMounts(): string[] {
+  const mounts: string[] = [];
+  for (const line of readFileSync("/proc/self/mountinfo", "utf8").split("\n")) {
+    const [before, after] = line.split(" - ");
+    const fsType = after?.split(" ")[0];
+    const mountPoint = before?.split(" ")[4];
+    if ((fsType === "cgroup" || fsType === "cgroup2") && mountPoint) mounts.push(mountPoint);
+  }
+  return mounts;
+}
+
+function readSysctl(name: string): string | undefined {
+  try {
+    return readFileSync(path.join("/proc/sys", name), "utf8").trim();
+  } catch {
+    return undefined;
+  }
+}
+
+function namespaceOf(pid: number, kind: "mnt" | "net"): string | undefined {
+  try {
+    return readlinkSync(`/proc/${pid}/ns/${kind}`);
+  } catch {
+    return undefined;
+  }
+}
+
+const nsenterPath = () => which("nsenter") ?? "nsenter";
+
+/** True once the process has exited; it may exec (nsenter, sh) on the way, which isRunning would miss. */
+function exitFlag(started: StartedProcess): () => boolean {
+  let exited = false;
+  void started.exited.then(() => {
+    exited = true;
+  });
+  return () => exited;
+}
+
+/** Starts `binary` through nsenter and records it once it has exec'd (so pids are matched on it). */
+async function startInNamespaces(
+  name: string,
+  holderPid: number,
+  namespaces: ("mnt" | "net")[],
+  binary: string,
+  args: string[],
+  options: { logFile: string; daemon: boolean },
+): Promise<StartedProcess> {
+  const enter = namespaces.map(
+    (kind) => `--${kind === "mnt" ? "mount" : "net"}=/proc/${holderPid}/ns/${kind}`,
+  );
+  const started = startProcess(name, nsenterPath(), [...enter, "--", binary, ...args], options);
+  const execd = { ...started, executable: binary };
+  const exited = exitFlag(started);
+  await waitFor(`${name} to start`, async () => (isRunning(execd) ? true : undefined), {
+    timeoutMs: 10_000,
+    intervalMs: 20,
+    abortIf: () => (exited() ? `${name} exited:\n${logTail(started.logFile)}` : undefined),
+  });
+  return execd;
+}
+
+function containerdConfig(dir: string, socket: string): string {
+  const cri = {
+    restrict_oom_score_adj: true,
+    sandbox_image: PAUSE_IMAGE,
+    enable_selinux: false,
+    disable_apparmor: true,
+    tolerate_missing_hugetlb_controller: true,
+    disable_hugetlb_controller: true,
+    netns_mounts_under_state_dir: true,
+    stream_server_address: "127.0.0.1",
+    stream_server_port: "0",
+    enable_cdi: false,
+    containerd: {
+      snapshotter: "overlayfs",
+      default_runtime_name: "runc",
+      runtimes: {
+        runc: {
+          runtime_type: "io.containerd.runc.v2",
+          options: { SystemdCgroup: false, BinaryName: which("runc") ?? "runc" },
+        },
+      },
+    },
+    cni: { bin_dir: cniBinDir(), conf_dir: path.join(dir, "cni", "net.d"), max_conf_num: 1 },
+    registry: { config_path: "" },
+  };
+  // TOML by hand: only tables, strings, booleans and numbers are needed.
+  const lines: string[] = [
+    "version = 2",
+    `root = ${JSON.stringify(path.join(dir, "containerd", "root"))}`,
+    `state = ${JSON.stringify(path.join(dir, "containerd", "state"))}`,
+    `disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]`,
+    "",
+    "[grpc]",
+    `  address = ${JSON.stringify(socket)}`,
+    "",
+    "[ttrpc]",
+    `  address = ""`,
+    "",
+    "[debug]",
+    `  address = ""`,
+    "",
+    "[metrics]",
+    `  address = ""`,
+    "",
+    `[plugins."io.containerd.internal.v1.opt"]`,
+    `  path = ${JSON.stringify(path.join(dir, "containerd", "opt"))}`,
+  ];
+  const table = (name: string, value: Record<string, unknown>): void => {
+    const nested: [string, Record<string, unknown>][] = [];
+    lines.push("", `[${name}]`);
+    for (const [key, v] of Object.entries(value)) {
+      if (v !== null && typeof v === "object") nested.push([key, v as Record<string, unknown>]);
+      else lines.push(`  ${key} = ${JSON.stringify(v)}`);
+    }
+    for (const [key, v] of nested) table(`${name}.${key}`, v);
+  };
+  table(`plugins."io.containerd.grpc.v1.cri"`, cri);
+  return `${lines.join("\n")}\n`;
+}
+
+function cniConfig(dir: string): string {
+  return JSON.stringify(
+    {
+      cniVersion: "1.0.0",
+      name: "playbook-dev",
+      plugins: [
+        {
+          type: "bridge",
+          bridge: POD_BRIDGE,
+          isGateway: true,
+          ipMasq: false,
+          hairpinMode: true,
+          ipam: {
+            type: "host-local",
+            dataDir: path.join(dir, "cni", "ipam"),
+            ranges: [[{ subnet: POD_SUBNET }]],
+            routes: [{ dst: "0.0.0.0/0" }],
+          },
+        },
+      ],
+    },
+    null,
+    2,
+  );
+}
+
+function kubeletConfig(options: {
+  dir: string;
+  socket: string;
+  caFile: string;
+  cgroupRoot: string;
+  port: number;
+  healthzPort: number;
+}): string {
+  return stringify({
+    apiVersion: "kubelet.config.k8s.io/v1beta1",
+    kind: "KubeletConfiguration",
+    address: "127.0.0.1",
+    port: options.port,
+    readOnlyPort: 0,
+    healthzBindAddress: "127.0.0.1",
+    healthzPort: options.healthzPort,
+    // Only the API server (its kubelet client certificate is signed by the cluster CA) connects.
+    authentication: {
+      anonymous: { enabled: false },
+      webhook: { enabled: false },
+      x509: { clientCAFile: options.caFile },
+    },
+    authorization: { mode: "AlwaysAllow" },
+    containerRuntimeEndpoint: `unix://${options.socket}`,
+    // containerd 1.6 does not answer the RuntimeConfig call, so the kubelet takes this value.
+    cgroupDriver: "cgroupfs",
+    cgroupRoot: `/${options.cgroupRoot}`,
+    failCgroupV1: false,
+    failSwapOn: false,
+    makeIPTablesUtilChains: false,
+    podLogsDir: path.join(options.dir, "pod-logs"),
+    // Imported images cannot be pulled again: never collect them.
+    imageGCHighThresholdPercent: 100,
+    imageGCLowThresholdPercent: 99,
+    evictionHard: { "memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%" },
+    serializeImagePulls: false,
+    shutdownGracePeriod: "0s",
+    shutdownGracePeriodCriticalPods: "0s",
+    resolvConf: "/etc/resolv.conf",
+    rotateCertificates: false,
+    serverTLSBootstrap: false,
+    nodeStatusReportFrequency: "10s",
+    nodeStatusUpdateFrequency: "5s",
+    fileCheckFrequency: "20s",
+    syncFrequency: "10s",
+  });
+}
+
+/** Starts containerd and the kubelet, imports the images and waits for the node to be Ready and schedulable. */
+export async function startRealNode(options: RealNodeOptions): Promise<RealNode> {
+  const { stateDir, log } = options;
+  const missing = missingForRealNode();
+  if (missing.length > 0) throw new Error(`a real node needs: ${missing.join("; ")}`);
+  const dir = nodeDir(stateDir);
+  const logDir = path.join(stateDir, "logs");
+  await mkdir(path.join(dir, "cni", "net.d"), { recursive: true });
+  await mkdir(path.join(dir, "pod-logs"), { recursive: true });
+  const t0 = Date.now();
+  const images = [await pauseImageArchive(), await busyboxImageArchive(), ...(options.extraImages ?? [])];
+  log(`Image archives ready after ${Date.now() - t0}ms`);
+
+  const socket = path.join(dir, "containerd.sock");
+  const cgroupRoot = `playbook-dev-${createHash("sha256").update(stateDir).digest("hex").slice(0, 12)}`;
+  const record: HostRecord = { cgroupRoot, sysctls: {}, containerdSocket: socket };
+  for (const name of KUBELET_SYSCTLS) {
+    const value = readSysctl(name);
+    if (value !== undefined) record.sysctls[name] = value;
+  }
+  // Written before anything starts, so a stop after any failure knows what to restore.
+  await writeFile(hostRecordFile(stateDir), `${JSON.stringify(record, null, 2)}\n`);
+  for (const mount of cgroupMounts()) await mkdir(path.join(mount, cgroupRoot), { recursive: true });
+
+  await writeFile(path.join(dir, "containerd.toml"), containerdConfig(dir, socket));
+  await writeFile(path.join(dir, "cni", "net.d", "10-playbook-dev.conflist"), cniConfig(dir));
+
+  // The namespaces' holder: private mounts with /run and /var/lib emptied, and a network of its own.
+  const ready = path.join(dir, "namespaces.ready");
+  const holderStarted = startProcess(
+    "real-node-namespaces",
+    which("unshare") ?? "unshare",
+    [
+      ...["--mount", "--net", "--propagation", "private", "--", "sh", "-c"],
+      'set -e; ip link set lo up; mount -t tmpfs -o mode=0755 run /run; mount -t tmpfs -o mode=0755 varlib /var/lib; : > "$1"; exec sleep infinity',
+      "sh",
+      ready,
+    ],
+    { logFile: path.join(logDir, "real-node-namespaces.log"), daemon: options.daemon },
+  );
+  const holder = { ...holderStarted, executable: "sleep" };
+  await options.record(holder);
+  const holderExited = exitFlag(holderStarted);
+  await waitFor(
+    "the real node's namespaces",
+    async () => (existsSync(ready) && isRunning(holder) ? true : undefined),
+    {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+      abortIf: () => (holderExited() ? `unshare exited:\n${logTail(holderStarted.logFile)}` : undefined),
+    },
+  );
+  record.mountNamespace = namespaceOf(holder.pid, "mnt");
+  record.netNamespace = namespaceOf(holder.pid, "net");
+  await writeFile(hostRecordFile(stateDir), `${JSON.stringify(record, null, 2)}\n`);
+
+  const containerdBinary = which("containerd") ?? "/usr/bin/containerd";
+  const containerd = await startInNamespaces(
+    "containerd",
+    holder.pid,
+    ["mnt", "net"],
+    containerdBinary,
+    ["--config", path.join(dir, "containerd.toml"), "--log-level", "warn"],
+    { logFile: path.join(logDir, "containerd.log"), daemon: options.daemon },
+  );
+  await options.record(containerd);
+  const ctr = (args: string[]) =>
+    run(which("ctr") ?? "ctr", ["--address", socket, "--namespace", "k8s.io", ...args], {
+      maxBuffer: 1 << 22,
+    });
+  await waitFor("containerd", async () => ((await ctr(["version"])) ? true : undefined), {
+    timeoutMs: 30_000,
+    intervalMs: 100,
+    abortIf: () => (isRunning(containerd) ? undefined : `containerd exited:\n${logTail(containerd.logFile)}`),
+  });
+  log(`containerd ready after ${Date.now() - t0}ms (socket ${socket})`);
+
+  for (const archive of images) await ctr(["images", "import", archive]);
+  const { stdout: listed } = await ctr(["images", "list", "--quiet"]);
+  const imageNames = listed.split("\n").filter((line) => line !== "" && !line.startsWith("sha256:"));
+  log(`Imported ${imageNames.join(", ")}`);
+
+  const kubeconfig = path.join(dir, "kubelet.kubeconfig");
+  await writeFile(
+    kubeconfig,
+    stringify({
+      apiVersion: "v1",
+      kind: "Config",
+      clusters: [
+        {
+          name: "playbook-dev",
+          cluster: { server: options.server, "certificate-authority": options.caFile },
+        },
+      ],
+      users: [
+        {
+          name: `system:node:${REAL_NODE_NAME}`,
+          user: { "client-certificate": options.node.certFile, "client-key": options.node.keyFile },
+        },
+      ],
+      contexts: [
+        { name: "playbook-dev", context: { cluster: "playbook-dev", user: `system:node:${REAL_NODE_NAME}` } },
+      ],
+      "current-context": "playbook-dev",
+    }),
+    { mode: 0o600 },
+  );
+  const port = await freePort();
+  let healthzPort = await freePort();
+  while (healthzPort === port) healthzPort = await freePort();
+  await writeFile(
+    path.join(dir, "kubelet.yaml"),
+    kubeletConfig({ dir, socket, caFile: options.caFile, cgroupRoot, port, healthzPort }),
+  );
+  const kubelet = await startInNamespaces(
+    "kubelet",
+    holder.pid,
+    ["mnt"],
+    path.join(options.binDir, "kubelet"),
+    [
+      `--config=${path.join(dir, "kubelet.yaml")}`,
+      `--kubeconfig=${kubeconfig}`,
+      `--root-dir=${path.join(dir, "kubelet")}`,
+      `--cert-dir=${path.join(dir, "kubelet-pki")}`,
+      `--hostname-override=${REAL_NODE_NAME}`,
+      "--node-ip=127.0.0.1",
+      "--v=1",
+    ],
+    { logFile: path.join(logDir, "kubelet.log"), daemon: options.daemon },
+  );
+  await options.record(kubelet, { name: "kubelet", port });
+
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromFile(options.adminKubeconfig);
+  const core = kubeConfig.makeApiClient(CoreV1Api);
+  // The kubelet refuses a loopback --node-ip ("nodeIP can't be loopback address") and then leaves
+  // the node's addresses alone; without --node-ip it would publish this machine's outward address.
+  // So the harness publishes 127.0.0.1, where the kubelet serves, for the API server to reach it.
+  await waitFor(
+    `node ${REAL_NODE_NAME} registered`,
+    async () => {
+      await core.readNode({ name: REAL_NODE_NAME });
+      return true;
+    },
+    {
+      timeoutMs: 60_000,
+      intervalMs: 100,
+      abortIf: () => (isRunning(kubelet) ? undefined : `kubelet exited:\n${logTail(kubelet.logFile)}`),
+    },
+  );
+  await run(path.join(options.binDir, "kubectl"), [
+    `--kubeconfig=${options.adminKubeconfig}`,
+    ...["patch", "node", REAL_NODE_NAME, "--subresource=status", "--type=merge", "-p"],
+    JSON.stringify({
+      status: {
+        addresses: [
+          { type: "InternalIP", address: "127.0.0.1" },
+          { type: "Hostname", address: REAL_NODE_NAME },
+        ],
+      },
+    }),
+  ]);
+  await waitFor(
+    `node ${REAL_NODE_NAME} Ready without the not-ready taint`,
+    async () => {
+      const node = await core.readNode({ name: REAL_NODE_NAME });
+      const ready = node.status?.conditions?.find((c) => c.type === "Ready")?.status === "True";
+      const tainted = (node.spec?.taints ?? []).some((t) => t.key.startsWith("node.kubernetes.io/not-ready"));
+      return ready && !tainted ? true : undefined;
+    },
+    {
+      timeoutMs: 90_000,
+      intervalMs: 200,
+      abortIf: () => (isRunning(kubelet) ? undefined : `kubelet exited:\n${logTail(kubelet.logFile)}`),
+    },
+  );
+  log(`Real node ${REAL_NODE_NAME} Ready after ${Date.now() - t0}ms (kubelet on 127.0.0.1:${port})`);
+  return { name: REAL_NODE_NAME, containerdSocket: socket, images: imageNames };
+}
+
+function readHostRecord(stateDir: string): HostRecord | undefined {
+  try {
+    return hostRecordSchema.parse(JSON.parse(readFileSync(hostRecordFile(stateDir), "utf8")));
+  } catch {
+    return undefined;
+  }
+}
+
+/** Every pid in the node's pod cgroups (containers and pause), from each hierarchy. */
+function podCgroupPids(cgroupRoot: string): number[] {
+  const pids = new Set<number>();
+  const walk = (dir: string): void => {
+    let entries: string[];
+    try {
+      entries = readdirSync(dir);
+    } catch {
+      return;
+    }
+    if (entries.includes("cgroup.procs")) {
+      for (const pid of readFileSync(path.join(dir, "cgroup.procs"), "utf8").split("\n"))
+        if (/^\d+$/.test(pid)) pids.add(Number(pid));
+    }
+    for (const entry of entries) {
+      const child = path.join(dir, entry);
+      try {
+        if (readdirSync(child)) walk(child);
+      } catch {
+        // A file, not a cgroup.
+      }
+    }
+  };
+  for (const mount of cgroupMounts()) walk(path.join(mount, cgroupRoot));
+  return [...pids];
+}
+
+/** Processes started for this node that no recorded process group holds: containerd's shims. */
+function shimPids(socket: string): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const argv = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0");
+      if (argv.includes(socket)) pids.push(Number(entry));
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return pids;
+}
+
+/** Processes still in the node's mount namespace (its holder, containerd, the kubelet, shims). */
+function pidsInNamespace(namespace: string | undefined, kind: "mnt" | "net"): number[] {
+  if (!namespace) return [];
+  return readdirSync("/proc")
+    .filter((entry) => /^\d+$/.test(entry) && Number(entry) !== process.pid)
+    .map(Number)
+    .filter((pid) => namespaceOf(pid, kind) === namespace);
+}
+
+function killAll(pids: number[]): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+}
+
+function removeCgroups(cgroupRoot: string): string[] {
+  const left: string[] = [];
+  const remove = (dir: string): void => {
+    let entries: string[];
+    try {
+      entries = readdirSync(dir, { withFileTypes: true })
+        .filter((e) => e.isDirectory())
+        .map((e) => e.name);
+    } catch {
+      return;
+    }
+    for (const entry of entries) remove(path.join(dir, entry));
+    try {
+      rmdirSync(dir);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "ENOENT") left.push(dir);
+    }
+  };
+  for (const mount of cgroupMounts()) remove(path.join(mount, cgroupRoot));
+  return left;
+}
+
+function restoreSysctls(record: HostRecord): void {
+  for (const [name, value] of Object.entries(record.sysctls)) {
+    if (readSysctl(name) === value) continue;
+    writeFileSync(path.join("/proc/sys", name), value);
+  }
+}
+
+/**
+ * For exit hooks, which cannot wait: SIGKILL the pods' processes and containerd's shims, and put
+ * the sysctls back. The recorded processes (kubelet, containerd, the namespaces' holder) are
+ * killed with the others; the cgroups go at the next stop.
+ */
+export function killRealNodeSync(stateDir: string): void {
+  const record = readHostRecord(stateDir);
+  if (!record) return;
+  killAll(podCgroupPids(record.cgroupRoot));
+  killAll(shimPids(record.containerdSocket));
+  try {
+    restoreSysctls(record);
+  } catch {
+    // Restored at the next stop.
+  }
+}
+
+/**
+ * Stops the real node recorded in `stateDir`: the kubelet, every pod's processes, containerd's
+ * shims, containerd and the namespaces' holder; then removes its cgroups, restores the sysctls
+ * and checks that nothing of it is left. A no-op when there is none.
+ */
+export async function stopRealNode(
+  stateDir: string,
+  recorded: RecordedProcess[],
+  log: (message: string) => void,
+): Promise<void> {
+  const record = readHostRecord(stateDir);
+  if (!record) return;
+  const named = (name: string) => recorded.find((p) => p.name === name);
+  const stop = async (name: string) => {
+    const process = named(name);
+    if (process && isRunning(process)) {
+      await stopProcess(process);
+      log(`Stopped ${name} (pid ${process.pid})`);
+    }
+  };
+  // The kubelet first, so it does not restart what is killed next.
+  await stop("kubelet");
+  for (let pass = 0; pass < 50; pass += 1) {
+    const pids = [...podCgroupPids(record.cgroupRoot), ...shimPids(record.containerdSocket)];
+    if (pids.length === 0) break;
+    killAll(pids);
+    await sleep(100);
+  }
+  await stop("containerd");
+  await stop("real-node-namespaces");
+  // Anything else that entered the namespaces (a stray nsenter) goes too.
+  killAll([...pidsInNamespace(record.mountNamespace, "mnt"), ...pidsInNamespace(record.netNamespace, "net")]);
+  let leftCgroups: string[] = [];
+  for (let pass = 0; pass < 50; pass += 1) {
+    leftCgroups = removeCgroups(record.cgroupRoot);
+    if (leftCgroups.length === 0) break;
+    await sleep(100);
+  }
+  restoreSysctls(record);
+  const stillIn = [
+    ...pidsInNamespace(record.mountNamespace, "mnt"),
+    ...pidsInNamespace(record.netNamespace, "net"),
+  ];
+  const problems = [
+    ...(stillIn.length > 0 ? [`processes still in the real node's namespaces: ${stillIn.join(", ")}`] : []),
+    ...(leftCgroups.length > 0 ? [`cgroups left: ${leftCgroups.join(", ")}`] : []),
+  ];
+  if (problems.length > 0) throw new Error(`the real node did not stop cleanly: ${problems.join("; ")}`);
+  await rm(hostRecordFile(stateDir), { force: true });
+  log("Stopped the real node: its namespaces, cgroups and sysctls are gone or restored");
+}
