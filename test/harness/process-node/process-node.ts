@@ -17,6 +17,7 @@ import {
   type V1Pod,
   type V1PodCondition,
   type V1PodStatus,
+  type V1Taint,
   Watch,
 } from "@kubernetes/client-node";
 import { repoRoot } from "../binaries.js";
@@ -48,6 +49,15 @@ export interface ProcessNodeOptions {
   workDir: string;
   mapping: CommandMapping;
   log?: (fields: Record<string, unknown>, message: string) => void;
+  /** Fault injection for tests. */
+  faults?: {
+    /** Called between a resync's list and its use: a slow list. */
+    resyncListed?: () => Promise<void>;
+    /** Called as each attempt to start a pod begins; what it throws fails that attempt. */
+    setUp?: (pod: V1Pod) => void;
+  };
+  /** Registered with the node, e.g. a NoSchedule taint for a node only tests bind pods to. */
+  taints?: V1Taint[];
 }
 
 /** The kubelet's limits on termination messages (pkg/kubelet/container/runtime.go). */
@@ -57,6 +67,16 @@ const MAX_FALLBACK_LOG_LINES = 80;
 const LEASE_DURATION_SECONDS = 40;
 const LEASE_RENEW_MS = 10_000;
 const RESYNC_MS = 5_000;
+/** A failed pod start is tried again after this, doubling (the kubelet's pod workers back off too). */
+const SETUP_RETRY_FIRST_MS = 1_000;
+const SETUP_RETRY_MAX_MS = 10_000;
+/** A failed status write is tried again after this, doubling, until it lands. */
+const STATUS_RETRY_FIRST_MS = 200;
+const STATUS_RETRY_MAX_MS = 5_000;
+/** A pod start that has hung this long on one step is logged, once. */
+const SLOW_START_MS = 20_000;
+/** Pod network namespaces set up at once; each starts a relay process. */
+const NETWORK_SETUPS_AT_ONCE = 4;
 
 export const TERMINATION_MESSAGE_ENV = "PLAYBOOK_TERMINATION_MESSAGE_PATH";
 export const DEADLINE_EXCEEDED_MESSAGE = "Pod was active on the node longer than the specified deadline";
@@ -65,6 +85,8 @@ interface ContainerRun {
   name: string;
   image: string;
   process?: ContainerProcess;
+  /** Why a container that has not started is waiting, when it is not just being created. */
+  waiting?: { reason: string; message: string };
   startedAt?: Date;
   finishedAt?: Date;
   exit?: ProcessExit;
@@ -86,8 +108,8 @@ interface PodRun {
   pod: V1Pod;
   dir: string;
   volumes: PodVolumes;
-  /** The pod's own network namespace, or why it could not be made. */
-  network?: PodNetwork | { error: string };
+  /** The pod's own network namespace, once made. */
+  network?: PodNetwork;
   startTime: Date;
   containers: ContainerRun[];
   phase: "Pending" | "Running" | "Succeeded" | "Failed";
@@ -96,7 +118,15 @@ interface PodRun {
   /** Set once the pod is being torn down (deadline, deletion, loss); containers are not restarted. */
   stopping: boolean;
   deadlineTimer?: NodeJS.Timeout;
+  /** Settles once the latest status is in the API server (or the pod is gone). */
   writes: Promise<void>;
+  /** Bumped on every change to report; the status sync writes until the last one has landed. */
+  statusVersion: number;
+  statusSyncing: boolean;
+  /** The resourceVersion of the node's last status write: what the API server shows before it is stale. */
+  writtenResourceVersion?: string;
+  /** What the pod's start is doing, and since when; cleared once its containers have started. */
+  setup?: { step: string; since: number; reported?: boolean };
 }
 
 const isApiError = (error: unknown, code: number): boolean =>
@@ -166,6 +196,7 @@ export class ProcessNode {
   private readonly core: CoreV1Api;
   private readonly coordination: CoordinationV1Api;
   private readonly runs = new Map<string, PodRun>();
+  private readonly networkSetups = new Limiter(NETWORK_SETUPS_AT_ONCE);
   /** Pods this node has let go of (lost, deleted); later events for them are ignored. */
   private readonly forgotten = new Set<string>();
   private readonly timers: NodeJS.Timeout[] = [];
@@ -290,7 +321,7 @@ export class ProcessNode {
   }
 
   private releaseNetwork(run: PodRun): void {
-    if (run.network && "stop" in run.network) run.network.stop();
+    run.network?.stop();
   }
 
   private findContainer(namespace: string, pod: string, container: string): ContainerRun | undefined {
@@ -394,6 +425,7 @@ export class ProcessNode {
               "playbook.dev/process-node": "true",
             },
           },
+          ...(this.options.taints ? { spec: { taints: this.options.taints } } : {}),
         },
       });
       this.log({ node: this.nodeName }, "Registered Node");
@@ -505,8 +537,9 @@ export class ProcessNode {
     const deadline = Date.now() + 60_000;
     for (;;) {
       const node = await this.core.readNode({ name: this.nodeName });
+      const own = new Set((this.options.taints ?? []).map((t) => t.key));
       const blocking = (node.spec?.taints ?? []).filter(
-        (t) => t.effect === "NoSchedule" || t.effect === "NoExecute",
+        (t) => (t.effect === "NoSchedule" || t.effect === "NoExecute") && !own.has(t.key),
       );
       if (blocking.length === 0) return;
       if (Date.now() > deadline) {
@@ -545,13 +578,49 @@ export class ProcessNode {
   /** Level-triggered safety net behind the watch: every bound pod is looked at again. */
   private async resync(): Promise<void> {
     if (this.stopped) return;
+    // Only pods known before the list was asked for can be missing from it: one the watch
+    // admitted while a slow list was in flight is not in it and is not gone.
+    const known = [...this.runs.values()];
     const list = await this.core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${this.nodeName}` });
+    await this.options.faults?.resyncListed?.();
     const present = new Set<string>();
     for (const pod of list.items) {
       present.add(pod.metadata?.uid ?? "");
       this.onPod(pod);
     }
-    for (const uid of this.runs.keys()) if (!present.has(uid)) this.onPodGone(uid);
+    for (const run of known) {
+      if (!present.has(run.uid) && this.runs.has(run.uid)) void this.confirmGone(run);
+    }
+    this.reportSlowStarts();
+  }
+
+  /** A pod missing from a list is killed only once a read says it is gone (deleted or replaced). */
+  private async confirmGone(run: PodRun): Promise<void> {
+    try {
+      const pod = await this.core.readNamespacedPod({ namespace: run.namespace, name: run.name });
+      if (pod.metadata?.uid === run.uid) return;
+    } catch (error) {
+      if (!isApiError(error, 404)) return;
+    }
+    this.onPodGone(run.uid);
+  }
+
+  /** A pod whose start has hung on one step says so once, with the step. */
+  private reportSlowStarts(): void {
+    for (const run of this.runs.values()) {
+      const setup = run.setup;
+      if (!setup || setup.reported || Date.now() - setup.since < SLOW_START_MS) continue;
+      setup.reported = true;
+      this.log(
+        {
+          namespace: run.namespace,
+          pod: run.name,
+          step: setup.step,
+          seconds: (Date.now() - setup.since) / 1000,
+        },
+        "Pod start is slow",
+      );
+    }
   }
 
   private forget(uid: string): void {
@@ -573,10 +642,17 @@ export class ProcessNode {
     if (!uid || this.forgotten.has(uid)) return;
     const run = this.runs.get(uid);
     if (run) {
+      // A resync's list can be older than what the watch already delivered.
+      if (olderThan(pod, run.pod)) return;
       const lowered = pod.spec?.activeDeadlineSeconds !== run.pod.spec?.activeDeadlineSeconds;
       run.pod = pod;
       // The kubelet follows an activeDeadlineSeconds lowered on a running pod (a cancel does so).
       if (lowered && run.deadlineTimer) this.armDeadline(run);
+      // As the kubelet's status manager does: what the API server shows is compared with what the
+      // node knows, and written again when they differ (a write lost in an outage, a relist).
+      const stale = olderThan(pod, { metadata: { resourceVersion: run.writtenResourceVersion } });
+      if (!run.statusSyncing && !stale && statusFingerprint(pod.status) !== this.reportedFingerprint(run))
+        this.writeStatus(run);
     }
     if (pod.metadata?.deletionTimestamp) {
       void this.terminateForDeletion(pod, run).catch((error) =>
@@ -602,6 +678,10 @@ export class ProcessNode {
   private onPodGone(uid: string): void {
     const run = this.runs.get(uid);
     if (!run) return;
+    this.log(
+      { namespace: run.namespace, pod: run.name },
+      "Pod is gone from the API server; killing its processes",
+    );
     this.forget(uid);
     run.stopping = true;
     if (run.deadlineTimer) clearTimeout(run.deadlineTimer);
@@ -634,6 +714,8 @@ export class ProcessNode {
       phase: "Pending",
       stopping: false,
       writes: Promise.resolve(),
+      statusVersion: 0,
+      statusSyncing: false,
     };
     this.runs.set(uid, run);
 
@@ -651,9 +733,43 @@ export class ProcessNode {
       return;
     }
 
-    await mkdir(dir, { recursive: true });
     this.log({ namespace, pod: name }, "Starting pod");
     this.armDeadline(run);
+    // As the kubelet's pod worker: a start that fails is retried with back-off until the pod stops,
+    // and the containers say why they wait meanwhile; never left half-started in silence.
+    for (let delay = SETUP_RETRY_FIRST_MS; ; delay = Math.min(delay * 2, SETUP_RETRY_MAX_MS)) {
+      try {
+        await this.setUpPod(run);
+        return;
+      } catch (error) {
+        if (run.stopping || this.stopped || !this.runs.has(uid)) return;
+        const sandbox = run.setup?.step === "network";
+        const message = error instanceof Error ? error.message : String(error);
+        for (const container of run.containers) {
+          if (container.process || container.exit !== undefined) continue;
+          container.waiting = sandbox
+            ? { reason: "ContainerCreating", message: `Failed to create pod sandbox: ${message}` }
+            : { reason: "CreateContainerError", message };
+        }
+        this.logError(error, "Failed to start pod; retrying", {
+          namespace,
+          pod: name,
+          step: run.setup?.step,
+        });
+        this.writeStatus(run);
+        await sleep(delay);
+        if (run.stopping || this.stopped || !this.runs.has(uid)) return;
+      }
+    }
+  }
+
+  /** Volumes, the pod's network namespace, then its containers; each step can be run again. */
+  private async setUpPod(run: PodRun): Promise<void> {
+    const { pod, namespace, name, uid } = run;
+    run.setup = { step: "folder", since: Date.now() };
+    this.options.faults?.setUp?.(pod);
+    await mkdir(run.dir, { recursive: true });
+    run.setup = { step: "volumes", since: Date.now() };
     let waiting = false;
     await run.volumes.prepare(pod, this.volumeApi, {
       isStopping: () => run.stopping || this.stopped,
@@ -667,17 +783,14 @@ export class ProcessNode {
         this.logError(error, "Failed to refresh service account token", { namespace, pod: name }),
     });
     if (run.stopping) return;
-    if (this.podNetworkTool && this.apiRelay && pod.spec?.hostNetwork !== true) {
-      try {
-        run.network = await startPodNetwork({
-          ip: this.podNetworkTool,
-          apiPort: this.apiRelay.port,
-          relaySocket: this.apiRelay.socket,
-          cwd: dir,
-        });
-      } catch (error) {
-        run.network = { error: `failed to set up the pod's network namespace: ${String(error)}` };
-      }
+    const relay = this.apiRelay;
+    if (this.podNetworkTool && relay && pod.spec?.hostNetwork !== true && !run.network) {
+      run.setup = { step: "network", since: Date.now() };
+      const ip = this.podNetworkTool;
+      // A few namespaces at a time: a burst of pods would otherwise start all their relays at once.
+      run.network = await this.networkSetups.run(() =>
+        startPodNetwork({ ip, apiPort: relay.port, relaySocket: relay.socket, cwd: run.dir }),
+      );
       // Torn down meanwhile: the sandbox goes too.
       if (run.stopping || !this.runs.has(uid)) {
         this.releaseNetwork(run);
@@ -685,7 +798,14 @@ export class ProcessNode {
       }
     }
     run.phase = "Running";
-    await Promise.all(run.containers.map((container) => this.startContainer(run, container)));
+    run.setup = { step: "containers", since: Date.now() };
+    await Promise.all(
+      run.containers
+        .filter((container) => !container.process && container.exit === undefined)
+        .map((container) => this.startContainer(run, container)),
+    );
+    run.setup = undefined;
+    this.log({ namespace, pod: name }, "Started pod");
     this.writeStatus(run);
   }
 
@@ -788,15 +908,12 @@ export class ProcessNode {
               }
             : // What runs the container's command must stay in its view: the checkout and Node.
               planMounts(mounts, [run.dir, repoRoot(), path.dirname(process.execPath)]);
-    const networkError = run.network && "error" in run.network ? run.network.error : undefined;
-    if ("error" in plan || networkError) {
+    if ("error" in plan) {
       container.startedAt = new Date();
-      finish({ exitCode: 128 }, "StartError", networkError ?? ("error" in plan ? plan.error : ""));
+      finish({ exitCode: 128 }, "StartError", plan.error);
       this.containerEnded(run, container);
       return;
     }
-    // The pod may have been deleted or lost while its environment and volumes were read.
-    if (run.stopping) return;
     const inMount = (dir: string) =>
       "error" in mounts ? false : mounts.some((m) => dir === m.target || dir.startsWith(`${m.target}/`));
     const workingDir =
@@ -806,6 +923,10 @@ export class ProcessNode {
     await rm(container.startErrorFile, { force: true });
     const stash = path.join(run.dir, ".machine");
     if (plan.steps.length > 0) await mkdir(stash, { recursive: true });
+    // Checked after the last wait: the pod may have been deleted or lost meanwhile (and its
+    // network namespace with it).
+    if (run.stopping || !this.runs.has(run.uid)) return;
+    container.waiting = undefined;
     const child = startContainerProcess({
       argv,
       env,
@@ -819,7 +940,7 @@ export class ProcessNode {
             mounts: { tools: this.mountTools, steps: plan.steps, errorFile: container.startErrorFile, stash },
           }
         : {}),
-      ...(run.network && "path" in run.network ? { network: run.network.path } : {}),
+      ...(run.network ? { network: run.network.path } : {}),
     });
     container.process = child;
     container.startedAt = new Date();
@@ -993,7 +1114,11 @@ export class ProcessNode {
           ? { terminated: this.terminatedState(container) }
           : running
             ? { running: { startedAt: container.startedAt } }
-            : { waiting: { reason: container.restartCount > 0 ? "CrashLoopBackOff" : "ContainerCreating" } },
+            : {
+                waiting: container.waiting ?? {
+                  reason: container.restartCount > 0 ? "CrashLoopBackOff" : "ContainerCreating",
+                },
+              },
       ...(container.lastTerminated ? { lastState: { terminated: container.lastTerminated } } : {}),
     };
   }
@@ -1039,35 +1164,120 @@ export class ProcessNode {
     };
   }
 
-  /** Writes the pod's status through the status subresource, one write at a time per pod. */
+  /**
+   * Reports the pod's status as the kubelet's status manager does: the latest status is kept and
+   * written through the status subresource, one write at a time per pod, re-read on a conflict and
+   * retried with back-off on any other failure (the API server down or overloaded) until it lands,
+   * the pod is gone, or the node lets go of it.
+   */
   private writeStatus(run: PodRun): void {
-    run.writes = run.writes
-      .then(async () => {
-        for (let attempt = 0; attempt < 10; attempt++) {
-          let pod: V1Pod;
-          try {
-            pod = await this.core.readNamespacedPod({ namespace: run.namespace, name: run.name });
-          } catch (error) {
-            if (isApiError(error, 404)) return;
-            throw error;
-          }
-          if (pod.metadata?.uid !== run.uid) return;
-          pod.status = this.desiredStatus(run, pod.status);
-          try {
-            await this.core.replaceNamespacedPodStatus({
-              namespace: run.namespace,
-              name: run.name,
-              body: pod,
-            });
-            return;
-          } catch (error) {
-            if (!isApiError(error, 409)) throw error;
-          }
-        }
-        throw new Error("status write kept conflicting");
-      })
-      .catch((error) =>
-        this.logError(error, "Failed to write pod status", { namespace: run.namespace, pod: run.name }),
-      );
+    run.statusVersion += 1;
+    if (run.statusSyncing) return;
+    run.statusSyncing = true;
+    run.writes = this.syncStatus(run).finally(() => {
+      run.statusSyncing = false;
+    });
+  }
+
+  private async syncStatus(run: PodRun): Promise<void> {
+    let failures = 0;
+    for (let delay = STATUS_RETRY_FIRST_MS; ; ) {
+      // A lost pod's node says nothing more; a deleted one's status was written before it was let go.
+      if (this.stopped || !this.runs.has(run.uid)) return;
+      const version = run.statusVersion;
+      try {
+        await this.putStatus(run);
+        if (failures > 0)
+          this.log({ namespace: run.namespace, pod: run.name, failures }, "Wrote pod status after retrying");
+        if (run.statusVersion === version) return;
+        failures = 0;
+        delay = STATUS_RETRY_FIRST_MS;
+      } catch (error) {
+        failures += 1;
+        if (failures === 1)
+          this.logError(error, "Failed to write pod status; retrying", {
+            namespace: run.namespace,
+            pod: run.name,
+          });
+        await sleep(delay);
+        delay = Math.min(delay * 2, STATUS_RETRY_MAX_MS);
+      }
+    }
+  }
+
+  /** One status write from a fresh read; a conflict reads again. Nothing to do for a pod that is gone. */
+  private async putStatus(run: PodRun): Promise<void> {
+    for (;;) {
+      let pod: V1Pod;
+      try {
+        pod = await this.core.readNamespacedPod({ namespace: run.namespace, name: run.name });
+      } catch (error) {
+        if (isApiError(error, 404)) return;
+        throw error;
+      }
+      if (pod.metadata?.uid !== run.uid) return;
+      pod.status = this.desiredStatus(run, pod.status);
+      try {
+        const written = await this.core.replaceNamespacedPodStatus({
+          namespace: run.namespace,
+          name: run.name,
+          body: pod,
+        });
+        run.writtenResourceVersion = written.metadata?.resourceVersion;
+        return;
+      } catch (error) {
+        if (isApiError(error, 404)) return;
+        if (!isApiError(error, 409)) throw error;
+      }
+    }
+  }
+
+  /** What the node would report now, in the terms statusFingerprint compares. */
+  private reportedFingerprint(run: PodRun): string {
+    return statusFingerprint(this.desiredStatus(run, undefined));
+  }
+}
+
+/** The parts of a pod's status the node owns and a lost write would leave wrong. */
+function statusFingerprint(status: V1PodStatus | undefined): string {
+  const containers = (status?.containerStatuses ?? []).map((c) => {
+    const state = c.state?.terminated
+      ? `terminated:${c.state.terminated.exitCode}:${c.state.terminated.reason ?? ""}`
+      : c.state?.running
+        ? "running"
+        : `waiting:${c.state?.waiting?.reason ?? ""}`;
+    return `${c.name}=${state}/${c.restartCount}`;
+  });
+  return JSON.stringify([status?.phase ?? "", status?.reason ?? "", containers.sort()]);
+}
+
+/** resourceVersions are opaque, but the API server's are etcd revisions: a smaller one is older. */
+function olderThan(pod: V1Pod, than: V1Pod): boolean {
+  const version = Number(pod.metadata?.resourceVersion);
+  const known = Number(than.metadata?.resourceVersion);
+  return Number.isSafeInteger(version) && Number.isSafeInteger(known) && version < known;
+}
+
+/** Runs at most `limit` tasks at once, the rest in order of arrival. */
+class Limiter {
+  private active = 0;
+  private readonly queue: (() => void)[] = [];
+  private readonly limit: number;
+
+  constructor(limit: number) {
+    this.limit = limit;
+  }
+
+  async run<T>(task: () => Promise<T>): Promise<T> {
+    // A finishing task hands its slot to the next in line, so no newcomer slips in between.
+    if (this.active >= this.limit) await new Promise<void>((resolve) => this.queue.push(resolve));
+    else this.active += 1;
+    try {
+      return await task();
+    } finally {
+      const next = this.queue.shift();
+      if (next) next();
+      else this.active -= 1;
+    }
   }
 }
