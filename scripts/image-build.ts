@@ -1,0 +1,29 @@
+// `npm run image:build [-- --archive FILE] [--pull]`: builds the Dockerfile as
+// playbook-controller:<version> with podman (configured under the project's cache folder) or
+// docker; where the base image is missing, a stand-in is made locally instead of pulling.
+import { parseArgs } from "node:util";
+import { containerEngine } from "../test/harness/container-engine.js";
+import { buildImage, imageSize } from "../test/harness/image.js";
+
+const log = (message: string): void => {
+  process.stderr.write(`image:build: ${message}\n`);
+};
+
+try {
+  const { values } = parseArgs({
+    options: { archive: { type: "string" }, pull: { type: "boolean", default: false } },
+  });
+  const started = Date.now();
+  const engine = containerEngine();
+  const name = await buildImage(engine, {
+    log,
+    pull: values.pull || process.env.PLAYBOOK_IMAGE_PULL === "1",
+    ...(values.archive ? { archive: values.archive } : {}),
+  });
+  const size = await imageSize(engine, name);
+  log(`Built ${name} in ${((Date.now() - started) / 1000).toFixed(1)} s, ${(size / 1e6).toFixed(1)} MB`);
+  process.stdout.write(`${name}\n`);
+} catch (error) {
+  log(`failed: ${error instanceof Error ? error.message : String(error)}`);
+  process.exitCode = 1;
+}
