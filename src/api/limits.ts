@@ -9,7 +9,12 @@ export interface LimitDefaults {
   maxCeilingMs: number;
   stallMs: number;
   killGraceMs: number;
+  /** From the pod's creation until its runner starts; absent (a plan of an earlier version): DEFAULT_START_TIMEOUT_MS. */
+  startTimeoutMs?: number | undefined;
 }
+
+/** The controller's --default-start-timeout when not given, and what a plan without one means. */
+export const DEFAULT_START_TIMEOUT_MS = 300_000;
 
 /** Defaults for `playbook run` on a laptop; the controller takes its own from its configuration. */
 export const LOCAL_DEFAULTS: LimitDefaults = {
@@ -17,6 +22,8 @@ export const LOCAL_DEFAULTS: LimitDefaults = {
   maxCeilingMs: 24 * 3_600_000,
   stallMs: 600_000,
   killGraceMs: 10_000,
+  // Shown, never enforced: a local run has no pod to wait for.
+  startTimeoutMs: DEFAULT_START_TIMEOUT_MS,
 };
 
 export interface EffectiveLimit {
@@ -39,6 +46,8 @@ export interface ResolvedLimits {
   ceiling: EffectiveLimit;
   stall: EffectiveLimit;
   killGrace: EffectiveLimit;
+  /** From the pod's creation until its runner starts (the controller enforces it, not the runner). */
+  startTimeout: EffectiveLimit;
   tasks: TaskLimits[];
 }
 
@@ -61,6 +70,12 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
   const ceiling = pick(spec.ceiling, "spec.ceiling", defaults.ceilingMs, "ceiling");
   const stall = pick(spec.stall, "spec.stall", defaults.stallMs, "stall limit");
   const killGrace = pick(spec.killGrace, "spec.killGrace", defaults.killGraceMs, "kill grace");
+  const startTimeout = pick(
+    spec.startTimeout,
+    "spec.startTimeout",
+    defaults.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS,
+    "start timeout",
+  );
   const tasks = spec.tasks.map((task, index): TaskLimits => {
     const timeout: EffectiveLimit | null =
       task.timeout === undefined
@@ -72,7 +87,7 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
         : { ms: parseDuration(task.stall), source: "task", field: `spec.tasks[${index}].stall` };
     return { name: task.name, timeout, stall: taskStall, retries: task.retries };
   });
-  return { ceiling, stall, killGrace, tasks };
+  return { ceiling, stall, killGrace, startTimeout, tasks };
 }
 
 /** Checks that need the defaults or cross fields: what a schema alone cannot refuse. */
@@ -91,6 +106,17 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
       path: limits.ceiling.source === "spec" ? "spec.ceiling" : "spec",
       message: `${ceilingText} is longer than the maximum ceiling ${formatDuration(defaults.maxCeilingMs)}`,
     });
+  }
+  if (spec.startTimeout !== undefined) {
+    if (limits.startTimeout.ms <= 0) {
+      problems.push({ path: "spec.startTimeout", message: `${spec.startTimeout} must be longer than 0s` });
+    } else if (limits.startTimeout.ms > limits.ceiling.ms) {
+      const ceilingName = limits.ceiling.source === "spec" ? "spec.ceiling" : "the default ceiling";
+      problems.push({
+        path: "spec.startTimeout",
+        message: `${spec.startTimeout} is longer than ${ceilingName} ${ceilingText}`,
+      });
+    }
   }
   const seen = new Map<string, number>();
   spec.tasks.forEach((task, index) => {
@@ -124,5 +150,10 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
 /** The status.limits shape of DESIGN.md. */
 export function describeRunLimits(limits: ResolvedLimits) {
   const show = (limit: EffectiveLimit) => ({ value: formatDuration(limit.ms), source: limit.source });
-  return { ceiling: show(limits.ceiling), stall: show(limits.stall), killGrace: show(limits.killGrace) };
+  return {
+    ceiling: show(limits.ceiling),
+    stall: show(limits.stall),
+    killGrace: show(limits.killGrace),
+    startTimeout: show(limits.startTimeout),
+  };
 }

@@ -24,7 +24,14 @@ export const RunPlanSchema = z.strictObject({
   name: z.string().min(1),
   namespace: z.string().optional(),
   runStartTime: z.iso.datetime(),
-  defaults: z.strictObject({ ceilingMs: Millis, maxCeilingMs: Millis, stallMs: Millis, killGraceMs: Millis }),
+  defaults: z.strictObject({
+    ceilingMs: Millis,
+    maxCeilingMs: Millis,
+    stallMs: Millis,
+    killGraceMs: Millis,
+    // Absent from the plans of an earlier version: DEFAULT_START_TIMEOUT_MS.
+    startTimeoutMs: Millis.optional(),
+  }),
   spec: PlaybookSpecSchema,
 });
 export type RunPlan = z.infer<typeof RunPlanSchema>;

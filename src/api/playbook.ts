@@ -77,7 +77,11 @@ const EnvVar = z
         "is reserved: the runner sets PLAYBOOK_* variables itself",
       ),
     // The CRD's bound: 32000 characters of up to 4 bytes fit one exec string beside any name.
-    value: z.string().refine(...maxCharacters(32_000)).regex(NO_NUL, NO_NUL_MESSAGE).default(""),
+    value: z
+      .string()
+      .refine(...maxCharacters(32_000))
+      .regex(NO_NUL, NO_NUL_MESSAGE)
+      .default(""),
   })
   .superRefine((env, ctx) => execStringTooLong(`${env.name}=${env.value}`, `${env.name}=… `, ctx, ["value"]));
 
@@ -141,6 +145,8 @@ export const PlaybookSpecSchema = z.strictObject({
   ceiling: DurationString.optional(),
   stall: DurationString.optional(),
   killGrace: DurationString.optional(),
+  /** From the pod's creation until its runner starts; default from the policy or the controller. */
+  startTimeout: DurationString.optional(),
   cancel: z.boolean().default(false),
   backoffLimit: z.number().int().min(0).max(100).default(2),
   image: z
@@ -216,6 +222,8 @@ export const PlaybookStatusSchema = z.looseObject({
       ceiling: EffectiveLimitSchema,
       stall: EffectiveLimitSchema,
       killGrace: EffectiveLimitSchema,
+      // Absent from the status of a run started by an earlier version.
+      startTimeout: EffectiveLimitSchema.optional(),
     })
     .optional(),
   tasks: z.array(TaskStatusSchema).optional(),

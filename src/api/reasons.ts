@@ -19,7 +19,7 @@ export const TASK_LIMITS = ["TaskTimeout", "StallLimit", "RunCeiling"] as const;
 export type TaskLimit = (typeof TASK_LIMITS)[number];
 
 /** Every reason that may appear on the LimitExceeded condition. */
-export const LIMIT_REASONS = [...TASK_LIMITS, "PodDeadlineExceeded"] as const;
+export const LIMIT_REASONS = [...TASK_LIMITS, "PodDeadlineExceeded", "StartTimeout"] as const;
 export type LimitReason = (typeof LIMIT_REASONS)[number];
 
 export const TERMINAL_REASONS = [
@@ -29,6 +29,7 @@ export const TERMINAL_REASONS = [
   "StallLimit",
   "RunCeiling",
   "PodDeadlineExceeded",
+  "StartTimeout",
   "Cancelled",
   "PodLost",
   "RunnerLost",
@@ -55,6 +56,8 @@ export const REASON_MEANINGS: Record<TerminalReason, string> = {
   StallLimit: "a task printed nothing for its stall window",
   RunCeiling: "the run's ceiling passed, enforced by the runner",
   PodDeadlineExceeded: "the kubelet's activeDeadlineSeconds backstop fired; the runner could not report",
+  StartTimeout:
+    "the pod did not start within startTimeout (unschedulable, image not pulled); the message says why",
   Cancelled: "spec.cancel was set, or the runner was interrupted",
   PodLost: "the pod was lost (evicted, deleted, node gone) more than backoffLimit times",
   RunnerLost: "the pod ended without a valid runner report",

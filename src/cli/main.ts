@@ -14,7 +14,7 @@ import { statusFromReport } from "../api/status.js";
 import { registerControllerCommand } from "./controller-command.js";
 import { executeRun } from "./execute.js";
 import { helpfulProblem } from "./problems.js";
-import { describeTaskLimits, showLimit } from "./progress.js";
+import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
 
 export const EXIT = { succeeded: 0, failed: 1, invalid: 2, interrupted: 130 } as const;
 
@@ -89,7 +89,7 @@ function validateCommand(flags: { filename?: string }): number {
   const limits = resolveLimits(playbook.spec, LOCAL_DEFAULTS);
   const lines = [
     `${flags.filename}: Playbook ${playbook.metadata.name} is valid`,
-    `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}`,
+    `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}`,
     ...limits.tasks.map(
       (task) => `  task ${task.name}: ${describeTaskLimits(task, limits)}, retries ${task.retries}`,
     ),

@@ -10,6 +10,11 @@ export function showLimit(limit: EffectiveLimit): string {
   return `${formatDuration(limit.ms)} (${limit.source})`;
 }
 
+/** The start timeout bounds a cluster pod's wait to start; a local run has no pod to wait for. */
+export function showStartTimeout(limit: EffectiveLimit): string {
+  return `startTimeout ${formatDuration(limit.ms)} (${limit.source}; on a cluster only)`;
+}
+
 export function describeTaskLimits(task: TaskLimits, run: ResolvedLimits): string {
   const timeout = task.timeout ? `timeout ${showLimit(task.timeout)}` : "no timeout of its own";
   const stall = task.stall.ms === 0 ? `stall off (${task.stall.source})` : `stall ${showLimit(task.stall)}`;
@@ -152,7 +157,7 @@ export class Progress {
     this.write(
       `playbook: running ${name}: ${taskCount} task${taskCount === 1 ? "" : "s"}, ceiling ${showLimit(limits.ceiling)}, ` +
         `stall ${limits.stall.ms === 0 ? "off" : formatDuration(limits.stall.ms)} (${limits.stall.source}), ` +
-        `killGrace ${showLimit(limits.killGrace)}`,
+        `killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}`,
     );
   }
 

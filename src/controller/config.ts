@@ -60,6 +60,8 @@ export const ControllerConfigSchema = z
     maxCeiling: Duration.prefault("24h"),
     defaultStall: Duration.prefault("10m"),
     defaultKillGrace: Duration.prefault("10s"),
+    /** From a pod's creation until its runner starts, when neither the spec nor a policy says. */
+    defaultStartTimeout: Duration.prefault("5m"),
     ttlSecondsAfterFinished: z.coerce.number().int().min(0).default(3600),
     runnerImage: z.string().min(1).default("ghcr.io/playbook-controller/playbook-controller:0.1.0"),
     /** Empty: all namespaces. */
@@ -102,6 +104,9 @@ export const ControllerConfigSchema = z
         message: `must be longer than ${2 * WATCH_SECONDS_MIN}s, the longest a healthy watch stays open`,
       });
     }
+    if (config.defaultStartTimeout <= 0) {
+      ctx.addIssue({ code: "custom", path: ["defaultStartTimeout"], message: "must be longer than 0s" });
+    }
     if (config.defaultCeiling <= 0) {
       ctx.addIssue({ code: "custom", path: ["defaultCeiling"], message: "must be longer than 0s" });
     }
@@ -121,6 +126,7 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   maxCeiling: "PLAYBOOK_MAX_CEILING",
   defaultStall: "PLAYBOOK_DEFAULT_STALL",
   defaultKillGrace: "PLAYBOOK_DEFAULT_KILL_GRACE",
+  defaultStartTimeout: "PLAYBOOK_DEFAULT_START_TIMEOUT",
   ttlSecondsAfterFinished: "PLAYBOOK_TTL_SECONDS_AFTER_FINISHED",
   runnerImage: "PLAYBOOK_RUNNER_IMAGE",
   namespaces: "PLAYBOOK_NAMESPACES",
@@ -178,6 +184,7 @@ export function limitDefaults(config: ControllerConfig): LimitDefaults {
     maxCeilingMs: config.maxCeiling,
     stallMs: config.defaultStall,
     killGraceMs: config.defaultKillGrace,
+    startTimeoutMs: config.defaultStartTimeout,
   };
 }
 

@@ -58,6 +58,27 @@ export function describeKubeletVerdict(pod: PodView): string {
   return parts.join(", ");
 }
 
+/**
+ * What holds a pod that has not started, in the words of whoever holds it: the runner
+ * container's waiting reason from the kubelet (ErrImagePull, CreateContainerConfigError), else
+ * the scheduler's PodScheduled condition (Unschedulable), else the pod's own reason.
+ */
+export function describeWaiting(pod: PodView): string | undefined {
+  const said = (reason: string | null | undefined, message: string | null | undefined) =>
+    reason ? `${reason}${message ? `: ${message.trim()}` : ""}` : undefined;
+  const statuses = pod.status?.containerStatuses ?? [];
+  const waiting = (statuses.find((s) => s.name === RUNNER_CONTAINER) ?? statuses[0])?.state?.waiting;
+  if (waiting?.reason && waiting.reason !== "ContainerCreating") return said(waiting.reason, waiting.message);
+  const conditions = pod.status?.conditions ?? [];
+  const scheduled = conditions.find((c) => c.type === "PodScheduled" && c.status === "False");
+  return (
+    said(scheduled?.reason, scheduled?.message) ??
+    said(waiting?.reason, waiting?.message) ??
+    said(pod.status?.reason, pod.status?.message) ??
+    said(conditions.find((c) => c.status === "False")?.reason, undefined)
+  );
+}
+
 /** The pod of the latest attempt, if any. */
 export function currentPod(pods: readonly PodView[]): PodView | undefined {
   let best: PodView | undefined;

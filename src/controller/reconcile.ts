@@ -17,6 +17,7 @@ import {
 import {
   currentPod,
   describeKubeletVerdict,
+  describeWaiting,
   disruptionOf,
   isPodFinished,
   podActiveDeadlineSeconds,
@@ -197,6 +198,10 @@ function finishEvents(
 function describeFiredLimit(status: PlaybookStatus, reason: string, limits: ResolvedLimits | null): string {
   const task = status.tasks?.find((t) => t.limit === reason);
   const condition = status.conditions?.find((c) => c.type === "Succeeded");
+  if (reason === "StartTimeout" && limits) {
+    const limit = limits.startTimeout;
+    return `start timeout ${formatDuration(limit.ms)} (source ${limit.source}, ${limit.field}): ${condition?.message ?? ""}`;
+  }
   if (task?.limitValue && task.limitSource) {
     return `limit ${task.limitValue} (source ${task.limitSource}) on task ${task.name}: ${condition?.message ?? ""}`;
   }
@@ -683,6 +688,11 @@ function decideActivePod(state: RunState, pod: PodView): Decision {
   const { now } = state.input;
   const running = pod.status?.phase === "Running";
   const endsAt = Date.parse(startTime) + base.limits.ceiling.ms + base.limits.killGrace.ms;
+  // Each pod's own window: a pod re-created after a loss gets a fresh one, not a fresh ceiling.
+  const startBy = running ? undefined : startDeadline(base.limits, pod);
+  if (startBy !== undefined && startBy <= now.getTime() && startBy <= endsAt) {
+    return decideStartTimeout(state, pod);
+  }
   if (!running && endsAt <= now.getTime()) {
     // activeDeadlineSeconds counts from the pod's start on a node: a pod that never starts
     // (unschedulable, image never pulled) is bounded by the controller instead.
@@ -699,7 +709,28 @@ function decideActivePod(state: RunState, pod: PodView): Decision {
     podName: pod.metadata.name,
     podAttempts: attempts,
   });
-  return progress(base, next, { requeueAfterMs: (running ? backstopAt : endsAt) - now.getTime() });
+  const lookAgainAt = running ? backstopAt : Math.min(endsAt, startBy ?? endsAt);
+  return progress(base, next, { requeueAfterMs: lookAgainAt - now.getTime() });
+}
+
+/** When the pod's start window closes; undefined while its creation time is not known yet. */
+export function startDeadline(limits: ResolvedLimits, pod: PodView): number | undefined {
+  const created = Date.parse(pod.metadata.creationTimestamp ?? "");
+  return Number.isNaN(created) ? undefined : created + limits.startTimeout.ms;
+}
+
+/** The pod did not start within its start timeout: the run ends StartTimeout and the pod is removed. */
+function decideStartTimeout(state: RunState, pod: PodView): Decision {
+  const { base } = state;
+  const limit = base.limits.startTimeout;
+  const why = describeWaiting(pod) ?? `pod phase ${pod.status?.phase ?? "unknown"}`;
+  const message = `pod ${pod.metadata.name} (attempt ${state.attempts}) never started: its runner did not start within the ${formatDuration(limit.ms)} start timeout (${limit.field}); ${why}`;
+  const next = settledStatus(base, { reason: "StartTimeout", message, tasks: cancelledTasks(base) });
+  return settle(base, { ...next, podName: pod.metadata.name, podAttempts: state.attempts }, "StartTimeout", {
+    actions: pod.metadata.deletionTimestamp
+      ? []
+      : [{ type: "deletePod", name: pod.metadata.name, why: "finished" }],
+  });
 }
 
 /**

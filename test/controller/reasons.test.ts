@@ -228,6 +228,50 @@ const cases: ReasonCase[] = [
     },
   },
   {
+    name: "StartTimeout (a pod no node can take: it asks for more cpu than any node has)",
+    spec: (m) => ({
+      ceiling: "1m",
+      startTimeout: "3s",
+      resources: { requests: { cpu: "1000" } },
+      tasks: [{ name: "never", run: `echo ${m}` }],
+    }),
+    reason: "StartTimeout",
+    phase: "Failed",
+    limit: "StartTimeout",
+    check: async (playbook, name, mark) => {
+      const message = condition(playbook, "Succeeded")?.message ?? "";
+      expect(message).toMatch(
+        new RegExp(
+          `^pod ${name}-1 \\(attempt 1\\) never started: its runner did not start within the 3s start timeout \\(spec.startTimeout\\); Unschedulable: 0/1 nodes are available: 1 Insufficient cpu`,
+        ),
+      );
+      expect(playbook.status?.limits?.startTimeout).toEqual({ value: "3s", source: "spec" });
+      // No runner ever started: no task began, nothing ran, and the pod is gone.
+      expect(playbook.status?.tasks?.some((t) => t.startTime !== undefined) ?? false).toBe(false);
+      expect(processesWithMarker(mark)).toEqual([]);
+      await eventually("the pod to be deleted", async () =>
+        (await podsOf(namespace, name)).length === 0 ? true : undefined,
+      );
+      await eventually("the run to be counted as StartTimeout", async () => {
+        const text = await controller.controller.metrics.registry.metrics();
+        return text.includes(`playbook_limit_fired_total{namespace="${namespace}",limit="StartTimeout"} 1`) &&
+          text.includes(`playbook_runs_total{namespace="${namespace}",reason="StartTimeout"} 1`)
+          ? true
+          : undefined;
+      });
+    },
+  },
+  {
+    name: "Succeeded (a start timeout the pod meets changes nothing)",
+    spec: (m) => ({ ceiling: "1m", startTimeout: "30s", tasks: [{ name: "quick", run: `echo ${m}` }] }),
+    reason: "Succeeded",
+    phase: "Succeeded",
+    check: async (playbook) => {
+      expect(playbook.status?.limits?.startTimeout).toEqual({ value: "30s", source: "spec" });
+      expect(playbook.status?.tasks?.[0]).toMatchObject({ name: "quick", phase: "Succeeded" });
+    },
+  },
+  {
     name: "InvalidSpec (a ceiling above the controller's maximum, which admission cannot know)",
     spec: () => ({ ceiling: "48h", tasks: [{ name: "a", run: "true" }] }),
     reason: "InvalidSpec",

@@ -72,6 +72,7 @@ export const validSpecs: fc.Arbitrary<Spec> = fc
       ceiling: fc.constantFrom("30m", "1h", "45m"),
       stall: validDuration,
       killGrace: validDuration,
+      startTimeout: fc.constantFrom("30s", "5m", "10m", "1800s"),
       cancel: fc.boolean(),
       backoffLimit: fc.integer({ min: 0, max: 100 }),
       image: fc.constantFrom("registry.example/tools:1", "runner"),
@@ -94,7 +95,7 @@ const taskIndex = (spec: Spec, pick: number): number => pick % Math.max(1, (spec
 const breakages: fc.Arbitrary<(spec: Spec) => void>[] = [
   // Durations, malformed or out of range, at every level.
   fc
-    .tuple(fc.constantFrom("ceiling", "stall", "killGrace"), malformedDuration)
+    .tuple(fc.constantFrom("ceiling", "stall", "killGrace", "startTimeout"), malformedDuration)
     .map(([field, value]) => (spec) => {
       spec[field] = value;
     }),
@@ -113,6 +114,14 @@ const breakages: fc.Arbitrary<(spec: Spec) => void>[] = [
       spec.ceiling = "30m";
       if (dropCeiling) delete spec.ceiling;
       ((spec.tasks as Task[])[taskIndex(spec, pick)] as Task).timeout = timeout;
+    }),
+  // Start timeouts against the ceiling, as for task timeouts; and zero.
+  fc
+    .tuple(fc.constantFrom("2h", "30m", "31m", "30m1ms", "1800s", "0s", "0"), fc.boolean())
+    .map(([startTimeout, dropCeiling]) => (spec) => {
+      spec.ceiling = "30m";
+      if (dropCeiling) delete spec.ceiling;
+      spec.startTimeout = startTimeout;
     }),
   // Ceilings past the controller's maximum, or zero.
   fc.constantFrom("25h", "24h", "24h0m1s", "0s", "1000h").map((ceiling) => (spec) => {

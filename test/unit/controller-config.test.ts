@@ -23,6 +23,17 @@ describe("the controller's configuration", () => {
     });
   });
 
+  it("gives a pod 5m to start by default, and takes --default-start-timeout from a flag or env", () => {
+    expect(loadControllerConfig({}, {}).defaultStartTimeout).toBe(300_000);
+    expect(loadControllerConfig({ defaultStartTimeout: "90s" }, {}).defaultStartTimeout).toBe(90_000);
+    expect(loadControllerConfig({}, { PLAYBOOK_DEFAULT_START_TIMEOUT: "2m" }).defaultStartTimeout).toBe(
+      120_000,
+    );
+    expect(() => loadControllerConfig({ defaultStartTimeout: "0s" }, {})).toThrow(
+      "--default-start-timeout ($PLAYBOOK_DEFAULT_START_TIMEOUT): must be longer than 0s",
+    );
+  });
+
   it("takes a Playbook label for the metrics and a log format from env or flags", () => {
     expect(
       loadControllerConfig(

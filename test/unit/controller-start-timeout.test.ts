@@ -1,0 +1,160 @@
+// spec.startTimeout, the fifth limit: from a pod's creation until its runner starts. The decision
+// is a pure function of the Playbook, its pods and the time.
+import { describe, expect, it } from "vitest";
+import type { PlaybookStatus } from "../../src/api/playbook.js";
+import type { PodView } from "../../src/controller/objects.js";
+import { decide, type ReconcileInput } from "../../src/controller/reconcile.js";
+import { at, playbook, pod, SETTINGS, T0 } from "./controller-fixtures.js";
+
+const succeeded = (status: PlaybookStatus | null | undefined) =>
+  status?.conditions?.find((c) => c.type === "Succeeded");
+const limitExceeded = (status: PlaybookStatus | null | undefined) =>
+  status?.conditions?.find((c) => c.type === "LimitExceeded");
+
+function input(partial: Partial<ReconcileInput>): ReconcileInput {
+  return { playbook: playbook(), pods: [], now: T0, settings: SETTINGS, ...partial };
+}
+
+/** The status after the given attempt's pod was created; the run started at T0. */
+function started(spec: Record<string, unknown> = {}, attempts = 1): PlaybookStatus {
+  const first = decide(input({ playbook: playbook(spec) }));
+  return { ...(first.status as PlaybookStatus), podAttempts: attempts, podName: `nightly-${attempts}` };
+}
+
+/** A pod the API server created at `createdAt` that no node has started. */
+function waitingPod(
+  attempt: number,
+  createdAt: Date,
+  status: NonNullable<PodView["status"]>,
+  spec?: Record<string, unknown>,
+): PodView {
+  const manifest = pod(attempt, { phase: "Pending", ...(spec ? { spec } : {}) });
+  return {
+    ...manifest,
+    metadata: { ...manifest.metadata, creationTimestamp: createdAt.toISOString() },
+    status: { phase: "Pending", ...status },
+  };
+}
+
+const UNSCHEDULABLE = {
+  conditions: [
+    {
+      type: "PodScheduled",
+      status: "False",
+      reason: "Unschedulable",
+      message: "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available.",
+    },
+  ],
+};
+
+const waitingFor = (reason: string, message: string) => ({
+  conditions: [{ type: "PodScheduled", status: "True" }],
+  containerStatuses: [{ name: "runner", state: { waiting: { reason, message } } }],
+});
+
+describe("a pod that does not start", () => {
+  it("is looked at again when its start window closes", () => {
+    const decision = decide(
+      input({ playbook: playbook({}, started()), pods: [waitingPod(1, T0, UNSCHEDULABLE)], now: at(60) }),
+    );
+    expect(decision.finished).toBeUndefined();
+    expect(decision.actions).toEqual([]);
+    expect(decision.requeueAfterMs).toBe((300 - 60) * 1000);
+  });
+
+  it("ends the run StartTimeout with the scheduler's reason once the default 5m passed, and removes the pod", () => {
+    const decision = decide(
+      input({ playbook: playbook({}, started()), pods: [waitingPod(1, T0, UNSCHEDULABLE)], now: at(300) }),
+    );
+    expect(decision.status?.phase).toBe("Failed");
+    const condition = succeeded(decision.status);
+    expect(condition).toMatchObject({ status: "False", reason: "StartTimeout" });
+    expect(condition?.message).toBe(
+      "pod nightly-1 (attempt 1) never started: its runner did not start within the 5m start timeout (the default start timeout); Unschedulable: 0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available.",
+    );
+    expect(limitExceeded(decision.status)).toMatchObject({ status: "True", reason: "StartTimeout" });
+    expect(decision.status?.limits?.startTimeout).toEqual({ value: "5m", source: "default" });
+    expect(decision.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "finished" }]);
+    expect(decision.finished).toMatchObject({ reason: "StartTimeout", limit: "StartTimeout" });
+    expect(decision.events.map((e) => e.reason)).toEqual(["LimitFired", "RunFailed"]);
+    expect(decision.events[0]?.message).toContain("StartTimeout fired: start timeout 5m (source default");
+  });
+
+  it.each([
+    ["ErrImagePull", "failed to pull image registry.example/tools:1: not found"],
+    ["ImagePullBackOff", 'Back-off pulling image "registry.example/tools:1"'],
+    ["CreateContainerConfigError", 'secret "tokens" not found'],
+  ])("names the kubelet's waiting reason %s in the message", (reason, message) => {
+    const decision = decide(
+      input({
+        playbook: playbook({}, started()),
+        pods: [waitingPod(1, T0, waitingFor(reason, message))],
+        now: at(301),
+      }),
+    );
+    expect(succeeded(decision.status)?.reason).toBe("StartTimeout");
+    expect(succeeded(decision.status)?.message).toContain(`never started`);
+    expect(succeeded(decision.status)?.message).toContain(`; ${reason}: ${message}`);
+  });
+
+  it("takes spec.startTimeout over the default, and says so", () => {
+    const spec = { startTimeout: "1m" };
+    const decision = decide(
+      input({
+        playbook: playbook(spec, started(spec)),
+        pods: [
+          waitingPod(1, T0, UNSCHEDULABLE, { ...spec, ceiling: "30m", tasks: [{ name: "a", run: "x" }] }),
+        ],
+        now: at(60),
+      }),
+    );
+    expect(succeeded(decision.status)?.reason).toBe("StartTimeout");
+    expect(succeeded(decision.status)?.message).toContain("the 1m start timeout (spec.startTimeout)");
+    expect(decision.status?.limits?.startTimeout).toEqual({ value: "1m", source: "spec" });
+  });
+
+  it("does not end a run whose pod started, however long the start took", () => {
+    const running = { ...waitingPod(1, T0, {}), status: { phase: "Running" } };
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [running], now: at(400) }));
+    expect(decision.finished).toBeUndefined();
+    expect(decision.status?.phase).toBe("Running");
+  });
+
+  it("gives a pod re-created after a loss a fresh window", () => {
+    const status = started({}, 2);
+    const recreated = waitingPod(2, at(600), UNSCHEDULABLE);
+    const before = decide(input({ playbook: playbook({}, status), pods: [recreated], now: at(899) }));
+    expect(before.finished).toBeUndefined();
+    expect(before.requeueAfterMs).toBe(1000);
+    const after = decide(input({ playbook: playbook({}, status), pods: [recreated], now: at(900) }));
+    expect(succeeded(after.status)?.message).toContain("pod nightly-2 (attempt 2) never started");
+  });
+
+  it("but not a fresh ceiling: the ceiling ends a re-created pod that cannot start in time", () => {
+    const status = started({}, 2);
+    const recreated = waitingPod(2, at(1700), UNSCHEDULABLE);
+    const waiting = decide(input({ playbook: playbook({}, status), pods: [recreated], now: at(1750) }));
+    expect(waiting.requeueAfterMs).toBe((1810 - 1750) * 1000);
+    const decision = decide(input({ playbook: playbook({}, status), pods: [recreated], now: at(1810) }));
+    expect(succeeded(decision.status)?.reason).toBe("RunCeiling");
+  });
+
+  it("names the start timeout in the status of a run from its start", () => {
+    const decision = decide(input({}));
+    expect(decision.status?.limits).toMatchObject({
+      ceiling: { value: "30m", source: "spec" },
+      startTimeout: { value: "5m", source: "default" },
+    });
+  });
+});
+
+describe("spec.startTimeout the API server could not check", () => {
+  it("refuses one longer than the default ceiling as InvalidSpec, naming the field", () => {
+    const decision = decide(input({ playbook: playbook({ ceiling: undefined, startTimeout: "2h" }) }));
+    expect(decision.actions).toEqual([]);
+    expect(succeeded(decision.status)).toMatchObject({
+      reason: "InvalidSpec",
+      message: "spec.startTimeout: 2h is longer than the default ceiling 1h",
+    });
+  });
+});
