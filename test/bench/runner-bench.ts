@@ -4,6 +4,7 @@
 //   (b) per-task overhead over 1000 trivial tasks, vs a bare `sh -c true` spawn
 //   (c) stdout throughput of a task printing 1 GiB through the runner, vs a raw pipe read by Node
 import { spawn, spawnSync } from "node:child_process";
+import { appendFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { Writable } from "node:stream";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
@@ -33,6 +34,21 @@ const KILL_ROUNDS = Number(args.get("kill-rounds") ?? (quick ? 10 : 100));
 const TASKS = Number(args.get("tasks") ?? (quick ? 200 : 1000));
 const BYTES = Number(args.get("bytes") ?? (quick ? 128 : 1024)) * 1024 * 1024;
 const DEADLINE_MS = 300;
+// `npm run bench` folds these results into its own: each section appends its comparisons here,
+// one JSON object a line, in the shape of test/bench/results.ts.
+const RESULTS_FILE = args.get("results-file");
+
+function record(comparison: {
+  name: string;
+  ours: number;
+  reference: number;
+  unit: string;
+  ratio: number;
+  target: string;
+  note: string;
+}): void {
+  if (RESULTS_FILE) appendFileSync(RESULTS_FILE, `${JSON.stringify(comparison)}\n`);
+}
 
 function discard(): Writable & { bytes: number } {
   const sink = new Writable({
@@ -127,6 +143,15 @@ async function killLatency(): Promise<void> {
       ours.push(await timeRunner(size));
     }
     const ratio = percentile(ours, 99) / percentile(gnu, 99);
+    record({
+      name: `kill_latency_p99_${size}procs`,
+      ours: percentile(ours, 99),
+      reference: percentile(gnu, 99),
+      unit: "ms",
+      ratio,
+      target: "<= 1.2",
+      note: `deadline to the whole tree dead, against GNU timeout -s KILL; ${KILL_ROUNDS} rounds each, interleaved`,
+    });
     console.log(
       `(a) kill latency, tree of ${String(size).padStart(3)}: runner p50 ${fmt(percentile(ours, 50))} p99 ${fmt(percentile(ours, 99))}; ` +
         `timeout -s KILL p50 ${fmt(percentile(gnu, 50))} p99 ${fmt(percentile(gnu, 99))}; p99 ratio ${ratio.toFixed(2)}x (target <= 1.2x)`,
@@ -152,6 +177,15 @@ async function perTask(): Promise<void> {
     ours.push((await runTasks({ tasks })) / perRound);
   }
   const ratio = median(ours.map((value, i) => value / (bare[i] as number)));
+  record({
+    name: "task_overhead",
+    ours: median(ours),
+    reference: median(bare),
+    unit: "ms/task",
+    ratio,
+    target: "<= 1.25",
+    note: `${rounds * perRound} trivial tasks against as many bare sh -c spawns; median of the rounds' ratios`,
+  });
   console.log(
     `(b) per task over ${rounds * perRound} trivial tasks: runner median ${fmt(median(ours))}, bare sh -c spawn ${fmt(median(bare))}; ` +
       `median ratio ${ratio.toFixed(2)}x (target <= 1.25x)`,
@@ -172,6 +206,16 @@ async function throughput(): Promise<void> {
     }
     const mibps = (ms: number) => `${(BYTES / 1024 / 1024 / (ms / 1000)).toFixed(0)} MiB/s`;
     const ratio = median(raw.map((value, i) => value / (ours[i] as number)));
+    const perSecond = (ms: number) => BYTES / 1024 / 1024 / (ms / 1000);
+    record({
+      name: label === "100-byte lines" ? "stdout_throughput" : "stdout_throughput_no_newlines",
+      ours: perSecond(median(ours)),
+      reference: perSecond(median(raw)),
+      unit: "MiB/s",
+      ratio,
+      target: ">= 0.7",
+      note: `${BYTES / 1024 / 1024} MiB of ${label} through the runner against a raw pipe read by Node; median of 5 rounds' ratios`,
+    });
     console.log(
       `(c) throughput, ${label}: runner median ${mibps(median(ours))}, raw pipe ${mibps(median(raw))}; ` +
         `median ratio ${ratio.toFixed(2)} of raw (target >= 0.70)`,

@@ -1,0 +1,100 @@
+// The objects each side runs: a Playbook, and a Job whose pod has the same shape as the pod our
+// controller makes for that Playbook (the runner with the same plan), so the process node runs
+// both the same way.
+import { resolveLimits } from "../../src/api/limits.js";
+import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
+import { limitDefaults, loadControllerConfig } from "../../src/controller/config.js";
+import { buildPod } from "../../src/controller/pod-builder.js";
+
+export const PLAYBOOKS = "/apis/playbook.dev/v1alpha1";
+export const JOBS = "/apis/batch/v1";
+
+export function playbook(name: string, spec: object): object {
+  return { apiVersion: "playbook.dev/v1alpha1", kind: "Playbook", metadata: { name }, spec };
+}
+
+/** A Job running the runner with this spec's plan; `activeDeadlineSeconds` only when given. */
+export function job(
+  name: string,
+  namespace: string,
+  specInput: object,
+  activeDeadlineSeconds?: number,
+): object {
+  const spec: PlaybookSpec = PlaybookSpecSchema.parse(specInput);
+  const defaults = limitDefaults(loadControllerConfig({}, {}));
+  const now = new Date();
+  const pod = buildPod({
+    playbook: { name, namespace, uid: "00000000-0000-0000-0000-000000000000" },
+    spec,
+    limits: resolveLimits(spec, defaults),
+    defaults,
+    attempt: 1,
+    runStart: now,
+    now,
+    runnerImage: loadControllerConfig({}, {}).runnerImage,
+  });
+  // Neither our labels (our controller would take the pod for its own) nor our deadline.
+  const { activeDeadlineSeconds: _ours, ...podSpec } = pod.spec;
+  return {
+    apiVersion: "batch/v1",
+    kind: "Job",
+    metadata: { name },
+    spec: {
+      backoffLimit: 0,
+      ...(activeDeadlineSeconds !== undefined ? { activeDeadlineSeconds } : {}),
+      template: { metadata: { annotations: pod.metadata.annotations }, spec: podSpec },
+    },
+  };
+}
+
+/** A finished run as the controller leaves it: three tasks, their times and the conditions. */
+export function finishedPlaybook(name: string, index: number): { object: object; status: object } {
+  const start = new Date(Date.UTC(2026, 10, 1, 0, 0, index % 3600));
+  const at = (seconds: number) =>
+    new Date(start.getTime() + seconds * 1000).toISOString().replace(/\.\d+Z$/, "Z");
+  const tasks = ["checkout", "build", "publish"];
+  const spec = {
+    ceiling: "30m",
+    stall: "5m",
+    tasks: tasks.map((task) => ({
+      name: task,
+      run: `set -eu\necho "${task} for ${name}"\n./scripts/${task}.sh --verbose --retry 3 --out /work/${task}.log`,
+      timeout: "10m",
+      env: [{ name: "STAGE", value: task }],
+    })),
+  };
+  const status = {
+    observedGeneration: 1,
+    phase: "Succeeded",
+    startTime: at(0),
+    completionTime: at(95),
+    podName: `${name}-1`,
+    podAttempts: 1,
+    limits: {
+      ceiling: { value: "30m", source: "spec" },
+      stall: { value: "5m", source: "spec" },
+      killGrace: { value: "10s", source: "default" },
+    },
+    tasks: tasks.map((task, i) => ({
+      name: task,
+      phase: "Succeeded",
+      attempts: 1,
+      exitCode: 0,
+      startTime: at(i * 30),
+      completionTime: at(i * 30 + 29),
+      limitValue: "10m",
+      limitSource: "task",
+    })),
+    conditions: [
+      {
+        type: "Succeeded",
+        status: "True",
+        reason: "Succeeded",
+        message: "every task succeeded (3 of 3)",
+        lastTransitionTime: at(95),
+        observedGeneration: 1,
+      },
+    ],
+  };
+  return { object: playbook(name, spec), status };
+}
