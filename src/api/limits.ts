@@ -11,6 +11,16 @@ export interface LimitDefaults {
   killGraceMs: number;
   /** From the pod's creation until its runner starts; absent (a plan of an earlier version): DEFAULT_START_TIMEOUT_MS. */
   startTimeoutMs?: number | undefined;
+  /** The namespace policy's defaults: the level between the spec and the controller's defaults. */
+  policy?: PolicyLimitDefaults | undefined;
+}
+
+/** A PlaybookPolicy's spec.defaults for the limits, in milliseconds; each may be absent. */
+export interface PolicyLimitDefaults {
+  ceilingMs?: number | undefined;
+  stallMs?: number | undefined;
+  killGraceMs?: number | undefined;
+  startTimeoutMs?: number | undefined;
 }
 
 /** The controller's --default-start-timeout when not given, and what a plan without one means. */
@@ -59,20 +69,32 @@ export interface LimitProblem {
 function pick(
   specValue: string | undefined,
   specField: string,
+  policyMs: number | undefined,
   defaultMs: number,
   what: string,
 ): EffectiveLimit {
   if (specValue !== undefined) return { ms: parseDuration(specValue), source: "spec", field: specField };
+  if (policyMs !== undefined) {
+    return { ms: policyMs, source: "policy", field: `the namespace policy's default ${what}` };
+  }
   return { ms: defaultMs, source: "default", field: `the default ${what}` };
 }
 
 export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): ResolvedLimits {
-  const ceiling = pick(spec.ceiling, "spec.ceiling", defaults.ceilingMs, "ceiling");
-  const stall = pick(spec.stall, "spec.stall", defaults.stallMs, "stall limit");
-  const killGrace = pick(spec.killGrace, "spec.killGrace", defaults.killGraceMs, "kill grace");
+  const policy = defaults.policy;
+  const ceiling = pick(spec.ceiling, "spec.ceiling", policy?.ceilingMs, defaults.ceilingMs, "ceiling");
+  const stall = pick(spec.stall, "spec.stall", policy?.stallMs, defaults.stallMs, "stall limit");
+  const killGrace = pick(
+    spec.killGrace,
+    "spec.killGrace",
+    policy?.killGraceMs,
+    defaults.killGraceMs,
+    "kill grace",
+  );
   const startTimeout = pick(
     spec.startTimeout,
     "spec.startTimeout",
+    policy?.startTimeoutMs,
     defaults.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS,
     "start timeout",
   );
@@ -98,20 +120,20 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
   if (limits.ceiling.ms <= 0) {
     problems.push({
       path: limits.ceiling.source === "spec" ? "spec.ceiling" : "spec",
-      message: `${ceilingText} must be longer than 0s${limits.ceiling.source === "spec" ? "" : " (the default ceiling)"}`,
+      message: `${ceilingText} must be longer than 0s${limits.ceiling.source === "spec" ? "" : ` (${limits.ceiling.field})`}`,
     });
   }
   if (limits.ceiling.ms > defaults.maxCeilingMs) {
     problems.push({
       path: limits.ceiling.source === "spec" ? "spec.ceiling" : "spec",
-      message: `${ceilingText} is longer than the maximum ceiling ${formatDuration(defaults.maxCeilingMs)}`,
+      message: `${ceilingText}${limits.ceiling.source === "spec" ? "" : ` (${limits.ceiling.field})`} is longer than the maximum ceiling ${formatDuration(defaults.maxCeilingMs)}`,
     });
   }
   if (spec.startTimeout !== undefined) {
     if (limits.startTimeout.ms <= 0) {
       problems.push({ path: "spec.startTimeout", message: `${spec.startTimeout} must be longer than 0s` });
     } else if (limits.startTimeout.ms > limits.ceiling.ms) {
-      const ceilingName = limits.ceiling.source === "spec" ? "spec.ceiling" : "the default ceiling";
+      const ceilingName = limits.ceiling.source === "spec" ? "spec.ceiling" : limits.ceiling.field;
       problems.push({
         path: "spec.startTimeout",
         message: `${spec.startTimeout} is longer than ${ceilingName} ${ceilingText}`,
@@ -131,7 +153,7 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
     }
     const timeout = limits.tasks[index]?.timeout;
     if (timeout && timeout.ms > limits.ceiling.ms) {
-      const ceilingName = limits.ceiling.source === "spec" ? "spec.ceiling" : "the default ceiling";
+      const ceilingName = limits.ceiling.source === "spec" ? "spec.ceiling" : limits.ceiling.field;
       problems.push({
         path: `spec.tasks[${index}].timeout`,
         message: `${task.timeout} is longer than ${ceilingName} ${ceilingText}`,

@@ -31,6 +31,15 @@ export const RunPlanSchema = z.strictObject({
     killGraceMs: Millis,
     // Absent from the plans of an earlier version: DEFAULT_START_TIMEOUT_MS.
     startTimeoutMs: Millis.optional(),
+    // The namespace policy's defaults the run started with: a later edit of the policy changes nothing.
+    policy: z
+      .strictObject({
+        ceilingMs: Millis.optional(),
+        stallMs: Millis.optional(),
+        killGraceMs: Millis.optional(),
+        startTimeoutMs: Millis.optional(),
+      })
+      .optional(),
   }),
   spec: PlaybookSpecSchema,
 });

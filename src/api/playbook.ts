@@ -8,9 +8,11 @@ export const API_GROUP = "playbook.dev";
 export const API_VERSION = "playbook.dev/v1alpha1";
 export const KIND = "Playbook";
 export const MAX_TASKS = 200;
+/** Pods re-created after a loss when neither the Playbook nor its namespace's policy says. */
+export const DEFAULT_BACKOFF_LIMIT = 2;
 
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+export const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const ENV_NAME = /^[-._a-zA-Z][-._a-zA-Z0-9]*$/;
 /** The CRD's pattern for a quantity (its exponent may have a fraction, as the API server's has). */
 const QUANTITY =
@@ -106,12 +108,12 @@ export const TaskSpecSchema = z.strictObject({
 });
 export type TaskSpec = z.infer<typeof TaskSpecSchema>;
 
-const Quantity = z.union([
+export const Quantity = z.union([
   z.string().regex(QUANTITY, "must be a resource quantity such as 500m or 1Gi"),
   // x-kubernetes-int-or-string: a number must be a whole one that fits in 64 bits.
   z.number().refine((n) => Number.isInteger(n) && Math.abs(n) < 2 ** 63, "must be a whole number"),
 ]);
-const ResourceRequirements = z.strictObject({
+export const ResourceRequirements = z.strictObject({
   limits: z.record(z.string(), Quantity).optional(),
   requests: z.record(z.string(), Quantity).optional(),
   claims: z
@@ -148,7 +150,8 @@ export const PlaybookSpecSchema = z.strictObject({
   /** From the pod's creation until its runner starts; default from the policy or the controller. */
   startTimeout: DurationString.optional(),
   cancel: z.boolean().default(false),
-  backoffLimit: z.number().int().min(0).max(100).default(2),
+  /** Absent: the namespace policy's default, else the controller's (DEFAULT_BACKOFF_LIMIT). */
+  backoffLimit: z.number().int().min(0).max(100).optional(),
   image: z
     .string()
     .min(1)

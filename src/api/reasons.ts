@@ -41,7 +41,7 @@ export type TerminalReason = (typeof TERMINAL_REASONS)[number];
 export const ENDINGS = ["Exited", "Killed"] as const;
 export type Ending = (typeof ENDINGS)[number];
 
-export const LIMIT_SOURCES = ["task", "spec", "default"] as const;
+export const LIMIT_SOURCES = ["task", "spec", "policy", "default"] as const;
 export type LimitSource = (typeof LIMIT_SOURCES)[number];
 
 export function isLimitReason(reason: string): reason is LimitReason {

@@ -19,6 +19,10 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
     "longest a run's pod may take from its creation until its runner starts, when spec.startTimeout is not set (default 5m)",
   ttlSecondsAfterFinished: "keep pods of finished runs this long when the spec does not say (default 3600)",
   runnerImage: "image of the runner container when spec.image is not set",
+  allowedServiceAccounts:
+    "comma-separated service accounts Playbooks may name where no PlaybookPolicy says, besides default (default: none)",
+  allowedImages:
+    "comma-separated images Playbooks may name where no PlaybookPolicy says, besides the runner image; a trailing * matches a prefix (default: none)",
   namespaces: "comma-separated namespaces to watch (default: all)",
   workers: "Playbooks reconciled at the same time (default 2)",
   metricsAddress: "HOST:PORT for /metrics, /healthz and /readyz (default :8080)",

@@ -49,6 +49,11 @@ const LabelKey = z.string().refine(
   },
 );
 
+/** A comma-separated list (env, flag) or an array (tests): trimmed, empties dropped. */
+const List = z
+  .union([z.array(z.string()), z.string()])
+  .transform((v) => (Array.isArray(v) ? v : v.split(",")).map((s) => s.trim()).filter((s) => s !== ""));
+
 const Bool = z.union([
   z.boolean(),
   z.enum(["true", "false", "1", "0"]).transform((v) => v === "true" || v === "1"),
@@ -64,6 +69,16 @@ export const ControllerConfigSchema = z
     defaultStartTimeout: Duration.prefault("5m"),
     ttlSecondsAfterFinished: z.coerce.number().int().min(0).default(3600),
     runnerImage: z.string().min(1).default("ghcr.io/playbook-controller/playbook-controller:0.1.0"),
+    /** Service accounts Playbooks may name in namespaces without a PlaybookPolicy, besides `default`. */
+    allowedServiceAccounts: List.pipe(
+      z.array(z.string().regex(DNS_SUBDOMAIN, "must list service account names (DNS-1123 subdomains)")),
+    ).default([]),
+    /** Images Playbooks may name in namespaces without a PlaybookPolicy, besides the runner image: exact, or a prefix ending in `*`. */
+    allowedImages: List.pipe(
+      z.array(
+        z.string().refine((p) => !p.slice(0, -1).includes("*"), "may hold a * only as the last character"),
+      ),
+    ).default([]),
     /** Empty: all namespaces. */
     namespaces: z
       .union([z.array(z.string()), z.string()])
@@ -129,6 +144,8 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   defaultStartTimeout: "PLAYBOOK_DEFAULT_START_TIMEOUT",
   ttlSecondsAfterFinished: "PLAYBOOK_TTL_SECONDS_AFTER_FINISHED",
   runnerImage: "PLAYBOOK_RUNNER_IMAGE",
+  allowedServiceAccounts: "PLAYBOOK_ALLOWED_SERVICE_ACCOUNTS",
+  allowedImages: "PLAYBOOK_ALLOWED_IMAGES",
   namespaces: "PLAYBOOK_NAMESPACES",
   workers: "PLAYBOOK_WORKERS",
   metricsAddress: "PLAYBOOK_METRICS_ADDRESS",

@@ -2,6 +2,7 @@
 // the work queue; a worker reconciles one key at a time and hands the decision to the writer.
 import { hostname } from "node:os";
 import type { Logger } from "pino";
+import { POLICY_PLURAL } from "../api/policy.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
 import { Informer, type ListResult } from "./informer.js";
 import {
@@ -26,7 +27,10 @@ import {
   type StoredPlaybook,
   splitKey,
 } from "./objects.js";
-import { decide, decideRefusedPod, type ReconcileSettings } from "./reconcile.js";
+import { isPodFinished } from "./pod-state.js";
+import { PolicyGovernor } from "./policy-governor.js";
+import { isQueued, slotState } from "./policy-queue.js";
+import { decide, decideRefusedPod, type ReconcileInput, type ReconcileSettings } from "./reconcile.js";
 import { HealthServer } from "./server.js";
 import { isFinished } from "./status.js";
 import { WorkQueue } from "./work-queue.js";
@@ -66,6 +70,7 @@ export class PlaybookController {
   private readonly settings: ReconcileSettings;
   private readonly playbooks = new Map<string, Informer<StoredPlaybook>>();
   private readonly pods = new Map<string, Informer<PodView>>();
+  private readonly governor: PolicyGovernor;
   private readonly stopping = new AbortController();
   private workers: Promise<void>[] = [];
   private elector: LeaderElector | undefined;
@@ -81,6 +86,7 @@ export class PlaybookController {
       deps.metrics ??
       new ControllerMetrics({
         activeRuns: () => this.activeRuns(),
+        queuedRuns: () => this.queuedRuns(),
         ready: () => this.ready,
         playbookLabel: deps.config.metricsPlaybookLabel !== "",
       });
@@ -97,16 +103,19 @@ export class PlaybookController {
       defaults: limitDefaults(deps.config),
       runnerImage: deps.config.runnerImage,
       ttlSecondsAfterFinished: deps.config.ttlSecondsAfterFinished,
+      allowedServiceAccounts: deps.config.allowedServiceAccounts,
+      allowedImages: deps.config.allowedImages,
     };
     const namespaces = deps.config.namespaces.length > 0 ? deps.config.namespaces : [""];
     for (const namespace of namespaces) {
       this.playbooks.set(namespace, this.playbookInformer(namespace));
       this.pods.set(namespace, this.podInformer(namespace));
     }
+    this.governor = this.policyGovernor(namespaces);
   }
 
-  private informers(): (Informer<StoredPlaybook> | Informer<PodView>)[] {
-    return [...this.playbooks.values(), ...this.pods.values()];
+  private informers(): { waitForSync(): Promise<void>; start(): void; stop(): Promise<void> }[] {
+    return [...this.playbooks.values(), ...this.pods.values(), ...this.governor.informers.values()];
   }
 
   get ready(): boolean {
@@ -124,6 +133,8 @@ export class PlaybookController {
       problems.push(...describeProblem("playbooks", namespace, informer));
     for (const [namespace, informer] of this.pods)
       problems.push(...describeProblem("pods", namespace, informer));
+    for (const [namespace, informer] of this.governor.informers)
+      problems.push(...describeProblem("playbookpolicies", namespace, informer));
     return problems.length === 0
       ? { ready: true, reason: "ok" }
       : { ready: false, reason: problems.join("; ") };
@@ -213,6 +224,7 @@ export class PlaybookController {
   private async shutDown(): Promise<void> {
     await this.queue.shutDown();
     await Promise.all(this.workers);
+    this.governor.stop();
     await this.writer.events.flush();
     await this.elector?.release();
     this.metrics.isLeader.set(0);
@@ -225,6 +237,7 @@ export class PlaybookController {
     this.log.info({ workers: this.config.workers, identity: this.identity }, "Started workers");
     for (const playbook of this.allPlaybooks()) this.queue.add(keyOf(playbook.metadata));
     for (let i = 0; i < this.config.workers; i++) this.workers.push(this.work());
+    this.governor.startWriting(this.writer.leadingSignal);
   }
 
   private async work(): Promise<void> {
@@ -300,8 +313,17 @@ export class PlaybookController {
       onProblemChange: () => this.noteReadiness(),
     });
     informer.addHandlers({
-      onUpsert: (playbook) => this.queue.add(keyOf(playbook.metadata)),
-      onDelete: (playbook) => this.queue.add(keyOf(playbook.metadata)),
+      onUpsert: (playbook, old) => {
+        this.queue.add(keyOf(playbook.metadata));
+        const namespace = playbook.metadata.namespace ?? "";
+        if (isFinished(playbook.status) && !(old && isFinished(old.status))) this.wakeQueued(namespace);
+        if (!old || isFinished(playbook.status)) this.governor.scheduleStatus(namespace);
+      },
+      onDelete: (playbook) => {
+        this.queue.add(keyOf(playbook.metadata));
+        this.wakeQueued(playbook.metadata.namespace ?? "");
+        this.governor.scheduleStatus(playbook.metadata.namespace ?? "");
+      },
     });
     return informer;
   }
@@ -344,7 +366,17 @@ export class PlaybookController {
       const owner = ownerKeyOfPod(pod);
       if (owner) this.queue.add(owner);
     };
-    informer.addHandlers({ onUpsert: enqueueOwner, onDelete: enqueueOwner });
+    informer.addHandlers({
+      onUpsert: (pod, old) => {
+        enqueueOwner(pod);
+        // A pod that ended frees its slot of the namespace's running-Playbooks cap.
+        if (isPodFinished(pod) && !(old && isPodFinished(old))) this.wakeQueued(pod.metadata.namespace ?? "");
+      },
+      onDelete: (pod) => {
+        enqueueOwner(pod);
+        this.wakeQueued(pod.metadata.namespace ?? "");
+      },
+    });
     return informer;
   }
 
@@ -354,6 +386,88 @@ export class PlaybookController {
 
   private *allPlaybooks(): Generator<StoredPlaybook> {
     for (const informer of this.playbooks.values()) yield* informer.list();
+  }
+
+  private playbooksIn(namespace: string): StoredPlaybook[] {
+    const informer = this.informerFor(this.playbooks, namespace);
+    return (informer?.list() ?? []).filter((p) => (p.metadata.namespace ?? "") === namespace);
+  }
+
+  /** The namespace's pods, with those created but not yet in the cache. */
+  private podsIn(namespace: string): PodView[] {
+    const informer = this.informerFor(this.pods, namespace);
+    const cached = (informer?.list() ?? []).filter((p) => (p.metadata.namespace ?? "") === namespace);
+    const seen = new Set(cached.map((p) => p.metadata.name));
+    return [...cached, ...this.writer.createdPods(namespace).filter((p) => !seen.has(p.metadata.name))];
+  }
+
+  /** A slot may have freed: the namespace's queued runs look again, first created first. */
+  private wakeQueued(namespace: string): void {
+    if (!this.governor.capOf(namespace)) return;
+    for (const playbook of this.playbooksIn(namespace)) {
+      if (isQueued(playbook)) this.queue.add(keyOf(playbook.metadata));
+    }
+  }
+
+  /** The policy changed: the runs not started yet are decided again under it. */
+  private policyChanged(namespace: string): void {
+    for (const playbook of this.playbooksIn(namespace)) {
+      if (!playbook.status?.startTime && !isFinished(playbook.status))
+        this.queue.add(keyOf(playbook.metadata));
+    }
+  }
+
+  private queuedRuns(): Map<string, number> {
+    const counts = new Map<string, number>();
+    for (const playbook of this.allPlaybooks()) {
+      const namespace = playbook.metadata.namespace ?? "";
+      if (!counts.has(namespace)) counts.set(namespace, 0);
+      if (isQueued(playbook)) counts.set(namespace, (counts.get(namespace) ?? 0) + 1);
+    }
+    return counts;
+  }
+
+  private policyGovernor(namespaces: string[]): PolicyGovernor {
+    const { custom } = this.clients;
+    return new PolicyGovernor({
+      namespaces,
+      clients: this.clients,
+      log: this.log,
+      metrics: this.metrics,
+      cluster: {
+        runnerImage: this.config.runnerImage,
+        allowedServiceAccounts: this.config.allowedServiceAccounts,
+        allowedImages: this.config.allowedImages,
+      },
+      controllerMaxCeilingMs: this.config.maxCeiling,
+      watchTimeoutMs: this.config.watchTimeout,
+      resyncMs: this.config.resync,
+      list: (namespace) =>
+        paginate((cont) =>
+          namespace
+            ? custom.listNamespacedCustomObject({
+                group: GROUP,
+                version: VERSION,
+                plural: POLICY_PLURAL,
+                namespace,
+                limit: LIST_PAGE,
+                _continue: cont,
+              })
+            : custom.listClusterCustomObject({
+                group: GROUP,
+                version: VERSION,
+                plural: POLICY_PLURAL,
+                limit: LIST_PAGE,
+                _continue: cont,
+              }),
+        ),
+      playbooksIn: (namespace) => this.playbooksIn(namespace),
+      onPolicyChange: (namespace) => this.policyChanged(namespace),
+      onProblemChange: () => this.noteReadiness(),
+      onReconnect: (cause) => this.metrics.watchReconnects.inc({ resource: POLICY_PLURAL, cause }),
+      onRelist: () => this.metrics.watchRelists.inc({ resource: POLICY_PLURAL }),
+      now: () => this.clock.now(),
+    });
   }
 
   private activeRuns(): Map<string, number> {
@@ -379,13 +493,34 @@ export class PlaybookController {
     // The watch event of this controller's own last write re-queues the key when it arrives.
     if (this.writer.isBehind(playbook)) return { requeueAfterMs: BEHIND_RETRY_MS, waited: true };
     const pods = await this.podsOf(key, playbook);
-    const input = { playbook, pods, now: this.clock.now(), settings: this.settings };
-    const decision = decide(input);
+    const cap = this.governor.capOf(namespace);
+    const waits = cap && !playbook.status?.startTime && !isFinished(playbook.status) && pods.length === 0;
+    if (!waits)
+      return this.decideAndApply({ playbook, pods, now: this.clock.now(), settings: this.settings });
+    // One start at a time per capped namespace, counted from the caches and this writer's own
+    // creates: two workers never take the same slot, and a restarted controller counts the same.
+    return this.governor.withNamespaceLock(namespace, async () => {
+      const current = this.informerFor(this.playbooks, namespace)?.get(key) ?? playbook;
+      const slots = slotState(key, this.playbooksIn(namespace), this.podsIn(namespace), cap.cap, cap.where);
+      return this.decideAndApply({
+        playbook: current,
+        pods,
+        now: this.clock.now(),
+        settings: this.settings,
+        slots,
+      });
+    });
+  }
+
+  private async decideAndApply(input: ReconcileInput): Promise<{ requeueAfterMs?: number }> {
+    const { playbook } = input;
+    const withRules = { ...input, rules: this.governor.rulesFor(playbook.metadata.namespace ?? "") };
+    const decision = decide(withRules);
     try {
       await this.writer.apply(playbook, decision);
     } catch (error) {
       if (!(error instanceof PodRefusedError)) throw error;
-      await this.writer.apply(playbook, decideRefusedPod(input, error.message));
+      await this.writer.apply(playbook, decideRefusedPod(withRules, error.message));
       return {};
     }
     return decision.requeueAfterMs === undefined ? {} : { requeueAfterMs: decision.requeueAfterMs };

@@ -15,6 +15,8 @@ export interface MetricsOptions {
   /** Off: process defaults are left out (tests that read exact text). */
   defaults?: boolean;
   activeRuns?: () => Map<string, number>;
+  /** Runs waiting for a slot of their namespace's running-Playbooks cap, by namespace. */
+  queuedRuns?: () => Map<string, number>;
   /** What /readyz answers: the caches have synced. */
   ready?: () => boolean;
   /** Add a `playbook` label to the run, limit and usage metrics (--metrics-playbook-label). */
@@ -35,6 +37,9 @@ export class ControllerMetrics {
   readonly limitUsage: Histogram<"namespace" | "limit" | PlaybookLabel>;
   readonly taskDuration: Histogram<"namespace" | "phase">;
   readonly activeRuns: Gauge<"namespace">;
+  readonly queuedRuns: Gauge<"namespace">;
+  readonly policyRefusals: Counter<"namespace" | "field">;
+  readonly policyStatusWrites: Counter;
   readonly reconcileDuration: Histogram;
   readonly reconcileErrors: Counter;
   readonly workqueueDepth: Gauge;
@@ -98,6 +103,29 @@ export class ControllerMetrics {
         this.reset();
         for (const [namespace, count] of activeRuns()) this.set({ namespace }, count);
       },
+    });
+    const queuedRuns = options.queuedRuns;
+    this.queuedRuns = new Gauge({
+      name: "playbook_queued_runs",
+      help: "Runs waiting Pending for a slot of their namespace's running-Playbooks cap (PlaybookPolicy spec.maximums.runningPlaybooks)",
+      labelNames: ["namespace"],
+      registers,
+      collect() {
+        if (!queuedRuns) return;
+        this.reset();
+        for (const [namespace, count] of queuedRuns()) this.set({ namespace }, count);
+      },
+    });
+    this.policyRefusals = new Counter({
+      name: "playbook_policy_refusals_total",
+      help: "Runs refused (InvalidSpec, no pod) by their namespace's PlaybookPolicy or the controller's allowances, by refused field",
+      labelNames: ["namespace", "field"],
+      registers,
+    });
+    this.policyStatusWrites = new Counter({
+      name: "playbook_policy_status_writes_total",
+      help: "Writes of PlaybookPolicy status",
+      registers,
     });
     this.reconcileDuration = new Histogram({
       name: "playbook_reconcile_duration_seconds",
@@ -174,5 +202,6 @@ export class ControllerMetrics {
     for (const task of run.tasks)
       this.taskDuration.observe({ namespace, phase: task.phase }, task.durationSeconds);
     for (const usage of run.usage) this.limitUsage.observe({ ...per, limit: usage.limit }, usage.ratio);
+    for (const field of run.policyRefusals ?? []) this.policyRefusals.inc({ namespace, field });
   }
 }

@@ -13,6 +13,7 @@ import {
   serializePlan,
 } from "../api/plan.js";
 import { API_VERSION, KIND, type PlaybookSpec } from "../api/playbook.js";
+import type { PodSettings } from "../api/policy.js";
 import {
   ANNOTATION_RUN_START,
   LABEL_MANAGED_BY,
@@ -70,6 +71,8 @@ export interface PodRequest {
   runStart: Date;
   now: Date;
   runnerImage: string;
+  /** Image, service account and resources as the namespace's policy fills them in; the spec's alone when absent. */
+  pod?: PodSettings | undefined;
 }
 
 export interface PodManifest {
@@ -108,9 +111,14 @@ const PLAN_VOLUME = "plan";
 export function buildPod(request: PodRequest): PodManifest {
   const { playbook, spec, limits } = request;
   const plan = serializePlan(buildPlan(request));
+  const settings = request.pod ?? {
+    image: spec.image ?? request.runnerImage,
+    serviceAccountName: spec.serviceAccountName,
+    resources: spec.resources,
+  };
   const container: Record<string, unknown> = {
     name: RUNNER_CONTAINER,
-    image: spec.image ?? request.runnerImage,
+    image: settings.image,
     command: ["playbook", "pod-runner", "--plan", PLAN_FILE],
     volumeMounts: [{ name: PLAN_VOLUME, mountPath: PLAN_MOUNT_DIR, readOnly: true }],
     terminationMessagePolicy: "FallbackToLogsOnError",
@@ -122,7 +130,7 @@ export function buildPod(request: PodRequest): PodManifest {
       seccompProfile: { type: "RuntimeDefault" },
     },
   };
-  if (spec.resources) container.resources = spec.resources;
+  if (settings.resources) container.resources = settings.resources;
   const podSpec: Record<string, unknown> = {
     restartPolicy: "Never",
     activeDeadlineSeconds: activeDeadlineSeconds(limits, request.runStart, request.now),
@@ -132,7 +140,8 @@ export function buildPod(request: PodRequest): PodManifest {
     // forks): the runner is a Node process, which reaps only its own children, and the image's
     // init (tini) does not run because `command` replaces the entrypoint.
     shareProcessNamespace: true,
-    automountServiceAccountToken: spec.serviceAccountName !== undefined,
+    // The token lets tasks act as the service account: only one named for that gets it.
+    automountServiceAccountToken: settings.serviceAccountName !== undefined,
     securityContext: {
       runAsNonRoot: true,
       runAsUser: RUNNER_UID,
@@ -151,7 +160,7 @@ export function buildPod(request: PodRequest): PodManifest {
       },
     ],
   };
-  if (spec.serviceAccountName) podSpec.serviceAccountName = spec.serviceAccountName;
+  if (settings.serviceAccountName) podSpec.serviceAccountName = settings.serviceAccountName;
   return {
     apiVersion: "v1",
     kind: "Pod",

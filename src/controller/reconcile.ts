@@ -5,6 +5,14 @@ import { type LimitDefaults, type ResolvedLimits, resolveLimits } from "../api/l
 import { InvalidPlaybookError, validatePlaybook } from "../api/manifest.js";
 import { PlanTooLargeError } from "../api/plan.js";
 import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
+import {
+  checkPolicy,
+  clusterRules,
+  type NamespaceRules,
+  type PodSettings,
+  podSettings,
+  policyLimitDefaults,
+} from "../api/policy.js";
 import { isLimitReason, type TerminalReason } from "../api/reasons.js";
 import { ANNOTATION_RUN_START, type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
 import {
@@ -29,6 +37,7 @@ import {
   runnerEnded,
   settleWaitMs,
 } from "./pod-state.js";
+import { queuedDecision, type SlotState } from "./policy-queue.js";
 import {
   describeDeadline,
   isFinished,
@@ -44,6 +53,9 @@ export interface ReconcileSettings {
   defaults: LimitDefaults;
   runnerImage: string;
   ttlSecondsAfterFinished: number;
+  /** --allowed-service-accounts and --allowed-images: allowed where no policy says otherwise. */
+  allowedServiceAccounts?: readonly string[];
+  allowedImages?: readonly string[];
 }
 
 export interface ReconcileInput {
@@ -52,6 +64,25 @@ export interface ReconcileInput {
   pods: readonly PodView[];
   now: Date;
   settings: ReconcileSettings;
+  /** What governs the namespace: its PlaybookPolicy named default, else the controller's flags. */
+  rules?: NamespaceRules;
+  /** The namespace's running-Playbooks cap and who holds its slots, when it has one. */
+  slots?: SlotState;
+}
+
+/** The rules the input names, or those of the controller's flags. */
+export function rulesOf(input: {
+  rules?: NamespaceRules | undefined;
+  settings: ReconcileSettings;
+}): NamespaceRules {
+  return (
+    input.rules ??
+    clusterRules({
+      runnerImage: input.settings.runnerImage,
+      allowedServiceAccounts: input.settings.allowedServiceAccounts ?? [],
+      allowedImages: input.settings.allowedImages ?? [],
+    })
+  );
 }
 
 export type Action =
@@ -80,6 +111,8 @@ export interface FinishedRun {
   tasks: { phase: string; durationSeconds: number }[];
   /** Duration over the effective limit, for tasks and runs that ended before their limit fired. */
   usage: LimitUsage[];
+  /** The fields the namespace's policy refused, when it refused the run. */
+  policyRefusals?: string[];
 }
 
 export interface Decision {
@@ -91,9 +124,23 @@ export interface Decision {
   requeueAfterMs?: number;
 }
 
-type Validated = { ok: true; spec: PlaybookSpec; limits: ResolvedLimits } | { ok: false; message: string };
+type Validated =
+  | { ok: true; spec: PlaybookSpec; limits: ResolvedLimits; defaults: LimitDefaults }
+  | { ok: false; message: string; policyRefusals?: string[] };
 
-export function validateSpec(playbook: StoredPlaybook, defaults: LimitDefaults): Validated {
+/**
+ * The spec checked and its limits resolved under the namespace's rules: their defaults always,
+ * their maximums and allowlists only when `enforce` (a run not started yet: a policy edited later
+ * does not end a run that started under the old one).
+ */
+export function validateSpec(
+  playbook: StoredPlaybook,
+  controllerDefaults: LimitDefaults,
+  rules?: NamespaceRules,
+  enforce = true,
+): Validated {
+  const policy = rules ? policyLimitDefaults(rules) : undefined;
+  const defaults: LimitDefaults = policy ? { ...controllerDefaults, policy } : controllerDefaults;
   try {
     const parsed = validatePlaybook(
       {
@@ -105,7 +152,16 @@ export function validateSpec(playbook: StoredPlaybook, defaults: LimitDefaults):
       defaults,
       `${playbook.metadata.namespace}/${playbook.metadata.name}`,
     );
-    return { ok: true, spec: parsed.spec, limits: resolveLimits(parsed.spec, defaults) };
+    const limits = resolveLimits(parsed.spec, defaults);
+    const refused = rules && enforce ? checkPolicy(parsed.spec, limits, rules) : [];
+    if (refused.length > 0) {
+      return {
+        ok: false,
+        message: refused.map((p) => `${p.path}: ${p.message}`).join("; "),
+        policyRefusals: [...new Set(refused.map((p) => p.field))],
+      };
+    }
+    return { ok: true, spec: parsed.spec, limits, defaults };
   } catch (error) {
     if (error instanceof InvalidPlaybookError) {
       return { ok: false, message: error.problems.map((p) => `${p.path}: ${p.message}`).join("; ") };
@@ -220,13 +276,15 @@ function settle(
   base: StatusBase,
   next: PlaybookStatus,
   reason: TerminalReason,
-  extra: Partial<Decision> = {},
+  extra: Partial<Decision> & { policyRefusals?: string[] } = {},
 ): Decision {
+  const finished = finishedRun(next, reason, base.limits);
+  if (extra.policyRefusals) finished.policyRefusals = extra.policyRefusals;
   return {
     status: next,
     actions: extra.actions ?? [],
     events: [...(extra.events ?? []), ...finishEvents(next, reason, base.limits)],
-    finished: finishedRun(next, reason, base.limits),
+    finished,
   };
 }
 
@@ -246,7 +304,7 @@ export function decideFinished(input: ReconcileInput): Decision {
   const ttlSeconds =
     typeof spec?.ttlSecondsAfterFinished === "number"
       ? spec.ttlSecondsAfterFinished
-      : input.settings.ttlSecondsAfterFinished;
+      : (rulesOf(input).defaults.ttlSecondsAfterFinished ?? input.settings.ttlSecondsAfterFinished);
   const actions: Action[] = [];
   const events: RecordedEvent[] = [];
   const live = input.pods.filter((pod) => !pod.metadata.deletionTimestamp);
@@ -277,6 +335,8 @@ interface RunState {
   spec: PlaybookSpec;
   /** The defaults the plan's limits were resolved with. */
   defaults: LimitDefaults;
+  /** Image, service account, resources and backoffLimit: the spec's, else the policy's, else the controller's. */
+  pod: PodSettings;
   /** The Playbook's generation the spec is from. */
   specGeneration: number | undefined;
   /** spec.cancel as the Playbook says now: the one field that may change during a run. */
@@ -302,6 +362,7 @@ function createPodAction(state: RunState, attempt: number, runStart: Date): Acti
     runStart,
     now: state.input.now,
     runnerImage: state.input.settings.runnerImage,
+    pod: state.pod,
   });
   return { type: "createPod", pod, attempt };
 }
@@ -317,7 +378,8 @@ function podCreatedEvent(state: RunState, action: Action & { type: "createPod" }
 
 /** The pod was lost: create the next attempt while backoffLimit allows, else the run fails PodLost. */
 function decideLost(state: RunState, what: string): Decision {
-  const { base, spec } = state;
+  const { base } = state;
+  const { backoffLimit } = state.pod;
   const ceilingAt = Date.parse(state.startTime) + base.limits.ceiling.ms;
   if (ceilingAt <= state.input.now.getTime()) {
     // A new pod would have no time left: the ceiling, not the loss, ends the run.
@@ -329,7 +391,7 @@ function decideLost(state: RunState, what: string): Decision {
     });
     return settle(base, next, "RunCeiling");
   }
-  if (state.attempts - 1 < spec.backoffLimit) {
+  if (state.attempts - 1 < backoffLimit) {
     const attempt = state.attempts + 1;
     const action = createPodAction(state, attempt, new Date(state.startTime));
     const next = progressStatus(base, {
@@ -345,13 +407,13 @@ function decideLost(state: RunState, what: string): Decision {
         {
           type: "Warning",
           reason: "PodLost",
-          message: `${capitalise(what)}; created pod ${action.pod.metadata.name} (attempt ${attempt} of ${spec.backoffLimit + 1}), the ceiling still counts from ${state.startTime}`,
+          message: `${capitalise(what)}; created pod ${action.pod.metadata.name} (attempt ${attempt} of ${backoffLimit + 1}), the ceiling still counts from ${state.startTime}`,
         },
         podCreatedEvent(state, action),
       ],
     });
   }
-  const message = `${what}; the pod was lost ${state.attempts} time${state.attempts === 1 ? "" : "s"}, more than backoffLimit ${spec.backoffLimit} allows`;
+  const message = `${what}; the pod was lost ${state.attempts} time${state.attempts === 1 ? "" : "s"}, more than backoffLimit ${backoffLimit} allows`;
   const next = settledStatus(base, {
     reason: "PodLost",
     message,
@@ -602,7 +664,8 @@ export function decide(input: ReconcileInput): Decision {
     pod && planned?.ok
       ? appliedGeneration(playbook, planned.plan.spec, specGeneration, settings)
       : specGeneration;
-  const validated: Validated & { defaults?: LimitDefaults } =
+  const rules = rulesOf(input);
+  const validated: Validated =
     planned?.ok === true
       ? // A started run is decided against the plan its pod was started with, not a later edit.
         {
@@ -611,11 +674,12 @@ export function decide(input: ReconcileInput): Decision {
           limits: resolveLimits(planned.plan.spec, planned.plan.defaults),
           defaults: planned.plan.defaults,
         }
-      : validateSpec(playbook, settings.defaults);
+      : validateSpec(playbook, settings.defaults, rules, !previous.startTime);
   if (!validated.ok) {
     const base: StatusBase = { previous, generation, now, limits: null };
     const next = settledStatus(base, { reason: "InvalidSpec", message: validated.message });
     return settle(base, next, "InvalidSpec", {
+      ...(validated.policyRefusals ? { policyRefusals: validated.policyRefusals } : {}),
       events: [{ type: "Warning", reason: "InvalidSpec", message: `Refused the spec: ${validated.message}` }],
       actions: input.pods
         .filter((pod) => !isPodFinished(pod) && !pod.metadata.deletionTimestamp)
@@ -629,7 +693,8 @@ export function decide(input: ReconcileInput): Decision {
   const state: RunState = {
     base,
     spec: validated.spec,
-    defaults: validated.defaults ?? settings.defaults,
+    defaults: validated.defaults,
+    pod: podSettings(validated.spec, rules),
     specGeneration,
     cancel: (playbook.spec as { cancel?: unknown } | undefined)?.cancel === true,
     input,
@@ -639,7 +704,10 @@ export function decide(input: ReconcileInput): Decision {
 
   if (state.cancel) return decideCancel(state, pod);
   if (!pod) {
-    if (attempts === 0) return decideFirstPod(state);
+    if (attempts === 0) {
+      if (input.slots && !input.slots.free) return queuedDecision(base, input.slots);
+      return decideFirstPod(state);
+    }
     return decideLost(
       state,
       `pod ${previous.podName ?? podNameFor(playbook.metadata.name, attempts)} was deleted or lost with its node`,
@@ -784,7 +852,7 @@ export function decideRefusedPod(input: ReconcileInput, message: string): Decisi
   const { playbook, now, settings } = input;
   const previous = playbook.status ?? {};
   if (isFinished(previous)) return { status: null, actions: [], events: [] };
-  const validated = validateSpec(playbook, settings.defaults);
+  const validated = validateSpec(playbook, settings.defaults, rulesOf(input), false);
   const base: StatusBase = {
     previous,
     generation: playbook.metadata.generation,

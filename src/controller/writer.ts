@@ -97,6 +97,14 @@ export class PlaybookWriter {
     return undefined;
   }
 
+  /** The pods this writer created in a namespace that the cache may not show yet. */
+  createdPods(namespace: string): PodView[] {
+    const now = performance.now();
+    return [...this.created.values()]
+      .filter((c) => c.pod.metadata.namespace === namespace && now - c.at < EXPECTATION_MS)
+      .map((c) => c.pod);
+  }
+
   /** The cache showed the pod: the memory of its create is no longer needed. */
   sawPod(pod: PodView): void {
     this.created.delete(keyOf(pod.metadata));

@@ -98,11 +98,12 @@ describe("admission", () => {
     const stored = await getPlaybook(namespace, "fine");
     expect(stored.spec).toMatchObject({
       cancel: false,
-      backoffLimit: 2,
       tasks: [{ name: "build", retries: 0, env: [{ name: "K", value: "" }] }],
     });
     expect(stored.spec.ceiling).toBe("30m");
     expect(stored.spec.stall).toBeUndefined();
+    // Left unset, so that the namespace's PlaybookPolicy can give its default (else the controller's 2).
+    expect(stored.spec.backoffLimit).toBeUndefined();
   });
 
   describe("once a run has started", () => {

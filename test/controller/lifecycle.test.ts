@@ -143,7 +143,8 @@ describe("status writes", () => {
 describe("a pod the API server will not create", () => {
   it("leaves the run Pending with the server's reason, then ends it when the ceiling passes", async () => {
     const ns = await namespace("pb-nosa");
-    controllerFor([ns]);
+    // Allowed, so that the API server (not the controller's allowlist) is what refuses it.
+    controllerFor([ns], { allowedServiceAccounts: "missing" });
     await createPlaybook(ns, "nosa", {
       ceiling: "8s",
       serviceAccountName: "missing",

@@ -1,0 +1,392 @@
+// The namespace policy (PlaybookPolicy, playbook.dev/v1alpha1): what Playbooks in a namespace get
+// by default and what they may ask for. Only the one named `default` governs its namespace; without
+// it the controller's flags do. The checks are pure functions shared by the controller and the CLI.
+import { z } from "zod";
+import { formatDuration, parseDuration } from "./duration.js";
+import type { LimitProblem, PolicyLimitDefaults, ResolvedLimits } from "./limits.js";
+import {
+  API_VERSION,
+  ConditionSchema,
+  DEFAULT_BACKOFF_LIMIT,
+  DNS1123_SUBDOMAIN,
+  DurationString,
+  ObjectMetaSchema,
+  type PlaybookSpec,
+  Quantity,
+  ResourceRequirements,
+} from "./playbook.js";
+
+export const POLICY_KIND = "PlaybookPolicy";
+export const POLICY_PLURAL = "playbookpolicies";
+/** The one policy of a namespace that governs it. */
+export const GOVERNING_POLICY_NAME = "default";
+/** The service account every namespace has: allowed unless a policy says otherwise. */
+export const DEFAULT_SERVICE_ACCOUNT = "default";
+const INT32_MAX = 2_147_483_647;
+
+const ServiceAccountName = z
+  .string()
+  .max(253, "must be at most 253 characters")
+  .regex(DNS1123_SUBDOMAIN, "must be a DNS-1123 subdomain");
+
+/** An image reference, or a prefix of one ending in `*`. */
+export const ImagePattern = z
+  .string()
+  .min(1, "must not be empty")
+  .max(1024, "must be at most 1024 characters")
+  .refine((p) => !p.slice(0, -1).includes("*"), "may hold a * only as its last character");
+
+const PolicyDefaultsSchema = z.strictObject({
+  ceiling: DurationString.optional(),
+  stall: DurationString.optional(),
+  killGrace: DurationString.optional(),
+  startTimeout: DurationString.optional(),
+  ttlSecondsAfterFinished: z.number().int().min(0).max(INT32_MAX).optional(),
+  backoffLimit: z.number().int().min(0).max(100).optional(),
+  serviceAccountName: ServiceAccountName.optional(),
+  image: z.string().min(1).max(1024).optional(),
+  resources: ResourceRequirements.optional(),
+});
+export type PolicyDefaults = z.infer<typeof PolicyDefaultsSchema>;
+
+const PolicyMaximumsSchema = z.strictObject({
+  ceiling: DurationString.optional(),
+  taskTimeout: DurationString.optional(),
+  runningPlaybooks: z.number().int().min(1).max(100_000).optional(),
+  resources: z
+    .strictObject({
+      limits: z.record(z.string(), Quantity).optional(),
+      requests: z.record(z.string(), Quantity).optional(),
+    })
+    .optional(),
+});
+export type PolicyMaximums = z.infer<typeof PolicyMaximumsSchema>;
+
+export const PolicySpecSchema = z.strictObject({
+  defaults: PolicyDefaultsSchema.optional(),
+  maximums: PolicyMaximumsSchema.optional(),
+  allowedServiceAccounts: z.array(ServiceAccountName).max(256, "must list at most 256 names").optional(),
+  allowedImages: z.array(ImagePattern).max(256, "must list at most 256 images").optional(),
+});
+export type PolicySpec = z.infer<typeof PolicySpecSchema>;
+
+export const PolicyStatusSchema = z.looseObject({
+  observedGeneration: z.number().int().optional(),
+  governed: z.number().int().optional(),
+  conditions: z.array(ConditionSchema).optional(),
+});
+export type PolicyStatus = z.infer<typeof PolicyStatusSchema>;
+
+export const PlaybookPolicySchema = z.strictObject({
+  apiVersion: z.literal(API_VERSION, { error: `must be ${API_VERSION}` }),
+  kind: z.literal(POLICY_KIND, { error: `must be ${POLICY_KIND}` }),
+  metadata: ObjectMetaSchema,
+  spec: PolicySpecSchema.default({}),
+  status: PolicyStatusSchema.optional(),
+});
+export type PlaybookPolicy = z.infer<typeof PlaybookPolicySchema>;
+
+/** The cluster-wide side: what governs a namespace that has no policy. */
+export interface ClusterAllowances {
+  runnerImage: string;
+  /** --allowed-service-accounts: allowed in every namespace without a policy, besides `default`. */
+  allowedServiceAccounts: readonly string[];
+  /** --allowed-images: allowed in every namespace without a policy, besides the runner image. */
+  allowedImages: readonly string[];
+}
+
+/** What governs one namespace: its policy named default, or the controller's flags. */
+export interface NamespaceRules {
+  /** The policy's name and generation, or null when the controller's flags govern. */
+  policy: { name: string; generation?: number | undefined } | null;
+  defaults: PolicyDefaults;
+  maximums: PolicyMaximums;
+  allowedServiceAccounts: readonly string[];
+  allowedImages: readonly string[];
+  runnerImage: string;
+  /** Why the policy named default cannot be applied: every new run is refused until it is fixed. */
+  problem?: string | undefined;
+}
+
+export function clusterRules(cluster: ClusterAllowances): NamespaceRules {
+  return {
+    policy: null,
+    defaults: {},
+    maximums: {},
+    allowedServiceAccounts: [DEFAULT_SERVICE_ACCOUNT, ...cluster.allowedServiceAccounts],
+    allowedImages: [cluster.runnerImage, ...cluster.allowedImages],
+    runnerImage: cluster.runnerImage,
+  };
+}
+
+/**
+ * The rules of a namespace governed by `policy`. Lists the policy leaves out keep what the
+ * cluster allows without a policy; the policy's own default service account and image are allowed.
+ */
+export function policyRules(
+  policy: { name: string; generation?: number | undefined; spec: PolicySpec } | null,
+  cluster: ClusterAllowances,
+): NamespaceRules {
+  const base = clusterRules(cluster);
+  if (!policy) return base;
+  const { spec } = policy;
+  return {
+    policy: { name: policy.name, generation: policy.generation },
+    defaults: spec.defaults ?? {},
+    maximums: spec.maximums ?? {},
+    allowedServiceAccounts: spec.allowedServiceAccounts ?? base.allowedServiceAccounts,
+    allowedImages: spec.allowedImages ?? base.allowedImages,
+    runnerImage: cluster.runnerImage,
+  };
+}
+
+/** "PlaybookPolicy default, spec.maximums.ceiling", or the controller flag it came from. */
+function where(rules: NamespaceRules, policyField: string, flag: string): string {
+  return rules.policy ? `PlaybookPolicy ${rules.policy.name}, ${policyField}` : `the controller's ${flag}`;
+}
+
+/** The policy's limit defaults in milliseconds, for resolveLimits; undefined without a policy. */
+export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults | undefined {
+  if (!rules.policy) return undefined;
+  const ms = (text: string | undefined) => (text === undefined ? undefined : parseDuration(text));
+  const { ceiling, stall, killGrace, startTimeout } = rules.defaults;
+  return {
+    ceilingMs: ms(ceiling),
+    stallMs: ms(stall),
+    killGraceMs: ms(killGrace),
+    startTimeoutMs: ms(startTimeout),
+  };
+}
+
+/** Whether `image` matches one of the patterns: exactly, or by the prefix before a trailing `*`. */
+export function imageAllowed(image: string, patterns: readonly string[]): boolean {
+  return patterns.some((pattern) =>
+    pattern.endsWith("*") ? image.startsWith(pattern.slice(0, -1)) : image === pattern,
+  );
+}
+
+const QUANTITY_SUFFIX: Record<string, number> = {
+  n: 1e-9,
+  u: 1e-6,
+  m: 1e-3,
+  "": 1,
+  k: 1e3,
+  M: 1e6,
+  G: 1e9,
+  T: 1e12,
+  P: 1e15,
+  E: 1e18,
+  Ki: 2 ** 10,
+  Mi: 2 ** 20,
+  Gi: 2 ** 30,
+  Ti: 2 ** 40,
+  Pi: 2 ** 50,
+  Ei: 2 ** 60,
+};
+
+/** A resource quantity as a number, for comparing against a maximum ("500m" is 0.5, "1Gi" 2^30). */
+export function quantityValue(quantity: string | number): number {
+  if (typeof quantity === "number") return quantity;
+  const match = /^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9.]+|[KMGTPE]i|[numkMGTPE])?$/.exec(
+    quantity,
+  );
+  if (!match) return Number.NaN;
+  const number = Number(match[1]);
+  const suffix = match[2] ?? "";
+  if (/^[eE]/.test(suffix)) return number * 10 ** Number(suffix.slice(1));
+  return number * (QUANTITY_SUFFIX[suffix] ?? Number.NaN);
+}
+
+type Resources = NonNullable<PlaybookSpec["resources"]>;
+
+/** The container's resources: the Playbook's, each map filled in from the policy's default. */
+export function effectiveResources(spec: PlaybookSpec, rules: NamespaceRules): Resources | undefined {
+  const fallback = rules.defaults.resources;
+  if (!fallback) return spec.resources;
+  if (!spec.resources) return fallback;
+  const merged: Resources = { ...fallback, ...spec.resources };
+  for (const key of ["limits", "requests"] as const) {
+    const both = { ...(fallback[key] ?? {}), ...(spec.resources[key] ?? {}) };
+    if (Object.keys(both).length > 0) merged[key] = both;
+  }
+  return merged;
+}
+
+/** What the pod is built with beyond the limits: the Playbook's choice, else the policy's, else the controller's. */
+export interface PodSettings {
+  image: string;
+  serviceAccountName?: string | undefined;
+  resources?: Resources | undefined;
+  backoffLimit: number;
+  ttlSecondsAfterFinished?: number | undefined;
+}
+
+export function podSettings(spec: PlaybookSpec, rules: NamespaceRules): PodSettings {
+  return {
+    image: spec.image ?? rules.defaults.image ?? rules.runnerImage,
+    serviceAccountName: spec.serviceAccountName ?? rules.defaults.serviceAccountName,
+    resources: effectiveResources(spec, rules),
+    backoffLimit: spec.backoffLimit ?? rules.defaults.backoffLimit ?? DEFAULT_BACKOFF_LIMIT,
+    ttlSecondsAfterFinished: spec.ttlSecondsAfterFinished ?? rules.defaults.ttlSecondsAfterFinished,
+  };
+}
+
+/** A Playbook refused by its namespace's rules: the field for the metric, and the message. */
+export interface PolicyProblem extends LimitProblem {
+  /** The refused field with list indexes dropped, for playbook_policy_refusals_total. */
+  field: string;
+}
+
+const list = (names: readonly string[]) => (names.length === 0 ? "none" : names.join(", "));
+
+/**
+ * What the namespace's rules refuse in a Playbook whose limits resolved as `limits`: each problem
+ * names the field, the value and the bound with where it is set.
+ */
+export function checkPolicy(
+  spec: PlaybookSpec,
+  limits: ResolvedLimits,
+  rules: NamespaceRules,
+): PolicyProblem[] {
+  const problems: PolicyProblem[] = [];
+  if (rules.problem) return [{ path: "(namespace policy)", field: "policy", message: rules.problem }];
+  const { maximums } = rules;
+  if (maximums.ceiling !== undefined && limits.ceiling.ms > parseDuration(maximums.ceiling)) {
+    const path = limits.ceiling.source === "spec" ? "spec.ceiling" : "spec";
+    const value = formatDuration(limits.ceiling.ms);
+    const shown = limits.ceiling.source === "spec" ? value : `${value} (${limits.ceiling.field})`;
+    problems.push({
+      path,
+      field: "spec.ceiling",
+      message: `${shown} is longer than the namespace's maximum ceiling ${maximums.ceiling} (${where(rules, "spec.maximums.ceiling", "--max-ceiling")})`,
+    });
+  }
+  if (maximums.taskTimeout !== undefined) {
+    const maxMs = parseDuration(maximums.taskTimeout);
+    spec.tasks.forEach((task, index) => {
+      if (task.timeout !== undefined && parseDuration(task.timeout) > maxMs) {
+        problems.push({
+          path: `spec.tasks[${index}].timeout`,
+          field: "spec.tasks[].timeout",
+          message: `${task.timeout} is longer than the namespace's maximum task timeout ${maximums.taskTimeout} (${where(rules, "spec.maximums.taskTimeout", "configuration")})`,
+        });
+      }
+    });
+  }
+  if (
+    spec.serviceAccountName !== undefined &&
+    !rules.allowedServiceAccounts.includes(spec.serviceAccountName)
+  ) {
+    const allowed = [...rules.allowedServiceAccounts];
+    const fallback = rules.defaults.serviceAccountName;
+    if (spec.serviceAccountName === fallback) {
+      // The policy's own default is always allowed.
+    } else {
+      problems.push({
+        path: "spec.serviceAccountName",
+        field: "spec.serviceAccountName",
+        message: `${JSON.stringify(spec.serviceAccountName)} is not an allowed service account: ${
+          rules.policy
+            ? `PlaybookPolicy ${rules.policy.name} allows ${list(allowed)} (spec.allowedServiceAccounts${fallback ? `, spec.defaults.serviceAccountName ${fallback}` : ""})`
+            : `without a PlaybookPolicy named default only ${list(allowed)} (the namespace's default and the controller's --allowed-service-accounts)`
+        }`,
+      });
+    }
+  }
+  if (
+    spec.image !== undefined &&
+    spec.image !== rules.runnerImage &&
+    spec.image !== rules.defaults.image &&
+    !imageAllowed(spec.image, rules.allowedImages)
+  ) {
+    problems.push({
+      path: "spec.image",
+      field: "spec.image",
+      message: `${JSON.stringify(spec.image)} is not an allowed image: ${
+        rules.policy
+          ? `PlaybookPolicy ${rules.policy.name} allows ${list(rules.allowedImages)} (spec.allowedImages), the runner image ${rules.runnerImage}${rules.defaults.image ? ` and its default ${rules.defaults.image}` : ""}`
+          : `without a PlaybookPolicy named default only ${list(rules.allowedImages)} (the runner image and the controller's --allowed-images)`
+      }`,
+    });
+  }
+  problems.push(...checkResources(effectiveResources(spec, rules), spec.resources, rules));
+  return problems;
+}
+
+function checkResources(
+  resources: Resources | undefined,
+  own: Resources | undefined,
+  rules: NamespaceRules,
+): PolicyProblem[] {
+  const bounds = rules.maximums.resources;
+  if (!bounds) return [];
+  const problems: PolicyProblem[] = [];
+  const bound = (kind: "limits" | "requests", name: string, max: string | number) => {
+    const value = resources?.[kind]?.[name];
+    const from = own?.[kind]?.[name] !== undefined ? "" : " (the policy's default)";
+    const path = `spec.resources.${kind}.${name}`;
+    const set = where(rules, `spec.maximums.resources.${kind}.${name}`, "configuration");
+    if (value === undefined) {
+      // As a LimitRange's max does: a bounded resource needs a limit, or the pod could use any amount.
+      if (kind === "limits") {
+        problems.push({
+          path,
+          field: "spec.resources",
+          message: `is required: the namespace's maximum ${name} limit is ${max} (${set})`,
+        });
+      }
+      return;
+    }
+    if (quantityValue(value) > quantityValue(max)) {
+      problems.push({
+        path,
+        field: "spec.resources",
+        message: `${value}${from} is more than the namespace's maximum ${max} (${set})`,
+      });
+    }
+  };
+  for (const [name, max] of Object.entries(bounds.limits ?? {})) {
+    bound("limits", name, max);
+    // A request above the maximum limit could never fit under it either.
+    if (bounds.requests?.[name] === undefined) bound("requests", name, max);
+  }
+  for (const [name, max] of Object.entries(bounds.requests ?? {})) bound("requests", name, max);
+  return problems;
+}
+
+/** Why a policy cannot govern as written, in words for its Ready condition; empty when it can. */
+export function policyProblems(
+  policy: { name: string; spec: PolicySpec },
+  controllerMaxCeilingMs: number,
+): string[] {
+  const problems: string[] = [];
+  const { defaults = {}, maximums = {} } = policy.spec;
+  if (defaults.ceiling !== undefined) {
+    const ceiling = parseDuration(defaults.ceiling);
+    if (ceiling <= 0) problems.push(`spec.defaults.ceiling: ${defaults.ceiling} must be longer than 0s`);
+    if (maximums.ceiling !== undefined && ceiling > parseDuration(maximums.ceiling)) {
+      problems.push(
+        `spec.defaults.ceiling: ${defaults.ceiling} is longer than spec.maximums.ceiling ${maximums.ceiling}`,
+      );
+    }
+    if (ceiling > controllerMaxCeilingMs) {
+      problems.push(
+        `spec.defaults.ceiling: ${defaults.ceiling} is longer than the controller's maximum ceiling ${formatDuration(controllerMaxCeilingMs)}`,
+      );
+    }
+  }
+  if (maximums.ceiling !== undefined && parseDuration(maximums.ceiling) <= 0) {
+    problems.push(`spec.maximums.ceiling: ${maximums.ceiling} must be longer than 0s`);
+  }
+  for (const kind of ["limits", "requests"] as const) {
+    for (const [name, value] of Object.entries(defaults.resources?.[kind] ?? {})) {
+      const max = maximums.resources?.[kind]?.[name] ?? maximums.resources?.limits?.[name];
+      if (max !== undefined && quantityValue(value) > quantityValue(max)) {
+        problems.push(
+          `spec.defaults.resources.${kind}.${name}: ${value} is more than the maximum ${max} (spec.maximums.resources)`,
+        );
+      }
+    }
+  }
+  return problems;
+}

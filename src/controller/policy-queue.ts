@@ -1,0 +1,125 @@
+// The namespace's cap on running Playbooks (spec.maximums.runningPlaybooks): who holds a slot,
+// derived from what the caches show (never from this process's memory, so a restarted controller
+// counts the same), and the Pending status of a run that waits for one, in creation order.
+import { setCondition } from "../api/conditions.js";
+import { describeRunLimits } from "../api/limits.js";
+import type { PlaybookStatus } from "../api/playbook.js";
+import { keyOf, ownerKeyOfPod, type PodView, type StoredPlaybook } from "./objects.js";
+import { isPodFinished } from "./pod-state.js";
+import type { Decision } from "./reconcile.js";
+import { isFinished, type StatusBase, SUCCEEDED, sameStatus } from "./status.js";
+
+/** The Succeeded condition's reason (status Unknown) of a run waiting for a slot. */
+export const QUEUED_REASON = "Queued";
+
+export interface SlotState {
+  cap: number;
+  /** Playbooks holding a slot now. */
+  running: number;
+  /** Playbooks waiting ahead of this one, in creation order. */
+  ahead: number;
+  /** Whether this Playbook may start now. */
+  free: boolean;
+  /** Where the cap is set, e.g. "PlaybookPolicy default, spec.maximums.runningPlaybooks". */
+  where: string;
+}
+
+/** A run that started or was refused a slot never waits again; one that has not may. */
+function hasStarted(playbook: StoredPlaybook): boolean {
+  return playbook.status?.startTime !== undefined || (playbook.status?.podAttempts ?? 0) > 0;
+}
+
+/**
+ * The Playbooks holding a slot: those started and not finished, and the owners of every pod not
+ * ended yet (a pod the status does not show yet, or one still stopping after its run was settled).
+ */
+export function slotHolders(playbooks: readonly StoredPlaybook[], pods: readonly PodView[]): Set<string> {
+  const holders = new Set<string>();
+  for (const playbook of playbooks) {
+    if (hasStarted(playbook) && !isFinished(playbook.status)) holders.add(keyOf(playbook.metadata));
+  }
+  for (const pod of pods) {
+    const owner = ownerKeyOfPod(pod);
+    if (owner && !isPodFinished(pod)) holders.add(owner);
+  }
+  return holders;
+}
+
+function creationOrder(a: StoredPlaybook, b: StoredPlaybook): number {
+  const at = (p: StoredPlaybook) => Date.parse(p.metadata.creationTimestamp ?? "") || 0;
+  // creationTimestamp has whole seconds: names order a burst created within one.
+  return at(a) - at(b) || a.metadata.name.localeCompare(b.metadata.name);
+}
+
+/** The Playbooks of a namespace that wait for a slot, first created first. */
+export function waitingPlaybooks(
+  playbooks: readonly StoredPlaybook[],
+  holders: ReadonlySet<string>,
+): StoredPlaybook[] {
+  return playbooks
+    .filter(
+      (p) =>
+        !hasStarted(p) &&
+        !isFinished(p.status) &&
+        !holders.has(keyOf(p.metadata)) &&
+        (p.spec as { cancel?: unknown } | undefined)?.cancel !== true,
+    )
+    .sort(creationOrder);
+}
+
+/** Whether the Playbook `key` may start in a namespace capped at `cap` running Playbooks. */
+export function slotState(
+  key: string,
+  playbooks: readonly StoredPlaybook[],
+  pods: readonly PodView[],
+  cap: number,
+  where: string,
+): SlotState {
+  const holders = slotHolders(playbooks, pods);
+  const waiting = waitingPlaybooks(playbooks, holders);
+  const index = waiting.findIndex((p) => keyOf(p.metadata) === key);
+  const ahead = Math.max(0, index);
+  return { cap, running: holders.size, ahead, free: holders.size + ahead < cap, where };
+}
+
+/** How often a waiting run looks again should the event of a freed slot be missed. */
+export const QUEUED_RECHECK_MS = 30_000;
+
+/**
+ * The run waits Pending for a slot: no pod, no startTime (its ceiling has not started), its
+ * limits shown. The words stay the same while it waits, so that waiting writes nothing.
+ */
+export function queuedDecision(base: StatusBase, slots: SlotState): Decision {
+  const message = `waiting for one of the namespace's ${slots.cap} running-Playbook slot${slots.cap === 1 ? "" : "s"} (${slots.where}); queued runs start in creation order`;
+  const previous = base.previous;
+  const conditions = setCondition(
+    previous.conditions ?? [],
+    { type: SUCCEEDED, status: "Unknown", reason: QUEUED_REASON, message },
+    base.now,
+    base.generation,
+  );
+  const next: PlaybookStatus = { ...previous, phase: "Pending", conditions };
+  if (base.generation !== undefined) next.observedGeneration = base.generation;
+  if (base.limits) next.limits = describeRunLimits(base.limits);
+  const firstTime = previous.conditions?.find((c) => c.type === SUCCEEDED)?.reason !== QUEUED_REASON;
+  return {
+    status: sameStatus(previous, next) ? null : next,
+    actions: [],
+    events: firstTime
+      ? [
+          {
+            type: "Normal",
+            reason: QUEUED_REASON,
+            message: `Waiting for a slot: ${slots.running} of ${slots.cap} running Playbooks (${slots.where}), ${slots.ahead} queued ahead`,
+          },
+        ]
+      : [],
+    requeueAfterMs: QUEUED_RECHECK_MS,
+  };
+}
+
+/** Whether a Playbook is waiting for a slot, as its status says: for the playbook_queued_runs gauge. */
+export function isQueued(playbook: StoredPlaybook): boolean {
+  const condition = playbook.status?.conditions?.find((c) => c.type === SUCCEEDED);
+  return condition?.status === "Unknown" && condition.reason === QUEUED_REASON && !hasStarted(playbook);
+}

@@ -1,0 +1,237 @@
+// The namespace policy as pure decisions: the cascade with source policy, what it refuses and
+// how, the running-Playbooks cap's queue, and the pod the policy's defaults build.
+import { describe, expect, it } from "vitest";
+import { PLAN_ANNOTATION, parsePlan } from "../../src/api/plan.js";
+import type { PlaybookStatus } from "../../src/api/playbook.js";
+import {
+  clusterRules,
+  imageAllowed,
+  type PolicySpec,
+  PolicySpecSchema,
+  policyProblems,
+  policyRules,
+  quantityValue,
+} from "../../src/api/policy.js";
+import type { StoredPlaybook } from "../../src/controller/objects.js";
+import { slotState } from "../../src/controller/policy-queue.js";
+import { type Action, decide, type ReconcileInput } from "../../src/controller/reconcile.js";
+import { playbook, SETTINGS, T0 } from "./controller-fixtures.js";
+
+const CLUSTER = { runnerImage: "runner:test", allowedServiceAccounts: [], allowedImages: [] };
+
+function governed(spec: PolicySpec) {
+  return policyRules({ name: "default", generation: 1, spec: PolicySpecSchema.parse(spec) }, CLUSTER);
+}
+
+function input(partial: Partial<ReconcileInput>): ReconcileInput {
+  return { playbook: playbook(), pods: [], now: T0, settings: SETTINGS, ...partial };
+}
+
+const succeeded = (status: PlaybookStatus | null | undefined) =>
+  status?.conditions?.find((c) => c.type === "Succeeded");
+
+function createdPod(actions: Action[]) {
+  const action = actions.find((a) => a.type === "createPod");
+  if (action?.type !== "createPod") throw new Error("no pod created");
+  return action.pod;
+}
+
+describe("a Playbook under its namespace's policy", () => {
+  const rules = governed({
+    defaults: {
+      ceiling: "20m",
+      stall: "2m",
+      killGrace: "3s",
+      startTimeout: "90s",
+      backoffLimit: 0,
+      serviceAccountName: "runner",
+      image: "registry.example/tools:1",
+      resources: { limits: { cpu: "1", memory: "1Gi" } },
+    },
+    maximums: { ceiling: "1h", taskTimeout: "15m", resources: { limits: { cpu: "2", memory: "4Gi" } } },
+    allowedServiceAccounts: ["default", "runner", "deployer"],
+    allowedImages: ["registry.example/*"],
+  });
+
+  it("gets the policy's defaults for what it leaves out, each with source policy", () => {
+    const decision = decide(input({ playbook: playbook({ ceiling: undefined }), rules }));
+    expect(decision.status?.limits).toEqual({
+      ceiling: { value: "20m", source: "policy" },
+      stall: { value: "2m", source: "policy" },
+      killGrace: { value: "3s", source: "policy" },
+      startTimeout: { value: "1m30s", source: "policy" },
+    });
+    const pod = createdPod(decision.actions);
+    expect(pod.spec).toMatchObject({
+      serviceAccountName: "runner",
+      automountServiceAccountToken: true,
+      containers: [{ image: "registry.example/tools:1", resources: { limits: { cpu: "1", memory: "1Gi" } } }],
+    });
+  });
+
+  it("keeps its own values over the policy's, with source spec", () => {
+    const decision = decide(input({ playbook: playbook({ ceiling: "30m", stall: "5m" }), rules }));
+    expect(decision.status?.limits?.ceiling).toEqual({ value: "30m", source: "spec" });
+    expect(decision.status?.limits?.stall).toEqual({ value: "5m", source: "spec" });
+  });
+
+  it("carries the policy's limit defaults in the pod's plan, so that a later edit of the policy changes nothing", () => {
+    const decision = decide(input({ playbook: playbook({ ceiling: undefined }), rules }));
+    const plan = parsePlan(createdPod(decision.actions).metadata.annotations[PLAN_ANNOTATION] ?? "");
+    expect(plan.ok && plan.plan.defaults.policy).toMatchObject({ ceilingMs: 1_200_000, stallMs: 120_000 });
+  });
+
+  it.each([
+    {
+      name: "a ceiling over the maximum",
+      spec: { ceiling: "2h" },
+      says: "spec.ceiling: 2h is longer than the namespace's maximum ceiling 1h (PlaybookPolicy default, spec.maximums.ceiling)",
+    },
+    {
+      name: "a task timeout over the maximum",
+      spec: { tasks: [{ name: "build", run: "make", timeout: "20m" }] },
+      says: "spec.tasks[0].timeout: 20m is longer than the namespace's maximum task timeout 15m (PlaybookPolicy default, spec.maximums.taskTimeout)",
+    },
+    {
+      name: "a service account outside the allowlist",
+      spec: { serviceAccountName: "admin" },
+      says: 'spec.serviceAccountName: "admin" is not an allowed service account: PlaybookPolicy default allows default, runner, deployer',
+    },
+    {
+      name: "an image outside the allowlist",
+      spec: { image: "docker.io/evil:latest" },
+      says: 'spec.image: "docker.io/evil:latest" is not an allowed image: PlaybookPolicy default allows registry.example/*',
+    },
+    {
+      name: "a memory limit over the maximum",
+      spec: { resources: { limits: { memory: "8Gi" } } },
+      says: "spec.resources.limits.memory: 8Gi is more than the namespace's maximum 4Gi (PlaybookPolicy default, spec.maximums.resources.limits.memory)",
+    },
+  ])("refuses $name: InvalidSpec naming the field, the value and the bound, and no pod", ({ spec, says }) => {
+    const decision = decide(input({ playbook: playbook(spec), rules }));
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "InvalidSpec" });
+    expect(succeeded(decision.status)?.message).toContain(says);
+    expect(decision.actions).toEqual([]);
+    expect(decision.finished?.policyRefusals?.length).toBe(1);
+  });
+
+  it("allows names and images the policy lists, and prefixes ending in *", () => {
+    const decision = decide(
+      input({
+        playbook: playbook({ serviceAccountName: "deployer", image: "registry.example/x/y:2" }),
+        rules,
+      }),
+    );
+    expect(createdPod(decision.actions).spec).toMatchObject({ serviceAccountName: "deployer" });
+    expect(imageAllowed("registry.example/a", ["registry.example/*"])).toBe(true);
+    expect(imageAllowed("registry.example.evil/a", ["registry.example/*"])).toBe(false);
+    expect(imageAllowed("busybox:1", ["busybox"])).toBe(false);
+  });
+
+  it("does not refuse a started run under a policy edited after its start", () => {
+    const first = decide(input({ playbook: playbook({ ceiling: "30m" }), rules }));
+    const status = { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+    const stricter = governed({ maximums: { ceiling: "10m" } });
+    const later = decide(input({ playbook: playbook({ ceiling: "30m" }, status), rules: stricter }));
+    expect(succeeded(later.status ?? status)?.reason).not.toBe("InvalidSpec");
+  });
+});
+
+describe("a Playbook in a namespace without a policy", () => {
+  const rules = clusterRules(CLUSTER);
+
+  it("may name only the default service account and the runner image", () => {
+    expect(
+      decide(input({ playbook: playbook({ serviceAccountName: "default", image: "runner:test" }), rules }))
+        .actions,
+    ).toHaveLength(1);
+    const refused = decide(input({ playbook: playbook({ serviceAccountName: "reader" }), rules }));
+    expect(succeeded(refused.status)?.message).toContain(
+      'spec.serviceAccountName: "reader" is not an allowed service account: without a PlaybookPolicy named default only default',
+    );
+    const image = decide(input({ playbook: playbook({ image: "busybox" }), rules }));
+    expect(succeeded(image.status)?.message).toContain('spec.image: "busybox" is not an allowed image');
+  });
+
+  it("may name what the controller's --allowed-service-accounts and --allowed-images allow", () => {
+    const wider = clusterRules({
+      ...CLUSTER,
+      allowedServiceAccounts: ["reader"],
+      allowedImages: ["ghcr.io/x/*"],
+    });
+    const decision = decide(
+      input({ playbook: playbook({ serviceAccountName: "reader", image: "ghcr.io/x/y:1" }), rules: wider }),
+    );
+    expect(createdPod(decision.actions).spec).toMatchObject({ serviceAccountName: "reader" });
+  });
+
+  it("gets no service account token unless it names a service account", () => {
+    const pod = createdPod(decide(input({ rules })).actions);
+    expect(pod.spec.automountServiceAccountToken).toBe(false);
+    expect(pod.spec.serviceAccountName).toBeUndefined();
+  });
+});
+
+describe("the running-Playbooks cap", () => {
+  const stored = (name: string, second: number, status?: PlaybookStatus): StoredPlaybook => {
+    const p = playbook({}, status);
+    return {
+      ...p,
+      metadata: {
+        ...p.metadata,
+        name,
+        uid: `uid-${name}`,
+        creationTimestamp: new Date(T0.getTime() + second * 1000).toISOString(),
+      },
+    };
+  };
+  const running: PlaybookStatus = { phase: "Running", startTime: T0.toISOString(), podAttempts: 1 };
+
+  it("lets the first created start and queues the rest in creation order", () => {
+    const all = [stored("c", 2), stored("a", 1), stored("b", 1), stored("r", 0, running)];
+    expect(slotState("ops/a", all, [], 2, "here")).toMatchObject({ running: 1, ahead: 0, free: true });
+    expect(slotState("ops/b", all, [], 2, "here")).toMatchObject({ running: 1, ahead: 1, free: false });
+    expect(slotState("ops/c", all, [], 3, "here")).toMatchObject({ ahead: 2, free: false });
+  });
+
+  it("queues a run Pending with reason Queued and no start time, and creates no pod", () => {
+    const slots = {
+      cap: 1,
+      running: 1,
+      ahead: 0,
+      free: false,
+      where: "PlaybookPolicy default, spec.maximums.runningPlaybooks",
+    };
+    const decision = decide(input({ rules: governed({ maximums: { runningPlaybooks: 1 } }), slots }));
+    expect(decision.actions).toEqual([]);
+    expect(decision.status?.phase).toBe("Pending");
+    expect(decision.status?.startTime).toBeUndefined();
+    expect(succeeded(decision.status)).toMatchObject({ status: "Unknown", reason: "Queued" });
+    expect(succeeded(decision.status)?.message).toContain("spec.maximums.runningPlaybooks");
+  });
+});
+
+describe("a policy's own consistency", () => {
+  it("says which default passes which maximum", () => {
+    const spec = PolicySpecSchema.parse({
+      defaults: { ceiling: "3h", resources: { limits: { cpu: "4" } } },
+      maximums: { ceiling: "2h", resources: { limits: { cpu: "2" } } },
+    });
+    expect(policyProblems({ name: "default", spec }, 86_400_000)).toEqual([
+      "spec.defaults.ceiling: 3h is longer than spec.maximums.ceiling 2h",
+      "spec.defaults.resources.limits.cpu: 4 is more than the maximum 2 (spec.maximums.resources)",
+    ]);
+  });
+
+  it("reads quantities as the API server does", () => {
+    expect(quantityValue("500m")).toBe(0.5);
+    expect(quantityValue("1Gi")).toBe(2 ** 30);
+    expect(quantityValue("1G")).toBe(1e9);
+    expect(quantityValue("1e3")).toBe(1000);
+    expect(quantityValue(2)).toBe(2);
+  });
+
+  it("refuses an image pattern with a * before its end", () => {
+    expect(PolicySpecSchema.safeParse({ allowedImages: ["registry.*/x"] }).success).toBe(false);
+  });
+});
