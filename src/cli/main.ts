@@ -5,7 +5,7 @@ import { resolve } from "node:path";
 import { Command, CommanderError, Option } from "commander";
 import { stringify } from "yaml";
 import { z } from "zod";
-import { LOCAL_DEFAULTS, resolveLimits } from "../api/limits.js";
+import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../api/limits.js";
 import { InvalidPlaybookError, parsePlaybookManifest, validatePlaybook } from "../api/manifest.js";
 import { PLAN_ENV_VAR, RunPlanSchema } from "../api/plan.js";
 import type { Playbook } from "../api/playbook.js";
@@ -13,6 +13,7 @@ import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/status.js";
 import { registerControllerCommand } from "./controller-command.js";
 import { executeRun } from "./execute.js";
+import { defaultsUnder, enforcePolicy, InvalidPolicyFileError, readPolicyFile } from "./policy-file.js";
 import { helpfulProblem } from "./problems.js";
 import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
 
@@ -37,14 +38,26 @@ function describeReadError(error: unknown, file: string): string {
   return file === "-" ? what : `${what} (${resolve(file)})`;
 }
 
-function readManifest(file: string): Playbook {
+/** The manifest, checked against the --policy file when one is given, and the defaults it runs with. */
+function readChecked(
+  file: string,
+  policyFile: string | undefined,
+): { playbook: Playbook; defaults: LimitDefaults } {
+  const rules = policyFile === undefined ? undefined : readPolicyFile(policyFile);
+  const defaults = defaultsUnder(rules, LOCAL_DEFAULTS);
+  const playbook = readManifest(file, defaults);
+  if (rules) enforcePolicy(playbook, rules, defaults, file);
+  return { playbook, defaults };
+}
+
+function readManifest(file: string, defaults: LimitDefaults): Playbook {
   let text: string;
   try {
     text = file === "-" ? readFileSync(0, "utf8") : readFileSync(file, "utf8");
   } catch (error) {
     throw new UsageError(`-f ${file}: ${describeReadError(error, file)}`);
   }
-  return parsePlaybookManifest(text, LOCAL_DEFAULTS, file);
+  return parsePlaybookManifest(text, defaults, file);
 }
 
 const RunFlags = z.strictObject({
@@ -53,12 +66,13 @@ const RunFlags = z.strictObject({
     .enum(["json", "yaml"], { error: (issue) => `-o ${String(issue.input)}: must be json or yaml` })
     .optional(),
   report: z.string().min(1).optional(),
+  policy: z.string().min(1).optional(),
 });
 
 async function runCommand(flags: unknown): Promise<number> {
   const parsed = RunFlags.parse(flags);
-  const playbook = readManifest(parsed.filename);
-  const limits = resolveLimits(playbook.spec, LOCAL_DEFAULTS);
+  const { playbook, defaults } = readChecked(parsed.filename, parsed.policy);
+  const limits = resolveLimits(playbook.spec, defaults);
   const result = await executeRun({
     name: playbook.metadata.name,
     tasks: playbook.spec.tasks,
@@ -83,10 +97,10 @@ async function runCommand(flags: unknown): Promise<number> {
   return result.outcome.phase === "Succeeded" ? EXIT.succeeded : EXIT.failed;
 }
 
-function validateCommand(flags: { filename?: string }): number {
+function validateCommand(flags: { filename?: string; policy?: string }): number {
   if (!flags.filename) throw new UsageError("-f FILE is required");
-  const playbook = readManifest(flags.filename);
-  const limits = resolveLimits(playbook.spec, LOCAL_DEFAULTS);
+  const { playbook, defaults } = readChecked(flags.filename, flags.policy);
+  const limits = resolveLimits(playbook.spec, defaults);
   const lines = [
     `${flags.filename}: Playbook ${playbook.metadata.name} is valid`,
     `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}`,
@@ -168,6 +182,10 @@ export function buildProgram(setExit: (code: number) => Promise<void> | void): C
       "--report <file>",
       "also write the runner's report there, as the pod writes its termination message",
     )
+    .option(
+      "--policy <file>",
+      "a PlaybookPolicy manifest: refuse what it refuses and take its defaults, as in its namespace",
+    )
     .addHelpText(
       "after",
       `\nExit codes: 0 succeeded, 1 failed (any reason), 2 invalid input (nothing was run), 130 interrupted.\n${reasonsHelp()}`,
@@ -178,6 +196,10 @@ export function buildProgram(setExit: (code: number) => Promise<void> | void): C
     .showHelpAfterError("See 'playbook validate --help' for usage.")
     .description("check a Playbook manifest and show each effective limit with its source")
     .requiredOption("-f, --filename <file>", "the Playbook manifest (YAML or JSON; - for stdin)")
+    .option(
+      "--policy <file>",
+      "a PlaybookPolicy manifest: check the Playbook against it and show its defaults (source policy)",
+    )
     .action((flags) => setExit(validateCommand(flags)));
   program
     .command("pod-runner")
@@ -199,7 +221,8 @@ function describeFailure(error: unknown): { code: number; message: string } {
     const helpful = new InvalidPlaybookError(error.source, error.problems.map(helpfulProblem));
     return { code: EXIT.invalid, message: helpful.message };
   }
-  if (error instanceof UsageError) return { code: EXIT.invalid, message: `playbook: ${error.message}` };
+  if (error instanceof UsageError || error instanceof InvalidPolicyFileError)
+    return { code: EXIT.invalid, message: `playbook: ${error.message}` };
   if (error instanceof z.ZodError) {
     return {
       code: EXIT.invalid,

@@ -1,0 +1,151 @@
+// `playbook validate --policy` and `playbook run --policy`: a Playbook checked on a laptop against
+// its namespace's PlaybookPolicy, with the built CLI in a real process.
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { stringify } from "yaml";
+
+const CLI = join(import.meta.dirname, "../../dist/src/cli/main.js");
+
+function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [CLI, ...args], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (c: Buffer) => {
+    stdout += c.toString();
+  });
+  child.stderr.on("data", (c: Buffer) => {
+    stderr += c.toString();
+  });
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
+
+function file(name: string, object: object): string {
+  const path = join(mkdtempSync(join(tmpdir(), "policy-cli-")), name);
+  writeFileSync(path, stringify(object));
+  return path;
+}
+
+const playbook = (spec: object) =>
+  file("playbook.yaml", {
+    apiVersion: "playbook.dev/v1alpha1",
+    kind: "Playbook",
+    metadata: { name: "nightly" },
+    spec,
+  });
+const policy = (spec: object) =>
+  file("policy.yaml", {
+    apiVersion: "playbook.dev/v1alpha1",
+    kind: "PlaybookPolicy",
+    metadata: { name: "default" },
+    spec,
+  });
+
+const POLICY = {
+  defaults: { ceiling: "20m", stall: "1m" },
+  maximums: { ceiling: "1h", taskTimeout: "10m" },
+  allowedServiceAccounts: ["runner"],
+  allowedImages: ["registry.example/*"],
+};
+
+describe("playbook validate --policy", () => {
+  it("shows the policy's defaults with source policy", async () => {
+    const result = await cli([
+      "validate",
+      "-f",
+      playbook({ tasks: [{ name: "build", run: "make", timeout: "5m" }] }),
+      "--policy",
+      policy(POLICY),
+    ]);
+    expect(result.stderr).toBe("");
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain("ceiling 20m (policy), stall 1m (policy), killGrace 10s (default)");
+    expect(result.stdout).toContain("task build: timeout 5m (task), stall 1m (policy)");
+  });
+
+  it("refuses what the policy refuses with exit 2, naming each field, its value and the bound", async () => {
+    const result = await cli([
+      "validate",
+      "-f",
+      playbook({
+        ceiling: "2h",
+        serviceAccountName: "admin",
+        image: "docker.io/library/busybox",
+        tasks: [{ name: "build", run: "make", timeout: "30m" }],
+      }),
+      "--policy",
+      policy(POLICY),
+    ]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain(
+      "spec.ceiling: 2h is longer than the namespace's maximum ceiling 1h (PlaybookPolicy default, spec.maximums.ceiling)",
+    );
+    expect(result.stderr).toContain(
+      "spec.tasks[0].timeout: 30m is longer than the namespace's maximum task timeout 10m",
+    );
+    expect(result.stderr).toContain('spec.serviceAccountName: "admin" is not an allowed service account');
+    expect(result.stderr).toContain('spec.image: "docker.io/library/busybox" is not an allowed image');
+  });
+
+  it("says which field of a bad policy file is wrong", async () => {
+    const result = await cli([
+      "validate",
+      "-f",
+      playbook({ tasks: [{ name: "build", run: "make" }] }),
+      "--policy",
+      policy({ maximums: { ceiling: "2 hours", runingPlaybooks: 3 } }),
+    ]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/--policy .*policy\.yaml: invalid PlaybookPolicy/);
+    expect(result.stderr).toContain("spec.maximums.ceiling:");
+    expect(result.stderr).toContain("spec.maximums.runingPlaybooks: unknown field");
+  });
+
+  it("says when the policy file is missing", async () => {
+    const result = await cli([
+      "validate",
+      "-f",
+      playbook({ tasks: [{ name: "a", run: "true" }] }),
+      "--policy",
+      "/nonexistent/policy.yaml",
+    ]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain("--policy /nonexistent/policy.yaml: no such file");
+  });
+});
+
+describe("playbook run --policy", () => {
+  it("runs nothing when the policy refuses the Playbook", async () => {
+    const witness = join(mkdtempSync(join(tmpdir(), "policy-cli-")), "ran");
+    const result = await cli([
+      "run",
+      "-f",
+      playbook({ ceiling: "2h", tasks: [{ name: "a", run: `touch ${witness}` }] }),
+      "--policy",
+      policy(POLICY),
+    ]);
+    expect(result.code).toBe(2);
+    expect(existsSync(witness)).toBe(false);
+  });
+
+  it("runs under the policy's defaults", async () => {
+    const result = await cli([
+      "run",
+      "-f",
+      playbook({ tasks: [{ name: "a", run: "echo hello" }] }),
+      "--policy",
+      policy(POLICY),
+      "-o",
+      "json",
+    ]);
+    expect(result.code).toBe(0);
+    const object = JSON.parse(result.stdout) as { status: { limits: Record<string, unknown> } };
+    expect(object.status.limits.ceiling).toEqual({ value: "20m", source: "policy" });
+    expect(object.status.limits.stall).toEqual({ value: "1m", source: "policy" });
+  });
+});
