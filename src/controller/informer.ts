@@ -8,6 +8,7 @@ import { createInterface } from "node:readline";
 import type { KubeConfig } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { z } from "zod";
+import { formatDuration } from "../api/duration.js";
 import { WATCH_SECONDS_MIN } from "./config.js";
 
 export interface ListResult {
@@ -175,7 +176,7 @@ export class Informer<T> {
           case "silent":
             log.warn({ resource, resourceVersion: this.resourceVersion }, "Watch went silent, restarting it");
             this.setProblem(
-              `watch delivered nothing for ${Math.round(this.options.watchTimeoutMs / 1000)}s (API server frozen or the connection dead), restarting it`,
+              `watch delivered nothing for ${formatDuration(this.options.watchTimeoutMs)} (API server frozen or the connection dead), restarting it`,
             );
             this.options.onReconnect?.("silent");
             break;

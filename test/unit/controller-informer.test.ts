@@ -27,6 +27,8 @@ async function fakeApi(): Promise<FakeApi> {
     api.watches.push(url.searchParams);
     const behaviour = api.behaviours.shift();
     response.writeHead(200, { "content-type": "application/json" });
+    // The API server answers a watch at once, before any event.
+    response.flushHeaders();
     if (behaviour) behaviour(request, response, url.searchParams);
     // Without a behaviour the watch stays open and silent.
   });
@@ -48,15 +50,18 @@ afterEach(async () => {
   cleanup = [];
 });
 
-function startInformer(api: FakeApi, lists: ListResult[], watchTimeoutMs = 60_000) {
+function startInformer(api: FakeApi, lists: (ListResult | Error)[], watchTimeoutMs = 60_000) {
   const counts = { lists: 0, reconnects: 0, relists: 0 };
+  /** Each problem the informer reported, in order; undefined: current again. */
+  const problems: (string | undefined)[] = [];
   const informer = new Informer<PodView>({
     resource: "pods",
     kubeConfig: api.kubeConfig,
     watchPath: "/api/v1/pods",
     list: async () => {
-      const list = lists[Math.min(counts.lists, lists.length - 1)] as ListResult;
+      const list = lists[Math.min(counts.lists, lists.length - 1)] as ListResult | Error;
       counts.lists++;
+      if (list instanceof Error) throw list;
       return list;
     },
     parse: parsePod,
@@ -67,6 +72,7 @@ function startInformer(api: FakeApi, lists: ListResult[], watchTimeoutMs = 60_00
     log,
     onReconnect: () => counts.reconnects++,
     onRelist: () => counts.relists++,
+    onProblemChange: () => problems.push(informer.problem),
     random: () => 0,
   });
   informer.start();
@@ -75,7 +81,7 @@ function startInformer(api: FakeApi, lists: ListResult[], watchTimeoutMs = 60_00
     api.server.closeAllConnections();
     await new Promise((resolve) => api.server.close(resolve));
   });
-  return { informer, counts };
+  return { informer, counts, problems };
 }
 
 async function until(check: () => boolean, timeoutMs = 5000): Promise<void> {
@@ -143,6 +149,45 @@ describe("the informer", () => {
     await until(() => api.watches.length >= 2, 5000);
     expect(counts.reconnects).toBeGreaterThanOrEqual(1);
     expect(api.watches[1]?.get("resourceVersion")).toBe("10");
+  });
+
+  it("says it has not listed yet, then that the API server cannot be reached, until a list succeeds", async () => {
+    const api = await fakeApi();
+    const refused = Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:6443"), { code: "ECONNREFUSED" });
+    const { informer, problems } = startInformer(api, [refused, { items: [], resourceVersion: "10" }]);
+    expect(informer.problem).toBe("has not listed yet");
+    await informer.waitForSync();
+    expect(problems).toEqual([
+      "list failed: API server unreachable: connect ECONNREFUSED 127.0.0.1:6443",
+      undefined,
+    ]);
+  });
+
+  it("says its cache is not current while it relists after 410 Gone, and nothing once the new list is in", async () => {
+    const api = await fakeApi();
+    api.behaviours.push((_req, res) =>
+      res.end(
+        `${JSON.stringify({ type: "ERROR", object: { kind: "Status", code: 410, message: "too old resource version" } })}\n`,
+      ),
+    );
+    const { informer, counts, problems } = startInformer(api, [
+      { items: [], resourceVersion: "10" },
+      { items: [], resourceVersion: "30" },
+    ]);
+    await until(() => counts.relists >= 2);
+    expect(problems).toEqual([undefined, "watch expired (410 Gone), relisting", undefined]);
+    expect(informer.problem).toBeUndefined();
+  });
+
+  it("says its watch went silent until a new one is answered", async () => {
+    const api = await fakeApi();
+    const { problems } = startInformer(api, [{ items: [], resourceVersion: "10" }], 300);
+    await until(() => problems.length >= 3);
+    expect(problems.slice(0, 3)).toEqual([
+      undefined,
+      "watch delivered nothing for 300ms (API server frozen or the connection dead), restarting it",
+      undefined,
+    ]);
   });
 
   it("hands every cached object to its handlers on resync", async () => {
