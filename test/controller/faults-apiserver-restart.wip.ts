@@ -17,9 +17,10 @@ import { CoreV1Api, CustomObjectsApi, KubeConfig } from "@kubernetes/client-node
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GROUP, PLURAL, VERSION } from "../../src/controller/kube.js";
 import { repoRoot } from "../harness/binaries.js";
+import { PROCESS_NODE_DIR } from "../harness/control-plane.js";
 import { type DevCluster, startDevCluster } from "../harness/dev-cluster.js";
 import { freePort, startProcess, stopProcess, waitFor } from "../harness/processes.js";
-import { processesWithEnv } from "../support/processes.js";
+import { processesWithEnv, processesWorkingUnder } from "../support/processes.js";
 import {
   type ControllerProcess,
   expectedReason,
@@ -32,6 +33,8 @@ import {
 import { playbookManifest } from "./support.js";
 
 const run = promisify(execFile);
+/** How long a succeeding task works and the timeout and stall limits of the others. */
+const RUN_SECONDS = 20;
 const stateDir = path.join(repoRoot(), ".cluster", `faults-apiserver-${randomBytes(3).toString("hex")}`);
 let cluster: DevCluster | undefined;
 
@@ -106,13 +109,9 @@ describe("kube-apiserver restarted mid-run with etcd compacted", () => {
         const kind = KINDS[i % 3] as RunKind;
         const name = `api-${i}`;
         kinds.set(name, kind);
-        const spec = faultSpec(kind, mark, random);
-        // The succeeding ones outlast the outage, so they end while the API server is away.
-        if (kind === "succeeds")
-          (spec.tasks as { run: string }[])[0] = {
-            ...(spec.tasks as object[])[0],
-            run: "echo working; sleep 8",
-          };
+        // Limits long enough that every run is Running before the API server goes away, on a
+        // loaded machine too; they all end while it is away.
+        const spec = faultSpec(kind, mark, random, RUN_SECONDS);
         await custom.createNamespacedCustomObject({
           group: GROUP,
           version: VERSION,
@@ -148,13 +147,21 @@ describe("kube-apiserver restarted mid-run with etcd compacted", () => {
       const readyzWhileDown: string[] = [];
       const etcdPort = state.ports.etcd;
       if (etcdPort === undefined) throw new Error("no etcd port");
-      // Runs keep going on the node: let the timeouts and stalls fire while nothing is served.
-      const downUntil = Date.now() + 5_000;
-      while (Date.now() < downUntil) {
-        const response = await fetch(`${running.url}/readyz`).catch(() => undefined);
-        readyzWhileDown.push(`${response?.status} ${(await response?.text())?.trim()}`);
-        await new Promise((resolve) => setTimeout(resolve, 500));
-      }
+      // Runs keep going on the node: every task ends (succeeds, or its timeout or stall fires) and
+      // every pod's processes are gone while nothing is served, so each end must be reported later.
+      const podFolders = path.join(state.stateDir, PROCESS_NODE_DIR);
+      await waitFor(
+        "every run's pod to end while the API server is down",
+        async () => {
+          const response = await fetch(`${running.url}/readyz`).catch(() => undefined);
+          readyzWhileDown.push(`${response?.status} ${(await response?.text())?.trim()}`);
+          return processesWithEnv("FAULT_MARK", mark).length === 0 &&
+            processesWorkingUnder(podFolders).length === 0
+            ? true
+            : undefined;
+        },
+        { timeoutMs: 90_000, intervalMs: 500 },
+      );
       const compactedAt = await compactEtcd(etcdPort);
       const restarted = startProcess("kube-apiserver", recorded.executable, args, {
         logFile: recorded.logFile,

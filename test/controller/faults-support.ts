@@ -32,29 +32,39 @@ export const expectedReason: Record<RunKind, string> = {
 };
 
 /**
- * A Playbook spec of the given kind with short limits. Every task process carries FAULT_MARK in
- * its environment, so a leftover can be found through /proc after the run.
+ * A Playbook spec of the given kind with short limits (3s by default; a succeeding task works up
+ * to 2s, or exactly `seconds` when given). Every task process carries FAULT_MARK in its
+ * environment, so a leftover can be found through /proc after the run.
  */
-export function faultSpec(kind: RunKind, mark: string, random: () => number): Record<string, unknown> {
+export function faultSpec(
+  kind: RunKind,
+  mark: string,
+  random: () => number,
+  seconds?: number,
+): Record<string, unknown> {
   const env = [{ name: "FAULT_MARK", value: mark }];
+  const limit = `${seconds ?? 3}s`;
+  const sleepFor = seconds === undefined ? 30 : seconds * 2 + 30;
   switch (kind) {
     case "succeeds":
       return {
         ceiling: "2m",
         killGrace: "1s",
-        tasks: [{ name: "work", run: `echo working; sleep ${Math.floor(random() * 3)}; echo done`, env }],
+        tasks: [
+          { name: "work", run: `echo working; sleep ${seconds ?? Math.floor(random() * 3)}; echo done`, env },
+        ],
       };
     case "timesOut":
       return {
         ceiling: "2m",
         killGrace: "1s",
-        tasks: [{ name: "work", run: "echo working; sleep 30", timeout: "3s", env }],
+        tasks: [{ name: "work", run: `echo working; sleep ${sleepFor}`, timeout: limit, env }],
       };
     case "stalls":
       return {
         ceiling: "2m",
         killGrace: "1s",
-        tasks: [{ name: "work", run: "echo working; sleep 30", stall: "3s", env }],
+        tasks: [{ name: "work", run: `echo working; sleep ${sleepFor}`, stall: limit, env }],
       };
   }
 }
