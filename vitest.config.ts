@@ -35,6 +35,21 @@ export default defineConfig({
           fileParallelism: false,
         },
       },
+      {
+        extends: true,
+        test: {
+          name: "image",
+          // The project's image run with testcontainers against podman's socket (or Docker's).
+          include: ["test/image/**/*.test.ts"],
+          // Builds the image when it is missing and starts the engine's socket. The controller
+          // test starts a control plane of its own: the cluster project's setup is keyed to this
+          // process and cannot run twice in it.
+          globalSetup: ["test/harness/test-prerequisites.ts", "test/image/global-setup.ts"],
+          testTimeout: 120_000,
+          // A first build of the base stand-in and the image takes several minutes.
+          hookTimeout: 1_200_000,
+        },
+      },
     ],
   },
 });

@@ -161,6 +161,7 @@ export async function startEngineService(engine = containerEngine()): Promise<En
         clearTimeout(timer);
       }
       rmSync(socket, { force: true });
+      rmSync(logFile, { force: true });
     },
   };
 }

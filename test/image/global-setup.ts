@@ -1,0 +1,36 @@
+// Global setup of the `image` test project: the project's image (built when missing, or always
+// with PLAYBOOK_IMAGE_REBUILD=1) and a Docker-compatible socket for testcontainers — podman's
+// own service under the project's cache folder, stopped in teardown, or docker's.
+import type {} from "vitest";
+import type { TestProject } from "vitest/node";
+import { containerEngine, imageExists, startEngineService } from "../harness/container-engine.js";
+import { buildImage, imageName } from "../harness/image.js";
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    /** playbook-controller:<version>, in the engine's local storage. */
+    image: string;
+    /** DOCKER_HOST and the testcontainers settings (Ryuk off, mapped ports on 127.0.0.1). */
+    engineEnv: Record<string, string>;
+  }
+}
+
+const log = (message: string): void => {
+  process.stderr.write(`[image] ${message}\n`);
+};
+
+export default async function setup(project: TestProject) {
+  const engine = containerEngine();
+  const image = imageName();
+  if (process.env.PLAYBOOK_IMAGE_REBUILD === "1" || !(await imageExists(engine, image))) {
+    log(`${image} is not built yet (or PLAYBOOK_IMAGE_REBUILD=1): building it`);
+    await buildImage(engine, { log });
+  } else {
+    log(`Testing ${image} as built (npm run image:build rebuilds it after a change in src/)`);
+  }
+  const service = await startEngineService(engine);
+  log(`${engine.kind} at ${service.env.DOCKER_HOST}`);
+  project.provide("image", image);
+  project.provide("engineEnv", service.env);
+  return () => service.stop();
+}
