@@ -11,12 +11,12 @@ import { CoordinationV1Api } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { freePort } from "../harness/processes.js";
-import { processesWithEnv } from "../support/processes.js";
 import {
   type ControllerProcess,
   expectedReason,
   faultSeed,
   faultSpec,
+  leftoverTaskProcesses,
   type RunKind,
   sample,
   seededRandom,
@@ -163,11 +163,7 @@ describe("two controller replicas whose leader is SIGKILLed", () => {
         if (counted !== written) wrong.push(`standby counted ${counted} ${reason} runs, wrote ${written}`);
       }
       const leaderWrites = terminalWrites(leader.logLines(), namespace).length;
-      const leftovers = await eventually(
-        "the runs' task processes to be gone",
-        async () => (processesWithEnv("FAULT_MARK", mark).length === 0 ? [] : undefined),
-        30_000,
-      ).catch(() => processesWithEnv("FAULT_MARK", mark));
+      const leftovers = await leftoverTaskProcesses(mark, "leader SIGKILLed");
 
       process.stderr.write(
         `[faults] leader SIGKILLed once with ${RUNS} runs in flight (seed ${SEED}): the standby held the Lease ` +

@@ -2,7 +2,9 @@
 // back, a seeded random source (the seed is printed on failure so a run can be replayed), and
 // the Playbooks a fault run mixes: ones that succeed, time out and stall under short limits.
 import type { ChildProcess } from "node:child_process";
+import { setTimeout as sleep } from "node:timers/promises";
 import { z } from "zod";
+import { killAndWaitGone, processesWithEnv } from "../support/processes.js";
 import { spawnControllerProcess } from "./support.js";
 
 /** mulberry32: small, fast and the same sequence for the same seed on every machine. */
@@ -147,4 +149,21 @@ export function sample(metrics: string, name: string, labels: Record<string, str
     if (wanted.every((pair) => present.includes(pair))) return Number(match[3]);
   }
   return 0;
+}
+
+/**
+ * The runs' task processes (FAULT_MARK in their environment) still alive once up to 30s have
+ * passed: the runner kills what it started, so none may stay. The count is printed for the
+ * closing note; any found are killed so that one failure does not leak into the next test.
+ */
+export async function leftoverTaskProcesses(mark: string, label: string): Promise<number[]> {
+  const deadline = Date.now() + 30_000;
+  let left = processesWithEnv("FAULT_MARK", mark);
+  while (left.length > 0 && Date.now() < deadline) {
+    await sleep(200);
+    left = processesWithEnv("FAULT_MARK", mark);
+  }
+  process.stderr.write(`[faults] ${label}: task processes left behind: ${left.length}\n`);
+  if (left.length > 0) await killAndWaitGone(left).catch(() => {});
+  return left;
 }
