@@ -184,9 +184,11 @@ describe("the Helm chart", () => {
     const { objects } = await template(namespace, []);
     expect(kinds(objects)).toEqual([
       "ClusterRole/pbc-playbook-controller",
+      "ClusterRole/playbook-admin",
       "ClusterRole/playbook-edit",
       "ClusterRole/playbook-view",
       "ClusterRoleBinding/pbc-playbook-controller",
+      "CustomResourceDefinition/playbookpolicies.playbook.dev",
       "CustomResourceDefinition/playbooks.playbook.dev",
       "Deployment/pbc-playbook-controller",
       "PodDisruptionBudget/pbc-playbook-controller",
@@ -197,12 +199,14 @@ describe("the Helm chart", () => {
     ]);
     const deployment = objects.find((o) => o.kind === "Deployment");
     expect(deployment?.spec).toMatchObject({ replicas: 2 });
-    const crd = objects.find((o) => o.kind === "CustomResourceDefinition");
-    expect(crd?.metadata.annotations).toMatchObject({ "helm.sh/resource-policy": "keep" });
-    const source = parse(
-      readFileSync(path.join(repoRoot(), "crds", "playbook.dev_playbooks.yaml"), "utf8"),
-    ) as Rendered;
-    expect(crd?.spec).toEqual(source.spec);
+    for (const file of ["playbook.dev_playbooks.yaml", "playbook.dev_playbookpolicies.yaml"]) {
+      const source = parse(readFileSync(path.join(repoRoot(), "crds", file), "utf8")) as Rendered;
+      const crd = objects.find(
+        (o) => o.kind === "CustomResourceDefinition" && o.metadata.name === source.metadata.name,
+      );
+      expect(crd?.metadata.annotations).toMatchObject({ "helm.sh/resource-policy": "keep" });
+      expect(crd?.spec).toEqual(source.spec);
+    }
   });
 
   it("grants a Role in each watched namespace instead of a ClusterRole when config.namespaces is set", async () => {
@@ -216,6 +220,7 @@ describe("the Helm chart", () => {
       ].sort(),
     );
     expect(kinds(objects).filter((k) => k.startsWith("ClusterRole"))).toEqual([
+      "ClusterRole/playbook-admin",
       "ClusterRole/playbook-edit",
       "ClusterRole/playbook-view",
     ]);

@@ -14,7 +14,7 @@ import { condition, helm, kubectl, kubectlResult, waitForFinished } from "./supp
 const chart = path.join(repoRoot(), "charts", "playbook-controller");
 const release = "pbc";
 const fullname = "pbc-playbook-controller";
-const CRD = "playbooks.playbook.dev";
+const CRDS = ["playbooks.playbook.dev", "playbookpolicies.playbook.dev"];
 
 const { core, kubeConfig } = clusterClients();
 const apps = kubeConfig.makeApiClient(AppsV1Api);
@@ -54,12 +54,12 @@ beforeAll(async () => {
   await kubectl([
     "annotate",
     "crd",
-    CRD,
+    ...CRDS,
     `meta.helm.sh/release-name=${release}`,
     `meta.helm.sh/release-namespace=${system}`,
     "--overwrite",
   ]);
-  await kubectl(["label", "crd", CRD, "app.kubernetes.io/managed-by=Helm", "--overwrite"]);
+  await kubectl(["label", "crd", ...CRDS, "app.kubernetes.io/managed-by=Helm", "--overwrite"]);
 });
 
 afterAll(async () => {
@@ -149,6 +149,8 @@ describe("helm install on the dev cluster", () => {
     expect(rows).toEqual(
       [
         "events [create]",
+        "playbookpolicies.playbook.dev [list watch]",
+        "playbookpolicies.playbook.dev/status [update]",
         "playbooks.playbook.dev [list watch]",
         "playbooks.playbook.dev/finalizers [update]",
         "playbooks.playbook.dev/status [update]",
@@ -242,8 +244,8 @@ describe("helm install on the dev cluster", () => {
         timeoutMs: 60_000,
       },
     );
-    const crd = await kubectlResult(["get", "crd", CRD]);
-    expect(crd.code).toBe(0);
+    const crds = await kubectlResult(["get", "crd", ...CRDS]);
+    expect(crds.code).toBe(0);
     const { stdout } = await kubectl(["-n", work, "get", "pb", "-o", "name"]);
     expect(stdout.split("\n").filter(Boolean).sort()).toEqual([
       "playbook.playbook.dev/hello",

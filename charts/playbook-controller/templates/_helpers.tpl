@@ -90,6 +90,13 @@ rules:
   - apiGroups: [playbook.dev]
     resources: [playbooks/finalizers]
     verbs: [update]
+  # The namespaces' PlaybookPolicies: read from the watch cache, their status written.
+  - apiGroups: [playbook.dev]
+    resources: [playbookpolicies]
+    verbs: [list, watch]
+  - apiGroups: [playbook.dev]
+    resources: [playbookpolicies/status]
+    verbs: [update]
   - apiGroups: [""]
     resources: [pods]
     verbs: [get, list, watch, create, delete, patch]

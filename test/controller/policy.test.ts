@@ -1,0 +1,392 @@
+// The namespace policy on the real API server and process node: defaults with source policy,
+// refusals before any pod, the running-Playbooks cap under a burst, a policy edited mid-run, the
+// policy's status, and who may do what with the chart's aggregated ClusterRoles (impersonation).
+import { randomBytes } from "node:crypto";
+import path from "node:path";
+import { type KubernetesObject, Watch } from "@kubernetes/client-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseAllDocuments } from "yaml";
+import { GROUP, VERSION } from "../../src/controller/kube.js";
+import { repoRoot } from "../harness/binaries.js";
+import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import {
+  clients,
+  condition,
+  createPlaybook,
+  eventually,
+  helm,
+  kubectl,
+  kubectlResult,
+  podsOf,
+  type RunningController,
+  startController,
+  waitForFinished,
+  waitForPlaybook,
+} from "./support.js";
+
+const { core, custom, kubeConfig } = clients();
+const namespaces: string[] = [];
+const controllers: RunningController[] = [];
+
+async function namespace(prefix: string): Promise<string> {
+  const name = await createTestNamespace(core, prefix);
+  namespaces.push(name);
+  return name;
+}
+
+function controllerFor(ns: string, overrides: Record<string, string | boolean> = {}): RunningController {
+  const running = startController([ns], overrides);
+  controllers.push(running);
+  return running;
+}
+
+afterAll(async () => {
+  await Promise.all(controllers.map((c) => c.stop()));
+  await Promise.all(namespaces.map((n) => deleteTestNamespace(core, n)));
+});
+
+interface PolicyObject {
+  metadata: { name: string; generation: number };
+  status?: {
+    observedGeneration?: number;
+    governed?: number;
+    conditions?: { type: string; status: string; reason: string; message: string }[];
+  };
+}
+
+async function applyPolicy(ns: string, spec: Record<string, unknown>, name = "default"): Promise<void> {
+  const body = {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: "PlaybookPolicy",
+    metadata: { name, namespace: ns },
+    spec,
+  };
+  const result = await kubectlResult(["apply", "--server-side", "-f", "-"], JSON.stringify(body));
+  expect(result.stderr).toBe("");
+}
+
+async function getPolicy(ns: string, name = "default"): Promise<PolicyObject> {
+  return (await custom.getNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    plural: "playbookpolicies",
+    namespace: ns,
+    name,
+  })) as PolicyObject;
+}
+
+async function policyReady(ns: string, name = "default"): Promise<PolicyObject> {
+  return eventually(`PlaybookPolicy ${ns}/${name} to have a Ready condition for its generation`, async () => {
+    const policy = await getPolicy(ns, name);
+    const ready = policy.status?.conditions?.find((c) => c.type === "Ready");
+    return ready && policy.status?.observedGeneration === policy.metadata.generation ? policy : undefined;
+  });
+}
+
+async function metricText(running: RunningController): Promise<string> {
+  return running.controller.metrics.registry.metrics();
+}
+
+describe("a namespace with a PlaybookPolicy", () => {
+  let ns: string;
+  let running: RunningController;
+
+  beforeAll(async () => {
+    ns = await namespace("pb-policy");
+    await applyPolicy(ns, {
+      defaults: { ceiling: "2m", stall: "2s", killGrace: "1s" },
+      maximums: { ceiling: "5m", taskTimeout: "1m" },
+      allowedServiceAccounts: ["default"],
+      allowedImages: ["registry.example/*"],
+    });
+    running = controllerFor(ns);
+  });
+
+  it("marks the policy Ready and counts the Playbooks it governs", async () => {
+    const policy = await policyReady(ns);
+    expect(policy.status?.conditions?.find((c) => c.type === "Ready")).toMatchObject({
+      status: "True",
+      reason: "Governing",
+    });
+    expect(policy.status?.governed).toBeGreaterThanOrEqual(0);
+  });
+
+  it("gives its defaults to a Playbook that sets none, each shown with source policy", async () => {
+    await createPlaybook(ns, "quiet", { tasks: [{ name: "silent", run: "sleep 30" }] });
+    const playbook = await waitForFinished(ns, "quiet", 60_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "StallLimit" });
+    expect(playbook.status?.limits).toMatchObject({
+      ceiling: { value: "2m", source: "policy" },
+      stall: { value: "2s", source: "policy" },
+      killGrace: { value: "1s", source: "policy" },
+    });
+    expect(playbook.status?.tasks?.[0]).toMatchObject({
+      name: "silent",
+      phase: "TimedOut",
+      limit: "StallLimit",
+      limitValue: "2s",
+      limitSource: "policy",
+    });
+  });
+
+  it.each([
+    {
+      name: "over-ceiling",
+      spec: { ceiling: "10m" },
+      says: "spec.ceiling: 10m is longer than the namespace's maximum ceiling 5m (PlaybookPolicy default, spec.maximums.ceiling)",
+      field: "spec.ceiling",
+    },
+    {
+      name: "over-timeout",
+      spec: { ceiling: "5m", tasks: [{ name: "a", run: "true", timeout: "2m" }] },
+      says: "spec.tasks[0].timeout: 2m is longer than the namespace's maximum task timeout 1m",
+      field: "spec.tasks[].timeout",
+    },
+    {
+      name: "other-account",
+      spec: { serviceAccountName: "builder" },
+      says: 'spec.serviceAccountName: "builder" is not an allowed service account: PlaybookPolicy default allows default',
+      field: "spec.serviceAccountName",
+    },
+    {
+      name: "other-image",
+      spec: { image: "docker.io/library/busybox:1" },
+      says: 'spec.image: "docker.io/library/busybox:1" is not an allowed image: PlaybookPolicy default allows registry.example/*',
+      field: "spec.image",
+    },
+  ])("refuses $name: InvalidSpec with the field, the value and the bound, and no pod", async (c) => {
+    await createPlaybook(ns, c.name, { tasks: [{ name: "a", run: "true" }], ...c.spec });
+    const playbook = await waitForFinished(ns, c.name, 30_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "InvalidSpec" });
+    expect(condition(playbook, "Succeeded")?.message).toContain(c.says);
+    expect(playbook.status?.startTime).toBeUndefined();
+    expect(await podsOf(ns, c.name)).toEqual([]);
+    await eventually(`playbook_policy_refusals_total for ${c.field}`, async () =>
+      (await metricText(running)).includes(
+        `playbook_policy_refusals_total{namespace="${ns}",field="${c.field}"} 1`,
+      )
+        ? true
+        : undefined,
+    );
+  });
+
+  it("says a policy not named default governs nothing", async () => {
+    await applyPolicy(ns, { maximums: { ceiling: "1s" } }, "team-b");
+    const policy = await policyReady(ns, "team-b");
+    expect(policy.status?.conditions?.find((c) => c.type === "Ready")).toMatchObject({
+      status: "False",
+      reason: "NotDefault",
+    });
+    expect(policy.status?.governed).toBe(0);
+  });
+});
+
+describe("a policy edited during a run", () => {
+  it("changes nothing for the run that started: it keeps the limits it started with", async () => {
+    const ns = await namespace("pb-policy-edit");
+    await applyPolicy(ns, { defaults: { ceiling: "2m", stall: "30s" } });
+    controllerFor(ns);
+    await policyReady(ns);
+    const mark = `edit-${randomBytes(3).toString("hex")}`;
+    await createPlaybook(ns, "steady", {
+      tasks: [{ name: "quiet", run: `echo started ${mark}; sleep 6; echo done` }],
+    });
+    await waitForPlaybook(ns, "steady", "to run", (p) => p.status?.phase === "Running", 60_000);
+    // Tighter than the run could finish under, and a maximum the run would break.
+    await applyPolicy(ns, { defaults: { ceiling: "20s", stall: "1s" }, maximums: { ceiling: "30s" } });
+    await policyReady(ns);
+    const playbook = await waitForFinished(ns, "steady", 60_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    expect(playbook.status?.limits).toMatchObject({
+      ceiling: { value: "2m", source: "policy" },
+      stall: { value: "30s", source: "policy" },
+    });
+    // A Playbook created after the edit is held to it.
+    await createPlaybook(ns, "after", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
+    const after = await waitForFinished(ns, "after", 30_000);
+    expect(condition(after, "Succeeded")?.reason).toBe("InvalidSpec");
+    expect(condition(after, "Succeeded")?.message).toContain(
+      "spec.ceiling: 1m is longer than the namespace's maximum ceiling 30s",
+    );
+  });
+});
+
+describe("the cap on running Playbooks", () => {
+  it("never runs more pods than the cap under a burst of 20, and starts them all in creation order", async () => {
+    const ns = await namespace("pb-policy-cap");
+    const cap = 3;
+    await applyPolicy(ns, { maximums: { runningPlaybooks: cap } });
+    const running = controllerFor(ns);
+    await policyReady(ns);
+
+    // Every pod not ended, as the watch reports each change: the most seen at once.
+    const live = new Set<string>();
+    let most = 0;
+    const watch = await new Watch(kubeConfig).watch(
+      `/api/v1/namespaces/${ns}/pods`,
+      {},
+      (
+        type: string,
+        pod: KubernetesObject & {
+          status?: { phase?: string; containerStatuses?: { state?: { terminated?: unknown } }[] };
+        },
+      ) => {
+        const name = pod.metadata?.name ?? "";
+        // Ended: its phase says so, or its runner (the one container) has ended.
+        const ended =
+          pod.status?.phase === "Succeeded" ||
+          pod.status?.phase === "Failed" ||
+          pod.status?.containerStatuses?.[0]?.state?.terminated !== undefined;
+        if (type === "DELETED" || ended) live.delete(name);
+        else live.add(name);
+        most = Math.max(most, live.size);
+      },
+      () => {},
+    );
+    try {
+      const names = Array.from({ length: 20 }, (_, i) => `burst-${String(i).padStart(2, "0")}`);
+      for (const name of names) {
+        await createPlaybook(ns, name, { ceiling: "3m", tasks: [{ name: "a", run: "sleep 1" }] });
+      }
+      const queued = await waitForPlaybook(
+        ns,
+        "burst-19",
+        "to wait for a slot",
+        (p) => condition(p, "Succeeded")?.reason === "Queued",
+      );
+      expect(queued.status?.phase).toBe("Pending");
+      expect(condition(queued, "Succeeded")?.message).toContain(
+        `waiting for one of the namespace's ${cap} running-Playbook slots (PlaybookPolicy default, spec.maximums.runningPlaybooks)`,
+      );
+      expect(await metricText(running)).toMatch(
+        new RegExp(`playbook_queued_runs\\{namespace="${ns}"\\} [1-9]`),
+      );
+
+      const done = [];
+      for (const name of names) done.push(await waitForFinished(ns, name, 180_000));
+      for (const playbook of done) expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
+      expect(most).toBeLessThanOrEqual(cap);
+      expect(most).toBeGreaterThan(0);
+      const starts = done.map((p) => Date.parse(p.status?.startTime ?? ""));
+      expect(starts).toEqual([...starts].sort((a, b) => a - b));
+    } finally {
+      watch.abort();
+    }
+  });
+});
+
+describe("the chart's aggregated ClusterRoles", () => {
+  const suffix = randomBytes(3).toString("hex");
+  const renamed = (name: string) => `${name}-${suffix}`;
+
+  afterAll(async () => {
+    await kubectlResult([
+      "delete",
+      "clusterrole",
+      "--ignore-not-found",
+      ...["playbook-edit", "playbook-view", "playbook-admin"].map(renamed),
+    ]);
+  });
+
+  it("let a namespace editor create Playbooks but not pods or policies, and a viewer read policies", async () => {
+    const ns = await namespace("pb-policy-rbac");
+    // The chart's roles under names of this test's own (another test installs the chart itself),
+    // without the aggregation labels, which would widen the cluster's built-in roles.
+    const rendered = await helm([
+      "template",
+      "pbc",
+      path.join(repoRoot(), "charts", "playbook-controller"),
+      "--show-only",
+      "templates/rbac.yaml",
+      "--set",
+      "rbac.create=false",
+    ]);
+    expect(rendered.stderr).toBe("");
+    const roles = parseAllDocuments(rendered.stdout)
+      .map(
+        (doc) => doc.toJS() as { kind: string; metadata: { name: string; labels?: Record<string, string> } },
+      )
+      .filter((o) => o?.kind === "ClusterRole");
+    expect(roles.map((r) => r.metadata.name).sort()).toEqual([
+      "playbook-admin",
+      "playbook-edit",
+      "playbook-view",
+    ]);
+    for (const role of roles) {
+      role.metadata = { name: renamed(role.metadata.name) };
+    }
+    const applied = await kubectlResult(
+      ["apply", "-f", "-"],
+      JSON.stringify({ apiVersion: "v1", kind: "List", items: roles }),
+    );
+    expect(applied.stderr).toBe("");
+    await kubectl([
+      "-n",
+      ns,
+      "create",
+      "rolebinding",
+      "alice-edit",
+      `--clusterrole=${renamed("playbook-edit")}`,
+      "--user=alice",
+    ]);
+    await kubectl([
+      "-n",
+      ns,
+      "create",
+      "rolebinding",
+      "bob-view",
+      `--clusterrole=${renamed("playbook-view")}`,
+      "--user=bob",
+    ]);
+    await kubectl([
+      "-n",
+      ns,
+      "create",
+      "rolebinding",
+      "carol-admin",
+      `--clusterrole=${renamed("playbook-admin")}`,
+      "--user=carol",
+    ]);
+
+    const can = async (user: string, verb: string, resource: string) =>
+      (await kubectlResult(["--as", user, "-n", ns, "auth", "can-i", verb, resource])).stdout.trim();
+    expect(await can("alice", "create", "playbooks.playbook.dev")).toBe("yes");
+    expect(await can("alice", "create", "pods")).toBe("no");
+    expect(await can("alice", "create", "playbookpolicies.playbook.dev")).toBe("no");
+    expect(await can("alice", "update", "playbookpolicies.playbook.dev")).toBe("no");
+    expect(await can("alice", "get", "playbookpolicies.playbook.dev")).toBe("yes");
+    expect(await can("bob", "get", "playbookpolicies.playbook.dev")).toBe("yes");
+    expect(await can("bob", "create", "playbooks.playbook.dev")).toBe("no");
+    expect(await can("carol", "create", "playbookpolicies.playbook.dev")).toBe("yes");
+
+    // What the API server actually does, not only what it says it would.
+    const playbook = {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: "Playbook",
+      metadata: { name: "by-alice", namespace: ns },
+      spec: { tasks: [{ name: "a", run: "true" }] },
+    };
+    const created = await kubectlResult(["--as", "alice", "create", "-f", "-"], JSON.stringify(playbook));
+    expect(created.stderr).toBe("");
+    const pod = {
+      apiVersion: "v1",
+      kind: "Pod",
+      metadata: { name: "by-alice", namespace: ns },
+      spec: { containers: [{ name: "c", image: "busybox" }] },
+    };
+    const podRefused = await kubectlResult(["--as", "alice", "create", "-f", "-"], JSON.stringify(pod));
+    expect(podRefused.code).not.toBe(0);
+    expect(podRefused.stderr).toMatch(/forbidden: User "alice" cannot create resource "pods"/);
+    const policy = {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: "PlaybookPolicy",
+      metadata: { name: "default", namespace: ns },
+      spec: { allowedServiceAccounts: ["admin"] },
+    };
+    const policyRefused = await kubectlResult(["--as", "alice", "create", "-f", "-"], JSON.stringify(policy));
+    expect(policyRefused.code).not.toBe(0);
+    expect(policyRefused.stderr).toMatch(/forbidden: User "alice" cannot create resource "playbookpolicies"/);
+    const byAdmin = await kubectlResult(["--as", "carol", "create", "-f", "-"], JSON.stringify(policy));
+    expect(byAdmin.stderr).toBe("");
+  });
+});
