@@ -1,7 +1,12 @@
 // Reconcile decisions as a pure function of (Playbook, its pods, now, config): what to create or
 // delete, the status to write and the events to record. The controller applies the decision.
-import { formatDuration } from "../api/duration.js";
-import { type LimitDefaults, type ResolvedLimits, resolveLimits } from "../api/limits.js";
+import { formatDuration, parseDuration } from "../api/duration.js";
+import {
+  type LimitDefaults,
+  type PolicyLimitDefaults,
+  type ResolvedLimits,
+  resolveLimits,
+} from "../api/limits.js";
 import { InvalidPlaybookError, validatePlaybook } from "../api/manifest.js";
 import { PlanTooLargeError } from "../api/plan.js";
 import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
@@ -138,8 +143,9 @@ export function validateSpec(
   controllerDefaults: LimitDefaults,
   rules?: NamespaceRules,
   enforce = true,
+  startedWith?: PolicyLimitDefaults,
 ): Validated {
-  const policy = rules ? policyLimitDefaults(rules) : undefined;
+  const policy = startedWith ?? (rules ? policyLimitDefaults(rules) : undefined);
   const defaults: LimitDefaults = policy ? { ...controllerDefaults, policy } : controllerDefaults;
   try {
     const parsed = validatePlaybook(
@@ -652,6 +658,23 @@ function appliedGeneration(
   return same ? playbook.metadata.generation : (planGeneration ?? playbook.status?.observedGeneration);
 }
 
+/**
+ * The policy's limits a started run took, from its status: a pod re-created after a loss keeps
+ * them whatever the policy says now (its lost pod's plan carried them).
+ */
+function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | undefined {
+  if (!status.startTime || !status.limits) return undefined;
+  const from = (limit: { value: string; source: string } | undefined) =>
+    limit?.source === "policy" ? parseDuration(limit.value) : undefined;
+  const { ceiling, stall, killGrace, startTimeout } = status.limits;
+  return {
+    ceilingMs: from(ceiling),
+    stallMs: from(stall),
+    killGraceMs: from(killGrace),
+    startTimeoutMs: from(startTimeout),
+  };
+}
+
 /** The whole decision for one Playbook. */
 export function decide(input: ReconcileInput): Decision {
   const { playbook, now, settings } = input;
@@ -674,7 +697,13 @@ export function decide(input: ReconcileInput): Decision {
           limits: resolveLimits(planned.plan.spec, planned.plan.defaults),
           defaults: planned.plan.defaults,
         }
-      : validateSpec(playbook, settings.defaults, rules, !previous.startTime);
+      : validateSpec(
+          playbook,
+          settings.defaults,
+          rules,
+          !previous.startTime,
+          policyLimitsStartedWith(previous),
+        );
   if (!validated.ok) {
     const base: StatusBase = { previous, generation, now, limits: null };
     const next = settledStatus(base, { reason: "InvalidSpec", message: validated.message });

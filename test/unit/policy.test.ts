@@ -12,6 +12,7 @@ import {
   policyRules,
   quantityValue,
 } from "../../src/api/policy.js";
+import { ControllerMetrics } from "../../src/controller/metrics.js";
 import type { StoredPlaybook } from "../../src/controller/objects.js";
 import { slotState } from "../../src/controller/policy-queue.js";
 import { type Action, decide, type ReconcileInput } from "../../src/controller/reconcile.js";
@@ -137,6 +138,25 @@ describe("a Playbook under its namespace's policy", () => {
   });
 });
 
+describe("a run whose pod was lost after its policy changed", () => {
+  it("re-creates the pod with the policy's limits the run started with", () => {
+    const before = governed({ defaults: { ceiling: "20m", stall: "2m" } });
+    const first = decide(input({ playbook: playbook({ ceiling: undefined }), rules: before }));
+    const status = { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+    const after = governed({ defaults: { ceiling: "5m", stall: "10s" } });
+    const decision = decide(
+      input({
+        playbook: playbook({ ceiling: undefined }, status),
+        rules: after,
+        now: new Date(T0.getTime() + 60_000),
+      }),
+    );
+    expect(decision.status?.limits?.ceiling).toEqual({ value: "20m", source: "policy" });
+    const plan = parsePlan(createdPod(decision.actions).metadata.annotations[PLAN_ANNOTATION] ?? "");
+    expect(plan.ok && plan.plan.defaults.policy).toMatchObject({ ceilingMs: 1_200_000, stallMs: 120_000 });
+  });
+});
+
 describe("a Playbook in a namespace without a policy", () => {
   const rules = clusterRules(CLUSTER);
 
@@ -233,5 +253,19 @@ describe("a policy's own consistency", () => {
 
   it("refuses an image pattern with a * before its end", () => {
     expect(PolicySpecSchema.safeParse({ allowedImages: ["registry.*/x"] }).success).toBe(false);
+  });
+});
+
+describe("the policy's metrics", () => {
+  it("counts a refusal by namespace and field, from 0 once a run of the namespace started", async () => {
+    const metrics = new ControllerMetrics({ defaults: false });
+    metrics.recordStarted({ namespace: "ops" });
+    const before = await metrics.registry.getSingleMetricAsString("playbook_policy_refusals_total");
+    expect(before).toContain('playbook_policy_refusals_total{namespace="ops",field="spec.image"} 0');
+    const refused = decide(input({ playbook: playbook({ image: "busybox" }), rules: clusterRules(CLUSTER) }));
+    if (!refused.finished) throw new Error("not finished");
+    metrics.recordFinished(refused.finished, { namespace: "ops" });
+    const after = await metrics.registry.getSingleMetricAsString("playbook_policy_refusals_total");
+    expect(after).toContain('playbook_policy_refusals_total{namespace="ops",field="spec.image"} 1');
   });
 });
