@@ -231,10 +231,20 @@ export function podSettings(spec: PlaybookSpec, rules: NamespaceRules): PodSetti
   };
 }
 
+/** The fields a refusal names, the `field` label of playbook_policy_refusals_total. */
+export const POLICY_FIELDS = [
+  "spec.ceiling",
+  "spec.tasks[].timeout",
+  "spec.serviceAccountName",
+  "spec.image",
+  "spec.resources",
+  "policy",
+] as const;
+
 /** A Playbook refused by its namespace's rules: the field for the metric, and the message. */
 export interface PolicyProblem extends LimitProblem {
   /** The refused field with list indexes dropped, for playbook_policy_refusals_total. */
-  field: string;
+  field: (typeof POLICY_FIELDS)[number];
 }
 
 const list = (names: readonly string[]) => (names.length === 0 ? "none" : names.join(", "));

@@ -1,5 +1,6 @@
 // DESIGN.md's metrics on a private prom-client registry, plus the informers' own health.
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import { POLICY_FIELDS } from "../api/policy.js";
 import { LIMIT_REASONS, TERMINAL_REASONS } from "../api/reasons.js";
 import type { FinishedRun } from "./reconcile.js";
 
@@ -190,6 +191,7 @@ export class ControllerMetrics {
     const per = this.perRun(labels);
     for (const reason of TERMINAL_REASONS) this.runsTotal.inc({ ...per, reason }, 0);
     for (const limit of LIMIT_REASONS) this.limitFiredTotal.inc({ ...per, limit }, 0);
+    for (const field of POLICY_FIELDS) this.policyRefusals.inc({ namespace: labels.namespace, field }, 0);
   }
 
   /** Counts a run once, when its terminal status was written. */

@@ -23,6 +23,8 @@ const NAMESPACED = [
   "playbook_task_duration_seconds",
   "playbook_task_limit_usage_ratio",
   "playbook_active_runs",
+  "playbook_queued_runs",
+  "playbook_policy_refusals_total",
 ];
 
 describe("the Playbooks: timeouts dashboard", () => {
@@ -122,6 +124,8 @@ describe("the Playbooks: timeouts dashboard", () => {
       "playbook_runs_total",
       "playbook_task_limit_usage_ratio_bucket",
       "playbook_active_runs",
+      "playbook_queued_runs",
+      "playbook_policy_refusals_total",
       "playbook_leader",
       "playbook_ready",
     ])
