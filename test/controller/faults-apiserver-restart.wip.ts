@@ -1,12 +1,10 @@
-// WORK IN PROGRESS, kept out of the suite (not *.test.ts) because it does not pass yet: after the
-// restart the process node's pods stay Running long after their tasks ended (their end is not
-// reported), so no run settles; the restarted API server also answers 429 (APF) for a while. To
-// run it: PLAYBOOK_FAULTS=1 npx vitest run --project cluster test/controller/faults-apiserver-restart.wip.ts. See the issue 8 fault-suite report.
 // Fault: kube-apiserver is stopped mid-run, etcd is compacted past every resourceVersion the
 // controller holds, and the API server is started again. A cluster of its own (the shared one
 // must not see its API server go away), `playbook controller` as a process. The controller's
 // watches must relist (410 Gone), every run (including those that ended while the API server was
-// down) must settle with its reason, and /readyz is read while the API server is away.
+// down) must settle with its reason, and /readyz is read while the API server is away. Every
+// run is Running before the API server stops, and every pod has ended before it starts again,
+// so the process node must report those ends once it is back (its status retries).
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";

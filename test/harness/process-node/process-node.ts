@@ -651,7 +651,13 @@ export class ProcessNode {
       // As the kubelet's status manager does: what the API server shows is compared with what the
       // node knows, and written again when they differ (a write lost in an outage, a relist).
       const stale = olderThan(pod, { metadata: { resourceVersion: run.writtenResourceVersion } });
-      if (!run.statusSyncing && !stale && statusFingerprint(pod.status) !== this.reportedFingerprint(run))
+      const undoesEnd = terminalPhase(pod.status?.phase) && !terminalPhase(run.phase);
+      if (
+        !run.statusSyncing &&
+        !stale &&
+        !undoesEnd &&
+        statusFingerprint(pod.status) !== this.reportedFingerprint(run)
+      )
         this.writeStatus(run);
     }
     if (pod.metadata?.deletionTimestamp) {
@@ -1193,6 +1199,11 @@ export class ProcessNode {
         failures = 0;
         delay = STATUS_RETRY_FIRST_MS;
       } catch (error) {
+        // A write the API server finds malformed will not get better by being sent again.
+        if (isApiError(error, 400) || isApiError(error, 422)) {
+          this.logError(error, "Failed to write pod status", { namespace: run.namespace, pod: run.name });
+          return;
+        }
         failures += 1;
         if (failures === 1)
           this.logError(error, "Failed to write pod status; retrying", {
@@ -1216,6 +1227,8 @@ export class ProcessNode {
         throw error;
       }
       if (pod.metadata?.uid !== run.uid) return;
+      // A terminal phase is never undone (the API server refuses it, and the kubelet does not try).
+      if (terminalPhase(pod.status?.phase) && !terminalPhase(run.phase)) return;
       pod.status = this.desiredStatus(run, pod.status);
       try {
         const written = await this.core.replaceNamespacedPodStatus({
@@ -1237,6 +1250,8 @@ export class ProcessNode {
     return statusFingerprint(this.desiredStatus(run, undefined));
   }
 }
+
+const terminalPhase = (phase: string | undefined): boolean => phase === "Succeeded" || phase === "Failed";
 
 /** The parts of a pod's status the node owns and a lost write would leave wrong. */
 function statusFingerprint(status: V1PodStatus | undefined): string {
