@@ -38,6 +38,16 @@ export default defineConfig({
       {
         extends: true,
         test: {
+          name: "bench",
+          // The smoke test of `npm run bench -- --quick`, which starts a control plane of its own.
+          include: ["test/bench/**/*.test.ts"],
+          globalSetup: ["test/harness/test-prerequisites.ts"],
+          testTimeout: 300_000,
+        },
+      },
+      {
+        extends: true,
+        test: {
           name: "image",
           // The project's image run with testcontainers against podman's socket (or Docker's).
           include: ["test/image/**/*.test.ts"],
@@ -50,6 +60,23 @@ export default defineConfig({
           hookTimeout: 1_200_000,
         },
       },
+      // Pods in containerd under a real kubelet (root, containerd, runc, CNI plugins and a C
+      // compiler; see docs/development.md "Real node"), on request: PLAYBOOK_REAL_NODE=1.
+      ...(process.env.PLAYBOOK_REAL_NODE === "1"
+        ? [
+            {
+              extends: true as const,
+              test: {
+                name: "real-node",
+                include: ["test/real-node/**/*.test.ts"],
+                globalSetup: ["test/harness/test-prerequisites.ts", "test/harness/global-setup-real-node.ts"],
+                testTimeout: 180_000,
+                hookTimeout: 1_200_000,
+                fileParallelism: false,
+              },
+            },
+          ]
+        : []),
     ],
   },
 });

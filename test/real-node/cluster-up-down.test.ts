@@ -1,0 +1,131 @@
+// `npm run cluster:up -- --node real` then `npm run cluster:down`, as a developer runs them, on a
+// cluster of its own: this machine's processes, mounts, network devices, iptables chains, kernel
+// settings and cgroups are listed before and after, and nothing of the real node is left.
+import { execFile, execFileSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import path from "node:path";
+import { promisify } from "node:util";
+import { afterAll, describe, expect, it } from "vitest";
+import { repoRoot } from "../harness/binaries.js";
+import { KUBELET_SYSCTLS, POD_BRIDGE } from "../harness/real-node/real-node.js";
+
+const run = promisify(execFile);
+
+interface HostState {
+  processes: string[];
+  mounts: string[];
+  links: string[];
+  iptablesChains: string[];
+  sysctls: Record<string, string>;
+  cgroups: string[];
+}
+
+/** What of this machine a real node could change, limited to what can be told apart as its. */
+function hostState(stateDir: string): HostState {
+  const processes: string[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8").replaceAll("\0", " ");
+      if (cmdline.includes(stateDir)) processes.push(`${entry} ${cmdline}`);
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  const mounts = readFileSync("/proc/self/mountinfo", "utf8")
+    .split("\n")
+    .map((line) => line.split(" ")[4] ?? "")
+    .filter(
+      (target) =>
+        /^\/(run|var\/run)\/(netns|containerd)|^\/var\/lib\/(kubelet|containerd|cni)/.test(target) ||
+        target.includes(stateDir),
+    );
+  const links = execFileSync("ip", ["-o", "link", "show"], { encoding: "utf8" })
+    .split("\n")
+    .map((line) => line.split(":")[1]?.trim().split("@")[0] ?? "")
+    .filter((name) => name !== "");
+  const iptablesChains = ["iptables-save", "ip6tables-save"].flatMap((command) => {
+    try {
+      return execFileSync(command, { encoding: "utf8" })
+        .split("\n")
+        .filter((line) => line.startsWith(":"))
+        .map((line) => `${command} ${line.split(" ")[0]}`);
+    } catch {
+      return [];
+    }
+  });
+  const sysctls = Object.fromEntries(
+    KUBELET_SYSCTLS.map((name) => [name, readFileSync(path.join("/proc/sys", name), "utf8").trim()]),
+  );
+  const cgroups = readdirSync("/sys/fs/cgroup").flatMap((controller) => {
+    try {
+      return readdirSync(path.join("/sys/fs/cgroup", controller))
+        .filter((entry) => entry.startsWith("playbook-dev-") || entry === "kubepods")
+        .map((entry) => `${controller}/${entry}`);
+    } catch {
+      return [];
+    }
+  });
+  return { processes, mounts, links, iptablesChains, sysctls, cgroups };
+}
+
+const stateDirs: string[] = [];
+afterAll(async () => {
+  for (const dir of stateDirs) {
+    await run(process.execPath, [path.join(repoRoot(), "dist", "scripts", "cluster-down.js")], {
+      env: { ...process.env, CLUSTER_STATE_DIR: dir },
+    }).catch(() => {});
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+describe("cluster:up --node real and cluster:down", () => {
+  it("join a Ready real node that changes nothing on this machine, and leave nothing behind", async () => {
+    const stateDir = await mkdtemp(path.join(repoRoot(), ".cluster", "rn-updown-"));
+    stateDirs.push(stateDir);
+    const env = { ...process.env, CLUSTER_STATE_DIR: stateDir };
+    const before = hostState(stateDir);
+
+    const up = await run(
+      process.execPath,
+      [path.join(repoRoot(), "dist", "scripts", "cluster-up.js"), "--node", "real", "--no-controller"],
+      { env },
+    );
+    expect(up.stdout).toBe(`export KUBECONFIG=${path.join(stateDir, "kubeconfig")}\n`);
+    expect(up.stderr).toMatch(/Real node real-node Ready after \d+ms \(kubelet on 127\.0\.0\.1:\d+\)/);
+    const kubectl = path.join(
+      JSON.parse(readFileSync(path.join(stateDir, "state.json"), "utf8")).binDir as string,
+      "kubectl",
+    );
+    const { stdout: nodes } = await run(kubectl, ["get", "nodes", "--no-headers"], {
+      env: { ...env, KUBECONFIG: path.join(stateDir, "kubeconfig") },
+    });
+    expect(nodes).toMatch(/^real-node\s+Ready\s/);
+
+    const during = hostState(stateDir);
+    // The pod bridge and the pods' veths are in containerd's own network namespace.
+    expect(during.links).toEqual(before.links);
+    expect(during.links).not.toContain(POD_BRIDGE);
+    expect(during.mounts).toEqual(before.mounts);
+    expect(during.iptablesChains.filter((c) => c.includes("KUBE-"))).toEqual(
+      before.iptablesChains.filter((c) => c.includes("KUBE-")),
+    );
+    expect(during.processes.map((p) => p.split(" ")[1])).toEqual(
+      expect.arrayContaining([expect.stringMatching(/containerd$/), expect.stringMatching(/kubelet$/)]),
+    );
+
+    const down = await run(process.execPath, [path.join(repoRoot(), "dist", "scripts", "cluster-down.js")], {
+      env,
+    });
+    expect(down.stderr).toContain("Stopped the real node");
+    const after = hostState(stateDir);
+    expect(after).toEqual({ ...before, links: after.links, iptablesChains: after.iptablesChains });
+    // Other work on this machine may add or remove devices and chains meanwhile; none is the node's.
+    expect(after.links).not.toContain(POD_BRIDGE);
+    expect(after.iptablesChains.filter((c) => c.includes("KUBE-"))).toEqual(
+      before.iptablesChains.filter((c) => c.includes("KUBE-")),
+    );
+    expect(existsSync(path.join(stateDir, "real-node", "host.json"))).toBe(false);
+  });
+});
