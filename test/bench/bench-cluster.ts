@@ -147,7 +147,7 @@ export interface RunningController {
 /** Our controller as a deployment runs it: its own process, every namespace, no Lease (one replica). */
 export async function startOurController(
   cluster: BenchCluster,
-  options: { workers: number; extraArgs?: string[]; nodeOptions?: string[] },
+  options: { workers: number; extraArgs?: string[]; nodeOptions?: string[]; cli?: string },
 ): Promise<RunningController & { metricsUrl: string }> {
   const port = await freePort();
   const started = startProcess(
@@ -155,7 +155,7 @@ export async function startOurController(
     process.execPath,
     [
       ...(options.nodeOptions ?? []),
-      path.join(repoRoot(), "dist", "src", "cli", "main.js"),
+      options.cli ?? path.join(repoRoot(), "dist", "src", "cli", "main.js"),
       "controller",
       "--no-leader-election",
       "--metrics-address",

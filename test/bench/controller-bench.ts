@@ -43,6 +43,9 @@ const { values: flags } = parseArgs({
     workers: { type: "string", default: "2" },
     only: { type: "string" },
     "keep-cluster": { type: "boolean", default: false },
+    // Another checkout's build (its root folder), measured beside this one where a lever is
+    // weighed: the CLI's start-up and the controller's footprint, as `*_baseline` figures.
+    baseline: { type: "string" },
   },
 });
 const quick = flags.quick ?? false;
@@ -51,15 +54,18 @@ const only = new Set((flags.only ?? "").split(",").filter((s) => s !== ""));
 const wanted = (section: string) => only.size === 0 || only.has(section);
 
 // The issue's sizes; --quick (the smoke test, which must end within 5 minutes on 2 cores)
-// measures the same names at a twentieth of the launch sizes and a tenth of the cached counts,
+// measures the same names at a fiftieth of the launch sizes and of the cached counts,
 // and each note says so.
 const LAUNCH_SIZES = [100, 500, 2000] as const;
-const LAUNCH_SCALE = quick ? 0.05 : 1;
-const CACHE_SCALE = quick ? 0.1 : 1;
+const LAUNCH_SCALE = quick ? 0.02 : 1;
+const CACHE_SCALE = quick ? 0.02 : 1;
 const SETTLE = quick ? { rounds: 2, batch: 5 } : { rounds: 5, batch: 10 };
-const DEADLINE = quick ? { rounds: 2, batch: 3 } : { rounds: 4, batch: 5 };
+const DEADLINE = quick ? { rounds: 1, batch: 4 } : { rounds: 4, batch: 5 };
 const CACHED = [1000, 10000] as const;
-const CLI_ROUNDS = quick ? 10 : 40;
+const CLI_ROUNDS = quick ? 4 : 40;
+const baselineCli = flags.baseline
+  ? path.join(path.resolve(flags.baseline), "dist", "src", "cli", "main.js")
+  : undefined;
 
 const comparisons: Comparison[] = [];
 const figures: Figure[] = [];
@@ -115,8 +121,10 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
           log(`launch ${n} (${side}): ${(elapsed / 1000).toFixed(2)}s`);
           return perMinute(n, elapsed);
         } finally {
-          // The Job controller must be there to take its finalizers off the pods it made.
-          await deleteNamespace(cluster.api, namespace);
+          // The Job controller must be there to take its finalizers off the pods it made. --quick
+          // does not wait: what is left of the namespace is Pending pods, gone with the cluster.
+          if (quick) await cluster.api.request("DELETE", `/api/v1/namespaces/${namespace}`);
+          else await deleteNamespace(cluster.api, namespace);
           await controller.stop();
         }
       };
@@ -135,7 +143,7 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
         reference: lifted,
         unit: "pods/min",
         target: ">= 1.0",
-        note: `${n} created at once${quick ? ` (--quick: a twentieth of ${size})` : ""}; reference: kube-controller-manager's Job controller with --kube-api-qps 1000 --kube-api-burst 2000 --concurrent-job-syncs ${WORKERS}; at its default limits ${byDefault.toFixed(0)} pods/min`,
+        note: `${n} created at once${quick ? ` (--quick: a fiftieth of ${size})` : ""}; reference: kube-controller-manager's Job controller with --kube-api-qps 1000 --kube-api-burst 2000 --concurrent-job-syncs ${WORKERS}; at its default limits ${byDefault.toFixed(0)} pods/min`,
       });
       addFigure({
         name: `launch_throughput_${size}_job_controller_default`,
@@ -358,6 +366,7 @@ async function footprint(cluster: BenchCluster): Promise<void> {
   await createNamespace(cluster.api, namespace);
   let created = 0;
   const ourRss = new Map<number, number>();
+  const baselineRss = new Map<number, number>();
   const jobRss = new Map<number, number>();
   const jobNote: string[] = [];
   for (const named of CACHED) {
@@ -380,12 +389,14 @@ async function footprint(cluster: BenchCluster): Promise<void> {
     });
     created = count;
     log(`cached ${count} Playbooks and Jobs in ${((now() - t0) / 1000).toFixed(0)}s`);
-    const ours = await startOurController(cluster, { workers: WORKERS });
-    try {
-      await queueDrained(ours.metricsUrl);
-      ourRss.set(named, await waitStableRss(ours.process.pid));
-    } finally {
-      await ours.stop();
+    for (const cli of baselineCli ? [undefined, baselineCli] : [undefined]) {
+      const ours = await startOurController(cluster, { workers: WORKERS, ...(cli ? { cli } : {}) });
+      try {
+        await queueDrained(ours.metricsUrl);
+        (cli ? baselineRss : ourRss).set(named, await waitStableRss(ours.process.pid));
+      } finally {
+        await ours.stop();
+      }
     }
     const reference = await startJobController(cluster, { lifted: true, concurrentJobSyncs: WORKERS });
     try {
@@ -394,11 +405,11 @@ async function footprint(cluster: BenchCluster): Promise<void> {
       await reference.stop();
     }
     log(
-      `RSS with ${count} cached: ours ${ourRss.get(count)?.toFixed(0)} MB, Job controller ${jobRss.get(count)?.toFixed(0)} MB`,
+      `RSS with ${count} cached: ours ${ourRss.get(named)?.toFixed(0)} MB, Job controller ${jobRss.get(named)?.toFixed(0)} MB`,
     );
   }
   // Left for the cluster's teardown: deleting 20,000 objects would only add minutes.
-  const scaled = quick ? " (--quick: a tenth of the count in the name)" : "";
+  const scaled = quick ? " (--quick: a fiftieth of the count in the name)" : "";
   const note = `VmRSS${scaled} once the work queue drained and memory held still, finished Playbooks with three tasks (about 2.5 KB each); reference: kube-controller-manager running only its Job controller with as many Jobs${jobNote.length > 0 ? ` (${jobNote[0]})` : ""}`;
   addComparison({
     name: "controller_rss_mb_10000",
@@ -411,6 +422,14 @@ async function footprint(cluster: BenchCluster): Promise<void> {
   for (const count of CACHED) {
     addFigure({ name: `controller_rss_mb_${count}`, value: ourRss.get(count) ?? null, unit: "MB", note });
     addFigure({ name: `job_controller_rss_mb_${count}`, value: jobRss.get(count) ?? null, unit: "MB" });
+    if (baselineCli) {
+      addFigure({
+        name: `controller_rss_mb_${count}_baseline`,
+        value: baselineRss.get(count) ?? null,
+        unit: "MB",
+        note: baselineCli,
+      });
+    }
   }
 }
 
@@ -484,12 +503,18 @@ function cliStartup(): void {
   const run: number[] = [];
   const deadline: number[] = [];
   const timeout: number[] = [];
+  const baselineVersion: number[] = [];
+  const baselineRun: number[] = [];
   timeProcess(process.execPath, [cli, "--version"]); // warm the page cache (and any compile cache)
   for (let i = 0; i < CLI_ROUNDS; i++) {
     bare.push(timeProcess(process.execPath, ["-e", ""]));
     version.push(timeProcess(process.execPath, [cli, "--version"]));
+    if (baselineCli) {
+      baselineVersion.push(timeProcess(process.execPath, [baselineCli, "--version"]));
+      baselineRun.push(timeProcess(process.execPath, [baselineCli, "run", "-f", oneTask]));
+    }
     run.push(timeProcess(process.execPath, [cli, "run", "-f", oneTask]));
-    if (i < Math.min(CLI_ROUNDS, 5)) {
+    if (i < (quick ? 2 : 5)) {
       timeout.push(timeProcess("timeout", ["-s", "KILL", "1", "sleep", "5"]));
       deadline.push(timeProcess(process.execPath, [cli, "run", "-f", killed]));
     }
@@ -512,13 +537,27 @@ function cliStartup(): void {
     target: "<= 2.0",
     note: `playbook run of one 'true' task; ${note}`,
   });
+  if (baselineCli) {
+    addFigure({
+      name: "cli_startup_baseline",
+      value: median(baselineVersion) / median(bare),
+      unit: "x node",
+      note: baselineCli,
+    });
+    addFigure({
+      name: "cli_run_one_task_baseline",
+      value: median(baselineRun) / median(bare),
+      unit: "x node",
+      note: baselineCli,
+    });
+  }
   addComparison({
     name: "cli_run_killed_at_deadline",
     ours: median(deadline),
     reference: median(timeout),
     unit: "ms",
     target: "<= 1.25",
-    note: "playbook run of 'sleep 5' with a 1s timeout and killGrace 0s, against GNU timeout -s KILL 1 sleep 5; median of 5 interleaved",
+    note: `playbook run of 'sleep 5' with a 1s timeout and killGrace 0s, against GNU timeout -s KILL 1 sleep 5; median of ${deadline.length} interleaved`,
   });
 }
 
@@ -529,7 +568,8 @@ function runnerBench(): void {
     process.execPath,
     [
       path.join(repoRoot(), "dist", "test", "bench", "runner-bench.js"),
-      ...(quick ? ["--quick"] : []),
+      // --quick: enough rounds to show the runner works, few enough for the smoke test's 5 minutes.
+      ...(quick ? ["--quick", "--kill-rounds=5", "--tasks=60", "--bytes=16"] : []),
       `--results-file=${file}`,
     ],
     { stdio: ["ignore", 2, 2] },
@@ -545,8 +585,14 @@ function runnerBench(): void {
 
 async function main(): Promise<void> {
   const startedAt = new Date().toISOString();
-  if (wanted("cli")) cliStartup();
-  if (wanted("runner")) runnerBench();
+  const timed = async (section: string, measure: () => Promise<void> | void) => {
+    if (!wanted(section)) return;
+    const t0 = now();
+    await measure();
+    log(`${section}: ${((now() - t0) / 1000).toFixed(0)}s`);
+  };
+  await timed("cli", cliStartup);
+  await timed("runner", runnerBench);
   const clusterSections = ["launch", "settle", "deadline", "footprint"].filter(wanted);
   if (clusterSections.length > 0) {
     const stateDir = mkdtempSync(path.join(tmpdir(), "playbook-bench-"));
@@ -568,10 +614,10 @@ async function main(): Promise<void> {
     const observer = new Observer(cluster.api);
     observer.start();
     try {
-      if (wanted("launch")) await launchThroughput(cluster, observer);
-      if (wanted("settle")) await commonRuns(cluster, observer);
-      if (wanted("deadline")) await deadlineAccuracy(cluster, observer);
-      if (wanted("footprint")) await footprint(cluster);
+      await timed("launch", () => launchThroughput(cluster, observer));
+      await timed("settle", () => commonRuns(cluster, observer));
+      await timed("deadline", () => deadlineAccuracy(cluster, observer));
+      await timed("footprint", () => footprint(cluster));
     } finally {
       await observer.stop();
       if (flags["keep-cluster"]) log(`Cluster left running: KUBECONFIG=${cluster.state.kubeconfig}`);

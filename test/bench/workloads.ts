@@ -47,7 +47,7 @@ export function job(
   };
 }
 
-/** A finished run as the controller leaves it: three tasks, their times and the conditions. */
+/** A finished run as `kubectl apply` and the controller leave it: three tasks, their times and the conditions. */
 export function finishedPlaybook(name: string, index: number): { object: object; status: object } {
   const start = new Date(Date.UTC(2026, 10, 1, 0, 0, index % 3600));
   const at = (seconds: number) =>
@@ -96,5 +96,10 @@ export function finishedPlaybook(name: string, index: number): { object: object;
       },
     ],
   };
-  return { object: playbook(name, spec), status };
+  const object = playbook(name, spec) as { metadata: Record<string, unknown> };
+  // As `kubectl apply` leaves it: a copy of what was applied, which no controller reads.
+  object.metadata.annotations = {
+    "kubectl.kubernetes.io/last-applied-configuration": `${JSON.stringify(object)}\n`,
+  };
+  return { object, status };
 }
