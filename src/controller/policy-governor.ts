@@ -89,6 +89,8 @@ export class PolicyGovernor {
   private readonly timers = new Map<string, NodeJS.Timeout>();
   private readonly lastWrite = new Map<string, number>();
   private signal: AbortSignal | undefined;
+  /** The rules last read from each namespace's policy, by its resourceVersion: parsed once per version. */
+  private readonly read = new Map<string, { resourceVersion: string | undefined; rules: NamespaceRules }>();
 
   constructor(deps: GovernorDeps) {
     this.deps = deps;
@@ -138,6 +140,14 @@ export class PolicyGovernor {
   rulesFor(namespace: string): NamespaceRules {
     const policy = this.governing(namespace);
     if (!policy) return clusterRules(this.deps.cluster);
+    const known = this.read.get(namespace);
+    if (known && known.resourceVersion === policy.metadata.resourceVersion) return known.rules;
+    const rules = this.readRules(policy);
+    this.read.set(namespace, { resourceVersion: policy.metadata.resourceVersion, rules });
+    return rules;
+  }
+
+  private readRules(policy: StoredPolicy): NamespaceRules {
     const read = readPolicySpec(policy);
     const meta = { name: policy.metadata.name, generation: policy.metadata.generation };
     if (!read.ok) {
