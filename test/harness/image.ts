@@ -2,10 +2,12 @@
 // official base image cannot be pulled, a stand-in for it made on this machine. Nothing here
 // contacts an image registry unless asked to pull (PLAYBOOK_IMAGE_PULL=1 or --pull).
 import { execFile, spawn } from "node:child_process";
+import { createHash } from "node:crypto";
 import {
   cpSync,
   existsSync,
   mkdirSync,
+  readdirSync,
   readFileSync,
   realpathSync,
   rmSync,
@@ -38,6 +40,52 @@ export function imageName(): string {
 }
 
 export type Log = (message: string) => void;
+
+/** The label holding sourceHash() of what an image was built from. */
+export const SOURCE_LABEL = "dev.playbook.source";
+
+/**
+ * A digest of what the Dockerfile reads (the files .dockerignore lets in, and the Dockerfile):
+ * an image whose label differs was built from other sources and is stale.
+ */
+export function sourceHash(): string {
+  const root = repoRoot();
+  const files = [
+    ".dockerignore",
+    "Dockerfile",
+    "package.json",
+    "package-lock.json",
+    "tsconfig.json",
+    "tsconfig.build.json",
+  ];
+  const walk = (dir: string): string[] =>
+    readdirSync(path.join(root, dir), { withFileTypes: true }).flatMap((entry) =>
+      entry.isDirectory() ? walk(path.join(dir, entry.name)) : [path.join(dir, entry.name)],
+    );
+  const hash = createHash("sha256");
+  for (const file of [...files, ...walk("src")].sort()) {
+    hash.update(`${file}\0`);
+    hash.update(readFileSync(path.join(root, file)));
+    hash.update("\0");
+  }
+  return hash.digest("hex").slice(0, 16);
+}
+
+/** Why the engine's image of this checkout must be built: missing, or built from other sources; undefined when current. */
+export async function imageStaleness(engine: ContainerEngine): Promise<string | undefined> {
+  const name = imageName();
+  if (!(await imageExists(engine, name))) return `${name} is not built yet`;
+  const label = (
+    await engineRun(engine, [
+      "image",
+      "inspect",
+      "--format",
+      `{{ index .Config.Labels "${SOURCE_LABEL}" }}`,
+      name,
+    ])
+  ).trim();
+  return label === sourceHash() ? undefined : `${name} was built from other sources than this checkout's`;
+}
 
 function baseCacheDir(): string {
   const cache = process.env.XDG_CACHE_HOME || path.join(os.homedir(), ".cache");
@@ -230,7 +278,17 @@ export async function buildImage(
   options.log(`building ${name} with ${engine.kind}`);
   // Host networking: RUN steps reach Debian's mirror and npm's registry as this machine does,
   // with no bridge or NAT set up for them.
-  const args = ["build", "--network", "host", "-t", name, "-f", "Dockerfile"];
+  const args = [
+    "build",
+    "--network",
+    "host",
+    "--label",
+    `${SOURCE_LABEL}=${sourceHash()}`,
+    "-t",
+    name,
+    "-f",
+    "Dockerfile",
+  ];
   if (engine.kind === "podman") args.push("--pull=never", ...buildCaMounts(options.log));
   args.push(repoRoot());
   await runLoud(engine.command, args, engine.env);

@@ -1,10 +1,11 @@
-// Global setup of the `image` test project: the project's image (built when missing, or always
-// with PLAYBOOK_IMAGE_REBUILD=1) and a Docker-compatible socket for testcontainers — podman's
-// own service under the project's cache folder, stopped in teardown, or docker's.
+// Global setup of the `image` test project: the project's image, built when it is missing or was
+// built from other sources than this checkout's (always with PLAYBOOK_IMAGE_REBUILD=1), and a
+// Docker-compatible socket for testcontainers: podman's own service under the project's cache
+// folder, stopped in teardown, or docker's.
 import type {} from "vitest";
 import type { TestProject } from "vitest/node";
-import { containerEngine, imageExists, startEngineService } from "../harness/container-engine.js";
-import { buildImage, imageName } from "../harness/image.js";
+import { containerEngine, startEngineService } from "../harness/container-engine.js";
+import { buildImage, imageName, imageStaleness } from "../harness/image.js";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -22,11 +23,13 @@ const log = (message: string): void => {
 export default async function setup(project: TestProject) {
   const engine = containerEngine();
   const image = imageName();
-  if (process.env.PLAYBOOK_IMAGE_REBUILD === "1" || !(await imageExists(engine, image))) {
-    log(`${image} is not built yet (or PLAYBOOK_IMAGE_REBUILD=1): building it`);
+  const stale =
+    process.env.PLAYBOOK_IMAGE_REBUILD === "1" ? "PLAYBOOK_IMAGE_REBUILD=1" : await imageStaleness(engine);
+  if (stale) {
+    log(`${stale}: building it`);
     await buildImage(engine, { log });
   } else {
-    log(`Testing ${image} as built (npm run image:build rebuilds it after a change in src/)`);
+    log(`${image} is current (built from this checkout's Dockerfile, package files and src/)`);
   }
   const service = await startEngineService(engine);
   log(`${engine.kind} at ${service.env.DOCKER_HOST}`);
