@@ -277,6 +277,13 @@ describe("the cap on running Playbooks", () => {
       expect(await metricText(running)).toMatch(
         new RegExp(`playbook_queued_runs\\{namespace="${ns}"\\} [1-9]`),
       );
+      // The policy counts what it governs, in a write every few seconds, not one per Playbook.
+      await eventually("the policy to count the burst", async () => {
+        const governed = (await getPolicy(ns)).status?.governed ?? 0;
+        return governed > 0 ? true : undefined;
+      });
+      const writes = (await running.controller.metrics.policyStatusWrites.get()).values[0]?.value ?? 0;
+      expect(writes).toBeLessThan(10);
 
       // A controller restarted mid-burst counts the slots from what the API server shows, not
       // from the memory of the one before.
@@ -290,6 +297,9 @@ describe("the cap on running Playbooks", () => {
       expect(most).toBeGreaterThan(0);
       const starts = done.map((p) => Date.parse(p.status?.startTime ?? ""));
       expect(starts).toEqual([...starts].sort((a, b) => a - b));
+      await eventually("the policy to govern nothing once all finished", async () =>
+        (await getPolicy(ns)).status?.governed === 0 ? true : undefined,
+      );
     } finally {
       watch.abort();
     }
