@@ -283,25 +283,22 @@ export function checkPolicy(
       }
     });
   }
+  const fallback = rules.defaults.serviceAccountName;
   if (
     spec.serviceAccountName !== undefined &&
+    spec.serviceAccountName !== fallback &&
     !rules.allowedServiceAccounts.includes(spec.serviceAccountName)
   ) {
-    const allowed = [...rules.allowedServiceAccounts];
-    const fallback = rules.defaults.serviceAccountName;
-    if (spec.serviceAccountName === fallback) {
-      // The policy's own default is always allowed.
-    } else {
-      problems.push({
-        path: "spec.serviceAccountName",
-        field: "spec.serviceAccountName",
-        message: `${JSON.stringify(spec.serviceAccountName)} is not an allowed service account: ${
-          rules.policy
-            ? `PlaybookPolicy ${rules.policy.name} allows ${list(allowed)} (spec.allowedServiceAccounts${fallback ? `, spec.defaults.serviceAccountName ${fallback}` : ""})`
-            : `without a PlaybookPolicy named default only ${list(allowed)} (the namespace's default and the controller's --allowed-service-accounts)`
-        }`,
-      });
-    }
+    const allowed = list(rules.allowedServiceAccounts);
+    problems.push({
+      path: "spec.serviceAccountName",
+      field: "spec.serviceAccountName",
+      message: `${JSON.stringify(spec.serviceAccountName)} is not an allowed service account: ${
+        rules.policy
+          ? `PlaybookPolicy ${rules.policy.name} allows ${allowed} (spec.allowedServiceAccounts${fallback ? `, spec.defaults.serviceAccountName ${fallback}` : ""})`
+          : `without a PlaybookPolicy named default only ${allowed} (the namespace's default and the controller's --allowed-service-accounts)`
+      }`,
+    });
   }
   if (
     spec.image !== undefined &&
@@ -314,7 +311,7 @@ export function checkPolicy(
       field: "spec.image",
       message: `${JSON.stringify(spec.image)} is not an allowed image: ${
         rules.policy
-          ? `PlaybookPolicy ${rules.policy.name} allows ${list(rules.allowedImages)} (spec.allowedImages), the runner image ${rules.runnerImage}${rules.defaults.image ? ` and its default ${rules.defaults.image}` : ""}`
+          ? `PlaybookPolicy ${rules.policy.name} allows ${list(rules.allowedImages)} (spec.allowedImages)${rules.runnerImage ? `, the runner image ${rules.runnerImage}` : ""}${rules.defaults.image ? ` and its default ${rules.defaults.image}` : ""}`
           : `without a PlaybookPolicy named default only ${list(rules.allowedImages)} (the runner image and the controller's --allowed-images)`
       }`,
     });

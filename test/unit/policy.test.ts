@@ -124,6 +124,12 @@ describe("a Playbook under its namespace's policy", () => {
       }),
     );
     expect(createdPod(decision.actions).spec).toMatchObject({ serviceAccountName: "deployer" });
+    const ownDefault = governed({
+      defaults: { serviceAccountName: "robot" },
+      allowedServiceAccounts: ["default"],
+    });
+    const named = decide(input({ playbook: playbook({ serviceAccountName: "robot" }), rules: ownDefault }));
+    expect(createdPod(named.actions).spec).toMatchObject({ serviceAccountName: "robot" });
     expect(imageAllowed("registry.example/a", ["registry.example/*"])).toBe(true);
     expect(imageAllowed("registry.example.evil/a", ["registry.example/*"])).toBe(false);
     expect(imageAllowed("busybox:1", ["busybox"])).toBe(false);
