@@ -4,12 +4,19 @@
 import { parseArgs } from "node:util";
 import { containerEngine, engineRun, imageExists } from "../test/harness/container-engine.js";
 import { BASE_IMAGE, imageSize, makeBaseStandIn } from "../test/harness/image.js";
+import {
+  ensurePrerequisites,
+  IMAGE_PREREQUISITES,
+  installForbiddenByEnv,
+} from "../test/harness/prerequisites.js";
 
 const log = (message: string): void => {
   process.stderr.write(`image:base: ${message}\n`);
 };
 
 try {
+  // podman, runc, CNI plugins, debootstrap: installed as root with apt-get, else one line saying how.
+  ensurePrerequisites({ install: !installForbiddenByEnv(), log, prerequisites: IMAGE_PREREQUISITES });
   const { values } = parseArgs({ options: { force: { type: "boolean", default: false } } });
   const engine = containerEngine();
   if ((await imageExists(engine, BASE_IMAGE)) && !values.force) {

@@ -4,12 +4,19 @@
 import { parseArgs } from "node:util";
 import { containerEngine } from "../test/harness/container-engine.js";
 import { buildImage, imageSize } from "../test/harness/image.js";
+import {
+  ensurePrerequisites,
+  IMAGE_PREREQUISITES,
+  installForbiddenByEnv,
+} from "../test/harness/prerequisites.js";
 
 const log = (message: string): void => {
   process.stderr.write(`image:build: ${message}\n`);
 };
 
 try {
+  // podman, runc, CNI plugins, debootstrap: installed as root with apt-get, else one line saying how.
+  ensurePrerequisites({ install: !installForbiddenByEnv(), log, prerequisites: IMAGE_PREREQUISITES });
   const { values } = parseArgs({
     options: { archive: { type: "string" }, pull: { type: "boolean", default: false } },
   });

@@ -3,6 +3,7 @@
 // ending RunnerLost later. Go is the third: tools/build.sh (run next, still before anything
 // starts) fetches it when missing and stops with its own message when it cannot.
 import { spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
 import { reaperInstalled } from "./process-node/container-process.js";
 
 export interface Prerequisite {
@@ -68,6 +69,45 @@ export const TEST_PREREQUISITES: readonly Prerequisite[] = [
   },
 ];
 
+const dockerPresent = (): boolean => onPath("docker");
+
+/**
+ * What building and testing the project's image needs: podman with runc (crun fails on cgroup
+ * layouts such as this machine's), its CNI plugins for the containers' own networks, and
+ * debootstrap for the stand-in base where no registry is reachable. Docker instead of podman
+ * does as well (PLAYBOOK_CONTAINER_ENGINE, see test/harness/container-engine.ts).
+ */
+export const IMAGE_PREREQUISITES: readonly Prerequisite[] = [
+  {
+    command: "podman",
+    debianPackage: "podman",
+    purpose: "builds the project's image and runs it for the image tests (or docker, when that is installed)",
+    optional: false,
+    present: () => onPath("podman") || dockerPresent(),
+  },
+  {
+    command: "runc",
+    debianPackage: "runc",
+    purpose: "the OCI runtime podman is configured with here (tools/podman/containers.conf)",
+    optional: false,
+    present: () => onPath("runc") || dockerPresent(),
+  },
+  {
+    command: "/usr/lib/cni/bridge",
+    debianPackage: "containernetworking-plugins",
+    purpose: "the bridge network of the containers the image tests start",
+    optional: false,
+    present: () => existsSync("/usr/lib/cni/bridge") || dockerPresent(),
+  },
+  {
+    command: "debootstrap",
+    debianPackage: "debootstrap",
+    purpose: "makes the stand-in for node:24-bookworm-slim where no image registry is reachable",
+    optional: false,
+    present: () => onPath("debootstrap") || dockerPresent(),
+  },
+];
+
 /** `CLUSTER_NO_INSTALL` set (to anything but 0 or false) forbids installing packages. */
 export function installForbiddenByEnv(env: NodeJS.ProcessEnv = process.env): boolean {
   const value = env.CLUSTER_NO_INSTALL;
@@ -75,6 +115,10 @@ export function installForbiddenByEnv(env: NodeJS.ProcessEnv = process.env): boo
 }
 
 export class MissingPrerequisiteError extends Error {}
+
+/** "tini is not on PATH", or "/usr/lib/cni/bridge is missing" for a file. */
+const absent = (p: Prerequisite): string =>
+  `${p.command} is ${p.command.startsWith("/") ? "missing" : "not on PATH"}`;
 
 const isRoot = (): boolean => process.getuid?.() === 0;
 
@@ -116,15 +160,11 @@ export function ensurePrerequisites(options: {
     missing = missing.filter((p) => !p.present());
   }
   for (const prerequisite of missing.filter((p) => p.optional)) {
-    log(
-      `${prerequisite.command} is not on PATH (${prerequisite.purpose}); \`${installCommand(prerequisite)}\` installs it`,
-    );
+    log(`${absent(prerequisite)} (${prerequisite.purpose}); \`${installCommand(prerequisite)}\` installs it`);
   }
   const required = missing.filter((p) => !p.optional);
   if (required.length === 0) return;
   throw new MissingPrerequisiteError(
-    required
-      .map((p) => `${p.command} is not on PATH (${p.purpose}): install it with \`${installCommand(p)}\``)
-      .join("\n"),
+    required.map((p) => `${absent(p)} (${p.purpose}): install it with \`${installCommand(p)}\``).join("\n"),
   );
 }

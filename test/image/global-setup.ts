@@ -6,6 +6,7 @@ import type {} from "vitest";
 import type { TestProject } from "vitest/node";
 import { containerEngine, startEngineService } from "../harness/container-engine.js";
 import { buildImage, imageName, imageStaleness } from "../harness/image.js";
+import { ensurePrerequisites, IMAGE_PREREQUISITES, installForbiddenByEnv } from "../harness/prerequisites.js";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -21,6 +22,7 @@ const log = (message: string): void => {
 };
 
 export default async function setup(project: TestProject) {
+  ensurePrerequisites({ install: !installForbiddenByEnv(), log, prerequisites: IMAGE_PREREQUISITES });
   const engine = containerEngine();
   const image = imageName();
   const stale =
