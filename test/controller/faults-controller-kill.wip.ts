@@ -49,6 +49,8 @@ describe("the controller SIGKILLed at random moments and restarted", () => {
     const mark = `faults-${randomBytes(4).toString("hex")}`;
     const identity = `faults-kill-${randomBytes(3).toString("hex")}`;
     const port = await freePort();
+    // A Lease long enough that a loaded machine's slow renewals do not end a process on their
+    // own; a restarted process has the same identity and takes the Lease back at once.
     const args = [
       "--namespaces",
       namespace,
@@ -59,17 +61,40 @@ describe("the controller SIGKILLed at random moments and restarted", () => {
       "--identity",
       identity,
       "--lease-duration",
-      "4s",
+      "15s",
       "--renew-deadline",
-      "3s",
+      "10s",
       "--retry-period",
-      "500ms",
+      "1s",
     ];
     const processes: ControllerProcess[] = [];
-    const start = () => {
+    let kills = 0;
+    // Set by start(), which runs before any use.
+    let current!: ControllerProcess;
+    const killed = new Set<ControllerProcess>();
+    /** Exits the test did not cause (a Lease lost on a loaded machine ends the process by design). */
+    const selfExits: string[] = [];
+    let done = false;
+    const start = (): ControllerProcess => {
       const started = spawnFaultController({ kubeconfig: inject("kubeconfig"), port, args });
       processes.push(started);
+      current = started;
+      // As the kubelet restarts a container that exited: otherwise a controller that lost its
+      // Lease after the last kill would leave the runs to nobody.
+      void started.exited.then(({ code, signal }) => {
+        if (done || killed.has(started) || current !== started) return;
+        const last = started.logLines().at(-1)?.msg ?? "";
+        selfExits.push(`pid ${started.pid} exited ${code ?? signal} after "${last}"`);
+        start();
+      });
       return started;
+    };
+    const kill = async (replica: ControllerProcess) => {
+      killed.add(replica);
+      replica.child.kill("SIGKILL");
+      await replica.exited;
+      kills += 1;
+      if (current === replica) start();
     };
     const ready = (replica: ControllerProcess) =>
       eventually(`controller pid ${replica.pid} to be ready`, async () =>
@@ -78,8 +103,7 @@ describe("the controller SIGKILLed at random moments and restarted", () => {
     const context = () => `seed ${SEED} (replay with FAULTS_SEED=${SEED}), ${processes.length} processes`;
 
     const runs: { name: string; kind: RunKind }[] = [];
-    let kills = 0;
-    let current = start();
+    start();
     try {
       while (runs.length < RUNS) {
         // Create a wave while this process lives, then kill it at a random moment in the next
@@ -99,20 +123,14 @@ describe("the controller SIGKILLed at random moments and restarted", () => {
         for (let k = 0; k < 2; k++) {
           if (k === 1) await ready(current);
           await sleep(Math.floor(random() * 3_000));
-          current.child.kill("SIGKILL");
-          await current.exited;
-          kills += 1;
-          current = start();
+          await kill(current);
         }
       }
       // A few more kills after the last wave, while the slow runs are still ending.
       for (let i = 0; i < 3; i++) {
         await ready(current);
         await sleep(Math.floor(random() * 3_000));
-        current.child.kill("SIGKILL");
-        await current.exited;
-        kills += 1;
-        current = start();
+        await kill(current);
       }
 
       let unsettled = "";
@@ -143,6 +161,11 @@ describe("the controller SIGKILLed at random moments and restarted", () => {
               recursive: true,
             }).catch(() => {});
         }
+        // What the last process said, so a failure in CI can be read without FAULTS_LOG_DIR.
+        const tail = current.output().split("\n").slice(-40).join("\n");
+        process.stderr.write(
+          `[faults] exits not caused by the test: ${selfExits.join("; ") || "none"}; last controller (pid ${current.pid}), its last lines:\n${tail}\n`,
+        );
         throw new Error(`${(error as Error).message}; not settled: ${unsettled}`);
       });
 
@@ -185,11 +208,13 @@ describe("the controller SIGKILLed at random moments and restarted", () => {
       process.stderr.write(
         `[faults] controller SIGKILLed ${kills} times over ${RUNS} runs (seed ${SEED}); ` +
           `${RUNS - wrong.length} runs checked clean; terminal writes lost with a SIGKILL: ${uncounted.length}` +
-          `${uncounted.length ? ` (${uncounted.join(", ")})` : ""}\n`,
+          `${uncounted.length ? ` (${uncounted.join(", ")})` : ""}; restarted after exiting by itself: ` +
+          `${selfExits.length}${selfExits.length ? ` (${selfExits.join("; ")})` : ""}\n`,
       );
       expect(wrong, context()).toEqual([]);
       expect(kills).toBe((2 * RUNS) / WAVE + 3);
     } finally {
+      done = true;
       for (const replica of processes) replica.child.kill("SIGKILL");
       await Promise.all(processes.map((replica) => replica.exited));
     }
