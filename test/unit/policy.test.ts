@@ -12,6 +12,7 @@ import {
   policyRules,
   quantityValue,
 } from "../../src/api/policy.js";
+import { loadControllerConfig } from "../../src/controller/config.js";
 import { ControllerMetrics } from "../../src/controller/metrics.js";
 import type { StoredPlaybook } from "../../src/controller/objects.js";
 import { slotState } from "../../src/controller/policy-queue.js";
@@ -273,5 +274,26 @@ describe("the policy's metrics", () => {
     metrics.recordFinished(refused.finished, { namespace: "ops" });
     const after = await metrics.registry.getSingleMetricAsString("playbook_policy_refusals_total");
     expect(after).toContain('playbook_policy_refusals_total{namespace="ops",field="spec.image"} 1');
+  });
+});
+
+describe("the controller's cluster-wide allowances", () => {
+  it("reads --allowed-service-accounts and --allowed-images as comma-separated lists", () => {
+    const config = loadControllerConfig(
+      { allowedServiceAccounts: "reader, deployer", allowedImages: "ghcr.io/x/*" },
+      {},
+    );
+    expect(config.allowedServiceAccounts).toEqual(["reader", "deployer"]);
+    expect(config.allowedImages).toEqual(["ghcr.io/x/*"]);
+    expect(loadControllerConfig({}, {}).allowedServiceAccounts).toEqual([]);
+  });
+
+  it("refuses a name that is not a service account's, or a * before an image pattern's end, naming the flag", () => {
+    expect(() => loadControllerConfig({ allowedServiceAccounts: "Bad_Name" }, {})).toThrow(
+      /--allowed-service-accounts \(\$PLAYBOOK_ALLOWED_SERVICE_ACCOUNTS\): .*service account names/,
+    );
+    expect(() => loadControllerConfig({ allowedImages: "ghcr.io/*/x" }, {})).toThrow(
+      /--allowed-images \(\$PLAYBOOK_ALLOWED_IMAGES\): .*\* only as the last character/,
+    );
   });
 });
