@@ -1,0 +1,253 @@
+// The `playbook` command: run | validate | pod-runner | controller (main.ts loads it).
+import { readFileSync } from "node:fs";
+import { resolve } from "node:path";
+import { Command, CommanderError, Option } from "commander";
+import { stringify } from "yaml";
+import { z } from "zod";
+import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../api/limits.js";
+import { InvalidPlaybookError, parsePlaybookManifest, validatePlaybook } from "../api/manifest.js";
+import { PLAN_ENV_VAR, RunPlanSchema } from "../api/plan.js";
+import type { Playbook } from "../api/playbook.js";
+import { REASON_MEANINGS } from "../api/reasons.js";
+import { statusFromReport } from "../api/status.js";
+import { registerControllerCommand } from "./controller-command.js";
+import { executeRun } from "./execute.js";
+import { defaultsUnder, enforcePolicy, InvalidPolicyFileError, readPolicyFile } from "./policy-file.js";
+import { helpfulProblem } from "./problems.js";
+import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
+
+export const EXIT = { succeeded: 0, failed: 1, invalid: 2, interrupted: 130 } as const;
+
+const VERSION = (
+  JSON.parse(readFileSync(new URL("../../../package.json", import.meta.url), "utf8")) as { version: string }
+).version;
+
+class UsageError extends Error {}
+
+/** What went wrong reading a file, in words, with the path it looked at. */
+function describeReadError(error: unknown, file: string): string {
+  const code = (error as NodeJS.ErrnoException).code;
+  const words: Record<string, string> = {
+    ENOENT: "no such file",
+    EACCES: "permission denied",
+    EISDIR: "is a directory",
+    ENOTDIR: "a folder on the path is a file",
+  };
+  const what = (code && words[code]) ?? `cannot read: ${code ?? (error as Error).message}`;
+  return file === "-" ? what : `${what} (${resolve(file)})`;
+}
+
+/** The manifest, checked against the --policy file when one is given, and the defaults it runs with. */
+function readChecked(
+  file: string,
+  policyFile: string | undefined,
+): { playbook: Playbook; defaults: LimitDefaults } {
+  const rules = policyFile === undefined ? undefined : readPolicyFile(policyFile);
+  const defaults = defaultsUnder(rules, LOCAL_DEFAULTS);
+  const playbook = readManifest(file, defaults);
+  if (rules) enforcePolicy(playbook, rules, defaults, file);
+  return { playbook, defaults };
+}
+
+function readManifest(file: string, defaults: LimitDefaults): Playbook {
+  let text: string;
+  try {
+    text = file === "-" ? readFileSync(0, "utf8") : readFileSync(file, "utf8");
+  } catch (error) {
+    throw new UsageError(`-f ${file}: ${describeReadError(error, file)}`);
+  }
+  return parsePlaybookManifest(text, defaults, file);
+}
+
+const RunFlags = z.strictObject({
+  filename: z.string({ error: "-f FILE is required" }).min(1),
+  output: z
+    .enum(["json", "yaml"], { error: (issue) => `-o ${String(issue.input)}: must be json or yaml` })
+    .optional(),
+  report: z.string().min(1).optional(),
+  policy: z.string().min(1).optional(),
+});
+
+async function runCommand(flags: unknown): Promise<number> {
+  const parsed = RunFlags.parse(flags);
+  const { playbook, defaults } = readChecked(parsed.filename, parsed.policy);
+  const limits = resolveLimits(playbook.spec, defaults);
+  const result = await executeRun({
+    name: playbook.metadata.name,
+    tasks: playbook.spec.tasks,
+    limits,
+    output: parsed.output ? process.stderr : process.stdout,
+    progressOut: process.stderr,
+    tty: Boolean(process.stderr.isTTY),
+    reportPath: parsed.report,
+    cancelled: playbook.spec.cancel,
+  });
+  if (parsed.output) {
+    const status = statusFromReport(result.report, limits, new Date(), [], playbook.metadata.generation);
+    const object = { ...playbook, status };
+    process.stdout.write(
+      parsed.output === "json"
+        ? `${JSON.stringify(object, null, 2)}\n`
+        : // Scripts print back as they were written (run: |), never folded, nor wrapped at 80 columns.
+          stringify(object, { blockQuote: "literal", lineWidth: 0 }),
+    );
+  }
+  if (result.interrupted) return EXIT.interrupted;
+  return result.outcome.phase === "Succeeded" ? EXIT.succeeded : EXIT.failed;
+}
+
+function validateCommand(flags: { filename?: string; policy?: string }): number {
+  if (!flags.filename) throw new UsageError("-f FILE is required");
+  const { playbook, defaults } = readChecked(flags.filename, flags.policy);
+  const limits = resolveLimits(playbook.spec, defaults);
+  const lines = [
+    `${flags.filename}: Playbook ${playbook.metadata.name} is valid`,
+    `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}`,
+    ...limits.tasks.map(
+      (task) => `  task ${task.name}: ${describeTaskLimits(task, limits)}, retries ${task.retries}`,
+    ),
+  ];
+  process.stdout.write(`${lines.join("\n")}\n`);
+  return EXIT.succeeded;
+}
+
+const PodRunnerFlags = z.strictObject({
+  plan: z.string().min(1).optional(),
+  terminationLog: z.string().min(1),
+});
+
+async function podRunnerCommand(flags: unknown): Promise<number> {
+  const parsed = PodRunnerFlags.parse(flags);
+  let planText: string | undefined;
+  try {
+    planText = parsed.plan ? readFileSync(parsed.plan, "utf8") : process.env[PLAN_ENV_VAR];
+  } catch (error) {
+    throw new UsageError(`--plan ${parsed.plan}: ${describeReadError(error, parsed.plan ?? "")}`);
+  }
+  if (!planText) throw new UsageError(`no plan: set ${PLAN_ENV_VAR} or pass --plan FILE`);
+  let planJson: unknown;
+  try {
+    planJson = JSON.parse(planText);
+  } catch {
+    throw new UsageError(`the plan is not JSON (${parsed.plan ?? PLAN_ENV_VAR})`);
+  }
+  const plan = RunPlanSchema.parse(planJson);
+  const playbook = validatePlaybook(
+    { apiVersion: "playbook.dev/v1alpha1", kind: "Playbook", metadata: { name: plan.name }, spec: plan.spec },
+    plan.defaults,
+    "plan",
+  );
+  const limits = resolveLimits(playbook.spec, plan.defaults);
+  const result = await executeRun({
+    name: plan.namespace ? `${plan.namespace}/${plan.name}` : plan.name,
+    tasks: playbook.spec.tasks,
+    limits,
+    runStart: new Date(plan.runStartTime),
+    output: process.stdout,
+    progressOut: process.stderr,
+    tty: false,
+    reportPath: parsed.terminationLog,
+    cancelled: playbook.spec.cancel,
+  });
+  if (result.interrupted) return EXIT.interrupted;
+  return result.outcome.phase === "Succeeded" ? EXIT.succeeded : EXIT.failed;
+}
+
+function reasonsHelp(): string {
+  return `\nReasons (condition Succeeded):\n${Object.entries(REASON_MEANINGS)
+    .map(([reason, meaning]) => `  ${reason.padEnd(20)} ${meaning}`)
+    .join("\n")}\n`;
+}
+
+export function buildProgram(setExit: (code: number) => Promise<void> | void): Command {
+  const program = new Command("playbook")
+    .description("Run Playbooks — ordered shell tasks under deadlines that really end the work")
+    .version(VERSION, "-V, --version")
+    .exitOverride()
+    // As git and kubectl do: the error, then where to find help, not the whole help.
+    .showHelpAfterError("See 'playbook --help' for usage.");
+  program
+    .command("run")
+    .showHelpAfterError("See 'playbook run --help' for usage.")
+    .description("run a Playbook manifest on this machine with the pod runner")
+    .requiredOption("-f, --filename <file>", "the Playbook manifest (YAML or JSON; - for stdin)")
+    .addOption(
+      new Option("-o, --output <format>", "print the Playbook with its final status").choices([
+        "json",
+        "yaml",
+      ]),
+    )
+    .option(
+      "--report <file>",
+      "also write the runner's report there, as the pod writes its termination message",
+    )
+    .option(
+      "--policy <file>",
+      "a PlaybookPolicy manifest: refuse what it refuses and take its defaults, as in its namespace",
+    )
+    .addHelpText(
+      "after",
+      `\nExit codes: 0 succeeded, 1 failed (any reason), 2 invalid input (nothing was run), 130 interrupted.\n${reasonsHelp()}`,
+    )
+    .action(async (flags) => setExit(await runCommand(flags)));
+  program
+    .command("validate")
+    .showHelpAfterError("See 'playbook validate --help' for usage.")
+    .description("check a Playbook manifest and show each effective limit with its source")
+    .requiredOption("-f, --filename <file>", "the Playbook manifest (YAML or JSON; - for stdin)")
+    .option(
+      "--policy <file>",
+      "a PlaybookPolicy manifest: check the Playbook against it and show its defaults (source policy)",
+    )
+    .action((flags) => setExit(validateCommand(flags)));
+  program
+    .command("pod-runner")
+    .showHelpAfterError("See 'playbook pod-runner --help' for usage.")
+    .description("run the plan the controller put in the pod (used as the container's command)")
+    .option("--plan <file>", `read the plan from a file instead of $${PLAN_ENV_VAR}`)
+    .option(
+      "--termination-log <file>",
+      "where the report goes",
+      process.env.PLAYBOOK_TERMINATION_MESSAGE_PATH ?? "/dev/termination-log",
+    )
+    .action(async (flags) => setExit(await podRunnerCommand(flags)));
+  registerControllerCommand(program);
+  return program;
+}
+
+function describeFailure(error: unknown): { code: number; message: string } {
+  if (error instanceof InvalidPlaybookError) {
+    const helpful = new InvalidPlaybookError(error.source, error.problems.map(helpfulProblem));
+    return { code: EXIT.invalid, message: helpful.message };
+  }
+  if (error instanceof UsageError || error instanceof InvalidPolicyFileError)
+    return { code: EXIT.invalid, message: `playbook: ${error.message}` };
+  if (error instanceof z.ZodError) {
+    return {
+      code: EXIT.invalid,
+      message: `playbook: ${error.issues.map((i) => `${i.path.join(".") || "input"}: ${i.message}`).join("; ")}`,
+    };
+  }
+  return { code: EXIT.failed, message: `playbook: ${(error as Error).stack ?? String(error)}` };
+}
+
+async function main(argv: string[]): Promise<number> {
+  let exitCode: number = EXIT.succeeded;
+  const program = buildProgram((code) => {
+    exitCode = code;
+  });
+  try {
+    await program.parseAsync(argv);
+    return exitCode;
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // --help and --version end here too, with exit code 0.
+      return error.exitCode === 0 ? EXIT.succeeded : EXIT.invalid;
+    }
+    const failure = describeFailure(error);
+    process.stderr.write(`${failure.message}\n`);
+    return failure.code;
+  }
+}
+
+process.exitCode = await main(process.argv);

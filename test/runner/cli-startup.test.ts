@@ -1,0 +1,69 @@
+// The CLI's start-up: Node's module compile cache keeps the compiled code of the modules every
+// `playbook` start loads, so the next start (a local run, a pod) does not compile them again.
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+
+const CLI = join(import.meta.dirname, "../../dist/src/cli/main.js");
+
+let dirs: string[] = [];
+afterEach(() => {
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  dirs = [];
+});
+
+function scratch(): string {
+  const dir = mkdtempSync(join(tmpdir(), "cli-startup-"));
+  dirs.push(dir);
+  return dir;
+}
+
+/** Runs the CLI with this temporary folder and no NODE_COMPILE_CACHE of the caller's. */
+function playbook(args: string[], tmp: string) {
+  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, TMPDIR: tmp };
+  return spawnSync(process.execPath, [CLI, ...args], { env, encoding: "utf8" });
+}
+
+function cachedFiles(dir: string): string[] {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir, { recursive: true, encoding: "utf8" }).filter((f) =>
+    statSync(join(dir, f)).isFile(),
+  );
+}
+
+describe("playbook start-up", () => {
+  it("leaves its modules compiled in the temporary folder's compile cache for the next start", () => {
+    const tmp = scratch();
+    const first = playbook(["--version"], tmp);
+    expect(first.status, first.stderr).toBe(0);
+    expect(first.stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+    const cache = join(tmp, "node-compile-cache");
+    // commander, zod, yaml and the program's own modules: well over a hundred.
+    expect(cachedFiles(cache).length).toBeGreaterThan(100);
+  });
+
+  it("runs a Playbook the same with the cache filled", () => {
+    const tmp = scratch();
+    const file = join(tmp, "one.yaml");
+    writeFileSync(
+      file,
+      "apiVersion: playbook.dev/v1alpha1\nkind: Playbook\nmetadata: {name: one}\nspec:\n  tasks: [{name: hello, run: 'echo hello'}]\n",
+    );
+    for (const round of ["cold", "warm"]) {
+      const run = playbook(["run", "-f", file], tmp);
+      expect(run.status, `${round}: ${run.stderr}`).toBe(0);
+      expect(run.stdout).toContain("hello");
+    }
+  });
+
+  it("still starts when the compile cache cannot be written", () => {
+    const tmp = scratch();
+    // A file where the cache folder would go: Node cannot create it and goes on without.
+    writeFileSync(join(tmp, "node-compile-cache"), "");
+    const run = playbook(["--version"], tmp);
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stderr).toBe("");
+  });
+});
