@@ -8,6 +8,7 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
 import { repoRoot } from "../harness/binaries.js";
+import { BUSYBOX_IMAGE } from "../harness/real-node/images.js";
 import { KUBELET_SYSCTLS, POD_BRIDGE } from "../harness/real-node/real-node.js";
 
 const run = promisify(execFile);
@@ -55,8 +56,12 @@ function hostState(stateDir: string): HostState {
       return [];
     }
   });
+  // ip_forward: the bridge plugin turns it on where it runs, which must be the node's namespace.
   const sysctls = Object.fromEntries(
-    KUBELET_SYSCTLS.map((name) => [name, readFileSync(path.join("/proc/sys", name), "utf8").trim()]),
+    [...KUBELET_SYSCTLS, "net/ipv4/ip_forward"].map((name) => [
+      name,
+      readFileSync(path.join("/proc/sys", name), "utf8").trim(),
+    ]),
   );
   const cgroups = readdirSync("/sys/fs/cgroup").flatMap((controller) => {
     try {
@@ -102,10 +107,39 @@ describe("cluster:up --node real and cluster:down", () => {
       env: { ...env, KUBECONFIG: path.join(stateDir, "kubeconfig") },
     });
     expect(nodes).toMatch(/^real-node\s+Ready\s/);
+    // A pod makes the CNI plugin create the bridge and a veth pair (and turn on forwarding).
+    const kube = { env: { ...env, KUBECONFIG: path.join(stateDir, "kubeconfig") } };
+    await run(
+      kubectl,
+      [
+        ...["run", "probe", `--image=${BUSYBOX_IMAGE}`, "--image-pull-policy=Never", "--restart=Never"],
+        ...[
+          "--",
+          "sh",
+          "-c",
+          "ip -o -4 addr show eth0 2>/dev/null || cat /proc/net/fib_trie | grep -c 10.88",
+        ],
+      ],
+      kube,
+    );
+    await run(
+      kubectl,
+      ["wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/probe", "--timeout=90s"],
+      kube,
+    );
+    const { stdout: podIP } = await run(
+      kubectl,
+      ["get", "pod", "probe", "-o", "jsonpath={.status.podIP}"],
+      kube,
+    );
+    expect(podIP).toMatch(/^10\.88\./);
 
     const during = hostState(stateDir);
     // The pod bridge and the pods' veths are in containerd's own network namespace.
-    expect(during.links).toEqual(before.links);
+    // Podman's test containers may come and go meanwhile (veth*, podman*); any other change is ours.
+    const ours = (links: string[]) => links.filter((name) => !/^(veth|podman|cni-podman)/.test(name));
+    expect(ours(during.links)).toEqual(ours(before.links));
+    expect(during.sysctls["net/ipv4/ip_forward"]).toBe(before.sysctls["net/ipv4/ip_forward"]);
     expect(during.links).not.toContain(POD_BRIDGE);
     expect(during.mounts).toEqual(before.mounts);
     expect(during.iptablesChains.filter((c) => c.includes("KUBE-"))).toEqual(
@@ -122,7 +156,7 @@ describe("cluster:up --node real and cluster:down", () => {
     const after = hostState(stateDir);
     expect(after).toEqual({ ...before, links: after.links, iptablesChains: after.iptablesChains });
     // Other work on this machine may add or remove devices and chains meanwhile; none is the node's.
-    expect(after.links).not.toContain(POD_BRIDGE);
+    expect(ours(after.links)).toEqual(ours(before.links));
     expect(after.iptablesChains.filter((c) => c.includes("KUBE-"))).toEqual(
       before.iptablesChains.filter((c) => c.includes("KUBE-")),
     );

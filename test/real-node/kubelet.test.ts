@@ -76,6 +76,26 @@ describe("the real kubelet", () => {
     expect(await logs(namespace, "placed")).toBe("placed\n");
   });
 
+  it("runs kubectl exec in a running container (the API server to the kubelet to containerd, all on 127.0.0.1)", async () => {
+    await core.createNamespacedPod({
+      namespace,
+      body: pod("execd", "exec sleep 300", { terminationGracePeriodSeconds: 0 }),
+    });
+    await waitForPod(core, namespace, "execd", "to run", (p) => p.status?.phase === "Running");
+    const { stdout } = await kubectl([
+      "-n",
+      namespace,
+      "exec",
+      "execd",
+      "--",
+      "sh",
+      "-c",
+      "echo from $(hostname)",
+    ]);
+    expect(stdout).toBe("from execd\n");
+    await core.deleteNamespacedPod({ namespace, name: "execd" });
+  });
+
   it("ends a pod past activeDeadlineSeconds as DeadlineExceeded and kills its container", async () => {
     await core.createNamespacedPod({
       namespace,

@@ -7,9 +7,11 @@
 //   empty tmpfs over /run and /var/lib: the kubelet's hard-coded device-plugins socket, its
 //   bind mounts, containerd's shim sockets, runc's state, the pods' network namespace mounts and
 //   every overlay rootfs live there and vanish with it.
-// - containerd also runs in a network namespace of its own: the CNI bridge, the pods' veths and
-//   the forwarding sysctl live there, so this machine's network is untouched. The kubelet stays
-//   in this machine's network, serving on 127.0.0.1 only, so the API server reaches it.
+// - The namespace holder also has a network namespace of its own, where the CNI bridge plugin
+//   runs (wrapped with nsenter): the bridge, the pods' veths and the forwarding sysctl live
+//   there, so this machine's network is untouched. containerd and the kubelet stay in this
+//   machine's network, serving on 127.0.0.1 only (the kubelet for the API server, containerd's
+//   streaming server for the kubelet's exec and attach).
 // - Pods' cgroups go under a cgroup root named after the state folder, removed on stop.
 // - The kernel sysctls the kubelet sets (vm.overcommit_memory, kernel.panic...) are recorded
 //   before it starts and restored on stop; `makeIPTablesUtilChains: false` keeps it out of
@@ -17,7 +19,7 @@
 import { execFile, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readdirSync, readFileSync, readlinkSync, rmdirSync, writeFileSync } from "node:fs";
-import { mkdir, rm, writeFile } from "node:fs/promises";
+import { mkdir, rm, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
@@ -185,6 +187,23 @@ async function startInNamespaces(
   return execd;
 }
 
+/**
+ * The CNI plugins containerd runs: Debian's, with `bridge` wrapped to run in the node's network
+ * namespace, so the bridge and the host ends of the pods' veths are made there, not here.
+ */
+async function writeCniPlugins(dir: string, holderPid: number): Promise<void> {
+  const binDir = path.join(dir, "cni", "bin");
+  await mkdir(binDir, { recursive: true });
+  const debian = cniBinDir();
+  await writeFile(
+    path.join(binDir, "bridge"),
+    `#!/bin/sh\nexec ${nsenterPath()} --net=/proc/${holderPid}/ns/net -- ${path.join(debian, "bridge")} "$@"\n`,
+    { mode: 0o755 },
+  );
+  for (const plugin of ["loopback", "host-local"])
+    await symlink(path.join(debian, plugin), path.join(binDir, plugin));
+}
+
 function containerdConfig(dir: string, socket: string): string {
   const cri = {
     restrict_oom_score_adj: true,
@@ -207,7 +226,7 @@ function containerdConfig(dir: string, socket: string): string {
         },
       },
     },
-    cni: { bin_dir: cniBinDir(), conf_dir: path.join(dir, "cni", "net.d"), max_conf_num: 1 },
+    cni: { bin_dir: path.join(dir, "cni", "bin"), conf_dir: path.join(dir, "cni", "net.d"), max_conf_num: 1 },
     registry: { config_path: "" },
   };
   // TOML by hand: only tables, strings, booleans and numbers are needed.
@@ -375,11 +394,15 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
   record.netNamespace = namespaceOf(holder.pid, "net");
   await writeFile(hostRecordFile(stateDir), `${JSON.stringify(record, null, 2)}\n`);
 
+  await writeCniPlugins(dir, holder.pid);
+
   const containerdBinary = which("containerd") ?? "/usr/bin/containerd";
+  // containerd stays in this machine's network, so the kubelet reaches its exec/attach streaming
+  // server on 127.0.0.1; the bridge plugin is what enters the node's network namespace.
   const containerd = await startInNamespaces(
     "containerd",
     holder.pid,
-    ["mnt", "net"],
+    ["mnt"],
     containerdBinary,
     ["--config", path.join(dir, "containerd.toml"), "--log-level", "warn"],
     { logFile: path.join(logDir, "containerd.log"), daemon: options.daemon },
