@@ -55,6 +55,10 @@ export function startController(
       identity,
       // The process node maps its test image to this checkout; a real node has the project's image.
       runnerImage: inject("runnerImage"),
+      // Containers starting at once load a real node's machine for seconds, past a 4s Lease.
+      ...(inject("nodeKind") === "real"
+        ? { leaseDuration: "20s", renewDeadline: "15s", retryPeriod: "2s" }
+        : {}),
       ...overrides,
     },
     {},
