@@ -26,6 +26,7 @@ import {
   parseStoredPlaybook,
   type StoredPlaybook,
   splitKey,
+  withoutUnreadFields,
 } from "./objects.js";
 import { isPodFinished } from "./pod-state.js";
 import { PolicyGovernor } from "./policy-governor.js";
@@ -303,6 +304,7 @@ export class PlaybookController {
               }),
         ),
       parse: parseStoredPlaybook,
+      transform: withoutUnreadFields,
       keyOf: (playbook) => keyOf(playbook.metadata),
       resourceVersionOf: (playbook) => playbook.metadata.resourceVersion,
       watchTimeoutMs: this.config.watchTimeout,
@@ -351,6 +353,7 @@ export class PlaybookController {
               }),
         ),
       parse: parsePod,
+      transform: withoutUnreadFields,
       keyOf: (pod) => keyOf(pod.metadata),
       resourceVersionOf: (pod) => pod.metadata.resourceVersion,
       indexOf: ownerKeyOfPod,

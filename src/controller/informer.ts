@@ -30,6 +30,11 @@ export interface InformerOptions<T> {
   labelSelector?: string;
   list: () => Promise<ListResult>;
   parse: (raw: unknown) => T | null;
+  /**
+   * Applied to every listed or watched object before parse, as client-go's SetTransform: drops
+   * what the controller never reads, so the cache does not hold it.
+   */
+  transform?: (raw: unknown) => unknown;
   keyOf: (object: T) => string;
   resourceVersionOf: (object: T) => string | undefined;
   /** A secondary index, e.g. pods by the Playbook that owns them. */
@@ -231,7 +236,7 @@ export class Informer<T> {
     this.options.onRelist?.();
     const seen = new Set<string>();
     for (const raw of result.items) {
-      const object = this.options.parse(raw);
+      const object = this.parseObject(raw);
       if (!object) continue;
       const key = this.options.keyOf(object);
       seen.add(key);
@@ -317,7 +322,7 @@ export class Informer<T> {
       if (resourceVersion) this.resourceVersion = resourceVersion;
       return;
     }
-    const object = this.options.parse(raw);
+    const object = this.parseObject(raw);
     if (!object) {
       this.options.log.warn(
         { resource: this.options.resource, type },
@@ -337,6 +342,11 @@ export class Informer<T> {
       this.emitUpsert(object, old);
     }
     if (resourceVersion) this.resourceVersion = resourceVersion;
+  }
+
+  private parseObject(raw: unknown): T | null {
+    const { transform, parse } = this.options;
+    return parse(transform ? transform(raw) : raw);
   }
 
   private emitUpsert(object: T, old: T | undefined): void {

@@ -93,6 +93,26 @@ export const StoredPlaybookSchema = z.looseObject({
 });
 export type StoredPlaybook = z.infer<typeof StoredPlaybookSchema>;
 
+const LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration";
+
+/**
+ * The informers' transform: an object without what the controller never reads — managedFields
+ * and kubectl's last-applied copy of the whole object, often most of a small object's bytes.
+ * Copies what it changes; the object from the API server is not the cache's to share anyway.
+ */
+export function withoutUnreadFields(raw: unknown): unknown {
+  if (typeof raw !== "object" || raw === null) return raw;
+  const { metadata } = raw as { metadata?: unknown };
+  if (typeof metadata !== "object" || metadata === null) return raw;
+  const { managedFields: _managed, annotations, ...rest } = metadata as Record<string, unknown>;
+  const kept: Record<string, unknown> = rest;
+  if (typeof annotations === "object" && annotations !== null) {
+    const { [LAST_APPLIED]: _applied, ...others } = annotations as Record<string, unknown>;
+    if (Object.keys(others).length > 0) kept.annotations = others;
+  }
+  return { ...raw, metadata: kept };
+}
+
 export function parsePod(raw: unknown): PodView | null {
   const parsed = PodSchema.safeParse(raw);
   return parsed.success ? parsed.data : null;
