@@ -1,6 +1,7 @@
 // The benchmark's smoke test: `npm run bench -- --quick` against a real control plane must end
 // within 5 minutes on a 2-core machine and report every name with numbers. It checks that the
 // suite measures, not what it measures: the targets are for the README's runs, not for CI.
+// Run alone: PLAYBOOK_BENCH=1 npx vitest run --project bench.
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
