@@ -1,9 +1,11 @@
 // Fault: two replicas of `playbook controller` (processes) with leader election, Playbooks in
 // flight, and the leader SIGKILLed at a random moment (seeded: FAULTS_SEED replays it). The
-// standby takes the Lease once it expires (lease duration 4s, checked every 500ms: a bound of
-// 4.5s plus the API round trips, asserted with 2s to spare for a loaded machine), no run gets a
-// second pod, nothing is done twice (at most one terminal status write per run over both
-// processes; none by the standby before it held the Lease) and every run settles with its reason.
+// standby takes the Lease once it expires (lease duration 8s, checked every 1s: a bound of 9s
+// plus the API round trips, asserted with 2s to spare for a loaded machine), no run gets a
+// second pod, nothing is done twice (at most one terminal status write per run over all
+// processes; none by a replica before it held the Lease) and every run settles with its reason.
+// A replica that exits by itself (a Lease lost to slow renewals ends it by design) is restarted
+// with its identity, as the kubelet restarts a container, and counted in the printed line.
 // The frozen-leader case is in lifecycle.test.ts. FAULTS_LEADER_RUNS sets the number of runs.
 import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -28,8 +30,10 @@ import { clients, condition, createPlaybook, eventually, finished, getPlaybook, 
 const SEED = faultSeed(8);
 const RUNS = Number.parseInt(process.env.FAULTS_LEADER_RUNS ?? "12", 10);
 const KINDS: RunKind[] = ["succeeds", "timesOut", "stalls"];
-const LEASE_MS = 4_000;
-const RETRY_MS = 500;
+// Long enough that a loaded 2-core machine's slow renewals rarely end a leader on their own.
+const LEASE_MS = 8_000;
+const RENEW_MS = 6_000;
+const RETRY_MS = 1_000;
 const TAKEOVER_SLACK_MS = 2_000;
 
 const { core, kubeConfig } = clients();
@@ -82,7 +86,7 @@ describe("two controller replicas whose leader is SIGKILLed", () => {
           "--lease-duration",
           `${LEASE_MS / 1000}s`,
           "--renew-deadline",
-          "3s",
+          `${RENEW_MS / 1000}s`,
           "--retry-period",
           `${RETRY_MS}ms`,
         ],
@@ -131,6 +135,15 @@ describe("two controller replicas whose leader is SIGKILLed", () => {
       await sleep(Math.floor(random() * 2_000));
       const leaderIdentity = (await holder()) ?? "";
       const standbyIdentity = leaderIdentity === first ? second : first;
+      // The standby is up and watching the Lease (a replica restarted after exiting by itself may
+      // still be starting): the takeover is timed from a kill, not from a start-up.
+      await eventually("the standby to wait for the Lease", async () =>
+        latest(standbyIdentity)
+          ?.logLines()
+          .some((line) => line.msg === "Waiting for the leader Lease")
+          ? true
+          : undefined,
+      );
       const leader = latest(leaderIdentity);
       if (!leader) throw new Error(`the Lease is held by ${leaderIdentity}, no replica of this test`);
       killed.add(leader);
