@@ -18,7 +18,7 @@ export interface MetricsOptions {
   activeRuns?: () => Map<string, number>;
   /** Runs waiting for a slot of their namespace's running-Playbooks cap, by namespace. */
   queuedRuns?: () => Map<string, number>;
-  /** What /readyz answers: the caches have synced. */
+  /** What /readyz answers: the caches are synced and their watches answer. */
   ready?: () => boolean;
   /** Add a `playbook` label to the run, limit and usage metrics (--metrics-playbook-label). */
   playbookLabel?: boolean;
@@ -169,7 +169,7 @@ export class ControllerMetrics {
     const ready = options.ready;
     this.isReady = new Gauge({
       name: "playbook_ready",
-      help: "1 while this replica's caches of Playbooks and pods are synced (what /readyz answers), else 0",
+      help: "1 while this replica is ready (what /readyz answers: its caches of Playbooks, pods and policies are synced and their watches answer), else 0",
       registers,
       collect() {
         if (ready) this.set(ready() ? 1 : 0);
