@@ -2,11 +2,12 @@
 // cluster of its own: this machine's processes, mounts, network devices, iptables chains, kernel
 // settings and cgroups are listed before and after, and nothing of the real node is left.
 import { execFile, execFileSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, inject, it } from "vitest";
+import { z } from "zod";
 import { repoRoot } from "../harness/binaries.js";
 import { BUSYBOX_IMAGE } from "../harness/real-node/images.js";
 import { KUBELET_SYSCTLS, POD_BRIDGE } from "../harness/real-node/real-node.js";
@@ -75,6 +76,23 @@ function hostState(stateDir: string): HostState {
   return { processes, mounts, links, iptablesChains, sysctls, cgroups };
 }
 
+/** The sysctls as the suite's cluster found them (its real node's record) and as they are now. */
+function suiteNodeSysctls(): { original: Record<string, string>; current: Record<string, string> } {
+  const current = Object.fromEntries(
+    KUBELET_SYSCTLS.map((name) => [name, readFileSync(path.join("/proc/sys", name), "utf8").trim()]),
+  );
+  const record = path.join(path.dirname(inject("kubeconfig")), "real-node", "host.json");
+  if (!existsSync(record)) return { original: current, current };
+  const { sysctls } = z
+    .object({ sysctls: z.record(z.string(), z.string()) })
+    .parse(JSON.parse(readFileSync(record, "utf8")));
+  return { original: { ...current, ...sysctls }, current };
+}
+
+function writeSysctls(values: Record<string, string>): void {
+  for (const [name, value] of Object.entries(values)) writeFileSync(path.join("/proc/sys", name), value);
+}
+
 const stateDirs: string[] = [];
 afterAll(async () => {
   for (const dir of stateDirs) {
@@ -90,6 +108,10 @@ describe("cluster:up --node real and cluster:down", () => {
     const stateDir = await mkdtemp(path.join(repoRoot(), ".cluster", "rn-updown-"));
     stateDirs.push(stateDir);
     const env = { ...process.env, CLUSTER_STATE_DIR: stateDir };
+    // The suite's own real node has already set the kubelet's sysctls; this machine's values
+    // (which it recorded) are put back for this test, so the kubelet here changes them again.
+    const suiteNode = suiteNodeSysctls();
+    writeSysctls(suiteNode.original);
     const before = hostState(stateDir);
 
     const up = await run(
@@ -140,6 +162,8 @@ describe("cluster:up --node real and cluster:down", () => {
     const ours = (links: string[]) => links.filter((name) => !/^(veth|podman|cni-podman)/.test(name));
     expect(ours(during.links)).toEqual(ours(before.links));
     expect(during.sysctls["net/ipv4/ip_forward"]).toBe(before.sysctls["net/ipv4/ip_forward"]);
+    // The kubelet did set its sysctls (so the comparison after cluster:down means something).
+    expect(during.sysctls["kernel/panic"]).toBe("10");
     expect(during.links).not.toContain(POD_BRIDGE);
     expect(during.mounts).toEqual(before.mounts);
     expect(during.iptablesChains.filter((c) => c.includes("KUBE-"))).toEqual(
@@ -161,5 +185,6 @@ describe("cluster:up --node real and cluster:down", () => {
       before.iptablesChains.filter((c) => c.includes("KUBE-")),
     );
     expect(existsSync(path.join(stateDir, "real-node", "host.json"))).toBe(false);
+    writeSysctls(suiteNode.current);
   });
 });
