@@ -16,7 +16,7 @@ import { ensurePrerequisites, installForbiddenByEnv } from "./prerequisites.js";
 import { defaultCommandMapping } from "./process-node/mapping.js";
 import { ProcessNode } from "./process-node/process-node.js";
 import { isRunning, logTail, startProcess, waitFor } from "./processes.js";
-import { projectImageArchive } from "./real-node/images.js";
+import { projectImageArchive, projectImageName } from "./real-node/images.js";
 import { killRealNodeSync, type RealNode, startRealNode, stopRealNode } from "./real-node/real-node.js";
 
 const run = promisify(execFile);
@@ -155,7 +155,12 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
         [cli, "controller", "--metrics-address", "127.0.0.1:0"],
         {
           logFile: path.join(state.stateDir, "logs", "controller.log"),
-          env: { ...process.env, KUBECONFIG: state.kubeconfig },
+          env: {
+            // A real node has only the images imported into it: the project's is the runner image.
+            ...(nodeKind === "real" ? { PLAYBOOK_RUNNER_IMAGE: projectImageName() } : {}),
+            ...process.env,
+            KUBECONFIG: state.kubeconfig,
+          },
           daemon: options.daemon,
         },
       );
