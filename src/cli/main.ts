@@ -4,7 +4,13 @@
 // NODE_COMPILE_CACHE says) keeps their compiled code between runs. It must be on before the
 // program's modules load, so they are imported only after it. A cache that cannot be written
 // leaves the start as it was.
+import { statSync } from "node:fs";
 import module from "node:module";
+import { tmpdir } from "node:os";
 
-module.enableCompileCache?.();
+// Node never returns from creating the cache folder in a temporary folder that does not exist
+// under /proc (TMPDIR=/proc/none): only a folder that exists gets the cache.
+if (process.env.NODE_COMPILE_CACHE || statSync(tmpdir(), { throwIfNoEntry: false })?.isDirectory()) {
+  module.enableCompileCache?.();
+}
 await import("./program.js");

@@ -58,6 +58,17 @@ describe("playbook start-up", () => {
     }
   });
 
+  it("still starts when the temporary folder does not exist, even under /proc", () => {
+    // Nothing, not even root, can create a folder there; Node's cache would wait on it forever.
+    const run = spawnSync(process.execPath, [CLI, "--version"], {
+      env: { PATH: process.env.PATH, TMPDIR: "/proc/no-such-tmp" },
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+    expect(run.error).toBeUndefined();
+    expect(run.status, run.stderr).toBe(0);
+  });
+
   it("still starts when the compile cache cannot be written", () => {
     const tmp = scratch();
     // A file where the cache folder would go: Node cannot create it and goes on without.
