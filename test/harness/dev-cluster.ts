@@ -217,7 +217,7 @@ export async function sweepAbandonedTestClusters(
 ): Promise<void> {
   if (!existsSync(parent)) return;
   for (const entry of readdirSync(parent)) {
-    const owner = /^test-(\d+)$/.exec(entry)?.[1];
+    const owner = /^test-(\d+)(-real)?$/.exec(entry)?.[1];
     if (!owner) continue;
     try {
       process.kill(Number(owner), 0);

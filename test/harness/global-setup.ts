@@ -46,7 +46,8 @@ export default async function setup(project: TestProject) {
 export async function setupCluster(project: TestProject, node: NodeKind) {
   const parent = path.join(repoRoot(), ".cluster");
   await sweepAbandonedTestClusters(parent, log);
-  const stateDir = path.join(parent, `test-${process.pid}`);
+  // The cluster and real-node projects may both run in one vitest process: one folder each.
+  const stateDir = path.join(parent, node === "real" ? `test-${process.pid}-real` : `test-${process.pid}`);
 
   // Hooks go in before anything starts, so an interrupt during startup leaves nothing behind:
   // every process is in state.json as soon as it is spawned.
