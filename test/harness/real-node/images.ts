@@ -251,6 +251,13 @@ export async function projectImageArchive(log: (message: string) => void): Promi
   await rm(partial, { force: true });
   await engineRun(engine, ["save", "--format", "oci-archive", "-o", partial, name]);
   await rename(partial, archive);
+  // Archives of earlier builds are never imported again.
+  for (const entry of await readdir(path.dirname(archive)))
+    if (
+      /^playbook-controller-[0-9a-f]+\.oci\.tar$/.test(entry) &&
+      path.join(path.dirname(archive), entry) !== archive
+    )
+      await rm(path.join(path.dirname(archive), entry), { force: true });
   log(`Saved ${name} to ${archive}`);
   return archive;
 }
