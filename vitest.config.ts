@@ -24,8 +24,6 @@ export default defineConfig({
           include: [
             "test/cluster/**/*.test.ts",
             "test/controller/**/*.test.ts",
-            // The fault tests that do not hold yet (see each file's first lines), on request only.
-            ...(process.env.PLAYBOOK_FAULTS === "1" ? ["test/controller/faults-*.wip.ts"] : []),
           ],
           // One shared control plane (built from tools/ on first use) for all cluster test files.
           globalSetup: ["test/harness/test-prerequisites.ts", "test/harness/global-setup.ts"],
