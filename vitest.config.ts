@@ -21,10 +21,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: "cluster",
-          include: [
-            "test/cluster/**/*.test.ts",
-            "test/controller/**/*.test.ts",
-          ],
+          include: ["test/cluster/**/*.test.ts", "test/controller/**/*.test.ts"],
           // One shared control plane (built from tools/ on first use) for all cluster test files.
           globalSetup: ["test/harness/test-prerequisites.ts", "test/harness/global-setup.ts"],
           testTimeout: 120_000,
