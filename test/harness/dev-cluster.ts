@@ -12,7 +12,12 @@ import {
   startControlPlane,
   stopCluster,
 } from "./control-plane.js";
-import { ensurePrerequisites, installForbiddenByEnv } from "./prerequisites.js";
+import {
+  ensurePrerequisites,
+  installForbiddenByEnv,
+  PREREQUISITES,
+  REAL_NODE_PREREQUISITES,
+} from "./prerequisites.js";
 import { defaultCommandMapping } from "./process-node/mapping.js";
 import { ProcessNode } from "./process-node/process-node.js";
 import { isRunning, logTail, startProcess, waitFor } from "./processes.js";
@@ -71,9 +76,13 @@ async function installCrds(binDir: string, kubeconfig: string, log: (message: st
 export async function startDevCluster(options: DevClusterOptions): Promise<DevCluster> {
   const { log } = options;
   // Everything this machine must provide is checked (and Go fetched) before anything starts.
-  ensurePrerequisites({ install: options.install ?? !installForbiddenByEnv(), log });
-  const binDir = await toolsBinDir();
   const nodeKind = options.node ?? "process";
+  ensurePrerequisites({
+    install: options.install ?? !installForbiddenByEnv(),
+    log,
+    prerequisites: nodeKind === "real" ? [...PREREQUISITES, ...REAL_NODE_PREREQUISITES] : PREREQUISITES,
+  });
+  const binDir = await toolsBinDir();
   // A real node left by a killed run in this folder holds namespaces, cgroups and sysctls.
   await stopRealNodeIn(options.stateDir, log);
   const controlPlane = await startControlPlane({

@@ -108,6 +108,56 @@ export const IMAGE_PREREQUISITES: readonly Prerequisite[] = [
   },
 ];
 
+/**
+ * What `cluster:up --node real` needs besides the process node's: Debian's containerd with runc,
+ * the CNI bridge plugin for the pods' network, and a C compiler with a static libc for the
+ * locally built pause image (test/harness/real-node/pause.c).
+ */
+export const REAL_NODE_PREREQUISITES: readonly Prerequisite[] = [
+  {
+    command: "containerd",
+    debianPackage: "containerd",
+    purpose: "the container runtime the real kubelet drives",
+    optional: false,
+    present: () => onPath("containerd"),
+  },
+  {
+    command: "runc",
+    debianPackage: "runc",
+    purpose: "the OCI runtime containerd is configured with",
+    optional: false,
+    present: () => onPath("runc"),
+  },
+  {
+    command: "/usr/lib/cni/bridge",
+    debianPackage: "containernetworking-plugins",
+    purpose: "the pods' bridge network inside the real node's network namespace",
+    optional: false,
+    present: () => existsSync("/usr/lib/cni/bridge"),
+  },
+  {
+    command: "gcc",
+    debianPackage: "gcc",
+    purpose: "compiles the pause image's program",
+    optional: false,
+    present: () => onPath("gcc") || onPath("cc"),
+  },
+  {
+    command: "/usr/lib/x86_64-linux-gnu/libc.a",
+    debianPackage: "libc6-dev",
+    purpose: "the static libc the pause program is linked with",
+    optional: false,
+    present: () =>
+      spawnSync(
+        "sh",
+        ["-c", "echo 'int main(void){return 0;}' | cc -static -x c -o /dev/null - 2>/dev/null"],
+        {
+          stdio: "ignore",
+        },
+      ).status === 0,
+  },
+];
+
 /** `CLUSTER_NO_INSTALL` set (to anything but 0 or false) forbids installing packages. */
 export function installForbiddenByEnv(env: NodeJS.ProcessEnv = process.env): boolean {
   const value = env.CLUSTER_NO_INSTALL;
