@@ -142,14 +142,26 @@ export class PlaybookController {
   }
 
   private lastReadiness = "";
+  private everReady = false;
 
-  /** Logs readiness when its reason changes, so the log says why /readyz answers 503. */
+  /**
+   * Logs readiness when its reason changes, so the log says why /readyz answers 503. Start-up's
+   * caches that have not listed yet and shutting down are not news ("Caches synced" and
+   * "Stopping" say them); a failed first list is.
+   */
   private noteReadiness(): void {
     const { ready, reason } = this.readiness();
     if (reason === this.lastReadiness) return;
     this.lastReadiness = reason;
-    if (ready) this.log.info({}, "Ready");
-    else this.log.warn({ reason }, "Not ready");
+    if (ready) {
+      if (this.everReady) this.log.info({}, "Ready");
+      this.everReady = true;
+      return;
+    }
+    if (this.stopping.signal.aborted) return;
+    if (!this.everReady && reason.split("; ").every((problem) => problem.endsWith(": has not listed yet")))
+      return;
+    this.log.warn({ reason }, "Not ready");
   }
 
   /** Serves health and metrics, starts the caches, and once leading, the workers. Resolves on stop. */
