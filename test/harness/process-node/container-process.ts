@@ -5,9 +5,8 @@ import { type MountStep, type MountTools, mountWrapper } from "./mounts.js";
 
 /** How one container's process ended, in the terms the kubelet reports. */
 export interface ProcessExit {
+  /** 128 + the signal when a signal ended it, as containerd reports (the kubelet sets no `signal`). */
   exitCode: number;
-  /** Signal number when the process died of a signal. */
-  signal?: number;
   /** Set when the container never started (a mount failed): the runtime's message. */
   startError?: string;
 }
@@ -27,10 +26,58 @@ const unshareArgs = (mountNamespace = false): string[] => [
   // Private propagation: nothing mounted for the container shows on this machine, and it all
   // goes away with the namespace's last process.
   ...(mountNamespace ? ["--mount", "--propagation", "private"] : []),
+  // No --fork: util-linux's unshare reports a child killed by a signal as exit code 1 (2.38
+  // fails to re-raise it), so the reporter below forks the namespace's init and waits for it.
   "--pid",
-  "--fork",
-  "--kill-child",
 ];
+
+/**
+ * Runs in the namespaces unshare made, outside the new PID namespace: its one child is that
+ * namespace's PID 1 (the container's main process), and its exit status is the child's as the
+ * kubelet reports it: the exit code, or 128 + the signal that ended it. `&` in sh ignores SIGINT
+ * and SIGQUIT, so env restores them; setpriv kills the child if the reporter dies, as
+ * `--kill-child` did. Its own stderr is dropped: sh would print "Killed" into the container's log.
+ */
+const exitReporter = 'exec 3>&2 2>/dev/null; "$@" 2>&3 3>&- & wait $!';
+
+interface ReporterTools {
+  shell: string;
+  setpriv: string;
+  env: string;
+}
+
+let probedReporterTools: ReporterTools | undefined;
+
+function reporterTools(): ReporterTools {
+  probedReporterTools ??= {
+    shell: onPath("sh") ?? "sh",
+    setpriv: onPath("setpriv") ?? "setpriv",
+    env: onPath("env") ?? "env",
+  };
+  return probedReporterTools;
+}
+
+/** The command that runs argv as PID 1 of a new PID namespace (and mount namespace if asked). */
+function inPidNamespace(argv: readonly string[], mountNamespace = false): string[] {
+  const tools = reporterTools();
+  return [
+    "unshare",
+    ...unshareArgs(mountNamespace),
+    "--",
+    tools.shell,
+    "-c",
+    exitReporter,
+    "container-exit-reporter",
+    tools.setpriv,
+    "--pdeathsig",
+    "KILL",
+    "--",
+    tools.env,
+    "--default-signal=INT,QUIT",
+    "--",
+    ...argv,
+  ];
+}
 
 let probedIsolation: Isolation | undefined;
 
@@ -41,7 +88,8 @@ let probedIsolation: Isolation | undefined;
  */
 export function detectIsolation(): Isolation {
   if (probedIsolation) return probedIsolation;
-  const probe = spawnSync("unshare", [...unshareArgs(), "true"], { stdio: "ignore", timeout: 5_000 });
+  const [file, ...args] = inPidNamespace(["true"]);
+  const probe = spawnSync(file ?? "unshare", args, { stdio: "ignore", timeout: 5_000 });
   probedIsolation = probe.status === 0 ? "pid-namespace" : "session";
   return probedIsolation;
 }
@@ -166,16 +214,15 @@ export function startContainerProcess(options: StartContainerOptions): Container
   const joinNetwork = options.network ? ["nsenter", `--net=${options.network}`, "--"] : [];
   const [file, ...args]: string[] =
     options.isolation === "pid-namespace"
-      ? [...joinNetwork, "unshare", ...unshareArgs(mounts !== undefined), "--", ...argv]
+      ? [...joinNetwork, ...inPidNamespace(argv, mounts !== undefined)]
       : argv;
   if (file === undefined) throw new Error("empty argv");
   const child = spawn(file, args, { cwd: options.cwd, env, stdio: ["ignore", log, log], detached: true });
   closeSync(log);
-  let sentKill = false;
 
   const mainPid = (): number | undefined => {
     if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return undefined;
-    // The namespace's init (under unshare), then the container's process (under the reaper).
+    // The namespace's init (under the exit reporter), then the container's process (under the reaper).
     let pid: number | undefined = child.pid;
     if (options.isolation === "pid-namespace") pid = childrenOf(pid)[0];
     if (shared && pid !== undefined) pid = childrenOf(pid)[0];
@@ -194,10 +241,7 @@ export function startContainerProcess(options: StartContainerOptions): Container
         resolve({ exitCode: 128, startError });
       } else if (signal) {
         const number = constants.signals[signal] ?? 0;
-        resolve({ exitCode: 128 + number, signal: number });
-      } else if (sentKill && options.isolation === "pid-namespace" && code === 1) {
-        // unshare cannot re-raise SIGKILL on itself and exits 1 instead; we know who sent it.
-        resolve({ exitCode: 137, signal: 9 });
+        resolve({ exitCode: 128 + number });
       } else {
         resolve({ exitCode: code ?? 128 });
       }
@@ -208,7 +252,6 @@ export function startContainerProcess(options: StartContainerOptions): Container
     mainPid,
     exited,
     signal(signal) {
-      if (signal === "SIGKILL") sentKill = true;
       const pid = mainPid();
       if (pid !== undefined) kill(pid, signal);
       else if (signal === "SIGKILL" && child.pid !== undefined) kill(child.pid, signal);

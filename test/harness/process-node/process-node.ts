@@ -1096,7 +1096,6 @@ export class ProcessNode {
   private terminatedState(container: ContainerRun): V1ContainerStateTerminated {
     return {
       exitCode: container.exit?.exitCode ?? 0,
-      ...(container.exit?.signal !== undefined ? { signal: container.exit.signal } : {}),
       reason: container.reason,
       ...(container.message !== undefined ? { message: container.message } : {}),
       startedAt: container.startedAt,
