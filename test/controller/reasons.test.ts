@@ -45,8 +45,8 @@ describeReasonTable(
     // Short, so the table stays quick: a runner that starts as a process is well inside them.
     runCeilingSeconds: 3,
     podDeadlineCeilingSeconds: 6,
-    // The process node reports the wrapper of its PID namespace, not 137.
-    runnerLostExitCode: "\\d+",
+    // 128 + SIGKILL, as the kubelet reports it.
+    runnerLostExitCode: "137",
   },
   table,
 );
