@@ -64,12 +64,21 @@ describe.each(isolations)("a container process with %s isolation", (isolation) =
     expect(await container.exited).toEqual({ exitCode: 7 });
   });
 
-  it("reports SIGKILL as exit code 137 and signal 9", async () => {
+  it("reports SIGKILL as exit code 137, as the kubelet does", async () => {
     const marker = `marker-${randomBytes(6).toString("hex")}`;
     const container = start(isolation, `sh -c 'sleep 300' ${marker} & while true; do sleep 0.05; done`);
     await waitUntil(() => container.mainPid() !== undefined && processesWithMarker(marker).length > 0);
     container.signal("SIGKILL");
-    expect(await container.exited).toEqual({ exitCode: 137, signal: 9 });
+    expect(await container.exited).toEqual({ exitCode: 137 });
+    await waitUntil(() => processesWithMarker(marker).length === 0);
+  });
+
+  it("reports a main process SIGKILLed from outside (as by the OOM killer) as exit code 137 and kills what it left", async () => {
+    const marker = `marker-${randomBytes(6).toString("hex")}`;
+    const container = start(isolation, `sh -c 'sleep 300' ${marker} & while true; do sleep 0.05; done`);
+    await waitUntil(() => container.mainPid() !== undefined && processesWithMarker(marker).length > 0);
+    process.kill(container.mainPid() ?? 0, "SIGKILL");
+    expect(await container.exited).toEqual({ exitCode: 137 });
     await waitUntil(() => processesWithMarker(marker).length === 0);
   });
 });
