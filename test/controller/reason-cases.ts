@@ -17,7 +17,7 @@ import {
   waitForFinished,
 } from "./support.js";
 
-/** What a node needs different; each test file says why for its own values. */
+/** What differs between the nodes, each value with why. */
 export interface NodeValues {
   /** How long a task process may take to appear after the Playbook is created. */
   taskStartMs: number;
@@ -29,7 +29,26 @@ export interface NodeValues {
   podDeadlineCeilingSeconds: number;
   /** The exit code the node reports for a runner SIGKILLed as the OOM killer would (a regex source). */
   runnerLostExitCode: string;
+  /** startController's overrides for the table's controller. */
+  controller: Record<string, string>;
 }
+
+/** The real kubelet's values: test/real-node/reasons.test.ts, and the cluster project's table when PLAYBOOK_TEST_NODE=real. */
+export const realNode: NodeValues = {
+  // Containers take seconds to start on a loaded 2-core machine, a dozen of them at once longer.
+  taskStartMs: 60_000,
+  finishMs: 120_000,
+  // Not shorter: a runner container slow to start that has not reported by ceiling + killGrace
+  // + 5s is the kubelet's (PodDeadlineExceeded), not RunCeiling.
+  runCeilingSeconds: 10,
+  // Long enough that a runner slow to start is still stopped before its ceiling.
+  podDeadlineCeilingSeconds: 15,
+  // The kubelet reports the container's own exit: 128 + SIGKILL.
+  runnerLostExitCode: "137",
+  // Starting a dozen containers at once loads this 2-core machine for seconds: a 4s Lease (the
+  // process node's tests') was lost mid-run, which stops a controller for good.
+  controller: { leaseDuration: "20s", renewDeadline: "15s", retryPeriod: "2s" },
+};
 
 /** Filled in by the test file's beforeAll. */
 export interface TableContext {

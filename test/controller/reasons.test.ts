@@ -3,10 +3,17 @@
 import { rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { repoRoot } from "../harness/binaries.js";
 import { createTestNamespace, deleteTestNamespace, losePod, marker } from "../harness/cluster-test.js";
-import { describeReasonTable, killAll, runnerOf, type TableContext } from "./reason-cases.js";
+import {
+  describeReasonTable,
+  killAll,
+  type NodeValues,
+  realNode,
+  runnerOf,
+  type TableContext,
+} from "./reason-cases.js";
 import {
   clients,
   condition,
@@ -26,30 +33,32 @@ import {
 
 const { core } = clients();
 const table = {} as TableContext;
+/** The process node's values; realNode's when PLAYBOOK_TEST_NODE=real runs this file on a real kubelet. */
+const node: NodeValues =
+  inject("nodeKind") === "real"
+    ? realNode
+    : {
+        // The process node starts a runner as a plain process in well under a second.
+        taskStartMs: 30_000,
+        finishMs: 60_000,
+        // Short, so the table stays quick: a runner that starts as a process is well inside them.
+        runCeilingSeconds: 3,
+        podDeadlineCeilingSeconds: 6,
+        // 128 + SIGKILL, as the kubelet reports it.
+        runnerLostExitCode: "137",
+        controller: {},
+      };
 
 beforeAll(async () => {
   table.namespace = await createTestNamespace(core, "pb-reasons");
-  table.controller = startController([table.namespace]);
+  table.controller = startController([table.namespace], node.controller);
 });
 afterAll(async () => {
   await table.controller?.stop();
   await deleteTestNamespace(core, table.namespace);
 });
 
-describeReasonTable(
-  "each reason of the Succeeded condition comes from a real run",
-  {
-    // The process node starts a runner as a plain process in well under a second.
-    taskStartMs: 30_000,
-    finishMs: 60_000,
-    // Short, so the table stays quick: a runner that starts as a process is well inside them.
-    runCeilingSeconds: 3,
-    podDeadlineCeilingSeconds: 6,
-    // 128 + SIGKILL, as the kubelet reports it.
-    runnerLostExitCode: "137",
-  },
-  table,
-);
+describeReasonTable("each reason of the Succeeded condition comes from a real run", node, table);
 
 describe("a pod lost with its node", () => {
   it("is re-created with the ceiling still counted from the run's start, and the run settles", async () => {

@@ -3,7 +3,7 @@
 // kubelet's activeDeadlineSeconds backstop and the kill of a pod's processes are all the real ones.
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { describeReasonTable, parentOf, type TableContext } from "../controller/reason-cases.js";
+import { describeReasonTable, parentOf, realNode, type TableContext } from "../controller/reason-cases.js";
 import {
   clients,
   condition,
@@ -26,13 +26,7 @@ const table = {} as TableContext;
 
 beforeAll(async () => {
   table.namespace = await createTestNamespace(core, "rn-reasons");
-  // Starting a dozen containers at once loads this 2-core machine for seconds: a 4s Lease (the
-  // process node's tests') was lost mid-run, which stops a controller for good.
-  table.controller = startController([table.namespace], {
-    leaseDuration: "20s",
-    renewDeadline: "15s",
-    retryPeriod: "2s",
-  });
+  table.controller = startController([table.namespace], realNode.controller);
 });
 afterAll(async () => {
   await table.controller?.stop();
@@ -43,22 +37,7 @@ function commandOf(pid: number): string {
   return readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ").trim();
 }
 
-describeReasonTable(
-  "each reason on the real node",
-  {
-    // Containers take seconds to start on a loaded 2-core machine, a dozen of them at once longer.
-    taskStartMs: 60_000,
-    finishMs: 120_000,
-    // Not shorter: a runner container slow to start that has not reported by ceiling + killGrace
-    // + 5s is the kubelet's (PodDeadlineExceeded), not RunCeiling.
-    runCeilingSeconds: 10,
-    // Long enough that a runner slow to start is still stopped before its ceiling.
-    podDeadlineCeilingSeconds: 15,
-    // The kubelet reports the container's own exit: 128 + SIGKILL.
-    runnerLostExitCode: "137",
-  },
-  table,
-);
+describeReasonTable("each reason on the real node", realNode, table);
 
 describe("the controller's pods on the real node", () => {
   it("run the project's image in containerd, as the restricted user, under the real pause", async () => {
