@@ -52,7 +52,10 @@ describe("--log-format", () => {
   it("json prints one object per start-up line, for log collectors", async () => {
     const lines = await startUpLines("json");
     const records = lines.map((line) => JSON.parse(line) as Record<string, unknown>);
-    expect(records.map((r) => r.msg), lines.join("\n")).toEqual([
+    expect(
+      records.map((r) => r.msg),
+      lines.join("\n"),
+    ).toEqual([
       "Serving metrics and health",
       "Caches synced",
       "Started workers",
