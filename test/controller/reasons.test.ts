@@ -44,8 +44,6 @@ const node: NodeValues =
         // Short, so the table stays quick: a runner that starts as a process is well inside them.
         runCeilingSeconds: 3,
         podDeadlineCeilingSeconds: 6,
-        // 128 + SIGKILL, as the kubelet reports it.
-        runnerLostExitCode: "137",
         controller: {},
       };
 
