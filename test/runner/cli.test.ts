@@ -14,35 +14,15 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { parse, stringify } from "yaml";
 import { decodeReport } from "../../src/api/report.js";
+import { CLI, type CliResult, startCli as startCliProcess } from "../support/cli.js";
 import { killAndWaitGone } from "../support/processes.js";
 import { checkNothingLeftBehind, MARKER_VAR, processesWithEnv } from "../support/runner.js";
 
-const CLI = join(import.meta.dirname, "../../dist/src/cli/main.js");
-
 const currentMarker = checkNothingLeftBehind();
 
-interface CliResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function startCli(args: string[], onSpawn?: (child: ChildProcess) => void): Promise<CliResult> {
-  const child = spawn(process.execPath, [CLI, ...args], {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, [MARKER_VAR]: currentMarker() },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  onSpawn?.(child);
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (c: Buffer) => {
-    stdout += c.toString();
-  });
-  child.stderr.on("data", (c: Buffer) => {
-    stderr += c.toString();
-  });
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
-}
+/** The CLI with this test's marker in its environment, so whatever it leaves running is found. */
+const startCli = (args: string[], onSpawn?: (child: ChildProcess) => void): Promise<CliResult> =>
+  startCliProcess(args, { env: { [MARKER_VAR]: currentMarker() }, ...(onSpawn ? { onSpawn } : {}) });
 
 function manifest(spec: object, name = "cli-test"): string {
   const dir = mkdtempSync(join(tmpdir(), "cli-"));

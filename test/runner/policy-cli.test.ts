@@ -1,29 +1,11 @@
 // `playbook validate --policy` and `playbook run --policy`: a Playbook checked on a laptop against
 // its namespace's PlaybookPolicy, with the built CLI in a real process.
-import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
-
-const CLI = join(import.meta.dirname, "../../dist/src/cli/main.js");
-
-function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [CLI, ...args], {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (c: Buffer) => {
-    stdout += c.toString();
-  });
-  child.stderr.on("data", (c: Buffer) => {
-    stderr += c.toString();
-  });
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
-}
+import { startCli as cli } from "../support/cli.js";
 
 function file(name: string, object: object): string {
   const path = join(mkdtempSync(join(tmpdir(), "policy-cli-")), name);

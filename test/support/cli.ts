@@ -1,0 +1,32 @@
+// The built `playbook` command in a real process, as a user starts it: its exit code and output.
+import { type ChildProcess, spawn } from "node:child_process";
+import { join } from "node:path";
+
+export const CLI = join(import.meta.dirname, "../../dist/src/cli/main.js");
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `playbook <args>` with only PATH, HOME and `env` in its environment. */
+export function startCli(
+  args: string[],
+  options: { env?: NodeJS.ProcessEnv; onSpawn?: (child: ChildProcess) => void } = {},
+): Promise<CliResult> {
+  const child = spawn(process.execPath, [CLI, ...args], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...options.env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  options.onSpawn?.(child);
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (c: Buffer) => {
+    stdout += c.toString();
+  });
+  child.stderr.on("data", (c: Buffer) => {
+    stderr += c.toString();
+  });
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
