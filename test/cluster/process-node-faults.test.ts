@@ -87,6 +87,20 @@ function boundPod(name: string, script: string): V1Pod {
 const containerRunning = (pod: V1Pod) =>
   pod.status?.phase === "Running" && pod.status.containerStatuses?.[0]?.state?.running !== undefined;
 
+/** Waits for the pod to end; the node has reported its container completed by then. */
+async function expectCompleted(name: string, what: string, timeoutMs = 30_000): Promise<V1Pod> {
+  const pod = await waitForPod(
+    core,
+    namespace,
+    name,
+    what,
+    (p) => p.status?.phase === "Succeeded" || p.status?.phase === "Failed",
+    timeoutMs,
+  );
+  expect(pod.status?.phase).toBe("Succeeded");
+  return pod;
+}
+
 const logged = (msg: string, pod: string) =>
   waitFor(
     `the node to log "${msg}" for ${pod}`,
@@ -117,15 +131,7 @@ describe("the process node under faults", () => {
     await waitForPod(core, namespace, "during-list", "to run", containerRunning, 30_000);
     release();
 
-    const pod = await waitForPod(
-      core,
-      namespace,
-      "during-list",
-      "to finish",
-      (p) => p.status?.phase === "Succeeded" || p.status?.phase === "Failed",
-      30_000,
-    );
-    expect(pod.status?.phase).toBe("Succeeded");
+    const pod = await expectCompleted("during-list", "to finish");
     expect(pod.status?.containerStatuses?.[0]?.state?.terminated).toMatchObject({
       exitCode: 0,
       reason: "Completed",
@@ -150,15 +156,7 @@ describe("the process node under faults", () => {
     } finally {
       await proxy.restore();
     }
-    const pod = await waitForPod(
-      core,
-      namespace,
-      "ends-in-outage",
-      "to be reported finished",
-      (p) => p.status?.phase === "Succeeded" || p.status?.phase === "Failed",
-      30_000,
-    );
-    expect(pod.status?.phase).toBe("Succeeded");
+    const pod = await expectCompleted("ends-in-outage", "to be reported finished");
     expect(pod.status?.containerStatuses?.[0]?.state?.terminated).toMatchObject({
       exitCode: 0,
       reason: "Completed",
@@ -185,15 +183,7 @@ describe("the process node under faults", () => {
       expect(waiting.status?.containerStatuses?.[0]?.state?.waiting?.message).toMatch(
         /^injected setup failure/,
       );
-      const pod = await waitForPod(
-        core,
-        namespace,
-        "flaky-start",
-        "to finish",
-        (p) => p.status?.phase === "Succeeded" || p.status?.phase === "Failed",
-        60_000,
-      );
-      expect(pod.status?.phase).toBe("Succeeded");
+      await expectCompleted("flaky-start", "to finish", 60_000);
       expect(failures).toBe(2);
     } finally {
       onSetUp = undefined;
