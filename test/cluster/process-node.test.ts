@@ -143,7 +143,10 @@ describe("the process node", () => {
           : undefined,
       { timeoutMs: 60_000 },
     );
-    const running = await core.readNamespacedPod({ namespace, name: "lowered" });
+    // The first line can come before the node's status write with the start time has landed.
+    const running = await waitForPod(core, namespace, "lowered", "to report its start time", (p) =>
+      Boolean(p.status?.startTime),
+    );
     const elapsed = Math.ceil((Date.now() - new Date(running.status?.startTime ?? 0).getTime()) / 1000);
     // The client's default patch type is a JSON patch.
     await core.patchNamespacedPod({
