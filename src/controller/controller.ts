@@ -28,6 +28,7 @@ import {
   splitKey,
   withoutUnreadFields,
 } from "./objects.js";
+import { podNameFor } from "./pod-builder.js";
 import { isPodFinished } from "./pod-state.js";
 import { PolicyGovernor } from "./policy-governor.js";
 import { isQueued, slotState } from "./policy-queue.js";
@@ -490,7 +491,11 @@ export class PlaybookController {
     for (const playbook of this.allPlaybooks()) {
       const namespace = playbook.metadata.namespace ?? "";
       if (!counts.has(namespace)) counts.set(namespace, 0);
-      if (playbook.status?.startTime && !isFinished(playbook.status)) {
+      // A run counts from its first pod's create, which its status shows only once the pod runs.
+      const started =
+        playbook.status?.startTime !== undefined ||
+        (this.informerFor(this.pods, namespace)?.byIndex(keyOf(playbook.metadata)) ?? []).length > 0;
+      if (started && !isFinished(playbook.status)) {
         counts.set(namespace, (counts.get(namespace) ?? 0) + 1);
       }
     }
@@ -553,7 +558,14 @@ export class PlaybookController {
       isControlledBy(pod, uid),
     );
     const expected = playbook.status?.podName;
-    if (!expected || isFinished(playbook.status) || cached.some((pod) => pod.metadata.name === expected)) {
+    if (!expected) {
+      // A first pod is created without a status write: until the cache shows it, the writer's
+      // memory of its create keeps the next pass from creating it again.
+      if (cached.length > 0 || playbook.status?.startTime) return cached;
+      const created = this.writer.createdPod(namespace, podNameFor(playbook.metadata.name, 1), uid);
+      return created ? [created] : cached;
+    }
+    if (isFinished(playbook.status) || cached.some((pod) => pod.metadata.name === expected)) {
       return cached;
     }
     const created = this.writer.createdPod(namespace, expected, uid);

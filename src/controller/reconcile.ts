@@ -123,6 +123,12 @@ export interface FinishedRun {
 export interface Decision {
   /** The status to write, or null when it would not change. */
   status: PlaybookStatus | null;
+  /**
+   * The status a first pod's create shows should the API server refuse it. When the create
+   * succeeds it is not written: the pod carries the run's start and attempt, and the run's first
+   * status write waits until the pod runs (or PENDING_STATUS_DELAY_MS passes without it).
+   */
+  statusIfCreateFails?: PlaybookStatus;
   actions: Action[];
   events: RecordedEvent[];
   finished?: FinishedRun;
@@ -776,8 +782,28 @@ function decideFirstPod(state: RunState): Decision {
     podName: action.pod.metadata.name,
     podAttempts: 1,
   });
-  return progress(base, next, { actions: [action], events: [podCreatedEvent(state, action)] });
+  const events = [podCreatedEvent(state, action)];
+  // A run that shows nothing yet shows nothing until its pod runs: the common run writes its
+  // status twice (running, finished), not three times. One that already says something (queued,
+  // a refused create) is told at once that its pod now exists.
+  if (!base.previous.conditions?.length) {
+    return {
+      status: null,
+      statusIfCreateFails: next,
+      actions: [action],
+      events,
+      requeueAfterMs: PENDING_STATUS_DELAY_MS,
+    };
+  }
+  return progress(base, next, { actions: [action], events });
 }
+
+/**
+ * How long a first pod may stay Pending before the run's status says so. A pod that runs sooner
+ * (the common case: a node with the image starts it in a second or two) goes straight to Running;
+ * one that waits longer (scheduling, an image pull) is shown Pending with its pod's reason.
+ */
+export const PENDING_STATUS_DELAY_MS = 3_000;
 
 /** A pod that has not ended: report its progress, unless it never started or outlived its deadline. */
 function decideActivePod(state: RunState, pod: PodView): Decision {
@@ -797,6 +823,14 @@ function decideActivePod(state: RunState, pod: PodView): Decision {
   }
   const backstopAt = endsAt + (DEADLINE_MARGIN_SECONDS * 1000 + BACKSTOP_SLACK_MS);
   if (running && backstopAt <= now.getTime()) return decideOutlived(state, pod);
+  if (!running && base.previous.startTime === undefined) {
+    // The first pod was created without a status write: Pending is shown only if it lasts.
+    const showPendingAt = Date.parse(startTime) + PENDING_STATUS_DELAY_MS;
+    if (now.getTime() < showPendingAt) {
+      const lookAgainAt = Math.min(showPendingAt, endsAt, startBy ?? endsAt);
+      return { status: null, actions: [], events: [], requeueAfterMs: lookAgainAt - now.getTime() };
+    }
+  }
   const next = progressStatus(base, {
     phase: running ? "Running" : "Pending",
     message: running

@@ -129,24 +129,27 @@ export class PlaybookWriter {
     try {
       for (const action of decision.actions) await this.applyAction(action, target);
     } catch (error) {
-      if (!(error instanceof PodCreateFailedError) || !decision.status) throw error;
+      const shown = decision.status ?? decision.statusIfCreateFails;
+      if (!(error instanceof PodCreateFailedError) || !shown) throw error;
       // Say why where the user looks, without counting the attempt: no pod was made.
       const now = this.deps.clock.now();
       this.events.post(target, { type: "Warning", reason: "FailedCreate", message: error.message }, now);
       const previous = playbook.status ?? {};
-      const next = createFailedStatus(previous, decision.status, error.message, now);
+      const next = createFailedStatus(previous, shown, error.message, now);
       if (!sameStatus(previous, next)) await this.writeStatus(playbook, next);
       throw new PodCreateFailedError(error.message, ceilingLeftMs(next, now));
     }
+    const label = this.deps.metricsPlaybookLabel;
+    const labels = {
+      namespace: target.namespace,
+      ...(label ? { playbook: playbook.metadata.labels?.[label] ?? "" } : {}),
+    };
     if (decision.status) {
       await this.writeStatus(playbook, decision.status);
-      const label = this.deps.metricsPlaybookLabel;
-      const labels = {
-        namespace: target.namespace,
-        ...(label ? { playbook: playbook.metadata.labels?.[label] ?? "" } : {}),
-      };
       if (decision.finished) this.deps.metrics.recordFinished(decision.finished, labels);
       else this.deps.metrics.recordStarted(labels);
+    } else if (decision.actions.some((action) => action.type === "createPod")) {
+      this.deps.metrics.recordStarted(labels);
     }
     const now = this.deps.clock.now();
     for (const event of decision.events) this.events.post(target, event, now);

@@ -1,7 +1,12 @@
 import { describe, expect, it } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
 import type { TaskOutcome } from "../../src/api/report.js";
-import { type Decision, decide, type ReconcileInput } from "../../src/controller/reconcile.js";
+import {
+  type Decision,
+  decide,
+  PENDING_STATUS_DELAY_MS,
+  type ReconcileInput,
+} from "../../src/controller/reconcile.js";
 import { at, playbook, pod, report, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
 
 const succeeded = (condition: PlaybookStatus | null | undefined) =>
@@ -16,7 +21,11 @@ function input(partial: Partial<ReconcileInput>): ReconcileInput {
 /** The status a Playbook has after its first pod was created at T0. */
 function started(attempts = 1): PlaybookStatus {
   const first = decide(input({}));
-  return { ...(first.status as PlaybookStatus), podAttempts: attempts, podName: `nightly-${attempts}` };
+  return {
+    ...(first.statusIfCreateFails as PlaybookStatus),
+    podAttempts: attempts,
+    podName: `nightly-${attempts}`,
+  };
 }
 
 const task = (name: string, outcome: Partial<TaskOutcome>): TaskOutcome => ({
@@ -71,7 +80,11 @@ describe("a new Playbook", () => {
       uid: "uid-1",
       controller: true,
     });
-    expect(decision.status).toMatchObject({
+    // No status write with the create: the pod carries the run's start and attempt.
+    expect(decision.status).toBeNull();
+    expect(decision.requeueAfterMs).toBe(PENDING_STATUS_DELAY_MS);
+    // What the run shows should the API server refuse the pod.
+    expect(decision.statusIfCreateFails).toMatchObject({
       phase: "Pending",
       podName: "nightly-1",
       podAttempts: 1,
@@ -79,12 +92,65 @@ describe("a new Playbook", () => {
       observedGeneration: 1,
       limits: { ceiling: { value: "30m", source: "spec" }, stall: { value: "10m", source: "default" } },
     });
-    expect(succeeded(decision.status)).toMatchObject({
+    expect(succeeded(decision.statusIfCreateFails)).toMatchObject({
       status: "Unknown",
       reason: "Pending",
       observedGeneration: 1,
     });
     expect(decision.events.map((e) => e.reason)).toEqual(["PodCreated"]);
+  });
+
+  it("writes its first status when the pod runs: Running, with the start and limits the pod carries", () => {
+    const decision = decide(input({ pods: [pod(1, { phase: "Running" })], now: at(1) }));
+    expect(decision.actions).toEqual([]);
+    expect(decision.status).toMatchObject({
+      phase: "Running",
+      podName: "nightly-1",
+      podAttempts: 1,
+      startTime: T0.toISOString(),
+      observedGeneration: 1,
+      limits: { ceiling: { value: "30m", source: "spec" } },
+    });
+    expect(succeeded(decision.status)).toMatchObject({ status: "Unknown", reason: "Running" });
+  });
+
+  it("shows a first pod Pending only once it has waited PENDING_STATUS_DELAY_MS", () => {
+    const young = decide(input({ pods: [pod(1, { phase: "Pending" })], now: at(1) }));
+    expect(young.status).toBeNull();
+    expect(young.actions).toEqual([]);
+    expect(young.requeueAfterMs).toBe(PENDING_STATUS_DELAY_MS - 1000);
+    const waited = decide(
+      input({ pods: [pod(1, { phase: "Pending" })], now: at(PENDING_STATUS_DELAY_MS / 1000) }),
+    );
+    expect(waited.status).toMatchObject({
+      phase: "Pending",
+      podName: "nightly-1",
+      startTime: T0.toISOString(),
+    });
+    expect(succeeded(waited.status)).toMatchObject({ status: "Unknown", reason: "Pending" });
+  });
+
+  it("tells a run that already shows a status (queued, a refused create) of its pod at once", () => {
+    const queued: PlaybookStatus = {
+      phase: "Pending",
+      conditions: [
+        {
+          type: "Succeeded",
+          status: "Unknown",
+          reason: "Queued",
+          message: "waiting for a slot",
+          lastTransitionTime: at(-60).toISOString(),
+        },
+      ],
+    };
+    const decision = decide(input({ playbook: playbook({}, queued) }));
+    expect(decision.actions.map((a) => a.type)).toEqual(["createPod"]);
+    expect(decision.status).toMatchObject({
+      phase: "Pending",
+      podName: "nightly-1",
+      startTime: T0.toISOString(),
+    });
+    expect(succeeded(decision.status)).toMatchObject({ reason: "Pending" });
   });
 
   it("adopts the pod of a pass whose status write was lost instead of creating another", () => {

@@ -139,8 +139,8 @@ describe("a pod that does not start", () => {
     expect(succeeded(decision.status)?.reason).toBe("RunCeiling");
   });
 
-  it("names the start timeout in the status of a run from its start", () => {
-    const decision = decide(input({}));
+  it("names the start timeout in the status of a run from its first status write", () => {
+    const decision = decide(input({ pods: [pod(1, { phase: "Running" })], now: at(1) }));
     expect(decision.status?.limits).toMatchObject({
       ceiling: { value: "30m", source: "spec" },
       startTimeout: { value: "5m", source: "default" },

@@ -57,7 +57,7 @@ describe("a Playbook under its namespace's policy", () => {
 
   it("gets the policy's defaults for what it leaves out, each with source policy", () => {
     const decision = decide(input({ playbook: playbook({ ceiling: undefined }), rules }));
-    expect(decision.status?.limits).toEqual({
+    expect(decision.statusIfCreateFails?.limits).toEqual({
       ceiling: { value: "20m", source: "policy" },
       stall: { value: "2m", source: "policy" },
       killGrace: { value: "3s", source: "policy" },
@@ -73,8 +73,8 @@ describe("a Playbook under its namespace's policy", () => {
 
   it("keeps its own values over the policy's, with source spec", () => {
     const decision = decide(input({ playbook: playbook({ ceiling: "30m", stall: "5m" }), rules }));
-    expect(decision.status?.limits?.ceiling).toEqual({ value: "30m", source: "spec" });
-    expect(decision.status?.limits?.stall).toEqual({ value: "5m", source: "spec" });
+    expect(decision.statusIfCreateFails?.limits?.ceiling).toEqual({ value: "30m", source: "spec" });
+    expect(decision.statusIfCreateFails?.limits?.stall).toEqual({ value: "5m", source: "spec" });
   });
 
   it("carries the policy's limit defaults in the pod's plan, so that a later edit of the policy changes nothing", () => {
@@ -138,7 +138,7 @@ describe("a Playbook under its namespace's policy", () => {
 
   it("does not refuse a started run under a policy edited after its start", () => {
     const first = decide(input({ playbook: playbook({ ceiling: "30m" }), rules }));
-    const status = { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+    const status = { ...(first.statusIfCreateFails as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
     const stricter = governed({ maximums: { ceiling: "10m" } });
     const later = decide(input({ playbook: playbook({ ceiling: "30m" }, status), rules: stricter }));
     expect(succeeded(later.status ?? status)?.reason).not.toBe("InvalidSpec");
@@ -149,7 +149,7 @@ describe("a run whose pod was lost after its policy changed", () => {
   it("re-creates the pod with the policy's limits the run started with", () => {
     const before = governed({ defaults: { ceiling: "20m", stall: "2m" } });
     const first = decide(input({ playbook: playbook({ ceiling: undefined }), rules: before }));
-    const status = { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+    const status = { ...(first.statusIfCreateFails as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
     const after = governed({ defaults: { ceiling: "5m", stall: "10s" } });
     const decision = decide(
       input({
