@@ -1,7 +1,7 @@
 // `playbook controller`: runs the controller against the cluster in KUBECONFIG (or in-cluster).
 import type { Command } from "commander";
-// Only the controller needs client-node, pino and prom-client: they are loaded when it starts,
-// so `playbook run` and the pod runner stay small and quick to start.
+// Only the controller needs client-node, pino and prom-client: controller-run.ts loads them when
+// it starts, so `playbook run` and the pod runner stay small and quick to start.
 import {
   CONFIG_ENV,
   type ControllerConfigInput,
@@ -71,30 +71,6 @@ async function runController(flags: Record<string, unknown>): Promise<void> {
     }
     throw error;
   }
-  const [{ pino }, { PlaybookController }, { loadKubeConfig, makeClients }, { textDestination }] =
-    await Promise.all([
-      import("pino"),
-      import("../controller/controller.js"),
-      import("../controller/kube.js"),
-      import("../controller/log-format.js"),
-    ]);
-  const log =
-    config.logFormat === "text"
-      ? // Every line is the controller's; a component field would only repeat that.
-        pino({ level: config.logLevel, base: null }, textDestination(process.stdout))
-      : pino({ level: config.logLevel, base: { component: "playbook-controller" } });
-  const controller = new PlaybookController({ config, clients: makeClients(loadKubeConfig()), log });
-  let signals = 0;
-  const onSignal = (signal: NodeJS.Signals) => {
-    signals++;
-    if (signals > 1) {
-      log.warn({ signal }, "Second signal, exiting at once");
-      process.exit(130);
-    }
-    log.info({ signal }, "Stopping: finishing in-flight reconciles and releasing the Lease");
-    controller.stop();
-  };
-  process.on("SIGTERM", onSignal);
-  process.on("SIGINT", onSignal);
-  await controller.run();
+  const { startController } = await import("./controller-run.js");
+  await startController(config);
 }

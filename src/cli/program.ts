@@ -1,4 +1,4 @@
-// The `playbook` command: run | validate | pod-runner | controller (main.ts loads it).
+// The `playbook` command: run | validate | pod-runner | controller (main.ts loads it and runs it).
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { Command, CommanderError, Option } from "commander";
@@ -17,10 +17,6 @@ import { helpfulProblem } from "./problems.js";
 import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
 
 export const EXIT = { succeeded: 0, failed: 1, invalid: 2, interrupted: 130 } as const;
-
-const VERSION = (
-  JSON.parse(readFileSync(new URL("../../../package.json", import.meta.url), "utf8")) as { version: string }
-).version;
 
 class UsageError extends Error {}
 
@@ -159,10 +155,10 @@ function reasonsHelp(): string {
     .join("\n")}\n`;
 }
 
-export function buildProgram(setExit: (code: number) => Promise<void> | void): Command {
+export function buildProgram(version: string, setExit: (code: number) => Promise<void> | void): Command {
   const program = new Command("playbook")
     .description("Run Playbooks — ordered shell tasks under deadlines that really end the work")
-    .version(VERSION, "-V, --version")
+    .version(version, "-V, --version")
     .exitOverride()
     // As git and kubectl do: the error, then where to find help, not the whole help.
     .showHelpAfterError("See 'playbook --help' for usage.");
@@ -231,9 +227,10 @@ function describeFailure(error: unknown): { code: number; message: string } {
   return { code: EXIT.failed, message: `playbook: ${(error as Error).stack ?? String(error)}` };
 }
 
-async function main(argv: string[]): Promise<number> {
+/** Runs the command in argv and gives its exit code; main.ts passes the version it already has. */
+export async function runProgram(argv: string[], version: string): Promise<number> {
   let exitCode: number = EXIT.succeeded;
-  const program = buildProgram((code) => {
+  const program = buildProgram(version, (code) => {
     exitCode = code;
   });
   try {
@@ -249,5 +246,3 @@ async function main(argv: string[]): Promise<number> {
     return failure.code;
   }
 }
-
-process.exitCode = await main(process.argv);

@@ -155,7 +155,7 @@ export async function startOurController(
     process.execPath,
     [
       ...(options.nodeOptions ?? []),
-      options.cli ?? path.join(repoRoot(), "dist", "src", "cli", "main.js"),
+      options.cli ?? path.join(repoRoot(), "dist", "bin", "playbook.js"),
       "controller",
       "--no-leader-election",
       "--metrics-address",

@@ -4,7 +4,7 @@
 // writes the results (test/bench/results.ts). `--quick` is the smoke test's short run.
 // These machines are shared: read the ratios, and measure twice before believing a change.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -63,9 +63,12 @@ const SETTLE = quick ? { rounds: 2, batch: 5 } : { rounds: 5, batch: 10 };
 const DEADLINE = quick ? { rounds: 1, batch: 4 } : { rounds: 4, batch: 5 };
 const CACHED = [1000, 10000] as const;
 const CLI_ROUNDS = quick ? 4 : 40;
-const baselineCli = flags.baseline
-  ? path.join(path.resolve(flags.baseline), "dist", "src", "cli", "main.js")
-  : undefined;
+/** The `playbook` a checkout built: its bundle, or dist/src/cli/main.js in one older than the bundle. */
+function builtCli(checkout: string): string {
+  const bundle = path.join(checkout, "dist", "bin", "playbook.js");
+  return existsSync(bundle) ? bundle : path.join(checkout, "dist", "src", "cli", "main.js");
+}
+const baselineCli = flags.baseline ? builtCli(path.resolve(flags.baseline)) : undefined;
 
 const comparisons: Comparison[] = [];
 const figures: Figure[] = [];
@@ -486,7 +489,7 @@ function timeProcess(command: string, args: string[]): number {
 }
 
 function cliStartup(): void {
-  const cli = path.join(repoRoot(), "dist", "src", "cli", "main.js");
+  const cli = builtCli(repoRoot());
   const dir = mkdtempSync(path.join(tmpdir(), "bench-cli-"));
   const oneTask = path.join(dir, "one.yaml");
   const killed = path.join(dir, "killed.yaml");

@@ -100,7 +100,7 @@ export async function kubectl(args: string[], options: { input?: string } = {}) 
 export function spawnControllerProcess(args: string[], env: Record<string, string> = {}) {
   const child = spawn(
     process.execPath,
-    [path.join(repoRoot(), "dist", "src", "cli", "main.js"), "controller", ...args],
+    [path.join(repoRoot(), "dist", "bin", "playbook.js"), "controller", ...args],
     {
       env: { ...process.env, KUBECONFIG: inject("kubeconfig"), ...env },
       stdio: ["ignore", "pipe", "pipe"],

@@ -1,12 +1,15 @@
-// The CLI's start-up: Node's module compile cache keeps the compiled code of the modules every
-// `playbook` start loads, so the next start (a local run, a pod) does not compile them again.
+// The CLI's start-up: Node's module compile cache keeps the compiled code of the chunks a
+// `playbook` command loads, so the next start (a local run, a pod) does not compile them again.
+// `playbook --version` alone loads no chunk and leaves the cache alone.
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 
-const CLI = join(import.meta.dirname, "../../dist/src/cli/main.js");
+import { CLI } from "../support/cli.js";
+
+const EXAMPLE = join(import.meta.dirname, "../../examples/hello.yaml");
 
 let dirs: string[] = [];
 afterEach(() => {
@@ -36,12 +39,13 @@ function cachedFiles(dir: string): string[] {
 describe("playbook start-up", () => {
   it("leaves its modules compiled in the temporary folder's compile cache for the next start", () => {
     const tmp = scratch();
-    const first = playbook(["--version"], tmp);
+    const first = playbook(["validate", "-f", EXAMPLE], tmp);
     expect(first.status, first.stderr).toBe(0);
-    expect(first.stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+    expect(first.stdout).toContain("is valid");
     const cache = join(tmp, "node-compile-cache");
-    // commander, zod, yaml and the program's own modules: well over a hundred.
-    expect(cachedFiles(cache).length).toBeGreaterThan(100);
+    // The program's chunk (commander, zod, yaml and our modules), the re-export the entry
+    // imports it through, and rolldown's helpers.
+    expect(cachedFiles(cache).length).toBeGreaterThanOrEqual(3);
   });
 
   it("runs a Playbook the same with the cache filled", () => {
@@ -60,7 +64,7 @@ describe("playbook start-up", () => {
 
   it("still starts when the temporary folder does not exist, even under /proc", () => {
     // Nothing, not even root, can create a folder there; Node's cache would wait on it forever.
-    const run = spawnSync(process.execPath, [CLI, "--version"], {
+    const run = spawnSync(process.execPath, [CLI, "validate", "-f", EXAMPLE], {
       env: { PATH: process.env.PATH, TMPDIR: "/proc/no-such-tmp" },
       encoding: "utf8",
       timeout: 30_000,
@@ -73,7 +77,7 @@ describe("playbook start-up", () => {
     const tmp = scratch();
     // A file where the cache folder would go: Node cannot create it and goes on without.
     writeFileSync(join(tmp, "node-compile-cache"), "");
-    const run = playbook(["--version"], tmp);
+    const run = playbook(["validate", "-f", EXAMPLE], tmp);
     expect(run.status, run.stderr).toBe(0);
     expect(run.stderr).toBe("");
   });

@@ -2,7 +2,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { join } from "node:path";
 
-export const CLI = join(import.meta.dirname, "../../dist/src/cli/main.js");
+// The bundle `npm run build` makes, which package.json's bin and the image run.
+export const CLI = join(import.meta.dirname, "../../dist/bin/playbook.js");
 
 export interface CliResult {
   code: number | null;

@@ -1,0 +1,160 @@
+// The `playbook` that users run is the bundle `npm run build` makes (dist/bin/playbook.js, the
+// package's bin and the image's command): it needs no node_modules, and each command loads only
+// its own chunks, so `--version` compiles one small file and only `playbook controller` loads
+// client-node, pino and prom-client.
+import { spawnSync } from "node:child_process";
+import {
+  accessSync,
+  constants,
+  cpSync,
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CLI } from "../support/cli.js";
+
+const ROOT = path.join(import.meta.dirname, "../..");
+const BUNDLE_DIR = path.dirname(CLI);
+const { version } = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")) as { version: string };
+
+let scratch: string;
+let hook: string;
+let manifest: string;
+
+beforeAll(() => {
+  scratch = mkdtempSync(path.join(tmpdir(), "cli-bundle-"));
+  // Records every module file the command loads, dynamic imports included, as Node's own module
+  // hooks see them: a chunk imported statically by mistake shows up here.
+  hook = path.join(scratch, "record-loads.mjs");
+  writeFileSync(
+    hook,
+    `import { registerHooks } from "node:module";
+import { appendFileSync } from "node:fs";
+registerHooks({
+  load(url, context, nextLoad) {
+    if (url.startsWith("file:")) appendFileSync(process.env.LOADS_FILE, url + "\\n");
+    return nextLoad(url, context);
+  },
+});
+`,
+  );
+  manifest = path.join(scratch, "one.yaml");
+  writeFileSync(
+    manifest,
+    "apiVersion: playbook.dev/v1alpha1\nkind: Playbook\nmetadata: {name: one}\nspec:\n  tasks: [{name: hello, run: 'echo hello'}]\n",
+  );
+});
+
+afterAll(() => {
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+/**
+ * The source files bundled into the loaded files, from their source maps, relative to the repo.
+ * A chunk without a map holds no module of ours or of a package (the re-exports of a dynamic
+ * import, rolldown's runtime helpers).
+ */
+function sourcesOf(files: string[]): string[] {
+  return files.flatMap((file) => {
+    if (!existsSync(`${file}.map`)) return [];
+    const map = JSON.parse(readFileSync(`${file}.map`, "utf8")) as { sources: string[] };
+    return map.sources.map((source) => path.relative(ROOT, path.resolve(path.dirname(file), source)));
+  });
+}
+
+/** What only the controller needs: our controller's modules but its config, and its packages. */
+const CONTROLLER_ONLY =
+  /^(src\/controller\/(?!config\.ts$)|src\/cli\/controller-run\.ts$|node_modules\/(@kubernetes|pino|prom-client)\/)/;
+
+let runs = 0;
+/** `playbook <args>` from the bundle at `cli`, and the files it loaded, by name. */
+function playbook(args: string[], options: { cli?: string; env?: NodeJS.ProcessEnv } = {}) {
+  const loadsFile = path.join(scratch, `loads-${++runs}.txt`);
+  writeFileSync(loadsFile, "");
+  const result = spawnSync(process.execPath, ["--import", hook, options.cli ?? CLI, ...args], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, LOADS_FILE: loadsFile, ...options.env },
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+  const loaded = readFileSync(loadsFile, "utf8")
+    .split("\n")
+    .filter((line) => line !== "" && fileURLToPath(line) !== hook)
+    .map((line) => fileURLToPath(line));
+  return { ...result, loaded, names: loaded.map((file) => path.basename(file)) };
+}
+
+describe("the playbook bundle", () => {
+  it("is built as an executable Node script at the package's bin", () => {
+    const pkg = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")) as {
+      bin: { playbook: string };
+    };
+    expect(path.join(ROOT, pkg.bin.playbook)).toBe(CLI);
+    expect(readFileSync(CLI, "utf8").split("\n")[0]).toBe("#!/usr/bin/env node");
+    accessSync(CLI, constants.X_OK);
+  });
+
+  it("prints package.json's version for --version from its one entry file, loading no chunk", () => {
+    const run = playbook(["--version"]);
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toBe(`${version}\n`);
+    expect(run.stderr).toBe("");
+    expect(run.loaded).toEqual([CLI]);
+    expect(sourcesOf(run.loaded).sort()).toEqual(["src/cli/main.ts", "src/cli/version.ts"]);
+  });
+
+  it("prints the same bytes for -V and for --version when commander parses them", () => {
+    // With a second argument the program, and commander's own --version, answer instead.
+    const viaCommander = playbook(["--version", "run"]);
+    expect(viaCommander.status, viaCommander.stderr).toBe(0);
+    expect(viaCommander.names).toContain("cli.js");
+    expect(viaCommander.stdout).toBe(playbook(["--version"]).stdout);
+    expect(playbook(["-V"]).stdout).toBe(`${version}\n`);
+  });
+
+  it("runs a Playbook without loading the controller's chunk", () => {
+    const run = playbook(["run", "-f", manifest]);
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toContain("hello");
+    expect(run.names).toContain("cli.js");
+    expect(run.names).not.toContain("controller.js");
+    expect(sourcesOf(run.loaded)).toContain("src/pod-runner/run.ts");
+    expect(sourcesOf(run.loaded).filter((source) => CONTROLLER_ONLY.test(source))).toEqual([]);
+    const validate = playbook(["validate", "-f", manifest]);
+    expect(validate.status, validate.stderr).toBe(0);
+    expect(sourcesOf(validate.loaded).filter((source) => CONTROLLER_ONLY.test(source))).toEqual([]);
+  });
+
+  it("loads the controller's chunk for playbook controller", () => {
+    const run = playbook(["controller"], { env: { KUBECONFIG: path.join(scratch, "no-such-kubeconfig") } });
+    expect(run.names).toContain("controller.js");
+    expect(sourcesOf(run.loaded)).toContain("src/controller/controller.ts");
+    expect(run.stderr).toContain("no-such-kubeconfig");
+    expect(run.status).toBe(1);
+  });
+
+  it("runs every command from a folder of its own, with no node_modules anywhere above it", () => {
+    const alone = mkdtempSync(path.join(tmpdir(), "cli-bundle-alone-"));
+    try {
+      cpSync(BUNDLE_DIR, alone, { recursive: true, filter: (file) => !file.endsWith(".map") });
+      const cli = path.join(alone, "playbook.js");
+      const run = playbook(["run", "-f", manifest, "-o", "json"], { cli });
+      expect(run.status, run.stderr).toBe(0);
+      expect(JSON.parse(run.stdout).status.phase).toBe("Succeeded");
+      const controller = playbook(["controller"], {
+        cli,
+        env: { KUBECONFIG: path.join(scratch, "no-such-kubeconfig") },
+      });
+      expect(controller.stderr).toContain("no-such-kubeconfig");
+      expect(controller.names).toContain("controller.js");
+      for (const file of [...run.loaded, ...controller.loaded]) expect(path.dirname(file)).toBe(alone);
+    } finally {
+      rmSync(alone, { recursive: true, force: true });
+    }
+  });
+});
