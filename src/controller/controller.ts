@@ -4,7 +4,7 @@ import { hostname } from "node:os";
 import type { Logger } from "pino";
 import { POLICY_PLURAL } from "../api/policy.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
-import { Informer, type ListResult } from "./informer.js";
+import { Informer } from "./informer.js";
 import {
   abortedBy,
   apiErrorMessage,
@@ -202,7 +202,7 @@ export class PlaybookController {
   /** Reconciles while this replica holds the Lease; throws when the Lease is lost. */
   private async lead(): Promise<void> {
     this.elector = new LeaderElector({
-      coordination: this.clients.coordination,
+      coordination: this.clients.api,
       namespace: this.config.leaderElectionNamespace,
       name: this.config.leaderElectionId,
       identity: this.identity,
@@ -290,32 +290,15 @@ export class PlaybookController {
   }
 
   private playbookInformer(namespace: string): Informer<StoredPlaybook> {
-    const { custom } = this.clients;
+    const { api } = this.clients;
+    const path = namespace
+      ? `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PLURAL}`
+      : `/apis/${GROUP}/${VERSION}/${PLURAL}`;
     const informer = new Informer<StoredPlaybook>({
       resource: "playbooks",
       kubeConfig: this.clients.kubeConfig,
-      watchPath: namespace
-        ? `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PLURAL}`
-        : `/apis/${GROUP}/${VERSION}/${PLURAL}`,
-      list: () =>
-        paginate((cont) =>
-          namespace
-            ? custom.listNamespacedCustomObject({
-                group: GROUP,
-                version: VERSION,
-                plural: PLURAL,
-                namespace,
-                limit: LIST_PAGE,
-                _continue: cont,
-              })
-            : custom.listClusterCustomObject({
-                group: GROUP,
-                version: VERSION,
-                plural: PLURAL,
-                limit: LIST_PAGE,
-                _continue: cont,
-              }),
-        ),
+      watchPath: path,
+      list: (cont) => api.listPage(path, { limit: LIST_PAGE, continue: cont }),
       parse: parseStoredPlaybook,
       transform: withoutUnreadFields,
       keyOf: (playbook) => keyOf(playbook.metadata),
@@ -344,27 +327,14 @@ export class PlaybookController {
   }
 
   private podInformer(namespace: string): Informer<PodView> {
-    const { core } = this.clients;
+    const { api } = this.clients;
+    const path = namespace ? `/api/v1/namespaces/${namespace}/pods` : "/api/v1/pods";
     const informer = new Informer<PodView>({
       resource: "pods",
       kubeConfig: this.clients.kubeConfig,
-      watchPath: namespace ? `/api/v1/namespaces/${namespace}/pods` : "/api/v1/pods",
+      watchPath: path,
       labelSelector: POD_SELECTOR,
-      list: () =>
-        paginate((cont) =>
-          namespace
-            ? core.listNamespacedPod({
-                namespace,
-                labelSelector: POD_SELECTOR,
-                limit: LIST_PAGE,
-                _continue: cont,
-              })
-            : core.listPodForAllNamespaces({
-                labelSelector: POD_SELECTOR,
-                limit: LIST_PAGE,
-                _continue: cont,
-              }),
-        ),
+      list: (cont) => api.listPage(path, { limit: LIST_PAGE, continue: cont, labelSelector: POD_SELECTOR }),
       parse: parsePod,
       transform: withoutUnreadFields,
       keyOf: (pod) => keyOf(pod.metadata),
@@ -444,7 +414,7 @@ export class PlaybookController {
   }
 
   private policyGovernor(namespaces: string[]): PolicyGovernor {
-    const { custom } = this.clients;
+    const { api } = this.clients;
     return new PolicyGovernor({
       namespaces,
       clients: this.clients,
@@ -458,24 +428,12 @@ export class PlaybookController {
       controllerMaxCeilingMs: this.config.maxCeiling,
       watchTimeoutMs: this.config.watchTimeout,
       resyncMs: this.config.resync,
-      list: (namespace) =>
-        paginate((cont) =>
+      list: (namespace, cont) =>
+        api.listPage(
           namespace
-            ? custom.listNamespacedCustomObject({
-                group: GROUP,
-                version: VERSION,
-                plural: POLICY_PLURAL,
-                namespace,
-                limit: LIST_PAGE,
-                _continue: cont,
-              })
-            : custom.listClusterCustomObject({
-                group: GROUP,
-                version: VERSION,
-                plural: POLICY_PLURAL,
-                limit: LIST_PAGE,
-                _continue: cont,
-              }),
+            ? `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${POLICY_PLURAL}`
+            : `/apis/${GROUP}/${VERSION}/${POLICY_PLURAL}`,
+          { limit: LIST_PAGE, continue: cont },
         ),
       playbooksIn: (namespace) => this.playbooksIn(namespace),
       onPolicyChange: (namespace) => this.policyChanged(namespace),
@@ -572,7 +530,7 @@ export class PlaybookController {
     if (created) return [...cached, created];
     try {
       const live = parsePod(
-        await this.clients.core.readNamespacedPod(
+        await this.clients.api.readNamespacedPod(
           { name: expected, namespace },
           abortedBy(this.writer.leadingSignal),
         ),
@@ -597,20 +555,4 @@ function describeProblem(
 
 function isControlledBy(pod: PodView, uid: string | undefined): boolean {
   return pod.metadata.ownerReferences?.some((ref) => ref.controller && ref.uid === uid) ?? false;
-}
-
-async function paginate(page: (cont: string | undefined) => Promise<unknown>): Promise<ListResult> {
-  const items: unknown[] = [];
-  let cont: string | undefined;
-  let resourceVersion = "";
-  do {
-    const list = (await page(cont)) as {
-      items?: unknown[];
-      metadata?: { resourceVersion?: string; _continue?: string; continue?: string };
-    };
-    items.push(...(list.items ?? []));
-    resourceVersion = list.metadata?.resourceVersion ?? resourceVersion;
-    cont = list.metadata?._continue ?? list.metadata?.continue;
-  } while (cont);
-  return { items, resourceVersion };
 }

@@ -1,9 +1,10 @@
 // Kubernetes Events on the Playbook, so `kubectl describe playbook` tells the run's story.
 // Best effort: a failed event is logged, never retried, and never fails a reconcile.
 import { randomBytes } from "node:crypto";
-import type { CoreV1Api, CoreV1Event } from "@kubernetes/client-node";
+import type { CoreV1Event } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { API_VERSION, KIND } from "../api/playbook.js";
+import type { ApiClient } from "./api-client.js";
 import { abortedBy, apiErrorMessage } from "./kube.js";
 import type { RecordedEvent } from "./reconcile.js";
 
@@ -17,15 +18,18 @@ export interface EventTarget {
   resourceVersion?: string | undefined;
 }
 
+/** The one call events need, so a test can record them without an API server. */
+export type EventApi = Pick<ApiClient, "createNamespacedEvent">;
+
 export class EventRecorder {
-  private readonly core: CoreV1Api;
+  private readonly core: EventApi;
   private readonly identity: string;
   private readonly log: Logger;
 
   private readonly signal: AbortSignal | undefined;
 
   /** signal, when given, ends the writes in flight and skips the rest (this replica stopped leading). */
-  constructor(core: CoreV1Api, identity: string, log: Logger, signal?: AbortSignal) {
+  constructor(core: EventApi, identity: string, log: Logger, signal?: AbortSignal) {
     this.core = core;
     this.identity = identity;
     this.log = log;

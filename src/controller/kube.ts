@@ -1,18 +1,10 @@
-// The API clients the controller uses, and the few error facts it decides on.
-import {
-  type ConfigurationOptions,
-  CoordinationV1Api,
-  CoreV1Api,
-  CustomObjectsApi,
-  createConfiguration,
-  KubeConfig,
-  Observable,
-  type ObservableMiddleware,
-  type RequestContext,
-  type ResponseContext,
-  ServerConfiguration,
-  setHeaderMiddleware,
-} from "@kubernetes/client-node";
+// The API client the controller uses, and the few error facts it decides on.
+// KubeConfig is the one value taken from client-node (the rest is types), so a bundle keeps
+// only it and what it needs.
+import { KubeConfig } from "@kubernetes/client-node";
+import { API_CALL_TIMEOUT_MS, ApiClient, type CallOptions } from "./api-client.js";
+
+export { API_CALL_TIMEOUT_MS };
 
 export const GROUP = "playbook.dev";
 export const VERSION = "v1alpha1";
@@ -20,9 +12,7 @@ export const PLURAL = "playbooks";
 
 export interface KubeClients {
   kubeConfig: KubeConfig;
-  core: CoreV1Api;
-  custom: CustomObjectsApi;
-  coordination: CoordinationV1Api;
+  api: ApiClient;
 }
 
 /** KUBECONFIG, then ~/.kube/config, then the in-cluster service account, as kubectl does. */
@@ -35,54 +25,20 @@ export function loadKubeConfig(): KubeConfig {
   return kubeConfig;
 }
 
-/** How long one API call may take unless it is given a shorter deadline. */
-export const API_CALL_TIMEOUT_MS = 30_000;
-
 /**
- * Clients whose every call ends by its deadline: a call on a dead connection would otherwise
- * wait forever (client-node sets no timeout), holding a worker or a Lease renew with it.
+ * A client whose every call ends by its deadline: a call on a dead connection would otherwise
+ * wait forever, holding a worker or a Lease renew with it.
  */
 export function makeClients(kubeConfig: KubeConfig, callTimeoutMs = API_CALL_TIMEOUT_MS): KubeClients {
-  const cluster = kubeConfig.getCurrentCluster();
-  if (!cluster) throw new Error("no Kubernetes cluster configured: set KUBECONFIG or run in a pod");
-  // As KubeConfig.makeApiClient builds it, plus the deadline.
-  const configuration = createConfiguration({
-    baseServer: new ServerConfiguration(cluster.server, {}),
-    authMethods: { default: kubeConfig },
-    middleware: [
-      setHeaderMiddleware("User-Agent", "playbook-controller"),
-      signalMiddleware(() => AbortSignal.timeout(callTimeoutMs)),
-    ],
-  });
-  return {
-    kubeConfig,
-    core: new CoreV1Api(configuration),
-    custom: new CustomObjectsApi(configuration),
-    coordination: new CoordinationV1Api(configuration),
-  };
+  return { kubeConfig, api: new ApiClient(kubeConfig, callTimeoutMs) };
 }
 
 /** Per-call options that also end the call when the signal aborts (as well as at its deadline). */
-export function abortedBy(
-  signal: AbortSignal,
-  ...more: ObservableMiddleware[]
-): ConfigurationOptions<ObservableMiddleware> {
-  return { middleware: [...more, signalMiddleware(() => signal)], middlewareMergeStrategy: "append" };
+export function abortedBy(signal: AbortSignal): CallOptions {
+  return { signal };
 }
 
-function signalMiddleware(signal: () => AbortSignal): ObservableMiddleware {
-  return {
-    pre(context: RequestContext) {
-      const earlier = context.getSignal();
-      const own = signal();
-      context.setSignal(earlier ? AbortSignal.any([earlier, own]) : own);
-      return new Observable(Promise.resolve(context));
-    },
-    post: (response: ResponseContext) => new Observable(Promise.resolve(response)),
-  };
-}
-
-/** The HTTP status of a failed API call (client-node's ApiException carries it as `code`). */
+/** The HTTP status of a failed API call (ApiError carries it as `code`, a failed watch as `statusCode`). */
 export function statusCodeOf(error: unknown): number | undefined {
   if (error && typeof error === "object") {
     const code = (error as { code?: unknown }).code;

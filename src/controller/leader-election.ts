@@ -2,12 +2,19 @@
 // by another is taken only after it went unrenewed for its leaseDurationSeconds as observed on our
 // own clock (never by comparing clocks across machines); the leader that cannot renew within
 // renewDeadline stops leading; on shutdown the leader releases the Lease so a standby takes over at once.
-import type { CoordinationV1Api, V1Lease } from "@kubernetes/client-node";
+import type { V1Lease } from "@kubernetes/client-node";
 import type { Logger } from "pino";
+import type { ApiClient } from "./api-client.js";
 import { abortedBy, apiErrorMessage, isConflict, isNotFound } from "./kube.js";
 
+/** The Lease calls leader election makes. */
+export type LeaseApi = Pick<
+  ApiClient,
+  "readNamespacedLease" | "createNamespacedLease" | "replaceNamespacedLease"
+>;
+
 export interface LeaderElectionOptions {
-  coordination: CoordinationV1Api;
+  coordination: LeaseApi;
   namespace: string;
   name: string;
   identity: string;
@@ -121,7 +128,7 @@ export class LeaderElector {
         namespace,
         ...(lease?.metadata?.resourceVersion ? { resourceVersion: lease.metadata.resourceVersion } : {}),
       },
-      // MicroTime fields are sent as preformatted strings; the serializer passes strings through.
+      // MicroTime fields are sent as preformatted strings (microseconds, as the API server writes them).
       spec: spec as V1Lease["spec"],
     };
   }

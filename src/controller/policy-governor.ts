@@ -21,7 +21,7 @@ import {
   policyProblems,
   policyRules,
 } from "../api/policy.js";
-import { Informer, type ListResult } from "./informer.js";
+import { Informer, type ListPage } from "./informer.js";
 import {
   abortedBy,
   apiErrorMessage,
@@ -71,7 +71,8 @@ export interface GovernorDeps {
   controllerMaxCeilingMs: number;
   watchTimeoutMs: number;
   resyncMs: number;
-  list: (namespace: string) => Promise<ListResult>;
+  /** One page of a namespace's policies ("" for all), from the continue token of the page before. */
+  list: (namespace: string, continueToken: string | undefined) => Promise<ListPage>;
   /** The Playbooks of a namespace, from the controller's cache. */
   playbooksIn: (namespace: string) => StoredPlaybook[];
   /** A namespace's policy changed: its Playbooks not started yet are looked at again. */
@@ -104,7 +105,7 @@ export class PolicyGovernor {
       watchPath: namespace
         ? `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${POLICY_PLURAL}`
         : `/apis/${GROUP}/${VERSION}/${POLICY_PLURAL}`,
-      list: () => this.deps.list(namespace),
+      list: (continueToken) => this.deps.list(namespace, continueToken),
       parse: parseStoredPolicy,
       keyOf: (policy) => keyOf(policy.metadata),
       resourceVersionOf: (policy) => policy.metadata.resourceVersion,
@@ -277,7 +278,7 @@ export class PolicyGovernor {
       if (JSON.stringify(status) === JSON.stringify(policy.status ?? {})) continue;
       const { name, resourceVersion } = policy.metadata;
       try {
-        await this.deps.clients.custom.replaceNamespacedCustomObjectStatus(
+        await this.deps.clients.api.replaceNamespacedCustomObjectStatus(
           {
             group: GROUP,
             version: VERSION,

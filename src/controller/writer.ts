@@ -1,7 +1,6 @@
 // The writer: applies a reconcile decision — pods first, then one status write, then events and
 // metrics — and remembers what it just wrote until the caches show it (as the Job controller's
 // expectations do), so the next pass neither reads a pod as missing nor writes over a stale status.
-import { PatchStrategy, setHeaderMiddleware, type V1Pod } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { z } from "zod";
 import { parseDuration } from "../api/duration.js";
@@ -76,7 +75,7 @@ export class PlaybookWriter {
 
   constructor(deps: WriterDeps) {
     this.deps = deps;
-    this.events = new EventRecorder(deps.clients.core, deps.identity, deps.log, this.leading.signal);
+    this.events = new EventRecorder(deps.clients.api, deps.identity, deps.log, this.leading.signal);
   }
 
   /** Ends every write in flight and refuses new ones: another replica may lead now. */
@@ -173,7 +172,7 @@ export class PlaybookWriter {
       spec: playbook.spec,
       status,
     };
-    const written = await this.deps.clients.custom.replaceNamespacedCustomObjectStatus(
+    const written = await this.deps.clients.api.replaceNamespacedCustomObjectStatus(
       { group: GROUP, version: VERSION, plural: PLURAL, namespace, name, body },
       abortedBy(this.leading.signal),
     );
@@ -204,13 +203,13 @@ export class PlaybookWriter {
     target: EventTarget,
   ): Promise<void> {
     try {
-      await this.deps.clients.core.patchNamespacedPod(
+      await this.deps.clients.api.patchNamespacedPod(
         {
           name: action.name,
           namespace: target.namespace,
           body: [{ op: "replace", path: "/spec/activeDeadlineSeconds", value: action.activeDeadlineSeconds }],
         },
-        abortedBy(this.leading.signal, setHeaderMiddleware("Content-Type", PatchStrategy.JsonPatch)),
+        abortedBy(this.leading.signal),
       );
       this.deps.log.info(
         {
@@ -228,13 +227,12 @@ export class PlaybookWriter {
 
   private async createPod(action: Action & { type: "createPod" }, target: EventTarget): Promise<void> {
     const ref = { namespace: target.namespace, name: target.name };
-    const { core } = this.deps.clients;
+    const { api } = this.deps.clients;
     const podName = action.pod.metadata.name;
     try {
-      // The manifest is plain JSON of a v1 Pod; the typed client serializes it field by field.
       const created = parsePod(
-        await core.createNamespacedPod(
-          { namespace: ref.namespace, body: action.pod as unknown as V1Pod },
+        await api.createNamespacedPod(
+          { namespace: ref.namespace, body: action.pod },
           abortedBy(this.leading.signal),
         ),
       );
@@ -270,7 +268,7 @@ export class PlaybookWriter {
   private async deletePod(action: Action & { type: "deletePod" }, target: EventTarget): Promise<void> {
     const ref = { namespace: target.namespace, name: target.name };
     try {
-      await this.deps.clients.core.deleteNamespacedPod(
+      await this.deps.clients.api.deleteNamespacedPod(
         {
           name: action.name,
           namespace: ref.namespace,

@@ -1,9 +1,9 @@
 // The Lease rules with an in-memory Lease store that behaves as the API server does for one
 // object: 404 until created, 409 on a stale resourceVersion. Time is injected.
-import type { CoordinationV1Api, V1Lease } from "@kubernetes/client-node";
+import type { V1Lease } from "@kubernetes/client-node";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { LeaderElector, microTime } from "../../src/controller/leader-election.js";
+import { LeaderElector, type LeaseApi, microTime } from "../../src/controller/leader-election.js";
 
 class LeaseStore {
   lease: V1Lease | undefined;
@@ -23,7 +23,7 @@ class LeaseStore {
       }
       return this.store(body);
     },
-  } as unknown as CoordinationV1Api;
+  } as unknown as LeaseApi;
 
   private store(body: V1Lease): V1Lease {
     this.version++;
