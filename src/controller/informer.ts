@@ -11,10 +11,15 @@ import { z } from "zod";
 import { formatDuration } from "../api/duration.js";
 import { WATCH_SECONDS_MIN } from "./config.js";
 
-export interface ListResult {
+/** One page of a list; `continue` names the next page, if there is one. */
+export interface ListPage {
   items: unknown[];
   resourceVersion: string;
+  continue?: string | undefined;
 }
+
+/** A list answered in one page. */
+export type ListResult = ListPage;
 
 export interface InformerHandlers<T> {
   /** old is undefined for an object seen for the first time. */
@@ -28,7 +33,12 @@ export interface InformerOptions<T> {
   kubeConfig: KubeConfig;
   watchPath: string;
   labelSelector?: string;
-  list: () => Promise<ListResult>;
+  /**
+   * One page of the collection, from the continue token of the page before (undefined: the
+   * first). Each page is cached before the next is asked for, so a large collection never sits
+   * in memory twice, as one text and one parsed tree.
+   */
+  list: (continueToken: string | undefined) => Promise<ListPage>;
   parse: (raw: unknown) => T | null;
   /**
    * Applied to every listed or watched object before parse, as client-go's SetTransform: drops
@@ -63,6 +73,9 @@ const MIN_BACKOFF_MS = 200;
 const GONE_PROBLEM = "watch expired (410 Gone), relisting";
 
 const MAX_BACKOFF_MS = 30_000;
+
+/** Times a list starts again from its first page after its continue token expired. */
+const MAX_LIST_RESTARTS = 3;
 
 export class Informer<T> {
   private readonly cache = new Map<string, T>();
@@ -232,25 +245,48 @@ export class Informer<T> {
   }
 
   private async relist(): Promise<void> {
-    const result = await this.options.list();
-    this.options.onRelist?.();
     const seen = new Set<string>();
-    for (const raw of result.items) {
-      const object = this.parseObject(raw);
-      if (!object) continue;
-      const key = this.options.keyOf(object);
-      seen.add(key);
-      const old = this.cache.get(key);
-      if (old && this.options.resourceVersionOf(old) === this.options.resourceVersionOf(object)) continue;
-      this.store(key, object);
-      this.emitUpsert(object, old);
+    let resourceVersion = "";
+    let cont: string | undefined;
+    let restarts = 0;
+    for (;;) {
+      let page: ListPage;
+      try {
+        page = await this.options.list(cont);
+      } catch (error) {
+        // A continue token outlived by a compaction: start the list again, as client-go's pager
+        // does, a few times before the outer loop's backoff takes over.
+        if (cont === undefined || !isGone(error) || restarts >= MAX_LIST_RESTARTS) throw error;
+        restarts++;
+        this.options.log.info(
+          { resource: this.options.resource },
+          "List continue token expired, listing again",
+        );
+        seen.clear();
+        cont = undefined;
+        continue;
+      }
+      if (cont === undefined) resourceVersion = page.resourceVersion;
+      for (const raw of page.items) {
+        const object = this.parseObject(raw);
+        if (!object) continue;
+        const key = this.options.keyOf(object);
+        seen.add(key);
+        const old = this.cache.get(key);
+        if (old && this.options.resourceVersionOf(old) === this.options.resourceVersionOf(object)) continue;
+        this.store(key, object);
+        this.emitUpsert(object, old);
+      }
+      cont = page.continue || undefined;
+      if (cont === undefined) break;
     }
+    this.options.onRelist?.();
     for (const [key, old] of [...this.cache]) {
       if (seen.has(key)) continue;
       this.remove(key);
       for (const handler of this.handlers) handler.onDelete?.(old);
     }
-    this.resourceVersion = result.resourceVersion;
+    this.resourceVersion = resourceVersion;
     this.setProblem(undefined);
     if (!this.synced) {
       this.synced = true;
