@@ -16,15 +16,16 @@ const { version } = z
 
 /** The entry's own modules: in no chunk, or the entry would import that chunk statically. */
 const ENTRY = /[\\/]src[\\/]cli[\\/](main|version)\.ts$/;
-/** The controller command's start, the one module of ours that imports the controller. */
-const CONTROLLER_START = /[\\/]src[\\/]cli[\\/]controller-run\.ts$/;
+/** The controller command, and its start, which imports the controller. */
+const CONTROLLER_START = /[\\/]src[\\/]cli[\\/]controller-(command|run)\.ts$/;
 /**
- * What the commands other than `controller` load: our code outside the controller (its config
- * parses the controller's flags), and the three packages they use. Everything else is the
- * controller's alone; a test fails if `playbook run` loads controller.js.
+ * What the commands other than `controller` load: our code outside the controller, and the three
+ * packages they use. Everything else is the controller's alone (its flags too: the command and
+ * its config are loaded only when argv names it); a test fails if `playbook run` loads
+ * controller.js.
  */
 const CLI =
-  /[\\/](src[\\/](api|cli|pod-runner)[\\/]|src[\\/]controller[\\/]config\.ts$|node_modules[\\/](commander|yaml|zod)[\\/])|rolldown[\\/]runtime/;
+  /[\\/](src[\\/](api|cli|pod-runner)[\\/]|node_modules[\\/](commander|yaml|zod)[\\/])|rolldown[\\/]runtime/;
 
 // Chunks of the last build would otherwise stay beside the new ones.
 rmSync(outDir, { recursive: true, force: true });

@@ -9,6 +9,7 @@ import {
   kebab,
   loadControllerConfig,
 } from "../controller/config.js";
+import { CONTROLLER_DESCRIPTION } from "./program.js";
 
 const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
   defaultCeiling: "run ceiling when spec.ceiling is not set (default 1h)",
@@ -43,9 +44,7 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
 };
 
 export function registerControllerCommand(program: Command): void {
-  const command = program
-    .command("controller")
-    .description("reconcile Playbooks into pods on the cluster in KUBECONFIG, or in-cluster");
+  const command = program.command("controller").description(CONTROLLER_DESCRIPTION);
   for (const [key, help] of Object.entries(FLAG_HELP)) {
     const variable = CONFIG_ENV[key as keyof ControllerConfigInput];
     if (key === "leaderElection") {

@@ -10,7 +10,6 @@ import { PLAN_ENV_VAR, RunPlanSchema } from "../api/plan.js";
 import type { Playbook } from "../api/playbook.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/status.js";
-import { registerControllerCommand } from "./controller-command.js";
 import { executeRun } from "./execute.js";
 import { defaultsUnder, enforcePolicy, InvalidPolicyFileError, readPolicyFile } from "./policy-file.js";
 import { helpfulProblem } from "./problems.js";
@@ -155,7 +154,24 @@ function reasonsHelp(): string {
     .join("\n")}\n`;
 }
 
-export function buildProgram(version: string, setExit: (code: number) => Promise<void> | void): Command {
+export const CONTROLLER_DESCRIPTION =
+  "reconcile Playbooks into pods on the cluster in KUBECONFIG, or in-cluster";
+
+/**
+ * The controller's flags come from its configuration's schema, which takes a start some
+ * milliseconds to build: its module is loaded only when argv names the command (help included).
+ * Otherwise the command's line in `playbook --help` is all that is needed, and this gives it, the
+ * same as the real command's ("controller [options]  ...").
+ */
+function registerControllerPlaceholder(program: Command, description: string): void {
+  program.command("controller").description(description).addOption(new Option("--placeholder").hideHelp());
+}
+
+export function buildProgram(
+  version: string,
+  setExit: (code: number) => Promise<void> | void,
+  controllerCommand?: typeof import("./controller-command.js"),
+): Command {
   const program = new Command("playbook")
     .description("Run Playbooks — ordered shell tasks under deadlines that really end the work")
     .version(version, "-V, --version")
@@ -207,7 +223,8 @@ export function buildProgram(version: string, setExit: (code: number) => Promise
       process.env.PLAYBOOK_TERMINATION_MESSAGE_PATH ?? "/dev/termination-log",
     )
     .action(async (flags) => setExit(await podRunnerCommand(flags)));
-  registerControllerCommand(program);
+  if (controllerCommand) controllerCommand.registerControllerCommand(program);
+  else registerControllerPlaceholder(program, CONTROLLER_DESCRIPTION);
   return program;
 }
 
@@ -230,9 +247,16 @@ function describeFailure(error: unknown): { code: number; message: string } {
 /** Runs the command in argv and gives its exit code; main.ts passes the version it already has. */
 export async function runProgram(argv: string[], version: string): Promise<number> {
   let exitCode: number = EXIT.succeeded;
-  const program = buildProgram(version, (code) => {
-    exitCode = code;
-  });
+  const controllerCommand = argv.slice(2).includes("controller")
+    ? await import("./controller-command.js")
+    : undefined;
+  const program = buildProgram(
+    version,
+    (code) => {
+      exitCode = code;
+    },
+    controllerCommand,
+  );
   try {
     await program.parseAsync(argv);
     return exitCode;
