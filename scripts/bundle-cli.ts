@@ -1,21 +1,27 @@
 // `npm run build`'s second step: the whole `playbook` command bundled with every npm dependency,
-// so that a start reads three files instead of resolving and compiling some 200 modules. The
-// entry, dist/bin/playbook.js, answers --version alone; the commands and what they share (cli.js)
-// and the controller with client-node, pino and prom-client (controller.js) are chunks beside it
-// that a dynamic import loads when a command, or `playbook controller`, needs them.
-import { chmodSync, readFileSync, rmSync } from "node:fs";
+// so that a start reads a few files instead of resolving and compiling some 200 modules. The
+// entry, dist/bin/playbook.js, answers --version alone; the chunks beside it are loaded by
+// dynamic imports when a command needs them: cli.js (the commands, commander, zod, yaml),
+// execute.js (the runner, for run and pod-runner) and controller.js (the controller with
+// client-node, pino and prom-client, for `playbook controller` alone).
+import { chmodSync, readFileSync, renameSync, rmSync } from "node:fs";
 import path from "node:path";
 import { build } from "rolldown";
 import { z } from "zod";
 
 const root = path.resolve(import.meta.dirname, "../..");
-const outDir = path.join(root, "dist", "bin");
+const binDir = path.join(root, "dist", "bin");
+// Built beside it, then swapped in: a test or benchmark that starts dist/bin/playbook.js while
+// a build runs finds the old files whole, missing only for the moment of the swap.
+const outDir = path.join(root, "dist", "bin.next");
 const { version } = z
   .object({ version: z.string().min(1) })
   .parse(JSON.parse(readFileSync(path.join(root, "package.json"), "utf8")));
 
 /** The entry's own modules: in no chunk, or the entry would import that chunk statically. */
 const ENTRY = /[\\/]src[\\/]cli[\\/](main|version)\.ts$/;
+/** What only the commands that run tasks load: the runner (execute.js). */
+const RUNNER = /[\\/]src[\\/](pod-runner[\\/]|cli[\\/]execute\.ts$)/;
 /** The controller command, and its start, which imports the controller. */
 const CONTROLLER_START = /[\\/]src[\\/]cli[\\/]controller-(command|run)\.ts$/;
 /**
@@ -24,10 +30,8 @@ const CONTROLLER_START = /[\\/]src[\\/]cli[\\/]controller-(command|run)\.ts$/;
  * its config are loaded only when argv names it); a test fails if `playbook run` loads
  * controller.js.
  */
-const CLI =
-  /[\\/](src[\\/](api|cli|pod-runner)[\\/]|node_modules[\\/](commander|yaml|zod)[\\/])|rolldown[\\/]runtime/;
+const CLI = /[\\/](src[\\/](api|cli)[\\/]|node_modules[\\/](commander|yaml|zod)[\\/])|rolldown[\\/]runtime/;
 
-// Chunks of the last build would otherwise stay beside the new ones.
 rmSync(outDir, { recursive: true, force: true });
 await build({
   input: { playbook: path.join(root, "src", "cli", "main.ts") },
@@ -53,13 +57,17 @@ await build({
       groups: [
         {
           name: "cli",
-          test: (id) => CLI.test(id) && !ENTRY.test(id) && !CONTROLLER_START.test(id),
+          test: (id) => CLI.test(id) && !ENTRY.test(id) && !CONTROLLER_START.test(id) && !RUNNER.test(id),
           priority: 2,
         },
-        { name: "controller", test: (id) => !ENTRY.test(id), priority: 1 },
+        // The runner's modules are left to the dynamic import that loads them, as execute.js.
+        { name: "controller", test: (id) => !ENTRY.test(id) && !RUNNER.test(id), priority: 1 },
       ],
     },
     sourcemap: true,
   },
 });
 chmodSync(path.join(outDir, "playbook.js"), 0o755);
+// Chunks of the last build would otherwise stay beside the new ones.
+rmSync(binDir, { recursive: true, force: true });
+renameSync(outDir, binDir);

@@ -10,7 +10,6 @@ import { PLAN_ENV_VAR, RunPlanSchema } from "../api/plan.js";
 import type { Playbook } from "../api/playbook.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/status.js";
-import { executeRun } from "./execute.js";
 import { defaultsUnder, enforcePolicy, InvalidPolicyFileError, readPolicyFile } from "./policy-file.js";
 import { helpfulProblem } from "./problems.js";
 import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
@@ -67,6 +66,8 @@ async function runCommand(flags: unknown): Promise<number> {
   const parsed = RunFlags.parse(flags);
   const { playbook, defaults } = readChecked(parsed.filename, parsed.policy);
   const limits = resolveLimits(playbook.spec, defaults);
+  // The runner (and node:crypto, node:child_process) only for the commands that run tasks.
+  const { executeRun } = await import("./execute.js");
   const result = await executeRun({
     name: playbook.metadata.name,
     tasks: playbook.spec.tasks,
@@ -133,6 +134,7 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
     "plan",
   );
   const limits = resolveLimits(playbook.spec, plan.defaults);
+  const { executeRun } = await import("./execute.js");
   const result = await executeRun({
     name: plan.namespace ? `${plan.namespace}/${plan.name}` : plan.name,
     tasks: playbook.spec.tasks,

@@ -117,7 +117,7 @@ describe("the playbook bundle", () => {
     expect(playbook(["-V"]).stdout).toBe(`${version}\n`);
   });
 
-  it("runs a Playbook without loading the controller's chunk", () => {
+  it("runs a Playbook without loading the controller's chunk, and validates one without the runner", () => {
     const run = playbook(["run", "-f", manifest]);
     expect(run.status, run.stderr).toBe(0);
     expect(run.stdout).toContain("hello");
@@ -125,9 +125,14 @@ describe("the playbook bundle", () => {
     expect(run.names).not.toContain("controller.js");
     expect(sourcesOf(run.loaded)).toContain("src/pod-runner/run.ts");
     expect(sourcesOf(run.loaded).filter((source) => CONTROLLER_ONLY.test(source))).toEqual([]);
+    // validate runs nothing: neither the runner nor the controller.
     const validate = playbook(["validate", "-f", manifest]);
     expect(validate.status, validate.stderr).toBe(0);
-    expect(sourcesOf(validate.loaded).filter((source) => CONTROLLER_ONLY.test(source))).toEqual([]);
+    expect(
+      sourcesOf(validate.loaded).filter(
+        (source) => CONTROLLER_ONLY.test(source) || source.startsWith("src/pod-runner/"),
+      ),
+    ).toEqual([]);
   });
 
   it("loads the controller's chunk for playbook controller", () => {
