@@ -203,12 +203,15 @@ export class ApiClient {
     const transport = url.protocol === "https:" ? https : http;
     const answer = await new Promise<{ status: number; text: string }>((resolve, reject) => {
       const request = transport.request(url, { ...connection, method, headers, signal }, (response) => {
-        const chunks: Buffer[] = [];
-        response.on("data", (chunk: Buffer) => chunks.push(chunk));
+        // Text in the V8 heap, not one Buffer the size of the answer: a page of a list is
+        // megabytes, and malloc keeps what it once held where the garbage collector gives it back.
+        let text = "";
+        response.setEncoding("utf8");
+        response.on("data", (chunk: string) => {
+          text += chunk;
+        });
         response.on("error", reject);
-        response.on("end", () =>
-          resolve({ status: response.statusCode ?? 0, text: Buffer.concat(chunks).toString("utf8") }),
-        );
+        response.on("end", () => resolve({ status: response.statusCode ?? 0, text }));
       });
       request.on("error", (error) => {
         // Say which deadline ended the call: the caller's signal, or the client's own.
