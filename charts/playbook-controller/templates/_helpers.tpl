@@ -65,14 +65,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}
 {{- end -}}
 
-{{/* --max-old-space-size at 75% of the memory limit, when the limit is in Mi or Gi. */}}
+{{/*
+The V8 old space for the container's memory limit (Mi or Gi): half of what the limit leaves above
+the 64 MiB Node needs outside its heap (96 for 256Mi). Capped, V8 collects before the heap grows
+past what the objects need; uncapped, it kept three times their size.
+*/}}
 {{- define "playbook-controller.heapMiB" -}}
 {{- $limit := "" -}}
 {{- with .Values.resources }}{{ with .limits }}{{ with .memory }}{{ $limit = toString . }}{{ end }}{{ end }}{{ end -}}
+{{- $mib := 0 -}}
 {{- if hasSuffix "Gi" $limit -}}
-{{- div (mul (trimSuffix "Gi" $limit | atoi) 1024 3) 4 -}}
+{{- $mib = mul (trimSuffix "Gi" $limit | atoi) 1024 -}}
 {{- else if hasSuffix "Mi" $limit -}}
-{{- div (mul (trimSuffix "Mi" $limit | atoi) 3) 4 -}}
+{{- $mib = trimSuffix "Mi" $limit | atoi -}}
+{{- end -}}
+{{- if gt $mib 64 -}}
+{{- div (sub $mib 64) 2 -}}
 {{- end -}}
 {{- end -}}
 
