@@ -144,7 +144,16 @@ export interface RunningController {
   stop(): Promise<void>;
 }
 
-/** Our controller as a deployment runs it: its own process, every namespace, no Lease (one replica). */
+/**
+ * The heap flags the chart sets for its default 256Mi memory limit (NODE_OPTIONS, from
+ * charts/playbook-controller/templates/_helpers.tpl; test/controller/chart-heap.test.ts holds them equal).
+ */
+export const CHART_NODE_OPTIONS = "--max-old-space-size=96 --max-semi-space-size=2";
+
+/**
+ * Our controller as a deployment runs it: its own process, every namespace, no Lease (one
+ * replica), the chart's heap flags.
+ */
 export async function startOurController(
   cluster: BenchCluster,
   options: { workers: number; extraArgs?: string[]; nodeOptions?: string[]; cli?: string },
@@ -168,7 +177,7 @@ export async function startOurController(
     ],
     {
       logFile: path.join(cluster.state.stateDir, "logs", "controller.log"),
-      env: { ...process.env, KUBECONFIG: cluster.ourKubeconfig },
+      env: { ...process.env, KUBECONFIG: cluster.ourKubeconfig, NODE_OPTIONS: CHART_NODE_OPTIONS },
     },
   );
   const metricsUrl = `http://127.0.0.1:${port}`;

@@ -4,6 +4,7 @@
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { parseAllDocuments } from "yaml";
+import { CHART_NODE_OPTIONS } from "../bench/bench-cluster.js";
 import { repoRoot } from "../harness/binaries.js";
 import { helm } from "./support.js";
 
@@ -32,6 +33,8 @@ describe("the chart's Node heap", () => {
     const container = await controllerContainer([]);
     expect(container.resources?.limits?.memory).toBe("256Mi");
     expect(nodeOptions(container)).toBe("--max-old-space-size=96 --max-semi-space-size=2");
+    // The benchmark starts the controller as the chart's default does.
+    expect(CHART_NODE_OPTIONS).toBe(nodeOptions(container));
   });
 
   it.each([
