@@ -152,7 +152,8 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
     }
     if (nodeKind === "process") log(`Process node ready (${node?.isolation ?? "see logs/process-node.log"})`);
 
-    const cli = path.join(repoRoot(), "dist", "src", "cli", "main.js");
+    // The bundle users run (the package's bin and the image's command), not tsc's output.
+    const cli = path.join(repoRoot(), "dist", "bin", "playbook.js");
     if (
       options.startController &&
       existsSync(path.join(repoRoot(), "src", "controller")) &&
@@ -176,7 +177,7 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       await controlPlane.record(controller);
       log(`Started the controller (log ${controller.logFile})`);
     } else if (options.startController) {
-      log("No controller in this checkout yet (src/controller and dist/src/cli/main.js); not started");
+      log("No controller in this checkout yet (src/controller and dist/bin/playbook.js); not started");
     }
 
     return {

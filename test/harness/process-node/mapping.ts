@@ -9,11 +9,12 @@ const mappingSchema = z.object({
 });
 
 /**
- * `playbook` (the runner image's entrypoint) runs this checkout's build under the current Node.
+ * `playbook` (the runner image's entrypoint) runs this checkout's bundle, dist/bin/playbook.js (what
+ * the image runs), under the current Node.
  * PROCESS_NODE_MAPPING (JSON: {"commands": {...}, "images": {...}}) adds or overrides entries.
  */
 export function defaultCommandMapping(env: NodeJS.ProcessEnv = process.env): CommandMapping {
-  const playbook = [process.execPath, path.join(repoRoot(), "dist", "src", "cli", "main.js")];
+  const playbook = [process.execPath, path.join(repoRoot(), "dist", "bin", "playbook.js")];
   const extra = env.PROCESS_NODE_MAPPING
     ? mappingSchema.parse(JSON.parse(env.PROCESS_NODE_MAPPING))
     : undefined;
