@@ -1,7 +1,6 @@
 // A whole run: tasks in order, retries after ordinary failures only, the ceiling counted from the
 // run's start (which the controller carries across pod re-creations), and a sweep at the end so
 // nothing a task left behind outlives the run.
-import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -71,11 +70,21 @@ function inheritedEnv(): NodeJS.ProcessEnv {
   return Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("PLAYBOOK_")));
 }
 
+/**
+ * An id no other live run on this machine has: no two live runners share a pid, and the random
+ * part tells this run from what an earlier runner with the same pid left behind. Not node:crypto,
+ * which would cost every start some milliseconds to load; the id needs to be unique, not secret.
+ */
+function newRunId(): string {
+  const random = Math.floor(Math.random() * 2 ** 32);
+  return `${process.pid.toString(16)}-${random.toString(16).padStart(8, "0")}`;
+}
+
 export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const runStart = options.runStart ?? new Date();
   const startedAt = performance.now();
   const ceilingAt = startedAt + (runStart.getTime() + options.limits.ceiling.ms - Date.now());
-  const runId = randomBytes(6).toString("hex");
+  const runId = newRunId();
   // Every attempt's PLAYBOOK_ATTEMPT_ID starts with this, so the whole run can be found at once.
   const runCookie = `${runId}.`;
   let scratch: string;
