@@ -19,7 +19,7 @@ const { version } = z
   .parse(JSON.parse(readFileSync(path.join(root, "package.json"), "utf8")));
 
 /** The entry's own modules: in no chunk, or the entry would import that chunk statically. */
-const ENTRY = /[\\/]src[\\/]cli[\\/](main|version)\.ts$/;
+const ENTRY = /[\\/]src[\\/]cli[\\/](main|version|code-cache)\.ts$/;
 /** What only the commands that run tasks load: the runner (execute.js). */
 const RUNNER = /[\\/]src[\\/](pod-runner[\\/]|cli[\\/]execute\.ts$)/;
 /** The controller command, and its start, which imports the controller. */
@@ -38,7 +38,13 @@ await build({
   platform: "node",
   tsconfig: path.join(root, "tsconfig.json"),
   // The version is written in, so neither --version nor the image reads package.json.
-  transform: { define: { __PLAYBOOK_VERSION__: JSON.stringify(version) } },
+  transform: {
+    define: {
+      __PLAYBOOK_VERSION__: JSON.stringify(version),
+      // The script the entry runs run, validate and pod-runner from: the second build below.
+      __PLAYBOOK_COMMANDS_SCRIPT__: JSON.stringify("commands.js"),
+    },
+  },
   treeshake: {
     // client-node's package.json has no sideEffects field, so without this every one of its
     // modules, the 2,700 generated API models among them, would stay in for what they might do
@@ -65,6 +71,25 @@ await build({
       ],
     },
     sourcemap: true,
+  },
+});
+// run, validate and pod-runner start from a second bundle of the same program: one CommonJS
+// script, which the entry runs through node:vm with a code cache made after the command ran
+// (src/cli/code-cache.ts); an ES module's cache can only be Node's, made before it runs. The
+// controller's command is left out: the entry sends argv that names it to the modules above.
+await build({
+  input: { commands: path.join(root, "src", "cli", "commands.ts") },
+  platform: "node",
+  tsconfig: path.join(root, "tsconfig.json"),
+  external: [/[\\/]controller-command\.js$/, /^\.\/controller-command\.js$/],
+  output: {
+    dir: outDir,
+    format: "cjs",
+    entryFileNames: "[name].js",
+    codeSplitting: false,
+    sourcemap: true,
+    banner:
+      "// The playbook command's run, validate and pod-runner: a script that playbook.js runs through node:vm.",
   },
 });
 chmodSync(path.join(outDir, "playbook.js"), 0o755);

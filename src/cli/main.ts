@@ -1,26 +1,50 @@
 #!/usr/bin/env node
 // The `playbook` command's entry. It loads only what the command in argv needs: `--version` alone
-// is answered here, before commander, zod and yaml are loaded; every other command loads the
-// program, and the controller's modules load only when `playbook controller` runs.
+// is answered here, before commander, zod and yaml are loaded; run, validate and pod-runner load
+// the commands' script (commands.js) with a code cache of everything they ran (code-cache.ts);
+// anything else (help, the controller, a mistyped command) loads the program's modules, and the
+// controller's modules load only when `playbook controller` runs.
 //
 // Most of a start is compiling modules, and every local run and every pod pays it: Node's module
 // compile cache (in the temporary folder, or where NODE_COMPILE_CACHE says) keeps their compiled
 // code between runs. It must be on before the program's modules load, so they are imported only
 // after it. A cache that cannot be written leaves the start as it was.
-import { statSync } from "node:fs";
-import module from "node:module";
-import { tmpdir } from "node:os";
+// (Built-in modules through process.getBuiltinModule: see code-cache.ts.)
+import { loadScript } from "./code-cache.js";
 import { packageVersion } from "./version.js";
 
+/**
+ * The commands' script beside the bundle's entry (scripts/bundle-cli.ts defines it); tsc's build,
+ * dist/src/cli/main.js, has none and loads the program's modules for every command.
+ */
+declare const __PLAYBOOK_COMMANDS_SCRIPT__: string | undefined;
+const COMMANDS_SCRIPT =
+  typeof __PLAYBOOK_COMMANDS_SCRIPT__ === "string" ? __PLAYBOOK_COMMANDS_SCRIPT__ : undefined;
+
+/** The commands' script serves these; its cache is shared by those that run tasks. */
+const SCRIPT_CACHES: Record<string, string> = { run: "run", "pod-runner": "run", validate: "validate" };
+
 const args = process.argv.slice(2);
+const scriptCache = args[0] === undefined ? undefined : SCRIPT_CACHES[args[0]];
 if (args.length === 1 && (args[0] === "--version" || args[0] === "-V")) {
   // What commander prints for it, byte for byte.
   process.stdout.write(`${packageVersion()}\n`);
+} else if (COMMANDS_SCRIPT !== undefined && scriptCache !== undefined && !args.includes("controller")) {
+  const script = loadScript<typeof import("./commands.js")>(
+    process.getBuiltinModule("node:path").join(import.meta.dirname, COMMANDS_SCRIPT),
+    scriptCache,
+  );
+  const code = await script.exports.runProgram(process.argv, packageVersion());
+  process.exitCode = code;
+  // Only from a command that did its work: a cache made by a refused one would lack most of it.
+  if (code === 0 || code === 1) script.saveCache();
 } else {
   // Node never returns from creating the cache folder in a temporary folder that does not exist
   // under /proc (TMPDIR=/proc/none): only a folder that exists gets the cache.
+  const { statSync } = process.getBuiltinModule("node:fs");
+  const { tmpdir } = process.getBuiltinModule("node:os");
   if (process.env.NODE_COMPILE_CACHE || statSync(tmpdir(), { throwIfNoEntry: false })?.isDirectory()) {
-    module.enableCompileCache?.();
+    process.getBuiltinModule("node:module").enableCompileCache?.();
   }
   const { runProgram } = await import("./program.js");
   process.exitCode = await runProgram(process.argv, packageVersion());

@@ -5,12 +5,16 @@
 import { spawnSync } from "node:child_process";
 import {
   accessSync,
+  chmodSync,
   constants,
   cpSync,
   existsSync,
+  mkdirSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -30,18 +34,28 @@ let manifest: string;
 beforeAll(() => {
   scratch = mkdtempSync(path.join(tmpdir(), "cli-bundle-"));
   // Records every module file the command loads, dynamic imports included, as Node's own module
-  // hooks see them: a chunk imported statically by mistake shows up here.
+  // hooks see them: a chunk imported statically by mistake shows up here. The commands' script
+  // (commands.js) is run through node:vm, not loaded as a module: the files the command opens
+  // show it.
   hook = path.join(scratch, "record-loads.mjs");
   writeFileSync(
     hook,
-    `import { registerHooks } from "node:module";
-import { appendFileSync } from "node:fs";
+    `import { registerHooks, syncBuiltinESMExports } from "node:module";
+import fs from "node:fs";
+import { pathToFileURL } from "node:url";
+const { appendFileSync } = fs;
 registerHooks({
   load(url, context, nextLoad) {
     if (url.startsWith("file:")) appendFileSync(process.env.LOADS_FILE, url + "\\n");
     return nextLoad(url, context);
   },
 });
+const openSync = fs.openSync;
+fs.openSync = (file, ...rest) => {
+  if (typeof file === "string" && file.endsWith(".js")) appendFileSync(process.env.LOADS_FILE, pathToFileURL(file).href + "\\n");
+  return openSync(file, ...rest);
+};
+syncBuiltinESMExports();
 `,
   );
   manifest = path.join(scratch, "one.yaml");
@@ -105,7 +119,11 @@ describe("the playbook bundle", () => {
     expect(run.stdout).toBe(`${version}\n`);
     expect(run.stderr).toBe("");
     expect(run.loaded).toEqual([CLI]);
-    expect(sourcesOf(run.loaded).sort()).toEqual(["src/cli/main.ts", "src/cli/version.ts"]);
+    expect(sourcesOf(run.loaded).sort()).toEqual([
+      "src/cli/code-cache.ts",
+      "src/cli/main.ts",
+      "src/cli/version.ts",
+    ]);
   });
 
   it("prints the same bytes for -V and for --version when commander parses them", () => {
@@ -117,22 +135,68 @@ describe("the playbook bundle", () => {
     expect(playbook(["-V"]).stdout).toBe(`${version}\n`);
   });
 
-  it("runs a Playbook without loading the controller's chunk, and validates one without the runner", () => {
+  it("runs and validates a Playbook from the commands' script, without the controller's modules", () => {
     const run = playbook(["run", "-f", manifest]);
     expect(run.status, run.stderr).toBe(0);
     expect(run.stdout).toContain("hello");
-    expect(run.names).toContain("cli.js");
-    expect(run.names).not.toContain("controller.js");
+    expect(run.names).toEqual(["playbook.js", "commands.js"]);
     expect(sourcesOf(run.loaded)).toContain("src/pod-runner/run.ts");
     expect(sourcesOf(run.loaded).filter((source) => CONTROLLER_ONLY.test(source))).toEqual([]);
-    // validate runs nothing: neither the runner nor the controller.
     const validate = playbook(["validate", "-f", manifest]);
     expect(validate.status, validate.stderr).toBe(0);
+    expect(validate.names).toEqual(["playbook.js", "commands.js"]);
+    expect(sourcesOf(validate.loaded).filter((source) => CONTROLLER_ONLY.test(source))).toEqual([]);
+  });
+
+  it("starts a second run from a code cache of the commands' script that the first run wrote", () => {
+    const cacheRoot = path.join(scratch, "cache-second-run");
+    const env = { NODE_COMPILE_CACHE: cacheRoot };
+    const first = playbook(["run", "-f", manifest], { env });
+    expect(first.status, first.stderr).toBe(0);
+    const folder = path.join(cacheRoot, `playbook-${process.getuid?.()}`);
+    const caches = readdirSync(folder).filter((name) => name.startsWith("commands-run-"));
+    expect(caches).toHaveLength(1);
+    // Private: code read from it runs.
+    expect(statSync(folder).mode & 0o777).toBe(0o700);
+    expect(statSync(path.join(folder, caches[0] as string)).mode & 0o777).toBe(0o600);
+    const second = playbook(["run", "-f", manifest], { env });
+    expect(second.status, second.stderr).toBe(0);
+    expect(second.stdout).toBe(first.stdout);
+    expect(second.stderr.replace(/\d+ms/g, "")).toBe(first.stderr.replace(/\d+ms/g, ""));
+    // validate keeps its own, and pod-runner shares run's.
+    expect(playbook(["validate", "-f", manifest], { env }).status).toBe(0);
     expect(
-      sourcesOf(validate.loaded).filter(
-        (source) => CONTROLLER_ONLY.test(source) || source.startsWith("src/pod-runner/"),
-      ),
-    ).toEqual([]);
+      readdirSync(folder)
+        .filter((name) => name.startsWith("commands-"))
+        .sort(),
+    ).toEqual([caches[0], expect.stringMatching(/^commands-validate-/)]);
+  });
+
+  it("runs as before from a damaged cache, and replaces it", () => {
+    const cacheRoot = path.join(scratch, "cache-damaged");
+    const env = { NODE_COMPILE_CACHE: cacheRoot };
+    const first = playbook(["run", "-f", manifest], { env });
+    expect(first.status, first.stderr).toBe(0);
+    const folder = path.join(cacheRoot, `playbook-${process.getuid?.()}`);
+    const [name] = readdirSync(folder);
+    const file = path.join(folder, name as string);
+    const good = readFileSync(file);
+    writeFileSync(file, Buffer.alloc(good.length, 7), { mode: 0o600 });
+    const damaged = playbook(["run", "-f", manifest], { env });
+    expect(damaged.status, damaged.stderr).toBe(0);
+    expect(damaged.stdout).toBe(first.stdout);
+    expect(readFileSync(file).equals(Buffer.alloc(good.length, 7))).toBe(false);
+  });
+
+  it("neither reads nor writes a cache in a folder that others can write", () => {
+    const cacheRoot = path.join(scratch, "cache-shared");
+    const folder = path.join(cacheRoot, `playbook-${process.getuid?.()}`);
+    mkdirSync(folder, { recursive: true });
+    chmodSync(folder, 0o777);
+    const run = playbook(["run", "-f", manifest], { env: { NODE_COMPILE_CACHE: cacheRoot } });
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toContain("hello");
+    expect(readdirSync(folder)).toEqual([]);
   });
 
   it("loads the controller's chunk for playbook controller", () => {
