@@ -46,14 +46,33 @@ function readProcFile(path: string): Buffer | null {
   }
 }
 
+const SPACE = 0x20;
+const CLOSE_PAREN = 0x29;
+
+/** The decimal number at `at` in `bytes` (a /proc field), up to the next space. */
+function numberAt(bytes: Buffer, at: number): number {
+  let value = 0;
+  for (let i = at; i < bytes.length && bytes[i] !== SPACE; i++)
+    value = value * 10 + ((bytes[i] as number) - 48);
+  return value;
+}
+
 function readStat(pid: number | "self"): ProcessStat | null {
   const bytes = readProcFile(`/proc/${pid}/stat`);
   if (bytes === null) return null; // gone since the directory was listed
-  const stat = bytes.toString("latin1");
-  // The command name is in parentheses and may itself contain spaces or ')'.
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  const state = fields[0] ?? "?";
-  return { pgrp: Number(fields[2]), startTime: Number(fields[19]), alive: state !== "Z" && state !== "X" };
+  // The command name is in parentheses and may itself contain spaces or ')'. After it: state,
+  // ppid, pgrp, ... starttime (the 20th); read in place, as a scan does this for every process.
+  const afterName = bytes.lastIndexOf(CLOSE_PAREN) + 2;
+  const state = bytes[afterName];
+  let pgrp = Number.NaN;
+  let startTime = Number.NaN;
+  for (let field = 0, at = afterName; field <= 19 && at > 0 && at < bytes.length; field++) {
+    if (field === 2) pgrp = numberAt(bytes, at);
+    else if (field === 19) startTime = numberAt(bytes, at);
+    at = bytes.indexOf(SPACE, at) + 1;
+  }
+  // Z (zombie) and X (dead) are no longer running anything.
+  return { pgrp, startTime, alive: state !== 0x5a && state !== 0x58 };
 }
 
 /** When `pid` started, in clock ticks after boot; 0 when it is already gone. */
