@@ -37,6 +37,7 @@ if (args.length === 1 && (args[0] === "--version" || args[0] === "-V")) {
   const code = await script.exports.runProgram(process.argv, packageVersion());
   process.exitCode = code;
   // Only from a command that did its work: a cache made by a refused one would lack most of it.
+  // (No process.exit: output a slow reader has not taken yet is still on its way out.)
   if (code === 0 || code === 1) script.saveCache();
 } else {
   // Node never returns from creating the cache folder in a temporary folder that does not exist

@@ -13,8 +13,10 @@ import {
   policyLimitDefaults,
   policyRules,
 } from "../api/policy.js";
+import { InvalidPolicyFileError } from "./policy-file-error.js";
 
-export class InvalidPolicyFileError extends Error {}
+// In a module of its own, so that program.ts can tell it without loading this one.
+export { InvalidPolicyFileError } from "./policy-file-error.js";
 
 /** The rules a policy file gives; throws InvalidPolicyFileError naming the file and each bad field. */
 export function readPolicyFile(file: string): NamespaceRules {

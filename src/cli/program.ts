@@ -10,7 +10,7 @@ import { PLAN_ENV_VAR, RunPlanSchema } from "../api/plan.js";
 import type { Playbook } from "../api/playbook.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/status.js";
-import { defaultsUnder, enforcePolicy, InvalidPolicyFileError, readPolicyFile } from "./policy-file.js";
+import { InvalidPolicyFileError } from "./policy-file-error.js";
 import { helpfulProblem } from "./problems.js";
 import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
 
@@ -32,14 +32,18 @@ function describeReadError(error: unknown, file: string): string {
 }
 
 /** The manifest, checked against the --policy file when one is given, and the defaults it runs with. */
-function readChecked(
+async function readChecked(
   file: string,
   policyFile: string | undefined,
-): { playbook: Playbook; defaults: LimitDefaults } {
-  const rules = policyFile === undefined ? undefined : readPolicyFile(policyFile);
+): Promise<{ playbook: Playbook; defaults: LimitDefaults }> {
+  if (policyFile === undefined)
+    return { playbook: readManifest(file, LOCAL_DEFAULTS), defaults: LOCAL_DEFAULTS };
+  // The policy's module, and the hundred zod schemas it builds, only when a policy is given.
+  const { defaultsUnder, enforcePolicy, readPolicyFile } = await import("./policy-file.js");
+  const rules = readPolicyFile(policyFile);
   const defaults = defaultsUnder(rules, LOCAL_DEFAULTS);
   const playbook = readManifest(file, defaults);
-  if (rules) enforcePolicy(playbook, rules, defaults, file);
+  enforcePolicy(playbook, rules, defaults, file);
   return { playbook, defaults };
 }
 
@@ -64,7 +68,7 @@ const RunFlags = z.strictObject({
 
 async function runCommand(flags: unknown): Promise<number> {
   const parsed = RunFlags.parse(flags);
-  const { playbook, defaults } = readChecked(parsed.filename, parsed.policy);
+  const { playbook, defaults } = await readChecked(parsed.filename, parsed.policy);
   const limits = resolveLimits(playbook.spec, defaults);
   // The runner (and node:crypto, node:child_process) only for the commands that run tasks.
   const { executeRun } = await import("./execute.js");
@@ -92,9 +96,9 @@ async function runCommand(flags: unknown): Promise<number> {
   return result.outcome.phase === "Succeeded" ? EXIT.succeeded : EXIT.failed;
 }
 
-function validateCommand(flags: { filename?: string; policy?: string }): number {
+async function validateCommand(flags: { filename?: string; policy?: string }): Promise<number> {
   if (!flags.filename) throw new UsageError("-f FILE is required");
-  const { playbook, defaults } = readChecked(flags.filename, flags.policy);
+  const { playbook, defaults } = await readChecked(flags.filename, flags.policy);
   const limits = resolveLimits(playbook.spec, defaults);
   const lines = [
     `${flags.filename}: Playbook ${playbook.metadata.name} is valid`,
@@ -213,7 +217,7 @@ export function buildProgram(
       "--policy <file>",
       "a PlaybookPolicy manifest: check the Playbook against it and show its defaults (source policy)",
     )
-    .action((flags) => setExit(validateCommand(flags)));
+    .action(async (flags) => setExit(await validateCommand(flags)));
   program
     .command("pod-runner")
     .showHelpAfterError("See 'playbook pod-runner --help' for usage.")
