@@ -124,11 +124,12 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
           log(`launch ${n} (${side}): ${(elapsed / 1000).toFixed(2)}s`);
           return perMinute(n, elapsed);
         } finally {
-          // The Job controller must be there to take its finalizers off the pods it made. --quick
-          // does not wait: what is left of the namespace is Pending pods, gone with the cluster.
+          // Stopped first, so that no controller makes pods while the namespace goes (deleteNamespace
+          // takes the Job controller's finalizers off its pods). --quick does not wait: what is left
+          // of the namespace is Pending pods, gone with the cluster.
+          await controller.stop();
           if (quick) await cluster.api.request("DELETE", `/api/v1/namespaces/${namespace}`);
           else await deleteNamespace(cluster.api, namespace);
-          await controller.stop();
         }
       };
       // Interleaved: ours, the lifted Job controller, the default one; then the lifted one again
