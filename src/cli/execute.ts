@@ -134,6 +134,9 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     if (options.reportPath) writeReport(options.reportPath, reportText, options.progressOut);
     const report = decodeReport(reportText, options.tasks.length);
     progress.end(outcome, expandReport(report, options.limits).message);
+    // What the sink still holds goes out before the result: the command may then end the process
+    // at once (main.ts), which would drop it.
+    while (sink.writableLength > 0) await new Promise((resolve) => setTimeout(resolve, 1));
     return { outcome, report, reportText, interrupted };
   } finally {
     for (const signal of signals) process.off(signal, onSignal);
