@@ -485,7 +485,9 @@ describe("playbook pod-runner", () => {
       defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
       spec: {
         killGrace: "2s",
-        tasks: [{ name: "work", run: "trap 'exit 0' TERM; echo up; sleep 30 & wait" }],
+        // "up" comes once sleep is forked: a SIGTERM before the fork would leave sleep alive
+        // until the grace's SIGKILL, and the task would end Killed instead of Exited.
+        tasks: [{ name: "work", run: "trap 'exit 0' TERM; sleep 30 & echo up; wait" }],
       },
     };
     const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
