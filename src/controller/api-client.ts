@@ -8,8 +8,8 @@ import { z } from "zod";
 
 /** How long one API call may take unless it is given a shorter deadline. */
 export const API_CALL_TIMEOUT_MS = 30_000;
-export const USER_AGENT = "playbook-controller";
-export const JSON_PATCH = "application/json-patch+json";
+const USER_AGENT = "playbook-controller";
+const JSON_PATCH = "application/json-patch+json";
 
 /** Per-call options: the call also ends when the signal aborts (as well as at its deadline). */
 export interface CallOptions {

@@ -5,16 +5,7 @@ import type { Logger } from "pino";
 import { POLICY_PLURAL } from "../api/policy.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
 import { Informer } from "./informer.js";
-import {
-  abortedBy,
-  apiErrorMessage,
-  GROUP,
-  isConflict,
-  isNotFound,
-  type KubeClients,
-  PLURAL,
-  VERSION,
-} from "./kube.js";
+import { apiErrorMessage, GROUP, isConflict, isNotFound, type KubeClients, PLURAL, VERSION } from "./kube.js";
 import { LeaderElector } from "./leader-election.js";
 import { ControllerMetrics } from "./metrics.js";
 import {
@@ -532,7 +523,7 @@ export class PlaybookController {
       const live = parsePod(
         await this.clients.api.readNamespacedPod(
           { name: expected, namespace },
-          abortedBy(this.writer.leadingSignal),
+          { signal: this.writer.leadingSignal },
         ),
       );
       if (live && isControlledBy(live, uid)) return [...cached, live];

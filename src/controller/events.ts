@@ -5,7 +5,7 @@ import type { CoreV1Event } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { API_VERSION, KIND } from "../api/playbook.js";
 import type { ApiClient } from "./api-client.js";
-import { abortedBy, apiErrorMessage } from "./kube.js";
+import { apiErrorMessage } from "./kube.js";
 import type { RecordedEvent } from "./reconcile.js";
 
 export const COMPONENT = "playbook-controller";
@@ -82,7 +82,7 @@ export class EventRecorder {
     try {
       await this.core.createNamespacedEvent(
         { namespace: target.namespace, body },
-        this.signal ? abortedBy(this.signal) : undefined,
+        this.signal ? { signal: this.signal } : undefined,
       );
     } catch (error) {
       this.log.warn(

@@ -2,7 +2,7 @@
 // KubeConfig is the one value taken from client-node (the rest is types), so a bundle keeps
 // only it and what it needs.
 import { KubeConfig } from "@kubernetes/client-node";
-import { API_CALL_TIMEOUT_MS, ApiClient, type CallOptions } from "./api-client.js";
+import { API_CALL_TIMEOUT_MS, ApiClient } from "./api-client.js";
 
 export { API_CALL_TIMEOUT_MS };
 
@@ -31,11 +31,6 @@ export function loadKubeConfig(): KubeConfig {
  */
 export function makeClients(kubeConfig: KubeConfig, callTimeoutMs = API_CALL_TIMEOUT_MS): KubeClients {
   return { kubeConfig, api: new ApiClient(kubeConfig, callTimeoutMs) };
-}
-
-/** Per-call options that also end the call when the signal aborts (as well as at its deadline). */
-export function abortedBy(signal: AbortSignal): CallOptions {
-  return { signal };
 }
 
 /** The HTTP status of a failed API call (ApiError carries it as `code`, a failed watch as `statusCode`). */

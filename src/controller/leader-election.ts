@@ -5,7 +5,7 @@
 import type { V1Lease } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import type { ApiClient } from "./api-client.js";
-import { abortedBy, apiErrorMessage, isConflict, isNotFound } from "./kube.js";
+import { apiErrorMessage, isConflict, isNotFound } from "./kube.js";
 
 /** The Lease calls leader election makes. */
 export type LeaseApi = Pick<
@@ -136,7 +136,7 @@ export class LeaderElector {
   /** One read and, when this replica may hold the Lease, one write; signal ends them early. */
   async tryAcquireOrRenew(signal?: AbortSignal): Promise<boolean> {
     const { coordination, namespace, name, identity, log } = this.options;
-    const call = signal ? abortedBy(signal) : undefined;
+    const call = signal ? { signal: signal } : undefined;
     const durationSeconds = Math.ceil(this.options.leaseDurationMs / 1000);
     const now = this.now();
     let lease: V1Lease | undefined;

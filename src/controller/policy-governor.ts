@@ -22,15 +22,7 @@ import {
   policyRules,
 } from "../api/policy.js";
 import { Informer, type ListPage } from "./informer.js";
-import {
-  abortedBy,
-  apiErrorMessage,
-  GROUP,
-  isConflict,
-  isNotFound,
-  type KubeClients,
-  VERSION,
-} from "./kube.js";
+import { apiErrorMessage, GROUP, isConflict, isNotFound, type KubeClients, VERSION } from "./kube.js";
 import type { ControllerMetrics } from "./metrics.js";
 import { keyOf, MetaSchema, type StoredPlaybook } from "./objects.js";
 import { isFinished } from "./status.js";
@@ -293,7 +285,7 @@ export class PolicyGovernor {
               status,
             },
           },
-          abortedBy(this.signal),
+          { signal: this.signal },
         );
         this.lastWrite.set(namespace, performance.now());
         this.deps.metrics.policyStatusWrites.inc();

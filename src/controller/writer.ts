@@ -7,7 +7,6 @@ import { parseDuration } from "../api/duration.js";
 import { API_VERSION, KIND, type PlaybookStatus } from "../api/playbook.js";
 import { EventRecorder, type EventTarget } from "./events.js";
 import {
-  abortedBy,
   apiErrorMessage,
   GROUP,
   isConflict,
@@ -174,7 +173,7 @@ export class PlaybookWriter {
     };
     const written = await this.deps.clients.api.replaceNamespacedCustomObjectStatus(
       { group: GROUP, version: VERSION, plural: PLURAL, namespace, name, body },
-      abortedBy(this.leading.signal),
+      { signal: this.leading.signal },
     );
     this.deps.metrics.statusWrites.inc();
     if (resourceVersion && WrittenSchema.safeParse(written).success)
@@ -209,7 +208,7 @@ export class PlaybookWriter {
           namespace: target.namespace,
           body: [{ op: "replace", path: "/spec/activeDeadlineSeconds", value: action.activeDeadlineSeconds }],
         },
-        abortedBy(this.leading.signal),
+        { signal: this.leading.signal },
       );
       this.deps.log.info(
         {
@@ -233,7 +232,7 @@ export class PlaybookWriter {
       const created = parsePod(
         await api.createNamespacedPod(
           { namespace: ref.namespace, body: action.pod },
-          abortedBy(this.leading.signal),
+          { signal: this.leading.signal },
         ),
       );
       if (created) this.rememberCreated(created, action.pod.metadata.ownerReferences[0]?.uid ?? "");
@@ -277,7 +276,7 @@ export class PlaybookWriter {
             : {}),
           propagationPolicy: "Background",
         },
-        abortedBy(this.leading.signal),
+        { signal: this.leading.signal },
       );
       this.deps.log.info({ ...ref, pod: action.name, why: action.why }, "Deleted Pod");
     } catch (error) {

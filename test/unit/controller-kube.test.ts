@@ -16,7 +16,6 @@ import {
 import { afterEach, describe, expect, it } from "vitest";
 import { ApiClient } from "../../src/controller/api-client.js";
 import {
-  abortedBy,
   apiErrorMessage,
   isConflict,
   isNotFound,
@@ -104,7 +103,7 @@ describe("an API call to a server that never answers", () => {
     const { api } = makeClients(await silentApi(), 60_000);
     const started = performance.now();
     await expect(
-      api.readNamespacedLease({ name: "l", namespace: "ops" }, abortedBy(AbortSignal.timeout(200))),
+      api.readNamespacedLease({ name: "l", namespace: "ops" }, { signal: AbortSignal.timeout(200) }),
     ).rejects.toThrow(/timeout|abort/i);
     expect(performance.now() - started).toBeLessThan(5000);
   });
