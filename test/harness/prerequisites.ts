@@ -219,19 +219,35 @@ export function installCommand(prerequisite: Prerequisite): string {
   return aptInstallLine([prerequisite.debianPackage]);
 }
 
-/** "332 MB" from apt-get's simulation ("After this operation, 332 MB of additional disk space will be used"). */
-export function aptSizeFrom(output: string): string | undefined {
-  return /After this operation, ([\d.,]+ [kMG]?B) of additional disk space/.exec(output)?.[1];
+/** The packages apt would install, from `apt-get install -s` (a simulation: "Inst tini (0.19.0-1 ...)"). */
+export function aptSimulatedInstalls(simulation: string): string[] {
+  return [...simulation.matchAll(/^Inst (\S+)/gm)].map((match) => match[1] ?? "").filter(Boolean);
 }
 
-/** What apt says the packages take on disk, when its package lists can tell at once. */
+/** "332 MB": the sum of the Installed-Size fields (kB) of `apt-cache show --no-all-versions`. */
+export function aptInstalledSize(show: string): string | undefined {
+  const kB = [...show.matchAll(/^Installed-Size: (\d+)/gm)].reduce((sum, match) => sum + Number(match[1]), 0);
+  return kB > 0 ? `${(kB / 1000).toFixed(kB < 10_000 ? 1 : 0)} MB` : undefined;
+}
+
+/**
+ * What the packages and the dependencies apt would add take on disk, when its package lists can
+ * tell at once. Only a simulation (-s) and apt-cache: nothing is installed here (`apt-get install
+ * --assume-no` would install whatever needs no question).
+ */
 function aptSize(packages: string[]): string | undefined {
-  const result = spawnSync("apt-get", ["install", "--assume-no", "--no-install-recommends", ...packages], {
-    encoding: "utf8",
+  const options = {
+    encoding: "utf8" as const,
     timeout: 15_000,
-    env: { ...process.env, DEBIAN_FRONTEND: "noninteractive", LC_ALL: "C" },
-  });
-  return aptSizeFrom(`${result.stdout ?? ""}`);
+    env: { ...process.env, LC_ALL: "C" },
+    stdio: ["ignore", "pipe", "ignore"] as ["ignore", "pipe", "ignore"],
+  };
+  const simulated = spawnSync("apt-get", ["install", "-s", "--no-install-recommends", ...packages], options);
+  const installs = aptSimulatedInstalls(simulated.stdout ?? "");
+  if (installs.length === 0) return undefined;
+  return aptInstalledSize(
+    spawnSync("apt-cache", ["show", "--no-all-versions", ...installs], options).stdout ?? "",
+  );
 }
 
 /** The notice said before installing: what, why, how big, and how to decline. */

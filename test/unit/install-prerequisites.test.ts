@@ -3,8 +3,9 @@
 // alias; and what is said before installing and when declining.
 import { describe, expect, it } from "vitest";
 import {
+  aptInstalledSize,
   aptInstallLine,
-  aptSizeFrom,
+  aptSimulatedInstalls,
   ensurePrerequisites,
   installChoice,
   installNotice,
@@ -59,14 +60,16 @@ describe("what is said about installing", () => {
     );
   });
 
-  it("the size comes from apt's own summary", () => {
+  it("the size is what apt's simulation would install, summed from apt-cache, nothing installed", () => {
+    const simulation =
+      "NOTE: This is only a simulation!\nInst libtext-charwidth-perl (0.04-11 Debian:12.12/stable [amd64])\n" +
+      "Inst cowsay (3.03+dfsg2-8 Debian:12.12/stable [all])\nConf cowsay (3.03+dfsg2-8 Debian:12.12/stable [all])\n";
+    expect(aptSimulatedInstalls(simulation)).toEqual(["libtext-charwidth-perl", "cowsay"]);
     expect(
-      aptSizeFrom("...\nAfter this operation, 332 MB of additional disk space will be used.\nAbort.\n"),
+      aptInstalledSize("Package: a\nInstalled-Size: 61234\n\nPackage: b\nInstalled-Size: 270766\n"),
     ).toBe("332 MB");
-    expect(aptSizeFrom("After this operation, 1,024 kB of additional disk space will be used.")).toBe(
-      "1,024 kB",
-    );
-    expect(aptSizeFrom("E: Unable to locate package nope")).toBeUndefined();
+    expect(aptInstalledSize("Package: a\nInstalled-Size: 1234\n")).toBe("1.2 MB");
+    expect(aptInstalledSize("E: No packages found")).toBeUndefined();
   });
 
   it("the command to run is one apt-get line, with sudo when not root", () => {
