@@ -12,7 +12,7 @@ const log = (message: string): void => {
 };
 
 // --no-controller leaves the controller out, for `npx playbook controller` by hand; --no-install
-// (or CLUSTER_NO_INSTALL=1) stops at a missing package instead of installing it with apt-get;
+// (or PLAYBOOK_NO_INSTALL=1) stops at a missing package instead of installing it with apt-get;
 // --node real runs pods in containerd under a real kubelet instead of the process node.
 const Flags = z.object({
   noController: z.boolean(),

@@ -16,7 +16,12 @@ const log = (message: string): void => {
 
 try {
   // podman, runc, CNI plugins, debootstrap: installed as root with apt-get, else one line saying how.
-  ensurePrerequisites({ install: !installForbiddenByEnv(), log, prerequisites: IMAGE_PREREQUISITES });
+  ensurePrerequisites({
+    install: !installForbiddenByEnv(),
+    log,
+    prerequisites: IMAGE_PREREQUISITES,
+    why: "image:base makes the base's stand-in with debootstrap and imports it into podman (runc, CNI plugins)",
+  });
   const { values } = parseArgs({ options: { force: { type: "boolean", default: false } } });
   const engine = containerEngine();
   if ((await imageExists(engine, BASE_IMAGE)) && !values.force) {

@@ -1,9 +1,10 @@
 // `npm run image:build [-- --archive FILE] [--pull]`: builds the Dockerfile as
 // playbook-controller:<version> with podman (configured under the project's cache folder) or
-// docker; where the base image is missing, a stand-in is made locally instead of pulling.
+// docker, whichever answers; the base is pulled where the registry answers a quick probe, else a
+// stand-in is made locally (--pull or PLAYBOOK_IMAGE_PULL=1 always pulls, PLAYBOOK_IMAGE_PULL=0 never).
 import { parseArgs } from "node:util";
 import { containerEngine } from "../test/harness/container-engine.js";
-import { buildImage, imageSize } from "../test/harness/image.js";
+import { buildImage, imageSize, pullMode } from "../test/harness/image.js";
 import {
   ensurePrerequisites,
   IMAGE_PREREQUISITES,
@@ -16,7 +17,12 @@ const log = (message: string): void => {
 
 try {
   // podman, runc, CNI plugins, debootstrap: installed as root with apt-get, else one line saying how.
-  ensurePrerequisites({ install: !installForbiddenByEnv(), log, prerequisites: IMAGE_PREREQUISITES });
+  ensurePrerequisites({
+    install: !installForbiddenByEnv(),
+    log,
+    prerequisites: IMAGE_PREREQUISITES,
+    why: "image:build builds the project's image with podman (runc, CNI plugins) and, where no registry answers, makes the base's stand-in with debootstrap",
+  });
   const { values } = parseArgs({
     options: { archive: { type: "string" }, pull: { type: "boolean", default: false } },
   });
@@ -24,7 +30,7 @@ try {
   const engine = containerEngine();
   const name = await buildImage(engine, {
     log,
-    pull: values.pull || process.env.PLAYBOOK_IMAGE_PULL === "1",
+    pull: pullMode(values.pull),
     ...(values.archive ? { archive: values.archive } : {}),
   });
   const size = await imageSize(engine, name);

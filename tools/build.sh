@@ -15,6 +15,8 @@
 #   PLAYBOOK_TOOLS_TARGETS  what to build instead of the seven binaries (for tests): a list of
 #                           NAME=DIR:PACKAGE, DIR relative to tools/ or absolute
 #   PLAYBOOK_TOOLS_PROGRESS_EVERY  seconds between plain progress lines (default 15)
+#   PLAYBOOK_TOOLS_LOCK_REPORT_EVERY  seconds between the lines saying who holds the build lock
+#                           while this waits for it (default 30; the first is said at once)
 set -euo pipefail
 
 tools_dir=$(cd "$(dirname "$0")" && pwd)
@@ -43,17 +45,6 @@ cache_root=${PLAYBOOK_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/playbook-cont
 bin_dir="$cache_root/k8s-$k8s_version-etcd-$etcd_version-helm-$helm_version"
 mkdir -p "$bin_dir"
 
-# Two callers (CI and a test's global setup, say) must not build the same binary at once.
-exec 9>"$bin_dir/.lock"
-flock 9
-
-export CGO_ENABLED=0
-started=$SECONDS
-cores=$(nproc 2>/dev/null || echo 1)
-jobs=${PLAYBOOK_TOOLS_JOBS:-$(((cores + 1) / 2))}
-((jobs >= 1)) || jobs=1
-progress_every=${PLAYBOOK_TOOLS_PROGRESS_EVERY:-15}
-
 targets=${PLAYBOOK_TOOLS_TARGETS:-"
   kube-apiserver=kubernetes:k8s.io/kubernetes/cmd/kube-apiserver
   kube-controller-manager=kubernetes:k8s.io/kubernetes/cmd/kube-controller-manager
@@ -63,6 +54,118 @@ targets=${PLAYBOOK_TOOLS_TARGETS:-"
   etcd=etcd:.
   helm=helm:helm.sh/helm/v3/cmd/helm
 "}
+
+# Two callers (CI and a test's global setup, say) must not build the same binary at once. A
+# caller that finds the lock taken says at once, then every PLAYBOOK_TOOLS_LOCK_REPORT_EVERY
+# seconds (default 30), who holds it (pid, command line, since when, who ran it) and what it
+# builds, instead of waiting in silence.
+lock_file="$bin_dir/.lock"
+holder_file="$bin_dir/.lock.holder"
+lock_report_every=${PLAYBOOK_TOOLS_LOCK_REPORT_EVERY:-30}
+
+# lock_holder_pid: the pid holding the lock on $lock_file (empty when none is seen). /proc/locks
+# names the process that took it, which for `flock 9` in a script is the flock command, gone at
+# once while the script keeps the lock through its fd 9: then the holder is the longest-running
+# process that has the file open and is not waiting for it (nor this script).
+lock_holder_pid() {
+  local inode taker waiting pid oldest="" most=-1 secs
+  inode=$(stat -c %i "$lock_file" 2>/dev/null) || return 0
+  taker=$(awk -v inode="$inode" '$2 == "FLOCK" { n = split($6, id, ":"); if (id[n] == inode) { print $5; exit } }' /proc/locks 2>/dev/null)
+  if [[ -n $taker ]] && ps -p "$taker" >/dev/null 2>&1; then
+    printf '%s' "$taker"
+    return 0
+  fi
+  waiting=" $(awk -v inode="$inode" '$2 == "->" { n = split($7, id, ":"); if (id[n] == inode) printf "%s ", $6 }' /proc/locks 2>/dev/null)"
+  for pid in $(find /proc/[0-9]*/fd -maxdepth 1 -lname "$lock_file" 2>/dev/null | cut -d/ -f3 | sort -un); do
+    [[ $pid == "$$" || $waiting == *" $pid "* ]] && continue
+    # A waiting script's own shell: its flock child is the one in the wait list.
+    [[ -n $(ps -o pid= --ppid "$pid" 2>/dev/null | tr -s ' \n' ' ' | awk -v w="$waiting" '{ for (i = 1; i <= NF; i++) if (index(w, " " $i " ")) { print "w"; exit } }') ]] && continue
+    secs=$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ')
+    [[ -n $secs ]] && ((secs > most)) && { most=$secs; oldest=$pid; }
+  done
+  printf '%s' "$oldest"
+}
+
+# process_line <pid>: "pid 123 (bash tools/build.sh), running since Mon Nov 30 23:24:01 2026 (6m51s)".
+process_line() {
+  local args since secs
+  args=$(ps -o args= -p "$1" 2>/dev/null) || return 1
+  since=$(ps -o lstart= -p "$1" 2>/dev/null | sed 's/^ *//')
+  secs=$(ps -o etimes= -p "$1" 2>/dev/null | tr -d ' ')
+  printf 'pid %s (%s), running since %s (%s)' "$1" "$args" "$since" "$(elapsed "${secs:-0}")"
+}
+
+elapsed() { # elapsed <seconds>
+  local s=$1
+  if ((s >= 60)); then printf '%dm%02ds' $((s / 60)) $((s % 60)); else printf '%ds' "$s"; fi
+}
+
+# The binaries of the targets not yet in $bin_dir: what whoever holds the lock is building.
+missing_names() {
+  local target names=""
+  for target in $targets; do
+    [[ -x "$bin_dir/${target%%=*}" ]] || names+="${names:+ }${target%%=*}"
+  done
+  printf '%s' "$names"
+}
+
+holder_field() { # holder_field <name>: a field of the holder's note, empty when there is none
+  [[ -f $holder_file ]] || return 0
+  sed -n "s/^$1=//p" "$holder_file" 2>/dev/null | head -1 || true
+}
+
+report_lock_holder() { # report_lock_holder <seconds waited>
+  local pid line="" parent="" what="" noted
+  noted=$(holder_field pid)
+  if [[ -n $noted && -d /proc/$noted && $(readlink "/proc/$noted/fd/9" 2>/dev/null) == "$lock_file" ]]; then
+    pid=$noted # a tools/build.sh that left its note, still holding the file
+    what=$(holder_field building)
+  else
+    pid=$(lock_holder_pid)
+  fi
+  if [[ -n $pid ]] && line=$(process_line "$pid"); then
+    parent=$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')
+    [[ -n $parent ]] && parent=$(ps -o args= -p "$parent" 2>/dev/null)
+  elif [[ -n $noted ]]; then
+    # The holder runs where this script cannot see it (another PID namespace): its note says who.
+    line="pid $noted per its note in $holder_file ($(holder_field command)), running since $(holder_field since)"
+    parent=$(holder_field run_by)
+    what=$(holder_field building)
+  else
+    line="a process not visible from here"
+  fi
+  if [[ -z $what ]]; then
+    what=$(missing_names)
+    what=${what:+"what is missing in $bin_dir: $what"}
+  fi
+  log "waiting for the build lock $lock_file ($(elapsed "$1") so far), held by $line${parent:+, run by: $parent}${what:+; it builds $what}"
+}
+
+# note_holder <what it builds>: who holds the lock, for those who wait on it.
+note_holder() {
+  printf 'pid=%s\nsince=%s\ncommand=%s\nrun_by=%s\nbuilding=%s\n' "$$" "$(date -u '+%F %T UTC')" \
+    "$(ps -o args= -p $$ 2>/dev/null)" "$(ps -o args= -p "$PPID" 2>/dev/null)" "$1" >"$holder_file.$$"
+  mv -f "$holder_file.$$" "$holder_file"
+}
+
+exec 9>"$lock_file"
+if ! flock -n 9; then
+  wait_started=$SECONDS
+  report_lock_holder 0
+  until flock -w "$lock_report_every" 9; do
+    report_lock_holder $((SECONDS - wait_started))
+  done
+  log "got the build lock after $(elapsed $((SECONDS - wait_started)))"
+fi
+note_holder "checking what is missing"
+
+export CGO_ENABLED=0
+started=$SECONDS
+cores=$(nproc 2>/dev/null || echo 1)
+jobs=${PLAYBOOK_TOOLS_JOBS:-$(((cores + 1) / 2))}
+((jobs >= 1)) || jobs=1
+progress_every=${PLAYBOOK_TOOLS_PROGRESS_EVERY:-15}
+
 
 # Version stamping as Kubernetes' hack/lib/version.sh does, so /version and `kubectl version`
 # report the release; the module zip carries no commit, so the release time stands in for buildDate.
@@ -107,6 +210,10 @@ if ((${#groups[@]} == 0)); then
   printf '%s\n' "$bin_dir"
   exit 0
 fi
+
+building=""
+for dir in "${groups[@]}"; do building+="${building:+; }${group_names[$dir]} (from ${group_pkgs[$dir]})"; done
+note_holder "$building"
 
 state=$(mktemp -d)
 trap 'rm -rf "$state"' EXIT
@@ -164,11 +271,6 @@ build_group() {
 
 count_lines() { [[ -f $1 ]] && wc -l <"$1" || echo 0; }
 read_number() { [[ -s $1 ]] && cat "$1" || echo 0; }
-
-elapsed() { # elapsed <seconds>
-  local s=$1
-  if ((s >= 60)); then printf '%dm%02ds' $((s / 60)) $((s % 60)); else printf '%ds' "$s"; fi
-}
 
 on_terminal=false
 [[ -t 2 ]] && on_terminal=true

@@ -8,7 +8,7 @@
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { mkdir, rm } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
 import { CoreV1Api, CustomObjectsApi, KubeConfig } from "@kubernetes/client-node";
@@ -17,6 +17,7 @@ import { GROUP, PLURAL, VERSION } from "../../src/controller/kube.js";
 import { repoRoot } from "../harness/binaries.js";
 import { PROCESS_NODE_DIR } from "../harness/control-plane.js";
 import { type DevCluster, startDevCluster } from "../harness/dev-cluster.js";
+import { keepOrRemoveClusterState, suiteOutcome, whyKeepLogs } from "../harness/log-retention.js";
 import { freePort, startProcess, stopProcess, waitFor } from "../harness/processes.js";
 import { processesWithEnv, processesWorkingUnder } from "../support/processes.js";
 import {
@@ -41,9 +42,12 @@ beforeAll(async () => {
   await mkdir(path.dirname(stateDir), { recursive: true });
   cluster = await startDevCluster({ stateDir, daemon: false, install: false, log: () => {} });
 }, 180_000);
-afterAll(async () => {
+afterAll(async (suite) => {
   await cluster?.stop();
-  await rm(stateDir, { recursive: true, force: true });
+  // Its logs stay (and are named) when a test failed.
+  await keepOrRemoveClusterState(stateDir, whyKeepLogs(suiteOutcome(suite)), (m) =>
+    process.stderr.write(`${m}\n`),
+  );
 });
 
 /** The current etcd revision, then a compaction to it, through etcd's HTTP gateway. */

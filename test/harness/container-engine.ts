@@ -1,5 +1,6 @@
 // The container engine this project builds and runs its image with: podman configured under the
-// project's own folders (never /etc), or docker where docker exists and podman does not.
+// project's own folders (never /etc), or docker where its daemon answers and podman does not.
+// An engine counts only when it answers: a docker client with no daemon is no engine.
 //
 // Stable interface (the image build, the image tests and the real node use it; keep it so):
 //   podmanStateDir()       the folder holding podman's config copies, storage and sockets:
@@ -11,8 +12,8 @@
 //                          TESTCONTAINERS_RYUK_DISABLED=true, TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1,
 //                          stop() } — for podman, `podman system service` on a socket of its own
 //                          under podmanStateDir()/sockets, stopped by stop(); for docker, its socket
-// From a shell: `node dist/test/harness/container-engine.js env|service` (see the end of this file).
-import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process";
+// From a shell: `node dist/test/harness/container-engine.js env|service|kind` (see the end of this file).
+import { type ChildProcess, execFile, execFileSync, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import os from "node:os";
@@ -69,17 +70,111 @@ export function podmanEnv(stateDir = podmanStateDir()): Record<string, string> {
   return env;
 }
 
-/** podman when it is installed (configured as above), else docker, else an error saying what to install. */
-export function containerEngine(): ContainerEngine {
-  const wanted = process.env.PLAYBOOK_CONTAINER_ENGINE;
-  if (wanted !== "docker" && onPath("podman")) {
-    return { kind: "podman", command: "podman", env: { ...process.env, ...podmanEnv() } };
+/** What was seen of one engine: whether its command is on PATH and whether it answered. */
+export interface EngineProbe {
+  onPath: boolean;
+  /** Whether `docker version` / `podman info` succeeded within ENGINE_PROBE_TIMEOUT_MS. */
+  answers: boolean;
+  /** Why it did not answer: the command's last line of stderr, or that it timed out. */
+  error?: string;
+}
+
+export type EngineKind = ContainerEngine["kind"];
+
+/**
+ * Which engine to use, from what was seen of each: podman first (unless
+ * PLAYBOOK_CONTAINER_ENGINE=docker), then docker (unless PLAYBOOK_CONTAINER_ENGINE=podman); an
+ * engine counts only when it answers (a docker client with no daemon is no engine). Otherwise the
+ * error says what was found and what to install or start. probe is called only as needed.
+ */
+export function chooseEngine(
+  wanted: string | undefined,
+  probe: (kind: EngineKind) => EngineProbe,
+): { kind: EngineKind } | { error: string } {
+  if (wanted !== undefined && wanted !== "" && wanted !== "podman" && wanted !== "docker") {
+    return { error: `PLAYBOOK_CONTAINER_ENGINE is "${wanted}": it must be podman or docker (or unset)` };
   }
-  if (wanted !== "podman" && onPath("docker")) return { kind: "docker", command: "docker", env: process.env };
-  throw new Error(
-    "No container engine: install podman (Debian: apt-get install podman runc) or Docker; " +
-      "PLAYBOOK_CONTAINER_ENGINE=podman|docker chooses one when both are installed",
-  );
+  const order: EngineKind[] =
+    wanted === "docker" ? ["docker"] : wanted === "podman" ? ["podman"] : ["podman", "docker"];
+  const silent: string[] = [];
+  for (const kind of order) {
+    const seen = probe(kind);
+    if (!seen.onPath) continue;
+    if (seen.answers) return { kind };
+    silent.push(
+      `${kind} is on PATH but does not answer (${ENGINE_PROBE[kind].join(" ")}: ${seen.error ?? "failed"})`,
+    );
+  }
+  const install = "install podman (Debian: apt-get install podman runc containernetworking-plugins)";
+  if (silent.length > 0) {
+    const start = silent.some((line) => line.startsWith("docker")) ? "start the Docker daemon or " : "";
+    return { error: `No working container engine: ${silent.join("; ")}; ${start}${install}` };
+  }
+  const which = wanted
+    ? `${wanted} (PLAYBOOK_CONTAINER_ENGINE) is not on PATH`
+    : "neither podman nor docker is on PATH";
+  return {
+    error: `No container engine: ${which}; ${install} or Docker; PLAYBOOK_CONTAINER_ENGINE=podman|docker chooses one when both answer`,
+  };
+}
+
+/** The command that shows an engine answers: docker's asks its daemon, podman's opens its storage. */
+export const ENGINE_PROBE: Record<EngineKind, string[]> = {
+  docker: ["docker", "version", "--format", "{{.Server.Version}}"],
+  podman: ["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"],
+};
+
+/** How long an engine may take to answer before it counts as absent. */
+export const ENGINE_PROBE_TIMEOUT_MS = Number(process.env.PLAYBOOK_ENGINE_PROBE_TIMEOUT_MS) || 20_000;
+
+const probed = new Map<EngineKind, EngineProbe>();
+
+/** Runs ENGINE_PROBE[kind] once per process (bounded by ENGINE_PROBE_TIMEOUT_MS) and remembers the answer. */
+export function probeEngine(kind: EngineKind): EngineProbe {
+  const known = probed.get(kind);
+  if (known) return known;
+  let seen: EngineProbe;
+  if (!onPath(kind)) {
+    seen = { onPath: false, answers: false };
+  } else {
+    const [command = kind, ...args] = ENGINE_PROBE[kind];
+    const env = kind === "podman" ? { ...process.env, ...podmanEnv() } : process.env;
+    const result = spawnSync(command, args, {
+      env,
+      encoding: "utf8",
+      timeout: ENGINE_PROBE_TIMEOUT_MS,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    if (result.status === 0) {
+      seen = { onPath: true, answers: true };
+    } else {
+      const lastLine = (result.stderr ?? "").trim().split("\n").filter(Boolean).at(-1);
+      const timedOut = result.error && (result.error as NodeJS.ErrnoException).code === "ETIMEDOUT";
+      seen = {
+        onPath: true,
+        answers: false,
+        error: timedOut
+          ? `no answer within ${ENGINE_PROBE_TIMEOUT_MS / 1000} s`
+          : (lastLine ?? result.error?.message ?? `exit code ${result.status}`),
+      };
+    }
+  }
+  probed.set(kind, seen);
+  return seen;
+}
+
+/** Forgets what probeEngine saw (after installing an engine, say). */
+export function forgetEngineProbes(): void {
+  probed.clear();
+}
+
+/** The engine that answers: podman (configured as above), else docker; else an error saying what to install or start. */
+export function containerEngine(): ContainerEngine {
+  const choice = chooseEngine(process.env.PLAYBOOK_CONTAINER_ENGINE, probeEngine);
+  if ("error" in choice) throw new Error(choice.error);
+  if (choice.kind === "podman")
+    return { kind: "podman", command: "podman", env: { ...process.env, ...podmanEnv() } };
+  return { kind: "docker", command: "docker", env: process.env };
 }
 
 /** Runs the engine with args and returns its stdout; a failure carries the engine's stderr. */
@@ -166,13 +261,21 @@ export async function startEngineService(engine = containerEngine()): Promise<En
   };
 }
 
-/** Whether an image of that name is in the engine's local storage. */
+/**
+ * Whether an image of that name is in the engine's local storage. Only the engine's own "no such
+ * image" counts as absent: any other failure (an engine that stopped answering) is thrown, so it
+ * is never read as "not built".
+ */
 export async function imageExists(engine: ContainerEngine, name: string): Promise<boolean> {
   try {
     await run(engine.command, ["image", "inspect", "--format", "{{.Id}}", name], { env: engine.env });
     return true;
-  } catch {
-    return false;
+  } catch (error) {
+    const stderr = String((error as { stderr?: string }).stderr ?? "");
+    if (/no such image|image not known|failed to find image/i.test(stderr)) return false;
+    throw new Error(`${engine.command} image inspect ${name} failed: ${stderr.trim() || String(error)}`, {
+      cause: error,
+    });
   }
 }
 
@@ -184,13 +287,22 @@ function shellQuote(value: string): string {
 // configuration; `... service` starts the service, prints its `export` lines once it answers and
 // keeps running until SIGTERM or SIGINT (e.g. `eval "$(... service & echo ...)"` in a script).
 if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
-  const engine = containerEngine();
+  let engine: ContainerEngine;
+  try {
+    engine = containerEngine();
+  } catch (error) {
+    process.stderr.write(`container-engine: ${(error as Error).message}\n`);
+    process.exit(1);
+  }
+  if (process.argv[2] === "kind") process.stdout.write(`${engine.kind}\n`);
   const print = (vars: Record<string, string>): void => {
     for (const [key, value] of Object.entries(vars))
       process.stdout.write(`export ${key}=${shellQuote(value)}\n`);
   };
   const mode = process.argv[2] ?? "env";
-  if (mode === "env") {
+  if (mode === "kind") {
+    // Printed above: which engine answers.
+  } else if (mode === "env") {
     print(engine.kind === "podman" ? podmanEnv() : {});
   } else if (mode === "service") {
     const service = await startEngineService(engine);
@@ -202,7 +314,7 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.a
     process.once("SIGINT", stop);
     setInterval(() => {}, 1 << 30);
   } else {
-    process.stderr.write("usage: container-engine.js env|service\n");
+    process.stderr.write("usage: container-engine.js env|service|kind\n");
     process.exitCode = 2;
   }
 }

@@ -49,7 +49,7 @@ export interface DevClusterOptions {
   startController?: boolean;
   /**
    * May install missing Debian packages (tini) with apt-get when running as root; default: yes
-   * unless CLUSTER_NO_INSTALL is set.
+   * unless PLAYBOOK_NO_INSTALL (or the deprecated CLUSTER_NO_INSTALL) declines.
    */
   install?: boolean;
   log: (message: string) => void;

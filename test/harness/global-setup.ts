@@ -1,4 +1,3 @@
-import { rm } from "node:fs/promises";
 import path from "node:path";
 // Brings in vitest's types so the ProvidedContext augmentation below applies.
 import type {} from "vitest";
@@ -12,6 +11,7 @@ import {
   startDevCluster,
   sweepAbandonedTestClusters,
 } from "./dev-cluster.js";
+import { keepOrRemoveClusterState, type RunOutcome, whyKeepLogs } from "./log-retention.js";
 import { projectImageName } from "./real-node/images.js";
 
 declare module "vitest" {
@@ -33,6 +33,16 @@ const log = (message: string): void => {
   process.stderr.write(`[cluster] ${message}\n`);
 };
 
+/** What vitest knows of this project's test files and of errors outside tests, at teardown. */
+function outcomeOf(project: TestProject): RunOutcome {
+  const state = project.vitest.state;
+  const modules = state.getTestModules().filter((module) => module.project.name === project.name);
+  return {
+    failedFiles: modules.filter((module) => !module.ok()).length,
+    unhandledErrors: state.getUnhandledErrors().length,
+  };
+}
+
 /**
  * One control plane and process node for every cluster test file; each test works in its own
  * namespace. Stopped in teardown, on SIGINT/SIGTERM, and (forcefully) on exit.
@@ -53,18 +63,24 @@ export async function setupCluster(project: TestProject, node: NodeKind) {
   // every process is in state.json as soon as it is spawned.
   let cluster: DevCluster | undefined;
   let stopping: Promise<void> | undefined;
-  const stopOnce = async (): Promise<void> => {
-    if (cluster) await cluster.stop();
-    else killRecordedProcessesSync(stateDir);
-    await rm(stateDir, { recursive: true, force: true });
-    log("Cluster stopped");
+  // The state folder and its logs go only when every test of the project passed (log-retention.ts).
+  const stopOnce = async (outcome: () => RunOutcome): Promise<void> => {
+    try {
+      if (cluster) await cluster.stop();
+      else killRecordedProcessesSync(stateDir);
+      log("Cluster stopped");
+    } finally {
+      await keepOrRemoveClusterState(stateDir, whyKeepLogs(outcome()), log);
+    }
   };
-  const teardown = (): Promise<void> => {
-    stopping ??= stopOnce();
+  const teardown = (outcome: () => RunOutcome): Promise<void> => {
+    stopping ??= stopOnce(outcome);
     return stopping;
   };
   const onSignal = (signal: NodeJS.Signals) => {
-    void teardown().finally(() => process.exit(signal === "SIGINT" ? 130 : 143));
+    void teardown(() => ({ interrupted: true, failedFiles: 0, unhandledErrors: 0 })).finally(() =>
+      process.exit(signal === "SIGINT" ? 130 : 143),
+    );
   };
   // If the process dies before teardown finishes, no child may outlive it.
   const onExit = () => {
@@ -86,6 +102,8 @@ export async function setupCluster(project: TestProject, node: NodeKind) {
     cluster = await startDevCluster({ stateDir, daemon: false, log, node });
   } catch (error) {
     unhook();
+    // startDevCluster stopped what it had started; its logs say why it failed.
+    await keepOrRemoveClusterState(stateDir, "the cluster's setup failed", log).catch(() => {});
     throw error;
   }
   log(`Cluster ready in ${Date.now() - t0}ms (${cluster.state.server})`);
@@ -96,7 +114,7 @@ export async function setupCluster(project: TestProject, node: NodeKind) {
   project.provide("runnerImage", node === "real" ? projectImageName() : PROCESS_NODE_RUNNER_IMAGE);
 
   return async () => {
-    await teardown();
+    await teardown(() => outcomeOf(project));
     unhook();
   };
 }

@@ -1,6 +1,7 @@
 // The project's image: `playbook-controller:<version>` built from the Dockerfile, and, where the
-// official base image cannot be pulled, a stand-in for it made on this machine. Nothing here
-// contacts an image registry unless asked to pull (PLAYBOOK_IMAGE_PULL=1 or --pull).
+// official base image cannot be pulled, a stand-in for it made on this machine. The base is
+// pulled wherever the registry answers a quick probe (PLAYBOOK_IMAGE_PULL=0 never pulls, =1 or
+// --pull always does); the stand-in is made only where it does not.
 import { execFile, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
@@ -233,21 +234,135 @@ export async function makeBaseStandIn(engine: ContainerEngine, log: Log): Promis
   rmSync(layer, { recursive: true, force: true });
 }
 
+/** What is in local storage under BASE_IMAGE: the official image, the stand-in, or nothing. */
+export type LocalBase = "official" | "stand-in" | "none";
+
+/** How the base is got: asked for (--pull, PLAYBOOK_IMAGE_PULL=1), refused (PLAYBOOK_IMAGE_PULL=0), or as the registry answers. */
+export type PullMode = "always" | "never" | "auto";
+
+export interface BaseDecision {
+  action: "use-local" | "pull" | "stand-in";
+  /** One line saying why, for the build's log. */
+  why: string;
+}
+
 /**
- * Makes sure the Dockerfile's base is in local storage: pulled when asked (pull), else the
- * stand-in, said on stderr through log.
+ * Where the Dockerfile's base comes from: the official image is pulled wherever a registry
+ * answers (replacing a stand-in made earlier), the stand-in is made only where none does, and an
+ * image already in local storage is used when nothing better can be had. `registry` is the
+ * probe's answer (undefined when it was not asked: pull never, or the official image is there).
  */
-export async function ensureBaseImage(engine: ContainerEngine, log: Log, pull = false): Promise<void> {
-  if (await imageExists(engine, BASE_IMAGE)) return;
-  if (pull) {
-    log(`pulling ${BASE_IMAGE}`);
-    await runLoud(engine.command, ["pull", BASE_IMAGE], engine.env);
-    return;
+export function decideBase(options: {
+  local: LocalBase;
+  pull: PullMode;
+  registry?: { answers: boolean; detail: string };
+}): BaseDecision {
+  const { local, pull, registry } = options;
+  if (pull === "always")
+    return { action: "pull", why: `pulling ${BASE_IMAGE} as asked (--pull or PLAYBOOK_IMAGE_PULL=1)` };
+  if (local === "official")
+    return { action: "use-local", why: `${BASE_IMAGE} (the official image) is in local storage` };
+  if (pull === "auto" && registry?.answers) {
+    return {
+      action: "pull",
+      why: `the registry answers (${registry.detail}): pulling the official ${BASE_IMAGE}${local === "stand-in" ? " in place of the local stand-in" : ""}`,
+    };
   }
-  log(
-    `${BASE_IMAGE} is not in local storage and no registry is used: making a stand-in for it ` +
-      "(Debian bookworm minbase from debootstrap + the Node binary of npm's node package), tagged with the official name",
-  );
+  const because =
+    pull === "never"
+      ? "PLAYBOOK_IMAGE_PULL=0 declines pulling"
+      : `no registry answers (${registry?.detail ?? "not asked"})`;
+  if (local === "stand-in")
+    return { action: "use-local", why: `${because}: using the stand-in for ${BASE_IMAGE} made earlier` };
+  return {
+    action: "stand-in",
+    why:
+      `${because}: making a stand-in for ${BASE_IMAGE} (Debian bookworm minbase from debootstrap + the Node binary ` +
+      "of npm's node package), tagged with the official name",
+  };
+}
+
+/** PLAYBOOK_IMAGE_PULL=1 (or --pull) always pulls, PLAYBOOK_IMAGE_PULL=0 never does, unset: as the registry answers. */
+export function pullMode(flag: boolean, env: NodeJS.ProcessEnv = process.env): PullMode {
+  if (flag || env.PLAYBOOK_IMAGE_PULL === "1" || env.PLAYBOOK_IMAGE_PULL === "true") return "always";
+  if (env.PLAYBOOK_IMAGE_PULL === "0" || env.PLAYBOOK_IMAGE_PULL === "false") return "never";
+  return "auto";
+}
+
+/** The registry BASE_IMAGE is pulled from, probed before pulling: PLAYBOOK_BASE_REGISTRY overrides it. */
+export function baseRegistryUrl(env: NodeJS.ProcessEnv = process.env): string {
+  return `https://${env.PLAYBOOK_BASE_REGISTRY || "registry-1.docker.io"}/v2/`;
+}
+
+/** How long the registry has to answer before the stand-in is made instead. */
+export const REGISTRY_PROBE_TIMEOUT_MS = 5_000;
+
+/**
+ * Whether the registry answers: any HTTP response from its /v2/ endpoint (401 included: it asks
+ * for a token) within the timeout. No answer, a DNS failure or a refused connection: it does not.
+ */
+export async function probeRegistry(
+  url = baseRegistryUrl(),
+  timeoutMs = REGISTRY_PROBE_TIMEOUT_MS,
+): Promise<{ answers: boolean; detail: string }> {
+  const started = Date.now();
+  try {
+    const response = await fetch(url, {
+      method: "GET",
+      signal: AbortSignal.timeout(timeoutMs),
+      redirect: "manual",
+    });
+    await response.body?.cancel();
+    return { answers: true, detail: `${url} answered HTTP ${response.status} in ${Date.now() - started} ms` };
+  } catch (error) {
+    const cause = (error as { cause?: { code?: string; message?: string } }).cause;
+    const reason =
+      (error as Error).name === "TimeoutError"
+        ? `no answer within ${timeoutMs / 1000} s`
+        : (cause?.code ?? cause?.message ?? (error as Error).message);
+    return { answers: false, detail: `${url}: ${reason}` };
+  }
+}
+
+/** What BASE_IMAGE in local storage is: the official image, the stand-in (its label), or nothing. */
+export async function localBase(engine: ContainerEngine): Promise<LocalBase> {
+  if (!(await imageExists(engine, BASE_IMAGE))) return "none";
+  const label = (
+    await engineRun(engine, [
+      "image",
+      "inspect",
+      "--format",
+      `{{ index .Config.Labels "${STAND_IN_LABEL}" }}`,
+      BASE_IMAGE,
+    ])
+  ).trim();
+  return label && label !== "<no value>" ? "stand-in" : "official";
+}
+
+/**
+ * Makes sure the Dockerfile's base is in local storage, as decideBase says: pulled where the
+ * registry answers, else the stand-in, said in one line on stderr through log. A pull that fails
+ * where it was not asked for falls back to the stand-in.
+ */
+export async function ensureBaseImage(
+  engine: ContainerEngine,
+  log: Log,
+  pull: PullMode = "auto",
+): Promise<void> {
+  const local = await localBase(engine);
+  const registry = pull === "auto" && local !== "official" ? await probeRegistry() : undefined;
+  const decision = decideBase({ local, pull, ...(registry ? { registry } : {}) });
+  log(decision.why);
+  if (decision.action === "use-local") return;
+  if (decision.action === "pull") {
+    try {
+      await runLoud(engine.command, ["pull", BASE_IMAGE], engine.env);
+      return;
+    } catch (error) {
+      if (pull === "always" || local === "stand-in") throw error;
+      log(`pulling ${BASE_IMAGE} failed (${(error as Error).message}): making the stand-in instead`);
+    }
+  }
   await makeBaseStandIn(engine, log);
 }
 
@@ -268,13 +383,13 @@ function buildCaMounts(log: Log): string[] {
   return ["-v", `${caFile}:/run/playbook-build-ca.crt:ro`, "-v", `${npmrc}:/usr/local/etc/npmrc:ro`];
 }
 
-/** Builds the Dockerfile as imageName(), with no registry contacted unless pull is set. */
+/** Builds the Dockerfile as imageName() on the base ensureBaseImage gets. */
 export async function buildImage(
   engine: ContainerEngine,
-  options: { log: Log; pull?: boolean; archive?: string },
+  options: { log: Log; pull?: PullMode; archive?: string },
 ): Promise<string> {
   const name = imageName();
-  await ensureBaseImage(engine, options.log, options.pull ?? false);
+  await ensureBaseImage(engine, options.log, options.pull ?? pullMode(false));
   options.log(`building ${name} with ${engine.kind}`);
   // Host networking: RUN steps reach Debian's mirror and npm's registry as this machine does,
   // with no bridge or NAT set up for them.

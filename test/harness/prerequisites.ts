@@ -4,6 +4,7 @@
 // starts) fetches it when missing and stops with its own message when it cannot.
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
+import { probeEngine } from "./container-engine.js";
 import { reaperInstalled } from "./process-node/container-process.js";
 
 export interface Prerequisite {
@@ -69,7 +70,12 @@ export const TEST_PREREQUISITES: readonly Prerequisite[] = [
   },
 ];
 
-const dockerPresent = (): boolean => onPath("docker");
+/**
+ * Docker stands in for podman and its helpers only when its daemon answers (a docker client with
+ * no daemon is no engine) and PLAYBOOK_CONTAINER_ENGINE does not ask for podman.
+ */
+const dockerPresent = (): boolean =>
+  process.env.PLAYBOOK_CONTAINER_ENGINE !== "podman" && probeEngine("docker").answers;
 
 /**
  * What building and testing the project's image needs: podman with runc (crun fails on cgroup
@@ -81,7 +87,8 @@ export const IMAGE_PREREQUISITES: readonly Prerequisite[] = [
   {
     command: "podman",
     debianPackage: "podman",
-    purpose: "builds the project's image and runs it for the image tests (or docker, when that is installed)",
+    purpose:
+      "builds the project's image and runs it for the image tests (or docker, when its daemon answers)",
     optional: false,
     present: () => onPath("podman") || dockerPresent(),
   },
@@ -158,10 +165,40 @@ export const REAL_NODE_PREREQUISITES: readonly Prerequisite[] = [
   },
 ];
 
-/** `CLUSTER_NO_INSTALL` set (to anything but 0 or false) forbids installing packages. */
+/** Whether installing Debian packages is declined, and by which variable. */
+export interface InstallChoice {
+  declined: boolean;
+  /** The variable that decided, when one did. */
+  by?: "PLAYBOOK_NO_INSTALL" | "CLUSTER_NO_INSTALL";
+  /** Set when the deprecated CLUSTER_NO_INSTALL decided: the line to say about it. */
+  deprecation?: string;
+}
+
+const isSet = (value: string | undefined): value is string => value !== undefined && value !== "";
+const isTrue = (value: string): boolean => !["0", "false", "no"].includes(value.trim().toLowerCase());
+
+/**
+ * PLAYBOOK_NO_INSTALL=1 declines every Debian install (npm test's global setups, cluster:up,
+ * image:build, image:base, the real node); 0 or false allows them. CLUSTER_NO_INSTALL is its
+ * deprecated alias, read only when PLAYBOOK_NO_INSTALL is unset.
+ */
+export function installChoice(env: NodeJS.ProcessEnv = process.env): InstallChoice {
+  if (isSet(env.PLAYBOOK_NO_INSTALL)) {
+    return { declined: isTrue(env.PLAYBOOK_NO_INSTALL), by: "PLAYBOOK_NO_INSTALL" };
+  }
+  if (isSet(env.CLUSTER_NO_INSTALL)) {
+    return {
+      declined: isTrue(env.CLUSTER_NO_INSTALL),
+      by: "CLUSTER_NO_INSTALL",
+      deprecation: "CLUSTER_NO_INSTALL is deprecated: use PLAYBOOK_NO_INSTALL, which every path reads",
+    };
+  }
+  return { declined: false };
+}
+
+/** Whether PLAYBOOK_NO_INSTALL (or the deprecated CLUSTER_NO_INSTALL) declines installing packages. */
 export function installForbiddenByEnv(env: NodeJS.ProcessEnv = process.env): boolean {
-  const value = env.CLUSTER_NO_INSTALL;
-  return value !== undefined && value !== "" && value !== "0" && value !== "false";
+  return installChoice(env).declined;
 }
 
 export class MissingPrerequisiteError extends Error {}
@@ -172,14 +209,58 @@ const absent = (p: Prerequisite): string =>
 
 const isRoot = (): boolean => process.getuid?.() === 0;
 
-/** The one command a person runs to install it. */
-export function installCommand(prerequisite: Prerequisite): string {
-  return `${isRoot() ? "" : "sudo "}apt-get install ${prerequisite.debianPackage}`;
+/** The one command a person runs to install these packages. */
+export function aptInstallLine(packages: readonly string[], root = isRoot()): string {
+  return `${root ? "" : "sudo "}apt-get install ${[...new Set(packages)].join(" ")}`;
 }
 
-function aptInstall(packages: string[], log: (message: string) => void): void {
+/** The one command a person runs to install it. */
+export function installCommand(prerequisite: Prerequisite): string {
+  return aptInstallLine([prerequisite.debianPackage]);
+}
+
+/** The packages apt would install, from `apt-get install -s` (a simulation: "Inst tini (0.19.0-1 ...)"). */
+export function aptSimulatedInstalls(simulation: string): string[] {
+  return [...simulation.matchAll(/^Inst (\S+)/gm)].map((match) => match[1] ?? "").filter(Boolean);
+}
+
+/** "332 MB": the sum of the Installed-Size fields (kB) of `apt-cache show --no-all-versions`. */
+export function aptInstalledSize(show: string): string | undefined {
+  const kB = [...show.matchAll(/^Installed-Size: (\d+)/gm)].reduce((sum, match) => sum + Number(match[1]), 0);
+  return kB > 0 ? `${(kB / 1000).toFixed(kB < 10_000 ? 1 : 0)} MB` : undefined;
+}
+
+/**
+ * What the packages and the dependencies apt would add take on disk, when its package lists can
+ * tell at once. Only a simulation (-s) and apt-cache: nothing is installed here (`apt-get install
+ * --assume-no` would install whatever needs no question).
+ */
+function aptSize(packages: string[]): string | undefined {
+  const options = {
+    encoding: "utf8" as const,
+    timeout: 15_000,
+    env: { ...process.env, LC_ALL: "C" },
+    stdio: ["ignore", "pipe", "ignore"] as ["ignore", "pipe", "ignore"],
+  };
+  const simulated = spawnSync("apt-get", ["install", "-s", "--no-install-recommends", ...packages], options);
+  const installs = aptSimulatedInstalls(simulated.stdout ?? "");
+  if (installs.length === 0) return undefined;
+  return aptInstalledSize(
+    spawnSync("apt-cache", ["show", "--no-all-versions", ...installs], options).stdout ?? "",
+  );
+}
+
+/** The notice said before installing: what, why, how big, and how to decline. */
+export function installNotice(packages: readonly string[], why: string, size: string | undefined): string {
+  return (
+    `Installing the Debian packages ${packages.join(", ")} as root with apt-get${size ? ` (${size} on disk)` : ""}: ` +
+    `${why}. PLAYBOOK_NO_INSTALL=1 declines and prints the command instead`
+  );
+}
+
+function aptInstall(packages: string[], why: string, log: (message: string) => void): void {
   const args = ["install", "-y", "--no-install-recommends", ...packages];
-  log(`Installing ${packages.join(", ")}: apt-get ${args.join(" ")}`);
+  log(installNotice(packages, why, aptSize(packages)));
   // apt's output goes to stderr: stdout of cluster:up is kept for the KUBECONFIG line.
   const options = {
     stdio: ["ignore", 2, 2] as ["ignore", number, number],
@@ -193,20 +274,26 @@ function aptInstall(packages: string[], log: (message: string) => void): void {
 }
 
 /**
- * Installs what is missing when running as root with apt-get and `install` allows it; then
- * throws MissingPrerequisiteError, one line per required command still missing, naming the
- * command that installs it. Optional ones still missing are only reported through `log`.
+ * Installs what is missing when running as root with apt-get and `install` allows it, after a
+ * notice line; then throws MissingPrerequisiteError naming each required command still missing
+ * and ending with the one apt-get line that installs them all. Optional ones still missing are
+ * only reported through `log`.
  */
 export function ensurePrerequisites(options: {
   install: boolean;
   log: (message: string) => void;
   prerequisites?: readonly Prerequisite[];
+  /** Said in the notice before installing: what needs the packages; default: their purposes. */
+  why?: string;
 }): void {
   const { log } = options;
   let missing = (options.prerequisites ?? PREREQUISITES).filter((p) => !p.present());
   if (missing.length === 0) return;
+  const choice = installChoice();
+  if (choice.deprecation) log(choice.deprecation);
   if (options.install && isRoot() && onPath("apt-get")) {
-    aptInstall([...new Set(missing.map((p) => p.debianPackage))], log);
+    const why = options.why ?? [...new Set(missing.map((p) => `${p.command}: ${p.purpose}`))].join("; ");
+    aptInstall([...new Set(missing.map((p) => p.debianPackage))], why, log);
     missing = missing.filter((p) => !p.present());
   }
   for (const prerequisite of missing.filter((p) => p.optional)) {
@@ -214,7 +301,19 @@ export function ensurePrerequisites(options: {
   }
   const required = missing.filter((p) => !p.optional);
   if (required.length === 0) return;
+  const declined = options.install
+    ? ""
+    : ` (not installed: ${choice.declined && choice.by ? `${choice.by}=${process.env[choice.by]}` : "installing"} declined)`;
+  const line = aptInstallLine(required.map((p) => p.debianPackage));
+  if (required.length === 1 && required[0]) {
+    const only = required[0];
+    throw new MissingPrerequisiteError(
+      `${absent(only)} (${only.purpose}): install it with \`${line}\`${declined}`,
+    );
+  }
   throw new MissingPrerequisiteError(
-    required.map((p) => `${absent(p)} (${p.purpose}): install it with \`${installCommand(p)}\``).join("\n"),
+    [...required.map((p) => `${absent(p)} (${p.purpose})`), `install them with \`${line}\`${declined}`].join(
+      "\n",
+    ),
   );
 }

@@ -8,7 +8,6 @@
 // at 127.0.0.1 as the kubeconfig says (the certificate names 127.0.0.1, nothing is rewritten) and
 // its /metrics port is a port on 127.0.0.1; the same holds on a Linux Docker engine.
 import { execFile } from "node:child_process";
-import { rm } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
 import { CoreV1Api, CustomObjectsApi, KubeConfig } from "@kubernetes/client-node";
@@ -18,6 +17,7 @@ import type { Playbook } from "../../src/api/playbook.js";
 import { repoRoot } from "../harness/binaries.js";
 import { createTestNamespace } from "../harness/cluster-test.js";
 import { type DevCluster, startDevCluster } from "../harness/dev-cluster.js";
+import { keepOrRemoveClusterState, suiteOutcome, whyKeepLogs } from "../harness/log-retention.js";
 import { freePort, waitFor } from "../harness/processes.js";
 import { removeContainer, startImageContainer } from "./support.js";
 
@@ -64,11 +64,14 @@ beforeAll(async () => {
   );
 });
 
-afterAll(async () => {
+afterAll(async (suite) => {
   // The container first, so the controller does not outlive its API server.
   if (container) await removeContainer(container);
   await cluster?.stop();
-  await rm(stateDir, { recursive: true, force: true });
+  // Its logs stay (and are named) when a test failed.
+  await keepOrRemoveClusterState(stateDir, whyKeepLogs(suiteOutcome(suite)), (m) =>
+    process.stderr.write(`${m}\n`),
+  );
 });
 
 async function get(pathname: string): Promise<{ status: number; body: string }> {

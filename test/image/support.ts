@@ -4,6 +4,11 @@
 import { GenericContainer, PullPolicy, type StartedTestContainer } from "testcontainers";
 import { afterAll, inject } from "vitest";
 
+// The image project's global setup never throws (that would end the unit and cluster suites
+// too): when the image could not be built, every image test file fails here with the reason.
+const imageError = inject("imageError");
+if (imageError) throw new Error(imageError);
+
 Object.assign(process.env, inject("engineEnv"));
 
 export const IMAGE = inject("image");

@@ -18,17 +18,21 @@ describe("image:build without podman", () => {
     dir = mkdtempSync(path.join(tmpdir(), "playbook-image-prereq-"));
     const result = spawnSync(process.execPath, [SCRIPT], {
       encoding: "utf8",
-      // An empty PATH: no podman, docker, runc or debootstrap; CLUSTER_NO_INSTALL keeps apt-get out.
-      env: { PATH: dir, HOME: process.env.HOME, CLUSTER_NO_INSTALL: "1" },
+      // An empty PATH: no podman, docker, runc or debootstrap; PLAYBOOK_NO_INSTALL keeps apt-get out.
+      env: { PATH: dir, HOME: process.env.HOME, PLAYBOOK_NO_INSTALL: "1" },
       timeout: 60_000,
     });
     expect(result.status, result.stderr).toBe(1);
     expect(result.stdout).toBe("");
     expect(result.stderr).toMatch(
-      /podman is not on PATH \(builds the project's image.*\): install it with `(sudo )?apt-get install podman`/,
+      /^image:build: failed: podman is not on PATH \(builds the project's image.*\)$/m,
     );
-    expect(result.stderr).toMatch(/runc is not on PATH .*apt-get install runc`/);
-    expect(result.stderr).toMatch(/debootstrap is not on PATH .*apt-get install debootstrap`/);
+    expect(result.stderr).toMatch(/^runc is not on PATH \(the OCI runtime .*\)$/m);
+    expect(result.stderr).toMatch(/^debootstrap is not on PATH \(makes the stand-in .*\)$/m);
+    // One line to run, with every package in it.
+    expect(result.stderr).toMatch(
+      /^install them with `(sudo )?apt-get install podman runc (containernetworking-plugins )?debootstrap` \(not installed: PLAYBOOK_NO_INSTALL=1 declined\)$/m,
+    );
     expect(result.stderr).not.toContain("Installing");
     expect(result.stderr).not.toContain("Building");
   });

@@ -1,10 +1,10 @@
 // tools/build.sh as a first-time user meets it: progress while it builds. A small Go module
 // stands in for Kubernetes, etcd and helm (PLAYBOOK_TOOLS_TARGETS), built into a temp cache.
 import { execFileSync, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 
 const BUILD = join(import.meta.dirname, "../../tools/build.sh");
 
@@ -130,4 +130,87 @@ describe("tools/build.sh progress", () => {
     expect(counts).toEqual([...counts].sort((a, b) => a - b));
     expect(result.stdout).toMatch(/tools:bin: built first second in \d+s: (\d+)\/\1 packages compiled/);
   }, 240_000);
+});
+
+describe("tools/build.sh waiting on the build lock", () => {
+  const made: string[] = [];
+  afterAll(() => {
+    for (const dir of made) rmSync(dir, { recursive: true, force: true });
+  });
+
+  /**
+   * The lock file of the versioned folder build.sh uses under that cache: made by building the
+   * small module's binaries once, then removed so that there is something to build again.
+   */
+  function lockFile(cache: string, targets: string): string {
+    const folder = execFileSync("bash", [BUILD], {
+      env: { ...process.env, PLAYBOOK_TOOLS_CACHE: cache, PLAYBOOK_TOOLS_TARGETS: targets },
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "ignore"],
+    }).trim();
+    rmSync(join(folder, "first"));
+    rmSync(join(folder, "second"));
+    return join(folder, ".lock");
+  }
+
+  /** Starts a holder of the lock and waits until it holds it. */
+  async function hold(lock: string, script: string): Promise<ReturnType<typeof spawn>> {
+    const holder = spawn("bash", ["-c", script, "holder", lock], { stdio: ["ignore", "pipe", "inherit"] });
+    await new Promise<void>((resolve) => {
+      holder.stdout?.on("data", (chunk: Buffer) => {
+        if (chunk.toString().includes("holding")) resolve();
+      });
+    });
+    return holder;
+  }
+
+  it("says at once and then periodically who holds it and what it builds", async () => {
+    const { dir, targets } = smallModule();
+    made.push(dir);
+    const cache = join(dir, "cache");
+    const lock = lockFile(cache, targets);
+    // A script that took the lock with `flock 9` (the flock command is gone; the script holds
+    // it through its fd 9) and left no note: found among the processes that have the file open.
+    const holder = await hold(lock, 'exec 9>"$1"; flock 9; echo holding; sleep 6; exit 0');
+    const started = Date.now();
+    const result = await run("bash", [BUILD], {
+      PLAYBOOK_TOOLS_CACHE: cache,
+      PLAYBOOK_TOOLS_TARGETS: targets,
+      PLAYBOOK_TOOLS_LOCK_REPORT_EVERY: "1",
+    });
+    expect(result.code, result.stderr).toBe(0);
+    const waits = result.stderr.split("\n").filter((line) => line.includes("waiting for the build lock"));
+    expect(waits.length).toBeGreaterThanOrEqual(2);
+    expect(waits[0]).toMatch(
+      new RegExp(
+        `^tools:bin: waiting for the build lock ${lock} \\(0s so far\\), held by pid ${holder.pid} \\(bash -c .*\\), ` +
+          `running since .* \\(\\d+s\\), run by: .*; it builds what is missing in .*: first second$`,
+      ),
+    );
+    expect(waits[1]).toMatch(/\(\ds so far\)/);
+    expect(result.stderr).toMatch(/tools:bin: got the build lock after [1-9]s/);
+    expect(Date.now() - started).toBeGreaterThan(1_500);
+  });
+
+  it("names what the holder builds from the note a tools/build.sh holding it leaves", async () => {
+    const { dir, targets } = smallModule();
+    made.push(dir);
+    const cache = join(dir, "cache");
+    const lock = lockFile(cache, targets);
+    const holder = await hold(
+      lock,
+      'exec 9>"$1"; flock 9; printf "pid=%s\\nsince=now\\nbuilding=kubelet (from k8s.io/kubernetes/cmd/kubelet)\\n" $$ >"$1.holder"; echo holding; sleep 2; exit 0',
+    );
+    const result = await run("bash", [BUILD], {
+      PLAYBOOK_TOOLS_CACHE: cache,
+      PLAYBOOK_TOOLS_TARGETS: targets,
+      PLAYBOOK_TOOLS_LOCK_REPORT_EVERY: "1",
+    });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toMatch(
+      new RegExp(
+        `waiting for the build lock .*held by pid ${holder.pid} .*; it builds kubelet \\(from k8s\\.io/kubernetes/cmd/kubelet\\)\\n`,
+      ),
+    );
+  });
 });
