@@ -254,9 +254,11 @@ function finishEvents(
       message: `${reason} fired: ${describeFiredLimit(status, reason, limits)}`,
     });
   }
+  // A cancel is what someone asked for, not a failure.
+  const normal = reason === "Succeeded" || reason === "Cancelled";
   events.push({
-    type: reason === "Succeeded" ? "Normal" : "Warning",
-    reason: reason === "Succeeded" ? "RunSucceeded" : "RunFailed",
+    type: normal ? "Normal" : "Warning",
+    reason: reason === "Succeeded" ? "RunSucceeded" : reason === "Cancelled" ? "RunCancelled" : "RunFailed",
     message: `Run finished with reason ${reason}: ${message}`,
   });
   return events;
@@ -434,6 +436,16 @@ function decideLost(state: RunState, what: string): Decision {
   return settle(base, next, "PodLost");
 }
 
+/** "killGrace 10s (spec.killGrace)": the grace a cancelled task gets, as the user set it. */
+function describeKillGrace(limits: ResolvedLimits): string {
+  return `killGrace ${formatDuration(limits.killGrace.ms)} (${limits.killGrace.field})`;
+}
+
+/** A cancel's deletion: the task's killGrace first, then the pod's grace period that covers it. */
+function describeCancelGrace(limits: ResolvedLimits, graceSeconds: number): string {
+  return `the runner gives the running task ${describeKillGrace(limits)}; the pod's grace period is ${graceSeconds}s, killGrace plus a margin for the report`;
+}
+
 /** How long past its activeDeadlineSeconds a running pod may go before the controller acts. */
 export const BACKSTOP_SLACK_MS = 30_000;
 
@@ -532,7 +544,7 @@ function decideStopUnstartedPod(state: RunState, pod: PodView, next: PlaybookSta
         {
           type: "Warning",
           reason: "Cancelling",
-          message: `Deleted pod ${name} with a ${grace}s grace period: spec.cancel is true and its node never started it`,
+          message: `Deleted pod ${name}: spec.cancel is true and its node never started it (${describeCancelGrace(base.limits, grace)})`,
         },
       ],
     });
@@ -573,7 +585,7 @@ function decideStopPod(state: RunState, pod: PodView, next: PlaybookStatus): Dec
         {
           type: "Normal",
           reason: "Cancelling",
-          message: `Deleted pod ${name} with a ${grace}s grace period: spec.cancel is true and no node had taken the pod`,
+          message: `Deleted pod ${name}: spec.cancel is true and no node had taken the pod (${describeCancelGrace(base.limits, grace)})`,
         },
       ],
     });
@@ -587,7 +599,7 @@ function decideStopPod(state: RunState, pod: PodView, next: PlaybookStatus): Dec
         {
           type: "Normal",
           reason: "Cancelling",
-          message: `Lowered activeDeadlineSeconds of pod ${name} to ${elapsedSeconds}: spec.cancel is true; the kubelet stops it with a ${grace}s grace period and keeps it for its logs`,
+          message: `Lowered activeDeadlineSeconds of pod ${name} to ${elapsedSeconds}: spec.cancel is true; the kubelet stops it and keeps it for its logs, and the runner gives the running task ${describeKillGrace(base.limits)} between the cancel file and SIGTERM and the SIGKILL`,
         },
       ],
       requeueAfterMs: grace * 1000 + BACKSTOP_SLACK_MS,
@@ -602,7 +614,7 @@ function decideStopPod(state: RunState, pod: PodView, next: PlaybookStatus): Dec
         {
           type: "Warning",
           reason: "Cancelling",
-          message: `Deleted pod ${name} with a ${grace}s grace period: spec.cancel is true and its node did not stop it at its lowered activeDeadlineSeconds`,
+          message: `Deleted pod ${name}: spec.cancel is true and its node did not stop it at its lowered activeDeadlineSeconds (${describeCancelGrace(base.limits, grace)})`,
         },
       ],
     });

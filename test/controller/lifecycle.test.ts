@@ -355,5 +355,16 @@ describe("examples/cancel-me.yaml", () => {
     expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "Cancelled" });
     expect(playbook.status?.phase).toBe("Cancelled");
     expect(playbook.status?.tasks?.[0]).toMatchObject({ name: "wait", phase: "Cancelled", ending: "Exited" });
+    // A cancel is what was asked for, not a failure; the grace it names is the task's killGrace.
+    const events = await eventsOf(ns, "cancel-me", ["Cancelling", "RunCancelled"]);
+    expect(events.filter((e) => e.reason === "RunCancelled").map((e) => e.type)).toEqual(["Normal"]);
+    expect(events.map((e) => e.reason)).not.toContain("RunFailed");
+    const cancelling = events.find((e) => e.reason === "Cancelling");
+    expect(cancelling?.type).toBe("Normal");
+    expect(cancelling?.message).toContain("killGrace 5s (spec.killGrace)");
+    // The shell, which traps TERM, reports no child the group's SIGTERM ended.
+    const log = await core.readNamespacedPodLog({ namespace: ns, name: "cancel-me-1" });
+    expect(log).toContain("saw the cancel file, stopping cleanly");
+    expect(log).not.toMatch(/^(\[[^\]]+\] )?Terminated$/m);
   });
 });

@@ -555,6 +555,9 @@ describe("spec.cancel", () => {
       { type: "lowerDeadline", name: "nightly-1", activeDeadlineSeconds: 30 },
     ]);
     expect(decision.events.map((e) => e.reason)).toEqual(["Cancelling"]);
+    // The grace the user set, not the pod's termination grace period (killGrace plus a margin).
+    expect(decision.events[0]?.message).toContain("killGrace 10s (the default kill grace)");
+    expect(decision.events[0]?.message).not.toContain("15s");
     expect(decision.status?.phase).toBe("Running");
     expect(decision.finished).toBeUndefined();
   });
@@ -590,6 +593,8 @@ describe("spec.cancel", () => {
       ending: "Exited",
     });
     expect(decision.actions).toEqual([]);
+    // A cancel is what someone asked for: a Normal event, not a Warning RunFailed.
+    expect(decision.events.map((e) => [e.type, e.reason])).toEqual([["Normal", "RunCancelled"]]);
   });
 
   it("settles Cancelled itself when the stopped runner gave no report", () => {
