@@ -67,6 +67,7 @@ export const PodSchema = z.looseObject({
       reason: z.string().optional(),
       message: z.string().optional(),
       containerStatuses: z.array(ContainerStatusSchema).optional(),
+      initContainerStatuses: z.array(ContainerStatusSchema).optional(),
       conditions: z
         .array(
           z.looseObject({

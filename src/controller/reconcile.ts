@@ -29,6 +29,7 @@ import {
 } from "./pod-builder.js";
 import {
   currentPod,
+  describeHold,
   describeKubeletVerdict,
   describeWaiting,
   disruptionOf,
@@ -449,9 +450,12 @@ function describeCancelGrace(limits: ResolvedLimits, graceSeconds: number): stri
 /** How long past its activeDeadlineSeconds a running pod may go before the controller acts. */
 export const BACKSTOP_SLACK_MS = 30_000;
 
-/** The same words at creation and while pending, so that a pass in between writes nothing. */
-function pendingMessage(podName: string, attempt: number): string {
-  return `pod ${podName} is pending (attempt ${attempt})`;
+/**
+ * The same words at creation and while pending, so that a pass in between writes nothing; what
+ * holds the pod (ErrImagePull, Unschedulable...) once it shows, so the run says why it waits.
+ */
+function pendingMessage(podName: string, attempt: number, hold?: string): string {
+  return `pod ${podName} is pending (attempt ${attempt})${hold ? `: ${hold}` : ""}`;
 }
 
 function capitalise(text: string): string {
@@ -835,8 +839,10 @@ function decideActivePod(state: RunState, pod: PodView): Decision {
   }
   const backstopAt = endsAt + (DEADLINE_MARGIN_SECONDS * 1000 + BACKSTOP_SLACK_MS);
   if (running && backstopAt <= now.getTime()) return decideOutlived(state, pod);
-  if (!running && base.previous.startTime === undefined) {
-    // The first pod was created without a status write: Pending is shown only if it lasts.
+  const hold = running ? undefined : describeHold(pod);
+  if (!running && base.previous.startTime === undefined && hold === undefined) {
+    // The first pod was created without a status write: Pending is shown only if it lasts, or
+    // at once when something holds the pod (an image pull failing, no node for it).
     const showPendingAt = Date.parse(startTime) + PENDING_STATUS_DELAY_MS;
     if (now.getTime() < showPendingAt) {
       const lookAgainAt = Math.min(showPendingAt, endsAt, startBy ?? endsAt);
@@ -847,7 +853,7 @@ function decideActivePod(state: RunState, pod: PodView): Decision {
     phase: running ? "Running" : "Pending",
     message: running
       ? `pod ${pod.metadata.name} is running (attempt ${attempts})${pod.metadata.deletionTimestamp ? "; it is being deleted" : ""}`
-      : pendingMessage(pod.metadata.name, attempts),
+      : pendingMessage(pod.metadata.name, attempts, hold),
     startTime,
     podName: pod.metadata.name,
     podAttempts: attempts,

@@ -332,10 +332,14 @@ describe("a pod that never starts", () => {
     },
   });
 
-  it("is looked at again when the ceiling and killGrace will have passed", () => {
-    const decision = decide(input({ playbook: playbook({}, started()), pods: [pending()], now: at(60) }));
+  it("says why it waits, then is looked at again when the ceiling and killGrace will have passed", () => {
+    const shown = decide(input({ playbook: playbook({}, started()), pods: [pending()], now: at(60) }));
+    expect(succeeded(shown.status)?.message).toBe("pod nightly-1 is pending (attempt 1): Unschedulable");
+    const decision = decide(
+      input({ playbook: playbook({}, shown.status ?? undefined), pods: [pending()], now: at(61) }),
+    );
     expect(decision.status).toBeNull();
-    expect(decision.requeueAfterMs).toBe((1800 + 10 - 60) * 1000);
+    expect(decision.requeueAfterMs).toBe((1800 + 10 - 61) * 1000);
   });
 
   it("ends the run RunCeiling and removes the pod once they passed", () => {
