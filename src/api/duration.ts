@@ -14,29 +14,31 @@ const UNIT_MS: Record<string, number> = {
 
 const PART = /^(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)/;
 
+/** Its message names the text once, quoted: `"90x" is not a duration (use units ...)`. */
 export class DurationError extends Error {}
 
 /** Parses a Go duration string into milliseconds. Negative durations are refused. */
 export function parseDuration(text: string): number {
   if (typeof text !== "string" || text.length === 0) {
-    throw new DurationError("must be a duration such as 90s, 10m or 1h30m, not an empty string");
+    throw new DurationError('"" must be a duration such as 90s, 10m or 1h30m, not an empty string');
   }
-  if (text.startsWith("-")) throw new DurationError(`must not be negative: "${text}"`);
+  const quoted = JSON.stringify(text);
+  if (text.startsWith("-")) throw new DurationError(`${quoted} must not be negative`);
   if (text === "0" || text === "+0") return 0;
   let rest = text.startsWith("+") ? text.slice(1) : text;
-  if (rest.length === 0) throw new DurationError(`is not a duration: "${text}"`);
+  if (rest.length === 0) throw new DurationError(`${quoted} is not a duration`);
   let total = 0;
   while (rest.length > 0) {
     const match = PART.exec(rest);
     if (!match) {
-      throw new DurationError(`is not a duration: "${text}" (use units h, m, s, ms, e.g. 1h30m, 90s, 250ms)`);
+      throw new DurationError(`${quoted} is not a duration (use units h, m, s, ms, e.g. 1h30m, 90s, 250ms)`);
     }
     const [whole, amount, unit] = match as unknown as [string, string, string];
     total += Number(amount) * (UNIT_MS[unit] as number);
     rest = rest.slice(whole.length);
   }
   if (!Number.isFinite(total) || total > Number.MAX_SAFE_INTEGER) {
-    throw new DurationError(`is too large: "${text}"`);
+    throw new DurationError(`${quoted} is too large`);
   }
   // 0 means "off" for a stall limit and "at once" for killGrace: a positive duration never becomes it.
   return total > 0 ? Math.max(1, Math.round(total)) : 0;

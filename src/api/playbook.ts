@@ -56,7 +56,7 @@ export const DurationString = z
     try {
       parseDuration(value);
     } catch (error) {
-      ctx.addIssue({ code: "custom", message: `${JSON.stringify(value)} ${(error as Error).message}` });
+      ctx.addIssue({ code: "custom", message: (error as Error).message });
       return;
     }
     // Go reads "+5m" too; the API server does not.

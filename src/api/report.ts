@@ -44,6 +44,8 @@ export const ReportTaskSchema = z.strictObject({
   l: z.enum(TASK_LIMITS).optional(),
   /** how the group ended after a limit or cancellation */
   e: z.enum(ENDINGS).optional(),
+  /** ms of killGrace the group had before a second interrupt cut it short (Killed only) */
+  g: z.number().int().min(0).max(MAX_TASK_OFFSET_MS).optional(),
   /** [start, end] in ms after the report's start; bounded so that start + t stays a date */
   t: z
     .tuple([z.number().int().min(0).max(MAX_TASK_OFFSET_MS), z.number().int().min(0).max(MAX_TASK_OFFSET_MS)])
@@ -74,6 +76,8 @@ export interface TaskOutcome {
   signal: string | null;
   limit?: TaskLimit;
   ending?: "Exited" | "Killed";
+  /** set when a second interrupt cut the grace short: how much of it the group had, in ms */
+  graceCutAfterMs?: number;
   startTime?: Date;
   completionTime?: Date;
   detail?: string;
@@ -101,6 +105,9 @@ function toReportTask(task: TaskOutcome, start: number): ReportTask {
   if (task.signal) out.sig = task.signal;
   if (task.limit) out.l = task.limit;
   if (task.ending) out.e = task.ending;
+  if (task.ending === "Killed" && task.graceCutAfterMs !== undefined) {
+    out.g = Math.min(MAX_TASK_OFFSET_MS, Math.max(0, Math.round(task.graceCutAfterMs)));
+  }
   if (task.startTime && task.completionTime) {
     out.t = [
       Math.max(0, task.startTime.getTime() - start),
@@ -289,6 +296,11 @@ export function describeLimit(limit: TaskLimit, effective: EffectiveLimit): stri
 function describeEnding(task: ReportTask, killGrace: EffectiveLimit): string {
   const grace = formatDuration(killGrace.ms);
   if (task.e === "Exited") return `; process group stopped within the ${grace} grace`;
+  if (task.e === "Killed" && task.g !== undefined && killGrace.ms > 0) {
+    // A second interrupt (Ctrl-C) ended the grace before its time.
+    const when = task.g < 1000 ? "at once" : `after ${formatDuration(Math.floor(task.g / 100) * 100)}`;
+    return `; process group killed ${when}: a second interrupt cut its ${grace} grace short`;
+  }
   if (task.e === "Killed")
     return killGrace.ms === 0
       ? "; process group killed at once"

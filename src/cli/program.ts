@@ -173,6 +173,20 @@ function registerControllerPlaceholder(program: Command, description: string): v
   program.command("controller").description(description).addOption(new Option("--placeholder").hideHelp());
 }
 
+/**
+ * -f is required, as kubectl's is; a manifest named without it (`playbook run pb.yaml`) gets
+ * the command that was probably meant, in commander's words and with its pointer to --help.
+ */
+function requireFilename(command: Command, file: string | undefined, flags: { filename?: string }): void {
+  const name = command.name();
+  if (flags.filename && file) {
+    command.error(`error: unexpected argument '${file}': the manifest is -f ${flags.filename}`);
+  }
+  if (flags.filename) return;
+  const missing = "error: required option '-f, --filename <file>' not specified";
+  command.error(file ? `${missing}; did you mean 'playbook ${name} -f ${file}'?` : missing);
+}
+
 export function buildProgram(
   version: string,
   setExit: (code: number) => Promise<void> | void,
@@ -188,7 +202,10 @@ export function buildProgram(
     .command("run")
     .showHelpAfterError("See 'playbook run --help' for usage.")
     .description("run a Playbook manifest on this machine with the pod runner")
-    .requiredOption("-f, --filename <file>", "the Playbook manifest (YAML or JSON; - for stdin)")
+    .usage("[options]")
+    // Not a way to name the manifest: there only to point at -f when it is given bare.
+    .argument("[file]")
+    .option("-f, --filename <file>", "the Playbook manifest (YAML or JSON; - for stdin) (required)")
     .addOption(
       new Option("-o, --output <format>", "print the Playbook with its final status").choices([
         "json",
@@ -207,17 +224,25 @@ export function buildProgram(
       "after",
       `\nExit codes: 0 succeeded, 1 failed (any reason), 2 invalid input (nothing was run), 130 interrupted.\n${reasonsHelp()}`,
     )
-    .action(async (flags) => setExit(await runCommand(flags)));
+    .action(async (file: string | undefined, flags: { filename?: string }, command: Command) => {
+      requireFilename(command, file, flags);
+      setExit(await runCommand(flags));
+    });
   program
     .command("validate")
     .showHelpAfterError("See 'playbook validate --help' for usage.")
     .description("check a Playbook manifest and show each effective limit with its source")
-    .requiredOption("-f, --filename <file>", "the Playbook manifest (YAML or JSON; - for stdin)")
+    .usage("[options]")
+    .argument("[file]")
+    .option("-f, --filename <file>", "the Playbook manifest (YAML or JSON; - for stdin) (required)")
     .option(
       "--policy <file>",
       "a PlaybookPolicy manifest: check the Playbook against it and show its defaults (source policy)",
     )
-    .action(async (flags) => setExit(await validateCommand(flags)));
+    .action(async (file: string | undefined, flags: { filename?: string }, command: Command) => {
+      requireFilename(command, file, flags);
+      setExit(await validateCommand(flags));
+    });
   program
     .command("pod-runner")
     .showHelpAfterError("See 'playbook pod-runner --help' for usage.")

@@ -23,7 +23,7 @@ const Duration = z.string().transform((text, ctx) => {
   try {
     return parseDuration(text);
   } catch (error) {
-    ctx.addIssue({ code: "custom", message: `${JSON.stringify(text)} ${(error as Error).message}` });
+    ctx.addIssue({ code: "custom", message: (error as Error).message });
     return z.NEVER;
   }
 });

@@ -1,7 +1,7 @@
 // What the controller reads from the API server, parsed with zod at the edge: the parts of a Pod
 // it decides on, and a Playbook's metadata and status even when its spec is not valid.
 import { z } from "zod";
-import { PlaybookStatusSchema } from "../api/playbook.js";
+import { type PlaybookStatus, PlaybookStatusSchema } from "../api/playbook.js";
 
 export const LABEL_NAME = "playbook.dev/name";
 export const LABEL_POD_ATTEMPT = "playbook.dev/pod-attempt";
@@ -67,6 +67,7 @@ export const PodSchema = z.looseObject({
       reason: z.string().optional(),
       message: z.string().optional(),
       containerStatuses: z.array(ContainerStatusSchema).optional(),
+      initContainerStatuses: z.array(ContainerStatusSchema).optional(),
       conditions: z
         .array(
           z.looseObject({
@@ -118,9 +119,36 @@ export function parsePod(raw: unknown): PodView | null {
   return parsed.success ? parsed.data : null;
 }
 
+/**
+ * The lastTransitionTime of the status the CRD's schema serves until the controller writes one
+ * (status.default in crds/playbook.dev_playbooks.yaml): Pending, so that `kubectl get pb` never
+ * shows empty columns.
+ */
+export const SCHEMA_DEFAULT_TRANSITION = "1970-01-01T00:00:00Z";
+
+/** The schema's default status: the controller never wrote it (it always sets observedGeneration). */
+export function isSchemaDefaultStatus(status: PlaybookStatus): boolean {
+  const conditions = status.conditions ?? [];
+  return (
+    status.observedGeneration === undefined &&
+    status.startTime === undefined &&
+    status.phase === "Pending" &&
+    conditions.length > 0 &&
+    conditions.every(
+      (c) => new Date(c.lastTransitionTime).getTime() === Date.parse(SCHEMA_DEFAULT_TRANSITION),
+    )
+  );
+}
+
+/** A Playbook as stored; the schema's default status is read as none, as the controller wrote none. */
 export function parseStoredPlaybook(raw: unknown): StoredPlaybook | null {
   const parsed = StoredPlaybookSchema.safeParse(raw);
-  return parsed.success ? parsed.data : null;
+  if (!parsed.success) return null;
+  if (parsed.data.status && isSchemaDefaultStatus(parsed.data.status)) {
+    const { status: _default, ...rest } = parsed.data;
+    return rest;
+  }
+  return parsed.data;
 }
 
 export function keyOf(meta: { name: string; namespace?: string | undefined }): string {

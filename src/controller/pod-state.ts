@@ -58,21 +58,45 @@ export function describeKubeletVerdict(pod: PodView): string {
   return parts.join(", ");
 }
 
+/** Waiting reasons of a pod on its way up: they say nothing the user needs to act on. */
+const STARTING_REASONS = new Set(["ContainerCreating", "PodInitializing"]);
+
+const said = (reason: string | null | undefined, message: string | null | undefined) =>
+  reason ? `${reason}${message ? `: ${message.trim()}` : ""}` : undefined;
+
 /**
- * What holds a pod that has not started, in the words of whoever holds it: the runner
- * container's waiting reason from the kubelet (ErrImagePull, CreateContainerConfigError), else
- * the scheduler's PodScheduled condition (Unschedulable), else the pod's own reason.
+ * Why a pod that has not started is held, when something holds it (not merely on its way up):
+ * the kubelet's waiting reason of an init container, the runner or a task container
+ * (ErrImagePull, ImagePullBackOff, CreateContainerConfigError), else the scheduler's
+ * (Unschedulable, with its message). A container other than the runner is named.
+ */
+export function describeHold(pod: PodView): string | undefined {
+  const statuses = [
+    ...(pod.status?.initContainerStatuses ?? []),
+    ...[...(pod.status?.containerStatuses ?? [])].sort(
+      (a, b) => Number(b.name === RUNNER_CONTAINER) - Number(a.name === RUNNER_CONTAINER),
+    ),
+  ];
+  for (const status of statuses) {
+    const waiting = status.state?.waiting;
+    if (!waiting?.reason || STARTING_REASONS.has(waiting.reason)) continue;
+    const why = said(waiting.reason, waiting.message);
+    return status.name === RUNNER_CONTAINER ? why : `container ${status.name}: ${why}`;
+  }
+  const scheduled = pod.status?.conditions?.find((c) => c.type === "PodScheduled" && c.status === "False");
+  return said(scheduled?.reason, scheduled?.message);
+}
+
+/**
+ * What holds a pod that has not started, in the words of whoever holds it (describeHold), else
+ * what it is doing (ContainerCreating), else the pod's own reason.
  */
 export function describeWaiting(pod: PodView): string | undefined {
-  const said = (reason: string | null | undefined, message: string | null | undefined) =>
-    reason ? `${reason}${message ? `: ${message.trim()}` : ""}` : undefined;
   const statuses = pod.status?.containerStatuses ?? [];
   const waiting = (statuses.find((s) => s.name === RUNNER_CONTAINER) ?? statuses[0])?.state?.waiting;
-  if (waiting?.reason && waiting.reason !== "ContainerCreating") return said(waiting.reason, waiting.message);
   const conditions = pod.status?.conditions ?? [];
-  const scheduled = conditions.find((c) => c.type === "PodScheduled" && c.status === "False");
   return (
-    said(scheduled?.reason, scheduled?.message) ??
+    describeHold(pod) ??
     said(waiting?.reason, waiting?.message) ??
     said(pod.status?.reason, pod.status?.message) ??
     said(conditions.find((c) => c.status === "False")?.reason, undefined)

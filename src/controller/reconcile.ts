@@ -29,6 +29,7 @@ import {
 } from "./pod-builder.js";
 import {
   currentPod,
+  describeHold,
   describeKubeletVerdict,
   describeWaiting,
   disruptionOf,
@@ -254,9 +255,11 @@ function finishEvents(
       message: `${reason} fired: ${describeFiredLimit(status, reason, limits)}`,
     });
   }
+  // A cancel is what someone asked for, not a failure.
+  const normal = reason === "Succeeded" || reason === "Cancelled";
   events.push({
-    type: reason === "Succeeded" ? "Normal" : "Warning",
-    reason: reason === "Succeeded" ? "RunSucceeded" : "RunFailed",
+    type: normal ? "Normal" : "Warning",
+    reason: reason === "Succeeded" ? "RunSucceeded" : reason === "Cancelled" ? "RunCancelled" : "RunFailed",
     message: `Run finished with reason ${reason}: ${message}`,
   });
   return events;
@@ -434,12 +437,25 @@ function decideLost(state: RunState, what: string): Decision {
   return settle(base, next, "PodLost");
 }
 
+/** "killGrace 10s (spec.killGrace)": the grace a cancelled task gets, as the user set it. */
+function describeKillGrace(limits: ResolvedLimits): string {
+  return `killGrace ${formatDuration(limits.killGrace.ms)} (${limits.killGrace.field})`;
+}
+
+/** A cancel's deletion: the task's killGrace first, then the pod's grace period that covers it. */
+function describeCancelGrace(limits: ResolvedLimits, graceSeconds: number): string {
+  return `the runner gives the running task ${describeKillGrace(limits)}; the pod's grace period is ${graceSeconds}s, killGrace plus a margin for the report`;
+}
+
 /** How long past its activeDeadlineSeconds a running pod may go before the controller acts. */
 export const BACKSTOP_SLACK_MS = 30_000;
 
-/** The same words at creation and while pending, so that a pass in between writes nothing. */
-function pendingMessage(podName: string, attempt: number): string {
-  return `pod ${podName} is pending (attempt ${attempt})`;
+/**
+ * The same words at creation and while pending, so that a pass in between writes nothing; what
+ * holds the pod (ErrImagePull, Unschedulable...) once it shows, so the run says why it waits.
+ */
+function pendingMessage(podName: string, attempt: number, hold?: string): string {
+  return `pod ${podName} is pending (attempt ${attempt})${hold ? `: ${hold}` : ""}`;
 }
 
 function capitalise(text: string): string {
@@ -532,7 +548,7 @@ function decideStopUnstartedPod(state: RunState, pod: PodView, next: PlaybookSta
         {
           type: "Warning",
           reason: "Cancelling",
-          message: `Deleted pod ${name} with a ${grace}s grace period: spec.cancel is true and its node never started it`,
+          message: `Deleted pod ${name}: spec.cancel is true and its node never started it (${describeCancelGrace(base.limits, grace)})`,
         },
       ],
     });
@@ -573,7 +589,7 @@ function decideStopPod(state: RunState, pod: PodView, next: PlaybookStatus): Dec
         {
           type: "Normal",
           reason: "Cancelling",
-          message: `Deleted pod ${name} with a ${grace}s grace period: spec.cancel is true and no node had taken the pod`,
+          message: `Deleted pod ${name}: spec.cancel is true and no node had taken the pod (${describeCancelGrace(base.limits, grace)})`,
         },
       ],
     });
@@ -587,7 +603,7 @@ function decideStopPod(state: RunState, pod: PodView, next: PlaybookStatus): Dec
         {
           type: "Normal",
           reason: "Cancelling",
-          message: `Lowered activeDeadlineSeconds of pod ${name} to ${elapsedSeconds}: spec.cancel is true; the kubelet stops it with a ${grace}s grace period and keeps it for its logs`,
+          message: `Lowered activeDeadlineSeconds of pod ${name} to ${elapsedSeconds}: spec.cancel is true; the kubelet stops it and keeps it for its logs, and the runner gives the running task ${describeKillGrace(base.limits)} between the cancel file and SIGTERM and the SIGKILL`,
         },
       ],
       requeueAfterMs: grace * 1000 + BACKSTOP_SLACK_MS,
@@ -602,7 +618,7 @@ function decideStopPod(state: RunState, pod: PodView, next: PlaybookStatus): Dec
         {
           type: "Warning",
           reason: "Cancelling",
-          message: `Deleted pod ${name} with a ${grace}s grace period: spec.cancel is true and its node did not stop it at its lowered activeDeadlineSeconds`,
+          message: `Deleted pod ${name}: spec.cancel is true and its node did not stop it at its lowered activeDeadlineSeconds (${describeCancelGrace(base.limits, grace)})`,
         },
       ],
     });
@@ -823,8 +839,10 @@ function decideActivePod(state: RunState, pod: PodView): Decision {
   }
   const backstopAt = endsAt + (DEADLINE_MARGIN_SECONDS * 1000 + BACKSTOP_SLACK_MS);
   if (running && backstopAt <= now.getTime()) return decideOutlived(state, pod);
-  if (!running && base.previous.startTime === undefined) {
-    // The first pod was created without a status write: Pending is shown only if it lasts.
+  const hold = running ? undefined : describeHold(pod);
+  if (!running && base.previous.startTime === undefined && hold === undefined) {
+    // The first pod was created without a status write: Pending is shown only if it lasts, or
+    // at once when something holds the pod (an image pull failing, no node for it).
     const showPendingAt = Date.parse(startTime) + PENDING_STATUS_DELAY_MS;
     if (now.getTime() < showPendingAt) {
       const lookAgainAt = Math.min(showPendingAt, endsAt, startBy ?? endsAt);
@@ -835,7 +853,7 @@ function decideActivePod(state: RunState, pod: PodView): Decision {
     phase: running ? "Running" : "Pending",
     message: running
       ? `pod ${pod.metadata.name} is running (attempt ${attempts})${pod.metadata.deletionTimestamp ? "; it is being deleted" : ""}`
-      : pendingMessage(pod.metadata.name, attempts),
+      : pendingMessage(pod.metadata.name, attempts, hold),
     startTime,
     podName: pod.metadata.name,
     podAttempts: attempts,

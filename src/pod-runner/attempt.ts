@@ -75,6 +75,8 @@ export interface AttemptResult {
    * was signalled with this attempt and has until then, not a grace of its own.
    */
   graceEndsAt?: number;
+  /** ms of killGrace the group had when a second Ctrl-C (hurrySignal) cut the grace short */
+  graceCutAfterMs?: number;
   exitCode: number | null;
   signal: string | null;
   startTime: Date;
@@ -362,7 +364,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   // tasks) is not waited for beyond the drain window. Its output is read on while the run goes
   // on and drained after the run's final kill (drainPipes), so none of it is dropped.
   const fired = stop as AttemptStop | null;
-  let ended: { ending?: Ending; runClean?: boolean; graceEndsAt?: number } = {};
+  let ended: { ending?: Ending; runClean?: boolean; graceEndsAt?: number; graceCutAfterMs?: number } = {};
   if (fired) ended = await endTree(tree, spec.killGraceMs, spec.runCookie, spec.hurrySignal);
   else stopWatchdog();
   const pipesClosed = await within(streamsClosed, spec.drainWindowMs);
@@ -434,8 +436,9 @@ async function endTree(
   killGraceMs: number,
   runCookie: string,
   hurry?: AbortSignal,
-): Promise<{ ending: Ending; runClean: boolean; graceEndsAt: number }> {
-  const graceEndsAt = performance.now() + killGraceMs;
+): Promise<{ ending: Ending; runClean: boolean; graceEndsAt: number; graceCutAfterMs?: number }> {
+  const graceStartedAt = performance.now();
+  const graceEndsAt = graceStartedAt + killGraceMs;
   if (killGraceMs > 0) {
     // The group by id while the leader is unreaped; after that its members one by one, so a signal
     // never reaches a group whose id was recycled. Each process gets SIGTERM once: many programs
@@ -453,6 +456,9 @@ async function endTree(
       }
     }
   }
+  // A second Ctrl-C ended the grace early: the report says so rather than "after <killGrace>".
+  const cut = killGraceMs > 0 && hurry?.aborted === true && performance.now() < graceEndsAt;
+  const graceCutAfterMs = cut ? Math.round(performance.now() - graceStartedAt) : undefined;
   // The group first, by id and without a scan, so the kill is not delayed by looking around.
   // While the leader is unreaped the id is still its group's, and a group kill leaves no member
   // behind: the kernel fails a fork that races it.
@@ -465,7 +471,12 @@ async function endTree(
   // look is repeated until it finds nothing, so forks of an escaper between looks are caught.
   const runClean = await killUntilGone(() => findRest(tree, runCookie, killedByGroup), confirmBy);
   await within(tree.leaderExited, Math.max(0, confirmBy - performance.now()));
-  return { ending: "Killed", runClean, graceEndsAt };
+  return {
+    ending: "Killed",
+    runClean,
+    graceEndsAt,
+    ...(graceCutAfterMs !== undefined ? { graceCutAfterMs } : {}),
+  };
 }
 
 function spawnFailure(error: Error, startTime: Date, tail: OutputTail, cwd?: string): AttemptResult {

@@ -262,10 +262,12 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
       outcome.phase = "TimedOut";
       outcome.limit = result.limit;
       outcome.ending = result.ending;
+      if (result.graceCutAfterMs !== undefined) outcome.graceCutAfterMs = result.graceCutAfterMs;
       break;
     case "cancelled":
       outcome.phase = "Cancelled";
       outcome.ending = result.ending;
+      if (result.graceCutAfterMs !== undefined) outcome.graceCutAfterMs = result.graceCutAfterMs;
       break;
     case "spawn-error":
       outcome.phase = "Failed";

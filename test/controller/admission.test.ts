@@ -22,8 +22,36 @@ const create = (name: string, spec: Record<string, unknown>) =>
 const refusals = [
   {
     name: "a task timeout longer than the ceiling",
-    spec: { ceiling: "30m", tasks: [{ name: "build", run: "make", timeout: "2h" }] },
-    says: ["spec.tasks[].timeout must not be longer than spec.ceiling 30m"],
+    spec: {
+      ceiling: "30m",
+      tasks: [
+        { name: "build", run: "make", timeout: "10m" },
+        { name: "test", run: "make test", timeout: "2h" },
+        { name: "deploy", run: "make deploy", timeout: "3h" },
+      ],
+    },
+    // The first task too long, by index and value, in the words of `playbook validate`.
+    says: ["spec.tasks: Invalid value: spec.tasks[1].timeout: 2h is longer than spec.ceiling 30m"],
+  },
+  {
+    name: "a malformed task timeout beside a ceiling",
+    spec: { ceiling: "30m", tasks: [{ name: "a", run: "true", timeout: "90x" }] },
+    // One cause, on the line of "is invalid:", as the API server writes a single one.
+    says: [
+      'is invalid: spec.tasks[0].timeout: Invalid value: "90x": spec.tasks[].timeout must be a duration such as 90s, 10m or 1h30m',
+    ],
+  },
+  {
+    name: "a malformed ceiling beside task timeouts and a start timeout",
+    spec: { ceiling: "90x", startTimeout: "5m", tasks: [{ name: "a", run: "true", timeout: "2h" }] },
+    says: [
+      'is invalid: spec.ceiling: Invalid value: "90x": spec.ceiling must be a duration such as 90s, 30m or 1h30m',
+    ],
+  },
+  {
+    name: "a start timeout longer than the ceiling",
+    spec: { ceiling: "30m", startTimeout: "1h", tasks: [{ name: "a", run: "true" }] },
+    says: ["spec.startTimeout: Invalid value: spec.startTimeout: 1h is longer than spec.ceiling 30m"],
   },
   {
     name: "duplicate task names",
@@ -87,6 +115,22 @@ describe("admission", () => {
     );
     expect(result.code).not.toBe(0);
     for (const text of says) expect(result.stderr).toContain(text);
+    // CEL's own words never reach the user: every comparison sees only well-formed durations.
+    expect(result.stderr).not.toContain("type conversion error");
+  });
+
+  it("refuses a policy whose default ceiling is above its maximum, naming both values", async () => {
+    const policy = {
+      apiVersion: "playbook.dev/v1alpha1",
+      kind: "PlaybookPolicy",
+      metadata: { name: "default" },
+      spec: { defaults: { ceiling: "2h" }, maximums: { ceiling: "1h" } },
+    };
+    const result = await kubectlResult(["-n", namespace, "create", "-f", "-"], stringify(policy));
+    expect(result.code).not.toBe(0);
+    expect(result.stderr.trim()).toBe(
+      'The PlaybookPolicy "default" is invalid: spec.defaults.ceiling: Invalid value: spec.defaults.ceiling: 2h is longer than spec.maximums.ceiling 1h',
+    );
   });
 
   it("accepts a valid Playbook and fills in the schema's defaults", async () => {

@@ -140,6 +140,51 @@ describe("status writes", () => {
   });
 });
 
+describe("a run that has not started", () => {
+  it("shows Pending in kubectl get's PHASE and REASON before the controller wrote anything", async () => {
+    const ns = await namespace("pb-unwritten");
+    await createPlaybook(ns, "early", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
+    // No controller watches this namespace yet: what a watcher's first row shows.
+    const table = (await kubectl(["-n", ns, "get", "pb", "early", "--no-headers"])).stdout;
+    expect(table.trim().split(/\s+/).slice(0, 3)).toEqual(["early", "Pending", "Pending"]);
+    const running = controllerFor([ns]);
+    const finished = await waitForFinished(ns, "early", 60_000);
+    expect(condition(finished, "Succeeded")?.reason).toBe("Succeeded");
+    // The controller took the schema's default for no status at all: its own conditions, its own times.
+    expect(condition(finished, "Succeeded")?.lastTransitionTime).not.toMatch(/^1970-/);
+    await runsCounted(running, 1);
+    expect(await counterValue(running, "statusWrites")).toBeLessThanOrEqual(3);
+  });
+
+  it("says within seconds what holds its pod, in the scheduler's words", async () => {
+    const ns = await namespace("pb-held");
+    const running = controllerFor([ns]);
+    const t0 = performance.now();
+    await createPlaybook(ns, "held", {
+      ceiling: "5m",
+      resources: { requests: { cpu: "1000" } },
+      tasks: [{ name: "never", run: "true" }],
+    });
+    const held = await waitForPlaybook(
+      ns,
+      "held",
+      "to say why its pod waits",
+      (p) => /Unschedulable/.test(condition(p, "Succeeded")?.message ?? ""),
+      30_000,
+    );
+    expect(performance.now() - t0).toBeLessThan(10_000);
+    expect(held.status?.phase).toBe("Pending");
+    expect(condition(held, "Succeeded")).toMatchObject({ status: "Unknown", reason: "Pending" });
+    expect(condition(held, "Succeeded")?.message).toMatch(
+      /^pod held-1 is pending \(attempt 1\): Unschedulable: 0\/1 nodes are available: 1 Insufficient cpu/,
+    );
+    // Written once for the hold, not again while it holds.
+    const writes = await counterValue(running, "statusWrites");
+    await sleep(3000);
+    expect(await counterValue(running, "statusWrites")).toBe(writes);
+  });
+});
+
 describe("a pod the API server will not create", () => {
   it("leaves the run Pending with the server's reason, then ends it when the ceiling passes", async () => {
     const ns = await namespace("pb-nosa");
@@ -355,5 +400,16 @@ describe("examples/cancel-me.yaml", () => {
     expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "Cancelled" });
     expect(playbook.status?.phase).toBe("Cancelled");
     expect(playbook.status?.tasks?.[0]).toMatchObject({ name: "wait", phase: "Cancelled", ending: "Exited" });
+    // A cancel is what was asked for, not a failure; the grace it names is the task's killGrace.
+    const events = await eventsOf(ns, "cancel-me", ["Cancelling", "RunCancelled"]);
+    expect(events.filter((e) => e.reason === "RunCancelled").map((e) => e.type)).toEqual(["Normal"]);
+    expect(events.map((e) => e.reason)).not.toContain("RunFailed");
+    const cancelling = events.find((e) => e.reason === "Cancelling");
+    expect(cancelling?.type).toBe("Normal");
+    expect(cancelling?.message).toContain("killGrace 5s (spec.killGrace)");
+    // The shell, which traps TERM, reports no child the group's SIGTERM ended.
+    const log = await core.readNamespacedPodLog({ namespace: ns, name: "cancel-me-1" });
+    expect(log).toContain("saw the cancel file, stopping cleanly");
+    expect(log).not.toMatch(/^(\[[^\]]+\] )?Terminated$/m);
   });
 });

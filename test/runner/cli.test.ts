@@ -198,6 +198,11 @@ describe("playbook run", () => {
     expect(result.stderr).toContain("killing without waiting for the grace");
     const task = JSON.parse(result.stdout).status.tasks[0];
     expect(task).toMatchObject({ phase: "Cancelled", ending: "Killed" });
+    // What happened, not the grace it would have had.
+    const cut = /process group killed (at once|after \d+(\.\d)?s): a second interrupt cut its 1m grace short/;
+    expect(task.message).toMatch(cut);
+    expect(result.stderr).toMatch(cut);
+    expect(result.stderr).not.toContain("killed after 1m grace");
   });
 
   it("keeps running the tasks when the reader of its output goes away (playbook run | head)", async () => {
@@ -535,6 +540,22 @@ describe("errors that say what to do next", () => {
     expect(result.stderr).toContain("spec.tasks[0].timout: unknown field; did you mean timeout?");
   });
 
+  it("names a malformed duration once, with the units it takes", async () => {
+    const file = manifest({ ceiling: "90x", tasks: [{ name: "a", run: "true" }] });
+    const result = await startCli(["run", "-f", file]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain(
+      'spec.ceiling: "90x" is not a duration (use units h, m, s, ms, e.g. 1h30m, 90s, 250ms)',
+    );
+    expect(result.stderr.match(/90x/g)).toHaveLength(1);
+  });
+
+  it("points a manifest named without -f to -f for validate too", async () => {
+    const result = await startCli(["validate", "pb.yaml"]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain("did you mean 'playbook validate -f pb.yaml'?");
+  });
+
   it("gives a YAML error's position once and does not end it with a colon", async () => {
     const dir = mkdtempSync(join(tmpdir(), "cli-"));
     const file = join(dir, "pb.yaml");
@@ -549,6 +570,16 @@ describe("errors that say what to do next", () => {
 
   it.each([
     ["a missing -f", ["run"], "error: required option '-f, --filename <file>' not specified"],
+    [
+      "a manifest named without -f",
+      ["run", "pb.yaml"],
+      "error: required option '-f, --filename <file>' not specified; did you mean 'playbook run -f pb.yaml'?",
+    ],
+    [
+      "a second manifest beside -f",
+      ["run", "-f", "a.yaml", "b.yaml"],
+      "error: unexpected argument 'b.yaml': the manifest is -f a.yaml",
+    ],
     [
       "-o xml",
       ["run", "-f", "any.yaml", "-o", "xml"],

@@ -17,7 +17,7 @@ const ROOT = join(import.meta.dirname, "../..");
 function runExample(
   example: ExampleOutcome,
   marker: string,
-): Promise<{ code: number | null; status: Record<string, unknown> }> {
+): Promise<{ code: number | null; status: Record<string, unknown>; stderr: string }> {
   const child = spawn(
     process.execPath,
     [join(ROOT, "dist/src/cli/main.js"), "run", "-f", join(ROOT, example.file), "-o", "json"],
@@ -37,7 +37,7 @@ function runExample(
     }
   });
   return new Promise((resolve) =>
-    child.on("close", (code) => resolve({ code, status: JSON.parse(stdout).status })),
+    child.on("close", (code) => resolve({ code, status: JSON.parse(stdout).status, stderr })),
   );
 }
 
@@ -53,6 +53,9 @@ describe("examples", () => {
       const result = await runExample(example, marker);
       expect(processesWithEnv(MARKER_VAR, marker), "processes of this example still alive").toEqual([]);
       expect(seenOutcome(example, result.code, result.status)).toEqual(promisedOutcome(example));
+      // A shell that traps TERM reports the foreground child the group's SIGTERM ended
+      // ("[wait] Terminated"): a line no example may leave its user puzzling over.
+      expect(result.stderr).not.toMatch(/^(\[[^\]]+\] )?Terminated$/m);
     },
   );
 });

@@ -1,10 +1,13 @@
 // What the controller's caches keep of an object: not managedFields nor kubectl's last-applied
 // copy, which it never reads and which make up much of a small object's bytes (issue 11).
+import { readFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { join } from "node:path";
 import { KubeConfig } from "@kubernetes/client-node";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
+import { parse } from "yaml";
 import { Informer } from "../../src/controller/informer.js";
 import {
   type PodView,
@@ -13,6 +16,8 @@ import {
   type StoredPlaybook,
   withoutUnreadFields,
 } from "../../src/controller/objects.js";
+
+const ROOT = join(import.meta.dirname, "../..");
 
 const managedFields = [
   {
@@ -132,5 +137,38 @@ describe("the controller's cache", () => {
       playbook("only", "1", { "kubectl.kubernetes.io/last-applied-configuration": "{}" }),
     ) as { metadata: Record<string, unknown> };
     expect(stripped.metadata).not.toHaveProperty("annotations");
+  });
+});
+
+describe("the CRD's default status", () => {
+  const defaulted = {
+    phase: "Pending",
+    conditions: [
+      {
+        type: "Succeeded",
+        status: "Unknown",
+        reason: "Pending",
+        message: "the run has not started yet",
+        lastTransitionTime: "1970-01-01T00:00:00Z",
+      },
+    ],
+  };
+
+  it("is read as no status: the controller wrote none", () => {
+    const parsed = parseStoredPlaybook({ ...playbook("fresh", "1", {}), status: defaulted });
+    expect(parsed?.status).toBeUndefined();
+  });
+
+  it("is not mistaken for a status the controller wrote, which has observedGeneration", () => {
+    const written = { ...defaulted, observedGeneration: 1 };
+    expect(parseStoredPlaybook({ ...playbook("seen", "2", {}), status: written })?.status).toEqual(written);
+  });
+
+  it("matches the default in the CRD, which both copies carry", () => {
+    for (const file of ["crds", "charts/playbook-controller/files/crds"]) {
+      const crd = parse(readFileSync(join(ROOT, file, "playbook.dev_playbooks.yaml"), "utf8"));
+      const status = crd.spec.versions[0].schema.openAPIV3Schema.properties.status;
+      expect(status.default).toEqual(defaulted);
+    }
   });
 });

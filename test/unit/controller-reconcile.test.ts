@@ -332,10 +332,14 @@ describe("a pod that never starts", () => {
     },
   });
 
-  it("is looked at again when the ceiling and killGrace will have passed", () => {
-    const decision = decide(input({ playbook: playbook({}, started()), pods: [pending()], now: at(60) }));
+  it("says why it waits, then is looked at again when the ceiling and killGrace will have passed", () => {
+    const shown = decide(input({ playbook: playbook({}, started()), pods: [pending()], now: at(60) }));
+    expect(succeeded(shown.status)?.message).toBe("pod nightly-1 is pending (attempt 1): Unschedulable");
+    const decision = decide(
+      input({ playbook: playbook({}, shown.status ?? undefined), pods: [pending()], now: at(61) }),
+    );
     expect(decision.status).toBeNull();
-    expect(decision.requeueAfterMs).toBe((1800 + 10 - 60) * 1000);
+    expect(decision.requeueAfterMs).toBe((1800 + 10 - 61) * 1000);
   });
 
   it("ends the run RunCeiling and removes the pod once they passed", () => {
@@ -555,6 +559,9 @@ describe("spec.cancel", () => {
       { type: "lowerDeadline", name: "nightly-1", activeDeadlineSeconds: 30 },
     ]);
     expect(decision.events.map((e) => e.reason)).toEqual(["Cancelling"]);
+    // The grace the user set, not the pod's termination grace period (killGrace plus a margin).
+    expect(decision.events[0]?.message).toContain("killGrace 10s (the default kill grace)");
+    expect(decision.events[0]?.message).not.toContain("15s");
     expect(decision.status?.phase).toBe("Running");
     expect(decision.finished).toBeUndefined();
   });
@@ -590,6 +597,8 @@ describe("spec.cancel", () => {
       ending: "Exited",
     });
     expect(decision.actions).toEqual([]);
+    // A cancel is what someone asked for: a Normal event, not a Warning RunFailed.
+    expect(decision.events.map((e) => [e.type, e.reason])).toEqual([["Normal", "RunCancelled"]]);
   });
 
   it("settles Cancelled itself when the stopped runner gave no report", () => {

@@ -158,3 +158,72 @@ describe("spec.startTimeout the API server could not check", () => {
     });
   });
 });
+
+describe("a pending run says what holds its pod", () => {
+  /** The first pod was created at T0 without a status write: the run shows nothing yet. */
+  const fresh = () => playbook();
+  const firstPass = (status: NonNullable<PodView["status"]>, seconds: number, previous = fresh()) =>
+    decide(input({ playbook: previous, pods: [waitingPod(1, T0, status)], now: at(seconds) }));
+
+  it.each([
+    {
+      name: "an image pull failing (ErrImagePull)",
+      status: waitingFor("ErrImagePull", 'failed to pull image "nope:1": not found'),
+      says: 'pod nightly-1 is pending (attempt 1): ErrImagePull: failed to pull image "nope:1": not found',
+    },
+    {
+      name: "the kubelet backing off the pull (ImagePullBackOff)",
+      status: waitingFor("ImagePullBackOff", 'Back-off pulling image "nope:1"'),
+      says: 'pod nightly-1 is pending (attempt 1): ImagePullBackOff: Back-off pulling image "nope:1"',
+    },
+    {
+      name: "no node for it (Unschedulable, in the scheduler's words)",
+      status: UNSCHEDULABLE,
+      says: "pod nightly-1 is pending (attempt 1): Unschedulable: 0/1 nodes are available: 1 Insufficient cpu.",
+    },
+    {
+      name: "a missing Secret (CreateContainerConfigError)",
+      status: waitingFor("CreateContainerConfigError", 'secret "db" not found'),
+      says: 'pod nightly-1 is pending (attempt 1): CreateContainerConfigError: secret "db" not found',
+    },
+    {
+      name: "its init container's image (naming the container)",
+      status: {
+        conditions: [{ type: "PodScheduled", status: "True" }],
+        initContainerStatuses: [
+          { name: "agent", state: { waiting: { reason: "ErrImagePull", message: "x" } } },
+        ],
+        containerStatuses: [{ name: "runner", state: { waiting: { reason: "PodInitializing" } } }],
+      },
+      says: "pod nightly-1 is pending (attempt 1): container agent: ErrImagePull: x",
+    },
+  ])("within a second for $name, before the usual 3s of quiet", ({ status, says }) => {
+    const decision = firstPass(status, 1);
+    expect(decision.status?.phase).toBe("Pending");
+    expect(succeeded(decision.status)).toMatchObject({ status: "Unknown", reason: "Pending" });
+    expect(succeeded(decision.status)?.message).toContain(says);
+  });
+
+  it("writes nothing while the pod is only on its way up (ContainerCreating, PodInitializing)", () => {
+    for (const reason of ["ContainerCreating", "PodInitializing"]) {
+      const decision = firstPass(waitingFor(reason, ""), 1);
+      expect(decision.status).toBeNull();
+      expect(decision.requeueAfterMs).toBe(2000);
+    }
+  });
+
+  it("writes again only when what holds it changes", () => {
+    const pulling = waitingFor("ErrImagePull", "not found");
+    const first = firstPass(pulling, 1);
+    const shown = playbook({}, first.status as PlaybookStatus);
+    expect(firstPass(pulling, 5, shown).status).toBeNull();
+    const backingOff = firstPass(waitingFor("ImagePullBackOff", "Back-off"), 12, shown);
+    expect(succeeded(backingOff.status)?.message).toBe(
+      "pod nightly-1 is pending (attempt 1): ImagePullBackOff: Back-off",
+    );
+    // The condition's transition time stays: its status is Unknown throughout.
+    expect(succeeded(backingOff.status)?.lastTransitionTime).toBe(
+      succeeded(first.status)?.lastTransitionTime,
+    );
+  });
+});

@@ -34,6 +34,19 @@ describe("Go-style durations", () => {
     expect(() => parseDuration(text)).toThrow(message);
   });
 
+  it.each([["90x"], ["-5s"], ["1h 30m"], [""]])("names %j once in its error, quoted", (text) => {
+    const message = (() => {
+      try {
+        parseDuration(text);
+      } catch (error) {
+        return (error as Error).message;
+      }
+      return "";
+    })();
+    expect(message.startsWith(`${JSON.stringify(text)} `)).toBe(true);
+    expect(message.split(JSON.stringify(text))).toHaveLength(2);
+  });
+
   it.each([
     [5_400_000, "1h30m"],
     [90_000, "1m30s"],

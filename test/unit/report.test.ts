@@ -115,3 +115,46 @@ describe("the runner's report", () => {
     expect(status.message).toBe("task task-0 could not start: workingDir /nonexistent does not exist");
   });
 });
+
+describe("a kill a second interrupt hurried", () => {
+  const spec = {
+    tasks: [{ name: "wait", run: "true", retries: 0, env: [] }],
+    cancel: false,
+    backoffLimit: 2,
+  };
+  const limits = resolveLimits(spec as PlaybookSpec, LOCAL_DEFAULTS);
+  const start = new Date("2026-11-29T10:00:00.000Z");
+  const cancelled = (graceCutAfterMs?: number): RunOutcome => ({
+    phase: "Cancelled",
+    reason: "Cancelled",
+    startTime: start,
+    completionTime: new Date(start.getTime() + 5000),
+    tasks: [
+      {
+        name: "wait",
+        phase: "Cancelled",
+        attempts: 1,
+        exitCode: null,
+        signal: "SIGKILL",
+        ending: "Killed",
+        ...(graceCutAfterMs !== undefined ? { graceCutAfterMs } : {}),
+        startTime: start,
+        completionTime: new Date(start.getTime() + 5000),
+      },
+    ],
+  });
+  const messageOf = (outcome: RunOutcome) =>
+    expandReport(decodeReport(encodeReport(outcome), 1), limits).tasks[0]?.message;
+
+  it.each([
+    [0, "killed at once: a second interrupt cut its 10s grace short"],
+    [2345, "killed after 2.3s: a second interrupt cut its 10s grace short"],
+  ])("after %i ms of the grace says so, not the whole grace", (ms, says) => {
+    expect(messageOf(cancelled(ms))).toContain(says);
+    expect(messageOf(cancelled(ms))).not.toContain("after 10s grace");
+  });
+
+  it("still says the whole grace when it was waited out", () => {
+    expect(messageOf(cancelled())).toContain("process group killed after 10s grace");
+  });
+});
