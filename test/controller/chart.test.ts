@@ -388,9 +388,10 @@ describe("the Helm chart", () => {
     const withoutService = await install(["crds.install=false", "metrics.service.enabled=false"]);
     expect(withoutService.objects.filter((o) => o.kind === "Service")).toEqual([]);
     const deployment = withoutService.objects.find((o) => o.kind === "Deployment");
-    const containerPort = (
-      deployment?.spec as { template: { spec: { containers: { ports: { containerPort: number }[] }[] } } }
-    ).template.spec.containers[0]?.ports[0]?.containerPort;
+    type PodTemplate = { template: { spec: { containers: { ports?: { containerPort: number }[] }[] } } };
+    const containerPort = (deployment?.spec as PodTemplate | undefined)?.template.spec.containers[0]
+      ?.ports?.[0]?.containerPort;
+    expect(containerPort).toBe(8080);
     expect(withoutService.notes).toContain(
       `kubectl -n ${namespace} port-forward deployment/${deployment?.metadata.name} ${containerPort}\n`,
     );
