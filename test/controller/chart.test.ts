@@ -356,6 +356,47 @@ describe("the Helm chart", () => {
     expect(off.objects.filter((o) => o.kind === "ConfigMap")).toEqual([]);
   });
 
+  it("tells in NOTES.txt how to read /metrics through the Service and port it renders, and without the Service", async () => {
+    const install = async (sets: string[]) => {
+      const result = await helm([
+        "install",
+        "pbc",
+        chart,
+        "-n",
+        namespace,
+        "--dry-run=server",
+        ...setArgs(sets),
+      ]);
+      expect(result.stderr).toBe("");
+      expect(result.code).toBe(0);
+      const [manifest = "", notes = ""] = result.stdout.split("\nNOTES:\n");
+      const objects = parseAllDocuments(manifest.slice(manifest.indexOf("---")))
+        .map((doc) => doc.toJS() as Rendered | null)
+        .filter((o): o is Rendered => o !== null);
+      return { objects, notes };
+    };
+    const withService = await install(["crds.install=false", "metrics.service.port=9090"]);
+    const service = withService.objects.find((o) => o.kind === "Service");
+    const port = (service?.spec?.ports as { name: string; port: number }[] | undefined)?.[0];
+    expect(port).toMatchObject({ name: "metrics", port: 9090 });
+    const name = service?.metadata.name;
+    expect(withService.notes).toContain(`kubectl -n ${namespace} port-forward svc/${name} 9090\n`);
+    expect(withService.notes).toContain("curl -s localhost:9090/metrics");
+    expect(withService.notes).toContain(
+      `kubectl get --raw /api/v1/namespaces/${namespace}/services/${name}:${port?.name}/proxy/metrics`,
+    );
+    const withoutService = await install(["crds.install=false", "metrics.service.enabled=false"]);
+    expect(withoutService.objects.filter((o) => o.kind === "Service")).toEqual([]);
+    const deployment = withoutService.objects.find((o) => o.kind === "Deployment");
+    type PodTemplate = { template: { spec: { containers: { ports?: { containerPort: number }[] }[] } } };
+    const containerPort = (deployment?.spec as PodTemplate | undefined)?.template.spec.containers[0]
+      ?.ports?.[0]?.containerPort;
+    expect(containerPort).toBe(8080);
+    expect(withoutService.notes).toContain(
+      `kubectl -n ${namespace} port-forward deployment/${deployment?.metadata.name} ${containerPort}\n`,
+    );
+  });
+
   it("leaves the CRD to the user when crds.install is false, and does not keep it when crds.keep is false", async () => {
     const none = await template(namespace, ["crds.install=false"]);
     expect(kinds(none.objects).filter((k) => k.startsWith("CustomResourceDefinition"))).toEqual([]);

@@ -46,6 +46,45 @@ describe("examples", () => {
     expect(EXAMPLE_OUTCOMES.map((e) => e.file).sort()).toEqual(exampleFiles(ROOT));
   });
 
+  it("examples/policy.yaml is a PlaybookPolicy that gives its defaults and refuses past its maximums", async () => {
+    const validate = (file: string, stdin = "") =>
+      new Promise<{ code: number | null; output: string }>((resolve) => {
+        const child = spawn(
+          process.execPath,
+          [
+            join(ROOT, "dist/src/cli/main.js"),
+            "validate",
+            "-f",
+            file,
+            "--policy",
+            join(ROOT, "examples/policy.yaml"),
+          ],
+          { stdio: ["pipe", "pipe", "pipe"] },
+        );
+        child.stdin.end(stdin);
+        let output = "";
+        child.stdout.on("data", (chunk: Buffer) => {
+          output += chunk.toString();
+        });
+        child.stderr.on("data", (chunk: Buffer) => {
+          output += chunk.toString();
+        });
+        child.on("close", (code) => resolve({ code, output }));
+      });
+    const valid = await validate(join(ROOT, "examples/task-timeout.yaml"));
+    expect(valid.output).toContain("stall 5m (policy)");
+    expect(valid.code).toBe(0);
+    const tooLong = await validate(
+      "-",
+      "apiVersion: playbook.dev/v1alpha1\nkind: Playbook\nmetadata: {name: nightly}\n" +
+        "spec: {ceiling: 3h, tasks: [{name: a, run: 'true'}]}\n",
+    );
+    expect(tooLong.output).toContain(
+      "spec.ceiling: 3h is longer than the namespace's maximum ceiling 2h (PlaybookPolicy default, spec.maximums.ceiling)",
+    );
+    expect(tooLong.code).toBe(2);
+  });
+
   it.concurrent.for(EXAMPLE_OUTCOMES.map((e) => [e.file, e] as const))(
     "%s ends as its comment says",
     async ([, example]) => {

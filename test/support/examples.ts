@@ -1,7 +1,7 @@
 // How each example in examples/ ends when run with `playbook run -f FILE -o json`: what its
 // comment and the README's examples table promise. The local runs (test/runner/examples.test.ts)
 // and the runs inside the image (test/image/examples.test.ts) both check against this one table.
-import { readdirSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 
 export interface ExampleOutcome {
@@ -56,10 +56,14 @@ export const EXAMPLE_OUTCOMES: ExampleOutcome[] = [
   },
 ];
 
-/** Every example file in the checkout, relative to it: the table above must cover them all. */
+/**
+ * Every Playbook example in the checkout, relative to it: the table above must cover them all.
+ * Other kinds beside them (examples/policy.yaml, a PlaybookPolicy) are not runs and are left out.
+ */
 export function exampleFiles(root: string): string[] {
   return readdirSync(path.join(root, "examples"))
     .filter((name) => /\.ya?ml$/.test(name))
+    .filter((name) => /^kind: Playbook$/m.test(readFileSync(path.join(root, "examples", name), "utf8")))
     .map((name) => `examples/${name}`)
     .sort();
 }

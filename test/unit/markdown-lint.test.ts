@@ -1,9 +1,9 @@
 // The documents' markdown is checked with the repository's markdownlint configuration, and that
 // configuration catches the breaks a formatter once made in the README.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join, normalize, relative } from "node:path";
 import { describe, expect, it } from "vitest";
 
 const ROOT = join(import.meta.dirname, "../..");
@@ -18,6 +18,39 @@ function lint(...files: string[]): { code: number | null; output: string } {
   return { code: result.status, output: `${result.stdout}${result.stderr}` };
 }
 
+/** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to dashes, repeats numbered. */
+function anchors(file: string): Set<string> {
+  const seen = new Map<string, number>();
+  const found = new Set<string>();
+  const text = readFileSync(file, "utf8").replace(/^```[\s\S]*?^```/gm, "");
+  for (const [, heading] of text.matchAll(/^#+\s+(.*)$/gm)) {
+    const slug = (heading ?? "")
+      .trim()
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N}_\- ]/gu, "")
+      .replaceAll(" ", "-");
+    const count = seen.get(slug) ?? 0;
+    seen.set(slug, count + 1);
+    found.add(count === 0 ? slug : `${slug}-${count}`);
+  }
+  return found;
+}
+
+/** Every relative link of a markdown file (outside code) whose file or heading is missing. */
+function brokenLinks(file: string): string[] {
+  const text = readFileSync(file, "utf8").replace(/^```[\s\S]*?^```/gm, "");
+  const broken: string[] = [];
+  for (const [, link = ""] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+    if (/^[a-z]+:/.test(link)) continue;
+    const [target = "", fragment] = link.split("#");
+    const path = target ? normalize(join(dirname(file), target)) : file;
+    if (!existsSync(path)) broken.push(`${relative(ROOT, file)}: ${link} (no such file)`);
+    else if (fragment && path.endsWith(".md") && !anchors(path).has(fragment))
+      broken.push(`${relative(ROOT, file)}: ${link} (no such heading)`);
+  }
+  return broken;
+}
+
 function document(text: string): string {
   const file = join(mkdtempSync(join(tmpdir(), "md-")), "doc.md");
   writeFileSync(file, text);
@@ -29,6 +62,34 @@ describe("markdown lint", () => {
     const result = lint("README.md", "docs/*.md", "charts/*/README.md", "charts/*/RUNBOOK.md");
     expect(result.output).toContain("Summary: 0 issues");
     expect(result.code).toBe(0);
+  });
+
+  it("keeps every line of the README, tables and commands included, readable in 100 columns", () => {
+    const long = readFileSync(join(ROOT, "README.md"), "utf8")
+      .split("\n")
+      .map((line, index) => ({ line: index + 1, length: [...line].length }))
+      .filter(({ length }) => length > 100);
+    expect(long).toEqual([]);
+    // markdownlint says the same while editing (MD013, configured in the README's first line).
+    const result = lint(
+      document(`${readFileSync(join(ROOT, "README.md"), "utf8")}\n${"word ".repeat(21)}\n`),
+    );
+    expect(result.output).toMatch(/MD013/);
+  });
+
+  it("links only to files and headings that exist, across the README, docs and the chart's documents", () => {
+    const chart = join(ROOT, "charts/playbook-controller");
+    const files = [
+      join(ROOT, "README.md"),
+      ...readdirSync(join(ROOT, "docs"))
+        .filter((name) => name.endsWith(".md"))
+        .map((name) => join(ROOT, "docs", name)),
+      join(chart, "README.md"),
+      join(chart, "RUNBOOK.md"),
+    ];
+    expect(files.flatMap(brokenLinks)).toEqual([]);
+    // The check itself finds a link to a heading that is not there.
+    expect(brokenLinks(document("# Doc\n\nSee [the rest](#no-such-heading).\n"))).toHaveLength(1);
   });
 
   it.each([
