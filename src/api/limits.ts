@@ -169,7 +169,7 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
   return problems;
 }
 
-/** The status.limits shape of DESIGN.md. */
+/** The status.limits shape of docs/design.md. */
 export function describeRunLimits(limits: ResolvedLimits) {
   const show = (limit: EffectiveLimit) => ({ value: formatDuration(limit.ms), source: limit.source });
   return {

@@ -1,4 +1,4 @@
-// The vocabulary of DESIGN.md: run phases, task phases, condition reasons and which are limits.
+// The vocabulary of docs/design.md: run phases, task phases, condition reasons and which are limits.
 
 export const RUN_PHASES = ["Pending", "Running", "Succeeded", "Failed", "Cancelled"] as const;
 export type RunPhase = (typeof RUN_PHASES)[number];

@@ -340,7 +340,7 @@ export interface ExpandedReport {
   completionTime: string;
 }
 
-/** Expands a report into DESIGN.md's status.tasks and the condition message, using the plan's limits. */
+/** Expands a report into docs/design.md's status.tasks and the condition message, using the plan's limits. */
 export function expandReport(report: RunnerReport, limits: ResolvedLimits): ExpandedReport {
   const start = Date.parse(report.start);
   const tasks = report.tasks.map((task, index): TaskStatus => {

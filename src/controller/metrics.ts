@@ -1,4 +1,4 @@
-// DESIGN.md's metrics on a private prom-client registry, plus the informers' own health.
+// docs/design.md's metrics on a private prom-client registry, plus the informers' own health.
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import { POLICY_FIELDS } from "../api/policy.js";
 import { LIMIT_REASONS, TERMINAL_REASONS } from "../api/reasons.js";

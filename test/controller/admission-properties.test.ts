@@ -1,6 +1,6 @@
 // What the API server admits (server-side dry-run create against the real CRD) and what the shared
 // zod schema accepts agree on generated Playbook specs, valid and not; the controller refuses more
-// only where DESIGN.md lets it (InvalidSpec: limits that need its configuration), and every
+// only where docs/design.md lets it (InvalidSpec: limits that need its configuration), and every
 // rejection names the field. Property-based with fast-check: a fixed seed (PROPERTY_SEED), which
 // fast-check prints with the counterexample on failure.
 import { ApiException, CustomObjectsApi } from "@kubernetes/client-node";

@@ -1,4 +1,4 @@
-// The reason table of DESIGN.md, one list of real runs for both nodes: test/controller/reasons.test.ts
+// The reason table of docs/design.md, one list of real runs for both nodes: test/controller/reasons.test.ts
 // runs it on the process node, test/real-node/reasons.test.ts on the real kubelet. What differs
 // between the nodes is a small, named set of values (NodeValues), each set by its test file.
 import { readFileSync } from "node:fs";

@@ -1,4 +1,4 @@
-// Every reason of DESIGN.md's table, produced by a real run: the controller, the real API server,
+// Every reason of docs/design.md's table, produced by a real run: the controller, the real API server,
 // the process node and the real pod runner.
 import { rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
