@@ -267,6 +267,43 @@ describe("the real node's network", () => {
     });
   });
 
+  it("lets a TLS client in a pod (Node, in the project's image) verify the API server at 10.0.0.1 and read /version with its token", async () => {
+    // What @kubernetes/client-node's in-cluster configuration does: KUBERNETES_SERVICE_HOST and
+    // _PORT, the service account's CA and token. The API server's certificate names 10.0.0.1.
+    const script = [
+      "const fs = require('node:fs'), https = require('node:https');",
+      "const dir = '/var/run/secrets/kubernetes.io/serviceaccount/';",
+      "https.get({ host: process.env.KUBERNETES_SERVICE_HOST, port: process.env.KUBERNETES_SERVICE_PORT,",
+      "  path: '/version', ca: fs.readFileSync(dir + 'ca.crt'),",
+      "  headers: { authorization: 'Bearer ' + fs.readFileSync(dir + 'token', 'utf8') } }, (res) => {",
+      "  let body = ''; res.on('data', (c) => { body += c; });",
+      "  res.on('end', () => console.log(res.statusCode, JSON.parse(body).gitVersion));",
+      "}).on('error', (e) => { console.error(e.message); process.exit(1); });",
+    ].join("\n");
+    await core.createNamespacedPod({
+      namespace,
+      body: {
+        metadata: { name: "tls-client" },
+        spec: {
+          restartPolicy: "Never",
+          containers: [
+            {
+              name: "main",
+              image: inject("runnerImage"),
+              imagePullPolicy: "IfNotPresent",
+              command: ["node", "-e", script],
+            },
+          ],
+        },
+      },
+    });
+    const done = await waitForPod(core, namespace, "tls-client", "to end", ended, 90_000);
+    expect({ phase: done.status?.phase, output: await logs("tls-client") }).toEqual({
+      phase: "Succeeded",
+      output: expect.stringMatching(/^200 v1\.\d+\.\d+\n$/),
+    });
+  });
+
   it("sent no packet for a pod, a Service or the node's API address out of this machine's network namespace", () => {
     expect(egressCounters()).toEqual({ pods: 0, services: 0, nodeApi: 0 });
   });
