@@ -1,6 +1,6 @@
 // The real node's traffic stays inside its own network namespace: the kubelet's HTTP probes reach
-// a pod over the node's bridge, a scrape through `kubectl port-forward` reaches it through the
-// API server and the kubelet, Services work for pods (the `kubernetes` Service, as the chart's
+// a pod over the node's bridge, a scrape through `kubectl port-forward` or the API server's
+// pods/proxy reaches it (through the kubelet, or the node's relay for the API server), Services work for pods (the `kubernetes` Service, as the chart's
 // controller uses it in a pod, and a ClusterIP Service in front of another pod), and meanwhile no
 // packet for the pod subnet, the Service range or the node's API address leaves this machine's
 // network namespace: an nftables counter on this machine's output path says so.
@@ -239,6 +239,22 @@ describe("the real node's network", () => {
       phase: "Succeeded",
       logs: expect.stringMatching(/^HTTP\/1\.[01] 200 OK\r?\n[\s\S]*\r?\n\r?\nweb_up 1\n$/),
     });
+  });
+
+  it("proxies to the pod and its Service through the API server, which dials them from the node's namespace", async () => {
+    // The `cluster` egress selector sends the API server's connection through the node's relay.
+    const { stdout: viaPod } = await kubectl([
+      "get",
+      "--raw",
+      `/api/v1/namespaces/${namespace}/pods/web:8080/proxy/metrics`,
+    ]);
+    expect(viaPod).toBe("web_up 1\n");
+    const { stdout: viaService } = await kubectl([
+      "get",
+      "--raw",
+      `/api/v1/namespaces/${namespace}/services/web:80/proxy/metrics`,
+    ]);
+    expect(viaService).toBe("web_up 1\n");
   });
 
   it("lets a pod reach the API server through the kubernetes Service (KUBERNETES_SERVICE_HOST), as in-cluster clients do", async () => {
