@@ -51,6 +51,19 @@ export interface ControlPlaneOptions {
   auditLog?: boolean;
   /** Replaces kube-controller-manager's `--controllers` list, e.g. `*,-job` to run a Job controller apart. */
   controllers?: string;
+  /**
+   * The address the `kubernetes` Service's endpoint names (default 127.0.0.1, where the API
+   * server listens). A real node's pods reach the API server at this address inside the node's
+   * network namespace, where a relay listens on it.
+   */
+  advertiseAddress?: string;
+  /**
+   * A Unix socket where an HTTP CONNECT proxy dials for the API server (its `cluster` egress
+   * selector): its connections to nodes, pods and Services (logs, exec, port-forward,
+   * pods/proxy, services/proxy) are made from wherever that proxy runs, the real node's network
+   * namespace, never from this machine's.
+   */
+  clusterEgressSocket?: string;
 }
 
 /** Where `auditLog` writes, relative to the state folder. */
@@ -241,7 +254,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const apiserver = await launch("kube-apiserver", "kube-apiserver", [
       `--etcd-servers=${etcdUrl}`,
       "--bind-address=127.0.0.1",
-      "--advertise-address=127.0.0.1",
+      `--advertise-address=${options.advertiseAddress ?? "127.0.0.1"}`,
       `--secure-port=${port("apiserver")}`,
       `--cert-dir=${path.join(stateDir, "apiserver-certs")}`,
       `--tls-cert-file=${certs.serving.certFile}`,
@@ -264,6 +277,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       "--kubelet-preferred-address-types=InternalIP",
       "--profiling=false",
       ...(await auditArgs(options, stateDir)),
+      ...(await egressArgs(options, stateDir)),
     ]);
     await waitFor(
       "kube-apiserver /readyz",
@@ -335,6 +349,28 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       await writeState(state);
     },
   };
+}
+
+async function egressArgs(options: ControlPlaneOptions, stateDir: string): Promise<string[]> {
+  if (options.clusterEgressSocket === undefined) return [];
+  const file = path.join(stateDir, "egress-selector.yaml");
+  await writeFile(
+    file,
+    stringify({
+      apiVersion: "apiserver.k8s.io/v1beta1",
+      kind: "EgressSelectorConfiguration",
+      egressSelections: [
+        {
+          name: "cluster",
+          connection: {
+            proxyProtocol: "HTTPConnect",
+            transport: { uds: { udsName: options.clusterEgressSocket } },
+          },
+        },
+      ],
+    }),
+  );
+  return [`--egress-selector-config-file=${file}`];
 }
 
 async function auditArgs(options: ControlPlaneOptions, stateDir: string): Promise<string[]> {

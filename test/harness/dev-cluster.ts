@@ -22,7 +22,14 @@ import { defaultCommandMapping } from "./process-node/mapping.js";
 import { ProcessNode } from "./process-node/process-node.js";
 import { isRunning, logTail, startProcess, waitFor } from "./processes.js";
 import { projectImageArchive, projectImageName } from "./real-node/images.js";
-import { killRealNodeSync, type RealNode, startRealNode, stopRealNode } from "./real-node/real-node.js";
+import {
+  killRealNodeSync,
+  NODE_API_ADDRESS,
+  type RealNode,
+  realNodeEgressSocket,
+  startRealNode,
+  stopRealNode,
+} from "./real-node/real-node.js";
 
 const run = promisify(execFile);
 
@@ -90,6 +97,11 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
     binDir,
     daemon: options.daemon,
     log,
+    // The `kubernetes` Service's endpoint: where the real node's pods reach the API server.
+    // Its connections to the kubelet, pods and Services: from the node's namespace, not this one.
+    ...(nodeKind === "real"
+      ? { advertiseAddress: NODE_API_ADDRESS, clusterEgressSocket: realNodeEgressSocket(options.stateDir) }
+      : {}),
   });
   const { state } = controlPlane;
   let node: ProcessNode | undefined;
