@@ -90,6 +90,10 @@ export interface RealNode {
 }
 
 const nodeDir = (stateDir: string) => path.join(stateDir, REAL_NODE_DIR);
+/** containerd's registry config folder (`config_path`): `<host:port>/hosts.toml` per registry. */
+const registryConfigDir = (dir: string) => path.join(dir, "containerd", "certs.d");
+/** The registry config folder of the real node of the cluster in `stateDir`. */
+export const realNodeRegistryConfigDir = (stateDir: string): string => registryConfigDir(nodeDir(stateDir));
 const hostRecordFile = (stateDir: string) => path.join(nodeDir(stateDir), "host.json");
 
 /** What must be installed for a real node, with the Debian package that brings it. */
@@ -227,7 +231,9 @@ function containerdConfig(dir: string, socket: string): string {
       },
     },
     cni: { bin_dir: path.join(dir, "cni", "bin"), conf_dir: path.join(dir, "cni", "net.d"), max_conf_num: 1 },
-    registry: { config_path: "" },
+    // One hosts.toml per registry host (test/harness/real-node/registry.ts writes them), read at
+    // each pull: no registry is configured until one is written, and nothing in /etc is read.
+    registry: { config_path: registryConfigDir(dir) },
   };
   // TOML by hand: only tables, strings, booleans and numbers are needed.
   const lines: string[] = [

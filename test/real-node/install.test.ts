@@ -1,0 +1,210 @@
+// The install path of the README, end to end on the real node: the project's image (built when
+// this checkout's is not) pushed to a registry inside the dev cluster's own network (Debian's
+// distribution registry, beside the node's containerd, on 127.0.0.1 there), the real kubelet
+// pulling it from there, `helm install` of the chart with the image values a user sets for their
+// own registry, the controller's pods Ready under the chart's own probes and security context, a
+// Playbook ending TaskTimeout, and `helm uninstall` keeping the CRDs and the Playbooks.
+// Each step is timed; the times are printed at the end (`[install]` lines on stderr).
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import type { CoreV1Event, V1Pod } from "@kubernetes/client-node";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { z } from "zod";
+import { condition, helm, kubectl, kubectlResult, waitForFinished } from "../controller/support.js";
+import { repoRoot } from "../harness/binaries.js";
+import { clusterClients, createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { containerEngine } from "../harness/container-engine.js";
+import { buildImage, imageName, imageStaleness } from "../harness/image.js";
+import { waitFor } from "../harness/processes.js";
+import { type NodeRegistry, startNodeRegistry } from "../harness/real-node/registry.js";
+
+const chart = path.join(repoRoot(), "charts", "playbook-controller");
+const release = "pbc";
+const CRDS = ["playbooks.playbook.dev", "playbookpolicies.playbook.dev"];
+const { version } = z
+  .object({ version: z.string() })
+  .parse(JSON.parse(readFileSync(path.join(repoRoot(), "package.json"), "utf8")));
+
+const { core } = clusterClients();
+// The cluster's state folder holds its kubeconfig (test/harness/global-setup.ts).
+const stateDir = path.dirname(inject("kubeconfig"));
+const engine = containerEngine();
+let registry: NodeRegistry | undefined;
+let system: string;
+let work: string;
+let installed = false;
+let digest = "";
+
+const timings: { step: string; ms: number }[] = [];
+async function timed<T>(step: string, action: () => Promise<T>): Promise<T> {
+  const t0 = Date.now();
+  try {
+    return await action();
+  } finally {
+    timings.push({ step, ms: Date.now() - t0 });
+    process.stderr.write(`[install] ${step}: ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
+  }
+}
+const log = (message: string) => process.stderr.write(`[install] ${message}\n`);
+
+const image = () => `${registry?.host}/playbook-controller:${version}`;
+
+async function controllerPods(): Promise<V1Pod[]> {
+  const pods = await core.listNamespacedPod({
+    namespace: system,
+    labelSelector: `app.kubernetes.io/instance=${release},app.kubernetes.io/name=playbook-controller`,
+  });
+  return pods.items;
+}
+
+async function eventsOf(namespace: string, pod: string): Promise<CoreV1Event[]> {
+  const events = await core.listNamespacedEvent({
+    namespace,
+    fieldSelector: `involvedObject.kind=Pod,involvedObject.name=${pod}`,
+  });
+  return events.items;
+}
+
+/** What a user looks at when the install does not come up: pods, their events, the controller's log. */
+async function diagnose(): Promise<string> {
+  const parts: string[] = [];
+  for (const args of [
+    ["-n", system, "get", "pods", "-o", "wide"],
+    ["-n", system, "describe", "pods"],
+    ["-n", system, "logs", "--all-containers", "--tail=40", "-l", `app.kubernetes.io/instance=${release}`],
+  ]) {
+    const { stdout, stderr } = await kubectlResult(args);
+    parts.push(`$ kubectl ${args.join(" ")}\n${stdout}${stderr}`);
+  }
+  return parts.join("\n");
+}
+
+beforeAll(async () => {
+  const stale = await imageStaleness(engine);
+  if (stale) await timed(`image:build (${stale})`, () => buildImage(engine, { log }));
+  registry = await timed("start the registry in the node's network", () =>
+    startNodeRegistry({ stateDir, log }),
+  );
+  system = await createTestNamespace(core, "pbc-system");
+  work = await createTestNamespace(core, "install-work");
+  // The dev cluster applied crds/ already, as a user who installed the CRDs by hand has; the
+  // release leaves them out (crds.install=false), as the README says for that case.
+}, 1_200_000);
+
+afterAll(async () => {
+  if (installed) await helm(["uninstall", release, "-n", system, "--wait"]);
+  if (work) await deleteTestNamespace(core, work);
+  if (system) await deleteTestNamespace(core, system);
+  await registry?.stop();
+  if (timings.length > 0)
+    log(
+      `timings: ${timings.map((t) => `${t.step} ${(t.ms / 1000).toFixed(1)} s`).join("; ")}; total ${(
+        timings.reduce((sum, t) => sum + t.ms, 0) / 1000
+      ).toFixed(1)} s`,
+    );
+});
+
+describe("install on the real node from a registry in the cluster's network", () => {
+  it("pushes the project's image to the registry", async () => {
+    digest = await timed(`podman push ${imageName()} to the registry`, () =>
+      // biome-ignore lint/style/noNonNullAssertion: started in beforeAll, which fails otherwise
+      registry!.push(`localhost/${imageName()}`, "playbook-controller", version),
+    );
+    expect(digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+  }, 600_000);
+
+  it("helm install with the registry's image: the kubelet pulls it from there and the pods become Ready under the chart's probes", async () => {
+    // A failed or timed-out install may still have made the release: afterAll uninstalls it.
+    installed = true;
+    const install = await timed("helm install (until the Deployment is available)", () =>
+      helm([
+        "install",
+        release,
+        chart,
+        "-n",
+        system,
+        "--set",
+        `image.registry=${registry?.host}`,
+        "--set",
+        "image.repository=playbook-controller",
+        "--set",
+        `image.tag=${version}`,
+        "--set",
+        "crds.install=false",
+        "--set",
+        `config.namespaces={${work}}`,
+        "--wait",
+        "--timeout=8m",
+      ]),
+    );
+    expect(install.stderr + (install.code === 0 ? "" : await diagnose())).toBe("");
+    expect(install.code).toBe(0);
+
+    const pods = await controllerPods();
+    expect(pods).toHaveLength(2);
+    for (const pod of pods) {
+      const name = pod.metadata?.name ?? "";
+      const container = pod.spec?.containers[0];
+      // The chart's image from the registry, its probes and its security context, unchanged.
+      expect(container?.image).toBe(image());
+      expect(container?.command).toBeUndefined();
+      expect(container?.args?.[0]).toBe("controller");
+      expect(container?.readinessProbe?.httpGet?.path).toBe("/readyz");
+      expect(container?.livenessProbe?.httpGet?.path).toBe("/healthz");
+      expect(container?.securityContext).toMatchObject({
+        readOnlyRootFilesystem: true,
+        allowPrivilegeEscalation: false,
+      });
+      expect(pod.spec?.nodeName).toBe("real-node");
+      const status = pod.status?.containerStatuses?.[0];
+      expect(status?.ready, name).toBe(true);
+      expect(status?.restartCount, name).toBe(0);
+      expect(status?.containerID).toMatch(/^containerd:\/\//);
+      // The very image pushed: the kubelet reports the registry's manifest digest.
+      expect(status?.imageID).toBe(`${registry?.host}/playbook-controller@${digest}`);
+    }
+    // Pulled, not imported: the kubelet's events say so for the first pod to start.
+    const pulled = (await Promise.all(pods.map((pod) => eventsOf(system, pod.metadata?.name ?? "")))).flat();
+    expect(pulled.map((e) => `${e.reason}: ${e.message}`)).toEqual(
+      expect.arrayContaining([
+        `Pulling: Pulling image "${image()}"`,
+        expect.stringMatching(
+          new RegExp(`^Pulled: Successfully pulled image "${image().replaceAll(".", "\\.")}"`),
+        ),
+      ]),
+    );
+    // And the registry served it to containerd.
+    expect(readFileSync(registry?.logFile ?? "", "utf8")).toMatch(
+      /"GET \/v2\/playbook-controller\/manifests\/[^ ]+ HTTP\/1\.1" 200 .*containerd/,
+    );
+  }, 900_000);
+
+  it("runs a Playbook applied afterwards to TaskTimeout, in a runner pod of the same image", async () => {
+    await timed("kubectl apply examples/task-timeout.yaml until Failed TaskTimeout", async () => {
+      await kubectl(["-n", work, "apply", "-f", path.join(repoRoot(), "examples", "task-timeout.yaml")]);
+      const timedOut = await waitForFinished(work, "task-timeout", 180_000);
+      expect(condition(timedOut, "Succeeded")).toMatchObject({ status: "False", reason: "TaskTimeout" });
+      expect(condition(timedOut, "LimitExceeded")).toMatchObject({ status: "True", reason: "TaskTimeout" });
+    });
+    const { stdout } = await kubectl(["-n", work, "get", "pb"]);
+    expect(stdout).toMatch(/task-timeout\s+Failed\s+TaskTimeout\s+migrate/);
+    const runner = await core.readNamespacedPod({ namespace: work, name: "task-timeout-1" });
+    expect(runner.spec?.containers[0]?.image).toBe(image());
+  }, 300_000);
+
+  it("helm uninstall removes the controller and keeps both CRDs and the Playbooks", async () => {
+    const uninstall = await timed("helm uninstall", () =>
+      helm(["uninstall", release, "-n", system, "--wait"]),
+    );
+    expect(uninstall.code, uninstall.stderr).toBe(0);
+    installed = false;
+    await waitFor(
+      "the controller's pods to be gone",
+      async () => ((await controllerPods()).length === 0 ? true : undefined),
+      { timeoutMs: 120_000, intervalMs: 500 },
+    );
+    for (const crd of CRDS) await kubectl(["get", "crd", crd]);
+    const { stdout } = await kubectl(["-n", work, "get", "pb", "task-timeout", "-o", "name"]);
+    expect(stdout.trim()).toBe("playbook.playbook.dev/task-timeout");
+  }, 300_000);
+});
