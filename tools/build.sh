@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, etcd and helm from
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy, etcd and helm from
 # their Go modules into a per-version cache folder outside the repository, and prints that
 # folder as the only line of stdout. Binaries already present are not rebuilt.
 #
@@ -12,7 +12,7 @@
 #   PLAYBOOK_TOOLS_CACHE    parent folder of the versioned cache (default: $XDG_CACHE_HOME or
 #                           ~/.cache, then playbook-controller/bin)
 #   PLAYBOOK_TOOLS_JOBS     modules built at once (default: half the cores, at least 1)
-#   PLAYBOOK_TOOLS_TARGETS  what to build instead of the seven binaries (for tests): a list of
+#   PLAYBOOK_TOOLS_TARGETS  what to build instead of the eight binaries (for tests): a list of
 #                           NAME=DIR:PACKAGE, DIR relative to tools/ or absolute
 #   PLAYBOOK_TOOLS_PROGRESS_EVERY  seconds between plain progress lines (default 15)
 set -euo pipefail
@@ -60,6 +60,7 @@ targets=${PLAYBOOK_TOOLS_TARGETS:-"
   kube-scheduler=kubernetes:k8s.io/kubernetes/cmd/kube-scheduler
   kubectl=kubernetes:k8s.io/kubernetes/cmd/kubectl
   kubelet=kubernetes:k8s.io/kubernetes/cmd/kubelet
+  kube-proxy=kubernetes:k8s.io/kubernetes/cmd/kube-proxy
   etcd=etcd:.
   helm=helm:helm.sh/helm/v3/cmd/helm
 "}

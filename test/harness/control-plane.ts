@@ -51,6 +51,12 @@ export interface ControlPlaneOptions {
   auditLog?: boolean;
   /** Replaces kube-controller-manager's `--controllers` list, e.g. `*,-job` to run a Job controller apart. */
   controllers?: string;
+  /**
+   * The address the `kubernetes` Service's endpoint names (default 127.0.0.1, where the API
+   * server listens). A real node's pods reach the API server at this address inside the node's
+   * network namespace, where a relay listens on it.
+   */
+  advertiseAddress?: string;
 }
 
 /** Where `auditLog` writes, relative to the state folder. */
@@ -241,7 +247,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const apiserver = await launch("kube-apiserver", "kube-apiserver", [
       `--etcd-servers=${etcdUrl}`,
       "--bind-address=127.0.0.1",
-      "--advertise-address=127.0.0.1",
+      `--advertise-address=${options.advertiseAddress ?? "127.0.0.1"}`,
       `--secure-port=${port("apiserver")}`,
       `--cert-dir=${path.join(stateDir, "apiserver-certs")}`,
       `--tls-cert-file=${certs.serving.certFile}`,

@@ -22,7 +22,13 @@ import { defaultCommandMapping } from "./process-node/mapping.js";
 import { ProcessNode } from "./process-node/process-node.js";
 import { freePort, isRunning, logTail, startProcess, waitFor } from "./processes.js";
 import { projectImageArchive, projectImageName } from "./real-node/images.js";
-import { killRealNodeSync, type RealNode, startRealNode, stopRealNode } from "./real-node/real-node.js";
+import {
+  killRealNodeSync,
+  NODE_API_ADDRESS,
+  type RealNode,
+  startRealNode,
+  stopRealNode,
+} from "./real-node/real-node.js";
 
 const run = promisify(execFile);
 
@@ -92,6 +98,8 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
     binDir,
     daemon: options.daemon,
     log,
+    // The `kubernetes` Service's endpoint: where the real node's pods reach the API server.
+    ...(nodeKind === "real" ? { advertiseAddress: NODE_API_ADDRESS } : {}),
   });
   const { state } = controlPlane;
   let node: ProcessNode | undefined;

@@ -1,8 +1,9 @@
 // `npm run cluster:up -- --node real` then `npm run cluster:down`, as a developer runs them, on a
-// cluster of its own: this machine's processes, mounts, network devices, iptables chains, kernel
-// settings and cgroups are listed before and after, and nothing of the real node is left.
+// cluster of its own: this machine's processes, mounts, network devices, routes, iptables chains,
+// nftables tables, network namespaces, kernel settings and cgroups are listed before and after,
+// and nothing of the real node is left.
 import { execFile, execFileSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
@@ -18,7 +19,10 @@ interface HostState {
   processes: string[];
   mounts: string[];
   links: string[];
+  routes: string[];
   iptablesChains: string[];
+  nftTables: string[];
+  netNamespaces: string[];
   sysctls: Record<string, string>;
   cgroups: string[];
 }
@@ -47,6 +51,30 @@ function hostState(stateDir: string): HostState {
     .split("\n")
     .map((line) => line.split(":")[1]?.trim().split("@")[0] ?? "")
     .filter((name) => name !== "");
+  // Podman's bridge (10.88.0.0/16 too) and its containers' veths come and go with other work.
+  const routes = ["-4", "-6"].flatMap((family) =>
+    execFileSync("ip", [family, "route", "show", "table", "all"], { encoding: "utf8" })
+      .split("\n")
+      .filter((line) => line !== "" && !/ dev (veth|podman|cni-podman)/.test(line))
+      .map((line) => `${family} ${line}`),
+  );
+  const nftTables = execFileSync("nft", ["list", "tables"], { encoding: "utf8" })
+    .split("\n")
+    .filter((line) => line !== "");
+  const netNamespaces = [
+    ...new Set(
+      readdirSync("/proc")
+        .filter((entry) => /^\d+$/.test(entry))
+        .map((entry) => {
+          try {
+            return readlinkSync(`/proc/${entry}/ns/net`);
+          } catch {
+            return "";
+          }
+        })
+        .filter((ns) => ns !== ""),
+    ),
+  ];
   const iptablesChains = ["iptables-save", "ip6tables-save"].flatMap((command) => {
     try {
       return execFileSync(command, { encoding: "utf8" })
@@ -73,7 +101,7 @@ function hostState(stateDir: string): HostState {
       return [];
     }
   });
-  return { processes, mounts, links, iptablesChains, sysctls, cgroups };
+  return { processes, mounts, links, routes, iptablesChains, nftTables, netNamespaces, sysctls, cgroups };
 }
 
 /** The sysctls as the suite's cluster found them (its real node's record) and as they are now. */
@@ -170,15 +198,39 @@ describe("cluster:up --node real and cluster:down", () => {
       before.iptablesChains.filter((c) => c.includes("KUBE-")),
     );
     expect(during.processes.map((p) => p.split(" ")[1])).toEqual(
-      expect.arrayContaining([expect.stringMatching(/containerd$/), expect.stringMatching(/kubelet$/)]),
+      expect.arrayContaining([
+        expect.stringMatching(/containerd$/),
+        expect.stringMatching(/kubelet$/),
+        expect.stringMatching(/kube-proxy$/),
+      ]),
     );
+    // No route, veth or table on this machine leads to the node: kube-proxy's tables are in the
+    // node's network namespace, which is one more namespace here while it runs.
+    expect(during.routes).toEqual(before.routes);
+    expect(during.nftTables.filter((t) => t.includes("kube-proxy"))).toEqual([]);
+    const { netNamespace } = z
+      .object({ netNamespace: z.string() })
+      .parse(JSON.parse(readFileSync(path.join(stateDir, "real-node", "host.json"), "utf8")));
+    expect(before.netNamespaces).not.toContain(netNamespace);
+    expect(during.netNamespaces).toContain(netNamespace);
 
     const down = await run(process.execPath, [path.join(repoRoot(), "dist", "scripts", "cluster-down.js")], {
       env,
     });
     expect(down.stderr).toContain("Stopped the real node");
     const after = hostState(stateDir);
-    expect(after).toEqual({ ...before, links: after.links, iptablesChains: after.iptablesChains });
+    expect(after.netNamespaces).not.toContain(netNamespace);
+    expect(after).toEqual({
+      ...before,
+      links: after.links,
+      iptablesChains: after.iptablesChains,
+      // Other work on this machine (podman, the suite's own node) may start or end namespaces and tables.
+      nftTables: after.nftTables,
+      netNamespaces: after.netNamespaces,
+    });
+    expect(
+      after.nftTables.filter((t) => !before.nftTables.includes(t) && !/netavark|podman/.test(t)),
+    ).toEqual([]);
     // Other work on this machine may add or remove devices and chains meanwhile; none is the node's.
     expect(ours(after.links)).toEqual(ours(before.links));
     expect(after.iptablesChains.filter((c) => c.includes("KUBE-"))).toEqual(

@@ -23,7 +23,7 @@ go_line=$(grep -m1 '^go ' "$upstream_mod")
   echo "godebug default=${go_line#go }"
   echo
   echo "tool ("
-  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
+  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
     echo "	k8s.io/kubernetes/cmd/${cmd}"
   done
   echo ")"

@@ -7,17 +7,22 @@
 //   empty tmpfs over /run and /var/lib: the kubelet's hard-coded device-plugins socket, its
 //   bind mounts, containerd's shim sockets, runc's state, the pods' network namespace mounts and
 //   every overlay rootfs live there and vanish with it.
-// - The namespace holder also has a network namespace of its own, where the CNI bridge plugin
-//   runs (wrapped with nsenter): the bridge, the pods' veths and the forwarding sysctl live
-//   there, so this machine's network is untouched. containerd and the kubelet stay in this
-//   machine's network, serving on 127.0.0.1 only (the kubelet for the API server, containerd's
-//   streaming server for the kubelet's exec and attach).
+// - The namespace holder also has a network namespace of its own, and containerd, the kubelet,
+//   kube-proxy and the pods all live in it: the CNI bridge, the pods' veths, the forwarding
+//   sysctl and kube-proxy's nftables tables are there, so this machine's network is untouched.
+//   The kubelet's probes, containerd's exec/attach/port-forward streams and kube-proxy's
+//   Services reach the pods over the bridge. That namespace has no link to this machine's and
+//   no route out: it reaches the API server, and the API server reaches the kubelet, through two
+//   relays (relay.ts), one in each namespace, joined by Unix sockets in the node's folder. In the
+//   node's namespace the API server is at 127.0.0.1:PORT (the kubelet's and kube-proxy's
+//   kubeconfigs, as on this machine) and at NODE_API_ADDRESS:PORT, the `kubernetes` Service's
+//   endpoint; on this machine the kubelet is at 127.0.0.1:PORT, the node's published address.
 // - Pods' cgroups go under a cgroup root named after the state folder, removed on stop.
 // - The kernel sysctls the kubelet sets (vm.overcommit_memory, kernel.panic...) are recorded
 //   before it starts and restored on stop; `makeIPTablesUtilChains: false` keeps it out of
 //   iptables.
 import { execFile, spawnSync } from "node:child_process";
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { existsSync, readdirSync, readFileSync, readlinkSync, rmdirSync, writeFileSync } from "node:fs";
 import { mkdir, rm, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -26,6 +31,7 @@ import { promisify } from "node:util";
 import { CoreV1Api, KubeConfig } from "@kubernetes/client-node";
 import { stringify } from "yaml";
 import { z } from "zod";
+import { repoRoot } from "../binaries.js";
 import { NODE_NAME } from "../certificates.js";
 import {
   freePort,
@@ -44,9 +50,17 @@ const run = promisify(execFile);
 export const REAL_NODE_NAME = NODE_NAME;
 /** The real node's folder inside the cluster's state folder. */
 export const REAL_NODE_DIR = "real-node";
-/** The CNI bridge, inside containerd's network namespace; never in this machine's. */
+/** The CNI bridge, inside the node's network namespace; never in this machine's. */
 export const POD_BRIDGE = "pbdev0";
-const POD_SUBNET = "10.88.0.0/16";
+export const POD_SUBNET = "10.88.0.0/16";
+/** The control plane's --service-cluster-ip-range; kube-proxy serves it in the node's namespace. */
+export const SERVICE_SUBNET = "10.0.0.0/24";
+/**
+ * The API server's address inside the node's network namespace (on its loopback device, where
+ * the relay listens): the control plane advertises it as the `kubernetes` Service's endpoint, so
+ * kube-proxy sends pods' connections to 10.0.0.1:443 there. It exists in that namespace only.
+ */
+export const NODE_API_ADDRESS = "10.87.0.1";
 
 /** Kernel settings the kubelet writes at start (`setupKernelTunables`), restored on stop. */
 export const KUBELET_SYSCTLS = [
@@ -104,6 +118,9 @@ const NEEDED: { command: string; debianPackage: string }[] = [
   { command: "unshare", debianPackage: "util-linux" },
   { command: "nsenter", debianPackage: "util-linux" },
   { command: "ip", debianPackage: "iproute2" },
+  // kube-proxy's nftables mode programs the node's namespace with the nft command.
+  { command: "nft", debianPackage: "nftables" },
+  { command: "openssl", debianPackage: "openssl" },
   { command: "cc", debianPackage: "gcc" },
   { command: "dpkg-deb", debianPackage: "dpkg" },
 ];
@@ -192,19 +209,14 @@ async function startInNamespaces(
 }
 
 /**
- * The CNI plugins containerd runs: Debian's, with `bridge` wrapped to run in the node's network
- * namespace, so the bridge and the host ends of the pods' veths are made there, not here.
+ * The CNI plugins containerd runs: Debian's. containerd runs them in its own network namespace,
+ * the node's, so the bridge and the host ends of the pods' veths are made there, not here.
  */
-async function writeCniPlugins(dir: string, holderPid: number): Promise<void> {
+async function writeCniPlugins(dir: string): Promise<void> {
   const binDir = path.join(dir, "cni", "bin");
   await mkdir(binDir, { recursive: true });
   const debian = cniBinDir();
-  await writeFile(
-    path.join(binDir, "bridge"),
-    `#!/bin/sh\nexec ${nsenterPath()} --net=/proc/${holderPid}/ns/net -- ${path.join(debian, "bridge")} "$@"\n`,
-    { mode: 0o755 },
-  );
-  for (const plugin of ["loopback", "host-local"])
+  for (const plugin of ["bridge", "loopback", "host-local"])
     await symlink(path.join(debian, plugin), path.join(binDir, plugin));
 }
 
@@ -344,6 +356,191 @@ function kubeletConfig(options: {
   });
 }
 
+async function writeKubeconfig(
+  file: string,
+  options: RealNodeOptions,
+  user: string,
+  cert: { certFile: string; keyFile: string },
+): Promise<void> {
+  await writeFile(
+    file,
+    stringify({
+      apiVersion: "v1",
+      kind: "Config",
+      clusters: [
+        {
+          name: "playbook-dev",
+          cluster: { server: options.server, "certificate-authority": options.caFile },
+        },
+      ],
+      users: [{ name: user, user: { "client-certificate": cert.certFile, "client-key": cert.keyFile } }],
+      contexts: [{ name: "playbook-dev", context: { cluster: "playbook-dev", user } }],
+      "current-context": "playbook-dev",
+    }),
+    { mode: 0o600 },
+  );
+}
+
+/** The relay's script, built by tsc beside this file (dist/test/harness/real-node/relay.js). */
+function relayScript(): string {
+  const script = path.join(repoRoot(), "dist", "test", "harness", "real-node", "relay.js");
+  if (!existsSync(script)) throw new Error(`${script} is missing: run \`npm run build\` first`);
+  return script;
+}
+
+/**
+ * The two relays between this machine's network namespace and the node's: the API server
+ * (127.0.0.1:apiPort here) at 127.0.0.1:apiPort and NODE_API_ADDRESS:apiPort there, and the
+ * kubelet (127.0.0.1:kubeletPort there) at 127.0.0.1:kubeletPort here, which the node publishes.
+ */
+async function startRelays(args: {
+  dir: string;
+  logDir: string;
+  holderPid: number;
+  apiPort: number;
+  kubeletPort: number;
+  options: RealNodeOptions;
+}): Promise<void> {
+  const { dir, logDir, holderPid, apiPort, kubeletPort, options } = args;
+  const apiSocket = path.join(dir, "apiserver.sock");
+  const kubeletSocket = path.join(dir, "kubelet.sock");
+  const relay = async (name: string, inNodeNamespace: boolean, forwards: string[]) => {
+    const ready = path.join(dir, `${name}.ready`);
+    await rm(ready, { force: true });
+    const argv = [relayScript(), "--ready", ready, ...forwards.flatMap((f) => ["--forward", f])];
+    const logFile = path.join(logDir, `${name}.log`);
+    const started = inNodeNamespace
+      ? await startInNamespaces(name, holderPid, ["net"], process.execPath, argv, {
+          logFile,
+          daemon: options.daemon,
+        })
+      : startProcess(name, process.execPath, argv, { logFile, daemon: options.daemon });
+    await options.record(started, inNodeNamespace ? undefined : { name: "kubelet", port: kubeletPort });
+    await waitFor(`the ${name}`, async () => (existsSync(ready) ? true : undefined), {
+      timeoutMs: 15_000,
+      intervalMs: 20,
+      abortIf: () => (isRunning(started) ? undefined : `${name} exited:\n${logTail(started.logFile)}`),
+    });
+  };
+  await relay("real-node-relay-host", false, [
+    `unix:${apiSocket}=tcp:127.0.0.1:${apiPort}`,
+    `tcp:127.0.0.1:${kubeletPort}=unix:${kubeletSocket}`,
+  ]);
+  await relay("real-node-relay-node", true, [
+    `tcp:127.0.0.1:${apiPort}=unix:${apiSocket}`,
+    `tcp:${NODE_API_ADDRESS}:${apiPort}=unix:${apiSocket}`,
+    `unix:${kubeletSocket}=tcp:127.0.0.1:${kubeletPort}`,
+  ]);
+}
+
+async function openssl(args: string[]): Promise<void> {
+  try {
+    await run("openssl", args);
+  } catch (error) {
+    const { stderr } = error as { stderr?: string };
+    throw new Error(`openssl ${args[0]} failed: ${stderr ?? String(error)}`, { cause: error });
+  }
+}
+
+/** kube-proxy's client certificate: CN=system:kube-proxy, bound to system:node-proxier by default. */
+async function kubeProxyCertificate(
+  dir: string,
+  caFile: string,
+): Promise<{ certFile: string; keyFile: string }> {
+  const keyFile = path.join(dir, "kube-proxy.key");
+  const certFile = path.join(dir, "kube-proxy.crt");
+  const csrFile = path.join(dir, "kube-proxy.csr");
+  const extFile = path.join(dir, "kube-proxy.ext");
+  await openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", keyFile]);
+  await openssl(["req", "-new", "-key", keyFile, "-subj", "/CN=system:kube-proxy", "-out", csrFile]);
+  await writeFile(
+    extFile,
+    "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n",
+  );
+  await openssl([
+    ...["x509", "-req", "-in", csrFile, "-CA", caFile, "-CAkey", path.join(path.dirname(caFile), "ca.key")],
+    ...["-set_serial", `0x${randomBytes(16).toString("hex")}`, "-days", "30", "-sha256"],
+    ...["-extfile", extFile, "-out", certFile],
+  ]);
+  return { certFile, keyFile };
+}
+
+function kubeProxyConfig(kubeconfig: string): string {
+  return stringify({
+    apiVersion: "kubeproxy.config.k8s.io/v1alpha1",
+    kind: "KubeProxyConfiguration",
+    mode: "nftables",
+    clientConnection: { kubeconfig },
+    hostnameOverride: REAL_NODE_NAME,
+    clusterCIDR: POD_SUBNET,
+    // In the node's network namespace, like everything it serves.
+    bindAddress: "127.0.0.1",
+    healthzBindAddress: "127.0.0.1:10256",
+    metricsBindAddress: "127.0.0.1:10249",
+    // Every Service connection is masqueraded to the bridge's address: a pod's reply to another
+    // pod on the same bridge is switched, not routed, and would bypass the un-DNAT otherwise
+    // (no br_netfilter here). Nothing leaves the namespace: it has no route out.
+    nftables: { masqueradeAll: true, syncPeriod: "30s", minSyncPeriod: "0s" },
+    // 0 leaves the kernel's conntrack settings alone (nf_conntrack_max is this machine's).
+    conntrack: {
+      maxPerCore: 0,
+      min: 0,
+      tcpEstablishedTimeout: "0s",
+      tcpCloseWaitTimeout: "0s",
+      udpTimeout: "0s",
+      udpStreamTimeout: "0s",
+    },
+    oomScoreAdj: 0,
+  });
+}
+
+/** Starts kube-proxy (nftables mode) in the node's namespaces; waits for the `kubernetes` Service. */
+async function startKubeProxy(args: {
+  dir: string;
+  logDir: string;
+  holderPid: number;
+  options: RealNodeOptions;
+}): Promise<void> {
+  const { dir, logDir, holderPid, options } = args;
+  const binary = path.join(options.binDir, "kube-proxy");
+  if (!existsSync(binary))
+    throw new Error(`${binary} is missing: tools/build.sh builds it (npm run tools:bin)`);
+  const cert = await kubeProxyCertificate(dir, options.caFile);
+  const kubeconfig = path.join(dir, "kube-proxy.kubeconfig");
+  await writeKubeconfig(kubeconfig, options, "system:kube-proxy", cert);
+  await writeFile(path.join(dir, "kube-proxy.yaml"), kubeProxyConfig(kubeconfig));
+  const kubeProxy = await startInNamespaces(
+    "kube-proxy",
+    holderPid,
+    ["mnt", "net"],
+    binary,
+    [`--config=${path.join(dir, "kube-proxy.yaml")}`, "--v=1"],
+    { logFile: path.join(logDir, "kube-proxy.log"), daemon: options.daemon },
+  );
+  await options.record(kubeProxy);
+  const nft = which("nft") ?? "nft";
+  await waitFor(
+    "kube-proxy to program the kubernetes Service",
+    async () => {
+      const { stdout } = await run(nsenterPath(), [
+        `--net=/proc/${holderPid}/ns/net`,
+        "--",
+        nft,
+        "list",
+        "table",
+        "ip",
+        "kube-proxy",
+      ]).catch(() => ({ stdout: "" }));
+      return stdout.includes(NODE_API_ADDRESS) ? true : undefined;
+    },
+    {
+      timeoutMs: 60_000,
+      intervalMs: 200,
+      abortIf: () => (isRunning(kubeProxy) ? undefined : `kube-proxy exited:\n${logTail(kubeProxy.logFile)}`),
+    },
+  );
+}
+
 /** Starts containerd and the kubelet, imports the images and waits for the node to be Ready and schedulable. */
 export async function startRealNode(options: RealNodeOptions): Promise<RealNode> {
   const { stateDir, log } = options;
@@ -378,7 +575,7 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
     which("unshare") ?? "unshare",
     [
       ...["--mount", "--net", "--propagation", "private", "--", "sh", "-c"],
-      'set -e; ip link set lo up; mount -t tmpfs -o mode=0755 run /run; mount -t tmpfs -o mode=0755 varlib /var/lib; : > "$1"; exec sleep infinity',
+      `set -e; ip link set lo up; ip addr add ${NODE_API_ADDRESS}/32 dev lo; mount -t tmpfs -o mode=0755 run /run; mount -t tmpfs -o mode=0755 varlib /var/lib; : > "$1"; exec sleep infinity`,
       "sh",
       ready,
     ],
@@ -400,15 +597,15 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
   record.netNamespace = namespaceOf(holder.pid, "net");
   await writeFile(hostRecordFile(stateDir), `${JSON.stringify(record, null, 2)}\n`);
 
-  await writeCniPlugins(dir, holder.pid);
+  await writeCniPlugins(dir);
 
   const containerdBinary = which("containerd") ?? "/usr/bin/containerd";
-  // containerd stays in this machine's network, so the kubelet reaches its exec/attach streaming
-  // server on 127.0.0.1; the bridge plugin is what enters the node's network namespace.
+  // containerd runs the CNI plugins, and serves exec/attach/port-forward streams to the kubelet
+  // on 127.0.0.1, in the node's network namespace.
   const containerd = await startInNamespaces(
     "containerd",
     holder.pid,
-    ["mnt"],
+    ["mnt", "net"],
     containerdBinary,
     ["--config", path.join(dir, "containerd.toml"), "--log-level", "warn"],
     { logFile: path.join(logDir, "containerd.log"), daemon: options.daemon },
@@ -431,33 +628,12 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
   log(`Imported ${imageNames.join(", ")}`);
 
   const kubeconfig = path.join(dir, "kubelet.kubeconfig");
-  await writeFile(
-    kubeconfig,
-    stringify({
-      apiVersion: "v1",
-      kind: "Config",
-      clusters: [
-        {
-          name: "playbook-dev",
-          cluster: { server: options.server, "certificate-authority": options.caFile },
-        },
-      ],
-      users: [
-        {
-          name: `system:node:${REAL_NODE_NAME}`,
-          user: { "client-certificate": options.node.certFile, "client-key": options.node.keyFile },
-        },
-      ],
-      contexts: [
-        { name: "playbook-dev", context: { cluster: "playbook-dev", user: `system:node:${REAL_NODE_NAME}` } },
-      ],
-      "current-context": "playbook-dev",
-    }),
-    { mode: 0o600 },
-  );
+  await writeKubeconfig(kubeconfig, options, `system:node:${REAL_NODE_NAME}`, options.node);
+  // Free on this machine, where the relay listens on it; the node's namespace has nothing else.
   const port = await freePort();
-  let healthzPort = await freePort();
-  while (healthzPort === port) healthzPort = await freePort();
+  const healthzPort = port === 10248 ? 10247 : 10248;
+  const apiPort = Number(new URL(options.server).port);
+  await startRelays({ dir, logDir, holderPid: holder.pid, apiPort, kubeletPort: port, options });
   await writeFile(
     path.join(dir, "kubelet.yaml"),
     kubeletConfig({ dir, socket, caFile: options.caFile, cgroupRoot, port, healthzPort }),
@@ -465,7 +641,7 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
   const kubelet = await startInNamespaces(
     "kubelet",
     holder.pid,
-    ["mnt"],
+    ["mnt", "net"],
     path.join(options.binDir, "kubelet"),
     [
       `--config=${path.join(dir, "kubelet.yaml")}`,
@@ -478,7 +654,7 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
     ],
     { logFile: path.join(logDir, "kubelet.log"), daemon: options.daemon },
   );
-  await options.record(kubelet, { name: "kubelet", port });
+  await options.record(kubelet);
 
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromFile(options.adminKubeconfig);
@@ -524,6 +700,8 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
       abortIf: () => (isRunning(kubelet) ? undefined : `kubelet exited:\n${logTail(kubelet.logFile)}`),
     },
   );
+  await startKubeProxy({ dir, logDir, holderPid: holder.pid, options });
+  log(`kube-proxy serves the node's Services (${SERVICE_SUBNET}) in its network namespace`);
   log(`Real node ${REAL_NODE_NAME} Ready after ${Date.now() - t0}ms (kubelet on 127.0.0.1:${port})`);
   return { name: REAL_NODE_NAME, containerdSocket: socket, images: imageNames };
 }
@@ -645,7 +823,8 @@ export function killRealNodeSync(stateDir: string): void {
 
 /**
  * Stops the real node recorded in `stateDir`: the kubelet, every pod's processes, containerd's
- * shims, containerd and the namespaces' holder; then removes its cgroups, restores the sysctls
+ * shims, kube-proxy, containerd, the relays and the namespaces' holder (its network namespace,
+ * with the bridge, the veths and kube-proxy's tables, goes with the last process in it); then removes its cgroups, restores the sysctls
  * and checks that nothing of it is left. A no-op when there is none.
  */
 export async function stopRealNode(
@@ -671,7 +850,10 @@ export async function stopRealNode(
     killAll(pids);
     await sleep(100);
   }
+  await stop("kube-proxy");
   await stop("containerd");
+  await stop("real-node-relay-node");
+  await stop("real-node-relay-host");
   await stop("real-node-namespaces");
   // Anything else that entered the namespaces (a stray nsenter) goes too.
   killAll([...pidsInNamespace(record.mountNamespace, "mnt"), ...pidsInNamespace(record.netNamespace, "net")]);
