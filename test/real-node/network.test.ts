@@ -241,23 +241,25 @@ describe("the real node's network", () => {
   it("lets a pod reach the API server through the kubernetes Service (KUBERNETES_SERVICE_HOST), as in-cluster clients do", async () => {
     const endpoints = await core.readNamespacedEndpoints({ namespace: "default", name: "kubernetes" });
     expect(endpoints.subsets?.[0]?.addresses?.map((a) => a.ip)).toEqual([NODE_API_ADDRESS]);
+    // Debian's busybox has no TLS client that the API server's handshake accepts (its wget runs
+    // `openssl s_client`; its ssl_client lacks the API server's ECDSA suites), so the pod sends
+    // plain HTTP: Go's TLS server answers that with its own 400, which only the API server here
+    // would send on this connection.
     await core.createNamespacedPod({
       namespace,
       body: busybox(
         "in-cluster",
         [
           'echo "service $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"',
-          "token=$(cat /var/run/secrets/kubernetes.io/serviceaccount/token)",
-          // /version: any authenticated client may read it (system:public-info-viewer).
-          'busybox wget -q -T 5 -O - --header "Authorization: Bearer $token" "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version" | grep -o \'"gitVersion": *"[^"]*"\'',
+          'printf \'GET /version HTTP/1.0\\r\\n\\r\\n\' | busybox nc -w 5 "$KUBERNETES_SERVICE_HOST" "$KUBERNETES_SERVICE_PORT"',
         ].join("\n"),
       ),
     });
     const done = await waitForPod(core, namespace, "in-cluster", "to end", ended, 90_000);
-    const output = await logs("in-cluster");
-    expect({ phase: done.status?.phase, output }).toEqual({
+    expect({ phase: done.status?.phase, output: await logs("in-cluster") }).toEqual({
       phase: "Succeeded",
-      output: expect.stringMatching(/^service 10\.0\.0\.1:443\n"gitVersion": *"v1\.\d+\.\d+"\n$/),
+      output:
+        "service 10.0.0.1:443\nHTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n",
     });
   });
 
