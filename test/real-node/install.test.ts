@@ -16,7 +16,14 @@ import { clusterClients, createTestNamespace, deleteTestNamespace } from "../har
 import { containerEngine } from "../harness/container-engine.js";
 import { buildImage, imageName, imageStaleness } from "../harness/image.js";
 import { waitFor } from "../harness/processes.js";
-import { type NodeRegistry, startNodeRegistry } from "../harness/real-node/registry.js";
+import { projectImageArchive, projectImageName } from "../harness/real-node/images.js";
+import {
+  forgetNodeImage,
+  type NodeRegistry,
+  nodeCtr,
+  nodeHasContent,
+  startNodeRegistry,
+} from "../harness/real-node/registry.js";
 
 const chart = path.join(repoRoot(), "charts", "playbook-controller");
 const release = "pbc";
@@ -96,6 +103,9 @@ afterAll(async () => {
   if (work) await deleteTestNamespace(core, work);
   if (system) await deleteTestNamespace(core, system);
   await registry?.stop();
+  // The project's image as the real node's setup imported it, for the other real-node files.
+  const archive = await projectImageArchive(log);
+  if (archive) await nodeCtr(stateDir, ["images", "import", archive]);
   if (timings.length > 0)
     log(
       `timings: ${timings.map((t) => `${t.step} ${(t.ms / 1000).toFixed(1)} s`).join("; ")}; total ${(
@@ -111,6 +121,12 @@ describe("install on the real node from a registry in the cluster's network", ()
       registry!.push(`localhost/${imageName()}`, "playbook-controller", version),
     );
     expect(digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    // The real node imported the same build as localhost/...: its blobs have the pushed digests, so
+    // containerd would resolve the tag at the registry and find everything else locally. Without
+    // them, the install below must pull every blob from the registry (imported again in afterAll
+    // for the other real-node files).
+    await forgetNodeImage(stateDir, projectImageName());
+    expect(await nodeHasContent(stateDir, digest)).toBe(false);
   }, 600_000);
 
   it("helm install with the registry's image: the kubelet pulls it from there and the pods become Ready under the chart's probes", async () => {
@@ -173,10 +189,22 @@ describe("install on the real node from a registry in the cluster's network", ()
         ),
       ]),
     );
-    // And the registry served it to containerd.
-    expect(readFileSync(registry?.logFile ?? "", "utf8")).toMatch(
-      /"GET \/v2\/playbook-controller\/manifests\/[^ ]+ HTTP\/1\.1" 200 .*containerd/,
+    // And the registry served it to containerd: the manifest and the blobs (config and layers).
+    const served = readFileSync(registry?.logFile ?? "", "utf8")
+      .split("\n")
+      .filter((line) => /^\S+ - - \[/.test(line) && /"containerd\//.test(line))
+      .map((line) => /"(GET|HEAD) (\/v2\/\S+) HTTP\/1\.1" (\d+)/.exec(line)?.slice(1, 4).join(" ") ?? line);
+    expect(served).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(
+          new RegExp(
+            `^GET /v2/playbook-controller/manifests/(${digest}|${version.replaceAll(".", "\\.")}) 200$`,
+          ),
+        ),
+        expect.stringMatching(/^GET \/v2\/playbook-controller\/blobs\/sha256:[0-9a-f]{64} 200$/),
+      ]),
     );
+    expect(await nodeHasContent(stateDir, digest)).toBe(true);
   }, 900_000);
 
   it("runs a Playbook applied afterwards to TaskTimeout, in a runner pod of the same image", async () => {

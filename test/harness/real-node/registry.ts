@@ -23,7 +23,7 @@ import {
   stopProcess,
   waitFor,
 } from "../processes.js";
-import { realNodeRegistryConfigDir } from "./real-node.js";
+import { REAL_NODE_DIR, realNodeRegistryConfigDir } from "./real-node.js";
 
 const run = promisify(execFile);
 
@@ -48,6 +48,30 @@ export interface NodeRegistry {
 export function missingForRegistry(): string | undefined {
   if (existsSync(REGISTRY_BINARY)) return undefined;
   return `${REGISTRY_BINARY} is missing: apt-get install ${REGISTRY_PACKAGE} (the distribution registry; its service is not needed, the harness runs it)`;
+}
+
+/** `ctr` in the k8s.io namespace (the CRI's) of the real node of the cluster in `stateDir`. */
+export async function nodeCtr(stateDir: string, args: string[]): Promise<string> {
+  const socket = path.join(stateDir, REAL_NODE_DIR, "containerd.sock");
+  const { stdout } = await run(which("ctr"), ["--address", socket, "--namespace", "k8s.io", ...args], {
+    maxBuffer: 1 << 24,
+  });
+  return stdout;
+}
+
+/** Whether the node's containerd holds a blob (a manifest, a config, a layer) of that digest. */
+export async function nodeHasContent(stateDir: string, digest: string): Promise<boolean> {
+  return (await nodeCtr(stateDir, ["content", "ls", "--quiet"])).split("\n").includes(digest);
+}
+
+/**
+ * Removes an image the node imported, and the content no other image holds (`--sync` runs
+ * containerd's garbage collection at once), so that the same image from a registry is pulled
+ * blob by blob rather than found locally. `restore` imports the archive again.
+ */
+export async function forgetNodeImage(stateDir: string, name: string): Promise<void> {
+  const listed = (await nodeCtr(stateDir, ["images", "list", "--quiet"])).split("\n");
+  if (listed.includes(name)) await nodeCtr(stateDir, ["images", "rm", "--sync", name]);
 }
 
 /** The pid of the node's containerd, from the cluster's state file. */
