@@ -189,6 +189,7 @@ describe("install on the real node from a registry in the cluster's network", ()
         ),
       ]),
     );
+    for (const event of pulled.filter((e) => e.reason === "Pulled")) log(`kubelet: ${event.message}`);
     // And the registry served it to containerd: the manifest and the blobs (config and layers).
     const served = readFileSync(registry?.logFile ?? "", "utf8")
       .split("\n")

@@ -70,8 +70,17 @@ export async function nodeHasContent(stateDir: string, digest: string): Promise<
  * blob by blob rather than found locally. `restore` imports the archive again.
  */
 export async function forgetNodeImage(stateDir: string, name: string): Promise<void> {
-  const listed = (await nodeCtr(stateDir, ["images", "list", "--quiet"])).split("\n");
-  if (listed.includes(name)) await nodeCtr(stateDir, ["images", "rm", "--sync", name]);
+  // REF TYPE DIGEST ...: the CRI also names the image by its id (sha256:...) and by its repo
+  // digest; every name of that manifest goes, or its content stays held.
+  const rows = (await nodeCtr(stateDir, ["images", "list"]))
+    .split("\n")
+    .slice(1)
+    .map((line) => line.trim().split(/\s+/))
+    .filter((cells) => cells.length >= 3);
+  const target = rows.find((cells) => cells[0] === name)?.[2];
+  if (!target) return;
+  const names = rows.filter((cells) => cells[2] === target).map((cells) => cells[0] ?? "");
+  await nodeCtr(stateDir, ["images", "rm", "--sync", ...names]);
 }
 
 /** The pid of the node's containerd, from the cluster's state file. */
