@@ -1,29 +1,40 @@
-// The install path of the README, end to end on the real node: the project's image (built when
-// this checkout's is not) pushed to a registry inside the dev cluster's own network (Debian's
-// distribution registry, beside the node's containerd, on 127.0.0.1 there), the real kubelet
-// pulling it from there, `helm install` of the chart with the image values a user sets for their
-// own registry, the controller's pods Ready under the chart's own probes and security context, a
-// Playbook ending TaskTimeout, and `helm uninstall` keeping the CRDs and the Playbooks.
+// The install path of the README, end to end on a real node that has never held the project's
+// image: the image (built when this checkout's is not) pushed to a registry inside the dev
+// cluster's own network (Debian's distribution registry, beside the node's containerd, on
+// 127.0.0.1 there), the real kubelet pulling it from there blob by blob, `helm install` of the
+// chart with the image values a user sets for their own registry, the controller's pods Ready
+// under the chart's own probes and security context, a Playbook ending TaskTimeout, and `helm
+// uninstall` keeping the CRDs and the Playbooks.
+// The file starts a cluster of its own (control plane and real node, only the pause and busybox
+// images imported) beside the real-node project's shared one, whose node has the project's image
+// imported for the other files: a node holding the image's blobs resolves the tag at the registry
+// and fetches nothing else, and containerd 1.6's CRI did not see that image again once it had
+// been removed and imported anew (pods then failed ErrImagePull).
 // Each step is timed; the times are printed at the end (`[install]` lines on stderr).
+import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { rm } from "node:fs/promises";
 import path from "node:path";
-import type { CoreV1Event, V1Pod } from "@kubernetes/client-node";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { promisify } from "node:util";
+import {
+  CoreV1Api,
+  type CoreV1Event,
+  CustomObjectsApi,
+  KubeConfig,
+  type V1Pod,
+} from "@kubernetes/client-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { condition, helm, kubectl, kubectlResult, waitForFinished } from "../controller/support.js";
+import type { PlaybookStatus } from "../../src/api/playbook.js";
 import { repoRoot } from "../harness/binaries.js";
-import { clusterClients, createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { containerEngine } from "../harness/container-engine.js";
+import { type DevCluster, startDevCluster } from "../harness/dev-cluster.js";
 import { buildImage, imageName, imageStaleness } from "../harness/image.js";
 import { waitFor } from "../harness/processes.js";
-import { projectImageArchive, projectImageName } from "../harness/real-node/images.js";
-import {
-  forgetNodeImage,
-  type NodeRegistry,
-  nodeCtr,
-  nodeHasContent,
-  startNodeRegistry,
-} from "../harness/real-node/registry.js";
+import { type NodeRegistry, nodeHasContent, startNodeRegistry } from "../harness/real-node/registry.js";
+
+const run = promisify(execFile);
 
 const chart = path.join(repoRoot(), "charts", "playbook-controller");
 const release = "pbc";
@@ -32,10 +43,57 @@ const { version } = z
   .object({ version: z.string() })
   .parse(JSON.parse(readFileSync(path.join(repoRoot(), "package.json"), "utf8")));
 
-const { core } = clusterClients();
-// The cluster's state folder holds its kubeconfig (test/harness/global-setup.ts).
-const stateDir = path.dirname(inject("kubeconfig"));
+// A folder named like the cluster tests' (test-<pid>): if this worker dies, the next run sweeps it.
+const stateDir = path.join(repoRoot(), ".cluster", `test-${process.pid}`);
 const engine = containerEngine();
+let cluster: DevCluster | undefined;
+let core: CoreV1Api;
+let custom: CustomObjectsApi;
+
+/** A command of the cluster's tools folder against this file's cluster: exit code and both streams. */
+async function tool(name: "kubectl" | "helm", args: string[]) {
+  try {
+    const { stdout, stderr } = await run(path.join(cluster?.state.binDir ?? "", name), args, {
+      env: { ...process.env, KUBECONFIG: cluster?.state.kubeconfig },
+      maxBuffer: 1 << 24,
+    });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code?: unknown; stdout?: string; stderr?: string };
+    const code = typeof failed.code === "number" ? failed.code : 1;
+    return { code, stdout: failed.stdout ?? "", stderr: failed.stderr ?? "" };
+  }
+}
+const helm = (args: string[]) => tool("helm", args);
+const kubectlResult = (args: string[]) => tool("kubectl", args);
+async function kubectl(args: string[]) {
+  const result = await tool("kubectl", args);
+  if (result.code !== 0) throw new Error(`kubectl ${args.join(" ")} failed: ${result.stderr}`);
+  return result;
+}
+
+type Condition = { type: string; status: string; reason?: string };
+const condition = (status: PlaybookStatus | undefined, type: string): Condition | undefined =>
+  (status?.conditions as Condition[] | undefined)?.find((c) => c.type === type);
+
+/** The Playbook's status once its Succeeded condition is True or False (the run is over). */
+async function waitForFinished(namespace: string, name: string, timeoutMs: number): Promise<PlaybookStatus> {
+  return waitFor(
+    `Playbook ${namespace}/${name} to finish`,
+    async () => {
+      const playbook = (await custom.getNamespacedCustomObject({
+        group: "playbook.dev",
+        version: "v1alpha1",
+        namespace,
+        plural: "playbooks",
+        name,
+      })) as { status?: PlaybookStatus };
+      const succeeded = condition(playbook.status, "Succeeded");
+      return succeeded && succeeded.status !== "Unknown" ? playbook.status : undefined;
+    },
+    { timeoutMs, intervalMs: 250 },
+  );
+}
 let registry: NodeRegistry | undefined;
 let system: string;
 let work: string;
@@ -89,6 +147,14 @@ async function diagnose(): Promise<string> {
 beforeAll(async () => {
   const stale = await imageStaleness(engine);
   if (stale) await timed(`image:build (${stale})`, () => buildImage(engine, { log }));
+  cluster = await timed("start a dev cluster whose real node has no project image", () =>
+    startDevCluster({ stateDir, daemon: false, node: "real", images: [], log: () => {} }),
+  );
+  expect(cluster.realNode?.images.some((name) => name.includes("playbook-controller"))).toBe(false);
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromFile(cluster.state.kubeconfig);
+  core = kubeConfig.makeApiClient(CoreV1Api);
+  custom = kubeConfig.makeApiClient(CustomObjectsApi);
   registry = await timed("start the registry in the node's network", () =>
     startNodeRegistry({ stateDir, log }),
   );
@@ -100,12 +166,11 @@ beforeAll(async () => {
 
 afterAll(async () => {
   if (installed) await helm(["uninstall", release, "-n", system, "--wait"]);
-  if (work) await deleteTestNamespace(core, work);
-  if (system) await deleteTestNamespace(core, system);
+  if (work) await deleteTestNamespace(core, work).catch(() => {});
+  if (system) await deleteTestNamespace(core, system).catch(() => {});
   await registry?.stop();
-  // The project's image as the real node's setup imported it, for the other real-node files.
-  const archive = await projectImageArchive(log);
-  if (archive) await nodeCtr(stateDir, ["images", "import", archive]);
+  await cluster?.stop();
+  await rm(stateDir, { recursive: true, force: true });
   if (timings.length > 0)
     log(
       `timings: ${timings.map((t) => `${t.step} ${(t.ms / 1000).toFixed(1)} s`).join("; ")}; total ${(
@@ -121,11 +186,7 @@ describe("install on the real node from a registry in the cluster's network", ()
       registry!.push(`localhost/${imageName()}`, "playbook-controller", version),
     );
     expect(digest).toMatch(/^sha256:[0-9a-f]{64}$/);
-    // The real node imported the same build as localhost/...: its blobs have the pushed digests, so
-    // containerd would resolve the tag at the registry and find everything else locally. Without
-    // them, the install below must pull every blob from the registry (imported again in afterAll
-    // for the other real-node files).
-    await forgetNodeImage(stateDir, projectImageName());
+    // The node has nothing of it: the install below must pull every blob from the registry.
     expect(await nodeHasContent(stateDir, digest)).toBe(false);
   }, 600_000);
 

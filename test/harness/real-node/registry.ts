@@ -64,25 +64,6 @@ export async function nodeHasContent(stateDir: string, digest: string): Promise<
   return (await nodeCtr(stateDir, ["content", "ls", "--quiet"])).split("\n").includes(digest);
 }
 
-/**
- * Removes an image the node imported, and the content no other image holds (`--sync` runs
- * containerd's garbage collection at once), so that the same image from a registry is pulled
- * blob by blob rather than found locally. `restore` imports the archive again.
- */
-export async function forgetNodeImage(stateDir: string, name: string): Promise<void> {
-  // REF TYPE DIGEST ...: the CRI also names the image by its id (sha256:...) and by its repo
-  // digest; every name of that manifest goes, or its content stays held.
-  const rows = (await nodeCtr(stateDir, ["images", "list"]))
-    .split("\n")
-    .slice(1)
-    .map((line) => line.trim().split(/\s+/))
-    .filter((cells) => cells.length >= 3);
-  const target = rows.find((cells) => cells[0] === name)?.[2];
-  if (!target) return;
-  const names = rows.filter((cells) => cells[2] === target).map((cells) => cells[0] ?? "");
-  await nodeCtr(stateDir, ["images", "rm", "--sync", ...names]);
-}
-
 /** The pid of the node's containerd, from the cluster's state file. */
 async function containerdPid(stateDir: string): Promise<number> {
   const state = await readClusterState(stateDir);
