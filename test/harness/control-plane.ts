@@ -57,6 +57,13 @@ export interface ControlPlaneOptions {
    * network namespace, where a relay listens on it.
    */
   advertiseAddress?: string;
+  /**
+   * A Unix socket where an HTTP CONNECT proxy dials for the API server (its `cluster` egress
+   * selector): its connections to nodes, pods and Services (logs, exec, port-forward,
+   * pods/proxy, services/proxy) are made from wherever that proxy runs, the real node's network
+   * namespace, never from this machine's.
+   */
+  clusterEgressSocket?: string;
 }
 
 /** Where `auditLog` writes, relative to the state folder. */
@@ -270,6 +277,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       "--kubelet-preferred-address-types=InternalIP",
       "--profiling=false",
       ...(await auditArgs(options, stateDir)),
+      ...(await egressArgs(options, stateDir)),
     ]);
     await waitFor(
       "kube-apiserver /readyz",
@@ -341,6 +349,28 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       await writeState(state);
     },
   };
+}
+
+async function egressArgs(options: ControlPlaneOptions, stateDir: string): Promise<string[]> {
+  if (options.clusterEgressSocket === undefined) return [];
+  const file = path.join(stateDir, "egress-selector.yaml");
+  await writeFile(
+    file,
+    stringify({
+      apiVersion: "apiserver.k8s.io/v1beta1",
+      kind: "EgressSelectorConfiguration",
+      egressSelections: [
+        {
+          name: "cluster",
+          connection: {
+            proxyProtocol: "HTTPConnect",
+            transport: { uds: { udsName: options.clusterEgressSocket } },
+          },
+        },
+      ],
+    }),
+  );
+  return [`--egress-selector-config-file=${file}`];
 }
 
 async function auditArgs(options: ControlPlaneOptions, stateDir: string): Promise<string[]> {

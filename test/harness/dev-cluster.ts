@@ -26,6 +26,7 @@ import {
   killRealNodeSync,
   NODE_API_ADDRESS,
   type RealNode,
+  realNodeEgressSocket,
   startRealNode,
   stopRealNode,
 } from "./real-node/real-node.js";
@@ -99,7 +100,10 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
     daemon: options.daemon,
     log,
     // The `kubernetes` Service's endpoint: where the real node's pods reach the API server.
-    ...(nodeKind === "real" ? { advertiseAddress: NODE_API_ADDRESS } : {}),
+    // Its connections to the kubelet, pods and Services: from the node's namespace, not this one.
+    ...(nodeKind === "real"
+      ? { advertiseAddress: NODE_API_ADDRESS, clusterEgressSocket: realNodeEgressSocket(options.stateDir) }
+      : {}),
   });
   const { state } = controlPlane;
   let node: ProcessNode | undefined;

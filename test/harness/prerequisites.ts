@@ -136,6 +136,13 @@ export const REAL_NODE_PREREQUISITES: readonly Prerequisite[] = [
     present: () => existsSync("/usr/lib/cni/bridge"),
   },
   {
+    command: "nft",
+    debianPackage: "nftables",
+    purpose: "kube-proxy's nftables mode, which serves Services inside the real node's network namespace",
+    optional: false,
+    present: () => onPath("nft"),
+  },
+  {
     command: "gcc",
     debianPackage: "gcc",
     purpose: "compiles the pause image's program",

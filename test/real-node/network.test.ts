@@ -1,6 +1,6 @@
 // The real node's traffic stays inside its own network namespace: the kubelet's HTTP probes reach
-// a pod over the node's bridge, a scrape through `kubectl port-forward` reaches it through the
-// API server and the kubelet, Services work for pods (the `kubernetes` Service, as the chart's
+// a pod over the node's bridge, a scrape through `kubectl port-forward` or the API server's
+// pods/proxy reaches it (through the kubelet, or the node's relay for the API server), Services work for pods (the `kubernetes` Service, as the chart's
 // controller uses it in a pod, and a ClusterIP Service in front of another pod), and meanwhile no
 // packet for the pod subnet, the Service range or the node's API address leaves this machine's
 // network namespace: an nftables counter on this machine's output path says so.
@@ -199,11 +199,13 @@ describe("the real node's network", () => {
     expect(webIP).toMatch(/^10\.88\./);
     expect(ready.status?.containerStatuses?.[0]?.restartCount).toBe(0);
     // busybox httpd -vv logs each request's client: the kubelet, from the bridge's address.
+    const probed = /^\[::ffff:10\.88\.0\.1\]:\d+: url:\/healthz$/m;
     await waitFor(
       "the web pod's log to show the kubelet's probes",
-      async () => (/10\.88\.0\.1:\d+: url:\/healthz/.test(await logs("web")) ? true : undefined),
+      async () => (probed.test(await logs("web")) ? true : undefined),
       { timeoutMs: 10_000 },
-    );
+    ).catch(() => {});
+    expect(await logs("web")).toMatch(probed);
   });
 
   it("serves the pod's metrics to this machine through kubectl port-forward (API server, kubelet, containerd)", async () => {
@@ -228,14 +230,31 @@ describe("the real node's network", () => {
       namespace,
       body: busybox(
         "client",
-        `i=0; while test $i -lt 30; do busybox wget -q -T 2 -O - http://${clusterIP}/metrics && exit 0; i=$((i + 1)); sleep 1; done; exit 1`,
+        // busybox nc, not wget: Debian's static wget crashed (SIGSEGV) on every try here.
+        `i=0; while test $i -lt 30; do out=$(printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' | busybox nc -w 2 ${clusterIP} 80); case "$out" in *web_up*) echo "$out"; exit 0;; esac; i=$((i + 1)); sleep 1; done; exit 1`,
       ),
     });
     const done = await waitForPod(core, namespace, "client", "to end", ended, 90_000);
     expect({ phase: done.status?.phase, logs: await logs("client") }).toEqual({
       phase: "Succeeded",
-      logs: "web_up 1\n",
+      logs: expect.stringMatching(/^HTTP\/1\.[01] 200 OK\r?\n[\s\S]*\r?\n\r?\nweb_up 1\n$/),
     });
+  });
+
+  it("proxies to the pod and its Service through the API server, which dials them from the node's namespace", async () => {
+    // The `cluster` egress selector sends the API server's connection through the node's relay.
+    const { stdout: viaPod } = await kubectl([
+      "get",
+      "--raw",
+      `/api/v1/namespaces/${namespace}/pods/web:8080/proxy/metrics`,
+    ]);
+    expect(viaPod).toBe("web_up 1\n");
+    const { stdout: viaService } = await kubectl([
+      "get",
+      "--raw",
+      `/api/v1/namespaces/${namespace}/services/web:80/proxy/metrics`,
+    ]);
+    expect(viaService).toBe("web_up 1\n");
   });
 
   it("lets a pod reach the API server through the kubernetes Service (KUBERNETES_SERVICE_HOST), as in-cluster clients do", async () => {
@@ -256,10 +275,48 @@ describe("the real node's network", () => {
       ),
     });
     const done = await waitForPod(core, namespace, "in-cluster", "to end", ended, 90_000);
-    expect({ phase: done.status?.phase, output: await logs("in-cluster") }).toEqual({
+    const output = (await logs("in-cluster")).replaceAll("\r", "");
+    expect({ phase: done.status?.phase, output }).toEqual({
       phase: "Succeeded",
       output:
-        "service 10.0.0.1:443\nHTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n",
+        "service 10.0.0.1:443\nHTTP/1.0 400 Bad Request\n\nClient sent an HTTP request to an HTTPS server.\n",
+    });
+  });
+
+  it("lets a TLS client in a pod (Node, in the project's image) verify the API server at 10.0.0.1 and read /version with its token", async () => {
+    // What @kubernetes/client-node's in-cluster configuration does: KUBERNETES_SERVICE_HOST and
+    // _PORT, the service account's CA and token. The API server's certificate names 10.0.0.1.
+    const script = [
+      "const fs = require('node:fs'), https = require('node:https');",
+      "const dir = '/var/run/secrets/kubernetes.io/serviceaccount/';",
+      "https.get({ host: process.env.KUBERNETES_SERVICE_HOST, port: process.env.KUBERNETES_SERVICE_PORT,",
+      "  path: '/version', ca: fs.readFileSync(dir + 'ca.crt'),",
+      "  headers: { authorization: 'Bearer ' + fs.readFileSync(dir + 'token', 'utf8') } }, (res) => {",
+      "  let body = ''; res.on('data', (c) => { body += c; });",
+      "  res.on('end', () => console.log(res.statusCode, JSON.parse(body).gitVersion));",
+      "}).on('error', (e) => { console.error(e.message); process.exit(1); });",
+    ].join("\n");
+    await core.createNamespacedPod({
+      namespace,
+      body: {
+        metadata: { name: "tls-client" },
+        spec: {
+          restartPolicy: "Never",
+          containers: [
+            {
+              name: "main",
+              image: inject("runnerImage"),
+              imagePullPolicy: "IfNotPresent",
+              command: ["node", "-e", script],
+            },
+          ],
+        },
+      },
+    });
+    const done = await waitForPod(core, namespace, "tls-client", "to end", ended, 90_000);
+    expect({ phase: done.status?.phase, output: await logs("tls-client") }).toEqual({
+      phase: "Succeeded",
+      output: expect.stringMatching(/^200 v1\.\d+\.\d+\n$/),
     });
   });
 

@@ -108,6 +108,12 @@ const nodeDir = (stateDir: string) => path.join(stateDir, REAL_NODE_DIR);
 const registryConfigDir = (dir: string) => path.join(dir, "containerd", "certs.d");
 /** The registry config folder of the real node of the cluster in `stateDir`. */
 export const realNodeRegistryConfigDir = (stateDir: string): string => registryConfigDir(nodeDir(stateDir));
+/**
+ * Where the node's relay takes the API server's HTTP CONNECT requests (the control plane's
+ * `cluster` egress selector), so the API server reaches the kubelet, pods and Services from the
+ * node's network namespace.
+ */
+export const realNodeEgressSocket = (stateDir: string) => path.join(nodeDir(stateDir), "egress.sock");
 const hostRecordFile = (stateDir: string) => path.join(nodeDir(stateDir), "host.json");
 
 /** What must be installed for a real node, with the Debian package that brings it. */
@@ -391,7 +397,9 @@ function relayScript(): string {
 /**
  * The two relays between this machine's network namespace and the node's: the API server
  * (127.0.0.1:apiPort here) at 127.0.0.1:apiPort and NODE_API_ADDRESS:apiPort there, and the
- * kubelet (127.0.0.1:kubeletPort there) at 127.0.0.1:kubeletPort here, which the node publishes.
+ * kubelet (127.0.0.1:kubeletPort there) at 127.0.0.1:kubeletPort here, which the node publishes;
+ * and the node's relay takes the API server's HTTP CONNECT requests on egress.sock, so its
+ * logs, exec, port-forward and pods/proxy connections are dialed from the node's namespace.
  */
 async function startRelays(args: {
   dir: string;
@@ -404,10 +412,10 @@ async function startRelays(args: {
   const { dir, logDir, holderPid, apiPort, kubeletPort, options } = args;
   const apiSocket = path.join(dir, "apiserver.sock");
   const kubeletSocket = path.join(dir, "kubelet.sock");
-  const relay = async (name: string, inNodeNamespace: boolean, forwards: string[]) => {
+  const relay = async (name: string, inNodeNamespace: boolean, forwards: string[], extra: string[] = []) => {
     const ready = path.join(dir, `${name}.ready`);
     await rm(ready, { force: true });
-    const argv = [relayScript(), "--ready", ready, ...forwards.flatMap((f) => ["--forward", f])];
+    const argv = [relayScript(), "--ready", ready, ...forwards.flatMap((f) => ["--forward", f]), ...extra];
     const logFile = path.join(logDir, `${name}.log`);
     const started = inNodeNamespace
       ? await startInNamespaces(name, holderPid, ["net"], process.execPath, argv, {
@@ -426,11 +434,17 @@ async function startRelays(args: {
     `unix:${apiSocket}=tcp:127.0.0.1:${apiPort}`,
     `tcp:127.0.0.1:${kubeletPort}=unix:${kubeletSocket}`,
   ]);
-  await relay("real-node-relay-node", true, [
-    `tcp:127.0.0.1:${apiPort}=unix:${apiSocket}`,
-    `tcp:${NODE_API_ADDRESS}:${apiPort}=unix:${apiSocket}`,
-    `unix:${kubeletSocket}=tcp:127.0.0.1:${kubeletPort}`,
-  ]);
+  await relay(
+    "real-node-relay-node",
+    true,
+    [
+      `tcp:127.0.0.1:${apiPort}=unix:${apiSocket}`,
+      `tcp:${NODE_API_ADDRESS}:${apiPort}=unix:${apiSocket}`,
+      `unix:${kubeletSocket}=tcp:127.0.0.1:${kubeletPort}`,
+    ],
+    // The API server's connections to the kubelet, pods and Services, dialed from the node's namespace.
+    ["--connect-proxy", `unix:${path.join(dir, "egress.sock")}`],
+  );
 }
 
 async function openssl(args: string[]): Promise<void> {
