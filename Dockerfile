@@ -1,7 +1,9 @@
-# The runner and controller image. tini is PID 1 so that processes orphaned by tasks are reaped
-# (Node does not reap children it did not spawn) when the image runs as it is. In the controller's
-# pods the container command replaces this entrypoint; there the pod shares its PID namespace and
-# the sandbox's pause process reaps instead.
+# The runner and controller image. Its entrypoint is `tini -- playbook`, so arguments are the
+# subcommand: `docker run IMAGE run -f FILE`, and the chart's Deployment passes `controller ...` as
+# args. tini is PID 1 so that processes orphaned by tasks are reaped (Node does not reap children
+# it did not spawn) when the image runs as it is. In the runner pods the controller makes, the
+# container command (`playbook pod-runner`) replaces this entrypoint; there the pod shares its PID
+# namespace and the sandbox's pause process reaps instead.
 FROM node:24-bookworm-slim AS build
 WORKDIR /src
 # Dependencies first, so that a change in src/ reuses this layer instead of installing again.
@@ -32,5 +34,5 @@ RUN printf '%s\n' 'apiVersion: playbook.dev/v1alpha1' 'kind: Playbook' 'metadata
  && playbook --version && playbook validate -f /tmp/warm.yaml && playbook run -f /tmp/warm.yaml -o json >/dev/null \
  && { KUBECONFIG=/nonexistent playbook controller 2>/dev/null || true; } \
  && rm /tmp/warm.yaml
-ENTRYPOINT ["/usr/bin/tini", "--"]
-CMD ["playbook", "--help"]
+ENTRYPOINT ["/usr/bin/tini", "--", "playbook"]
+CMD ["--help"]

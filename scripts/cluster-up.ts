@@ -58,6 +58,10 @@ try {
       `Real node ${cluster.realNode.name} (containerd ${cluster.realNode.containerdSocket}) has ${cluster.realNode.images.join(", ")}`,
     );
   else log(`Lose a pod as on node failure: curl -X POST ${cluster.processNodeUrl}/lose/NAMESPACE/NAME`);
+  if (cluster.controllerUrl)
+    log(
+      `Controller metrics: ${cluster.controllerUrl}/metrics (health ${cluster.controllerUrl}/healthz, readiness ${cluster.controllerUrl}/readyz)`,
+    );
   if (!startController)
     log("The controller was left out: run it with `npx playbook controller` (KUBECONFIG below)");
   log("Stop it all with: npm run cluster:down");

@@ -8,7 +8,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { repoRoot } from "../harness/binaries.js";
 import { marker, processesWithMarker } from "../harness/cluster-test.js";
 import { type ClusterState, readClusterState } from "../harness/control-plane.js";
-import { isListening, isRunning } from "../harness/processes.js";
+import { isListening, isRunning, waitFor } from "../harness/processes.js";
 
 const run = promisify(execFile);
 
@@ -39,6 +39,23 @@ describe("cluster:up and cluster:down", () => {
     const kubeconfig = path.join(stateDir, "kubeconfig");
     expect(up.stdout).toBe(`export KUBECONFIG=${kubeconfig}\n`);
 
+    // The summary says where the controller serves /metrics and /readyz, and it answers there.
+    const printed =
+      /^cluster:up: Controller metrics: (http:\/\/127\.0\.0\.1:\d+)\/metrics \(health \1\/healthz, readiness \1\/readyz\)$/m.exec(
+        up.stderr,
+      );
+    expect(printed, up.stderr).not.toBeNull();
+    const controllerUrl = printed?.[1] ?? "";
+    const metrics = await fetch(`${controllerUrl}/metrics`);
+    expect(metrics.status).toBe(200);
+    expect(await metrics.text()).toMatch(/^playbook_\w+/m);
+    const ready = await waitFor(
+      `${controllerUrl}/readyz to answer 200`,
+      async () => ((await fetch(`${controllerUrl}/readyz`)).status === 200 ? true : undefined),
+      { timeoutMs: 60_000, intervalMs: 250 },
+    );
+    expect(ready).toBe(true);
+
     const state = (await readClusterState(stateDir)) as ClusterState;
     expect(state.processes.map((p) => p.name)).toEqual(
       expect.arrayContaining([
@@ -47,8 +64,11 @@ describe("cluster:up and cluster:down", () => {
         "kube-controller-manager",
         "kube-scheduler",
         "process-node",
+        "controller",
       ]),
     );
+    // Recorded, so the check below finds it closed after cluster:down.
+    expect(state.ports["controller-metrics"]).toBe(Number(new URL(controllerUrl).port));
     const kubectl = (...args: string[]) =>
       run(path.join(state.binDir, "kubectl"), args, { env: { ...process.env, KUBECONFIG: kubeconfig } });
     const runShellPod = (name: string, ...shArgs: string[]) =>

@@ -3,6 +3,10 @@
 // ServiceAccount), a leader elected, Playbooks applied afterwards run and say which limit fired,
 // `helm upgrade` rolls the Deployment, `helm uninstall` leaves the CRD and the Playbooks. The
 // ServiceAccount's permissions are exactly the documented list.
+// The process node starts the chart's image as the image would (its entrypoint, `tini --
+// playbook`, mapped to this checkout's `playbook`, with the chart's args), but runs this checkout's
+// build whatever the image holds: test/image/chart-fit.test.ts checks the chart against the built
+// image, and test/real-node/install.test.ts installs the chart from a registry on the real kubelet.
 import path from "node:path";
 import { AppsV1Api, CoordinationV1Api } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

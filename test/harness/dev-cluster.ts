@@ -20,7 +20,7 @@ import {
 } from "./prerequisites.js";
 import { defaultCommandMapping } from "./process-node/mapping.js";
 import { ProcessNode } from "./process-node/process-node.js";
-import { isRunning, logTail, startProcess, waitFor } from "./processes.js";
+import { freePort, isRunning, logTail, startProcess, waitFor } from "./processes.js";
 import { projectImageArchive, projectImageName } from "./real-node/images.js";
 import {
   killRealNodeSync,
@@ -43,6 +43,8 @@ export interface DevCluster {
   processNodeUrl: string;
   /** The real node, when `node: "real"`. */
   realNode?: RealNode;
+  /** Where the controller serves /metrics, /healthz and /readyz (http://127.0.0.1:PORT), when started. */
+  controllerUrl?: string;
   /** The in-process node, when not started as a daemon. */
   node?: ProcessNode;
   stop(): Promise<void>;
@@ -166,15 +168,19 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
 
     // The bundle users run (the package's bin and the image's command), not tsc's output.
     const cli = path.join(repoRoot(), "dist", "bin", "playbook.js");
+    let controllerUrl: string | undefined;
     if (
       options.startController &&
       existsSync(path.join(repoRoot(), "src", "controller")) &&
       existsSync(cli)
     ) {
+      // A port chosen here rather than :0, so that it can be printed and recorded (cluster:down
+      // and the tests check that it is closed afterwards).
+      const metricsPort = await freePort();
       const controller = startProcess(
         "controller",
         process.execPath,
-        [cli, "controller", "--metrics-address", "127.0.0.1:0"],
+        [cli, "controller", "--metrics-address", `127.0.0.1:${metricsPort}`],
         {
           logFile: path.join(state.stateDir, "logs", "controller.log"),
           env: {
@@ -186,7 +192,20 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
           daemon: options.daemon,
         },
       );
-      await controlPlane.record(controller);
+      await controlPlane.record(controller, { name: "controller-metrics", port: metricsPort });
+      controllerUrl = `http://127.0.0.1:${metricsPort}`;
+      // Serving comes before the caches sync: once /healthz answers, the printed address works.
+      const healthz = `${controllerUrl}/healthz`;
+      await waitFor(
+        `the controller to serve ${healthz}`,
+        async () => ((await fetch(healthz).catch(() => undefined))?.ok ? true : undefined),
+        {
+          timeoutMs: 60_000,
+          intervalMs: 100,
+          abortIf: () =>
+            isRunning(controller) ? undefined : `controller exited:\n${logTail(controller.logFile)}`,
+        },
+      );
       log(`Started the controller (log ${controller.logFile})`);
     } else if (options.startController) {
       log("No controller in this checkout yet (src/controller and dist/bin/playbook.js); not started");
@@ -196,6 +215,7 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       state,
       nodeKind,
       processNodeUrl,
+      ...(controllerUrl ? { controllerUrl } : {}),
       ...(node ? { node } : {}),
       ...(realNode ? { realNode } : {}),
       async stop() {

@@ -19,7 +19,7 @@ import { createTestNamespace } from "../harness/cluster-test.js";
 import { type DevCluster, startDevCluster } from "../harness/dev-cluster.js";
 import { keepOrRemoveClusterState, suiteOutcome, whyKeepLogs } from "../harness/log-retention.js";
 import { freePort, waitFor } from "../harness/processes.js";
-import { removeContainer, startImageContainer } from "./support.js";
+import { removeContainer, startImageContainer, TINI } from "./support.js";
 
 const run = promisify(execFile);
 
@@ -52,8 +52,10 @@ beforeAll(async () => {
       .withNetworkMode("host")
       .withCopyContentToContainer([{ content: kubeconfig, target: "/home/kubeconfig", mode: 0o644 }])
       .withEnvironment({ KUBECONFIG: "/home/kubeconfig" })
+      // The image's own entrypoint (`tini -- playbook`), with the subcommand as arguments, as the
+      // chart's Deployment runs it.
+      .withEntrypoint([TINI, "--", "playbook"])
       .withCommand([
-        "playbook",
         "controller",
         `--metrics-address=127.0.0.1:${port}`,
         `--namespaces=${namespace}`,

@@ -12,6 +12,8 @@ if (imageError) throw new Error(imageError);
 Object.assign(process.env, inject("engineEnv"));
 
 export const IMAGE = inject("image");
+/** The image's PID 1; its entrypoint is `tini -- playbook`, so a container's command is playbook's arguments. */
+export const TINI = "/usr/bin/tini";
 
 /** Containers started through this file's helpers; all are removed in afterAll. */
 const started: StartedTestContainer[] = [];
@@ -21,8 +23,8 @@ afterAll(async () => {
 });
 
 /**
- * A container of the image as it runs (tini as PID 1, user 65532) with `sleep infinity` as its
- * command, for exec: no network unless given one.
+ * A container of the image as it runs (tini as PID 1, user 65532) with `sleep infinity` in place
+ * of `playbook` after tini's `--`, for exec: no network unless given one.
  */
 export async function startImageContainer(
   configure: (container: GenericContainer) => GenericContainer = (c) => c,
@@ -31,6 +33,7 @@ export async function startImageContainer(
     new GenericContainer(IMAGE)
       .withPullPolicy(PullPolicy.neverPull())
       .withNetworkMode("none")
+      .withEntrypoint([TINI, "--"])
       .withCommand(["sleep", "infinity"]),
   ).start();
   started.push(container);

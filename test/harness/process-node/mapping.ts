@@ -9,8 +9,8 @@ const mappingSchema = z.object({
 });
 
 /**
- * `playbook` (the runner image's entrypoint) runs this checkout's bundle, dist/bin/playbook.js (what
- * the image runs), under the current Node.
+ * `playbook` (the runner image's command, and its entrypoint after tini: `tini -- playbook`) runs this
+ * checkout's bundle, dist/bin/playbook.js (what the image runs), under the current Node.
  * PROCESS_NODE_MAPPING (JSON: {"commands": {...}, "images": {...}}) adds or overrides entries.
  */
 export function defaultCommandMapping(env: NodeJS.ProcessEnv = process.env): CommandMapping {

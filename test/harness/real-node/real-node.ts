@@ -104,6 +104,10 @@ export interface RealNode {
 }
 
 const nodeDir = (stateDir: string) => path.join(stateDir, REAL_NODE_DIR);
+/** containerd's registry config folder (`config_path`): `<host:port>/hosts.toml` per registry. */
+const registryConfigDir = (dir: string) => path.join(dir, "containerd", "certs.d");
+/** The registry config folder of the real node of the cluster in `stateDir`. */
+export const realNodeRegistryConfigDir = (stateDir: string): string => registryConfigDir(nodeDir(stateDir));
 /**
  * Where the node's relay takes the API server's HTTP CONNECT requests (the control plane's
  * `cluster` egress selector), so the API server reaches the kubelet, pods and Services from the
@@ -245,7 +249,9 @@ function containerdConfig(dir: string, socket: string): string {
       },
     },
     cni: { bin_dir: path.join(dir, "cni", "bin"), conf_dir: path.join(dir, "cni", "net.d"), max_conf_num: 1 },
-    registry: { config_path: "" },
+    // One hosts.toml per registry host (test/harness/real-node/registry.ts writes them), read at
+    // each pull: no registry is configured until one is written, and nothing in /etc is read.
+    registry: { config_path: registryConfigDir(dir) },
   };
   // TOML by hand: only tables, strings, booleans and numbers are needed.
   const lines: string[] = [
