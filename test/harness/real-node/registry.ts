@@ -14,6 +14,7 @@ import { promisify } from "node:util";
 import { stringify } from "yaml";
 import { type ContainerEngine, containerEngine } from "../container-engine.js";
 import { readClusterState } from "../control-plane.js";
+import { ensurePrerequisites, installForbiddenByEnv, type Prerequisite } from "../prerequisites.js";
 import {
   freePort,
   isRunning,
@@ -43,6 +44,15 @@ export interface NodeRegistry {
   /** Stops the registry and removes its data and the node's hosts.toml for it. */
   stop(): Promise<void>;
 }
+
+/** The registry as a prerequisite: installed as root with apt-get unless PLAYBOOK_NO_INSTALL says no. */
+export const REGISTRY_PREREQUISITE: Prerequisite = {
+  command: REGISTRY_BINARY,
+  debianPackage: REGISTRY_PACKAGE,
+  purpose: "the image registry the real node pulls the project's image from in the install test",
+  optional: false,
+  present: () => existsSync(REGISTRY_BINARY),
+};
 
 /** Says what is missing to run the registry, with the command that installs it; undefined when nothing. */
 export function missingForRegistry(): string | undefined {
@@ -87,6 +97,11 @@ export async function startNodeRegistry(options: {
   log: (message: string) => void;
   engine?: ContainerEngine;
 }): Promise<NodeRegistry> {
+  ensurePrerequisites({
+    install: !installForbiddenByEnv(),
+    log: options.log,
+    prerequisites: [REGISTRY_PREREQUISITE],
+  });
   const missing = missingForRegistry();
   if (missing) throw new Error(missing);
   const engine = options.engine ?? containerEngine();
