@@ -26,7 +26,8 @@ export interface ClusterCertificates {
   serviceAccountPublicKeyFile: string;
 }
 
-async function openssl(args: string[]): Promise<void> {
+/** Runs openssl; a failure carries its stderr. */
+export async function openssl(args: string[]): Promise<void> {
   try {
     await run("openssl", args);
   } catch (error) {

@@ -32,7 +32,7 @@ import { CoreV1Api, KubeConfig } from "@kubernetes/client-node";
 import { stringify } from "yaml";
 import { z } from "zod";
 import { repoRoot } from "../binaries.js";
-import { NODE_NAME } from "../certificates.js";
+import { NODE_NAME, openssl } from "../certificates.js";
 import {
   freePort,
   isRunning,
@@ -445,15 +445,6 @@ async function startRelays(args: {
     // The API server's connections to the kubelet, pods and Services, dialed from the node's namespace.
     ["--connect-proxy", `unix:${path.join(dir, "egress.sock")}`],
   );
-}
-
-async function openssl(args: string[]): Promise<void> {
-  try {
-    await run("openssl", args);
-  } catch (error) {
-    const { stderr } = error as { stderr?: string };
-    throw new Error(`openssl ${args[0]} failed: ${stderr ?? String(error)}`, { cause: error });
-  }
 }
 
 /** kube-proxy's client certificate: CN=system:kube-proxy, bound to system:node-proxier by default. */
