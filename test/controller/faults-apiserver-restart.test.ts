@@ -42,7 +42,9 @@ beforeAll(async () => {
   await mkdir(path.dirname(stateDir), { recursive: true });
   cluster = await startDevCluster({ stateDir, daemon: false, install: false, log: () => {} });
 }, 180_000);
-afterAll(async (suite) => {
+// vitest passes the file's suite second; its first argument must be a destructuring pattern.
+// biome-ignore lint/correctness/noEmptyPattern: no fixture is used here
+afterAll(async ({}, suite) => {
   await cluster?.stop();
   // Its logs stay (and are named) when a test failed.
   await keepOrRemoveClusterState(stateDir, whyKeepLogs(suiteOutcome(suite)), (m) =>

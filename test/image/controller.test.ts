@@ -66,7 +66,9 @@ beforeAll(async () => {
   );
 });
 
-afterAll(async (suite) => {
+// vitest passes the file's suite second; its first argument must be a destructuring pattern.
+// biome-ignore lint/correctness/noEmptyPattern: no fixture is used here
+afterAll(async ({}, suite) => {
   // The container first, so the controller does not outlive its API server.
   if (container) await removeContainer(container);
   await cluster?.stop();
