@@ -70,7 +70,7 @@ describe("a Playbook whose image cannot be pulled, on the real node", () => {
       15_000,
     );
     process.stderr.write(
-      `[pending] the reason was shown ${((Date.now() - started) / 1000).toFixed(1)} s after the controller started\n`,
+      `[pending] ${((Date.now() - started) / 1000).toFixed(1)} s after the controller started: ${condition(pending, "Succeeded")?.message}\n`,
     );
     expect(condition(pending, "Succeeded")).toMatchObject({ status: "Unknown", reason: "Pending" });
     expect(pending.status?.phase).toBe("Pending");
@@ -80,6 +80,7 @@ describe("a Playbook whose image cannot be pulled, on the real node", () => {
     const ended = await waitForFinished(namespace, "unpullable", 60_000);
     expect(condition(ended, "Succeeded")).toMatchObject({ status: "False", reason: "StartTimeout" });
     const message = condition(ended, "Succeeded")?.message ?? "";
+    process.stderr.write(`[pending] ended: ${message}\n`);
     expect(message).toMatch(
       new RegExp(
         String.raw`^pod unpullable-1 \(attempt 1\) never started: its runner did not start within the 20s start timeout \(spec\.startTimeout\); ${PULL_FAILED}`,
