@@ -11,7 +11,7 @@
 // and fetches nothing else, and containerd 1.6's CRI did not see that image again once it had
 // been removed and imported anew (pods then failed ErrImagePull).
 // Each step is timed; the times are printed at the end (`[install]` lines on stderr).
-import { execFile } from "node:child_process";
+import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import path from "node:path";
@@ -268,6 +268,70 @@ describe("install on the real node from a registry in the cluster's network", ()
     );
     expect(await nodeHasContent(stateDir, digest)).toBe(true);
   }, 900_000);
+
+  it("serves /metrics through both commands the release's NOTES print: port-forward to the Service, and the API server's proxy", async () => {
+    const notes = await helm(["get", "notes", release, "-n", system]);
+    expect(notes.code, notes.stderr).toBe(0);
+    const forward = /^ *kubectl (-n \S+ port-forward svc\/\S+) (\d+)$/m.exec(notes.stdout);
+    const raw = /^ *kubectl get --raw (\S+)$/m.exec(notes.stdout);
+    expect({ forward: forward?.[0].trim(), raw: raw?.[0].trim() }).toEqual({
+      forward: `kubectl -n ${system} port-forward svc/${release}-playbook-controller-metrics 8080`,
+      raw: `kubectl get --raw /api/v1/namespaces/${system}/services/${release}-playbook-controller-metrics:metrics/proxy/metrics`,
+    });
+    expect(notes.stdout).toContain("curl -s localhost:8080/metrics | grep ^playbook_\n");
+    const series = (text: string) => text.split("\n").filter((line) => line.startsWith("playbook_"));
+
+    // The printed port-forward, with `:8080` for `8080`: the same forward from a free local port,
+    // as 8080 may be taken on a shared machine.
+    let child: ChildProcess | undefined;
+    try {
+      const viaForward = await timed(
+        "NOTES: kubectl port-forward svc/...-metrics, then GET /metrics",
+        async () => {
+          const args = `${forward?.[1]} :${forward?.[2]}`.split(" ");
+          const started = spawn(path.join(cluster?.state.binDir ?? "", "kubectl"), args, {
+            env: { ...process.env, KUBECONFIG: cluster?.state.kubeconfig },
+            stdio: ["ignore", "pipe", "pipe"],
+          });
+          child = started;
+          let output = "";
+          started.stdout?.on("data", (chunk: Buffer) => {
+            output += chunk.toString();
+          });
+          started.stderr?.on("data", (chunk: Buffer) => {
+            output += chunk.toString();
+          });
+          const port = await waitFor(
+            "kubectl port-forward to say where it listens",
+            async () => /Forwarding from 127\.0\.0\.1:(\d+) -> 8080/.exec(output)?.[1],
+            {
+              timeoutMs: 30_000,
+              abortIf: () => (started.exitCode !== null ? `port-forward exited: ${output}` : undefined),
+            },
+          );
+          const response = await fetch(`http://127.0.0.1:${port}/metrics`);
+          expect(response.status).toBe(200);
+          return response.text();
+        },
+      );
+      expect(series(viaForward)).toEqual(
+        expect.arrayContaining([expect.stringMatching(/^playbook_ready 1$/)]),
+      );
+    } finally {
+      child?.kill();
+    }
+
+    const viaProxy = await timed(
+      "NOTES: kubectl get --raw .../services/...-metrics:metrics/proxy/metrics",
+      () => kubectl(["get", "--raw", raw?.[1] ?? ""]),
+    );
+    expect(series(viaProxy.stdout)).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^playbook_ready 1$/),
+        expect.stringMatching(/^playbook_leader [01]$/),
+      ]),
+    );
+  }, 120_000);
 
   it("runs a Playbook applied afterwards to TaskTimeout, in a runner pod of the same image", async () => {
     await timed("kubectl apply examples/task-timeout.yaml until Failed TaskTimeout", async () => {
