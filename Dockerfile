@@ -11,7 +11,7 @@ COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
-COPY scripts/bundle-cli.ts ./scripts/
+COPY scripts/bundle-cli.ts scripts/third-party-notices.ts ./scripts/
 # tsc checks the types (and compiles the bundler's script); the bundle is the whole command with
 # every npm dependency in it, so the image needs no node_modules.
 RUN npx tsc -p tsconfig.build.json && node dist/scripts/bundle-cli.js
@@ -22,6 +22,10 @@ RUN apt-get update && apt-get install -y --no-install-recommends tini procps && 
 WORKDIR /opt/playbook
 # The bundle's entry and the chunks it loads, without their source maps.
 COPY --from=build /src/dist/bin/*.js ./bin/
+# The project's licence, and the licences of the packages the bundle inlines with its SBOM (written
+# by the bundler from its source maps), where Debian keeps a package's licence files.
+COPY LICENSE /usr/share/doc/playbook-controller/
+COPY --from=build /src/dist/bin/THIRD-PARTY-NOTICES.txt /src/dist/bin/sbom.cdx.json /usr/share/doc/playbook-controller/
 RUN ln -s /opt/playbook/bin/playbook.js /usr/local/bin/playbook \
  && mkdir compile-cache && chown 65532:65532 compile-cache
 USER 65532:65532

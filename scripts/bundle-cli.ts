@@ -8,14 +8,15 @@ import { chmodSync, readFileSync, renameSync, rmSync } from "node:fs";
 import path from "node:path";
 import { build } from "rolldown";
 import { z } from "zod";
+import { writeThirdPartyFiles } from "./third-party-notices.js";
 
 const root = path.resolve(import.meta.dirname, "../..");
 const binDir = path.join(root, "dist", "bin");
 // Built beside it, then swapped in: a test or benchmark that starts dist/bin/playbook.js while
 // a build runs finds the old files whole, missing only for the moment of the swap.
 const outDir = path.join(root, "dist", "bin.next");
-const { version } = z
-  .object({ version: z.string().min(1) })
+const { name, version } = z
+  .object({ name: z.string().min(1), version: z.string().min(1) })
   .parse(JSON.parse(readFileSync(path.join(root, "package.json"), "utf8")));
 
 /** The entry's own modules: in no chunk, or the entry would import that chunk statically. */
@@ -92,6 +93,9 @@ await build({
       "// The playbook command's run, validate and pod-runner: a script that playbook.js runs through node:vm.",
   },
 });
+// The licences of the packages the bundle inlines, and an SBOM of them, from its source maps
+// (scripts/third-party-notices.ts); a bundled package without a permissive licence fails here.
+writeThirdPartyFiles(outDir, { name, version });
 chmodSync(path.join(outDir, "playbook.js"), 0o755);
 // Chunks of the last build would otherwise stay beside the new ones.
 rmSync(binDir, { recursive: true, force: true });

@@ -58,6 +58,9 @@ export function sourceHash(): string {
     "package-lock.json",
     "tsconfig.json",
     "tsconfig.build.json",
+    "LICENSE",
+    "scripts/bundle-cli.ts",
+    "scripts/third-party-notices.ts",
   ];
   const walk = (dir: string): string[] =>
     readdirSync(path.join(root, dir), { withFileTypes: true }).flatMap((entry) =>

@@ -75,6 +75,17 @@ describe("the image as it runs", () => {
     expect(result.stdout.trim()).toBe(version);
   });
 
+  it("ships the project's LICENSE and the bundled packages' licences and SBOM under /usr/share/doc", async () => {
+    const doc = "/usr/share/doc/playbook-controller";
+    const license = await container.exec(["cat", `${doc}/LICENSE`]);
+    expect(license.stdout).toBe(readFileSync(path.join(repoRoot(), "LICENSE"), "utf8"));
+    const notices = await container.exec(["cat", `${doc}/THIRD-PARTY-NOTICES.txt`]);
+    expect(notices.stdout).toMatch(/^ {2}zod@\S+ \(MIT\)$/m);
+    expect(notices.stdout).toMatch(/^ {2}@kubernetes\/client-node@\S+ \(Apache-2.0\)$/m);
+    const sbom = await container.exec(["cat", `${doc}/sbom.cdx.json`]);
+    expect(JSON.parse(sbom.stdout)).toMatchObject({ bomFormat: "CycloneDX" });
+  });
+
   it("reaps what a task orphaned, leaving no zombie", async () => {
     const pid = await releaseOrphan(container);
     await waitFor(
