@@ -29,12 +29,27 @@ const ServiceAccountName = z
   .max(253, "must be at most 253 characters")
   .regex(DNS1123_SUBDOMAIN, "must be a DNS-1123 subdomain");
 
-/** An image reference, or a prefix of one ending in `*`. */
+/**
+ * Whether `pattern` is a usable image pattern: an exact reference (no `*`), or a prefix ending at a
+ * path boundary, `/*`, with no other `*`. `registry.example.com*` is not: it would match
+ * `registry.example.com.evil.io/x` too.
+ */
+export function isImagePattern(pattern: string): boolean {
+  const star = pattern.indexOf("*");
+  if (star < 0) return true;
+  return star === pattern.length - 1 && pattern.endsWith("/*");
+}
+
+/** Why an image pattern is refused, naming its value (the path names its index). */
+export const imagePatternMessage = (pattern: string) =>
+  `${JSON.stringify(pattern)} must be an exact image or end in "/*"`;
+
+/** An image reference, or a prefix of one ending at a path boundary: `/*`. */
 export const ImagePattern = z
   .string()
   .min(1, "must not be empty")
   .max(1024, "must be at most 1024 characters")
-  .refine((p) => !p.slice(0, -1).includes("*"), "may hold a * only as its last character");
+  .refine(isImagePattern, { error: (issue) => imagePatternMessage(String(issue.input)) });
 
 const PolicyDefaultsSchema = z.strictObject({
   ceiling: DurationString.optional(),
@@ -158,11 +173,18 @@ export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults 
   };
 }
 
-/** Whether `image` matches one of the patterns: exactly, or by the prefix before a trailing `*`. */
+/**
+ * Whether `image` matches one of the patterns: exactly, or as a name below the path of a pattern
+ * ending in `/*` (`registry.example/*` admits `registry.example/a:1`, never `registry.example.evil/x`).
+ * Any other pattern holding a `*` admits nothing: a policy stored before the CRD refused them.
+ */
 export function imageAllowed(image: string, patterns: readonly string[]): boolean {
-  return patterns.some((pattern) =>
-    pattern.endsWith("*") ? image.startsWith(pattern.slice(0, -1)) : image === pattern,
-  );
+  return patterns.some((pattern) => {
+    if (!isImagePattern(pattern)) return false;
+    if (!pattern.endsWith("/*")) return image === pattern;
+    const prefix = pattern.slice(0, -1);
+    return image.length > prefix.length && image.startsWith(prefix);
+  });
 }
 
 const QUANTITY_SUFFIX: Record<string, number> = {

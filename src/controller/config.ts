@@ -4,6 +4,7 @@ import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { parseDuration } from "../api/duration.js";
 import type { LimitDefaults } from "../api/limits.js";
+import { imagePatternMessage, isImagePattern } from "../api/policy.js";
 
 const SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -73,10 +74,10 @@ export const ControllerConfigSchema = z
     allowedServiceAccounts: List.pipe(
       z.array(z.string().regex(DNS_SUBDOMAIN, "must list service account names (DNS-1123 subdomains)")),
     ).default([]),
-    /** Images Playbooks may name in namespaces without a PlaybookPolicy, besides the runner image: exact, or a prefix ending in `*`. */
+    /** Images Playbooks may name in namespaces without a PlaybookPolicy, besides the runner image: exact, or a prefix ending in `/*`. */
     allowedImages: List.pipe(
       z.array(
-        z.string().refine((p) => !p.slice(0, -1).includes("*"), "may hold a * only as the last character"),
+        z.string().refine(isImagePattern, { error: (issue) => imagePatternMessage(String(issue.input)) }),
       ),
     ).default([]),
     /** Empty: all namespaces. */

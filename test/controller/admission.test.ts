@@ -133,6 +133,39 @@ describe("admission", () => {
     );
   });
 
+  it("refuses an image pattern whose * is not a path boundary, naming the index and the value", async () => {
+    const policy = (name: string, allowedImages: string[]) => ({
+      apiVersion: "playbook.dev/v1alpha1",
+      kind: "PlaybookPolicy",
+      metadata: { name },
+      spec: { allowedImages },
+    });
+    const refused = await kubectlResult(
+      ["-n", namespace, "create", "-f", "-"],
+      stringify(policy("images-bad", ["registry.example/*", "ghcr.io/x/y:1", "registry.example.com*"])),
+    );
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr.trim()).toBe(
+      'The PlaybookPolicy "images-bad" is invalid: spec.allowedImages[2]: Invalid value: "registry.example.com*": must be an exact image or end in "/*"',
+    );
+    for (const bad of ["*", "registry.example/x:*", "registry.example/*/x"]) {
+      const result = await kubectlResult(
+        ["-n", namespace, "create", "-f", "-"],
+        stringify(policy("images-bad", [bad])),
+      );
+      expect(result.code, bad).not.toBe(0);
+      expect(result.stderr).toContain(
+        `spec.allowedImages[0]: Invalid value: ${JSON.stringify(bad)}: must be an exact image or end in "/*"`,
+      );
+    }
+    const accepted = await kubectlResult(
+      ["-n", namespace, "create", "-f", "-"],
+      stringify(policy("images-good", ["registry.example/*", "ghcr.io/x/y:1"])),
+    );
+    expect(accepted.stderr).toBe("");
+    expect(accepted.code).toBe(0);
+  });
+
   it("accepts a valid Playbook and fills in the schema's defaults", async () => {
     const result = await apply("fine", {
       ceiling: "30m",

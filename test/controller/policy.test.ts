@@ -2,9 +2,10 @@
 // refusals before any pod, the running-Playbooks cap under a burst, a policy edited mid-run, the
 // policy's status, and who may do what with the chart's aggregated ClusterRoles (impersonation).
 import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
 import path from "node:path";
 import { type KubernetesObject, Watch } from "@kubernetes/client-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { GROUP, VERSION } from "../../src/controller/kube.js";
 import { repoRoot } from "../harness/binaries.js";
@@ -54,6 +55,7 @@ afterAll(async () => {
 
 interface PolicyObject {
   metadata: { name: string; generation: number };
+  spec?: { allowedImages?: string[] };
   status?: {
     observedGeneration?: number;
     governed?: number;
@@ -194,6 +196,63 @@ describe("a namespace with a PlaybookPolicy", () => {
       reason: "NotDefault",
     });
     expect(policy.status?.governed).toBe(0);
+  });
+});
+
+/**
+ * Rewrites a stored policy's spec in etcd itself, as a policy written before the CRD's rules were
+ * tightened is stored: the API server refuses the value on create and update, but serves what etcd holds.
+ */
+async function storeSpecUnchecked(ns: string, name: string, spec: Record<string, unknown>): Promise<void> {
+  const stateDir = path.dirname(inject("kubeconfig"));
+  const state = JSON.parse(readFileSync(path.join(stateDir, "state.json"), "utf8")) as {
+    ports: Record<string, number>;
+  };
+  const etcd = `http://127.0.0.1:${state.ports.etcd}`;
+  const key = Buffer.from(`/registry/${GROUP}/playbookpolicies/${ns}/${name}`).toString("base64");
+  const range = (await (
+    await fetch(`${etcd}/v3/kv/range`, { method: "POST", body: JSON.stringify({ key }) })
+  ).json()) as { kvs?: { value: string }[] };
+  const stored = range.kvs?.[0];
+  if (!stored) throw new Error(`PlaybookPolicy ${ns}/${name} is not in etcd`);
+  const object = JSON.parse(Buffer.from(stored.value, "base64").toString("utf8")) as Record<string, unknown>;
+  const meta = object.metadata as { generation: number };
+  const value = JSON.stringify({ ...object, metadata: { ...meta, generation: meta.generation + 1 }, spec });
+  const put = await fetch(`${etcd}/v3/kv/put`, {
+    method: "POST",
+    body: JSON.stringify({ key, value: Buffer.from(value).toString("base64") }),
+  });
+  expect(put.status).toBe(200);
+}
+
+describe("a policy stored with an image pattern the CRD now refuses", () => {
+  it("is flagged InvalidPolicy naming the pattern, and admits nothing through it", async () => {
+    const ns = await namespace("pb-policy-star");
+    await applyPolicy(ns, { allowedImages: ["registry.example/*"] });
+    controllerFor(ns);
+    await policyReady(ns);
+    await storeSpecUnchecked(ns, "default", { allowedImages: ["registry.example.com*"] });
+    const policy = await eventually("the policy flagged for registry.example.com*", async () => {
+      const current = await getPolicy(ns);
+      const ready = current.status?.conditions?.find((c) => c.type === "Ready");
+      return ready?.status === "False" ? { current, ready } : undefined;
+    });
+    expect(policy.current.spec?.allowedImages).toEqual(["registry.example.com*"]);
+    expect(policy.ready.reason).toBe("InvalidPolicy");
+    expect(policy.ready.message).toBe(
+      'spec.allowedImages[0]: "registry.example.com*" must be an exact image or end in "/*"',
+    );
+
+    await createPlaybook(ns, "evil", {
+      image: "registry.example.com.evil.io/x",
+      tasks: [{ name: "a", run: "true" }],
+    });
+    const playbook = await waitForFinished(ns, "evil", 30_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "InvalidSpec" });
+    expect(condition(playbook, "Succeeded")?.message).toContain(
+      'PlaybookPolicy default cannot be read: spec.allowedImages[0]: "registry.example.com*" must be an exact image or end in "/*"',
+    );
+    expect(await podsOf(ns, "evil")).toEqual([]);
   });
 });
 

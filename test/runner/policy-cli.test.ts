@@ -88,6 +88,21 @@ describe("playbook validate --policy", () => {
     expect(result.stderr).toContain("spec.maximums.runingPlaybooks: unknown field");
   });
 
+  it("refuses an image pattern whose * is not a path boundary, naming the index and the value", async () => {
+    const result = await cli([
+      "validate",
+      "-f",
+      playbook({ image: "registry.example.com.evil.io/x", tasks: [{ name: "a", run: "true" }] }),
+      "--policy",
+      policy({ allowedImages: ["registry.example/*", "ghcr.io/x/y:1", "registry.example.com*"] }),
+    ]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/--policy .*policy\.yaml: invalid PlaybookPolicy/);
+    expect(result.stderr).toContain(
+      'spec.allowedImages[2]: "registry.example.com*" must be an exact image or end in "/*"',
+    );
+  });
+
   it("says when the policy file is missing", async () => {
     const result = await cli([
       "validate",
@@ -112,6 +127,20 @@ describe("playbook run --policy", () => {
       policy(POLICY),
     ]);
     expect(result.code).toBe(2);
+    expect(existsSync(witness)).toBe(false);
+  });
+
+  it("runs nothing from an image beyond a /* pattern's path", async () => {
+    const witness = join(mkdtempSync(join(tmpdir(), "policy-cli-")), "ran");
+    const result = await cli([
+      "run",
+      "-f",
+      playbook({ image: "registry.example.evil/x", tasks: [{ name: "a", run: `touch ${witness}` }] }),
+      "--policy",
+      policy(POLICY),
+    ]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('spec.image: "registry.example.evil/x" is not an allowed image');
     expect(existsSync(witness)).toBe(false);
   });
 

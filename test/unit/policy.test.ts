@@ -261,6 +261,41 @@ describe("a policy's own consistency", () => {
   it("refuses an image pattern with a * before its end", () => {
     expect(PolicySpecSchema.safeParse({ allowedImages: ["registry.*/x"] }).success).toBe(false);
   });
+
+  it("admits under a /* prefix only names below that path, never a longer host or path segment", () => {
+    const patterns = ["registry.example/*"];
+    expect(imageAllowed("registry.example/a:1", patterns)).toBe(true);
+    expect(imageAllowed(`registry.example/team/b@sha256:${"0".repeat(64)}`, patterns)).toBe(true);
+    expect(imageAllowed("registry.example.evil/x", patterns)).toBe(false);
+    expect(imageAllowed("registry.exampleX/y", patterns)).toBe(false);
+    expect(imageAllowed("registry.example/", patterns)).toBe(false);
+    expect(imageAllowed("registry.example", patterns)).toBe(false);
+    expect(imageAllowed("registry.example/tools/x:1", ["registry.example/tools/*"])).toBe(true);
+    expect(imageAllowed("registry.example/toolsX/x:1", ["registry.example/tools/*"])).toBe(false);
+  });
+
+  it("admits nothing through a * that does not end a path: such a pattern matches no image", () => {
+    const patterns = ["registry.example.com*"];
+    expect(imageAllowed("registry.example.com.evil.io/x", patterns)).toBe(false);
+    expect(imageAllowed("registry.example.com/x", patterns)).toBe(false);
+    expect(imageAllowed("registry.example.com*", patterns)).toBe(false);
+    expect(imageAllowed("anything", ["*"])).toBe(false);
+    expect(imageAllowed("registry.example/x:1", ["registry.example/x:*"])).toBe(false);
+    // An exact reference still admits exactly itself.
+    expect(imageAllowed("registry.example/x:1", ["registry.example/x:1"])).toBe(true);
+    expect(imageAllowed("registry.example/x:10", ["registry.example/x:1"])).toBe(false);
+  });
+
+  it("refuses a * that does not end in /*, naming the index and the value", () => {
+    for (const bad of ["registry.example.com*", "*", "registry.example/x:*", "/*x"]) {
+      const parsed = PolicySpecSchema.safeParse({ allowedImages: ["ok/x:1", "ok/*", bad] });
+      expect(parsed.success, bad).toBe(false);
+      const issue = parsed.error?.issues[0];
+      expect(issue?.path).toEqual(["allowedImages", 2]);
+      expect(issue?.message).toBe(`${JSON.stringify(bad)} must be an exact image or end in "/*"`);
+    }
+    expect(PolicySpecSchema.safeParse({ allowedImages: ["registry.example/*", "a/b:1"] }).success).toBe(true);
+  });
 });
 
 describe("the policy's metrics", () => {
@@ -293,7 +328,10 @@ describe("the controller's cluster-wide allowances", () => {
       /--allowed-service-accounts \(\$PLAYBOOK_ALLOWED_SERVICE_ACCOUNTS\): .*service account names/,
     );
     expect(() => loadControllerConfig({ allowedImages: "ghcr.io/*/x" }, {})).toThrow(
-      /--allowed-images \(\$PLAYBOOK_ALLOWED_IMAGES\): .*\* only as the last character/,
+      /--allowed-images \(\$PLAYBOOK_ALLOWED_IMAGES\): .*"ghcr.io\/\*\/x" must be an exact image or end in "\/\*"/,
+    );
+    expect(() => loadControllerConfig({ allowedImages: "ghcr.io/x/*, registry.example.com*" }, {})).toThrow(
+      /--allowed-images \(\$PLAYBOOK_ALLOWED_IMAGES\): .*"registry.example.com\*" must be an exact image or end in "\/\*"/,
     );
   });
 });
