@@ -65,12 +65,16 @@ const SHORT_RUN = { ceiling: "90s", killGrace: "2s", tasks: [{ name: "build", ru
 describe("a pod name held by a pod the Playbook does not control", () => {
   it("someone else's pod named <playbook>-1: the run uses <playbook>-1-<uid> and succeeds", async () => {
     const ns = await setUp("pb-name-foreign");
-    // Bound to a node that does not exist: it stays there, Pending, holding the name.
+    // No node matches it: it stays Pending, holding the name (a pod bound to a node that does
+    // not exist would be removed by the pod garbage collector after some 40 s).
     await core.createNamespacedPod({
       namespace: ns,
       body: {
         metadata: { name: "taken-1", labels: { app: "someone-else" } },
-        spec: { nodeName: "no-such-node", containers: [{ name: "c", image: "example.invalid/app:1" }] },
+        spec: {
+          nodeSelector: { "playbook.dev/test": "no-such-node" },
+          containers: [{ name: "c", image: "example.invalid/app:1" }],
+        },
       },
     });
     const created = await createPlaybook(ns, "taken", SHORT_RUN);
