@@ -105,6 +105,42 @@ describe("a pod name held by a pod the Playbook does not control", () => {
     expect(await podCreatedCount(ns, uid)).toBe(1);
   });
 
+  it("both names held: the run says Pending naming both pods, creates none, and ends RunCeiling at its ceiling", async () => {
+    const ns = await createTestNamespace(core, "pb-name-both");
+    namespaces.push(ns);
+    // The Playbook first, with no controller yet, so that its UID (and so its alternate name) is known.
+    const created = await createPlaybook(ns, "both", { ...SHORT_RUN, ceiling: "10s" });
+    const uid = created.metadata.uid;
+    const alternate = `both-1-${uid.replace(/-/g, "").slice(0, 8)}`;
+    for (const name of ["both-1", alternate]) {
+      await core.createNamespacedPod({
+        namespace: ns,
+        body: {
+          metadata: { name },
+          spec: {
+            nodeSelector: { "playbook.dev/test": "no-such-node" },
+            containers: [{ name: "c", image: "example.invalid/app:1" }],
+          },
+        },
+      });
+    }
+    controllers.push(startController([ns]));
+    const message = `pod names both-1 and ${alternate} are held by pods this Playbook does not control: attempt 1 cannot be created until one is removed or the run's ceiling passes`;
+    const pending = await waitForPlaybook(
+      ns,
+      "both",
+      "to say which pods hold its names",
+      (p) => condition(p, "Succeeded")?.message === message,
+      30_000,
+    );
+    expect(pending.status?.phase).toBe("Pending");
+    const playbook = await waitForFinished(ns, "both", 40_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "RunCeiling" });
+    expect(condition(playbook, "Succeeded")?.message).toContain(message);
+    expect(await podNames(ns)).toEqual([alternate, "both-1"].sort());
+    expect(await podCreatedCount(ns, uid)).toBe(0);
+  });
+
   it("a Playbook deleted and re-created under the same name while its old pod lingers: the new run settles on its own pod", async () => {
     const ns = await setUp("pb-name-again");
     const old = await createPlaybook(ns, "again", {
