@@ -19,7 +19,6 @@ import {
   splitKey,
   withoutUnreadFields,
 } from "./objects.js";
-import { podNameFor } from "./pod-builder.js";
 import { isPodFinished } from "./pod-state.js";
 import { PolicyGovernor } from "./policy-governor.js";
 import { isQueued, slotState } from "./policy-queue.js";
@@ -31,6 +30,7 @@ import {
   type Clock,
   PlaybookWriter,
   PodCreateFailedError,
+  PodNameTakenError,
   PodRefusedError,
   systemClock,
   TerminalReconcileError,
@@ -443,7 +443,9 @@ export class PlaybookController {
       // A run counts from its first pod's create, which its status shows only once the pod runs.
       const started =
         playbook.status?.startTime !== undefined ||
-        (this.informerFor(this.pods, namespace)?.byIndex(keyOf(playbook.metadata)) ?? []).length > 0;
+        (this.informerFor(this.pods, namespace)?.byIndex(keyOf(playbook.metadata)) ?? []).some((pod) =>
+          isControlledBy(pod, playbook.metadata.uid),
+        );
       if (started && !isFinished(playbook.status)) {
         counts.set(namespace, (counts.get(namespace) ?? 0) + 1);
       }
@@ -483,16 +485,40 @@ export class PlaybookController {
 
   private async decideAndApply(input: ReconcileInput): Promise<{ requeueAfterMs?: number }> {
     const { playbook } = input;
-    const withRules = { ...input, rules: this.governor.rulesFor(playbook.metadata.namespace ?? "") };
-    const decision = decide(withRules);
-    try {
-      await this.writer.apply(playbook, decision);
-    } catch (error) {
-      if (!(error instanceof PodRefusedError)) throw error;
-      await this.writer.apply(playbook, decideRefusedPod(withRules, error.message));
-      return {};
+    let withRules: ReconcileInput = {
+      ...input,
+      rules: this.governor.rulesFor(playbook.metadata.namespace ?? ""),
+      takenPodNames: this.takenPodNames(playbook),
+    };
+    for (;;) {
+      const decision = decide(withRules);
+      try {
+        await this.writer.apply(playbook, decision);
+      } catch (error) {
+        if (error instanceof PodNameTakenError && !withRules.takenPodNames?.includes(error.podName)) {
+          // Someone else's pod holds the name: decide again knowing it (the alternate name, or
+          // a Pending run that says which pods hold both). At most twice: each name once.
+          this.log.info({ key: keyOf(playbook.metadata), err: error.message }, "Pod name taken");
+          withRules = { ...withRules, takenPodNames: [...(withRules.takenPodNames ?? []), error.podName] };
+          continue;
+        }
+        if (!(error instanceof PodRefusedError)) throw error;
+        await this.writer.apply(playbook, decideRefusedPod(withRules, error.message));
+        return {};
+      }
+      return decision.requeueAfterMs === undefined ? {} : { requeueAfterMs: decision.requeueAfterMs };
     }
-    return decision.requeueAfterMs === undefined ? {} : { requeueAfterMs: decision.requeueAfterMs };
+  }
+
+  /**
+   * Names held by pods the cache files under this Playbook's key (the same owner name) that it
+   * does not control: those of a deleted Playbook of the same name, still terminating.
+   */
+  private takenPodNames(playbook: StoredPlaybook): string[] {
+    const namespace = playbook.metadata.namespace ?? "";
+    return (this.informerFor(this.pods, namespace)?.byIndex(keyOf(playbook.metadata)) ?? [])
+      .filter((pod) => !isControlledBy(pod, playbook.metadata.uid))
+      .map((pod) => pod.metadata.name);
   }
 
   /**
@@ -509,10 +535,9 @@ export class PlaybookController {
     const expected = playbook.status?.podName;
     if (!expected) {
       // A first pod is created without a status write: until the cache shows it, the writer's
-      // memory of its create keeps the next pass from creating it again.
+      // memory of its create (whatever its name) keeps the next pass from creating it again.
       if (cached.length > 0 || playbook.status?.startTime) return cached;
-      const created = this.writer.createdPod(namespace, podNameFor(playbook.metadata.name, 1), uid);
-      return created ? [created] : cached;
+      return this.writer.createdPods(namespace).filter((pod) => isControlledBy(pod, uid));
     }
     if (isFinished(playbook.status) || cached.some((pod) => pod.metadata.name === expected)) {
       return cached;

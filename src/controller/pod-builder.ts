@@ -44,6 +44,20 @@ export function podNameFor(playbookName: string, attempt: number): string {
   return `${fitName(playbookName, MAX_NAME - suffix.length)}${suffix}`;
 }
 
+/**
+ * The name of an attempt's pod when `<playbook>-<attempt>` is held by a pod this Playbook does not
+ * control (a lingering pod of a deleted Playbook of the same name, anyone's pod):
+ * `<playbook>-<attempt>-<first 8 characters of the Playbook's UID>`. Deterministic, so a repeated
+ * create of it still fails with AlreadyExists instead of running twice.
+ */
+export function alternatePodName(playbookName: string, attempt: number, uid: string): string {
+  const suffix = `-${attempt}-${uid
+    .toLowerCase()
+    .replace(/[^a-z0-9]/g, "")
+    .slice(0, 8)}`;
+  return `${fitName(playbookName, MAX_NAME - suffix.length)}${suffix}`;
+}
+
 /** Label values are limited to 63 characters; long Playbook names are shortened with a hash. */
 export function nameLabelValue(playbookName: string): string {
   return fitName(playbookName, MAX_NAME);
@@ -73,6 +87,8 @@ export interface PodRequest {
   runnerImage: string;
   /** Image, service account and resources as the namespace's policy fills them in; the spec's alone when absent. */
   pod?: PodSettings | undefined;
+  /** The pod's name: `<playbook>-<attempt>` when not given. */
+  name?: string | undefined;
 }
 
 export interface PodManifest {
@@ -165,7 +181,7 @@ export function buildPod(request: PodRequest): PodManifest {
     apiVersion: "v1",
     kind: "Pod",
     metadata: {
-      name: podNameFor(playbook.name, request.attempt),
+      name: request.name ?? podNameFor(playbook.name, request.attempt),
       namespace: playbook.namespace,
       labels: {
         [LABEL_NAME]: nameLabelValue(playbook.name),

@@ -21,6 +21,7 @@ import {
 import { isLimitReason, type TerminalReason } from "../api/reasons.js";
 import { ANNOTATION_RUN_START, type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
 import {
+  alternatePodName,
   buildPod,
   DEADLINE_MARGIN_SECONDS,
   type PodManifest,
@@ -74,6 +75,11 @@ export interface ReconcileInput {
   rules?: NamespaceRules;
   /** The namespace's running-Playbooks cap and who holds its slots, when it has one. */
   slots?: SlotState;
+  /**
+   * Pod names held by pods this Playbook does not control (a lingering pod of a deleted Playbook
+   * of the same name, anyone's pod), as the cache or a create's AlreadyExists showed them.
+   */
+  takenPodNames?: readonly string[];
 }
 
 /** The rules the input names, or those of the controller's flags. */
@@ -361,7 +367,59 @@ interface RunState {
   startTime: string;
 }
 
-function createPodAction(state: RunState, attempt: number, runStart: Date): Action & { type: "createPod" } {
+/**
+ * The name of an attempt's pod: `<playbook>-<attempt>`, else its alternate when a pod this
+ * Playbook does not control holds that name; undefined when both are held.
+ */
+export function attemptPodName(input: ReconcileInput, attempt: number): string | undefined {
+  const { name, uid = "" } = input.playbook.metadata;
+  const taken = new Set(input.takenPodNames ?? []);
+  return [podNameFor(name, attempt), alternatePodName(name, attempt, uid)].find((n) => !taken.has(n));
+}
+
+/** A warning naming the pod that holds the attempt's usual name, when the alternate is used. */
+function nameTakenEvents(input: ReconcileInput, attempt: number, created: string): RecordedEvent[] {
+  const plain = podNameFor(input.playbook.metadata.name, attempt);
+  if (created === plain) return [];
+  return [
+    {
+      type: "Warning",
+      reason: "PodNameTaken",
+      message: `Pod name ${plain} is held by a pod this Playbook does not control; created pod ${created} (attempt ${attempt}) instead`,
+    },
+  ];
+}
+
+/**
+ * Both names of the attempt's pod are held by pods of others: the run stays Pending, saying so,
+ * and ends RunCeiling (with this message) when its ceiling passes, as a refused create does.
+ */
+function decideNamesTaken(state: RunState, attempt: number): Decision {
+  const { base, input } = state;
+  const { name, uid = "" } = input.playbook.metadata;
+  const message = `pod names ${podNameFor(name, attempt)} and ${alternatePodName(name, attempt, uid)} are held by pods this Playbook does not control: attempt ${attempt} cannot be created until one is removed or the run's ceiling passes`;
+  const { podName: _shown, ...rest } = progressStatus(base, {
+    phase: "Pending",
+    message,
+    startTime: state.startTime,
+    podName: "",
+    podAttempts: state.attempts,
+  });
+  const next: PlaybookStatus =
+    base.previous.podName !== undefined ? { ...rest, podName: base.previous.podName } : rest;
+  const ceilingAt = Date.parse(state.startTime) + base.limits.ceiling.ms;
+  return progress(base, next, {
+    events: [{ type: "Warning", reason: "PodNameTaken", message: capitalise(message) }],
+    requeueAfterMs: Math.max(1, ceilingAt - input.now.getTime()),
+  });
+}
+
+function createPodAction(
+  state: RunState,
+  attempt: number,
+  runStart: Date,
+  name: string,
+): Action & { type: "createPod" } {
   const { playbook } = state.input;
   const pod = buildPod({
     playbook: {
@@ -378,6 +436,7 @@ function createPodAction(state: RunState, attempt: number, runStart: Date): Acti
     now: state.input.now,
     runnerImage: state.input.settings.runnerImage,
     pod: state.pod,
+    name,
   });
   return { type: "createPod", pod, attempt };
 }
@@ -408,7 +467,9 @@ function decideLost(state: RunState, what: string): Decision {
   }
   if (state.attempts - 1 < backoffLimit) {
     const attempt = state.attempts + 1;
-    const action = createPodAction(state, attempt, new Date(state.startTime));
+    const name = attemptPodName(state.input, attempt);
+    if (name === undefined) return decideNamesTaken(state, attempt);
+    const action = createPodAction(state, attempt, new Date(state.startTime), name);
     const next = progressStatus(base, {
       phase: "Pending",
       message: pendingMessage(action.pod.metadata.name, attempt),
@@ -424,6 +485,7 @@ function decideLost(state: RunState, what: string): Decision {
           reason: "PodLost",
           message: `${capitalise(what)}; created pod ${action.pod.metadata.name} (attempt ${attempt} of ${backoffLimit + 1}), the ceiling still counts from ${state.startTime}`,
         },
+        ...nameTakenEvents(state.input, attempt, name),
         podCreatedEvent(state, action),
       ],
     });
@@ -780,9 +842,11 @@ function decideFirstPod(state: RunState): Decision {
     const message = `the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) passed before its pod could be created${why ? `: ${why}` : ""}`;
     return settle(base, settledStatus(base, { reason: "RunCeiling", message }), "RunCeiling");
   }
+  const name = attemptPodName(state.input, 1);
+  if (name === undefined) return decideNamesTaken(state, 1);
   let action: Action & { type: "createPod" };
   try {
-    action = createPodAction(state, 1, new Date(state.startTime));
+    action = createPodAction(state, 1, new Date(state.startTime), name);
   } catch (error) {
     if (!(error instanceof PlanTooLargeError)) throw error;
     // The CRD bounds the plan's text; escaped characters can still make its JSON too large.
@@ -798,7 +862,7 @@ function decideFirstPod(state: RunState): Decision {
     podName: action.pod.metadata.name,
     podAttempts: 1,
   });
-  const events = [podCreatedEvent(state, action)];
+  const events = [...nameTakenEvents(state.input, 1, name), podCreatedEvent(state, action)];
   // A run that shows nothing yet shows nothing until its pod runs: the common run writes its
   // status twice (running, finished), not three times. One that already says something (queued,
   // a refused create) is told at once that its pod now exists.

@@ -30,6 +30,19 @@ export const systemClock: Clock = { now: () => new Date() };
 /** A reconcile error that retrying cannot fix; the key is dropped until its objects change. */
 export class TerminalReconcileError extends Error {}
 
+/**
+ * The pod's name is held by a pod this Playbook does not control (another owner's UID, or none):
+ * the pass decides again with the name taken, so the run uses its alternate name.
+ */
+export class PodNameTakenError extends Error {
+  readonly podName: string;
+
+  constructor(podName: string, holder: string) {
+    super(`pod ${podName} exists and is not this Playbook's: ${holder}`);
+    this.podName = podName;
+  }
+}
+
 /** The API server refused the pod as invalid: the run ends InvalidSpec. */
 export class PodRefusedError extends TerminalReconcileError {}
 
@@ -238,11 +251,9 @@ export class PlaybookWriter {
       if (created) this.rememberCreated(created, action.pod.metadata.ownerReferences[0]?.uid ?? "");
       this.deps.log.info({ ...ref, pod: podName, attempt: action.attempt }, "Created Pod");
     } catch (error) {
-      // Its deterministic name makes a second create of the same attempt fail here, never run twice.
-      if (isConflict(error)) {
-        this.deps.log.debug({ ...ref, pod: podName }, "Pod already existed");
-        return;
-      }
+      // Its deterministic name makes a second create of the same attempt fail here, never run
+      // twice; the pod of that name is this run's only if this Playbook (its UID) controls it.
+      if (isConflict(error)) return this.adoptExisting(action, target);
       const code = statusCodeOf(error);
       const message = `could not create pod ${podName}: ${apiErrorMessage(error)}`;
       if (code === 422) {
@@ -256,6 +267,38 @@ export class PlaybookWriter {
       if (code !== undefined && code >= 400 && code < 500) throw new PodCreateFailedError(message, undefined);
       throw error;
     }
+  }
+
+  /** A create found the name taken: the pod is ours (a repeated create) or someone else's. */
+  private async adoptExisting(action: Action & { type: "createPod" }, target: EventTarget): Promise<void> {
+    const podName = action.pod.metadata.name;
+    const uid = action.pod.metadata.ownerReferences[0]?.uid ?? "";
+    let existing: PodView | null;
+    try {
+      existing = parsePod(
+        await this.deps.clients.api.readNamespacedPod(
+          { name: podName, namespace: target.namespace },
+          { signal: this.leading.signal },
+        ),
+      );
+    } catch (error) {
+      // Gone since the create: the key is retried and creates it then.
+      if (isNotFound(error)) throw new Error(`pod ${podName} existed at create and was gone at read`);
+      throw error;
+    }
+    const owner = existing?.metadata.ownerReferences?.find((ref) => ref.controller);
+    if (existing && owner?.kind === KIND && owner.uid === uid) {
+      this.rememberCreated(existing, uid);
+      this.deps.log.debug(
+        { namespace: target.namespace, name: target.name, pod: podName },
+        "Pod already existed",
+      );
+      return;
+    }
+    const holder = owner
+      ? `its controller is ${owner.kind} ${owner.name} (uid ${owner.uid})`
+      : "it has no controller owner";
+    throw new PodNameTakenError(podName, holder);
   }
 
   private rememberCreated(pod: PodView, uid: string): void {

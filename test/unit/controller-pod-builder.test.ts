@@ -2,7 +2,12 @@ import { describe, expect, it } from "vitest";
 import { resolveLimits } from "../../src/api/limits.js";
 import { MAX_PLAN_BYTES, PLAN_ANNOTATION, PlanTooLargeError, RunPlanSchema } from "../../src/api/plan.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
-import { activeDeadlineSeconds, buildPod, podNameFor } from "../../src/controller/pod-builder.js";
+import {
+  activeDeadlineSeconds,
+  alternatePodName,
+  buildPod,
+  podNameFor,
+} from "../../src/controller/pod-builder.js";
 import { at, SETTINGS, T0 } from "./controller-fixtures.js";
 
 const spec = PlaybookSpecSchema.parse({
@@ -128,5 +133,14 @@ describe("the pod of an attempt", () => {
     expect(name.length).toBeLessThanOrEqual(63);
     expect(name.endsWith("-12")).toBe(true);
     expect(podNameFor(`${long}b`, 12)).not.toBe(name);
+  });
+
+  it("gives the alternate name <playbook>-<attempt>-<first 8 of the UID>, within 63 characters too", () => {
+    const uid = "3F2A9C1E-7B4D-4E0A-9C2B-1D5E6F708192";
+    expect(alternatePodName("nightly", 2, uid)).toBe("nightly-2-3f2a9c1e");
+    const long = alternatePodName("a".repeat(100), 12, uid);
+    expect(long.length).toBeLessThanOrEqual(63);
+    expect(long.endsWith("-12-3f2a9c1e")).toBe(true);
+    expect(long).not.toBe(podNameFor("a".repeat(100), 12));
   });
 });

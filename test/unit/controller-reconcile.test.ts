@@ -833,3 +833,54 @@ describe("how much of its limits a finished run used", () => {
     expect(decision.finished?.usage).toEqual([]);
   });
 });
+
+describe("a pod name held by a pod this Playbook does not control", () => {
+  const createdName = (decision: Decision) => {
+    const action = decision.actions.find((a) => a.type === "createPod");
+    return action?.type === "createPod" ? action.pod.metadata.name : undefined;
+  };
+
+  it("makes the first pod under the alternate name <playbook>-<attempt>-<uid>, and says which pod holds the usual one", () => {
+    const decision = decide(input({ takenPodNames: ["nightly-1"] }));
+    expect(createdName(decision)).toBe("nightly-1-uid1");
+    expect(decision.statusIfCreateFails).toMatchObject({ podName: "nightly-1-uid1", podAttempts: 1 });
+    expect(decision.events.map((e) => [e.reason, e.message])).toEqual([
+      [
+        "PodNameTaken",
+        "Pod name nightly-1 is held by a pod this Playbook does not control; created pod nightly-1-uid1 (attempt 1) instead",
+      ],
+      ["PodCreated", expect.stringContaining("Created pod nightly-1-uid1 (attempt 1)")],
+    ]);
+  });
+
+  it("re-creates a lost pod under the alternate name when the next attempt's name is held", () => {
+    const decision = decide(
+      input({ playbook: playbook({}, started()), pods: [], now: at(600), takenPodNames: ["nightly-2"] }),
+    );
+    expect(createdName(decision)).toBe("nightly-2-uid1");
+    expect(decision.status).toMatchObject({ podName: "nightly-2-uid1", podAttempts: 2 });
+    expect(decision.events.map((e) => e.reason)).toEqual(["PodLost", "PodNameTaken", "PodCreated"]);
+  });
+
+  it("keeps the run Pending, naming both pods, when both names are held, and ends it RunCeiling at its ceiling", () => {
+    const waiting = decide(input({ takenPodNames: ["nightly-1", "nightly-1-uid1"] }));
+    expect(waiting.actions).toEqual([]);
+    const message =
+      "pod names nightly-1 and nightly-1-uid1 are held by pods this Playbook does not control: attempt 1 cannot be created until one is removed or the run's ceiling passes";
+    expect(waiting.status).toMatchObject({ phase: "Pending", startTime: T0.toISOString(), podAttempts: 0 });
+    expect(waiting.status?.podName).toBeUndefined();
+    expect(succeeded(waiting.status)).toMatchObject({ status: "Unknown", reason: "Pending", message });
+    expect(waiting.events.map((e) => e.reason)).toEqual(["PodNameTaken"]);
+    expect(waiting.requeueAfterMs).toBe(30 * 60_000);
+    const ended = decide(
+      input({
+        playbook: playbook({}, waiting.status as PlaybookStatus),
+        now: at(1800),
+        takenPodNames: ["nightly-1", "nightly-1-uid1"],
+      }),
+    );
+    expect(succeeded(ended.status)).toMatchObject({ status: "False", reason: "RunCeiling" });
+    expect(succeeded(ended.status)?.message).toContain(message);
+    expect(ended.actions).toEqual([]);
+  });
+});
