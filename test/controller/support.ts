@@ -14,7 +14,7 @@ import { loadControllerConfig } from "../../src/controller/config.js";
 import { PlaybookController } from "../../src/controller/controller.js";
 import { GROUP, makeClients, PLURAL, VERSION } from "../../src/controller/kube.js";
 import { repoRoot } from "../harness/binaries.js";
-import { waitFor } from "../harness/processes.js";
+import { runClusterTool, waitFor } from "../harness/processes.js";
 
 const run = promisify(execFile);
 
@@ -122,18 +122,8 @@ export function spawnControllerProcess(args: string[], env: Record<string, strin
 }
 
 /** helm (built into the tools folder) against the test cluster, resolving with its exit code and both streams. */
-export async function helm(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run(path.join(inject("binDir"), "helm"), args, {
-      env: { ...process.env, KUBECONFIG: inject("kubeconfig") },
-      maxBuffer: 1 << 24,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const failed = error as { code?: unknown; stdout?: string; stderr?: string };
-    const code = typeof failed.code === "number" ? failed.code : 1;
-    return { code, stdout: failed.stdout ?? "", stderr: failed.stderr ?? "" };
-  }
+export function helm(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return runClusterTool(path.join(inject("binDir"), "helm"), args, inject("kubeconfig"));
 }
 
 /** kubectl that resolves with its exit code and both streams instead of throwing. */

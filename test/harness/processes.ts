@@ -1,7 +1,8 @@
-import { spawn } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { closeSync, openSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import net from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
+import { promisify } from "node:util";
 
 /** A process the harness started: enough to find it again from another process and stop it. */
 export interface RecordedProcess {
@@ -160,5 +161,24 @@ export function logTail(file: string, lines = 20): string {
     return readFileSync(file, "utf8").trimEnd().split("\n").slice(-lines).join("\n");
   } catch {
     return "(no log)";
+  }
+}
+
+/** A cluster tool (kubectl, helm) run against `kubeconfig`: its exit code and both streams, never a throw. */
+export async function runClusterTool(
+  file: string,
+  args: string[],
+  kubeconfig: string | undefined,
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await promisify(execFile)(file, args, {
+      env: { ...process.env, KUBECONFIG: kubeconfig },
+      maxBuffer: 1 << 24,
+    });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code?: unknown; stdout?: string; stderr?: string };
+    const code = typeof failed.code === "number" ? failed.code : 1;
+    return { code, stdout: failed.stdout ?? "", stderr: failed.stderr ?? "" };
   }
 }

@@ -11,11 +11,10 @@
 // and fetches nothing else, and containerd 1.6's CRI did not see that image again once it had
 // been removed and imported anew (pods then failed ErrImagePull).
 // Each step is timed; the times are printed at the end (`[install]` lines on stderr).
-import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import path from "node:path";
-import { promisify } from "node:util";
 import {
   CoreV1Api,
   type CoreV1Event,
@@ -31,10 +30,8 @@ import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-tes
 import { containerEngine } from "../harness/container-engine.js";
 import { type DevCluster, startDevCluster } from "../harness/dev-cluster.js";
 import { buildImage, imageName, imageStaleness } from "../harness/image.js";
-import { waitFor } from "../harness/processes.js";
+import { runClusterTool, waitFor } from "../harness/processes.js";
 import { type NodeRegistry, nodeHasContent, startNodeRegistry } from "../harness/real-node/registry.js";
-
-const run = promisify(execFile);
 
 const chart = path.join(repoRoot(), "charts", "playbook-controller");
 const release = "pbc";
@@ -51,18 +48,8 @@ let core: CoreV1Api;
 let custom: CustomObjectsApi;
 
 /** A command of the cluster's tools folder against this file's cluster: exit code and both streams. */
-async function tool(name: "kubectl" | "helm", args: string[]) {
-  try {
-    const { stdout, stderr } = await run(path.join(cluster?.state.binDir ?? "", name), args, {
-      env: { ...process.env, KUBECONFIG: cluster?.state.kubeconfig },
-      maxBuffer: 1 << 24,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const failed = error as { code?: unknown; stdout?: string; stderr?: string };
-    const code = typeof failed.code === "number" ? failed.code : 1;
-    return { code, stdout: failed.stdout ?? "", stderr: failed.stderr ?? "" };
-  }
+function tool(name: "kubectl" | "helm", args: string[]) {
+  return runClusterTool(path.join(cluster?.state.binDir ?? "", name), args, cluster?.state.kubeconfig);
 }
 const helm = (args: string[]) => tool("helm", args);
 const kubectlResult = (args: string[]) => tool("kubectl", args);

@@ -3,6 +3,7 @@
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { startCli } from "../support/cli.js";
 import {
   EXAMPLE_OUTCOMES,
   type ExampleOutcome,
@@ -47,30 +48,13 @@ describe("examples", () => {
   });
 
   it("examples/policy.yaml is a PlaybookPolicy that gives its defaults and refuses past its maximums", async () => {
-    const validate = (file: string, stdin = "") =>
-      new Promise<{ code: number | null; output: string }>((resolve) => {
-        const child = spawn(
-          process.execPath,
-          [
-            join(ROOT, "dist/src/cli/main.js"),
-            "validate",
-            "-f",
-            file,
-            "--policy",
-            join(ROOT, "examples/policy.yaml"),
-          ],
-          { stdio: ["pipe", "pipe", "pipe"] },
-        );
-        child.stdin.end(stdin);
-        let output = "";
-        child.stdout.on("data", (chunk: Buffer) => {
-          output += chunk.toString();
-        });
-        child.stderr.on("data", (chunk: Buffer) => {
-          output += chunk.toString();
-        });
-        child.on("close", (code) => resolve({ code, output }));
-      });
+    const validate = async (file: string, stdin = "") => {
+      const result = await startCli(
+        ["validate", "-f", file, "--policy", join(ROOT, "examples/policy.yaml")],
+        { stdin },
+      );
+      return { code: result.code, output: result.stdout + result.stderr };
+    };
     const valid = await validate(join(ROOT, "examples/task-timeout.yaml"));
     expect(valid.output).toContain("stall 5m (policy)");
     expect(valid.code).toBe(0);

@@ -11,15 +11,17 @@ export interface CliResult {
   stderr: string;
 }
 
-/** Runs `playbook <args>` with only PATH, HOME and `env` in its environment. */
+/** Runs `playbook <args>` with only PATH, HOME and `env` in its environment; `stdin` is its input. */
 export function startCli(
   args: string[],
-  options: { env?: NodeJS.ProcessEnv; onSpawn?: (child: ChildProcess) => void } = {},
+  options: { env?: NodeJS.ProcessEnv; onSpawn?: (child: ChildProcess) => void; stdin?: string } = {},
 ): Promise<CliResult> {
   const child = spawn(process.execPath, [CLI, ...args], {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, ...options.env },
-    stdio: ["ignore", "pipe", "pipe"],
+    stdio: ["pipe", "pipe", "pipe"],
   });
+  // No input is an empty one: stdin ends at once, as /dev/null would.
+  child.stdin.end(options.stdin ?? "");
   options.onSpawn?.(child);
   let stdout = "";
   let stderr = "";
