@@ -1,6 +1,7 @@
 // The manager: start-up, the leader Lease, the informers and the workers. Informers feed keys into
 // the work queue; a worker reconciles one key at a time and hands the decision to the writer.
 import { hostname } from "node:os";
+import { setTimeout as delay } from "node:timers/promises";
 import type { Logger } from "pino";
 import { POLICY_PLURAL } from "../api/policy.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
@@ -190,9 +191,13 @@ export class PlaybookController {
     await this.shutDown();
   }
 
-  /** Reconciles while this replica holds the Lease; throws when the Lease is lost. */
+  /**
+   * Reconciles while this replica holds the Lease; throws when the Lease is lost. On stop, the
+   * Lease is renewed until the workers have drained, so no standby takes over while this replica
+   * still writes; then it is released.
+   */
   private async lead(): Promise<void> {
-    this.elector = new LeaderElector({
+    const elector = new LeaderElector({
       coordination: this.clients.api,
       namespace: this.config.leaderElectionNamespace,
       name: this.config.leaderElectionId,
@@ -202,17 +207,31 @@ export class PlaybookController {
       retryPeriodMs: this.config.retryPeriod,
       log: this.log,
     });
-    if (!(await this.elector.acquire(this.stopping.signal))) return;
+    this.elector = elector;
+    if (!(await elector.acquire(this.stopping.signal))) return;
     this.metrics.isLeader.set(1);
     this.startWorkers();
-    if ((await this.elector.holdUntilLost(this.stopping.signal)) === "lost") {
-      // Another replica may lead now: stop at once rather than reconcile beside it, ending the
-      // writes in flight too.
-      this.writer.stopWriting();
-      this.metrics.isLeader.set(0);
-      await this.shutDown();
-      throw new Error("lost the leader Lease");
+    const renewing = new AbortController();
+    const held = elector.holdUntilLost(renewing.signal);
+    const stopped = new Promise<"stopped">((resolve) => {
+      if (this.stopping.signal.aborted) resolve("stopped");
+      this.stopping.signal.addEventListener("abort", () => resolve("stopped"), { once: true });
+    });
+    let outcome: "lost" | "stopped" | "drained" = await Promise.race([held, stopped]);
+    if (outcome === "stopped")
+      outcome = await Promise.race([held, this.drain().then(() => "drained" as const)]);
+    renewing.abort();
+    if (outcome !== "lost") {
+      await held;
+      return;
     }
+    // Another replica may lead now: stop at once rather than reconcile beside it, ending the
+    // writes in flight too. A worker stuck in a call that never answers does not hold the
+    // error up past the renew deadline.
+    this.writer.stopWriting();
+    this.metrics.isLeader.set(0);
+    await Promise.race([this.shutDown(), delay(this.config.renewDeadline, undefined, { ref: false })]);
+    throw new Error("lost the leader Lease");
   }
 
   /** Queues every cached Playbook again, as the periodic resync does. */
@@ -226,11 +245,21 @@ export class PlaybookController {
     this.noteReadiness();
   }
 
+  private draining: Promise<void> | undefined;
+
+  /** Takes no more work and waits for the reconciles in flight and the events they sent. */
+  private drain(): Promise<void> {
+    this.draining ??= (async () => {
+      await this.queue.shutDown();
+      await Promise.all(this.workers);
+      this.governor.stop();
+      await this.writer.events.flush();
+    })();
+    return this.draining;
+  }
+
   private async shutDown(): Promise<void> {
-    await this.queue.shutDown();
-    await Promise.all(this.workers);
-    this.governor.stop();
-    await this.writer.events.flush();
+    await this.drain();
     await this.elector?.release();
     this.metrics.isLeader.set(0);
     await Promise.all(this.informers().map((informer) => informer.stop()));

@@ -2,6 +2,9 @@
 // by another is taken only after it went unrenewed for its leaseDurationSeconds as observed on our
 // own clock (never by comparing clocks across machines); the leader that cannot renew within
 // renewDeadline stops leading; on shutdown the leader releases the Lease so a standby takes over at once.
+// Every local decision is timed on a monotonic clock, from when this replica saw a change: a wall
+// clock stepped by NTP or by hand moves no deadline. The wall clock only stamps the Lease's
+// renewTime and acquireTime, which others read but never decide on.
 import type { V1Lease } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import type { ApiClient } from "./api-client.js";
@@ -22,7 +25,10 @@ export interface LeaderElectionOptions {
   renewDeadlineMs: number;
   retryPeriodMs: number;
   log: Logger;
-  now?: () => number;
+  /** Milliseconds since the epoch, only for the times written in the Lease (default Date.now). */
+  wallClock?: () => number;
+  /** Milliseconds on a clock that never jumps, for every decision (default performance.now). */
+  monotonicClock?: () => number;
 }
 
 /** RFC 3339 with microseconds, the MicroTime format the API server expects in a Lease. */
@@ -34,18 +40,28 @@ interface Observed {
   resourceVersion: string;
   holder: string;
   durationMs: number;
+  /** When this replica saw this resourceVersion first, on the monotonic clock. */
   at: number;
 }
 
 export class LeaderElector {
   private readonly options: LeaderElectionOptions;
-  private readonly now: () => number;
+  private readonly wallClock: () => number;
+  private readonly monotonic: () => number;
   private observed: Observed | undefined;
   private leading = false;
+  /** When the last acquire or renew that succeeded was started (monotonic): the renew deadline counts from it. */
+  private renewedAt = 0;
 
   constructor(options: LeaderElectionOptions) {
     this.options = options;
-    this.now = options.now ?? Date.now;
+    this.wallClock = options.wallClock ?? Date.now;
+    this.monotonic = options.monotonicClock ?? (() => performance.now());
+  }
+
+  /** True from acquire() until the renew deadline passed without a renew, or the Lease was released. */
+  get isLeading(): boolean {
+    return this.leading;
   }
 
   /** Resolves true once this replica leads, false if the signal aborted first. */
@@ -53,7 +69,12 @@ export class LeaderElector {
     const { log, namespace, name, identity } = this.options;
     let logged = false;
     while (!signal.aborted) {
-      if (await this.tryAcquireOrRenew()) {
+      const started = this.monotonic();
+      // A call that ignores the signal (an exec credential plugin that never returns) cannot
+      // hold up a shutdown: the wait ends with the signal.
+      if (await untilAborted(this.tryAcquireOrRenew(signal), signal)) {
+        if (signal.aborted) break;
+        this.renewedAt = started;
         this.leading = true;
         log.info({ namespace, name, identity }, "Acquired the leader Lease");
         return true;
@@ -68,47 +89,81 @@ export class LeaderElector {
   }
 
   /**
-   * Renews until renewal fails for renewDeadline (resolves "lost") or the signal aborts ("stopped").
-   * Each renew is aborted when the deadline passes, so a renew hanging on a dead connection
-   * cannot keep this replica leading beyond it.
+   * Renews every retryPeriod until the signal aborts ("stopped") or renewDeadline passed since the
+   * start of the last renew that succeeded ("lost"). The end of leading comes from a timer, not
+   * from a call returning: a renew that hangs (a dead connection, an exec credential plugin that
+   * never answers) is abandoned at the deadline, and its signal ends the request where it can.
    */
   async holdUntilLost(signal: AbortSignal): Promise<"lost" | "stopped"> {
-    let lastRenew = this.now();
-    while (!signal.aborted) {
-      await sleep(this.options.retryPeriodMs, signal);
-      if (signal.aborted) break;
-      const left = lastRenew + this.options.renewDeadlineMs - this.now();
-      if (left > 0 && (await this.tryAcquireOrRenew(AbortSignal.timeout(left)))) {
-        lastRenew = this.now();
-      } else if (this.now() - lastRenew >= this.options.renewDeadlineMs) {
-        this.leading = false;
-        this.options.log.error({ name: this.options.name }, "Lost the leader Lease");
-        return "lost";
+    const deadline = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
+    const arm = () => {
+      clearTimeout(timer);
+      const left = this.renewedAt + this.options.renewDeadlineMs - this.monotonic();
+      timer = setTimeout(() => deadline.abort(), Math.max(0, left));
+    };
+    arm();
+    const ended = AbortSignal.any([signal, deadline.signal]);
+    try {
+      while (!ended.aborted) {
+        await sleep(this.options.retryPeriodMs, ended);
+        if (ended.aborted) break;
+        const started = this.monotonic();
+        if ((await untilAborted(this.tryAcquireOrRenew(ended), ended)) && !ended.aborted) {
+          this.renewedAt = started;
+          arm();
+        }
       }
+    } finally {
+      clearTimeout(timer);
     }
-    return "stopped";
+    if (!deadline.signal.aborted) return "stopped";
+    this.leading = false;
+    this.options.log.error(
+      { name: this.options.name, renewDeadlineMs: this.options.renewDeadlineMs },
+      "Lost the leader Lease",
+    );
+    return "lost";
   }
 
-  /** Gives the Lease up so a standby can take it without waiting for it to expire. */
+  /**
+   * Gives the Lease up so a standby can take it without waiting for it to expire. leaseTransitions
+   * stays as it is: it counts changes of leader, and a release is none. Bounded by renewDeadline,
+   * as a renew is: a call that hangs cannot hold up the shutdown.
+   */
   async release(): Promise<void> {
     if (!this.leading) return;
     this.leading = false;
     const { coordination, namespace, name, identity, log } = this.options;
+    const bound = AbortSignal.timeout(this.options.renewDeadlineMs);
+    const released = async (): Promise<boolean> => {
+      const lease = await coordination.readNamespacedLease({ name, namespace }, { signal: bound });
+      if (lease.spec?.holderIdentity !== identity) return false;
+      const now = microTime(this.wallClock());
+      await coordination.replaceNamespacedLease(
+        {
+          name,
+          namespace,
+          body: this.leaseBody(lease, {
+            holderIdentity: "",
+            leaseDurationSeconds: 1,
+            renewTime: now,
+            acquireTime: now,
+            leaseTransitions: lease.spec?.leaseTransitions ?? 0,
+          }),
+        },
+        { signal: bound },
+      );
+      return true;
+    };
     try {
-      const lease = await coordination.readNamespacedLease({ name, namespace });
-      if (lease.spec?.holderIdentity !== identity) return;
-      const now = microTime(this.now());
-      await coordination.replaceNamespacedLease({
-        name,
-        namespace,
-        body: this.leaseBody(lease, {
-          holderIdentity: "",
-          leaseDurationSeconds: 1,
-          renewTime: now,
-          acquireTime: now,
-        }),
-      });
-      log.info({ namespace, name }, "Released the leader Lease");
+      const outcome = await untilAborted(released(), bound);
+      if (outcome === true) log.info({ namespace, name }, "Released the leader Lease");
+      else if (outcome === undefined)
+        log.warn(
+          { namespace, name, err: `no answer within ${this.options.renewDeadlineMs}ms` },
+          "Failed to release the leader Lease",
+        );
     } catch (error) {
       log.warn({ namespace, name, err: apiErrorMessage(error) }, "Failed to release the leader Lease");
     }
@@ -138,7 +193,7 @@ export class LeaderElector {
     const { coordination, namespace, name, identity, log } = this.options;
     const call = signal ? { signal: signal } : undefined;
     const durationSeconds = Math.ceil(this.options.leaseDurationMs / 1000);
-    const now = this.now();
+    const stamp = microTime(this.wallClock());
     let lease: V1Lease | undefined;
     try {
       lease = await coordination.readNamespacedLease({ name, namespace }, call);
@@ -156,14 +211,14 @@ export class LeaderElector {
             body: this.leaseBody(undefined, {
               holderIdentity: identity,
               leaseDurationSeconds: durationSeconds,
-              acquireTime: microTime(now),
-              renewTime: microTime(now),
+              acquireTime: stamp,
+              renewTime: stamp,
               leaseTransitions: 0,
             }),
           },
           call,
         );
-        this.observe(created, now);
+        this.observe(created);
         return true;
       } catch (error) {
         if (!isConflict(error))
@@ -173,24 +228,27 @@ export class LeaderElector {
     }
     const spec = lease.spec ?? {};
     const resourceVersion = lease.metadata?.resourceVersion ?? "";
-    if (!this.observed || this.observed.resourceVersion !== resourceVersion) this.observe(lease, now);
+    // Expiry counts from when this replica saw the Lease change, as the answer arrived.
+    if (!this.observed || this.observed.resourceVersion !== resourceVersion) this.observe(lease);
     const holder = spec.holderIdentity ?? "";
     const observed = this.observed as Observed;
-    if (holder !== "" && holder !== identity && observed.at + observed.durationMs > now) return false;
+    if (holder !== "" && holder !== identity && observed.at + observed.durationMs > this.monotonic())
+      return false;
     const takingOver = holder !== identity;
+    // As client-go counts: every change of holder is a transition, from a released Lease too.
     const renewed = {
       holderIdentity: identity,
       leaseDurationSeconds: durationSeconds,
-      acquireTime: takingOver ? microTime(now) : (serializeTime(spec.acquireTime) ?? microTime(now)),
-      renewTime: microTime(now),
-      leaseTransitions: (spec.leaseTransitions ?? 0) + (takingOver && holder !== "" ? 1 : 0),
+      acquireTime: takingOver ? stamp : (serializeTime(spec.acquireTime) ?? stamp),
+      renewTime: stamp,
+      leaseTransitions: (spec.leaseTransitions ?? 0) + (takingOver ? 1 : 0),
     };
     try {
       const replaced = await coordination.replaceNamespacedLease(
         { name, namespace, body: this.leaseBody(lease, renewed) },
         call,
       );
-      this.observe(replaced, now);
+      this.observe(replaced);
       return true;
     } catch (error) {
       if (!isConflict(error))
@@ -199,12 +257,12 @@ export class LeaderElector {
     }
   }
 
-  private observe(lease: V1Lease, now: number): void {
+  private observe(lease: V1Lease): void {
     this.observed = {
       resourceVersion: lease.metadata?.resourceVersion ?? "",
       holder: lease.spec?.holderIdentity ?? "",
       durationMs: (lease.spec?.leaseDurationSeconds ?? Math.ceil(this.options.leaseDurationMs / 1000)) * 1000,
-      at: now,
+      at: this.monotonic(),
     };
   }
 }
@@ -213,6 +271,29 @@ function serializeTime(value: unknown): string | undefined {
   if (value instanceof Date) return microTime(value.getTime());
   if (typeof value === "string" && value !== "") return value;
   return undefined;
+}
+
+/**
+ * The promise's value, or undefined once the signal aborted first. The promise is left to settle
+ * on its own (its rejection is handled): what it waits on may never answer.
+ */
+function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T | undefined> {
+  promise.catch(() => {});
+  if (signal.aborted) return Promise.resolve(undefined);
+  return new Promise<T | undefined>((resolve, reject) => {
+    const aborted = () => resolve(undefined);
+    signal.addEventListener("abort", aborted, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener("abort", aborted);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener("abort", aborted);
+        reject(error);
+      },
+    );
+  });
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
