@@ -3,7 +3,7 @@
 // pino and prom-client: no other command loads them (in the bundle, they are controller.js).
 import { pino } from "pino";
 import type { ControllerConfig } from "../controller/config.js";
-import { PlaybookController } from "../controller/controller.js";
+import { LeaseLostError, PlaybookController } from "../controller/controller.js";
 import { loadKubeConfig, makeClients } from "../controller/kube.js";
 import { textDestination } from "../controller/log-format.js";
 
@@ -26,5 +26,16 @@ export async function startController(config: ControllerConfig): Promise<void> {
   };
   process.on("SIGTERM", onSignal);
   process.on("SIGINT", onSignal);
-  await controller.run();
+  try {
+    await controller.run();
+  } catch (error) {
+    if (!(error instanceof LeaseLostError)) throw error;
+    // As client-go's controllers do: end, so the restart rejoins as a standby. Exiting here
+    // rather than returning: a call that never answers (an exec credential plugin) would keep
+    // the process alive, neither leading nor able to lead again.
+    process.stderr.write(
+      `playbook controller: ${error.message} (not renewed within --renew-deadline ${config.renewDeadline}ms); exiting\n`,
+    );
+    process.exit(1);
+  }
 }

@@ -47,6 +47,14 @@ export interface ControllerDeps {
   metrics?: ControllerMetrics;
 }
 
+/** The Lease went unrenewed for the renew deadline: another replica may lead now. */
+export class LeaseLostError extends Error {
+  constructor() {
+    super("lost the leader Lease");
+    this.name = "LeaseLostError";
+  }
+}
+
 const LIST_PAGE = 500;
 // When to look again at a Playbook whose cache has not shown this controller's last status write
 // yet, should the watch event that normally brings it be lost.
@@ -231,7 +239,7 @@ export class PlaybookController {
     this.writer.stopWriting();
     this.metrics.isLeader.set(0);
     await Promise.race([this.shutDown(), delay(this.config.renewDeadline, undefined, { ref: false })]);
-    throw new Error("lost the leader Lease");
+    throw new LeaseLostError();
   }
 
   /** Queues every cached Playbook again, as the periodic resync does. */

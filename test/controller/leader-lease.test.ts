@@ -17,12 +17,14 @@ import { makeClients } from "../../src/controller/kube.js";
 import { microTime } from "../../src/controller/leader-election.js";
 import { openssl } from "../harness/certificates.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { freePort } from "../harness/processes.js";
 import {
   clients,
   condition,
   createPlaybook,
   eventually,
   type RunningController,
+  spawnControllerProcess,
   startController,
   waitForFinished,
 } from "./support.js";
@@ -158,6 +160,60 @@ describe("a leader whose renew hangs in an exec credential plugin that never ans
     );
     await createPlaybook(ns, "after", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
     expect(condition(await waitForFinished(ns, "after", 60_000), "Succeeded")?.reason).toBe("Succeeded");
+    plugin.answer();
+  });
+});
+
+describe("`playbook controller` whose exec credential plugin stops answering", () => {
+  it("exits 1 once the renew deadline passed, though the plugin still hangs", async () => {
+    const ns = await namespace("pb-lease-exit");
+    const dir = mkdtempSync(path.join(scratch, "exit-"));
+    const plugin = execPluginKubeConfig(dir);
+    cleanups.push(plugin.answer);
+    const kubeconfig = path.join(dir, "kubeconfig");
+    writeFileSync(kubeconfig, plugin.kubeConfig.exportConfig());
+    const identity = `exit-${path.basename(dir)}`;
+    const replica = spawnControllerProcess(
+      [
+        "--namespaces",
+        ns,
+        "--leader-election-namespace",
+        ns,
+        "--leader-election-id",
+        leaseName(ns),
+        "--identity",
+        identity,
+        "--lease-duration",
+        `${LEASE_DURATION_MS / 1000}s`,
+        "--renew-deadline",
+        `${RENEW_DEADLINE_MS / 1000}s`,
+        "--retry-period",
+        "500ms",
+        "--metrics-address",
+        `127.0.0.1:${await freePort()}`,
+      ],
+      { KUBECONFIG: kubeconfig, PLAYBOOK_LOG_FORMAT: "json", PLAYBOOK_LOG_LEVEL: "info" },
+    );
+    cleanups.push(() => {
+      replica.child.kill("SIGKILL");
+    });
+    await eventually("the process to lead", async () =>
+      (await readLease(ns).catch(() => undefined))?.spec?.holderIdentity === identity ? true : undefined,
+    );
+    plugin.hang();
+    const hungAt = Date.now();
+    const code = await Promise.race([
+      replica.exited,
+      new Promise<string>((resolve) => setTimeout(() => resolve("still running after 20s"), 20_000)),
+    ]);
+    // The plugin's credential lives 2s, the renew deadline is 3s, the shutdown after it at most 3s more.
+    const exitedAfter = Date.now() - hungAt;
+    expect(code, replica.output()).toBe(1);
+    expect(exitedAfter).toBeLessThan(2_000 + RENEW_DEADLINE_MS * 2 + 2_000);
+    expect(replica.output()).toContain('"msg":"Lost the leader Lease"');
+    expect(replica.stderr()).toContain(
+      `playbook controller: lost the leader Lease (not renewed within --renew-deadline ${RENEW_DEADLINE_MS}ms); exiting`,
+    );
     plugin.answer();
   });
 });
