@@ -10,8 +10,7 @@
 // stat and killed by pid or pgid), and the runner's deadline and stall timers keep firing. The
 // directory listing and /proc/PID/stat are answered without that lock and stay synchronous: a
 // scan reads a stat per process and they are the bulk of a kill's latency.
-import { closeSync, openSync, readdirSync, readSync } from "node:fs";
-import { open } from "node:fs/promises";
+import { closeSync, open, openSync, read, readdirSync, readSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 
@@ -64,31 +63,42 @@ function readProcFile(path: string): Buffer | null {
   }
 }
 
-/** Reads a whole file on the threadpool; null when it is gone or not ours to read. Never rejects. */
-async function readOffThread(path: string): Promise<Buffer | null> {
-  let handle: import("node:fs/promises").FileHandle;
+const openOffThread = (path: string) =>
+  new Promise<number>((resolve, reject) =>
+    open(path, "r", (error, fd) => (error ? reject(error) : resolve(fd))),
+  );
+const readOffThread = (fd: number, into: Buffer, at: number) =>
+  new Promise<number>((resolve, reject) =>
+    read(fd, into, at, into.length - at, null, (error, bytes) => (error ? reject(error) : resolve(bytes))),
+  );
+
+/**
+ * Reads a whole /proc file on the threadpool; null when it is gone or not ours to read. Never
+ * rejects. Two trips to the threadpool for most environments: a short read of one is its end
+ * (the kernel fills what was asked for), and a close is quick, so it is made here.
+ */
+async function readProcFileOffThread(path: string): Promise<Buffer | null> {
+  let fd: number;
   try {
-    handle = await open(path, "r");
+    fd = await openOffThread(path);
   } catch {
     return null;
   }
   try {
-    let bytes = Buffer.allocUnsafe(1 << 14);
+    let bytes = Buffer.allocUnsafe(1 << 15);
     let size = 0;
     for (;;) {
-      if (size === bytes.length) {
-        const grown = Buffer.allocUnsafe(bytes.length * 2);
-        bytes.copy(grown);
-        bytes = grown;
-      }
-      const { bytesRead } = await handle.read(bytes, size, bytes.length - size, null);
-      if (bytesRead === 0) return bytes.subarray(0, size);
-      size += bytesRead;
+      const got = await readOffThread(fd, bytes, size);
+      size += got;
+      if (got === 0 || size < bytes.length) return bytes.subarray(0, size);
+      const grown = Buffer.allocUnsafe(bytes.length * 2);
+      bytes.copy(grown);
+      bytes = grown;
     }
   } catch {
     return null;
   } finally {
-    await handle.close().catch(() => undefined);
+    closeSync(fd);
   }
 }
 
@@ -201,16 +211,16 @@ export class ProcessTable {
   private async environ(pid: number): Promise<Buffer | null | typeof UNKNOWN> {
     const path = `${this.root}/${pid}/environ`;
     if (this.hung.has(path) || this.hung.size >= MAX_HUNG_READS) return UNKNOWN;
-    const read = readOffThread(path);
+    const pending = readProcFileOffThread(path);
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<typeof UNKNOWN>((resolve) => {
       timer = setTimeout(() => resolve(UNKNOWN), this.readBoundMs);
     });
-    const first = await Promise.race([read, late]);
+    const first = await Promise.race([pending, late]);
     clearTimeout(timer);
     if (first === UNKNOWN) {
-      this.hung.set(path, read);
-      void read.then(() => this.hung.delete(path));
+      this.hung.set(path, pending);
+      void pending.then(() => this.hung.delete(path));
     }
     return first;
   }
