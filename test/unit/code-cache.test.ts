@@ -131,6 +131,20 @@ describe("the commands' code cache", () => {
     expect(readFileSync(elsewhere).equals(before)).toBe(true);
   });
 
+  it("does not follow a symlink where its cache folder is", () => {
+    const home = scratch();
+    const folder = folderIn(home);
+    const elsewhere = path.join(home, "elsewhere");
+    mkdirSync(elsewhere, { mode: 0o700 });
+    mkdirSync(path.dirname(folder), { recursive: true, mode: 0o700 });
+    symlinkSync(elsewhere, folder);
+    const run = validate(CLI, home);
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toContain("is valid");
+    expect(readdirSync(elsewhere)).toEqual([]);
+    expect(run.notes).toEqual([expect.stringContaining(`not used: ${folder} is not a folder`)]);
+  });
+
   it.runIf(isRoot)("refuses a cache folder, or a folder above it, that another user owns", () => {
     // Root only: to give a folder to another user (chown).
     const home = scratch();
