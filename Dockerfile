@@ -27,12 +27,14 @@ COPY --from=build /src/dist/bin/*.js ./bin/
 COPY LICENSE /usr/share/doc/playbook-controller/
 COPY --from=build /src/dist/bin/THIRD-PARTY-NOTICES.txt /src/dist/bin/sbom.cdx.json /usr/share/doc/playbook-controller/
 RUN ln -s /opt/playbook/bin/playbook.js /usr/local/bin/playbook \
- && mkdir compile-cache && chown 65532:65532 compile-cache
+ && mkdir compile-cache cache && chown 65532:65532 compile-cache cache && chmod 700 cache
 USER 65532:65532
 # Node's compile cache, filled here by the commands a pod and a local run start with, so that they
-# start from compiled code. Node keeps a folder per user in it: the image's user fills it.
+# start from compiled code. Node keeps a folder per user in it: the image's user fills it. The code
+# cache of run, validate and pod-runner goes to the user's cache folder (src/cli/code-cache.ts),
+# one the image's user owns and no one else can write (the user has no home here).
 # The controller's chunk loads and stops at the missing kubeconfig: enough to compile it.
-ENV NODE_COMPILE_CACHE=/opt/playbook/compile-cache
+ENV NODE_COMPILE_CACHE=/opt/playbook/compile-cache XDG_CACHE_HOME=/opt/playbook/cache
 RUN printf '%s\n' 'apiVersion: playbook.dev/v1alpha1' 'kind: Playbook' 'metadata: {name: warm}' \
       'spec: {tasks: [{name: warm, run: "true"}]}' > /tmp/warm.yaml \
  && playbook --version && playbook validate -f /tmp/warm.yaml && playbook run -f /tmp/warm.yaml -o json >/dev/null \

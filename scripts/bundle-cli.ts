@@ -4,7 +4,8 @@
 // dynamic imports when a command needs them: cli.js (the commands, commander, zod, yaml),
 // execute.js (the runner, for run and pod-runner) and controller.js (the controller with
 // client-node, pino and prom-client, for `playbook controller` alone).
-import { chmodSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { appendFileSync, chmodSync, readFileSync, renameSync, rmSync } from "node:fs";
 import path from "node:path";
 import { build } from "rolldown";
 import { z } from "zod";
@@ -93,6 +94,12 @@ await build({
       "// The playbook command's run, validate and pod-runner: a script that playbook.js runs through node:vm.",
   },
 });
+// The key of the script's code cache (src/cli/code-cache.ts): a hash of its content on its last
+// line, so that a new build (an upgrade) never starts from the bytecode of the one before, even at
+// the same length and time (V8 checks only the length; npm gives every file the same time).
+const commandsScript = path.join(outDir, "commands.js");
+const commandsHash = createHash("sha256").update(readFileSync(commandsScript)).digest("hex");
+appendFileSync(commandsScript, `\n// code-cache-key: sha256-${commandsHash}\n`);
 // The licences of the packages the bundle inlines, and an SBOM of them, from its source maps
 // (scripts/third-party-notices.ts); a bundled package without a permissive licence fails here.
 writeThirdPartyFiles(outDir, { name, version });

@@ -6,11 +6,12 @@
 // controller's modules load only when `playbook controller` runs.
 //
 // Most of a start is compiling modules, and every local run and every pod pays it: Node's module
-// compile cache (in the temporary folder, or where NODE_COMPILE_CACHE says) keeps their compiled
-// code between runs. It must be on before the program's modules load, so they are imported only
-// after it. A cache that cannot be written leaves the start as it was.
+// compile cache (in this user's private cache folder beside the script's, see code-cache.ts, or
+// where NODE_COMPILE_CACHE says) keeps their compiled code between runs. It must be on before the
+// program's modules load, so they are imported only after it. A cache that cannot be had leaves
+// the start as it was.
 // (Built-in modules through process.getBuiltinModule: see code-cache.ts.)
-import { loadScript } from "./code-cache.js";
+import { loadScript, privateCacheFolder } from "./code-cache.js";
 import { packageVersion } from "./version.js";
 
 /**
@@ -43,12 +44,16 @@ if (args.length === 1 && (args[0] === "--version" || args[0] === "-V")) {
   // tearing the process down, some milliseconds of every run; otherwise it ends once they are out.
   if (process.stdout.writableLength === 0 && process.stderr.writableLength === 0) process.exit(code);
 } else {
-  // Node never returns from creating the cache folder in a temporary folder that does not exist
-  // under /proc (TMPDIR=/proc/none): only a folder that exists gets the cache.
-  const { statSync } = process.getBuiltinModule("node:fs");
-  const { tmpdir } = process.getBuiltinModule("node:os");
-  if (process.env.NODE_COMPILE_CACHE || statSync(tmpdir(), { throwIfNoEntry: false })?.isDirectory()) {
-    process.getBuiltinModule("node:module").enableCompileCache?.();
+  // NODE_COMPILE_CACHE, when set, has Node's cache on already. Otherwise not in the temporary
+  // folder, which every user shares: one user could turn it off for all (a file where its folder
+  // goes) or fill it for others.
+  if (!process.env.NODE_COMPILE_CACHE) {
+    const folder = privateCacheFolder();
+    if (folder !== null) {
+      process
+        .getBuiltinModule("node:module")
+        .enableCompileCache?.(process.getBuiltinModule("node:path").join(folder, "node"));
+    }
   }
   const { runProgram } = await import("./program.js");
   process.exitCode = await runProgram(process.argv, packageVersion());

@@ -14,8 +14,8 @@ import {
   ATTEMPT_ID_VAR,
   CANCEL_FILE_VAR,
   killUntilGone,
-  processStartTime,
-  scanProcesses,
+  PROC,
+  type ProcessTable,
   sendSignal,
 } from "./process-table.js";
 
@@ -56,6 +56,8 @@ export interface AttemptSpec {
   hurrySignal?: AbortSignal;
   /** told once when a limit fires or cancellation starts, before any signal is sent */
   onStop?: (stop: AttemptStop) => void;
+  /** where the attempt's processes are looked for (default: this machine's /proc) */
+  processTable?: ProcessTable;
 }
 
 export interface AttemptStop {
@@ -203,6 +205,7 @@ interface Tree {
   cookie: string;
   leaderAlive: () => boolean;
   leaderExited: Promise<void>;
+  table: ProcessTable;
 }
 
 /**
@@ -210,8 +213,8 @@ interface Tree {
  * is signalled by id (`groupSignalled`, the leader unreaped), those that left it; afterwards,
  * its members too. `cookie` widens the search to the whole run.
  */
-function findRest(tree: Tree, cookie = tree.cookie, groupSignalled = tree.leaderAlive()): number[] {
-  return scanProcesses({
+function findRest(tree: Tree, cookie = tree.cookie, groupSignalled = tree.leaderAlive()): Promise<number[]> {
+  return tree.table.scan({
     pgid: groupSignalled ? undefined : tree.pgid,
     excludePgid: groupSignalled ? tree.pgid : undefined,
     cookiePrefix: cookie,
@@ -277,8 +280,10 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     });
   });
 
-  const startedFrom = processStartTime(pgid);
+  const table = spec.processTable ?? PROC;
+  const startedFrom = table.startTime(pgid);
   const tree: Tree = {
+    table,
     pgid,
     startedFrom,
     runStartedFrom: Math.min(startedFrom, spec.runStartedFrom ?? Number.POSITIVE_INFINITY),
@@ -305,6 +310,10 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     if (stop || !leaderAlive) return;
     stop = next;
     stopWatchdog();
+    void announceStop(next);
+  };
+  /** The cancel files, then the listener; `stopped` resolves after both, and the signals follow. */
+  const announceStop = async (next: AttemptStop) => {
     const message =
       next.kind === "cancelled"
         ? "cancelled"
@@ -316,9 +325,16 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     // A stop ends the run: what earlier tasks left running gets its own cancel file now too, before
     // the SIGTERM it shares with this task. Not with no grace: the SIGKILL comes at once.
     if (spec.killGraceMs > 0) {
-      const leftovers = findRest(tree, spec.runCookie);
+      const leftovers = await findRest(tree, spec.runCookie);
       warnings.push(
-        ...writeCancelFilesOf(leftovers, spec.runCookie, spec.cancelFileOf, stopMessage, spec.attemptId),
+        ...(await writeCancelFilesOf(
+          table,
+          leftovers,
+          spec.runCookie,
+          spec.cancelFileOf,
+          stopMessage,
+          spec.attemptId,
+        )),
       );
     }
     if (warnings.length > 0) next.warning = warnings.join("; ");
@@ -365,8 +381,11 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   // on and drained after the run's final kill (drainPipes), so none of it is dropped.
   const fired = stop as AttemptStop | null;
   let ended: { ending?: Ending; runClean?: boolean; graceEndsAt?: number; graceCutAfterMs?: number } = {};
-  if (fired) ended = await endTree(tree, spec.killGraceMs, spec.runCookie, spec.hurrySignal);
-  else stopWatchdog();
+  if (fired) {
+    // The leader may have exited while the stop was announced: the announcement still comes first.
+    await stopped;
+    ended = await endTree(tree, spec.killGraceMs, spec.runCookie, spec.hurrySignal);
+  } else stopWatchdog();
   const pipesClosed = await within(streamsClosed, spec.drainWindowMs);
   const pipes: OpenPipes = {
     closed: streamsClosed,
@@ -445,13 +464,13 @@ async function endTree(
     // read a second one as "stop now, skip the clean-up".
     const byGroup = tree.leaderAlive();
     if (byGroup) sendSignal(-tree.pgid, "SIGTERM");
-    for (const pid of findRest(tree, runCookie, byGroup)) sendSignal(pid, "SIGTERM");
+    for (const pid of await findRest(tree, runCookie, byGroup)) sendSignal(pid, "SIGTERM");
     while (performance.now() < graceEndsAt && !hurry?.aborted) {
       const wait = Math.min(POLL_MS, Math.max(1, graceEndsAt - performance.now()));
       // Once the leader is gone its exit no longer paces the loop: sleep, or /proc is scanned flat out.
       if (tree.leaderAlive()) await within(tree.leaderExited, wait);
       else await sleep(wait);
-      if (!tree.leaderAlive() && findRest(tree).length === 0) {
+      if (!tree.leaderAlive() && (await findRest(tree)).length === 0) {
         return { ending: "Exited", runClean: false, graceEndsAt };
       }
     }

@@ -3,7 +3,7 @@
 // file of its choosing.
 import { closeSync, constants, mkdirSync, openSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
-import { attemptIdOf } from "./process-table.js";
+import type { ProcessTable } from "./process-table.js";
 
 export type CancelFileResult = { written: true } | { written: false; reason: string };
 
@@ -45,16 +45,16 @@ export function writeCancelFile(path: string, text: string): CancelFileResult {
  * to stop the same way as the live task before the signal comes. Returns what could not be
  * written, for a warning.
  */
-export function writeCancelFilesOf(
+export async function writeCancelFilesOf(
+  table: ProcessTable,
   pids: readonly number[],
   runCookie: string,
   fileOf: (attemptId: string) => string,
   text: string,
   except?: string,
-): string[] {
+): Promise<string[]> {
   const attempts = new Set<string>();
-  for (const pid of pids) {
-    const id = attemptIdOf(pid, runCookie);
+  for (const id of await Promise.all(pids.map((pid) => table.attemptIdOf(pid, runCookie)))) {
     if (id !== null && id !== except) attempts.add(id);
   }
   const failures: string[] = [];

@@ -21,7 +21,7 @@ import {
   runAttempt,
 } from "./attempt.js";
 import { writeCancelFilesOf } from "./cancel-file.js";
-import { killUntilGone, scanProcesses, sendSignal } from "./process-table.js";
+import { killUntilGone, PROC, type ProcessTable, sendSignal } from "./process-table.js";
 
 export type RunEvent =
   | { type: "task-started"; index: number; name: string; attempt: number; limits: TaskLimits }
@@ -61,6 +61,8 @@ export interface RunOptions {
   tailBytes?: number;
   /** Environment the tasks inherit (default: this process's, without PLAYBOOK_* variables). */
   baseEnv?: NodeJS.ProcessEnv;
+  /** where the tasks' processes are looked for (default: this machine's /proc) */
+  processTable?: ProcessTable;
 }
 
 const DEFAULT_DRAIN_WINDOW_MS = 250;
@@ -96,6 +98,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     scratch = join(tmpdir(), `playbook-${runId}`);
   }
   const baseEnv = options.baseEnv ?? inheritedEnv();
+  const table = options.processTable ?? PROC;
   const emit = options.onEvent ?? (() => {});
   const outcomes: TaskOutcome[] = options.tasks.map((task) => ({
     name: task.name,
@@ -160,6 +163,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           cancelSignal: options.cancelSignal,
           hurrySignal: options.hurrySignal,
           onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),
+          processTable: table,
         });
         if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);
         if (result.pipes) openPipes.push(result.pipes);
@@ -212,6 +216,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           ? "cancelled\n"
           : `${reason}: the run is over, stop now (grace ${formatDuration(options.limits.killGrace.ms)})\n`,
       hurry: options.hurrySignal,
+      table,
     };
     const swept = runClean ? { count: 0, warnings: [] } : await sweepLeftovers(sweep);
     if (swept.count > 0) emit({ type: "leftovers-killed", ...swept });
@@ -293,6 +298,7 @@ interface Sweep {
   cancelFileOf: (attemptId: string) => string;
   cancelText: string;
   hurry?: AbortSignal;
+  table: ProcessTable;
 }
 
 /**
@@ -302,18 +308,24 @@ interface Sweep {
  * id alone is no proof of ownership here.
  */
 async function sweepLeftovers(sweep: Sweep): Promise<{ count: number; warnings: string[] }> {
-  const find = () => scanProcesses({ cookiePrefix: sweep.runCookie, startedFrom: sweep.startedFrom });
-  const initial = find();
+  const find = () => sweep.table.scan({ cookiePrefix: sweep.runCookie, startedFrom: sweep.startedFrom });
+  const initial = await find();
   if (initial.length === 0) return { count: 0, warnings: [] };
   let warnings: string[] = [];
   // Warned already means they were told with the task that stopped the run: no second SIGTERM.
   if (!sweep.alreadyWarned && sweep.graceMs > 0) {
-    warnings = writeCancelFilesOf(initial, sweep.runCookie, sweep.cancelFileOf, sweep.cancelText);
+    warnings = await writeCancelFilesOf(
+      sweep.table,
+      initial,
+      sweep.runCookie,
+      sweep.cancelFileOf,
+      sweep.cancelText,
+    );
     for (const pid of initial) sendSignal(pid, "SIGTERM");
   }
   const graceEnds = performance.now() + sweep.graceMs;
   // A second Ctrl-C cuts this grace short as it does a task's.
-  while (performance.now() < graceEnds && !sweep.hurry?.aborted && find().length > 0) await sleep(20);
+  while (performance.now() < graceEnds && !sweep.hurry?.aborted && (await find()).length > 0) await sleep(20);
   await killUntilGone(find, performance.now() + 5000);
   return { count: initial.length, warnings };
 }

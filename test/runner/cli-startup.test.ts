@@ -1,9 +1,10 @@
-// The CLI's start-up: the compiled code of what a `playbook` command ran is kept in the compile
-// cache folder (Node's for the modules; one of the playbook command's own, playbook-<uid>, for
-// the commands' script that run, validate and pod-runner run), so the next start (a local run, a
-// pod) does not compile it again. `playbook --version` alone loads no chunk and leaves the cache alone.
+// The CLI's start-up: the compiled code of what a `playbook` command ran is kept in this user's
+// cache folder ($XDG_CACHE_HOME or ~/.cache, playbook-controller/code-cache: the commands' script
+// that run, validate and pod-runner run, and Node's compile cache of the modules in node/), so the
+// next start (a local run, a pod) does not compile it again. `playbook --version` alone loads no
+// chunk and leaves the cache alone.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -24,9 +25,9 @@ function scratch(): string {
   return dir;
 }
 
-/** Runs the CLI with this temporary folder and no NODE_COMPILE_CACHE of the caller's. */
+/** Runs the CLI with this folder as its home and no NODE_COMPILE_CACHE of the caller's. */
 function playbook(args: string[], tmp: string) {
-  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, TMPDIR: tmp };
+  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: tmp, TMPDIR: tmp };
   return spawnSync(process.execPath, [CLI, ...args], { env, encoding: "utf8" });
 }
 
@@ -38,22 +39,18 @@ function cachedFiles(dir: string): string[] {
 }
 
 describe("playbook start-up", () => {
-  it("leaves its modules compiled in the temporary folder's compile cache for the next start", () => {
+  it("leaves its modules compiled in this user's cache folder for the next start", () => {
     const tmp = scratch();
     const first = playbook(["validate", "-f", EXAMPLE], tmp);
     expect(first.status, first.stderr).toBe(0);
     expect(first.stdout).toContain("is valid");
-    const cache = join(tmp, "node-compile-cache");
+    const cache = join(tmp, ".cache", "playbook-controller", "code-cache");
     // The commands' script (commander, zod, yaml and our modules), compiled as validate ran it.
-    expect(cachedFiles(join(cache, `playbook-${process.getuid?.()}`))).toEqual([
-      expect.stringMatching(/^commands-validate-.*\.cache$/),
-    ]);
+    expect(cachedFiles(cache)).toEqual([expect.stringMatching(/^commands-validate-.*\.cache$/)]);
     // --help runs the program's modules, which Node's own cache keeps: its chunk, the re-export
     // the entry imports it through, and rolldown's helpers.
     expect(playbook(["--help"], tmp).status).toBe(0);
-    expect(cachedFiles(cache).filter((file) => !file.startsWith("playbook-")).length).toBeGreaterThanOrEqual(
-      3,
-    );
+    expect(cachedFiles(join(cache, "node")).length).toBeGreaterThanOrEqual(3);
   });
 
   it("runs a Playbook the same with the cache filled", () => {
@@ -70,10 +67,10 @@ describe("playbook start-up", () => {
     }
   });
 
-  it("still starts when the temporary folder does not exist, even under /proc", () => {
-    // Nothing, not even root, can create a folder there; Node's cache would wait on it forever.
+  it("still starts when the home and temporary folders do not exist, even under /proc", () => {
+    // Nothing, not even root, can create a folder there; a recursive mkdir would wait on it forever.
     const run = spawnSync(process.execPath, [CLI, "validate", "-f", EXAMPLE], {
-      env: { PATH: process.env.PATH, TMPDIR: "/proc/no-such-tmp" },
+      env: { PATH: process.env.PATH, HOME: "/proc/no-such-home", TMPDIR: "/proc/no-such-tmp" },
       encoding: "utf8",
       timeout: 30_000,
     });
@@ -83,8 +80,9 @@ describe("playbook start-up", () => {
 
   it("still starts when the compile cache cannot be written", () => {
     const tmp = scratch();
-    // A file where the cache folder would go: Node cannot create it and goes on without.
-    writeFileSync(join(tmp, "node-compile-cache"), "");
+    // A file where the cache folder would go: it cannot be created and the start goes on without.
+    mkdirSync(join(tmp, ".cache"));
+    writeFileSync(join(tmp, ".cache", "playbook-controller"), "");
     const run = playbook(["validate", "-f", EXAMPLE], tmp);
     expect(run.status, run.stderr).toBe(0);
     expect(run.stderr).toBe("");

@@ -6,6 +6,7 @@ import { afterEach, expect } from "vitest";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
 import type { RunOutcome } from "../../src/api/report.js";
+import type { ProcessTable } from "../../src/pod-runner/process-table.js";
 import { type RunEvent, runPlaybook } from "../../src/pod-runner/run.js";
 import { processesWithEnv } from "./processes.js";
 
@@ -58,6 +59,8 @@ export async function runSpec(
     onOutput?: (soFar: string) => void;
     onEvent?: (event: RunEvent) => void;
     drainWindowMs?: number;
+    /** where the runner looks for the tasks' processes (a fake /proc) */
+    processTable?: ProcessTable;
   },
 ): Promise<TestRun> {
   const parsed: PlaybookSpec = PlaybookSpecSchema.parse(spec);
@@ -86,6 +89,7 @@ export async function runSpec(
       options.onEvent?.(event);
     },
     drainWindowMs: options.drainWindowMs,
+    processTable: options.processTable,
     baseEnv: { PATH: process.env.PATH, [MARKER_VAR]: options.marker },
   });
   const elapsedMs = performance.now() - started;

@@ -150,10 +150,10 @@ describe("the playbook bundle", () => {
 
   it("starts a second run from a code cache of the commands' script that the first run wrote", () => {
     const cacheRoot = path.join(scratch, "cache-second-run");
-    const env = { NODE_COMPILE_CACHE: cacheRoot };
+    const env = { XDG_CACHE_HOME: cacheRoot };
     const first = playbook(["run", "-f", manifest], { env });
     expect(first.status, first.stderr).toBe(0);
-    const folder = path.join(cacheRoot, `playbook-${process.getuid?.()}`);
+    const folder = path.join(cacheRoot, "playbook-controller", "code-cache");
     const caches = readdirSync(folder).filter((name) => name.startsWith("commands-run-"));
     expect(caches).toHaveLength(1);
     // Private: code read from it runs.
@@ -174,10 +174,10 @@ describe("the playbook bundle", () => {
 
   it("runs as before from a damaged cache, and replaces it", () => {
     const cacheRoot = path.join(scratch, "cache-damaged");
-    const env = { NODE_COMPILE_CACHE: cacheRoot };
+    const env = { XDG_CACHE_HOME: cacheRoot };
     const first = playbook(["run", "-f", manifest], { env });
     expect(first.status, first.stderr).toBe(0);
-    const folder = path.join(cacheRoot, `playbook-${process.getuid?.()}`);
+    const folder = path.join(cacheRoot, "playbook-controller", "code-cache");
     const [name] = readdirSync(folder);
     const file = path.join(folder, name as string);
     const good = readFileSync(file);
@@ -190,10 +190,10 @@ describe("the playbook bundle", () => {
 
   it("neither reads nor writes a cache in a folder that others can write", () => {
     const cacheRoot = path.join(scratch, "cache-shared");
-    const folder = path.join(cacheRoot, `playbook-${process.getuid?.()}`);
+    const folder = path.join(cacheRoot, "playbook-controller", "code-cache");
     mkdirSync(folder, { recursive: true });
     chmodSync(folder, 0o777);
-    const run = playbook(["run", "-f", manifest], { env: { NODE_COMPILE_CACHE: cacheRoot } });
+    const run = playbook(["run", "-f", manifest], { env: { XDG_CACHE_HOME: cacheRoot } });
     expect(run.status, run.stderr).toBe(0);
     expect(run.stdout).toContain("hello");
     expect(readdirSync(folder)).toEqual([]);

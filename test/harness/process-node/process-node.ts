@@ -869,6 +869,9 @@ export class ProcessNode {
           PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin",
           HOME: run.dir,
           HOSTNAME: run.name,
+          // As the image's ENV does: one cache folder for every pod, so that a pod's `playbook`
+          // starts from the code cache the pods before it left (src/cli/code-cache.ts).
+          XDG_CACHE_HOME: path.join(this.options.workDir, "cache"),
           ...this.serviceEnv,
         },
         (kind, namespace, name) => this.readSecretOrConfigMap(kind, namespace, name),
