@@ -47,6 +47,7 @@ export class ControllerMetrics {
   readonly watchReconnects: Counter<"resource" | "cause">;
   readonly watchRelists: Counter<"resource">;
   readonly statusWrites: Counter;
+  readonly eventsDropped: Counter;
   readonly isLeader: Gauge;
   readonly isReady: Gauge;
   private readonly playbookLabel: boolean;
@@ -159,6 +160,11 @@ export class ControllerMetrics {
     this.statusWrites = new Counter({
       name: "playbook_status_writes_total",
       help: "Writes of Playbook status",
+      registers,
+    });
+    this.eventsDropped = new Counter({
+      name: "playbook_events_dropped_total",
+      help: "Events not written because too many were waiting for the API server",
       registers,
     });
     this.isLeader = new Gauge({

@@ -55,6 +55,7 @@ import {
   sameStatus,
   settledStatus,
 } from "./status.js";
+import { describeStuckTermination, type Termination, terminationOf } from "./terminating.js";
 
 export interface ReconcileSettings {
   defaults: LimitDefaults;
@@ -698,7 +699,8 @@ function decideCancel(state: RunState, pod: PodView | undefined): Decision {
       podName: pod.metadata.name,
       podAttempts: state.attempts,
     });
-    if (pod.metadata.deletionTimestamp) return progress(base, next);
+    const termination = terminationOf(pod, base.limits);
+    if (termination) return decideTerminating(state, pod, next, termination);
     return decideStopPod(state, pod, next);
   }
   if (pod) return decideEndedPod(state, pod);
@@ -712,6 +714,23 @@ function decideCancel(state: RunState, pod: PodView | undefined): Decision {
     tasks: cancelledTasks(base),
   });
   return settle(base, next, "Cancelled");
+}
+
+/** A cancelled run's pod that is terminating: waited for until its grace and a margin passed. */
+function decideTerminating(
+  state: RunState,
+  pod: PodView,
+  next: PlaybookStatus,
+  termination: Termination,
+): Decision {
+  const { base } = state;
+  const { now } = state.input;
+  if (termination.giveUpAt > now.getTime()) {
+    return progress(base, next, { requeueAfterMs: termination.giveUpAt - now.getTime() });
+  }
+  const message = describeStuckTermination(pod, termination, base.limits, now);
+  const settled = settledStatus(base, { reason: "Cancelled", message, tasks: cancelledTasks(base) });
+  return settle(base, { ...settled, podName: pod.metadata.name, podAttempts: state.attempts }, "Cancelled");
 }
 
 /** JSON with object keys sorted, so that equal specs compare equal whatever their key order. */

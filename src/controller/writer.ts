@@ -5,7 +5,7 @@ import type { Logger } from "pino";
 import { z } from "zod";
 import { parseDuration } from "../api/duration.js";
 import { API_VERSION, KIND, type PlaybookStatus } from "../api/playbook.js";
-import { EventRecorder, type EventTarget } from "./events.js";
+import { EventRecorder, type EventTarget, eventApiOf } from "./events.js";
 import {
   apiErrorMessage,
   GROUP,
@@ -87,7 +87,10 @@ export class PlaybookWriter {
 
   constructor(deps: WriterDeps) {
     this.deps = deps;
-    this.events = new EventRecorder(deps.clients.api, deps.identity, deps.log, this.leading.signal);
+    this.events = new EventRecorder(eventApiOf(deps.clients.api), deps.identity, deps.log, {
+      signal: this.leading.signal,
+      onDropped: () => deps.metrics.eventsDropped.inc(),
+    });
   }
 
   /** Ends every write in flight and refuses new ones: another replica may lead now. */

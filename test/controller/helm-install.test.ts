@@ -152,7 +152,7 @@ describe("helm install on the dev cluster", () => {
       .sort();
     expect(rows).toEqual(
       [
-        "events [create]",
+        "events [create patch]",
         "playbookpolicies.playbook.dev [list watch]",
         "playbookpolicies.playbook.dev/status [update]",
         "playbooks.playbook.dev [list watch]",

@@ -1,7 +1,7 @@
 // The controller's life around a run: the pod it creates, the writes it spares, restarts,
 // replicas, the Lease and the pods it cleans up.
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync } from "node:fs";
+import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -15,10 +15,10 @@ import {
   createPlaybook,
   eventsOf,
   eventually,
+  getPlaybook,
   kubectl,
   podsOf,
   type RunningController,
-  sleep,
   startController,
   waitForFinished,
   waitForPlaybook,
@@ -52,20 +52,46 @@ afterAll(async () => {
 });
 
 /**
- * Waits until the controller counted `count` finished runs: a test can read the terminal status
- * from the API server a moment before the controller has the response to its write.
+ * Waits until the controller counted `count` finished runs (a test can read the terminal status
+ * from the API server a moment before the controller has the response to its write), then until
+ * every Playbook of the namespace was reconciled again, and checks that no pass counted one twice.
  */
-async function runsCounted(running: RunningController, count: number): Promise<void> {
+async function runsCounted(running: RunningController, ns: string, count: number): Promise<void> {
   await eventually(`${count} runs counted`, async () =>
     (await counterValue(running, "runsTotal")) === count ? true : undefined,
   );
-  await sleep(200);
+  await reconciledAgain(running, ns);
   expect(await counterValue(running, "runsTotal")).toBe(count);
 }
 
 async function counterValue(running: RunningController, name: "statusWrites" | "runsTotal"): Promise<number> {
   const metric = await running.controller.metrics[name].get();
   return metric.values.reduce((sum, v) => sum + v.value, 0);
+}
+
+/** Reconcile passes the controller finished (each observes playbook_reconcile_duration_seconds). */
+async function passes(running: RunningController): Promise<number> {
+  const metric = await running.controller.metrics.reconcileDuration.get();
+  return metric.values.find((v) => v.metricName === "playbook_reconcile_duration_seconds_count")?.value ?? 0;
+}
+
+/**
+ * Queues every cached Playbook again (as the periodic resync does) and waits until the
+ * controller finished a pass for each Playbook of the namespace: whatever a pass would write or
+ * count has then been written or counted, so "nothing more happened" is a checked fact, not a pause.
+ */
+async function reconciledAgain(running: RunningController, ns: string): Promise<void> {
+  const { items } = (await kubectl(["-n", ns, "get", "pb", "-o", "json"]).then((r) =>
+    JSON.parse(r.stdout),
+  )) as {
+    items: unknown[];
+  };
+  expect(items.length).toBeGreaterThan(0);
+  const before = await passes(running);
+  running.controller.resync();
+  await eventually(`${items.length} passes after a resync`, async () =>
+    (await passes(running)) >= before + items.length ? true : undefined,
+  );
 }
 
 describe("in a namespace enforcing the restricted Pod Security Standard", () => {
@@ -116,7 +142,7 @@ describe("in a namespace enforcing the restricted Pod Security Standard", () => 
     expect(container?.terminationMessagePolicy).toBe("FallbackToLogsOnError");
     const reasons = (await eventsOf(ns, "nightly", ["PodCreated", "RunSucceeded"])).map((e) => e.reason);
     expect(reasons).toEqual(expect.arrayContaining(["PodCreated", "RunSucceeded"]));
-    await runsCounted(running, 1);
+    await runsCounted(running, ns, 1);
   });
 });
 
@@ -126,15 +152,14 @@ describe("status writes", () => {
     const running = controllerFor([ns]);
     await createPlaybook(ns, "counted", { ceiling: "1m", tasks: [{ name: "a", run: "sleep 2" }] });
     await waitForFinished(ns, "counted", 60_000);
-    await runsCounted(running, 1);
+    await eventually("the run counted", async () =>
+      (await counterValue(running, "runsTotal")) === 1 ? true : undefined,
+    );
     const afterRun = await counterValue(running, "statusWrites");
     // Running and Succeeded; Pending too when the pod took over PENDING_STATUS_DELAY_MS to start.
     expect(afterRun).toBeGreaterThanOrEqual(2);
     expect(afterRun).toBeLessThanOrEqual(3);
-    for (let i = 0; i < 3; i++) {
-      running.controller.resync();
-      await sleep(300);
-    }
+    for (let i = 0; i < 3; i++) await reconciledAgain(running, ns);
     expect(await counterValue(running, "statusWrites")).toBe(afterRun);
     expect(await counterValue(running, "runsTotal")).toBe(1);
   });
@@ -152,7 +177,7 @@ describe("a run that has not started", () => {
     expect(condition(finished, "Succeeded")?.reason).toBe("Succeeded");
     // The controller took the schema's default for no status at all: its own conditions, its own times.
     expect(condition(finished, "Succeeded")?.lastTransitionTime).not.toMatch(/^1970-/);
-    await runsCounted(running, 1);
+    await runsCounted(running, ns, 1);
     expect(await counterValue(running, "statusWrites")).toBeLessThanOrEqual(3);
   });
 
@@ -178,9 +203,14 @@ describe("a run that has not started", () => {
     expect(condition(held, "Succeeded")?.message).toMatch(
       /^pod held-1 is pending \(attempt 1\): Unschedulable: 0\/1 nodes are available: 1 Insufficient cpu/,
     );
-    // Written once for the hold, not again while it holds.
+    // Written once for the hold, not again by the passes that see it still held.
     const writes = await counterValue(running, "statusWrites");
-    await sleep(3000);
+    for (let i = 0; i < 3; i++) await reconciledAgain(running, ns);
+    const [pod] = await podsOf(ns, "held");
+    expect(pod?.status?.conditions?.find((c) => c.type === "PodScheduled")).toMatchObject({
+      status: "False",
+      reason: "Unschedulable",
+    });
     expect(await counterValue(running, "statusWrites")).toBe(writes);
   });
 });
@@ -235,7 +265,7 @@ describe("a controller restarted in the middle of a run", () => {
     expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
     expect(playbook.status?.podAttempts).toBe(1);
     expect((await podsOf(ns, "survivor")).map((p) => p.metadata?.name)).toEqual(["survivor-1"]);
-    await runsCounted(second, 1);
+    await runsCounted(second, ns, 1);
   });
 });
 
@@ -249,11 +279,16 @@ describe("two controller replicas", () => {
       names.map((n) => createPlaybook(ns, n, { ceiling: "1m", tasks: [{ name: "a", run: "sleep 1" }] })),
     );
     for (const n of names) await waitForFinished(ns, n, 60_000);
-    await sleep(500);
-    for (const n of names) expect((await podsOf(ns, n)).map((p) => p.metadata?.name)).toEqual([`${n}-1`]);
     const writes = [await counterValue(a, "statusWrites"), await counterValue(b, "statusWrites")];
     expect(writes.filter((w) => w === 0)).toHaveLength(1);
     const [leader, standby] = writes[0] === 0 ? [b, a] : [a, b];
+    // Every pass the leader makes after the runs finished has made its pods, if it makes any.
+    await reconciledAgain(leader, ns);
+    for (const n of names) {
+      expect((await podsOf(ns, n)).map((p) => p.metadata?.name)).toEqual([`${n}-1`]);
+      expect((await waitForFinished(ns, n)).status?.podAttempts).toBe(1);
+    }
+    expect(await passes(standby)).toBe(0);
     const coordination = kubeConfig.makeApiClient(
       (await import("@kubernetes/client-node")).CoordinationV1Api,
     );
@@ -270,7 +305,7 @@ describe("two controller replicas", () => {
     await createPlaybook(ns, "five", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
     const playbook = await waitForFinished(ns, "five", 60_000);
     expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
-    await runsCounted(standby, 1);
+    await runsCounted(standby, ns, 1);
   });
 });
 
@@ -292,7 +327,7 @@ describe("a leader whose connection to the API server freezes", () => {
     const standby = controllerFor([ns]);
     await createPlaybook(ns, "before", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
     await waitForFinished(ns, "before", 60_000);
-    await runsCounted(leader, 1);
+    await runsCounted(leader, ns, 1);
 
     proxy.freeze();
     const frozenAt = Date.now();
@@ -318,7 +353,7 @@ describe("a leader whose connection to the API server freezes", () => {
     await createPlaybook(ns, "after", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
     const playbook = await waitForFinished(ns, "after", 60_000);
     expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
-    await runsCounted(standby, 1);
+    await runsCounted(standby, ns, 1);
     expect(await counterValue(leader, "statusWrites")).toBe(leaderWrites);
   });
 });
@@ -351,15 +386,17 @@ describe("processes a task orphans", () => {
     const ns = await namespace("pb-orphans");
     controllerFor([ns]);
     const name = `orph${randomBytes(4).toString("hex")}`;
-    const spawned = path.join(mkdtempSync(path.join(tmpdir(), "orphans-")), "spawned");
+    const dir = mkdtempSync(path.join(tmpdir(), "orphans-"));
+    const spawned = path.join(dir, "spawned");
+    const release = path.join(dir, "release");
     await createPlaybook(ns, "orphans", {
       ceiling: "1m",
+      // The task goes on (so the run does) until the test has seen what became of its orphans.
       tasks: [
         {
           name: "spawn",
-          run: `cp "$(command -v sleep)" ./${name} && for i in 1 2 3; do (./${name} 0.05 &); done; touch ${spawned}`,
+          run: `cp "$(command -v sleep)" ./${name} && for i in 1 2 3; do (./${name} 3 &); done && touch ${spawned} && until [ -e ${release} ]; do sleep 0.1; done`,
         },
-        { name: "hold", run: "sleep 4" },
       ],
     });
     await eventually(
@@ -367,13 +404,21 @@ describe("processes a task orphans", () => {
       async () => (existsSync(spawned) ? true : undefined),
       60_000,
     );
-    // Each orphan sleeps 50ms and exits; unreaped, it would stay a zombie for the rest of the run.
+    // First that they exist: three live processes (each sleeps 3s, then exits)...
+    const live = () => processesNamed(name).filter((pid) => !zombiesNamed(name).includes(pid));
+    const orphans = await eventually("the three orphans to be seen alive", async () =>
+      live().length === 3 ? live() : undefined,
+    );
+    // ...then that they exited and were reaped while the run still went on: unreaped, each would
+    // stay a zombie until the pod ended.
     await eventually(
       "the orphans to exit and be reaped",
-      async () => (processesNamed(name).length === 0 ? true : undefined),
+      async () => (orphans.every((pid) => !existsSync(`/proc/${pid}`)) ? true : undefined),
       15_000,
     );
     expect(zombiesNamed(name)).toEqual([]);
+    expect((await getPlaybook(ns, "orphans")).status?.phase).toBe("Running");
+    writeFileSync(release, "");
     const playbook = await waitForFinished(ns, "orphans", 60_000);
     expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
   });

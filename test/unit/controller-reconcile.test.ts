@@ -644,12 +644,55 @@ describe("spec.cancel", () => {
       input({
         playbook: playbook({ cancel: true }, started()),
         pods: [pod(1, { deleting: true })],
-        now: at(31),
+        now: at(20),
       }),
     );
     expect(decision.actions).toEqual([]);
     expect(decision.finished).toBeUndefined();
+    // Looked at again when the wait for it ends (deleted at 1s: 30s later), not only on a change.
+    expect(decision.requeueAfterMs).toBe(11_000);
   });
+
+  /** The pod deleted at `requested` with `grace` seconds, held there (its node gone, a finalizer). */
+  const terminating = (requested: number, grace: number, nodeName?: string) => {
+    const stuck = pod(1, { startedAt: at(1), activeDeadlineSeconds: 30, ...(nodeName ? { nodeName } : {}) });
+    stuck.metadata = {
+      ...stuck.metadata,
+      deletionTimestamp: at(requested + grace).toISOString(),
+      deletionGracePeriodSeconds: grace,
+      finalizers: ["example.com/hold"],
+    };
+    return stuck;
+  };
+
+  it.each([
+    // The cancel's own deletion: killGrace 10s plus the 5s margin, then 30s for the node.
+    { name: "a pod on a node that is gone", grace: 15, nodeName: "node-1", giveUp: 77 + 15 + 30 },
+    // The API server removes an unscheduled pod at once (grace 0): only the 30s are waited.
+    { name: "a pod no node took", grace: 0, nodeName: undefined, giveUp: 77 + 30 },
+    // Someone else's deletion with a long grace: the runner still stops within killGrace.
+    { name: "a pod deleted with a longer grace", grace: 3600, nodeName: "node-1", giveUp: 77 + 15 + 30 },
+  ])(
+    "waits for $name to go until its grace and a margin passed, then settles Cancelled naming it",
+    ({ grace, nodeName, giveUp }) => {
+      const stuck = terminating(77, grace, nodeName);
+      const waiting = decide(input({ playbook: cancelled(), pods: [stuck], now: at(giveUp - 1) }));
+      expect(waiting.finished).toBeUndefined();
+      expect(waiting.actions).toEqual([]);
+      expect(waiting.requeueAfterMs).toBe(1000);
+
+      const decision = decide(input({ playbook: cancelled(), pods: [stuck], now: at(giveUp) }));
+      expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "Cancelled" });
+      expect(decision.status?.phase).toBe("Cancelled");
+      expect(decision.status?.podName).toBe("nightly-1");
+      expect(decision.finished?.reason).toBe("Cancelled");
+      expect(decision.actions).toEqual([]);
+      expect(succeeded(decision.status)?.message).toBe(
+        `the run was cancelled (spec.cancel); pod nightly-1 did not end in time: it was still terminating ${giveUp - 77}s after its deletion was requested (killGrace 10s (the default kill grace), a margin for the report and 30s for its node; finalizers example.com/hold, node ${nodeName ?? "none"}), so the run ended without the runner's report`,
+      );
+      expect(decision.events.map((e) => [e.type, e.reason])).toEqual([["Normal", "RunCancelled"]]);
+    },
+  );
 
   it.each([
     { name: "its pod is already gone", pods: [] },

@@ -108,7 +108,8 @@ rules:
   - apiGroups: [""]
     resources: [pods]
     verbs: [get, list, watch, create, delete, patch]
+  # A repeat of an event patches its count and lastTimestamp.
   - apiGroups: [""]
     resources: [events]
-    verbs: [create]
+    verbs: [create, patch]
 {{- end }}
