@@ -89,9 +89,13 @@ export function makeClients(kubeConfig: KubeConfig, callTimeoutMs = API_CALL_TIM
   return { kubeConfig, api: new ApiClient(kubeConfig, callTimeoutMs) };
 }
 
-/** The HTTP status the API server answered a failed call with. */
+/**
+ * The HTTP status the API server answered a failed call with: ApiError's numeric `code` (a
+ * network error's `code` is a string such as ECONNREFUSED).
+ */
 export function statusCodeOf(error: unknown): number | undefined {
-  return error instanceof ApiError ? error.code : undefined;
+  const code = error && typeof error === "object" ? (error as { code?: unknown }).code : undefined;
+  return typeof code === "number" ? code : undefined;
 }
 
 export const isNotFound = (error: unknown) => statusCodeOf(error) === 404;
