@@ -286,15 +286,16 @@ export class ApiClient {
             throw deadline.signal.aborted && !callerSignal?.aborted ? timedOut() : error;
           },
         );
-        if (response.statusCode !== 401 || attempt > 1) {
+        const answered = () => {
           // A call's body must also arrive by its deadline; a watch streams for as long as it lasts.
           if (kind === "watch") clearTimeout(timer);
           else response.once("close", () => clearTimeout(timer));
           return response;
-        }
+        };
+        if (response.statusCode !== 401 || attempt > 1) return answered();
         this.credentials.refresh();
         const renewed = await this.credentials.current(signal);
-        if (sameCredentials(renewed, credentials)) return response;
+        if (sameCredentials(renewed, credentials)) return answered();
         response.resume();
         credentials = renewed;
       }
