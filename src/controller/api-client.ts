@@ -1,13 +1,22 @@
-// The controller's REST client: the dozen calls it makes, each as client-node's generated code
-// sends it (method, path, query, content type), built on KubeConfig alone (auth, TLS, exec
-// plugins), so the generated API classes and their ~2,700 model modules need not be loaded.
+// The controller's REST client: the dozen calls it makes and its watches, each as client-node's
+// generated code sends it (method, path, query, content type), on KubeConfig's settings alone,
+// so the generated API classes and their ~2,700 model modules need not be loaded. Every call and
+// every watch goes through one agent, with the same credentials, proxy and User-Agent.
 import http from "node:http";
 import https from "node:https";
+import { createInterface } from "node:readline";
 import type { CoreV1Event, KubeConfig, V1Lease, V1Pod } from "@kubernetes/client-node";
 import { z } from "zod";
+import { ApiCredentials, type Credentials, type TlsMaterial } from "./api-credentials.js";
+import { type ProxyChoice, type ProxyEnv, proxyFor } from "./api-proxy.js";
 
 /** How long one API call may take unless it is given a shorter deadline. */
 export const API_CALL_TIMEOUT_MS = 30_000;
+/**
+ * How long a kept-alive connection may sit idle before the client closes it: well before the API
+ * server's own idle timeout (90 s) and the 60 s of common load balancers.
+ */
+export const IDLE_SOCKET_MS = 30_000;
 const USER_AGENT = "playbook-controller";
 const JSON_PATCH = "application/json-patch+json";
 
@@ -59,17 +68,37 @@ interface Call {
 
 const segment = encodeURIComponent;
 
+export interface ApiClientOptions {
+  /** The environment the proxy is taken from (HTTPS_PROXY, NO_PROXY...); process.env by default. */
+  env?: ProxyEnv;
+  idleSocketMs?: number;
+}
+
 export class ApiClient {
   readonly kubeConfig: KubeConfig;
   private readonly timeoutMs: number;
-  private agent: { agent: http.Agent; tls: string } | undefined;
+  private readonly idleSocketMs: number;
+  private readonly server: URL;
+  private readonly proxy: ProxyChoice | undefined;
+  private readonly credentials: ApiCredentials;
+  private agent: { agent: http.Agent; tls: TlsMaterial } | undefined;
+  private readonly retired = new Set<http.Agent>();
 
-  constructor(kubeConfig: KubeConfig, timeoutMs = API_CALL_TIMEOUT_MS) {
-    if (!kubeConfig.getCurrentCluster()) {
+  constructor(kubeConfig: KubeConfig, timeoutMs = API_CALL_TIMEOUT_MS, options: ApiClientOptions = {}) {
+    const cluster = kubeConfig.getCurrentCluster();
+    if (!cluster) {
       throw new Error("no Kubernetes cluster configured: set KUBECONFIG or run in a pod");
+    }
+    try {
+      this.server = new URL(cluster.server);
+    } catch {
+      throw new Error(`clusters[].cluster.server ${JSON.stringify(cluster.server)} is not a URL`);
     }
     this.kubeConfig = kubeConfig;
     this.timeoutMs = timeoutMs;
+    this.idleSocketMs = options.idleSocketMs ?? IDLE_SOCKET_MS;
+    this.proxy = proxyFor(this.server, cluster.proxyUrl || undefined, options.env ?? process.env);
+    this.credentials = new ApiCredentials(kubeConfig);
   }
 
   readNamespacedPod(args: { name: string; namespace: string }, options?: CallOptions): Promise<unknown> {
@@ -178,6 +207,36 @@ export class ApiClient {
     };
   }
 
+  /**
+   * A watch of the collection at `path`: each line of the stream is handed to `onLine` as it
+   * arrives; resolves when the server ends the stream, rejects with an ApiError when the server
+   * refuses it (with the Status message it sent) or when the connection breaks. The stream has no
+   * deadline of its own (the informer's watchdog decides when a watch went silent); the answer's
+   * headers must come within the call timeout.
+   */
+  async watch(
+    path: string,
+    query: Query,
+    handlers: { onOpen: () => void; onLine: (line: string) => void },
+    options: CallOptions & { signal: AbortSignal },
+  ): Promise<void> {
+    const url = this.url(path, { ...query, watch: true });
+    const response = await this.send("GET", url, undefined, "application/json", options.signal, "watch");
+    if (response.statusCode !== 200) {
+      throw errorOf("GET", url, response.statusCode ?? 0, await readText(response));
+    }
+    handlers.onOpen();
+    await new Promise<void>((resolve, reject) => {
+      // An aborted or reset stream errors here; the first settlement wins.
+      response.on("error", reject);
+      const lines = createInterface({ input: response, crlfDelay: Number.POSITIVE_INFINITY });
+      // readline passes the response's errors on to the interface too.
+      lines.on("error", reject);
+      lines.on("line", handlers.onLine);
+      lines.on("close", () => resolve());
+    });
+  }
+
   /** Sends one call and resolves to its JSON answer; an error status rejects with an ApiError. */
   async call({
     method,
@@ -188,53 +247,118 @@ export class ApiClient {
     options,
   }: Call): Promise<unknown> {
     const url = this.url(path, query);
-    const deadline = AbortSignal.timeout(this.timeoutMs);
-    const signal = options?.signal ? AbortSignal.any([options.signal, deadline]) : deadline;
     const payload = body === undefined ? undefined : JSON.stringify(body);
-    const connection = await this.connection();
-    // KubeConfig sets headers as a record (Authorization, Impersonate-User).
+    const response = await this.send(method, url, payload, contentType, options?.signal, "call");
+    // Text in the V8 heap, not one Buffer the size of the answer: a page of a list is
+    // megabytes, and malloc keeps what it once held where the garbage collector gives it back.
+    const text = await readText(response);
+    const status = response.statusCode ?? 0;
+    if (status >= 200 && status < 300) return parseJson(text);
+    throw errorOf(method, url, status, text);
+  }
+
+  /**
+   * One request on the shared agent, answered (headers read) within the call timeout. A 401 drops
+   * the cached credentials; when the new ones differ (a rotated token, a plugin's new
+   * credential), the request is sent once more with them, as client-go does.
+   */
+  private async send(
+    method: Call["method"],
+    url: URL,
+    payload: string | undefined,
+    contentType: string,
+    callerSignal: AbortSignal | undefined,
+    kind: "call" | "watch",
+  ): Promise<http.IncomingMessage> {
+    const deadline = new AbortController();
+    const timer = setTimeout(() => deadline.abort(), this.timeoutMs);
+    const signal = callerSignal ? AbortSignal.any([callerSignal, deadline.signal]) : deadline.signal;
+    const timedOut = () =>
+      new Error(`${method} ${url.pathname}: no answer within ${this.timeoutMs}ms (timeout)`);
+    try {
+      let credentials = await this.credentials.current(signal).catch((error: unknown) => {
+        throw deadline.signal.aborted && !callerSignal?.aborted ? timedOut() : error;
+      });
+      for (let attempt = 1; ; attempt++) {
+        const response = await this.request(method, url, payload, contentType, signal, credentials).catch(
+          (error: unknown) => {
+            // Say which deadline ended the call: the caller's signal, or the client's own.
+            throw deadline.signal.aborted && !callerSignal?.aborted ? timedOut() : error;
+          },
+        );
+        const answered = () => {
+          // A call's body must also arrive by its deadline; a watch streams for as long as it lasts.
+          if (kind === "watch") clearTimeout(timer);
+          else response.once("close", () => clearTimeout(timer));
+          return response;
+        };
+        if (response.statusCode !== 401 || attempt > 1) return answered();
+        this.credentials.refresh();
+        const renewed = await this.credentials.current(signal);
+        if (sameCredentials(renewed, credentials)) return answered();
+        response.resume();
+        credentials = renewed;
+      }
+    } catch (error) {
+      clearTimeout(timer);
+      throw error;
+    }
+  }
+
+  private async request(
+    method: Call["method"],
+    url: URL,
+    payload: string | undefined,
+    contentType: string,
+    signal: AbortSignal,
+    credentials: Credentials,
+  ): Promise<http.IncomingMessage> {
     const headers: http.OutgoingHttpHeaders = {
-      ...(connection.headers as http.OutgoingHttpHeaders | undefined),
+      ...credentials.headers,
       Accept: "application/json, */*;q=0.8",
       "Content-Type": contentType,
       "User-Agent": USER_AGENT,
     };
     if (payload !== undefined) headers["Content-Length"] = Buffer.byteLength(payload);
     const transport = url.protocol === "https:" ? https : http;
-    const answer = await new Promise<{ status: number; text: string }>((resolve, reject) => {
-      const request = transport.request(url, { ...connection, method, headers, signal }, (response) => {
-        // Text in the V8 heap, not one Buffer the size of the answer: a page of a list is
-        // megabytes, and malloc keeps what it once held where the garbage collector gives it back.
-        let text = "";
-        response.setEncoding("utf8");
-        response.on("data", (chunk: string) => {
-          text += chunk;
-        });
-        response.on("error", reject);
-        response.on("end", () => resolve({ status: response.statusCode ?? 0, text }));
-      });
-      request.on("error", (error) => {
-        // Say which deadline ended the call: the caller's signal, or the client's own.
-        if (deadline.aborted && !options?.signal?.aborted)
-          reject(new Error(`${method} ${url.pathname}: no answer within ${this.timeoutMs}ms (timeout)`));
-        else reject(error);
+    const agent = await this.agentFor(url, credentials.tls);
+    return new Promise<http.IncomingMessage>((resolve, reject) => {
+      const request = transport.request(
+        url,
+        {
+          method,
+          headers,
+          agent,
+          ...(credentials.auth ? { auth: credentials.auth } : {}),
+          // client-node's SOCKS agent takes the TLS settings from each request; the own agents
+          // have them already.
+          ...(this.proxy?.url.protocol.startsWith("socks") ? credentials.tls : {}),
+        },
+        (response) => {
+          answer = response;
+          response.once("close", () => signal.removeEventListener("abort", onAbort));
+          resolve(response);
+        },
+      );
+      let answer: http.IncomingMessage | undefined;
+      request.on("error", reject);
+      // Not the request's `signal` option: an abort after the answer was read would destroy the
+      // socket already back in the agent's pool, with an error nobody listens to.
+      const onAbort = () => {
+        if (!answer) request.destroy(abortReason(signal));
+        else if (!answer.complete) answer.destroy(abortReason(signal));
+      };
+      if (signal.aborted) onAbort();
+      else signal.addEventListener("abort", onAbort, { once: true });
+      request.once("close", () => {
+        if (!answer) signal.removeEventListener("abort", onAbort);
       });
       request.end(payload);
     });
-    const parsed = parseJson(answer.text);
-    if (answer.status >= 200 && answer.status < 300) return parsed;
-    const status = StatusSchema.safeParse(parsed);
-    const message = status.success && status.data.message ? status.data.message : answer.text.slice(0, 200);
-    throw new ApiError(
-      answer.status,
-      parsed === undefined ? answer.text : parsed,
-      `${method} ${url.pathname}: ${answer.status} ${message}`.trim(),
-    );
   }
 
   private url(path: string, query: Query | undefined): URL {
-    const server = this.kubeConfig.getCurrentCluster()?.server ?? "";
-    const url = new URL(server.replace(/\/+$/, "") + path);
+    const url = new URL(this.server.pathname.replace(/\/+$/, "") + path, this.server);
     for (const [key, value] of Object.entries(query ?? {})) {
       if (value !== undefined) url.searchParams.set(key, String(value));
     }
@@ -242,35 +366,76 @@ export class ApiClient {
   }
 
   /**
-   * The options of one request as KubeConfig gives them (its credentials are read each time, so
-   * a rotated token or an exec plugin's new one is used), on a kept-alive agent: client-node's
-   * own opened a new TLS connection for every call.
+   * The kept-alive agent for the current TLS settings: one per change of them (a rotated
+   * certificate or CA), so every call and watch after a rotation connects with the new ones.
+   * Idle sockets close after IDLE_SOCKET_MS, before the API server or a load balancer drops them
+   * (a request sent on a socket the other side is closing fails).
    */
-  private async connection(): Promise<https.RequestOptions> {
-    const options: https.RequestOptions = {};
-    await this.kubeConfig.applyToHTTPSOptions(options);
-    // A proxy needs client-node's agent for it.
-    if (this.kubeConfig.getCurrentCluster()?.proxyUrl) return options;
-    const { ca, cert, key, rejectUnauthorized, servername } = options;
-    const tls = JSON.stringify([ca, cert, key, rejectUnauthorized, servername].map(String));
-    if (this.agent?.tls !== tls) {
-      const previous = this.agent?.agent;
-      const secure = this.kubeConfig.getCurrentCluster()?.server.startsWith("https:") ?? true;
-      const agent = secure
-        ? new https.Agent({ keepAlive: true, ca, cert, key, rejectUnauthorized, servername })
-        : new http.Agent({ keepAlive: true });
-      this.agent = { agent, tls };
-      // Calls still on the old agent end by their deadline; then its sockets close.
-      if (previous) setTimeout(() => previous.destroy(), this.timeoutMs + 1000).unref();
+  private async agentFor(url: URL, tls: TlsMaterial): Promise<http.Agent> {
+    if (this.proxy?.url.protocol.startsWith("socks")) {
+      // Node's agents tunnel through HTTP proxies only: a SOCKS proxy-url keeps client-node's
+      // agent, which takes the TLS settings from each request.
+      const options: https.RequestOptions = {};
+      await this.kubeConfig.applyToHTTPSOptions(options);
+      if (options.agent instanceof http.Agent) return options.agent;
     }
-    return { ...options, agent: this.agent.agent };
+    if (this.agent?.tls === tls) return this.agent.agent;
+    const previous = this.agent?.agent;
+    const proxy = this.proxy;
+    const common = { keepAlive: true, timeout: this.idleSocketMs };
+    const proxyEnv = proxy
+      ? { [url.protocol === "https:" ? "HTTPS_PROXY" : "HTTP_PROXY"]: proxy.url.href }
+      : undefined;
+    const agent =
+      url.protocol === "https:"
+        ? new https.Agent({ ...common, ...tls, ...(proxyEnv ? { proxyEnv } : {}) })
+        : new http.Agent({ ...common, ...(proxyEnv ? { proxyEnv } : {}) });
+    this.agent = { agent, tls };
+    // Calls and watches still on the old agent end on their own; its idle sockets close.
+    if (previous) this.retired.add(previous);
+    return agent;
   }
 
   /** Closes the kept-alive connections. */
   close(): void {
     this.agent?.agent.destroy();
     this.agent = undefined;
+    for (const agent of this.retired) agent.destroy();
+    this.retired.clear();
   }
+}
+
+function abortReason(signal: AbortSignal): Error {
+  return signal.reason instanceof Error ? signal.reason : new Error("The operation was aborted");
+}
+
+function readText(response: http.IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let text = "";
+    response.setEncoding("utf8");
+    response.on("data", (chunk: string) => {
+      text += chunk;
+    });
+    response.on("error", reject);
+    response.on("end", () => resolve(text));
+  });
+}
+
+/** The ApiError of an answer with an error status: the Status message the server sent, or its text. */
+function errorOf(method: string, url: URL, status: number, text: string): ApiError {
+  const parsed = parseJson(text);
+  const statusBody = StatusSchema.safeParse(parsed);
+  const message =
+    statusBody.success && statusBody.data.message ? statusBody.data.message : text.trim().slice(0, 200);
+  return new ApiError(
+    status,
+    parsed === undefined ? text : parsed,
+    `${method} ${url.pathname}: ${status} ${message || http.STATUS_CODES[status] || ""}`.trim(),
+  );
+}
+
+function sameCredentials(a: Credentials, b: Credentials): boolean {
+  return a.headers.Authorization === b.headers.Authorization && a.tls === b.tls && a.auth === b.auth;
 }
 
 const LeaseSchema = z.looseObject({

@@ -324,7 +324,7 @@ export class PlaybookController {
       : `/apis/${GROUP}/${VERSION}/${PLURAL}`;
     const informer = new Informer<StoredPlaybook>({
       resource: "playbooks",
-      kubeConfig: this.clients.kubeConfig,
+      api: this.clients.api,
       watchPath: path,
       list: (cont) => api.listPage(path, { limit: LIST_PAGE, continue: cont }),
       parse: parseStoredPlaybook,
@@ -359,7 +359,7 @@ export class PlaybookController {
     const path = namespace ? `/api/v1/namespaces/${namespace}/pods` : "/api/v1/pods";
     const informer = new Informer<PodView>({
       resource: "pods",
-      kubeConfig: this.clients.kubeConfig,
+      api: this.clients.api,
       watchPath: path,
       labelSelector: POD_SELECTOR,
       list: (cont) => api.listPage(path, { limit: LIST_PAGE, continue: cont, labelSelector: POD_SELECTOR }),

@@ -2,24 +2,12 @@
 // it restarts the watch with backoff and jitter from the last resourceVersion, relists on
 // 410 Gone, restarts a watch that delivered nothing (not even a bookmark) for too long, and
 // hands every cached object to its handlers again on a periodic resync.
-import http from "node:http";
-import https from "node:https";
-import { createInterface } from "node:readline";
-import type { KubeConfig } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { z } from "zod";
 import { formatDuration } from "../api/duration.js";
+import type { ApiClient, ListPage } from "./api-client.js";
 import { WATCH_SECONDS_MIN } from "./config.js";
-
-/** One page of a list; `continue` names the next page, if there is one. */
-export interface ListPage {
-  items: unknown[];
-  resourceVersion: string;
-  continue?: string | undefined;
-}
-
-/** A list answered in one page. */
-export type ListResult = ListPage;
+import { apiErrorMessage, statusCodeOf } from "./kube.js";
 
 export interface InformerHandlers<T> {
   /** old is undefined for an object seen for the first time. */
@@ -30,7 +18,8 @@ export interface InformerHandlers<T> {
 export interface InformerOptions<T> {
   /** For logs and metrics, e.g. "pods". */
   resource: string;
-  kubeConfig: KubeConfig;
+  /** The client of every other call: the watch shares its connections, credentials and proxy. */
+  api: ApiClient;
   watchPath: string;
   labelSelector?: string;
   /**
@@ -100,10 +89,6 @@ export class Informer<T> {
 
   addHandlers(handlers: InformerHandlers<T>): void {
     this.handlers.push(handlers);
-  }
-
-  get hasSynced(): boolean {
-    return this.synced;
   }
 
   /**
@@ -210,14 +195,14 @@ export class Informer<T> {
               continue;
             }
             failures++;
-            log.warn({ resource, err: describeError(end.error) }, "Watch failed");
+            log.warn({ resource, err: apiErrorMessage(end.error) }, "Watch failed");
             this.setProblem(`watch failed: ${describeApiFailure(end.error)}`);
             this.options.onReconnect?.("error");
             break;
         }
       } catch (error) {
         failures++;
-        log.warn({ resource, err: describeError(error) }, "List failed");
+        log.warn({ resource, err: apiErrorMessage(error) }, "List failed");
         const what = !this.synced ? "list" : afterGone ? "relist after 410 Gone" : "relist";
         this.setProblem(`${what} failed: ${describeApiFailure(error)}`);
       }
@@ -295,7 +280,7 @@ export class Informer<T> {
   }
 
   private watchOnce(): Promise<WatchEnd> {
-    const { kubeConfig, watchPath, labelSelector, watchTimeoutMs } = this.options;
+    const { api, watchPath, labelSelector, watchTimeoutMs } = this.options;
     return new Promise<WatchEnd>((resolve) => {
       let settled = false;
       let lastEvent = Date.now();
@@ -316,29 +301,25 @@ export class Informer<T> {
         Math.min(10_000, Math.max(100, watchTimeoutMs / 4)),
       );
       watchdog.unref();
-      const cluster = kubeConfig.getCurrentCluster();
-      if (!cluster) return finish({ kind: "error", error: new Error("no Kubernetes cluster configured") });
-      const url = new URL(cluster.server + watchPath);
-      url.searchParams.set("watch", "true");
-      url.searchParams.set("resourceVersion", this.resourceVersion);
-      url.searchParams.set("allowWatchBookmarks", "true");
-      // The API server ends a healthy watch after this (well before the watchdog fires), so a
-      // quiet watch is renewed rather than mistaken for a silent one; jitter spreads the load.
-      url.searchParams.set(
-        "timeoutSeconds",
-        String(Math.floor(WATCH_SECONDS_MIN + WATCH_SECONDS_MIN * this.random())),
-      );
-      if (labelSelector) url.searchParams.set("labelSelector", labelSelector);
+      const query = {
+        resourceVersion: this.resourceVersion,
+        allowWatchBookmarks: true,
+        // The API server ends a healthy watch after this (well before the watchdog fires), so a
+        // quiet watch is renewed rather than mistaken for a silent one; jitter spreads the load.
+        timeoutSeconds: Math.floor(WATCH_SECONDS_MIN + WATCH_SECONDS_MIN * this.random()),
+        labelSelector: labelSelector || undefined,
+      };
       // A watch the server answered is a current cache again (after a failure or a silence).
       const opened = () => {
         if (this.synced && this.currentProblem !== GONE_PROBLEM) this.setProblem(undefined);
       };
-      streamLines(kubeConfig, url, controller.signal, opened, (line) => {
+      const onLine = (line: string) => {
         lastEvent = Date.now();
         if (settled) return;
         const event = WatchEventSchema.safeParse(parseJson(line));
         if (event.success) this.handleEvent(event.data.type, event.data.object, finish);
-      }).then(
+      };
+      api.watch(watchPath, query, { onOpen: opened, onLine }, { signal: controller.signal }).then(
         () => finish({ kind: "ended" }),
         (error: unknown) => finish({ kind: "error", error }),
       );
@@ -420,13 +401,7 @@ export class Informer<T> {
 }
 
 export function isGone(error: unknown): boolean {
-  const code = (error as { statusCode?: unknown; code?: unknown } | null)?.statusCode;
-  return code === 410 || (error as { code?: unknown } | null)?.code === 410;
-}
-
-export function describeError(error: unknown): string {
-  if (error instanceof Error) return error.message.split("\n")[0] ?? error.name;
-  return String(error);
+  return statusCodeOf(error) === 410;
 }
 
 const NETWORK_FAILURE =
@@ -435,9 +410,9 @@ const NETWORK_FAILURE =
 /** An API call's failure in words, saying when the API server could not be reached at all. */
 export function describeApiFailure(error: unknown): string {
   const code = (error as { code?: unknown } | null)?.code;
-  const text = describeError(error);
+  const text = apiErrorMessage(error);
   const cause = (error as { cause?: unknown } | null)?.cause;
-  const causeText = cause === undefined ? "" : describeError(cause);
+  const causeText = cause === undefined ? "" : apiErrorMessage(cause);
   if (
     (typeof code === "string" && NETWORK_FAILURE.test(code)) ||
     NETWORK_FAILURE.test(text) ||
@@ -454,46 +429,4 @@ function parseJson(line: string): unknown {
   } catch {
     return undefined;
   }
-}
-
-/**
- * One watch request, line by line: resolves when the server ends the stream, rejects on an HTTP
- * error or a broken connection. It has no inactivity timeout of its own (client-node's Watch
- * cuts a stream after 30 s without data, less than the API server's bookmark interval): the
- * informer's watchdog decides when a watch went silent.
- */
-async function streamLines(
-  kubeConfig: KubeConfig,
-  url: URL,
-  signal: AbortSignal,
-  onOpen: () => void,
-  onLine: (line: string) => void,
-): Promise<void> {
-  const options: https.RequestOptions = {};
-  await kubeConfig.applyToHTTPSOptions(options);
-  const transport = url.protocol === "https:" ? https : http;
-  await new Promise<void>((resolve, reject) => {
-    const request = transport.request(url, { ...options, method: "GET", signal }, (response) => {
-      // An aborted or reset stream errors here; the first settlement wins.
-      response.on("error", reject);
-      if (response.statusCode !== 200) {
-        response.resume();
-        const status = response.statusCode ?? 0;
-        reject(
-          Object.assign(new Error(`HTTP ${status} ${response.statusMessage ?? ""}`.trim()), {
-            statusCode: status,
-          }),
-        );
-        return;
-      }
-      onOpen();
-      const lines = createInterface({ input: response, crlfDelay: Number.POSITIVE_INFINITY });
-      // readline passes the response's errors on to the interface too.
-      lines.on("error", reject);
-      lines.on("line", onLine);
-      lines.on("close", () => resolve());
-    });
-    request.on("error", reject);
-    request.end();
-  });
 }

@@ -21,7 +21,8 @@ import {
   policyProblems,
   policyRules,
 } from "../api/policy.js";
-import { Informer, type ListPage } from "./informer.js";
+import type { ListPage } from "./api-client.js";
+import { Informer } from "./informer.js";
 import { apiErrorMessage, GROUP, isConflict, isNotFound, type KubeClients, VERSION } from "./kube.js";
 import type { ControllerMetrics } from "./metrics.js";
 import { keyOf, MetaSchema, type StoredPlaybook } from "./objects.js";
@@ -93,7 +94,7 @@ export class PolicyGovernor {
   private informer(namespace: string): Informer<StoredPolicy> {
     const informer = new Informer<StoredPolicy>({
       resource: POLICY_PLURAL,
-      kubeConfig: this.deps.clients.kubeConfig,
+      api: this.deps.clients.api,
       watchPath: namespace
         ? `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${POLICY_PLURAL}`
         : `/apis/${GROUP}/${VERSION}/${POLICY_PLURAL}`,

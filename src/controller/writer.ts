@@ -258,6 +258,9 @@ export class PlaybookWriter {
       // twice; the pod of that name is this run's only if this Playbook (its UID) controls it.
       if (isConflict(error)) return this.adoptExisting(action, target);
       const code = statusCodeOf(error);
+      // The controller's own credentials refused, or the API server shedding load: nothing about
+      // the pod or the namespace, so no refusal is shown on the run; the key is retried.
+      if (code === 401 || code === 429) throw error;
       const message = `could not create pod ${podName}: ${apiErrorMessage(error)}`;
       if (code === 422) {
         // An invalid pod stays invalid: the run ends.

@@ -55,7 +55,7 @@ function playbookInformer(page: (cont: string | undefined) => Promise<ListPage>)
   const watchPath = `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PLURAL}`;
   const informer = new Informer<Listed>({
     resource: "playbooks",
-    kubeConfig,
+    api,
     watchPath,
     list: page,
     parse: (raw) => {

@@ -8,6 +8,7 @@ import { KubeConfig } from "@kubernetes/client-node";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { parse } from "yaml";
+import { ApiClient } from "../../src/controller/api-client.js";
 import { Informer } from "../../src/controller/informer.js";
 import {
   type PodView,
@@ -83,7 +84,7 @@ describe("the controller's cache", () => {
     const kubeConfig = await watchServer({ type: "MODIFIED", object: playbook("watched", "3", applied) });
     const informer = new Informer<StoredPlaybook>({
       resource: "playbooks",
-      kubeConfig,
+      api: new ApiClient(kubeConfig),
       watchPath: "/apis/playbook.dev/v1alpha1/playbooks",
       list: async () => ({ items: [playbook("listed", "1", applied)], resourceVersion: "2" }),
       parse: parseStoredPlaybook,

@@ -5,7 +5,8 @@ import type { AddressInfo } from "node:net";
 import { KubeConfig } from "@kubernetes/client-node";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { Informer, type ListResult } from "../../src/controller/informer.js";
+import { ApiClient, type ListPage } from "../../src/controller/api-client.js";
+import { Informer } from "../../src/controller/informer.js";
 import { type PodView, parsePod } from "../../src/controller/objects.js";
 
 type Behaviour = (request: IncomingMessage, response: ServerResponse, query: URLSearchParams) => void;
@@ -50,16 +51,16 @@ afterEach(async () => {
   cleanup = [];
 });
 
-function startInformer(api: FakeApi, lists: (ListResult | Error)[], watchTimeoutMs = 60_000) {
+function startInformer(api: FakeApi, lists: (ListPage | Error)[], watchTimeoutMs = 60_000) {
   const counts = { lists: 0, reconnects: 0, relists: 0 };
   /** Each problem the informer reported, in order; undefined: current again. */
   const problems: (string | undefined)[] = [];
   const informer = new Informer<PodView>({
     resource: "pods",
-    kubeConfig: api.kubeConfig,
+    api: new ApiClient(api.kubeConfig),
     watchPath: "/api/v1/pods",
     list: async () => {
-      const list = lists[Math.min(counts.lists, lists.length - 1)] as ListResult | Error;
+      const list = lists[Math.min(counts.lists, lists.length - 1)] as ListPage | Error;
       counts.lists++;
       if (list instanceof Error) throw list;
       return list;

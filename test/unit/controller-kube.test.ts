@@ -2,8 +2,11 @@
 // sent, so the API server's audit log counts the same), the error facts the controller decides
 // on, and calls against a server that accepts the connection and never answers, as a dead path
 // or a frozen API server does.
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import {
   CoordinationV1Api,
   CoreV1Api,
@@ -15,6 +18,7 @@ import {
 } from "@kubernetes/client-node";
 import { afterEach, describe, expect, it } from "vitest";
 import { ApiClient } from "../../src/controller/api-client.js";
+import { ApiCredentials } from "../../src/controller/api-credentials.js";
 import {
   apiErrorMessage,
   isConflict,
@@ -25,9 +29,11 @@ import {
 
 let server: Server | undefined;
 afterEach(async () => {
-  server?.closeAllConnections();
-  await new Promise((resolve) => server?.close(resolve));
+  const running = server;
   server = undefined;
+  if (!running) return;
+  running.closeAllConnections();
+  await new Promise((resolve) => running.close(resolve));
 });
 
 function kubeConfigFor(port: number): KubeConfig {
@@ -296,5 +302,105 @@ describe("the controller's API client", () => {
     for (let i = 0; i < 3; i++) await api.readNamespacedPod({ name: "p", namespace: "ops" });
     api.close();
     expect(connections.count).toBe(1);
+  });
+});
+
+describe("a watch", () => {
+  it("goes out as the calls do: the same User-Agent, credentials and connection, and a trailing slash of the server dropped", async () => {
+    const seen: { path: string; userAgent?: string | undefined; authorization?: string | undefined }[] = [];
+    const connections = { count: 0 };
+    server = createServer((request, response) => {
+      const url = new URL(request.url ?? "/", "http://localhost");
+      seen.push({
+        path: url.pathname,
+        userAgent: request.headers["user-agent"],
+        authorization: request.headers.authorization,
+      });
+      response.writeHead(200, { "content-type": "application/json" });
+      if (url.searchParams.get("watch") === "true") response.end('{"type":"BOOKMARK","object":{}}\n');
+      else response.end('{"kind":"List","metadata":{"resourceVersion":"7"},"items":[]}');
+    });
+    server.on("connection", () => connections.count++);
+    await new Promise<void>((resolve) => server?.listen(0, "127.0.0.1", resolve));
+    const kubeConfig = new KubeConfig();
+    kubeConfig.loadFromOptions({
+      clusters: [
+        {
+          name: "c",
+          server: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`,
+          skipTLSVerify: true,
+        },
+      ],
+      users: [{ name: "u", token: "the-token" }],
+      contexts: [{ name: "c", cluster: "c", user: "u" }],
+      currentContext: "c",
+    });
+    const api = new ApiClient(kubeConfig);
+    const lines: string[] = [];
+    await api.listPage("/api/v1/pods", { limit: 1 });
+    await api.watch(
+      "/api/v1/pods",
+      { resourceVersion: "7" },
+      { onOpen: () => {}, onLine: (line) => lines.push(line) },
+      { signal: new AbortController().signal },
+    );
+    api.close();
+    expect(lines).toEqual(['{"type":"BOOKMARK","object":{}}']);
+    expect(seen).toEqual([
+      { path: "/api/v1/pods", userAgent: "playbook-controller", authorization: "Bearer the-token" },
+      { path: "/api/v1/pods", userAgent: "playbook-controller", authorization: "Bearer the-token" },
+    ]);
+    expect(connections.count).toBe(1);
+  });
+
+  it("refused says what the API server said", async () => {
+    const message =
+      'pods is forbidden: User "u" cannot watch resource "pods" in API group "" at the cluster scope';
+    const { kubeConfig } = await recordingApi(() => ({
+      status: 403,
+      body: { kind: "Status", status: "Failure", message, reason: "Forbidden", code: 403 },
+    }));
+    const api = new ApiClient(kubeConfig);
+    const refused = await api
+      .watch(
+        "/api/v1/pods",
+        {},
+        { onOpen: () => {}, onLine: () => {} },
+        { signal: new AbortController().signal },
+      )
+      .catch((error: unknown) => error);
+    api.close();
+    expect(statusCodeOf(refused)).toBe(403);
+    expect(apiErrorMessage(refused)).toBe(`403 ${message}`);
+  });
+});
+
+describe("the TLS settings", () => {
+  it("are read from their files once per change, not on every call", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "pb-tls-"));
+    const caFile = path.join(dir, "ca.crt");
+    writeFileSync(caFile, "first CA");
+    const kubeConfig = new KubeConfig();
+    kubeConfig.loadFromOptions({
+      clusters: [{ name: "c", server: "https://127.0.0.1:6443", caFile, skipTLSVerify: false }],
+      users: [{ name: "u", token: "t" }],
+      contexts: [{ name: "c", cluster: "c", user: "u" }],
+      currentContext: "c",
+    });
+    const credentials = new ApiCredentials(kubeConfig);
+    try {
+      const first = await credentials.current();
+      const again = await credentials.current();
+      // The same object, the same bytes: nothing was read again, and the connections stay.
+      expect(again.tls).toBe(first.tls);
+      expect(again.tls.ca).toBe(first.tls.ca);
+      writeFileSync(`${caFile}.new`, "rotated CA");
+      renameSync(`${caFile}.new`, caFile);
+      const rotated = await credentials.current();
+      expect(rotated.tls).not.toBe(first.tls);
+      expect(rotated.tls.ca?.toString()).toBe("rotated CA");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
