@@ -1,0 +1,183 @@
+// Holding a run's processes with what the kernel offers, so that nothing a task starts outlives
+// the run however it detached (a new session, a double fork, a cleared or rewritten environment,
+// an unreadable /proc/PID/environ). The process group kill and the PLAYBOOK_ATTEMPT_ID sweep find
+// what stayed in the group or kept the cookie; this is the fence for the rest.
+//
+// What is used, in order:
+// 1. cgroup: a cgroup v2 sub-group of the runner's own cgroup, for the run alone. Every task's
+//    shell joins it before it runs anything, so every process a task starts is in it and stays
+//    in it (only its owner can move a process out). At the end of the run `cgroup.kill` ends
+//    all of it at once. Needs a writable cgroup v2 hierarchy with `cgroup.kill` (Linux 5.14):
+//    root, or a cgroup delegated to the user (a systemd user session gives one).
+// 2. none: the group kill and the cookie sweep only, and the run says so.
+//
+// Every task also starts with `oom_score_adj` 1000 (its children inherit it): under memory
+// pressure the kernel's OOM killer picks a task's process before the runner, so the report
+// survives. Raising one's own value needs no privilege.
+import { mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { performance } from "node:perf_hooks";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { ContainmentKind } from "../api/report.js";
+
+export type { ContainmentKind };
+
+export interface Containment {
+  kind: ContainmentKind;
+  /** a sentence for the run's progress: what holds the run's processes */
+  description: string;
+  /** how to start a task's shell: it joins the containment and raises its oom_score_adj first */
+  command(run: string): { file: string; args: string[] };
+  /** live processes inside (none for `none`) */
+  members(): number[];
+  /** SIGKILLs everything inside and waits, until `until` (a performance.now() value), for it to be empty */
+  killAll(until: number): Promise<boolean>;
+  /** removes what was made for the run; call once everything inside is gone */
+  close(): void;
+}
+
+/** The OOM killer's preference for a task's processes: the highest there is. */
+export const TASK_OOM_SCORE_ADJ = 1000;
+
+const RAISE_OOM = `echo ${TASK_OOM_SCORE_ADJ} > /proc/self/oom_score_adj 2>/dev/null`;
+
+/** A task's shell with no containment: only the OOM preference, then the task. */
+const PLAIN_WRAPPER = `${RAISE_OOM}; exec sh -c "$1"`;
+/**
+ * Joins the cgroup whose cgroup.procs is $1 before anything of the task runs, then becomes the
+ * task's shell (same pid, so the group and the pid the runner holds stay the leader's). A task
+ * that could not join is not run: the run promised to hold it.
+ */
+const CGROUP_WRAPPER =
+  `${RAISE_OOM}; ` +
+  `if ! echo $$ 2>/dev/null > "$1"; then echo "playbook: could not join the run's cgroup ($1); the task is not run" >&2; exit 125; fi; ` +
+  `exec sh -c "$2"`;
+
+const NONE_DESCRIPTION =
+  "none: no cgroup v2 sub-group could be made here, so only the process group kill and the " +
+  "PLAYBOOK_ATTEMPT_ID sweep end what tasks leave; a process that leaves its group and drops " +
+  "or hides its environment can outlive the run";
+
+/** Where this process's cgroup v2 directory is, or null (no cgroup v2 hierarchy mounted). */
+export function ownCgroupDir(): string | null {
+  let mount: string | undefined;
+  try {
+    // mountinfo: "id parent major:minor root mountpoint options ... - cgroup2 source options"
+    for (const line of readFileSync("/proc/self/mountinfo", "utf8").split("\n")) {
+      const [left, right] = line.split(" - ");
+      if (right?.startsWith("cgroup2 ")) {
+        const fields = left?.split(" ") ?? [];
+        // A mount of the hierarchy's root only: a namespaced mount of a sub-tree has its own root.
+        if (fields[3] === "/") {
+          mount = unescapeMount(fields[4] ?? "");
+          break;
+        }
+      }
+    }
+  } catch {
+    return null;
+  }
+  if (!mount) return null;
+  let path: string | undefined;
+  try {
+    for (const line of readFileSync("/proc/self/cgroup", "utf8").split("\n")) {
+      if (line.startsWith("0::")) path = line.slice(3);
+    }
+  } catch {
+    return null;
+  }
+  if (path === undefined) return null;
+  return path === "/" ? mount : `${mount}${path}`;
+}
+
+/** mountinfo escapes space, tab, newline and backslash as octal. */
+function unescapeMount(field: string): string {
+  return field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(Number.parseInt(octal, 8)));
+}
+
+function readPids(file: string): number[] {
+  try {
+    return readFileSync(file, "latin1")
+      .split("\n")
+      .filter((line) => line !== "")
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** A cgroup v2 sub-group for the run, or the reason there is none. */
+function makeRunCgroup(runId: string): { dir: string } | { problem: string } {
+  const parent = ownCgroupDir();
+  if (parent === null) return { problem: "no cgroup v2 hierarchy is mounted" };
+  const dir = `${parent}/playbook-${runId}`;
+  try {
+    mkdirSync(dir);
+  } catch (error) {
+    return { problem: `cannot make ${dir}: ${(error as NodeJS.ErrnoException).code ?? error}` };
+  }
+  try {
+    readFileSync(`${dir}/cgroup.events`);
+    // cgroup.kill is write-only: its presence is what is checked (Linux 5.14 and later).
+    writeFileSync(`${dir}/cgroup.kill`, "", { flag: "r+" });
+  } catch (error) {
+    rmdirSync(dir);
+    const code = (error as NodeJS.ErrnoException).code;
+    return { problem: `${dir} has no usable cgroup.kill (${code ?? error})` };
+  }
+  return { dir };
+}
+
+/**
+ * What holds this run's processes. `PLAYBOOK_CONTAINMENT=none` (read from the runner's own
+ * environment, never a task's) turns the cgroup off, to see how a machine without one behaves.
+ */
+export function openContainment(runId: string, env: NodeJS.ProcessEnv = process.env): Containment {
+  const wanted = env.PLAYBOOK_CONTAINMENT;
+  const made = wanted === "none" ? { problem: "PLAYBOOK_CONTAINMENT=none" } : makeRunCgroup(runId);
+  if ("problem" in made) {
+    return {
+      kind: "none",
+      description: `${NONE_DESCRIPTION} (${made.problem})`,
+      command: (run) => ({ file: "sh", args: ["-c", PLAIN_WRAPPER, "sh", run] }),
+      members: () => [],
+      killAll: async () => true,
+      close: () => {},
+    };
+  }
+  const { dir } = made;
+  const procs = `${dir}/cgroup.procs`;
+  const populated = () => {
+    try {
+      return /^populated 1$/m.test(readFileSync(`${dir}/cgroup.events`, "latin1"));
+    } catch {
+      return false;
+    }
+  };
+  return {
+    kind: "cgroup",
+    description: `a cgroup v2 sub-group of its own (${dir}), ended with cgroup.kill when the run ends`,
+    command: (run) => ({ file: "sh", args: ["-c", CGROUP_WRAPPER, "sh", procs, run] }),
+    members: () => readPids(procs),
+    async killAll(until) {
+      if (!populated()) return true;
+      try {
+        writeFileSync(`${dir}/cgroup.kill`, "1");
+      } catch {
+        // Gone already: nothing inside to kill.
+        return !populated();
+      }
+      while (performance.now() < until) {
+        if (!populated()) return true;
+        await sleep(5);
+      }
+      return !populated();
+    },
+    close() {
+      try {
+        rmdirSync(dir);
+      } catch {
+        // Still populated (a process in D state) or gone: the kernel keeps or drops it.
+      }
+    },
+  };
+}

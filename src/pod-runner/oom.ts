@@ -1,0 +1,52 @@
+// Telling that the kernel's OOM killer ended a task's process: the count of OOM kills of the
+// runner's memory cgroup (a pod's container, which the tasks share), else of the whole machine,
+// read before and after an attempt. The runner outlived the kill (it raised its tasks'
+// oom_score_adj, see containment.ts), so a kill in between was one of the task's.
+import { readFileSync } from "node:fs";
+import { ownCgroupDir } from "./containment.js";
+
+function fieldOf(file: string, name: string): number | null {
+  try {
+    const match = new RegExp(`^${name} (\\d+)$`, "m").exec(readFileSync(file, "latin1"));
+    return match ? Number(match[1]) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The memory cgroup (v1) this process is in, or null. */
+function ownMemoryCgroupV1(): string | null {
+  try {
+    for (const line of readFileSync("/proc/self/cgroup", "utf8").split("\n")) {
+      const [, controllers, path] = line.split(":");
+      if (controllers?.split(",").includes("memory") && path !== undefined) {
+        return `/sys/fs/cgroup/memory${path === "/" ? "" : path}`;
+      }
+    }
+  } catch {
+    // no /proc
+  }
+  return null;
+}
+
+export interface OomCounter {
+  /** where the count comes from, for the message */
+  scope: string;
+  read: () => number | null;
+}
+
+/** The narrowest OOM kill count this process can read: its memory cgroup's, else the machine's. */
+export function oomCounter(): OomCounter | null {
+  const v2 = ownCgroupDir();
+  if (v2 !== null && fieldOf(`${v2}/memory.events`, "oom_kill") !== null) {
+    return { scope: "its memory cgroup", read: () => fieldOf(`${v2}/memory.events`, "oom_kill") };
+  }
+  const v1 = ownMemoryCgroupV1();
+  if (v1 !== null && fieldOf(`${v1}/memory.oom_control`, "oom_kill") !== null) {
+    return { scope: "its memory cgroup", read: () => fieldOf(`${v1}/memory.oom_control`, "oom_kill") };
+  }
+  if (fieldOf("/proc/vmstat", "oom_kill") !== null) {
+    return { scope: "the machine", read: () => fieldOf("/proc/vmstat", "oom_kill") };
+  }
+  return null;
+}

@@ -1,0 +1,185 @@
+// Nothing a task starts outlives a local run, however it detached: the tricks real daemons use
+// (double fork into a new session, a cleared environment, argv and environment rewritten in
+// place, made non-dumpable, nohup), none of which keeps the PLAYBOOK_ATTEMPT_ID cookie where a
+// sweep can read it. The run holds them in a cgroup of its own and says which containment it had.
+import { spawnSync } from "node:child_process";
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { stringify } from "yaml";
+import { decodeReport } from "../../src/api/report.js";
+import { ownCgroupDir } from "../../src/pod-runner/containment.js";
+import { CLI, type CliResult, startCli } from "../support/cli.js";
+
+/** A cgroup v2 sub-group can be made here: the machine this suite's cgroup tests need. */
+function cgroupWritable(): boolean {
+  const dir = ownCgroupDir();
+  if (dir === null) return false;
+  const probe = join(dir, `containment-probe-${process.pid}`);
+  return (
+    spawnSync("sh", [
+      "-c",
+      `mkdir "${probe}" && test -e "${probe}/cgroup.kill"; s=$?; rmdir "${probe}"; exit $s`,
+    ]).status === 0
+  );
+}
+const withCgroup = cgroupWritable();
+
+interface Escaper {
+  name: string;
+  /** starts a process that leaves the task behind and writes its pid to $D/<name>.pid */
+  start: string;
+}
+
+// Each one writes its own pid (the one that stays) and holds none of the task's pipes.
+const ESCAPERS: Escaper[] = [
+  {
+    name: "double-fork-env-i",
+    start: `(setsid env -i sh -c 'echo $$ > "$0/double-fork-env-i.pid"; exec sleep 60' "$D" </dev/null >/dev/null 2>&1 &)`,
+  },
+  {
+    name: "nohup-setsid",
+    start: `(nohup setsid env -i sh -c 'echo $$ > "$0/nohup-setsid.pid"; exec sleep 61' "$D" </dev/null >/dev/null 2>&1 &)`,
+  },
+  {
+    // A perl daemon: double fork, setsid, then $0 overwritten far past argv (perl uses the
+    // environment's memory for it, so /proc/PID/environ no longer holds the cookie) and
+    // PR_SET_DUMPABLE 0 (prctl is syscall 157 on x86_64), which makes /proc/PID/environ
+    // unreadable to anyone without CAP_SYS_PTRACE.
+    name: "perl-daemon",
+    start: `perl -MPOSIX -e 'fork and exit; POSIX::setsid(); fork and exit; open(my $f, ">", "$ENV{D}/perl-daemon.pid"); print $f $$; close $f; %ENV = (); $0 = "x" x 4096; syscall(157, 4, 0) if $^O eq "linux"; open(STDIN, "<", "/dev/null"); open(STDOUT, ">", "/dev/null"); open(STDERR, ">", "/dev/null"); sleep 62' </dev/null >/dev/null 2>&1`,
+  },
+];
+
+/** State and start time of a process, or null when it is gone (a zombie counts as gone). */
+function processState(pid: number): { state: string; start: string } | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const state = fields[0] ?? "?";
+    if (state === "Z" || state === "X") return null;
+    return { state, start: fields[19] ?? "" };
+  } catch {
+    return null;
+  }
+}
+
+let started: number[] = [];
+afterEach(() => {
+  // A failing run must not leave its escapers for a minute.
+  for (const pid of started) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // gone
+    }
+  }
+  started = [];
+});
+
+function manifest(dir: string, tasks: object[]): string {
+  const file = join(dir, "playbook.yaml");
+  writeFileSync(
+    file,
+    stringify({
+      apiVersion: "playbook.dev/v1alpha1",
+      kind: "Playbook",
+      metadata: { name: "escapers" },
+      spec: { killGrace: "1s", tasks },
+    }),
+  );
+  return file;
+}
+
+/**
+ * A run whose first task starts every escaper and whose second checks, from inside the run, that
+ * each is alive and carries no readable cookie. Returns the CLI's result, the report and the
+ * escapers' pids with their start times (as seen while the run ran).
+ */
+async function runEscapers(env: NodeJS.ProcessEnv = {}) {
+  const dir = mkdtempSync(join(tmpdir(), "containment-"));
+  chmodSync(dir, 0o777);
+  const check = [
+    // The perl daemon writes its pid after two forks: wait for every pid file.
+    `for n in ${ESCAPERS.map((e) => e.name).join(" ")}; do i=0; while [ ! -s "$D/$n.pid" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; done`,
+    `for f in "$D"/*.pid; do p=$(cat "$f"); if kill -0 "$p" 2>/dev/null; then if grep -q PLAYBOOK_ATTEMPT_ID "/proc/$p/environ" 2>/dev/null; then echo "cookie $f"; else echo "alive without cookie $(basename "$f" .pid)"; fi; fi; done`,
+  ].join("\n");
+  const file = manifest(dir, [
+    { name: "detach", run: ESCAPERS.map((e) => e.start).join("\n"), env: [{ name: "D", value: dir }] },
+    { name: "check", run: check, env: [{ name: "D", value: dir }] },
+  ]);
+  const reportFile = join(dir, "report.json");
+  const result: CliResult = await startCli(["run", "-f", file, "--report", reportFile], { env });
+  const pids = readdirSync(dir)
+    .filter((name) => name.endsWith(".pid"))
+    .map((name) => Number(readFileSync(join(dir, name), "utf8").trim()));
+  started.push(...pids);
+  const report = existsSync(reportFile) ? decodeReport(readFileSync(reportFile, "utf8")) : null;
+  return { result, report, pids };
+}
+
+describe("containment of a local run", () => {
+  // Skipped only where it cannot hold: a cgroup v2 sub-group needs a writable (root or
+  // delegated) cgroup v2 hierarchy with cgroup.kill; the fallback is tested below.
+  it.skipIf(!withCgroup)(
+    "ends escapers that left the group and dropped, rewrote or hid their environment, and says it held them in a cgroup",
+    async () => {
+      const { result, report, pids } = await runEscapers();
+      // They existed while the run ran, each without a cookie a sweep could read.
+      for (const escaper of ESCAPERS) {
+        expect(result.stdout).toContain(`[check] alive without cookie ${escaper.name}`);
+      }
+      expect(result.stdout).not.toContain("[check] cookie");
+      expect(pids).toHaveLength(ESCAPERS.length);
+      expect(result.code).toBe(0);
+      // And none outlives the run.
+      expect(pids.filter((pid) => processState(pid) !== null)).toEqual([]);
+      expect(result.stderr).toMatch(/playbook: containment: a cgroup v2 sub-group of its own \(\S+\)/);
+      expect(report?.ct).toBe("cgroup");
+    },
+  );
+
+  it("says clearly when it has no containment, and still ends what kept the cookie", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "containment-"));
+    const pidFile = join(dir, "kept.pid");
+    const file = manifest(dir, [
+      { name: "service", run: `setsid sleep 63 </dev/null >/dev/null 2>&1 & echo $! > ${pidFile}` },
+    ]);
+    const reportFile = join(dir, "report.json");
+    const result = await startCli(["run", "-f", file, "--report", reportFile], {
+      env: { PLAYBOOK_CONTAINMENT: "none" },
+    });
+    const pid = Number(readFileSync(pidFile, "utf8"));
+    started.push(pid);
+    expect(result.code).toBe(0);
+    expect(result.stderr).toContain(
+      "playbook: containment: none: no cgroup v2 sub-group could be made here, so only the process group kill and the PLAYBOOK_ATTEMPT_ID sweep end what tasks leave; a process that leaves its group and drops or hides its environment can outlive the run (PLAYBOOK_CONTAINMENT=none)",
+    );
+    expect(result.stderr).toContain("playbook: ended 1 process(es) that tasks left running");
+    expect(decodeReport(readFileSync(reportFile, "utf8")).ct).toBe("none");
+    expect(processState(pid)).toBeNull();
+  });
+
+  // Skipped only where the suite is not root: it becomes another user to meet a cgroup it may not write.
+  it.skipIf(process.getuid?.() !== 0)(
+    "falls back to no containment for a user who may not make a cgroup, and names why",
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "containment-"));
+      chmodSync(dir, 0o777);
+      const file = manifest(dir, [{ name: "hello", run: "echo hello" }]);
+      const result = spawnSync(
+        "setpriv",
+        ["--reuid=65534", "--regid=65534", "--clear-groups", process.execPath, CLI, "run", "-f", file],
+        { encoding: "utf8", env: { PATH: process.env.PATH, HOME: dir } },
+      );
+      expect(result.status).toBe(0);
+      const own = ownCgroupDir();
+      expect(result.stderr).toContain(
+        `playbook: containment: none: no cgroup v2 sub-group could be made here`,
+      );
+      if (own !== null) expect(result.stderr).toMatch(/\(cannot make \S+: EACCES\)/);
+      expect(result.stdout).toContain("[hello] hello");
+    },
+  );
+});
