@@ -57,9 +57,10 @@ export type ReportTask = z.infer<typeof ReportTaskSchema>;
 
 /**
  * What held a run's processes so that nothing outlived it: a cgroup of its own ended with
- * cgroup.kill, or nothing but the process group kill and the environment-cookie sweep.
+ * cgroup.kill, a child subreaper that every orphan of the run is re-parented to, or nothing but
+ * the process group kill and the environment-cookie sweep.
  */
-export const CONTAINMENTS = ["cgroup", "none"] as const;
+export const CONTAINMENTS = ["cgroup", "subreaper", "none"] as const;
 export type ContainmentKind = (typeof CONTAINMENTS)[number];
 
 export const RunnerReportSchema = z.strictObject({

@@ -9,7 +9,10 @@
 //    in it (only its owner can move a process out). At the end of the run `cgroup.kill` ends
 //    all of it at once. Needs a writable cgroup v2 hierarchy with `cgroup.kill` (Linux 5.14):
 //    root, or a cgroup delegated to the user (a systemd user session gives one).
-// 2. none: the group kill and the cookie sweep only, and the run says so.
+// 2. subreaper: `playbook run` started again as the child of a child subreaper (subreaper.ts), so
+//    every orphan of the run is re-parented to it and found by ancestry; what the runner does not
+//    end, the subreaper ends once the runner has exited.
+// 3. none: the group kill and the cookie sweep only, and the run says so.
 //
 // Every task also starts with `oom_score_adj` 1000 (its children inherit it): under memory
 // pressure the kernel's OOM killer picks a task's process before the runner, so the report
@@ -18,6 +21,8 @@ import { mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ContainmentKind } from "../api/report.js";
+import { sendSignal } from "./process-table.js";
+import { descendantsOf, subreaperPid } from "./subreaper.js";
 
 export type { ContainmentKind };
 
@@ -53,7 +58,7 @@ const CGROUP_WRAPPER =
   `exec sh -c "$2"`;
 
 const NONE_DESCRIPTION =
-  "none: no cgroup v2 sub-group could be made here, so only the process group kill and the " +
+  "none: neither a cgroup v2 sub-group of its own nor a child subreaper, so only the process group kill and the " +
   "PLAYBOOK_ATTEMPT_ID sweep end what tasks leave; a process that leaves its group and drops " +
   "or hides its environment can outlive the run";
 
@@ -127,6 +132,14 @@ function makeRunCgroup(runId: string): { dir: string } | { problem: string } {
   return { dir };
 }
 
+/** Whether a run here can have a cgroup v2 sub-group of its own (made and removed again to see). */
+export function cgroupAvailable(): boolean {
+  const made = makeRunCgroup(`probe-${process.pid}`);
+  if ("problem" in made) return false;
+  rmdirSync(made.dir);
+  return true;
+}
+
 /**
  * What holds this run's processes. `PLAYBOOK_CONTAINMENT=none` (read from the runner's own
  * environment, never a task's) turns the cgroup off, to see how a machine without one behaves.
@@ -134,6 +147,25 @@ function makeRunCgroup(runId: string): { dir: string } | { problem: string } {
 export function openContainment(runId: string, env: NodeJS.ProcessEnv = process.env): Containment {
   const wanted = env.PLAYBOOK_CONTAINMENT;
   const made = wanted === "none" ? { problem: "PLAYBOOK_CONTAINMENT=none" } : makeRunCgroup(runId);
+  const reaper = wanted === "none" ? null : subreaperPid(env);
+  if ("problem" in made && reaper !== null) {
+    const members = () => descendantsOf(reaper, process.pid);
+    return {
+      kind: "subreaper",
+      description: `a child subreaper (pid ${reaper}; no cgroup: ${made.problem}): every process the tasks orphan is re-parented to it and ended with the run`,
+      command: (run) => ({ file: "sh", args: ["-c", PLAIN_WRAPPER, "sh", run] }),
+      members,
+      async killAll(until) {
+        for (let left = members(); left.length > 0; left = members()) {
+          for (const pid of left) sendSignal(pid, "SIGKILL");
+          if (performance.now() >= until) return false;
+          await sleep(5);
+        }
+        return true;
+      },
+      close: () => {},
+    };
+  }
   if ("problem" in made) {
     return {
       kind: "none",

@@ -2,7 +2,7 @@
 // (double fork into a new session, a cleared environment, argv and environment rewritten in
 // place, made non-dumpable, nohup), none of which keeps the PLAYBOOK_ATTEMPT_ID cookie where a
 // sweep can read it. The run holds them in a cgroup of its own and says which containment it had.
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -25,6 +25,7 @@ function cgroupWritable(): boolean {
   );
 }
 const withCgroup = cgroupWritable();
+const withPerl = spawnSync("perl", ["-e", "1"]).status === 0;
 
 interface Escaper {
   name: string;
@@ -97,7 +98,7 @@ function manifest(dir: string, tasks: object[]): string {
  * each is alive and carries no readable cookie. Returns the CLI's result, the report and the
  * escapers' pids with their start times (as seen while the run ran).
  */
-async function runEscapers(env: NodeJS.ProcessEnv = {}) {
+async function runEscapers(env: NodeJS.ProcessEnv = {}, asNobody = false) {
   const dir = mkdtempSync(join(tmpdir(), "containment-"));
   chmodSync(dir, 0o777);
   const check = [
@@ -110,7 +111,8 @@ async function runEscapers(env: NodeJS.ProcessEnv = {}) {
     { name: "check", run: check, env: [{ name: "D", value: dir }] },
   ]);
   const reportFile = join(dir, "report.json");
-  const result: CliResult = await startCli(["run", "-f", file, "--report", reportFile], { env });
+  const args = ["run", "-f", file, "--report", reportFile];
+  const result: CliResult = asNobody ? await startAsNobody(args, dir) : await startCli(args, { env });
   const pids = readdirSync(dir)
     .filter((name) => name.endsWith(".pid"))
     .map((name) => Number(readFileSync(join(dir, name), "utf8").trim()));
@@ -119,22 +121,44 @@ async function runEscapers(env: NodeJS.ProcessEnv = {}) {
   return { result, report, pids };
 }
 
+/** The CLI as user nobody (65534), who may not make a cgroup here. */
+function startAsNobody(args: string[], home: string): Promise<CliResult> {
+  const child = spawn(
+    "setpriv",
+    ["--reuid=65534", "--regid=65534", "--clear-groups", process.execPath, CLI, ...args],
+    { env: { PATH: process.env.PATH, HOME: home }, stdio: ["ignore", "pipe", "pipe"] },
+  );
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  child.stderr.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
+
+/** Each escaper existed while the run ran without a cookie a sweep could read, and none outlives it. */
+function expectHeldAndEnded(run: Awaited<ReturnType<typeof runEscapers>>): void {
+  for (const escaper of ESCAPERS) {
+    expect(run.result.stdout).toContain(`[check] alive without cookie ${escaper.name}`);
+  }
+  expect(run.result.stdout).not.toContain("[check] cookie");
+  expect(run.pids).toHaveLength(ESCAPERS.length);
+  expect(run.result.code).toBe(0);
+  expect(run.pids.filter((pid) => processState(pid) !== null)).toEqual([]);
+}
+
 describe("containment of a local run", () => {
   // Skipped only where it cannot hold: a cgroup v2 sub-group needs a writable (root or
   // delegated) cgroup v2 hierarchy with cgroup.kill; the fallback is tested below.
   it.skipIf(!withCgroup)(
     "ends escapers that left the group and dropped, rewrote or hid their environment, and says it held them in a cgroup",
     async () => {
-      const { result, report, pids } = await runEscapers();
-      // They existed while the run ran, each without a cookie a sweep could read.
-      for (const escaper of ESCAPERS) {
-        expect(result.stdout).toContain(`[check] alive without cookie ${escaper.name}`);
-      }
-      expect(result.stdout).not.toContain("[check] cookie");
-      expect(pids).toHaveLength(ESCAPERS.length);
-      expect(result.code).toBe(0);
-      // And none outlives the run.
-      expect(pids.filter((pid) => processState(pid) !== null)).toEqual([]);
+      const run = await runEscapers();
+      expectHeldAndEnded(run);
+      const { result, report } = run;
       expect(result.stderr).toMatch(/playbook: containment: a cgroup v2 sub-group of its own \(\S+\)/);
       expect(report?.ct).toBe("cgroup");
     },
@@ -154,32 +178,66 @@ describe("containment of a local run", () => {
     started.push(pid);
     expect(result.code).toBe(0);
     expect(result.stderr).toContain(
-      "playbook: containment: none: no cgroup v2 sub-group could be made here, so only the process group kill and the PLAYBOOK_ATTEMPT_ID sweep end what tasks leave; a process that leaves its group and drops or hides its environment can outlive the run (PLAYBOOK_CONTAINMENT=none)",
+      "playbook: containment: none: neither a cgroup v2 sub-group of its own nor a child subreaper, so only the process group kill and the PLAYBOOK_ATTEMPT_ID sweep end what tasks leave; a process that leaves its group and drops or hides its environment can outlive the run (PLAYBOOK_CONTAINMENT=none)",
     );
     expect(result.stderr).toContain("playbook: ended 1 process(es) that tasks left running");
     expect(decodeReport(readFileSync(reportFile, "utf8")).ct).toBe("none");
     expect(processState(pid)).toBeNull();
   });
 
-  // Skipped only where the suite is not root: it becomes another user to meet a cgroup it may not write.
-  it.skipIf(process.getuid?.() !== 0)(
-    "falls back to no containment for a user who may not make a cgroup, and names why",
+  // Skipped only where the suite is not root (it becomes another user, who may not make a
+  // cgroup here) or there is no perl (the subreaper is a few lines of it).
+  it.skipIf(process.getuid?.() !== 0 || !withPerl)(
+    "holds them with a child subreaper for a user who may not make a cgroup, and says why",
+    async () => {
+      const run = await runEscapers({}, true);
+      expectHeldAndEnded(run);
+      expect(run.result.stderr).toMatch(
+        /playbook: containment: a child subreaper \(pid \d+; no cgroup: (cannot make \S+: EACCES|no cgroup v2 hierarchy is mounted)\): every process the tasks orphan is re-parented to it and ended with the run/,
+      );
+      expect(run.report?.ct).toBe("subreaper");
+    },
+  );
+
+  // Skipped as the one above.
+  it.skipIf(process.getuid?.() !== 0 || !withPerl)(
+    "ends what the tasks left even when the runner itself is killed (SIGKILL), through the subreaper",
     async () => {
       const dir = mkdtempSync(join(tmpdir(), "containment-"));
       chmodSync(dir, 0o777);
-      const file = manifest(dir, [{ name: "hello", run: "echo hello" }]);
-      const result = spawnSync(
+      const escaper = ESCAPERS[0] as Escaper;
+      const file = manifest(dir, [
+        { name: "detach", run: `${escaper.start}\necho ready; sleep 60`, env: [{ name: "D", value: dir }] },
+      ]);
+      const child = spawn(
         "setpriv",
         ["--reuid=65534", "--regid=65534", "--clear-groups", process.execPath, CLI, "run", "-f", file],
-        { encoding: "utf8", env: { PATH: process.env.PATH, HOME: dir } },
+        { env: { PATH: process.env.PATH, HOME: dir }, stdio: ["ignore", "pipe", "pipe"] },
       );
-      expect(result.status).toBe(0);
-      const own = ownCgroupDir();
-      expect(result.stderr).toContain(
-        `playbook: containment: none: no cgroup v2 sub-group could be made here`,
+      const closed = new Promise<string | null>((resolve) =>
+        child.on("close", (_code, signal) => resolve(signal)),
       );
-      if (own !== null) expect(result.stderr).toMatch(/\(cannot make \S+: EACCES\)/);
-      expect(result.stdout).toContain("[hello] hello");
+      child.stderr.resume();
+      await new Promise<void>((resolve) =>
+        child.stdout.on("data", (chunk: Buffer) => chunk.toString().includes("[detach] ready") && resolve()),
+      );
+      const pidFile = join(dir, `${escaper.name}.pid`);
+      while (!existsSync(pidFile) || readFileSync(pidFile, "utf8").trim() === "") {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      const escaped = Number(readFileSync(pidFile, "utf8"));
+      started.push(escaped);
+      expect(processState(escaped)).not.toBeNull();
+      // The runner is the subreaper's (the CLI process's) child.
+      const [runner] = readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, "utf8")
+        .trim()
+        .split(" ")
+        .map(Number);
+      expect(readFileSync(`/proc/${runner}/cmdline`, "utf8")).toContain("run\0-f");
+      process.kill(runner as number, "SIGKILL");
+      // The CLI ends as its runner did, and nothing of the run is left.
+      expect(await closed).toBe("SIGKILL");
+      expect(processState(escaped)).toBeNull();
     },
   );
 });
