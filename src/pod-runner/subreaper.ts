@@ -91,12 +91,16 @@ export function relaunchUnderSubreaper(preferred: () => boolean): void {
   if (preferred()) return;
   const perl = onPath("perl");
   if (perl === null || typeof process.execve !== "function") return;
-  process.execve(
-    perl,
-    ["perl", "-e", SCRIPT, "--", process.execPath, ...process.execArgv, ...process.argv.slice(1)],
-    // Marks the relaunched runner as one that has had its chance, even if the subreaper fails.
-    { ...env, [SUBREAPER_VAR]: "" },
-  );
+  try {
+    process.execve(
+      perl,
+      ["perl", "-e", SCRIPT, "--", process.execPath, ...process.execArgv, ...process.argv.slice(1)],
+      // Marks the relaunched runner as one that has had its chance, even if the subreaper fails.
+      { ...env, [SUBREAPER_VAR]: "" },
+    );
+  } catch {
+    // Not started (a perl that cannot be run): the run goes on here, and says it has no containment.
+  }
 }
 
 /** The subreaper this runner was started under (its pid), or null. */
