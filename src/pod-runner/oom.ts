@@ -39,14 +39,17 @@ export interface OomCounter {
 export function oomCounter(): OomCounter | null {
   const v2 = ownCgroupDir();
   if (v2 !== null && fieldOf(`${v2}/memory.events`, "oom_kill") !== null) {
-    return { scope: "its memory cgroup", read: () => fieldOf(`${v2}/memory.events`, "oom_kill") };
+    return { scope: "in the runner's memory cgroup", read: () => fieldOf(`${v2}/memory.events`, "oom_kill") };
   }
   const v1 = ownMemoryCgroupV1();
   if (v1 !== null && fieldOf(`${v1}/memory.oom_control`, "oom_kill") !== null) {
-    return { scope: "its memory cgroup", read: () => fieldOf(`${v1}/memory.oom_control`, "oom_kill") };
+    return {
+      scope: "in the runner's memory cgroup",
+      read: () => fieldOf(`${v1}/memory.oom_control`, "oom_kill"),
+    };
   }
   if (fieldOf("/proc/vmstat", "oom_kill") !== null) {
-    return { scope: "the machine", read: () => fieldOf("/proc/vmstat", "oom_kill") };
+    return { scope: "on this machine", read: () => fieldOf("/proc/vmstat", "oom_kill") };
   }
   return null;
 }

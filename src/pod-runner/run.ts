@@ -173,7 +173,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         });
         const oomAfter = oom?.read() ?? null;
         if (oom && oomBefore !== null && oomAfter !== null && oomAfter > oomBefore) {
-          result.outOfMemory = `the kernel's OOM killer ended ${oomAfter - oomBefore} process(es) of ${oom.scope} during the attempt`;
+          result.outOfMemory = `the kernel's OOM killer ended ${oomAfter - oomBefore} process(es) ${oom.scope} during the attempt`;
         }
         if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);
         if (result.pipes) openPipes.push(result.pipes);

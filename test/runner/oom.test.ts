@@ -128,7 +128,7 @@ describe("a task that runs into the memory limit", () => {
       expect(report.reason).toBe("TaskFailed");
       expect(report.tasks[0]).toMatchObject({ p: "Failed", x: 137 });
       expect(report.tasks[0]?.m).toMatch(
-        /^out of memory: the kernel's OOM killer ended \d+ process\(es\) of its memory cgroup during the attempt \(SIGKILL\)/,
+        /^out of memory: the kernel's OOM killer ended \d+ process\(es\) in the runner's memory cgroup during the attempt \(SIGKILL\)/,
       );
       expect(report.tasks[1]).toMatchObject({ p: "Skipped" });
       expect(stderr).toMatch(/playbook: task hog Failed in \S+ \(exit code 137\)/);

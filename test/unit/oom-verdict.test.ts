@@ -18,7 +18,7 @@ function started(): PlaybookStatus {
 }
 
 const OOM_DETAIL =
-  "out of memory: the kernel's OOM killer ended 1 process(es) of its memory cgroup during the attempt (SIGKILL)";
+  "out of memory: the kernel's OOM killer ended 1 process(es) in the runner's memory cgroup during the attempt (SIGKILL)";
 
 describe("an OOM kill in a pod", () => {
   it("of a task: the runner's report decides, TaskFailed with the OOM kill named, though the kubelet says OOMKilled", () => {
