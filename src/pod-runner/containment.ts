@@ -62,36 +62,60 @@ const NONE_DESCRIPTION =
   "PLAYBOOK_ATTEMPT_ID sweep end what tasks leave; a process that leaves its group and drops " +
   "or hides its environment can outlive the run";
 
-/** Where this process's cgroup v2 directory is, or null (no cgroup v2 hierarchy mounted). */
-export function ownCgroupDir(): string | null {
-  let mount: string | undefined;
-  try {
-    // mountinfo: "id parent major:minor root mountpoint options ... - cgroup2 source options"
-    for (const line of readFileSync("/proc/self/mountinfo", "utf8").split("\n")) {
-      const [left, right] = line.split(" - ");
-      if (right?.startsWith("cgroup2 ")) {
-        const fields = left?.split(" ") ?? [];
-        // A mount of the hierarchy's root only: a namespaced mount of a sub-tree has its own root.
-        if (fields[3] === "/") {
-          mount = unescapeMount(fields[4] ?? "");
-          break;
-        }
-      }
-    }
-  } catch {
-    return null;
-  }
-  if (!mount) return null;
+/**
+ * The directory of this process's cgroup in a hierarchy: of cgroup v2 (`controller` undefined),
+ * or of the cgroup v1 hierarchy with that controller. Null when none is mounted where this process
+ * can see its own cgroup (a container shows a mount of its own cgroup only, whose root is the
+ * container's path: the path is taken relative to it).
+ */
+export function ownCgroupDirOf(controller?: string): string | null {
   let path: string | undefined;
+  let mounts: string;
   try {
     for (const line of readFileSync("/proc/self/cgroup", "utf8").split("\n")) {
-      if (line.startsWith("0::")) path = line.slice(3);
+      // "id:controllers:path"; the path may itself hold ':'.
+      const [id = "", controllers = ""] = line.split(":", 2);
+      if (line.length <= id.length + controllers.length + 1) continue;
+      const matches =
+        controller === undefined
+          ? id === "0" && controllers === ""
+          : controllers.split(",").includes(controller);
+      if (matches) path = line.slice(id.length + controllers.length + 2);
     }
+    mounts = readFileSync("/proc/self/mountinfo", "utf8");
   } catch {
     return null;
   }
   if (path === undefined) return null;
-  return path === "/" ? mount : `${mount}${path}`;
+  // mountinfo: "id parent major:minor root mountpoint options ... - fstype source super-options"
+  for (const line of mounts.split("\n")) {
+    const [left, right] = line.split(" - ");
+    const [fstype, , options] = right?.split(" ") ?? [];
+    const wanted =
+      controller === undefined
+        ? fstype === "cgroup2"
+        : fstype === "cgroup" && (options ?? "").split(",").includes(controller);
+    if (!wanted) continue;
+    const fields = left?.split(" ") ?? [];
+    const root = unescapeMount(fields[3] ?? "");
+    const mountpoint = unescapeMount(fields[4] ?? "");
+    const inside =
+      root === "/"
+        ? path
+        : path === root
+          ? "/"
+          : path.startsWith(`${root}/`)
+            ? path.slice(root.length)
+            : null;
+    if (inside === null) continue;
+    return inside === "/" ? mountpoint : `${mountpoint}${inside}`;
+  }
+  return null;
+}
+
+/** Where this process's cgroup v2 directory is, or null (no cgroup v2 hierarchy mounted). */
+export function ownCgroupDir(): string | null {
+  return ownCgroupDirOf();
 }
 
 /** mountinfo escapes space, tab, newline and backslash as octal. */

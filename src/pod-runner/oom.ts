@@ -3,7 +3,7 @@
 // read before and after an attempt. The runner outlived the kill (it raised its tasks'
 // oom_score_adj, see containment.ts), so a kill in between was one of the task's.
 import { readFileSync } from "node:fs";
-import { ownCgroupDir } from "./containment.js";
+import { ownCgroupDir, ownCgroupDirOf } from "./containment.js";
 
 function fieldOf(file: string, name: string): number | null {
   try {
@@ -12,21 +12,6 @@ function fieldOf(file: string, name: string): number | null {
   } catch {
     return null;
   }
-}
-
-/** The memory cgroup (v1) this process is in, or null. */
-function ownMemoryCgroupV1(): string | null {
-  try {
-    for (const line of readFileSync("/proc/self/cgroup", "utf8").split("\n")) {
-      const [, controllers, path] = line.split(":");
-      if (controllers?.split(",").includes("memory") && path !== undefined) {
-        return `/sys/fs/cgroup/memory${path === "/" ? "" : path}`;
-      }
-    }
-  } catch {
-    // no /proc
-  }
-  return null;
 }
 
 export interface OomCounter {
@@ -41,7 +26,7 @@ export function oomCounter(): OomCounter | null {
   if (v2 !== null && fieldOf(`${v2}/memory.events`, "oom_kill") !== null) {
     return { scope: "in the runner's memory cgroup", read: () => fieldOf(`${v2}/memory.events`, "oom_kill") };
   }
-  const v1 = ownMemoryCgroupV1();
+  const v1 = ownCgroupDirOf("memory");
   if (v1 !== null && fieldOf(`${v1}/memory.oom_control`, "oom_kill") !== null) {
     return {
       scope: "in the runner's memory cgroup",
