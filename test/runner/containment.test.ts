@@ -240,4 +240,51 @@ describe("containment of a local run", () => {
       expect(processState(escaped)).toBeNull();
     },
   );
+
+  // Skipped as the ones above. A Ctrl-C at a terminal reaches the runner and its subreaper alike
+  // (one process group): the subreaper must not pass it on, or the runner sees it twice and kills
+  // without the grace.
+  it.skipIf(process.getuid?.() !== 0 || !withPerl)(
+    "cancels once, with the grace, on a Ctrl-C at a terminal under the subreaper",
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "containment-"));
+      chmodSync(dir, 0o777);
+      const file = manifest(dir, [
+        { name: "wait", run: "trap 'echo got TERM; exit 0' TERM; echo up; while :; do sleep 0.1; done" },
+      ]);
+      const command = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        process.execPath,
+        CLI,
+        "run",
+        "-f",
+        file,
+      ]
+        .map((word) => `'${word}'`)
+        .join(" ");
+      // util-linux `script` runs it on a pseudo-terminal and types what it reads on its stdin there.
+      const child = spawn("script", ["-qfec", command, "/dev/null"], {
+        env: { PATH: process.env.PATH, HOME: dir, TERM: "dumb" },
+        stdio: ["pipe", "pipe", "pipe"],
+      });
+      let screen = "";
+      let typed = false;
+      child.stdout.on("data", (chunk: Buffer) => {
+        screen += chunk.toString();
+        if (!typed && screen.includes("[wait] up")) {
+          typed = true;
+          child.stdin.write("\x03");
+        }
+      });
+      const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
+      expect(screen).toContain("playbook: containment: a child subreaper");
+      expect(screen.match(/received SIGINT/g)).toEqual(["received SIGINT"]);
+      expect(screen).toContain("[wait] got TERM");
+      expect(screen).toMatch(/wait {2}Cancelled in \S+ \(Exited/);
+      expect(code).toBe(130);
+    },
+  );
 });
