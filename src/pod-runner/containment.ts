@@ -7,7 +7,9 @@
 // 1. cgroup: a cgroup v2 sub-group of the runner's own cgroup, for the run alone. Every task's
 //    shell joins it before it runs anything, so every process a task starts is in it and stays
 //    in it (only its owner can move a process out). At the end of the run `cgroup.kill` ends
-//    all of it at once. Needs a writable cgroup v2 hierarchy with `cgroup.kill` (Linux 5.14):
+//    all of it at once. A small anchor process holds the cgroup while the run lives, so that an
+//    empty one is known to be a dead runner's (killed before it could remove it): each run
+//    removes those it finds next to its own. Needs a writable cgroup v2 hierarchy with `cgroup.kill` (Linux 5.14):
 //    root, or a cgroup delegated to the user (a systemd user session gives one).
 // 2. subreaper: `playbook run` started again as the child of a child subreaper (subreaper.ts), so
 //    every orphan of the run is re-parented to it and found by ancestry; what the runner does not
@@ -17,8 +19,11 @@
 // Every task also starts with `oom_score_adj` 1000 (its children inherit it): under memory
 // pressure the kernel's OOM killer picks a task's process before the runner, so the report
 // survives. Raising one's own value needs no privilege.
-import { mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { dirname } from "node:path";
 import { performance } from "node:perf_hooks";
+import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ContainmentKind } from "../api/report.js";
 import { sendSignal } from "./process-table.js";
@@ -134,6 +139,63 @@ function readPids(file: string): number[] {
   }
 }
 
+/** The name of a run's cgroup: `playbook-<run id>` (a probe's is not one). */
+const RUN_CGROUP = /^playbook-[0-9a-f]+-[0-9a-f]{8}$/;
+
+/**
+ * Removes the cgroups of runs that are over: a live run's always holds its anchor, so an empty
+ * one was left by a runner that could not remove it (killed by SIGKILL). A non-empty one is left
+ * alone (rmdir refuses it anyway).
+ */
+function removeStaleRunCgroups(parent: string): void {
+  let names: string[];
+  try {
+    names = readdirSync(parent);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    if (!RUN_CGROUP.test(name)) continue;
+    try {
+      if (/^populated 0$/m.test(readFileSync(`${parent}/${name}/cgroup.events`, "latin1"))) {
+        rmdirSync(`${parent}/${name}`);
+      }
+    } catch {
+      // gone meanwhile, or populated again
+    }
+  }
+}
+
+/**
+ * A cgroup's anchor: a process that holds it for the run's life, so that a live run's cgroup is
+ * never empty, even between tasks. It reads a pipe only the runner writes to, and ends when the
+ * runner does (EOF), however the runner ends. In a session of its own: a Ctrl-C is not for it.
+ */
+function startAnchor(procs: string): ChildProcess | null {
+  let anchor: ChildProcess;
+  try {
+    anchor = spawn("sh", ["-c", "read _ || :"], {
+      detached: true,
+      stdio: ["pipe", "ignore", "ignore"],
+      env: { PATH: process.env.PATH },
+    });
+  } catch {
+    return null;
+  }
+  anchor.on("error", () => {});
+  if (anchor.pid === undefined) return null;
+  try {
+    writeFileSync(procs, String(anchor.pid));
+  } catch {
+    anchor.kill("SIGKILL");
+    return null;
+  }
+  // Neither keeps the runner's event loop alive.
+  anchor.unref();
+  (anchor.stdin as (Writable & { unref?: () => void }) | null)?.unref?.();
+  return anchor;
+}
+
 /** A cgroup v2 sub-group for the run, or the reason there is none. */
 function makeRunCgroup(runId: string): { dir: string } | { problem: string } {
   const parent = ownCgroupDir();
@@ -160,7 +222,11 @@ function makeRunCgroup(runId: string): { dir: string } | { problem: string } {
 export function cgroupAvailable(): boolean {
   const made = makeRunCgroup(`probe-${process.pid}`);
   if ("problem" in made) return false;
-  rmdirSync(made.dir);
+  try {
+    rmdirSync(made.dir);
+  } catch {
+    // gone already
+  }
   return true;
 }
 
@@ -168,9 +234,18 @@ export function cgroupAvailable(): boolean {
  * What holds this run's processes. `PLAYBOOK_CONTAINMENT=none` (read from the runner's own
  * environment, never a task's) turns the cgroup off, to see how a machine without one behaves.
  */
-export function openContainment(runId: string, env: NodeJS.ProcessEnv = process.env): Containment {
+export function openContainment(
+  runId: string,
+  env: NodeJS.ProcessEnv = process.env,
+  noCgroup?: string,
+): Containment {
   const wanted = env.PLAYBOOK_CONTAINMENT;
-  const made = wanted === "none" ? { problem: "PLAYBOOK_CONTAINMENT=none" } : makeRunCgroup(runId);
+  const made =
+    noCgroup !== undefined
+      ? { problem: noCgroup }
+      : wanted === "none"
+        ? { problem: "PLAYBOOK_CONTAINMENT=none" }
+        : makeRunCgroup(runId);
   const reaper = wanted === "none" ? null : subreaperPid(env);
   if ("problem" in made && reaper !== null) {
     const members = () => descendantsOf(reaper, process.pid);
@@ -179,13 +254,11 @@ export function openContainment(runId: string, env: NodeJS.ProcessEnv = process.
       description: `a child subreaper (pid ${reaper}; no cgroup: ${made.problem}): every process the tasks orphan is re-parented to it and ended with the run`,
       command: (run) => ({ file: "sh", args: ["-c", PLAIN_WRAPPER, "sh", run] }),
       members,
-      async killAll(until) {
-        for (let left = members(); left.length > 0; left = members()) {
-          for (const pid of left) sendSignal(pid, "SIGKILL");
-          if (performance.now() >= until) return false;
-          await sleep(5);
-        }
-        return true;
+      // One pass: the sweep has looked and killed until its bound already, and what is left
+      // then (another user's, or in D state) the subreaper ends once the runner has exited.
+      async killAll() {
+        for (const pid of members()) sendSignal(pid, "SIGKILL");
+        return members().length === 0;
       },
       close: () => {},
     };
@@ -202,6 +275,16 @@ export function openContainment(runId: string, env: NodeJS.ProcessEnv = process.
   }
   const { dir } = made;
   const procs = `${dir}/cgroup.procs`;
+  const anchor = startAnchor(procs);
+  if (anchor === null) {
+    try {
+      rmdirSync(dir);
+    } catch {
+      // removed by another run's look for stale ones: it was empty
+    }
+    return openContainment(runId, env, `could not hold ${dir} (its anchor did not start or join)`);
+  }
+  removeStaleRunCgroups(dirname(dir));
   const populated = () => {
     try {
       return /^populated 1$/m.test(readFileSync(`${dir}/cgroup.events`, "latin1"));
@@ -213,7 +296,7 @@ export function openContainment(runId: string, env: NodeJS.ProcessEnv = process.
     kind: "cgroup",
     description: `a cgroup v2 sub-group of its own (${dir}), ended with cgroup.kill when the run ends`,
     command: (run) => ({ file: "sh", args: ["-c", CGROUP_WRAPPER, "sh", procs, run] }),
-    members: () => readPids(procs),
+    members: () => readPids(procs).filter((pid) => pid !== anchor.pid),
     async killAll(until) {
       if (!populated()) return true;
       try {

@@ -232,6 +232,8 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         ? { count: 0, warnings: [] }
         : await sweepLeftovers(sweep, containment);
     if (swept.count > 0) emit({ type: "leftovers-killed", ...swept });
+    // The containment's own (a cgroup's anchor) go too, and with them the cgroup.
+    await containment.killAll(performance.now() + 5000);
     containment.close();
     // Everything that could hold a pipe is dead now: what it queued comes out before the report.
     await drainPipes(openPipes, options.hurrySignal);

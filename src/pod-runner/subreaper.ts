@@ -53,7 +53,8 @@ sub left {
   }
   return @found;
 }
-my $until = time + 5;
+# Bounded: what SIGKILL does not end at once (another user's, D state) it will not end later.
+my $until = time + 1;
 while (my @left = left()) {
   kill "KILL", @left;
   1 while waitpid(-1, POSIX::WNOHANG()) > 0;

@@ -287,4 +287,44 @@ describe("containment of a local run", () => {
       expect(code).toBe(130);
     },
   );
+
+  // Skipped as the first.
+  it.skipIf(!withCgroup)(
+    "removes the empty cgroup a runner killed by SIGKILL left, at the next run",
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "containment-"));
+      const file = manifest(dir, [
+        { name: "hold", run: `echo $$ > ${dir}/task.pid; echo ready; exec sleep 60` },
+      ]);
+      const child = spawn(process.execPath, [CLI, "run", "-f", file], {
+        env: { PATH: process.env.PATH, HOME: process.env.HOME },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let stderr = "";
+      child.stderr.on("data", (chunk: Buffer) => {
+        stderr += chunk.toString();
+      });
+      const closed = new Promise((resolve) => child.on("close", resolve));
+      await new Promise<void>((resolve) =>
+        child.stdout.on("data", (chunk: Buffer) => chunk.toString().includes("[hold] ready") && resolve()),
+      );
+      const cgroup = /containment: a cgroup v2 sub-group of its own \((\S+)\)/.exec(stderr)?.[1] as string;
+      expect(existsSync(cgroup)).toBe(true);
+      // The runner dies without its clean-up; its task (sleep, the group leader) is ended by hand,
+      // and its anchor ends by itself.
+      const task = Number(readFileSync(join(dir, "task.pid"), "utf8"));
+      started.push(task);
+      process.kill(child.pid as number, "SIGKILL");
+      await closed;
+      process.kill(task, "SIGKILL");
+      for (let i = 0; i < 100 && readFileSync(join(cgroup, "cgroup.procs"), "utf8").trim() !== ""; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(readFileSync(join(cgroup, "cgroup.events"), "utf8")).toContain("populated 0");
+      // The next run finds it empty, and removes it.
+      const next = await startCli(["run", "-f", manifest(dir, [{ name: "hello", run: "echo hello" }])]);
+      expect(next.code).toBe(0);
+      expect(existsSync(cgroup)).toBe(false);
+    },
+  );
 });
