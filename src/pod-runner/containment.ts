@@ -27,7 +27,7 @@ import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ContainmentKind } from "../api/report.js";
 import { sendSignal } from "./process-table.js";
-import { descendantsOf, subreaperPid } from "./subreaper.js";
+import { descendantsOf, maySignal, subreaperPid } from "./subreaper.js";
 
 export type { ContainmentKind };
 
@@ -296,7 +296,8 @@ export function openContainment(
     kind: "cgroup",
     description: `a cgroup v2 sub-group of its own (${dir}), ended with cgroup.kill when the run ends`,
     command: (run) => ({ file: "sh", args: ["-c", CGROUP_WRAPPER, "sh", procs, run] }),
-    members: () => readPids(procs).filter((pid) => pid !== anchor.pid),
+    // Not what this process may not signal: cgroup.kill ends those at the end.
+    members: () => readPids(procs).filter((pid) => pid !== anchor.pid && maySignal(pid)),
     async killAll(until) {
       if (!populated()) return true;
       try {

@@ -110,7 +110,26 @@ export function subreaperPid(env: NodeJS.ProcessEnv = process.env): number | nul
   return pid > 1 && pid === process.ppid ? pid : null;
 }
 
-/** Live processes under `root` (by parent, recursively), other than `except` (the runner itself). */
+/**
+ * Whether this process may signal `pid`: root may; others when their real or effective uid is
+ * the target's real or saved one (kill(2)). A task that became another user (sudo) is not
+ * looked for again and again until a bound: nothing but its own end can end it.
+ */
+export function maySignal(pid: number): boolean {
+  const euid = process.geteuid?.();
+  const ruid = process.getuid?.();
+  if (euid === undefined || euid === 0) return true;
+  try {
+    const line = /^Uid:\t(\d+)\t\d+\t(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "latin1"));
+    if (!line) return true;
+    const ids = [Number(line[1]), Number(line[2])];
+    return ids.includes(euid) || ids.includes(ruid as number);
+  } catch {
+    return false;
+  }
+}
+
+/** Live processes under `root` (by parent, recursively), other than `except` (the runner itself), that this process may signal. */
 export function descendantsOf(root: number, except: number): number[] {
   const children = new Map<number, number[]>();
   const zombie = new Set<number>();
@@ -139,7 +158,7 @@ export function descendantsOf(root: number, except: number): number[] {
       todo.push(...(children.get(pid) ?? []));
       continue;
     }
-    if (!zombie.has(pid)) found.push(pid);
+    if (!zombie.has(pid) && maySignal(pid)) found.push(pid);
     todo.push(...(children.get(pid) ?? []));
   }
   return found;
