@@ -55,6 +55,14 @@ export const ReportTaskSchema = z.strictObject({
 });
 export type ReportTask = z.infer<typeof ReportTaskSchema>;
 
+/**
+ * What held a run's processes so that nothing outlived it: a cgroup of its own ended with
+ * cgroup.kill, a child subreaper that every orphan of the run is re-parented to, or nothing but
+ * the process group kill and the environment-cookie sweep.
+ */
+export const CONTAINMENTS = ["cgroup", "subreaper", "none"] as const;
+export type ContainmentKind = (typeof CONTAINMENTS)[number];
+
 export const RunnerReportSchema = z.strictObject({
   v: z.literal(REPORT_VERSION),
   phase: z.enum(["Succeeded", "Failed", "Cancelled"]),
@@ -62,6 +70,8 @@ export const RunnerReportSchema = z.strictObject({
   start: z.iso.datetime(),
   end: z.iso.datetime(),
   tasks: z.array(ReportTaskSchema),
+  /** what held the run's processes; absent when the runner did not say */
+  ct: z.enum(CONTAINMENTS).optional(),
   /** how far the encoder had to compact to fit; absent when nothing was dropped */
   c: z.number().int().min(1).optional(),
 });
@@ -89,6 +99,8 @@ export interface RunOutcome {
   startTime: Date;
   completionTime: Date;
   tasks: TaskOutcome[];
+  /** what held the run's processes (see src/pod-runner/containment.ts) */
+  containment?: ContainmentKind;
 }
 
 function truncate(text: string, max: number): string {
@@ -140,6 +152,7 @@ export function encodeReport(outcome: RunOutcome, maxBytes = REPORT_MAX_BYTES): 
     start: outcome.startTime.toISOString(),
     end: outcome.completionTime.toISOString(),
     tasks: outcome.tasks.map((task) => toReportTask(task, start)),
+    ...(outcome.containment ? { ct: outcome.containment } : {}),
   };
   const fits = (report: RunnerReport) => Buffer.byteLength(JSON.stringify(report)) <= maxBytes;
   if (fits(base)) return JSON.stringify(base);

@@ -223,6 +223,9 @@ export class Progress {
         this.liveLine = null;
         return;
       }
+      case "containment":
+        this.write(`playbook: containment: ${event.description}`);
+        return;
       case "leftovers-killed":
         this.write(`playbook: ended ${event.count} process(es) that tasks left running`);
         return;

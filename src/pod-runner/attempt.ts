@@ -28,6 +28,8 @@ export interface AttemptDeadline {
 export interface AttemptSpec {
   taskName: string;
   run: string;
+  /** how the task's shell is started (default `sh -c <run>`): the run's containment wraps it */
+  command?: (run: string) => { file: string; args: string[] };
   env: NodeJS.ProcessEnv;
   cwd?: string;
   attemptId: string;
@@ -88,6 +90,8 @@ export interface AttemptResult {
   /** the leader's start in clock ticks (0 if it never started) */
   startedFrom: number;
   spawnError?: string;
+  /** set by the run when the kernel's OOM killer ended a process during the attempt: what it saw */
+  outOfMemory?: string;
   /** the pipes when still open at settlement, held by a background process: drain them with drainPipes */
   pipes: OpenPipes | null;
 }
@@ -227,7 +231,8 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   const startTime = new Date();
   let child: ChildProcess;
   try {
-    child = spawn("sh", ["-c", spec.run], {
+    const { file, args } = spec.command?.(spec.run) ?? { file: "sh", args: ["-c", spec.run] };
+    child = spawn(file, args, {
       detached: true,
       stdio: ["ignore", "pipe", "pipe"],
       cwd: spec.cwd,

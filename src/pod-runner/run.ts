@@ -11,7 +11,7 @@ import { formatDuration } from "../api/duration.js";
 import type { ResolvedLimits, TaskLimits } from "../api/limits.js";
 import type { TaskSpec } from "../api/playbook.js";
 import type { TaskPhase } from "../api/reasons.js";
-import type { RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
+import type { ContainmentKind, RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
 import {
   type AttemptDeadline,
   type AttemptResult,
@@ -21,9 +21,12 @@ import {
   runAttempt,
 } from "./attempt.js";
 import { writeCancelFilesOf } from "./cancel-file.js";
+import { type Containment, openContainment } from "./containment.js";
+import { oomCounter } from "./oom.js";
 import { killUntilGone, PROC, type ProcessTable, sendSignal } from "./process-table.js";
 
 export type RunEvent =
+  | { type: "containment"; kind: ContainmentKind; description: string }
   | { type: "task-started"; index: number; name: string; attempt: number; limits: TaskLimits }
   | { type: "task-stopping"; index: number; name: string; stop: AttemptStop }
   | {
@@ -63,6 +66,8 @@ export interface RunOptions {
   baseEnv?: NodeJS.ProcessEnv;
   /** where the tasks' processes are looked for (default: this machine's /proc) */
   processTable?: ProcessTable;
+  /** What holds the run's processes (default: the best this machine offers, see containment.ts). */
+  containment?: (runId: string) => Containment;
 }
 
 const DEFAULT_DRAIN_WINDOW_MS = 250;
@@ -100,6 +105,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const baseEnv = options.baseEnv ?? inheritedEnv();
   const table = options.processTable ?? PROC;
   const emit = options.onEvent ?? (() => {});
+  const containment = (options.containment ?? openContainment)(runId);
+  emit({ type: "containment", kind: containment.kind, description: containment.description });
+  const oom = oomCounter();
   const outcomes: TaskOutcome[] = options.tasks.map((task) => ({
     name: task.name,
     phase: "Pending",
@@ -143,9 +151,11 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         emit({ type: "task-started", index, name: task.name, attempt: outcome.attempts, limits });
         const attemptStart = performance.now();
         const attemptId = `${runId}.${index}.${outcome.attempts}`;
+        const oomBefore = oom?.read() ?? null;
         result = await runAttempt({
           taskName: task.name,
           run: task.run,
+          command: containment.command,
           env: { ...baseEnv, ...Object.fromEntries(task.env.map((v) => [v.name, v.value])) },
           cwd: task.workingDir ? resolve(task.workingDir) : undefined,
           attemptId,
@@ -165,6 +175,10 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),
           processTable: table,
         });
+        const oomAfter = oom?.read() ?? null;
+        if (oom && oomBefore !== null && oomAfter !== null && oomAfter > oomBefore) {
+          result.outOfMemory = `the kernel's OOM killer ended ${oomAfter - oomBefore} process(es) ${oom.scope} during the attempt`;
+        }
         if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);
         if (result.pipes) openPipes.push(result.pipes);
         const failedOrdinarily = result.kind === "exited" && result.exitCode !== 0;
@@ -218,8 +232,14 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       hurry: options.hurrySignal,
       table,
     };
-    const swept = runClean ? { count: 0, warnings: [] } : await sweepLeftovers(sweep);
+    const swept =
+      runClean && containment.members().length === 0
+        ? { count: 0, warnings: [] }
+        : await sweepLeftovers(sweep, containment);
     if (swept.count > 0) emit({ type: "leftovers-killed", ...swept });
+    // The containment's own (a cgroup's anchor) go too, and with them the cgroup.
+    await containment.killAll(performance.now() + 5000);
+    containment.close();
     // Everything that could hold a pipe is dead now: what it queued comes out before the report.
     await drainPipes(openPipes, options.hurrySignal);
     rmSync(scratch, { recursive: true, force: true });
@@ -229,7 +249,14 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     if (outcome.phase === "Pending") outcome.phase = "Skipped";
   }
   const phase = reason === "Succeeded" ? "Succeeded" : reason === "Cancelled" ? "Cancelled" : "Failed";
-  return { phase, reason, startTime: runStart, completionTime: new Date(), tasks: outcomes };
+  return {
+    phase,
+    reason,
+    startTime: runStart,
+    completionTime: new Date(),
+    tasks: outcomes,
+    containment: containment.kind,
+  };
 }
 
 /** Deadline of an attempt = min(attempt start + task timeout, run start + ceiling). */
@@ -281,7 +308,10 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
     case "exited": {
       outcome.phase = result.exitCode === 0 ? "Succeeded" : "Failed";
       const last = result.tail.lastLine();
-      if (outcome.phase === "Failed" && last) outcome.detail = last;
+      if (outcome.phase === "Failed" && result.outOfMemory) {
+        // Named first: the report keeps the start of a message it has to shorten.
+        outcome.detail = `out of memory: ${result.outOfMemory} (SIGKILL)${last ? `; last output: ${last}` : ""}`;
+      } else if (outcome.phase === "Failed" && last) outcome.detail = last;
       break;
     }
   }
@@ -307,8 +337,17 @@ interface Sweep {
  * of earlier attempts may be empty by now and their ids taken by unrelated processes, so a group
  * id alone is no proof of ownership here.
  */
-async function sweepLeftovers(sweep: Sweep): Promise<{ count: number; warnings: string[] }> {
-  const find = () => sweep.table.scan({ cookiePrefix: sweep.runCookie, startedFrom: sweep.startedFrom });
+async function sweepLeftovers(
+  sweep: Sweep,
+  containment: Containment,
+): Promise<{ count: number; warnings: string[] }> {
+  // By the cookie, and everything the containment holds: what dropped or hid the cookie too.
+  const find = async () => [
+    ...new Set([
+      ...(await sweep.table.scan({ cookiePrefix: sweep.runCookie, startedFrom: sweep.startedFrom })),
+      ...containment.members(),
+    ]),
+  ];
   const initial = await find();
   if (initial.length === 0) return { count: 0, warnings: [] };
   let warnings: string[] = [];
@@ -326,6 +365,9 @@ async function sweepLeftovers(sweep: Sweep): Promise<{ count: number; warnings: 
   const graceEnds = performance.now() + sweep.graceMs;
   // A second Ctrl-C cuts this grace short as it does a task's.
   while (performance.now() < graceEnds && !sweep.hurry?.aborted && (await find()).length > 0) await sleep(20);
-  await killUntilGone(find, performance.now() + 5000);
+  const killBy = performance.now() + 5000;
+  await killUntilGone(find, killBy);
+  // The fence: whatever the looks missed (a fork between them) ends with the whole cgroup.
+  if (!(await containment.killAll(killBy))) warnings.push("some of the run's processes could not be ended");
   return { count: initial.length, warnings };
 }

@@ -10,8 +10,9 @@ import { waitFor } from "../harness/processes.js";
 import { processTable, startImageContainer } from "./support.js";
 
 // A task that leaves a process behind on purpose: out of its group (setsid), without the attempt's
-// cookie and off its pipes, so the runner neither kills it nor waits for it. It lives until
-// /tmp/release exists, then exits, and someone must reap it.
+// cookie and off its pipes, so neither the group kill nor the cookie sweep finds it. A run with a
+// containment (here a child subreaper) ends it with the run; one without (PLAYBOOK_CONTAINMENT=none)
+// leaves it to PID 1: it lives until /tmp/release exists, then exits, and someone must reap it.
 const ORPHAN_PLAYBOOK = stringify({
   apiVersion: "playbook.dev/v1alpha1",
   kind: "Playbook",
@@ -34,11 +35,18 @@ const withOrphanPlaybook = (c: Parameters<Parameters<typeof startImageContainer>
   c.withCopyContentToContainer([{ content: ORPHAN_PLAYBOOK, target: "/home/orphan.yaml", mode: 0o644 }]);
 
 /**
- * Runs the orphaning Playbook, checks its leftover was handed to PID 1 and lets it exit; returns
- * its pid.
+ * Runs the orphaning Playbook without containment, checks its leftover was handed to PID 1 and
+ * lets it exit; returns its pid.
  */
 async function releaseOrphan(container: StartedTestContainer): Promise<number> {
-  const run = await container.exec(["playbook", "run", "-f", "/home/orphan.yaml"]);
+  const run = await container.exec([
+    "env",
+    "PLAYBOOK_CONTAINMENT=none",
+    "playbook",
+    "run",
+    "-f",
+    "/home/orphan.yaml",
+  ]);
   expect(run.output).toContain("left one behind");
   expect(run.exitCode).toBe(0);
   const pid = Number((await container.exec(["cat", "/tmp/orphan.pid"])).stdout.trim());
@@ -86,7 +94,18 @@ describe("the image as it runs", () => {
     expect(JSON.parse(sbom.stdout)).toMatchObject({ bomFormat: "CycloneDX" });
   });
 
-  it("reaps what a task orphaned, leaving no zombie", async () => {
+  it("ends what a task orphaned with the run, and says what held it", async () => {
+    await container.exec(["rm", "-f", "/tmp/orphan.pid", "/tmp/release"]);
+    const run = await container.exec(["playbook", "run", "-f", "/home/orphan.yaml"]);
+    expect(run.output).toContain("left one behind");
+    expect(run.output).toMatch(/playbook: containment: (a cgroup v2 sub-group of its own|a child subreaper)/);
+    expect(run.exitCode).toBe(0);
+    const pid = Number((await container.exec(["cat", "/tmp/orphan.pid"])).stdout.trim());
+    expect(pid).toBeGreaterThan(1);
+    expect((await processTable(container)).filter((p) => p.pid === pid || p.state === "Z")).toEqual([]);
+  });
+
+  it("reaps what a task orphaned in a run without containment, leaving no zombie", async () => {
     const pid = await releaseOrphan(container);
     await waitFor(
       `the orphan ${pid} to be reaped`,

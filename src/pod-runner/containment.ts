@@ -1,0 +1,323 @@
+// Holding a run's processes with what the kernel offers, so that nothing a task starts outlives
+// the run however it detached (a new session, a double fork, a cleared or rewritten environment,
+// an unreadable /proc/PID/environ). The process group kill and the PLAYBOOK_ATTEMPT_ID sweep find
+// what stayed in the group or kept the cookie; this is the fence for the rest.
+//
+// What is used, in order:
+// 1. cgroup: a cgroup v2 sub-group of the runner's own cgroup, for the run alone. Every task's
+//    shell joins it before it runs anything, so every process a task starts is in it and stays
+//    in it (only its owner can move a process out). At the end of the run `cgroup.kill` ends
+//    all of it at once. A small anchor process holds the cgroup while the run lives, so that an
+//    empty one is known to be a dead runner's (killed before it could remove it): each run
+//    removes those it finds next to its own. Needs a writable cgroup v2 hierarchy with `cgroup.kill` (Linux 5.14):
+//    root, or a cgroup delegated to the user (a systemd user session gives one).
+// 2. subreaper: `playbook run` started again as the child of a child subreaper (subreaper.ts), so
+//    every orphan of the run is re-parented to it and found by ancestry; what the runner does not
+//    end, the subreaper ends once the runner has exited.
+// 3. none: the group kill and the cookie sweep only, and the run says so.
+//
+// Every task also starts with `oom_score_adj` 1000 (its children inherit it): under memory
+// pressure the kernel's OOM killer picks a task's process before the runner, so the report
+// survives. Raising one's own value needs no privilege.
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { dirname } from "node:path";
+import { performance } from "node:perf_hooks";
+import type { Writable } from "node:stream";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { ContainmentKind } from "../api/report.js";
+import { sendSignal } from "./process-table.js";
+import { descendantsOf, maySignal, subreaperPid } from "./subreaper.js";
+
+export type { ContainmentKind };
+
+export interface Containment {
+  kind: ContainmentKind;
+  /** a sentence for the run's progress: what holds the run's processes */
+  description: string;
+  /** how to start a task's shell: it joins the containment and raises its oom_score_adj first */
+  command(run: string): { file: string; args: string[] };
+  /** live processes inside (none for `none`) */
+  members(): number[];
+  /** SIGKILLs everything inside and waits, until `until` (a performance.now() value), for it to be empty */
+  killAll(until: number): Promise<boolean>;
+  /** removes what was made for the run; call once everything inside is gone */
+  close(): void;
+}
+
+/** The OOM killer's preference for a task's processes: the highest there is. */
+export const TASK_OOM_SCORE_ADJ = 1000;
+
+const RAISE_OOM = `echo ${TASK_OOM_SCORE_ADJ} > /proc/self/oom_score_adj 2>/dev/null`;
+
+/** A task's shell with no containment: only the OOM preference, then the task. */
+const PLAIN_WRAPPER = `${RAISE_OOM}; exec sh -c "$1"`;
+/**
+ * Joins the cgroup whose cgroup.procs is $1 before anything of the task runs, then becomes the
+ * task's shell (same pid, so the group and the pid the runner holds stay the leader's). A task
+ * that could not join is not run: the run promised to hold it.
+ */
+const CGROUP_WRAPPER =
+  `${RAISE_OOM}; ` +
+  `if ! echo $$ 2>/dev/null > "$1"; then echo "playbook: could not join the run's cgroup ($1); the task is not run" >&2; exit 125; fi; ` +
+  `exec sh -c "$2"`;
+
+const NONE_DESCRIPTION =
+  "none: neither a cgroup v2 sub-group of its own nor a child subreaper, so only the process group kill and the " +
+  "PLAYBOOK_ATTEMPT_ID sweep end what tasks leave; a process that leaves its group and drops " +
+  "or hides its environment can outlive the run";
+
+/**
+ * The directory of this process's cgroup in a hierarchy: of cgroup v2 (`controller` undefined),
+ * or of the cgroup v1 hierarchy with that controller. Null when none is mounted where this process
+ * can see its own cgroup (a container shows a mount of its own cgroup only, whose root is the
+ * container's path: the path is taken relative to it).
+ */
+export function ownCgroupDirOf(controller?: string): string | null {
+  let path: string | undefined;
+  let mounts: string;
+  try {
+    for (const line of readFileSync("/proc/self/cgroup", "utf8").split("\n")) {
+      // "id:controllers:path"; the path may itself hold ':'.
+      const [id = "", controllers = ""] = line.split(":", 2);
+      if (line.length <= id.length + controllers.length + 1) continue;
+      const matches =
+        controller === undefined
+          ? id === "0" && controllers === ""
+          : controllers.split(",").includes(controller);
+      if (matches) path = line.slice(id.length + controllers.length + 2);
+    }
+    mounts = readFileSync("/proc/self/mountinfo", "utf8");
+  } catch {
+    return null;
+  }
+  if (path === undefined) return null;
+  // mountinfo: "id parent major:minor root mountpoint options ... - fstype source super-options"
+  for (const line of mounts.split("\n")) {
+    const [left, right] = line.split(" - ");
+    const [fstype, , options] = right?.split(" ") ?? [];
+    const wanted =
+      controller === undefined
+        ? fstype === "cgroup2"
+        : fstype === "cgroup" && (options ?? "").split(",").includes(controller);
+    if (!wanted) continue;
+    const fields = left?.split(" ") ?? [];
+    const root = unescapeMount(fields[3] ?? "");
+    const mountpoint = unescapeMount(fields[4] ?? "");
+    const inside =
+      root === "/"
+        ? path
+        : path === root
+          ? "/"
+          : path.startsWith(`${root}/`)
+            ? path.slice(root.length)
+            : null;
+    if (inside === null) continue;
+    return inside === "/" ? mountpoint : `${mountpoint}${inside}`;
+  }
+  return null;
+}
+
+/** Where this process's cgroup v2 directory is, or null (no cgroup v2 hierarchy mounted). */
+export function ownCgroupDir(): string | null {
+  return ownCgroupDirOf();
+}
+
+/** mountinfo escapes space, tab, newline and backslash as octal. */
+function unescapeMount(field: string): string {
+  return field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(Number.parseInt(octal, 8)));
+}
+
+function readPids(file: string): number[] {
+  try {
+    return readFileSync(file, "latin1")
+      .split("\n")
+      .filter((line) => line !== "")
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** The name of a run's cgroup: `playbook-<run id>` (a probe's is not one). */
+const RUN_CGROUP = /^playbook-[0-9a-f]+-[0-9a-f]{8}$/;
+
+/**
+ * Removes the cgroups of runs that are over: a live run's always holds its anchor, so an empty
+ * one was left by a runner that could not remove it (killed by SIGKILL). A non-empty one is left
+ * alone (rmdir refuses it anyway).
+ */
+function removeStaleRunCgroups(parent: string): void {
+  let names: string[];
+  try {
+    names = readdirSync(parent);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    if (!RUN_CGROUP.test(name)) continue;
+    try {
+      if (/^populated 0$/m.test(readFileSync(`${parent}/${name}/cgroup.events`, "latin1"))) {
+        rmdirSync(`${parent}/${name}`);
+      }
+    } catch {
+      // gone meanwhile, or populated again
+    }
+  }
+}
+
+/**
+ * A cgroup's anchor: a process that holds it for the run's life, so that a live run's cgroup is
+ * never empty, even between tasks. It reads a pipe only the runner writes to, and ends when the
+ * runner does (EOF), however the runner ends. In a session of its own: a Ctrl-C is not for it.
+ */
+function startAnchor(procs: string): ChildProcess | null {
+  let anchor: ChildProcess;
+  try {
+    anchor = spawn("sh", ["-c", "read _ || :"], {
+      detached: true,
+      stdio: ["pipe", "ignore", "ignore"],
+      env: { PATH: process.env.PATH },
+    });
+  } catch {
+    return null;
+  }
+  anchor.on("error", () => {});
+  if (anchor.pid === undefined) return null;
+  try {
+    writeFileSync(procs, String(anchor.pid));
+  } catch {
+    anchor.kill("SIGKILL");
+    return null;
+  }
+  // Neither keeps the runner's event loop alive.
+  anchor.unref();
+  (anchor.stdin as (Writable & { unref?: () => void }) | null)?.unref?.();
+  return anchor;
+}
+
+/** A cgroup v2 sub-group for the run, or the reason there is none. */
+function makeRunCgroup(runId: string): { dir: string } | { problem: string } {
+  const parent = ownCgroupDir();
+  if (parent === null) return { problem: "no cgroup v2 hierarchy is mounted" };
+  const dir = `${parent}/playbook-${runId}`;
+  try {
+    mkdirSync(dir);
+  } catch (error) {
+    return { problem: `cannot make ${dir}: ${(error as NodeJS.ErrnoException).code ?? error}` };
+  }
+  try {
+    readFileSync(`${dir}/cgroup.events`);
+    // cgroup.kill is write-only: its presence is what is checked (Linux 5.14 and later).
+    writeFileSync(`${dir}/cgroup.kill`, "", { flag: "r+" });
+  } catch (error) {
+    rmdirSync(dir);
+    const code = (error as NodeJS.ErrnoException).code;
+    return { problem: `${dir} has no usable cgroup.kill (${code ?? error})` };
+  }
+  return { dir };
+}
+
+/** Whether a run here can have a cgroup v2 sub-group of its own (made and removed again to see). */
+export function cgroupAvailable(): boolean {
+  const made = makeRunCgroup(`probe-${process.pid}`);
+  if ("problem" in made) return false;
+  try {
+    rmdirSync(made.dir);
+  } catch {
+    // gone already
+  }
+  return true;
+}
+
+/**
+ * What holds this run's processes. `PLAYBOOK_CONTAINMENT=none` (read from the runner's own
+ * environment, never a task's) turns the cgroup off, to see how a machine without one behaves.
+ */
+export function openContainment(
+  runId: string,
+  env: NodeJS.ProcessEnv = process.env,
+  noCgroup?: string,
+): Containment {
+  const wanted = env.PLAYBOOK_CONTAINMENT;
+  const made =
+    noCgroup !== undefined
+      ? { problem: noCgroup }
+      : wanted === "none"
+        ? { problem: "PLAYBOOK_CONTAINMENT=none" }
+        : makeRunCgroup(runId);
+  const reaper = wanted === "none" ? null : subreaperPid(env);
+  if ("problem" in made && reaper !== null) {
+    const members = () => descendantsOf(reaper, process.pid);
+    return {
+      kind: "subreaper",
+      description: `a child subreaper (pid ${reaper}; no cgroup: ${made.problem}): every process the tasks orphan is re-parented to it and ended with the run`,
+      command: (run) => ({ file: "sh", args: ["-c", PLAIN_WRAPPER, "sh", run] }),
+      members,
+      // One pass: the sweep has looked and killed until its bound already, and what is left
+      // then (another user's, or in D state) the subreaper ends once the runner has exited.
+      async killAll() {
+        for (const pid of members()) sendSignal(pid, "SIGKILL");
+        return members().length === 0;
+      },
+      close: () => {},
+    };
+  }
+  if ("problem" in made) {
+    return {
+      kind: "none",
+      description: `${NONE_DESCRIPTION} (${made.problem})`,
+      command: (run) => ({ file: "sh", args: ["-c", PLAIN_WRAPPER, "sh", run] }),
+      members: () => [],
+      killAll: async () => true,
+      close: () => {},
+    };
+  }
+  const { dir } = made;
+  const procs = `${dir}/cgroup.procs`;
+  const anchor = startAnchor(procs);
+  if (anchor === null) {
+    try {
+      rmdirSync(dir);
+    } catch {
+      // removed by another run's look for stale ones: it was empty
+    }
+    return openContainment(runId, env, `could not hold ${dir} (its anchor did not start or join)`);
+  }
+  removeStaleRunCgroups(dirname(dir));
+  const populated = () => {
+    try {
+      return /^populated 1$/m.test(readFileSync(`${dir}/cgroup.events`, "latin1"));
+    } catch {
+      return false;
+    }
+  };
+  return {
+    kind: "cgroup",
+    description: `a cgroup v2 sub-group of its own (${dir}), ended with cgroup.kill when the run ends`,
+    command: (run) => ({ file: "sh", args: ["-c", CGROUP_WRAPPER, "sh", procs, run] }),
+    // Not what this process may not signal: cgroup.kill ends those at the end.
+    members: () => readPids(procs).filter((pid) => pid !== anchor.pid && maySignal(pid)),
+    async killAll(until) {
+      if (!populated()) return true;
+      try {
+        writeFileSync(`${dir}/cgroup.kill`, "1");
+      } catch {
+        // Gone already: nothing inside to kill.
+        return !populated();
+      }
+      while (performance.now() < until) {
+        if (!populated()) return true;
+        await sleep(5);
+      }
+      return !populated();
+    },
+    close() {
+      try {
+        rmdirSync(dir);
+      } catch {
+        // Still populated (a process in D state) or gone: the kernel keeps or drops it.
+      }
+    },
+  };
+}
