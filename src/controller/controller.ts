@@ -493,17 +493,23 @@ export class PlaybookController {
     for (;;) {
       const decision = decide(withRules);
       try {
-        await this.writer.apply(playbook, decision);
+        await this.writer.apply(withRules.playbook, decision);
       } catch (error) {
         if (error instanceof PodNameTakenError && !withRules.takenPodNames?.includes(error.podName)) {
           // Someone else's pod holds the name: decide again knowing it (the alternate name, or
-          // a Pending run that says which pods hold both). At most twice: each name once.
+          // a Pending run that says which pods hold both), over the status the pass wrote, if
+          // it wrote one. At most twice: each name once.
           this.log.info({ key: keyOf(playbook.metadata), err: error.message }, "Pod name taken");
-          withRules = { ...withRules, takenPodNames: [...(withRules.takenPodNames ?? []), error.podName] };
+          withRules = {
+            ...withRules,
+            playbook: error.written ?? withRules.playbook,
+            takenPodNames: [...(withRules.takenPodNames ?? []), error.podName],
+          };
           continue;
         }
         if (!(error instanceof PodRefusedError)) throw error;
-        await this.writer.apply(playbook, decideRefusedPod(withRules, error.message));
+        const refused = { ...withRules, playbook: error.written ?? withRules.playbook };
+        await this.writer.apply(refused.playbook, decideRefusedPod(refused, error.message));
         return {};
       }
       return decision.requeueAfterMs === undefined ? {} : { requeueAfterMs: decision.requeueAfterMs };

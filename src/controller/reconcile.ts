@@ -8,7 +8,7 @@ import {
   resolveLimits,
 } from "../api/limits.js";
 import { InvalidPlaybookError, validatePlaybook } from "../api/manifest.js";
-import { PlanTooLargeError } from "../api/plan.js";
+import { PLAN_ANNOTATION, PlanTooLargeError, parsePlan } from "../api/plan.js";
 import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import {
   checkPolicy,
@@ -19,9 +19,17 @@ import {
   policyLimitDefaults,
 } from "../api/policy.js";
 import { isLimitReason, type TerminalReason } from "../api/reasons.js";
-import { ANNOTATION_RUN_START, type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
+import { type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
+import {
+  canonical,
+  planDefaults,
+  planDefaultsFromStatus,
+  planDigest,
+  verifiedPodPlan,
+} from "./plan-digest.js";
 import {
   alternatePodName,
+  buildPlan,
   buildPod,
   DEADLINE_MARGIN_SECONDS,
   type PodManifest,
@@ -37,7 +45,6 @@ import {
   isPodFinished,
   podActiveDeadlineSeconds,
   podDeadline,
-  podPlan,
   podPlanGeneration,
   type ReadReport,
   readReport,
@@ -98,7 +105,8 @@ export function rulesOf(input: {
 }
 
 export type Action =
-  | { type: "createPod"; pod: PodManifest; attempt: number }
+  /** planDigest: the digest of the plan the pod carries, as status.planDigest records it. */
+  | { type: "createPod"; pod: PodManifest; attempt: number; planDigest: string }
   | { type: "deletePod"; name: string; gracePeriodSeconds?: number; why: "cancel" | "ttl" | "finished" }
   /** Cancel: the kubelet stops the pod at its lowered deadline and keeps it for its logs. */
   | { type: "lowerDeadline"; name: string; activeDeadlineSeconds: number };
@@ -131,11 +139,11 @@ export interface Decision {
   /** The status to write, or null when it would not change. */
   status: PlaybookStatus | null;
   /**
-   * The status a first pod's create shows should the API server refuse it. When the create
-   * succeeds it is not written: the pod carries the run's start and attempt, and the run's first
-   * status write waits until the pod runs (or PENDING_STATUS_DELAY_MS passes without it).
+   * The status records the run's start and plan (startTime, planDigest) and is written before the
+   * pod is created: from then on the API server refuses edits of the spec (the CRD's rules) and
+   * the controller takes no other plan, so no pod ever exists while the spec can still change.
    */
-  statusIfCreateFails?: PlaybookStatus;
+  statusFirst?: true;
   actions: Action[];
   events: RecordedEvent[];
   finished?: FinishedRun;
@@ -365,6 +373,8 @@ interface RunState {
   input: ReconcileInput;
   attempts: number;
   startTime: string;
+  /** The plan's digest the status records; undefined for a run that has not recorded one yet. */
+  planDigest: string | undefined;
 }
 
 /**
@@ -438,7 +448,32 @@ function createPodAction(
     pod: state.pod,
     name,
   });
-  return { type: "createPod", pod, attempt };
+  const text = pod.metadata.annotations[PLAN_ANNOTATION] ?? "";
+  const read = parsePlan(text);
+  // The digest of what the pod carries, read back as the controller reads any pod's plan.
+  if (!read.ok) throw new Error(`the plan built for pod ${name} ${read.problem}`);
+  return { type: "createPod", pod, attempt, planDigest: planDigest(read.plan) };
+}
+
+/**
+ * The namespace's policy as it is now, against the pod about to be created: every pod, a first one
+ * or one re-created after a loss, is checked. Undefined when it allows the pod.
+ */
+function policyRefusal(state: RunState, attempt: number): Decision | undefined {
+  const { base } = state;
+  const rules = rulesOf(state.input);
+  const refused = checkPolicy(state.spec, base.limits, rules);
+  if (refused.length === 0) return undefined;
+  const why = refused.map((p) => `${p.path}: ${p.message}`).join("; ");
+  const message =
+    attempt === 1
+      ? why
+      : `pod ${podNameFor(state.input.playbook.metadata.name, attempt)} (attempt ${attempt}) was not created: the namespace's policy refuses the run's plan: ${why}`;
+  const next = settledStatus(base, { reason: "InvalidSpec", message, tasks: cancelledTasks(base) });
+  return settle(base, next, "InvalidSpec", {
+    policyRefusals: [...new Set(refused.map((p) => p.field))],
+    events: [{ type: "Warning", reason: "InvalidSpec", message: `Refused the spec: ${message}` }],
+  });
 }
 
 function podCreatedEvent(state: RunState, action: Action & { type: "createPod" }): RecordedEvent {
@@ -469,14 +504,19 @@ function decideLost(state: RunState, what: string): Decision {
     const attempt = state.attempts + 1;
     const name = attemptPodName(state.input, attempt);
     if (name === undefined) return decideNamesTaken(state, attempt);
+    const refused = policyRefusal(state, attempt);
+    if (refused) return refused;
     const action = createPodAction(state, attempt, new Date(state.startTime), name);
-    const next = progressStatus(base, {
-      phase: "Pending",
-      message: pendingMessage(action.pod.metadata.name, attempt),
-      startTime: state.startTime,
-      podName: action.pod.metadata.name,
-      podAttempts: attempt,
-    });
+    const next: PlaybookStatus = {
+      ...progressStatus(base, {
+        phase: "Pending",
+        message: pendingMessage(action.pod.metadata.name, attempt),
+        startTime: state.startTime,
+        podName: action.pod.metadata.name,
+        podAttempts: attempt,
+      }),
+      planDigest: action.planDigest,
+    };
     return progress(base, next, {
       actions: [action],
       events: [
@@ -714,17 +754,6 @@ function decideCancel(state: RunState, pod: PodView | undefined): Decision {
   return settle(base, next, "Cancelled");
 }
 
-/** JSON with object keys sorted, so that equal specs compare equal whatever their key order. */
-function canonical(value: unknown): string {
-  return JSON.stringify(value, (_key, v: unknown) =>
-    v && typeof v === "object" && !Array.isArray(v)
-      ? Object.fromEntries(
-          Object.entries(v as Record<string, unknown>).sort(([a], [b]) => a.localeCompare(b)),
-        )
-      : v,
-  );
-}
-
 /**
  * The generation observedGeneration may claim for a run decided against its pod's plan: the
  * current one when the spec still says what the plan says (spec.cancel aside, which is applied),
@@ -759,60 +788,152 @@ function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | 
   };
 }
 
+/** The plan a run is decided against: its spec, limits and the defaults they resolved with. */
+type RunPlanned =
+  | (Validated & { ok: true; runStart?: string; specGeneration: number | undefined })
+  | (Validated & { ok: false });
+
+/** The plan of the run's pod, when it is the one the status records (status.planDigest). */
+function podPlanned(pod: PodView, digest: string | undefined): RunPlanned {
+  const read = verifiedPodPlan(pod, digest);
+  if (!read.ok) return { ok: false, message: read.problem };
+  const { plan } = read;
+  return {
+    ok: true,
+    spec: plan.spec,
+    limits: resolveLimits(plan.spec, plan.defaults),
+    defaults: plan.defaults,
+    runStart: plan.runStartTime,
+    specGeneration: podPlanGeneration(pod),
+  };
+}
+
+/**
+ * The plan of a run that recorded one but has no pod (lost, or not created yet): rebuilt from the
+ * spec (frozen since the digest was written) and the status, and checked against the digest.
+ */
+function rebuiltPlan(input: ReconcileInput, digest: string): RunPlanned {
+  const { playbook } = input;
+  const previous = playbook.status ?? {};
+  const defaults = planDefaultsFromStatus(previous);
+  const unrebuildable = (why: string): RunPlanned => ({
+    ok: false,
+    message: `the run's plan (status.planDigest ${digest}) cannot be rebuilt for its next pod: ${why}`,
+  });
+  if (!defaults || !previous.startTime) return unrebuildable("its status has no startTime or limits");
+  const validated = validateSpec(playbook, input.settings.defaults, undefined, false);
+  if (!validated.ok) return unrebuildable(validated.message);
+  const { name, namespace = "default" } = playbook.metadata;
+  const rebuilt = buildPlan({
+    playbook: { name, namespace, uid: playbook.metadata.uid ?? "" },
+    spec: validated.spec,
+    limits: resolveLimits(validated.spec, defaults),
+    defaults,
+    attempt: 0,
+    runStart: new Date(previous.startTime),
+    now: input.now,
+    runnerImage: input.settings.runnerImage,
+  });
+  const read = parsePlan(JSON.stringify(rebuilt));
+  const found = read.ok ? planDigest(read.plan) : "an invalid plan";
+  if (found !== digest) return unrebuildable(`the spec and status now give ${found}`);
+  return {
+    ok: true,
+    spec: validated.spec,
+    limits: resolveLimits(validated.spec, defaults),
+    defaults,
+    specGeneration: playbook.metadata.generation,
+  };
+}
+
+/** The plan of a run that recorded none: the spec, checked against the namespace's rules. */
+function newPlan(input: ReconcileInput): RunPlanned {
+  const { playbook, settings } = input;
+  const previous = playbook.status ?? {};
+  const validated = validateSpec(
+    playbook,
+    settings.defaults,
+    rulesOf(input),
+    true,
+    policyLimitsStartedWith(previous),
+  );
+  if (!validated.ok) return validated;
+  // The plan carries the limits as resolved: the spec and status.limits are enough to rebuild it.
+  return {
+    ...validated,
+    defaults: planDefaults(validated.limits),
+    specGeneration: playbook.metadata.generation,
+  };
+}
+
+/**
+ * A pod whose plan the controller cannot check against what it recorded (changed after it was
+ * created, or a pod it never recorded a plan for): what it runs is not the run's plan, so its
+ * report cannot be the run's outcome. The run ends RunnerLost naming what was wrong, and the pod
+ * is deleted.
+ */
+function decideUnverifiedPod(input: ReconcileInput, pod: PodView, problem: string): Decision {
+  const previous = input.playbook.status ?? {};
+  const base: StatusBase = {
+    previous,
+    generation: input.playbook.metadata.generation,
+    now: input.now,
+    limits: null,
+  };
+  const message = `${problem}; the controller takes no plan it did not record, so the run cannot go on and the pod was deleted`;
+  const next = settledStatus(base, { reason: "RunnerLost", message, tasks: cancelledTasks(base) });
+  return settle(base, { ...next, podName: pod.metadata.name }, "RunnerLost", {
+    events: [{ type: "Warning", reason: "PlanRefused", message: capitalise(problem) }],
+    actions: input.pods
+      .filter((p) => !isPodFinished(p) && !p.metadata.deletionTimestamp)
+      .map((p) => ({ type: "deletePod" as const, name: p.metadata.name, why: "finished" as const })),
+  });
+}
+
 /** The whole decision for one Playbook. */
 export function decide(input: ReconcileInput): Decision {
   const { playbook, now, settings } = input;
   const previous = playbook.status ?? {};
   if (isFinished(previous)) return decideFinished(input);
   const pod = currentPod(input.pods);
-  const planned = pod ? podPlan(pod) : undefined;
-  const specGeneration = pod && planned?.ok ? podPlanGeneration(pod) : playbook.metadata.generation;
+  const digest = previous.planDigest;
+  const planned = pod
+    ? podPlanned(pod, digest)
+    : digest !== undefined
+      ? rebuiltPlan(input, digest)
+      : newPlan(input);
+  if (!planned.ok && pod) return decideUnverifiedPod(input, pod, planned.message);
+  const specGeneration = planned.ok ? planned.specGeneration : playbook.metadata.generation;
   const generation =
-    pod && planned?.ok
-      ? appliedGeneration(playbook, planned.plan.spec, specGeneration, settings)
-      : specGeneration;
+    pod && planned.ok ? appliedGeneration(playbook, planned.spec, specGeneration, settings) : specGeneration;
   const rules = rulesOf(input);
-  const validated: Validated =
-    planned?.ok === true
-      ? // A started run is decided against the plan its pod was started with, not a later edit.
-        {
-          ok: true,
-          spec: planned.plan.spec,
-          limits: resolveLimits(planned.plan.spec, planned.plan.defaults),
-          defaults: planned.plan.defaults,
-        }
-      : validateSpec(
-          playbook,
-          settings.defaults,
-          rules,
-          !previous.startTime,
-          policyLimitsStartedWith(previous),
-        );
-  if (!validated.ok) {
+  if (!planned.ok) {
     const base: StatusBase = { previous, generation, now, limits: null };
-    const next = settledStatus(base, { reason: "InvalidSpec", message: validated.message });
+    const next = settledStatus(base, { reason: "InvalidSpec", message: planned.message });
     return settle(base, next, "InvalidSpec", {
-      ...(validated.policyRefusals ? { policyRefusals: validated.policyRefusals } : {}),
-      events: [{ type: "Warning", reason: "InvalidSpec", message: `Refused the spec: ${validated.message}` }],
-      actions: input.pods
-        .filter((pod) => !isPodFinished(pod) && !pod.metadata.deletionTimestamp)
-        .map((pod) => ({ type: "deletePod" as const, name: pod.metadata.name, why: "finished" as const })),
+      ...(planned.policyRefusals ? { policyRefusals: planned.policyRefusals } : {}),
+      events: [{ type: "Warning", reason: "InvalidSpec", message: `Refused the spec: ${planned.message}` }],
     });
   }
-  const base = { previous, generation, now, limits: validated.limits };
-  const attempts = Math.max(previous.podAttempts ?? 0, pod ? podAttemptOf(pod) : 0);
-  const adoptedStart = pod?.metadata.annotations?.[ANNOTATION_RUN_START];
-  const startTime = previous.startTime ?? adoptedStart ?? now.toISOString();
+  const base = { previous, generation, now, limits: planned.limits };
+  // The pod the status names was never created when a pod of someone else holds its name: that
+  // attempt is made again (under its other name), not counted as lost.
+  const recorded = previous.podAttempts ?? 0;
+  const neverCreated =
+    !pod && previous.podName !== undefined && (input.takenPodNames ?? []).includes(previous.podName);
+  const attempts = Math.max(neverCreated ? recorded - 1 : recorded, pod ? podAttemptOf(pod) : 0);
+  const startTime = previous.startTime ?? planned.runStart ?? now.toISOString();
   const state: RunState = {
     base,
-    spec: validated.spec,
-    defaults: validated.defaults,
-    pod: podSettings(validated.spec, rules),
+    spec: planned.spec,
+    defaults: planned.defaults,
+    pod: podSettings(planned.spec, rules),
     specGeneration,
     cancel: (playbook.spec as { cancel?: unknown } | undefined)?.cancel === true,
     input,
     attempts,
     startTime,
+    planDigest: digest,
   };
 
   if (state.cancel) return decideCancel(state, pod);
@@ -844,6 +965,8 @@ function decideFirstPod(state: RunState): Decision {
   }
   const name = attemptPodName(state.input, 1);
   if (name === undefined) return decideNamesTaken(state, 1);
+  const refused = policyRefusal(state, 1);
+  if (refused) return refused;
   let action: Action & { type: "createPod" };
   try {
     action = createPodAction(state, 1, new Date(state.startTime), name);
@@ -855,27 +978,20 @@ function decideFirstPod(state: RunState): Decision {
       events: [{ type: "Warning", reason: "InvalidSpec", message: `Refused the spec: ${error.message}` }],
     });
   }
-  const next = progressStatus(base, {
-    phase: "Pending",
-    message: pendingMessage(action.pod.metadata.name, 1),
-    startTime: state.startTime,
-    podName: action.pod.metadata.name,
-    podAttempts: 1,
-  });
+  const next: PlaybookStatus = {
+    ...progressStatus(base, {
+      phase: "Pending",
+      message: pendingMessage(action.pod.metadata.name, 1),
+      startTime: state.startTime,
+      podName: action.pod.metadata.name,
+      podAttempts: 1,
+    }),
+    planDigest: action.planDigest,
+  };
   const events = [...nameTakenEvents(state.input, 1, name), podCreatedEvent(state, action)];
-  // A run that shows nothing yet shows nothing until its pod runs: the common run writes its
-  // status twice (running, finished), not three times. One that already says something (queued,
-  // a refused create) is told at once that its pod now exists.
-  if (!base.previous.conditions?.length) {
-    return {
-      status: null,
-      statusIfCreateFails: next,
-      actions: [action],
-      events,
-      requeueAfterMs: PENDING_STATUS_DELAY_MS,
-    };
-  }
-  return progress(base, next, { actions: [action], events });
+  const decision = progress(base, next, { actions: [action], events });
+  // The run's start and plan are recorded before its first pod exists (see Decision.statusFirst).
+  return state.planDigest === undefined ? { ...decision, statusFirst: true } : decision;
 }
 
 /**
