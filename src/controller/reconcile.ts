@@ -821,13 +821,15 @@ function rebuiltPlan(input: ReconcileInput, digest: string): RunPlanned {
     message: `the run's plan (status.planDigest ${digest}) cannot be rebuilt for its next pod: ${why}`,
   });
   if (!defaults || !previous.startTime) return unrebuildable("its status has no startTime or limits");
-  const validated = validateSpec(playbook, input.settings.defaults, undefined, false);
+  const validated = validateSpec(playbook, defaults, undefined, false);
   if (!validated.ok) return unrebuildable(validated.message);
+  // spec.cancel, the one field that may change during a run, was false in every plan with a pod.
+  const spec = { ...validated.spec, cancel: false };
   const { name, namespace = "default" } = playbook.metadata;
   const rebuilt = buildPlan({
     playbook: { name, namespace, uid: playbook.metadata.uid ?? "" },
-    spec: validated.spec,
-    limits: resolveLimits(validated.spec, defaults),
+    spec,
+    limits: resolveLimits(spec, defaults),
     defaults,
     attempt: 0,
     runStart: new Date(previous.startTime),
@@ -839,8 +841,8 @@ function rebuiltPlan(input: ReconcileInput, digest: string): RunPlanned {
   if (found !== digest) return unrebuildable(`the spec and status now give ${found}`);
   return {
     ok: true,
-    spec: validated.spec,
-    limits: resolveLimits(validated.spec, defaults),
+    spec,
+    limits: resolveLimits(spec, defaults),
     defaults,
     specGeneration: playbook.metadata.generation,
   };
@@ -994,13 +996,6 @@ function decideFirstPod(state: RunState): Decision {
   return state.planDigest === undefined ? { ...decision, statusFirst: true } : decision;
 }
 
-/**
- * How long a first pod may stay Pending before the run's status says so. A pod that runs sooner
- * (the common case: a node with the image starts it in a second or two) goes straight to Running;
- * one that waits longer (scheduling, an image pull) is shown Pending with its pod's reason.
- */
-export const PENDING_STATUS_DELAY_MS = 3_000;
-
 /** A pod that has not ended: report its progress, unless it never started or outlived its deadline. */
 function decideActivePod(state: RunState, pod: PodView): Decision {
   const { base, attempts, startTime } = state;
@@ -1020,15 +1015,6 @@ function decideActivePod(state: RunState, pod: PodView): Decision {
   const backstopAt = endsAt + (DEADLINE_MARGIN_SECONDS * 1000 + BACKSTOP_SLACK_MS);
   if (running && backstopAt <= now.getTime()) return decideOutlived(state, pod);
   const hold = running ? undefined : describeHold(pod);
-  if (!running && base.previous.startTime === undefined && hold === undefined) {
-    // The first pod was created without a status write: Pending is shown only if it lasts, or
-    // at once when something holds the pod (an image pull failing, no node for it).
-    const showPendingAt = Date.parse(startTime) + PENDING_STATUS_DELAY_MS;
-    if (now.getTime() < showPendingAt) {
-      const lookAgainAt = Math.min(showPendingAt, endsAt, startBy ?? endsAt);
-      return { status: null, actions: [], events: [], requeueAfterMs: lookAgainAt - now.getTime() };
-    }
-  }
   const next = progressStatus(base, {
     phase: running ? "Running" : "Pending",
     message: running
