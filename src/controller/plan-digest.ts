@@ -5,28 +5,11 @@
 // the status, checked against the same digest. The plan's defaults are the run's resolved limits,
 // so that the spec and status.limits are enough to rebuild it, whatever the controller's
 // configuration or the namespace's policy say by then.
-import { createHash } from "node:crypto";
 import { parseDuration } from "../api/duration.js";
 import type { EffectiveLimit, LimitDefaults, PolicyLimitDefaults } from "../api/limits.js";
-import { PLAN_ANNOTATION, parsePlan, type RunPlan } from "../api/plan.js";
+import { PLAN_ANNOTATION, parsePlan, planDigest, type RunPlan } from "../api/plan.js";
 import type { PlaybookStatus } from "../api/playbook.js";
 import type { PodView } from "./objects.js";
-
-/** JSON with object keys sorted, so that equal values compare equal whatever their key order. */
-export function canonical(value: unknown): string {
-  return JSON.stringify(value, (_key, v: unknown) =>
-    v && typeof v === "object" && !Array.isArray(v)
-      ? Object.fromEntries(
-          Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
-        )
-      : v,
-  );
-}
-
-/** "sha256:<hex>" of the plan as the pod carries it, whatever its key order or spacing. */
-export function planDigest(plan: RunPlan): string {
-  return `sha256:${createHash("sha256").update(canonical(plan)).digest("hex")}`;
-}
 
 type Level = Pick<EffectiveLimit, "ms" | "source">;
 

@@ -8,7 +8,7 @@ import {
   resolveLimits,
 } from "../api/limits.js";
 import { InvalidPlaybookError, validatePlaybook } from "../api/manifest.js";
-import { PLAN_ANNOTATION, PlanTooLargeError, parsePlan } from "../api/plan.js";
+import { canonical, PLAN_ANNOTATION, PlanTooLargeError, parsePlan, planDigest } from "../api/plan.js";
 import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import {
   checkPolicy,
@@ -20,13 +20,7 @@ import {
 } from "../api/policy.js";
 import { isLimitReason, type TerminalReason } from "../api/reasons.js";
 import { type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
-import {
-  canonical,
-  planDefaults,
-  planDefaultsFromStatus,
-  planDigest,
-  verifiedPodPlan,
-} from "./plan-digest.js";
+import { planDefaults, planDefaultsFromStatus, verifiedPodPlan } from "./plan-digest.js";
 import {
   alternatePodName,
   buildPlan,
