@@ -440,7 +440,7 @@ export class PlaybookController {
     for (const playbook of this.allPlaybooks()) {
       const namespace = playbook.metadata.namespace ?? "";
       if (!counts.has(namespace)) counts.set(namespace, 0);
-      // A run counts from its first pod's create, which its status shows only once the pod runs.
+      // A run counts from its start record (written before its first pod) or any pod it controls.
       const started =
         playbook.status?.startTime !== undefined ||
         (this.informerFor(this.pods, namespace)?.byIndex(keyOf(playbook.metadata)) ?? []).some((pod) =>
@@ -540,8 +540,8 @@ export class PlaybookController {
     );
     const expected = playbook.status?.podName;
     if (!expected) {
-      // A first pod is created without a status write: until the cache shows it, the writer's
-      // memory of its create (whatever its name) keeps the next pass from creating it again.
+      // No pod is named yet (a run that recorded no start, or its first create failed): the
+      // writer's memory of a create the cache does not show yet keeps the next pass from creating it again.
       if (cached.length > 0 || playbook.status?.startTime) return cached;
       return this.writer.createdPods(namespace).filter((pod) => isControlledBy(pod, uid));
     }
