@@ -128,9 +128,8 @@ describe("status writes", () => {
     await waitForFinished(ns, "counted", 60_000);
     await runsCounted(running, 1);
     const afterRun = await counterValue(running, "statusWrites");
-    // Running and Succeeded; Pending too when the pod took over PENDING_STATUS_DELAY_MS to start.
-    expect(afterRun).toBeGreaterThanOrEqual(2);
-    expect(afterRun).toBeLessThanOrEqual(3);
+    // Pending with the run's start and plan (before the pod is created), Running and Succeeded.
+    expect(afterRun).toBe(3);
     for (let i = 0; i < 3; i++) {
       running.controller.resync();
       await sleep(300);
