@@ -440,7 +440,7 @@ export class PlaybookController {
     for (const playbook of this.allPlaybooks()) {
       const namespace = playbook.metadata.namespace ?? "";
       if (!counts.has(namespace)) counts.set(namespace, 0);
-      // A run counts from its start record (written before its first pod) or any pod it controls.
+      // A run counts from its first pod's create; its status shows the start right after it.
       const started =
         playbook.status?.startTime !== undefined ||
         (this.informerFor(this.pods, namespace)?.byIndex(keyOf(playbook.metadata)) ?? []).some((pod) =>
@@ -493,23 +493,17 @@ export class PlaybookController {
     for (;;) {
       const decision = decide(withRules);
       try {
-        await this.writer.apply(withRules.playbook, decision);
+        await this.writer.apply(playbook, decision);
       } catch (error) {
         if (error instanceof PodNameTakenError && !withRules.takenPodNames?.includes(error.podName)) {
           // Someone else's pod holds the name: decide again knowing it (the alternate name, or
-          // a Pending run that says which pods hold both), over the status the pass wrote, if
-          // it wrote one. At most twice: each name once.
+          // a Pending run that says which pods hold both). At most twice: each name once.
           this.log.info({ key: keyOf(playbook.metadata), err: error.message }, "Pod name taken");
-          withRules = {
-            ...withRules,
-            playbook: error.written ?? withRules.playbook,
-            takenPodNames: [...(withRules.takenPodNames ?? []), error.podName],
-          };
+          withRules = { ...withRules, takenPodNames: [...(withRules.takenPodNames ?? []), error.podName] };
           continue;
         }
         if (!(error instanceof PodRefusedError)) throw error;
-        const refused = { ...withRules, playbook: error.written ?? withRules.playbook };
-        await this.writer.apply(refused.playbook, decideRefusedPod(refused, error.message));
+        await this.writer.apply(playbook, decideRefusedPod(withRules, error.message));
         return {};
       }
       return decision.requeueAfterMs === undefined ? {} : { requeueAfterMs: decision.requeueAfterMs };
@@ -540,8 +534,8 @@ export class PlaybookController {
     );
     const expected = playbook.status?.podName;
     if (!expected) {
-      // No pod is named yet (a run that recorded no start, or its first create failed): the
-      // writer's memory of a create the cache does not show yet keeps the next pass from creating it again.
+      // No pod is named yet (the start record after a first create is not in the cache, or was
+      // never written): the writer's memory of its create keeps the next pass from creating it again.
       if (cached.length > 0 || playbook.status?.startTime) return cached;
       return this.writer.createdPods(namespace).filter((pod) => isControlledBy(pod, uid));
     }

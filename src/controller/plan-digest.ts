@@ -1,6 +1,6 @@
 // The plan a run's pods are built from, anchored in the run's status. Its digest is written to
-// status.planDigest (which only the status subresource, the controller's, can change) before the
-// first pod exists; a pod's playbook.dev/plan annotation is taken only when it hashes to that
+// status.planDigest (which only the status subresource, the controller's, can change) with the
+// first pod's create; a pod's playbook.dev/plan annotation is taken only when it hashes to that
 // digest, and a pod re-created after a loss is built from a plan rebuilt from the frozen spec and
 // the status, checked against the same digest. The plan's defaults are the run's resolved limits,
 // so that the spec and status.limits are enough to rebuild it, whatever the controller's
@@ -64,14 +64,8 @@ export type PodPlan = { ok: true; plan: RunPlan } | { ok: false; problem: string
  * The pod's plan when it is the one the run recorded (status.planDigest), else what is wrong with
  * it, in words naming the pod, the annotation and both digests.
  */
-export function verifiedPodPlan(pod: PodView, digest: string | undefined): PodPlan {
+export function verifiedPodPlan(pod: PodView, digest: string): PodPlan {
   const name = pod.metadata.name;
-  if (digest === undefined) {
-    return {
-      ok: false,
-      problem: `pod ${name} exists but the run recorded no plan (status.planDigest is not set), so the plan in its ${PLAN_ANNOTATION} annotation cannot be checked`,
-    };
-  }
   const text = pod.metadata.annotations?.[PLAN_ANNOTATION];
   if (text === undefined) {
     return { ok: false, problem: `pod ${name} has no ${PLAN_ANNOTATION} annotation` };

@@ -132,12 +132,6 @@ export interface FinishedRun {
 export interface Decision {
   /** The status to write, or null when it would not change. */
   status: PlaybookStatus | null;
-  /**
-   * The status records the run's start and plan (startTime, planDigest) and is written before the
-   * pod is created: from then on the API server refuses edits of the spec (the CRD's rules) and
-   * the controller takes no other plan, so no pod ever exists while the spec can still change.
-   */
-  statusFirst?: true;
   actions: Action[];
   events: RecordedEvent[];
   finished?: FinishedRun;
@@ -784,11 +778,83 @@ function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | 
 
 /** The plan a run is decided against: its spec, limits and the defaults they resolved with. */
 type RunPlanned =
-  | (Validated & { ok: true; runStart?: string; specGeneration: number | undefined })
+  | (Validated & {
+      ok: true;
+      runStart?: string;
+      specGeneration: number | undefined;
+      /** The digest to record: the plan of a pod adopted before the run recorded one. */
+      recordDigest?: string;
+    })
   | (Validated & { ok: false });
 
+/** How far a plan's runStartTime may be after its pod's creationTimestamp (the two clocks differ). */
+const CLOCK_SKEW_MS = 2_000;
+
+/** The digest of a plan built from `spec` and `defaults`, started at `runStart`. */
+function digestOfPlan(
+  input: ReconcileInput,
+  spec: PlaybookSpec,
+  defaults: LimitDefaults,
+  runStart: string,
+): string {
+  const { name, namespace = "default", uid = "" } = input.playbook.metadata;
+  const plan = buildPlan({
+    playbook: { name, namespace, uid },
+    spec,
+    limits: resolveLimits(spec, defaults),
+    defaults,
+    attempt: 0,
+    runStart: new Date(runStart),
+    now: input.now,
+    runnerImage: input.settings.runnerImage,
+  });
+  const read = parsePlan(JSON.stringify(plan));
+  return read.ok ? planDigest(read.plan) : "an invalid plan";
+}
+
+/**
+ * A pod of a run whose status recorded no plan: the controller stopped between the pod's create
+ * and the start record written right after it. Its plan is taken, and recorded, only when it is
+ * the very plan the spec gives now under the namespace's rules, started no later than the pod.
+ */
+function adoptedPlan(input: ReconcileInput, pod: PodView): RunPlanned {
+  const refused = (why: string): RunPlanned => ({
+    ok: false,
+    message: `pod ${pod.metadata.name} exists but the run recorded no plan (status.planDigest is not set), and ${why}`,
+  });
+  const text = pod.metadata.annotations?.[PLAN_ANNOTATION];
+  if (text === undefined) return refused(`it has no ${PLAN_ANNOTATION} annotation`);
+  const read = parsePlan(text);
+  if (!read.ok) return refused(`its ${PLAN_ANNOTATION} annotation ${read.problem}`);
+  const { plan } = read;
+  const fresh = newPlan(input);
+  if (!fresh.ok) return refused(`the spec gives no plan: ${fresh.message}`);
+  const created = Date.parse(pod.metadata.creationTimestamp ?? "");
+  if (Number.isNaN(created) || Date.parse(plan.runStartTime) > created + CLOCK_SKEW_MS) {
+    return refused(
+      `its plan's runStartTime ${plan.runStartTime} is after the pod's creation ${pod.metadata.creationTimestamp ?? "(unknown)"}`,
+    );
+  }
+  const found = planDigest(plan);
+  const given = digestOfPlan(input, fresh.spec, fresh.defaults, plan.runStartTime);
+  if (found !== given) {
+    return refused(
+      `its ${PLAN_ANNOTATION} annotation is not the plan the spec gives: it hashes to ${found}, the spec and the namespace's rules give ${given}`,
+    );
+  }
+  return {
+    ok: true,
+    spec: plan.spec,
+    limits: resolveLimits(plan.spec, plan.defaults),
+    defaults: plan.defaults,
+    runStart: plan.runStartTime,
+    specGeneration: podPlanGeneration(pod),
+    recordDigest: found,
+  };
+}
+
 /** The plan of the run's pod, when it is the one the status records (status.planDigest). */
-function podPlanned(pod: PodView, digest: string | undefined): RunPlanned {
+function podPlanned(pod: PodView, digest: string): RunPlanned {
   const read = verifiedPodPlan(pod, digest);
   if (!read.ok) return { ok: false, message: read.problem };
   const { plan } = read;
@@ -819,19 +885,7 @@ function rebuiltPlan(input: ReconcileInput, digest: string): RunPlanned {
   if (!validated.ok) return unrebuildable(validated.message);
   // spec.cancel, the one field that may change during a run, was false in every plan with a pod.
   const spec = { ...validated.spec, cancel: false };
-  const { name, namespace = "default" } = playbook.metadata;
-  const rebuilt = buildPlan({
-    playbook: { name, namespace, uid: playbook.metadata.uid ?? "" },
-    spec,
-    limits: resolveLimits(spec, defaults),
-    defaults,
-    attempt: 0,
-    runStart: new Date(previous.startTime),
-    now: input.now,
-    runnerImage: input.settings.runnerImage,
-  });
-  const read = parsePlan(JSON.stringify(rebuilt));
-  const found = read.ok ? planDigest(read.plan) : "an invalid plan";
+  const found = digestOfPlan(input, spec, defaults, previous.startTime);
   if (found !== digest) return unrebuildable(`the spec and status now give ${found}`);
   return {
     ok: true,
@@ -894,7 +948,9 @@ export function decide(input: ReconcileInput): Decision {
   const pod = currentPod(input.pods);
   const digest = previous.planDigest;
   const planned = pod
-    ? podPlanned(pod, digest)
+    ? digest === undefined
+      ? adoptedPlan(input, pod)
+      : podPlanned(pod, digest)
     : digest !== undefined
       ? rebuiltPlan(input, digest)
       : newPlan(input);
@@ -912,12 +968,7 @@ export function decide(input: ReconcileInput): Decision {
     });
   }
   const base = { previous, generation, now, limits: planned.limits };
-  // The pod the status names was never created when a pod of someone else holds its name: that
-  // attempt is made again (under its other name), not counted as lost.
-  const recorded = previous.podAttempts ?? 0;
-  const neverCreated =
-    !pod && previous.podName !== undefined && (input.takenPodNames ?? []).includes(previous.podName);
-  const attempts = Math.max(neverCreated ? recorded - 1 : recorded, pod ? podAttemptOf(pod) : 0);
+  const attempts = Math.max(previous.podAttempts ?? 0, pod ? podAttemptOf(pod) : 0);
   const startTime = previous.startTime ?? planned.runStart ?? now.toISOString();
   const state: RunState = {
     base,
@@ -929,8 +980,17 @@ export function decide(input: ReconcileInput): Decision {
     input,
     attempts,
     startTime,
-    planDigest: digest,
+    planDigest: digest ?? planned.recordDigest,
   };
+  const decision = decideRun(state, pod);
+  // An adopted pod's plan goes on record with this pass's status.
+  if (digest !== undefined || planned.recordDigest === undefined) return decision;
+  return { ...decision, status: { ...(decision.status ?? previous), planDigest: planned.recordDigest } };
+}
+
+function decideRun(state: RunState, pod: PodView | undefined): Decision {
+  const { input, base, attempts } = state;
+  const previous = base.previous;
 
   if (state.cancel) return decideCancel(state, pod);
   if (!pod) {
@@ -940,7 +1000,7 @@ export function decide(input: ReconcileInput): Decision {
     }
     return decideLost(
       state,
-      `pod ${previous.podName ?? podNameFor(playbook.metadata.name, attempts)} was deleted or lost with its node`,
+      `pod ${previous.podName ?? podNameFor(input.playbook.metadata.name, attempts)} was deleted or lost with its node`,
     );
   }
   if (isPodFinished(pod)) return decideEndedPod(state, pod);
@@ -985,9 +1045,10 @@ function decideFirstPod(state: RunState): Decision {
     planDigest: action.planDigest,
   };
   const events = [...nameTakenEvents(state.input, 1, name), podCreatedEvent(state, action)];
-  const decision = progress(base, next, { actions: [action], events });
-  // The run's start and plan are recorded before its first pod exists (see Decision.statusFirst).
-  return state.planDigest === undefined ? { ...decision, statusFirst: true } : decision;
+  // The start record, written right after the create in the same pass (its resourceVersion the
+  // one this decision read: a spec edited since makes it conflict, and the next pass finds a pod
+  // whose plan the spec no longer gives). From then on the API server refuses edits of the spec.
+  return progress(base, next, { actions: [action], events });
 }
 
 /** A pod that has not ended: report its progress, unless it never started or outlived its deadline. */

@@ -36,8 +36,6 @@ export class TerminalReconcileError extends Error {}
  */
 export class PodNameTakenError extends Error {
   readonly podName: string;
-  /** The Playbook as this pass wrote it before the create (Decision.statusFirst), if it did. */
-  written?: StoredPlaybook;
 
   constructor(podName: string, holder: string) {
     super(`pod ${podName} exists and is not this Playbook's: ${holder}`);
@@ -46,10 +44,7 @@ export class PodNameTakenError extends Error {
 }
 
 /** The API server refused the pod as invalid: the run ends InvalidSpec. */
-export class PodRefusedError extends TerminalReconcileError {
-  /** The Playbook as this pass wrote it before the create (Decision.statusFirst), if it did. */
-  written?: StoredPlaybook;
-}
+export class PodRefusedError extends TerminalReconcileError {}
 
 /**
  * The API server would not create the pod (403, a missing service account): the run stays
@@ -142,14 +137,9 @@ export class PlaybookWriter {
 
   async apply(playbook: StoredPlaybook, decision: Decision): Promise<void> {
     const target = this.targetOf(playbook);
-    // The run's start and plan are on record before its pod exists (Decision.statusFirst).
-    const written =
-      decision.statusFirst && decision.status ? await this.writeStatus(playbook, decision.status) : undefined;
     try {
       for (const action of decision.actions) await this.applyAction(action, target);
     } catch (error) {
-      if ((error instanceof PodNameTakenError || error instanceof PodRefusedError) && written)
-        error.written = written;
       const shown = decision.status;
       if (!(error instanceof PodCreateFailedError) || !shown) throw error;
       // Say why where the user looks, without counting the attempt: no pod was made.
@@ -157,8 +147,7 @@ export class PlaybookWriter {
       this.events.post(target, { type: "Warning", reason: "FailedCreate", message: error.message }, now);
       const previous = playbook.status ?? {};
       const next = createFailedStatus(previous, shown, error.message, now);
-      const over = written ?? playbook;
-      if (!sameStatus(over.status ?? {}, next)) await this.writeStatus(over, next);
+      if (!sameStatus(previous, next)) await this.writeStatus(playbook, next);
       throw new PodCreateFailedError(error.message, ceilingLeftMs(next, now));
     }
     const label = this.deps.metricsPlaybookLabel;
@@ -167,7 +156,7 @@ export class PlaybookWriter {
       ...(label ? { playbook: playbook.metadata.labels?.[label] ?? "" } : {}),
     };
     if (decision.status) {
-      if (!written) await this.writeStatus(playbook, decision.status);
+      await this.writeStatus(playbook, decision.status);
       if (decision.finished) this.deps.metrics.recordFinished(decision.finished, labels);
       else this.deps.metrics.recordStarted(labels);
     } else if (decision.actions.some((action) => action.type === "createPod")) {
@@ -186,8 +175,7 @@ export class PlaybookWriter {
     };
   }
 
-  /** Writes the status over the Playbook as given; returns the Playbook as written. */
-  private async writeStatus(playbook: StoredPlaybook, status: PlaybookStatus): Promise<StoredPlaybook> {
+  private async writeStatus(playbook: StoredPlaybook, status: PlaybookStatus): Promise<void> {
     const { namespace = "", name, resourceVersion } = playbook.metadata;
     const body = {
       apiVersion: API_VERSION,
@@ -201,18 +189,13 @@ export class PlaybookWriter {
       { signal: this.leading.signal },
     );
     this.deps.metrics.statusWrites.inc();
-    const parsed = WrittenSchema.safeParse(written);
-    if (resourceVersion && parsed.success)
+    if (resourceVersion && WrittenSchema.safeParse(written).success)
       this.written.set(keyOf(playbook.metadata), { over: resourceVersion, at: performance.now() });
     const condition = status.conditions?.find((c) => c.type === "Succeeded");
     this.deps.log.info(
       { namespace, name, phase: status.phase, reason: condition?.reason },
       "Updated Playbook status",
     );
-    const metadata = parsed.success
-      ? { ...playbook.metadata, resourceVersion: parsed.data.metadata.resourceVersion }
-      : playbook.metadata;
-    return { ...playbook, metadata, status };
   }
 
   private async applyAction(action: Action, target: EventTarget): Promise<void> {

@@ -75,8 +75,7 @@ describe("a new Playbook", () => {
       uid: "uid-1",
       controller: true,
     });
-    // The run's start and plan are written before the pod is created: the spec is frozen from then on.
-    expect(decision.statusFirst).toBe(true);
+    // The run's start and plan are written with the create: the spec is frozen from then on.
     expect(decision.status).toMatchObject({
       phase: "Pending",
       podName: "nightly-1",
@@ -137,7 +136,6 @@ describe("a new Playbook", () => {
   it("records no new start or plan once a create failed: the retry keeps both", () => {
     const failed: PlaybookStatus = { ...started(), podAttempts: undefined, podName: undefined };
     const retry = decide(input({ playbook: playbook({}, failed), now: at(20) }));
-    expect(retry.statusFirst).toBeUndefined();
     expect(retry.actions.map((a) => a.type)).toEqual(["createPod"]);
     expect(retry.status).toMatchObject({ startTime: T0.toISOString(), planDigest: started().planDigest });
   });
@@ -564,19 +562,52 @@ describe("the plan a run recorded (status.planDigest)", () => {
     },
   );
 
-  it("refuses a plan that is not JSON, and a pod of a run that recorded none", () => {
+  it("refuses a plan that is not JSON", () => {
     const broken = pod(1);
     broken.metadata.annotations = { ...broken.metadata.annotations, "playbook.dev/plan": "{" };
     const decision = decide(input({ playbook: playbook({}, started()), pods: [broken], now: at(30) }));
     expect(succeeded(decision.status)?.message).toMatch(
       /^the playbook\.dev\/plan annotation of pod nightly-1 is not JSON/,
     );
-    const unrecorded = decide(input({ pods: [pod(1)], now: at(30) }));
-    expect(succeeded(unrecorded.status)).toMatchObject({ reason: "RunnerLost" });
-    expect(succeeded(unrecorded.status)?.message).toMatch(
-      /^pod nightly-1 exists but the run recorded no plan \(status\.planDigest is not set\)/,
-    );
-    expect(unrecorded.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "finished" }]);
+  });
+
+  describe("a pod of a run that recorded no plan (the controller stopped between the create and the start record)", () => {
+    const created = (view: ReturnType<typeof pod>, when: Date) => ({
+      ...view,
+      metadata: { ...view.metadata, creationTimestamp: when.toISOString() },
+    });
+
+    it("is adopted when its plan is the one the spec gives, and the plan goes on record", () => {
+      const decision = decide(input({ pods: [created(pod(1), at(0))], now: at(5) }));
+      expect(decision.actions).toEqual([]);
+      expect(decision.status).toMatchObject({
+        phase: "Running",
+        startTime: T0.toISOString(),
+        podAttempts: 1,
+        planDigest: started().planDigest,
+      });
+    });
+
+    it.each([
+      {
+        name: "a plan the spec does not give",
+        pods: [created(pod(1, { spec: { ...SPEC, ceiling: "48h" } }), at(0))],
+        says: /and its playbook\.dev\/plan annotation is not the plan the spec gives: it hashes to sha256:[0-9a-f]{64}, the spec and the namespace's rules give sha256:/,
+      },
+      {
+        name: "a start after the pod's creation (a longer ceiling)",
+        pods: [created(pod(1, { runStart: at(600) }), at(0))],
+        says: /and its plan's runStartTime 2026-01-01T00:10:00\.000Z is after the pod's creation 2026-01-01T00:00:00\.000Z/,
+      },
+    ])("is refused with $name: RunnerLost, the pod deleted", ({ pods, says }) => {
+      const decision = decide(input({ pods, now: at(5) }));
+      expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "RunnerLost" });
+      expect(succeeded(decision.status)?.message).toMatch(
+        /^pod nightly-1 exists but the run recorded no plan \(status\.planDigest is not set\)/,
+      );
+      expect(succeeded(decision.status)?.message).toMatch(says);
+      expect(decision.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "finished" }]);
+    });
   });
 
   it("counts a first pod lost at once as an attempt: no fresh start, no fresh ceiling", () => {
@@ -593,14 +624,6 @@ describe("the plan a run recorded (status.planDigest)", () => {
     const again = decide(input({ playbook: playbook({}, started()), pods: [], now: at(2) }));
     expect(again.status).toMatchObject({ podAttempts: 2, podName: "nightly-2", startTime: T0.toISOString() });
     expect(again.events.map((e) => e.reason)).toEqual(["PodLost", "PodCreated"]);
-  });
-
-  it("re-makes the attempt whose name someone else's pod took at create, without counting a loss", () => {
-    const decision = decide(
-      input({ playbook: playbook({}, started()), pods: [], now: at(1), takenPodNames: ["nightly-1"] }),
-    );
-    expect(decision.status).toMatchObject({ podAttempts: 1, podName: "nightly-1-uid1" });
-    expect(decision.events.map((e) => e.reason)).toEqual(["PodNameTaken", "PodCreated"]);
   });
 
   it("refuses to rebuild a plan when the spec no longer gives the recorded one", () => {

@@ -139,7 +139,6 @@ describe("a pod that does not start", () => {
 
   it("names the start timeout in the status of a run from its first status write", () => {
     const decision = decide(input({}));
-    expect(decision.statusFirst).toBe(true);
     expect(decision.status?.limits).toMatchObject({
       ceiling: { value: "30m", source: "spec" },
       startTimeout: { value: "5m", source: "default" },
