@@ -3,12 +3,18 @@
 // pod's start when a pod is re-created. It travels in a pod annotation, which a downwardAPI
 // volume shows the runner as a file: an environment string would be limited to 128 KiB (E2BIG),
 // and the annotation also tells the controller which plan the pod was started with.
+import { createHash } from "node:crypto";
 import { z } from "zod";
 import { PlaybookSpecSchema } from "./playbook.js";
 
 /** Read by `playbook pod-runner` when no --plan FILE is given. */
 export const PLAN_ENV_VAR = "PLAYBOOK_PLAN";
 export const PLAN_ANNOTATION = "playbook.dev/plan";
+/**
+ * The plan's digest (planDigest), on the runner container: pod specs cannot change after creation,
+ * so the runner refuses a plan file (from the annotation, which can) that does not hash to it.
+ */
+export const PLAN_DIGEST_ENV_VAR = "PLAYBOOK_PLAN_DIGEST";
 /** The Playbook's metadata.generation the plan was made from. */
 export const PLAN_GENERATION_ANNOTATION = "playbook.dev/plan-generation";
 export const PLAN_MOUNT_DIR = "/run/playbook";
@@ -77,4 +83,20 @@ export function parsePlan(text: string): ReadPlan {
     };
   }
   return { ok: true, plan: parsed.data };
+}
+
+/** JSON with object keys sorted, so that equal values compare equal whatever their key order. */
+export function canonical(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) =>
+    v && typeof v === "object" && !Array.isArray(v)
+      ? Object.fromEntries(
+          Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+        )
+      : v,
+  );
+}
+
+/** "sha256:<hex>" of a plan, whatever its key order or spacing: what status.planDigest records. */
+export function planDigest(plan: RunPlan): string {
+  return `sha256:${createHash("sha256").update(canonical(plan)).digest("hex")}`;
 }

@@ -220,6 +220,8 @@ export const PlaybookStatusSchema = z.looseObject({
   completionTime: Time.optional(),
   podName: z.string().optional(),
   podAttempts: z.number().int().optional(),
+  /** sha256 of the plan the run's pods are built from, written before its first pod is created. */
+  planDigest: z.string().optional(),
   limits: z
     .strictObject({
       ceiling: EffectiveLimitSchema,

@@ -6,7 +6,7 @@ import { stringify } from "yaml";
 import { z } from "zod";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../api/limits.js";
 import { InvalidPlaybookError, parsePlaybookManifest, validatePlaybook } from "../api/manifest.js";
-import { PLAN_ENV_VAR, RunPlanSchema } from "../api/plan.js";
+import { PLAN_DIGEST_ENV_VAR, PLAN_ENV_VAR, planDigest, RunPlanSchema } from "../api/plan.js";
 import type { Playbook } from "../api/playbook.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/status.js";
@@ -137,6 +137,12 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
     throw new UsageError(`the plan is not JSON (${parsed.plan ?? PLAN_ENV_VAR})`);
   }
   const plan = RunPlanSchema.parse(planJson);
+  const expected = process.env[PLAN_DIGEST_ENV_VAR];
+  if (expected !== undefined && planDigest(plan) !== expected) {
+    throw new UsageError(
+      `the plan (${parsed.plan ?? PLAN_ENV_VAR}) hashes to ${planDigest(plan)}, not to $${PLAN_DIGEST_ENV_VAR} ${expected}: it was changed after the pod was created; nothing was run`,
+    );
+  }
   const playbook = validatePlaybook(
     { apiVersion: "playbook.dev/v1alpha1", kind: "Playbook", metadata: { name: plan.name }, spec: plan.spec },
     plan.defaults,

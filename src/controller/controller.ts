@@ -477,7 +477,7 @@ export class PlaybookController {
     for (const playbook of this.allPlaybooks()) {
       const namespace = playbook.metadata.namespace ?? "";
       if (!counts.has(namespace)) counts.set(namespace, 0);
-      // A run counts from its first pod's create, which its status shows only once the pod runs.
+      // A run counts from its first pod's create; its status shows the start right after it.
       const started =
         playbook.status?.startTime !== undefined ||
         (this.informerFor(this.pods, namespace)?.byIndex(keyOf(playbook.metadata)) ?? []).some((pod) =>
@@ -571,8 +571,8 @@ export class PlaybookController {
     );
     const expected = playbook.status?.podName;
     if (!expected) {
-      // A first pod is created without a status write: until the cache shows it, the writer's
-      // memory of its create (whatever its name) keeps the next pass from creating it again.
+      // No pod is named yet (the start record after a first create is not in the cache, or was
+      // never written): the writer's memory of its create keeps the next pass from creating it again.
       if (cached.length > 0 || playbook.status?.startTime) return cached;
       return this.writer.createdPods(namespace).filter((pod) => isControlledBy(pod, uid));
     }

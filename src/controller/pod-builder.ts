@@ -5,10 +5,13 @@ import { createHash } from "node:crypto";
 import type { LimitDefaults, ResolvedLimits } from "../api/limits.js";
 import {
   PLAN_ANNOTATION,
+  PLAN_DIGEST_ENV_VAR,
   PLAN_FILE,
   PLAN_FILE_NAME,
   PLAN_GENERATION_ANNOTATION,
   PLAN_MOUNT_DIR,
+  parsePlan,
+  planDigest,
   type RunPlan,
   serializePlan,
 } from "../api/plan.js";
@@ -127,6 +130,8 @@ const PLAN_VOLUME = "plan";
 export function buildPod(request: PodRequest): PodManifest {
   const { playbook, spec, limits } = request;
   const plan = serializePlan(buildPlan(request));
+  const read = parsePlan(plan);
+  if (!read.ok) throw new Error(`the plan built for the pod ${read.problem}`);
   const settings = request.pod ?? {
     image: spec.image ?? request.runnerImage,
     serviceAccountName: spec.serviceAccountName,
@@ -136,6 +141,8 @@ export function buildPod(request: PodRequest): PodManifest {
     name: RUNNER_CONTAINER,
     image: settings.image,
     command: ["playbook", "pod-runner", "--plan", PLAN_FILE],
+    // Fixed at creation, unlike the annotation the plan file shows: the runner checks the file against it.
+    env: [{ name: PLAN_DIGEST_ENV_VAR, value: planDigest(read.plan) }],
     volumeMounts: [{ name: PLAN_VOLUME, mountPath: PLAN_MOUNT_DIR, readOnly: true }],
     terminationMessagePolicy: "FallbackToLogsOnError",
     securityContext: {

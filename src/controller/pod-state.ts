@@ -1,13 +1,7 @@
 // What a pod says about its run: whether it ended, the runner's report, what the kubelet said,
 // and whether the infrastructure took it away. Pure readers of the pod as the API server has it.
 import { z } from "zod";
-import {
-  PLAN_ANNOTATION,
-  PLAN_ENV_VAR,
-  PLAN_GENERATION_ANNOTATION,
-  parsePlan,
-  type ReadPlan,
-} from "../api/plan.js";
+import { PLAN_GENERATION_ANNOTATION } from "../api/plan.js";
 import { decodeReport, InvalidReportError, type RunnerReport } from "../api/report.js";
 import { type ContainerTerminated, type PodView, podAttemptOf, RUNNER_CONTAINER } from "./objects.js";
 
@@ -169,29 +163,4 @@ export function podDeadline(pod: PodView): { startedAt: number; seconds: number;
 export function podPlanGeneration(pod: PodView): number | undefined {
   const value = Number(pod.metadata.annotations?.[PLAN_GENERATION_ANNOTATION]);
   return Number.isInteger(value) && value > 0 ? value : undefined;
-}
-
-const PlanInEnvSchema = z.looseObject({
-  spec: z.looseObject({
-    containers: z.array(
-      z.looseObject({
-        name: z.string(),
-        env: z.array(z.looseObject({ name: z.string(), value: z.string().optional() })).optional(),
-      }),
-    ),
-  }),
-});
-
-/**
- * The plan the pod was started with: its annotation, or the environment variable that pods of
- * earlier versions carried it in; undefined for a pod that carries none.
- */
-export function podPlan(pod: PodView): ReadPlan | undefined {
-  const text =
-    pod.metadata.annotations?.[PLAN_ANNOTATION] ??
-    PlanInEnvSchema.safeParse(pod)
-      .data?.spec.containers.find((c) => c.name === RUNNER_CONTAINER)
-      ?.env?.find((e) => e.name === PLAN_ENV_VAR)?.value;
-  if (text === undefined) return undefined;
-  return parsePlan(text);
 }

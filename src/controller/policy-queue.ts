@@ -4,7 +4,7 @@
 import { setCondition } from "../api/conditions.js";
 import { describeRunLimits } from "../api/limits.js";
 import type { PlaybookStatus } from "../api/playbook.js";
-import { keyOf, ownerKeyOfPod, type PodView, type StoredPlaybook } from "./objects.js";
+import { keyOf, type PodView, type StoredPlaybook } from "./objects.js";
 import { isPodFinished } from "./pod-state.js";
 import type { Decision } from "./reconcile.js";
 import { isFinished, type StatusBase, SUCCEEDED, sameStatus } from "./status.js";
@@ -38,9 +38,13 @@ export function slotHolders(playbooks: readonly StoredPlaybook[], pods: readonly
   for (const playbook of playbooks) {
     if (hasStarted(playbook) && !isFinished(playbook.status)) holders.add(keyOf(playbook.metadata));
   }
+  // A pod is its run's by its controller's UID: a lingering pod of a deleted Playbook of the same
+  // name holds its own slot (it still runs), not the new Playbook's.
+  const keyByUid = new Map(playbooks.map((p) => [p.metadata.uid, keyOf(p.metadata)]));
   for (const pod of pods) {
-    const owner = ownerKeyOfPod(pod);
-    if (owner && !isPodFinished(pod)) holders.add(owner);
+    const owner = pod.metadata.ownerReferences?.find((ref) => ref.controller && ref.kind === "Playbook");
+    if (!owner || isPodFinished(pod)) continue;
+    holders.add(keyByUid.get(owner.uid) ?? `uid:${owner.uid}`);
   }
   return holders;
 }

@@ -1,25 +1,12 @@
 // Reconcile decisions as a pure function of (Playbook, its pods, now, config): what to create or
 // delete, the status to write and the events to record. The controller applies the decision.
-import { formatDuration, parseDuration } from "../api/duration.js";
-import {
-  type LimitDefaults,
-  type PolicyLimitDefaults,
-  type ResolvedLimits,
-  resolveLimits,
-} from "../api/limits.js";
-import { InvalidPlaybookError, validatePlaybook } from "../api/manifest.js";
-import { PlanTooLargeError } from "../api/plan.js";
+import { formatDuration } from "../api/duration.js";
+import type { LimitDefaults, ResolvedLimits } from "../api/limits.js";
+import { canonical, PLAN_ANNOTATION, PlanTooLargeError, parsePlan, planDigest } from "../api/plan.js";
 import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
-import {
-  checkPolicy,
-  clusterRules,
-  type NamespaceRules,
-  type PodSettings,
-  podSettings,
-  policyLimitDefaults,
-} from "../api/policy.js";
+import { checkPolicy, type NamespaceRules, type PodSettings, podSettings } from "../api/policy.js";
 import { isLimitReason, type TerminalReason } from "../api/reasons.js";
-import { ANNOTATION_RUN_START, type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
+import { type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
 import {
   alternatePodName,
   buildPod,
@@ -37,14 +24,13 @@ import {
   isPodFinished,
   podActiveDeadlineSeconds,
   podDeadline,
-  podPlan,
-  podPlanGeneration,
   type ReadReport,
   readReport,
   runnerEnded,
   settleWaitMs,
 } from "./pod-state.js";
 import { queuedDecision, type SlotState } from "./policy-queue.js";
+import { adoptedPlan, newPlan, podPlanned, rebuiltPlan, rulesOf, validateSpec } from "./run-plan.js";
 import {
   describeDeadline,
   isFinished,
@@ -83,23 +69,9 @@ export interface ReconcileInput {
   takenPodNames?: readonly string[];
 }
 
-/** The rules the input names, or those of the controller's flags. */
-export function rulesOf(input: {
-  rules?: NamespaceRules | undefined;
-  settings: ReconcileSettings;
-}): NamespaceRules {
-  return (
-    input.rules ??
-    clusterRules({
-      runnerImage: input.settings.runnerImage,
-      allowedServiceAccounts: input.settings.allowedServiceAccounts ?? [],
-      allowedImages: input.settings.allowedImages ?? [],
-    })
-  );
-}
-
 export type Action =
-  | { type: "createPod"; pod: PodManifest; attempt: number }
+  /** planDigest: the digest of the plan the pod carries, as status.planDigest records it. */
+  | { type: "createPod"; pod: PodManifest; attempt: number; planDigest: string }
   | { type: "deletePod"; name: string; gracePeriodSeconds?: number; why: "cancel" | "ttl" | "finished" }
   /** Cancel: the kubelet stops the pod at its lowered deadline and keeps it for its logs. */
   | { type: "lowerDeadline"; name: string; activeDeadlineSeconds: number };
@@ -131,63 +103,10 @@ export interface FinishedRun {
 export interface Decision {
   /** The status to write, or null when it would not change. */
   status: PlaybookStatus | null;
-  /**
-   * The status a first pod's create shows should the API server refuse it. When the create
-   * succeeds it is not written: the pod carries the run's start and attempt, and the run's first
-   * status write waits until the pod runs (or PENDING_STATUS_DELAY_MS passes without it).
-   */
-  statusIfCreateFails?: PlaybookStatus;
   actions: Action[];
   events: RecordedEvent[];
   finished?: FinishedRun;
   requeueAfterMs?: number;
-}
-
-type Validated =
-  | { ok: true; spec: PlaybookSpec; limits: ResolvedLimits; defaults: LimitDefaults }
-  | { ok: false; message: string; policyRefusals?: string[] };
-
-/**
- * The spec checked and its limits resolved under the namespace's rules: their defaults always,
- * their maximums and allowlists only when `enforce` (a run not started yet: a policy edited later
- * does not end a run that started under the old one).
- */
-export function validateSpec(
-  playbook: StoredPlaybook,
-  controllerDefaults: LimitDefaults,
-  rules?: NamespaceRules,
-  enforce = true,
-  startedWith?: PolicyLimitDefaults,
-): Validated {
-  const policy = startedWith ?? (rules ? policyLimitDefaults(rules) : undefined);
-  const defaults: LimitDefaults = policy ? { ...controllerDefaults, policy } : controllerDefaults;
-  try {
-    const parsed = validatePlaybook(
-      {
-        apiVersion: playbook.apiVersion,
-        kind: playbook.kind,
-        metadata: { name: playbook.metadata.name, namespace: playbook.metadata.namespace },
-        spec: playbook.spec,
-      },
-      defaults,
-      `${playbook.metadata.namespace}/${playbook.metadata.name}`,
-    );
-    const limits = resolveLimits(parsed.spec, defaults);
-    const refused = rules && enforce ? checkPolicy(parsed.spec, limits, rules) : [];
-    if (refused.length > 0) {
-      return {
-        ok: false,
-        message: refused.map((p) => `${p.path}: ${p.message}`).join("; "),
-        policyRefusals: [...new Set(refused.map((p) => p.field))],
-      };
-    }
-    return { ok: true, spec: parsed.spec, limits, defaults };
-  } catch (error) {
-    if (error instanceof InvalidPlaybookError) {
-      return { ok: false, message: error.problems.map((p) => `${p.path}: ${p.message}`).join("; ") };
-    }
-    throw error;
-  }
 }
 
 function durationMs(start: string | undefined, end: string | undefined): number | undefined {
@@ -366,6 +285,8 @@ interface RunState {
   input: ReconcileInput;
   attempts: number;
   startTime: string;
+  /** The plan's digest the status records; undefined for a run that has not recorded one yet. */
+  planDigest: string | undefined;
 }
 
 /**
@@ -439,7 +360,32 @@ function createPodAction(
     pod: state.pod,
     name,
   });
-  return { type: "createPod", pod, attempt };
+  const text = pod.metadata.annotations[PLAN_ANNOTATION] ?? "";
+  const read = parsePlan(text);
+  // The digest of what the pod carries, read back as the controller reads any pod's plan.
+  if (!read.ok) throw new Error(`the plan built for pod ${name} ${read.problem}`);
+  return { type: "createPod", pod, attempt, planDigest: planDigest(read.plan) };
+}
+
+/**
+ * The namespace's policy as it is now, against the pod about to be created: every pod, a first one
+ * or one re-created after a loss, is checked. Undefined when it allows the pod.
+ */
+function policyRefusal(state: RunState, attempt: number): Decision | undefined {
+  const { base } = state;
+  const rules = rulesOf(state.input);
+  const refused = checkPolicy(state.spec, base.limits, rules);
+  if (refused.length === 0) return undefined;
+  const why = refused.map((p) => `${p.path}: ${p.message}`).join("; ");
+  const message =
+    attempt === 1
+      ? why
+      : `pod ${podNameFor(state.input.playbook.metadata.name, attempt)} (attempt ${attempt}) was not created: the namespace's policy refuses the run's plan: ${why}`;
+  const next = settledStatus(base, { reason: "InvalidSpec", message, tasks: cancelledTasks(base) });
+  return settle(base, next, "InvalidSpec", {
+    policyRefusals: [...new Set(refused.map((p) => p.field))],
+    events: [{ type: "Warning", reason: "InvalidSpec", message: `Refused the spec: ${message}` }],
+  });
 }
 
 function podCreatedEvent(state: RunState, action: Action & { type: "createPod" }): RecordedEvent {
@@ -470,14 +416,19 @@ function decideLost(state: RunState, what: string): Decision {
     const attempt = state.attempts + 1;
     const name = attemptPodName(state.input, attempt);
     if (name === undefined) return decideNamesTaken(state, attempt);
+    const refused = policyRefusal(state, attempt);
+    if (refused) return refused;
     const action = createPodAction(state, attempt, new Date(state.startTime), name);
-    const next = progressStatus(base, {
-      phase: "Pending",
-      message: pendingMessage(action.pod.metadata.name, attempt),
-      startTime: state.startTime,
-      podName: action.pod.metadata.name,
-      podAttempts: attempt,
-    });
+    const next: PlaybookStatus = {
+      ...progressStatus(base, {
+        phase: "Pending",
+        message: pendingMessage(action.pod.metadata.name, attempt),
+        startTime: state.startTime,
+        podName: action.pod.metadata.name,
+        podAttempts: attempt,
+      }),
+      planDigest: action.planDigest,
+    };
     return progress(base, next, {
       actions: [action],
       events: [
@@ -551,7 +502,8 @@ function decideEndedPod(state: RunState, pod: PodView): Decision {
   const podName = pod.metadata.name;
   const run = { startTime: state.startTime, podName, podAttempts: state.attempts };
   const disruption = disruptionOf(pod);
-  if (disruption) return decideLost(state, `pod ${podName} ${disruption}`);
+  // A cancelled run is not re-created after a disruption: the cancel decides its end.
+  if (disruption && !state.cancel) return decideLost(state, `pod ${podName} ${disruption}`);
   const read = readReport(pod, spec.tasks.length);
   if (pod.status?.reason === "DeadlineExceeded" && state.cancel) return decideCancelledPod(state, pod, read);
   if (pod.status?.reason === "DeadlineExceeded") {
@@ -733,17 +685,6 @@ function decideTerminating(
   return settle(base, { ...settled, podName: pod.metadata.name, podAttempts: state.attempts }, "Cancelled");
 }
 
-/** JSON with object keys sorted, so that equal specs compare equal whatever their key order. */
-function canonical(value: unknown): string {
-  return JSON.stringify(value, (_key, v: unknown) =>
-    v && typeof v === "object" && !Array.isArray(v)
-      ? Object.fromEntries(
-          Object.entries(v as Record<string, unknown>).sort(([a], [b]) => a.localeCompare(b)),
-        )
-      : v,
-  );
-}
-
 /**
  * The generation observedGeneration may claim for a run decided against its pod's plan: the
  * current one when the spec still says what the plan says (spec.cancel aside, which is applied),
@@ -762,20 +703,27 @@ function appliedGeneration(
 }
 
 /**
- * The policy's limits a started run took, from its status: a pod re-created after a loss keeps
- * them whatever the policy says now (its lost pod's plan carried them).
+ * A pod whose plan the controller cannot check against what it recorded (changed after it was
+ * created, or a pod it never recorded a plan for): what it runs is not the run's plan, so its
+ * report cannot be the run's outcome. The run ends RunnerLost naming what was wrong, and the pod
+ * is deleted.
  */
-function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | undefined {
-  if (!status.startTime || !status.limits) return undefined;
-  const from = (limit: { value: string; source: string } | undefined) =>
-    limit?.source === "policy" ? parseDuration(limit.value) : undefined;
-  const { ceiling, stall, killGrace, startTimeout } = status.limits;
-  return {
-    ceilingMs: from(ceiling),
-    stallMs: from(stall),
-    killGraceMs: from(killGrace),
-    startTimeoutMs: from(startTimeout),
+function decideUnverifiedPod(input: ReconcileInput, pod: PodView, problem: string): Decision {
+  const previous = input.playbook.status ?? {};
+  const base: StatusBase = {
+    previous,
+    generation: input.playbook.metadata.generation,
+    now: input.now,
+    limits: null,
   };
+  const message = `${problem}; the controller takes no plan it did not record, so the run cannot go on and the pod was deleted`;
+  const next = settledStatus(base, { reason: "RunnerLost", message, tasks: cancelledTasks(base) });
+  return settle(base, { ...next, podName: pod.metadata.name }, "RunnerLost", {
+    events: [{ type: "Warning", reason: "PlanRefused", message: capitalise(problem) }],
+    actions: input.pods
+      .filter((p) => !isPodFinished(p) && !p.metadata.deletionTimestamp)
+      .map((p) => ({ type: "deletePod" as const, name: p.metadata.name, why: "finished" as const })),
+  });
 }
 
 /** The whole decision for one Playbook. */
@@ -784,55 +732,51 @@ export function decide(input: ReconcileInput): Decision {
   const previous = playbook.status ?? {};
   if (isFinished(previous)) return decideFinished(input);
   const pod = currentPod(input.pods);
-  const planned = pod ? podPlan(pod) : undefined;
-  const specGeneration = pod && planned?.ok ? podPlanGeneration(pod) : playbook.metadata.generation;
+  const digest = previous.planDigest;
+  const planned = pod
+    ? digest === undefined
+      ? adoptedPlan(input, pod)
+      : podPlanned(pod, digest)
+    : digest !== undefined
+      ? rebuiltPlan(input, digest)
+      : newPlan(input);
+  if (!planned.ok && pod) return decideUnverifiedPod(input, pod, planned.message);
+  const specGeneration = planned.ok ? planned.specGeneration : playbook.metadata.generation;
   const generation =
-    pod && planned?.ok
-      ? appliedGeneration(playbook, planned.plan.spec, specGeneration, settings)
-      : specGeneration;
+    pod && planned.ok ? appliedGeneration(playbook, planned.spec, specGeneration, settings) : specGeneration;
   const rules = rulesOf(input);
-  const validated: Validated =
-    planned?.ok === true
-      ? // A started run is decided against the plan its pod was started with, not a later edit.
-        {
-          ok: true,
-          spec: planned.plan.spec,
-          limits: resolveLimits(planned.plan.spec, planned.plan.defaults),
-          defaults: planned.plan.defaults,
-        }
-      : validateSpec(
-          playbook,
-          settings.defaults,
-          rules,
-          !previous.startTime,
-          policyLimitsStartedWith(previous),
-        );
-  if (!validated.ok) {
+  if (!planned.ok) {
     const base: StatusBase = { previous, generation, now, limits: null };
-    const next = settledStatus(base, { reason: "InvalidSpec", message: validated.message });
+    const next = settledStatus(base, { reason: "InvalidSpec", message: planned.message });
     return settle(base, next, "InvalidSpec", {
-      ...(validated.policyRefusals ? { policyRefusals: validated.policyRefusals } : {}),
-      events: [{ type: "Warning", reason: "InvalidSpec", message: `Refused the spec: ${validated.message}` }],
-      actions: input.pods
-        .filter((pod) => !isPodFinished(pod) && !pod.metadata.deletionTimestamp)
-        .map((pod) => ({ type: "deletePod" as const, name: pod.metadata.name, why: "finished" as const })),
+      ...(planned.policyRefusals ? { policyRefusals: planned.policyRefusals } : {}),
+      events: [{ type: "Warning", reason: "InvalidSpec", message: `Refused the spec: ${planned.message}` }],
     });
   }
-  const base = { previous, generation, now, limits: validated.limits };
+  const base = { previous, generation, now, limits: planned.limits };
   const attempts = Math.max(previous.podAttempts ?? 0, pod ? podAttemptOf(pod) : 0);
-  const adoptedStart = pod?.metadata.annotations?.[ANNOTATION_RUN_START];
-  const startTime = previous.startTime ?? adoptedStart ?? now.toISOString();
+  const startTime = previous.startTime ?? planned.runStart ?? now.toISOString();
   const state: RunState = {
     base,
-    spec: validated.spec,
-    defaults: validated.defaults,
-    pod: podSettings(validated.spec, rules),
+    spec: planned.spec,
+    defaults: planned.defaults,
+    pod: podSettings(planned.spec, rules),
     specGeneration,
     cancel: (playbook.spec as { cancel?: unknown } | undefined)?.cancel === true,
     input,
     attempts,
     startTime,
+    planDigest: digest ?? planned.recordDigest,
   };
+  const decision = decideRun(state, pod);
+  // An adopted pod's plan goes on record with this pass's status.
+  if (digest !== undefined || planned.recordDigest === undefined) return decision;
+  return { ...decision, status: { ...(decision.status ?? previous), planDigest: planned.recordDigest } };
+}
+
+function decideRun(state: RunState, pod: PodView | undefined): Decision {
+  const { input, base, attempts } = state;
+  const previous = base.previous;
 
   if (state.cancel) return decideCancel(state, pod);
   if (!pod) {
@@ -842,7 +786,7 @@ export function decide(input: ReconcileInput): Decision {
     }
     return decideLost(
       state,
-      `pod ${previous.podName ?? podNameFor(playbook.metadata.name, attempts)} was deleted or lost with its node`,
+      `pod ${previous.podName ?? podNameFor(input.playbook.metadata.name, attempts)} was deleted or lost with its node`,
     );
   }
   if (isPodFinished(pod)) return decideEndedPod(state, pod);
@@ -863,6 +807,8 @@ function decideFirstPod(state: RunState): Decision {
   }
   const name = attemptPodName(state.input, 1);
   if (name === undefined) return decideNamesTaken(state, 1);
+  const refused = policyRefusal(state, 1);
+  if (refused) return refused;
   let action: Action & { type: "createPod" };
   try {
     action = createPodAction(state, 1, new Date(state.startTime), name);
@@ -874,35 +820,22 @@ function decideFirstPod(state: RunState): Decision {
       events: [{ type: "Warning", reason: "InvalidSpec", message: `Refused the spec: ${error.message}` }],
     });
   }
-  const next = progressStatus(base, {
-    phase: "Pending",
-    message: pendingMessage(action.pod.metadata.name, 1),
-    startTime: state.startTime,
-    podName: action.pod.metadata.name,
-    podAttempts: 1,
-  });
+  const next: PlaybookStatus = {
+    ...progressStatus(base, {
+      phase: "Pending",
+      message: pendingMessage(action.pod.metadata.name, 1),
+      startTime: state.startTime,
+      podName: action.pod.metadata.name,
+      podAttempts: 1,
+    }),
+    planDigest: action.planDigest,
+  };
   const events = [...nameTakenEvents(state.input, 1, name), podCreatedEvent(state, action)];
-  // A run that shows nothing yet shows nothing until its pod runs: the common run writes its
-  // status twice (running, finished), not three times. One that already says something (queued,
-  // a refused create) is told at once that its pod now exists.
-  if (!base.previous.conditions?.length) {
-    return {
-      status: null,
-      statusIfCreateFails: next,
-      actions: [action],
-      events,
-      requeueAfterMs: PENDING_STATUS_DELAY_MS,
-    };
-  }
+  // The start record, written right after the create in the same pass (its resourceVersion the
+  // one this decision read: a spec edited since makes it conflict, and the next pass finds a pod
+  // whose plan the spec no longer gives). From then on the API server refuses edits of the spec.
   return progress(base, next, { actions: [action], events });
 }
-
-/**
- * How long a first pod may stay Pending before the run's status says so. A pod that runs sooner
- * (the common case: a node with the image starts it in a second or two) goes straight to Running;
- * one that waits longer (scheduling, an image pull) is shown Pending with its pod's reason.
- */
-export const PENDING_STATUS_DELAY_MS = 3_000;
 
 /** A pod that has not ended: report its progress, unless it never started or outlived its deadline. */
 function decideActivePod(state: RunState, pod: PodView): Decision {
@@ -923,15 +856,6 @@ function decideActivePod(state: RunState, pod: PodView): Decision {
   const backstopAt = endsAt + (DEADLINE_MARGIN_SECONDS * 1000 + BACKSTOP_SLACK_MS);
   if (running && backstopAt <= now.getTime()) return decideOutlived(state, pod);
   const hold = running ? undefined : describeHold(pod);
-  if (!running && base.previous.startTime === undefined && hold === undefined) {
-    // The first pod was created without a status write: Pending is shown only if it lasts, or
-    // at once when something holds the pod (an image pull failing, no node for it).
-    const showPendingAt = Date.parse(startTime) + PENDING_STATUS_DELAY_MS;
-    if (now.getTime() < showPendingAt) {
-      const lookAgainAt = Math.min(showPendingAt, endsAt, startBy ?? endsAt);
-      return { status: null, actions: [], events: [], requeueAfterMs: lookAgainAt - now.getTime() };
-    }
-  }
   const next = progressStatus(base, {
     phase: running ? "Running" : "Pending",
     message: running

@@ -143,7 +143,7 @@ export class PlaybookWriter {
     try {
       for (const action of decision.actions) await this.applyAction(action, target);
     } catch (error) {
-      const shown = decision.status ?? decision.statusIfCreateFails;
+      const shown = decision.status;
       if (!(error instanceof PodCreateFailedError) || !shown) throw error;
       // Say why where the user looks, without counting the attempt: no pod was made.
       const now = this.deps.clock.now();

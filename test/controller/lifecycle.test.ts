@@ -156,9 +156,8 @@ describe("status writes", () => {
       (await counterValue(running, "runsTotal")) === 1 ? true : undefined,
     );
     const afterRun = await counterValue(running, "statusWrites");
-    // Running and Succeeded; Pending too when the pod took over PENDING_STATUS_DELAY_MS to start.
-    expect(afterRun).toBeGreaterThanOrEqual(2);
-    expect(afterRun).toBeLessThanOrEqual(3);
+    // Pending with the run's start and plan (right after its pod is created), Running and Succeeded.
+    expect(afterRun).toBe(3);
     for (let i = 0; i < 3; i++) await reconciledAgain(running, ns);
     expect(await counterValue(running, "statusWrites")).toBe(afterRun);
     expect(await counterValue(running, "runsTotal")).toBe(1);

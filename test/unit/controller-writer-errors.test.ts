@@ -64,12 +64,13 @@ const playbook = parseStoredPlaybook({
 });
 
 const decision: Decision = {
-  status: null,
-  statusIfCreateFails: { observedGeneration: 1, phase: "Pending", conditions: [] },
+  // The start record written with the first create (what the run shows if the create fails).
+  status: { observedGeneration: 1, phase: "Pending", conditions: [] },
   actions: [
     {
       type: "createPod",
       attempt: 1,
+      planDigest: `sha256:${"0".repeat(64)}`,
       pod: {
         apiVersion: "v1",
         kind: "Pod",

@@ -14,7 +14,7 @@ function input(partial: Partial<ReconcileInput>): ReconcileInput {
 
 function started(): PlaybookStatus {
   const first = decide(input({}));
-  return { ...(first.statusIfCreateFails as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+  return { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
 }
 
 const OOM_DETAIL =

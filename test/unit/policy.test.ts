@@ -57,7 +57,7 @@ describe("a Playbook under its namespace's policy", () => {
 
   it("gets the policy's defaults for what it leaves out, each with source policy", () => {
     const decision = decide(input({ playbook: playbook({ ceiling: undefined }), rules }));
-    expect(decision.statusIfCreateFails?.limits).toEqual({
+    expect(decision.status?.limits).toEqual({
       ceiling: { value: "20m", source: "policy" },
       stall: { value: "2m", source: "policy" },
       killGrace: { value: "3s", source: "policy" },
@@ -73,8 +73,8 @@ describe("a Playbook under its namespace's policy", () => {
 
   it("keeps its own values over the policy's, with source spec", () => {
     const decision = decide(input({ playbook: playbook({ ceiling: "30m", stall: "5m" }), rules }));
-    expect(decision.statusIfCreateFails?.limits?.ceiling).toEqual({ value: "30m", source: "spec" });
-    expect(decision.statusIfCreateFails?.limits?.stall).toEqual({ value: "5m", source: "spec" });
+    expect(decision.status?.limits?.ceiling).toEqual({ value: "30m", source: "spec" });
+    expect(decision.status?.limits?.stall).toEqual({ value: "5m", source: "spec" });
   });
 
   it("carries the policy's limit defaults in the pod's plan, so that a later edit of the policy changes nothing", () => {
@@ -136,12 +136,36 @@ describe("a Playbook under its namespace's policy", () => {
     expect(imageAllowed("busybox:1", ["busybox"])).toBe(false);
   });
 
-  it("does not refuse a started run under a policy edited after its start", () => {
+  it("does not refuse a running pod under a policy edited after its start", () => {
     const first = decide(input({ playbook: playbook({ ceiling: "30m" }), rules }));
-    const status = { ...(first.statusIfCreateFails as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+    const status = first.status as PlaybookStatus;
+    const running = { ...createdPod(first.actions), status: { phase: "Running" } };
     const stricter = governed({ maximums: { ceiling: "10m" } });
-    const later = decide(input({ playbook: playbook({ ceiling: "30m" }, status), rules: stricter }));
-    expect(succeeded(later.status ?? status)?.reason).not.toBe("InvalidSpec");
+    const later = decide(
+      input({ playbook: playbook({ ceiling: "30m" }, status), pods: [running], rules: stricter }),
+    );
+    expect(succeeded(later.status ?? status)?.reason).toBe("Running");
+    expect(later.actions).toEqual([]);
+  });
+
+  it("checks a pod re-created after a loss against the policy as it is then: one no longer allowed is not created", () => {
+    const first = decide(input({ playbook: playbook({ serviceAccountName: "deployer" }), rules }));
+    const status = first.status as PlaybookStatus;
+    expect(status.planDigest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    const narrower = governed({ allowedServiceAccounts: ["default"] });
+    const lost = decide(
+      input({
+        playbook: playbook({ serviceAccountName: "deployer" }, status),
+        rules: narrower,
+        now: new Date(T0.getTime() + 60_000),
+      }),
+    );
+    expect(lost.actions).toEqual([]);
+    expect(succeeded(lost.status)).toMatchObject({ status: "False", reason: "InvalidSpec" });
+    expect(succeeded(lost.status)?.message).toBe(
+      "pod nightly-2 (attempt 2) was not created: the namespace's policy refuses the run's plan: spec.serviceAccountName: \"deployer\" is not an allowed service account: PlaybookPolicy default allows default (spec.allowedServiceAccounts)",
+    );
+    expect(lost.finished?.policyRefusals).toEqual(["spec.serviceAccountName"]);
   });
 });
 
@@ -149,7 +173,7 @@ describe("a run whose pod was lost after its policy changed", () => {
   it("re-creates the pod with the policy's limits the run started with", () => {
     const before = governed({ defaults: { ceiling: "20m", stall: "2m" } });
     const first = decide(input({ playbook: playbook({ ceiling: undefined }), rules: before }));
-    const status = { ...(first.statusIfCreateFails as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+    const status = first.status as PlaybookStatus;
     const after = governed({ defaults: { ceiling: "5m", stall: "10s" } });
     const decision = decide(
       input({
@@ -219,6 +243,39 @@ describe("the running-Playbooks cap", () => {
     expect(slotState("ops/a", all, [], 2, "here")).toMatchObject({ running: 1, ahead: 0, free: true });
     expect(slotState("ops/b", all, [], 2, "here")).toMatchObject({ running: 1, ahead: 1, free: false });
     expect(slotState("ops/c", all, [], 3, "here")).toMatchObject({ ahead: 2, free: false });
+  });
+
+  it("counts a pod toward its run by its owner's UID, not its name", () => {
+    // A pod still running for a deleted Playbook "a" (another UID) holds a slot of its own, not the
+    // new "a"'s: the new "a" still waits its turn behind it, not as if it were already running.
+    const lingering = {
+      metadata: {
+        name: "a-1",
+        namespace: "ops",
+        ownerReferences: [
+          {
+            apiVersion: "playbook.dev/v1alpha1",
+            kind: "Playbook",
+            name: "a",
+            uid: "uid-old-a",
+            controller: true,
+          },
+        ],
+      },
+      status: { phase: "Running" },
+    };
+    const all = [stored("a", 1), stored("b", 2)];
+    expect(slotState("ops/a", all, [lingering], 2, "here")).toMatchObject({
+      running: 1,
+      ahead: 0,
+      free: true,
+    });
+    expect(slotState("ops/b", all, [lingering], 2, "here")).toMatchObject({
+      running: 1,
+      ahead: 1,
+      free: false,
+    });
+    expect(slotState("ops/a", all, [lingering], 1, "here")).toMatchObject({ running: 1, free: false });
   });
 
   it("queues a run Pending with reason Queued and no start time, and creates no pod", () => {

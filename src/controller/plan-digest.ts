@@ -1,0 +1,85 @@
+// The plan a run's pods are built from, anchored in the run's status. Its digest is written to
+// status.planDigest (which only the status subresource, the controller's, can change) with the
+// first pod's create; a pod's playbook.dev/plan annotation is taken only when it hashes to that
+// digest, and a pod re-created after a loss is built from a plan rebuilt from the frozen spec and
+// the status, checked against the same digest. The plan's defaults are the run's resolved limits,
+// so that the spec and status.limits are enough to rebuild it, whatever the controller's
+// configuration or the namespace's policy say by then.
+import { parseDuration } from "../api/duration.js";
+import type { EffectiveLimit, LimitDefaults, PolicyLimitDefaults } from "../api/limits.js";
+import { PLAN_ANNOTATION, parsePlan, planDigest, type RunPlan } from "../api/plan.js";
+import type { PlaybookStatus } from "../api/playbook.js";
+import type { PodView } from "./objects.js";
+
+type Level = Pick<EffectiveLimit, "ms" | "source">;
+
+/**
+ * The defaults a plan carries: the run's resolved limits, each at the level it came from, so that
+ * resolving the plan's spec with them gives the same values and sources again.
+ */
+export function planDefaults(limits: {
+  ceiling: Level;
+  stall: Level;
+  killGrace: Level;
+  startTimeout: Level;
+}): LimitDefaults {
+  const policy: PolicyLimitDefaults = {};
+  if (limits.ceiling.source === "policy") policy.ceilingMs = limits.ceiling.ms;
+  if (limits.stall.source === "policy") policy.stallMs = limits.stall.ms;
+  if (limits.killGrace.source === "policy") policy.killGraceMs = limits.killGrace.ms;
+  if (limits.startTimeout.source === "policy") policy.startTimeoutMs = limits.startTimeout.ms;
+  return {
+    ceilingMs: limits.ceiling.ms,
+    maxCeilingMs: limits.ceiling.ms,
+    stallMs: limits.stall.ms,
+    killGraceMs: limits.killGrace.ms,
+    startTimeoutMs: limits.startTimeout.ms,
+    ...(Object.keys(policy).length > 0 ? { policy } : {}),
+  };
+}
+
+/** The plan's defaults as the run's status.limits show them; undefined when it shows none. */
+export function planDefaultsFromStatus(status: PlaybookStatus): LimitDefaults | undefined {
+  const limits = status.limits;
+  if (!limits?.startTimeout) return undefined;
+  const level = (limit: { value: string; source: string }): Level => ({
+    ms: parseDuration(limit.value),
+    source: limit.source as EffectiveLimit["source"],
+  });
+  try {
+    return planDefaults({
+      ceiling: level(limits.ceiling),
+      stall: level(limits.stall),
+      killGrace: level(limits.killGrace),
+      startTimeout: level(limits.startTimeout),
+    });
+  } catch {
+    return undefined;
+  }
+}
+
+export type PodPlan = { ok: true; plan: RunPlan } | { ok: false; problem: string };
+
+/**
+ * The pod's plan when it is the one the run recorded (status.planDigest), else what is wrong with
+ * it, in words naming the pod, the annotation and both digests.
+ */
+export function verifiedPodPlan(pod: PodView, digest: string): PodPlan {
+  const name = pod.metadata.name;
+  const text = pod.metadata.annotations?.[PLAN_ANNOTATION];
+  if (text === undefined) {
+    return { ok: false, problem: `pod ${name} has no ${PLAN_ANNOTATION} annotation` };
+  }
+  const read = parsePlan(text);
+  if (!read.ok) {
+    return { ok: false, problem: `the ${PLAN_ANNOTATION} annotation of pod ${name} ${read.problem}` };
+  }
+  const found = planDigest(read.plan);
+  if (found !== digest) {
+    return {
+      ok: false,
+      problem: `the ${PLAN_ANNOTATION} annotation of pod ${name} is not the plan the run started with: it hashes to ${found}, status.planDigest is ${digest}; it was changed after the controller created the pod`,
+    };
+  }
+  return { ok: true, plan: read.plan };
+}
