@@ -20,7 +20,7 @@
 // pressure the kernel's OOM killer picks a task's process before the runner, so the report
 // survives. Raising one's own value needs no privilege.
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { performance } from "node:perf_hooks";
 import type { Writable } from "node:stream";
@@ -143,9 +143,15 @@ function readPids(file: string): number[] {
 const RUN_CGROUP = /^playbook-[0-9a-f]+-[0-9a-f]{8}$/;
 
 /**
- * Removes the cgroups of runs that are over: a live run's always holds its anchor, so an empty
- * one was left by a runner that could not remove it (killed by SIGKILL). A non-empty one is left
- * alone (rmdir refuses it anyway).
+ * How long a run's cgroup may be empty before another run takes it for a dead runner's: between
+ * its mkdir and its anchor's join a live run's cgroup is empty too, for a moment.
+ */
+const STALE_AFTER_MS = 10_000;
+
+/**
+ * Removes the cgroups of runs that are over: a live run's holds its anchor from its first moments
+ * on, so one that is empty and older than STALE_AFTER_MS was left by a runner that could not
+ * remove it (killed by SIGKILL). A non-empty one is left alone (rmdir refuses it anyway).
  */
 function removeStaleRunCgroups(parent: string): void {
   let names: string[];
@@ -157,7 +163,8 @@ function removeStaleRunCgroups(parent: string): void {
   for (const name of names) {
     if (!RUN_CGROUP.test(name)) continue;
     try {
-      if (/^populated 0$/m.test(readFileSync(`${parent}/${name}/cgroup.events`, "latin1"))) {
+      const young = statSync(`${parent}/${name}`).mtimeMs > Date.now() - STALE_AFTER_MS;
+      if (!young && /^populated 0$/m.test(readFileSync(`${parent}/${name}/cgroup.events`, "latin1"))) {
         rmdirSync(`${parent}/${name}`);
       }
     } catch {
@@ -211,7 +218,11 @@ function makeRunCgroup(runId: string): { dir: string } | { problem: string } {
     // cgroup.kill is write-only: its presence is what is checked (Linux 5.14 and later).
     writeFileSync(`${dir}/cgroup.kill`, "", { flag: "r+" });
   } catch (error) {
-    rmdirSync(dir);
+    try {
+      rmdirSync(dir);
+    } catch {
+      // gone already
+    }
     const code = (error as NodeJS.ErrnoException).code;
     return { problem: `${dir} has no usable cgroup.kill (${code ?? error})` };
   }
