@@ -11,7 +11,7 @@ import {
   resolveLimits,
 } from "../api/limits.js";
 import { InvalidPlaybookError, validatePlaybook } from "../api/manifest.js";
-import { PLAN_ANNOTATION, parsePlan, planDigest } from "../api/plan.js";
+import { PLAN_ANNOTATION, parsePlan, planDigest, type RunPlan } from "../api/plan.js";
 import type { PlaybookSpec, PlaybookStatus } from "../api/playbook.js";
 import { checkPolicy, clusterRules, type NamespaceRules, policyLimitDefaults } from "../api/policy.js";
 import type { PodView, StoredPlaybook } from "./objects.js";
@@ -165,22 +165,18 @@ export function adoptedPlan(input: ReconcileInput, pod: PodView): RunPlanned {
       `its ${PLAN_ANNOTATION} annotation is not the plan the spec gives: it hashes to ${found}, the spec and the namespace's rules give ${given}`,
     );
   }
-  return {
-    ok: true,
-    spec: plan.spec,
-    limits: resolveLimits(plan.spec, plan.defaults),
-    defaults: plan.defaults,
-    runStart: plan.runStartTime,
-    specGeneration: podPlanGeneration(pod),
-    recordDigest: found,
-  };
+  return { ...plannedFromPod(plan, pod), recordDigest: found };
 }
 
 /** The plan of the run's pod, when it is the one the status records (status.planDigest). */
 export function podPlanned(pod: PodView, digest: string): RunPlanned {
   const read = verifiedPodPlan(pod, digest);
   if (!read.ok) return { ok: false, message: read.problem };
-  const { plan } = read;
+  return plannedFromPod(read.plan, pod);
+}
+
+/** What a run is decided against when its pod's plan was taken. */
+function plannedFromPod(plan: RunPlan, pod: PodView): RunPlanned & { ok: true } {
   return {
     ok: true,
     spec: plan.spec,
