@@ -54,7 +54,11 @@ describe("the image's code cache", () => {
     for (const attempt of [1, 2]) {
       const run = await playbook("run", "-f", FILE);
       expect(run.exitCode, `run ${attempt}`).toBe(0);
-      expect(run.notes, `run ${attempt}`).toEqual([expect.stringMatching(cacheFile("run"))]);
+      // A run without a cgroup re-executes itself under a child subreaper: each process says.
+      expect(run.notes.length, `run ${attempt}`).toBeGreaterThan(0);
+      expect(run.notes, `run ${attempt}`).toEqual(
+        run.notes.map(() => expect.stringMatching(cacheFile("run"))),
+      );
     }
   });
 
@@ -63,7 +67,10 @@ describe("the image's code cache", () => {
     try {
       const run = await playbook("run", "-f", FILE);
       expect(run.exitCode).toBe(0);
-      expect(run.notes).toEqual([`not used: ${CACHE_HOME} is writable by its group (mode 770)`]);
+      expect(run.notes.length).toBeGreaterThan(0);
+      expect(run.notes).toEqual(
+        run.notes.map(() => `not used: ${CACHE_HOME} is writable by its group (mode 770)`),
+      );
     } finally {
       await container.exec(["chmod", "700", CACHE_HOME]);
     }

@@ -58,7 +58,7 @@ describe("the image's SBOM", () => {
           version,
           purl: expect.stringMatching(
             new RegExp(
-              `^pkg:deb/debian/${name?.replace(/[+.]/g, "\\$&")}@[^?]+\\?arch=${arch}&distro=debian-12$`,
+              `^pkg:deb/debian/${encodeURIComponent(name ?? "").replace(/[+.]/g, "\\$&")}@[^?]+\\?arch=${arch}&distro=debian-12$`,
             ),
           ),
         };
