@@ -4,6 +4,23 @@
 # it did not spawn) when the image runs as it is. In the runner pods the controller makes, the
 # container command (`playbook pod-runner`) replaces this entrypoint; there the pod shares its PID
 # namespace and the sandbox's pause process reaps instead.
+# The runtime stage's root before the project's files: Node's base and two packages from Debian.
+# tini reaps orphans; procps gives `ps` to whoever execs into a pod to look at its tasks.
+FROM node:24-bookworm-slim AS runtime-base
+RUN apt-get update && apt-get install -y --no-install-recommends tini procps && rm -rf /var/lib/apt/lists/*
+
+# What the image's SBOM lists beside the bundle, read inside that same root: the packages dpkg has
+# installed, Node's version and the npm packages installed with it, and the packages' copyright
+# files (scripts/image-sbom.ts merges them in the build stage, which has zod).
+FROM runtime-base AS image-packages
+RUN mkdir -p /sbom-input/node_modules \
+ && dpkg-query -W -f='${db:Status-Abbrev}\t${Package}\t${Version}\t${Architecture}\n' > /sbom-input/dpkg-packages.tsv \
+ && node --version > /sbom-input/node-version \
+ && cp /etc/os-release /sbom-input/os-release \
+ && cp -a /usr/share/doc /sbom-input/doc \
+ && cd /usr/local/lib/node_modules \
+ && for f in */package.json @*/*/package.json; do if [ -f "$f" ]; then cp --parents "$f" /sbom-input/node_modules/ || exit 1; fi; done
+
 FROM node:24-bookworm-slim AS build
 WORKDIR /src
 # Dependencies first, so that a change in src/ reuses this layer instead of installing again.
@@ -11,21 +28,23 @@ COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
-COPY scripts/bundle-cli.ts scripts/third-party-notices.ts ./scripts/
+COPY scripts/bundle-cli.ts scripts/third-party-notices.ts scripts/image-sbom.ts ./scripts/
 # tsc checks the types (and compiles the bundler's script); the bundle is the whole command with
 # every npm dependency in it, so the image needs no node_modules.
 RUN npx tsc -p tsconfig.build.json && node dist/scripts/bundle-cli.js
+# The image's SBOM: the bundle's, plus what image-packages found in the runtime's root.
+COPY --from=image-packages /sbom-input /tmp/sbom-input
+RUN node dist/scripts/image-sbom.js /tmp/sbom-input dist/bin/sbom.cdx.json dist/bin/sbom.image.cdx.json
 
-FROM node:24-bookworm-slim
-# tini reaps orphans; procps gives `ps` to whoever execs into a pod to look at its tasks.
-RUN apt-get update && apt-get install -y --no-install-recommends tini procps && rm -rf /var/lib/apt/lists/*
+FROM runtime-base
 WORKDIR /opt/playbook
 # The bundle's entry and the chunks it loads, without their source maps.
 COPY --from=build /src/dist/bin/*.js ./bin/
 # The project's licence, and the licences of the packages the bundle inlines with its SBOM (written
-# by the bundler from its source maps), where Debian keeps a package's licence files.
+# by the bundler from its source maps), where Debian keeps a package's licence files; beside them
+# the image's SBOM (the bundle's packages, the Debian packages, Node).
 COPY LICENSE /usr/share/doc/playbook-controller/
-COPY --from=build /src/dist/bin/THIRD-PARTY-NOTICES.txt /src/dist/bin/sbom.cdx.json /usr/share/doc/playbook-controller/
+COPY --from=build /src/dist/bin/THIRD-PARTY-NOTICES.txt /src/dist/bin/sbom.cdx.json /src/dist/bin/sbom.image.cdx.json /usr/share/doc/playbook-controller/
 RUN ln -s /opt/playbook/bin/playbook.js /usr/local/bin/playbook \
  && mkdir compile-cache cache && chown 65532:65532 compile-cache cache && chmod 700 cache
 USER 65532:65532

@@ -61,6 +61,7 @@ export function sourceHash(): string {
     "LICENSE",
     "scripts/bundle-cli.ts",
     "scripts/third-party-notices.ts",
+    "scripts/image-sbom.ts",
   ];
   const walk = (dir: string): string[] =>
     readdirSync(path.join(root, dir), { withFileTypes: true }).flatMap((entry) =>

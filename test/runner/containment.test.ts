@@ -3,7 +3,15 @@
 // place, made non-dumpable, nohup), none of which keeps the PLAYBOOK_ATTEMPT_ID cookie where a
 // sweep can read it. The run holds them in a cgroup of its own and says which containment it had.
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, utimesSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";

@@ -670,7 +670,9 @@ describe("spec.cancel", () => {
     expect(decision.actions.filter((a) => a.type === "createPod")).toEqual([]);
     expect(decision.status?.phase).toBe("Cancelled");
     expect(succeeded(decision.status)?.reason).toBe("Cancelled");
-    expect(succeeded(decision.status)?.message).toContain("pod nightly-1 ended without a valid runner report");
+    expect(succeeded(decision.status)?.message).toContain(
+      "pod nightly-1 ended without a valid runner report",
+    );
     expect(decision.status?.podAttempts).toBe(1);
   });
 
