@@ -3,9 +3,9 @@
 // Every task process here is smaller than the runner (a Node process of about 60 MiB resident), so
 // the kernel, which picks the largest process after adding oom_score_adj × limit / 1000, takes a
 // task's only where the tasks' raised oom_score_adj (1000) is far enough above the runner's:
-// - Guaranteed (cpu and memory limits): the kubelet gives the container -997 (0 on this machine,
-//   where runc lacks CAP_SYS_RESOURCE and its write fails; either is far below 1000). The run ends
-//   TaskFailed with the OOM kill named, not RunnerLost.
+// - Guaranteed (cpu and memory limits): the kubelet gives the container -997 (0 on this node,
+//   whose containerd, without CAP_SYS_RESOURCE, has restrict_oom_score_adj raise it to its own 0;
+//   either is far below 1000). The run ends TaskFailed with the OOM kill named, not RunnerLost.
 // - Burstable (a memory limit alone): the kubelet gives the container 1000 - 1000 × request /
 //   node memory (997 for 96Mi here). runc writes it with CAP_SYS_RESOURCE on a normal node, which
 //   makes it the floor an unprivileged process can lower its own to, so the runner cannot go
