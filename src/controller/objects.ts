@@ -66,6 +66,7 @@ export const PodSchema = z.looseObject({
       phase: z.string().optional(),
       reason: z.string().optional(),
       message: z.string().optional(),
+      qosClass: z.string().optional(),
       containerStatuses: z.array(ContainerStatusSchema).optional(),
       initContainerStatuses: z.array(ContainerStatusSchema).optional(),
       conditions: z

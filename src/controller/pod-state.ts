@@ -52,6 +52,17 @@ export function describeKubeletVerdict(pod: PodView): string {
   return parts.join(", ");
 }
 
+/**
+ * What to do about a runner the kernel ended for its container's memory. Tasks share the runner
+ * container's memory limit; they start at oom_score_adj 1000, but the kubelet gives a Burstable
+ * container a value near 1000 too, so only in a Guaranteed pod does the kernel take a task first.
+ * Empty unless the runner was OOMKilled outside a Guaranteed pod.
+ */
+export function runnerOomHint(pod: PodView): string {
+  if (runnerTerminated(pod)?.reason !== "OOMKilled" || pod.status?.qosClass === "Guaranteed") return "";
+  return `; the kernel ended the runner for the pod's memory limit, which its tasks share: give the pod both cpu and memory limits (requests equal, a Guaranteed pod) so that it ends the task instead and the run reports it`;
+}
+
 /** Waiting reasons of a pod on its way up: they say nothing the user needs to act on. */
 const STARTING_REASONS = new Set(["ContainerCreating", "PodInitializing"]);
 

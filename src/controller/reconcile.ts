@@ -27,6 +27,7 @@ import {
   type ReadReport,
   readReport,
   runnerEnded,
+  runnerOomHint,
   settleWaitMs,
 } from "./pod-state.js";
 import { queuedDecision, type SlotState } from "./policy-queue.js";
@@ -536,7 +537,7 @@ function decideEndedPod(state: RunState, pod: PodView): Decision {
     // writes; a pod taken by the infrastructure must not be mistaken for a runner that crashed.
     return progress(base, base.previous, { requeueAfterMs: waitMs });
   }
-  const message = `pod ${podName} ended without a valid runner report (${describeKubeletVerdict(pod)}): ${read.problem}`;
+  const message = `pod ${podName} ended without a valid runner report (${describeKubeletVerdict(pod)}): ${read.problem}${runnerOomHint(pod)}`;
   const next = settledStatus(base, { reason: state.cancel ? "Cancelled" : "RunnerLost", message });
   return settle(
     base,

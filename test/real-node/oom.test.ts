@@ -94,6 +94,10 @@ describe("a task that runs into its container's memory limit on the real node", 
     const succeeded = condition(playbook, "Succeeded");
     expect(succeeded).toMatchObject({ status: "False", reason: "RunnerLost" });
     expect(succeeded?.message).toContain("without a valid runner report (OOMKilled, exit code 137)");
+    // And what to do about it.
+    expect(succeeded?.message).toContain(
+      "give the pod both cpu and memory limits (requests equal, a Guaranteed pod)",
+    );
     const terminated = pod?.status?.containerStatuses?.[0]?.state?.terminated;
     expect(terminated).toMatchObject({ reason: "OOMKilled", exitCode: 137 });
     // Why: the runner's oom_score_adj is the kubelet's Burstable value, a few points below the tasks'.

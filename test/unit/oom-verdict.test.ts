@@ -60,4 +60,23 @@ describe("an OOM kill in a pod", () => {
     expect(condition).toMatchObject({ status: "False", reason: "RunnerLost" });
     expect(condition?.message).toContain("OOMKilled, exit code 137");
   });
+
+  it("of the runner outside a Guaranteed pod: the message says how to keep the runner alive", () => {
+    const ended = (qosClass: string) => {
+      const base = pod(1, {
+        phase: "Failed",
+        terminated: { exitCode: 137, reason: "OOMKilled", message: "", finishedAt: at(3).toISOString() },
+      });
+      return { ...base, status: { ...base.status, qosClass } };
+    };
+    const messageOf = (qosClass: string) =>
+      decide(
+        input({ playbook: playbook({}, started()), pods: [ended(qosClass)], now: at(20) }),
+      ).status?.conditions?.find((c) => c.type === "Succeeded")?.message;
+    const hint =
+      "the kernel ended the runner for the pod's memory limit, which its tasks share: give the pod both cpu and memory limits (requests equal, a Guaranteed pod)";
+    expect(messageOf("Burstable")).toContain(hint);
+    // Guaranteed and still OOMKilled: the runner itself was too big; no advice that would not help.
+    expect(messageOf("Guaranteed")).not.toContain(hint);
+  });
 });
