@@ -1,5 +1,6 @@
 // How the controller reaches the real API server: one HTTP stack for calls and watches, with
-// credentials that rotate (a token file, an exec plugin after a 401), a kubeconfig server with a
+// credentials that rotate (a token file, an exec plugin after a 401, a client certificate file
+// replaced), a kubeconfig server with a
 // trailing slash, HTTPS_PROXY through a CONNECT proxy, idle connections closed by the client, and
 // a watch the API server refuses saying why, and 429s (load shed) sent again after Retry-After.
 import { chmodSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
@@ -9,9 +10,11 @@ import { CoreV1Api, KubeConfig, RbacAuthorizationV1Api } from "@kubernetes/clien
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { stringify } from "yaml";
 import { ApiClient, ApiError, MAX_THROTTLED_RETRIES } from "../../src/controller/api-client.js";
+import { signClientCertificate } from "../harness/certificates.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { freePort } from "../harness/processes.js";
 import { startConnectProxy } from "./connect-proxy.js";
+import { startFreezableProxy } from "./freezable-proxy.js";
 import {
   clients,
   condition,
@@ -211,6 +214,91 @@ describe("credentials that rotate", () => {
     }
   });
 });
+
+describe("a client certificate that rotates", () => {
+  it("the calls after the files are replaced, and the watches once re-opened, present the new certificate", async () => {
+    // Two identities the API server tells apart by the certificate's CN; only the one bound at
+    // each step may do anything, so a call or watch with the other certificate is refused 403.
+    const ca = {
+      caFile: cluster?.caFile ?? "",
+      caKeyFile: path.join(path.dirname(cluster?.caFile ?? ""), "ca.key"),
+    };
+    const [old, renewed] = await Promise.all(
+      ["old", "new"].map((which) =>
+        signClientCertificate(scratch, `cert-${which}`, `/CN=${namespace}-${which}`, ca),
+      ),
+    );
+    const bind = async (which: string) => {
+      const name = `${namespace}-${which}`;
+      await rbac.createClusterRoleBinding({
+        body: {
+          metadata: { name },
+          roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "cluster-admin" },
+          subjects: [{ apiGroup: "rbac.authorization.k8s.io", kind: "User", name }],
+        },
+      });
+      bindings.push(name);
+      return name;
+    };
+    const certFile = path.join(scratch, "client.crt");
+    const keyFile = path.join(scratch, "client.key");
+    writeFileSync(certFile, readFileSync(old?.certFile ?? ""));
+    writeFileSync(keyFile, readFileSync(old?.keyFile ?? ""));
+    const oldBinding = await bind("old");
+    const files = new KubeConfig();
+    files.loadFromOptions({
+      clusters: [cluster as NonNullable<typeof cluster>],
+      users: [{ name: "rotating", certFile, keyFile }],
+      contexts: [{ name: "rotating", cluster: cluster?.name ?? "", user: "rotating" }],
+      currentContext: "rotating",
+    });
+    // Through a proxy that can cut every connection, the watches' too, as a network blip does.
+    const proxy = await startFreezableProxy(files);
+    const running = startController([namespace], { leaderElection: false }, proxy.kubeConfig);
+    const why = () => running.controller.readiness().reason;
+    try {
+      await expectSucceeded("before-cert-rotation", why);
+      // The rotation: new files (key first, as cert-manager's csi driver writes), the new
+      // identity bound and the old one's binding gone.
+      await bind("new");
+      replaceFile(keyFile, readFileSync(renewed?.keyFile ?? "", "utf8"));
+      replaceFile(certFile, readFileSync(renewed?.certFile ?? "", "utf8"));
+      await rbac.deleteClusterRoleBinding({ name: oldBinding });
+      await revokedFor(old?.certFile ?? "", old?.keyFile ?? "");
+      // The Playbook reaches the controller on the watch opened before; its pod and status are
+      // written by calls with the new certificate (the old one may do nothing any more).
+      await expectSucceeded("after-cert-rotation", why);
+      // Every connection cut: the watches are opened again, with the new certificate.
+      await proxy.cut();
+      await proxy.restore();
+      await eventually("the controller to be ready again", async () => running.controller.ready || undefined);
+      await expectSucceeded("after-reconnect", why);
+      expect(why()).not.toMatch(new RegExp(`${namespace}-old`));
+    } finally {
+      await running.stop();
+      await proxy.close();
+    }
+  });
+});
+
+/** Waits until the API server refuses the certificate's user (its RBAC binding deleted). */
+async function revokedFor(certFile: string, keyFile: string): Promise<void> {
+  const probe = new KubeConfig();
+  probe.loadFromOptions({
+    clusters: [cluster as NonNullable<typeof cluster>],
+    users: [{ name: "probe", certFile, keyFile }],
+    contexts: [{ name: "probe", cluster: cluster?.name ?? "", user: "probe" }],
+    currentContext: "probe",
+  });
+  const api = probe.makeApiClient(CoreV1Api);
+  await eventually("the old certificate's user to be refused", async () => {
+    const refused = await api.listNamespacedPod({ namespace, limit: 1 }).then(
+      () => false,
+      (error: { code?: number }) => error.code === 403,
+    );
+    return refused || undefined;
+  });
+}
 
 describe("the kubeconfig's server", () => {
   it("with a trailing slash: watches work, so a Playbook created after start-up runs", async () => {
