@@ -10,7 +10,7 @@ import { CoreV1Api, KubeConfig, RbacAuthorizationV1Api } from "@kubernetes/clien
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { stringify } from "yaml";
 import { ApiClient, ApiError, MAX_THROTTLED_RETRIES } from "../../src/controller/api-client.js";
-import { signClientCertificate } from "../harness/certificates.js";
+import { openssl, signClientCertificate } from "../harness/certificates.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { freePort } from "../harness/processes.js";
 import { startConnectProxy } from "./connect-proxy.js";
@@ -277,6 +277,53 @@ describe("a client certificate that rotates", () => {
     } finally {
       await running.stop();
       await proxy.close();
+    }
+  });
+});
+
+describe("a CA file that rotates", () => {
+  it("is read again when replaced: a controller that did not trust the server connects once the file names the right CA", async () => {
+    // A CA bundle that first holds another CA (as a rotation half done), then the cluster's.
+    const otherKey = path.join(scratch, "other-ca.key");
+    const otherCa = path.join(scratch, "other-ca.crt");
+    await openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", otherKey]);
+    await openssl([
+      "req",
+      "-x509",
+      "-new",
+      "-key",
+      otherKey,
+      "-subj",
+      "/CN=another-ca",
+      "-days",
+      "1",
+      "-out",
+      otherCa,
+    ]);
+    const bundle = path.join(scratch, "ca-bundle.crt");
+    writeFileSync(bundle, readFileSync(otherCa));
+    const rotating = new KubeConfig();
+    rotating.loadFromOptions({
+      clusters: [{ ...(cluster as NonNullable<typeof cluster>), caFile: bundle }],
+      users: admin.users,
+      contexts: admin.contexts,
+      currentContext: admin.getCurrentContext(),
+    });
+    const running = startController([namespace], { leaderElection: false }, rotating);
+    const why = () => running.controller.readiness().reason;
+    try {
+      await eventually("the controller to refuse the server's certificate", async () =>
+        /certificate/i.test(why()) ? true : undefined,
+      );
+      replaceFile(bundle, readFileSync(cluster?.caFile ?? "", "utf8"));
+      await eventually(
+        "the controller to be ready",
+        async () => running.controller.ready || undefined,
+        30_000,
+      );
+      await expectSucceeded("after-ca-rotation", why);
+    } finally {
+      await running.stop();
     }
   });
 });
