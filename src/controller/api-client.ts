@@ -5,6 +5,7 @@
 import http from "node:http";
 import https from "node:https";
 import { createInterface } from "node:readline";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { CoreV1Event, KubeConfig, V1Lease, V1Pod } from "@kubernetes/client-node";
 import { z } from "zod";
 import { ApiCredentials, type Credentials, type TlsMaterial } from "./api-credentials.js";
@@ -17,6 +18,8 @@ export const API_CALL_TIMEOUT_MS = 30_000;
  * server's own idle timeout (90 s) and the 60 s of common load balancers.
  */
 export const IDLE_SOCKET_MS = 30_000;
+/** How often a call answered 429 with Retry-After is sent again before the 429 is the answer (client-go's 10). */
+export const MAX_THROTTLED_RETRIES = 10;
 const USER_AGENT = "playbook-controller";
 const JSON_PATCH = "application/json-patch+json";
 
@@ -83,6 +86,7 @@ export class ApiClient {
   private readonly credentials: ApiCredentials;
   private agent: { agent: http.Agent; tls: TlsMaterial } | undefined;
   private readonly retired = new Set<http.Agent>();
+  private throttled = 0;
 
   constructor(kubeConfig: KubeConfig, timeoutMs = API_CALL_TIMEOUT_MS, options: ApiClientOptions = {}) {
     const cluster = kubeConfig.getCurrentCluster();
@@ -99,6 +103,11 @@ export class ApiClient {
     this.idleSocketMs = options.idleSocketMs ?? IDLE_SOCKET_MS;
     this.proxy = proxyFor(this.server, cluster.proxyUrl || undefined, options.env ?? process.env);
     this.credentials = new ApiCredentials(kubeConfig);
+  }
+
+  /** Answers 429 (Too Many Requests) the API server gave, whether or not the call was sent again. */
+  get throttledAnswers(): number {
+    return this.throttled;
   }
 
   readNamespacedPod(args: { name: string; namespace: string }, options?: CallOptions): Promise<unknown> {
@@ -260,7 +269,11 @@ export class ApiClient {
   /**
    * One request on the shared agent, answered (headers read) within the call timeout. A 401 drops
    * the cached credentials; when the new ones differ (a rotated token, a plugin's new
-   * credential), the request is sent once more with them, as client-go does.
+   * credential), the request is sent once more with them, as client-go does. A 429 with
+   * Retry-After (API Priority and Fairness shedding load) is sent again after that many seconds,
+   * at most MAX_THROTTLED_RETRIES times and only while the wait ends before the call's deadline,
+   * as client-go's rest client does: the API server refused it before acting on it, so sending it
+   * again is safe whatever its method.
    */
   private async send(
     method: Call["method"],
@@ -271,33 +284,50 @@ export class ApiClient {
     kind: "call" | "watch",
   ): Promise<http.IncomingMessage> {
     const deadline = new AbortController();
+    const endsAt = performance.now() + this.timeoutMs;
     const timer = setTimeout(() => deadline.abort(), this.timeoutMs);
     const signal = callerSignal ? AbortSignal.any([callerSignal, deadline.signal]) : deadline.signal;
-    const timedOut = () =>
-      new Error(`${method} ${url.pathname}: no answer within ${this.timeoutMs}ms (timeout)`);
+    // Say which deadline ended the call: the caller's signal, or the client's own.
+    const named = (error: unknown) => {
+      throw deadline.signal.aborted && !callerSignal?.aborted
+        ? new Error(`${method} ${url.pathname}: no answer within ${this.timeoutMs}ms (timeout)`)
+        : error;
+    };
     try {
-      let credentials = await this.credentials.current(signal).catch((error: unknown) => {
-        throw deadline.signal.aborted && !callerSignal?.aborted ? timedOut() : error;
-      });
-      for (let attempt = 1; ; attempt++) {
+      let credentials = await this.credentials.current(signal).catch(named);
+      let refreshed = false;
+      for (let throttled = 0; ; ) {
         const response = await this.request(method, url, payload, contentType, signal, credentials).catch(
-          (error: unknown) => {
-            // Say which deadline ended the call: the caller's signal, or the client's own.
-            throw deadline.signal.aborted && !callerSignal?.aborted ? timedOut() : error;
-          },
+          named,
         );
-        const answered = () => {
-          // A call's body must also arrive by its deadline; a watch streams for as long as it lasts.
-          if (kind === "watch") clearTimeout(timer);
-          else response.once("close", () => clearTimeout(timer));
-          return response;
-        };
-        if (response.statusCode !== 401 || attempt > 1) return answered();
-        this.credentials.refresh();
-        const renewed = await this.credentials.current(signal);
-        if (sameCredentials(renewed, credentials)) return answered();
-        response.resume();
-        credentials = renewed;
+        if (response.statusCode === 401 && !refreshed) {
+          refreshed = true;
+          this.credentials.refresh();
+          const renewed = await this.credentials.current(signal).catch(named);
+          if (!sameCredentials(renewed, credentials)) {
+            response.resume();
+            credentials = renewed;
+            continue;
+          }
+        }
+        if (response.statusCode === 429) {
+          this.throttled++;
+          const waitMs = retryAfterMs(response);
+          if (
+            waitMs !== undefined &&
+            throttled < MAX_THROTTLED_RETRIES &&
+            performance.now() + waitMs < endsAt
+          ) {
+            throttled++;
+            response.resume();
+            await sleep(waitMs, undefined, { signal }).catch(() => named(abortReason(signal)));
+            continue;
+          }
+        }
+        // A call's body must also arrive by its deadline; a watch streams for as long as it lasts.
+        if (kind === "watch") clearTimeout(timer);
+        else response.once("close", () => clearTimeout(timer));
+        return response;
       }
     } catch (error) {
       clearTimeout(timer);
@@ -407,6 +437,16 @@ export class ApiClient {
 
 function abortReason(signal: AbortSignal): Error {
   return signal.reason instanceof Error ? signal.reason : new Error("The operation was aborted");
+}
+
+/**
+ * Retry-After of a 429 in milliseconds: whole seconds, as the API server sends it (client-go
+ * reads only that form); undefined when absent or not a number of seconds.
+ */
+function retryAfterMs(response: http.IncomingMessage): number | undefined {
+  const value = response.headers["retry-after"]?.trim();
+  if (!value || !/^\d+$/.test(value)) return undefined;
+  return Number(value) * 1000;
 }
 
 function readText(response: http.IncomingMessage): Promise<string> {

@@ -90,6 +90,7 @@ export class PlaybookController {
         activeRuns: () => this.activeRuns(),
         queuedRuns: () => this.queuedRuns(),
         ready: () => this.ready,
+        apiThrottled: () => deps.clients.api.throttledAnswers,
         playbookLabel: deps.config.metricsPlaybookLabel !== "",
       });
     this.queue = new WorkQueue({ onDepthChange: (depth) => this.metrics.workqueueDepth.set(depth) });

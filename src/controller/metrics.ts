@@ -20,6 +20,8 @@ export interface MetricsOptions {
   queuedRuns?: () => Map<string, number>;
   /** What /readyz answers: the caches are synced and their watches answer. */
   ready?: () => boolean;
+  /** Answers 429 (Too Many Requests) the API client was given so far. */
+  apiThrottled?: () => number;
   /** Add a `playbook` label to the run, limit and usage metrics (--metrics-playbook-label). */
   playbookLabel?: boolean;
 }
@@ -48,6 +50,7 @@ export class ControllerMetrics {
   readonly watchRelists: Counter<"resource">;
   readonly statusWrites: Counter;
   readonly eventsDropped: Counter;
+  readonly apiThrottled: Counter;
   readonly isLeader: Gauge;
   readonly isReady: Gauge;
   private readonly playbookLabel: boolean;
@@ -166,6 +169,17 @@ export class ControllerMetrics {
       name: "playbook_events_dropped_total",
       help: "Events not written because too many were waiting for the API server",
       registers,
+    });
+    const apiThrottled = options.apiThrottled;
+    this.apiThrottled = new Counter({
+      name: "playbook_api_throttled_total",
+      help: "Answers 429 (Too Many Requests: API Priority and Fairness shedding load) to the controller's API calls and watches, each sent again after its Retry-After up to 10 times",
+      registers,
+      collect() {
+        if (!apiThrottled) return;
+        this.reset();
+        this.inc(apiThrottled());
+      },
     });
     this.isLeader = new Gauge({
       name: "playbook_leader",

@@ -1,17 +1,20 @@
 // How the controller reaches the real API server: one HTTP stack for calls and watches, with
-// credentials that rotate (a token file, an exec plugin after a 401), a kubeconfig server with a
+// credentials that rotate (a token file, an exec plugin after a 401, a client certificate file
+// replaced), a kubeconfig server with a
 // trailing slash, HTTPS_PROXY through a CONNECT proxy, idle connections closed by the client, and
-// a watch the API server refuses saying why.
+// a watch the API server refuses saying why, and 429s (load shed) sent again after Retry-After.
 import { chmodSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { CoreV1Api, KubeConfig, RbacAuthorizationV1Api } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { stringify } from "yaml";
-import { ApiClient } from "../../src/controller/api-client.js";
+import { ApiClient, ApiError, MAX_THROTTLED_RETRIES } from "../../src/controller/api-client.js";
+import { openssl, signClientCertificate } from "../harness/certificates.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { freePort } from "../harness/processes.js";
 import { startConnectProxy } from "./connect-proxy.js";
+import { startFreezableProxy } from "./freezable-proxy.js";
 import {
   clients,
   condition,
@@ -22,6 +25,7 @@ import {
   startController,
   waitForFinished,
 } from "./support.js";
+import { type SeenRequest, startThrottlingProxy } from "./throttling-proxy.js";
 
 const { core, kubeConfig: admin } = clients();
 const rbac = admin.makeApiClient(RbacAuthorizationV1Api);
@@ -211,6 +215,138 @@ describe("credentials that rotate", () => {
   });
 });
 
+describe("a client certificate that rotates", () => {
+  it("the calls after the files are replaced, and the watches once re-opened, present the new certificate", async () => {
+    // Two identities the API server tells apart by the certificate's CN; only the one bound at
+    // each step may do anything, so a call or watch with the other certificate is refused 403.
+    const ca = {
+      caFile: cluster?.caFile ?? "",
+      caKeyFile: path.join(path.dirname(cluster?.caFile ?? ""), "ca.key"),
+    };
+    const [old, renewed] = await Promise.all(
+      ["old", "new"].map((which) =>
+        signClientCertificate(scratch, `cert-${which}`, `/CN=${namespace}-${which}`, ca),
+      ),
+    );
+    const bind = async (which: string) => {
+      const name = `${namespace}-${which}`;
+      await rbac.createClusterRoleBinding({
+        body: {
+          metadata: { name },
+          roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "cluster-admin" },
+          subjects: [{ apiGroup: "rbac.authorization.k8s.io", kind: "User", name }],
+        },
+      });
+      bindings.push(name);
+      return name;
+    };
+    const certFile = path.join(scratch, "client.crt");
+    const keyFile = path.join(scratch, "client.key");
+    writeFileSync(certFile, readFileSync(old?.certFile ?? ""));
+    writeFileSync(keyFile, readFileSync(old?.keyFile ?? ""));
+    const oldBinding = await bind("old");
+    const files = new KubeConfig();
+    files.loadFromOptions({
+      clusters: [cluster as NonNullable<typeof cluster>],
+      users: [{ name: "rotating", certFile, keyFile }],
+      contexts: [{ name: "rotating", cluster: cluster?.name ?? "", user: "rotating" }],
+      currentContext: "rotating",
+    });
+    // Through a proxy that can cut every connection, the watches' too, as a network blip does.
+    const proxy = await startFreezableProxy(files);
+    const running = startController([namespace], { leaderElection: false }, proxy.kubeConfig);
+    const why = () => running.controller.readiness().reason;
+    try {
+      await expectSucceeded("before-cert-rotation", why);
+      // The rotation: new files (key first, as cert-manager's csi driver writes), the new
+      // identity bound and the old one's binding gone.
+      await bind("new");
+      replaceFile(keyFile, readFileSync(renewed?.keyFile ?? "", "utf8"));
+      replaceFile(certFile, readFileSync(renewed?.certFile ?? "", "utf8"));
+      await rbac.deleteClusterRoleBinding({ name: oldBinding });
+      await revokedFor(old?.certFile ?? "", old?.keyFile ?? "");
+      // The Playbook reaches the controller on the watch opened before; its pod and status are
+      // written by calls with the new certificate (the old one may do nothing any more).
+      await expectSucceeded("after-cert-rotation", why);
+      // Every connection cut: the watches are opened again, with the new certificate.
+      await proxy.cut();
+      await proxy.restore();
+      await eventually("the controller to be ready again", async () => running.controller.ready || undefined);
+      await expectSucceeded("after-reconnect", why);
+      expect(why()).not.toMatch(new RegExp(`${namespace}-old`));
+    } finally {
+      await running.stop();
+      await proxy.close();
+    }
+  });
+});
+
+describe("a CA file that rotates", () => {
+  it("is read again when replaced: a controller that did not trust the server connects once the file names the right CA", async () => {
+    // A CA bundle that first holds another CA (as a rotation half done), then the cluster's.
+    const otherKey = path.join(scratch, "other-ca.key");
+    const otherCa = path.join(scratch, "other-ca.crt");
+    await openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", otherKey]);
+    await openssl([
+      "req",
+      "-x509",
+      "-new",
+      "-key",
+      otherKey,
+      "-subj",
+      "/CN=another-ca",
+      "-days",
+      "1",
+      "-out",
+      otherCa,
+    ]);
+    const bundle = path.join(scratch, "ca-bundle.crt");
+    writeFileSync(bundle, readFileSync(otherCa));
+    const rotating = new KubeConfig();
+    rotating.loadFromOptions({
+      clusters: [{ ...(cluster as NonNullable<typeof cluster>), caFile: bundle }],
+      users: admin.users,
+      contexts: admin.contexts,
+      currentContext: admin.getCurrentContext(),
+    });
+    const running = startController([namespace], { leaderElection: false }, rotating);
+    const why = () => running.controller.readiness().reason;
+    try {
+      await eventually("the controller to refuse the server's certificate", async () =>
+        /certificate/i.test(why()) ? true : undefined,
+      );
+      replaceFile(bundle, readFileSync(cluster?.caFile ?? "", "utf8"));
+      await eventually(
+        "the controller to be ready",
+        async () => running.controller.ready || undefined,
+        30_000,
+      );
+      await expectSucceeded("after-ca-rotation", why);
+    } finally {
+      await running.stop();
+    }
+  });
+});
+
+/** Waits until the API server refuses the certificate's user (its RBAC binding deleted). */
+async function revokedFor(certFile: string, keyFile: string): Promise<void> {
+  const probe = new KubeConfig();
+  probe.loadFromOptions({
+    clusters: [cluster as NonNullable<typeof cluster>],
+    users: [{ name: "probe", certFile, keyFile }],
+    contexts: [{ name: "probe", cluster: cluster?.name ?? "", user: "probe" }],
+    currentContext: "probe",
+  });
+  const api = probe.makeApiClient(CoreV1Api);
+  await eventually("the old certificate's user to be refused", async () => {
+    const refused = await api.listNamespacedPod({ namespace, limit: 1 }).then(
+      () => false,
+      (error: { code?: number }) => error.code === 403,
+    );
+    return refused || undefined;
+  });
+}
+
 describe("the kubeconfig's server", () => {
   it("with a trailing slash: watches work, so a Playbook created after start-up runs", async () => {
     const slashed = new KubeConfig();
@@ -330,6 +466,102 @@ describe("a watch the API server refuses", () => {
       );
     } finally {
       await running.stop();
+    }
+  });
+});
+
+describe("an API server shedding load (429 with Retry-After)", () => {
+  /** The gaps between a 429 and the next request of the same kind, per kind that was throttled. */
+  function waitsAfter429(seen: SeenRequest[]): Map<string, number[]> {
+    const waits = new Map<string, number[]>();
+    seen.forEach((request, index) => {
+      if (request.status !== 429) return;
+      const next = seen.slice(index + 1).find((later) => later.kind === request.kind);
+      if (next) waits.set(request.kind, [...(waits.get(request.kind) ?? []), next.at - request.at]);
+    });
+    return waits;
+  }
+
+  it("a run still settles: every call, list and watch is sent again after Retry-After, and counted", async () => {
+    const proxy = await startThrottlingProxy(admin, { times: 2, retryAfterSeconds: 2 });
+    const running = startController([namespace], { leaderElection: false }, proxy.kubeConfig);
+    try {
+      await expectSucceeded("throttled", () => running.controller.readiness().reason);
+      const waits = waitsAfter429(proxy.seen);
+      const pods = `/api/v1/namespaces/${namespace}/pods`;
+      const playbooks = `/apis/playbook.dev/v1alpha1/namespaces/${namespace}/playbooks`;
+      // The list and watch of the caches, the pod's create and the status write were each
+      // refused twice and sent again, each time no sooner than the 2 s the API server asked.
+      for (const kind of [
+        `GET ${pods}`,
+        `GET ${playbooks}?watch`,
+        `POST ${pods}`,
+        `PUT ${playbooks}/throttled/status`,
+      ]) {
+        expect(waits.get(kind), kind).toHaveLength(2);
+        for (const wait of waits.get(kind) ?? []) expect(wait, kind).toBeGreaterThanOrEqual(1_990);
+      }
+      // No call gave up on a 429: each kind refused (events too, written after the status) is
+      // answered by the API server in the end.
+      const throttled = proxy.seen.filter((request) => request.status === 429);
+      await eventually("every refused kind of request to be sent again and answered", async () => {
+        const answered = (kind: string) =>
+          proxy.seen.some((request) => request.kind === kind && request.status !== 429);
+        return throttled.every(({ kind }) => answered(kind)) || undefined;
+      });
+      const metric = await running.controller.metrics.registry.getSingleMetricAsString(
+        "playbook_api_throttled_total",
+      );
+      const refusals = proxy.seen.filter((request) => request.status === 429).length;
+      expect(metric).toContain(`playbook_api_throttled_total ${refusals}`);
+    } finally {
+      await running.stop();
+      await proxy.close();
+    }
+  });
+
+  it(`gives up after ${MAX_THROTTLED_RETRIES} retries with the API server's 429`, async () => {
+    const proxy = await startThrottlingProxy(admin, { times: 1000, retryAfterSeconds: 0 });
+    const api = new ApiClient(proxy.kubeConfig);
+    try {
+      const refused = await api
+        .listPage(`/api/v1/namespaces/${namespace}/pods`, { limit: 1 })
+        .catch((e) => e);
+      expect(refused).toBeInstanceOf(ApiError);
+      expect((refused as ApiError).code).toBe(429);
+      expect((refused as ApiError).message).toMatch(/: 429 Too many requests, please try again later\.$/);
+      expect(proxy.seen).toHaveLength(MAX_THROTTLED_RETRIES + 1);
+    } finally {
+      api.close();
+      await proxy.close();
+    }
+  });
+
+  it("never waits past the call's deadline or its abort signal", async () => {
+    const proxy = await startThrottlingProxy(admin, { times: 1000, retryAfterSeconds: 5 });
+    const path = `/api/v1/namespaces/${namespace}/pods`;
+    const shortDeadline = new ApiClient(proxy.kubeConfig, 1_000);
+    const api = new ApiClient(proxy.kubeConfig);
+    try {
+      // A wait of 5 s cannot end within a 1 s deadline: the 429 is the answer at once.
+      let started = performance.now();
+      const refused = await shortDeadline.listPage(path, { limit: 1 }).catch((e) => e);
+      expect((refused as ApiError).code).toBe(429);
+      expect(performance.now() - started).toBeLessThan(1_000);
+      expect(proxy.seen).toHaveLength(1);
+      // Within the deadline, the wait ends when the caller aborts.
+      started = performance.now();
+      const aborted = await api
+        .listPage(path, { limit: 1 }, { signal: AbortSignal.timeout(500) })
+        .catch((e) => e);
+      expect(aborted).toBeInstanceOf(Error);
+      expect(aborted).not.toBeInstanceOf(ApiError);
+      expect(performance.now() - started).toBeLessThan(2_000);
+      expect(proxy.seen).toHaveLength(2);
+    } finally {
+      shortDeadline.close();
+      api.close();
+      await proxy.close();
     }
   });
 });

@@ -85,6 +85,16 @@ export const NODE_NAME = "real-node";
 const clientExtensions =
   "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n";
 
+/** A client certificate for `subject` (e.g. `/CN=someone`) signed by the cluster's CA, as a user is given one. */
+export function signClientCertificate(
+  dir: string,
+  name: string,
+  subject: string,
+  ca: { caFile: string; caKeyFile: string },
+): Promise<ClientCertificate> {
+  return signedCertificate(dir, name, subject, clientExtensions, ca.caFile, ca.caKeyFile);
+}
+
 /** A fresh CA, the apiserver's serving certificate, client certificates and service-account keys. */
 export async function generateClusterCertificates(dir: string): Promise<ClusterCertificates> {
   await mkdir(dir, { recursive: true, mode: 0o700 });
