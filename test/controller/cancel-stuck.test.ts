@@ -9,9 +9,11 @@ import {
   createPlaybook,
   eventsOf,
   eventually,
+  HOLD_FINALIZER,
   kubectl,
   patchSpec,
   type RunningController,
+  releaseHeldPods,
   startController,
   waitForFinished,
 } from "./support.js";
@@ -21,22 +23,10 @@ const namespaces: string[] = [];
 const controllers: RunningController[] = [];
 const held: { namespace: string; name: string }[] = [];
 const nodes: string[] = [];
-const FINALIZER = "test.playbook.dev/hold";
 
 afterAll(async () => {
   await Promise.all(controllers.map((c) => c.stop()));
-  for (const pod of held) {
-    await kubectl([
-      "-n",
-      pod.namespace,
-      "patch",
-      "pod",
-      pod.name,
-      "--type=json",
-      "-p",
-      '[{"op":"remove","path":"/metadata/finalizers"}]',
-    ]).catch(() => {});
-  }
+  await releaseHeldPods(held);
   // No kubelet confirms their deletion: the held pods go only when deleted at once.
   for (const pod of held) {
     await core.deleteNamespacedPod({ ...pod, gracePeriodSeconds: 0 }).catch(() => {});
@@ -76,7 +66,7 @@ describe("a cancelled run whose pod is stuck terminating", () => {
       "stuck-1",
       "--type=merge",
       "-p",
-      JSON.stringify({ metadata: { finalizers: [FINALIZER] } }),
+      JSON.stringify({ metadata: { finalizers: [HOLD_FINALIZER] } }),
     ]);
     held.push({ namespace: ns, name: "stuck-1" });
     await core.createNamespacedPodBinding({
@@ -97,7 +87,7 @@ describe("a cancelled run whose pod is stuck terminating", () => {
       45_000,
     );
     expect(terminating.spec?.nodeName).toBe(node);
-    expect(terminating.metadata?.finalizers).toEqual([FINALIZER]);
+    expect(terminating.metadata?.finalizers).toEqual([HOLD_FINALIZER]);
     // The grace the controller gave the deletion: killGrace 1s plus its 5s margin.
     expect(terminating.metadata?.deletionGracePeriodSeconds).toBe(6);
     const requestedAt = new Date(terminating.metadata?.deletionTimestamp ?? "").getTime() - 6_000;

@@ -9,8 +9,10 @@ import {
   createPlaybook,
   eventually,
   getPlaybook,
+  HOLD_FINALIZER,
   kubectl,
   type RunningController,
+  releaseHeldPods,
   startController,
   waitForFinished,
   waitForPlaybook,
@@ -21,22 +23,10 @@ const namespaces: string[] = [];
 const controllers: RunningController[] = [];
 /** Pods held by a test finalizer, released after the tests. */
 const held: { namespace: string; name: string }[] = [];
-const FINALIZER = "test.playbook.dev/hold";
 
 afterAll(async () => {
   await Promise.all(controllers.map((c) => c.stop()));
-  for (const pod of held) {
-    await kubectl([
-      "-n",
-      pod.namespace,
-      "patch",
-      "pod",
-      pod.name,
-      "--type=json",
-      "-p",
-      '[{"op":"remove","path":"/metadata/finalizers"}]',
-    ]).catch(() => {});
-  }
+  await releaseHeldPods(held);
   await Promise.all(namespaces.map((n) => deleteTestNamespace(core, n)));
 });
 
@@ -160,7 +150,7 @@ describe("a pod name held by a pod the Playbook does not control", () => {
       "again-1",
       "--type=merge",
       "-p",
-      JSON.stringify({ metadata: { finalizers: [FINALIZER] } }),
+      JSON.stringify({ metadata: { finalizers: [HOLD_FINALIZER] } }),
     ]);
     held.push({ namespace: ns, name: "again-1" });
     await custom.deleteNamespacedCustomObject({

@@ -234,3 +234,22 @@ export async function eventually<T>(what: string, check: () => Promise<T | undef
 }
 
 export { sleep };
+
+/** A finalizer the tests put on a pod to hold it (terminating, or taken) as long as they need. */
+export const HOLD_FINALIZER = "test.playbook.dev/hold";
+
+/** Removes HOLD_FINALIZER from these pods, so they can go (one already gone is fine). */
+export async function releaseHeldPods(held: { namespace: string; name: string }[]): Promise<void> {
+  for (const pod of held) {
+    await kubectl([
+      "-n",
+      pod.namespace,
+      "patch",
+      "pod",
+      pod.name,
+      "--type=json",
+      "-p",
+      '[{"op":"remove","path":"/metadata/finalizers"}]',
+    ]).catch(() => {});
+  }
+}
