@@ -97,41 +97,36 @@ const decision: Decision = {
   events: [],
 };
 
+/** The writer applies the decision against an API server refusing the pod create with `code`. */
+async function applyAgainst(code: number): Promise<{ error: unknown; requests: string[] }> {
+  const { clients, requests } = await refusingApi(code);
+  const writer = new PlaybookWriter({
+    clients,
+    log: pino({ level: "silent" }),
+    clock: systemClock,
+    metrics: new ControllerMetrics({ defaults: false }),
+    identity: "test",
+    metricsPlaybookLabel: "",
+  });
+  if (!playbook) throw new Error("the test Playbook did not parse");
+  const error = await writer.apply(playbook, decision).catch((failure: unknown) => failure);
+  clients.api.close();
+  return { error, requests };
+}
+
 describe("a pod create the API server refuses", () => {
   it.each([
     { code: 401, what: "the controller's credentials refused" },
     { code: 429, what: "too many requests" },
   ])("with $code ($what) is retried as it is, with no Pending status on the run", async ({ code }) => {
-    const { clients, requests } = await refusingApi(code);
-    const writer = new PlaybookWriter({
-      clients,
-      log: pino({ level: "silent" }),
-      clock: systemClock,
-      metrics: new ControllerMetrics({ defaults: false }),
-      identity: "test",
-      metricsPlaybookLabel: "",
-    });
-    if (!playbook) throw new Error("the test Playbook did not parse");
-    const error = await writer.apply(playbook, decision).catch((failure: unknown) => failure);
-    clients.api.close();
+    const { error, requests } = await applyAgainst(code);
     expect(error).not.toBeInstanceOf(PodCreateFailedError);
     expect(statusCodeOf(error)).toBe(code);
     expect(requests.filter((request) => request.startsWith("PUT"))).toEqual([]);
   });
 
   it("with 403 (refused by the namespace's admission) shows the run Pending with the reason, and is retried", async () => {
-    const { clients, requests } = await refusingApi(403);
-    const writer = new PlaybookWriter({
-      clients,
-      log: pino({ level: "silent" }),
-      clock: systemClock,
-      metrics: new ControllerMetrics({ defaults: false }),
-      identity: "test",
-      metricsPlaybookLabel: "",
-    });
-    if (!playbook) throw new Error("the test Playbook did not parse");
-    const error = await writer.apply(playbook, decision).catch((failure: unknown) => failure);
-    clients.api.close();
+    const { error, requests } = await applyAgainst(403);
     expect(error).toBeInstanceOf(PodCreateFailedError);
     expect((error as Error).message).toBe("could not create pod nightly-1: 403 refused with 403");
     expect(requests.filter((request) => request.startsWith("PUT"))).toEqual([
