@@ -84,12 +84,12 @@ export async function waitForPodGone(core: CoreV1Api, namespace: string, name: s
 
 /**
  * Loses the pod as a node failure would. The process node kills its processes without a status
- * write first; on a real node the pod is taken from the API as PodGC does it for a node that no
- * longer exists (Failed with DisruptionTarget, then force-deleted), and the kubelet kills its
+ * write first; elsewhere the pod is taken from the API as PodGC does it for a node that no
+ * longer exists (Failed with DisruptionTarget, then force-deleted), and a real kubelet kills its
  * containers when it sees the deletion.
  */
 export async function losePod(namespace: string, name: string): Promise<void> {
-  if (inject("nodeKind") === "real") {
+  if (inject("nodeKind") !== "process") {
     await loseToPodGc(namespace, name);
     return;
   }

@@ -30,11 +30,15 @@ import {
   startRealNode,
   stopRealNode,
 } from "./real-node/real-node.js";
+import { ScriptedNode } from "./scripted-node.js";
 
 const run = promisify(execFile);
 
-/** Which node runs the pods: the process node (a test double) or containerd with a real kubelet. */
-export type NodeKind = "process" | "real";
+/**
+ * Which node the pods go to: the scripted node (no kubelet: the tests write pod status; the
+ * cluster tests' node), containerd with a real kubelet, or the process node (a test double).
+ */
+export type NodeKind = "scripted" | "process" | "real";
 
 export interface DevCluster {
   state: ClusterState;
@@ -47,6 +51,8 @@ export interface DevCluster {
   controllerUrl?: string;
   /** The in-process node, when not started as a daemon. */
   node?: ProcessNode;
+  /** The scripted node, when `node: "scripted"`. */
+  scriptedNode?: ScriptedNode;
   stop(): Promise<void>;
 }
 
@@ -107,12 +113,20 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
   });
   const { state } = controlPlane;
   let node: ProcessNode | undefined;
+  let scriptedNode: ScriptedNode | undefined;
   try {
     await installCrds(binDir, state.kubeconfig, log);
     const workDir = path.join(state.stateDir, PROCESS_NODE_DIR);
     let processNodeUrl = "";
     let realNode: RealNode | undefined;
-    if (nodeKind === "real") {
+    if (nodeKind === "scripted") {
+      if (options.daemon)
+        throw new Error("the scripted node runs only inside a test run (its tests write pod status)");
+      const kubeConfig = new KubeConfig();
+      kubeConfig.loadFromFile(state.kubeconfig);
+      scriptedNode = new ScriptedNode(kubeConfig, log);
+      await scriptedNode.start();
+    } else if (nodeKind === "real") {
       const pki = path.join(state.stateDir, "pki");
       realNode = await startRealNode({
         stateDir: state.stateDir,
@@ -217,14 +231,17 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       processNodeUrl,
       ...(controllerUrl ? { controllerUrl } : {}),
       ...(node ? { node } : {}),
+      ...(scriptedNode ? { scriptedNode } : {}),
       ...(realNode ? { realNode } : {}),
       async stop() {
+        await scriptedNode?.stop();
         await node?.stop();
         await stopRealNode(state.stateDir, state.processes, log);
         await stopCluster(state, log);
       },
     };
   } catch (error) {
+    await scriptedNode?.stop().catch(() => {});
     await node?.stop().catch(() => {});
     await stopRealNode(state.stateDir, state.processes, log).catch((e) => log(String(e)));
     await stopCluster(state, log).catch(() => {});

@@ -19,7 +19,10 @@ declare module "vitest" {
     kubeconfig: string;
     processNodeUrl: string;
     binDir: string;
-    /** Which node runs the pods: PLAYBOOK_TEST_NODE=real for containerd and a real kubelet. */
+    /**
+     * Which node the pods go to: the scripted node (the tests write pod status), unless
+     * PLAYBOOK_TEST_NODE asks for "real" (containerd and a real kubelet) or "process".
+     */
     nodeKind: NodeKind;
     /** The image the test controllers give their pods: the project's image on a real node. */
     runnerImage: string;
@@ -44,11 +47,12 @@ function outcomeOf(project: TestProject): RunOutcome {
 }
 
 /**
- * One control plane and process node for every cluster test file; each test works in its own
+ * One control plane and node for every cluster test file; each test works in its own
  * namespace. Stopped in teardown, on SIGINT/SIGTERM, and (forcefully) on exit.
  */
 export default async function setup(project: TestProject) {
-  const node = process.env.PLAYBOOK_TEST_NODE === "real" ? "real" : "process";
+  const asked = process.env.PLAYBOOK_TEST_NODE;
+  const node = asked === "real" || asked === "process" ? asked : "scripted";
   return setupCluster(project, node);
 }
 
