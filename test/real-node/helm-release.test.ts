@@ -53,6 +53,16 @@ const imageValues = [
   "image.pullPolicy=Never",
 ];
 
+/** Runs a step and prints how long it took (`[helm-release]` lines on stderr). */
+async function timed<T>(step: string, action: () => Promise<T>): Promise<T> {
+  const t0 = Date.now();
+  try {
+    return await action();
+  } finally {
+    process.stderr.write(`[helm-release] ${step}: ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
+  }
+}
+
 async function controllerPods(): Promise<V1Pod[]> {
   const pods = await core.listNamespacedPod({
     namespace: system,
@@ -185,22 +195,24 @@ describe("a Helm release of the chart on the real node", () => {
     // A failed or timed-out install may still have made the release: afterAll uninstalls it.
     installed = true;
     // The chart's leader election settings (15s Lease), as users run it.
-    const install = await helm([
-      "install",
-      release,
-      chart,
-      "-n",
-      system,
-      "--wait",
-      "--timeout=5m",
-      ...[...imageValues, `config.namespaces={${work}}`].flatMap((set) => ["--set", set]),
-    ]);
+    const install = await timed("helm install --wait", () =>
+      helm([
+        "install",
+        release,
+        chart,
+        "-n",
+        system,
+        "--wait",
+        "--timeout=5m",
+        ...[...imageValues, `config.namespaces={${work}}`].flatMap((set) => ["--set", set]),
+      ]),
+    );
     expect(install.stderr + (install.code === 0 ? "" : await diagnose())).toBe("");
     expect(install.code).toBe(0);
     expect(install.stdout).toMatch(/kubectl get pb -w/);
     await rolledOut();
 
-    const holder = await leaseHolder();
+    const holder = await timed("a leader", leaseHolder);
     expect(running(await controllerPods()).map((pod) => pod.metadata?.name)).toContain(holder);
     // Both replicas run (the standby ready too) on the real node, and neither has restarted.
     const pods = await controllerPods();
@@ -216,7 +228,7 @@ describe("a Helm release of the chart on the real node", () => {
     }
 
     await kubectl(["-n", work, "apply", "-f", path.join(repoRoot(), "examples", "hello.yaml")]);
-    const hello = await waitForFinished(work, "hello", 120_000);
+    const hello = await timed("hello.yaml to Succeeded", () => waitForFinished(work, "hello", 120_000));
     expect(condition(hello, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
     const { stdout } = await kubectl(["-n", work, "get", "pb"]);
     expect(stdout).toMatch(/hello\s+Succeeded\s+Succeeded\s/);
@@ -277,20 +289,24 @@ describe("a Helm release of the chart on the real node", () => {
     let exited = false;
     void started.exited.then(() => (exited = true));
     const abortIf = () => (exited ? `Prometheus exited: ${logTail(logFile)}` : undefined);
-    await waitFor(
-      "Prometheus to be ready",
-      async () => ((await fetch(`${prometheusUrl}/-/ready`)).ok ? true : undefined),
-      { timeoutMs: 30_000, intervalMs: 200, abortIf },
+    await timed("Prometheus ready", () =>
+      waitFor(
+        "Prometheus to be ready",
+        async () => ((await fetch(`${prometheusUrl}/-/ready`)).ok ? true : undefined),
+        { timeoutMs: 30_000, intervalMs: 200, abortIf },
+      ),
     );
 
     const pods = running(await controllerPods()).map((pod) => pod.metadata?.name ?? "");
-    const up = await waitFor(
-      "both controller pods to be scraped",
-      async () => {
-        const series = await query('up{job="playbook-controller"}');
-        return series.length === 2 && series.every((s) => s.value === 1) ? series : undefined;
-      },
-      { timeoutMs: 60_000, intervalMs: 500, abortIf },
+    const up = await timed("both pods scraped", () =>
+      waitFor(
+        "both controller pods to be scraped",
+        async () => {
+          const series = await query('up{job="playbook-controller"}');
+          return series.length === 2 && series.every((s) => s.value === 1) ? series : undefined;
+        },
+        { timeoutMs: 60_000, intervalMs: 500, abortIf },
+      ),
     );
     expect(up.map((s) => s.labels.pod).sort()).toEqual([...pods].sort());
     for (const s of up) expect(s.labels.instance).toBe(apiServer.host);
@@ -298,13 +314,15 @@ describe("a Helm release of the chart on the real node", () => {
     // The leader counted the run this file made. It exports a series for every reason in each
     // watched namespace from the start (0 until a run ends so); the standby exports none.
     const holder = await leaseHolder();
-    const runs = await waitFor(
-      "playbook_runs_total to hold the run",
-      async () => {
-        const series = await query(`playbook_runs_total{namespace="${work}"}`);
-        return series.some((s) => s.value > 0) ? series : undefined;
-      },
-      { timeoutMs: 30_000, intervalMs: 500, abortIf },
+    const runs = await timed("the run in playbook_runs_total", () =>
+      waitFor(
+        "playbook_runs_total to hold the run",
+        async () => {
+          const series = await query(`playbook_runs_total{namespace="${work}"}`);
+          return series.some((s) => s.value > 0) ? series : undefined;
+        },
+        { timeoutMs: 30_000, intervalMs: 500, abortIf },
+      ),
     );
     expect(new Set(runs.map((s) => s.labels.pod))).toEqual(new Set([holder]));
     expect(runs.map((s) => s.labels.reason)).toContain("TaskTimeout");
@@ -323,20 +341,22 @@ describe("a Helm release of the chart on the real node", () => {
   it("rolls the Deployment on helm upgrade with changed values", async () => {
     const before = await apps.readNamespacedDeployment({ namespace: system, name: fullname });
     const oldPods = (await controllerPods()).map((pod) => pod.metadata?.name ?? "");
-    const upgrade = await helm([
-      "upgrade",
-      release,
-      chart,
-      "-n",
-      system,
-      "--reuse-values",
-      "--wait",
-      "--timeout=5m",
-      "--set",
-      "config.logLevel=debug",
-      "--set",
-      "config.logFormat=text",
-    ]);
+    const upgrade = await timed("helm upgrade --wait", () =>
+      helm([
+        "upgrade",
+        release,
+        chart,
+        "-n",
+        system,
+        "--reuse-values",
+        "--wait",
+        "--timeout=5m",
+        "--set",
+        "config.logLevel=debug",
+        "--set",
+        "config.logFormat=text",
+      ]),
+    );
     expect(upgrade.stderr + (upgrade.code === 0 ? "" : await diagnose())).toBe("");
     expect(upgrade.code).toBe(0);
     await rolledOut();
@@ -353,18 +373,20 @@ describe("a Helm release of the chart on the real node", () => {
     }
     // The new pods still run Playbooks.
     await kubectl(["-n", work, "apply", "-f", path.join(repoRoot(), "examples", "stall.yaml")]);
-    const stalled = await waitForFinished(work, "stall", 120_000);
+    const stalled = await timed("stall.yaml to StallLimit", () => waitForFinished(work, "stall", 120_000));
     expect(condition(stalled, "Succeeded")?.reason).toBe("StallLimit");
     // And Prometheus, told the Service's endpoints anew, scrapes them: the new leader counted the run.
     const holder = await leaseHolder();
     expect(await writeTargets()).toEqual(expect.arrayContaining([holder]));
-    const stalls = await waitFor(
-      "playbook_runs_total of the new leader",
-      async () => {
-        const series = await query(`playbook_runs_total{namespace="${work}"} > 0`);
-        return series.length > 0 ? series : undefined;
-      },
-      { timeoutMs: 60_000, intervalMs: 500 },
+    const stalls = await timed("the new leader's run in playbook_runs_total", () =>
+      waitFor(
+        "playbook_runs_total of the new leader",
+        async () => {
+          const series = await query(`playbook_runs_total{namespace="${work}"} > 0`);
+          return series.length > 0 ? series : undefined;
+        },
+        { timeoutMs: 60_000, intervalMs: 500 },
+      ),
     );
     // The new leader counts what it ended itself: the run before the upgrade is not counted again.
     expect(stalls.map((s) => ({ pod: s.labels.pod, reason: s.labels.reason, value: s.value }))).toEqual([
@@ -374,7 +396,9 @@ describe("a Helm release of the chart on the real node", () => {
   }, 420_000);
 
   it("leaves the CRDs and the Playbooks on helm uninstall", async () => {
-    const uninstall = await helm(["uninstall", release, "-n", system, "--wait"]);
+    const uninstall = await timed("helm uninstall --wait", () =>
+      helm(["uninstall", release, "-n", system, "--wait"]),
+    );
     expect(uninstall.code, uninstall.stderr).toBe(0);
     installed = false;
     expect(uninstall.stdout + uninstall.stderr).toMatch(/kept due to the resource policy/);
