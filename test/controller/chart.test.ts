@@ -293,7 +293,7 @@ describe("the Helm chart", () => {
   });
 
   it("says in NOTES.txt when the ServiceMonitor was skipped, and renders it against a cluster that serves the API", async () => {
-    // The dev cluster's CRD is not this release's: a real install would adopt it (see helm-install.test.ts).
+    // The dev cluster's CRD is not this release's: a real install would adopt it (see test/real-node/helm-release.test.ts).
     const sets = setArgs([
       "metrics.serviceMonitor.enabled=true",
       "metrics.prometheusRule.enabled=true",
