@@ -8,13 +8,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { BACKSTOP_SLACK_MS } from "../../src/controller/reconcile.js";
 import { TERMINATING_SLACK_MS } from "../../src/controller/terminating.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
-import {
-  holdPod,
-  SCRIPTED_NODE_NAME,
-  scheduledPod,
-  scriptManually,
-  startPod,
-} from "../harness/scripted-node.js";
+import { SCRIPTED_NODE_NAME, scheduledPod, scriptManually, startPod } from "../harness/scripted-node.js";
 import {
   clients,
   condition,
@@ -104,8 +98,10 @@ async function expectSettledNamingPod(ns: string, requestedAt: number) {
 // Both wait out the controller's margins (30s each): they run side by side, each in its namespace.
 describe.concurrent("a cancelled run whose pod never ends", () => {
   it("its node never started the pod: deleted once the ceiling and killGrace passed, and settled Cancelled once the wait for it passed, naming the pod", async () => {
+    // Bound, and no word from its node: no status.startTime (a kubelet sets one as soon as it
+    // admits a pod, before any image pull), as when the node went before it took the pod.
     const { ns, pod } = await stuckRun("pb-cancel-unstarted", { ceiling: "10s" });
-    await holdPod(core, pod);
+    expect(pod.status?.startTime).toBeUndefined();
     await patchSpec(ns, "stuck", { cancel: true });
     const { requestedAt } = await deletionRequested(ns, 30_000);
     const started = Date.parse(
