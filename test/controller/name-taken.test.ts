@@ -3,6 +3,7 @@
 // The run must still make its own pod (under its alternate name) and settle, with one PodCreated.
 import { afterAll, describe, expect, it } from "vitest";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { reportFor, reportPod, scheduledPod, startPod } from "../harness/scripted-node.js";
 import {
   clients,
   condition,
@@ -46,6 +47,12 @@ async function podCreatedCount(namespace: string, uid: string): Promise<number> 
   return events.items.reduce((sum, e) => sum + (e.count ?? 1), 0);
 }
 
+/** The run's pod (by name, once bound to the node) runs and its runner reports success. */
+async function succeed(namespace: string, name: string): Promise<void> {
+  const pod = await startPod(core, await scheduledPod(core, namespace, name));
+  await reportPod(core, pod, reportFor(pod, { reason: "Succeeded" }));
+}
+
 async function podNames(namespace: string): Promise<string[]> {
   return (await core.listNamespacedPod({ namespace })).items.map((p) => p.metadata?.name ?? "").sort();
 }
@@ -69,9 +76,10 @@ describe("a pod name held by a pod the Playbook does not control", () => {
     });
     const created = await createPlaybook(ns, "taken", SHORT_RUN);
     const uid = created.metadata.uid;
-    const playbook = await waitForFinished(ns, "taken", 60_000);
-    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
     const alternate = `taken-1-${uid.replace(/-/g, "").slice(0, 8)}`;
+    await succeed(ns, alternate);
+    const playbook = await waitForFinished(ns, "taken", 30_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
     expect(playbook.status?.podName).toBe(alternate);
     expect(playbook.status?.podAttempts).toBe(1);
     expect(await podNames(ns)).toEqual([alternate, "taken-1"].sort());
@@ -137,10 +145,7 @@ describe("a pod name held by a pod the Playbook does not control", () => {
       ...SHORT_RUN,
       tasks: [{ name: "long", run: "sleep 300" }],
     });
-    await eventually("the old run's pod", async () => {
-      const pods = await core.listNamespacedPod({ namespace: ns });
-      return pods.items.find((p) => p.metadata?.name === "again-1");
-    });
+    await startPod(core, await scheduledPod(core, ns, "again-1"));
     // A finalizer keeps the old pod after its Playbook is gone, as a slow node or a tool would.
     await kubectl([
       "-n",
@@ -169,6 +174,8 @@ describe("a pod name held by a pod the Playbook does not control", () => {
     const created = await createPlaybook(ns, "again", SHORT_RUN);
     const uid = created.metadata.uid;
     expect(uid).not.toBe(old.metadata.uid);
+    const alternate = `again-1-${uid.replace(/-/g, "").slice(0, 8)}`;
+    await succeed(ns, alternate);
     const playbook = await waitForPlaybook(
       ns,
       "again",
@@ -177,7 +184,6 @@ describe("a pod name held by a pod the Playbook does not control", () => {
       60_000,
     );
     expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
-    const alternate = `again-1-${uid.replace(/-/g, "").slice(0, 8)}`;
     expect(playbook.status?.podName).toBe(alternate);
     const pod = await core.readNamespacedPod({ namespace: ns, name: alternate });
     expect(pod.metadata?.ownerReferences?.[0]).toMatchObject({ kind: "Playbook", uid, controller: true });

@@ -1,10 +1,13 @@
 // The plan a run started with holds for every pod of the run (issue 18 items 1-3), on the real API
 // server: the spec cannot change once the first pod exists, a pod re-created after a loss is built
 // from the recorded plan, a plan rewritten on the pod is refused, and a first pod lost at once
-// costs an attempt of backoffLimit.
+// costs an attempt of backoffLimit. The pods' lives are written by the test (the scripted node);
+// the runner's own refusal of a plan file that does not hash to $PLAYBOOK_PLAN_DIGEST is tested
+// on a real runner process in test/runner/cli.test.ts ("playbook pod-runner").
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, describe, expect, inject, it } from "vitest";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { scheduledPod, startPod } from "../harness/scripted-node.js";
 import {
   clients,
   condition,
@@ -83,19 +86,23 @@ describe("the plan a run started with", () => {
     expect(events.find((e) => e.reason === "PodLost")?.message).toMatch(
       /^Pod frozen-1 was deleted or lost with its node; created pod frozen-2 \(attempt 2 of 2\)/,
     );
+    // The second pod runs; cancelled, its node stops it at the deadline the controller lowers.
+    await startPod(core, await scheduledPod(core, ns, "frozen-2"));
     await kubectl(["-n", ns, "patch", "pb", "frozen", "--type=merge", "-p", '{"spec":{"cancel":true}}']);
-    await waitForFinished(ns, "frozen", 60_000);
+    const cancelled = await waitForFinished(ns, "frozen", 30_000);
+    expect(condition(cancelled, "Succeeded")).toMatchObject({ status: "False", reason: "Cancelled" });
   });
 
   it("refuses a plan rewritten on the pod: the run ends RunnerLost naming the annotation, and the pod is deleted", async () => {
     const ns = await setUp("pb-plan-forged");
     await createPlaybook(ns, "forged", LONG_RUN);
+    await startPod(core, await scheduledPod(core, ns, "forged-1"));
     const running = await waitForPlaybook(
       ns,
       "forged",
       "to run",
       (p) => p.status?.phase === "Running",
-      60_000,
+      30_000,
     );
     const digest = running.status?.planDigest;
     const pod = await core.readNamespacedPod({ namespace: ns, name: "forged-1" });

@@ -1,20 +1,26 @@
-// The namespace policy on the real API server and process node: defaults with source policy,
-// refusals before any pod, the running-Playbooks cap under a burst, a policy edited mid-run, the
-// policy's status, and who may do what with the chart's aggregated ClusterRoles (impersonation).
+// The namespace policy on the real API server and the scripted node (the tests write each pod's
+// life): defaults with source policy, refusals before any pod, the running-Playbooks cap under a
+// burst, a policy edited mid-run, the policy's status, and who may do what with the chart's
+// aggregated ClusterRoles (impersonation). That the runner enforces the limits its plan carries
+// is the runner's tests' concern (test/runner/cli.test.ts, "playbook pod-runner").
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import path from "node:path";
-import { type KubernetesObject, Watch } from "@kubernetes/client-node";
+import { setTimeout as sleep } from "node:timers/promises";
+import { type KubernetesObject, type V1Pod, Watch } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseAllDocuments } from "yaml";
+import { PLAN_ANNOTATION, parsePlan } from "../../src/api/plan.js";
 import { GROUP, VERSION } from "../../src/controller/kube.js";
 import { repoRoot } from "../harness/binaries.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { reportFor, reportPod, scheduledPod, startPod } from "../harness/scripted-node.js";
 import {
   clients,
   condition,
   createPlaybook,
   eventually,
+  getPlaybook,
   helm,
   kubectl,
   kubectlResult,
@@ -92,6 +98,13 @@ async function policyReady(ns: string, name = "default"): Promise<PolicyObject> 
   });
 }
 
+/** The plan a pod carries, as its runner reads it. */
+function planOf(pod: V1Pod) {
+  const read = parsePlan(pod.metadata?.annotations?.[PLAN_ANNOTATION] ?? "");
+  if (!read.ok) throw new Error(`pod ${pod.metadata?.name} carries no plan: ${read.problem}`);
+  return read.plan;
+}
+
 async function metricText(running: RunningController): Promise<string> {
   return running.controller.metrics.registry.metrics();
 }
@@ -131,7 +144,12 @@ describe("a namespace with a PlaybookPolicy", () => {
 
   it("gives its defaults to a Playbook that sets none, each shown with source policy", async () => {
     await createPlaybook(ns, "quiet", { tasks: [{ name: "silent", run: "sleep 30" }] });
-    const playbook = await waitForFinished(ns, "quiet", 60_000);
+    const pod = await scheduledPod(core, ns, "quiet-1");
+    // The runner is handed the policy's defaults in its plan; it stops the silent task at the stall.
+    expect(planOf(pod).defaults.policy).toEqual({ ceilingMs: 120_000, stallMs: 2_000, killGraceMs: 1_000 });
+    await startPod(core, pod);
+    await reportPod(core, pod, reportFor(pod, { reason: "StallLimit", at: 0 }));
+    const playbook = await waitForFinished(ns, "quiet", 30_000);
     expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "StallLimit" });
     expect(playbook.status?.limits).toMatchObject({
       ceiling: { value: "2m", source: "policy" },
@@ -262,16 +280,24 @@ describe("a policy edited during a run", () => {
     await applyPolicy(ns, { defaults: { ceiling: "2m", stall: "30s" } });
     controllerFor(ns);
     await policyReady(ns);
-    const mark = `edit-${randomBytes(3).toString("hex")}`;
-    await createPlaybook(ns, "steady", {
-      tasks: [{ name: "quiet", run: `echo started ${mark}; sleep 6; echo done` }],
-    });
-    await waitForPlaybook(ns, "steady", "to run", (p) => p.status?.phase === "Running", 60_000);
+    await createPlaybook(ns, "steady", { tasks: [{ name: "quiet", run: "sleep 6; echo done" }] });
+    const pod = await scheduledPod(core, ns, "steady-1");
+    await startPod(core, pod);
+    await waitForPlaybook(ns, "steady", "to run", (p) => p.status?.phase === "Running", 30_000);
     // Tighter than the run could finish under, and a maximum the run would break.
     await applyPolicy(ns, { defaults: { ceiling: "20s", stall: "1s" }, maximums: { ceiling: "30s" } });
     await policyReady(ns);
-    const playbook = await waitForFinished(ns, "steady", 60_000);
+    // The controller has seen the edit (the policy's status is its write): the run's pod and the
+    // plan its runner holds are the ones it started with.
+    const kept = await core.readNamespacedPod({ namespace: ns, name: "steady-1" });
+    expect(kept.metadata?.uid).toBe(pod.metadata?.uid);
+    expect(kept.metadata?.deletionTimestamp).toBeUndefined();
+    expect(planOf(kept).defaults.policy).toEqual({ ceilingMs: 120_000, stallMs: 30_000 });
+    expect((await getPlaybook(ns, "steady")).status?.phase).toBe("Running");
+    await reportPod(core, kept, reportFor(kept, { reason: "Succeeded" }));
+    const playbook = await waitForFinished(ns, "steady", 30_000);
     expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    expect(playbook.status?.podAttempts).toBe(1);
     expect(playbook.status?.limits).toMatchObject({
       ceiling: { value: "2m", source: "policy" },
       stall: { value: "30s", source: "policy" },
@@ -285,6 +311,56 @@ describe("a policy edited during a run", () => {
     );
   });
 });
+
+/** How long each pod of the burst runs (scripted): long enough for the runs to overlap. */
+const RUN_MS = 500;
+
+/**
+ * Plays every pod of the namespace as a kubelet and a runner that succeeds would: Running once
+ * the scheduler bound it, then the runner's Succeeded report `runMs` later. Problems are kept
+ * for the test to show, not thrown from the background.
+ */
+function runEachPod(ns: string, runMs: number) {
+  const seen = new Set<string>();
+  const problems: string[] = [];
+  const pending = new Set<Promise<void>>();
+  let stopped = false;
+  const play = async (pod: V1Pod) => {
+    const started = await startPod(core, pod);
+    await sleep(runMs);
+    await reportPod(core, started, reportFor(started, { reason: "Succeeded" }));
+  };
+  const loop = (async () => {
+    while (!stopped) {
+      const pods = await core.listNamespacedPod({ namespace: ns }).then(
+        (list) => list.items,
+        (error: unknown) => {
+          problems.push(`listing pods: ${String(error)}`);
+          return [];
+        },
+      );
+      for (const pod of pods) {
+        const uid = pod.metadata?.uid ?? "";
+        if (!pod.spec?.nodeName || pod.metadata?.deletionTimestamp || seen.has(uid)) continue;
+        seen.add(uid);
+        const running = play(pod).catch((error: unknown) => {
+          problems.push(`${pod.metadata?.name}: ${String(error)}`);
+        });
+        pending.add(running);
+        void running.finally(() => pending.delete(running));
+      }
+      await sleep(100);
+    }
+  })();
+  return {
+    problems: () => [...problems],
+    async stop() {
+      stopped = true;
+      await loop;
+      await Promise.all(pending);
+    },
+  };
+}
 
 describe("the cap on running Playbooks", () => {
   it("never runs more pods than the cap under a burst of 20, across a controller restart, and starts them all in creation order", async () => {
@@ -318,6 +394,8 @@ describe("the cap on running Playbooks", () => {
       },
       () => {},
     );
+    // Each pod's run: started once scheduled, succeeded a moment later.
+    const runs = runEachPod(ns, RUN_MS);
     try {
       const names = Array.from({ length: 20 }, (_, i) => `burst-${String(i).padStart(2, "0")}`);
       for (const name of names) {
@@ -346,11 +424,12 @@ describe("the cap on running Playbooks", () => {
 
       // A controller restarted mid-burst counts the slots from what the API server shows, not
       // from the memory of the one before.
-      await waitForFinished(ns, "burst-04", 120_000);
+      await waitForFinished(ns, "burst-04", 60_000);
       await running.stop();
       controllerFor(ns);
       const done = [];
-      for (const name of names) done.push(await waitForFinished(ns, name, 180_000));
+      for (const name of names) done.push(await waitForFinished(ns, name, 60_000));
+      expect(runs.problems()).toEqual([]);
       for (const playbook of done) expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
       expect(most).toBeLessThanOrEqual(cap);
       expect(most).toBeGreaterThan(0);
@@ -360,6 +439,7 @@ describe("the cap on running Playbooks", () => {
         (await getPolicy(ns)).status?.governed === 0 ? true : undefined,
       );
     } finally {
+      await runs.stop();
       watch.abort();
     }
   });

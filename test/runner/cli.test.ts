@@ -563,6 +563,35 @@ describe("playbook pod-runner", () => {
     );
     expect(existsSync(ran)).toBe(false);
   });
+
+  it("holds a task to the stall its namespace's policy gave the run (the plan's defaults.policy), not the controller's", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "pod-"));
+    const log = join(dir, "termination-log");
+    const plan = {
+      name: "quiet",
+      runStartTime: new Date().toISOString(),
+      defaults: {
+        ceilingMs: 3_600_000,
+        maxCeilingMs: 86_400_000,
+        stallMs: 600_000,
+        killGraceMs: 10_000,
+        policy: { ceilingMs: 120_000, stallMs: 1_000, killGraceMs: 500 },
+      },
+      spec: { tasks: [{ name: "silent", run: "sleep 30" }] },
+    };
+    const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
+      env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker(), PLAYBOOK_PLAN: JSON.stringify(plan) },
+      stdio: ["ignore", "ignore", "ignore"],
+    });
+    const started = performance.now();
+    const code = await new Promise((resolve) => child.on("close", resolve));
+    expect(code).toBe(1);
+    // The policy's 1s stall and its 0.5s killGrace, far from the controller's 10m.
+    expect(performance.now() - started).toBeLessThan(10_000);
+    const report = decodeReport(readFileSync(log, "utf8"), 1);
+    expect(report).toMatchObject({ phase: "Failed", reason: "StallLimit" });
+    expect(report.tasks[0]).toMatchObject({ p: "TimedOut", l: "StallLimit" });
+  });
 });
 
 describe("errors that say what to do next", () => {
