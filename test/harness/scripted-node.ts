@@ -156,7 +156,11 @@ export async function scheduledPod(
   }
 }
 
-/** Pending, its containers waiting: ContainerCreating by default, or ErrImagePull and the like. */
+/**
+ * Admitted and Pending, its containers waiting: ContainerCreating by default, or ErrImagePull and
+ * the like. A kubelet sets startTime on admission, before any image is pulled, so
+ * activeDeadlineSeconds counts from here. (A pod no node admitted has no status at all: leave it.)
+ */
 export function holdPod(
   core: CoreV1Api,
   pod: V1Pod | PodRef,
@@ -167,6 +171,7 @@ export function holdPod(
     ...current.status,
     phase: "Pending",
     hostIP: "127.0.0.1",
+    startTime: current.status?.startTime ?? new Date(),
     conditions: conditions(current, false, "ContainersNotReady"),
     containerStatuses: containerStatuses(current, () => ({
       state: { waiting: { reason, ...(message ? { message } : {}) } },
