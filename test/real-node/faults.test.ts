@@ -114,8 +114,11 @@ const slow = {
   ],
 };
 
-/** The run ended as it would have without the fault: its report read, its one pod, one attempt. */
-async function expectUndisturbed(name: string, before: V1Pod): Promise<PlaybookObject> {
+/**
+ * The run ended as it would have without the fault: its report read, its one pod, one attempt;
+ * its container ended before `restartedAt`, while the daemon was down.
+ */
+async function expectUndisturbed(name: string, before: V1Pod, restartedAt: number): Promise<PlaybookObject> {
   const playbook = await waitForFinished(namespace, name, realNode.finishMs);
   const pods = await podsOf(namespace, name);
   expect(pods.map((p) => p.metadata?.uid)).toEqual([before.metadata?.uid]);
@@ -124,6 +127,9 @@ async function expectUndisturbed(name: string, before: V1Pod): Promise<PlaybookO
   // The same container (the shim kept it), never restarted.
   expect(runner?.containerID).toBe(before.status?.containerStatuses?.[0]?.containerID);
   expect(runner?.restartCount).toBe(0);
+  const finishedAt = new Date(runner?.state?.terminated?.finishedAt ?? 0).getTime();
+  expect(finishedAt).toBeGreaterThan(0);
+  expect(finishedAt).toBeLessThan(restartedAt);
   return playbook;
 }
 
@@ -157,11 +163,12 @@ describe("a real node's daemons killed mid-run", () => {
       const steadyPod = await runningPod(`${daemon}-steady`);
       const slowPod = await runningPod(`${daemon}-slow`);
       await kill(daemon);
-      // Longer than the tasks take: both end while the daemon is down.
-      await new Promise((resolve) => setTimeout(resolve, 10_000));
+      // Longer than the tasks take once their pods run: both end while the daemon is down.
+      await new Promise((resolve) => setTimeout(resolve, 12_000));
+      const restartedAt = Date.now();
       await restoreNode();
-      expectSucceeded(await expectUndisturbed(`${daemon}-steady`, steadyPod));
-      expectTimedOut(await expectUndisturbed(`${daemon}-slow`, slowPod));
+      expectSucceeded(await expectUndisturbed(`${daemon}-steady`, steadyPod, restartedAt));
+      expectTimedOut(await expectUndisturbed(`${daemon}-slow`, slowPod, restartedAt));
     });
   }
 });
