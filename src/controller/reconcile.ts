@@ -6,6 +6,7 @@ import { canonical, PLAN_ANNOTATION, PlanTooLargeError, parsePlan, planDigest } 
 import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import { checkPolicy, type NamespaceRules, type PodSettings, podSettings } from "../api/policy.js";
 import { isLimitReason, type TerminalReason } from "../api/reasons.js";
+import { type NodeSilence, nodeSilenceOf } from "./node-lost.js";
 import { type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
 import {
   alternatePodName,
@@ -856,18 +857,40 @@ function decideActivePod(state: RunState, pod: PodView): Decision {
   }
   const backstopAt = endsAt + (DEADLINE_MARGIN_SECONDS * 1000 + BACKSTOP_SLACK_MS);
   if (running && backstopAt <= now.getTime()) return decideOutlived(state, pod);
+  const silence = running ? nodeSilenceOf(pod) : undefined;
+  if (silence && silence.lostAt <= now.getTime()) return decideNodeLost(state, pod, silence);
   const hold = running ? undefined : describeHold(pod);
   const next = progressStatus(base, {
     phase: running ? "Running" : "Pending",
     message: running
-      ? `pod ${pod.metadata.name} is running (attempt ${attempts})${pod.metadata.deletionTimestamp ? "; it is being deleted" : ""}`
+      ? `pod ${pod.metadata.name} is running (attempt ${attempts})${pod.metadata.deletionTimestamp ? "; it is being deleted" : ""}${silence ? `; its node ${silence.node} stopped reporting` : ""}`
       : pendingMessage(pod.metadata.name, attempts, hold),
     startTime,
     podName: pod.metadata.name,
     podAttempts: attempts,
   });
-  const lookAgainAt = running ? backstopAt : Math.min(endsAt, startBy ?? endsAt);
+  const lookAgainAt = running
+    ? Math.min(backstopAt, silence?.lostAt ?? backstopAt)
+    : Math.min(endsAt, startBy ?? endsAt);
   return progress(base, next, { requeueAfterMs: lookAgainAt - now.getTime() });
+}
+
+/**
+ * The pod's node stopped reporting (node-lost.ts) and said nothing for NODE_SILENCE_MS since: the
+ * pod is lost with its node, as if evicted. It is deleted, so that its node stops it if it comes
+ * back, and the run goes on in a new pod while backoffLimit allows, else ends PodLost.
+ */
+function decideNodeLost(state: RunState, pod: PodView, silence: NodeSilence): Decision {
+  const name = pod.metadata.name;
+  const silent = formatDuration(
+    Math.max(0, Math.round((state.input.now.getTime() - silence.since) / 1000)) * 1000,
+  );
+  const decision = decideLost(
+    state,
+    `pod ${name} was lost with its node ${silence.node}, which stopped reporting: the pod was marked not Ready at ${new Date(silence.since).toISOString()} and its node said nothing for ${silent} since`,
+  );
+  if (pod.metadata.deletionTimestamp) return decision;
+  return { ...decision, actions: [{ type: "deletePod", name, why: "finished" }, ...decision.actions] };
 }
 
 /** When the pod's start window closes; undefined while its creation time is not known yet. */

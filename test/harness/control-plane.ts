@@ -100,6 +100,19 @@ export async function readClusterState(stateDir: string): Promise<ClusterState |
   return clusterStateSchema.parse(JSON.parse(await readFile(file, "utf8")));
 }
 
+/**
+ * Records a process started after the cluster (a real node's kubelet or containerd started again
+ * by a test, from another process than the one that started the cluster) in its state.json, so
+ * that cluster:down, teardown and the exit hooks, which read that file, stop it too.
+ */
+export async function recordInClusterState(stateDir: string, process: RecordedProcess): Promise<void> {
+  const state = await readClusterState(stateDir);
+  if (!state) throw new Error(`no cluster is recorded in ${stateDir}`);
+  const { name, pid, executable, logFile } = process;
+  state.processes.push({ name, pid, executable, logFile });
+  await writeState(state);
+}
+
 /** For exit hooks, which cannot wait: SIGKILL every recorded process group that still runs. */
 export function killRecordedProcessesSync(stateDir: string): void {
   let state: ClusterState;

@@ -33,6 +33,7 @@ import { stringify } from "yaml";
 import { z } from "zod";
 import { repoRoot } from "../binaries.js";
 import { NODE_NAME, openssl } from "../certificates.js";
+import { readClusterState, recordInClusterState } from "../control-plane.js";
 import {
   freePort,
   isRunning,
@@ -711,6 +712,59 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
   return { name: REAL_NODE_NAME, containerdSocket: socket, images: imageNames };
 }
 
+/** The node's daemons a test may kill and start again (a crash, an upgrade, a node that stops reporting). */
+export type RealNodeDaemon = "kubelet" | "containerd";
+
+/** A daemon killed by killRealNodeDaemon: what startRealNodeDaemon starts again. */
+export interface KilledDaemon {
+  name: RealNodeDaemon;
+  /** Its command line as /proc had it: the binary and the flags startRealNode gave it. */
+  argv: string[];
+  logFile: string;
+}
+
+/** The latest recorded process of that name that still runs (a restarted daemon is recorded again). */
+function runningRecorded(processes: RecordedProcess[], name: string): RecordedProcess | undefined {
+  return processes.filter((p) => p.name === name && isRunning(p)).at(-1);
+}
+
+/**
+ * SIGKILLs the real node's kubelet or containerd alone, as a crash would: containerd's shims,
+ * the containers and the pods' processes stay. Its command line is kept to start it again.
+ */
+export async function killRealNodeDaemon(stateDir: string, name: RealNodeDaemon): Promise<KilledDaemon> {
+  const state = await readClusterState(stateDir);
+  const daemon = runningRecorded(state?.processes ?? [], name);
+  if (!daemon) throw new Error(`no ${name} of a real node runs in ${stateDir}`);
+  const argv = readFileSync(`/proc/${daemon.pid}/cmdline`, "utf8").split("\0").slice(0, -1);
+  process.kill(daemon.pid, "SIGKILL");
+  await waitFor(`${name} (pid ${daemon.pid}) to exit`, async () => (isRunning(daemon) ? undefined : true), {
+    timeoutMs: 10_000,
+    intervalMs: 20,
+  });
+  return { name, argv, logFile: daemon.logFile };
+}
+
+/**
+ * Starts a daemon killed by killRealNodeDaemon again, with the same command line and log, in the
+ * node's namespaces as startRealNode started it, and records it in state.json (teardown and
+ * cluster:down stop it). Returns once it runs; the caller waits for what it needs of it.
+ */
+export async function startRealNodeDaemon(stateDir: string, killed: KilledDaemon): Promise<RecordedProcess> {
+  const state = await readClusterState(stateDir);
+  const holder = runningRecorded(state?.processes ?? [], "real-node-namespaces");
+  if (!holder) throw new Error(`the real node's namespaces are gone from ${stateDir}`);
+  const [binary, ...args] = killed.argv;
+  if (!binary) throw new Error(`no command line recorded for ${killed.name}`);
+  const started = await startInNamespaces(killed.name, holder.pid, ["mnt", "net"], binary, args, {
+    logFile: killed.logFile,
+    // The test's worker may exit before the cluster stops: the daemon must outlive it.
+    daemon: true,
+  });
+  await recordInClusterState(stateDir, started);
+  return started;
+}
+
 function readHostRecord(stateDir: string): HostRecord | undefined {
   try {
     return hostRecordSchema.parse(JSON.parse(readFileSync(hostRecordFile(stateDir), "utf8")));
@@ -839,7 +893,10 @@ export async function stopRealNode(
 ): Promise<void> {
   const record = readHostRecord(stateDir);
   if (!record) return;
-  const named = (name: string) => recorded.find((p) => p.name === name);
+  // A daemon a test started again (startRealNodeDaemon) is only in state.json, not in `recorded`.
+  const onDisk = (await readClusterState(stateDir).catch(() => undefined))?.processes ?? [];
+  const named = (name: string) =>
+    runningRecorded([...recorded, ...onDisk], name) ?? recorded.find((p) => p.name === name);
   const stop = async (name: string) => {
     const process = named(name);
     if (process && isRunning(process)) {
