@@ -112,6 +112,7 @@ const cases: ReasonCase[] = [
         ["test", "Succeeded"],
       ]);
       expect(playbook.status).toMatchObject({ podName: `${name}-1`, podAttempts: 1 });
+      expect(message(playbook)).toBe("all 2 tasks succeeded");
       const events = await eventsOf(namespace, name, ["RunSucceeded"]);
       expect(events.find((e) => e.reason === "RunSucceeded")?.type).toBe("Normal");
     },
@@ -139,7 +140,7 @@ const cases: ReasonCase[] = [
     check: async (playbook, name) => {
       expect(playbook.status?.tasks?.[0]).toMatchObject({ phase: "Failed", exitCode: 3, attempts: 2 });
       expect(playbook.status?.tasks?.[1]).toMatchObject({ phase: "Skipped" });
-      expect(message(playbook)).toContain("build");
+      expect(message(playbook)).toBe("task build exited with code 3 after 2 attempts");
       const events = await eventsOf(namespace, name, ["RunFailed"]);
       expect(events.find((e) => e.reason === "RunFailed")?.type).toBe("Warning");
     },
@@ -162,6 +163,9 @@ const cases: ReasonCase[] = [
         limitValue: "2s",
         limitSource: "task",
       });
+      expect(message(playbook)).toBe(
+        "task slow exceeded its 2s timeout (spec.tasks[0].timeout); process group stopped within the 1s grace",
+      );
     },
   },
   {
@@ -181,6 +185,9 @@ const cases: ReasonCase[] = [
         limitValue: "2s",
         limitSource: "spec",
       });
+      expect(message(playbook)).toBe(
+        "task quiet printed nothing for 2s, its stall limit (spec.stall); process group stopped within the 1s grace",
+      );
     },
   },
   {
@@ -204,6 +211,9 @@ const cases: ReasonCase[] = [
     check: async (playbook) => {
       expect(playbook.status?.tasks?.map((t) => t.phase)).toEqual(["TimedOut", "Skipped"]);
       expect(playbook.status?.tasks?.[0]).toMatchObject({ limit: "RunCeiling", limitValue: "10s" });
+      expect(message(playbook)).toBe(
+        "task long was stopped by the run's 10s ceiling (spec.ceiling); process group stopped within the 1s grace",
+      );
     },
   },
   {
