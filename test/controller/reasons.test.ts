@@ -631,6 +631,37 @@ describe.concurrent("a pod taken away while its run is live", () => {
   });
 });
 
+describe("a pod drained from its node", () => {
+  it("is re-created: the Cancelled report its runner wrote on the kubelet's SIGTERM is not the run's cancel", async () => {
+    const name = "drained";
+    const first = await firstPod(name, {
+      ceiling: "90s",
+      killGrace: "1s",
+      tasks: [{ name: "naps", run: "sleep 3" }],
+    });
+    // The test plays the kubelet: it stops the runner, which reports, then removes the pod.
+    await scriptManually(core, first);
+    await running(name, first);
+    await core.deleteNamespacedPod({ namespace, name: `${name}-1`, gracePeriodSeconds: 30 });
+    await endPod(core, first, {
+      exitCode: 130,
+      message: reportFor(first, { reason: "Cancelled", at: 0 }),
+    });
+    // The controller judges the ended pod (it makes the next one) before the kubelet removes it.
+    const second = await scheduledPod(core, namespace, `${name}-2`);
+    await core.deleteNamespacedPod({ namespace, name: `${name}-1`, gracePeriodSeconds: 0 });
+    await running(name, second);
+    await reportPod(core, second, reportFor(second, { reason: "Succeeded" }));
+    const playbook = await waitForFinished(namespace, name, 30_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    expect(playbook.status).toMatchObject({ podAttempts: 2, podName: `${name}-2` });
+    const lost = (await eventsOf(namespace, name, ["PodLost"])).find((e) => e.reason === "PodLost");
+    expect(lost?.message).toBe(
+      `Pod ${name}-1 was stopped from outside (Error, exit code 130); created pod ${name}-2 (attempt 2 of 3), the ceiling still counts from ${playbook.status?.startTime}`,
+    );
+  });
+});
+
 describe("the largest Playbook the CRD admits", () => {
   it("runs to Succeeded: its whole plan reaches the pod", async () => {
     // 204800 characters as the CRD counts them: 96 per task plus its name and run script.
@@ -755,6 +786,38 @@ describe("a pod that ends while no controller runs", () => {
       const events = await eventsOf(ns, "ended", ["RunFailed"]);
       expect(events.filter((e) => e.reason === "RunFailed").map((e) => e.count ?? 1)).toEqual([1]);
       expect(events.filter((e) => e.reason === "PodCreated")).toHaveLength(1);
+    } finally {
+      await first.stop();
+      await second?.stop();
+      await deleteTestNamespace(core, ns);
+    }
+  });
+});
+
+describe("a pod lost while no controller runs", () => {
+  it("is re-created once, by the next controller, and the run settles", async () => {
+    const ns = await createTestNamespace(core, "pb-down-lost");
+    const first = startController([ns]);
+    let second: RunningController | undefined;
+    try {
+      await createPlaybook(ns, "gone", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
+      const pod = await scheduledPod(core, ns, "gone-1");
+      await startPod(core, pod);
+      await waitForPlaybook(ns, "gone", "to be Running", (p) => p.status?.phase === "Running", 30_000);
+      await first.stop();
+      await losePodToGc(core, pod);
+      second = startController([ns]);
+      const again = await scheduledPod(core, ns, "gone-2");
+      await startPod(core, again);
+      await reportPod(core, again, reportFor(again, { reason: "Succeeded" }));
+      const playbook = await waitForFinished(ns, "gone", 30_000);
+      expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+      expect(playbook.status).toMatchObject({ podAttempts: 2, podName: "gone-2" });
+      await runsCounted(second, ns, 1);
+      expect((await podsOf(ns, "gone")).map((p) => p.metadata?.name)).toEqual(["gone-2"]);
+      const events = await eventsOf(ns, "gone", ["PodLost", "RunSucceeded"]);
+      expect(events.filter((e) => e.reason === "PodLost")).toHaveLength(1);
+      expect(events.filter((e) => e.reason === "PodCreated")).toHaveLength(2);
     } finally {
       await first.stop();
       await second?.stop();
