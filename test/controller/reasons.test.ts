@@ -345,6 +345,16 @@ const cases: ReasonCase[] = [
       await eventually("the pod to be deleted", async () =>
         (await podsOf(namespace, name)).length === 0 ? true : undefined,
       );
+      // Counted as the limit that fired and as the run's reason.
+      const counted = (text: string, series: string) =>
+        Number(text.match(new RegExp(`^${series.replace(/[{}]/g, "\\$&")} (\\d+)$`, "m"))?.[1] ?? 0);
+      await eventually("the run to be counted as StartTimeout", async () => {
+        const text = await controller.controller.metrics.registry.metrics();
+        return counted(text, `playbook_limit_fired_total{namespace="${namespace}",limit="StartTimeout"}`) >=
+          1 && counted(text, `playbook_runs_total{namespace="${namespace}",reason="StartTimeout"}`) >= 1
+          ? true
+          : undefined;
+      });
     },
   },
   {
