@@ -498,7 +498,22 @@ function decideCancelledPod(state: RunState, pod: PodView, read: ReadReport): De
   return settle(base, { ...next, podName, podAttempts: state.attempts }, "Cancelled");
 }
 
-/** A pod that ended: the runner's report decides, unless the kubelet's deadline or an eviction did. */
+/**
+ * A report the runner finished before its pod's activeDeadlineSeconds passed: the run was decided
+ * before the kubelet's backstop fired, which then only caught the runner on its way out. A report
+ * finished at or after the deadline is the runner's answer to the kubelet's stop, not the run's.
+ */
+function reportedBeforeDeadline(read: ReadReport, pod: PodView): boolean {
+  const deadline = podDeadline(pod);
+  if (!read.ok || deadline === undefined) return false;
+  const end = Date.parse(read.report.end);
+  return !Number.isNaN(end) && end < deadline.at;
+}
+
+/**
+ * A pod that ended: the runner's report decides, unless an eviction did, or the kubelet's
+ * deadline fired before the runner reported.
+ */
 function decideEndedPod(state: RunState, pod: PodView): Decision {
   const { base, spec } = state;
   const podName = pod.metadata.name;
@@ -508,7 +523,7 @@ function decideEndedPod(state: RunState, pod: PodView): Decision {
   if (disruption && !state.cancel) return decideLost(state, `pod ${podName} ${disruption}`);
   const read = readReport(pod, spec.tasks.length);
   if (pod.status?.reason === "DeadlineExceeded" && state.cancel) return decideCancelledPod(state, pod, read);
-  if (pod.status?.reason === "DeadlineExceeded") {
+  if (pod.status?.reason === "DeadlineExceeded" && !reportedBeforeDeadline(read, pod)) {
     const tasks = read.ok ? runStatusFromReport(base, read.report, run).tasks : base.previous.tasks;
     const message = `the kubelet stopped pod ${podName} at its activeDeadlineSeconds backstop: the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) plus killGrace and a margin passed before the runner reported`;
     const next = settledStatus(base, {

@@ -1,6 +1,8 @@
-// The reason table of docs/design.md, one list of real runs for both nodes: test/controller/reasons.test.ts
-// runs it on the process node, test/real-node/reasons.test.ts on the real kubelet. What differs
-// between the nodes is a small, named set of values (NodeValues), each set by its test file.
+// The reason table of docs/design.md as real runs on the real kubelet (test/real-node/reasons.test.ts):
+// the runner's own limits, its report in the termination message, the kubelet's deadline and the
+// kill of a pod's processes. The controller's decisions for each reason, from pod status the test
+// writes, are test/controller/reasons.test.ts (the scripted node). The timings a real node needs
+// are one named set of values (NodeValues).
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { losePod, marker, processesWithMarker } from "../harness/cluster-test.js";
@@ -17,7 +19,7 @@ import {
   waitForFinished,
 } from "./support.js";
 
-/** What differs between the nodes, each value with why. */
+/** The timings of real runs on a node, each value with why. */
 export interface NodeValues {
   /** How long a task process may take to appear after the Playbook is created. */
   taskStartMs: number;
@@ -31,7 +33,7 @@ export interface NodeValues {
   controller: Record<string, string>;
 }
 
-/** The real kubelet's values: test/real-node/reasons.test.ts, and the cluster project's table when PLAYBOOK_TEST_NODE=real. */
+/** The real kubelet's values (test/real-node/). */
 export const realNode: NodeValues = {
   // Containers take seconds to start on a loaded 2-core machine, a dozen of them at once longer.
   taskStartMs: 60_000,
@@ -42,7 +44,7 @@ export const realNode: NodeValues = {
   // Long enough that a runner slow to start is still stopped before its ceiling.
   podDeadlineCeilingSeconds: 15,
   // Starting a dozen containers at once loads this 2-core machine for seconds: a 4s Lease (the
-  // process node's tests') was lost mid-run, which stops a controller for good.
+  // cluster tests') was lost mid-run, which stops a controller for good.
   controller: { leaseDuration: "20s", renewDeadline: "15s", retryPeriod: "2s" },
 };
 

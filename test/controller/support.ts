@@ -253,3 +253,49 @@ export async function releaseHeldPods(held: { namespace: string; name: string }[
     ]).catch(() => {});
   }
 }
+
+/** The sum of one of the controller's counters over its labels. */
+export async function counterValue(
+  running: RunningController,
+  name: "statusWrites" | "runsTotal",
+): Promise<number> {
+  const metric = await running.controller.metrics[name].get();
+  return metric.values.reduce((sum, v) => sum + v.value, 0);
+}
+
+/** Reconcile passes the controller finished (each observes playbook_reconcile_duration_seconds). */
+export async function reconcilePasses(running: RunningController): Promise<number> {
+  const metric = await running.controller.metrics.reconcileDuration.get();
+  return metric.values.find((v) => v.metricName === "playbook_reconcile_duration_seconds_count")?.value ?? 0;
+}
+
+/**
+ * Queues every cached Playbook again (as the periodic resync does) and waits until the
+ * controller finished a pass for each Playbook of the namespace: whatever a pass would write or
+ * count has then been written or counted, so "nothing more happened" is a checked fact, not a pause.
+ */
+export async function reconciledAgain(running: RunningController, ns: string): Promise<void> {
+  const { items } = JSON.parse((await kubectl(["-n", ns, "get", "pb", "-o", "json"])).stdout) as {
+    items: unknown[];
+  };
+  if (items.length === 0) throw new Error(`no Playbook in ${ns} to reconcile again`);
+  const before = await reconcilePasses(running);
+  running.controller.resync();
+  await eventually(`${items.length} passes after a resync`, async () =>
+    (await reconcilePasses(running)) >= before + items.length ? true : undefined,
+  );
+}
+
+/**
+ * Waits until the controller counted `count` finished runs (a test can read the terminal status
+ * from the API server a moment before the controller has the response to its write), then until
+ * every Playbook of the namespace was reconciled again, and checks that no pass counted one twice.
+ */
+export async function runsCounted(running: RunningController, ns: string, count: number): Promise<void> {
+  await eventually(`${count} runs counted`, async () =>
+    (await counterValue(running, "runsTotal")) === count ? true : undefined,
+  );
+  await reconciledAgain(running, ns);
+  const counted = await counterValue(running, "runsTotal");
+  if (counted !== count) throw new Error(`${counted} runs counted after a resync, expected ${count}`);
+}

@@ -343,6 +343,34 @@ describe("what the kubelet decided", () => {
     expect(decision.finished?.limit).toBe("PodDeadlineExceeded");
   });
 
+  it.each([
+    { when: "a millisecond before the deadline", endMs: -1, reason: "Succeeded" },
+    { when: "at the deadline", endMs: 0, reason: "PodDeadlineExceeded" },
+  ])(
+    "takes the report of a runner that finished $when as $reason when the pod ended DeadlineExceeded",
+    ({ endMs, reason }) => {
+      // Started at 1s with a 100s deadline: the deadline is at 101s.
+      const ended = pod(1, {
+        phase: "Failed",
+        reason: "DeadlineExceeded",
+        message: "Pod was active on the node longer than the specified deadline",
+        startedAt: at(1),
+        activeDeadlineSeconds: 100,
+        terminated: {
+          exitCode: 137,
+          message: report({
+            phase: "Succeeded",
+            reason: "Succeeded",
+            completionTime: new Date(at(101).getTime() + endMs),
+            tasks: [task("build", {}), task("test", {})],
+          }),
+        },
+      });
+      const decision = decide(input({ playbook: playbook({}, started()), pods: [ended], now: at(102) }));
+      expect(succeeded(decision.status)).toMatchObject({ reason });
+    },
+  );
+
   it("waits a moment before calling a pod that ended without a report RunnerLost", () => {
     const ended = pod(1, {
       phase: "Failed",
