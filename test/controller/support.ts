@@ -15,6 +15,7 @@ import { PlaybookController } from "../../src/controller/controller.js";
 import { GROUP, makeClients, PLURAL, VERSION } from "../../src/controller/kube.js";
 import { repoRoot } from "../harness/binaries.js";
 import { runClusterTool, waitFor } from "../harness/processes.js";
+import { reportFor, reportPod, scheduledPod, startPod } from "../harness/scripted-node.js";
 
 const run = promisify(execFile);
 
@@ -252,4 +253,22 @@ export async function releaseHeldPods(held: { namespace: string; name: string }[
       '[{"op":"remove","path":"/metadata/finalizers"}]',
     ]).catch(() => {});
   }
+}
+
+/**
+ * The first pod of the Playbook, on the scripted node, runs and its runner reports that every task
+ * succeeded; with `afterRunning`, only once the Playbook shows the pod Running.
+ */
+export async function succeedFirstPod(
+  namespace: string,
+  playbook: string,
+  options: { afterRunning?: boolean } = {},
+): Promise<void> {
+  const { core } = clients();
+  const pod = await scheduledPod(core, namespace, `${playbook}-1`);
+  await startPod(core, pod);
+  if (options.afterRunning) {
+    await waitForPlaybook(namespace, playbook, "to be Running", (p) => p.status?.phase === "Running");
+  }
+  await reportPod(core, pod, reportFor(pod, { reason: "Succeeded" }));
 }
