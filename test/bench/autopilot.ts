@@ -1,17 +1,25 @@
 // The bench node's autopilot: what the runner and the kubelet would do with each pod, written
 // through the API on the scripted node, so that both controllers under measurement see the same
-// pod lives and nothing else loads the machine. A pod bound to the node is started at once; its
-// tasks take the times workloads.ts gives their commands, one after another; the runner's limits
-// (each task's timeout, the run ceiling from the plan's run start) cut that short as the runner
-// would; then the pod ends with the runner's report for its own plan (exit 0 when every task
-// succeeded, 1 otherwise). Playbook pods and Job pods carry the same plan and run the same runner,
-// so they live the same way. A pod deleted while it runs (the Job controller at a Job's deadline)
-// is ended at once, as a kubelet does when the runner exits on SIGTERM.
+// pod lives and nothing else loads the machine. A pod bound to the node is started at once (as a
+// kubelet writes it: Pending with its containers creating, then Running); its tasks take the
+// times workloads.ts gives their commands, one after another; the runner's limits (each task's
+// timeout, the run ceiling from the plan's run start) cut that short as the runner would; then
+// the pod ends with the runner's report for its own plan (exit 0 when every task succeeded, 1
+// otherwise). Playbook pods and Job pods carry the same plan and run the same runner, so they live
+// the same way. A pod deleted while it runs (the Job controller at a Job's deadline) is ended at
+// once, as a kubelet does when the runner exits on SIGTERM.
 import { CoreV1Api, type KubeConfig, type V1Pod, Watch } from "@kubernetes/client-node";
 import { resolveLimits } from "../../src/api/limits.js";
 import { PLAN_ANNOTATION, parsePlan } from "../../src/api/plan.js";
 import type { RunnerReason } from "../../src/api/report.js";
-import { endPod, type ReportScript, reportFor, reportPod, startPod } from "../harness/scripted-node.js";
+import {
+  endPod,
+  holdPod,
+  type ReportScript,
+  reportFor,
+  reportPod,
+  startPod,
+} from "../harness/scripted-node.js";
 
 /** How one pod lives: when it ends after its start, and the report the runner writes then. */
 export interface PodLife {
@@ -152,6 +160,7 @@ export class Autopilot {
   private async live(pod: V1Pod): Promise<void> {
     const startedAt = Date.now();
     const life = lifeOf(pod, startedAt, this.taskMs);
+    await holdPod(this.core, pod);
     await startPod(this.core, pod, new Date(startedAt));
     const uid = pod.metadata?.uid ?? "";
     if (this.stopped || this.killed.has(uid)) return;
