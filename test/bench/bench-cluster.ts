@@ -1,19 +1,14 @@
 // The bench cluster: the dev cluster's real control plane with an audit log at Metadata level,
 // a kube-controller-manager without its Job controller (the reference runs apart, so it can be
-// started and stopped, and tuned), the process node as its own process, and an identity of its
-// own for our controller so the audit log tells the two controllers apart.
+// started and stopped, and tuned), the bench node as its own process (the scripted node with an
+// autopilot that gives each pod its workload's life, bench-node.ts), and an identity of its own
+// for our controller so the audit log tells the two controllers apart.
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { stringify } from "yaml";
 import { repoRoot, toolsBinDir } from "../harness/binaries.js";
-import {
-  AUDIT_LOG,
-  type ClusterState,
-  PROCESS_NODE_DIR,
-  startControlPlane,
-  stopCluster,
-} from "../harness/control-plane.js";
+import { AUDIT_LOG, type ClusterState, startControlPlane, stopCluster } from "../harness/control-plane.js";
 import {
   freePort,
   isRunning,
@@ -23,11 +18,12 @@ import {
   stopProcess,
   waitFor,
 } from "../harness/processes.js";
+import { SCRIPTED_NODE_NAME } from "../harness/scripted-node.js";
 import { Api, ApiError, inPool } from "./api.js";
 
 export const OUR_USER = "system:serviceaccount:kube-system:playbook-bench-controller";
 export const JOB_CONTROLLER_USER = "system:serviceaccount:kube-system:job-controller";
-export const NODE_NAME = "process-node";
+export const NODE_NAME = SCRIPTED_NODE_NAME;
 
 export interface BenchCluster {
   state: ClusterState;
@@ -67,25 +63,23 @@ export async function startBenchCluster(
     const kubectl = path.join(binDir, "kubectl");
     await run(kubectl, ["apply", "--server-side", "-f", path.join(repoRoot(), "crds")], env);
     await run(kubectl, ["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"], env);
-    const urlFile = path.join(stateDir, "process-node.url");
+    const readyFile = path.join(stateDir, "bench-node.ready");
     const node = startProcess(
-      "process-node",
+      "bench-node",
       process.execPath,
       [
-        path.join(repoRoot(), "dist", "test", "harness", "process-node", "main.js"),
+        path.join(repoRoot(), "dist", "test", "bench", "bench-node.js"),
         "--kubeconfig",
         state.kubeconfig,
-        "--work-dir",
-        path.join(stateDir, PROCESS_NODE_DIR),
-        "--control-url-file",
-        urlFile,
+        "--ready-file",
+        readyFile,
       ],
-      { logFile: path.join(stateDir, "logs", "process-node.log") },
+      { logFile: path.join(stateDir, "logs", "bench-node.log") },
     );
     await controlPlane.record(node);
-    await waitFor("the process node", async () => (existsSync(urlFile) ? true : undefined), {
+    await waitFor("the bench node", async () => (existsSync(readyFile) ? true : undefined), {
       timeoutMs: 120_000,
-      abortIf: () => (isRunning(node) ? undefined : `process node exited:\n${logTail(node.logFile)}`),
+      abortIf: () => (isRunning(node) ? undefined : `bench node exited:\n${logTail(node.logFile)}`),
     });
     const upSeconds = (performance.now() - t0) / 1000;
     const api = await Api.fromFile(state.kubeconfig);

@@ -1,7 +1,10 @@
 // `npm run bench`: the controller side by side with Kubernetes' Job controller on the same
-// control plane and process node, each pair measured in the same run and interleaved, plus the
+// control plane and bench node, each pair measured in the same run and interleaved, plus the
 // runner's benchmark (`bench:runner`) and the CLI's start-up. Prints a table; `--json FILE`
 // writes the results (test/bench/results.ts). `--quick` is the smoke test's short run.
+// The bench node (bench-node.ts) runs no process: an autopilot writes each pod's life through the
+// API (started when bound, ended with the runner's report after its workload's task times, or at
+// the runner's limit), the same for Playbook and Job pods, so what is measured is the controllers.
 // These machines are shared: read the ratios, and measure twice before believing a change.
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -101,7 +104,8 @@ const names = (prefix: string, count: number) => Array.from({ length: count }, (
 
 // 1. Launch throughput: N owners created at once, one controller running, until every pod exists.
 async function launchThroughput(cluster: BenchCluster, observer: Observer): Promise<void> {
-  await setNodeSchedulable(cluster.api, false); // Pods stay Pending: N process trees would swamp 2 cores.
+  // Pods stay Pending: the node's autopilot writing N pod lives would load the cores measured here.
+  await setNodeSchedulable(cluster.api, false);
   try {
     for (const size of LAUNCH_SIZES) {
       const n = Math.max(5, Math.round(size * LAUNCH_SCALE));
@@ -613,7 +617,7 @@ async function main(): Promise<void> {
       name: "cluster_up_seconds",
       value: cluster.upSeconds,
       unit: "s",
-      note: "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, CRDs and the process node, binaries already built",
+      note: "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, CRDs and the bench node (scripted, no kubelet), binaries already built",
     });
     const observer = new Observer(cluster.api);
     observer.start();

@@ -1,6 +1,6 @@
 // The objects each side runs: a Playbook, and a Job whose pod has the same shape as the pod our
-// controller makes for that Playbook (the runner with the same plan), so the process node runs
-// both the same way.
+// controller makes for that Playbook (the runner with the same plan), so the bench node's
+// autopilot gives both the same life; and how long each task command takes there.
 import { resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { limitDefaults, loadControllerConfig } from "../../src/controller/config.js";
@@ -8,6 +8,18 @@ import { buildPod } from "../../src/controller/pod-builder.js";
 
 export const PLAYBOOKS = "/apis/playbook.dev/v1alpha1";
 export const JOBS = "/apis/batch/v1";
+
+/**
+ * What each task command of the benchmark's workloads takes on the bench node (autopilot.ts ends
+ * the pod after it, or at the limit that comes first): about what the runner takes to run it.
+ */
+const TASK_MS: Record<string, number> = { true: 100, "echo done": 100, "sleep 60": 60_000 };
+
+export function taskMs(run: string): number {
+  const ms = TASK_MS[run];
+  if (ms === undefined) throw new Error(`workloads.ts gives no task time for run ${JSON.stringify(run)}`);
+  return ms;
+}
 
 export function playbook(name: string, spec: object): object {
   return { apiVersion: "playbook.dev/v1alpha1", kind: "Playbook", metadata: { name }, spec };

@@ -5,6 +5,7 @@ import {
   condition,
   eventually,
   spawnControllerProcess,
+  succeedFirstPod,
   waitForFinished,
 } from "../controller/support.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
@@ -113,6 +114,8 @@ describe("--metrics-playbook-label", () => {
           spec: { ceiling: "1m", tasks: [{ name: "a", run: "true", timeout: "30s" }] },
         },
       });
+      // Its one task took 1s of its 30s timeout.
+      await succeedFirstPod(namespace, "labelled");
       const playbook = await waitForFinished(namespace, "labelled", 60_000);
       expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
       const labels = { namespace, playbook: "billing" };
@@ -131,7 +134,7 @@ describe("--metrics-playbook-label", () => {
       expect(sample(text, "playbook_task_limit_usage_ratio_count", { ...labels, limit: "RunCeiling" })).toBe(
         1,
       );
-      // A task that ran `true` used far less than 10% of its 30s timeout.
+      // A task that took 1s used less than 10% of its 30s timeout.
       expect(
         sample(text, "playbook_task_limit_usage_ratio_bucket", {
           ...labels,

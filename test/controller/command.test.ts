@@ -8,6 +8,7 @@ import {
   createPlaybook,
   eventually,
   spawnControllerProcess,
+  succeedFirstPod,
   waitForFinished,
 } from "./support.js";
 
@@ -75,6 +76,8 @@ describe("two controller processes", () => {
         ceiling: "1m",
         tasks: [{ name: "a", run: "true" }],
       });
+      // Only the new leader makes the pod.
+      await succeedFirstPod(namespace, "after-takeover");
       const playbook = await waitForFinished(namespace, "after-takeover", 60_000);
       expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
     } finally {
@@ -97,10 +100,12 @@ describe("a few runs through `playbook controller`", () => {
         (await fetch(`${url}/readyz`).catch(() => undefined))?.status === 200 ? true : undefined,
       );
       const names = ["w1", "w2", "w3", "w4", "w5", "w6"];
+      // Six runs at once, each written Running and then finished by the controller.
       await Promise.all(
-        names.map((n) =>
-          createPlaybook(namespace, n, { ceiling: "1m", tasks: [{ name: "a", run: "sleep 1" }] }),
-        ),
+        names.map(async (n) => {
+          await createPlaybook(namespace, n, { ceiling: "1m", tasks: [{ name: "a", run: "sleep 1" }] });
+          await succeedFirstPod(namespace, n, { afterRunning: true });
+        }),
       );
       for (const n of names) await waitForFinished(namespace, n, 60_000);
       const counted = `playbook_runs_total{namespace="${namespace}",reason="Succeeded"} ${names.length}`;
@@ -132,6 +137,7 @@ describe("playbook controller", () => {
       expect((await fetch(`${url}/healthz`)).status).toBe(200);
 
       await createPlaybook(namespace, "metered", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
+      await succeedFirstPod(namespace, "metered");
       const playbook = await waitForFinished(namespace, "metered", 60_000);
       expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
 

@@ -1,20 +1,18 @@
 // The dashboard and the alerts on a real Prometheus: a controller in this process runs Playbooks
 // that end by each limit and one that succeeds close to its timeout, Prometheus scrapes it every
 // second and evaluates the alert rules, and every dashboard and alert expression is queried
-// through Prometheus' HTTP API as Grafana and the rule manager would.
+// through Prometheus' HTTP API as Grafana and the rule manager would. The runs' pods live on the
+// scripted node: each case writes its pod's life (the runner's report with exact task times, or
+// the kubelet's deadline), so the near-miss ratio is exactly the one the case names.
 import { execFile } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import type { V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { GROUP, PLURAL, VERSION } from "../../src/controller/kube.js";
-import {
-  createTestNamespace,
-  deleteTestNamespace,
-  marker,
-  processesWithMarker,
-} from "../harness/cluster-test.js";
+import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import {
   freePort,
   logTail,
@@ -23,6 +21,14 @@ import {
   stopProcess,
   waitFor,
 } from "../harness/processes.js";
+import {
+  exceedDeadline,
+  reportFor,
+  reportPod,
+  scheduledPod,
+  scriptManually,
+  startPod,
+} from "../harness/scripted-node.js";
 import {
   type AlertRule,
   dashboardQueries,
@@ -148,89 +154,83 @@ async function query(expr: string): Promise<Sample[]> {
 
 const sumOf = async (expr: string) => (await query(`sum(${expr})`))[0]?.value ?? 0;
 
-function parentOf(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-}
-
 interface RunCase {
   app: string;
   reason: string;
-  spec: (mark: string) => Record<string, unknown>;
-  /** What happens to the run from outside while it runs. */
-  meanwhile?: (mark: string) => Promise<void>;
+  spec: Record<string, unknown>;
+  /** The pod's life on the scripted node, from bound to ended, as the runner and the kubelet would write it. */
+  life: (pod: V1Pod) => Promise<void>;
 }
+
+/** Running, then ended by the runner's report for `reason`, its deciding task having taken `tookMs`. */
+const reported =
+  (reason: "Succeeded" | "TaskTimeout" | "StallLimit" | "RunCeiling", tookMs: number) =>
+  async (pod: V1Pod) => {
+    const completionTime = new Date();
+    const startTime = new Date(completionTime.getTime() - tookMs);
+    await startPod(core, pod, startTime);
+    await reportPod(core, pod, reportFor(pod, { reason, startTime, completionTime }));
+  };
 
 const cases: RunCase[] = [
   {
-    // Uses ~93% of its timeout: a near miss.
+    // Uses 93% of its timeout: a near miss.
     app: "nightly-ok",
     reason: "Succeeded",
-    spec: (m) => ({
-      ceiling: "1m",
-      tasks: [{ name: "close-call", run: `sleep 9.3 # ${m}`, timeout: "10s" }],
-    }),
+    spec: { ceiling: "1m", tasks: [{ name: "close-call", run: "sleep 9.3", timeout: "10s" }] },
+    life: reported("Succeeded", 9_300),
   },
   {
     app: "nightly-timeout",
     reason: "TaskTimeout",
-    spec: (m) => ({
-      ceiling: "1m",
-      killGrace: "1s",
-      tasks: [{ name: "slow", run: `sleep 30 # ${m}`, timeout: "2s" }],
-    }),
+    spec: { ceiling: "1m", killGrace: "1s", tasks: [{ name: "slow", run: "sleep 30", timeout: "2s" }] },
+    life: reported("TaskTimeout", 2_000),
   },
   {
     app: "nightly-stall",
     reason: "StallLimit",
-    spec: (m) => ({
+    spec: {
       ceiling: "1m",
       killGrace: "1s",
       stall: "2s",
-      tasks: [{ name: "quiet", run: `echo start; sleep 30 # ${m}` }],
-    }),
+      tasks: [{ name: "quiet", run: "echo start; sleep 30" }],
+    },
+    life: reported("StallLimit", 2_000),
   },
   {
     app: "nightly-ceiling",
     reason: "RunCeiling",
-    spec: (m) => ({ ceiling: "3s", killGrace: "1s", tasks: [{ name: "long", run: `sleep 30 # ${m}` }] }),
+    spec: { ceiling: "3s", killGrace: "1s", tasks: [{ name: "long", run: "sleep 30" }] },
+    life: reported("RunCeiling", 3_000),
   },
   {
-    // The runner is stopped hard, so only the kubelet's activeDeadlineSeconds ends the pod.
+    // The runner froze and never reported: only the kubelet's activeDeadlineSeconds ends the pod.
     app: "nightly-frozen",
     reason: "PodDeadlineExceeded",
-    spec: (m) => ({ ceiling: "6s", killGrace: "1s", tasks: [{ name: "held", run: `sleep 60 # ${m}` }] }),
-    meanwhile: async (mark) => {
-      const task = await eventually(`a task process with ${mark}`, async () => processesWithMarker(mark)[0]);
-      process.kill(parentOf(task), "SIGSTOP");
+    spec: { ceiling: "6s", killGrace: "1s", tasks: [{ name: "held", run: "sleep 60" }] },
+    life: async (pod) => {
+      // Written here, not by the node's own deadline duty, so that it is written once.
+      await scriptManually(core, pod);
+      const deadlineMs = (pod.spec?.activeDeadlineSeconds ?? 0) * 1000;
+      await startPod(core, pod, new Date(Date.now() - deadlineMs));
+      await exceedDeadline(core, pod);
     },
   },
 ];
 
 async function runToTheEnd(c: RunCase, wave: number): Promise<void> {
-  const mark = marker();
   const name = `${c.app}-${wave}`;
-  const manifest = playbookManifest(name, c.spec(mark));
-  try {
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      plural: PLURAL,
-      namespace,
-      body: { ...manifest, metadata: { name, labels: { [PLAYBOOK_LABEL]: c.app } } },
-    });
-    await c.meanwhile?.(mark);
-    const playbook = await waitForFinished(namespace, name, 60_000);
-    expect(condition(playbook, "Succeeded")?.reason, name).toBe(c.reason);
-  } finally {
-    for (const pid of processesWithMarker(mark)) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {
-        // Gone already.
-      }
-    }
-  }
+  const manifest = playbookManifest(name, c.spec);
+  await custom.createNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    plural: PLURAL,
+    namespace,
+    body: { ...manifest, metadata: { name, labels: { [PLAYBOOK_LABEL]: c.app } } },
+  });
+  await c.life(await scheduledPod(core, namespace, `${name}-1`));
+  const playbook = await waitForFinished(namespace, name, 60_000);
+  expect(condition(playbook, "Succeeded")?.reason, name).toBe(c.reason);
 }
 
 /** Runs every case once and waits until Prometheus has scraped all of them. */

@@ -15,6 +15,7 @@ import { PlaybookController } from "../../src/controller/controller.js";
 import { GROUP, makeClients, PLURAL, VERSION } from "../../src/controller/kube.js";
 import { repoRoot } from "../harness/binaries.js";
 import { runClusterTool, waitFor } from "../harness/processes.js";
+import { reportFor, reportPod, scheduledPod, startPod } from "../harness/scripted-node.js";
 
 const run = promisify(execFile);
 
@@ -298,4 +299,22 @@ export async function runsCounted(running: RunningController, ns: string, count:
   await reconciledAgain(running, ns);
   const counted = await counterValue(running, "runsTotal");
   if (counted !== count) throw new Error(`${counted} runs counted after a resync, expected ${count}`);
+}
+
+/**
+ * The first pod of the Playbook, on the scripted node, runs and its runner reports that every task
+ * succeeded; with `afterRunning`, only once the Playbook shows the pod Running.
+ */
+export async function succeedFirstPod(
+  namespace: string,
+  playbook: string,
+  options: { afterRunning?: boolean } = {},
+): Promise<void> {
+  const { core } = clients();
+  const pod = await scheduledPod(core, namespace, `${playbook}-1`);
+  await startPod(core, pod);
+  if (options.afterRunning) {
+    await waitForPlaybook(namespace, playbook, "to be Running", (p) => p.status?.phase === "Running");
+  }
+  await reportPod(core, pod, reportFor(pod, { reason: "Succeeded" }));
 }
