@@ -1,4 +1,5 @@
-// `npm run cluster:up`: a local control plane, the CRDs, the process node and the controller.
+// `npm run cluster:up`: a local control plane, the CRDs, a real node (Kubernetes' own kubelet with
+// containerd, which needs Linux and root) and the controller.
 // Progress goes to stderr; stdout carries only the `export KUBECONFIG=…` line, so
 // `eval "$(npm run --silent cluster:up)"` works.
 import path from "node:path";
@@ -12,15 +13,20 @@ const log = (message: string): void => {
 };
 
 // --no-controller leaves the controller out, for `npx playbook controller` by hand; --no-install
-// (or PLAYBOOK_NO_INSTALL=1) stops at a missing package instead of installing it with apt-get;
-// --node real runs pods in containerd under a real kubelet instead of the process node.
+// (or PLAYBOOK_NO_INSTALL=1) stops at a missing package instead of installing it with apt-get.
+// --node real, the only node there is now, is still taken, so that older commands work.
 const Flags = z.object({
   noController: z.boolean(),
   noInstall: z.boolean(),
-  node: z.enum(["process", "real"], { error: (i) => `--node takes process or real, not ${String(i.input)}` }),
+  node: z.literal("real", {
+    error: (i) =>
+      i.input === "process"
+        ? "--node process is gone: the process node was retired, and cluster:up runs Kubernetes' own kubelet with containerd (leave --node out)"
+        : `--node takes only real (the default), not ${String(i.input)}`,
+  }),
 });
 function parseFlags(args: string[]) {
-  const flags = { noController: false, noInstall: false, node: "process" as string };
+  const flags = { noController: false, noInstall: false, node: "real" as string };
   for (let i = 0; i < args.length; i += 1) {
     const arg = args[i] ?? "";
     if (arg === "--no-controller") flags.noController = true;
@@ -30,7 +36,7 @@ function parseFlags(args: string[]) {
     else
       return {
         success: false as const,
-        message: `unknown flag ${arg} (only --no-controller, --no-install and --node process|real)`,
+        message: `unknown flag ${arg} (only --no-controller and --no-install)`,
       };
   }
   const parsed = Flags.safeParse(flags);
@@ -57,7 +63,6 @@ try {
     log(
       `Real node ${cluster.realNode.name} (containerd ${cluster.realNode.containerdSocket}) has ${cluster.realNode.images.join(", ")}`,
     );
-  else log(`Lose a pod as on node failure: curl -X POST ${cluster.processNodeUrl}/lose/NAMESPACE/NAME`);
   if (cluster.controllerUrl)
     log(
       `Controller metrics: ${cluster.controllerUrl}/metrics (health ${cluster.controllerUrl}/healthz, readiness ${cluster.controllerUrl}/readyz)`,

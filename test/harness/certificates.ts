@@ -79,7 +79,7 @@ async function signedCertificate(
   return { certFile, keyFile };
 }
 
-/** The real node's name (`npm run cluster:up -- --node real`); its certificate names it. */
+/** The real node's name (`npm run cluster:up`); its certificate names it. */
 export const NODE_NAME = "real-node";
 
 const clientExtensions =

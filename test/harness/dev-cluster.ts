@@ -1,6 +1,6 @@
 import { execFile } from "node:child_process";
 import { appendFileSync, existsSync, readdirSync } from "node:fs";
-import { readFile, rm } from "node:fs/promises";
+import { rm } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
 import { KubeConfig } from "@kubernetes/client-node";
@@ -15,8 +15,10 @@ import {
 import {
   ensurePrerequisites,
   installForbiddenByEnv,
+  MissingPrerequisiteError,
   PREREQUISITES,
   REAL_NODE_PREREQUISITES,
+  realNodeHostProblem,
 } from "./prerequisites.js";
 import { defaultCommandMapping } from "./process-node/mapping.js";
 import { ProcessNode } from "./process-node/process-node.js";
@@ -43,7 +45,7 @@ export type NodeKind = "scripted" | "process" | "real";
 export interface DevCluster {
   state: ClusterState;
   nodeKind: NodeKind;
-  /** Base URL of the process node's test hooks (POST /lose/NAMESPACE/NAME); empty on a real node. */
+  /** Base URL of the in-process node's test hooks (POST /lose/NAMESPACE/NAME); empty on a real node. */
   processNodeUrl: string;
   /** The real node, when `node: "real"`. */
   realNode?: RealNode;
@@ -58,13 +60,13 @@ export interface DevCluster {
 
 export interface DevClusterOptions {
   stateDir: string;
-  /** Processes outlive this one (`cluster:up`); otherwise the process node runs in-process. */
+  /** Processes outlive this one (`cluster:up`, a real node only). */
   daemon: boolean;
   /** Start `playbook controller` from this checkout's build when it exists. */
   startController?: boolean;
   /**
-   * May install missing Debian packages (tini) with apt-get when running as root; default: yes
-   * unless PLAYBOOK_NO_INSTALL (or the deprecated CLUSTER_NO_INSTALL) declines.
+   * May install missing Debian packages (containerd...) with apt-get when running as root;
+   * default: yes unless PLAYBOOK_NO_INSTALL (or the deprecated CLUSTER_NO_INSTALL) declines.
    */
   install?: boolean;
   log: (message: string) => void;
@@ -85,17 +87,22 @@ async function installCrds(binDir: string, kubeconfig: string, log: (message: st
 }
 
 /**
- * The control plane, the CRDs, the process node and (optionally) the controller: what
- * `npm run cluster:up` and the cluster tests' global setup both start.
+ * The control plane, the CRDs, a node and (optionally) the controller: what `npm run cluster:up`
+ * (a real node, as daemons) and the tests' global setups start.
  */
 export async function startDevCluster(options: DevClusterOptions): Promise<DevCluster> {
   const { log } = options;
-  // Everything this machine must provide is checked (and Go fetched) before anything starts.
   const nodeKind = options.node ?? "process";
+  if (nodeKind === "process" && options.daemon)
+    throw new Error("the process node runs only in-process (daemon: false); cluster:up runs a real node");
+  // A real node needs Linux and root: said before anything is checked, installed or started.
+  const hostProblem = nodeKind === "real" ? realNodeHostProblem() : undefined;
+  if (hostProblem) throw new MissingPrerequisiteError(hostProblem);
+  // Everything this machine must provide is checked (and Go fetched) before anything starts.
   ensurePrerequisites({
     install: options.install ?? !installForbiddenByEnv(),
     log,
-    prerequisites: nodeKind === "real" ? [...PREREQUISITES, ...REAL_NODE_PREREQUISITES] : PREREQUISITES,
+    prerequisites: nodeKind === "real" ? REAL_NODE_PREREQUISITES : PREREQUISITES,
   });
   const binDir = await toolsBinDir();
   // A real node left by a killed run in this folder holds namespaces, cgroups and sysctls.
@@ -141,29 +148,10 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
         record: (process, port) => controlPlane.record(process, port),
         log,
       });
-    } else if (options.daemon) {
-      const urlFile = path.join(state.stateDir, "process-node.url");
-      const main = path.join(repoRoot(), "dist", "test", "harness", "process-node", "main.js");
-      const started = startProcess(
-        "process-node",
-        process.execPath,
-        [main, "--kubeconfig", state.kubeconfig, "--work-dir", workDir, "--control-url-file", urlFile],
-        { logFile: path.join(state.stateDir, "logs", "process-node.log"), daemon: true },
-      );
-      await controlPlane.record(started);
-      processNodeUrl = await waitFor(
-        "the process node",
-        async () => (existsSync(urlFile) ? (await readFile(urlFile, "utf8")).trim() : undefined),
-        {
-          timeoutMs: 60_000,
-          abortIf: () =>
-            isRunning(started) ? undefined : `process node exited:\n${logTail(started.logFile)}`,
-        },
-      );
     } else {
       const kubeConfig = new KubeConfig();
       kubeConfig.loadFromFile(state.kubeconfig);
-      // Its log goes where the daemon's would, so a test that fails on a pod can be read back.
+      // Its log goes to logs/, so a test that fails on a pod can be read back.
       const nodeLog = path.join(state.stateDir, "logs", "process-node.log");
       node = new ProcessNode({
         kubeConfig,
@@ -178,7 +166,7 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       await node.start();
       processNodeUrl = await node.listenControl();
     }
-    if (nodeKind === "process") log(`Process node ready (${node?.isolation ?? "see logs/process-node.log"})`);
+    if (node) log(`Process node ready (${node.isolation})`);
 
     // The bundle users run (the package's bin and the image's command), not tsc's output.
     const cli = path.join(repoRoot(), "dist", "bin", "playbook.js");

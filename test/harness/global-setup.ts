@@ -71,7 +71,12 @@ export async function setupCluster(project: TestProject, node: NodeKind) {
   const stopOnce = async (outcome: () => RunOutcome): Promise<void> => {
     try {
       if (cluster) await cluster.stop();
-      else killRecordedProcessesSync(stateDir);
+      else {
+        // Interrupted while starting: a real node's pods, cgroups and sysctls go too, before the
+        // state folder (which records them) is kept or removed.
+        killRecordedProcessesSync(stateDir);
+        killRealNodeProcessesSync(stateDir);
+      }
       log("Cluster stopped");
     } finally {
       await keepOrRemoveClusterState(stateDir, whyKeepLogs(outcome()), log);

@@ -25,6 +25,7 @@ function onPath(command: string): boolean {
   );
 }
 
+/** The process node's (the cluster tests' in-process node); `cluster:up` needs REAL_NODE_PREREQUISITES. */
 export const PREREQUISITES: readonly Prerequisite[] = [
   {
     command: "tini",
@@ -116,11 +117,33 @@ export const IMAGE_PREREQUISITES: readonly Prerequisite[] = [
 ];
 
 /**
- * What `cluster:up --node real` needs besides the process node's: Debian's containerd with runc,
- * the CNI bridge plugin for the pods' network, and a C compiler with a static libc for the
- * locally built pause image (test/harness/real-node/pause.c).
+ * What `cluster:up` (a real node) needs: Debian's containerd with runc, the CNI bridge plugin for
+ * the pods' network, util-linux and iproute2 for the node's own mount and network namespaces,
+ * nftables for kube-proxy, openssl for the cluster's certificates, and a C compiler with a static
+ * libc for the locally built pause image (test/harness/real-node/pause.c).
  */
 export const REAL_NODE_PREREQUISITES: readonly Prerequisite[] = [
+  {
+    command: "unshare",
+    debianPackage: "util-linux",
+    purpose: "the real node's own mount and network namespaces (unshare, nsenter)",
+    optional: false,
+    present: () => onPath("unshare") && onPath("nsenter"),
+  },
+  {
+    command: "ip",
+    debianPackage: "iproute2",
+    purpose: "the loopback device and addresses of the real node's network namespace",
+    optional: false,
+    present: () => onPath("ip"),
+  },
+  {
+    command: "openssl",
+    debianPackage: "openssl",
+    purpose: "the cluster's CA and the certificates of the API server, the node and the admin",
+    optional: false,
+    present: () => onPath("openssl"),
+  },
   {
     command: "containerd",
     debianPackage: "containerd",
@@ -209,6 +232,36 @@ export function installForbiddenByEnv(env: NodeJS.ProcessEnv = process.env): boo
 }
 
 export class MissingPrerequisiteError extends Error {}
+
+/** What a user without root or without Linux does instead of `cluster:up`. */
+export const WITHOUT_ROOT_OR_LINUX =
+  "Use any cluster you have instead (kind, k3d, minikube or a real one): build and push the image and " +
+  "install the chart with `helm install playbook-controller charts/playbook-controller --namespace " +
+  'playbook-system --create-namespace --set image.registry=... --wait`, as README.md\'s "Install on your cluster" says';
+
+/**
+ * Why this machine cannot run the dev cluster's real node (Kubernetes' own kubelet and
+ * containerd need Linux and root), with what to do instead; undefined when it can.
+ */
+export function realNodeHostProblem(
+  host: { platform: NodeJS.Platform; uid: number | undefined } = {
+    platform: process.platform,
+    uid: process.getuid?.(),
+  },
+): string | undefined {
+  const why =
+    host.platform !== "linux"
+      ? `this is ${host.platform}, not Linux`
+      : host.uid !== 0
+        ? `this runs as uid ${host.uid ?? "unknown"}, not root`
+        : undefined;
+  if (!why) return undefined;
+  return [
+    `the dev cluster's node is Kubernetes' own kubelet with containerd, which need Linux and root; ${why}, so nothing was started`,
+    ...(host.platform === "linux" ? ["As root it runs here"] : []),
+    WITHOUT_ROOT_OR_LINUX,
+  ].join("\n");
+}
 
 /** "tini is not on PATH", or "/usr/lib/cni/bridge is missing" for a file. */
 const absent = (p: Prerequisite): string =>

@@ -1,5 +1,5 @@
 // `npm run image:build` on a machine without podman (or docker): it stops before building
-// anything and says which commands install what is missing, as `cluster:up` does for tini.
+// anything and says which commands install what is missing, as `cluster:up` does for containerd.
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";

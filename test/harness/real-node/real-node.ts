@@ -864,15 +864,22 @@ function restoreSysctls(record: HostRecord): void {
 }
 
 /**
- * For exit hooks, which cannot wait: SIGKILL the pods' processes and containerd's shims, and put
- * the sysctls back. The recorded processes (kubelet, containerd, the namespaces' holder) are
- * killed with the others; the cgroups go at the next stop.
+ * For exit hooks, which cannot wait long: SIGKILL what is in the node's namespaces (the kubelet,
+ * containerd, kube-proxy, the holder), the pods' processes and containerd's shims, remove the
+ * pods' cgroups once those have died (a few seconds at most), and put the sysctls back.
  */
 export function killRealNodeSync(stateDir: string): void {
   const record = readHostRecord(stateDir);
   if (!record) return;
+  // The kubelet and containerd first, so that nothing starts a container again.
+  killAll([...pidsInNamespace(record.mountNamespace, "mnt"), ...pidsInNamespace(record.netNamespace, "net")]);
   killAll(podCgroupPids(record.cgroupRoot));
   killAll(shimPids(record.containerdSocket));
+  const until = Date.now() + 3000;
+  while (removeCgroups(record.cgroupRoot).length > 0 && Date.now() < until) {
+    killAll(podCgroupPids(record.cgroupRoot));
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
+  }
   try {
     restoreSysctls(record);
   } catch {
@@ -936,5 +943,8 @@ export async function stopRealNode(
   ];
   if (problems.length > 0) throw new Error(`the real node did not stop cleanly: ${problems.join("; ")}`);
   await rm(hostRecordFile(stateDir), { force: true });
+  // containerd's root and state (the images' and the containers' files, some 300 MB): with every
+  // mount gone with the node's namespace, nothing holds them; the pods' logs stay.
+  await rm(path.join(nodeDir(stateDir), "containerd"), { recursive: true, force: true });
   log("Stopped the real node: its namespaces, cgroups and sysctls are gone or restored");
 }
