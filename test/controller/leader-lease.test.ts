@@ -129,9 +129,15 @@ describe("a leader whose renew hangs in an exec credential plugin that never ans
     await succeedRun(core, ns, "before");
     expect(condition(await waitForFinished(ns, "before", 60_000), "Succeeded")?.reason).toBe("Succeeded");
 
-    plugin.hang();
     // The leader's last renewTime, as polled while waiting (same machine, same wall clock).
     let lastRenew = 0;
+    const beforeHang = await readLease(ns);
+    expect(
+      { holder: beforeHang.spec?.holderIdentity, leading: await leading(leader) },
+      `the leader still leads when its plugin hangs (Lease ${JSON.stringify(beforeHang.spec)})`,
+    ).toEqual({ holder: leader.identity, leading: 1 });
+    lastRenew = Date.parse(String(beforeHang.spec?.renewTime));
+    plugin.hang();
     const stoppedAt = await eventually(
       "the leader to stop leading",
       async () => {
