@@ -6,6 +6,7 @@
 //   before  - while the controller runs, some time (seeded) before it is killed;
 //   lastMs  - the report accepted by the API server and the controller SIGKILLed right after;
 //   down    - while no controller runs (the pod ends unseen; the next process finds it ended);
+//   unseen  - the pod starts and ends while no controller runs (no process ever saw it Running);
 //   after   - once the restarted process is ready;
 //   later   - in a later wave (after more kills).
 // Each wave is created and the controller killed a seeded time after (while it makes the pods),
@@ -46,7 +47,7 @@ const SEED = faultSeed(8);
 const RUNS = Number.parseInt(process.env.FAULTS_KILL_RUNS ?? "50", 10);
 const WAVE = Number.parseInt(process.env.FAULTS_KILL_WAVE ?? "10", 10);
 const LOST_SHARE = 0.15;
-const MOMENTS = ["before", "lastMs", "down", "after", "later"] as const;
+const MOMENTS = ["before", "lastMs", "down", "unseen", "after", "later"] as const;
 type Moment = (typeof MOMENTS)[number];
 
 const { core } = clients();
@@ -151,16 +152,21 @@ describe("the controller SIGKILLed while runs end, and restarted", () => {
         start();
         await ready();
         await playSeconds();
-        for (const run of wave)
-          pods.set(run.name, await startPod(core, await scheduledPod(core, namespace, `${run.name}-1`)));
-
         const when = (moment: Moment) => wave.filter((run) => run.moment === moment);
+        for (const run of wave) {
+          const pod = await scheduledPod(core, namespace, `${run.name}-1`);
+          pods.set(run.name, run.moment === "unseen" ? pod : await startPod(core, pod));
+        }
+
         await endAll(when("before"));
         await sleep(Math.floor(random() * 1_000));
         // Accepted by the API server at the last moment, then the kill.
         await endAll(when("lastMs"));
         await kill();
         await endAll(when("down"));
+        for (const run of when("unseen"))
+          pods.set(run.name, await startPod(core, pods.get(run.name) as V1Pod));
+        await endAll(when("unseen"));
         start();
         await ready();
         await endAll(when("after"));
