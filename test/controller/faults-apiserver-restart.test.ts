@@ -30,6 +30,7 @@ import { losePodToGc, scheduledPod, startPod } from "../harness/scripted-node.js
 import {
   type ControllerProcess,
   faultSeed,
+  runEndEvents,
   sample,
   seededRandom,
   spawnFaultController,
@@ -281,6 +282,17 @@ describe("kube-apiserver restarted with etcd compacted while the controller was 
       });
       const wrong: string[] = [];
       // The log line follows the write at once, but reaches this process through a pipe.
+      // What `kubectl describe` shows: each run said to have finished exactly once.
+      const endEvents = await eventually(
+        "one end event per run",
+        async () => {
+          const ends = await runEndEvents(core, namespace);
+          return runs.every((r) => ends.get(r.name) === 1) ? ends : undefined;
+        },
+        15_000,
+      ).catch(() => runEndEvents(core, namespace));
+      for (const r of runs)
+        if (endEvents.get(r.name) !== 1) wrong.push(`${r.name}: ${endEvents.get(r.name) ?? 0} end events`);
       const writes = await eventually(
         "every run's terminal status write in the controller's log",
         async () => {

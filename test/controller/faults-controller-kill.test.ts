@@ -33,6 +33,7 @@ import {
   faultSeed,
   pick,
   type RunScript,
+  runEndEvents,
   sample,
   scriptedAttempts,
   seededRandom,
@@ -217,6 +218,11 @@ describe("the controller SIGKILLed while runs end, and restarted", () => {
       }
 
       // At most one terminal write per run, over every process that ever ran.
+      // What `kubectl describe` shows: no run said to have finished twice (an event may be lost
+      // with a SIGKILL: it is written after the status).
+      const endEvents = await runEndEvents(core, namespace);
+      for (const [name, count] of endEvents) if (count > 1) wrong.push(`${name}: ${count} end events`);
+      const withoutEndEvent = runs.filter((run) => !endEvents.has(run.name)).length;
       const writesPerRun = new Map<string, number>();
       for (const replica of processes)
         for (const line of terminalWrites(replica.logLines(), namespace))
@@ -252,7 +258,7 @@ describe("the controller SIGKILLed while runs end, and restarted", () => {
         `[faults] controller SIGKILLed ${kills} times over ${RUNS} runs (seed ${SEED}: ` +
           `${MOMENTS.map((m) => `${m} ${runs.filter((r) => r.moment === m).length}`).join(", ")}; ` +
           `first pod lost ${runs.filter((r) => r.lostFirst).length}); ${wrong.length} problems; ` +
-          `terminal writes lost with a SIGKILL: ${uncounted.length}${uncounted.length ? ` (${uncounted.join(", ")})` : ""}; ` +
+          `runs without an end event: ${withoutEndEvent}; terminal writes lost with a SIGKILL: ${uncounted.length}${uncounted.length ? ` (${uncounted.join(", ")})` : ""}; ` +
           `restarted after exiting by itself: ${selfExits.length}${selfExits.length ? ` (${selfExits.join("; ")})` : ""}\n`,
       );
       expect(wrong, context()).toEqual([]);

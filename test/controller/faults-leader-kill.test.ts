@@ -29,6 +29,7 @@ import {
   faultSeed,
   pick,
   type RunScript,
+  runEndEvents,
   sample,
   scriptedAttempts,
   seededRandom,
@@ -211,6 +212,11 @@ describe("two controller replicas whose leader is SIGKILLed", () => {
         if (names.join() !== `${run.name}-${scriptedAttempts(run)}` || attempts !== scriptedAttempts(run))
           wrong.push(`${run.name} (${run.moment}): pods ${names.join(", ")}, status.podAttempts ${attempts}`);
       }
+      // What `kubectl describe` shows: no run said to have finished twice (an event may be lost
+      // with a SIGKILL: it is written after the status).
+      const endEvents = await runEndEvents(core, namespace);
+      for (const [name, count] of endEvents) if (count > 1) wrong.push(`${name}: ${count} end events`);
+      const withoutEndEvent = runs.filter((run) => !endEvents.has(run.name)).length;
       const writesPerRun = new Map<string, number>();
       for (const replica of replicas)
         for (const line of terminalWrites(replica.logLines(), namespace))
@@ -250,7 +256,7 @@ describe("two controller replicas whose leader is SIGKILLed", () => {
         `[faults] leader SIGKILLed once with ${RUNS} runs in flight (seed ${SEED}): the standby held the Lease ` +
           `${(takeoverMs / 1000).toFixed(1)}s after the kill (lease ${LEASE_MS / 1000}s); ` +
           `${RUNS - new Set(wrong.map((w) => w.split(":")[0])).size} runs settled correctly; terminal writes: ` +
-          `leader ${leaderWrites}, standby ${standbyWrites.length}, lost with the SIGKILL ${unlogged.length}; ` +
+          `leader ${leaderWrites}, standby ${standbyWrites.length}, lost with the SIGKILL ${unlogged.length}; runs without an end event: ${withoutEndEvent}; ` +
           `script: ${MOMENTS.map((m) => `${m} ${when(m).length}`).join(", ")}, first pod lost ` +
           `${runs.filter((r) => r.lostFirst).length}, the gap's pods ended ${gapMs}ms after the kill; replicas restarted after exiting by themselves: ` +
           `${selfExits.length}${selfExits.length ? ` (${selfExits.join("; ")})` : ""}\n`,

@@ -18,6 +18,7 @@ import {
   faultSeed,
   playRun,
   type RunScript,
+  runEndEvents,
   sample,
   scriptedAttempts,
   seededRandom,
@@ -144,6 +145,17 @@ describe(`${RUNS} Playbooks at once`, () => {
 
         const wrong: string[] = [];
         // The log line follows the write at once, but reaches this process through a pipe.
+        // What `kubectl describe` shows: each run said to have finished exactly once.
+        const endEvents = await eventually(
+          "one end event per run",
+          async () => {
+            const ends = await runEndEvents(core, namespace);
+            return runs.every((r) => ends.get(r.name) === 1) ? ends : undefined;
+          },
+          15_000,
+        ).catch(() => runEndEvents(core, namespace));
+        for (const r of runs)
+          if (endEvents.get(r.name) !== 1) wrong.push(`${r.name}: ${endEvents.get(r.name) ?? 0} end events`);
         const writes = await eventually(
           "every run's terminal status write in the controller's log",
           async () => {

@@ -147,3 +147,20 @@ export async function playRun(core: CoreV1Api, namespace: string, run: RunScript
   }
   await endRun(core, last, run.ending);
 }
+
+const END_EVENTS = new Set(["RunSucceeded", "RunFailed", "RunCancelled"]);
+
+/**
+ * How many times `kubectl describe playbook` says each run in the namespace finished: the counts
+ * of its RunSucceeded, RunFailed and RunCancelled events, by Playbook name.
+ */
+export async function runEndEvents(core: CoreV1Api, namespace: string): Promise<Map<string, number>> {
+  const events = await core.listNamespacedEvent({ namespace, fieldSelector: "involvedObject.kind=Playbook" });
+  const ends = new Map<string, number>();
+  for (const event of events.items) {
+    if (!END_EVENTS.has(event.reason ?? "")) continue;
+    const name = event.involvedObject.name ?? "";
+    ends.set(name, (ends.get(name) ?? 0) + (event.count ?? 1));
+  }
+  return ends;
+}
