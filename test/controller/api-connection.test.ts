@@ -7,7 +7,7 @@ import { chmodSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { CoreV1Api, KubeConfig, RbacAuthorizationV1Api } from "@kubernetes/client-node";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { ApiClient, ApiError, MAX_THROTTLED_RETRIES } from "../../src/controller/api-client.js";
 import { openssl, signClientCertificate } from "../harness/certificates.js";
@@ -15,6 +15,7 @@ import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-tes
 import { freePort } from "../harness/processes.js";
 import { startConnectProxy } from "./connect-proxy.js";
 import { startFreezableProxy } from "./freezable-proxy.js";
+import { succeedRun } from "./scripted-runs.js";
 import {
   clients,
   condition,
@@ -128,21 +129,17 @@ function writeKubeconfig(
 async function controllerProcess(kubeconfig: string, env: Record<string, string> = {}) {
   const port = await freePort();
   return spawnControllerProcess(
-    [
-      "--namespaces",
-      namespace,
-      "--leader-election=false",
-      "--metrics-address",
-      `127.0.0.1:${port}`,
-      "--runner-image",
-      inject("runnerImage"),
-    ],
+    ["--namespaces", namespace, "--leader-election=false", "--metrics-address", `127.0.0.1:${port}`],
     { KUBECONFIG: kubeconfig, PLAYBOOK_LOG_LEVEL: "info", PLAYBOOK_LOG_FORMAT: "json", ...env },
   );
 }
 
+/** A Playbook whose pod (on the scripted node) starts and reports success: the controller must see both. */
 async function expectSucceeded(name: string, output: () => string) {
   await createPlaybook(namespace, name, { tasks: [{ name: "t", run: "true" }] });
+  await succeedRun(core, namespace, name).catch((error: unknown) => {
+    throw new Error(`${String(error)}\ncontroller output:\n${output().slice(-3000)}`);
+  });
   const finished = await waitForFinished(namespace, name, 60_000).catch((error: unknown) => {
     throw new Error(`${String(error)}\ncontroller output:\n${output().slice(-3000)}`);
   });

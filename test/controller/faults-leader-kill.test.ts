@@ -1,35 +1,49 @@
 // Fault: two replicas of `playbook controller` (processes) with leader election, Playbooks in
-// flight, and the leader SIGKILLed at a random moment (seeded: FAULTS_SEED replays it). The
-// standby takes the Lease once it expires (lease duration 8s, checked every 1s: a bound of 9s
-// plus the API round trips, asserted with 2s to spare for a loaded machine), no run gets a
-// second pod, nothing is done twice (at most one terminal status write per run over all
-// processes; none by a replica before it held the Lease) and every run settles with its reason.
-// A replica that exits by itself (a Lease lost to slow renewals ends it by design) is restarted
-// with its identity, as the kubelet restarts a container, and counted in the printed line.
-// The frozen-leader case is in lifecycle.test.ts. FAULTS_LEADER_RUNS sets the number of runs.
+// flight, and the leader SIGKILLed. The runs' pods are on the scripted node and the seed writes
+// the script (FAULTS_SEED replays it): each run's ending (a runner report of each reason, or an
+// OOMKilled runner with none), whether its first pod is lost (taken by PodGC: it gets a second
+// pod), and the moment of the fault its pod ends in:
+//   before - while the leader leads, some time (seeded) before it is killed;
+//   lastMs - the report accepted by the API server and the leader SIGKILLed right after;
+//   gap    - after the kill, before the standby holds the Lease (no one leads);
+//   after  - once the standby leads.
+// The standby takes the Lease once it expires (lease duration 8s, checked every 1s: a bound of 9s
+// plus the API round trips, asserted with 2s to spare for a loaded machine), no run gets a pod
+// its script did not make, nothing is done twice (at most one terminal status write per run over
+// all processes; none by a replica before it held the Lease) and every run settles with the
+// ending its script wrote. A replica that exits by itself (a Lease lost to slow renewals ends it
+// by design) is restarted with its identity, as the kubelet restarts a container, and counted in
+// the printed line. The frozen-leader case is in lifecycle.test.ts. FAULTS_LEADER_RUNS sets the
+// number of runs.
 import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
+import type { V1Pod } from "@kubernetes/client-node";
 import { CoordinationV1Api } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { freePort } from "../harness/processes.js";
+import { losePodToGc, scheduledPod, startPod } from "../harness/scripted-node.js";
 import {
   type ControllerProcess,
-  expectedReason,
+  drawRuns,
   faultSeed,
-  faultSpec,
-  leftoverTaskProcesses,
-  type RunKind,
+  pick,
+  type RunScript,
+  runEndEvents,
   sample,
+  scriptedAttempts,
   seededRandom,
   spawnFaultController,
   terminalWrites,
 } from "./faults-support.js";
+import { ENDINGS, endRun, specFor } from "./scripted-runs.js";
 import { clients, condition, createPlaybook, eventually, finished, getPlaybook, podsOf } from "./support.js";
 
 const SEED = faultSeed(8);
 const RUNS = Number.parseInt(process.env.FAULTS_LEADER_RUNS ?? "12", 10);
-const KINDS: RunKind[] = ["succeeds", "timesOut", "stalls"];
+const LOST_SHARE = 0.15;
+const MOMENTS = ["before", "lastMs", "gap", "after"] as const;
+type Moment = (typeof MOMENTS)[number];
 // Long enough that a loaded 2-core machine's slow renewals rarely end a leader on their own.
 const LEASE_MS = 8_000;
 const RENEW_MS = 6_000;
@@ -56,9 +70,8 @@ function actedBeforeLeading(replica: ControllerProcess): string[] {
 }
 
 describe("two controller replicas whose leader is SIGKILLed", () => {
-  it(`the standby takes over within the lease, and every run gets one pod, one terminal write and its reason (${RUNS} runs, seed ${SEED})`, async () => {
+  it(`the standby takes over within the lease, and every run ends once as its seeded script wrote, with no attempt consumed by the kill (${RUNS} runs, seed ${SEED})`, async () => {
     const random = seededRandom(SEED);
-    const mark = `faults-${randomBytes(4).toString("hex")}`;
     const leaseName = "faults-leader";
     const holder = async () =>
       (await coordination.readNamespacedLease({ namespace, name: leaseName }).catch(() => undefined))?.spec
@@ -115,23 +128,27 @@ describe("two controller replicas whose leader is SIGKILLed", () => {
         standby.logLines().some((line) => line.msg === "Waiting for the leader Lease") ? true : undefined,
       );
 
-      const runs = Array.from({ length: RUNS }, (_, i) => ({
-        name: `run-${String(i).padStart(2, "0")}`,
-        kind: KINDS[i % KINDS.length] as RunKind,
+      const runs = drawRuns(random, "run", RUNS, LOST_SHARE).map((run) => ({
+        ...run,
+        moment: pick(random, MOMENTS) as Moment,
       }));
-      await Promise.all(
-        runs.map((run) => createPlaybook(namespace, run.name, faultSpec(run.kind, mark, random))),
-      );
-      // Runs in flight: a first run has ended (others are starting, running, ending), then the
-      // kill lands on whichever replica leads at a random moment in the next two seconds.
-      await eventually(
-        "a first run to end",
-        async () =>
-          replicas.some((replica) => terminalWrites(replica.logLines(), namespace).length > 0)
-            ? true
-            : undefined,
-        90_000,
-      );
+      await Promise.all(runs.map((run) => createPlaybook(namespace, run.name, specFor(run.ending))));
+      const pods = new Map<string, V1Pod>();
+      for (const run of runs)
+        pods.set(run.name, await startPod(core, await scheduledPod(core, namespace, `${run.name}-1`)));
+      /** Lost first pods whose second pod a leader must make. */
+      const awaitingSecond: RunScript[] = [];
+      const endOne = async (run: RunScript) => {
+        const pod = pods.get(run.name) as V1Pod;
+        if (run.lostFirst && pod.metadata?.name === `${run.name}-1`) {
+          await losePodToGc(core, pod);
+          awaitingSecond.push(run);
+          return;
+        }
+        await endRun(core, pod, run.ending);
+      };
+      const when = (moment: Moment) => runs.filter((run) => run.moment === moment);
+      await Promise.all(when("before").map(endOne));
       await sleep(Math.floor(random() * 2_000));
       const leaderIdentity = (await holder()) ?? "";
       const standbyIdentity = leaderIdentity === first ? second : first;
@@ -146,15 +163,26 @@ describe("two controller replicas whose leader is SIGKILLed", () => {
       );
       const leader = latest(leaderIdentity);
       if (!leader) throw new Error(`the Lease is held by ${leaderIdentity}, no replica of this test`);
+      // Accepted by the API server at the last moment, then the kill.
+      await Promise.all(when("lastMs").map(endOne));
       killed.add(leader);
       leader.child.kill("SIGKILL");
       const killedAt = Date.now();
       await leader.exited;
+      // While no one leads: the Lease has not expired yet.
+      await Promise.all(when("gap").map(endOne));
+      const gapMs = Date.now() - killedAt;
       const takeoverMs = await eventually(
         "the standby to take the Lease",
         async () => ((await holder()) === standbyIdentity ? Date.now() - killedAt : undefined),
         30_000,
       );
+      await Promise.all(when("after").map(endOne));
+      // The second pods of the lost runs, made by whoever leads now.
+      for (const run of awaitingSecond) {
+        pods.set(run.name, await startPod(core, await scheduledPod(core, namespace, `${run.name}-2`)));
+        await endOne(run);
+      }
 
       let unsettled = "";
       const settled = await eventually(
@@ -176,11 +204,19 @@ describe("two controller replicas whose leader is SIGKILLed", () => {
       for (const [i, run] of runs.entries()) {
         const playbook = settled[i];
         const reason = playbook ? condition(playbook, "Succeeded")?.reason : undefined;
-        if (reason !== expectedReason[run.kind]) wrong.push(`${run.name}: ${run.kind} ended ${reason}`);
-        const pods = await podsOf(namespace, run.name);
-        if (pods.length !== 1 || playbook?.status?.podAttempts !== 1)
-          wrong.push(`${run.name}: ${pods.length} pods, status.podAttempts ${playbook?.status?.podAttempts}`);
+        if (reason !== run.ending)
+          wrong.push(`${run.name} (${run.moment}): scripted ${run.ending}, ended ${reason}`);
+        // A lost pod is force-deleted: the last pod the script made is the one left.
+        const names = (await podsOf(namespace, run.name)).map((pod) => pod.metadata?.name);
+        const attempts = playbook?.status?.podAttempts;
+        if (names.join() !== `${run.name}-${scriptedAttempts(run)}` || attempts !== scriptedAttempts(run))
+          wrong.push(`${run.name} (${run.moment}): pods ${names.join(", ")}, status.podAttempts ${attempts}`);
       }
+      // What `kubectl describe` shows: no run said to have finished twice (an event may be lost
+      // with a SIGKILL: it is written after the status).
+      const endEvents = await runEndEvents(core, namespace);
+      for (const [name, count] of endEvents) if (count > 1) wrong.push(`${name}: ${count} end events`);
+      const withoutEndEvent = runs.filter((run) => !endEvents.has(run.name)).length;
       const writesPerRun = new Map<string, number>();
       for (const replica of replicas)
         for (const line of terminalWrites(replica.logLines(), namespace))
@@ -193,31 +229,40 @@ describe("two controller replicas whose leader is SIGKILLed", () => {
         for (const line of actedBeforeLeading(replica))
           wrong.push(`pid ${replica.pid} before it led: ${line}`);
 
+      // The standby counts exactly the runs whose terminal write it made (its log lines reach
+      // this process through a pipe, a moment after the counter moved).
       const last = latest(standbyIdentity) ?? standby;
-      const standbyWrites = terminalWrites(last.logLines(), namespace);
-      const metrics = await eventually("/metrics of the standby", async () => {
-        const response = await fetch(`${last.url}/metrics`).catch(() => undefined);
-        return response?.ok ? response.text() : undefined;
-      });
-      for (const reason of Object.values(expectedReason)) {
-        const counted = sample(metrics, "playbook_runs_total", { namespace, reason });
-        const written = standbyWrites.filter((line) => line.reason === reason).length;
-        if (counted !== written) wrong.push(`standby counted ${counted} ${reason} runs, wrote ${written}`);
-      }
+      let standbyWrites = terminalWrites(last.logLines(), namespace);
+      const miscounted = await eventually(
+        "the standby's counts to match its logged writes",
+        async () => {
+          const response = await fetch(`${last.url}/metrics`).catch(() => undefined);
+          if (!response?.ok) return undefined;
+          const metrics = await response.text();
+          standbyWrites = terminalWrites(last.logLines(), namespace);
+          const off = ENDINGS.flatMap((reason) => {
+            const counted = sample(metrics, "playbook_runs_total", { namespace, reason });
+            const written = standbyWrites.filter((line) => line.reason === reason).length;
+            return counted === written ? [] : [`standby counted ${counted} ${reason} runs, wrote ${written}`];
+          });
+          return off.length === 0 ? off : undefined;
+        },
+        10_000,
+      ).catch((error: unknown) => [String(error)]);
+      wrong.push(...miscounted);
       const leaderWrites = terminalWrites(leader.logLines(), namespace).length;
-      const leftovers = await leftoverTaskProcesses(mark, "leader SIGKILLed");
 
       process.stderr.write(
         `[faults] leader SIGKILLed once with ${RUNS} runs in flight (seed ${SEED}): the standby held the Lease ` +
           `${(takeoverMs / 1000).toFixed(1)}s after the kill (lease ${LEASE_MS / 1000}s); ` +
           `${RUNS - new Set(wrong.map((w) => w.split(":")[0])).size} runs settled correctly; terminal writes: ` +
-          `leader ${leaderWrites}, standby ${standbyWrites.length}, lost with the SIGKILL ${unlogged.length}; ` +
-          `processes left behind: ${leftovers.length}; replicas restarted after exiting by themselves: ` +
+          `leader ${leaderWrites}, standby ${standbyWrites.length}, lost with the SIGKILL ${unlogged.length}; runs without an end event: ${withoutEndEvent}; ` +
+          `script: ${MOMENTS.map((m) => `${m} ${when(m).length}`).join(", ")}, first pod lost ` +
+          `${runs.filter((r) => r.lostFirst).length}, the gap's pods ended ${gapMs}ms after the kill; replicas restarted after exiting by themselves: ` +
           `${selfExits.length}${selfExits.length ? ` (${selfExits.join("; ")})` : ""}\n`,
       );
-      expect(wrong, `seed ${SEED}`).toEqual([]);
+      expect(wrong, `seed ${SEED} (replay with FAULTS_SEED=${SEED})`).toEqual([]);
       expect(takeoverMs).toBeLessThan(LEASE_MS + RETRY_MS + TAKEOVER_SLACK_MS);
-      expect(leftovers).toEqual([]);
     } finally {
       done = true;
       for (const replica of replicas) replica.child.kill("SIGKILL");

@@ -1,10 +1,12 @@
 // What the fault tests share: `playbook controller` as a process whose log and /metrics are read
-// back, a seeded random source (the seed is printed on failure so a run can be replayed), and
-// the Playbooks a fault run mixes: ones that succeed, time out and stall under short limits.
+// back, and a seeded random source (the seed is printed, and settable by FAULTS_SEED, so a run can
+// be replayed). The runs' pods are on the scripted node: how and when each ends is the seed's
+// script (scripted-runs.ts), not a real process's timing.
 import type { ChildProcess } from "node:child_process";
-import { setTimeout as sleep } from "node:timers/promises";
+import type { CoreV1Api, V1Pod } from "@kubernetes/client-node";
 import { z } from "zod";
-import { killAndWaitGone, processesWithEnv } from "../support/processes.js";
+import { losePodToGc, scheduledPod, startPod } from "../harness/scripted-node.js";
+import { ENDINGS, type Ending, endRun } from "./scripted-runs.js";
 import { spawnControllerProcess } from "./support.js";
 
 /** mulberry32: small, fast and the same sequence for the same seed on every machine. */
@@ -23,52 +25,6 @@ export function seededRandom(seed: number): () => number {
 export function faultSeed(fallback: number): number {
   const raw = process.env.FAULTS_SEED;
   return raw === undefined || raw === "" ? fallback : Number.parseInt(raw, 10);
-}
-
-export type RunKind = "succeeds" | "timesOut" | "stalls";
-
-export const expectedReason: Record<RunKind, string> = {
-  succeeds: "Succeeded",
-  timesOut: "TaskTimeout",
-  stalls: "StallLimit",
-};
-
-/**
- * A Playbook spec of the given kind with short limits (3s by default; a succeeding task works up
- * to 2s, or exactly `seconds` when given). Every task process carries FAULT_MARK in its
- * environment, so a leftover can be found through /proc after the run.
- */
-export function faultSpec(
-  kind: RunKind,
-  mark: string,
-  random: () => number,
-  seconds?: number,
-): Record<string, unknown> {
-  const env = [{ name: "FAULT_MARK", value: mark }];
-  const limit = `${seconds ?? 3}s`;
-  const sleepFor = seconds === undefined ? 30 : seconds * 2 + 30;
-  switch (kind) {
-    case "succeeds":
-      return {
-        ceiling: "2m",
-        killGrace: "1s",
-        tasks: [
-          { name: "work", run: `echo working; sleep ${seconds ?? Math.floor(random() * 3)}; echo done`, env },
-        ],
-      };
-    case "timesOut":
-      return {
-        ceiling: "2m",
-        killGrace: "1s",
-        tasks: [{ name: "work", run: `echo working; sleep ${sleepFor}`, timeout: limit, env }],
-      };
-    case "stalls":
-      return {
-        ceiling: "2m",
-        killGrace: "1s",
-        tasks: [{ name: "work", run: `echo working; sleep ${sleepFor}`, stall: limit, env }],
-      };
-  }
 }
 
 const logLineSchema = z.object({
@@ -151,19 +107,60 @@ export function sample(metrics: string, name: string, labels: Record<string, str
   return 0;
 }
 
+/** A pick from `from`, drawn from the seeded source. */
+export function pick<T>(random: () => number, from: readonly T[]): T {
+  return from[Math.floor(random() * from.length)] as T;
+}
+
 /**
- * The runs' task processes (FAULT_MARK in their environment) still alive once up to 30s have
- * passed: the runner kills what it started, so none may stay. The count is printed for the
- * closing note; any found are killed so that one failure does not leak into the next test.
+ * One run's script: how it ends and whether its first pod is lost first (taken by PodGC, as when
+ * its node is gone), which legitimately costs it an attempt: its second pod then ends as scripted.
  */
-export async function leftoverTaskProcesses(mark: string, label: string): Promise<number[]> {
-  const deadline = Date.now() + 30_000;
-  let left = processesWithEnv("FAULT_MARK", mark);
-  while (left.length > 0 && Date.now() < deadline) {
-    await sleep(200);
-    left = processesWithEnv("FAULT_MARK", mark);
+export interface RunScript {
+  name: string;
+  ending: Ending;
+  lostFirst: boolean;
+}
+
+/** `count` run scripts named `prefix-NN`, drawn from the seed; a lost first pod with `lostShare`. */
+export function drawRuns(random: () => number, prefix: string, count: number, lostShare = 0): RunScript[] {
+  return Array.from({ length: count }, (_, i) => ({
+    name: `${prefix}-${String(i).padStart(3, "0")}`,
+    ending: pick(random, ENDINGS),
+    lostFirst: random() < lostShare,
+  }));
+}
+
+/** The attempts a run's script makes it take: 2 when its first pod is lost, else 1. */
+export const scriptedAttempts = (run: RunScript) => (run.lostFirst ? 2 : 1);
+
+/**
+ * Plays one run's pod life to its end: the pod starts, then (its first pod lost) the second pod
+ * starts, then the last pod ends as scripted. Waits for each pod to be bound first.
+ */
+export async function playRun(core: CoreV1Api, namespace: string, run: RunScript): Promise<void> {
+  const first = await startPod(core, await scheduledPod(core, namespace, `${run.name}-1`));
+  let last: V1Pod = first;
+  if (run.lostFirst) {
+    await losePodToGc(core, first);
+    last = await startPod(core, await scheduledPod(core, namespace, `${run.name}-2`));
   }
-  process.stderr.write(`[faults] ${label}: task processes left behind: ${left.length}\n`);
-  if (left.length > 0) await killAndWaitGone(left).catch(() => {});
-  return left;
+  await endRun(core, last, run.ending);
+}
+
+const END_EVENTS = new Set(["RunSucceeded", "RunFailed", "RunCancelled"]);
+
+/**
+ * How many times `kubectl describe playbook` says each run in the namespace finished: the counts
+ * of its RunSucceeded, RunFailed and RunCancelled events, by Playbook name.
+ */
+export async function runEndEvents(core: CoreV1Api, namespace: string): Promise<Map<string, number>> {
+  const events = await core.listNamespacedEvent({ namespace, fieldSelector: "involvedObject.kind=Playbook" });
+  const ends = new Map<string, number>();
+  for (const event of events.items) {
+    if (!END_EVENTS.has(event.reason ?? "")) continue;
+    const name = event.involvedObject.name ?? "";
+    ends.set(name, (ends.get(name) ?? 0) + (event.count ?? 1));
+  }
+  return ends;
 }

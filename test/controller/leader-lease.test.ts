@@ -6,7 +6,7 @@
 //   a validating webhook served here on loopback), then releases the Lease with its
 //   leaseTransitions kept.
 // The controllers run in this process (test/controller/support.ts: lease 4s, renew deadline 3s,
-// retry 500ms).
+// retry 500ms); their pods are on the scripted node, where the test writes each run's success.
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import https from "node:https";
 import { tmpdir } from "node:os";
@@ -18,6 +18,7 @@ import { microTime } from "../../src/controller/leader-election.js";
 import { openssl } from "../harness/certificates.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { freePort } from "../harness/processes.js";
+import { succeedRun } from "./scripted-runs.js";
 import {
   clients,
   condition,
@@ -125,11 +126,18 @@ describe("a leader whose renew hangs in an exec credential plugin that never ans
     );
     const standby = controllerFor(ns);
     await createPlaybook(ns, "before", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
+    await succeedRun(core, ns, "before");
     expect(condition(await waitForFinished(ns, "before", 60_000), "Succeeded")?.reason).toBe("Succeeded");
 
-    plugin.hang();
     // The leader's last renewTime, as polled while waiting (same machine, same wall clock).
     let lastRenew = 0;
+    const beforeHang = await readLease(ns);
+    expect(
+      { holder: beforeHang.spec?.holderIdentity, leading: await leading(leader) },
+      `the leader still leads when its plugin hangs (Lease ${JSON.stringify(beforeHang.spec)})`,
+    ).toEqual({ holder: leader.identity, leading: 1 });
+    lastRenew = Date.parse(String(beforeHang.spec?.renewTime));
+    plugin.hang();
     const stoppedAt = await eventually(
       "the leader to stop leading",
       async () => {
@@ -159,6 +167,7 @@ describe("a leader whose renew hangs in an exec credential plugin that never ans
       (await readLease(ns)).spec?.holderIdentity === standby.identity ? true : undefined,
     );
     await createPlaybook(ns, "after", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
+    await succeedRun(core, ns, "after");
     expect(condition(await waitForFinished(ns, "after", 60_000), "Succeeded")?.reason).toBe("Succeeded");
     plugin.answer();
   });
