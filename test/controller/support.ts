@@ -54,7 +54,7 @@ export function startController(
       retryPeriod: "500ms",
       defaultKillGrace: "2s",
       identity,
-      // The process node maps its test image to this checkout; a real node has the project's image.
+      // A name no one pulls on the scripted node; a real node has the project's image.
       runnerImage: inject("runnerImage"),
       // Containers starting at once load a real node's machine for seconds, past a 4s Lease.
       ...(inject("nodeKind") === "real"

@@ -83,18 +83,12 @@ export async function waitForPodGone(core: CoreV1Api, namespace: string, name: s
 }
 
 /**
- * Loses the pod as a node failure would. The process node kills its processes without a status
- * write first; elsewhere the pod is taken from the API as PodGC does it for a node that no
- * longer exists (Failed with DisruptionTarget, then force-deleted), and a real kubelet kills its
+ * Loses the pod as a node failure would: taken from the API as PodGC does it for a node that no
+ * longer exists (Failed with DisruptionTarget, then force-deleted); a real kubelet kills its
  * containers when it sees the deletion.
  */
 export async function losePod(namespace: string, name: string): Promise<void> {
-  if (inject("nodeKind") !== "process") {
-    await loseToPodGc(namespace, name);
-    return;
-  }
-  const response = await fetch(`${inject("processNodeUrl")}/lose/${namespace}/${name}`, { method: "POST" });
-  if (response.status !== 204) throw new Error(`losePod ${namespace}/${name}: HTTP ${response.status}`);
+  await loseToPodGc(namespace, name);
 }
 
 export { processesWithMarker, processesWorkingUnder } from "../support/processes.js";

@@ -9,7 +9,6 @@ import {
   freePort,
   isListening,
   isRunning,
-  killProcessesWorkingUnder,
   logTail,
   type RecordedProcess,
   type StartedProcess,
@@ -79,12 +78,9 @@ const METADATA_AUDIT_POLICY = stringify({
 
 export interface ControlPlane {
   state: ClusterState;
-  /** Adds a process started beside the control plane (process node, controller) to state.json. */
+  /** Adds a process started beside the control plane (real node, controller) to state.json. */
   record(process: RecordedProcess, port?: { name: string; port: number }): Promise<void>;
 }
-
-/** The process node's work folder inside the state folder; its pods run in subfolders. */
-export const PROCESS_NODE_DIR = "process-node";
 
 const stateFile = (stateDir: string) => path.join(stateDir, "state.json");
 
@@ -286,7 +282,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
       "--api-audiences=https://kubernetes.default.svc.cluster.local",
       "--service-cluster-ip-range=10.0.0.0/24",
-      // The process node is reached at 127.0.0.1 for `kubectl logs`; its hostname resolves nowhere.
+      // A node is reached at its InternalIP for `kubectl logs` and exec; its hostname resolves nowhere.
       "--kubelet-preferred-address-types=InternalIP",
       "--profiling=false",
       ...(await auditArgs(options, stateDir)),
@@ -435,7 +431,7 @@ async function writeKubeconfigs(stateDir: string, server: string, certs: Cluster
 }
 
 /**
- * Stops every recorded process, last started first (so the process node and the controller go
+ * Stops every recorded process, last started first (so the real node and the controller go
  * before the apiserver, and etcd last), then checks that no recorded port still listens.
  */
 export async function stopCluster(state: ClusterState, log: (message: string) => void = () => {}) {
@@ -444,9 +440,6 @@ export async function stopCluster(state: ClusterState, log: (message: string) =>
     await stopProcess(recorded);
     log(`Stopped ${recorded.name} (pid ${recorded.pid})`);
   }
-  // Pod processes outlive a process node that was itself SIGKILLed; they run in its work folder.
-  const leftovers = killProcessesWorkingUnder(path.join(state.stateDir, PROCESS_NODE_DIR));
-  if (leftovers > 0) log(`Killed ${leftovers} leftover pod processes`);
   const stillListening: number[] = [];
   for (const port of Object.values(state.ports)) {
     if (await isListening(port)) stillListening.push(port);

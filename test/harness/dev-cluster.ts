@@ -1,27 +1,18 @@
 import { execFile } from "node:child_process";
-import { appendFileSync, existsSync, readdirSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
 import { KubeConfig } from "@kubernetes/client-node";
 import { repoRoot, toolsBinDir } from "./binaries.js";
-import {
-  type ClusterState,
-  PROCESS_NODE_DIR,
-  readClusterState,
-  startControlPlane,
-  stopCluster,
-} from "./control-plane.js";
+import { type ClusterState, readClusterState, startControlPlane, stopCluster } from "./control-plane.js";
 import {
   ensurePrerequisites,
   installForbiddenByEnv,
   MissingPrerequisiteError,
-  PREREQUISITES,
   REAL_NODE_PREREQUISITES,
   realNodeHostProblem,
 } from "./prerequisites.js";
-import { defaultCommandMapping } from "./process-node/mapping.js";
-import { ProcessNode } from "./process-node/process-node.js";
 import { freePort, isRunning, logTail, startProcess, waitFor } from "./processes.js";
 import { projectImageArchive, projectImageName } from "./real-node/images.js";
 import {
@@ -37,22 +28,18 @@ import { ScriptedNode } from "./scripted-node.js";
 const run = promisify(execFile);
 
 /**
- * Which node the pods go to: the scripted node (no kubelet: the tests write pod status; the
- * cluster tests' node), containerd with a real kubelet, or the process node (a test double).
+ * Which node the pods go to: containerd with Kubernetes' own kubelet (`cluster:up`, the real-node
+ * tests), or the scripted node (no kubelet: the cluster tests write their pods' status).
  */
-export type NodeKind = "scripted" | "process" | "real";
+export type NodeKind = "scripted" | "real";
 
 export interface DevCluster {
   state: ClusterState;
   nodeKind: NodeKind;
-  /** Base URL of the in-process node's test hooks (POST /lose/NAMESPACE/NAME); empty on a real node. */
-  processNodeUrl: string;
   /** The real node, when `node: "real"`. */
   realNode?: RealNode;
   /** Where the controller serves /metrics, /healthz and /readyz (http://127.0.0.1:PORT), when started. */
   controllerUrl?: string;
-  /** The in-process node, when not started as a daemon. */
-  node?: ProcessNode;
   /** The scripted node, when `node: "scripted"`. */
   scriptedNode?: ScriptedNode;
   stop(): Promise<void>;
@@ -70,7 +57,7 @@ export interface DevClusterOptions {
    */
   install?: boolean;
   log: (message: string) => void;
-  /** Default "process". */
+  /** Default "real". */
   node?: NodeKind;
   /** OCI image archives the real node imports besides its pause and busybox images. */
   images?: string[];
@@ -92,9 +79,7 @@ async function installCrds(binDir: string, kubeconfig: string, log: (message: st
  */
 export async function startDevCluster(options: DevClusterOptions): Promise<DevCluster> {
   const { log } = options;
-  const nodeKind = options.node ?? "process";
-  if (nodeKind === "process" && options.daemon)
-    throw new Error("the process node runs only in-process (daemon: false); cluster:up runs a real node");
+  const nodeKind = options.node ?? "real";
   // A real node needs Linux and root: said before anything is checked, installed or started.
   const hostProblem = nodeKind === "real" ? realNodeHostProblem() : undefined;
   if (hostProblem) throw new MissingPrerequisiteError(hostProblem);
@@ -102,7 +87,8 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
   ensurePrerequisites({
     install: options.install ?? !installForbiddenByEnv(),
     log,
-    prerequisites: nodeKind === "real" ? REAL_NODE_PREREQUISITES : PREREQUISITES,
+    // The scripted node needs nothing but the control plane's binaries (tools/build.sh, next).
+    prerequisites: nodeKind === "real" ? REAL_NODE_PREREQUISITES : [],
   });
   const binDir = await toolsBinDir();
   // A real node left by a killed run in this folder holds namespaces, cgroups and sysctls.
@@ -119,12 +105,9 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       : {}),
   });
   const { state } = controlPlane;
-  let node: ProcessNode | undefined;
   let scriptedNode: ScriptedNode | undefined;
   try {
     await installCrds(binDir, state.kubeconfig, log);
-    const workDir = path.join(state.stateDir, PROCESS_NODE_DIR);
-    let processNodeUrl = "";
     let realNode: RealNode | undefined;
     if (nodeKind === "scripted") {
       if (options.daemon)
@@ -148,25 +131,7 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
         record: (process, port) => controlPlane.record(process, port),
         log,
       });
-    } else {
-      const kubeConfig = new KubeConfig();
-      kubeConfig.loadFromFile(state.kubeconfig);
-      // Its log goes to logs/, so a test that fails on a pod can be read back.
-      const nodeLog = path.join(state.stateDir, "logs", "process-node.log");
-      node = new ProcessNode({
-        kubeConfig,
-        workDir,
-        mapping: defaultCommandMapping(),
-        log: (fields, message) =>
-          appendFileSync(
-            nodeLog,
-            `${JSON.stringify({ time: new Date().toISOString(), msg: message, ...fields })}\n`,
-          ),
-      });
-      await node.start();
-      processNodeUrl = await node.listenControl();
     }
-    if (node) log(`Process node ready (${node.isolation})`);
 
     // The bundle users run (the package's bin and the image's command), not tsc's output.
     const cli = path.join(repoRoot(), "dist", "bin", "playbook.js");
@@ -216,21 +181,17 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
     return {
       state,
       nodeKind,
-      processNodeUrl,
       ...(controllerUrl ? { controllerUrl } : {}),
-      ...(node ? { node } : {}),
       ...(scriptedNode ? { scriptedNode } : {}),
       ...(realNode ? { realNode } : {}),
       async stop() {
         await scriptedNode?.stop();
-        await node?.stop();
         await stopRealNode(state.stateDir, state.processes, log);
         await stopCluster(state, log);
       },
     };
   } catch (error) {
     await scriptedNode?.stop().catch(() => {});
-    await node?.stop().catch(() => {});
     await stopRealNode(state.stateDir, state.processes, log).catch((e) => log(String(e)));
     await stopCluster(state, log).catch(() => {});
     throw error;

@@ -1,4 +1,4 @@
-// The real-node project's cluster: containerd and a real kubelet instead of the process node.
+// The real-node project's cluster: containerd and a real kubelet instead of the scripted node.
 import type { TestProject } from "vitest/node";
 import { setupCluster } from "./global-setup.js";
 

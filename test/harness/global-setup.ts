@@ -17,11 +17,10 @@ import { projectImageName } from "./real-node/images.js";
 declare module "vitest" {
   export interface ProvidedContext {
     kubeconfig: string;
-    processNodeUrl: string;
     binDir: string;
     /**
-     * Which node the pods go to: the scripted node (the tests write pod status), unless
-     * PLAYBOOK_TEST_NODE asks for "real" (containerd and a real kubelet) or "process".
+     * Which node the pods go to: the scripted node (the cluster project: its tests write pod
+     * status), or containerd with a real kubelet (the real-node project).
      */
     nodeKind: NodeKind;
     /** The image the test controllers give their pods: the project's image on a real node. */
@@ -29,8 +28,8 @@ declare module "vitest" {
   }
 }
 
-/** The process node's runner image: it maps this name to this checkout's build. */
-const PROCESS_NODE_RUNNER_IMAGE = "ghcr.io/playbook-controller/playbook-controller:test";
+/** The image the cluster tests' controllers name in their pods: no node pulls it on the scripted node. */
+const SCRIPTED_NODE_RUNNER_IMAGE = "ghcr.io/playbook-controller/playbook-controller:test";
 
 const log = (message: string): void => {
   process.stderr.write(`[cluster] ${message}\n`);
@@ -51,9 +50,7 @@ function outcomeOf(project: TestProject): RunOutcome {
  * namespace. Stopped in teardown, on SIGINT/SIGTERM, and (forcefully) on exit.
  */
 export default async function setup(project: TestProject) {
-  const asked = process.env.PLAYBOOK_TEST_NODE;
-  const node = asked === "real" || asked === "process" ? asked : "scripted";
-  return setupCluster(project, node);
+  return setupCluster(project, "scripted");
 }
 
 /** The cluster setup for a node kind; test/harness/global-setup-real-node.ts asks for a real one. */
@@ -93,7 +90,6 @@ export async function setupCluster(project: TestProject, node: NodeKind) {
   };
   // If the process dies before teardown finishes, no child may outlive it.
   const onExit = () => {
-    cluster?.node?.killAllSync();
     killRealNodeProcessesSync(stateDir);
     killRecordedProcessesSync(stateDir);
   };
@@ -117,10 +113,9 @@ export async function setupCluster(project: TestProject, node: NodeKind) {
   }
   log(`Cluster ready in ${Date.now() - t0}ms (${cluster.state.server})`);
   project.provide("kubeconfig", cluster.state.kubeconfig);
-  project.provide("processNodeUrl", cluster.processNodeUrl);
   project.provide("binDir", cluster.state.binDir);
   project.provide("nodeKind", cluster.nodeKind);
-  project.provide("runnerImage", node === "real" ? projectImageName() : PROCESS_NODE_RUNNER_IMAGE);
+  project.provide("runnerImage", node === "real" ? projectImageName() : SCRIPTED_NODE_RUNNER_IMAGE);
 
   return async () => {
     await teardown(() => outcomeOf(project));

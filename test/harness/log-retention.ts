@@ -1,5 +1,5 @@
 // What a test cluster leaves behind: its state folder (logs/*.log of etcd, kube-apiserver, the
-// process node, the controller...) is deleted only when everything that used it passed; when a
+// real node, the controller...) is deleted only when everything that used it passed; when a
 // test or the setup failed, or the run was interrupted, it is kept under a name no later run
 // sweeps (.cluster/kept-<time>-<pid>), and where it is gets printed. The last KEEP_AT_MOST are kept.
 import { existsSync, readdirSync } from "node:fs";

@@ -5,7 +5,6 @@
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { probeEngine } from "./container-engine.js";
-import { reaperInstalled } from "./process-node/container-process.js";
 
 export interface Prerequisite {
   /** The command that must be on PATH. */
@@ -24,34 +23,6 @@ function onPath(command: string): boolean {
     spawnSync("sh", ["-c", 'command -v "$1" >/dev/null', "sh", command], { stdio: "ignore" }).status === 0
   );
 }
-
-/** The process node's (the cluster tests' in-process node); `cluster:up` needs REAL_NODE_PREREQUISITES. */
-export const PREREQUISITES: readonly Prerequisite[] = [
-  {
-    command: "tini",
-    debianPackage: "tini",
-    purpose:
-      "the process node's stand-in for the pod sandbox's reaping PID 1; every Playbook's pod shares its PID namespace and ends RunnerLost without it",
-    optional: false,
-    present: reaperInstalled,
-  },
-  {
-    command: "unshare",
-    debianPackage: "util-linux",
-    purpose:
-      "a PID namespace per pod, so a pod's processes end with it; without it the process node gives each pod a session and sweeps its processes by environment",
-    optional: true,
-    present: () => onPath("unshare"),
-  },
-  {
-    command: "ip",
-    debianPackage: "iproute2",
-    purpose:
-      "a network namespace per pod (as root), so that pods such as the Helm chart's two controller replicas can each listen on the same port; without it every pod shares this machine's network",
-    optional: true,
-    present: () => onPath("ip"),
-  },
-];
 
 /** What the test suites need besides a cluster: Debian's Prometheus, which brings promtool. */
 export const TEST_PREREQUISITES: readonly Prerequisite[] = [
@@ -342,12 +313,12 @@ function aptInstall(packages: string[], why: string, log: (message: string) => v
 export function ensurePrerequisites(options: {
   install: boolean;
   log: (message: string) => void;
-  prerequisites?: readonly Prerequisite[];
+  prerequisites: readonly Prerequisite[];
   /** Said in the notice before installing: what needs the packages; default: their purposes. */
   why?: string;
 }): void {
   const { log } = options;
-  let missing = (options.prerequisites ?? PREREQUISITES).filter((p) => !p.present());
+  let missing = options.prerequisites.filter((p) => !p.present());
   if (missing.length === 0) return;
   const choice = installChoice();
   if (choice.deprecation) log(choice.deprecation);

@@ -1,5 +1,5 @@
 import { execFile, spawn } from "node:child_process";
-import { closeSync, openSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { closeSync, openSync, readFileSync } from "node:fs";
 import net from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
@@ -80,26 +80,6 @@ export async function stopProcess(recorded: RecordedProcess, graceMs = 10_000): 
     while (isRunning(recorded) && Date.now() < killDeadline) await sleep(20);
   }
   if (isRunning(recorded)) throw new Error(`${recorded.name} (pid ${recorded.pid}) survived SIGKILL`);
-}
-
-/**
- * SIGKILLs processes whose working directory is inside `dir`: pod processes run in their pod's
- * folder, so this finds those a killed process node could not take down itself.
- */
-export function killProcessesWorkingUnder(dir: string): number {
-  let killed = 0;
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
-    try {
-      const cwd = readlinkSync(`/proc/${entry}/cwd`);
-      if (cwd !== dir && !cwd.startsWith(`${dir}/`)) continue;
-      process.kill(Number(entry), "SIGKILL");
-      killed += 1;
-    } catch {
-      // Gone meanwhile, or not ours to inspect.
-    }
-  }
-  return killed;
 }
 
 /** A port the kernel reports free on loopback right now. */

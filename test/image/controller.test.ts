@@ -19,11 +19,13 @@ import { createTestNamespace } from "../harness/cluster-test.js";
 import { type DevCluster, startDevCluster } from "../harness/dev-cluster.js";
 import { keepOrRemoveClusterState, suiteOutcome, whyKeepLogs } from "../harness/log-retention.js";
 import { freePort, waitFor } from "../harness/processes.js";
+import { reportFor, reportPod, scheduledPod, startPod } from "../harness/scripted-node.js";
 import { removeContainer, startImageContainer, TINI } from "./support.js";
 
 const run = promisify(execFile);
 
-// The process node runs a pod of this image from this checkout's build.
+// The image the controller names in its pods; on the scripted node the test writes the pod's life
+// (the runner in the image is tested in test/image/examples.test.ts and on the real node).
 const RUNNER_IMAGE = "ghcr.io/playbook-controller/playbook-controller:test";
 
 let cluster: DevCluster;
@@ -37,7 +39,7 @@ const stateDir = path.join(repoRoot(), ".cluster", `test-${process.pid}`);
 const logs: string[] = [];
 
 beforeAll(async () => {
-  cluster = await startDevCluster({ stateDir, daemon: false, log: (m) => logs.push(m), node: "process" });
+  cluster = await startDevCluster({ stateDir, daemon: false, log: (m) => logs.push(m), node: "scripted" });
   const env = { ...process.env, KUBECONFIG: cluster.state.kubeconfig };
   kubectl = async (args) =>
     (await run(path.join(cluster.state.binDir, "kubectl"), args, { env, maxBuffer: 1 << 22 })).stdout;
@@ -120,6 +122,15 @@ describe("playbook controller in the image", () => {
 
   it("runs examples/hello.yaml to Succeeded and counts it", async () => {
     await kubectl(["-n", namespace, "apply", "-f", path.join(repoRoot(), "examples", "hello.yaml")]);
+    const core = (() => {
+      const kubeConfig = new KubeConfig();
+      kubeConfig.loadFromFile(cluster.state.kubeconfig);
+      return kubeConfig.makeApiClient(CoreV1Api);
+    })();
+    // The controller in the image made the pod; it runs and its runner reports success.
+    const pod = await scheduledPod(core, namespace, "hello-1", 60_000);
+    await startPod(core, pod);
+    await reportPod(core, pod, reportFor(pod, { reason: "Succeeded" }));
     const custom = (() => {
       const kubeConfig = new KubeConfig();
       kubeConfig.loadFromFile(cluster.state.kubeconfig);
