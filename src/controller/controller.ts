@@ -3,10 +3,11 @@
 import { hostname } from "node:os";
 import { setTimeout as delay } from "node:timers/promises";
 import type { Logger } from "pino";
+import { GROUP, PLURAL, VERSION } from "../api/playbook.js";
 import { POLICY_PLURAL } from "../api/policy.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
 import { Informer } from "./informer.js";
-import { apiErrorMessage, GROUP, isConflict, isNotFound, type KubeClients, PLURAL, VERSION } from "./kube.js";
+import { apiErrorMessage, isConflict, isNotFound, type KubeClients } from "./kube.js";
 import { LeaderElector } from "./leader-election.js";
 import { ControllerMetrics } from "./metrics.js";
 import {

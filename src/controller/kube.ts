@@ -1,4 +1,5 @@
-// The API client the controller uses, and the few error facts it decides on.
+// The API client the controller uses, and the few error facts it decides on. The group, version
+// and plural it calls are the API's own (src/api/playbook.ts).
 // KubeConfig is the one value taken from client-node (the rest is types), so a bundle keeps
 // only it and what it needs.
 import fs from "node:fs";
@@ -10,10 +11,6 @@ import { z } from "zod";
 import { API_CALL_TIMEOUT_MS, ApiClient, ApiError } from "./api-client.js";
 
 export { API_CALL_TIMEOUT_MS };
-
-export const GROUP = "playbook.dev";
-export const VERSION = "v1alpha1";
-export const PLURAL = "playbooks";
 
 export interface KubeClients {
   kubeConfig: KubeConfig;

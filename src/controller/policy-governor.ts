@@ -6,7 +6,7 @@ import type { Logger } from "pino";
 import { z } from "zod";
 import { setCondition } from "../api/conditions.js";
 import { zodProblems } from "../api/manifest.js";
-import { API_VERSION } from "../api/playbook.js";
+import { API_VERSION, GROUP, VERSION } from "../api/playbook.js";
 import {
   type ClusterAllowances,
   clusterRules,
@@ -23,7 +23,7 @@ import {
 } from "../api/policy.js";
 import type { ListPage } from "./api-client.js";
 import { Informer } from "./informer.js";
-import { apiErrorMessage, GROUP, isConflict, isNotFound, type KubeClients, VERSION } from "./kube.js";
+import { apiErrorMessage, isConflict, isNotFound, type KubeClients } from "./kube.js";
 import type { ControllerMetrics } from "./metrics.js";
 import { keyOf, MetaSchema, type StoredPlaybook } from "./objects.js";
 import { isFinished } from "./status.js";

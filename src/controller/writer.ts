@@ -4,18 +4,9 @@
 import type { Logger } from "pino";
 import { z } from "zod";
 import { parseDuration } from "../api/duration.js";
-import { API_VERSION, KIND, type PlaybookStatus } from "../api/playbook.js";
+import { API_VERSION, GROUP, KIND, PLURAL, type PlaybookStatus, VERSION } from "../api/playbook.js";
 import { EventRecorder, type EventTarget, eventApiOf } from "./events.js";
-import {
-  apiErrorMessage,
-  GROUP,
-  isConflict,
-  isNotFound,
-  type KubeClients,
-  PLURAL,
-  statusCodeOf,
-  VERSION,
-} from "./kube.js";
+import { apiErrorMessage, isConflict, isNotFound, type KubeClients, statusCodeOf } from "./kube.js";
 import type { ControllerMetrics } from "./metrics.js";
 import { keyOf, type PodView, parsePod, type StoredPlaybook } from "./objects.js";
 import type { Action, Decision } from "./reconcile.js";

@@ -13,7 +13,7 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { CoreV1Api, CustomObjectsApi, KubeConfig } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { GROUP, PLURAL, VERSION } from "../../src/controller/kube.js";
+import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
 import { repoRoot } from "../harness/binaries.js";
 import { PROCESS_NODE_DIR } from "../harness/control-plane.js";
 import { type DevCluster, startDevCluster } from "../harness/dev-cluster.js";

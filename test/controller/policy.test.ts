@@ -7,7 +7,7 @@ import path from "node:path";
 import { type KubernetesObject, Watch } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseAllDocuments } from "yaml";
-import { GROUP, VERSION } from "../../src/controller/kube.js";
+import { GROUP, VERSION } from "../../src/api/playbook.js";
 import { repoRoot } from "../harness/binaries.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import {

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { GROUP, PLURAL, VERSION } from "../../src/controller/kube.js";
+import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
 import {
   createTestNamespace,
   deleteTestNamespace,
