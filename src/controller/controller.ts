@@ -5,9 +5,10 @@ import { setTimeout as delay } from "node:timers/promises";
 import type { Logger } from "pino";
 import { GROUP, PLURAL, VERSION } from "../api/playbook.js";
 import { POLICY_PLURAL } from "../api/policy.js";
+import { apiErrorMessage, isConflict, isNotFound } from "../runtime/api-errors.js";
+import type { KubeClients } from "../runtime/kube-config.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
 import { Informer } from "./informer.js";
-import { apiErrorMessage, isConflict, isNotFound, type KubeClients } from "./kube.js";
 import { LeaderElector } from "./leader-election.js";
 import { ControllerMetrics } from "./metrics.js";
 import {

@@ -9,8 +9,8 @@ import { randomBytes } from "node:crypto";
 import type { CoreV1Event } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { API_VERSION, KIND } from "../api/playbook.js";
-import type { ApiClient, CallOptions } from "./api-client.js";
-import { apiErrorMessage, isNotFound } from "./kube.js";
+import type { ApiClient, CallOptions } from "../runtime/api-client.js";
+import { apiErrorMessage, isNotFound } from "../runtime/api-errors.js";
 import type { RecordedEvent } from "./reconcile.js";
 
 export const COMPONENT = "playbook-controller";

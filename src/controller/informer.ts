@@ -5,9 +5,9 @@
 import type { Logger } from "pino";
 import { z } from "zod";
 import { formatDuration } from "../api/duration.js";
-import type { ApiClient, ListPage } from "./api-client.js";
+import type { ApiClient, ListPage } from "../runtime/api-client.js";
+import { apiErrorMessage, describeApiFailure, isGone } from "../runtime/api-errors.js";
 import { WATCH_SECONDS_MIN } from "./config.js";
-import { apiErrorMessage, statusCodeOf } from "./kube.js";
 
 export interface InformerHandlers<T> {
   /** old is undefined for an object seen for the first time. */
@@ -398,29 +398,6 @@ export class Informer<T> {
     keys?.delete(key);
     if (keys?.size === 0) this.index.delete(value);
   }
-}
-
-export function isGone(error: unknown): boolean {
-  return statusCodeOf(error) === 410;
-}
-
-const NETWORK_FAILURE =
-  /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN|EPIPE|socket hang up/;
-
-/** An API call's failure in words, saying when the API server could not be reached at all. */
-export function describeApiFailure(error: unknown): string {
-  const code = (error as { code?: unknown } | null)?.code;
-  const text = apiErrorMessage(error);
-  const cause = (error as { cause?: unknown } | null)?.cause;
-  const causeText = cause === undefined ? "" : apiErrorMessage(cause);
-  if (
-    (typeof code === "string" && NETWORK_FAILURE.test(code)) ||
-    NETWORK_FAILURE.test(text) ||
-    NETWORK_FAILURE.test(causeText)
-  ) {
-    return `API server unreachable: ${causeText && !text.includes(causeText) ? `${text}: ${causeText}` : text}`;
-  }
-  return text;
 }
 
 function parseJson(line: string): unknown {

@@ -21,9 +21,10 @@ import {
   policyProblems,
   policyRules,
 } from "../api/policy.js";
-import type { ListPage } from "./api-client.js";
+import type { ListPage } from "../runtime/api-client.js";
+import { apiErrorMessage, isConflict, isNotFound } from "../runtime/api-errors.js";
+import type { KubeClients } from "../runtime/kube-config.js";
 import { Informer } from "./informer.js";
-import { apiErrorMessage, isConflict, isNotFound, type KubeClients } from "./kube.js";
 import type { ControllerMetrics } from "./metrics.js";
 import { keyOf, MetaSchema, type StoredPlaybook } from "./objects.js";
 import { isFinished } from "./status.js";

@@ -13,7 +13,7 @@ import type { PlaybookStatus } from "../../src/api/playbook.js";
 import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
 import { loadControllerConfig } from "../../src/controller/config.js";
 import { PlaybookController } from "../../src/controller/controller.js";
-import { makeClients } from "../../src/controller/kube.js";
+import { makeClients } from "../../src/runtime/kube-config.js";
 import { repoRoot } from "../harness/binaries.js";
 import { runClusterTool, waitFor } from "../harness/processes.js";
 

@@ -3,9 +3,9 @@
 import type { CoreV1Event } from "@kubernetes/client-node";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { ApiError } from "../../src/controller/api-client.js";
 import { type EventApi, EventRecorder, type EventTarget } from "../../src/controller/events.js";
 import type { RecordedEvent } from "../../src/controller/reconcile.js";
+import { ApiError } from "../../src/runtime/api-client.js";
 import { at } from "./controller-fixtures.js";
 
 type Call =
