@@ -6,10 +6,12 @@ import type { Logger } from "pino";
 import { GROUP, PLURAL, VERSION } from "../api/playbook.js";
 import { POLICY_PLURAL } from "../api/policy.js";
 import { apiErrorMessage, isConflict, isNotFound } from "../runtime/api-errors.js";
+import { Informer } from "../runtime/informer.js";
 import type { KubeClients } from "../runtime/kube-config.js";
+import { LeaderElector } from "../runtime/leader-election.js";
+import { HealthServer } from "../runtime/server.js";
+import { WorkQueue } from "../runtime/work-queue.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
-import { Informer } from "./informer.js";
-import { LeaderElector } from "./leader-election.js";
 import { ControllerMetrics } from "./metrics.js";
 import {
   keyOf,
@@ -26,9 +28,7 @@ import { isPodFinished } from "./pod-state.js";
 import { PolicyGovernor } from "./policy-governor.js";
 import { isQueued, slotState } from "./policy-queue.js";
 import { decide, decideRefusedPod, type ReconcileInput, type ReconcileSettings } from "./reconcile.js";
-import { HealthServer } from "./server.js";
 import { isFinished } from "./status.js";
-import { WorkQueue } from "./work-queue.js";
 import {
   type Clock,
   PlaybookWriter,

@@ -23,8 +23,8 @@ import {
 } from "../api/policy.js";
 import type { ListPage } from "../runtime/api-client.js";
 import { apiErrorMessage, isConflict, isNotFound } from "../runtime/api-errors.js";
+import { Informer } from "../runtime/informer.js";
 import type { KubeClients } from "../runtime/kube-config.js";
-import { Informer } from "./informer.js";
 import type { ControllerMetrics } from "./metrics.js";
 import { keyOf, MetaSchema, type StoredPlaybook } from "./objects.js";
 import { isFinished } from "./status.js";

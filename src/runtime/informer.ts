@@ -5,9 +5,8 @@
 import type { Logger } from "pino";
 import { z } from "zod";
 import { formatDuration } from "../api/duration.js";
-import type { ApiClient, ListPage } from "../runtime/api-client.js";
-import { apiErrorMessage, describeApiFailure, isGone } from "../runtime/api-errors.js";
-import { WATCH_SECONDS_MIN } from "./config.js";
+import type { ApiClient, ListPage } from "./api-client.js";
+import { apiErrorMessage, describeApiFailure, isGone } from "./api-errors.js";
 
 export interface InformerHandlers<T> {
   /** old is undefined for an object seen for the first time. */
@@ -48,6 +47,9 @@ export interface InformerOptions<T> {
   onProblemChange?: () => void;
   random?: () => number;
 }
+
+/** Server-side watch timeout of the informers: between this and twice this; the watchdog must be longer. */
+export const WATCH_SECONDS_MIN = 120;
 
 const WatchEventSchema = z.looseObject({ type: z.string(), object: z.unknown() });
 const WatchStatusSchema = z.looseObject({ code: z.number().optional(), message: z.string().optional() });

@@ -7,8 +7,8 @@
 // renewTime and acquireTime, which others read but never decide on.
 import type { V1Lease } from "@kubernetes/client-node";
 import type { Logger } from "pino";
-import type { ApiClient } from "../runtime/api-client.js";
-import { apiErrorMessage, isConflict, isNotFound } from "../runtime/api-errors.js";
+import type { ApiClient } from "./api-client.js";
+import { apiErrorMessage, isConflict, isNotFound } from "./api-errors.js";
 
 /** The Lease calls leader election makes. */
 export type LeaseApi = Pick<
