@@ -6,6 +6,7 @@ import { canonical, PLAN_ANNOTATION, PlanTooLargeError, parsePlan, planDigest } 
 import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import { checkPolicy, type NamespaceRules, type PodSettings, podSettings } from "../api/policy.js";
 import { isLimitReason, type TerminalReason } from "../api/reasons.js";
+import type { RecordedEvent } from "../runtime/events.js";
 import { type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
 import {
   alternatePodName,
@@ -76,12 +77,6 @@ export type Action =
   | { type: "deletePod"; name: string; gracePeriodSeconds?: number; why: "cancel" | "ttl" | "finished" }
   /** Cancel: the kubelet stops the pod at its lowered deadline and keeps it for its logs. */
   | { type: "lowerDeadline"; name: string; activeDeadlineSeconds: number };
-
-export interface RecordedEvent {
-  type: "Normal" | "Warning";
-  reason: string;
-  message: string;
-}
 
 /** How much of an effective limit a run or task used, for the near-miss histogram. */
 export interface LimitUsage {
