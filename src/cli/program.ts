@@ -9,7 +9,7 @@ import { InvalidPlaybookError, parsePlaybookManifest, validatePlaybook } from ".
 import { PLAN_DIGEST_ENV_VAR, PLAN_ENV_VAR, planDigest, RunPlanSchema } from "../api/plan.js";
 import type { Playbook } from "../api/playbook.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
-import { statusFromReport } from "../api/status.js";
+import { statusFromReport } from "../api/report-status.js";
 import { InvalidPolicyFileError } from "./policy-file-error.js";
 import { helpfulProblem } from "./problems.js";
 import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
