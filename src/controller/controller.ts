@@ -6,6 +6,7 @@ import type { Logger } from "pino";
 import { GROUP, PLURAL, VERSION } from "../api/playbook.js";
 import { POLICY_PLURAL } from "../api/policy.js";
 import { apiErrorMessage, isConflict, isNotFound } from "../runtime/api-errors.js";
+import { type Clock, systemClock } from "../runtime/clock.js";
 import { Informer } from "../runtime/informer.js";
 import type { KubeClients } from "../runtime/kube-config.js";
 import { LeaderElector } from "../runtime/leader-election.js";
@@ -28,16 +29,14 @@ import { isPodFinished } from "./pod-state.js";
 import { PolicyGovernor } from "./policy-governor.js";
 import { isQueued, slotState } from "./policy-queue.js";
 import { decide, decideRefusedPod, type ReconcileInput, type ReconcileSettings } from "./reconcile.js";
-import { isFinished } from "./status.js";
 import {
-  type Clock,
-  PlaybookWriter,
   PodCreateFailedError,
   PodNameTakenError,
   PodRefusedError,
-  systemClock,
   TerminalReconcileError,
-} from "./writer.js";
+} from "./reconcile-errors.js";
+import { isFinished } from "./status.js";
+import { PlaybookWriter } from "./writer.js";
 
 export type { Clock };
 
