@@ -13,6 +13,7 @@ import { LeaderElector } from "../runtime/leader-election.js";
 import { HealthServer } from "../runtime/server.js";
 import { WorkQueue } from "../runtime/work-queue.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
+import type { ReconcileInput, ReconcileSettings } from "./decision.js";
 import { ControllerMetrics } from "./metrics.js";
 import {
   keyOf,
@@ -28,7 +29,7 @@ import {
 import { isPodFinished } from "./pod-state.js";
 import { PolicyGovernor } from "./policy-governor.js";
 import { isQueued, slotState } from "./policy-queue.js";
-import { decide, decideRefusedPod, type ReconcileInput, type ReconcileSettings } from "./reconcile.js";
+import { decide, decideRefusedPod } from "./reconcile.js";
 import {
   PodCreateFailedError,
   PodNameTakenError,

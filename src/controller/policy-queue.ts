@@ -4,9 +4,9 @@
 import { setCondition } from "../api/conditions.js";
 import { describeRunLimits } from "../api/limits.js";
 import type { PlaybookStatus } from "../api/playbook.js";
+import type { Decision } from "./decision.js";
 import { keyOf, type PodView, type StoredPlaybook } from "./objects.js";
 import { isPodFinished } from "./pod-state.js";
-import type { Decision } from "./reconcile.js";
 import { isFinished, type StatusBase, SUCCEEDED, sameStatus } from "./status.js";
 
 /** The Succeeded condition's reason (status Unknown) of a run waiting for a slot. */

@@ -9,10 +9,10 @@ import { apiErrorMessage, isConflict, isNotFound, statusCodeOf } from "../runtim
 import type { Clock } from "../runtime/clock.js";
 import { EventRecorder, type EventTarget, eventApiOf } from "../runtime/events.js";
 import type { KubeClients } from "../runtime/kube-config.js";
+import type { Action, Decision } from "./decision.js";
 import { WriteExpectations } from "./expectations.js";
 import type { ControllerMetrics } from "./metrics.js";
 import { type PodView, parsePod, type StoredPlaybook } from "./objects.js";
-import type { Action, Decision } from "./reconcile.js";
 import { PodCreateFailedError, PodNameTakenError, PodRefusedError } from "./reconcile-errors.js";
 import { createFailedStatus, sameStatus } from "./status.js";
 
