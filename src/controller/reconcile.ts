@@ -9,6 +9,7 @@ import type { RecordedEvent } from "../runtime/events.js";
 import { decideActivePod } from "./decide-active.js";
 import { decideCancel } from "./decide-cancel.js";
 import { decideEndedPod } from "./decide-ended.js";
+import { queuedDecision } from "./decide-queued.js";
 import { decideFirstPod, decideLost } from "./decide-start.js";
 import {
   type Action,
@@ -20,12 +21,10 @@ import {
   type RunState,
   settle,
 } from "./decision.js";
-
 import type { FinishedRun } from "./finished-run.js";
 import { type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
 import { podNameFor } from "./pod-builder.js";
 import { currentPod, isPodFinished } from "./pod-state.js";
-import { queuedDecision } from "./policy-queue.js";
 import { adoptedPlan, newPlan, podPlanned, rebuiltPlan, rulesOf, validateSpec } from "./run-plan.js";
 import { isFinished, type StatusBase, settledStatus } from "./status.js";
 
