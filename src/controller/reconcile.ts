@@ -25,60 +25,88 @@ import type { FinishedRun } from "./finished-run.js";
 import { type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
 import { podNameFor } from "./pod-builder.js";
 import { currentPod, isPodFinished } from "./pod-state.js";
-import { adoptedPlan, newPlan, podPlanned, rebuiltPlan, rulesOf, validateSpec } from "./run-plan.js";
+import {
+  adoptedPlan,
+  newPlan,
+  podPlanned,
+  type RunPlanned,
+  rebuiltPlan,
+  rulesOf,
+  validateSpec,
+} from "./run-plan.js";
 import { isFinished, type StatusBase, settledStatus } from "./status.js";
 
 // decide's input and output, named where its callers and tests look for it.
 export type { Action, Decision, FinishedRun, ReconcileInput, ReconcileSettings };
 
-/** The whole decision for one Playbook. */
+/** The whole decision for one Playbook: which plan governs its run, then the decision against it. */
 export function decide(input: ReconcileInput): Decision {
-  const { playbook, now, settings } = input;
-  const previous = playbook.status ?? {};
+  const previous = input.playbook.status ?? {};
   if (isFinished(previous)) return decideFinished(input);
   const pod = currentPod(input.pods);
-  const digest = previous.planDigest;
-  const planned = pod
-    ? digest === undefined
-      ? adoptedPlan(input, pod)
-      : podPlanned(pod, digest)
-    : digest !== undefined
-      ? rebuiltPlan(input, digest)
-      : newPlan(input);
-  if (!planned.ok && pod) return decideUnverifiedPod(input, pod, planned.message);
-  const specGeneration = planned.ok ? planned.specGeneration : playbook.metadata.generation;
-  const generation =
-    pod && planned.ok ? appliedGeneration(playbook, planned.spec, specGeneration, settings) : specGeneration;
-  const rules = rulesOf(input);
+  const planned = governingPlan(input, pod);
   if (!planned.ok) {
-    const base: StatusBase = { previous, generation, now, limits: null };
-    const next = settledStatus(base, { reason: "InvalidSpec", message: planned.message });
-    return settle(base, next, "InvalidSpec", {
-      ...(planned.policyRefusals ? { policyRefusals: planned.policyRefusals } : {}),
-      events: [{ type: "Warning", reason: "InvalidSpec", message: `Refused the spec: ${planned.message}` }],
-    });
+    return pod ? decideUnverifiedPod(input, pod, planned.message) : decideInvalidSpec(input, planned);
   }
-  const base = { previous, generation, now, limits: planned.limits };
-  const attempts = Math.max(previous.podAttempts ?? 0, pod ? podAttemptOf(pod) : 0);
-  const startTime = previous.startTime ?? planned.runStart ?? now.toISOString();
-  const state: RunState = {
-    base,
-    spec: planned.spec,
-    defaults: planned.defaults,
-    pod: podSettings(planned.spec, rules),
-    specGeneration,
-    cancel: (playbook.spec as { cancel?: unknown } | undefined)?.cancel === true,
-    input,
-    attempts,
-    startTime,
-    planDigest: digest ?? planned.recordDigest,
-  };
-  const decision = decideRun(state, pod);
+  const decision = decideRun(runStateOf(input, pod, planned), pod);
   // An adopted pod's plan goes on record with this pass's status.
-  if (digest !== undefined || planned.recordDigest === undefined) return decision;
+  if (previous.planDigest !== undefined || planned.recordDigest === undefined) return decision;
   return { ...decision, status: { ...(decision.status ?? previous), planDigest: planned.recordDigest } };
 }
 
+/**
+ * Which plan governs the run: the one its pod carries (checked against the digest on record, or
+ * adopted when none was recorded yet), else the recorded one rebuilt, else a new one from the spec.
+ */
+function governingPlan(input: ReconcileInput, pod: PodView | undefined): RunPlanned {
+  const digest = input.playbook.status?.planDigest;
+  if (pod) return digest === undefined ? adoptedPlan(input, pod) : podPlanned(pod, digest);
+  return digest === undefined ? newPlan(input) : rebuiltPlan(input, digest);
+}
+
+/** No pod, and the spec gives no plan the namespace allows: the run ends before a pod exists. */
+function decideInvalidSpec(input: ReconcileInput, planned: Extract<RunPlanned, { ok: false }>): Decision {
+  const { playbook, now } = input;
+  const base: StatusBase = {
+    previous: playbook.status ?? {},
+    generation: playbook.metadata.generation,
+    now,
+    limits: null,
+  };
+  const next = settledStatus(base, { reason: "InvalidSpec", message: planned.message });
+  return settle(base, next, "InvalidSpec", {
+    ...(planned.policyRefusals ? { policyRefusals: planned.policyRefusals } : {}),
+    events: [{ type: "Warning", reason: "InvalidSpec", message: `Refused the spec: ${planned.message}` }],
+  });
+}
+
+/** The run as decided against its plan: the plan's spec and limits, and what its status kept. */
+function runStateOf(
+  input: ReconcileInput,
+  pod: PodView | undefined,
+  planned: Extract<RunPlanned, { ok: true }>,
+): RunState {
+  const { playbook, now, settings } = input;
+  const previous = playbook.status ?? {};
+  const { specGeneration } = planned;
+  const generation = pod
+    ? appliedGeneration(playbook, planned.spec, specGeneration, settings)
+    : specGeneration;
+  return {
+    base: { previous, generation, now, limits: planned.limits },
+    spec: planned.spec,
+    defaults: planned.defaults,
+    pod: podSettings(planned.spec, rulesOf(input)),
+    specGeneration,
+    cancel: (playbook.spec as { cancel?: unknown } | undefined)?.cancel === true,
+    input,
+    attempts: Math.max(previous.podAttempts ?? 0, pod ? podAttemptOf(pod) : 0),
+    startTime: previous.startTime ?? planned.runStart ?? now.toISOString(),
+    planDigest: previous.planDigest ?? planned.recordDigest,
+  };
+}
+
+/** The decision against the governing plan: cancel, queue, create, re-create after a loss, or follow the pod. */
 function decideRun(state: RunState, pod: PodView | undefined): Decision {
   const { input, base, attempts } = state;
   const previous = base.previous;
