@@ -4,7 +4,10 @@ import { z } from "zod";
 import { parseDuration } from "./duration.js";
 import { ENDINGS, LIMIT_SOURCES, RUN_PHASES, TASK_LIMITS, TASK_PHASES } from "./reasons.js";
 
-export const API_GROUP = "playbook.dev";
+/** The API group, version and resource the Playbook is served as (crds/playbook.dev_playbooks.yaml). */
+export const GROUP = "playbook.dev";
+export const VERSION = "v1alpha1";
+export const PLURAL = "playbooks";
 export const API_VERSION = "playbook.dev/v1alpha1";
 export const KIND = "Playbook";
 export const MAX_TASKS = 200;

@@ -4,8 +4,8 @@
 import { pino } from "pino";
 import type { ControllerConfig } from "../controller/config.js";
 import { LeaseLostError, PlaybookController } from "../controller/controller.js";
-import { loadKubeConfig, makeClients } from "../controller/kube.js";
-import { textDestination } from "../controller/log-format.js";
+import { loadKubeConfig, makeClients } from "../runtime/kube-config.js";
+import { textDestination } from "../runtime/log-format.js";
 
 export async function startController(config: ControllerConfig): Promise<void> {
   const log =

@@ -11,7 +11,7 @@ import {
   type RunnerReport,
   type RunOutcome,
 } from "../api/report.js";
-import { runPlaybook } from "../pod-runner/run.js";
+import { runPlaybook } from "../runner/run.js";
 import { Progress } from "./progress.js";
 
 export interface ExecuteOptions {

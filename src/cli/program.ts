@@ -9,7 +9,7 @@ import { InvalidPlaybookError, parsePlaybookManifest, validatePlaybook } from ".
 import { PLAN_DIGEST_ENV_VAR, PLAN_ENV_VAR, planDigest, RunPlanSchema } from "../api/plan.js";
 import type { Playbook } from "../api/playbook.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
-import { statusFromReport } from "../api/status.js";
+import { statusFromReport } from "../api/report-status.js";
 import { InvalidPolicyFileError } from "./policy-file-error.js";
 import { helpfulProblem } from "./problems.js";
 import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
@@ -70,8 +70,8 @@ async function runCommand(flags: unknown): Promise<number> {
   const parsed = RunFlags.parse(flags);
   // Where the run cannot have a cgroup of its own, it starts again under a child subreaper, before
   // anything is read (a manifest on stdin too).
-  const { cgroupAvailable } = await import("../pod-runner/containment.js");
-  const { relaunchUnderSubreaper } = await import("../pod-runner/subreaper.js");
+  const { cgroupAvailable } = await import("../runner/containment.js");
+  const { relaunchUnderSubreaper } = await import("../runner/subreaper.js");
   relaunchUnderSubreaper(cgroupAvailable);
   const { playbook, defaults } = await readChecked(parsed.filename, parsed.policy);
   const limits = resolveLimits(playbook.spec, defaults);

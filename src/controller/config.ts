@@ -5,6 +5,7 @@ import { z } from "zod";
 import { parseDuration } from "../api/duration.js";
 import type { LimitDefaults } from "../api/limits.js";
 import { imagePatternMessage, isImagePattern } from "../api/policy.js";
+import { WATCH_SECONDS_MIN } from "../runtime/informer.js";
 
 const SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -16,9 +17,6 @@ function ownNamespace(): string {
     return "default";
   }
 }
-
-/** Server-side watch timeout of the informers: between this and twice this; the watchdog must be longer. */
-export const WATCH_SECONDS_MIN = 120;
 
 const Duration = z.string().transform((text, ctx) => {
   try {

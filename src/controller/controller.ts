@@ -3,11 +3,17 @@
 import { hostname } from "node:os";
 import { setTimeout as delay } from "node:timers/promises";
 import type { Logger } from "pino";
+import { GROUP, PLURAL, VERSION } from "../api/playbook.js";
 import { POLICY_PLURAL } from "../api/policy.js";
+import { apiErrorMessage, isConflict, isNotFound } from "../runtime/api-errors.js";
+import { type Clock, systemClock } from "../runtime/clock.js";
+import { Informer } from "../runtime/informer.js";
+import type { KubeClients } from "../runtime/kube-config.js";
+import { LeaderElector } from "../runtime/leader-election.js";
+import { HealthServer } from "../runtime/server.js";
+import { WorkQueue } from "../runtime/work-queue.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
-import { Informer } from "./informer.js";
-import { apiErrorMessage, GROUP, isConflict, isNotFound, type KubeClients, PLURAL, VERSION } from "./kube.js";
-import { LeaderElector } from "./leader-election.js";
+import type { ReconcileInput, ReconcileSettings } from "./decision.js";
 import { ControllerMetrics } from "./metrics.js";
 import {
   keyOf,
@@ -23,19 +29,15 @@ import {
 import { isPodFinished } from "./pod-state.js";
 import { PolicyGovernor } from "./policy-governor.js";
 import { isQueued, slotState } from "./policy-queue.js";
-import { decide, decideRefusedPod, type ReconcileInput, type ReconcileSettings } from "./reconcile.js";
-import { HealthServer } from "./server.js";
-import { isFinished } from "./status.js";
-import { WorkQueue } from "./work-queue.js";
+import { decide, decideRefusedPod } from "./reconcile.js";
 import {
-  type Clock,
-  PlaybookWriter,
   PodCreateFailedError,
   PodNameTakenError,
   PodRefusedError,
-  systemClock,
   TerminalReconcileError,
-} from "./writer.js";
+} from "./reconcile-errors.js";
+import { isFinished } from "./status.js";
+import { PlaybookWriter } from "./writer.js";
 
 export type { Clock };
 

@@ -1,8 +1,10 @@
-// docs/design.md's metrics on a private prom-client registry, plus the informers' own health.
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+// docs/design.md's metrics of runs, limits and policies, on the registry that src/runtime's
+// metrics-registry.ts keeps with the plumbing's own (work queue, watches, leader, readiness).
+import { Counter, Gauge, Histogram } from "prom-client";
 import { POLICY_FIELDS } from "../api/policy.js";
 import { LIMIT_REASONS, TERMINAL_REASONS } from "../api/reasons.js";
-import type { FinishedRun } from "./reconcile.js";
+import { RuntimeMetrics, type RuntimeMetricsOptions } from "../runtime/metrics-registry.js";
+import type { FinishedRun } from "./finished-run.js";
 
 const RUN_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400];
 const TASK_BUCKETS = [0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 3600, 21600];
@@ -12,16 +14,10 @@ const USAGE_BUCKETS = [0.1, 0.25, 0.5, 0.75, 0.8, 0.9, 0.95, 0.99, 1];
 /** The optional per-Playbook label, present on the run, limit and usage metrics only when configured. */
 type PlaybookLabel = "playbook";
 
-export interface MetricsOptions {
-  /** Off: process defaults are left out (tests that read exact text). */
-  defaults?: boolean;
+export interface MetricsOptions extends RuntimeMetricsOptions {
   activeRuns?: () => Map<string, number>;
   /** Runs waiting for a slot of their namespace's running-Playbooks cap, by namespace. */
   queuedRuns?: () => Map<string, number>;
-  /** What /readyz answers: the caches are synced and their watches answer. */
-  ready?: () => boolean;
-  /** Answers 429 (Too Many Requests) the API client was given so far. */
-  apiThrottled?: () => number;
   /** Add a `playbook` label to the run, limit and usage metrics (--metrics-playbook-label). */
   playbookLabel?: boolean;
 }
@@ -32,8 +28,7 @@ export interface RunLabels {
   playbook?: string;
 }
 
-export class ControllerMetrics {
-  readonly registry = new Registry();
+export class ControllerMetrics extends RuntimeMetrics {
   readonly runsTotal: Counter<"namespace" | "reason" | PlaybookLabel>;
   readonly limitFiredTotal: Counter<"namespace" | "limit" | PlaybookLabel>;
   readonly runDuration: Histogram<"namespace" | "reason" | PlaybookLabel>;
@@ -43,21 +38,12 @@ export class ControllerMetrics {
   readonly queuedRuns: Gauge<"namespace">;
   readonly policyRefusals: Counter<"namespace" | "field">;
   readonly policyStatusWrites: Counter;
-  readonly reconcileDuration: Histogram;
-  readonly reconcileErrors: Counter;
-  readonly workqueueDepth: Gauge;
-  readonly watchReconnects: Counter<"resource" | "cause">;
-  readonly watchRelists: Counter<"resource">;
   readonly statusWrites: Counter;
-  readonly eventsDropped: Counter;
-  readonly apiThrottled: Counter;
-  readonly isLeader: Gauge;
-  readonly isReady: Gauge;
   private readonly playbookLabel: boolean;
 
   constructor(options: MetricsOptions = {}) {
+    super(options);
     const registers = [this.registry];
-    if (options.defaults !== false) collectDefaultMetrics({ register: this.registry });
     this.playbookLabel = options.playbookLabel === true;
     // prom-client fixes label names at construction: without the option the label does not exist.
     const perPlaybook: PlaybookLabel[] = this.playbookLabel ? ["playbook"] : [];
@@ -132,68 +118,10 @@ export class ControllerMetrics {
       help: "Writes of PlaybookPolicy status",
       registers,
     });
-    this.reconcileDuration = new Histogram({
-      name: "playbook_reconcile_duration_seconds",
-      help: "Time one reconcile pass took",
-      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
-      registers,
-    });
-    this.reconcileErrors = new Counter({
-      name: "playbook_reconcile_errors_total",
-      help: "Reconcile passes that failed and were retried",
-      registers,
-    });
-    this.workqueueDepth = new Gauge({
-      name: "playbook_workqueue_depth",
-      help: "Keys waiting in the work queue",
-      registers,
-    });
-    this.watchReconnects = new Counter({
-      name: "playbook_watch_reconnects_total",
-      help: "Watches restarted from their last resourceVersion, by cause: timeout (the server ended it as asked), error, silent (the watchdog)",
-      labelNames: ["resource", "cause"],
-      registers,
-    });
-    this.watchRelists = new Counter({
-      name: "playbook_watch_relists_total",
-      help: "Full lists of a resource (start, 410 Gone)",
-      labelNames: ["resource"],
-      registers,
-    });
     this.statusWrites = new Counter({
       name: "playbook_status_writes_total",
       help: "Writes of Playbook status",
       registers,
-    });
-    this.eventsDropped = new Counter({
-      name: "playbook_events_dropped_total",
-      help: "Events not written because too many were waiting for the API server",
-      registers,
-    });
-    const apiThrottled = options.apiThrottled;
-    this.apiThrottled = new Counter({
-      name: "playbook_api_throttled_total",
-      help: "Answers 429 (Too Many Requests: API Priority and Fairness shedding load) to the controller's API calls and watches, each sent again after its Retry-After up to 10 times",
-      registers,
-      collect() {
-        if (!apiThrottled) return;
-        this.reset();
-        this.inc(apiThrottled());
-      },
-    });
-    this.isLeader = new Gauge({
-      name: "playbook_leader",
-      help: "1 while this replica holds the leader Lease",
-      registers,
-    });
-    const ready = options.ready;
-    this.isReady = new Gauge({
-      name: "playbook_ready",
-      help: "1 while this replica is ready (what /readyz answers: its caches of Playbooks, pods and policies are synced and their watches answer), else 0",
-      registers,
-      collect() {
-        if (ready) this.set(ready() ? 1 : 0);
-      },
     });
   }
 

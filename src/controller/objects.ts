@@ -1,7 +1,10 @@
 // What the controller reads from the API server, parsed with zod at the edge: the parts of a Pod
-// it decides on, and a Playbook's metadata and status even when its spec is not valid.
+// it decides on, a Playbook's metadata and status even when its spec is not valid, and a
+// PlaybookPolicy with its spec read apart (a policy that cannot be read still has a status).
 import { z } from "zod";
+import { zodProblems } from "../api/manifest.js";
 import { type PlaybookStatus, PlaybookStatusSchema } from "../api/playbook.js";
+import { type PolicySpec, PolicySpecSchema, PolicyStatusSchema } from "../api/policy.js";
 
 export const LABEL_NAME = "playbook.dev/name";
 export const LABEL_POD_ATTEMPT = "playbook.dev/pod-attempt";
@@ -171,4 +174,27 @@ export function ownerKeyOfPod(pod: PodView): string | null {
 export function podAttemptOf(pod: PodView): number {
   const value = Number(pod.metadata.labels?.[LABEL_POD_ATTEMPT]);
   return Number.isInteger(value) && value > 0 ? value : 0;
+}
+
+const StoredPolicySchema = z.looseObject({
+  apiVersion: z.string(),
+  kind: z.string(),
+  metadata: MetaSchema,
+  spec: z.unknown(),
+  status: PolicyStatusSchema.optional(),
+});
+export type StoredPolicy = z.infer<typeof StoredPolicySchema>;
+
+export function parseStoredPolicy(raw: unknown): StoredPolicy | null {
+  const parsed = StoredPolicySchema.safeParse(raw);
+  return parsed.success ? parsed.data : null;
+}
+
+export type ReadPolicy = { ok: true; spec: PolicySpec } | { ok: false; problem: string };
+
+export function readPolicySpec(policy: StoredPolicy): ReadPolicy {
+  const parsed = PolicySpecSchema.safeParse(policy.spec ?? {});
+  if (parsed.success) return { ok: true, spec: parsed.data };
+  const problems = zodProblems(parsed.error, policy.spec);
+  return { ok: false, problem: problems.map((p) => `spec.${p.path}: ${p.message}`).join("; ") };
 }

@@ -1,13 +1,10 @@
 // The namespace's cap on running Playbooks (spec.maximums.runningPlaybooks): who holds a slot,
 // derived from what the caches show (never from this process's memory, so a restarted controller
-// counts the same), and the Pending status of a run that waits for one, in creation order.
-import { setCondition } from "../api/conditions.js";
-import { describeRunLimits } from "../api/limits.js";
-import type { PlaybookStatus } from "../api/playbook.js";
+// counts the same), and who waits for one, in creation order. The Pending status of a waiting run
+// is decide-queued.ts's.
 import { keyOf, type PodView, type StoredPlaybook } from "./objects.js";
 import { isPodFinished } from "./pod-state.js";
-import type { Decision } from "./reconcile.js";
-import { isFinished, type StatusBase, SUCCEEDED, sameStatus } from "./status.js";
+import { isFinished, SUCCEEDED } from "./status.js";
 
 /** The Succeeded condition's reason (status Unknown) of a run waiting for a slot. */
 export const QUEUED_REASON = "Queued";
@@ -84,42 +81,6 @@ export function slotState(
   const index = waiting.findIndex((p) => keyOf(p.metadata) === key);
   const ahead = Math.max(0, index);
   return { cap, running: holders.size, ahead, free: holders.size + ahead < cap, where };
-}
-
-/** How often a waiting run looks again should the event of a freed slot be missed. */
-export const QUEUED_RECHECK_MS = 30_000;
-
-/**
- * The run waits Pending for a slot: no pod, no startTime (its ceiling has not started), its
- * limits shown. The words stay the same while it waits, so that waiting writes nothing.
- */
-export function queuedDecision(base: StatusBase, slots: SlotState): Decision {
-  const message = `waiting for one of the namespace's ${slots.cap} running-Playbook slot${slots.cap === 1 ? "" : "s"} (${slots.where}); queued runs start in creation order`;
-  const previous = base.previous;
-  const conditions = setCondition(
-    previous.conditions ?? [],
-    { type: SUCCEEDED, status: "Unknown", reason: QUEUED_REASON, message },
-    base.now,
-    base.generation,
-  );
-  const next: PlaybookStatus = { ...previous, phase: "Pending", conditions };
-  if (base.generation !== undefined) next.observedGeneration = base.generation;
-  if (base.limits) next.limits = describeRunLimits(base.limits);
-  const firstTime = previous.conditions?.find((c) => c.type === SUCCEEDED)?.reason !== QUEUED_REASON;
-  return {
-    status: sameStatus(previous, next) ? null : next,
-    actions: [],
-    events: firstTime
-      ? [
-          {
-            type: "Normal",
-            reason: QUEUED_REASON,
-            message: `Waiting for a slot: ${slots.running} of ${slots.cap} running Playbooks (${slots.where}), ${slots.ahead} queued ahead`,
-          },
-        ]
-      : [],
-    requeueAfterMs: QUEUED_RECHECK_MS,
-  };
 }
 
 /** Whether a Playbook is waiting for a slot, as its status says: for the playbook_queued_runs gauge. */

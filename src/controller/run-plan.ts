@@ -14,11 +14,11 @@ import { InvalidPlaybookError, validatePlaybook } from "../api/manifest.js";
 import { PLAN_ANNOTATION, parsePlan, planDigest, type RunPlan } from "../api/plan.js";
 import type { PlaybookSpec, PlaybookStatus } from "../api/playbook.js";
 import { checkPolicy, clusterRules, type NamespaceRules, policyLimitDefaults } from "../api/policy.js";
+import type { ReconcileInput, ReconcileSettings } from "./decision.js";
 import type { PodView, StoredPlaybook } from "./objects.js";
 import { planDefaults, planDefaultsFromStatus, verifiedPodPlan } from "./plan-digest.js";
 import { buildPlan } from "./pod-builder.js";
 import { podPlanGeneration } from "./pod-state.js";
-import type { ReconcileInput, ReconcileSettings } from "./reconcile.js";
 
 /** The rules the input names, or those of the controller's flags. */
 export function rulesOf(input: {

@@ -6,7 +6,7 @@ import { describeRunLimits, type ResolvedLimits } from "../api/limits.js";
 import type { PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import type { RunPhase, TerminalReason } from "../api/reasons.js";
 import { decidingIndex, type RunnerReport } from "../api/report.js";
-import { statusFromReport } from "../api/status.js";
+import { statusFromReport } from "../api/report-status.js";
 
 export { LIMIT_EXCEEDED, SUCCEEDED };
 

@@ -1,63 +1,20 @@
 // The writer: applies a reconcile decision — pods first, then one status write, then events and
-// metrics — and remembers what it just wrote until the caches show it (as the Job controller's
-// expectations do), so the next pass neither reads a pod as missing nor writes over a stale status.
+// metrics — and keeps what it just wrote in its expectations (expectations.ts) until the caches
+// show it, so the next pass neither reads a pod as missing nor writes over a stale status.
 import type { Logger } from "pino";
 import { z } from "zod";
 import { parseDuration } from "../api/duration.js";
-import { API_VERSION, KIND, type PlaybookStatus } from "../api/playbook.js";
-import { EventRecorder, type EventTarget, eventApiOf } from "./events.js";
-import {
-  apiErrorMessage,
-  GROUP,
-  isConflict,
-  isNotFound,
-  type KubeClients,
-  PLURAL,
-  statusCodeOf,
-  VERSION,
-} from "./kube.js";
+import { API_VERSION, GROUP, KIND, PLURAL, type PlaybookStatus, VERSION } from "../api/playbook.js";
+import { apiErrorMessage, isConflict, isNotFound, statusCodeOf } from "../runtime/api-errors.js";
+import type { Clock } from "../runtime/clock.js";
+import { EventRecorder, type EventTarget, eventApiOf } from "../runtime/events.js";
+import type { KubeClients } from "../runtime/kube-config.js";
+import type { Action, Decision } from "./decision.js";
+import { WriteExpectations } from "./expectations.js";
 import type { ControllerMetrics } from "./metrics.js";
-import { keyOf, type PodView, parsePod, type StoredPlaybook } from "./objects.js";
-import type { Action, Decision } from "./reconcile.js";
+import { type PodView, parsePod, type StoredPlaybook } from "./objects.js";
+import { PodCreateFailedError, PodNameTakenError, PodRefusedError } from "./reconcile-errors.js";
 import { createFailedStatus, sameStatus } from "./status.js";
-
-export interface Clock {
-  now(): Date;
-}
-
-export const systemClock: Clock = { now: () => new Date() };
-
-/** A reconcile error that retrying cannot fix; the key is dropped until its objects change. */
-export class TerminalReconcileError extends Error {}
-
-/**
- * The pod's name is held by a pod this Playbook does not control (another owner's UID, or none):
- * the pass decides again with the name taken, so the run uses its alternate name.
- */
-export class PodNameTakenError extends Error {
-  readonly podName: string;
-
-  constructor(podName: string, holder: string) {
-    super(`pod ${podName} exists and is not this Playbook's: ${holder}`);
-    this.podName = podName;
-  }
-}
-
-/** The API server refused the pod as invalid: the run ends InvalidSpec. */
-export class PodRefusedError extends TerminalReconcileError {}
-
-/**
- * The API server would not create the pod (403, a missing service account): the run stays
- * Pending with the reason, and the key is retried with backoff, at the latest when its ceiling passes.
- */
-export class PodCreateFailedError extends Error {
-  readonly retryWithinMs: number | undefined;
-
-  constructor(message: string, retryWithinMs: number | undefined) {
-    super(message);
-    this.retryWithinMs = retryWithinMs;
-  }
-}
 
 export interface WriterDeps {
   clients: KubeClients;
@@ -69,10 +26,6 @@ export interface WriterDeps {
   metricsPlaybookLabel: string;
 }
 
-// How long a write is trusted while the cache has not shown it. Timed on the monotonic clock:
-// it is about this process's cache lag, not about the run, whose decisions use the injected clock.
-const EXPECTATION_MS = 30_000;
-
 const WrittenSchema = z.looseObject({ metadata: z.looseObject({ resourceVersion: z.string() }) });
 
 export class PlaybookWriter {
@@ -80,10 +33,8 @@ export class PlaybookWriter {
   private readonly deps: WriterDeps;
   /** Aborted when this replica stops leading: its writes in flight end at once. */
   private readonly leading = new AbortController();
-  /** Pods created that the cache may not show yet, by pod key. */
-  private readonly created = new Map<string, { pod: PodView; uid: string; at: number }>();
-  /** Status writes the cache may not show yet, by Playbook key: the resourceVersion written over. */
-  private readonly written = new Map<string, { over: string; at: number }>();
+  /** What this writer just wrote, until the caches show it. */
+  private readonly expectations = new WriteExpectations();
 
   constructor(deps: WriterDeps) {
     this.deps = deps;
@@ -105,23 +56,17 @@ export class PlaybookWriter {
 
   /** A pod this writer created that the cache does not show yet, if it is still trusted. */
   createdPod(namespace: string, name: string, ownerUid: string | undefined): PodView | undefined {
-    const created = this.created.get(`${namespace}/${name}`);
-    if (created && created.uid === ownerUid && performance.now() - created.at < EXPECTATION_MS)
-      return created.pod;
-    return undefined;
+    return this.expectations.createdPod(namespace, name, ownerUid);
   }
 
   /** The pods this writer created in a namespace that the cache may not show yet. */
   createdPods(namespace: string): PodView[] {
-    const now = performance.now();
-    return [...this.created.values()]
-      .filter((c) => c.pod.metadata.namespace === namespace && now - c.at < EXPECTATION_MS)
-      .map((c) => c.pod);
+    return this.expectations.createdPods(namespace);
   }
 
   /** The cache showed the pod: the memory of its create is no longer needed. */
   sawPod(pod: PodView): void {
-    this.created.delete(keyOf(pod.metadata));
+    this.expectations.sawPod(pod);
   }
 
   /**
@@ -129,13 +74,7 @@ export class PlaybookWriter {
    * write: a pass on it would decide on old facts and its write would conflict.
    */
   isBehind(playbook: StoredPlaybook): boolean {
-    const key = keyOf(playbook.metadata);
-    const written = this.written.get(key);
-    if (!written) return false;
-    if (written.over === playbook.metadata.resourceVersion && performance.now() - written.at < EXPECTATION_MS)
-      return true;
-    this.written.delete(key);
-    return false;
+    return this.expectations.isBehind(playbook);
   }
 
   async apply(playbook: StoredPlaybook, decision: Decision): Promise<void> {
@@ -193,7 +132,7 @@ export class PlaybookWriter {
     );
     this.deps.metrics.statusWrites.inc();
     if (resourceVersion && WrittenSchema.safeParse(written).success)
-      this.written.set(keyOf(playbook.metadata), { over: resourceVersion, at: performance.now() });
+      this.expectations.wroteStatus(playbook, resourceVersion);
     const condition = status.conditions?.find((c) => c.type === "Succeeded");
     this.deps.log.info(
       { namespace, name, phase: status.phase, reason: condition?.reason },
@@ -251,7 +190,7 @@ export class PlaybookWriter {
           { signal: this.leading.signal },
         ),
       );
-      if (created) this.rememberCreated(created, action.pod.metadata.ownerReferences[0]?.uid ?? "");
+      if (created) this.expectations.createdNow(created, action.pod.metadata.ownerReferences[0]?.uid ?? "");
       this.deps.log.info({ ...ref, pod: podName, attempt: action.attempt }, "Created Pod");
     } catch (error) {
       // Its deterministic name makes a second create of the same attempt fail here, never run
@@ -294,7 +233,7 @@ export class PlaybookWriter {
     }
     const owner = existing?.metadata.ownerReferences?.find((ref) => ref.controller);
     if (existing && owner?.kind === KIND && owner.uid === uid) {
-      this.rememberCreated(existing, uid);
+      this.expectations.createdNow(existing, uid);
       this.deps.log.debug(
         { namespace: target.namespace, name: target.name, pod: podName },
         "Pod already existed",
@@ -305,12 +244,6 @@ export class PlaybookWriter {
       ? `its controller is ${owner.kind} ${owner.name} (uid ${owner.uid})`
       : "it has no controller owner";
     throw new PodNameTakenError(podName, holder);
-  }
-
-  private rememberCreated(pod: PodView, uid: string): void {
-    const now = performance.now();
-    for (const [key, entry] of this.created) if (now - entry.at > EXPECTATION_MS) this.created.delete(key);
-    this.created.set(keyOf(pod.metadata), { pod, uid, at: now });
   }
 
   private async deletePod(action: Action & { type: "deletePod" }, target: EventTarget): Promise<void> {

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { GROUP, PLURAL, VERSION } from "../../src/controller/kube.js";
+import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
 import {
   clients,
   condition,

@@ -9,8 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseDuration } from "../../src/api/duration.js";
 import { type LimitDefaults, LOCAL_DEFAULTS } from "../../src/api/limits.js";
 import { InvalidPlaybookError, validatePlaybook } from "../../src/api/manifest.js";
+import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
 import { limitDefaults, loadControllerConfig } from "../../src/controller/config.js";
-import { GROUP, PLURAL, VERSION } from "../../src/controller/kube.js";
 import { clusterClients, createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { invalidSpecs, validSpecs } from "../support/playbook-specs.js";
 

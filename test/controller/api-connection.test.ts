@@ -9,7 +9,7 @@ import path from "node:path";
 import { CoreV1Api, KubeConfig, RbacAuthorizationV1Api } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { stringify } from "yaml";
-import { ApiClient, ApiError, MAX_THROTTLED_RETRIES } from "../../src/controller/api-client.js";
+import { ApiClient, ApiError, MAX_THROTTLED_RETRIES } from "../../src/runtime/api-client.js";
 import { openssl, signClientCertificate } from "../harness/certificates.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { freePort } from "../harness/processes.js";

@@ -3,8 +3,8 @@
 // show that as one event with its count, as the Kubernetes controllers' events do, not a pile.
 import { pino } from "pino";
 import { afterAll, describe, expect, it } from "vitest";
-import { EventRecorder, eventApiOf } from "../../src/controller/events.js";
-import { makeClients } from "../../src/controller/kube.js";
+import { EventRecorder, eventApiOf } from "../../src/runtime/events.js";
+import { makeClients } from "../../src/runtime/kube-config.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { type FreezableProxy, startFreezableProxy } from "./freezable-proxy.js";
 import {

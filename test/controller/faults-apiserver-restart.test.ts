@@ -21,7 +21,7 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { CoreV1Api, CustomObjectsApi, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { GROUP, PLURAL, VERSION } from "../../src/controller/kube.js";
+import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
 import { repoRoot } from "../harness/binaries.js";
 import { type DevCluster, startDevCluster } from "../harness/dev-cluster.js";
 import { keepOrRemoveClusterState, suiteOutcome, whyKeepLogs } from "../harness/log-retention.js";

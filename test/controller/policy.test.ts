@@ -11,7 +11,7 @@ import { type KubernetesObject, type V1Pod, Watch } from "@kubernetes/client-nod
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { PLAN_ANNOTATION, parsePlan } from "../../src/api/plan.js";
-import { GROUP, VERSION } from "../../src/controller/kube.js";
+import { GROUP, VERSION } from "../../src/api/playbook.js";
 import { repoRoot } from "../harness/binaries.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { reportFor, reportPod, scheduledPod, startPod } from "../harness/scripted-node.js";

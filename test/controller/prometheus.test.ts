@@ -11,7 +11,7 @@ import path from "node:path";
 import type { V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { GROUP, PLURAL, VERSION } from "../../src/controller/kube.js";
+import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import {
   freePort,

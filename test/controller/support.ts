@@ -10,9 +10,10 @@ import { CoreV1Api, CustomObjectsApi, KubeConfig, type V1Pod } from "@kubernetes
 import { pino } from "pino";
 import { inject } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
+import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
 import { loadControllerConfig } from "../../src/controller/config.js";
 import { PlaybookController } from "../../src/controller/controller.js";
-import { GROUP, makeClients, PLURAL, VERSION } from "../../src/controller/kube.js";
+import { makeClients } from "../../src/runtime/kube-config.js";
 import { repoRoot } from "../harness/binaries.js";
 import { runClusterTool, waitFor } from "../harness/processes.js";
 import { reportFor, reportPod, scheduledPod, startPod } from "../harness/scripted-node.js";

@@ -5,7 +5,7 @@
 // (ErrImagePull, then ImagePullBackOff) long before the start timeout, which then ends the run
 // StartTimeout with that reason; and `kubectl get pb` shows Pending from its first row.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { GROUP, VERSION } from "../../src/controller/kube.js";
+import { GROUP, VERSION } from "../../src/api/playbook.js";
 import { realNode } from "../controller/reason-cases.js";
 import {
   clients,

@@ -1,6 +1,6 @@
 // The proxy to the API server, chosen as kubectl (Go's net/http) chooses it.
 import { describe, expect, it } from "vitest";
-import { proxyFor } from "../../src/controller/api-proxy.js";
+import { proxyFor } from "../../src/runtime/api-proxy.js";
 
 const PROXY = "http://proxy.corp:3128";
 

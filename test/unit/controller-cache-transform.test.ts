@@ -8,8 +8,6 @@ import { KubeConfig } from "@kubernetes/client-node";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { parse } from "yaml";
-import { ApiClient } from "../../src/controller/api-client.js";
-import { Informer } from "../../src/controller/informer.js";
 import {
   type PodView,
   parsePod,
@@ -17,6 +15,8 @@ import {
   type StoredPlaybook,
   withoutUnreadFields,
 } from "../../src/controller/objects.js";
+import { ApiClient } from "../../src/runtime/api-client.js";
+import { Informer } from "../../src/runtime/informer.js";
 
 const ROOT = join(import.meta.dirname, "../..");
 

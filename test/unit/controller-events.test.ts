@@ -3,9 +3,13 @@
 import type { CoreV1Event } from "@kubernetes/client-node";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { ApiError } from "../../src/controller/api-client.js";
-import { type EventApi, EventRecorder, type EventTarget } from "../../src/controller/events.js";
-import type { RecordedEvent } from "../../src/controller/reconcile.js";
+import { ApiError } from "../../src/runtime/api-client.js";
+import {
+  type EventApi,
+  EventRecorder,
+  type EventTarget,
+  type RecordedEvent,
+} from "../../src/runtime/events.js";
 import { at } from "./controller-fixtures.js";
 
 type Call =

@@ -5,9 +5,9 @@ import type { AddressInfo } from "node:net";
 import { KubeConfig } from "@kubernetes/client-node";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { ApiClient, type ListPage } from "../../src/controller/api-client.js";
-import { Informer } from "../../src/controller/informer.js";
 import { type PodView, parsePod } from "../../src/controller/objects.js";
+import { ApiClient, type ListPage } from "../../src/runtime/api-client.js";
+import { Informer } from "../../src/runtime/informer.js";
 
 type Behaviour = (request: IncomingMessage, response: ServerResponse, query: URLSearchParams) => void;
 

@@ -17,15 +17,10 @@ import {
   type V1Lease,
 } from "@kubernetes/client-node";
 import { afterEach, describe, expect, it } from "vitest";
-import { ApiClient } from "../../src/controller/api-client.js";
-import { ApiCredentials } from "../../src/controller/api-credentials.js";
-import {
-  apiErrorMessage,
-  isConflict,
-  isNotFound,
-  makeClients,
-  statusCodeOf,
-} from "../../src/controller/kube.js";
+import { ApiClient } from "../../src/runtime/api-client.js";
+import { ApiCredentials } from "../../src/runtime/api-credentials.js";
+import { apiErrorMessage, isConflict, isNotFound, statusCodeOf } from "../../src/runtime/api-errors.js";
+import { makeClients } from "../../src/runtime/kube-config.js";
 
 let server: Server | undefined;
 afterEach(async () => {

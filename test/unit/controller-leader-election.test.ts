@@ -5,7 +5,7 @@
 import type { V1Lease } from "@kubernetes/client-node";
 import { pino } from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { LeaderElector, type LeaseApi, microTime } from "../../src/controller/leader-election.js";
+import { LeaderElector, type LeaseApi, microTime } from "../../src/runtime/leader-election.js";
 
 class LeaseStore {
   lease: V1Lease | undefined;

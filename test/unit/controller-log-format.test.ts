@@ -2,7 +2,7 @@
 import { Writable } from "node:stream";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { textDestination } from "../../src/controller/log-format.js";
+import { textDestination } from "../../src/runtime/log-format.js";
 
 function textLogger(level = "info") {
   const lines: string[] = [];

@@ -3,7 +3,7 @@ import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { loadControllerConfig } from "../../src/controller/config.js";
 import { PlaybookController } from "../../src/controller/controller.js";
-import { makeClients } from "../../src/controller/kube.js";
+import { makeClients } from "../../src/runtime/kube-config.js";
 
 describe("a controller whose API server is unreachable", () => {
   it("is not ready, and still stops promptly on SIGTERM", async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { WorkQueue } from "../../src/controller/work-queue.js";
+import { WorkQueue } from "../../src/runtime/work-queue.js";
 
 describe("the work queue", () => {
   it("keeps one pending entry per key however many events arrive", async () => {

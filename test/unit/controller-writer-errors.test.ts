@@ -6,11 +6,14 @@ import type { AddressInfo } from "node:net";
 import { KubeConfig } from "@kubernetes/client-node";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { makeClients, statusCodeOf } from "../../src/controller/kube.js";
 import { ControllerMetrics } from "../../src/controller/metrics.js";
 import { parseStoredPlaybook } from "../../src/controller/objects.js";
 import type { Decision } from "../../src/controller/reconcile.js";
-import { PlaybookWriter, PodCreateFailedError, systemClock } from "../../src/controller/writer.js";
+import { PodCreateFailedError } from "../../src/controller/reconcile-errors.js";
+import { PlaybookWriter } from "../../src/controller/writer.js";
+import { statusCodeOf } from "../../src/runtime/api-errors.js";
+import { systemClock } from "../../src/runtime/clock.js";
+import { makeClients } from "../../src/runtime/kube-config.js";
 
 let server: Server | undefined;
 afterEach(async () => {

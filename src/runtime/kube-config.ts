@@ -1,4 +1,5 @@
-// The API client the controller uses, and the few error facts it decides on.
+// The API client the controller uses, made from a kubeconfig as kubectl finds one (the error facts
+// it decides on are in api-errors.ts; the group, version and plural it calls, in src/api/playbook.ts).
 // KubeConfig is the one value taken from client-node (the rest is types), so a bundle keeps
 // only it and what it needs.
 import fs from "node:fs";
@@ -7,13 +8,9 @@ import path from "node:path";
 import { KubeConfig } from "@kubernetes/client-node";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
-import { API_CALL_TIMEOUT_MS, ApiClient, ApiError } from "./api-client.js";
+import { API_CALL_TIMEOUT_MS, ApiClient } from "./api-client.js";
 
 export { API_CALL_TIMEOUT_MS };
-
-export const GROUP = "playbook.dev";
-export const VERSION = "v1alpha1";
-export const PLURAL = "playbooks";
 
 export interface KubeClients {
   kubeConfig: KubeConfig;
@@ -87,30 +84,4 @@ function keepTokenFile(kubeConfig: KubeConfig, files: string[]): void {
  */
 export function makeClients(kubeConfig: KubeConfig, callTimeoutMs = API_CALL_TIMEOUT_MS): KubeClients {
   return { kubeConfig, api: new ApiClient(kubeConfig, callTimeoutMs) };
-}
-
-/**
- * The HTTP status the API server answered a failed call with: ApiError's numeric `code` (a
- * network error's `code` is a string such as ECONNREFUSED).
- */
-export function statusCodeOf(error: unknown): number | undefined {
-  const code = error && typeof error === "object" ? (error as { code?: unknown }).code : undefined;
-  return typeof code === "number" ? code : undefined;
-}
-
-export const isNotFound = (error: unknown) => statusCodeOf(error) === 404;
-export const isConflict = (error: unknown) => statusCodeOf(error) === 409;
-
-const StatusMessageSchema = z.looseObject({ message: z.string().min(1) });
-
-/**
- * A one-line account of a failure for logs and status messages: the status code and the Status
- * message when the API server sent one, otherwise the first line of the error's message.
- */
-export function apiErrorMessage(error: unknown): string {
-  if (error instanceof ApiError) {
-    const status = StatusMessageSchema.safeParse(error.body);
-    if (status.success) return `${error.code} ${status.data.message}`;
-  }
-  return error instanceof Error ? (error.message.split("\n")[0] ?? error.name) : String(error);
 }

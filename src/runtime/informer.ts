@@ -1,13 +1,14 @@
 // A list-watch cache that owns its recovery, since client-node's watch can end or fall silent:
 // it restarts the watch with backoff and jitter from the last resourceVersion, relists on
 // 410 Gone, restarts a watch that delivered nothing (not even a bookmark) for too long, and
-// hands every cached object to its handlers again on a periodic resync.
+// hands every cached object to its handlers again on a periodic resync. What it holds is an
+// IndexedStore (indexed-store.ts).
 import type { Logger } from "pino";
 import { z } from "zod";
 import { formatDuration } from "../api/duration.js";
 import type { ApiClient, ListPage } from "./api-client.js";
-import { WATCH_SECONDS_MIN } from "./config.js";
-import { apiErrorMessage, statusCodeOf } from "./kube.js";
+import { apiErrorMessage, describeApiFailure, isGone } from "./api-errors.js";
+import { IndexedStore } from "./indexed-store.js";
 
 export interface InformerHandlers<T> {
   /** old is undefined for an object seen for the first time. */
@@ -49,6 +50,9 @@ export interface InformerOptions<T> {
   random?: () => number;
 }
 
+/** Server-side watch timeout of the informers: between this and twice this; the watchdog must be longer. */
+export const WATCH_SECONDS_MIN = 120;
+
 const WatchEventSchema = z.looseObject({ type: z.string(), object: z.unknown() });
 const WatchStatusSchema = z.looseObject({ code: z.number().optional(), message: z.string().optional() });
 const WatchMetaSchema = z.looseObject({
@@ -67,8 +71,7 @@ const MAX_BACKOFF_MS = 30_000;
 const MAX_LIST_RESTARTS = 3;
 
 export class Informer<T> {
-  private readonly cache = new Map<string, T>();
-  private readonly index = new Map<string, Set<string>>();
+  private readonly cache: IndexedStore<T>;
   private readonly handlers: InformerHandlers<T>[] = [];
   private resourceVersion = "";
   private synced = false;
@@ -84,6 +87,7 @@ export class Informer<T> {
 
   constructor(options: InformerOptions<T>) {
     this.options = options;
+    this.cache = new IndexedStore(options.indexOf);
     this.random = options.random ?? Math.random;
   }
 
@@ -110,18 +114,11 @@ export class Informer<T> {
   }
 
   list(): T[] {
-    return [...this.cache.values()];
+    return this.cache.list();
   }
 
   byIndex(value: string): T[] {
-    const keys = this.index.get(value);
-    if (!keys) return [];
-    const out: T[] = [];
-    for (const key of keys) {
-      const object = this.cache.get(key);
-      if (object) out.push(object);
-    }
-    return out;
+    return this.cache.byIndex(value);
   }
 
   start(): void {
@@ -259,16 +256,16 @@ export class Informer<T> {
         seen.add(key);
         const old = this.cache.get(key);
         if (old && this.options.resourceVersionOf(old) === this.options.resourceVersionOf(object)) continue;
-        this.store(key, object);
+        this.cache.set(key, object);
         this.emitUpsert(object, old);
       }
       cont = page.continue || undefined;
       if (cont === undefined) break;
     }
     this.options.onRelist?.();
-    for (const [key, old] of [...this.cache]) {
+    for (const [key, old] of this.cache.entries()) {
       if (seen.has(key)) continue;
-      this.remove(key);
+      this.cache.delete(key);
       for (const handler of this.handlers) handler.onDelete?.(old);
     }
     this.resourceVersion = resourceVersion;
@@ -351,11 +348,11 @@ export class Informer<T> {
     const key = this.options.keyOf(object);
     if (type === "DELETED") {
       const old = this.cache.get(key);
-      this.remove(key);
+      this.cache.delete(key);
       for (const handler of this.handlers) handler.onDelete?.(old ?? object);
     } else if (type === "ADDED" || type === "MODIFIED") {
       const old = this.cache.get(key);
-      this.store(key, object);
+      this.cache.set(key, object);
       this.emitUpsert(object, old);
     }
     if (resourceVersion) this.resourceVersion = resourceVersion;
@@ -369,58 +366,6 @@ export class Informer<T> {
   private emitUpsert(object: T, old: T | undefined): void {
     for (const handler of this.handlers) handler.onUpsert?.(object, old);
   }
-
-  private store(key: string, object: T): void {
-    const old = this.cache.get(key);
-    if (old && this.options.indexOf) this.unindex(key, old);
-    this.cache.set(key, object);
-    const value = this.options.indexOf?.(object);
-    if (value) {
-      let keys = this.index.get(value);
-      if (!keys) {
-        keys = new Set();
-        this.index.set(value, keys);
-      }
-      keys.add(key);
-    }
-  }
-
-  private remove(key: string): void {
-    const old = this.cache.get(key);
-    if (old && this.options.indexOf) this.unindex(key, old);
-    this.cache.delete(key);
-  }
-
-  private unindex(key: string, object: T): void {
-    const value = this.options.indexOf?.(object);
-    if (!value) return;
-    const keys = this.index.get(value);
-    keys?.delete(key);
-    if (keys?.size === 0) this.index.delete(value);
-  }
-}
-
-export function isGone(error: unknown): boolean {
-  return statusCodeOf(error) === 410;
-}
-
-const NETWORK_FAILURE =
-  /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN|EPIPE|socket hang up/;
-
-/** An API call's failure in words, saying when the API server could not be reached at all. */
-export function describeApiFailure(error: unknown): string {
-  const code = (error as { code?: unknown } | null)?.code;
-  const text = apiErrorMessage(error);
-  const cause = (error as { cause?: unknown } | null)?.cause;
-  const causeText = cause === undefined ? "" : apiErrorMessage(cause);
-  if (
-    (typeof code === "string" && NETWORK_FAILURE.test(code)) ||
-    NETWORK_FAILURE.test(text) ||
-    NETWORK_FAILURE.test(causeText)
-  ) {
-    return `API server unreachable: ${causeText && !text.includes(causeText) ? `${text}: ${causeText}` : text}`;
-  }
-  return text;
 }
 
 function parseJson(line: string): unknown {

@@ -10,8 +10,7 @@ import type { CoreV1Event } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { API_VERSION, KIND } from "../api/playbook.js";
 import type { ApiClient, CallOptions } from "./api-client.js";
-import { apiErrorMessage, isNotFound } from "./kube.js";
-import type { RecordedEvent } from "./reconcile.js";
+import { apiErrorMessage, isNotFound } from "./api-errors.js";
 
 export const COMPONENT = "playbook-controller";
 const MAX_MESSAGE = 1024;
@@ -21,6 +20,13 @@ export const MAX_QUEUED_EVENTS = 1000;
 export const MAX_REMEMBERED_EVENTS = 4096;
 /** Drops are logged at most this often (each line says how many since the last). */
 const DROP_LOG_INTERVAL_MS = 10_000;
+
+/** An event to record on a Playbook, as reconcile decides it. */
+export interface RecordedEvent {
+  type: "Normal" | "Warning";
+  reason: string;
+  message: string;
+}
 
 export interface EventTarget {
   name: string;

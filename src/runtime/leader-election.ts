@@ -8,7 +8,7 @@
 import type { V1Lease } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import type { ApiClient } from "./api-client.js";
-import { apiErrorMessage, isConflict, isNotFound } from "./kube.js";
+import { apiErrorMessage, isConflict, isNotFound } from "./api-errors.js";
 
 /** The Lease calls leader election makes. */
 export type LeaseApi = Pick<

@@ -1,0 +1,111 @@
+// A pod that ended: the runner's report decides, unless the kubelet's deadline, an eviction or a
+// deletion did, or the run was cancelled.
+import { formatDuration } from "../api/duration.js";
+import { decideLost } from "./decide-start.js";
+import {
+  BACKSTOP_SLACK_MS,
+  cancelledTasks,
+  type Decision,
+  progress,
+  type RunState,
+  settle,
+} from "./decision.js";
+
+import type { PodView } from "./objects.js";
+import { terminationGraceSeconds } from "./pod-builder.js";
+import {
+  describeKubeletVerdict,
+  disruptionOf,
+  podDeadline,
+  type ReadReport,
+  readReport,
+  runnerEnded,
+  runnerOomHint,
+  settleWaitMs,
+} from "./pod-state.js";
+
+import { markUnfinished, runStatusFromReport, settledStatus } from "./status.js";
+
+/**
+ * A report the runner finished before its pod's activeDeadlineSeconds passed: the run was decided
+ * before the kubelet's backstop fired, which then only caught the runner on its way out. A report
+ * finished at or after the deadline is the runner's answer to the kubelet's stop, not the run's.
+ */
+function reportedBeforeDeadline(read: ReadReport, pod: PodView): boolean {
+  const deadline = podDeadline(pod);
+  if (!read.ok || deadline === undefined) return false;
+  const end = Date.parse(read.report.end);
+  return !Number.isNaN(end) && end < deadline.at;
+}
+
+/**
+ * A pod that ended: the runner's report decides, unless an eviction did, or the kubelet's
+ * deadline fired before the runner reported.
+ */
+export function decideEndedPod(state: RunState, pod: PodView): Decision {
+  const { base, spec } = state;
+  const podName = pod.metadata.name;
+  const run = { startTime: state.startTime, podName, podAttempts: state.attempts };
+  const disruption = disruptionOf(pod);
+  // A cancelled run is not re-created after a disruption: the cancel decides its end.
+  if (disruption && !state.cancel) return decideLost(state, `pod ${podName} ${disruption}`);
+  const read = readReport(pod, spec.tasks.length);
+  if (pod.status?.reason === "DeadlineExceeded" && state.cancel) return decideCancelledPod(state, pod, read);
+  if (pod.status?.reason === "DeadlineExceeded" && !reportedBeforeDeadline(read, pod)) {
+    const tasks = read.ok ? runStatusFromReport(base, read.report, run).tasks : base.previous.tasks;
+    const message = `the kubelet stopped pod ${podName} at its activeDeadlineSeconds backstop: the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) plus killGrace and a margin passed before the runner reported`;
+    const next = settledStatus(base, {
+      reason: "PodDeadlineExceeded",
+      message,
+      tasks: markUnfinished(tasks ?? [], "Cancelled"),
+    });
+    return settle(base, { ...next, podName, podAttempts: state.attempts }, "PodDeadlineExceeded");
+  }
+  if (read.ok) {
+    if (read.report.reason === "Cancelled" && !state.cancel) {
+      // The runner was interrupted by someone else than us: a node drain, a deletion.
+      return decideLost(state, `pod ${podName} was stopped from outside (${describeKubeletVerdict(pod)})`);
+    }
+    const next = runStatusFromReport(base, read.report, run);
+    return settle(base, next, read.report.reason);
+  }
+  if (pod.metadata.deletionTimestamp && !state.cancel) {
+    return decideLost(
+      state,
+      `pod ${podName} was deleted before the runner reported (${describeKubeletVerdict(pod)})`,
+    );
+  }
+  const waitMs = settleWaitMs(pod, state.input.now);
+  if (waitMs > 0 && !state.cancel) {
+    // The container's end and the disruption that caused it can reach the API in separate
+    // writes; a pod taken by the infrastructure must not be mistaken for a runner that crashed.
+    return progress(base, base.previous, { requeueAfterMs: waitMs });
+  }
+  const message = `pod ${podName} ended without a valid runner report (${describeKubeletVerdict(pod)}): ${read.problem}${runnerOomHint(pod)}`;
+  const next = settledStatus(base, { reason: state.cancel ? "Cancelled" : "RunnerLost", message });
+  return settle(
+    base,
+    { ...next, podName, podAttempts: state.attempts },
+    state.cancel ? "Cancelled" : "RunnerLost",
+  );
+}
+
+/**
+ * A pod the kubelet stopped at the deadline the cancel lowered: the runner's report decides once
+ * its container ended (the pod's phase turns Failed first); without one the run is Cancelled, as
+ * the controller asked.
+ */
+function decideCancelledPod(state: RunState, pod: PodView, read: ReadReport): Decision {
+  const { base } = state;
+  const podName = pod.metadata.name;
+  const run = { startTime: state.startTime, podName, podAttempts: state.attempts };
+  if (read.ok) return settle(base, runStatusFromReport(base, read.report, run), read.report.reason);
+  const deadline = podDeadline(pod);
+  const waitUntil = (deadline?.at ?? 0) + terminationGraceSeconds(base.limits) * 1000 + BACKSTOP_SLACK_MS;
+  if (!runnerEnded(pod) && waitUntil > state.input.now.getTime()) {
+    return progress(base, base.previous, { requeueAfterMs: waitUntil - state.input.now.getTime() });
+  }
+  const message = `the run was cancelled (spec.cancel); pod ${podName} was stopped at its lowered activeDeadlineSeconds without a valid runner report (${describeKubeletVerdict(pod)}): ${read.ok ? "" : read.problem}`;
+  const next = settledStatus(base, { reason: "Cancelled", message, tasks: cancelledTasks(base) });
+  return settle(base, { ...next, podName, podAttempts: state.attempts }, "Cancelled");
+}

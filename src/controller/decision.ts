@@ -1,0 +1,111 @@
+// What a reconcile pass decides (pods to create, stop or delete, one status, events) and from what:
+// its input, the run as decided against its plan (RunState), and the two ways a decision writes
+// status: settle (the run ended) and progress (it goes on).
+import type { LimitDefaults, ResolvedLimits } from "../api/limits.js";
+import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
+import type { NamespaceRules, PodSettings } from "../api/policy.js";
+import type { TerminalReason } from "../api/reasons.js";
+import type { RecordedEvent } from "../runtime/events.js";
+import { type FinishedRun, finishEvents, finishedRun } from "./finished-run.js";
+import type { PodView, StoredPlaybook } from "./objects.js";
+import type { PodManifest } from "./pod-builder.js";
+import type { SlotState } from "./policy-queue.js";
+import { markUnfinished, type StatusBase, sameStatus } from "./status.js";
+
+export interface ReconcileSettings {
+  defaults: LimitDefaults;
+  runnerImage: string;
+  ttlSecondsAfterFinished: number;
+  /** --allowed-service-accounts and --allowed-images: allowed where no policy says otherwise. */
+  allowedServiceAccounts?: readonly string[];
+  allowedImages?: readonly string[];
+}
+
+export interface ReconcileInput {
+  playbook: StoredPlaybook;
+  /** Pods this Playbook controls (owner reference), from the cache or confirmed by a live read. */
+  pods: readonly PodView[];
+  now: Date;
+  settings: ReconcileSettings;
+  /** What governs the namespace: its PlaybookPolicy named default, else the controller's flags. */
+  rules?: NamespaceRules;
+  /** The namespace's running-Playbooks cap and who holds its slots, when it has one. */
+  slots?: SlotState;
+  /**
+   * Pod names held by pods this Playbook does not control (a lingering pod of a deleted Playbook
+   * of the same name, anyone's pod), as the cache or a create's AlreadyExists showed them.
+   */
+  takenPodNames?: readonly string[];
+}
+
+export type Action =
+  /** planDigest: the digest of the plan the pod carries, as status.planDigest records it. */
+  | { type: "createPod"; pod: PodManifest; attempt: number; planDigest: string }
+  | { type: "deletePod"; name: string; gracePeriodSeconds?: number; why: "cancel" | "ttl" | "finished" }
+  /** Cancel: the kubelet stops the pod at its lowered deadline and keeps it for its logs. */
+  | { type: "lowerDeadline"; name: string; activeDeadlineSeconds: number };
+
+export interface Decision {
+  /** The status to write, or null when it would not change. */
+  status: PlaybookStatus | null;
+  actions: Action[];
+  events: RecordedEvent[];
+  finished?: FinishedRun;
+  requeueAfterMs?: number;
+}
+
+export interface RunState {
+  base: StatusBase & { limits: ResolvedLimits };
+  /** The spec the run is decided against: its pod's plan once a pod exists. */
+  spec: PlaybookSpec;
+  /** The defaults the plan's limits were resolved with. */
+  defaults: LimitDefaults;
+  /** Image, service account, resources and backoffLimit: the spec's, else the policy's, else the controller's. */
+  pod: PodSettings;
+  /** The Playbook's generation the spec is from. */
+  specGeneration: number | undefined;
+  /** spec.cancel as the Playbook says now: the one field that may change during a run. */
+  cancel: boolean;
+  input: ReconcileInput;
+  attempts: number;
+  startTime: string;
+  /** The plan's digest the status records; undefined for a run that has not recorded one yet. */
+  planDigest: string | undefined;
+}
+
+/** How long past its activeDeadlineSeconds a running pod may go before the controller acts. */
+export const BACKSTOP_SLACK_MS = 30_000;
+
+/** The tasks of the last status, those not ended marked Cancelled. */
+export function cancelledTasks(base: StatusBase): TaskStatus[] {
+  return markUnfinished(base.previous.tasks ?? [], "Cancelled");
+}
+
+export function settle(
+  base: StatusBase,
+  next: PlaybookStatus,
+  reason: TerminalReason,
+  extra: Partial<Decision> & { policyRefusals?: string[] } = {},
+): Decision {
+  const finished = finishedRun(next, reason, base.limits);
+  if (extra.policyRefusals) finished.policyRefusals = extra.policyRefusals;
+  return {
+    status: next,
+    actions: extra.actions ?? [],
+    events: [...(extra.events ?? []), ...finishEvents(next, reason, base.limits)],
+    finished,
+  };
+}
+
+export function progress(base: StatusBase, next: PlaybookStatus, extra: Partial<Decision> = {}): Decision {
+  return {
+    status: sameStatus(base.previous, next) ? null : next,
+    actions: extra.actions ?? [],
+    events: extra.events ?? [],
+    ...(extra.requeueAfterMs !== undefined ? { requeueAfterMs: extra.requeueAfterMs } : {}),
+  };
+}
+
+export function capitalise(text: string): string {
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}

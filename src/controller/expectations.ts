@@ -1,0 +1,63 @@
+// What the writer just wrote, remembered until the caches show it (as the Job controller's
+// expectations do): a pod it created that the pod cache does not list yet, and the
+// resourceVersion a status write went over, which the Playbook cache still holds until the
+// write's watch event arrives.
+import { keyOf, type PodView, type StoredPlaybook } from "./objects.js";
+
+// How long a write is trusted while the cache has not shown it. Timed on the monotonic clock:
+// it is about this process's cache lag, not about the run, whose decisions use the injected clock.
+const EXPECTATION_MS = 30_000;
+
+export class WriteExpectations {
+  /** Pods created that the cache may not show yet, by pod key. */
+  private readonly created = new Map<string, { pod: PodView; uid: string; at: number }>();
+  /** Status writes the cache may not show yet, by Playbook key: the resourceVersion written over. */
+  private readonly written = new Map<string, { over: string; at: number }>();
+
+  /** A pod this writer created that the cache does not show yet, if it is still trusted. */
+  createdPod(namespace: string, name: string, ownerUid: string | undefined): PodView | undefined {
+    const created = this.created.get(`${namespace}/${name}`);
+    if (created && created.uid === ownerUid && performance.now() - created.at < EXPECTATION_MS)
+      return created.pod;
+    return undefined;
+  }
+
+  /** The pods this writer created in a namespace that the cache may not show yet. */
+  createdPods(namespace: string): PodView[] {
+    const now = performance.now();
+    return [...this.created.values()]
+      .filter((c) => c.pod.metadata.namespace === namespace && now - c.at < EXPECTATION_MS)
+      .map((c) => c.pod);
+  }
+
+  /** The cache showed the pod: the memory of its create is no longer needed. */
+  sawPod(pod: PodView): void {
+    this.created.delete(keyOf(pod.metadata));
+  }
+
+  /**
+   * True while the cache still holds the Playbook as it was before this writer's last status
+   * write: a pass on it would decide on old facts and its write would conflict.
+   */
+  isBehind(playbook: StoredPlaybook): boolean {
+    const key = keyOf(playbook.metadata);
+    const written = this.written.get(key);
+    if (!written) return false;
+    if (written.over === playbook.metadata.resourceVersion && performance.now() - written.at < EXPECTATION_MS)
+      return true;
+    this.written.delete(key);
+    return false;
+  }
+
+  /** The writer created this pod (or found it already its own) for the Playbook of that UID. */
+  createdNow(pod: PodView, uid: string): void {
+    const now = performance.now();
+    for (const [key, entry] of this.created) if (now - entry.at > EXPECTATION_MS) this.created.delete(key);
+    this.created.set(keyOf(pod.metadata), { pod, uid, at: now });
+  }
+
+  /** The writer wrote the Playbook's status over this resourceVersion. */
+  wroteStatus(playbook: StoredPlaybook, over: string): void {
+    this.written.set(keyOf(playbook.metadata), { over, at: performance.now() });
+  }
+}
