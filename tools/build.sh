@@ -81,7 +81,7 @@ lock_holder_pid() {
     [[ $pid == "$$" || $waiting == *" $pid "* ]] && continue
     # A waiting script's own shell: its flock child is the one in the wait list.
     [[ -n $(ps -o pid= --ppid "$pid" 2>/dev/null | tr -s ' \n' ' ' | awk -v w="$waiting" '{ for (i = 1; i <= NF; i++) if (index(w, " " $i " ")) { print "w"; exit } }') ]] && continue
-    secs=$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ')
+    secs=$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ') || continue
     [[ -n $secs ]] && ((secs > most)) && { most=$secs; oldest=$pid; }
   done
   printf '%s' "$oldest"
@@ -91,8 +91,8 @@ lock_holder_pid() {
 process_line() {
   local args since secs
   args=$(ps -o args= -p "$1" 2>/dev/null) || return 1
-  since=$(ps -o lstart= -p "$1" 2>/dev/null | sed 's/^ *//')
-  secs=$(ps -o etimes= -p "$1" 2>/dev/null | tr -d ' ')
+  since=$(ps -o lstart= -p "$1" 2>/dev/null | sed 's/^ *//') || return 1
+  secs=$(ps -o etimes= -p "$1" 2>/dev/null | tr -d ' ') || return 1
   printf 'pid %s (%s), running since %s (%s)' "$1" "$args" "$since" "$(elapsed "${secs:-0}")"
 }
 
@@ -125,8 +125,9 @@ report_lock_holder() { # report_lock_holder <seconds waited>
     pid=$(lock_holder_pid)
   fi
   if [[ -n $pid ]] && line=$(process_line "$pid"); then
-    parent=$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')
-    [[ -n $parent ]] && parent=$(ps -o args= -p "$parent" 2>/dev/null)
+    # The holder may end while it is being described: what was read so far is said.
+    parent=$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ') || parent=""
+    if [[ -n $parent ]]; then parent=$(ps -o args= -p "$parent" 2>/dev/null) || parent=""; fi
   elif [[ -n $noted ]]; then
     # The holder runs where this script cannot see it (another PID namespace): its note says who.
     line="pid $noted per its note in $holder_file ($(holder_field command)), running since $(holder_field since)"
