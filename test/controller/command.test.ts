@@ -141,11 +141,13 @@ describe("playbook controller", () => {
       const playbook = await waitForFinished(namespace, "metered", 60_000);
       expect(condition(playbook, "Succeeded")?.reason).toBe("Succeeded");
 
-      // The status can be read back a moment before the controller has counted its write.
+      // The status can be read back a moment before the controller has counted its write, and
+      // the active-runs gauge follows the controller's cache, which sees the write a moment later.
       const counted = `playbook_runs_total{namespace="${namespace}",reason="Succeeded"} 1`;
-      const metrics = await eventually("the run to be counted", async () => {
+      const idle = `playbook_active_runs{namespace="${namespace}"} 0`;
+      const metrics = await eventually("the run to be counted and no longer active", async () => {
         const text = await (await fetch(`${url}/metrics`)).text();
-        return text.includes(counted) ? text : undefined;
+        return text.includes(counted) && text.includes(idle) ? text : undefined;
       });
       for (const name of [
         "playbook_runs_total",
