@@ -27,15 +27,20 @@ import {
 
 const { core } = clients();
 let namespace: string;
+let restricted: string;
 let controller: RunningController;
 
 beforeAll(async () => {
   namespace = await createTestNamespace(core, "scripted");
-  controller = startController([namespace]);
+  restricted = await createTestNamespace(core, "scripted-restricted", {
+    "pod-security.kubernetes.io/enforce": "restricted",
+  });
+  controller = startController([namespace, restricted]);
 });
 afterAll(async () => {
   await controller?.stop();
   await deleteTestNamespace(core, namespace);
+  if (restricted) await deleteTestNamespace(core, restricted);
 });
 
 describe("the scripted node", () => {
@@ -170,5 +175,18 @@ describe("the scripted node", () => {
       image: inject("runnerImage"),
       message: lost,
     });
+  });
+
+  it("creates pods the API server admits in a namespace that enforces restricted", async () => {
+    await createPlaybook(restricted, "admitted", {
+      ceiling: "1m",
+      tasks: [
+        { name: "one", run: "true" },
+        { name: "two", run: "true", image: inject("runnerImage") },
+      ],
+    });
+    const pod = await scheduledPod(core, restricted, "admitted-1");
+    expect(pod.spec?.shareProcessNamespace).toBe(true);
+    expect(pod.spec?.containers.map((c) => c.name)).toEqual(["runner", "task-1"]);
   });
 });
