@@ -356,7 +356,7 @@ static void start(char *payload, size_t len)
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		signal(SIGPIPE, SIG_DFL);
 		setsid();
-		int devnull = open("/dev/null", O_RDONLY);
+		int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		const char *step = "open /dev/null";
 		if (devnull >= 0 && dup2(devnull, 0) >= 0 && dup2(out[1], 1) >= 0 && dup2(err[1], 2) >= 0) {
 			int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
@@ -551,6 +551,25 @@ static void connect_runner(const char *path)
 	}
 }
 
+/* Descriptors the agent inherited (beyond 0-2) would pass on to every task: close them first. Its
+ * own are all close-on-exec. */
+static void close_inherited(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (!d) {
+		for (int fd = 3; fd < 1024; fd++) close(fd);
+		return;
+	}
+	int fds[256], n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) && n < 256) {
+		int fd = atoi(e->d_name);
+		if (fd > 2 && fd != dirfd(d)) fds[n++] = fd;
+	}
+	closedir(d);
+	for (int i = 0; i < n; i++) close(fds[i]);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -558,6 +577,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	self = getpid();
+	close_inherited();
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) perror("agent: PR_SET_CHILD_SUBREAPER");
 	signal(SIGPIPE, SIG_IGN);
 	/* SIGCHLD through a signalfd; SIGTERM, SIGINT and SIGHUP too: the runner decides when this ends

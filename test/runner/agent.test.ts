@@ -219,6 +219,49 @@ describe("agent", () => {
     expect(agent).toMatchObject({ container: "task-1", pid: child.pid, uid, shell: "/bin/sh" });
   });
 
+  it("waits for the runner's socket to appear, and the hub waits for every expected agent", async () => {
+    const socket = join(dir, `late-${++sockets}.sock`);
+    const spawnAgent = (container: string) =>
+      spawn(join(dir, "agent"), [socket, container], {
+        env: {},
+        stdio: "ignore",
+        ...(root ? { uid, gid } : {}),
+      });
+    const first = spawnAgent("task-1");
+    cleanups.push(() => {
+      first.kill("SIGKILL");
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const hub = await openAgentHub(socket, { expect: ["task-1", "task-2"] });
+    cleanups.push(() => hub.close());
+    if (root) chownSync(socket, 0, gid);
+    await expect(hub.ready(500)).rejects.toThrow("no agent connected for task-2 within 500 ms");
+    const second = spawnAgent("task-2");
+    cleanups.push(() => {
+      second.kill("SIGKILL");
+    });
+    await hub.ready(5000);
+    expect(hub.agents().map((agent) => [agent.container, agent.pid])).toEqual([
+      ["task-1", first.pid],
+      ["task-2", second.pid],
+    ]);
+  });
+
+  it("refuses an agent of a container it does not expect", async () => {
+    const socket = join(dir, `unexpected-${++sockets}.sock`);
+    const hub = await openAgentHub(socket, { expect: ["task-1"] });
+    cleanups.push(() => hub.close());
+    if (root) chownSync(socket, 0, gid);
+    const stranger = spawn(join(dir, "agent"), [socket, "task-9"], {
+      env: {},
+      stdio: "ignore",
+      ...(root ? { uid, gid } : {}),
+    });
+    const ended = await new Promise<number | null>((resolve) => stranger.on("exit", (code) => resolve(code)));
+    expect(ended).toBe(0);
+    expect(() => hub.agent("task-9")).toThrow("no agent connected for container task-9");
+  });
+
   it("streams stdout and stderr apart, each in order, and reports the exit code", async () => {
     const { agent } = await startAgent();
     const task = observe(agent, {
@@ -266,6 +309,17 @@ describe("agent", () => {
       session: pid,
     });
     expect(oom).toBe("1000");
+  });
+
+  it("passes the task stdin from /dev/null and no descriptor of its own", async () => {
+    const { agent } = await startAgent();
+    // exec: the shell's own descriptors are what the task got; ls would add the one it reads with.
+    const task = observe(agent, { run: "readlink /proc/$$/fd/0; exec ls /proc/self/fd" });
+    await task.done;
+    const [stdin, ...fds] = task.stdout().trim().split("\n");
+    expect(stdin).toBe("/dev/null");
+    // 0, 1, 2 and the one ls reads /proc/self/fd with.
+    expect(fds.map(Number).sort()).toEqual([0, 1, 2, 3]);
   });
 
   it("signals the task's group with -PGID", async () => {
