@@ -153,7 +153,14 @@ static void send_error(const char *id, const char *fmt, ...)
 
 struct proc { pid_t pid, ppid; char state; };
 
-/* Every process /proc shows, with its parent and state. Returns the count; *out is malloc'd. */
+static int by_pid(const void *a, const void *b)
+{
+	pid_t x = ((const struct proc *)a)->pid, y = ((const struct proc *)b)->pid;
+	return (x > y) - (x < y);
+}
+
+/* Every process /proc shows, with its parent and state, sorted by pid. Returns the count; *out is
+ * malloc'd. */
 static size_t read_procs(struct proc **out)
 {
 	size_t cap = 256, n = 0;
@@ -191,19 +198,21 @@ static size_t read_procs(struct proc **out)
 		list[n++] = (struct proc){(pid_t)pid, (pid_t)ppid, state};
 	}
 	closedir(d);
+	qsort(list, n, sizeof *list, by_pid);
 	*out = list;
 	return n;
 }
 
+/* list must be sorted by pid (read_procs sorts it). */
 static int is_descendant(const struct proc *list, size_t n, pid_t pid)
 {
 	/* Walks up the parent chain; bounded by n steps, so a stale loop cannot hang. */
 	for (size_t steps = 0; steps <= n && pid > 1; steps++) {
-		pid_t parent = 0;
-		for (size_t i = 0; i < n; i++)
-			if (list[i].pid == pid) { parent = list[i].ppid; break; }
-		if (parent == self) return 1;
-		pid = parent;
+		struct proc key = {.pid = pid};
+		const struct proc *found = bsearch(&key, list, n, sizeof *list, by_pid);
+		if (!found) return 0;
+		if (found->ppid == self) return 1;
+		pid = found->ppid;
 	}
 	return 0;
 }

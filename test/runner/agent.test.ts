@@ -107,6 +107,21 @@ function readdirProc(): string[] {
   return readdirSync("/proc").filter((name) => /^\d+$/.test(name));
 }
 
+/** The live descendants of `ancestor`. */
+function descendantsOf(ancestor: number): number[] {
+  const parents = new Map<number, number>();
+  for (const name of readdirProc()) {
+    const s = stat(Number(name));
+    if (s && s.state !== "Z") parents.set(Number(name), s.ppid);
+  }
+  return [...parents.keys()].filter((pid) => {
+    for (let at = parents.get(pid); at !== undefined && at > 1; at = parents.get(at)) {
+      if (at === ancestor) return true;
+    }
+    return false;
+  });
+}
+
 async function until(check: () => boolean, what: string, ms = 3000): Promise<void> {
   const end = Date.now() + ms;
   while (!check()) {
@@ -347,6 +362,21 @@ describe("agent", () => {
     agent.kill("tree", "SIGKILL");
     await task.done;
     await until(() => !alive(escapee) && !alive(grandchild), "the tree to end");
+  });
+
+  it("kills a tree of 100 processes and one that keeps forking while it is swept", async () => {
+    const { agent } = await startAgent();
+    const task = observe(agent, {
+      run: "for i in $(seq 100); do sleep 300 & done; (while :; do sleep 300 & done) & echo ready; wait",
+    });
+    await until(() => task.stdout().includes("ready"), "the tree to start");
+    await until(() => descendantsOf(agent.pid).length > 100, "a hundred descendants");
+    const started = Date.now();
+    agent.kill("tree", "SIGKILL");
+    expect(await task.exited).toEqual({ code: null, signal: "SIGKILL" });
+    await task.done;
+    await until(() => descendantsOf(agent.pid).length === 0, "every descendant to end");
+    expect(Date.now() - started).toBeLessThan(2000);
   });
 
   it.skipIf(!root)(
