@@ -138,15 +138,20 @@ interface RunningAgent {
   stderr: () => string;
 }
 
-async function startAgent(env: Record<string, string> = {}): Promise<RunningAgent> {
+/**
+ * Starts the agent as the test's user, or, with `wrap`, as root through a command that ends by
+ * executing the agent (its path and arguments as "$@").
+ */
+async function startAgent(env: Record<string, string> = {}, wrap?: string): Promise<RunningAgent> {
   const socket = join(dir, `run-${++sockets}.sock`);
   const hub = await openAgentHub(socket, { expect: ["task-1"] });
   // As in a pod: the runner's socket is its own, the agents reach it through the shared group.
   if (root) chownSync(socket, 0, gid);
-  const child = spawn(join(dir, "agent"), [socket, "task-1"], {
+  const args = [join(dir, "agent"), socket, "task-1"];
+  const child = spawn(wrap ? "sh" : (args[0] as string), wrap ? ["-c", wrap, "sh", ...args] : args.slice(1), {
     env,
     stdio: ["ignore", "ignore", "pipe"],
-    ...(root ? { uid, gid } : {}),
+    ...(root && !wrap ? { uid, gid } : {}),
   });
   let stderr = "";
   child.stderr?.on("data", (chunk: Buffer) => {
@@ -417,6 +422,26 @@ describe("agent", () => {
       await task.done;
       expect(task.stdout()).toBe(`${busybox}\n42\n`);
       expect(await task.exited).toEqual({ code: 0, signal: null });
+    },
+  );
+
+  it.skipIf(!root || !agentBinaryHasBusybox())(
+    "runs tasks under its busybox in a mount namespace where /bin/sh and every other program is gone",
+    async () => {
+      // A tmpfs over /usr/bin (and so /bin) in a mount namespace of the agent's own: an image
+      // without a shell. The agent, static, and its busybox live elsewhere.
+      const { agent } = await startAgent(
+        {},
+        'exec unshare --mount --propagation private /bin/sh -c \'mount -t tmpfs none /usr/bin && exec "$0" "$@"\' "$@"',
+      );
+      expect(agent.shell).toBe(busybox);
+      const task = observe(agent, { run: "[ -e /bin/sh ] || echo no /bin/sh; echo $((6 * 7)) >&2; exit 4" });
+      await task.done;
+      expect({ stdout: task.stdout(), stderr: task.stderr() }).toEqual({
+        stdout: "no /bin/sh\n",
+        stderr: "42\n",
+      });
+      expect(await task.exited).toEqual({ code: 4, signal: null });
     },
   );
 
