@@ -25,6 +25,13 @@ export const INPUT_FILES = {
   doc: "doc",
   /** Each global npm package's package.json, at its folder under /usr/local/lib/node_modules. */
   globalModules: "node_modules",
+  /**
+   * Libraries linked statically into the image's own programs (musl, into the task containers'
+   * agent): `linked/NAME/version` (the Debian package's version it was built with),
+   * `linked/NAME/copyright` (that package's copyright file) and `linked/NAME/into` (the program's
+   * path in the image). dpkg in the image does not know them: they came from the build stage.
+   */
+  linked: "linked",
 } as const;
 
 export interface DebianPackage {
@@ -63,6 +70,23 @@ const DEBIAN_TO_SPDX: Record<string, string> = {
   "gfdl-1.3": "GFDL-1.3-only",
   "gfdl-1.3+": "GFDL-1.3-or-later",
 };
+
+/**
+ * Debian packages whose copyright file is prose, not DEP-5, with the licence that prose states
+ * (taken only while the prose still says so): busybox-static, the task containers' shell where an
+ * image has none, is the GPL "version 2 dated June, 1991", without "or later".
+ */
+const PROSE_LICENSES: Record<string, { id: string; says: RegExp }> = {
+  "busybox-static": {
+    id: "GPL-2.0-only",
+    says: /GNU General Public License[\s\S]*\bversion 2 dated June, 1991/,
+  },
+};
+
+function proseLicense(name: string, copyright: string): object[] | undefined {
+  const known = PROSE_LICENSES[name];
+  return known?.says.test(copyright) ? [{ license: { id: known.id } }] : undefined;
+}
 
 /** dpkg-query's lines: the installed packages ("ii"), sorted by name. */
 export function parseDpkgList(text: string): DebianPackage[] {
@@ -146,6 +170,34 @@ function globalPackages(dir: string): z.infer<typeof GlobalPackageJson>[] {
     .sort((a, b) => (a.name < b.name ? -1 : 1));
 }
 
+/** The statically linked libraries under `dir` (see INPUT_FILES.linked), sorted by name. */
+function linkedLibraries(dir: string): object[] {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir)
+    .sort()
+    .map((name) => {
+      const read = (file: string) => readFileSync(path.join(dir, name, file), "utf8").trim();
+      const debianVersion = read("version");
+      // The upstream release: Debian's version without its epoch and revision.
+      const version = debianVersion.replace(/^\d+:/, "").replace(/-[^-]+$/, "");
+      if (!/^\d[\w.+~]*$/.test(version)) {
+        throw new Error(`${INPUT_FILES.linked}/${name}/version: "${debianVersion}" is not a Debian version`);
+      }
+      const copyright = path.join(dir, name, "copyright");
+      const licenses = existsSync(copyright) ? debianLicense(readFileSync(copyright, "utf8")) : undefined;
+      const purl = `pkg:generic/${encodeURIComponent(name)}@${encodeURIComponent(version)}`;
+      return {
+        type: "library",
+        "bom-ref": `${purl}#linked`,
+        name,
+        version,
+        description: `linked statically into ${read("into")} (built with Debian's ${name} ${debianVersion})`,
+        purl,
+        ...(licenses === undefined ? {} : { licenses }),
+      };
+    });
+}
+
 /** The image's SBOM from the image-packages stage's folder `input` and the bundle's SBOM. */
 export function imageSbom(input: string, bundleSbomText: string): object {
   const bundle = BundleSbom.parse(JSON.parse(bundleSbomText));
@@ -186,11 +238,12 @@ export function imageSbom(input: string, bundleSbomText: string): object {
         ...(p.license === undefined ? {} : { licenses: [{ expression: p.license }] }),
       };
     }),
+    ...linkedLibraries(path.join(input, INPUT_FILES.linked)),
     ...debs.map((p) => {
       const copyrightFile = path.join(input, INPUT_FILES.doc, p.name, "copyright");
-      const licenses = existsSync(copyrightFile)
-        ? debianLicense(readFileSync(copyrightFile, "utf8"))
-        : undefined;
+      const copyright = existsSync(copyrightFile) ? readFileSync(copyrightFile, "utf8") : undefined;
+      const licenses =
+        copyright === undefined ? undefined : (debianLicense(copyright) ?? proseLicense(p.name, copyright));
       const purl = debPurl(p, distro);
       return {
         type: "library",
