@@ -134,7 +134,7 @@ export function agentLauncher(agent: AgentLike): Launcher {
         (resolve) => {
           let task: AgentTaskLike;
           try {
-            task = agent.start({ id: spec.attemptId, cwd: spec.cwd ?? "", run: spec.run, env });
+            task = agent.start({ id: spec.attemptId, cwd: spec.cwd ?? ".", run: spec.run, env });
           } catch {
             resolve({ error: gone(), lostContainer: agent.container });
             return;
