@@ -28,7 +28,7 @@ const AGENT = canUnshare ? buildAgent() : null;
  * the runner's command. Its stderr says ALIVE for every recorded pid still alive after the run,
  * and AGENT-LEFT for an agent that did not quit.
  */
-const INIT = String.raw`
+const INIT = `
 agent=$1 run=$2 ws=$3; shift 3
 agents=""
 while [ "$1" != "--" ]; do
