@@ -61,6 +61,13 @@ interface PodRun {
   workspace: string;
 }
 
+interface Control {
+  /** SIGKILLs the agent of a container */
+  killAgent: (container: string) => void;
+  /** signals the runner, as the kubelet does when the pod is deleted */
+  signalRunner: (signal: NodeJS.Signals) => void;
+}
+
 interface PodOptions {
   tasks: object[];
   ceiling?: string;
@@ -69,7 +76,7 @@ interface PodOptions {
   /** containers whose agent is not started */
   absent?: string[];
   /** called with each chunk of the runner's stdout and the workspace */
-  onStdout?: (all: string, control: { killAgent: (container: string) => void }) => void;
+  onStdout?: (all: string, control: Control) => void;
   helloMs?: number;
 }
 
@@ -131,10 +138,14 @@ async function runPod(options: PodOptions, ws = mkdtempSync(join(tmpdir(), "agen
   );
   let stdout = "";
   let stderr = "";
-  const control = {
-    killAgent: (container: string) => {
+  const control: Control = {
+    killAgent: (container) => {
       const pid = pidOfArgv([AGENT as string, join(runDir, "runner.sock"), container]);
       if (pid !== null) process.kill(pid, "SIGKILL");
+    },
+    signalRunner: (signal) => {
+      const pid = pidOfArgv([process.execPath, CLI, "pod-runner", "--termination-log", log]);
+      if (pid !== null) process.kill(pid, signal);
     },
   };
   child.stdout.on("data", (chunk: Buffer) => {
@@ -199,6 +210,8 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
         expect(readdirSync(ws)).toContain(`${name}.pid`);
       }
       expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+      // The limit's own kill (the group and the agent's tree) ended it all, not the end-of-run fence.
+      expect(run.stderr).not.toContain("that tasks left running");
     },
   );
 
@@ -215,6 +228,24 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     });
     expect(run.report.tasks[0]).toMatchObject({ p: "TimedOut", l: "TaskTimeout", e: "Exited" });
     expect(run.stdout).toMatch(/\[polite\] saw: TaskTimeout: polite passed its limit, stop now/);
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+  });
+
+  it("cancels on SIGTERM to the runner (pod deletion): Cancelled, the task's trap runs, exit 130", async () => {
+    let signalled = false;
+    const run = await runPod({
+      tasks: [{ name: "work", run: "trap 'echo trapped; exit 0' TERM; sleep 300 & echo up; wait" }],
+      onStdout: (all, control) => {
+        if (!signalled && all.includes("[work] up")) {
+          signalled = true;
+          control.signalRunner("SIGTERM");
+        }
+      },
+    });
+    expect(run.code).toBe(130);
+    expect(run.report).toMatchObject({ phase: "Cancelled", reason: "Cancelled", ct: "agents" });
+    expect(run.report.tasks[0]).toMatchObject({ p: "Cancelled", e: "Exited" });
+    expect(run.stdout).toContain("[work] trapped");
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
   });
 
