@@ -10,18 +10,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { decodeReport, type RunnerReport } from "../../src/api/report.js";
+import { agentBinary } from "../harness/agent-binary.js";
 import { CLI } from "../support/cli.js";
 
-const REPO = join(import.meta.dirname, "../..");
-
-/** The agent binary, built once (musl-gcc); null when this machine cannot build it. */
-function buildAgent(): string | null {
-  const built = spawnSync("bash", [join(REPO, "tools/build-agent.sh")], { encoding: "utf8" });
-  return built.status === 0 ? built.stdout.trim().split("\n").pop() || null : null;
-}
-
 const canUnshare = spawnSync("unshare", ["-pf", "--mount-proc", "true"]).status === 0;
-const AGENT = canUnshare ? buildAgent() : null;
+const AGENT = canUnshare ? agentBinary().agent : null;
 
 /**
  * The namespace's init: $1 agent, $2 run dir, $3 workspace, then the task containers, `--`, and
