@@ -5,7 +5,15 @@
 // process, a small shell, starts the agents, runs the runner and, once it has exited, says which
 // of the processes the tasks recorded (their pids in the workspace) are still alive.
 import { spawn, spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  chownSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -22,10 +30,10 @@ const AGENT = canUnshare ? agentBinary().agent : null;
  * and AGENT-LEFT for an agent that did not quit.
  */
 const INIT = `
-agent=$1 run=$2 ws=$3; shift 3
+agent=$1 run=$2 ws=$3 as=$4; shift 4
 agents=""
 while [ "$1" != "--" ]; do
-  (cd "$ws" && exec "$agent" "$run/runner.sock" "$1") &
+  (cd "$ws" && exec $as "$agent" "$run/runner.sock" "$1") &
   agents="$agents $!"
   shift
 done
@@ -71,7 +79,16 @@ interface PodOptions {
   /** called with each chunk of the runner's stdout and the workspace */
   onStdout?: (all: string, control: Control) => void;
   helloMs?: number;
+  /**
+   * As in a pod: the agents (and so the tasks) run as uid 1000, the runner as uid 65532 in
+   * group 1000, so the runner cannot signal a task itself and every signal must go through K.
+   */
+  asInPod?: boolean;
 }
+
+const TASK_UID = 1000;
+const RUNNER_UID = 65532;
+const asUser = (uid: number) => ["setpriv", `--reuid=${uid}`, `--regid=${TASK_UID}`, "--clear-groups"];
 
 /** The host pid of the live process whose argv is exactly `argv`. */
 function pidOfArgv(argv: string[]): number | null {
@@ -95,6 +112,14 @@ async function runPod(options: PodOptions, ws = mkdtempSync(join(tmpdir(), "agen
   const runDir = join(dir, "run");
   mkdirSync(runDir);
   const log = join(dir, "termination-log");
+  if (options.asInPod) {
+    // The pod's volumes: the run dir is the runner's (group 1000), the workspace the tasks'.
+    chownSync(dir, RUNNER_UID, TASK_UID);
+    chmodSync(dir, 0o750);
+    chownSync(runDir, RUNNER_UID, TASK_UID);
+    chmodSync(runDir, 0o2770);
+    chownSync(ws, TASK_UID, TASK_UID);
+  }
   const init = join(dir, "init.sh");
   writeFileSync(init, INIT);
   const containers = options.containers ?? { "task-1": "playbook.test/debian:1" };
@@ -111,7 +136,19 @@ async function runPod(options: PodOptions, ws = mkdtempSync(join(tmpdir(), "agen
   };
   const child = spawn(
     "unshare",
-    ["-pf", "--mount-proc", "sh", init, AGENT as string, runDir, ws, ...started, "--"].concat([
+    [
+      "-pf",
+      "--mount-proc",
+      "sh",
+      init,
+      AGENT as string,
+      runDir,
+      ws,
+      options.asInPod ? asUser(TASK_UID).join(" ") : "",
+      ...started,
+      "--",
+    ].concat([
+      ...(options.asInPod ? asUser(RUNNER_UID) : []),
       process.execPath,
       CLI,
       "pod-runner",
@@ -207,6 +244,45 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
       expect(run.stderr).not.toContain("that tasks left running");
     },
   );
+
+  it("as in a pod (runner uid 65532, tasks uid 1000): TaskTimeout ends the whole tree through the agent", async () => {
+    const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
+    const run = await runPod(
+      { asInPod: true, tasks: [{ name: "tree", timeout: "1s", run: treeTask(ws, "sleep 300") }] },
+      ws,
+    );
+    expect(run.stdout).toContain("[tree] started");
+    expect(run.report.tasks[0]).toMatchObject({ p: "TimedOut", l: "TaskTimeout", e: "Killed" });
+    expect(readdirSync(ws)).toContain("escapee.pid");
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+    expect(run.stderr).not.toContain("that tasks left running");
+  });
+
+  it("as in a pod: what a successful task left (a pipe holder, a setsid escapee with no env) ends with the run", async () => {
+    const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
+    const run = await runPod(
+      {
+        asInPod: true,
+        tasks: [
+          {
+            name: "service",
+            run:
+              `sh -c '${record(ws, "holder")}; trap "" TERM; echo holder up; exec sleep 300' & ` +
+              `setsid env -i /bin/sh -c 'trap "" TERM; ${record(ws, "escapee")}; exec /bin/sleep 300' >/dev/null 2>&1 & ` +
+              `while [ ! -e ${ws}/escapee.pid ] || [ ! -e ${ws}/holder.pid ]; do sleep 0.02; done; echo leaving`,
+          },
+          { name: "next", run: "echo next ran" },
+        ],
+      },
+      ws,
+    );
+    expect(run.code).toBe(0);
+    expect(run.report).toMatchObject({ phase: "Succeeded", ct: "agents" });
+    expect(run.stdout).toContain("[next] next ran");
+    expect(run.stdout).toContain("[service] holder up");
+    expect(run.stderr).toContain("ended 2 process(es) that tasks left running");
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+  });
 
   it("writes the cancel file where the task sees it: a cooperative task ends Exited", async () => {
     const run = await runPod({
