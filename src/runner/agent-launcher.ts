@@ -187,9 +187,10 @@ interface AgentTree {
 }
 
 /**
- * SIGTERM to the group through the agent, the grace window in which the attempt may end by
- * itself (Exited), then SIGKILL to the group and to every descendant of the agent (`tree`):
- * a stop ends the run, so what earlier tasks of this container left goes too.
+ * SIGTERM through the agent, the grace window in which the attempt may end by itself (Exited),
+ * then SIGKILL to the group and to every descendant of the agent (`tree`): a stop ends the run,
+ * so what earlier tasks of this container left goes too. (What they left in other containers
+ * has the rest of this grace and then the fence, at the end of the run.)
  */
 async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortSignal): Promise<TreeEnd> {
   const graceStartedAt = performance.now();
@@ -197,8 +198,14 @@ async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortS
   if (killGraceMs > 0) {
     // By group id while the leader is unreaped (the agent reaps it at once when it exits); after
     // that the group's members one by one, so a recycled group id is never signalled.
-    if (tree.leaderAlive()) tell(tree.agent, -tree.pgid, "SIGTERM");
-    else for (const entry of tree.attemptProcesses()) tell(tree.agent, entry.pid, "SIGTERM");
+    // Each process gets SIGTERM once (a second one reads as "stop now, skip the clean-up"): the
+    // group by id while the leader is unreaped, then what left the group one by one, and what
+    // earlier tasks left in this container, as a stop ends the run.
+    const byGroup = tree.leaderAlive();
+    if (byGroup) tell(tree.agent, -tree.pgid, "SIGTERM");
+    for (const entry of agentDescendants(tree.agent.pid)) {
+      if (!byGroup || entry.pgrp !== tree.pgid) tell(tree.agent, entry.pid, "SIGTERM");
+    }
     while (performance.now() < graceEndsAt && !hurry?.aborted) {
       const wait = Math.min(POLL_MS, Math.max(1, graceEndsAt - performance.now()));
       if (tree.leaderAlive()) await within(tree.leaderExited, wait);

@@ -248,12 +248,25 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
   it("as in a pod (runner uid 65532, tasks uid 1000): TaskTimeout ends the whole tree through the agent", async () => {
     const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
     const run = await runPod(
-      { asInPod: true, tasks: [{ name: "tree", timeout: "1s", run: treeTask(ws, "sleep 300") }] },
+      {
+        asInPod: true,
+        tasks: [
+          {
+            name: "tree",
+            timeout: "1s",
+            run:
+              `setsid env -i /bin/sh -c 'trap "touch ${ws}/told.term" TERM; ${record(ws, "told")}; while :; do /bin/sleep 0.1; done' >/dev/null 2>&1 & ` +
+              treeTask(ws, "sleep 300"),
+          },
+        ],
+      },
       ws,
     );
     expect(run.stdout).toContain("[tree] started");
     expect(run.report.tasks[0]).toMatchObject({ p: "TimedOut", l: "TaskTimeout", e: "Killed" });
     expect(readdirSync(ws)).toContain("escapee.pid");
+    // What left the group got its own SIGTERM with the group's, before the SIGKILL.
+    expect(readdirSync(ws)).toContain("told.term");
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
     expect(run.stderr).not.toContain("that tasks left running");
   });
@@ -303,7 +316,14 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
   it("cancels on SIGTERM to the runner (pod deletion): Cancelled, the task's trap runs, exit 130", async () => {
     let signalled = false;
     const run = await runPod({
-      tasks: [{ name: "work", run: "trap 'echo trapped; exit 0' TERM; sleep 300 & echo up; wait" }],
+      // "up" once the child is sleep: a SIGTERM between its fork and its exec would be taken by
+      // the shell's handler it inherited, and it would sleep on.
+      tasks: [
+        {
+          name: "work",
+          run: "trap 'echo trapped; exit 0' TERM; sleep 300 & while [ \"$(cat /proc/$!/comm)\" != sleep ]; do :; done; echo up; wait",
+        },
+      ],
       onStdout: (all, control) => {
         if (!signalled && all.includes("[work] up")) {
           signalled = true;
@@ -313,7 +333,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     });
     expect(run.code).toBe(130);
     expect(run.report).toMatchObject({ phase: "Cancelled", reason: "Cancelled", ct: "agents" });
-    expect(run.report.tasks[0]).toMatchObject({ p: "Cancelled", e: "Exited" });
+    expect(run.report.tasks[0], run.stderr).toMatchObject({ p: "Cancelled", e: "Exited" });
     expect(run.stdout).toContain("[work] trapped");
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
   });
