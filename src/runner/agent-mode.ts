@@ -34,6 +34,8 @@ export interface AgentRun {
   agents(): AgentLike[];
   /** containers whose agent did not say hello in time: the run starts nothing */
   missing?: readonly string[];
+  /** per task (by index), its container as the controller resolved it (the plan's `tasks`) */
+  taskContainers?: readonly string[];
 }
 
 /**
@@ -44,6 +46,7 @@ export async function openAgentRun(
   containers: Readonly<Record<string, string>>,
   runDir: string,
   helloMs: number,
+  taskContainers?: readonly string[],
 ): Promise<{ run: AgentRun; hub: AgentHub; problem?: string }> {
   mkdirSync(runDir, { recursive: true });
   const expect = Object.keys(containers);
@@ -65,7 +68,14 @@ export async function openAgentRun(
   return {
     hub,
     ...(problem !== undefined ? { problem } : {}),
-    run: { containers, runDir, agent: agentOf, agents: () => hub.agents(), missing },
+    run: {
+      containers,
+      runDir,
+      agent: agentOf,
+      agents: () => hub.agents(),
+      missing,
+      ...(taskContainers ? { taskContainers } : {}),
+    },
   };
 }
 
@@ -87,13 +97,16 @@ export function taskContainersFrom(env: NodeJS.ProcessEnv): Record<string, strin
 }
 
 /**
- * The container a task runs in: the one the controller resolved into the plan (`container`), else
+ * The container a task runs in: the one the controller resolved into the plan (`planned`), else
  * the only one, else the first whose image is the task's.
  */
-export function containerOfTask(task: TaskSpec, containers: Readonly<Record<string, string>>): string {
-  const named = (task as { container?: string }).container;
+export function containerOfTask(
+  task: TaskSpec,
+  containers: Readonly<Record<string, string>>,
+  planned?: string,
+): string {
   const names = Object.keys(containers);
-  if (named !== undefined) return named;
+  if (planned !== undefined) return planned;
   if (names.length === 1) return names[0] as string;
   const image = (task as { image?: string }).image;
   return names.find((name) => containers[name] === image) ?? (names[0] as string);

@@ -160,7 +160,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       }
       outcome.phase = "Running";
       outcome.startTime = new Date();
-      const container = agents ? containerOfTask(task, agents.containers) : null;
+      const container = agents
+        ? containerOfTask(task, agents.containers, agents.taskContainers?.[index])
+        : null;
       const launcher = container !== null ? launcherOf?.(container) : undefined;
       // An agent that never said hello (the runner waited for every one) fails the run before
       // anything starts, on its first task, naming the container.

@@ -79,6 +79,8 @@ interface PodOptions {
   /** called with each chunk of the runner's stdout and the workspace */
   onStdout?: (all: string, control: Control) => void;
   helloMs?: number;
+  /** per task, its container (the plan's `tasks`, as the controller resolves it) */
+  planned?: string[];
   /**
    * As in a pod: the agents (and so the tasks) run as uid 1000, the runner as uid 65532 in
    * group 1000, so the runner cannot signal a task itself and every signal must go through K.
@@ -133,6 +135,7 @@ async function runPod(options: PodOptions, ws = mkdtempSync(join(tmpdir(), "agen
       killGrace: options.killGrace ?? "1s",
       tasks: options.tasks,
     },
+    ...(options.planned ? { tasks: options.planned.map((container) => ({ container })) } : {}),
   };
   const child = spawn(
     "unshare",
@@ -335,6 +338,28 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report).toMatchObject({ phase: "Cancelled", reason: "Cancelled", ct: "agents" });
     expect(run.report.tasks[0], run.stderr).toMatchObject({ p: "Cancelled", e: "Exited" });
     expect(run.stdout).toContain("[work] trapped");
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+  });
+
+  it("runs each task through the agent of the container the plan names; files pass through the workspace", async () => {
+    const run = await runPod({
+      containers: {
+        "task-1": "playbook.test/debian:1",
+        "task-2": "playbook.test/musl:1",
+        "task-3": "playbook.test/static:1",
+      },
+      planned: ["task-2", "task-1", "task-3"],
+      tasks: [
+        { name: "a", run: `echo "a in $(tr '\\0' ' ' < /proc/$PPID/cmdline)"; echo from-a > passed` },
+        { name: "b", run: `echo "b in $(tr '\\0' ' ' < /proc/$PPID/cmdline)"; cat passed` },
+        { name: "c", run: `echo "c in $(tr '\\0' ' ' < /proc/$PPID/cmdline)"` },
+      ],
+    });
+    expect(run.report.phase, run.stderr).toBe("Succeeded");
+    expect(run.stdout).toMatch(/\[a\] a in \S+ \S+ task-2/);
+    expect(run.stdout).toMatch(/\[b\] b in \S+ \S+ task-1/);
+    expect(run.stdout).toContain("[b] from-a");
+    expect(run.stdout).toMatch(/\[c\] c in \S+ \S+ task-3/);
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
   });
 
