@@ -91,6 +91,7 @@ export function agentDescendants(root: number, processes = liveProcesses()): Pro
 
 /** Starts attempts through `agent`, the agent of one task container. */
 export function agentLauncher(agent: AgentLike): Launcher {
+  const seen = () => agentDescendants(agent.pid);
   const gone = () => `could not start: container ${agent.container} is gone (its agent's connection closed)`;
   return {
     async launch(spec: AttemptSpec) {
@@ -150,10 +151,10 @@ export function agentLauncher(agent: AgentLike): Launcher {
         return started;
       }
       const pgid = started.pid;
-      const startedFrom = liveProcesses().find((entry) => entry.pid === pgid)?.start ?? 0;
+      const startedFrom = seen().find((entry) => entry.pid === pgid)?.start ?? 0;
       /** the attempt's live processes: the agent's descendants in its group or started since */
       const attemptProcesses = () =>
-        agentDescendants(agent.pid).filter((entry) => entry.pgrp === pgid || entry.start >= startedFrom);
+        seen().filter((entry) => entry.pgrp === pgid || entry.start >= startedFrom);
       const launched: Launched = {
         pgid,
         startedFrom,
@@ -167,7 +168,14 @@ export function agentLauncher(agent: AgentLike): Launcher {
         warnLeftovers: async () => [],
         endTree: (killGraceMs, _runCookie, hurry) =>
           endAgentTree(
-            { agent, pgid, leaderAlive: () => leaderAlive, leaderExited, attemptProcesses },
+            {
+              agent,
+              pgid,
+              leaderAlive: () => leaderAlive,
+              leaderExited,
+              attemptProcesses,
+              descendants: seen,
+            },
             killGraceMs,
             hurry,
           ),
@@ -184,6 +192,8 @@ interface AgentTree {
   leaderAlive: () => boolean;
   leaderExited: Promise<void>;
   attemptProcesses: () => ProcEntry[];
+  /** every live descendant of the agent: what this attempt and earlier ones left in its container */
+  descendants: () => ProcEntry[];
 }
 
 /**
@@ -203,7 +213,7 @@ async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortS
     // earlier tasks left in this container, as a stop ends the run.
     const byGroup = tree.leaderAlive();
     if (byGroup) tell(tree.agent, -tree.pgid, "SIGTERM");
-    for (const entry of agentDescendants(tree.agent.pid)) {
+    for (const entry of tree.descendants()) {
       if (!byGroup || entry.pgrp !== tree.pgid) tell(tree.agent, entry.pid, "SIGTERM");
     }
     while (performance.now() < graceEndsAt && !hurry?.aborted) {
