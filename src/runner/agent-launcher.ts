@@ -90,7 +90,11 @@ export function agentDescendants(root: number, processes = liveProcesses()): Pro
 }
 
 /** Starts attempts through `agent`, the agent of one task container. */
-export function agentLauncher(agent: AgentLike): Launcher {
+export function agentLauncher(
+  agent: AgentLike,
+  /** the run's other agents: what earlier tasks left in their containers gets SIGTERM with a stop */
+  others: () => readonly AgentLike[] = () => [],
+): Launcher {
   const seen = () => agentDescendants(agent.pid);
   const gone = () => `could not start: container ${agent.container} is gone (its agent's connection closed)`;
   return {
@@ -175,6 +179,7 @@ export function agentLauncher(agent: AgentLike): Launcher {
               leaderExited,
               attemptProcesses,
               descendants: seen,
+              others,
             },
             killGraceMs,
             hurry,
@@ -194,13 +199,14 @@ interface AgentTree {
   attemptProcesses: () => ProcEntry[];
   /** every live descendant of the agent: what this attempt and earlier ones left in its container */
   descendants: () => ProcEntry[];
+  others: () => readonly AgentLike[];
 }
 
 /**
  * SIGTERM through the agent, the grace window in which the attempt may end by itself (Exited),
  * then SIGKILL to the group and to every descendant of the agent (`tree`): a stop ends the run,
- * so what earlier tasks of this container left goes too. (What they left in other containers
- * has the rest of this grace and then the fence, at the end of the run.)
+ * so what earlier tasks of this container left goes too. What they left in other containers
+ * gets its SIGTERM now too, and the rest of this grace before the fence at the end of the run.
  */
 async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortSignal): Promise<TreeEnd> {
   const graceStartedAt = performance.now();
@@ -215,6 +221,10 @@ async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortS
     if (byGroup) tell(tree.agent, -tree.pgid, "SIGTERM");
     for (const entry of tree.descendants()) {
       if (!byGroup || entry.pgrp !== tree.pgid) tell(tree.agent, entry.pid, "SIGTERM");
+    }
+    for (const other of tree.others()) {
+      if (other === tree.agent || other.lost) continue;
+      for (const entry of agentDescendants(other.pid)) tell(other, entry.pid, "SIGTERM");
     }
     while (performance.now() < graceEndsAt && !hurry?.aborted) {
       const wait = Math.min(POLL_MS, Math.max(1, graceEndsAt - performance.now()));

@@ -128,7 +128,7 @@ export function agentLaunchers(run: AgentRun): (container: string) => Launcher |
     if (known) return known;
     const agent = run.agent(container);
     if (!agent) return null;
-    const launcher = agentLauncher(agent);
+    const launcher = agentLauncher(agent, () => run.agents());
     made.set(container, launcher);
     return launcher;
   };

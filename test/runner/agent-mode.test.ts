@@ -363,6 +363,30 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
   });
 
+  it("a stop tells what an earlier task left in another container (SIGTERM), then the fence ends it", async () => {
+    const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
+    const run = await runPod(
+      {
+        containers: { "task-1": "playbook.test/debian:1", "task-2": "playbook.test/musl:1" },
+        planned: ["task-1", "task-2"],
+        tasks: [
+          {
+            name: "service",
+            run:
+              `sh -c 'trap "touch ${ws}/service.term" TERM; ${record(ws, "service")}; while :; do sleep 0.1; done' >/dev/null 2>&1 & ` +
+              `while [ ! -e ${ws}/service.pid ]; do sleep 0.02; done`,
+          },
+          { name: "slow", timeout: "1s", run: "echo slow; sleep 300" },
+        ],
+      },
+      ws,
+    );
+    expect(run.report).toMatchObject({ phase: "Failed", reason: "TaskTimeout", ct: "agents" });
+    expect(run.report.tasks[1]).toMatchObject({ p: "TimedOut", l: "TaskTimeout", e: "Exited" });
+    expect(readdirSync(ws)).toContain("service.term");
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+  });
+
   it("keeps the order of each stream", async () => {
     const run = await runPod({
       tasks: [
