@@ -373,7 +373,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
           {
             name: "service",
             run:
-              `sh -c 'trap "touch ${ws}/service.term" TERM; ${record(ws, "service")}; while :; do sleep 0.1; done' >/dev/null 2>&1 & ` +
+              `sh -c 'trap "cp \\"\\$PLAYBOOK_CANCEL_FILE\\" ${ws}/service.cancel; touch ${ws}/service.term" TERM; ${record(ws, "service")}; while :; do sleep 0.1; done' >/dev/null 2>&1 & ` +
               `while [ ! -e ${ws}/service.pid ]; do sleep 0.02; done`,
           },
           { name: "slow", timeout: "1s", run: "echo slow; sleep 300" },
@@ -384,6 +384,8 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report).toMatchObject({ phase: "Failed", reason: "TaskTimeout", ct: "agents" });
     expect(run.report.tasks[1]).toMatchObject({ p: "TimedOut", l: "TaskTimeout", e: "Exited" });
     expect(readdirSync(ws)).toContain("service.term");
+    // Its own attempt's cancel file, written before the SIGTERM it shares with the stopped task.
+    expect(readFileSync(join(ws, "service.cancel"), "utf8")).toMatch(/^TaskTimeout: slow passed its limit/);
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
   });
 
