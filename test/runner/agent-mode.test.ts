@@ -283,7 +283,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
           {
             name: "service",
             run:
-              `sh -c '${record(ws, "holder")}; trap "" TERM; echo holder up; exec sleep 300' & ` +
+              `sh -c '${record(ws, "holder")}; trap "cp \\"\\$PLAYBOOK_CANCEL_FILE\\" ${ws}/holder.cancel" TERM; echo holder up; while :; do sleep 0.1; done' & ` +
               `setsid env -i /bin/sh -c 'trap "" TERM; ${record(ws, "escapee")}; exec /bin/sleep 300' >/dev/null 2>&1 & ` +
               `while [ ! -e ${ws}/escapee.pid ] || [ ! -e ${ws}/holder.pid ]; do sleep 0.02; done; echo leaving`,
           },
@@ -296,7 +296,9 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report).toMatchObject({ phase: "Succeeded", ct: "agents" });
     expect(run.stdout).toContain("[next] next ran");
     expect(run.stdout).toContain("[service] holder up");
-    expect(run.stderr).toContain("ended 2 process(es) that tasks left running");
+    expect(run.stderr).toMatch(/ended \d+ process\(es\) that tasks left running/);
+    // Told first through its attempt's cancel file, readable by the task's user.
+    expect(readFileSync(join(ws, "holder.cancel"), "utf8")).toMatch(/^Succeeded: the run is over, stop now/);
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
   });
 
