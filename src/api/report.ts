@@ -97,8 +97,8 @@ export interface TaskOutcome {
   startTime?: Date;
   completionTime?: Date;
   detail?: string;
-  /** The task container (task-K) that ended under the task, failing it. */
-  container?: string;
+  /** the task container (task-K) that ended under the task, failing it (agent mode) */
+  lostContainer?: string;
 }
 
 export interface RunOutcome {
@@ -135,7 +135,7 @@ function toReportTask(task: TaskOutcome, start: number): ReportTask {
     ];
   }
   if (task.detail) out.m = task.detail;
-  if (task.container) out.k = task.container;
+  if (task.lostContainer) out.k = task.lostContainer;
   return out;
 }
 

@@ -13,6 +13,14 @@ import type { TaskSpec } from "../api/playbook.js";
 import type { TaskPhase } from "../api/reasons.js";
 import type { ContainmentKind, RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
 import {
+  type AgentRun,
+  agentCancelFileOf,
+  agentContainment,
+  agentLaunchers,
+  attemptsSeen,
+  containerOfTask,
+} from "./agent-mode.js";
+import {
   type AttemptDeadline,
   type AttemptResult,
   type AttemptStop,
@@ -20,7 +28,7 @@ import {
   type OpenPipes,
   runAttempt,
 } from "./attempt.js";
-import { writeCancelFilesOf } from "./cancel-file.js";
+import { writeCancelFile, writeCancelFilesOf } from "./cancel-file.js";
 import { type Containment, openContainment } from "./containment.js";
 import { oomCounter } from "./oom.js";
 import { killUntilGone, PROC, type ProcessTable, sendSignal } from "./process-table.js";
@@ -68,6 +76,11 @@ export interface RunOptions {
   processTable?: ProcessTable;
   /** What holds the run's processes (default: the best this machine offers, see containment.ts). */
   containment?: (runId: string) => Containment;
+  /**
+   * Agent mode: every task runs in its container through that container's agent, and the
+   * agents hold the run's processes (agent-mode.ts).
+   */
+  agents?: AgentRun;
 }
 
 const DEFAULT_DRAIN_WINDOW_MS = 250;
@@ -105,7 +118,12 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const baseEnv = options.baseEnv ?? inheritedEnv();
   const table = options.processTable ?? PROC;
   const emit = options.onEvent ?? (() => {});
-  const containment = (options.containment ?? openContainment)(runId);
+  const agents = options.agents;
+  const attempts = agents ? attemptsSeen(agents) : undefined;
+  const containment = agents
+    ? agentContainment(agents, undefined, attempts)
+    : (options.containment ?? openContainment)(runId);
+  const launcherOf = agents ? agentLaunchers(agents, attempts) : null;
   emit({ type: "containment", kind: containment.kind, description: containment.description });
   const oom = oomCounter();
   const outcomes: TaskOutcome[] = options.tasks.map((task) => ({
@@ -123,7 +141,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const stopBeforeStart = (): "Cancelled" | "RunCeiling" | null =>
     options.cancelSignal?.aborted ? "Cancelled" : performance.now() >= ceilingAt ? "RunCeiling" : null;
 
-  const cancelFileOf = (attemptId: string) => join(scratch, `${attemptId}.cancel`);
+  const cancelFileOf = agents
+    ? agentCancelFileOf(agents.runDir)
+    : (attemptId: string) => join(scratch, `${attemptId}.cancel`);
   // Pipes still held by what finished tasks left running: read on, and drained at the end.
   const openPipes: OpenPipes[] = [];
   let runClean = false;
@@ -144,6 +164,24 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       }
       outcome.phase = "Running";
       outcome.startTime = new Date();
+      const container = agents
+        ? containerOfTask(task, agents.containers, agents.taskContainers?.[index])
+        : null;
+      const launcher = container !== null ? launcherOf?.(container) : undefined;
+      // An agent that never said hello (the runner waited for every one) fails the run before
+      // anything starts, on its first task, naming the container.
+      const missing =
+        agents?.missing?.[0] ?? (agents && container !== null && !launcher ? container : undefined);
+      if (agents && missing !== undefined) {
+        outcome.attempts = 1;
+        outcome.completionTime = new Date();
+        outcome.phase = "Failed";
+        outcome.lostContainer = missing;
+        outcome.detail = `container ${missing} (image ${agents.containers[missing] ?? "unknown"}): its agent did not connect; nothing was run`;
+        reason = "TaskFailed";
+        emit({ type: "task-finished", index, outcome });
+        break;
+      }
       let result: AttemptResult;
       let stoppedBeforeRetry: "Cancelled" | "RunCeiling" | null = null;
       for (;;) {
@@ -157,7 +195,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           run: task.run,
           command: containment.command,
           env: { ...baseEnv, ...Object.fromEntries(task.env.map((v) => [v.name, v.value])) },
-          cwd: task.workingDir ? resolve(task.workingDir) : undefined,
+          // In a task container a relative workingDir is the container's (its agent's working
+          // directory, /workspace), not the runner's.
+          cwd: agents ? task.workingDir : task.workingDir ? resolve(task.workingDir) : undefined,
           attemptId,
           runCookie,
           runStartedFrom: firstStart,
@@ -174,6 +214,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           hurrySignal: options.hurrySignal,
           onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),
           processTable: table,
+          ...(launcher ? { launcher } : {}),
         });
         const oomAfter = oom?.read() ?? null;
         if (oom && oomBefore !== null && oomAfter !== null && oomAfter > oomBefore) {
@@ -181,7 +222,10 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         }
         if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);
         if (result.pipes) openPipes.push(result.pipes);
-        const failedOrdinarily = result.kind === "exited" && result.exitCode !== 0;
+        // A lost container is an ordinary failure: retries apply (a retry in a container that is
+        // gone fails at once).
+        const failedOrdinarily =
+          (result.kind === "exited" && result.exitCode !== 0) || result.kind === "lost";
         if (!failedOrdinarily || outcome.attempts > limits.retries) break;
         // A retry is a new start: not after a cancellation or past the ceiling.
         stoppedBeforeRetry = stopBeforeStart();
@@ -239,7 +283,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     if (swept.count > 0) emit({ type: "leftovers-killed", ...swept });
     // The containment's own (a cgroup's anchor) go too, and with them the cgroup.
     await containment.killAll(performance.now() + 5000);
-    containment.close();
+    await containment.close();
     // Everything that could hold a pipe is dead now: what it queued comes out before the report.
     await drainPipes(openPipes, options.hurrySignal);
     rmSync(scratch, { recursive: true, force: true });
@@ -305,6 +349,15 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
       outcome.phase = "Failed";
       outcome.detail = result.spawnError;
       break;
+    case "lost": {
+      outcome.phase = "Failed";
+      outcome.lostContainer = result.lostContainer;
+      const last = result.tail.lastLine();
+      outcome.detail = result.spawnError
+        ? result.spawnError
+        : `container ${result.lostContainer} ended while the task ran (its agent's connection closed)${last ? `; last output: ${last}` : ""}`;
+      break;
+    }
     case "exited": {
       outcome.phase = result.exitCode === 0 ? "Succeeded" : "Failed";
       const last = result.tail.lastLine();
@@ -316,6 +369,21 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
     }
   }
   return outcome.phase;
+}
+
+/** Writes the cancel file of each of `attempts`; returns what could not be written. */
+function writeCancelFilesFor(
+  attempts: Iterable<string>,
+  fileOf: (attemptId: string) => string,
+  text: string,
+): string[] {
+  const failures: string[] = [];
+  for (const id of attempts) {
+    const path = fileOf(id);
+    const written = writeCancelFile(path, text);
+    if (!written.written) failures.push(`cancel file ${path}: ${written.reason}`);
+  }
+  return failures;
 }
 
 interface Sweep {
@@ -353,20 +421,17 @@ async function sweepLeftovers(
   let warnings: string[] = [];
   // Warned already means they were told with the task that stopped the run: no second SIGTERM.
   if (!sweep.alreadyWarned && sweep.graceMs > 0) {
-    warnings = await writeCancelFilesOf(
-      sweep.table,
-      initial,
-      sweep.runCookie,
-      sweep.cancelFileOf,
-      sweep.cancelText,
-    );
-    for (const pid of initial) sendSignal(pid, "SIGTERM");
+    warnings = containment.liveAttempts
+      ? writeCancelFilesFor(containment.liveAttempts(), sweep.cancelFileOf, sweep.cancelText)
+      : await writeCancelFilesOf(sweep.table, initial, sweep.runCookie, sweep.cancelFileOf, sweep.cancelText);
+    for (const pid of initial) (containment.signal ?? sendSignal)(pid, "SIGTERM");
   }
   const graceEnds = performance.now() + sweep.graceMs;
   // A second Ctrl-C cuts this grace short as it does a task's.
   while (performance.now() < graceEnds && !sweep.hurry?.aborted && (await find()).length > 0) await sleep(20);
   const killBy = performance.now() + 5000;
-  await killUntilGone(find, killBy);
+  // Where the runner may not signal the tasks itself (agent mode), the fence below is the kill.
+  if (!containment.signal) await killUntilGone(find, killBy);
   // The fence: whatever the looks missed (a fork between them) ends with the whole cgroup.
   if (!(await containment.killAll(killBy))) warnings.push("some of the run's processes could not be ended");
   return { count: initial.length, warnings };
