@@ -224,9 +224,9 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
   });
 
   it.each([
-    ["TaskTimeout", { timeout: "1s" }, {}],
+    ["TaskTimeout", { timeout: "3s" }, {}],
     ["StallLimit", { stall: "1s" }, {}],
-    ["RunCeiling", {}, { ceiling: "2s" }],
+    ["RunCeiling", {}, { ceiling: "4s" }],
   ])(
     "ends %s with the whole tree dead: a grandchild holding the pipe, a setsid escapee with no env",
     async (limit, taskLimits, runLimits) => {
@@ -256,7 +256,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
         tasks: [
           {
             name: "tree",
-            timeout: "1s",
+            timeout: "3s",
             run:
               `setsid env -i /bin/sh -c 'trap "touch ${ws}/told.term" TERM; ${record(ws, "told")}; while :; do /bin/sleep 0.1; done' >/dev/null 2>&1 & ` +
               treeTask(ws, "sleep 300"),
