@@ -52,6 +52,8 @@ export const ReportTaskSchema = z.strictObject({
     .optional(),
   /** extra detail, e.g. the last line of output of a failed task */
   m: z.string().optional(),
+  /** 1: it names an image but ran on the host (`playbook run --on-host`) */
+  h: z.literal(1).optional(),
 });
 export type ReportTask = z.infer<typeof ReportTaskSchema>;
 
@@ -91,6 +93,8 @@ export interface TaskOutcome {
   startTime?: Date;
   completionTime?: Date;
   detail?: string;
+  /** it names an image but ran on the host (`playbook run --on-host`) */
+  onHost?: boolean;
 }
 
 export interface RunOutcome {
@@ -127,6 +131,7 @@ function toReportTask(task: TaskOutcome, start: number): ReportTask {
     ];
   }
   if (task.detail) out.m = task.detail;
+  if (task.onHost) out.h = 1;
   return out;
 }
 
@@ -344,6 +349,9 @@ function describeTask(task: ReportTask, index: number, limits: ResolvedLimits): 
   }
 }
 
+/** What the status says of a task that names an image and ran on the host. */
+export const ON_HOST_NOTE = "ran on the host, not in its image (playbook run --on-host)";
+
 export interface ExpandedReport {
   tasks: TaskStatus[];
   reason: RunnerReason;
@@ -378,7 +386,8 @@ export function expandReport(report: RunnerReport, limits: ResolvedLimits): Expa
       status.startTime = new Date(start + task.t[0]).toISOString();
       status.completionTime = new Date(start + task.t[1]).toISOString();
     }
-    const message = describeTask(task, index, limits);
+    const described = describeTask(task, index, limits);
+    const message = task.h ? `${described ? `${described}; ` : ""}${ON_HOST_NOTE}` : described;
     if (message) status.message = message;
     return status;
   });

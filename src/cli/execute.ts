@@ -11,7 +11,9 @@ import {
   type RunnerReport,
   type RunOutcome,
 } from "../api/report.js";
+import { type LocalRun, startLocalRun } from "../runner/local-run.js";
 import { runPlaybook } from "../runner/run.js";
+import type { LocalImages } from "./local-images.js";
 import { Progress } from "./progress.js";
 
 export interface ExecuteOptions {
@@ -26,6 +28,10 @@ export interface ExecuteOptions {
   reportPath?: string;
   /** spec.cancel: the run is cancelled before its first task, as the controller cancels it before its pod */
   cancelled?: boolean;
+  /** `playbook run`: how the tasks that name an image run (local-images.ts) */
+  images?: LocalImages;
+  /** spec.resources: its limits apply to each local task container */
+  resources?: { limits?: Record<string, string | number> };
 }
 
 export interface ExecuteResult {
@@ -80,6 +86,17 @@ function writeReport(path: string, text: string, progressOut: NodeJS.WritableStr
   }
 }
 
+/** Where each task that names an image runs, as the progress says it. */
+function describePlacement(images: LocalImages | undefined): (string | undefined)[] | undefined {
+  if (!images) return undefined;
+  if (images.mode === "host") {
+    return images.images.map((image) => (image ? `on the host, not in ${image} (--on-host)` : undefined));
+  }
+  return images.images.map((image, index) =>
+    image ? `in ${image} (${images.engine.kind}, container ${images.containerOf[index]})` : undefined,
+  );
+}
+
 export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult> {
   // Progress is best effort: a closed reader (EPIPE) must not crash the runner and orphan the
   // tasks' process groups. The listener stays for the life of the process.
@@ -96,6 +113,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     outputBytes: bytes,
     outputOnTerminal:
       options.output === options.progressOut || (options.output as { isTTY?: boolean }).isTTY === true,
+    where: describePlacement(options.images),
   });
   const cancel = new AbortController();
   const hurry = new AbortController();
@@ -118,9 +136,32 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     options.progressOut.write("playbook: spec.cancel is true; the run is cancelled before its first task\n");
     cancel.abort();
   }
+  let local: LocalRun | undefined;
   try {
     progress.begin(options.name, options.tasks.length, options.runStart);
+    if (options.images?.mode === "host") {
+      const named = options.tasks.filter((_, index) => options.images?.images[index] !== undefined);
+      progress.say(
+        `playbook: --on-host: ${named.map((task) => task.name).join(", ")} run${named.length === 1 ? "s" : ""} on this machine, not in ${named.length === 1 ? "its image" : "their images"}`,
+      );
+    }
+    if (options.images?.mode === "containers" && !cancel.signal.aborted) {
+      local = await startLocalRun({
+        engine: options.images.engine,
+        agent: options.images.agent,
+        containers: options.images.containers,
+        runId: localRunId(),
+        startTimeoutMs: options.limits.startTimeout.ms,
+        limits: containerLimits(options.resources),
+        cancelSignal: cancel.signal,
+        say: (line) => progress?.say(line),
+      });
+    }
     const outcome = await runPlaybook({
+      local:
+        local && options.images?.mode === "containers"
+          ? { run: local, containerOf: options.images.containerOf }
+          : undefined,
       tasks: options.tasks,
       limits: options.limits,
       runStart: options.runStart,
@@ -130,6 +171,13 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       hurrySignal: hurry.signal,
       onEvent: (event) => progress.event(event),
     });
+    if (options.images?.mode === "host") {
+      const { images } = options.images;
+      for (const [index, task] of outcome.tasks.entries()) {
+        if (images[index] !== undefined && task.phase !== "Skipped" && task.phase !== "Pending")
+          task.onHost = true;
+      }
+    }
     const reportText = encodeReport(outcome);
     if (options.reportPath) writeReport(options.reportPath, reportText, options.progressOut);
     const report = decodeReport(reportText, options.tasks.length);
@@ -139,6 +187,24 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     while (sink.writableLength > 0) await new Promise((resolve) => setTimeout(resolve, 1));
     return { outcome, report, reportText, interrupted };
   } finally {
+    // Whatever ended the run (a limit, Ctrl-C, an engine's error): no container is left.
+    await local?.close();
     for (const signal of signals) process.off(signal, onSignal);
   }
+}
+
+/** Names the run's containers apart from any other run's on this machine. */
+function localRunId(): string {
+  return `${process.pid.toString(16)}-${Math.floor(Math.random() * 2 ** 32)
+    .toString(16)
+    .padStart(8, "0")}`;
+}
+
+/** spec.resources.limits as the engines take them (--memory, --cpus). */
+function containerLimits(resources: ExecuteOptions["resources"]): { memory?: string; cpu?: string } {
+  const limits = resources?.limits ?? {};
+  return {
+    ...(limits.memory !== undefined ? { memory: String(limits.memory) } : {}),
+    ...(limits.cpu !== undefined ? { cpu: String(limits.cpu) } : {}),
+  };
 }

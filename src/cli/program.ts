@@ -64,6 +64,7 @@ const RunFlags = z.strictObject({
     .optional(),
   report: z.string().min(1).optional(),
   policy: z.string().min(1).optional(),
+  onHost: z.boolean().optional(),
 });
 
 async function runCommand(flags: unknown): Promise<number> {
@@ -75,9 +76,15 @@ async function runCommand(flags: unknown): Promise<number> {
   relaunchUnderSubreaper(cgroupAvailable);
   const { playbook, defaults } = await readChecked(parsed.filename, parsed.policy);
   const limits = resolveLimits(playbook.spec, defaults);
+  // Tasks that name an image: their engine (or --on-host) is settled before anything runs.
+  const { prepareLocalImages } = await import("./local-images.js");
+  const images = await prepareLocalImages(playbook.spec, parsed.onHost === true);
+  if (images && "error" in images) throw new UsageError(images.error);
   // The runner (and node:crypto, node:child_process) only for the commands that run tasks.
   const { executeRun } = await import("./execute.js");
   const result = await executeRun({
+    images,
+    resources: playbook.spec.resources,
     name: playbook.metadata.name,
     tasks: playbook.spec.tasks,
     limits,
@@ -231,6 +238,10 @@ export function buildProgram(
       "--policy <file>",
       "a PlaybookPolicy manifest: refuse what it refuses and take its defaults, as in its namespace",
     )
+    .option(
+      "--on-host",
+      "run the tasks that name an image on this machine instead of in their image (podman or docker)",
+    )
     .addHelpText(
       "after",
       `\nExit codes: 0 succeeded, 1 failed (any reason), 2 invalid input (nothing was run), 130 interrupted.\n${reasonsHelp()}`,
@@ -275,8 +286,13 @@ function describeFailure(error: unknown): { code: number; message: string } {
     const helpful = new InvalidPlaybookError(error.source, error.problems.map(helpfulProblem));
     return { code: EXIT.invalid, message: helpful.message };
   }
-  if (error instanceof UsageError || error instanceof InvalidPolicyFileError)
-    return { code: EXIT.invalid, message: `playbook: ${error.message}` };
+  // LocalStartError (src/runner/local-run.ts, not loaded here): the task containers did not start.
+  if (
+    error instanceof UsageError ||
+    error instanceof InvalidPolicyFileError ||
+    (error as Error | undefined)?.name === "LocalStartError"
+  )
+    return { code: EXIT.invalid, message: `playbook: ${error instanceof Error ? error.message : ""}` };
   if (error instanceof z.ZodError) {
     return {
       code: EXIT.invalid,

@@ -29,6 +29,8 @@ export interface ProgressOptions {
   outputBytes: () => number;
   /** task output goes to the same terminal, so the live line must make way for it */
   outputOnTerminal?: boolean;
+  /** where each task runs when it names an image: "in postgres:16 (podman)", "on the host, not in ..." */
+  where?: readonly (string | undefined)[];
 }
 
 /** How often the live line is redrawn: twice a second, so no whole second is ever skipped. */
@@ -168,13 +170,16 @@ export class Progress {
         this.stopLive();
         const limits = describeTaskLimits(event.limits, this.options.limits);
         const attempt = event.attempt > 1 ? `attempt ${event.attempt}/${event.limits.retries + 1}, ` : "";
+        const where = this.options.where?.[event.index];
         if (this.options.tty) {
-          this.write(`\x1b[36m▶\x1b[0m ${event.name}  \x1b[2m(${attempt}${limits})\x1b[0m`);
+          this.write(
+            `\x1b[36m▶\x1b[0m ${event.name}${where ? ` ${where}` : ""}  \x1b[2m(${attempt}${limits})\x1b[0m`,
+          );
           this.liveLine = { outputMark: this.options.outputBytes(), startedAt: Date.now() };
           const now = Date.now();
           this.startLive({ name: event.name, startedAt: now, limits: event.limits, lastOutputAt: now });
         } else {
-          this.write(`playbook: task ${event.name} started (${attempt}${limits})`);
+          this.write(`playbook: task ${event.name} started${where ? ` ${where}` : ""} (${attempt}${limits})`);
         }
         return;
       }

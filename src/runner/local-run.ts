@@ -1,0 +1,215 @@
+// The containers of a local run with image tasks, from the first start to the last removal: the
+// run dir (socket, cancel files) and the workspace, the agent hub listening on the socket, one
+// container per image, and the wait until every agent said hello. close() ends it all, whatever
+// ended the run; a start that fails or is interrupted ends it too before it says why.
+import { execFile } from "node:child_process";
+import { chmodSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type Agent, type AgentHub, openAgentHub } from "./agent-hub.js";
+import {
+  type AgentFiles,
+  listRunContainers,
+  RUN_MOUNT,
+  SOCKET_NAME,
+  type StartedContainer,
+  startTaskContainers,
+  type TaskContainer,
+  type TaskContainers,
+  WORKSPACE_MOUNT,
+} from "./local-containers.js";
+import type { LocalEngine } from "./local-engine.js";
+import { type ContainerProcess, containerDescendants } from "./local-pids.js";
+
+export interface LocalRunOptions {
+  engine: LocalEngine;
+  agent: AgentFiles;
+  containers: readonly TaskContainer[];
+  runId: string;
+  /** how long the containers may take to start (pull included) and their agents to say hello */
+  startTimeoutMs: number;
+  /** spec.resources.limits, applied to each task container */
+  limits?: { memory?: string; cpu?: string };
+  /** a start stopped by Ctrl-C */
+  cancelSignal?: AbortSignal;
+  /** progress lines: the start of each container, the engine's own lines (a pull) */
+  say?: (line: string) => void;
+}
+
+/** An agent as the runner drives it, with its container's processes numbered as it numbers them. */
+export interface LocalAgent extends Agent {
+  /** the container's live processes but the agent, in the container's numbering */
+  descendants(): ContainerProcess[];
+}
+
+export interface LocalRun {
+  /** the run dir on this machine (the containers see it at /playbook/run) */
+  runDir: string;
+  /** the workspace on this machine (the containers see it at /workspace) */
+  workspace: string;
+  agents: Map<string, LocalAgent>;
+  /** the environment each container's image sets (PATH above all): a task's starts from it */
+  imageEnv: Map<string, Record<string, string>>;
+  /** the cancel file of an attempt: where the runner writes it, and where the task sees it */
+  cancelFile(attemptId: string): { here: string; there: string };
+  close(): Promise<void>;
+}
+
+/** The task containers did not start: nothing was run (exit 2). */
+export class LocalStartError extends Error {
+  override name = "LocalStartError";
+}
+
+function engineOutput(engine: LocalEngine, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(engine.command, args, { timeout: 60_000 }, (error, stdout, stderr) =>
+      error
+        ? reject(
+            new Error(`${engine.command} ${args[0]} ${args[1] ?? ""}: ${stderr.trim() || error.message}`),
+          )
+        : resolve(stdout),
+    );
+  });
+}
+
+/** The host pid of a running container's first process (its agent). */
+async function hostPidOf(engine: LocalEngine, container: StartedContainer): Promise<number> {
+  const out = await engineOutput(engine, ["inspect", "--format", "{{.State.Pid}}", container.engineName]);
+  const pid = Number(out.trim());
+  if (!Number.isInteger(pid) || pid <= 0) {
+    throw new LocalStartError(
+      `container ${container.name} (${container.image}) is not running (pid ${out.trim()})`,
+    );
+  }
+  return pid;
+}
+
+async function imageEnvOf(engine: LocalEngine, image: string): Promise<Record<string, string>> {
+  const out = await engineOutput(engine, ["image", "inspect", "--format", "{{json .Config.Env}}", image]);
+  const list = (JSON.parse(out.trim() || "null") as string[] | null) ?? [];
+  const env: Record<string, string> = {};
+  for (const entry of list) {
+    const at = entry.indexOf("=");
+    if (at > 0) env[entry.slice(0, at)] = entry.slice(at + 1);
+  }
+  return env;
+}
+
+function describeEnd(container: StartedContainer, result: { code: number | null; lines: string[] }): string {
+  const said = result.lines.slice(-5).join(" | ");
+  return `container ${container.name} (image ${container.image}) ended before its agent said hello (exit code ${result.code ?? "unknown"})${said ? `: ${said}` : ""}`;
+}
+
+/** The agent, delegated to, with its container's processes. */
+function withDescendants(agent: Agent, descendants: () => ContainerProcess[]): LocalAgent {
+  return {
+    get container() {
+      return agent.container;
+    },
+    get pid() {
+      return agent.pid;
+    },
+    get uid() {
+      return agent.uid;
+    },
+    get shell() {
+      return agent.shell;
+    },
+    get lost() {
+      return agent.lost;
+    },
+    start: (spec) => agent.start(spec),
+    kill: (target, signal) => agent.kill(target, signal),
+    fence: (spare) => agent.fence(spare),
+    quit: () => agent.quit(),
+    onLost: (callback) => agent.onLost(callback),
+    descendants,
+  };
+}
+
+export async function startLocalRun(options: LocalRunOptions): Promise<LocalRun> {
+  const runDir = mkdtempSync(join(tmpdir(), "playbook-run-"));
+  const workspace = mkdtempSync(join(tmpdir(), "playbook-workspace-"));
+  mkdirSync(join(runDir, "cancel"));
+  // The run dir is read-only in the containers; the workspace is theirs to write.
+  chmodSync(runDir, 0o755);
+  chmodSync(join(runDir, "cancel"), 0o755);
+  let hub: AgentHub | undefined;
+  let started: TaskContainers | undefined;
+  const close = async () => {
+    // The agents end their tasks and leave; the containers go with them, or are removed.
+    if (hub) await Promise.race([hub.close(), new Promise((resolve) => setTimeout(resolve, 5000))]);
+    if (started) await started.stop();
+    rmSync(runDir, { recursive: true, force: true });
+    rmSync(workspace, { recursive: true, force: true });
+  };
+  try {
+    hub = await openAgentHub(join(runDir, SOCKET_NAME), {
+      expect: options.containers.map((container) => container.name),
+      mode: 0o666,
+    });
+    const names = options.containers.map((c) => `${c.name} ${c.image}`).join(", ");
+    options.say?.(`playbook: starting task containers with ${options.engine.kind}: ${names}`);
+    started = startTaskContainers({
+      engine: options.engine,
+      runId: options.runId,
+      containers: options.containers,
+      agent: options.agent,
+      runDir,
+      workspace,
+      limits: options.limits,
+      onLine: (container, line) => options.say?.(`playbook: ${container}: ${line}`),
+    });
+    const containers = started.containers;
+    const endedEarly = Promise.race(
+      containers.map((container) =>
+        container.ended.then((result) => {
+          throw new LocalStartError(describeEnd(container, result));
+        }),
+      ),
+    );
+    const cancelled = new Promise<never>((_, reject) => {
+      const fail = () => reject(new LocalStartError("interrupted while the task containers were starting"));
+      if (options.cancelSignal?.aborted) fail();
+      options.cancelSignal?.addEventListener("abort", fail, { once: true });
+    });
+    endedEarly.catch(() => {});
+    cancelled.catch(() => {});
+    await Promise.race([
+      hub.ready(options.startTimeoutMs).catch((error: Error) => {
+        throw new LocalStartError(
+          `the task containers did not all start within ${Math.round(options.startTimeoutMs / 1000)} s (startTimeout): ${error.message}`,
+        );
+      }),
+      endedEarly,
+      cancelled,
+    ]);
+    const agents = new Map<string, LocalAgent>();
+    const imageEnv = new Map<string, Record<string, string>>();
+    for (const container of containers) {
+      const hostPid = await hostPidOf(options.engine, container);
+      const agent = hub.agent(container.name);
+      agents.set(
+        container.name,
+        withDescendants(agent, () => containerDescendants(hostPid)),
+      );
+      imageEnv.set(container.name, await imageEnvOf(options.engine, container.image));
+    }
+    return {
+      runDir,
+      workspace,
+      agents,
+      imageEnv,
+      cancelFile: (attemptId) => ({
+        here: join(runDir, "cancel", attemptId),
+        there: `${RUN_MOUNT}/cancel/${attemptId}`,
+      }),
+      close,
+    };
+  } catch (error) {
+    await close();
+    throw error;
+  }
+}
+
+export { listRunContainers, WORKSPACE_MOUNT };
