@@ -11,7 +11,7 @@ import {
   type RunnerReport,
   type RunOutcome,
 } from "../api/report.js";
-import { type LocalRun, startLocalRun } from "../runner/local-run.js";
+import type { LocalRun } from "../runner/local-run.js";
 import { runPlaybook } from "../runner/run.js";
 import type { LocalImages } from "./local-images.js";
 import { Progress } from "./progress.js";
@@ -146,6 +146,8 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       );
     }
     if (options.images?.mode === "containers" && !cancel.signal.aborted) {
+      // The agent hub and the engine's client only for a run with task containers.
+      const { startLocalRun } = await import("../runner/local-run.js");
       local = await startLocalRun({
         engine: options.images.engine,
         agent: options.images.agent,
