@@ -54,15 +54,18 @@ export const ReportTaskSchema = z.strictObject({
   m: z.string().optional(),
   /** 1: it names an image but ran on the host (`playbook run --on-host`) */
   h: z.literal(1).optional(),
+  /** the task container that was lost while the task ran (agent mode) */
+  k: z.string().max(63).optional(),
 });
 export type ReportTask = z.infer<typeof ReportTaskSchema>;
 
 /**
  * What held a run's processes so that nothing outlived it: a cgroup of its own ended with
- * cgroup.kill, a child subreaper that every orphan of the run is re-parented to, or nothing but
- * the process group kill and the environment-cookie sweep.
+ * cgroup.kill, a child subreaper that every orphan of the run is re-parented to, nothing but
+ * the process group kill and the environment-cookie sweep, or the agents of the task containers
+ * (each its container's subreaper) with the fence over the pod's process namespace.
  */
-export const CONTAINMENTS = ["cgroup", "subreaper", "none"] as const;
+export const CONTAINMENTS = ["cgroup", "subreaper", "none", "agents"] as const;
 export type ContainmentKind = (typeof CONTAINMENTS)[number];
 
 export const RunnerReportSchema = z.strictObject({
@@ -95,6 +98,8 @@ export interface TaskOutcome {
   detail?: string;
   /** it names an image but ran on the host (`playbook run --on-host`) */
   onHost?: boolean;
+  /** the task container that was lost while the task ran (agent mode) */
+  lostContainer?: string;
 }
 
 export interface RunOutcome {
@@ -132,6 +137,7 @@ function toReportTask(task: TaskOutcome, start: number): ReportTask {
   }
   if (task.detail) out.m = task.detail;
   if (task.onHost) out.h = 1;
+  if (task.lostContainer) out.k = task.lostContainer;
   return out;
 }
 

@@ -4,7 +4,7 @@
 // one image to the next, a limit that kills the whole tree inside the container, Ctrl-C, and no
 // container left behind whatever ended the run. The images are issue 20's task images
 // (test/harness/task-images.ts): Debian, and the static, shell-less one.
-import { execFile, execFileSync } from "node:child_process";
+import { type ChildProcess, execFile, execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -82,7 +82,7 @@ function processesWith(mark: string): number[] {
 /** Runs the CLI, noting when each line of its stdout came. */
 function cliTimed(
   args: string[],
-  onSpawn?: Parameters<typeof startCli>[1]["onSpawn"],
+  onSpawn?: (child: ChildProcess) => void,
 ): Promise<CliResult & { lines: { at: number; text: string }[] }> {
   const lines: { at: number; text: string }[] = [];
   return startCli(args, {
