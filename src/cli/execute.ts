@@ -160,10 +160,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       });
     }
     const outcome = await runPlaybook({
-      local:
-        local && options.images?.mode === "containers"
-          ? { run: local, containerOf: options.images.containerOf }
-          : undefined,
+      ...(local && options.images?.mode === "containers" ? local.runOptions(options.images.containerOf) : {}),
       tasks: options.tasks,
       limits: options.limits,
       runStart: options.runStart,

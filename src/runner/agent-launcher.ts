@@ -34,6 +34,12 @@ export interface AgentLike {
   kill(target: number | "tree", signal: string): void;
   fence(spare: readonly number[]): Promise<number>;
   quit(): Promise<void>;
+  /**
+   * The container's live processes but the agent, numbered as the agent numbers them. Absent in
+   * a pod, where the runner shares the agents' process namespace and reads them in /proc below
+   * `pid`; a local run's containers have namespaces of their own (local-pids.ts).
+   */
+  descendants?(): ProcEntry[];
 }
 
 /** Sends a signal through the agent; one that is gone can signal nothing more. */
@@ -49,7 +55,7 @@ const POLL_MS = 20;
 /** How often the kill looks again for what SIGKILL has not ended yet. */
 const KILL_LOOK_MS = 10;
 
-interface ProcEntry {
+export interface ProcEntry {
   pid: number;
   ppid: number;
   pgrp: number;
@@ -107,7 +113,12 @@ export function agentDescendants(root: number, processes = liveProcesses()): Pro
 }
 
 /** Starts attempts through `agent`, the agent of one task container. */
-export function agentLauncher(agent: AgentLike): Launcher {
+export function agentLauncher(
+  agent: AgentLike,
+  /** the cancel file's path as the task sees it, where it differs from the runner's (a local run) */
+  cancelFileSeen?: (attemptId: string) => string,
+): Launcher {
+  const seen = () => agent.descendants?.() ?? agentDescendants(agent.pid);
   const gone = () => `could not start: container ${agent.container} is gone (its agent's connection closed)`;
   return {
     async launch(spec: AttemptSpec) {
@@ -115,7 +126,7 @@ export function agentLauncher(agent: AgentLike): Launcher {
       const env: Record<string, string> = {};
       for (const [name, value] of Object.entries(spec.env)) if (value !== undefined) env[name] = value;
       env[ATTEMPT_ID_VAR] = spec.attemptId;
-      env[CANCEL_FILE_VAR] = spec.cancelFileOf(spec.attemptId);
+      env[CANCEL_FILE_VAR] = (cancelFileSeen ?? spec.cancelFileOf)(spec.attemptId);
       const streams = [new Readable({ read() {} }), new Readable({ read() {} })] as const;
       const endStreams = () => {
         for (const stream of streams) if (!stream.readableEnded) stream.push(null);
@@ -167,10 +178,10 @@ export function agentLauncher(agent: AgentLike): Launcher {
         return started;
       }
       const pgid = started.pid;
-      const startedFrom = liveProcesses().find((entry) => entry.pid === pgid)?.start ?? 0;
+      const startedFrom = seen().find((entry) => entry.pid === pgid)?.start ?? 0;
       /** the attempt's live processes: the agent's descendants in its group or started since */
       const attemptProcesses = () =>
-        agentDescendants(agent.pid).filter((entry) => entry.pgrp === pgid || entry.start >= startedFrom);
+        seen().filter((entry) => entry.pgrp === pgid || entry.start >= startedFrom);
       const launched: Launched = {
         pgid,
         startedFrom,

@@ -4,7 +4,7 @@
 // the end of the run is a fence: every agent SIGKILLs every process it may signal in the pod's
 // shared process namespace but the agents, then quits. See docs/design.md ("Agent mode").
 import { mkdirSync } from "node:fs";
-import { join } from "node:path";
+import { join, posix } from "node:path";
 import { z } from "zod";
 import type { TaskSpec } from "../api/playbook.js";
 import { type AgentLike, agentDescendants, agentLauncher } from "./agent-launcher.js";
@@ -31,6 +31,17 @@ export interface AgentRun {
   agent(container: string): AgentLike | null;
   /** every agent that said hello */
   agents(): AgentLike[];
+  /**
+   * A local run (`playbook run`, local-run.ts): each task's container, null for a task that runs
+   * on the host (it names no image); the run dir as the tasks see it (/playbook/run), where the
+   * runner's is elsewhere; and the environment each container's image sets, which its tasks
+   * start from instead of the runner's.
+   */
+  local?: {
+    containerOf(index: number): string | null;
+    seenRunDir: string;
+    baseEnv(container: string): Record<string, string>;
+  };
 }
 
 /** Parses $PLAYBOOK_TASK_CONTAINERS; null when unset (the pod runner runs tasks itself). */
@@ -79,7 +90,11 @@ export function agentLaunchers(run: AgentRun): (container: string) => Launcher |
     if (known) return known;
     const agent = run.agent(container);
     if (!agent) return null;
-    const launcher = agentLauncher(agent);
+    const seenRunDir = run.local?.seenRunDir;
+    const launcher = agentLauncher(
+      agent,
+      seenRunDir === undefined ? undefined : (attemptId) => posix.join(seenRunDir, "cancel", attemptId),
+    );
     made.set(container, launcher);
     return launcher;
   };

@@ -89,3 +89,20 @@ export function containerDescendants(agentHostPid: number, proc = "/proc"): Cont
   }
   return found;
 }
+
+/** The host pids of the live descendants of the agent whose host pid is `agentHostPid`. */
+export function hostDescendants(agentHostPid: number, proc = "/proc"): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of hostProcesses(proc)) {
+    const list = children.get(entry.ppid);
+    if (list) list.push(entry.pid);
+    else children.set(entry.ppid, [entry.pid]);
+  }
+  const found: number[] = [];
+  const todo = [...(children.get(agentHostPid) ?? [])];
+  for (let pid = todo.pop(); pid !== undefined; pid = todo.pop()) {
+    found.push(pid);
+    todo.push(...(children.get(pid) ?? []));
+  }
+  return found;
+}

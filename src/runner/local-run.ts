@@ -7,6 +7,8 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type Agent, type AgentHub, openAgentHub } from "./agent-hub.js";
+import type { AgentRun } from "./agent-mode.js";
+import { type Containment, openContainment } from "./containment.js";
 import {
   type AgentFiles,
   listRunContainers,
@@ -19,7 +21,7 @@ import {
   WORKSPACE_MOUNT,
 } from "./local-containers.js";
 import type { LocalEngine } from "./local-engine.js";
-import { type ContainerProcess, containerDescendants } from "./local-pids.js";
+import { type ContainerProcess, containerDescendants, hostDescendants } from "./local-pids.js";
 
 export interface LocalRunOptions {
   engine: LocalEngine;
@@ -50,8 +52,11 @@ export interface LocalRun {
   agents: Map<string, LocalAgent>;
   /** the environment each container's image sets (PATH above all): a task's starts from it */
   imageEnv: Map<string, Record<string, string>>;
-  /** the cancel file of an attempt: where the runner writes it, and where the task sees it */
-  cancelFile(attemptId: string): { here: string; there: string };
+  /** runPlaybook's agent mode and containment for this run; containerOf: each task's container or null (host) */
+  runOptions(containerOf: readonly (string | undefined)[]): {
+    agents: AgentRun;
+    containment: (runId: string) => Containment;
+  };
   close(): Promise<void>;
 }
 
@@ -98,6 +103,58 @@ async function imageEnvOf(engine: LocalEngine, image: string): Promise<Record<st
 function describeEnd(container: StartedContainer, result: { code: number | null; lines: string[] }): string {
   const said = result.lines.slice(-5).join(" | ");
   return `container ${container.name} (image ${container.image}) ended before its agent said hello (exit code ${result.code ?? "unknown"})${said ? `: ${said}` : ""}`;
+}
+
+const FENCE_ANSWER_MS = 5000;
+
+/**
+ * What holds a local run's processes: the host's containment (a cgroup, a subreaper) for the tasks
+ * that run here, and the containers for the others. The runner shares the containers' user, so it
+ * signals their processes itself, by their host pids; the end of the run is each agent's fence,
+ * then the agents' quit, which ends each container (its first process gone, its namespace ends).
+ */
+function localContainment(
+  host: Containment,
+  agents: readonly LocalAgent[],
+  agentHostPids: readonly number[],
+  allInContainers: boolean,
+  containers: readonly StartedContainer[],
+): Containment {
+  const inContainers = () => agentHostPids.flatMap((pid) => hostDescendants(pid));
+  const named = containers.map((c) => `${c.name}: ${c.image}`).join(", ");
+  return {
+    kind: allInContainers ? "agents" : host.kind,
+    description:
+      `agents in ${containers.length} task container(s) (${named}), each the first process of its container: ` +
+      `its tasks end with it${allInContainers ? "" : `; the tasks on this machine: ${host.description}`}`,
+    command: host.command,
+    members: () => [...host.members(), ...inContainers()],
+    async killAll(until) {
+      const fenced = await Promise.all(
+        agents
+          .filter((agent) => !agent.lost)
+          .map((agent) =>
+            Promise.race([
+              agent.fence([]).catch(() => -1),
+              new Promise<number>((resolve) => setTimeout(resolve, FENCE_ANSWER_MS, -1).unref()),
+            ]),
+          ),
+      );
+      const hostClean = await host.killAll(until);
+      return hostClean && fenced.every((alive) => alive === 0) && inContainers().length === 0;
+    },
+    async close() {
+      await Promise.all(
+        agents.map((agent) =>
+          Promise.race([
+            agent.quit().catch(() => {}),
+            new Promise<void>((resolve) => setTimeout(resolve, FENCE_ANSWER_MS).unref()),
+          ]),
+        ),
+      );
+      await host.close();
+    },
+  };
 }
 
 /** The agent, delegated to, with its container's processes. */
@@ -195,14 +252,36 @@ export async function startLocalRun(options: LocalRunOptions): Promise<LocalRun>
       );
       imageEnv.set(container.name, await imageEnvOf(options.engine, container.image));
     }
+    const hostPids = new Map(
+      await Promise.all(containers.map(async (c) => [c.name, await hostPidOf(options.engine, c)] as const)),
+    );
+    const images = Object.fromEntries(containers.map((c) => [c.name, c.image]));
+    const agentRun = (containerOf: readonly (string | undefined)[]): AgentRun => ({
+      containers: images,
+      runDir,
+      agent: (container) => agents.get(container) ?? null,
+      agents: () => [...agents.values()],
+      local: {
+        containerOf: (index) => containerOf[index] ?? null,
+        seenRunDir: RUN_MOUNT,
+        baseEnv: (container) => imageEnv.get(container) ?? {},
+      },
+    });
     return {
       runDir,
       workspace,
       agents,
       imageEnv,
-      cancelFile: (attemptId) => ({
-        here: join(runDir, "cancel", attemptId),
-        there: `${RUN_MOUNT}/cancel/${attemptId}`,
+      runOptions: (containerOf) => ({
+        agents: agentRun(containerOf),
+        containment: (runId) =>
+          localContainment(
+            openContainment(runId),
+            [...agents.values()],
+            [...hostPids.values()],
+            containerOf.every((container) => container !== undefined),
+            containers,
+          ),
       }),
       close,
     };

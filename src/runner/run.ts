@@ -3,7 +3,7 @@
 // nothing a task left behind outlives the run.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join, posix, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -83,6 +83,8 @@ export interface RunOptions {
 }
 
 const DEFAULT_DRAIN_WINDOW_MS = 250;
+/** A task container's working directory unless the task names another (relative ones are below it). */
+const WORKSPACE = "/workspace";
 const DEFAULT_TAIL_BYTES = 4096;
 
 function inheritedEnv(): NodeJS.ProcessEnv {
@@ -118,7 +120,12 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const table = options.processTable ?? PROC;
   const emit = options.onEvent ?? (() => {});
   const agents = options.agents;
-  const containment = agents ? agentContainment(agents) : (options.containment ?? openContainment)(runId);
+  // A local run brings its own: its host tasks' and its containers' (local-run.ts).
+  const containment = options.containment
+    ? options.containment(runId)
+    : agents
+      ? agentContainment(agents)
+      : openContainment(runId);
   const launcherOf = agents ? agentLaunchers(agents) : null;
   emit({ type: "containment", kind: containment.kind, description: containment.description });
   const oom = oomCounter();
@@ -160,7 +167,11 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       }
       outcome.phase = "Running";
       outcome.startTime = new Date();
-      const container = agents ? containerOfTask(task, agents.containers) : null;
+      const container = agents
+        ? agents.local
+          ? agents.local.containerOf(index)
+          : containerOfTask(task, agents.containers)
+        : null;
       const launcher = container !== null ? launcherOf?.(container) : undefined;
       if (agents && container !== null && !launcher) {
         // Its agent never said hello (the run waited for it): the task cannot start.
@@ -185,8 +196,17 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           taskName: task.name,
           run: task.run,
           command: containment.command,
-          env: { ...baseEnv, ...Object.fromEntries(task.env.map((v) => [v.name, v.value])) },
-          cwd: task.workingDir ? resolve(task.workingDir) : undefined,
+          env: {
+            ...(container !== null && agents?.local ? agents.local.baseEnv(container) : baseEnv),
+            ...Object.fromEntries(task.env.map((v) => [v.name, v.value])),
+          },
+          // In a task container: below its /workspace (the default), never resolved on this machine.
+          cwd:
+            container !== null
+              ? posix.resolve(WORKSPACE, task.workingDir ?? ".")
+              : task.workingDir
+                ? resolve(task.workingDir)
+                : undefined,
           attemptId,
           runCookie,
           runStartedFrom: firstStart,
