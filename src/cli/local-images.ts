@@ -6,15 +6,21 @@ import type { PlaybookSpec, TaskSpec } from "../api/playbook.js";
 import {
   type AgentFiles,
   findAgentFiles,
-  MAX_TASK_CONTAINERS,
   planTaskContainers,
   type TaskContainer,
 } from "../runner/local-containers.js";
 import { describeLooks, findEngine, type LocalEngine, whatToInstall } from "../runner/local-engine.js";
 
-/** A task's effective image: its own, else spec.image; undefined runs it on the host. */
-export function effectiveImage(task: TaskSpec, spec: Pick<PlaybookSpec, "image">): string | undefined {
-  return (task as TaskSpec & { image?: string }).image ?? spec.image;
+/**
+ * A task's effective image: its own, else spec.image, else the --policy file's default;
+ * undefined runs it on the host (the runner image of a cluster is this machine locally).
+ */
+export function effectiveImage(
+  task: TaskSpec,
+  spec: Pick<PlaybookSpec, "image">,
+  policyDefault?: string,
+): string | undefined {
+  return task.image ?? spec.image ?? policyDefault;
 }
 
 /** How the run's image tasks run: in their containers, or on the host (--on-host). */
@@ -41,18 +47,14 @@ export type LocalImages =
 export async function prepareLocalImages(
   spec: Pick<PlaybookSpec, "image" | "tasks">,
   onHost: boolean,
+  policyDefault?: string,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<LocalImages | { error: string } | undefined> {
-  const images = spec.tasks.map((task) => effectiveImage(task, spec));
+  const images = spec.tasks.map((task) => effectiveImage(task, spec, policyDefault));
   const first = spec.tasks.findIndex((_, index) => images[index] !== undefined);
   if (first < 0) return undefined;
   if (onHost) return { mode: "host", images };
   const { containers, containerOf } = planTaskContainers(images);
-  if (containers.length > MAX_TASK_CONTAINERS) {
-    return {
-      error: `the tasks name ${containers.length} distinct images; at most ${MAX_TASK_CONTAINERS} (each is a container of the run)`,
-    };
-  }
   const choice = await findEngine(env);
   const task = spec.tasks[first] as TaskSpec;
   const where = `spec.tasks[${first}]`;

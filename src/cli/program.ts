@@ -74,11 +74,12 @@ async function runCommand(flags: unknown): Promise<number> {
   const { cgroupAvailable } = await import("../runner/containment.js");
   const { relaunchUnderSubreaper } = await import("../runner/subreaper.js");
   relaunchUnderSubreaper(cgroupAvailable);
-  const { playbook, defaults } = await readChecked(parsed.filename, parsed.policy);
+  const { playbook, defaults, defaultImage } = await readChecked(parsed.filename, parsed.policy);
   const limits = resolveLimits(playbook.spec, defaults);
-  // Tasks that name an image: their engine (or --on-host) is settled before anything runs.
+  // Tasks that name an image (or whose policy's default does): their engine, or --on-host, is
+  // settled before anything runs.
   const { prepareLocalImages } = await import("./local-images.js");
-  const images = await prepareLocalImages(playbook.spec, parsed.onHost === true);
+  const images = await prepareLocalImages(playbook.spec, parsed.onHost === true, defaultImage);
   if (images && "error" in images) throw new UsageError(images.error);
   // The runner (and node:crypto, node:child_process) only for the commands that run tasks.
   const { executeRun } = await import("./execute.js");
@@ -96,6 +97,13 @@ async function runCommand(flags: unknown): Promise<number> {
   });
   if (parsed.output) {
     const status = statusFromReport(result.report, limits, new Date(), [], playbook.metadata.generation);
+    // The image each task ran in: in its container (not --on-host, which the message says).
+    if (images?.mode === "containers") {
+      for (const [index, task] of (status.tasks ?? []).entries()) {
+        const image = images.images[index];
+        if (image !== undefined && task.attempts > 0) task.image = image;
+      }
+    }
     const object = { ...playbook, status };
     process.stdout.write(
       parsed.output === "json"

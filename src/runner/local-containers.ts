@@ -20,8 +20,6 @@ export const AGENT_MOUNT = "/playbook/agent";
 export const RUN_MOUNT = "/playbook/run";
 export const WORKSPACE_MOUNT = "/workspace";
 export const SOCKET_NAME = "runner.sock";
-/** At most this many distinct images, as in a pod (each is a container). */
-export const MAX_TASK_CONTAINERS = 8;
 
 /** The label every task container of a run carries: `playbook.dev/run=RUN_ID`. */
 export const RUN_LABEL = "playbook.dev/run";
