@@ -145,22 +145,27 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
         `playbook: --on-host: ${named.map((task) => task.name).join(", ")} run${named.length === 1 ? "s" : ""} on this machine, not in ${named.length === 1 ? "its image" : "their images"}`,
       );
     }
-    if (options.images?.mode === "containers" && !cancel.signal.aborted) {
+    const images = options.images;
+    if (images?.mode === "containers" && !cancel.signal.aborted) {
       // The agent hub and the engine's client only for a run with task containers.
       const { startLocalRun } = await import("../runner/local-run.js");
       local = await startLocalRun({
-        engine: options.images.engine,
-        agent: options.images.agent,
-        containers: options.images.containers,
+        engine: images.engine,
+        agent: images.agent,
+        containers: images.containers,
         runId: localRunId(),
         startTimeoutMs: options.limits.startTimeout.ms,
         limits: containerLimits(options.resources),
         cancelSignal: cancel.signal,
+        tasksOf: (container) =>
+          options.tasks
+            .filter((_, index) => images.containerOf[index] === container)
+            .map((task) => task.name),
         say: (line) => progress?.say(line),
       });
     }
     const outcome = await runPlaybook({
-      ...(local && options.images?.mode === "containers" ? local.runOptions(options.images.containerOf) : {}),
+      ...(local && images?.mode === "containers" ? local.runOptions(images.containerOf) : {}),
       tasks: options.tasks,
       limits: options.limits,
       runStart: options.runStart,

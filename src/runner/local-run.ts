@@ -32,6 +32,8 @@ export interface LocalRunOptions {
   startTimeoutMs: number;
   /** spec.resources.limits, applied to each task container */
   limits?: { memory?: string; cpu?: string };
+  /** the tasks that run in each container, named in the messages of a failed start */
+  tasksOf?: (container: string) => string[];
   /** a start stopped by Ctrl-C */
   cancelSignal?: AbortSignal;
   /** progress lines: the start of each container, the engine's own lines (a pull) */
@@ -100,9 +102,15 @@ async function imageEnvOf(engine: LocalEngine, image: string): Promise<Record<st
   return env;
 }
 
-function describeEnd(container: StartedContainer, result: { code: number | null; lines: string[] }): string {
+function describeEnd(
+  container: StartedContainer,
+  result: { code: number | null; lines: string[] },
+  tasks: readonly string[],
+  engineKind: string,
+): string {
   const said = result.lines.slice(-5).join(" | ");
-  return `container ${container.name} (image ${container.image}) ended before its agent said hello (exit code ${result.code ?? "unknown"})${said ? `: ${said}` : ""}`;
+  const of = tasks.length > 0 ? ` of task${tasks.length === 1 ? "" : "s"} ${tasks.join(", ")}` : "";
+  return `container ${container.name}${of} (image ${container.image}) ended before its agent said hello (${engineKind} exit code ${result.code ?? "unknown"})${said ? `: ${said}` : ""}; nothing was run`;
 }
 
 const FENCE_ANSWER_MS = 5000;
@@ -221,7 +229,9 @@ export async function startLocalRun(options: LocalRunOptions): Promise<LocalRun>
     const endedEarly = Promise.race(
       containers.map((container) =>
         container.ended.then((result) => {
-          throw new LocalStartError(describeEnd(container, result));
+          throw new LocalStartError(
+            describeEnd(container, result, options.tasksOf?.(container.name) ?? [], options.engine.kind),
+          );
         }),
       ),
     );
@@ -235,7 +245,7 @@ export async function startLocalRun(options: LocalRunOptions): Promise<LocalRun>
     await Promise.race([
       hub.ready(options.startTimeoutMs).catch((error: Error) => {
         throw new LocalStartError(
-          `the task containers did not all start within ${Math.round(options.startTimeoutMs / 1000)} s (startTimeout): ${error.message}`,
+          `the task containers did not all start within ${Math.round(options.startTimeoutMs / 1000)} s (startTimeout): ${error.message}; nothing was run`,
         );
       }),
       endedEarly,

@@ -41,6 +41,7 @@ beforeAll(async () => {
   }).trim();
   await loadTaskImage("debian");
   await loadTaskImage("static");
+  await loadTaskImage("musl");
   cliEnv = {
     ...Object.fromEntries(Object.entries(engine.env).filter(([name]) => name.startsWith("CONTAINERS_"))),
     PLAYBOOK_CONTAINER_ENGINE: engine.kind,
@@ -110,6 +111,8 @@ describe("playbook run: tasks in their own images through podman", () => {
         },
         // No shell in this image: the agent's busybox runs the script.
         { name: "read", image: TASK_IMAGES.static, run: "cat /workspace/note; spin hello" },
+        // musl's loader and a dynamic binary, no glibc and no shell.
+        { name: "musl", image: TASK_IMAGES.musl, run: "spin hello; spin cat note" },
         { name: "here", run: "echo on-the-host" },
       ],
     });
@@ -121,7 +124,9 @@ describe("playbook run: tasks in their own images through podman", () => {
     expect(texts).toContain("[write] first");
     expect(texts).toContain(`[write] ${process.getuid?.() ?? 0}`);
     expect(texts).toContain("[read] from-debian");
-    expect(texts.some((text) => text.startsWith("[read] static"))).toBe(true);
+    expect(texts.some((text) => text.startsWith("[read] spin static"))).toBe(true);
+    expect(texts.some((text) => text.startsWith("[musl] spin musl-dynamic"))).toBe(true);
+    expect(texts).toContain("[musl] from-debian");
     expect(texts).toContain("[here] on-the-host");
     // Live: the first line came while the task still slept, not with the rest at its end.
     const first = result.lines.find((line) => line.text === "[write] first");
@@ -162,6 +167,7 @@ describe("playbook run: tasks in their own images through podman", () => {
   it("leaves nothing running after Ctrl-C", async () => {
     const mark = `local-interrupt-${process.pid}`;
     const file = manifest({
+      killGrace: "1s",
       tasks: [{ name: "spin", image: TASK_IMAGES.debian, run: `spin tree ${mark} loud` }],
     });
     const result = await cliTimed(["run", "-f", file], (child) => {
@@ -180,8 +186,9 @@ describe("playbook run: tasks in their own images through podman", () => {
     const result = await cliTimed(["run", "-f", file]);
     expect(result.code).toBe(2);
     expect(result.stderr).toContain(
-      "container task-1 (image playbook.test/absent:1) ended before its agent said hello",
+      "container task-1 of task missing (image playbook.test/absent:1) ended before its agent said hello",
     );
+    expect(result.stderr).toContain("nothing was run");
     expect(await runContainers()).toEqual([]);
   });
 });
