@@ -94,7 +94,11 @@ async function hostPidOf(engine: LocalEngine, container: StartedContainer): Prom
 async function imageEnvOf(engine: LocalEngine, image: string): Promise<Record<string, string>> {
   const out = await engineOutput(engine, ["image", "inspect", "--format", "{{json .Config.Env}}", image]);
   const list = (JSON.parse(out.trim() || "null") as string[] | null) ?? [];
-  const env: Record<string, string> = {};
+  // As the engines and the kubelet give a container that its image does not: a PATH, a HOME.
+  const env: Record<string, string> = {
+    PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    HOME: process.getuid?.() === 0 ? "/root" : "/",
+  };
   for (const entry of list) {
     const at = entry.indexOf("=");
     if (at > 0) env[entry.slice(0, at)] = entry.slice(at + 1);
@@ -196,9 +200,11 @@ export async function startLocalRun(options: LocalRunOptions): Promise<LocalRun>
   const runDir = mkdtempSync(join(tmpdir(), "playbook-run-"));
   const workspace = mkdtempSync(join(tmpdir(), "playbook-workspace-"));
   mkdirSync(join(runDir, "cancel"));
-  // The run dir is read-only in the containers; the workspace is theirs to write.
-  chmodSync(runDir, 0o755);
-  chmodSync(join(runDir, "cancel"), 0o755);
+  // The containers' user is this one (local-containers.ts): nobody else may reach the socket,
+  // pose as an agent and be handed a task's environment. Read-only in the containers; the
+  // workspace is theirs to write.
+  chmodSync(runDir, 0o700);
+  chmodSync(join(runDir, "cancel"), 0o700);
   let hub: AgentHub | undefined;
   let started: TaskContainers | undefined;
   const close = async () => {
@@ -211,7 +217,7 @@ export async function startLocalRun(options: LocalRunOptions): Promise<LocalRun>
   try {
     hub = await openAgentHub(join(runDir, SOCKET_NAME), {
       expect: options.containers.map((container) => container.name),
-      mode: 0o666,
+      mode: 0o600,
     });
     const names = options.containers.map((c) => `${c.name} ${c.image}`).join(", ");
     options.say?.(`playbook: starting task containers with ${options.engine.kind}: ${names}`);
