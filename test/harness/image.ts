@@ -62,6 +62,8 @@ export function sourceHash(): string {
     "scripts/bundle-cli.ts",
     "scripts/third-party-notices.ts",
     "scripts/image-sbom.ts",
+    "agent/agent.c",
+    "tools/build-agent.sh",
   ];
   const walk = (dir: string): string[] =>
     readdirSync(path.join(root, dir), { withFileTypes: true }).flatMap((entry) =>
