@@ -11,6 +11,14 @@ import {
   type RunnerReport,
   type RunOutcome,
 } from "../api/report.js";
+import {
+  AGENT_HELLO_VAR,
+  DEFAULT_AGENT_HELLO_MS,
+  DEFAULT_RUN_DIR,
+  openAgentRun,
+  RUN_DIR_VAR,
+  taskContainersFrom,
+} from "../runner/agent-mode.js";
 import type { LocalRun } from "../runner/local-run.js";
 import { runPlaybook } from "../runner/run.js";
 import type { LocalImages } from "./local-images.js";
@@ -32,6 +40,11 @@ export interface ExecuteOptions {
   images?: LocalImages;
   /** spec.resources: its limits apply to each local task container */
   resources?: { limits?: Record<string, string | number> };
+  /**
+   * The pod runner: when $PLAYBOOK_TASK_CONTAINERS is set, tasks run in their containers through
+   * the agents (src/runner/agent-mode.ts).
+   */
+  agentMode?: boolean;
 }
 
 export interface ExecuteResult {
@@ -136,9 +149,17 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     options.progressOut.write("playbook: spec.cancel is true; the run is cancelled before its first task\n");
     cancel.abort();
   }
+  const containers = options.agentMode ? taskContainersFrom(process.env) : null;
+  let agentRun: Awaited<ReturnType<typeof openAgentRun>> | null = null;
   let local: LocalRun | undefined;
   try {
     progress.begin(options.name, options.tasks.length, options.runStart);
+    if (containers) {
+      const runDir = process.env[RUN_DIR_VAR] || DEFAULT_RUN_DIR;
+      const helloMs = Number(process.env[AGENT_HELLO_VAR]) || DEFAULT_AGENT_HELLO_MS;
+      agentRun = await openAgentRun(containers, runDir, helloMs);
+      if (agentRun.problem) options.progressOut.write(`playbook: ${agentRun.problem}; nothing is run\n`);
+    }
     if (options.images?.mode === "host") {
       const named = options.tasks.filter((_, index) => options.images?.images[index] !== undefined);
       progress.say(
@@ -174,6 +195,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       cancelSignal: cancel.signal,
       hurrySignal: hurry.signal,
       onEvent: (event) => progress.event(event),
+      ...(agentRun ? { agents: agentRun.run } : {}),
     });
     if (options.images?.mode === "host") {
       const { images } = options.images;
@@ -193,6 +215,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
   } finally {
     // Whatever ended the run (a limit, Ctrl-C, an engine's error): no container is left.
     await local?.close();
+    await agentRun?.hub.close();
     for (const signal of signals) process.off(signal, onSignal);
   }
 }

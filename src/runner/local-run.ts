@@ -7,6 +7,7 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type Agent, type AgentHub, openAgentHub } from "./agent-hub.js";
+import type { AgentLike } from "./agent-launcher.js";
 import type { AgentRun } from "./agent-mode.js";
 import { type Containment, openContainment } from "./containment.js";
 import {
@@ -41,10 +42,10 @@ export interface LocalRunOptions {
 }
 
 /** An agent as the runner drives it, with its container's processes numbered as it numbers them. */
-export interface LocalAgent extends Agent {
+export type LocalAgent = AgentLike & {
   /** the container's live processes but the agent, in the container's numbering */
   descendants(): ContainerProcess[];
-}
+};
 
 export interface LocalRun {
   /** the run dir on this machine (the containers see it at /playbook/run) */
@@ -178,12 +179,6 @@ function withDescendants(agent: Agent, descendants: () => ContainerProcess[]): L
     get pid() {
       return agent.pid;
     },
-    get uid() {
-      return agent.uid;
-    },
-    get shell() {
-      return agent.shell;
-    },
     get lost() {
       return agent.lost;
     },
@@ -191,7 +186,6 @@ function withDescendants(agent: Agent, descendants: () => ContainerProcess[]): L
     kill: (target, signal) => agent.kill(target, signal),
     fence: (spare) => agent.fence(spare),
     quit: () => agent.quit(),
-    onLost: (callback) => agent.onLost(callback),
     descendants,
   };
 }

@@ -3,7 +3,7 @@
 // nothing a task left behind outlives the run.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, posix, resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -83,8 +83,6 @@ export interface RunOptions {
 }
 
 const DEFAULT_DRAIN_WINDOW_MS = 250;
-/** A task container's working directory unless the task names another (relative ones are below it). */
-const WORKSPACE = "/workspace";
 const DEFAULT_TAIL_BYTES = 4096;
 
 function inheritedEnv(): NodeJS.ProcessEnv {
@@ -173,13 +171,16 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           : containerOfTask(task, agents.containers)
         : null;
       const launcher = container !== null ? launcherOf?.(container) : undefined;
-      if (agents && container !== null && !launcher) {
-        // Its agent never said hello (the run waited for it): the task cannot start.
+      // An agent that never said hello (the runner waited for every one) fails the run before
+      // anything starts, on its first task, naming the container.
+      const missing =
+        agents?.missing?.[0] ?? (agents && container !== null && !launcher ? container : undefined);
+      if (agents && missing !== undefined) {
         outcome.attempts = 1;
         outcome.completionTime = new Date();
         outcome.phase = "Failed";
-        outcome.lostContainer = container;
-        outcome.detail = `container ${container} (image ${agents.containers[container] ?? "unknown"}): its agent never connected; the task was not started`;
+        outcome.lostContainer = missing;
+        outcome.detail = `container ${missing} (image ${agents.containers[missing] ?? "unknown"}): its agent did not connect; nothing was run`;
         reason = "TaskFailed";
         emit({ type: "task-finished", index, outcome });
         break;
@@ -200,13 +201,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
             ...(container !== null && agents?.local ? agents.local.baseEnv(container) : baseEnv),
             ...Object.fromEntries(task.env.map((v) => [v.name, v.value])),
           },
-          // In a task container: below its /workspace (the default), never resolved on this machine.
-          cwd:
-            container !== null
-              ? posix.resolve(WORKSPACE, task.workingDir ?? ".")
-              : task.workingDir
-                ? resolve(task.workingDir)
-                : undefined,
+          // In a task container a relative workingDir is the container's (its agent's working
+          // directory, /workspace), not the runner's.
+          cwd: container !== null ? task.workingDir : task.workingDir ? resolve(task.workingDir) : undefined,
           attemptId,
           runCookie,
           runStartedFrom: firstStart,
