@@ -127,6 +127,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     outputOnTerminal:
       options.output === options.progressOut || (options.output as { isTTY?: boolean }).isTTY === true,
     where: describePlacement(options.images),
+    startsContainers: options.images?.mode === "containers",
   });
   const cancel = new AbortController();
   const hurry = new AbortController();

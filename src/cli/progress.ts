@@ -10,9 +10,13 @@ export function showLimit(limit: EffectiveLimit): string {
   return `${formatDuration(limit.ms)} (${limit.source})`;
 }
 
-/** The start timeout bounds a cluster pod's wait to start; a local run has no pod to wait for. */
-export function showStartTimeout(limit: EffectiveLimit): string {
-  return `startTimeout ${formatDuration(limit.ms)} (${limit.source}; on a cluster only)`;
+/**
+ * The start timeout bounds a cluster pod's wait to start; a local run has no pod to wait for, but
+ * bounds the start of its task containers (a pull included) with it.
+ */
+export function showStartTimeout(limit: EffectiveLimit, containers = false): string {
+  const where = containers ? "the task containers' start" : "on a cluster only";
+  return `startTimeout ${formatDuration(limit.ms)} (${limit.source}; ${where})`;
 }
 
 export function describeTaskLimits(task: TaskLimits, run: ResolvedLimits): string {
@@ -29,6 +33,8 @@ export interface ProgressOptions {
   outputBytes: () => number;
   /** task output goes to the same terminal, so the live line must make way for it */
   outputOnTerminal?: boolean;
+  /** the run starts task containers (the start timeout bounds their start) */
+  startsContainers?: boolean;
   /** where each task runs when it names an image: "in postgres:16 (podman)", "on the host, not in ..." */
   where?: readonly (string | undefined)[];
 }
@@ -159,7 +165,7 @@ export class Progress {
     this.write(
       `playbook: running ${name}: ${taskCount} task${taskCount === 1 ? "" : "s"}, ceiling ${showLimit(limits.ceiling)}, ` +
         `stall ${limits.stall.ms === 0 ? "off" : formatDuration(limits.stall.ms)} (${limits.stall.source}), ` +
-        `killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}`,
+        `killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout, this.options.startsContainers)}`,
     );
   }
 
