@@ -179,6 +179,23 @@ describe("playbook run: tasks in their own images through podman", () => {
     expect(await runContainers()).toEqual([]);
   });
 
+  it("leaves nothing running when the runner itself is killed (SIGKILL): the agents end with their connection", async () => {
+    const mark = `local-sigkill-${process.pid}`;
+    const file = manifest({
+      tasks: [{ name: "spin", image: TASK_IMAGES.debian, run: `spin tree ${mark} loud` }],
+    });
+    await cliTimed(["run", "-f", file], (child) => {
+      child.stdout?.once("data", () => child.kill("SIGKILL"));
+    });
+    // The agent sees its connection close, kills its descendants and exits; --rm removes the container.
+    const deadline = Date.now() + 20_000;
+    while (Date.now() < deadline && ((await runContainers()).length > 0 || processesWith(mark).length > 0)) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    expect(processesWith(mark)).toEqual([]);
+    expect(await runContainers()).toEqual([]);
+  });
+
   it("refuses an image the engine cannot start, naming it, and leaves no container", async () => {
     const file = manifest({
       tasks: [{ name: "missing", image: "playbook.test/absent:1", run: "true" }],
