@@ -171,20 +171,26 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     if (images?.mode === "containers" && !cancel.signal.aborted) {
       // The agent hub and the engine's client only for a run with task containers.
       const { startLocalRun } = await import("../runner/local-run.js");
-      local = await startLocalRun({
-        engine: images.engine,
-        agent: images.agent,
-        containers: images.containers,
-        runId: localRunId(),
-        startTimeoutMs: options.limits.startTimeout.ms,
-        limits: containerLimits(options.resources),
-        cancelSignal: cancel.signal,
-        tasksOf: (container) =>
-          options.tasks
-            .filter((_, index) => images.containerOf[index] === container)
-            .map((task) => task.name),
-        say: (line) => progress?.say(line),
-      });
+      try {
+        local = await startLocalRun({
+          engine: images.engine,
+          agent: images.agent,
+          containers: images.containers,
+          runId: localRunId(),
+          startTimeoutMs: options.limits.startTimeout.ms,
+          limits: containerLimits(options.resources),
+          cancelSignal: cancel.signal,
+          tasksOf: (container) =>
+            options.tasks
+              .filter((_, index) => images.containerOf[index] === container)
+              .map((task) => task.name),
+          say: (line) => progress?.say(line),
+        });
+      } catch (error) {
+        // Ctrl-C while they started: they are gone already, and the run is Cancelled before its
+        // first task, reported as any cancelled run is.
+        if (!cancel.signal.aborted) throw error;
+      }
     }
     const outcome = await runPlaybook({
       ...(local && images?.mode === "containers" ? local.runOptions(images.containerOf) : {}),

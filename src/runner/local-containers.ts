@@ -152,6 +152,10 @@ export function runArgs(options: StartOptions, container: TaskContainer, engineN
     // The host's network, as the run's host tasks have: a task reaches what they reach.
     "--network",
     "host",
+    // Where SELinux is enforcing, no label that would keep the container from the host's files it
+    // mounts (the agent, the run dir, the workspace), and no relabelling of them either.
+    "--security-opt",
+    "label=disable",
     ...userArgs(options.engine),
     ...mounts,
     ...limits,
