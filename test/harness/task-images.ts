@@ -66,7 +66,9 @@ async function compile(
     ]);
   } catch (error) {
     const { stderr } = error as { stderr?: string };
-    throw new Error(`could not build spin for the ${why} (${compiler}): ${stderr ?? error}`, { cause: error });
+    throw new Error(`could not build spin for the ${why} (${compiler}): ${stderr ?? error}`, {
+      cause: error,
+    });
   }
 }
 
@@ -95,7 +97,8 @@ async function buildRoot(kind: TaskImageKind, rootfs: string, log: (message: str
   }
   await compile(kind, "musl-gcc", [], spin, "musl image (apt-get install musl-tools)");
   const loader = await interpreterOf(spin);
-  if (!/ld-musl/.test(loader)) throw new Error(`musl-gcc made a binary that asks for ${loader}, not musl's loader`);
+  if (!/ld-musl/.test(loader))
+    throw new Error(`musl-gcc made a binary that asks for ${loader}, not musl's loader`);
   if (!existsSync(loader)) throw new Error(`musl's loader ${loader} is missing here (apt-get install musl)`);
   await mkdir(path.join(rootfs, path.dirname(loader)), { recursive: true });
   // The loader is musl's libc.so (Debian links it from /lib); the binary needs nothing else.
@@ -135,7 +138,9 @@ const hostRecordSchema = z.object({ containerdSocket: z.string() });
 export function realNodeContainerdSocket(kubeconfig: string): string {
   const file = path.join(path.dirname(kubeconfig), "real-node", "host.json");
   if (!existsSync(file))
-    throw new Error(`${file} is missing: the task images need a real node (npm run cluster:up -- --node real)`);
+    throw new Error(
+      `${file} is missing: the task images need a real node (npm run cluster:up -- --node real)`,
+    );
   return hostRecordSchema.parse(JSON.parse(readFileSync(file, "utf8"))).containerdSocket;
 }
 

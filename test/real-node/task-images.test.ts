@@ -22,7 +22,12 @@ import {
   startController,
   waitForFinished,
 } from "../controller/support.js";
-import { createTestNamespace, deleteTestNamespace, marker, processesWithMarker } from "../harness/cluster-test.js";
+import {
+  createTestNamespace,
+  deleteTestNamespace,
+  marker,
+  processesWithMarker,
+} from "../harness/cluster-test.js";
 import {
   importTaskImages,
   SPIN,
@@ -172,7 +177,9 @@ describe.each(TASK_IMAGE_KINDS)("tasks in the %s image on the real node", (kind)
     expect(numbers("err")).toEqual(upTo300);
     const [pod] = await podsOf(namespace, name);
     const task = pod?.spec?.containers.find((c) => c.image === image);
-    expect(task).toMatchObject({ command: ["/playbook/agent/agent", "/playbook/run/runner.sock", task?.name] });
+    expect(task).toMatchObject({
+      command: ["/playbook/agent/agent", "/playbook/run/runner.sock", task?.name],
+    });
   });
 
   const treeCases = [
@@ -228,10 +235,16 @@ describe.each(TASK_IMAGE_KINDS)("tasks in the %s image on the real node", (kind)
       });
       expect(playbook.status?.tasks?.[1]).toMatchObject({ name: "after", phase: "Skipped" });
       // Every process of the tree is gone, and so is the pod: every container ended.
-      await eventually("the tree to be gone", async () => (processesWithMarker(mark).length === 0 ? true : undefined), 10_000);
+      await eventually(
+        "the tree to be gone",
+        async () => (processesWithMarker(mark).length === 0 ? true : undefined),
+        10_000,
+      );
       expect(pids.length).toBeGreaterThanOrEqual(3);
       const pod = await podCompleted(namespace, name);
-      expect(pod.status?.containerStatuses?.find((s) => s.name === "runner")?.state?.terminated).toBeDefined();
+      expect(
+        pod.status?.containerStatuses?.find((s) => s.name === "runner")?.state?.terminated,
+      ).toBeDefined();
       const logs = await runnerLogs(namespace, name);
       expect(taskLines(logs, "tree")[0]).toBe(`tree up (${expected.kind})`);
     },
@@ -246,7 +259,11 @@ describe.each(TASK_IMAGE_KINDS)("tasks in the %s image on the real node", (kind)
     });
     const playbook = await waitForFinished(namespace, name, realNode.finishMs);
     expect(reasonOf(playbook)).toMatchObject({ status: "False", reason: "TaskTimeout" });
-    expect(playbook.status?.tasks?.[0]).toMatchObject({ phase: "TimedOut", limit: "TaskTimeout", ending: "Exited" });
+    expect(playbook.status?.tasks?.[0]).toMatchObject({
+      phase: "TimedOut",
+      limit: "TaskTimeout",
+      ending: "Exited",
+    });
     const lines = taskLines(await runnerLogs(namespace, name), "polite");
     expect(lines[0]).toMatch(/^waiting for \/playbook\/run\/\S+/);
     expect(lines).toContain(`cancel file seen: ${lines[0]?.slice("waiting for ".length)}`);
@@ -307,9 +324,11 @@ describe("Playbooks across images on the real node", () => {
     expect(playbook.status?.tasks?.[0]?.message).toMatch(named);
     expect(playbook.status?.tasks?.[1]).toMatchObject({ name: "after", phase: "Skipped" });
     const [pod] = await podsOf(namespace, name);
-    expect(pod?.status?.containerStatuses?.find((s) => s.name === "task-1")?.state?.terminated).toMatchObject({
-      reason: "OOMKilled",
-    });
+    expect(pod?.status?.containerStatuses?.find((s) => s.name === "task-1")?.state?.terminated).toMatchObject(
+      {
+        reason: "OOMKilled",
+      },
+    );
   });
 
   it("an image that cannot be pulled ends the run StartTimeout naming the image and the kubelet's reason", async () => {
