@@ -26,29 +26,42 @@ export const MAX_PLAN_BYTES = 256 * 1024 - 2048;
 
 const Millis = z.number().int().min(0);
 
-export const RunPlanSchema = z.strictObject({
-  name: z.string().min(1),
-  namespace: z.string().optional(),
-  runStartTime: z.iso.datetime(),
-  defaults: z.strictObject({
-    ceilingMs: Millis,
-    maxCeilingMs: Millis,
-    stallMs: Millis,
-    killGraceMs: Millis,
-    // Absent from the plans of an earlier version: DEFAULT_START_TIMEOUT_MS.
-    startTimeoutMs: Millis.optional(),
-    // The namespace policy's defaults the run started with: a later edit of the policy changes nothing.
-    policy: z
-      .strictObject({
-        ceilingMs: Millis.optional(),
-        stallMs: Millis.optional(),
-        killGraceMs: Millis.optional(),
-        startTimeoutMs: Millis.optional(),
-      })
+export const RunPlanSchema = z
+  .strictObject({
+    name: z.string().min(1),
+    namespace: z.string().optional(),
+    runStartTime: z.iso.datetime(),
+    defaults: z.strictObject({
+      ceilingMs: Millis,
+      maxCeilingMs: Millis,
+      stallMs: Millis,
+      killGraceMs: Millis,
+      // Absent from the plans of an earlier version: DEFAULT_START_TIMEOUT_MS.
+      startTimeoutMs: Millis.optional(),
+      // The namespace policy's defaults the run started with: a later edit of the policy changes nothing.
+      policy: z
+        .strictObject({
+          ceilingMs: Millis.optional(),
+          stallMs: Millis.optional(),
+          killGraceMs: Millis.optional(),
+          startTimeoutMs: Millis.optional(),
+        })
+        .optional(),
+    }),
+    spec: PlaybookSpecSchema,
+    /**
+     * Per task (by index), the pod container it runs in (task-K), resolved by the controller so the
+     * runner never guesses; the images are the runner's PLAYBOOK_TASK_CONTAINERS. Absent from the
+     * plans of an earlier version and of local runs.
+     */
+    tasks: z
+      .array(z.strictObject({ container: z.string().regex(/^task-[1-9][0-9]*$/, "must be task-K") }))
       .optional(),
-  }),
-  spec: PlaybookSpecSchema,
-});
+  })
+  .refine((plan) => plan.tasks === undefined || plan.tasks.length === plan.spec.tasks.length, {
+    path: ["tasks"],
+    message: "must name one container per task of spec.tasks",
+  });
 export type RunPlan = z.infer<typeof RunPlanSchema>;
 
 export class PlanTooLargeError extends Error {}

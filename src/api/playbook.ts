@@ -3,6 +3,7 @@
 import { z } from "zod";
 import { parseDuration } from "./duration.js";
 import { ENDINGS, LIMIT_SOURCES, RUN_PHASES, TASK_LIMITS, TASK_PHASES } from "./reasons.js";
+import { checkTaskImageCount, ImageReference } from "./task-images.js";
 
 /** The API group, version and resource the Playbook is served as (crds/playbook.dev_playbooks.yaml). */
 export const GROUP = "playbook.dev";
@@ -108,6 +109,8 @@ export const TaskSpecSchema = z.strictObject({
     .refine(...maxCharacters(4096))
     .regex(NO_NUL, NO_NUL_MESSAGE)
     .optional(),
+  /** The image this task runs in; default spec.image, else the policy's, else the runner image. */
+  image: ImageReference.optional(),
 });
 export type TaskSpec = z.infer<typeof TaskSpecSchema>;
 
@@ -133,54 +136,53 @@ const characters = (text: string | undefined): number => (text === undefined ? 0
 
 /**
  * The size the CRD bounds, counted as its CEL rule counts it: the tasks' names, run scripts,
- * timeouts, stalls, working directories and env, plus 96 per task and 32 per env entry for the
- * JSON around them.
+ * timeouts, stalls, working directories, images and env, plus 96 per task and 32 per env entry for
+ * the JSON around them.
  */
 export function planTextSize(tasks: readonly TaskSpec[]): number {
   let total = 0;
   for (const task of tasks) {
     total += 96 + characters(task.name) + characters(task.run) + characters(task.timeout);
-    total += characters(task.stall) + characters(task.workingDir);
+    total += characters(task.stall) + characters(task.workingDir) + characters(task.image);
     for (const env of task.env) total += 32 + characters(env.name) + characters(env.value);
   }
   return total;
 }
 
-export const PlaybookSpecSchema = z.strictObject({
-  ceiling: DurationString.optional(),
-  stall: DurationString.optional(),
-  killGrace: DurationString.optional(),
-  /** From the pod's creation until its runner starts; default from the policy or the controller. */
-  startTimeout: DurationString.optional(),
-  cancel: z.boolean().default(false),
-  /** Absent: the namespace policy's default, else the controller's (DEFAULT_BACKOFF_LIMIT). */
-  backoffLimit: z.number().int().min(0).max(100).optional(),
-  image: z
-    .string()
-    .min(1)
-    .refine(...maxCharacters(1024))
-    .optional(),
-  serviceAccountName: z
-    .string()
-    .max(253, "must be at most 253 characters")
-    .regex(DNS1123_SUBDOMAIN, "must be a DNS-1123 subdomain")
-    .optional(),
-  resources: ResourceRequirements.optional(),
-  ttlSecondsAfterFinished: z.number().int().min(0).max(INT32_MAX).optional(),
-  tasks: z
-    .array(TaskSpecSchema)
-    .min(1, "must list at least one task")
-    .max(MAX_TASKS, `must list at most ${MAX_TASKS} tasks`)
-    .superRefine((tasks, ctx) => {
-      const size = planTextSize(tasks);
-      if (size > MAX_PLAN_TEXT) {
-        ctx.addIssue({
-          code: "custom",
-          message: `is too large to run: ${size} characters of names, run scripts, limits, working directories and env (plus 96 per task and 32 per env entry), at most ${MAX_PLAN_TEXT}, so that the plan fits in the pod's annotations`,
-        });
-      }
-    }),
-});
+export const PlaybookSpecSchema = z
+  .strictObject({
+    ceiling: DurationString.optional(),
+    stall: DurationString.optional(),
+    killGrace: DurationString.optional(),
+    /** From the pod's creation until its runner starts; default from the policy or the controller. */
+    startTimeout: DurationString.optional(),
+    cancel: z.boolean().default(false),
+    /** Absent: the namespace policy's default, else the controller's (DEFAULT_BACKOFF_LIMIT). */
+    backoffLimit: z.number().int().min(0).max(100).optional(),
+    /** The image of tasks that name none; default the policy's, else the runner image. */
+    image: ImageReference.optional(),
+    serviceAccountName: z
+      .string()
+      .max(253, "must be at most 253 characters")
+      .regex(DNS1123_SUBDOMAIN, "must be a DNS-1123 subdomain")
+      .optional(),
+    resources: ResourceRequirements.optional(),
+    ttlSecondsAfterFinished: z.number().int().min(0).max(INT32_MAX).optional(),
+    tasks: z
+      .array(TaskSpecSchema)
+      .min(1, "must list at least one task")
+      .max(MAX_TASKS, `must list at most ${MAX_TASKS} tasks`)
+      .superRefine((tasks, ctx) => {
+        const size = planTextSize(tasks);
+        if (size > MAX_PLAN_TEXT) {
+          ctx.addIssue({
+            code: "custom",
+            message: `is too large to run: ${size} characters of names, run scripts, limits, working directories, images and env (plus 96 per task and 32 per env entry), at most ${MAX_PLAN_TEXT}, so that the plan fits in the pod's annotations`,
+          });
+        }
+      }),
+  })
+  .superRefine((spec, ctx) => checkTaskImageCount(spec, ctx));
 export type PlaybookSpec = z.infer<typeof PlaybookSpecSchema>;
 
 const Time = z.string();
@@ -196,6 +198,8 @@ export const TaskStatusSchema = z.looseObject({
   limit: z.enum(TASK_LIMITS).optional(),
   limitValue: z.string().optional(),
   limitSource: z.enum(LIMIT_SOURCES).optional(),
+  /** The image the task ran in (its container's). */
+  image: z.string().optional(),
   ending: z.enum(ENDINGS).optional(),
   attempts: z.number().int().min(0),
   exitCode: z.number().int().nullable().optional(),

@@ -15,6 +15,7 @@ import {
   Quantity,
   ResourceRequirements,
 } from "./playbook.js";
+import { ImageReference } from "./task-images.js";
 
 export const POLICY_KIND = "PlaybookPolicy";
 export const POLICY_PLURAL = "playbookpolicies";
@@ -59,7 +60,8 @@ const PolicyDefaultsSchema = z.strictObject({
   ttlSecondsAfterFinished: z.number().int().min(0).max(INT32_MAX).optional(),
   backoffLimit: z.number().int().min(0).max(100).optional(),
   serviceAccountName: ServiceAccountName.optional(),
-  image: z.string().min(1).max(1024).optional(),
+  /** The image of tasks that name none and whose Playbook sets no spec.image. */
+  image: ImageReference.optional(),
   resources: ResourceRequirements.optional(),
 });
 export type PolicyDefaults = z.infer<typeof PolicyDefaultsSchema>;
@@ -236,6 +238,7 @@ export function effectiveResources(spec: PlaybookSpec, rules: NamespaceRules): R
 
 /** What the pod is built with beyond the limits: the Playbook's choice, else the policy's, else the controller's. */
 export interface PodSettings {
+  /** The image of tasks that name none: spec.image, else the policy's default, else the runner image. */
   image: string;
   serviceAccountName?: string | undefined;
   resources?: Resources | undefined;
@@ -259,6 +262,7 @@ export const POLICY_FIELDS = [
   "spec.tasks[].timeout",
   "spec.serviceAccountName",
   "spec.image",
+  "spec.tasks[].image",
   "spec.resources",
   "policy",
 ] as const;
@@ -322,23 +326,37 @@ export function checkPolicy(
       }`,
     });
   }
-  if (
-    spec.image !== undefined &&
-    spec.image !== rules.runnerImage &&
-    spec.image !== rules.defaults.image &&
-    !imageAllowed(spec.image, rules.allowedImages)
-  ) {
-    problems.push({
-      path: "spec.image",
-      field: "spec.image",
-      message: `${JSON.stringify(spec.image)} is not an allowed image: ${
-        rules.policy
-          ? `PlaybookPolicy ${rules.policy.name} allows ${list(rules.allowedImages)} (spec.allowedImages)${rules.runnerImage ? `, the runner image ${rules.runnerImage}` : ""}${rules.defaults.image ? ` and its default ${rules.defaults.image}` : ""}`
-          : `without a PlaybookPolicy named default only ${list(rules.allowedImages)} (the runner image and the controller's --allowed-images)`
-      }`,
-    });
-  }
+  problems.push(...checkImages(spec, rules));
   problems.push(...checkResources(effectiveResources(spec, rules), spec.resources, rules));
+  return problems;
+}
+
+/**
+ * Every image a task runs in must be allowed: the runner image, the policy's own default image, or
+ * one its allowedImages (without a policy, the controller's --allowed-images) admit. A task's own
+ * image is refused at spec.tasks[i].image, the Playbook's default at spec.image.
+ */
+function checkImages(spec: PlaybookSpec, rules: NamespaceRules): PolicyProblem[] {
+  const allowed = (image: string) =>
+    image === rules.runnerImage || image === rules.defaults.image || imageAllowed(image, rules.allowedImages);
+  const why = rules.policy
+    ? `PlaybookPolicy ${rules.policy.name} allows ${list(rules.allowedImages)} (spec.allowedImages)${rules.runnerImage ? `, the runner image ${rules.runnerImage}` : ""}${rules.defaults.image ? ` and its default ${rules.defaults.image}` : ""}`
+    : `without a PlaybookPolicy named default only ${list(rules.allowedImages)} (the runner image and the controller's --allowed-images)`;
+  const refused = (image: string) =>
+    `${JSON.stringify(image)} is not an allowed image: each task runs in its image, and ${why}`;
+  const problems: PolicyProblem[] = [];
+  if (spec.image !== undefined && !allowed(spec.image)) {
+    problems.push({ path: "spec.image", field: "spec.image", message: refused(spec.image) });
+  }
+  spec.tasks.forEach((task, index) => {
+    if (task.image !== undefined && !allowed(task.image)) {
+      problems.push({
+        path: `spec.tasks[${index}].image`,
+        field: "spec.tasks[].image",
+        message: refused(task.image),
+      });
+    }
+  });
   return problems;
 }
 

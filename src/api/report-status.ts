@@ -3,7 +3,7 @@
 import { setFinishedConditions } from "./conditions.js";
 import { describeRunLimits, type ResolvedLimits } from "./limits.js";
 import type { Condition, PlaybookStatus } from "./playbook.js";
-import { expandReport, type RunnerReport } from "./report.js";
+import { expandReport, type ReportContext, type RunnerReport } from "./report.js";
 
 export function statusFromReport(
   report: RunnerReport,
@@ -11,8 +11,9 @@ export function statusFromReport(
   now: Date,
   previous: readonly Condition[] = [],
   observedGeneration?: number,
+  context: ReportContext = {},
 ): PlaybookStatus {
-  const settled = expandReport(report, limits);
+  const settled = expandReport(report, limits, context);
   const conditions = setFinishedConditions(
     previous,
     { reason: report.reason, message: settled.message },

@@ -52,15 +52,21 @@ export const ReportTaskSchema = z.strictObject({
     .optional(),
   /** extra detail, e.g. the last line of output of a failed task */
   m: z.string().optional(),
+  /** the task container that ended under the task (OOMKilled, killed): the task failed with it */
+  k: z
+    .string()
+    .regex(/^task-[1-9][0-9]*$/, "must be a task container's name, task-K")
+    .optional(),
 });
 export type ReportTask = z.infer<typeof ReportTaskSchema>;
 
 /**
  * What held a run's processes so that nothing outlived it: a cgroup of its own ended with
- * cgroup.kill, a child subreaper that every orphan of the run is re-parented to, or nothing but
- * the process group kill and the environment-cookie sweep.
+ * cgroup.kill, a child subreaper that every orphan of the run is re-parented to, the agents of a
+ * pod's task containers sweeping its shared process namespace, or nothing but the process group
+ * kill and the environment-cookie sweep.
  */
-export const CONTAINMENTS = ["cgroup", "subreaper", "none"] as const;
+export const CONTAINMENTS = ["cgroup", "subreaper", "agents", "none"] as const;
 export type ContainmentKind = (typeof CONTAINMENTS)[number];
 
 export const RunnerReportSchema = z.strictObject({
@@ -91,6 +97,8 @@ export interface TaskOutcome {
   startTime?: Date;
   completionTime?: Date;
   detail?: string;
+  /** the task container that was lost while the task ran (agent mode) */
+  lostContainer?: string;
 }
 
 export interface RunOutcome {
@@ -127,6 +135,7 @@ function toReportTask(task: TaskOutcome, start: number): ReportTask {
     ];
   }
   if (task.detail) out.m = task.detail;
+  if (task.lostContainer) out.k = task.lostContainer;
   return out;
 }
 
@@ -266,6 +275,7 @@ function contradictionIn(report: RunnerReport): string | undefined {
   if (report.phase !== phase) return `phase ${report.phase} does not go with reason ${report.reason}`;
   for (const [index, task] of report.tasks.entries()) {
     if (task.l && task.p !== "TimedOut") return `task ${index} names limit ${task.l} but is ${task.p}`;
+    if (task.k && task.p !== "Failed") return `task ${index} names lost container ${task.k} but is ${task.p}`;
   }
   if (report.reason === "Succeeded") {
     const index = report.tasks.findIndex((task) => task.p !== "Succeeded");
@@ -321,8 +331,24 @@ function describeEnding(task: ReportTask, killGrace: EffectiveLimit): string {
   return "";
 }
 
-function describeTask(task: ReportTask, index: number, limits: ResolvedLimits): string | undefined {
+/** What the controller (or a local run) knows beyond the report: the tasks' images, their containers' ends. */
+export interface ReportContext {
+  /** Per task (by index), the image it ran in. */
+  images?: readonly (string | undefined)[];
+  /** A lost task container in words: "container task-1 (image postgres:16) was OOMKilled (exit 137)". */
+  describeContainer?: (container: string) => string;
+}
+
+function describeTask(
+  task: ReportTask,
+  index: number,
+  limits: ResolvedLimits,
+  context: ReportContext,
+): string | undefined {
   const detail = task.m ? `: ${task.m}` : "";
+  if (task.p === "Failed" && task.k) {
+    return context.describeContainer?.(task.k) ?? `container ${task.k} ended${detail}`;
+  }
   switch (task.p) {
     case "TimedOut": {
       const limit = task.l ?? "RunCeiling";
@@ -354,7 +380,11 @@ export interface ExpandedReport {
 }
 
 /** Expands a report into docs/design.md's status.tasks and the condition message, using the plan's limits. */
-export function expandReport(report: RunnerReport, limits: ResolvedLimits): ExpandedReport {
+export function expandReport(
+  report: RunnerReport,
+  limits: ResolvedLimits,
+  context: ReportContext = {},
+): ExpandedReport {
   const start = Date.parse(report.start);
   const tasks = report.tasks.map((task, index): TaskStatus => {
     const ran = task.p !== "Skipped" && task.p !== "Pending";
@@ -363,6 +393,8 @@ export function expandReport(report: RunnerReport, limits: ResolvedLimits): Expa
       phase: task.p,
       attempts: task.a ?? (ran ? 1 : 0),
     };
+    const image = context.images?.[index];
+    if (image !== undefined) status.image = image;
     if (task.l) {
       const effective = limitOf(limits, index, task.l);
       status.limit = task.l;
@@ -378,7 +410,7 @@ export function expandReport(report: RunnerReport, limits: ResolvedLimits): Expa
       status.startTime = new Date(start + task.t[0]).toISOString();
       status.completionTime = new Date(start + task.t[1]).toISOString();
     }
-    const message = describeTask(task, index, limits);
+    const message = describeTask(task, index, limits, context);
     if (message) status.message = message;
     return status;
   });
@@ -388,7 +420,8 @@ export function expandReport(report: RunnerReport, limits: ResolvedLimits): Expa
   if (report.reason === "Succeeded") {
     message = tasks.length === 1 ? "the task succeeded" : `all ${tasks.length} tasks succeeded`;
   } else if (decidingTask) {
-    message = `task ${decidingTask.name} ${decidingTask.message ?? decidingTask.phase}`;
+    const lost = report.tasks[deciding]?.k !== undefined && report.tasks[deciding]?.p === "Failed";
+    message = `task ${decidingTask.name} ${lost ? "failed: " : ""}${decidingTask.message ?? decidingTask.phase}`;
   } else {
     message = report.reason === "Cancelled" ? "the run was cancelled before any task started" : report.reason;
   }

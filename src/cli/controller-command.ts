@@ -19,7 +19,8 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
   defaultStartTimeout:
     "longest a run's pod may take from its creation until its runner starts, when spec.startTimeout is not set (default 5m)",
   ttlSecondsAfterFinished: "keep pods of finished runs this long when the spec does not say (default 3600)",
-  runnerImage: "image of the runner container when spec.image is not set",
+  runnerImage:
+    "image of the runner container and the agent (and of tasks when neither the Playbook nor the policy names an image)",
   allowedServiceAccounts:
     "comma-separated service accounts Playbooks may name where no PlaybookPolicy says, besides default (default: none)",
   allowedImages:

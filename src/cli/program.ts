@@ -35,7 +35,7 @@ function describeReadError(error: unknown, file: string): string {
 async function readChecked(
   file: string,
   policyFile: string | undefined,
-): Promise<{ playbook: Playbook; defaults: LimitDefaults }> {
+): Promise<{ playbook: Playbook; defaults: LimitDefaults; defaultImage?: string | undefined }> {
   if (policyFile === undefined)
     return { playbook: readManifest(file, LOCAL_DEFAULTS), defaults: LOCAL_DEFAULTS };
   // The policy's module, and the hundred zod schemas it builds, only when a policy is given.
@@ -44,7 +44,7 @@ async function readChecked(
   const defaults = defaultsUnder(rules, LOCAL_DEFAULTS);
   const playbook = readManifest(file, defaults);
   enforcePolicy(playbook, rules, defaults, file);
-  return { playbook, defaults };
+  return { playbook, defaults, defaultImage: rules.defaults.image };
 }
 
 function readManifest(file: string, defaults: LimitDefaults): Playbook {
@@ -103,13 +103,19 @@ async function runCommand(flags: unknown): Promise<number> {
 
 async function validateCommand(flags: { filename?: string; policy?: string }): Promise<number> {
   if (!flags.filename) throw new UsageError("-f FILE is required");
-  const { playbook, defaults } = await readChecked(flags.filename, flags.policy);
+  const { playbook, defaults, defaultImage } = await readChecked(flags.filename, flags.policy);
   const limits = resolveLimits(playbook.spec, defaults);
+  // Each task's image: its own, else spec.image, else the policy's default, else the runner's.
+  const imageOf = (index: number) =>
+    playbook.spec.tasks[index]?.image ??
+    playbook.spec.image ??
+    (defaultImage !== undefined ? `${defaultImage} (the policy's default)` : "the runner image");
   const lines = [
     `${flags.filename}: Playbook ${playbook.metadata.name} is valid`,
     `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}`,
     ...limits.tasks.map(
-      (task) => `  task ${task.name}: ${describeTaskLimits(task, limits)}, retries ${task.retries}`,
+      (task, index) =>
+        `  task ${task.name}: ${describeTaskLimits(task, limits)}, retries ${task.retries}, image ${imageOf(index)}`,
     ),
   ];
   process.stdout.write(`${lines.join("\n")}\n`);

@@ -15,14 +15,16 @@ import {
 import { type NodeSilence, nodeSilenceOf } from "./node-lost.js";
 import type { PodView } from "./objects.js";
 import { DEADLINE_MARGIN_SECONDS } from "./pod-builder.js";
-import { describeHold, describeWaiting } from "./pod-state.js";
+import { describeHold, describeWaiting, podStarted } from "./pod-state.js";
 import { progressStatus, settledStatus } from "./status.js";
 
 /** A pod that has not ended: report its progress, unless it never started or outlived its deadline. */
 export function decideActivePod(state: RunState, pod: PodView): Decision {
   const { base, attempts, startTime } = state;
   const { now } = state.input;
-  const running = pod.status?.phase === "Running";
+  // Started: every container (the runner and each task image's) is running; until then the pod
+  // is pending, whatever its phase, and its start timeout counts.
+  const running = podStarted(pod);
   const endsAt = Date.parse(startTime) + base.limits.ceiling.ms + base.limits.killGrace.ms;
   // Each pod's own window: a pod re-created after a loss gets a fresh one, not a fresh ceiling.
   const startBy = running ? undefined : startDeadline(base.limits, pod);
@@ -83,7 +85,7 @@ function decideStartTimeout(state: RunState, pod: PodView): Decision {
   const { base } = state;
   const limit = base.limits.startTimeout;
   const why = describeWaiting(pod) ?? `pod phase ${pod.status?.phase ?? "unknown"}`;
-  const message = `pod ${pod.metadata.name} (attempt ${state.attempts}) never started: its runner did not start within the ${formatDuration(limit.ms)} start timeout (${limit.field}); ${why}`;
+  const message = `pod ${pod.metadata.name} (attempt ${state.attempts}) never started: its containers did not all start within the ${formatDuration(limit.ms)} start timeout (${limit.field}); ${why}`;
   const next = settledStatus(base, { reason: "StartTimeout", message, tasks: cancelledTasks(base) });
   return settle(base, { ...next, podName: pod.metadata.name, podAttempts: state.attempts }, "StartTimeout", {
     actions: pod.metadata.deletionTimestamp
@@ -120,7 +122,7 @@ function decideOutlived(state: RunState, pod: PodView): Decision {
 /** The ceiling passed before the pod ever ran: the run ends RunCeiling and the pod is removed. */
 function decideNeverStarted(state: RunState, pod: PodView): Decision {
   const { base } = state;
-  const waiting = pod.status?.containerStatuses?.[0]?.state?.waiting;
+  const waiting = pod.status?.containerStatuses?.find((s) => s.state?.waiting?.reason)?.state?.waiting;
   const why =
     waiting?.reason ??
     pod.status?.reason ??

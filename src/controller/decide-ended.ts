@@ -1,6 +1,7 @@
 // A pod that ended: the runner's report decides, unless the kubelet's deadline, an eviction or a
 // deletion did, or the run was cancelled.
 import { formatDuration } from "../api/duration.js";
+import type { ReportContext } from "../api/report.js";
 import { decideLost } from "./decide-start.js";
 import {
   BACKSTOP_SLACK_MS,
@@ -10,10 +11,10 @@ import {
   type RunState,
   settle,
 } from "./decision.js";
-
 import type { PodView } from "./objects.js";
 import { terminationGraceSeconds } from "./pod-builder.js";
 import {
+  describeEndedContainer,
   describeKubeletVerdict,
   disruptionOf,
   podDeadline,
@@ -25,6 +26,14 @@ import {
 } from "./pod-state.js";
 
 import { markUnfinished, runStatusFromReport, settledStatus } from "./status.js";
+
+/** The tasks' images and, for a task the runner reports lost with its container, what the kubelet says of it. */
+function reportContext(state: RunState, pod: PodView): ReportContext {
+  return {
+    images: state.taskImages,
+    describeContainer: (container) => describeEndedContainer(pod, container),
+  };
+}
 
 /**
  * A report the runner finished before its pod's activeDeadlineSeconds passed: the run was decided
@@ -46,13 +55,14 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
   const { base, spec } = state;
   const podName = pod.metadata.name;
   const run = { startTime: state.startTime, podName, podAttempts: state.attempts };
+  const context = reportContext(state, pod);
   const disruption = disruptionOf(pod);
   // A cancelled run is not re-created after a disruption: the cancel decides its end.
   if (disruption && !state.cancel) return decideLost(state, `pod ${podName} ${disruption}`);
   const read = readReport(pod, spec.tasks.length);
   if (pod.status?.reason === "DeadlineExceeded" && state.cancel) return decideCancelledPod(state, pod, read);
   if (pod.status?.reason === "DeadlineExceeded" && !reportedBeforeDeadline(read, pod)) {
-    const tasks = read.ok ? runStatusFromReport(base, read.report, run).tasks : base.previous.tasks;
+    const tasks = read.ok ? runStatusFromReport(base, read.report, run, context).tasks : base.previous.tasks;
     const message = `the kubelet stopped pod ${podName} at its activeDeadlineSeconds backstop: the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) plus killGrace and a margin passed before the runner reported`;
     const next = settledStatus(base, {
       reason: "PodDeadlineExceeded",
@@ -66,7 +76,7 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
       // The runner was interrupted by someone else than us: a node drain, a deletion.
       return decideLost(state, `pod ${podName} was stopped from outside (${describeKubeletVerdict(pod)})`);
     }
-    const next = runStatusFromReport(base, read.report, run);
+    const next = runStatusFromReport(base, read.report, run, context);
     return settle(base, next, read.report.reason);
   }
   if (pod.metadata.deletionTimestamp && !state.cancel) {
@@ -99,7 +109,13 @@ function decideCancelledPod(state: RunState, pod: PodView, read: ReadReport): De
   const { base } = state;
   const podName = pod.metadata.name;
   const run = { startTime: state.startTime, podName, podAttempts: state.attempts };
-  if (read.ok) return settle(base, runStatusFromReport(base, read.report, run), read.report.reason);
+  if (read.ok) {
+    return settle(
+      base,
+      runStatusFromReport(base, read.report, run, reportContext(state, pod)),
+      read.report.reason,
+    );
+  }
   const deadline = podDeadline(pod);
   const waitUntil = (deadline?.at ?? 0) + terminationGraceSeconds(base.limits) * 1000 + BACKSTOP_SLACK_MS;
   if (!runnerEnded(pod) && waitUntil > state.input.now.getTime()) {

@@ -60,8 +60,10 @@ export interface RunState {
   spec: PlaybookSpec;
   /** The defaults the plan's limits were resolved with. */
   defaults: LimitDefaults;
-  /** Image, service account, resources and backoffLimit: the spec's, else the policy's, else the controller's. */
+  /** Default task image, service account, resources and backoffLimit: the spec's, else the policy's, else the controller's. */
   pod: PodSettings;
+  /** Per task (by index), the image it runs in. */
+  taskImages: readonly string[];
   /** The Playbook's generation the spec is from. */
   specGeneration: number | undefined;
   /** spec.cancel as the Playbook says now: the one field that may change during a run. */

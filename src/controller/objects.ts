@@ -51,6 +51,7 @@ export type ContainerTerminated = z.infer<typeof TerminatedSchema>;
 
 const ContainerStatusSchema = z.looseObject({
   name: z.string(),
+  image: z.string().optional(),
   state: z
     .looseObject({
       running: z.looseObject({}).optional(),
@@ -63,7 +64,13 @@ const ContainerStatusSchema = z.looseObject({
 
 export const PodSchema = z.looseObject({
   metadata: MetaSchema,
-  spec: z.looseObject({ nodeName: z.string().optional() }).optional(),
+  spec: z
+    .looseObject({
+      nodeName: z.string().optional(),
+      containers: z.array(z.looseObject({ name: z.string(), image: z.string().optional() })).optional(),
+      initContainers: z.array(z.looseObject({ name: z.string(), image: z.string().optional() })).optional(),
+    })
+    .optional(),
   status: z
     .looseObject({
       phase: z.string().optional(),

@@ -1,6 +1,7 @@
 // The pod for one attempt of a run: deterministic name, owned by its Playbook, restricted-PSS
 // security context, the plan in an annotation shown to the runner as a file, and the kubelet's
-// deadline as backstop.
+// deadline as backstop. The runner container runs the plan; each task runs in the container of its
+// image (task-containers.ts), started there by the agent on the runner's word.
 import { createHash } from "node:crypto";
 import type { LimitDefaults, ResolvedLimits } from "../api/limits.js";
 import {
@@ -18,6 +19,12 @@ import {
 import { API_VERSION, KIND, type PlaybookSpec } from "../api/playbook.js";
 import type { PodSettings } from "../api/policy.js";
 import {
+  resolveTaskContainers,
+  TASK_CONTAINERS_ENV_VAR,
+  type TaskContainers,
+  taskContainersEnv,
+} from "../api/task-images.js";
+import {
   ANNOTATION_RUN_START,
   LABEL_MANAGED_BY,
   LABEL_NAME,
@@ -25,10 +32,23 @@ import {
   MANAGED_BY,
   RUNNER_CONTAINER,
 } from "./objects.js";
+import {
+  agentInstallContainer,
+  RESTRICTED_CONTAINER,
+  RUN_DIR,
+  RUN_VOLUME,
+  TASK_GID,
+  TASK_UID,
+  taskContainers,
+  taskVolumes,
+} from "./task-containers.js";
 
 /** Slack on top of the remaining ceiling and killGrace, so the runner's own limit fires first. */
 export const DEADLINE_MARGIN_SECONDS = 5;
+/** The runner's own user: not the tasks', so no task can signal, trace or overwrite it. */
 export const RUNNER_UID = 65532;
+/** The runner's fixed share: it only reads output and keeps a bounded tail, whatever the tasks take. */
+export const RUNNER_RESOURCES = { requests: { cpu: "50m", memory: "128Mi" }, limits: { memory: "512Mi" } };
 const MAX_NAME = 63;
 
 function shortHash(text: string): string {
@@ -87,8 +107,9 @@ export interface PodRequest {
   generation?: number | undefined;
   runStart: Date;
   now: Date;
+  /** The controller's --runner-image: the runner container's and the agent's, never the user's. */
   runnerImage: string;
-  /** Image, service account and resources as the namespace's policy fills them in; the spec's alone when absent. */
+  /** Default task image, service account and resources as the namespace's policy fills them in; the spec's alone when absent. */
   pod?: PodSettings | undefined;
   /** The pod's name: `<playbook>-<attempt>` when not given. */
   name?: string | undefined;
@@ -114,6 +135,23 @@ export interface PodManifest {
   spec: Record<string, unknown>;
 }
 
+/** What the pod is built with: the request's settings, else the spec's alone. */
+function settingsOf(request: PodRequest): PodSettings | Omit<PodSettings, "backoffLimit"> {
+  const { spec } = request;
+  return (
+    request.pod ?? {
+      image: spec.image ?? request.runnerImage,
+      serviceAccountName: spec.serviceAccountName,
+      resources: spec.resources,
+    }
+  );
+}
+
+/** Each task's container and image for the pod `request` builds. */
+export function podTaskContainers(request: PodRequest): TaskContainers {
+  return resolveTaskContainers(request.spec.tasks, settingsOf(request).image);
+}
+
 export function buildPlan(request: PodRequest): RunPlan {
   return {
     name: request.playbook.name,
@@ -121,6 +159,7 @@ export function buildPlan(request: PodRequest): RunPlan {
     runStartTime: request.runStart.toISOString(),
     defaults: request.defaults,
     spec: request.spec,
+    tasks: podTaskContainers(request).tasks.map((task) => ({ container: task.container })),
   };
 }
 
@@ -128,50 +167,49 @@ const PLAN_VOLUME = "plan";
 
 /** Throws PlanTooLargeError when the plan cannot fit in the pod's annotations. */
 export function buildPod(request: PodRequest): PodManifest {
-  const { playbook, spec, limits } = request;
+  const { playbook, limits } = request;
   const plan = serializePlan(buildPlan(request));
   const read = parsePlan(plan);
   if (!read.ok) throw new Error(`the plan built for the pod ${read.problem}`);
-  const settings = request.pod ?? {
-    image: spec.image ?? request.runnerImage,
-    serviceAccountName: spec.serviceAccountName,
-    resources: spec.resources,
-  };
-  const container: Record<string, unknown> = {
+  const settings = settingsOf(request);
+  const tasks = podTaskContainers(request);
+  const runner: Record<string, unknown> = {
     name: RUNNER_CONTAINER,
-    image: settings.image,
+    image: request.runnerImage,
     command: ["playbook", "pod-runner", "--plan", PLAN_FILE],
-    // Fixed at creation, unlike the annotation the plan file shows: the runner checks the file against it.
-    env: [{ name: PLAN_DIGEST_ENV_VAR, value: planDigest(read.plan) }],
-    volumeMounts: [{ name: PLAN_VOLUME, mountPath: PLAN_MOUNT_DIR, readOnly: true }],
+    env: [
+      // Fixed at creation, unlike the annotation the plan file shows: the runner checks the file against it.
+      { name: PLAN_DIGEST_ENV_VAR, value: planDigest(read.plan) },
+      { name: TASK_CONTAINERS_ENV_VAR, value: taskContainersEnv(tasks.containers) },
+    ],
+    volumeMounts: [
+      { name: PLAN_VOLUME, mountPath: PLAN_MOUNT_DIR, readOnly: true },
+      { name: RUN_VOLUME, mountPath: RUN_DIR },
+    ],
     terminationMessagePolicy: "FallbackToLogsOnError",
-    securityContext: {
-      allowPrivilegeEscalation: false,
-      capabilities: { drop: ["ALL"] },
-      runAsNonRoot: true,
-      runAsUser: RUNNER_UID,
-      seccompProfile: { type: "RuntimeDefault" },
-    },
+    securityContext: { ...RESTRICTED_CONTAINER, runAsUser: RUNNER_UID },
+    resources: RUNNER_RESOURCES,
   };
-  if (settings.resources) container.resources = settings.resources;
   const podSpec: Record<string, unknown> = {
     restartPolicy: "Never",
     activeDeadlineSeconds: activeDeadlineSeconds(limits, request.runStart, request.now),
     terminationGracePeriodSeconds: terminationGraceSeconds(limits),
     enableServiceLinks: false,
-    // The sandbox's pause process becomes PID 1 and reaps what tasks orphan (daemons, double
-    // forks): the runner is a Node process, which reaps only its own children, and the image's
-    // init (tini) does not run because `command` replaces the entrypoint.
+    // One process namespace: the runner's word reaches every task through the agents, the fence
+    // at the end of the run sees every process, and the sandbox's pause process (PID 1) reaps
+    // what tasks orphan.
     shareProcessNamespace: true,
     // The token lets tasks act as the service account: only one named for that gets it.
     automountServiceAccountToken: settings.serviceAccountName !== undefined,
     securityContext: {
       runAsNonRoot: true,
-      runAsUser: RUNNER_UID,
-      runAsGroup: RUNNER_UID,
+      runAsUser: TASK_UID,
+      runAsGroup: TASK_GID,
+      fsGroup: TASK_GID,
       seccompProfile: { type: "RuntimeDefault" },
     },
-    containers: [container],
+    initContainers: [agentInstallContainer(request.runnerImage)],
+    containers: [runner, ...taskContainers(tasks, settings.resources)],
     volumes: [
       {
         name: PLAN_VOLUME,
@@ -181,6 +219,7 @@ export function buildPod(request: PodRequest): PodManifest {
           ],
         },
       },
+      ...taskVolumes(),
     ],
   };
   if (settings.serviceAccountName) podSpec.serviceAccountName = settings.serviceAccountName;

@@ -4,6 +4,7 @@ import { z } from "zod";
 import { PLAN_GENERATION_ANNOTATION } from "../api/plan.js";
 import { decodeReport, InvalidReportError, type RunnerReport } from "../api/report.js";
 import { type ContainerTerminated, type PodView, podAttemptOf, RUNNER_CONTAINER } from "./objects.js";
+import { RUNNER_RESOURCES } from "./pod-builder.js";
 
 const FINISHED_POD_PHASES = new Set(["Succeeded", "Failed"]);
 
@@ -15,10 +16,25 @@ export function isPodFinished(pod: PodView): boolean {
   return runner?.state?.terminated !== undefined;
 }
 
+/** The runner container's end; no other container's (a task's could say anything). */
 function runnerTerminated(pod: PodView): ContainerTerminated | undefined {
   const statuses = pod.status?.containerStatuses ?? [];
-  const runner = statuses.find((s) => s.name === RUNNER_CONTAINER) ?? statuses[0];
+  const runner = statuses.find((s) => s.name === RUNNER_CONTAINER);
   return runner?.state?.terminated ?? runner?.lastState?.terminated;
+}
+
+/**
+ * Whether the runner ended on its own (it exits 0, 1, 2 or 130 after writing its report): not
+ * OOMKilled nor killed by a signal, when FallbackToLogsOnError could make its log's tail, which
+ * holds the tasks' output, the termination message.
+ */
+function endedOnItsOwn(terminated: ContainerTerminated): boolean {
+  return (
+    terminated.reason !== "OOMKilled" &&
+    terminated.signal === undefined &&
+    terminated.exitCode !== 137 &&
+    terminated.exitCode !== 143
+  );
 }
 
 export type ReadReport = { ok: true; report: RunnerReport } | { ok: false; problem: string };
@@ -26,6 +42,12 @@ export type ReadReport = { ok: true; report: RunnerReport } | { ok: false; probl
 export function readReport(pod: PodView, taskCount: number): ReadReport {
   const terminated = runnerTerminated(pod);
   if (!terminated) return { ok: false, problem: "the runner container has no terminated state" };
+  if (!endedOnItsOwn(terminated)) {
+    return {
+      ok: false,
+      problem: `the runner container did not end on its own (${terminated.reason ?? "killed"}, exit code ${terminated.exitCode}), so its termination message is not its report`,
+    };
+  }
   const message = terminated.message?.trim() ?? "";
   if (message === "") return { ok: false, problem: "the termination message is empty" };
   try {
@@ -53,14 +75,64 @@ export function describeKubeletVerdict(pod: PodView): string {
 }
 
 /**
- * What to do about a runner the kernel ended for its container's memory. Tasks share the runner
- * container's memory limit; they start at oom_score_adj 1000, but the kubelet gives a Burstable
- * container a value near 1000 too, so only in a Guaranteed pod does the kernel take a task first.
- * Empty unless the runner was OOMKilled outside a Guaranteed pod.
+ * What to say about a runner the kernel ended for its container's memory: the runner has its own
+ * fixed limit (tasks run in their own containers), so its output buffering outgrew it.
+ * Empty unless the runner was OOMKilled.
  */
 export function runnerOomHint(pod: PodView): string {
-  if (runnerTerminated(pod)?.reason !== "OOMKilled" || pod.status?.qosClass === "Guaranteed") return "";
-  return `; the kernel ended the runner for the pod's memory limit, which its tasks share: give the pod both cpu and memory limits (requests equal, a Guaranteed pod) so that it ends the task instead and the run reports it`;
+  if (runnerTerminated(pod)?.reason !== "OOMKilled") return "";
+  return `; the kernel ended the runner for its own container's ${RUNNER_RESOURCES.limits.memory} memory limit (the tasks run in their own containers and do not share it)`;
+}
+
+/** The image a container of the pod was created with, from its spec (else as the kubelet shows it). */
+export function containerImage(pod: PodView, name: string): string | undefined {
+  const spec = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])];
+  const statuses = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])];
+  return spec.find((c) => c.name === name)?.image ?? statuses.find((s) => s.name === name)?.image;
+}
+
+/** "container task-2 (image postgres:16)". */
+export function nameContainer(pod: PodView, name: string): string {
+  const image = containerImage(pod, name);
+  return `container ${name}${image ? ` (image ${image})` : ""}`;
+}
+
+/**
+ * Whether the pod has started: Running, with every container (the runner and each task's) running
+ * or already ended. A task container still pulling its image holds the whole run.
+ */
+export function podStarted(pod: PodView): boolean {
+  if (pod.status?.phase !== "Running") return false;
+  const names = (pod.spec?.containers ?? []).map((c) => c.name);
+  const statuses = pod.status.containerStatuses ?? [];
+  const expected = names.length > 0 ? names : statuses.map((s) => s.name);
+  return expected.every((name) => {
+    const state = statuses.find((s) => s.name === name)?.state;
+    return state?.running !== undefined || state?.terminated !== undefined;
+  });
+}
+
+/**
+ * What a task container that ended says: "container task-1 (image postgres:16) was OOMKilled
+ * (exit 137)", for the task the runner reports lost with it.
+ */
+export function describeEndedContainer(pod: PodView, name: string): string {
+  const status = pod.status?.containerStatuses?.find((s) => s.name === name);
+  const terminated = status?.state?.terminated ?? status?.lastState?.terminated;
+  const how = terminated
+    ? `was ${terminated.reason ?? "ended"} (exit ${terminated.exitCode}${terminated.signal ? `, signal ${terminated.signal}` : ""})`
+    : "ended";
+  return `${nameContainer(pod, name)} ${how}`;
+}
+
+/** Init containers first, then the runner, then the task containers. */
+function orderedStatuses(pod: PodView) {
+  return [
+    ...(pod.status?.initContainerStatuses ?? []),
+    ...[...(pod.status?.containerStatuses ?? [])].sort(
+      (a, b) => Number(b.name === RUNNER_CONTAINER) - Number(a.name === RUNNER_CONTAINER),
+    ),
+  ];
 }
 
 /** Waiting reasons of a pod on its way up: they say nothing the user needs to act on. */
@@ -72,21 +144,14 @@ const said = (reason: string | null | undefined, message: string | null | undefi
 /**
  * Why a pod that has not started is held, when something holds it (not merely on its way up):
  * the kubelet's waiting reason of an init container, the runner or a task container
- * (ErrImagePull, ImagePullBackOff, CreateContainerConfigError), else the scheduler's
- * (Unschedulable, with its message). A container other than the runner is named.
+ * (ErrImagePull, ImagePullBackOff, CreateContainerConfigError), naming the container and its
+ * image, else the scheduler's (Unschedulable, with its message).
  */
 export function describeHold(pod: PodView): string | undefined {
-  const statuses = [
-    ...(pod.status?.initContainerStatuses ?? []),
-    ...[...(pod.status?.containerStatuses ?? [])].sort(
-      (a, b) => Number(b.name === RUNNER_CONTAINER) - Number(a.name === RUNNER_CONTAINER),
-    ),
-  ];
-  for (const status of statuses) {
+  for (const status of orderedStatuses(pod)) {
     const waiting = status.state?.waiting;
     if (!waiting?.reason || STARTING_REASONS.has(waiting.reason)) continue;
-    const why = said(waiting.reason, waiting.message);
-    return status.name === RUNNER_CONTAINER ? why : `container ${status.name}: ${why}`;
+    return `${nameContainer(pod, status.name)}: ${said(waiting.reason, waiting.message)}`;
   }
   const scheduled = pod.status?.conditions?.find((c) => c.type === "PodScheduled" && c.status === "False");
   return said(scheduled?.reason, scheduled?.message);
@@ -97,12 +162,12 @@ export function describeHold(pod: PodView): string | undefined {
  * what it is doing (ContainerCreating), else the pod's own reason.
  */
 export function describeWaiting(pod: PodView): string | undefined {
-  const statuses = pod.status?.containerStatuses ?? [];
-  const waiting = (statuses.find((s) => s.name === RUNNER_CONTAINER) ?? statuses[0])?.state?.waiting;
+  const waiter = orderedStatuses(pod).find((s) => s.state?.waiting?.reason);
+  const waiting = waiter?.state?.waiting;
   const conditions = pod.status?.conditions ?? [];
   return (
     describeHold(pod) ??
-    said(waiting?.reason, waiting?.message) ??
+    (waiter ? `${nameContainer(pod, waiter.name)}: ${said(waiting?.reason, waiting?.message)}` : undefined) ??
     said(pod.status?.reason, pod.status?.message) ??
     said(conditions.find((c) => c.status === "False")?.reason, undefined)
   );

@@ -5,6 +5,7 @@
 import { canonical } from "../api/plan.js";
 import type { PlaybookSpec } from "../api/playbook.js";
 import { podSettings } from "../api/policy.js";
+import { resolveTaskContainers } from "../api/task-images.js";
 import type { RecordedEvent } from "../runtime/events.js";
 import { decideActivePod } from "./decide-active.js";
 import { decideCancel } from "./decide-cancel.js";
@@ -92,11 +93,13 @@ function runStateOf(
   const generation = pod
     ? appliedGeneration(playbook, planned.spec, specGeneration, settings)
     : specGeneration;
+  const podFor = podSettings(planned.spec, rulesOf(input));
   return {
     base: { previous, generation, now, limits: planned.limits },
     spec: planned.spec,
     defaults: planned.defaults,
-    pod: podSettings(planned.spec, rulesOf(input)),
+    pod: podFor,
+    taskImages: resolveTaskContainers(planned.spec.tasks, podFor.image).tasks.map((t) => t.image),
     specGeneration,
     cancel: (playbook.spec as { cancel?: unknown } | undefined)?.cancel === true,
     input,

@@ -13,7 +13,13 @@ import {
 import { InvalidPlaybookError, validatePlaybook } from "../api/manifest.js";
 import { PLAN_ANNOTATION, parsePlan, planDigest, type RunPlan } from "../api/plan.js";
 import type { PlaybookSpec, PlaybookStatus } from "../api/playbook.js";
-import { checkPolicy, clusterRules, type NamespaceRules, policyLimitDefaults } from "../api/policy.js";
+import {
+  checkPolicy,
+  clusterRules,
+  type NamespaceRules,
+  podSettings,
+  policyLimitDefaults,
+} from "../api/policy.js";
 import type { ReconcileInput, ReconcileSettings } from "./decision.js";
 import type { PodView, StoredPlaybook } from "./objects.js";
 import { planDefaults, planDefaultsFromStatus, verifiedPodPlan } from "./plan-digest.js";
@@ -130,6 +136,8 @@ function digestOfPlan(
     runStart: new Date(runStart),
     now: input.now,
     runnerImage: input.settings.runnerImage,
+    // The tasks' containers follow the default image the namespace's rules give, as the pod's did.
+    pod: podSettings(spec, rulesOf(input)),
   });
   const read = parsePlan(JSON.stringify(plan));
   return read.ok ? planDigest(read.plan) : "an invalid plan";

@@ -5,7 +5,7 @@ import { formatDuration } from "../api/duration.js";
 import { describeRunLimits, type ResolvedLimits } from "../api/limits.js";
 import type { PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import type { RunPhase, TerminalReason } from "../api/reasons.js";
-import { decidingIndex, type RunnerReport } from "../api/report.js";
+import { decidingIndex, type ReportContext, type RunnerReport } from "../api/report.js";
 import { statusFromReport } from "../api/report-status.js";
 
 export { LIMIT_EXCEEDED, SUCCEEDED };
@@ -91,6 +91,7 @@ export function runStatusFromReport(
   base: StatusBase & { limits: ResolvedLimits },
   report: RunnerReport,
   run: { startTime: string; podName: string; podAttempts: number },
+  context: ReportContext = {},
 ): PlaybookStatus {
   const settled = statusFromReport(
     report,
@@ -98,6 +99,7 @@ export function runStatusFromReport(
     base.now,
     base.previous.conditions ?? [],
     base.generation,
+    context,
   );
   const status: PlaybookStatus = {
     ...base.previous,

@@ -1,23 +1,15 @@
 // One attempt of one task: `sh -c <run>` as the leader of a new process group, watched by a
 // deadline and a stall timer. Whoever fires a limit records the outcome before any signal is
-// sent, so an attempt that traps SIGTERM and exits 0 is still a timeout.
-import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync } from "node:fs";
+// sent, so an attempt that traps SIGTERM and exits 0 is still a timeout. Where the shell runs and
+// how its tree is ended is the launcher's (launcher.ts: here, or through a container's agent).
 import { performance } from "node:perf_hooks";
 import type { Readable, Writable } from "node:stream";
-import { setTimeout as sleep } from "node:timers/promises";
 import { formatDuration } from "../api/duration.js";
 import type { Ending, TaskLimit } from "../api/reasons.js";
-import { writeCancelFile, writeCancelFilesOf } from "./cancel-file.js";
+import { writeCancelFile } from "./cancel-file.js";
+import { type Launcher, LOCAL_LAUNCHER, within } from "./launcher.js";
 import { LinePrefixer, OutputTail } from "./output.js";
-import {
-  ATTEMPT_ID_VAR,
-  CANCEL_FILE_VAR,
-  killUntilGone,
-  PROC,
-  type ProcessTable,
-  sendSignal,
-} from "./process-table.js";
+import type { ProcessTable } from "./process-table.js";
 
 export interface AttemptDeadline {
   /** performance.now() value at which the limit fires */
@@ -60,6 +52,8 @@ export interface AttemptSpec {
   onStop?: (stop: AttemptStop) => void;
   /** where the attempt's processes are looked for (default: this machine's /proc) */
   processTable?: ProcessTable;
+  /** where the shell is started (default: here, LOCAL_LAUNCHER) */
+  launcher?: Launcher;
 }
 
 export interface AttemptStop {
@@ -69,7 +63,7 @@ export interface AttemptStop {
 }
 
 export interface AttemptResult {
-  kind: "exited" | "limit" | "cancelled" | "spawn-error";
+  kind: "exited" | "limit" | "cancelled" | "spawn-error" | "lost";
   limit?: TaskLimit;
   ending?: Ending;
   /** a final look after the kill found nothing of the whole run alive */
@@ -90,6 +84,8 @@ export interface AttemptResult {
   /** the leader's start in clock ticks (0 if it never started) */
   startedFrom: number;
   spawnError?: string;
+  /** kind "lost": the task's container, whose agent went away while the attempt ran */
+  lostContainer?: string;
   /** set by the run when the kernel's OOM killer ended a process during the attempt: what it saw */
   outOfMemory?: string;
   /** the pipes when still open at settlement, held by a background process: drain them with drainPipes */
@@ -107,11 +103,8 @@ export interface OpenPipes {
   abandon: () => void;
 }
 
-const POLL_MS = 20;
 /** The longest delay setTimeout keeps (about 24.8 days); beyond it, it fires at once. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
-/** After SIGKILL the kernel needs a moment; this bounds how long we wait to see the tree gone. */
-const KILL_CONFIRM_MS = 5000;
 /**
  * After the run's final kill every holder of a pipe that the kill can find is dead, so what a pipe
  * still gives is what was queued in it. One that gives nothing for this long (while not waiting on
@@ -183,77 +176,16 @@ function forward(
   });
 }
 
-/**
- * Waits for `promise`, at most `ms`, and says whether it settled in time. The timer is cleared
- * either way so it holds no process open.
- */
-async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const settled = await Promise.race([
-    promise.then(() => true),
-    new Promise<boolean>((resolve) => {
-      timer = setTimeout(() => resolve(false), ms);
-    }),
-  ]);
-  clearTimeout(timer);
-  return settled;
-}
-
-/** What the kill path needs to know of a live attempt. */
-interface Tree {
-  pgid: number;
-  /** the leader's start, in clock ticks: nothing older can be the attempt's */
-  startedFrom: number;
-  /** the same for the whole run: the earlier of this and the run's first process */
-  runStartedFrom: number;
-  cookie: string;
-  leaderAlive: () => boolean;
-  leaderExited: Promise<void>;
-  table: ProcessTable;
-}
-
-/**
- * The attempt's live processes that a signal to its group by id does not reach: while the group
- * is signalled by id (`groupSignalled`, the leader unreaped), those that left it; afterwards,
- * its members too. `cookie` widens the search to the whole run.
- */
-function findRest(tree: Tree, cookie = tree.cookie, groupSignalled = tree.leaderAlive()): Promise<number[]> {
-  return tree.table.scan({
-    pgid: groupSignalled ? undefined : tree.pgid,
-    excludePgid: groupSignalled ? tree.pgid : undefined,
-    cookiePrefix: cookie,
-    startedFrom: cookie !== tree.cookie ? tree.runStartedFrom : tree.startedFrom,
-  });
-}
-
 export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   const tail = new OutputTail(spec.tailBytes);
   const startTime = new Date();
-  let child: ChildProcess;
-  try {
-    const { file, args } = spec.command?.(spec.run) ?? { file: "sh", args: ["-c", spec.run] };
-    child = spawn(file, args, {
-      detached: true,
-      stdio: ["ignore", "pipe", "pipe"],
-      cwd: spec.cwd,
-      env: {
-        ...spec.env,
-        [ATTEMPT_ID_VAR]: spec.attemptId,
-        [CANCEL_FILE_VAR]: spec.cancelFileOf(spec.attemptId),
-      },
-    });
-  } catch (error) {
-    return spawnFailure(error as Error, startTime, tail);
+  const started = await (spec.launcher ?? LOCAL_LAUNCHER).launch(spec);
+  if ("error" in started) {
+    const failed = spawnFailure(started.error, startTime, tail);
+    return started.lostContainer ? { ...failed, kind: "lost", lostContainer: started.lostContainer } : failed;
   }
-  // events.once() rejects on "error", so the two outcomes of a spawn are awaited by hand.
-  const spawned = await new Promise<Error | null>((resolve) => {
-    child.once("spawn", () => resolve(null));
-    child.once("error", (error) => resolve(error));
-  });
-  if (spawned !== null || child.pid === undefined) {
-    return spawnFailure(spawned ?? new Error("no pid"), startTime, tail, spec.cwd);
-  }
-  const pgid = child.pid;
+  const task = started.launched;
+  const pgid = task.pgid;
 
   let lastOutput = performance.now();
   const onData = (chunk: Buffer) => {
@@ -268,34 +200,16 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     lastOutput = performance.now();
   };
   const streamsClosed = Promise.all(
-    [child.stdout, child.stderr].map((stream) =>
-      stream ? forward(stream, spec.sink, spec.prefix, spec.recycleOutput === true, onData, onBlocked) : null,
+    task.streams.map((stream) =>
+      forward(stream, spec.sink, spec.prefix, spec.recycleOutput === true, onData, onBlocked),
     ),
   ).then(() => undefined);
 
-  let leaderAlive = true;
-  let exitCode: number | null = null;
-  let exitSignal: string | null = null;
-  const leaderExited = new Promise<void>((resolve) => {
-    child.once("exit", (code, signal) => {
-      leaderAlive = false;
-      exitCode = code;
-      exitSignal = signal;
-      resolve();
-    });
+  const { leaderExited } = task;
+  let lost: string | null = null;
+  const containerLost = task.lost?.then((container) => {
+    lost = container;
   });
-
-  const table = spec.processTable ?? PROC;
-  const startedFrom = table.startTime(pgid);
-  const tree: Tree = {
-    table,
-    pgid,
-    startedFrom,
-    runStartedFrom: Math.min(startedFrom, spec.runStartedFrom ?? Number.POSITIVE_INFINITY),
-    cookie: `${spec.attemptId}\0`,
-    leaderAlive: () => leaderAlive,
-    leaderExited,
-  };
 
   // The watchdog: one timer for the deadline, one for the stall window. Both are stopped the
   // moment the leader exits on its own or a limit fires.
@@ -312,7 +226,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     spec.cancelSignal?.removeEventListener("abort", onCancel);
   };
   const fire = (next: AttemptStop) => {
-    if (stop || !leaderAlive) return;
+    if (stop || !task.leaderAlive() || lost !== null) return;
     stop = next;
     stopWatchdog();
     void announceStop(next);
@@ -329,19 +243,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     const warnings = written.written ? [] : [`cancel file ${ownFile}: ${written.reason}`];
     // A stop ends the run: what earlier tasks left running gets its own cancel file now too, before
     // the SIGTERM it shares with this task. Not with no grace: the SIGKILL comes at once.
-    if (spec.killGraceMs > 0) {
-      const leftovers = await findRest(tree, spec.runCookie);
-      warnings.push(
-        ...(await writeCancelFilesOf(
-          table,
-          leftovers,
-          spec.runCookie,
-          spec.cancelFileOf,
-          stopMessage,
-          spec.attemptId,
-        )),
-      );
-    }
+    if (spec.killGraceMs > 0) warnings.push(...(await task.warnLeftovers(spec.runCookie, stopMessage)));
     if (warnings.length > 0) next.warning = warnings.join("; ");
     spec.onStop?.(next);
     stopFired();
@@ -378,7 +280,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   if (spec.cancelSignal?.aborted) onCancel();
   else spec.cancelSignal?.addEventListener("abort", onCancel, { once: true });
 
-  await Promise.race([leaderExited, stopped]);
+  await Promise.race([leaderExited, stopped, ...(containerLost ? [containerLost] : [])]);
 
   // Stopped by a limit or cancellation: end the tree. Otherwise the leader is done and the
   // attempt is over; a background process that still holds the pipes (a service for later
@@ -389,31 +291,35 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   if (fired) {
     // The leader may have exited while the stop was announced: the announcement still comes first.
     await stopped;
-    ended = await endTree(tree, spec.killGraceMs, spec.runCookie, spec.hurrySignal);
+    ended = await task.endTree(spec.killGraceMs, spec.runCookie, spec.hurrySignal);
   } else stopWatchdog();
-  const pipesClosed = await within(streamsClosed, spec.drainWindowMs);
+  // The task's container went away under it: nothing is left to signal or to wait for there.
+  const lostContainer = fired ? null : (lost as string | null);
+  const pipesClosed = lostContainer === null && (await within(streamsClosed, spec.drainWindowMs));
   const pipes: OpenPipes = {
     closed: streamsClosed,
     lastProgress: () => lastOutput,
     blocked: () => blockedPipes > 0,
     abandon: () => {
-      for (const stream of [child.stdout, child.stderr]) stream?.destroy();
+      for (const stream of task.streams) stream.destroy();
     },
   };
   // A leader the kill could not reach (it became another user) must not keep the runner alive.
-  if (leaderAlive) child.unref();
+  task.release();
+  const { code: exitCode, signal: exitSignal } = task.exit();
   return {
-    kind: fired ? fired.kind : "exited",
+    kind: fired ? fired.kind : lostContainer !== null ? "lost" : "exited",
     limit: fired?.limit,
     ...ended,
+    ...(lostContainer !== null ? { lostContainer } : {}),
     exitCode,
     signal: exitSignal,
     startTime,
     completionTime: new Date(),
     tail,
     pgid,
-    startedFrom: tree.startedFrom,
-    pipes: pipesClosed ? null : pipes,
+    startedFrom: task.startedFrom,
+    pipes: pipesClosed || lostContainer !== null ? null : pipes,
   };
 }
 
@@ -450,65 +356,7 @@ export async function drainPipes(open: readonly OpenPipes[], hurry?: AbortSignal
   );
 }
 
-/**
- * SIGTERM, a grace window in which the tree may end by itself (Exited), then SIGKILL (Killed).
- * A limit or a cancellation ends the run, so what earlier tasks left running is signalled with
- * this task's tree, and a clean final look lets the run skip its own sweep.
- */
-async function endTree(
-  tree: Tree,
-  killGraceMs: number,
-  runCookie: string,
-  hurry?: AbortSignal,
-): Promise<{ ending: Ending; runClean: boolean; graceEndsAt: number; graceCutAfterMs?: number }> {
-  const graceStartedAt = performance.now();
-  const graceEndsAt = graceStartedAt + killGraceMs;
-  if (killGraceMs > 0) {
-    // The group by id while the leader is unreaped; after that its members one by one, so a signal
-    // never reaches a group whose id was recycled. Each process gets SIGTERM once: many programs
-    // read a second one as "stop now, skip the clean-up".
-    const byGroup = tree.leaderAlive();
-    if (byGroup) sendSignal(-tree.pgid, "SIGTERM");
-    for (const pid of await findRest(tree, runCookie, byGroup)) sendSignal(pid, "SIGTERM");
-    while (performance.now() < graceEndsAt && !hurry?.aborted) {
-      const wait = Math.min(POLL_MS, Math.max(1, graceEndsAt - performance.now()));
-      // Once the leader is gone its exit no longer paces the loop: sleep, or /proc is scanned flat out.
-      if (tree.leaderAlive()) await within(tree.leaderExited, wait);
-      else await sleep(wait);
-      if (!tree.leaderAlive() && (await findRest(tree)).length === 0) {
-        return { ending: "Exited", runClean: false, graceEndsAt };
-      }
-    }
-  }
-  // A second Ctrl-C ended the grace early: the report says so rather than "after <killGrace>".
-  const cut = killGraceMs > 0 && hurry?.aborted === true && performance.now() < graceEndsAt;
-  const graceCutAfterMs = cut ? Math.round(performance.now() - graceStartedAt) : undefined;
-  // The group first, by id and without a scan, so the kill is not delayed by looking around.
-  // While the leader is unreaped the id is still its group's, and a group kill leaves no member
-  // behind: the kernel fails a fork that races it.
-  const killedByGroup = tree.leaderAlive();
-  if (killedByGroup) sendSignal(-tree.pgid, "SIGKILL");
-  const confirmBy = performance.now() + KILL_CONFIRM_MS;
-  // While the kernel ends the group, look for what the group kill cannot reach: processes that
-  // left it (setsid, double fork), by the run's cookie, and the members one by one when the
-  // group could not be killed by id. The pipes closing is no proof: a daemon closes them. The
-  // look is repeated until it finds nothing, so forks of an escaper between looks are caught.
-  const runClean = await killUntilGone(() => findRest(tree, runCookie, killedByGroup), confirmBy);
-  await within(tree.leaderExited, Math.max(0, confirmBy - performance.now()));
-  return {
-    ending: "Killed",
-    runClean,
-    graceEndsAt,
-    ...(graceCutAfterMs !== undefined ? { graceCutAfterMs } : {}),
-  };
-}
-
-function spawnFailure(error: Error, startTime: Date, tail: OutputTail, cwd?: string): AttemptResult {
-  const code = (error as NodeJS.ErrnoException).code;
-  const spawnError =
-    code === "ENOENT" && cwd && !existsSync(cwd)
-      ? `could not start: workingDir ${cwd} does not exist`
-      : `could not start: ${error.message}`;
+function spawnFailure(spawnError: string, startTime: Date, tail: OutputTail): AttemptResult {
   return {
     kind: "spawn-error",
     exitCode: null,

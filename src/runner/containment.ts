@@ -39,10 +39,15 @@ export interface Containment {
   command(run: string): { file: string; args: string[] };
   /** live processes inside (none for `none`) */
   members(): number[];
+  /**
+   * Signals one of its members where the runner may not signal it itself (another uid: agent
+   * mode); absent when the runner signals its tasks' processes directly.
+   */
+  signal?(pid: number, signal: NodeJS.Signals): void;
   /** SIGKILLs everything inside and waits, until `until` (a performance.now() value), for it to be empty */
   killAll(until: number): Promise<boolean>;
   /** removes what was made for the run; call once everything inside is gone */
-  close(): void;
+  close(): void | Promise<void>;
 }
 
 /** The OOM killer's preference for a task's processes: the highest there is. */

@@ -13,6 +13,13 @@ import type { TaskSpec } from "../api/playbook.js";
 import type { TaskPhase } from "../api/reasons.js";
 import type { ContainmentKind, RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
 import {
+  type AgentRun,
+  agentCancelFileOf,
+  agentContainment,
+  agentLaunchers,
+  containerOfTask,
+} from "./agent-mode.js";
+import {
   type AttemptDeadline,
   type AttemptResult,
   type AttemptStop,
@@ -68,6 +75,11 @@ export interface RunOptions {
   processTable?: ProcessTable;
   /** What holds the run's processes (default: the best this machine offers, see containment.ts). */
   containment?: (runId: string) => Containment;
+  /**
+   * Agent mode: every task runs in its container through that container's agent, and the
+   * agents hold the run's processes (agent-mode.ts).
+   */
+  agents?: AgentRun;
 }
 
 const DEFAULT_DRAIN_WINDOW_MS = 250;
@@ -105,7 +117,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const baseEnv = options.baseEnv ?? inheritedEnv();
   const table = options.processTable ?? PROC;
   const emit = options.onEvent ?? (() => {});
-  const containment = (options.containment ?? openContainment)(runId);
+  const agents = options.agents;
+  const containment = agents ? agentContainment(agents) : (options.containment ?? openContainment)(runId);
+  const launcherOf = agents ? agentLaunchers(agents) : null;
   emit({ type: "containment", kind: containment.kind, description: containment.description });
   const oom = oomCounter();
   const outcomes: TaskOutcome[] = options.tasks.map((task) => ({
@@ -123,7 +137,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const stopBeforeStart = (): "Cancelled" | "RunCeiling" | null =>
     options.cancelSignal?.aborted ? "Cancelled" : performance.now() >= ceilingAt ? "RunCeiling" : null;
 
-  const cancelFileOf = (attemptId: string) => join(scratch, `${attemptId}.cancel`);
+  const cancelFileOf = agents
+    ? agentCancelFileOf(agents.runDir)
+    : (attemptId: string) => join(scratch, `${attemptId}.cancel`);
   // Pipes still held by what finished tasks left running: read on, and drained at the end.
   const openPipes: OpenPipes[] = [];
   let runClean = false;
@@ -144,6 +160,19 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       }
       outcome.phase = "Running";
       outcome.startTime = new Date();
+      const container = agents ? containerOfTask(task, agents.containers) : null;
+      const launcher = container !== null ? launcherOf?.(container) : undefined;
+      if (agents && container !== null && !launcher) {
+        // Its agent never said hello (the run waited for it): the task cannot start.
+        outcome.attempts = 1;
+        outcome.completionTime = new Date();
+        outcome.phase = "Failed";
+        outcome.lostContainer = container;
+        outcome.detail = `container ${container} (image ${agents.containers[container] ?? "unknown"}): its agent never connected; the task was not started`;
+        reason = "TaskFailed";
+        emit({ type: "task-finished", index, outcome });
+        break;
+      }
       let result: AttemptResult;
       let stoppedBeforeRetry: "Cancelled" | "RunCeiling" | null = null;
       for (;;) {
@@ -174,6 +203,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           hurrySignal: options.hurrySignal,
           onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),
           processTable: table,
+          ...(launcher ? { launcher } : {}),
         });
         const oomAfter = oom?.read() ?? null;
         if (oom && oomBefore !== null && oomAfter !== null && oomAfter > oomBefore) {
@@ -181,7 +211,10 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         }
         if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);
         if (result.pipes) openPipes.push(result.pipes);
-        const failedOrdinarily = result.kind === "exited" && result.exitCode !== 0;
+        // A lost container is an ordinary failure: retries apply (a retry in a container that is
+        // gone fails at once).
+        const failedOrdinarily =
+          (result.kind === "exited" && result.exitCode !== 0) || result.kind === "lost";
         if (!failedOrdinarily || outcome.attempts > limits.retries) break;
         // A retry is a new start: not after a cancellation or past the ceiling.
         stoppedBeforeRetry = stopBeforeStart();
@@ -239,7 +272,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     if (swept.count > 0) emit({ type: "leftovers-killed", ...swept });
     // The containment's own (a cgroup's anchor) go too, and with them the cgroup.
     await containment.killAll(performance.now() + 5000);
-    containment.close();
+    await containment.close();
     // Everything that could hold a pipe is dead now: what it queued comes out before the report.
     await drainPipes(openPipes, options.hurrySignal);
     rmSync(scratch, { recursive: true, force: true });
@@ -305,6 +338,15 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
       outcome.phase = "Failed";
       outcome.detail = result.spawnError;
       break;
+    case "lost": {
+      outcome.phase = "Failed";
+      outcome.lostContainer = result.lostContainer;
+      const last = result.tail.lastLine();
+      outcome.detail = result.spawnError
+        ? result.spawnError
+        : `container ${result.lostContainer} ended while the task ran (its agent's connection closed)${last ? `; last output: ${last}` : ""}`;
+      break;
+    }
     case "exited": {
       outcome.phase = result.exitCode === 0 ? "Succeeded" : "Failed";
       const last = result.tail.lastLine();
@@ -360,13 +402,14 @@ async function sweepLeftovers(
       sweep.cancelFileOf,
       sweep.cancelText,
     );
-    for (const pid of initial) sendSignal(pid, "SIGTERM");
+    for (const pid of initial) (containment.signal ?? sendSignal)(pid, "SIGTERM");
   }
   const graceEnds = performance.now() + sweep.graceMs;
   // A second Ctrl-C cuts this grace short as it does a task's.
   while (performance.now() < graceEnds && !sweep.hurry?.aborted && (await find()).length > 0) await sleep(20);
   const killBy = performance.now() + 5000;
-  await killUntilGone(find, killBy);
+  // Where the runner may not signal the tasks itself (agent mode), the fence below is the kill.
+  if (!containment.signal) await killUntilGone(find, killBy);
   // The fence: whatever the looks missed (a fork between them) ends with the whole cgroup.
   if (!(await containment.killAll(killBy))) warnings.push("some of the run's processes could not be ended");
   return { count: initial.length, warnings };

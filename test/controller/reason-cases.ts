@@ -274,7 +274,7 @@ function reasonCases(node: NodeValues, ctx: TableContext): ReasonCase[] {
         const message = condition(playbook, "Succeeded")?.message ?? "";
         expect(message).toMatch(
           new RegExp(
-            `^pod ${name}-1 \\(attempt 1\\) never started: its runner did not start within the 3s start timeout \\(spec.startTimeout\\); Unschedulable: 0/1 nodes are available: 1 Insufficient cpu`,
+            `^pod ${name}-1 \\(attempt 1\\) never started: its containers did not all start within the 3s start timeout \\(spec.startTimeout\\); Unschedulable: 0/1 nodes are available: 1 Insufficient cpu`,
           ),
         );
         expect(playbook.status?.limits?.startTimeout).toEqual({ value: "3s", source: "spec" });

@@ -336,7 +336,7 @@ const cases: ReasonCase[] = [
     check: async (playbook, name) => {
       expect(message(playbook)).toMatch(
         new RegExp(
-          `^pod ${name}-1 \\(attempt 1\\) never started: its runner did not start within the 3s start timeout \\(spec.startTimeout\\); Unschedulable: 0/1 nodes are available: 1 Insufficient cpu`,
+          `^pod ${name}-1 \\(attempt 1\\) never started: its containers did not all start within the 3s start timeout \\(spec.startTimeout\\); Unschedulable: 0/1 nodes are available: 1 Insufficient cpu`,
         ),
       );
       expect(playbook.status?.limits?.startTimeout).toEqual({ value: "3s", source: "spec" });
@@ -369,7 +369,7 @@ const cases: ReasonCase[] = [
     limit: "StartTimeout",
     check: async (playbook, name) => {
       expect(message(playbook)).toBe(
-        `pod ${name}-1 (attempt 1) never started: its runner did not start within the 8s start timeout (spec.startTimeout); ErrImagePull: failed to pull image "runner": not found`,
+        `pod ${name}-1 (attempt 1) never started: its containers did not all start within the 8s start timeout (spec.startTimeout); ErrImagePull: failed to pull image "runner": not found`,
       );
       await eventually("the pod to be deleted", async () =>
         (await podsOf(namespace, name)).length === 0 ? true : undefined,

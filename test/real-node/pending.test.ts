@@ -83,7 +83,7 @@ describe("a Playbook whose image cannot be pulled, on the real node", () => {
     process.stderr.write(`[pending] ended: ${message}\n`);
     expect(message).toMatch(
       new RegExp(
-        String.raw`^pod unpullable-1 \(attempt 1\) never started: its runner did not start within the 20s start timeout \(spec\.startTimeout\); ${PULL_FAILED}`,
+        String.raw`^pod unpullable-1 \(attempt 1\) never started: its containers did not all start within the 20s start timeout \(spec\.startTimeout\); ${PULL_FAILED}`,
       ),
     );
     const { stdout } = await kubectl(["-n", namespace, "get", "pb", "unpullable"]);

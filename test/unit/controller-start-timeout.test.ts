@@ -70,7 +70,7 @@ describe("a pod that does not start", () => {
     const condition = succeeded(decision.status);
     expect(condition).toMatchObject({ status: "False", reason: "StartTimeout" });
     expect(condition?.message).toBe(
-      "pod nightly-1 (attempt 1) never started: its runner did not start within the 5m start timeout (the default start timeout); Unschedulable: 0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available.",
+      "pod nightly-1 (attempt 1) never started: its containers did not all start within the 5m start timeout (the default start timeout); Unschedulable: 0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available.",
     );
     expect(limitExceeded(decision.status)).toMatchObject({ status: "True", reason: "StartTimeout" });
     expect(decision.status?.limits?.startTimeout).toEqual({ value: "5m", source: "default" });

@@ -1,0 +1,122 @@
+// The images a Playbook's tasks run in: each task's own (tasks[].image), else the Playbook's
+// default (spec.image), else the namespace policy's default, else the runner image. Every distinct
+// image is one container of the run's pod (task-1, task-2, ... in first-use order), so a Playbook
+// may use at most MAX_TASK_IMAGES of them. The CRD checks the same syntax, length and count
+// (crds/playbook.dev_playbooks.yaml).
+import { z } from "zod";
+
+/** Distinct task images a Playbook may use: each is a container of the run's pod, pulled and started with it. */
+export const MAX_TASK_IMAGES = 8;
+/** The CRD's maxLength of an image reference (a registry host, a path, a tag and a digest fit easily). */
+export const MAX_IMAGE_LENGTH = 512;
+/** The runner's env var naming each task container's image: {"task-1": "postgres:16"}. */
+export const TASK_CONTAINERS_ENV_VAR = "PLAYBOOK_TASK_CONTAINERS";
+export const TASK_CONTAINER_PREFIX = "task-";
+
+const DOMAIN_COMPONENT = "[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?";
+const PATH_COMPONENT = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*";
+const TAG = "[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}";
+const DIGEST = "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}";
+
+/**
+ * An image reference as the container runtimes read it (the distribution library's grammar, without
+ * IPv6 hosts): `[host[:port]/]path[:tag][@digest]`, path components in lower case. The CRD's
+ * pattern is this text.
+ */
+export const IMAGE_REFERENCE_PATTERN = `^(?:${DOMAIN_COMPONENT}(?:\\.${DOMAIN_COMPONENT})*(?::[0-9]+)?/)?${PATH_COMPONENT}(?:/${PATH_COMPONENT})*(?::${TAG})?(?:@${DIGEST})?$`;
+const IMAGE_REFERENCE = new RegExp(IMAGE_REFERENCE_PATTERN);
+
+export const IMAGE_REFERENCE_MESSAGE =
+  "must be an image reference such as postgres:16, registry.example/team/tools:3 or name@sha256:<digest> (lower-case path, optional tag and digest)";
+
+export function isImageReference(image: string): boolean {
+  return image.length <= MAX_IMAGE_LENGTH && IMAGE_REFERENCE.test(image);
+}
+
+/** An image reference, checked as the CRD checks it. */
+export const ImageReference = z
+  .string()
+  .min(1, "must not be empty")
+  .max(MAX_IMAGE_LENGTH, `must be at most ${MAX_IMAGE_LENGTH} characters`)
+  .regex(IMAGE_REFERENCE, IMAGE_REFERENCE_MESSAGE);
+
+interface ImagedSpec {
+  image?: string | undefined;
+  tasks: readonly { image?: string | undefined }[];
+}
+
+/** Where a run's default task image comes from when spec.image is not set and the schema cannot know it. */
+export const UNNAMED_DEFAULT = "(the default image)";
+
+/**
+ * The images a spec's tasks name, in first-use order, as the CRD counts them: a task without an
+ * image counts spec.image, or one image more for the default the controller fills in.
+ */
+export function namedTaskImages(spec: ImagedSpec): { images: string[]; firstUse: number[] } {
+  const images: string[] = [];
+  const firstUse: number[] = [];
+  spec.tasks.forEach((task, index) => {
+    const image = task.image ?? spec.image ?? UNNAMED_DEFAULT;
+    if (!images.includes(image)) {
+      images.push(image);
+      firstUse.push(index);
+    }
+  });
+  return { images, firstUse };
+}
+
+/** Why `images` are too many for one pod, naming them. */
+export function tooManyImagesMessage(images: readonly string[]): string {
+  return `the tasks use ${images.length} distinct images (${images.join(", ")}); a Playbook's tasks may use at most ${MAX_TASK_IMAGES}, because each image is a container of the run's pod`;
+}
+
+/** The zod check of the spec: at most MAX_TASK_IMAGES, the issue at the task that brings one too many. */
+export function checkTaskImageCount(spec: ImagedSpec, ctx: z.RefinementCtx): void {
+  const { images, firstUse } = namedTaskImages(spec);
+  if (images.length <= MAX_TASK_IMAGES) return;
+  const index = firstUse[MAX_TASK_IMAGES] ?? 0;
+  const own = spec.tasks[index]?.image !== undefined;
+  ctx.addIssue({
+    code: "custom",
+    path: own ? ["tasks", index, "image"] : ["image"],
+    message: tooManyImagesMessage(images),
+  });
+}
+
+export const taskContainerName = (k: number) => `${TASK_CONTAINER_PREFIX}${k}`;
+
+/** The run's task containers: one per distinct effective image, and each task's container. */
+export interface TaskContainers {
+  /** task-K → image, in first-use order. */
+  containers: { name: string; image: string }[];
+  /** Per task (by index), the container it runs in. */
+  tasks: { container: string; image: string }[];
+}
+
+/** Each task's effective image and container, `defaultImage` for tasks that name none (spec.image resolved). */
+export function resolveTaskContainers(
+  tasks: readonly { image?: string | undefined }[],
+  defaultImage: string,
+): TaskContainers {
+  const containers: { name: string; image: string }[] = [];
+  const resolved = tasks.map((task) => {
+    const image = task.image ?? defaultImage;
+    let container = containers.find((c) => c.image === image);
+    if (!container) {
+      container = { name: taskContainerName(containers.length + 1), image };
+      containers.push(container);
+    }
+    return { container: container.name, image };
+  });
+  return { containers, tasks: resolved };
+}
+
+/** PLAYBOOK_TASK_CONTAINERS' value: {"task-1":"postgres:16",...}. */
+export function taskContainersEnv(containers: TaskContainers["containers"]): string {
+  return JSON.stringify(Object.fromEntries(containers.map((c) => [c.name, c.image])));
+}
+
+/** The images the run's tasks use, for `playbook validate` and the status. */
+export function describeTaskImage(image: string, runnerImage: string | undefined): string {
+  return image === runnerImage ? `${image} (the runner image)` : image;
+}

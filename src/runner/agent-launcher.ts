@@ -1,0 +1,245 @@
+// The agent launcher: an attempt started by the agent of its task's container (agent/agent.c,
+// spoken to through agent-hub.ts). The agent only carries out: it forks `sh -c RUN` in a new
+// session, streams stdout and stderr as O/E frames, says when the leader exited (X) and when
+// every holder of a pipe closed it (C), and sends the signals it is told to (K). Every decision
+// (deadline, stall, cancel file, grace, SIGKILL) stays the runner's, in attempt.ts.
+//
+// The runner shares the pod's process namespace with the task containers, so it sees their
+// processes in /proc (stat is readable by any user) but may not signal them (another uid): what
+// it sees tells it whether a tree is gone, and every signal goes through the agent.
+import { readdirSync, readFileSync } from "node:fs";
+import { performance } from "node:perf_hooks";
+import { Readable } from "node:stream";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { AttemptSpec } from "./attempt.js";
+import { KILL_CONFIRM_MS, type Launched, type Launcher, type TreeEnd, within } from "./launcher.js";
+import { ATTEMPT_ID_VAR, CANCEL_FILE_VAR } from "./process-table.js";
+
+/** One attempt started by an agent, as agent-hub.ts gives it (its AgentTask). */
+export interface AgentTaskLike {
+  on(event: "started", listener: (pid: number) => void): unknown;
+  on(event: "stdout" | "stderr", listener: (chunk: Buffer) => void): unknown;
+  on(event: "closed", listener: (stream: "out" | "err") => void): unknown;
+  on(event: "exited", listener: (status: { code: number | null; signal: string | null }) => void): unknown;
+  on(event: "failed" | "lost", listener: (text: string) => void): unknown;
+}
+
+/** The agent of one task container, as agent-hub.ts gives it (its Agent). */
+export interface AgentLike {
+  readonly container: string;
+  /** its pid in the pod's (shared) process namespace */
+  readonly pid: number;
+  readonly lost: boolean;
+  start(task: { id?: string | number; cwd: string; run: string; env: Record<string, string> }): AgentTaskLike;
+  kill(target: number | "tree", signal: string): void;
+  fence(spare: readonly number[]): Promise<number>;
+  quit(): Promise<void>;
+}
+
+/** Sends a signal through the agent; one that is gone can signal nothing more. */
+function tell(agent: AgentLike, target: number | "tree", signal: string): void {
+  try {
+    agent.kill(target, signal);
+  } catch {
+    // The connection is closed: the agent killed its descendants as it left.
+  }
+}
+
+const POLL_MS = 20;
+/** How often the kill looks again for what SIGKILL has not ended yet. */
+const KILL_LOOK_MS = 10;
+
+interface ProcEntry {
+  pid: number;
+  ppid: number;
+  pgrp: number;
+  /** start in clock ticks */
+  start: number;
+}
+
+/** Every live (not zombie) process in /proc, with its parent, group and start. */
+function liveProcesses(): ProcEntry[] {
+  const found: ProcEntry[] = [];
+  let names: string[];
+  try {
+    names = readdirSync("/proc");
+  } catch {
+    return found;
+  }
+  for (const name of names) {
+    const code = name.charCodeAt(0);
+    if (code < 48 || code > 57) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${name}/stat`, "latin1");
+    } catch {
+      continue;
+    }
+    // After "(comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime
+    // stime cutime cstime priority nice threads itrealvalue starttime.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (fields[0] === "Z" || fields[0] === "X") continue;
+    found.push({
+      pid: Number(name),
+      ppid: Number(fields[1]),
+      pgrp: Number(fields[2]),
+      start: Number(fields[19]),
+    });
+  }
+  return found;
+}
+
+/** The live descendants of `root` (an agent: the subreaper of everything its tasks started). */
+export function agentDescendants(root: number, processes = liveProcesses()): ProcEntry[] {
+  const children = new Map<number, ProcEntry[]>();
+  for (const entry of processes) {
+    const list = children.get(entry.ppid);
+    if (list) list.push(entry);
+    else children.set(entry.ppid, [entry]);
+  }
+  const found: ProcEntry[] = [];
+  const todo = [...(children.get(root) ?? [])];
+  for (let entry = todo.pop(); entry !== undefined; entry = todo.pop()) {
+    found.push(entry);
+    todo.push(...(children.get(entry.pid) ?? []));
+  }
+  return found;
+}
+
+/** Starts attempts through `agent`, the agent of one task container. */
+export function agentLauncher(agent: AgentLike): Launcher {
+  const gone = () => `could not start: container ${agent.container} is gone (its agent's connection closed)`;
+  return {
+    async launch(spec: AttemptSpec) {
+      if (agent.lost) return { error: gone(), lostContainer: agent.container };
+      const env: Record<string, string> = {};
+      for (const [name, value] of Object.entries(spec.env)) if (value !== undefined) env[name] = value;
+      env[ATTEMPT_ID_VAR] = spec.attemptId;
+      env[CANCEL_FILE_VAR] = spec.cancelFileOf(spec.attemptId);
+      const streams = [new Readable({ read() {} }), new Readable({ read() {} })] as const;
+      const endStreams = () => {
+        for (const stream of streams) if (!stream.readableEnded) stream.push(null);
+      };
+      let leaderAlive = true;
+      let exit: { code: number | null; signal: string | null } = { code: null, signal: null };
+      let exited!: () => void;
+      const leaderExited = new Promise<void>((resolve) => {
+        exited = resolve;
+      });
+      let lost!: (container: string) => void;
+      const lostPromise = new Promise<string>((resolve) => {
+        lost = resolve;
+      });
+      const started = await new Promise<{ pid: number } | { error: string; lostContainer?: string }>(
+        (resolve) => {
+          let task: AgentTaskLike;
+          try {
+            task = agent.start({ id: spec.attemptId, cwd: spec.cwd ?? "", run: spec.run, env });
+          } catch {
+            resolve({ error: gone(), lostContainer: agent.container });
+            return;
+          }
+          task.on("started", (pid) => resolve({ pid }));
+          task.on("failed", (text) => resolve({ error: `could not start: ${text}` }));
+          task.on("stdout", (chunk) => streams[0].push(chunk));
+          task.on("stderr", (chunk) => streams[1].push(chunk));
+          task.on("closed", (stream) => {
+            const readable = streams[stream === "out" ? 0 : 1];
+            if (!readable.readableEnded) readable.push(null);
+          });
+          task.on("exited", (status) => {
+            leaderAlive = false;
+            exit = status;
+            exited();
+          });
+          task.on("lost", () => {
+            resolve({ error: gone(), lostContainer: agent.container });
+            // Nothing more comes from that container: its pipes are over too.
+            endStreams();
+            if (!leaderAlive) return;
+            leaderAlive = false;
+            lost(agent.container);
+          });
+        },
+      );
+      if ("error" in started) {
+        endStreams();
+        return started;
+      }
+      const pgid = started.pid;
+      const startedFrom = liveProcesses().find((entry) => entry.pid === pgid)?.start ?? 0;
+      /** the attempt's live processes: the agent's descendants in its group or started since */
+      const attemptProcesses = () =>
+        agentDescendants(agent.pid).filter((entry) => entry.pgrp === pgid || entry.start >= startedFrom);
+      const launched: Launched = {
+        pgid,
+        startedFrom,
+        streams: [...streams],
+        leaderAlive: () => leaderAlive,
+        leaderExited,
+        exit: () => exit,
+        lost: lostPromise,
+        // Another uid's environment cannot be read, so earlier attempts are not told apart:
+        // what they left running is told by the end of the run (SIGTERM, grace, the fence).
+        warnLeftovers: async () => [],
+        endTree: (killGraceMs, _runCookie, hurry) =>
+          endAgentTree(
+            { agent, pgid, leaderAlive: () => leaderAlive, leaderExited, attemptProcesses },
+            killGraceMs,
+            hurry,
+          ),
+        release: () => {},
+      };
+      return { launched };
+    },
+  };
+}
+
+interface AgentTree {
+  agent: AgentLike;
+  pgid: number;
+  leaderAlive: () => boolean;
+  leaderExited: Promise<void>;
+  attemptProcesses: () => ProcEntry[];
+}
+
+/**
+ * SIGTERM to the group through the agent, the grace window in which the attempt may end by
+ * itself (Exited), then SIGKILL to the group and to every descendant of the agent (`tree`):
+ * a stop ends the run, so what earlier tasks of this container left goes too.
+ */
+async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortSignal): Promise<TreeEnd> {
+  const graceStartedAt = performance.now();
+  const graceEndsAt = graceStartedAt + killGraceMs;
+  if (killGraceMs > 0) {
+    // By group id while the leader is unreaped (the agent reaps it at once when it exits); after
+    // that the group's members one by one, so a recycled group id is never signalled.
+    if (tree.leaderAlive()) tell(tree.agent, -tree.pgid, "SIGTERM");
+    else for (const entry of tree.attemptProcesses()) tell(tree.agent, entry.pid, "SIGTERM");
+    while (performance.now() < graceEndsAt && !hurry?.aborted) {
+      const wait = Math.min(POLL_MS, Math.max(1, graceEndsAt - performance.now()));
+      if (tree.leaderAlive()) await within(tree.leaderExited, wait);
+      else await sleep(wait);
+      if (!tree.leaderAlive() && tree.attemptProcesses().length === 0) {
+        return { ending: "Exited", runClean: false, graceEndsAt };
+      }
+    }
+  }
+  const cut = killGraceMs > 0 && hurry?.aborted === true && performance.now() < graceEndsAt;
+  const graceCutAfterMs = cut ? Math.round(performance.now() - graceStartedAt) : undefined;
+  if (tree.leaderAlive()) tell(tree.agent, -tree.pgid, "SIGKILL");
+  tell(tree.agent, "tree", "SIGKILL");
+  // Repeated until nothing of the attempt is seen: an escaper may fork between two kills.
+  const confirmBy = performance.now() + KILL_CONFIRM_MS;
+  while (performance.now() < confirmBy && tree.attemptProcesses().length > 0) {
+    await sleep(KILL_LOOK_MS);
+    tell(tree.agent, "tree", "SIGKILL");
+  }
+  await within(tree.leaderExited, Math.max(0, confirmBy - performance.now()));
+  return {
+    ending: "Killed",
+    runClean: false,
+    graceEndsAt,
+    ...(graceCutAfterMs !== undefined ? { graceCutAfterMs } : {}),
+  };
+}

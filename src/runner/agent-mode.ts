@@ -1,0 +1,166 @@
+// Agent mode: the pod runner of a Playbook whose tasks run in their own images. Every task
+// container runs an agent (agent/agent.c) that connects to the runner's socket in the run dir;
+// each attempt is started through the agent of its task's container (agent-launcher.ts), and
+// the end of the run is a fence: every agent SIGKILLs every process it may signal in the pod's
+// shared process namespace but the agents, then quits. See docs/design.md ("Agent mode").
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { z } from "zod";
+import type { TaskSpec } from "../api/playbook.js";
+import { type AgentLike, agentDescendants, agentLauncher } from "./agent-launcher.js";
+import type { Containment } from "./containment.js";
+import type { Launcher } from "./launcher.js";
+
+/** JSON object: task container name → its image. Set on the pod's runner container. */
+export const TASK_CONTAINERS_VAR = "PLAYBOOK_TASK_CONTAINERS";
+/** The directory shared with the task containers: the socket and the cancel files. */
+export const RUN_DIR_VAR = "PLAYBOOK_RUN_DIR";
+export const DEFAULT_RUN_DIR = "/playbook/run";
+/** How long the runner waits for every agent's hello before it gives the run up. */
+export const AGENT_HELLO_VAR = "PLAYBOOK_AGENT_HELLO_TIMEOUT_MS";
+export const DEFAULT_AGENT_HELLO_MS = 60_000;
+
+const TaskContainersSchema = z.record(z.string().min(1).max(63), z.string().min(1));
+
+/** What runPlaybook needs of agent mode. */
+export interface AgentRun {
+  /** task container name → image, in the pod's order */
+  containers: Readonly<Record<string, string>>;
+  runDir: string;
+  /** the agent of a container; null when it never said hello */
+  agent(container: string): AgentLike | null;
+  /** every agent that said hello */
+  agents(): AgentLike[];
+}
+
+/** Parses $PLAYBOOK_TASK_CONTAINERS; null when unset (the pod runner runs tasks itself). */
+export function taskContainersFrom(env: NodeJS.ProcessEnv): Record<string, string> | null {
+  const text = env[TASK_CONTAINERS_VAR];
+  if (text === undefined || text === "") return null;
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new Error(`$${TASK_CONTAINERS_VAR} is not JSON: ${text.slice(0, 200)}`);
+  }
+  const parsed = TaskContainersSchema.safeParse(json);
+  if (!parsed.success || Object.keys(parsed.data).length === 0) {
+    throw new Error(`$${TASK_CONTAINERS_VAR} must be a non-empty object of container name to image`);
+  }
+  return parsed.data;
+}
+
+/**
+ * The container a task runs in: the one the controller resolved into the plan (`container`), else
+ * the only one, else the first whose image is the task's.
+ */
+export function containerOfTask(task: TaskSpec, containers: Readonly<Record<string, string>>): string {
+  const named = (task as { container?: string }).container;
+  const names = Object.keys(containers);
+  if (named !== undefined) return named;
+  if (names.length === 1) return names[0] as string;
+  const image = (task as { image?: string }).image;
+  return names.find((name) => containers[name] === image) ?? (names[0] as string);
+}
+
+/** The cancel file of an attempt: in the run dir, which the task containers mount read-only. */
+export function agentCancelFileOf(runDir: string): (attemptId: string) => string {
+  const dir = join(runDir, "cancel");
+  // Readable by the tasks (another uid, the pod's group): the files are 0644.
+  mkdirSync(dir, { recursive: true, mode: 0o755 });
+  return (attemptId) => join(dir, attemptId);
+}
+
+/** One launcher per container, made when first needed. */
+export function agentLaunchers(run: AgentRun): (container: string) => Launcher | null {
+  const made = new Map<string, Launcher>();
+  return (container) => {
+    const known = made.get(container);
+    if (known) return known;
+    const agent = run.agent(container);
+    if (!agent) return null;
+    const launcher = agentLauncher(agent);
+    made.set(container, launcher);
+    return launcher;
+  };
+}
+
+/** How long the fence may take per agent before the run gives it up (the agent bounds it at 2 s). */
+const FENCE_ANSWER_MS = 5000;
+
+/**
+ * The agents hold the run's processes: every task's process is a descendant of its container's
+ * agent (a child subreaper), and the fence ends whatever the tasks did to their session or
+ * environment. `spare` adds pids the fence must leave (the runner's own, when it shares the uid).
+ */
+export function agentContainment(run: AgentRun, spare: readonly number[] = [process.pid]): Containment {
+  const names = Object.keys(run.containers);
+  const owners = () => {
+    const owner = new Map<number, AgentLike>();
+    for (const agent of run.agents()) {
+      if (agent.lost) continue;
+      for (const entry of agentDescendants(agent.pid)) owner.set(entry.pid, agent);
+    }
+    return owner;
+  };
+  return {
+    kind: "agents",
+    description:
+      `agents in ${names.length} task container(s) (${names.map((name) => `${name}: ${run.containers[name]}`).join(", ")}): ` +
+      "each is the subreaper of its container's tasks and signals them for the runner; the run ends with " +
+      "a fence that kills every process in the pod's process namespace but the agents",
+    command: (runText) => ({ file: "sh", args: ["-c", runText] }),
+    members: () => [...owners().keys()],
+    signal(pid, signal) {
+      const agent = owners().get(pid);
+      if (!agent) return;
+      try {
+        agent.kill(pid, signal);
+      } catch {
+        // gone: it killed its descendants as it left
+      }
+    },
+    async killAll() {
+      const live = run.agents().filter((agent) => !agent.lost);
+      const pids = [...live.map((agent) => agent.pid), ...spare];
+      const answers = await Promise.all(
+        live.map(async (agent) => {
+          let timer: NodeJS.Timeout | undefined;
+          try {
+            return await Promise.race([
+              agent.fence(pids),
+              new Promise<number>((resolve) => {
+                timer = setTimeout(() => resolve(-1), FENCE_ANSWER_MS);
+              }),
+            ]);
+          } catch {
+            return -1;
+          } finally {
+            clearTimeout(timer);
+          }
+        }),
+      );
+      return answers.every((alive) => alive === 0);
+    },
+    // Q to every agent: each ends its descendants and exits, and with it its container.
+    async close() {
+      await Promise.all(
+        run.agents().map(async (agent) => {
+          let timer: NodeJS.Timeout | undefined;
+          try {
+            await Promise.race([
+              agent.quit(),
+              new Promise<void>((resolve) => {
+                timer = setTimeout(resolve, FENCE_ANSWER_MS);
+              }),
+            ]);
+          } catch {
+            // already gone
+          } finally {
+            clearTimeout(timer);
+          }
+        }),
+      );
+    },
+  };
+}

@@ -1,0 +1,260 @@
+// The agent's wire protocol (docs/agent.md): frames of `1 byte type | 4 bytes big-endian length |
+// payload`, payload at most 1 MiB, text fields separated by NUL. Pure: no sockets here, so the codec
+// is tested on bytes alone. Decoded payloads are checked with zod; a frame that does not parse
+// throws AgentWireError, and the hub treats its agent as broken.
+import { z } from "zod";
+
+export const MAX_PAYLOAD = 1 << 20;
+const HEADER = 5;
+
+export class AgentWireError extends Error {
+  override name = "AgentWireError";
+}
+
+/** What an agent says. Task ids are the 32-bit numbers the runner chose in its start frame. */
+export type AgentFrame =
+  | { type: "hello"; container: string; pid: number; uid: number; shell: string }
+  | { type: "started"; id: number; pid: number }
+  | { type: "stdout" | "stderr"; id: number; data: Buffer }
+  | { type: "closed"; id: number; stream: "out" | "err" }
+  | { type: "exited"; id: number; code: number | null; signal: string | null }
+  | { type: "fenced"; alive: number }
+  | { type: "error"; id: number | null; text: string };
+
+/** What the runner tells an agent. */
+export type RunnerFrame =
+  | { type: "start"; id: number; cwd: string; run: string; env: Record<string, string> }
+  | { type: "kill"; target: KillTarget; signal: string }
+  | { type: "fence"; spare: number[] }
+  | { type: "quit" };
+
+/** `-PGID` (a group), `PID` (one process) or `tree` (every descendant of the agent). */
+export type KillTarget = number | "tree";
+
+const AGENT_CODES = {
+  hello: "H",
+  started: "P",
+  stdout: "O",
+  stderr: "E",
+  closed: "C",
+  exited: "X",
+  fenced: "F",
+  error: "R",
+} as const;
+const RUNNER_CODES = { start: "S", kill: "K", fence: "Z", quit: "Q" } as const;
+
+const decimal = z.string().regex(/^\d+$/).transform(Number);
+const taskId = decimal.refine((n) => n <= 0xffffffff, "task id over 32 bits");
+const signedPid = z
+  .string()
+  .regex(/^-?\d+$/)
+  .transform(Number);
+const signalName = z.string().regex(/^(SIG[A-Z0-9]+|\d+)$/);
+
+const helloFields = z.tuple([z.string().min(1), decimal, decimal, z.string().min(1)]);
+const startedFields = z.tuple([taskId, decimal]);
+const closedFields = z.tuple([taskId, z.enum(["out", "err"])]);
+const exitedFields = z.tuple([
+  taskId,
+  z.union([z.literal(""), decimal]),
+  z.union([z.literal(""), signalName]),
+]);
+const fencedFields = z.tuple([decimal]);
+const errorFields = z.tuple([z.union([z.literal(""), taskId]), z.string()]);
+const startFields = z
+  .tuple([taskId, z.string().min(1), z.string()], z.string().regex(/^[^=]+=/, "an env entry is K=V"))
+  .transform(([id, cwd, run, ...entries]) => ({ id, cwd, run, entries }));
+const killFields = z.tuple([z.union([z.literal("tree"), signedPid]), signalName]);
+
+function fields(payload: Buffer): string[] {
+  return payload.toString("utf8").split("\0");
+}
+
+function textPayload(values: readonly string[]): Buffer {
+  for (const value of values) {
+    if (value.includes("\0")) throw new AgentWireError(`a field holds a NUL byte: ${JSON.stringify(value)}`);
+  }
+  return Buffer.from(values.join("\0"), "utf8");
+}
+
+function frame(code: string, payload: Buffer): Buffer {
+  if (payload.length > MAX_PAYLOAD) {
+    throw new AgentWireError(`payload of ${payload.length} bytes is over the limit of ${MAX_PAYLOAD}`);
+  }
+  const head = Buffer.alloc(HEADER);
+  head.write(code, 0, "latin1");
+  head.writeUInt32BE(payload.length, 1);
+  return Buffer.concat([head, payload]);
+}
+
+function parse<T>(schema: z.ZodType<T>, values: string[], what: string): T {
+  const result = schema.safeParse(values);
+  if (!result.success) {
+    throw new AgentWireError(
+      `bad ${what} frame ${JSON.stringify(values)}: ${result.error.issues[0]?.message}`,
+    );
+  }
+  return result.data;
+}
+
+function checkTaskId(id: number): void {
+  if (!Number.isInteger(id) || id < 0 || id > 0xffffffff) throw new AgentWireError(`bad task id ${id}`);
+}
+
+export function encodeRunnerFrame(message: RunnerFrame): Buffer {
+  const code = RUNNER_CODES[message.type];
+  switch (message.type) {
+    case "start": {
+      checkTaskId(message.id);
+      const env = Object.entries(message.env).map(([key, value]) => {
+        if (key === "" || key.includes("=")) throw new AgentWireError(`bad env name ${JSON.stringify(key)}`);
+        return `${key}=${value}`;
+      });
+      return frame(code, textPayload([String(message.id), message.cwd, message.run, ...env]));
+    }
+    case "kill": {
+      const target = message.target === "tree" ? "tree" : String(message.target);
+      return frame(code, textPayload([target, message.signal]));
+    }
+    case "fence":
+      return frame(code, textPayload(message.spare.map(String)));
+    case "quit":
+      return frame(code, Buffer.alloc(0));
+  }
+}
+
+export function decodeRunnerFrame(code: string, payload: Buffer): RunnerFrame {
+  switch (code) {
+    case "S": {
+      const { id, cwd, run, entries } = parse(startFields, fields(payload), "start");
+      const env: Record<string, string> = {};
+      for (const entry of entries) {
+        const at = entry.indexOf("=");
+        env[entry.slice(0, at)] = entry.slice(at + 1);
+      }
+      return { type: "start", id, cwd, run, env };
+    }
+    case "K": {
+      const [target, signal] = parse(killFields, fields(payload), "kill");
+      return { type: "kill", target, signal };
+    }
+    case "Z":
+      return {
+        type: "fence",
+        spare: payload.length === 0 ? [] : parse(z.array(decimal), fields(payload), "fence"),
+      };
+    case "Q":
+      return { type: "quit" };
+    default:
+      throw new AgentWireError(`unknown runner frame type ${JSON.stringify(code)}`);
+  }
+}
+
+function streamPayload(id: number, data: Buffer): Buffer {
+  checkTaskId(id);
+  const head = Buffer.alloc(4);
+  head.writeUInt32BE(id, 0);
+  return Buffer.concat([head, data]);
+}
+
+export function encodeAgentFrame(message: AgentFrame): Buffer {
+  const code = AGENT_CODES[message.type];
+  switch (message.type) {
+    case "hello":
+      return frame(
+        code,
+        textPayload([message.container, String(message.pid), String(message.uid), message.shell]),
+      );
+    case "started":
+      return frame(code, textPayload([String(message.id), String(message.pid)]));
+    case "stdout":
+    case "stderr":
+      return frame(code, streamPayload(message.id, message.data));
+    case "closed":
+      return frame(code, textPayload([String(message.id), message.stream]));
+    case "exited":
+      return frame(
+        code,
+        textPayload([
+          String(message.id),
+          message.code === null ? "" : String(message.code),
+          message.signal ?? "",
+        ]),
+      );
+    case "fenced":
+      return frame(code, textPayload([String(message.alive)]));
+    case "error":
+      return frame(code, textPayload([message.id === null ? "" : String(message.id), message.text]));
+  }
+}
+
+export function decodeAgentFrame(code: string, payload: Buffer): AgentFrame {
+  switch (code) {
+    case "H": {
+      const [container, pid, uid, shell] = parse(helloFields, fields(payload), "hello");
+      return { type: "hello", container, pid, uid, shell };
+    }
+    case "P": {
+      const [id, pid] = parse(startedFields, fields(payload), "started");
+      return { type: "started", id, pid };
+    }
+    case "O":
+    case "E": {
+      if (payload.length < 4)
+        throw new AgentWireError(`output frame of ${payload.length} bytes has no task id`);
+      // A copy: the reader's buffer is reused.
+      const data = Buffer.from(payload.subarray(4));
+      return { type: code === "O" ? "stdout" : "stderr", id: payload.readUInt32BE(0), data };
+    }
+    case "C": {
+      const [id, stream] = parse(closedFields, fields(payload), "closed");
+      return { type: "closed", id, stream };
+    }
+    case "X": {
+      const [id, exitCode, signal] = parse(exitedFields, fields(payload), "exited");
+      return {
+        type: "exited",
+        id,
+        code: exitCode === "" ? null : exitCode,
+        signal: signal === "" ? null : signal,
+      };
+    }
+    case "F": {
+      const [alive] = parse(fencedFields, fields(payload), "fenced");
+      return { type: "fenced", alive };
+    }
+    case "R": {
+      const [id, text] = parse(errorFields, fields(payload), "error");
+      return { type: "error", id: id === "" ? null : id, text };
+    }
+    default:
+      throw new AgentWireError(`unknown agent frame type ${JSON.stringify(code)}`);
+  }
+}
+
+/** Cuts a byte stream into frames; chunks may split or join frames anywhere. */
+export class FrameReader {
+  private pending: Buffer = Buffer.alloc(0);
+
+  /** The whole frames completed by this chunk, as [type code, payload]. */
+  push(chunk: Buffer): Array<[string, Buffer]> {
+    this.pending = this.pending.length === 0 ? chunk : Buffer.concat([this.pending, chunk]);
+    const frames: Array<[string, Buffer]> = [];
+    while (this.pending.length >= HEADER) {
+      const length = this.pending.readUInt32BE(1);
+      if (length > MAX_PAYLOAD) {
+        throw new AgentWireError(`frame of ${length} bytes is over the limit of ${MAX_PAYLOAD}`);
+      }
+      if (this.pending.length < HEADER + length) break;
+      const code = String.fromCharCode(this.pending[0] as number);
+      frames.push([code, this.pending.subarray(HEADER, HEADER + length)]);
+      this.pending = this.pending.subarray(HEADER + length);
+    }
+    return frames;
+  }
+
+  /** Bytes of a frame begun but not finished. */
+  get buffered(): number {
+    return this.pending.length;
+  }
+}
