@@ -21,6 +21,14 @@ RUN mkdir -p /sbom-input/node_modules \
  && cd /usr/local/lib/node_modules \
  && for f in */package.json @*/*/package.json; do if [ -f "$f" ]; then cp --parents "$f" /sbom-input/node_modules/ || exit 1; fi; done
 
+# The task containers' agent (agent/agent.c, static with musl: it runs in any image, glibc, musl or
+# none) and Debian's static busybox, which gives `sh` to images that have none. The init container
+# of each runner pod copies both from /usr/local/lib/playbook to a volume the task containers mount.
+FROM node:24-bookworm-slim AS agent
+RUN apt-get update && apt-get install -y --no-install-recommends musl-tools busybox-static && rm -rf /var/lib/apt/lists/*
+COPY agent/agent.c /src/agent.c
+RUN musl-gcc -static -Os -s -Wall -Wextra -Werror -o /agent /src/agent.c && cp /bin/busybox /busybox
+
 FROM node:24-bookworm-slim AS build
 WORKDIR /src
 # Dependencies first, so that a change in src/ reuses this layer instead of installing again.
@@ -44,6 +52,7 @@ COPY --from=build /src/dist/bin/*.js ./bin/
 # by the bundler from its source maps), where Debian keeps a package's licence files; beside them
 # the image's SBOM (the bundle's packages, the Debian packages, Node).
 COPY LICENSE /usr/share/doc/playbook-controller/
+COPY --from=agent /agent /busybox /usr/local/lib/playbook/
 COPY --from=build /src/dist/bin/THIRD-PARTY-NOTICES.txt /src/dist/bin/sbom.cdx.json /src/dist/bin/sbom.image.cdx.json /usr/share/doc/playbook-controller/
 RUN ln -s /opt/playbook/bin/playbook.js /usr/local/bin/playbook \
  && mkdir compile-cache cache && chown 65532:65532 compile-cache cache && chmod 700 cache

@@ -59,6 +59,7 @@ export function sourceHash(): string {
     "tsconfig.json",
     "tsconfig.build.json",
     "LICENSE",
+    "agent/agent.c",
     "scripts/bundle-cli.ts",
     "scripts/third-party-notices.ts",
     "scripts/image-sbom.ts",
