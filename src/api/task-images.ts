@@ -46,7 +46,7 @@ interface ImagedSpec {
 }
 
 /** Where a run's default task image comes from when spec.image is not set and the schema cannot know it. */
-export const UNNAMED_DEFAULT = "(the default image)";
+export const UNNAMED_DEFAULT = "the default image";
 
 /**
  * The images a spec's tasks name, in first-use order, as the CRD counts them: a task without an

@@ -11,6 +11,14 @@ import {
   type RunnerReport,
   type RunOutcome,
 } from "../api/report.js";
+import {
+  AGENT_HELLO_VAR,
+  DEFAULT_AGENT_HELLO_MS,
+  DEFAULT_RUN_DIR,
+  openAgentRun,
+  RUN_DIR_VAR,
+  taskContainersFrom,
+} from "../runner/agent-mode.js";
 import { runPlaybook } from "../runner/run.js";
 import { Progress } from "./progress.js";
 
@@ -26,6 +34,11 @@ export interface ExecuteOptions {
   reportPath?: string;
   /** spec.cancel: the run is cancelled before its first task, as the controller cancels it before its pod */
   cancelled?: boolean;
+  /**
+   * The pod runner: when $PLAYBOOK_TASK_CONTAINERS is set, tasks run in their containers through
+   * the agents (src/runner/agent-mode.ts).
+   */
+  agentMode?: boolean;
 }
 
 export interface ExecuteResult {
@@ -118,8 +131,16 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     options.progressOut.write("playbook: spec.cancel is true; the run is cancelled before its first task\n");
     cancel.abort();
   }
+  const containers = options.agentMode ? taskContainersFrom(process.env) : null;
+  let agentRun: Awaited<ReturnType<typeof openAgentRun>> | null = null;
   try {
     progress.begin(options.name, options.tasks.length, options.runStart);
+    if (containers) {
+      const runDir = process.env[RUN_DIR_VAR] || DEFAULT_RUN_DIR;
+      const helloMs = Number(process.env[AGENT_HELLO_VAR]) || DEFAULT_AGENT_HELLO_MS;
+      agentRun = await openAgentRun(containers, runDir, helloMs);
+      if (agentRun.problem) options.progressOut.write(`playbook: ${agentRun.problem}; nothing is run\n`);
+    }
     const outcome = await runPlaybook({
       tasks: options.tasks,
       limits: options.limits,
@@ -129,6 +150,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       cancelSignal: cancel.signal,
       hurrySignal: hurry.signal,
       onEvent: (event) => progress.event(event),
+      ...(agentRun ? { agents: agentRun.run } : {}),
     });
     const reportText = encodeReport(outcome);
     if (options.reportPath) writeReport(options.reportPath, reportText, options.progressOut);
@@ -139,6 +161,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     while (sink.writableLength > 0) await new Promise((resolve) => setTimeout(resolve, 1));
     return { outcome, report, reportText, interrupted };
   } finally {
+    await agentRun?.hub.close();
     for (const signal of signals) process.off(signal, onSignal);
   }
 }

@@ -166,6 +166,7 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
     tty: false,
     reportPath: parsed.terminationLog,
     cancelled: playbook.spec.cancel,
+    agentMode: true,
   });
   if (result.interrupted) return EXIT.interrupted;
   return result.outcome.phase === "Succeeded" ? EXIT.succeeded : EXIT.failed;

@@ -103,8 +103,10 @@ export function nameContainer(pod: PodView, name: string): string {
  */
 export function podStarted(pod: PodView): boolean {
   if (pod.status?.phase !== "Running") return false;
-  const names = (pod.spec?.containers ?? []).map((c) => c.name);
   const statuses = pod.status.containerStatuses ?? [];
+  // No container status at all: nothing to say against the phase.
+  if (statuses.length === 0) return true;
+  const names = (pod.spec?.containers ?? []).map((c) => c.name);
   const expected = names.length > 0 ? names : statuses.map((s) => s.name);
   return expected.every((name) => {
     const state = statuses.find((s) => s.name === name)?.state;

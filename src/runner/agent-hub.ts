@@ -76,6 +76,8 @@ export interface Agent {
   /** The shell tasks run under: `/bin/sh`, or the agent's busybox where the image has none. */
   readonly shell: string;
   readonly lost: boolean;
+  /** What the agent said without naming a task (a refused kill, an unknown signal), oldest first. */
+  readonly errors: readonly string[];
   start(spec: AgentTaskSpec): AgentTask;
   /** `-PGID` (negative number), `PID`, or `tree`. The agent refuses 0, -1 and its own pid. */
   kill(target: KillTarget, signal: string): void;

@@ -7,6 +7,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
 import type { TaskSpec } from "../api/playbook.js";
+import { type AgentHub, openAgentHub } from "./agent-hub.js";
 import { type AgentLike, agentDescendants, agentLauncher } from "./agent-launcher.js";
 import type { Containment } from "./containment.js";
 import type { Launcher } from "./launcher.js";
@@ -31,6 +32,41 @@ export interface AgentRun {
   agent(container: string): AgentLike | null;
   /** every agent that said hello */
   agents(): AgentLike[];
+  /** containers whose agent did not say hello in time: the run starts nothing */
+  missing?: readonly string[];
+}
+
+/**
+ * Opens the runner's socket in the run dir and waits, at most `helloMs`, for the agent of every
+ * task container to say hello. The caller closes the hub once the run is over.
+ */
+export async function openAgentRun(
+  containers: Readonly<Record<string, string>>,
+  runDir: string,
+  helloMs: number,
+): Promise<{ run: AgentRun; hub: AgentHub; problem?: string }> {
+  mkdirSync(runDir, { recursive: true });
+  const expect = Object.keys(containers);
+  const hub = await openAgentHub(join(runDir, "runner.sock"), { expect });
+  let problem: string | undefined;
+  try {
+    await hub.ready(helloMs);
+  } catch (error) {
+    problem = (error as Error).message;
+  }
+  const agentOf = (container: string): AgentLike | null => {
+    try {
+      return hub.agent(container);
+    } catch {
+      return null;
+    }
+  };
+  const missing = expect.filter((container) => agentOf(container) === null);
+  return {
+    hub,
+    ...(problem !== undefined ? { problem } : {}),
+    run: { containers, runDir, agent: agentOf, agents: () => hub.agents(), missing },
+  };
 }
 
 /** Parses $PLAYBOOK_TASK_CONTAINERS; null when unset (the pod runner runs tasks itself). */

@@ -162,13 +162,16 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       outcome.startTime = new Date();
       const container = agents ? containerOfTask(task, agents.containers) : null;
       const launcher = container !== null ? launcherOf?.(container) : undefined;
-      if (agents && container !== null && !launcher) {
-        // Its agent never said hello (the run waited for it): the task cannot start.
+      // An agent that never said hello (the runner waited for every one) fails the run before
+      // anything starts, on its first task, naming the container.
+      const missing =
+        agents?.missing?.[0] ?? (agents && container !== null && !launcher ? container : undefined);
+      if (agents && missing !== undefined) {
         outcome.attempts = 1;
         outcome.completionTime = new Date();
         outcome.phase = "Failed";
-        outcome.lostContainer = container;
-        outcome.detail = `container ${container} (image ${agents.containers[container] ?? "unknown"}): its agent never connected; the task was not started`;
+        outcome.lostContainer = missing;
+        outcome.detail = `container ${missing} (image ${agents.containers[missing] ?? "unknown"}): its agent did not connect; nothing was run`;
         reason = "TaskFailed";
         emit({ type: "task-finished", index, outcome });
         break;

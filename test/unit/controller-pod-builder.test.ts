@@ -17,6 +17,57 @@ import {
 } from "../../src/controller/pod-builder.js";
 import { at, SETTINGS, T0 } from "./controller-fixtures.js";
 
+type Container = Record<string, unknown> & { securityContext?: Record<string, unknown> };
+
+/**
+ * What the restricted Pod Security Standard (v1.36) refuses in a pod, as the API server's
+ * PodSecurity admission checks it: no host namespaces or host paths, only its volume types, no
+ * privilege, non-root, RuntimeDefault seccomp, no privilege escalation, every capability dropped.
+ */
+function restrictedViolations(pod: { spec: Record<string, unknown> }): string[] {
+  const spec = pod.spec as Record<string, unknown> & { securityContext?: Record<string, unknown> };
+  const problems: string[] = [];
+  for (const host of ["hostNetwork", "hostPID", "hostIPC"]) if (spec[host]) problems.push(host);
+  const allowed = [
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+  ];
+  for (const volume of (spec.volumes ?? []) as Record<string, unknown>[]) {
+    const kinds = Object.keys(volume).filter((k) => k !== "name");
+    if (!kinds.every((k) => allowed.includes(k)))
+      problems.push(`volume ${String(volume.name)}: ${kinds.join()}`);
+  }
+  const podContext = spec.securityContext ?? {};
+  const containers = [
+    ...((spec.initContainers ?? []) as Container[]),
+    ...((spec.containers ?? []) as Container[]),
+  ];
+  for (const c of containers) {
+    const sc = c.securityContext ?? {};
+    const name = String(c.name);
+    if (sc.privileged) problems.push(`${name}: privileged`);
+    if (sc.allowPrivilegeEscalation !== false) problems.push(`${name}: allowPrivilegeEscalation`);
+    const caps = (sc.capabilities ?? {}) as { drop?: string[]; add?: string[] };
+    if (!caps.drop?.includes("ALL")) problems.push(`${name}: capabilities not dropped`);
+    if ((caps.add ?? []).some((cap) => cap !== "NET_BIND_SERVICE"))
+      problems.push(`${name}: capabilities added`);
+    if ((sc.runAsNonRoot ?? podContext.runAsNonRoot) !== true) problems.push(`${name}: runAsNonRoot`);
+    if ((sc.runAsUser ?? podContext.runAsUser) === 0) problems.push(`${name}: runAsUser 0`);
+    const seccomp = (sc.seccompProfile ?? podContext.seccompProfile) as { type?: string } | undefined;
+    if (seccomp?.type !== "RuntimeDefault" && seccomp?.type !== "Localhost")
+      problems.push(`${name}: seccomp`);
+    if (c.ports && (c.ports as { hostPort?: number }[]).some((p) => p.hostPort))
+      problems.push(`${name}: hostPort`);
+  }
+  return problems;
+}
+
 const spec = PlaybookSpecSchema.parse({
   ceiling: "10m",
   killGrace: "20s",
@@ -64,16 +115,19 @@ describe("the pod of an attempt", () => {
   });
 
   it("passes the restricted Pod Security Standard", () => {
-    expect(pod.spec.securityContext).toMatchObject({
+    expect(restrictedViolations(pod)).toEqual([]);
+    expect(pod.spec.securityContext).toEqual({
       runAsNonRoot: true,
+      runAsUser: 1000,
+      runAsGroup: 1000,
+      fsGroup: 1000,
       seccompProfile: { type: "RuntimeDefault" },
     });
+    // The runner runs as its own user, in the tasks' group: no task can signal or trace it.
     expect(container.securityContext).toEqual({
       allowPrivilegeEscalation: false,
       capabilities: { drop: ["ALL"] },
-      runAsNonRoot: true,
       runAsUser: 65532,
-      seccompProfile: { type: "RuntimeDefault" },
     });
   });
 
@@ -82,13 +136,19 @@ describe("the pod of an attempt", () => {
   });
 
   it("runs the pod runner with the plan from an annotation, as a file, and falls back to logs for its message", () => {
+    expect(container.name).toBe("runner");
+    expect(container.image).toBe("runner:1");
     expect(container.command).toEqual(["playbook", "pod-runner", "--plan", "/run/playbook/plan.json"]);
     // The plan's digest, fixed with the pod (a pod's env cannot change; its annotations can).
     const carried = parsePlan(pod.metadata.annotations["playbook.dev/plan"] ?? "");
     expect(carried.ok && container.env).toEqual([
       { name: "PLAYBOOK_PLAN_DIGEST", value: carried.ok ? planDigest(carried.plan) : "" },
+      { name: "PLAYBOOK_TASK_CONTAINERS", value: JSON.stringify({ "task-1": "runner:1" }) },
     ]);
-    expect(container.volumeMounts).toEqual([{ name: "plan", mountPath: "/run/playbook", readOnly: true }]);
+    expect(container.volumeMounts).toEqual([
+      { name: "plan", mountPath: "/run/playbook", readOnly: true },
+      { name: "playbook-run", mountPath: "/playbook/run" },
+    ]);
     expect(pod.spec.volumes).toEqual([
       {
         name: "plan",
@@ -98,6 +158,9 @@ describe("the pod of an attempt", () => {
           ],
         },
       },
+      { name: "playbook-agent", emptyDir: { sizeLimit: "64Mi" } },
+      { name: "playbook-run", emptyDir: { sizeLimit: "16Mi" } },
+      { name: "workspace", emptyDir: {} },
     ]);
     expect(container.terminationMessagePolicy).toBe("FallbackToLogsOnError");
     const plan = RunPlanSchema.parse(JSON.parse(pod.metadata.annotations[PLAN_ANNOTATION] ?? ""));
@@ -107,6 +170,7 @@ describe("the pod of an attempt", () => {
       runStartTime: T0.toISOString(),
       defaults: SETTINGS.defaults,
       spec: { tasks: [{ name: "a", run: "true" }] },
+      tasks: [{ container: "task-1" }],
     });
   });
 
@@ -153,5 +217,113 @@ describe("the pod of an attempt", () => {
     expect(long.length).toBeLessThanOrEqual(63);
     expect(long.endsWith("-12-3f2a9c1e")).toBe(true);
     expect(long).not.toBe(podNameFor("a".repeat(100), 12));
+  });
+});
+
+describe("the pod of a Playbook whose tasks name their images", () => {
+  const imaged = PlaybookSpecSchema.parse({
+    ceiling: "30m",
+    image: "registry.example/tools:3",
+    resources: { limits: { memory: "256Mi" } },
+    tasks: [
+      { name: "dump", image: "postgres:16", run: "pg_dump > /workspace/db.sql" },
+      { name: "check", run: "test -s /workspace/db.sql" },
+      { name: "upload", image: "amazon/aws-cli:2", run: "aws s3 cp /workspace/db.sql s3://b/" },
+      { name: "again", image: "postgres:16", run: "true" },
+    ],
+  });
+  const pod = buildPod({
+    ...request,
+    spec: imaged,
+    limits: resolveLimits(imaged, SETTINGS.defaults),
+    pod: { image: "registry.example/tools:3", resources: imaged.resources, backoffLimit: 2 },
+  });
+  const containers = pod.spec.containers as Container[];
+  const init = pod.spec.initContainers as Container[];
+
+  it("holds the runner and one container per distinct image, in first-use order", () => {
+    expect(containers.map((c) => [c.name, c.image])).toEqual([
+      ["runner", "runner:1"],
+      ["task-1", "postgres:16"],
+      ["task-2", "registry.example/tools:3"],
+      ["task-3", "amazon/aws-cli:2"],
+    ]);
+    const runner = containers[0] ?? {};
+    expect(
+      (runner.env as { name: string; value: string }[]).find((e) => e.name === "PLAYBOOK_TASK_CONTAINERS")
+        ?.value,
+    ).toBe(
+      JSON.stringify({
+        "task-1": "postgres:16",
+        "task-2": "registry.example/tools:3",
+        "task-3": "amazon/aws-cli:2",
+      }),
+    );
+  });
+
+  it("tells the runner each task's container in the plan", () => {
+    const plan = RunPlanSchema.parse(JSON.parse(pod.metadata.annotations[PLAN_ANNOTATION] ?? ""));
+    expect(plan.tasks).toEqual([
+      { container: "task-1" },
+      { container: "task-2" },
+      { container: "task-3" },
+      { container: "task-1" },
+    ]);
+  });
+
+  it("runs the agent in each task container, on the shared workspace, as the tasks' user, with the task resources", () => {
+    expect(containers[1]).toEqual({
+      name: "task-1",
+      image: "postgres:16",
+      command: ["/playbook/agent/agent", "/playbook/run/runner.sock", "task-1"],
+      workingDir: "/workspace",
+      volumeMounts: [
+        { name: "playbook-agent", mountPath: "/playbook/agent", readOnly: true },
+        { name: "playbook-run", mountPath: "/playbook/run", readOnly: true },
+        { name: "workspace", mountPath: "/workspace" },
+      ],
+      securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] }, runAsUser: 1000 },
+      resources: { limits: { memory: "256Mi" } },
+    });
+    // The runner's share is its own, whatever the tasks ask for.
+    expect(containers[0]?.resources).toEqual({
+      requests: { cpu: "50m", memory: "128Mi" },
+      limits: { memory: "512Mi" },
+    });
+  });
+
+  it("places the agent from the runner image with an init container", () => {
+    expect(init).toEqual([
+      {
+        name: "agent-install",
+        image: "runner:1",
+        command: [
+          "cp",
+          "/usr/local/lib/playbook/agent",
+          "/usr/local/lib/playbook/busybox",
+          "/playbook/agent/",
+        ],
+        volumeMounts: [{ name: "playbook-agent", mountPath: "/playbook/agent" }],
+        securityContext: {
+          allowPrivilegeEscalation: false,
+          capabilities: { drop: ["ALL"] },
+          runAsUser: 1000,
+        },
+        resources: { requests: { cpu: "10m", memory: "16Mi" }, limits: { memory: "64Mi" } },
+      },
+    ]);
+  });
+
+  it("passes restricted, every container in one process namespace", () => {
+    expect(restrictedViolations(pod)).toEqual([]);
+    expect(pod.spec.shareProcessNamespace).toBe(true);
+  });
+
+  it("runs tasks that name no image in the runner image, in a task container of their own", () => {
+    const plain = buildPod(request);
+    expect((plain.spec.containers as Container[]).map((c) => [c.name, c.image])).toEqual([
+      ["runner", "runner:1"],
+      ["task-1", "runner:1"],
+    ]);
   });
 });

@@ -1,8 +1,8 @@
-// What the controller makes of an OOM kill in a pod. Containerd marks the runner container
-// OOMKilled whenever its memory cgroup had an OOM kill, also when the kernel ended only a task's
-// process (the tasks start at oom_score_adj 1000) and the runner lived to report: the report
-// decides then, and the task's failure names the OOM kill. Only a pod whose runner was killed
-// itself (no report) is RunnerLost, with what the kubelet said.
+// What the controller makes of an OOM kill in a pod. Each task runs in the container of its
+// image, under that container's memory limit: when the kernel ends a task container (OOMKilled),
+// the runner lives, reports the task Failed naming the lost container (report field k), and the
+// controller says what the kubelet said of that container. The runner has a container and a limit
+// of its own: a runner OOMKilled wrote no report it can be trusted for, and the run is RunnerLost.
 import { describe, expect, it } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
 import { decide, type ReconcileInput } from "../../src/controller/reconcile.js";
@@ -21,7 +21,7 @@ const OOM_DETAIL =
   "out of memory: the kernel's OOM killer ended 1 process(es) in the runner's memory cgroup during the attempt (SIGKILL)";
 
 describe("an OOM kill in a pod", () => {
-  it("of a task: the runner's report decides, TaskFailed with the OOM kill named, though the kubelet says OOMKilled", () => {
+  it("of a task container: the runner's report decides, TaskFailed naming the container, its image and the kubelet's reason", () => {
     const message = report({
       phase: "Failed",
       reason: "TaskFailed",
@@ -30,24 +30,67 @@ describe("an OOM kill in a pod", () => {
           name: "build",
           phase: "Failed",
           attempts: 1,
-          exitCode: 137,
-          signal: null,
+          exitCode: null,
+          signal: "SIGKILL",
           startTime: at(1),
           completionTime: at(2),
-          detail: OOM_DETAIL,
+          container: "task-1",
         },
         { name: "test", phase: "Skipped", attempts: 0, exitCode: null, signal: null },
       ],
-      containment: "none",
+      containment: "agents",
     });
-    const ended = pod(1, {
+    const base = pod(1, {
       phase: "Failed",
-      terminated: { exitCode: 1, reason: "OOMKilled", message, finishedAt: at(3).toISOString() },
+      terminated: { exitCode: 1, reason: "Error", message, finishedAt: at(3).toISOString() },
     });
+    const ended = {
+      ...base,
+      spec: {
+        containers: [
+          { name: "runner", image: "runner:test" },
+          { name: "task-1", image: "runner:test" },
+        ],
+      },
+      status: {
+        ...base.status,
+        containerStatuses: [
+          ...(base.status?.containerStatuses ?? []),
+          { name: "task-1", state: { terminated: { exitCode: 137, reason: "OOMKilled" } } },
+        ],
+      },
+    };
     const decision = decide(input({ playbook: playbook({}, started()), pods: [ended], now: at(3) }));
     const condition = decision.status?.conditions?.find((c) => c.type === "Succeeded");
     expect(condition).toMatchObject({ status: "False", reason: "TaskFailed" });
-    expect(condition?.message).toBe(`task build exited with code 137: ${OOM_DETAIL}`);
+    expect(condition?.message).toBe(
+      "task build failed: container task-1 (image runner:test) was OOMKilled (exit 137)",
+    );
+    expect(decision.status?.tasks?.[0]).toMatchObject({
+      name: "build",
+      phase: "Failed",
+      image: "runner:test",
+      message: "container task-1 (image runner:test) was OOMKilled (exit 137)",
+    });
+  });
+
+  it("of the runner, though it left a message: not trusted, RunnerLost", () => {
+    const message = report({
+      phase: "Succeeded",
+      reason: "Succeeded",
+      tasks: [
+        { name: "build", phase: "Succeeded", attempts: 1, exitCode: 0, signal: null },
+        { name: "test", phase: "Succeeded", attempts: 1, exitCode: 0, signal: null },
+      ],
+    });
+    const ended = pod(1, {
+      phase: "Failed",
+      terminated: { exitCode: 137, reason: "OOMKilled", message, finishedAt: at(3).toISOString() },
+    });
+    const decision = decide(input({ playbook: playbook({}, started()), pods: [ended], now: at(20) }));
+    const condition = decision.status?.conditions?.find((c) => c.type === "Succeeded");
+    expect(condition).toMatchObject({ status: "False", reason: "RunnerLost" });
+    expect(condition?.message).toContain("the runner container did not end on its own");
   });
 
   it("of the runner: RunnerLost, naming what the kubelet said", () => {
@@ -61,22 +104,16 @@ describe("an OOM kill in a pod", () => {
     expect(condition?.message).toContain("OOMKilled, exit code 137");
   });
 
-  it("of the runner outside a Guaranteed pod: the message says how to keep the runner alive", () => {
-    const ended = (qosClass: string) => {
-      const base = pod(1, {
-        phase: "Failed",
-        terminated: { exitCode: 137, reason: "OOMKilled", message: "", finishedAt: at(3).toISOString() },
-      });
-      return { ...base, status: { ...base.status, qosClass } };
-    };
-    const messageOf = (qosClass: string) =>
-      decide(
-        input({ playbook: playbook({}, started()), pods: [ended(qosClass)], now: at(20) }),
-      ).status?.conditions?.find((c) => c.type === "Succeeded")?.message;
-    const hint =
-      "the kernel ended the runner for the pod's memory limit, which its tasks share: give the pod both cpu and memory limits (requests equal, a Guaranteed pod)";
-    expect(messageOf("Burstable")).toContain(hint);
-    // Guaranteed and still OOMKilled: the runner itself was too big; no advice that would not help.
-    expect(messageOf("Guaranteed")).not.toContain(hint);
+  it("of the runner: the message says the runner's own limit, which its tasks do not share", () => {
+    const ended = pod(1, {
+      phase: "Failed",
+      terminated: { exitCode: 137, reason: "OOMKilled", message: "", finishedAt: at(3).toISOString() },
+    });
+    const message = decide(
+      input({ playbook: playbook({}, started()), pods: [ended], now: at(20) }),
+    ).status?.conditions?.find((c) => c.type === "Succeeded")?.message;
+    expect(message).toContain(
+      "the kernel ended the runner for its own container's 512Mi memory limit (the tasks run in their own containers and do not share it)",
+    );
   });
 });

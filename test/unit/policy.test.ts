@@ -67,7 +67,15 @@ describe("a Playbook under its namespace's policy", () => {
     expect(pod.spec).toMatchObject({
       serviceAccountName: "runner",
       automountServiceAccountToken: true,
-      containers: [{ image: "registry.example/tools:1", resources: { limits: { cpu: "1", memory: "1Gi" } } }],
+      // The runner's image is the controller's; the policy's default image is the tasks'.
+      containers: [
+        { name: "runner", image: "runner:test" },
+        {
+          name: "task-1",
+          image: "registry.example/tools:1",
+          resources: { limits: { cpu: "1", memory: "1Gi" } },
+        },
+      ],
     });
   });
 
@@ -103,6 +111,16 @@ describe("a Playbook under its namespace's policy", () => {
       name: "an image outside the allowlist",
       spec: { image: "docker.io/evil:latest" },
       says: 'spec.image: "docker.io/evil:latest" is not an allowed image: PlaybookPolicy default allows registry.example/*',
+    },
+    {
+      name: "a task image outside the allowlist",
+      spec: {
+        tasks: [
+          { name: "a", run: "true", image: "registry.example/tools:2" },
+          { name: "b", run: "true", image: "docker.io/evil:latest" },
+        ],
+      },
+      says: 'spec.tasks[1].image: "docker.io/evil:latest" is not an allowed image: PlaybookPolicy default allows registry.example/*',
     },
     {
       name: "a memory limit over the maximum",

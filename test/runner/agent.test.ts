@@ -1,0 +1,396 @@
+// The task containers' agent, built static with musl, driven through the runner's AgentHub with
+// real processes and signals. As root the agent runs as a user of its own (as in a pod, where
+// every task container shares one non-root user), so its fence sweeps only this test's processes.
+import { type ChildProcess, spawn } from "node:child_process";
+import {
+  chmodSync,
+  chownSync,
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import {
+  type Agent,
+  type AgentHub,
+  type AgentTask,
+  type AgentTaskSpec,
+  openAgentHub,
+} from "../../src/runner/agent-hub.js";
+import { agentBinary } from "../harness/agent-binary.js";
+
+const root = process.getuid?.() === 0;
+/** A user no other test or helper on this machine runs as. */
+const uid = root ? 200_000 + (process.pid % 50_000) : (process.getuid?.() ?? 0);
+const gid = root ? uid : (process.getgid?.() ?? 0);
+const PATH = "/usr/local/bin:/usr/bin:/bin";
+
+let dir = "";
+let work = "";
+let busybox: string | null = null;
+let sockets = 0;
+const cleanups: Array<() => Promise<void> | void> = [];
+
+beforeAll(() => {
+  const built = agentBinary();
+  dir = mkdtempSync(join(tmpdir(), "playbook-agent-"));
+  chmodSync(dir, 0o755);
+  copyFileSync(built.agent, join(dir, "agent"));
+  chmodSync(join(dir, "agent"), 0o755);
+  if (built.busybox) {
+    busybox = join(dir, "busybox");
+    copyFileSync(built.busybox, busybox);
+    chmodSync(busybox, 0o755);
+  }
+  work = join(dir, "work");
+  mkdirSync(work);
+  if (root) chownSync(work, uid, gid);
+  work = realpathSync(work);
+});
+
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  if (root) {
+    for (const pid of processesOf(uid)) kill(pid, "SIGKILL");
+  }
+});
+
+afterAll(() => {
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+function kill(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(pid, signal);
+  } catch {
+    // already gone
+  }
+}
+
+function stat(pid: number): { state: string; ppid: number; pgrp: number; session: number } | null {
+  try {
+    const text = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const [state = "", ppid, pgrp, session] = text.slice(text.lastIndexOf(")") + 2).split(" ");
+    return { state, ppid: Number(ppid), pgrp: Number(pgrp), session: Number(session) };
+  } catch {
+    return null;
+  }
+}
+
+const alive = (pid: number) => {
+  const s = stat(pid);
+  return s !== null && s.state !== "Z";
+};
+
+/** Every live process whose real user is `user`. */
+function processesOf(user: number): number[] {
+  const found: number[] = [];
+  for (const name of readdirProc()) {
+    try {
+      const status = readFileSync(`/proc/${name}/status`, "utf8");
+      const real = /^Uid:\s+(\d+)/m.exec(status)?.[1];
+      if (Number(real) === user && alive(Number(name))) found.push(Number(name));
+    } catch {
+      // ended while read
+    }
+  }
+  return found;
+}
+
+function readdirProc(): string[] {
+  return readdirSync("/proc").filter((name) => /^\d+$/.test(name));
+}
+
+async function until(check: () => boolean, what: string, ms = 3000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+interface RunningAgent {
+  hub: AgentHub;
+  agent: Agent;
+  child: ChildProcess;
+  ended: Promise<{ code: number | null; signal: string | null }>;
+  stderr: () => string;
+}
+
+async function startAgent(env: Record<string, string> = {}): Promise<RunningAgent> {
+  const socket = join(dir, `run-${++sockets}.sock`);
+  const hub = await openAgentHub(socket, { expect: ["task-1"] });
+  // As in a pod: the runner's socket is its own, the agents reach it through the shared group.
+  if (root) chownSync(socket, 0, gid);
+  const child = spawn(join(dir, "agent"), [socket, "task-1"], {
+    env,
+    stdio: ["ignore", "ignore", "pipe"],
+    ...(root ? { uid, gid } : {}),
+  });
+  let stderr = "";
+  child.stderr?.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const ended = new Promise<{ code: number | null; signal: string | null }>((resolve) =>
+    child.on("exit", (code, signal) => resolve({ code, signal })),
+  );
+  cleanups.push(async () => {
+    await hub.close();
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+  });
+  await hub.ready(5000).catch((error: Error) => {
+    throw new Error(`${error.message}; agent stderr: ${stderr}`);
+  });
+  return { hub, agent: hub.agent("task-1"), child, ended, stderr: () => stderr };
+}
+
+interface Observed {
+  task: AgentTask;
+  events: string[];
+  stdout: () => string;
+  stderr: () => string;
+  started: Promise<number>;
+  exited: Promise<{ code: number | null; signal: string | null }>;
+  done: Promise<void>;
+}
+
+function observe(agent: Agent, spec: Partial<AgentTaskSpec> & { run: string }): Observed {
+  const task = agent.start({ cwd: work, env: { PATH }, ...spec });
+  const events: string[] = [];
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  task.on("stdout", (data) => {
+    out.push(data);
+    events.push("stdout");
+  });
+  task.on("stderr", (data) => {
+    err.push(data);
+    events.push("stderr");
+  });
+  task.on("closed", (stream) => events.push(`closed ${stream}`));
+  task.on("failed", (text) => events.push(`failed ${text}`));
+  const started = new Promise<number>((resolve) => task.once("started", resolve));
+  const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) =>
+    task.once("exited", (exit) => {
+      events.push("exited");
+      resolve(exit);
+    }),
+  );
+  const done = new Promise<void>((resolve, reject) => {
+    const check = () => {
+      if (task.done) resolve();
+    };
+    task.on("exited", check);
+    task.on("closed", check);
+    task.once("lost", (reason) => reject(new Error(`agent lost: ${reason}`)));
+  });
+  // Tests that end the agent on purpose never await it.
+  done.catch(() => {});
+  return {
+    task,
+    events,
+    stdout: () => Buffer.concat(out).toString(),
+    stderr: () => Buffer.concat(err).toString(),
+    started,
+    exited,
+    done,
+  };
+}
+
+/** Pids the task printed, one a line, once `count` are out. */
+async function printedPids(observed: Observed, count: number): Promise<number[]> {
+  await until(() => observed.stdout().split("\n").filter(Boolean).length >= count, `${count} pids printed`);
+  return observed
+    .stdout()
+    .split("\n")
+    .filter((line) => /^\d+$/.test(line))
+    .map(Number);
+}
+
+describe("agent", () => {
+  it("says hello with its container, pid, user and the image's shell", async () => {
+    const { agent, child } = await startAgent();
+    expect(agent).toMatchObject({ container: "task-1", pid: child.pid, uid, shell: "/bin/sh" });
+  });
+
+  it("streams stdout and stderr apart, each in order, and reports the exit code", async () => {
+    const { agent } = await startAgent();
+    const task = observe(agent, {
+      run: "for i in 1 2 3 4 5; do echo out$i; echo err$i >&2; done; exit 3",
+    });
+    await task.done;
+    expect(task.stdout()).toBe("out1\nout2\nout3\nout4\nout5\n");
+    expect(task.stderr()).toBe("err1\nerr2\nerr3\nerr4\nerr5\n");
+    expect(await task.exited).toEqual({ code: 3, signal: null });
+    expect(await task.started).toBeGreaterThan(1);
+  });
+
+  it("reports the signal that ended the leader by name", async () => {
+    const { agent } = await startAgent();
+    const task = observe(agent, { run: "kill -KILL $$" });
+    await task.done;
+    expect(await task.exited).toEqual({ code: null, signal: "SIGKILL" });
+  });
+
+  it("starts the task with exactly its env and in its working directory", async () => {
+    const { agent } = await startAgent();
+    const env = { PATH, A: "1", B: "x y=z", PLAYBOOK_CANCEL_FILE: "/playbook/run/cancel/7" };
+    const task = observe(agent, { env, run: "tr '\\0' '\\n' < /proc/$$/environ; echo cwd=$(pwd -P)" });
+    await task.done;
+    const lines = task.stdout().trim().split("\n");
+    expect(lines.pop()).toBe(`cwd=${work}`);
+    expect(lines.sort()).toEqual(
+      Object.entries(env)
+        .map(([k, v]) => `${k}=${v}`)
+        .sort(),
+    );
+  });
+
+  it("starts the task in a new session and group whose id is the pid it reports, easy to OOM-kill", async () => {
+    const { agent } = await startAgent();
+    const task = observe(agent, { run: "cat /proc/$$/stat; cat /proc/$$/oom_score_adj" });
+    await task.done;
+    const pid = await task.started;
+    const [statLine = "", oom] = task.stdout().trim().split("\n");
+    const [, ppid, pgrp, session] = statLine.slice(statLine.lastIndexOf(")") + 2).split(" ");
+    expect(Number(statLine.split(" ")[0])).toBe(pid);
+    expect({ ppid: Number(ppid), pgrp: Number(pgrp), session: Number(session) }).toEqual({
+      ppid: agent.pid,
+      pgrp: pid,
+      session: pid,
+    });
+    expect(oom).toBe("1000");
+  });
+
+  it("signals the task's group with -PGID", async () => {
+    const { agent } = await startAgent();
+    const task = observe(agent, { run: "sleep 300 & echo $!; sleep 300 & echo $!; wait" });
+    const pgid = await task.started;
+    const pids = await printedPids(task, 2);
+    agent.kill(-pgid, "SIGTERM");
+    expect(await task.exited).toEqual({ code: null, signal: "SIGTERM" });
+    await task.done;
+    await until(() => pids.every((pid) => !alive(pid)), "the group's sleeps to end");
+  });
+
+  it("kills the whole tree, a setsid escapee and a grandchild holding the pipe among them", async () => {
+    const { agent } = await startAgent();
+    const task = observe(agent, {
+      run: "setsid sleep 300 & echo $!; sh -c 'sleep 301 & echo $!'; echo leader-done",
+    });
+    expect(await task.exited).toEqual({ code: 0, signal: null });
+    const [escapee = 0, grandchild = 0] = await printedPids(task, 3);
+    expect(stat(escapee)?.session).toBe(escapee);
+    // Orphaned by the inner shell: the agent, a subreaper, is its parent now.
+    expect(stat(grandchild)?.ppid).toBe(agent.pid);
+    expect(task.task.open).toEqual({ out: true, err: true });
+    agent.kill("tree", "SIGKILL");
+    await task.done;
+    await until(() => !alive(escapee) && !alive(grandchild), "the tree to end");
+  });
+
+  it.skipIf(!root)(
+    "fences every process of its user, one that cleared its environment and left its session too, but the spared",
+    async () => {
+      const { agent } = await startAgent();
+      // Stand-ins for processes of the same user in other containers of the pod.
+      const outsider = spawn("/usr/bin/env", ["-i", "/usr/bin/setsid", "/bin/sleep", "300"], {
+        uid,
+        gid,
+        stdio: "ignore",
+      });
+      const spared = spawn("/bin/sleep", ["300"], { uid, gid, stdio: "ignore" });
+      cleanups.push(() => {
+        outsider.kill("SIGKILL");
+        spared.kill("SIGKILL");
+      });
+      const task = observe(agent, {
+        run: "env -i /usr/bin/setsid -f /bin/sleep 302; echo started; sleep 303",
+      });
+      await until(() => task.stdout().includes("started"), "the task to start its escapee");
+      await until(() => alive(outsider.pid ?? 0) && alive(spared.pid ?? 0), "the stand-ins to start");
+      expect(await agent.fence([spared.pid ?? 0])).toBe(0);
+      expect(await task.exited).toEqual({ code: null, signal: "SIGKILL" });
+      await task.done;
+      await until(() => !alive(outsider.pid ?? 0), "the outsider to end");
+      expect(alive(spared.pid ?? 0)).toBe(true);
+      expect(processesOf(uid).sort()).toEqual([agent.pid, spared.pid].sort());
+    },
+  );
+
+  it.skipIf(!agentBinaryHasBusybox())(
+    "runs tasks under its own busybox where the image has no /bin/sh",
+    async () => {
+      const { agent } = await startAgent({ PLAYBOOK_AGENT_SHELL: "/nonexistent/sh" });
+      expect(agent.shell).toBe(busybox);
+      const task = observe(agent, { run: "readlink /proc/$$/exe; echo $((6 * 7))" });
+      await task.done;
+      expect(task.stdout()).toBe(`${busybox}\n42\n`);
+      expect(await task.exited).toEqual({ code: 0, signal: null });
+    },
+  );
+
+  it("ends its descendants and exits 0 when the runner's connection drops", async () => {
+    const { agent, hub, ended } = await startAgent();
+    const task = observe(agent, { run: "sleep 300 & echo $!; setsid sleep 300 & echo $!; wait" });
+    const pids = [await task.started, ...(await printedPids(task, 2))];
+    const lost = new Promise<string>((resolve) => agent.onLost(resolve));
+    await hub.close();
+    expect(await ended).toEqual({ code: 0, signal: null });
+    await until(() => pids.every((pid) => !alive(pid)), "the task's tree to end");
+    expect(await lost).toMatch(/closed/);
+  });
+
+  it("ends its descendants and exits 0 when told to quit, and the hub does not call that lost", async () => {
+    const { agent, ended } = await startAgent();
+    const task = observe(agent, { run: "setsid sleep 300 & echo $!; wait" });
+    const pids = [await task.started, ...(await printedPids(task, 1))];
+    let lost = false;
+    agent.onLost(() => {
+      lost = true;
+    });
+    await agent.quit();
+    expect(await ended).toEqual({ code: 0, signal: null });
+    await until(() => pids.every((pid) => !alive(pid)), "the task's tree to end");
+    expect(lost).toBe(false);
+  });
+
+  it("reports a task it could not start and its exit 127", async () => {
+    const { agent } = await startAgent();
+    const task = observe(agent, { cwd: "/nonexistent", run: "true" });
+    expect(await task.exited).toEqual({ code: 127, signal: null });
+    await task.done;
+    expect(task.events).toContainEqual(expect.stringMatching(/^failed chdir \/nonexistent: No such file/));
+  });
+
+  it("refuses to signal 0, -1 and itself, and goes on", async () => {
+    const { agent, child } = await startAgent();
+    agent.kill(0, "SIGKILL");
+    agent.kill(-1, "SIGKILL");
+    agent.kill(agent.pid, "SIGKILL");
+    await until(() => agent.errors.length === 3, "three refusals");
+    expect(agent.errors).toEqual([
+      "refused to signal 0",
+      "refused to signal -1",
+      `refused to signal ${agent.pid}`,
+    ]);
+    const task = observe(agent, { run: "echo still here" });
+    await task.done;
+    expect(task.stdout()).toBe("still here\n");
+    expect(child.exitCode).toBeNull();
+  });
+});
+
+function agentBinaryHasBusybox(): boolean {
+  try {
+    return agentBinary().busybox !== null;
+  } catch {
+    return false;
+  }
+}
