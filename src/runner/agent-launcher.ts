@@ -45,6 +45,8 @@ function tell(agent: AgentLike, target: number | "tree", signal: string): void {
   }
 }
 
+/** Where a task without workingDir starts: the pod's shared workspace, the task containers' workingDir. */
+const TASK_WORKSPACE = "/workspace";
 const POLL_MS = 20;
 /** How often the kill looks again for what SIGKILL has not ended yet. */
 const KILL_LOOK_MS = 10;
@@ -134,7 +136,7 @@ export function agentLauncher(agent: AgentLike): Launcher {
         (resolve) => {
           let task: AgentTaskLike;
           try {
-            task = agent.start({ id: spec.attemptId, cwd: spec.cwd ?? "", run: spec.run, env });
+            task = agent.start({ id: spec.attemptId, cwd: spec.cwd ?? TASK_WORKSPACE, run: spec.run, env });
           } catch {
             resolve({ error: gone(), lostContainer: agent.container });
             return;
