@@ -342,8 +342,7 @@ function checkImages(spec: PlaybookSpec, rules: NamespaceRules): PolicyProblem[]
   const why = rules.policy
     ? `PlaybookPolicy ${rules.policy.name} allows ${list(rules.allowedImages)} (spec.allowedImages)${rules.runnerImage ? `, the runner image ${rules.runnerImage}` : ""}${rules.defaults.image ? ` and its default ${rules.defaults.image}` : ""}`
     : `without a PlaybookPolicy named default only ${list(rules.allowedImages)} (the runner image and the controller's --allowed-images)`;
-  const refused = (image: string) =>
-    `${JSON.stringify(image)} is not an allowed image: ${why}`;
+  const refused = (image: string) => `${JSON.stringify(image)} is not an allowed image: ${why}`;
   const problems: PolicyProblem[] = [];
   if (spec.image !== undefined && !allowed(spec.image)) {
     problems.push({ path: "spec.image", field: "spec.image", message: refused(spec.image) });

@@ -75,10 +75,11 @@ export function checkTaskImageCount(spec: ImagedSpec, ctx: z.RefinementCtx): voi
   const { images, firstUse } = namedTaskImages(spec);
   if (images.length <= MAX_TASK_IMAGES) return;
   const index = firstUse[MAX_TASK_IMAGES] ?? 0;
+  // The field that brings the image: the task's own, else spec.image, else the task (the default).
   const own = spec.tasks[index]?.image !== undefined;
   ctx.addIssue({
     code: "custom",
-    path: own ? ["tasks", index, "image"] : ["image"],
+    path: own ? ["tasks", index, "image"] : spec.image !== undefined ? ["image"] : ["tasks", index],
     message: tooManyImagesMessage(images),
   });
 }

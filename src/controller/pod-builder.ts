@@ -235,6 +235,8 @@ export function buildPod(request: PodRequest): PodManifest {
         [LABEL_MANAGED_BY]: MANAGED_BY,
       },
       annotations: {
+        // `kubectl logs POD` shows the runner's output (every task's, prefixed) without -c.
+        "kubectl.kubernetes.io/default-container": RUNNER_CONTAINER,
         [ANNOTATION_RUN_START]: request.runStart.toISOString(),
         [PLAN_ANNOTATION]: plan,
         ...(request.generation !== undefined

@@ -24,17 +24,13 @@ function runnerTerminated(pod: PodView): ContainerTerminated | undefined {
 }
 
 /**
- * Whether the runner ended on its own (it exits 0, 1, 2 or 130 after writing its report): not
- * OOMKilled nor killed by a signal, when FallbackToLogsOnError could make its log's tail, which
- * holds the tasks' output, the termination message.
+ * Whether the runner ended on its own: not ended by the kernel for its memory (OOMKilled), when
+ * its report may be unwritten and FallbackToLogsOnError makes its log's tail, which holds the
+ * tasks' output, the termination message. (A runner the kubelet stopped at the pod's deadline
+ * wrote its report on the way out; decide-ended weighs it against the deadline.)
  */
 function endedOnItsOwn(terminated: ContainerTerminated): boolean {
-  return (
-    terminated.reason !== "OOMKilled" &&
-    terminated.signal === undefined &&
-    terminated.exitCode !== 137 &&
-    terminated.exitCode !== 143
-  );
+  return terminated.reason !== "OOMKilled";
 }
 
 export type ReadReport = { ok: true; report: RunnerReport } | { ok: false; problem: string };

@@ -250,8 +250,58 @@ describe("admission and the shared schema", () => {
       { tasks: [{ name: "a", run: "true", env: [{ name: "BIG", value: "é".repeat(70_000) }] }] },
     ],
     [
-      "an image of 1025 characters: both refuse",
-      { image: "x".repeat(1025), tasks: [{ name: "a", run: "true" }] },
+      "an image of 513 characters: both refuse",
+      { image: `${"x/".repeat(256)}x`, tasks: [{ name: "a", run: "true" }] },
+    ],
+    [
+      "an image of 512 characters: both admit",
+      { image: `${"x/".repeat(255)}xy`, tasks: [{ name: "a", run: "true" }] },
+    ],
+    [
+      "a task image with an upper-case path: both refuse",
+      {
+        tasks: [
+          { name: "a", run: "true" },
+          { name: "b", run: "true", image: "Postgres:16" },
+        ],
+      },
+    ],
+    [
+      "a task image with a digest: both admit",
+      { tasks: [{ name: "a", run: "true", image: `registry.example:5000/a/b@sha256:${"0".repeat(64)}` }] },
+    ],
+    [
+      "9 distinct task images: both refuse",
+      { tasks: Array.from({ length: 9 }, (_, i) => ({ name: `t${i}`, run: "true", image: `i${i}:1` })) },
+    ],
+    [
+      "8 distinct task images and a default that is one of them: both admit",
+      {
+        image: "i0:1",
+        tasks: [
+          ...Array.from({ length: 8 }, (_, i) => ({ name: `t${i}`, run: "true", image: `i${i}:1` })),
+          { name: "plain", run: "true" },
+        ],
+      },
+    ],
+    [
+      "8 distinct task images and the default image: both refuse",
+      {
+        tasks: [
+          ...Array.from({ length: 8 }, (_, i) => ({ name: `t${i}`, run: "true", image: `i${i}:1` })),
+          { name: "plain", run: "true" },
+        ],
+      },
+    ],
+    [
+      "200 tasks, each with a 512-character image of its own: both refuse (9 images)",
+      {
+        tasks: Array.from({ length: 200 }, (_, i) => ({
+          name: `t${i}`,
+          run: "true",
+          image: `${"x/".repeat(253)}x:${String(i).padStart(4, "0")}`,
+        })),
+      },
     ],
     [
       "a service account name of 254 characters: both refuse",

@@ -114,13 +114,22 @@ describe("in a namespace enforcing the restricted Pod Security Standard", () => 
       "playbook.dev/pod-attempt": "1",
       "app.kubernetes.io/managed-by": "playbook-controller",
     });
-    const container = pod?.spec?.containers[0];
-    expect(container?.securityContext).toMatchObject({
-      allowPrivilegeEscalation: false,
-      capabilities: { drop: ["ALL"] },
+    expect(pod?.spec?.securityContext).toMatchObject({
       runAsNonRoot: true,
+      runAsUser: 1000,
+      runAsGroup: 1000,
       seccompProfile: { type: "RuntimeDefault" },
     });
+    // The runner, then the task container the agent runs the task in; every one restricted.
+    expect(pod?.spec?.containers.map((c) => c.name)).toEqual(["runner", "task-1"]);
+    for (const container of [...(pod?.spec?.initContainers ?? []), ...(pod?.spec?.containers ?? [])]) {
+      expect(container.securityContext).toMatchObject({
+        allowPrivilegeEscalation: false,
+        capabilities: { drop: ["ALL"] },
+      });
+    }
+    const container = pod?.spec?.containers[0];
+    expect(container?.securityContext?.runAsUser).toBe(65532);
     expect(container?.terminationMessagePolicy).toBe("FallbackToLogsOnError");
     const reasons = (await eventsOf(ns, "nightly", ["PodCreated", "RunSucceeded"])).map((e) => e.reason);
     expect(reasons).toEqual(expect.arrayContaining(["PodCreated", "RunSucceeded"]));

@@ -73,7 +73,11 @@ describe("the plan a run started with", () => {
     const second = await podAsSoonAsItExists(ns, "frozen-2");
     expect(second.spec?.serviceAccountName ?? "default").toBe("default");
     expect(second.spec?.automountServiceAccountToken).toBe(false);
-    expect(second.spec?.containers.map((c) => c.image)).toEqual([inject("runnerImage")]);
+    // The runner and the task container, both in the runner image: spec.image was not taken.
+    expect(second.spec?.containers.map((c) => c.image)).toEqual([
+      inject("runnerImage"),
+      inject("runnerImage"),
+    ]);
     const playbook = await waitForPlaybook(
       ns,
       "frozen",

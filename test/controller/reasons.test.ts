@@ -3,7 +3,7 @@
 // run produces (the runner's own limits, task output in `kubectl logs`, the kill of a pod's
 // processes) is the real node's table: test/real-node/reasons.test.ts.
 import type { V1Pod } from "@kubernetes/client-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { REPORT_MAX_BYTES } from "../../src/api/report.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import {
@@ -369,7 +369,7 @@ const cases: ReasonCase[] = [
     limit: "StartTimeout",
     check: async (playbook, name) => {
       expect(message(playbook)).toBe(
-        `pod ${name}-1 (attempt 1) never started: its containers did not all start within the 8s start timeout (spec.startTimeout); ErrImagePull: failed to pull image "runner": not found`,
+        `pod ${name}-1 (attempt 1) never started: its containers did not all start within the 8s start timeout (spec.startTimeout); container runner (image ${inject("runnerImage")}): ErrImagePull: failed to pull image "runner": not found`,
       );
       await eventually("the pod to be deleted", async () =>
         (await podsOf(namespace, name)).length === 0 ? true : undefined,

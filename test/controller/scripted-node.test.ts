@@ -2,10 +2,11 @@
 // scheduler, and what the test writes as the pod's status is what the controller judges. This
 // file is also the pattern for the cluster suites: create a Playbook, take its pod, write the
 // pod's life, read the Playbook's status.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { createTestNamespace, deleteTestNamespace, waitForPodGone } from "../harness/cluster-test.js";
 import {
   endPod,
+  holdPod,
   reportFor,
   reportPod,
   SCRIPTED_NODE_NAME,
@@ -26,15 +27,20 @@ import {
 
 const { core } = clients();
 let namespace: string;
+let restricted: string;
 let controller: RunningController;
 
 beforeAll(async () => {
   namespace = await createTestNamespace(core, "scripted");
-  controller = startController([namespace]);
+  restricted = await createTestNamespace(core, "scripted-restricted", {
+    "pod-security.kubernetes.io/enforce": "restricted",
+  });
+  controller = startController([namespace, restricted]);
 });
 afterAll(async () => {
   await controller?.stop();
   await deleteTestNamespace(core, namespace);
+  if (restricted) await deleteTestNamespace(core, restricted);
 });
 
 describe("the scripted node", () => {
@@ -114,5 +120,73 @@ describe("the scripted node", () => {
     const playbook = await waitForFinished(namespace, "lost", 30_000);
     expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "RunnerLost" });
     expect(condition(playbook, "Succeeded")?.message).toMatch(/OOMKilled, exit code 137/);
+  });
+
+  it("runs the tasks' containers beside the runner: all of them must run before the run is Running", async () => {
+    await createPlaybook(namespace, "images", {
+      ceiling: "1m",
+      startTimeout: "4s",
+      tasks: [{ name: "dump", run: "true" }],
+    });
+    const pod = await scheduledPod(core, namespace, "images-1");
+    expect(pod.spec?.initContainers?.map((c) => c.name)).toEqual(["agent-install"]);
+    expect(pod.spec?.containers.map((c) => [c.name, c.image])).toEqual([
+      ["runner", inject("runnerImage")],
+      ["task-1", inject("runnerImage")],
+    ]);
+    // The runner runs; the task container's image cannot be pulled: the run has not started.
+    await holdPod(core, pod, "ImagePullBackOff", `Back-off pulling image "${inject("runnerImage")}"`, [
+      "task-1",
+    ]);
+    const playbook = await waitForFinished(namespace, "images", 30_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "StartTimeout" });
+    expect(condition(playbook, "Succeeded")?.message).toBe(
+      `pod images-1 (attempt 1) never started: its containers did not all start within the 4s start timeout (spec.startTimeout); container task-1 (image ${inject("runnerImage")}): ImagePullBackOff: Back-off pulling image "${inject("runnerImage")}"`,
+    );
+  });
+
+  it("fails a task whose container was OOMKilled, naming the container, its image and the kubelet's reason", async () => {
+    await createPlaybook(namespace, "oom", {
+      ceiling: "1m",
+      tasks: [
+        { name: "big", run: "make big" },
+        { name: "after", run: "true" },
+      ],
+    });
+    const pod = await scheduledPod(core, namespace, "oom-1");
+    await startPod(core, pod);
+    await waitForPlaybook(namespace, "oom", "to be Running", (p) => p.status?.phase === "Running");
+    const report = reportFor(pod, {
+      reason: "TaskFailed",
+      at: 0,
+      task: { exitCode: null, signal: "SIGKILL", container: "task-1" },
+    });
+    await reportPod(core, pod, report, { containers: { "task-1": { exitCode: 137, reason: "OOMKilled" } } });
+    const playbook = await waitForFinished(namespace, "oom", 30_000);
+    const lost = `container task-1 (image ${inject("runnerImage")}) was OOMKilled (exit 137)`;
+    expect(condition(playbook, "Succeeded")).toMatchObject({
+      status: "False",
+      reason: "TaskFailed",
+      message: `task big failed: ${lost}`,
+    });
+    expect(playbook.status?.tasks?.[0]).toMatchObject({
+      name: "big",
+      phase: "Failed",
+      image: inject("runnerImage"),
+      message: lost,
+    });
+  });
+
+  it("creates pods the API server admits in a namespace that enforces restricted", async () => {
+    await createPlaybook(restricted, "admitted", {
+      ceiling: "1m",
+      tasks: [
+        { name: "one", run: "true" },
+        { name: "two", run: "true", image: inject("runnerImage") },
+      ],
+    });
+    const pod = await scheduledPod(core, restricted, "admitted-1");
+    expect(pod.spec?.shareProcessNamespace).toBe(true);
+    expect(pod.spec?.containers.map((c) => c.name)).toEqual(["runner", "task-1"]);
   });
 });

@@ -27,6 +27,8 @@ import type { TaskLimit } from "../../src/api/reasons.js";
 import { encodeReport, type RunnerReason, type TaskOutcome } from "../../src/api/report.js";
 
 export const SCRIPTED_NODE_NAME = "scripted-node";
+/** The container whose termination message is the runner's report (src/controller/objects.ts). */
+const RUNNER = "runner";
 
 /**
  * On a pod or a namespace ("true"): the node leaves its pods alone entirely; the test writes
@@ -133,6 +135,23 @@ function containerStatuses(
   });
 }
 
+/** The init containers (the agent's install) ended as a kubelet ends them before the others start. */
+function initContainerStatuses(pod: V1Pod): V1ContainerStatus[] {
+  return (pod.spec?.initContainers ?? []).map((container) => {
+    const previous = pod.status?.initContainerStatuses?.find((s) => s.name === container.name);
+    const at = previous?.state?.terminated?.finishedAt ?? new Date();
+    return {
+      name: container.name,
+      image: container.image ?? "",
+      imageID: previous?.imageID ?? "",
+      ready: false,
+      restartCount: 0,
+      containerID: containerId(pod, container.name),
+      state: { terminated: { exitCode: 0, reason: "Completed", startedAt: at, finishedAt: at } },
+    };
+  });
+}
+
 /** The pod, once the scheduler bound it to a node (the controller's pods: to the scripted node). */
 export async function scheduledPod(
   core: CoreV1Api,
@@ -160,23 +179,38 @@ export async function scheduledPod(
  * Admitted and Pending, its containers waiting: ContainerCreating by default, or ErrImagePull and
  * the like. A kubelet sets startTime on admission, before any image is pulled, so
  * activeDeadlineSeconds counts from here. (A pod no node admitted has no status at all: leave it.)
+ * With `only`, just those containers wait (a task image that cannot be pulled) and the others run,
+ * as a kubelet starts each container whose image it has: the pod is Running, yet not started.
  */
 export function holdPod(
   core: CoreV1Api,
   pod: V1Pod | PodRef,
   reason = "ContainerCreating",
   message?: string,
+  only?: readonly string[],
 ) {
-  return writePodStatus(core, pod, (current) => ({
-    ...current.status,
-    phase: "Pending",
-    hostIP: "127.0.0.1",
-    startTime: current.status?.startTime ?? new Date(),
-    conditions: conditions(current, false, "ContainersNotReady"),
-    containerStatuses: containerStatuses(current, () => ({
-      state: { waiting: { reason, ...(message ? { message } : {}) } },
-    })),
-  }));
+  return writePodStatus(core, pod, (current) => {
+    const startedAt = new Date();
+    const held = (name: string) => only === undefined || only.includes(name);
+    return {
+      ...current.status,
+      phase: only === undefined ? "Pending" : "Running",
+      hostIP: "127.0.0.1",
+      startTime: current.status?.startTime ?? startedAt,
+      conditions: conditions(current, false, "ContainersNotReady"),
+      ...(only === undefined ? {} : { initContainerStatuses: initContainerStatuses(current) }),
+      containerStatuses: containerStatuses(current, (name) =>
+        held(name)
+          ? { state: { waiting: { reason, ...(message ? { message } : {}) } } }
+          : {
+              containerID: containerId(current, name),
+              ready: true,
+              started: true,
+              state: { running: { startedAt } },
+            },
+      ),
+    };
+  });
 }
 
 /** Running since `startedAt` (now by default): the time activeDeadlineSeconds counts from. */
@@ -188,6 +222,7 @@ export function startPod(core: CoreV1Api, pod: V1Pod | PodRef, startedAt = new D
     podIP: "10.88.0.2",
     startTime: current.status?.startTime ?? startedAt,
     conditions: conditions(current, true),
+    initContainerStatuses: initContainerStatuses(current),
     containerStatuses: containerStatuses(current, (name) => ({
       containerID: containerId(current, name),
       ready: true,
@@ -212,6 +247,11 @@ export interface Ending {
   conditions?: V1PodCondition[];
   /** When the container ended; now by default (finishedAt has whole seconds, as the kubelet's). */
   finishedAt?: Date;
+  /**
+   * How other containers than the runner ended, by name (a task container OOMKilled): the
+   * exit code, reason and signal; the rest end as the runner does, without its message.
+   */
+  containers?: Record<string, Pick<Ending, "exitCode" | "reason" | "signal">>;
 }
 
 /** The pod's containers ended: Succeeded when every exit code is 0, else Failed (restartPolicy Never). */
@@ -229,21 +269,28 @@ export function endPod(core: CoreV1Api, pod: V1Pod | PodRef, ending: Ending = {}
       ...(ending.podReason ? { reason: ending.podReason } : {}),
       ...(ending.podMessage ? { message: ending.podMessage } : {}),
       conditions: conditions(current, false, "PodCompleted", ending.conditions),
-      containerStatuses: containerStatuses(current, (name, previous) => ({
-        containerID: previous?.containerID ?? containerId(current, name),
-        started: false,
-        state: {
-          terminated: {
-            exitCode,
-            reason: ending.reason ?? (exitCode === 0 ? "Completed" : "Error"),
-            ...(ending.signal !== undefined ? { signal: ending.signal } : {}),
-            ...(ending.message !== undefined ? { message: ending.message } : {}),
-            startedAt: previous?.state?.running?.startedAt ?? startedAt,
-            finishedAt,
-            containerID: previous?.containerID ?? containerId(current, name),
+      containerStatuses: containerStatuses(current, (name, previous) => {
+        const own = ending.containers?.[name];
+        const code = own?.exitCode ?? exitCode;
+        const signal = own ? own.signal : ending.signal;
+        // Only the runner writes a termination message.
+        const message = name === RUNNER ? ending.message : undefined;
+        return {
+          containerID: previous?.containerID ?? containerId(current, name),
+          started: false,
+          state: {
+            terminated: {
+              exitCode: code,
+              reason: own?.reason ?? ending.reason ?? (code === 0 ? "Completed" : "Error"),
+              ...(signal !== undefined ? { signal } : {}),
+              ...(message !== undefined ? { message } : {}),
+              startedAt: previous?.state?.running?.startedAt ?? startedAt,
+              finishedAt,
+              containerID: previous?.containerID ?? containerId(current, name),
+            },
           },
-        },
-      })),
+        };
+      }),
     };
   });
 }

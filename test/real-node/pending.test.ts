@@ -1,5 +1,6 @@
 // A run whose pod cannot start says why within seconds on the real kubelet (issue 17 item 6): the
-// image is one no registry serves (port 9 on the node's own loopback, where nothing listens, so
+// tasks' image (spec.image: the runner's own container starts, the task container cannot) is one
+// no registry serves (port 9 on the node's own loopback, where nothing listens, so
 // containerd's pull fails at once and nothing leaves this machine), allowed by the namespace's
 // PlaybookPolicy. The Playbook's pending message names the kubelet's waiting reason
 // (ErrImagePull, then ImagePullBackOff) long before the start timeout, which then ends the run
@@ -21,8 +22,9 @@ import {
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 
 const IMAGE = "127.0.0.1:9/nothing/here:1";
-// What the kubelet said, as the controller quotes it: the waiting reason, then its message, which names the image.
-const PULL_FAILED = String.raw`(ErrImagePull|ImagePullBackOff): [^\n]*127\.0\.0\.1:9/nothing/here:1`;
+// What the kubelet said, as the controller quotes it: the container and its image, the waiting
+// reason, then its message, which names the image.
+const PULL_FAILED = String.raw`container task-1 \(image 127\.0\.0\.1:9/nothing/here:1\): (ErrImagePull|ImagePullBackOff): [^\n]*127\.0\.0\.1:9/nothing/here:1`;
 
 const { core } = clients();
 let namespace = "";

@@ -47,16 +47,17 @@ describe("the controller's pods on the real node", () => {
       tasks: [{ name: "look", run: `echo ${mark}; id -u; cat /proc/1/cmdline; echo; sleep 2` }],
     });
     const task = await eventually("the task", async () => processesWithMarker(mark)[0], 60_000);
-    // Seen from this machine: the task's parent is the runner (node), pause is the pod's init.
-    expect(commandOf(parentOf(task))).toMatch(/node .*playbook pod-runner|playbook pod-runner/);
+    // Seen from this machine: the task's parent is the agent of its container, pause is the pod's init.
+    expect(commandOf(parentOf(task))).toMatch(/\/playbook\/agent\/agent \/playbook\/run\/runner\.sock task-1/);
     const playbook = await waitForFinished(table.namespace, "inside", 60_000);
     expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True" });
     const [pod] = await podsOf(table.namespace, "inside");
     expect(pod?.spec?.nodeName).toBe("real-node");
     expect(pod?.spec?.containers[0]?.image).toBe(inject("runnerImage"));
     expect(pod?.status?.containerStatuses?.[0]?.containerID).toMatch(/^containerd:\/\//);
-    const { stdout } = await kubectl(["-n", table.namespace, "logs", "inside-1"]);
-    // The runner prefixes each task line with the task's name; /proc/1/cmdline ends in a NUL.
-    expect(stdout).toMatch(new RegExp(`\\[look\\] ${mark}\\n\\[look\\] 65532\\n\\[look\\] /pause`));
+    const { stdout } = await kubectl(["-n", table.namespace, "logs", "inside-1", "-c", "runner"]);
+    // The runner prefixes each task line with the task's name; the task runs as the tasks' user
+    // (1000), not the runner's; /proc/1/cmdline ends in a NUL.
+    expect(stdout).toMatch(new RegExp(`\\[look\\] ${mark}\\n\\[look\\] 1000\\n\\[look\\] /pause`));
   });
 });

@@ -57,6 +57,7 @@ const validTask: fc.Arbitrary<Task> = fc.record(
     retries: fc.integer({ min: 0, max: 100 }),
     env: fc.array(validEnv, { maxLength: 3 }),
     workingDir: fc.constantFrom("/work", "/tmp", "relative/dir"),
+    image: fc.constantFrom("registry.example/tools:1", "postgres:16", "runner", "amazon/aws-cli:2"),
   },
   { requiredKeys: ["name", "run"] },
 );
@@ -195,6 +196,27 @@ const breakages: fc.Arbitrary<(spec: Spec) => void>[] = [
         { ...((spec.tasks as Task[])[taskIndex(spec, pick)] as Task), env: [{ name: "BIG", value }] },
       ];
     }),
+  // A task's image: malformed, too long, or one distinct image too many.
+  fc
+    .tuple(
+      fc.constantFrom<Json>(
+        "Postgres:16",
+        "a//b",
+        "postgres:",
+        `${"x/".repeat(256)}x`,
+        "",
+        5,
+        "alpine@sha256:abc",
+      ),
+      fc.nat(),
+    )
+    .map(([value, pick]) => (spec) => {
+      const task = (spec.tasks as Task[])[taskIndex(spec, pick)] as Task;
+      task.image = value;
+    }),
+  fc.integer({ min: 8, max: 10 }).map((count) => (spec) => {
+    spec.tasks = Array.from({ length: count }, (_, i) => ({ name: `t${i}`, run: "true", image: `i${i}:1` }));
+  }),
   fc
     .tuple(
       fc.constantFrom("image", "serviceAccountName"),

