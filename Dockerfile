@@ -4,10 +4,25 @@
 # it did not spawn) when the image runs as it is. In the runner pods the controller makes, the
 # container command (`playbook pod-runner`) replaces this entrypoint; there the pod shares its PID
 # namespace and the sandbox's pause process reaps instead.
-# The runtime stage's root before the project's files: Node's base and two packages from Debian.
-# tini reaps orphans; procps gives `ps` to whoever execs into a pod to look at its tasks.
+# The runtime stage's root before the project's files: Node's base and three packages from Debian.
+# tini reaps orphans; procps gives `ps` to whoever execs into a pod to look at its tasks;
+# busybox-static is the task containers' shell where a task's image has none: the pod's init
+# container copies it with the agent onto the volume the task containers mount (docs/agent.md).
 FROM node:24-bookworm-slim AS runtime-base
-RUN apt-get update && apt-get install -y --no-install-recommends tini procps && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && apt-get install -y --no-install-recommends tini procps busybox-static && rm -rf /var/lib/apt/lists/* \
+ && mkdir -p /usr/local/lib/playbook && cp /bin/busybox /usr/local/lib/playbook/busybox
+
+# The task containers' agent (agent/agent.c), static with musl so that it runs in any image: glibc,
+# musl or no libc at all. What the SBOM says of musl (linked into it) is written beside it.
+FROM node:24-bookworm-slim AS agent
+RUN apt-get update && apt-get install -y --no-install-recommends gcc musl-tools && rm -rf /var/lib/apt/lists/*
+COPY agent/agent.c /src/agent/
+COPY tools/build-agent.sh /src/tools/
+RUN PLAYBOOK_AGENT_OUT=/out /src/tools/build-agent.sh \
+ && mkdir -p /sbom-input/linked/musl \
+ && dpkg-query -W -f='${Version}\n' musl-dev > /sbom-input/linked/musl/version \
+ && cp /usr/share/doc/musl/copyright /sbom-input/linked/musl/copyright \
+ && echo /usr/local/lib/playbook/agent > /sbom-input/linked/musl/into
 
 # What the image's SBOM lists beside the bundle, read inside that same root: the packages dpkg has
 # installed, Node's version and the npm packages installed with it, and the packages' copyright
@@ -20,14 +35,6 @@ RUN mkdir -p /sbom-input/node_modules \
  && cp -a /usr/share/doc /sbom-input/doc \
  && cd /usr/local/lib/node_modules \
  && for f in */package.json @*/*/package.json; do if [ -f "$f" ]; then cp --parents "$f" /sbom-input/node_modules/ || exit 1; fi; done
-
-# The task containers' agent (agent/agent.c, static with musl: it runs in any image, glibc, musl or
-# none) and Debian's static busybox, which gives `sh` to images that have none. The init container
-# of each runner pod copies both from /usr/local/lib/playbook to a volume the task containers mount.
-FROM node:24-bookworm-slim AS agent
-RUN apt-get update && apt-get install -y --no-install-recommends musl-tools busybox-static && rm -rf /var/lib/apt/lists/*
-COPY agent/agent.c /src/agent.c
-RUN musl-gcc -static -Os -s -Wall -Wextra -Werror -o /agent /src/agent.c && cp /bin/busybox /busybox
 
 FROM node:24-bookworm-slim AS build
 WORKDIR /src
@@ -42,6 +49,7 @@ COPY scripts/bundle-cli.ts scripts/third-party-notices.ts scripts/image-sbom.ts 
 RUN npx tsc -p tsconfig.build.json && node dist/scripts/bundle-cli.js
 # The image's SBOM: the bundle's, plus what image-packages found in the runtime's root.
 COPY --from=image-packages /sbom-input /tmp/sbom-input
+COPY --from=agent /sbom-input/linked /tmp/sbom-input/linked
 RUN node dist/scripts/image-sbom.js /tmp/sbom-input dist/bin/sbom.cdx.json dist/bin/sbom.image.cdx.json
 
 FROM runtime-base
@@ -52,8 +60,11 @@ COPY --from=build /src/dist/bin/*.js ./bin/
 # by the bundler from its source maps), where Debian keeps a package's licence files; beside them
 # the image's SBOM (the bundle's packages, the Debian packages, Node).
 COPY LICENSE /usr/share/doc/playbook-controller/
-COPY --from=agent /agent /busybox /usr/local/lib/playbook/
 COPY --from=build /src/dist/bin/THIRD-PARTY-NOTICES.txt /src/dist/bin/sbom.cdx.json /src/dist/bin/sbom.image.cdx.json /usr/share/doc/playbook-controller/
+# The agent, beside the busybox of runtime-base (busybox-static's copyright file is in
+# /usr/share/doc/busybox-static); musl's copyright file, for the musl linked into the agent.
+COPY --from=agent /out/agent /usr/local/lib/playbook/agent
+COPY --from=agent /usr/share/doc/musl/copyright /usr/share/doc/playbook-controller/agent/musl/copyright
 RUN ln -s /opt/playbook/bin/playbook.js /usr/local/bin/playbook \
  && mkdir compile-cache cache && chown 65532:65532 compile-cache cache && chmod 700 cache
 USER 65532:65532

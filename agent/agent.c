@@ -153,7 +153,14 @@ static void send_error(const char *id, const char *fmt, ...)
 
 struct proc { pid_t pid, ppid; char state; };
 
-/* Every process /proc shows, with its parent and state. Returns the count; *out is malloc'd. */
+static int by_pid(const void *a, const void *b)
+{
+	pid_t x = ((const struct proc *)a)->pid, y = ((const struct proc *)b)->pid;
+	return (x > y) - (x < y);
+}
+
+/* Every process /proc shows, with its parent and state, sorted by pid. Returns the count; *out is
+ * malloc'd. */
 static size_t read_procs(struct proc **out)
 {
 	size_t cap = 256, n = 0;
@@ -191,19 +198,21 @@ static size_t read_procs(struct proc **out)
 		list[n++] = (struct proc){(pid_t)pid, (pid_t)ppid, state};
 	}
 	closedir(d);
+	qsort(list, n, sizeof *list, by_pid);
 	*out = list;
 	return n;
 }
 
+/* list must be sorted by pid (read_procs sorts it). */
 static int is_descendant(const struct proc *list, size_t n, pid_t pid)
 {
 	/* Walks up the parent chain; bounded by n steps, so a stale loop cannot hang. */
 	for (size_t steps = 0; steps <= n && pid > 1; steps++) {
-		pid_t parent = 0;
-		for (size_t i = 0; i < n; i++)
-			if (list[i].pid == pid) { parent = list[i].ppid; break; }
-		if (parent == self) return 1;
-		pid = parent;
+		struct proc key = {.pid = pid};
+		const struct proc *found = bsearch(&key, list, n, sizeof *list, by_pid);
+		if (!found) return 0;
+		if (found->ppid == self) return 1;
+		pid = found->ppid;
 	}
 	return 0;
 }
@@ -356,7 +365,7 @@ static void start(char *payload, size_t len)
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		signal(SIGPIPE, SIG_DFL);
 		setsid();
-		int devnull = open("/dev/null", O_RDONLY);
+		int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		const char *step = "open /dev/null";
 		if (devnull >= 0 && dup2(devnull, 0) >= 0 && dup2(out[1], 1) >= 0 && dup2(err[1], 2) >= 0) {
 			int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
@@ -551,6 +560,25 @@ static void connect_runner(const char *path)
 	}
 }
 
+/* Descriptors the agent inherited (beyond 0-2) would pass on to every task: close them first. Its
+ * own are all close-on-exec. */
+static void close_inherited(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (!d) {
+		for (int fd = 3; fd < 1024; fd++) close(fd);
+		return;
+	}
+	int fds[256], n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) && n < 256) {
+		int fd = atoi(e->d_name);
+		if (fd > 2 && fd != dirfd(d)) fds[n++] = fd;
+	}
+	closedir(d);
+	for (int i = 0; i < n; i++) close(fds[i]);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -558,6 +586,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	self = getpid();
+	close_inherited();
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) perror("agent: PR_SET_CHILD_SUBREAPER");
 	signal(SIGPIPE, SIG_IGN);
 	/* SIGCHLD through a signalfd; SIGTERM, SIGINT and SIGHUP too: the runner decides when this ends

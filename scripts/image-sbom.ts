@@ -25,6 +25,13 @@ export const INPUT_FILES = {
   doc: "doc",
   /** Each global npm package's package.json, at its folder under /usr/local/lib/node_modules. */
   globalModules: "node_modules",
+  /**
+   * Libraries linked statically into the image's own programs (musl, into the task containers'
+   * agent): `linked/NAME/version` (the Debian package's version it was built with),
+   * `linked/NAME/copyright` (that package's copyright file) and `linked/NAME/into` (the program's
+   * path in the image). dpkg in the image does not know them: they came from the build stage.
+   */
+  linked: "linked",
 } as const;
 
 export interface DebianPackage {
@@ -146,6 +153,34 @@ function globalPackages(dir: string): z.infer<typeof GlobalPackageJson>[] {
     .sort((a, b) => (a.name < b.name ? -1 : 1));
 }
 
+/** The statically linked libraries under `dir` (see INPUT_FILES.linked), sorted by name. */
+function linkedLibraries(dir: string): object[] {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir)
+    .sort()
+    .map((name) => {
+      const read = (file: string) => readFileSync(path.join(dir, name, file), "utf8").trim();
+      const debianVersion = read("version");
+      // The upstream release: Debian's version without its epoch and revision.
+      const version = debianVersion.replace(/^\d+:/, "").replace(/-[^-]+$/, "");
+      if (!/^\d[\w.+~]*$/.test(version)) {
+        throw new Error(`${INPUT_FILES.linked}/${name}/version: "${debianVersion}" is not a Debian version`);
+      }
+      const copyright = path.join(dir, name, "copyright");
+      const licenses = existsSync(copyright) ? debianLicense(readFileSync(copyright, "utf8")) : undefined;
+      const purl = `pkg:generic/${encodeURIComponent(name)}@${encodeURIComponent(version)}`;
+      return {
+        type: "library",
+        "bom-ref": `${purl}#linked`,
+        name,
+        version,
+        description: `linked statically into ${read("into")} (built with Debian's ${name} ${debianVersion})`,
+        purl,
+        ...(licenses === undefined ? {} : { licenses }),
+      };
+    });
+}
+
 /** The image's SBOM from the image-packages stage's folder `input` and the bundle's SBOM. */
 export function imageSbom(input: string, bundleSbomText: string): object {
   const bundle = BundleSbom.parse(JSON.parse(bundleSbomText));
@@ -186,6 +221,7 @@ export function imageSbom(input: string, bundleSbomText: string): object {
         ...(p.license === undefined ? {} : { licenses: [{ expression: p.license }] }),
       };
     }),
+    ...linkedLibraries(path.join(input, INPUT_FILES.linked)),
     ...debs.map((p) => {
       const copyrightFile = path.join(input, INPUT_FILES.doc, p.name, "copyright");
       const licenses = existsSync(copyrightFile)

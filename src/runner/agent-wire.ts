@@ -234,27 +234,50 @@ export function decodeAgentFrame(code: string, payload: Buffer): AgentFrame {
 
 /** Cuts a byte stream into frames; chunks may split or join frames anywhere. */
 export class FrameReader {
-  private pending: Buffer = Buffer.alloc(0);
+  // Chunks of an unfinished frame are kept apart and joined once the frame is whole, so a frame
+  // that arrives a byte at a time costs linear, not quadratic, copying.
+  private chunks: Buffer[] = [];
+  private size = 0;
+  private need = HEADER;
 
   /** The whole frames completed by this chunk, as [type code, payload]. */
   push(chunk: Buffer): Array<[string, Buffer]> {
-    this.pending = this.pending.length === 0 ? chunk : Buffer.concat([this.pending, chunk]);
+    this.chunks.push(chunk);
+    this.size += chunk.length;
+    if (this.size >= HEADER && this.need === HEADER) this.need = HEADER + this.peekLength();
+    if (this.size < this.need) return [];
+    const pending = this.chunks.length === 1 ? chunk : Buffer.concat(this.chunks, this.size);
     const frames: Array<[string, Buffer]> = [];
-    while (this.pending.length >= HEADER) {
-      const length = this.pending.readUInt32BE(1);
-      if (length > MAX_PAYLOAD) {
-        throw new AgentWireError(`frame of ${length} bytes is over the limit of ${MAX_PAYLOAD}`);
-      }
-      if (this.pending.length < HEADER + length) break;
-      const code = String.fromCharCode(this.pending[0] as number);
-      frames.push([code, this.pending.subarray(HEADER, HEADER + length)]);
-      this.pending = this.pending.subarray(HEADER + length);
+    let at = 0;
+    while (pending.length - at >= HEADER) {
+      const length = readLength(pending, at);
+      if (pending.length - at < HEADER + length) break;
+      const code = String.fromCharCode(pending[at] as number);
+      frames.push([code, pending.subarray(at + HEADER, at + HEADER + length)]);
+      at += HEADER + length;
     }
+    const rest = pending.subarray(at);
+    this.chunks = rest.length > 0 ? [rest] : [];
+    this.size = rest.length;
+    this.need = rest.length >= HEADER ? HEADER + readLength(rest, 0) : HEADER;
     return frames;
   }
 
   /** Bytes of a frame begun but not finished. */
   get buffered(): number {
-    return this.pending.length;
+    return this.size;
   }
+
+  private peekLength(): number {
+    const first = this.chunks[0];
+    const head = first && first.length >= HEADER ? first : Buffer.concat(this.chunks, this.size);
+    return readLength(head, 0);
+  }
+}
+
+function readLength(buffer: Buffer, at: number): number {
+  const length = buffer.readUInt32BE(at + 1);
+  if (length > MAX_PAYLOAD)
+    throw new AgentWireError(`frame of ${length} bytes is over the limit of ${MAX_PAYLOAD}`);
+  return length;
 }

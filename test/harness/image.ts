@@ -59,10 +59,11 @@ export function sourceHash(): string {
     "tsconfig.json",
     "tsconfig.build.json",
     "LICENSE",
-    "agent/agent.c",
     "scripts/bundle-cli.ts",
     "scripts/third-party-notices.ts",
     "scripts/image-sbom.ts",
+    "agent/agent.c",
+    "tools/build-agent.sh",
   ];
   const walk = (dir: string): string[] =>
     readdirSync(path.join(root, dir), { withFileTypes: true }).flatMap((entry) =>

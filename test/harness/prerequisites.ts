@@ -24,7 +24,10 @@ function onPath(command: string): boolean {
   );
 }
 
-/** What the test suites need besides a cluster: Debian's Prometheus, which brings promtool. */
+/**
+ * What the test suites need besides a cluster: Debian's Prometheus, which brings promtool; musl's
+ * compiler and a static busybox for the task containers' agent.
+ */
 export const TEST_PREREQUISITES: readonly Prerequisite[] = [
   {
     command: "prometheus",
@@ -39,6 +42,28 @@ export const TEST_PREREQUISITES: readonly Prerequisite[] = [
     purpose: "the monitoring tests check and unit-test the alert rules and /metrics with promtool",
     optional: false,
     present: () => onPath("promtool"),
+  },
+  {
+    command: "musl-gcc",
+    debianPackage: "musl-tools",
+    purpose: "builds the task containers' agent static with musl (tools/build-agent.sh) for the agent tests",
+    optional: false,
+    present: () => onPath("musl-gcc"),
+  },
+  {
+    command: "/bin/busybox",
+    debianPackage: "busybox-static",
+    purpose: "the agent's shell where a task's image has none (the agent tests and the test images)",
+    optional: false,
+    // Debian's busybox package is dynamically linked and names its loader; busybox-static does not.
+    present: () =>
+      spawnSync(
+        "sh",
+        ["-c", "[ -x /bin/busybox ] && ! LC_ALL=C grep -q -a -E '/ld-(linux|musl)' /bin/busybox"],
+        {
+          stdio: "ignore",
+        },
+      ).status === 0,
   },
 ];
 

@@ -94,6 +94,30 @@ describe("the image as it runs", () => {
     expect(JSON.parse(sbom.stdout)).toMatchObject({ bomFormat: "CycloneDX" });
   });
 
+  it("holds the task containers' agent and busybox, both static and runnable by the image's user", async () => {
+    const lib = "/usr/local/lib/playbook";
+    const usage = await container.exec([`${lib}/agent`]);
+    expect({ exitCode: usage.exitCode, stderr: usage.stderr.trim() }).toEqual({
+      exitCode: 2,
+      stderr: "usage: agent SOCKET CONTAINER",
+    });
+    expect((await container.exec([`${lib}/busybox`, "sh", "-c", "echo $((6 * 7))"])).stdout).toBe("42\n");
+    // A dynamic program names its loader; these name none, so they run in any image.
+    for (const program of ["agent", "busybox"]) {
+      const loader = await container.exec([
+        "grep",
+        "-c",
+        "-a",
+        "-E",
+        "/ld-(linux|musl)",
+        `${lib}/${program}`,
+      ]);
+      expect(loader.stdout.trim(), program).toBe("0");
+    }
+    const musl = await container.exec(["cat", "/usr/share/doc/playbook-controller/agent/musl/copyright"]);
+    expect(musl.stdout).toMatch(/^Files: \*\nCopyright: .*Rich Felker/m);
+  });
+
   it("ends what a task orphaned with the run, and says what held it", async () => {
     await container.exec(["rm", "-f", "/tmp/orphan.pid", "/tmp/release"]);
     const run = await container.exec(["playbook", "run", "-f", "/home/orphan.yaml"]);

@@ -97,6 +97,21 @@ describe("the image's SBOM", () => {
     });
   });
 
+  it("names musl, linked into the agent, and busybox-static, the agent's shell, with their licences", async () => {
+    expect(sbom.components).toContainEqual(
+      expect.objectContaining({
+        name: "musl",
+        purl: expect.stringMatching(/^pkg:generic\/musl@\d+\.\d+\.\d+$/),
+        description: expect.stringContaining("/usr/local/lib/playbook/agent"),
+        licenses: [{ license: { id: "MIT" } }],
+      }),
+    );
+    const busybox = (await execOk(["dpkg-query", "-W", DPKG_VERSION, "busybox-static"])).trim();
+    expect(debs(sbom.components).find((c) => c.name === "busybox-static")).toMatchObject({
+      version: busybox,
+    });
+  });
+
   it("names the Node runtime the image runs, at node --version's version", async () => {
     const version = (await execOk(["node", "--version"])).trim().replace(/^v/, "");
     expect(sbom.components).toContainEqual(

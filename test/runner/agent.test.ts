@@ -107,6 +107,21 @@ function readdirProc(): string[] {
   return readdirSync("/proc").filter((name) => /^\d+$/.test(name));
 }
 
+/** The live descendants of `ancestor`. */
+function descendantsOf(ancestor: number): number[] {
+  const parents = new Map<number, number>();
+  for (const name of readdirProc()) {
+    const s = stat(Number(name));
+    if (s && s.state !== "Z") parents.set(Number(name), s.ppid);
+  }
+  return [...parents.keys()].filter((pid) => {
+    for (let at = parents.get(pid); at !== undefined && at > 1; at = parents.get(at)) {
+      if (at === ancestor) return true;
+    }
+    return false;
+  });
+}
+
 async function until(check: () => boolean, what: string, ms = 3000): Promise<void> {
   const end = Date.now() + ms;
   while (!check()) {
@@ -123,15 +138,20 @@ interface RunningAgent {
   stderr: () => string;
 }
 
-async function startAgent(env: Record<string, string> = {}): Promise<RunningAgent> {
+/**
+ * Starts the agent as the test's user, or, with `wrap`, as root through a command that ends by
+ * executing the agent (its path and arguments as "$@").
+ */
+async function startAgent(env: Record<string, string> = {}, wrap?: string): Promise<RunningAgent> {
   const socket = join(dir, `run-${++sockets}.sock`);
   const hub = await openAgentHub(socket, { expect: ["task-1"] });
   // As in a pod: the runner's socket is its own, the agents reach it through the shared group.
   if (root) chownSync(socket, 0, gid);
-  const child = spawn(join(dir, "agent"), [socket, "task-1"], {
+  const args = [join(dir, "agent"), socket, "task-1"];
+  const child = spawn(wrap ? "sh" : (args[0] as string), wrap ? ["-c", wrap, "sh", ...args] : args.slice(1), {
     env,
     stdio: ["ignore", "ignore", "pipe"],
-    ...(root ? { uid, gid } : {}),
+    ...(root && !wrap ? { uid, gid } : {}),
   });
   let stderr = "";
   child.stderr?.on("data", (chunk: Buffer) => {
@@ -219,6 +239,49 @@ describe("agent", () => {
     expect(agent).toMatchObject({ container: "task-1", pid: child.pid, uid, shell: "/bin/sh" });
   });
 
+  it("waits for the runner's socket to appear, and the hub waits for every expected agent", async () => {
+    const socket = join(dir, `late-${++sockets}.sock`);
+    const spawnAgent = (container: string) =>
+      spawn(join(dir, "agent"), [socket, container], {
+        env: {},
+        stdio: "ignore",
+        ...(root ? { uid, gid } : {}),
+      });
+    const first = spawnAgent("task-1");
+    cleanups.push(() => {
+      first.kill("SIGKILL");
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const hub = await openAgentHub(socket, { expect: ["task-1", "task-2"] });
+    cleanups.push(() => hub.close());
+    if (root) chownSync(socket, 0, gid);
+    await expect(hub.ready(500)).rejects.toThrow("no agent connected for task-2 within 500 ms");
+    const second = spawnAgent("task-2");
+    cleanups.push(() => {
+      second.kill("SIGKILL");
+    });
+    await hub.ready(5000);
+    expect(hub.agents().map((agent) => [agent.container, agent.pid])).toEqual([
+      ["task-1", first.pid],
+      ["task-2", second.pid],
+    ]);
+  });
+
+  it("refuses an agent of a container it does not expect", async () => {
+    const socket = join(dir, `unexpected-${++sockets}.sock`);
+    const hub = await openAgentHub(socket, { expect: ["task-1"] });
+    cleanups.push(() => hub.close());
+    if (root) chownSync(socket, 0, gid);
+    const stranger = spawn(join(dir, "agent"), [socket, "task-9"], {
+      env: {},
+      stdio: "ignore",
+      ...(root ? { uid, gid } : {}),
+    });
+    const ended = await new Promise<number | null>((resolve) => stranger.on("exit", (code) => resolve(code)));
+    expect(ended).toBe(0);
+    expect(() => hub.agent("task-9")).toThrow("no agent connected for container task-9");
+  });
+
   it("streams stdout and stderr apart, each in order, and reports the exit code", async () => {
     const { agent } = await startAgent();
     const task = observe(agent, {
@@ -268,6 +331,17 @@ describe("agent", () => {
     expect(oom).toBe("1000");
   });
 
+  it("passes the task stdin from /dev/null and no descriptor of its own", async () => {
+    const { agent } = await startAgent();
+    // exec: the shell's own descriptors are what the task got; ls would add the one it reads with.
+    const task = observe(agent, { run: "readlink /proc/$$/fd/0; exec ls /proc/self/fd" });
+    await task.done;
+    const [stdin, ...fds] = task.stdout().trim().split("\n");
+    expect(stdin).toBe("/dev/null");
+    // 0, 1, 2 and the one ls reads /proc/self/fd with.
+    expect(fds.map(Number).sort()).toEqual([0, 1, 2, 3]);
+  });
+
   it("signals the task's group with -PGID", async () => {
     const { agent } = await startAgent();
     const task = observe(agent, { run: "sleep 300 & echo $!; sleep 300 & echo $!; wait" });
@@ -293,6 +367,21 @@ describe("agent", () => {
     agent.kill("tree", "SIGKILL");
     await task.done;
     await until(() => !alive(escapee) && !alive(grandchild), "the tree to end");
+  });
+
+  it("kills a tree of 100 processes and one that keeps forking while it is swept", async () => {
+    const { agent } = await startAgent();
+    const task = observe(agent, {
+      run: "for i in $(seq 100); do sleep 300 & done; (while :; do sleep 300 & done) & echo ready; wait",
+    });
+    await until(() => task.stdout().includes("ready"), "the tree to start");
+    await until(() => descendantsOf(agent.pid).length > 100, "a hundred descendants");
+    const started = Date.now();
+    agent.kill("tree", "SIGKILL");
+    expect(await task.exited).toEqual({ code: null, signal: "SIGKILL" });
+    await task.done;
+    await until(() => descendantsOf(agent.pid).length === 0, "every descendant to end");
+    expect(Date.now() - started).toBeLessThan(2000);
   });
 
   it.skipIf(!root)(
@@ -333,6 +422,26 @@ describe("agent", () => {
       await task.done;
       expect(task.stdout()).toBe(`${busybox}\n42\n`);
       expect(await task.exited).toEqual({ code: 0, signal: null });
+    },
+  );
+
+  it.skipIf(!root || !agentBinaryHasBusybox())(
+    "runs tasks under its busybox in a mount namespace where /bin/sh and every other program is gone",
+    async () => {
+      // A tmpfs over /usr/bin (and so /bin) in a mount namespace of the agent's own: an image
+      // without a shell. The agent, static, and its busybox live elsewhere.
+      const { agent } = await startAgent(
+        {},
+        'exec unshare --mount --propagation private /bin/sh -c \'mount -t tmpfs none /usr/bin && exec "$0" "$@"\' "$@"',
+      );
+      expect(agent.shell).toBe(busybox);
+      const task = observe(agent, { run: "[ -e /bin/sh ] || echo no /bin/sh; echo $((6 * 7)) >&2; exit 4" });
+      await task.done;
+      expect({ stdout: task.stdout(), stderr: task.stderr() }).toEqual({
+        stdout: "no /bin/sh\n",
+        stderr: "42\n",
+      });
+      expect(await task.exited).toEqual({ code: 4, signal: null });
     },
   );
 

@@ -106,6 +106,27 @@ describe("the merged SBOM", () => {
     expect(new Set(refs).size).toBe(refs.length);
   });
 
+  it("names a library linked statically into the image's programs, with its upstream version and licence", () => {
+    const musl = path.join(input, "linked", "musl");
+    mkdirSync(musl, { recursive: true });
+    writeFileSync(path.join(musl, "version"), "1.2.3-1\n");
+    writeFileSync(path.join(musl, "into"), "/usr/local/lib/playbook/agent\n");
+    writeFileSync(path.join(musl, "copyright"), `${DEP5}\nFiles: *\nLicense: MIT\n`);
+    const sbom = imageSbom(input, readFileSync(path.join(path.dirname(CLI), "sbom.cdx.json"), "utf8")) as {
+      components: object[];
+    };
+    expect(sbom.components).toContainEqual({
+      type: "library",
+      "bom-ref": "pkg:generic/musl@1.2.3#linked",
+      name: "musl",
+      version: "1.2.3",
+      description: "linked statically into /usr/local/lib/playbook/agent (built with Debian's musl 1.2.3-1)",
+      purl: "pkg:generic/musl@1.2.3",
+      licenses: [{ license: { id: "MIT" } }],
+    });
+    rmSync(path.join(input, "linked"), { recursive: true });
+  });
+
   it("refuses a node-version that is not node --version's", () => {
     writeFileSync(path.join(input, "node-version"), "24\n");
     expect(() =>

@@ -1,0 +1,113 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import {
+  type AgentFrame,
+  AgentWireError,
+  decodeAgentFrame,
+  decodeRunnerFrame,
+  encodeAgentFrame,
+  encodeRunnerFrame,
+  FrameReader,
+  MAX_PAYLOAD,
+  type RunnerFrame,
+} from "../../src/runner/agent-wire.js";
+
+const bytes = (text: string) => Buffer.from(text, "latin1");
+
+function roundTripRunner(frame: RunnerFrame): RunnerFrame {
+  const [decoded] = new FrameReader().push(encodeRunnerFrame(frame));
+  if (!decoded) throw new Error("no frame");
+  return decodeRunnerFrame(...decoded);
+}
+
+describe("agent wire: the bytes of the contract", () => {
+  it.each<[string, RunnerFrame, string]>([
+    [
+      "start",
+      { type: "start", id: 7, cwd: "/workspace", run: "echo hi", env: { A: "1", B: "x=y" } },
+      "S\0\0\0\x1e7\0/workspace\0echo hi\0A=1\0B=x=y",
+    ],
+    ["kill of a group", { type: "kill", target: -42, signal: "SIGTERM" }, "K\0\0\0\x0b-42\0SIGTERM"],
+    ["kill of the tree", { type: "kill", target: "tree", signal: "SIGKILL" }, "K\0\0\0\x0ctree\0SIGKILL"],
+    ["fence", { type: "fence", spare: [1, 23] }, "Z\0\0\0\x041\x0023"],
+    ["quit", { type: "quit" }, "Q\0\0\0\0"],
+  ])("encodes %s", (_name, frame, wire) => {
+    expect(encodeRunnerFrame(frame).toString("latin1")).toBe(wire);
+    expect(roundTripRunner(frame)).toEqual(frame);
+  });
+
+  it.each<[string, string, AgentFrame]>([
+    [
+      "hello",
+      "H\0\0\0\x16task-1\x0012\x001000\0/bin/sh",
+      { type: "hello", container: "task-1", pid: 12, uid: 1000, shell: "/bin/sh" },
+    ],
+    ["started", "P\0\0\0\x047\x0099", { type: "started", id: 7, pid: 99 }],
+    ["stdout", "O\0\0\0\x06\0\0\0\x07a\n", { type: "stdout", id: 7, data: bytes("a\n") }],
+    ["stderr", "E\0\0\0\x05\0\0\x01\0\xff", { type: "stderr", id: 256, data: bytes("\xff") }],
+    ["closed", "C\0\0\0\x057\0err", { type: "closed", id: 7, stream: "err" }],
+    ["exit code", "X\0\0\0\x047\x003\0", { type: "exited", id: 7, code: 3, signal: null }],
+    ["signal", "X\0\0\0\x0a7\0\0SIGKILL", { type: "exited", id: 7, code: null, signal: "SIGKILL" }],
+    ["fenced", "F\0\0\0\x010", { type: "fenced", alive: 0 }],
+    ["error of a task", "R\0\0\0\x0e7\0chdir /x: no", { type: "error", id: 7, text: "chdir /x: no" }],
+    ["error of no task", "R\0\0\0\x08\0refused", { type: "error", id: null, text: "refused" }],
+  ])("decodes %s", (_name, wire, frame) => {
+    const [decoded] = new FrameReader().push(bytes(wire));
+    if (!decoded) throw new Error("no frame");
+    expect(decodeAgentFrame(...decoded)).toEqual(frame);
+    expect(encodeAgentFrame(frame).toString("latin1")).toBe(wire);
+  });
+
+  it("cuts frames out of chunks split and joined anywhere", () => {
+    const frames: AgentFrame[] = [
+      { type: "started", id: 1, pid: 10 },
+      { type: "stdout", id: 1, data: Buffer.alloc(70_000, 0x61) },
+      { type: "closed", id: 1, stream: "out" },
+      { type: "exited", id: 1, code: 0, signal: null },
+    ];
+    const wire = Buffer.concat(frames.map(encodeAgentFrame));
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 1, max: 20_000 }), { minLength: 1, maxLength: 12 }), (sizes) => {
+        const reader = new FrameReader();
+        const decoded: AgentFrame[] = [];
+        let at = 0;
+        for (let i = 0; at < wire.length; i++) {
+          const size = sizes[i % sizes.length] ?? 1;
+          for (const frame of reader.push(wire.subarray(at, at + size)))
+            decoded.push(decodeAgentFrame(...frame));
+          at += size;
+        }
+        // Compared as bytes: a deep equality over 70,000 buffer elements per run is slow.
+        expect(Buffer.concat(decoded.map(encodeAgentFrame)).equals(wire)).toBe(true);
+        expect(reader.buffered).toBe(0);
+      }),
+      { numRuns: 50 },
+    );
+  });
+
+  it("refuses a frame over 1 MiB before it arrives whole", () => {
+    const head = Buffer.from([0x4f, 0, 0x10, 0, 1]);
+    expect(() => new FrameReader().push(head)).toThrow(AgentWireError);
+    expect(() => encodeAgentFrame({ type: "stdout", id: 1, data: Buffer.alloc(MAX_PAYLOAD) })).toThrow(
+      /over the limit/,
+    );
+  });
+
+  it.each<[string, string, RegExp]>([
+    ["an unknown type", "?", /unknown agent frame type/],
+    ["a hello without a shell", "H:task-1\x001\x001000", /bad hello frame/],
+    ["a pid that is not a number", "P:1\0x", /bad started frame/],
+    ["a stream other than out and err", "C:1\0both", /bad closed frame/],
+    ["an output frame without its id", "O:\0\0", /no task id/],
+  ])("refuses %s", (_name, frame, message) => {
+    const [code = "", payload = ""] = frame.split(/:(.*)/s);
+    expect(() => decodeAgentFrame(code, bytes(payload))).toThrow(message);
+  });
+
+  it("refuses a field that holds a NUL and an env name with =", () => {
+    expect(() => encodeRunnerFrame({ type: "start", id: 1, cwd: "/", run: "a\0b", env: {} })).toThrow(/NUL/);
+    expect(() => encodeRunnerFrame({ type: "start", id: 1, cwd: "/", run: "", env: { "A=B": "1" } })).toThrow(
+      /env name/,
+    );
+  });
+});
