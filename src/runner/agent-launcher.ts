@@ -11,30 +11,13 @@ import { readdirSync, readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
+import type { Agent, AgentTask } from "./agent-hub.js";
 import type { AttemptSpec } from "./attempt.js";
 import { KILL_CONFIRM_MS, type Launched, type Launcher, type TreeEnd, within } from "./launcher.js";
 import { ATTEMPT_ID_VAR, CANCEL_FILE_VAR } from "./process-table.js";
 
-/** One attempt started by an agent, as agent-hub.ts gives it (its AgentTask). */
-export interface AgentTaskLike {
-  on(event: "started", listener: (pid: number) => void): unknown;
-  on(event: "stdout" | "stderr", listener: (chunk: Buffer) => void): unknown;
-  on(event: "closed", listener: (stream: "out" | "err") => void): unknown;
-  on(event: "exited", listener: (status: { code: number | null; signal: string | null }) => void): unknown;
-  on(event: "failed" | "lost", listener: (text: string) => void): unknown;
-}
-
-/** The agent of one task container, as agent-hub.ts gives it (its Agent). */
-export interface AgentLike {
-  readonly container: string;
-  /** its pid in the pod's (shared) process namespace */
-  readonly pid: number;
-  readonly lost: boolean;
-  start(task: { id?: string | number; cwd: string; run: string; env: Record<string, string> }): AgentTaskLike;
-  kill(target: number | "tree", signal: string): void;
-  fence(spare: readonly number[]): Promise<number>;
-  quit(): Promise<void>;
-}
+/** The agent of one task container: what the launcher and the run use of agent-hub.ts's Agent. */
+export type AgentLike = Pick<Agent, "container" | "pid" | "lost" | "start" | "kill" | "fence" | "quit">;
 
 /** Sends a signal through the agent; one that is gone can signal nothing more. */
 function tell(agent: AgentLike, target: number | "tree", signal: string): void {
@@ -45,8 +28,6 @@ function tell(agent: AgentLike, target: number | "tree", signal: string): void {
   }
 }
 
-/** Where a task without workingDir starts: the pod's shared workspace, the task containers' workingDir. */
-const TASK_WORKSPACE = "/workspace";
 const POLL_MS = 20;
 /** How often the kill looks again for what SIGKILL has not ended yet. */
 const KILL_LOOK_MS = 10;
@@ -134,9 +115,9 @@ export function agentLauncher(agent: AgentLike): Launcher {
       });
       const started = await new Promise<{ pid: number } | { error: string; lostContainer?: string }>(
         (resolve) => {
-          let task: AgentTaskLike;
+          let task: AgentTask;
           try {
-            task = agent.start({ id: spec.attemptId, cwd: spec.cwd ?? TASK_WORKSPACE, run: spec.run, env });
+            task = agent.start({ id: spec.attemptId, cwd: spec.cwd ?? ".", run: spec.run, env });
           } catch {
             resolve({ error: gone(), lostContainer: agent.container });
             return;

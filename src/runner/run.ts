@@ -189,7 +189,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           run: task.run,
           command: containment.command,
           env: { ...baseEnv, ...Object.fromEntries(task.env.map((v) => [v.name, v.value])) },
-          cwd: task.workingDir ? resolve(task.workingDir) : undefined,
+          // In a task container a relative workingDir is the container's (its agent's working
+          // directory, /workspace), not the runner's.
+          cwd: agents ? task.workingDir : task.workingDir ? resolve(task.workingDir) : undefined,
           attemptId,
           runCookie,
           runStartedFrom: firstStart,

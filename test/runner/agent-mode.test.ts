@@ -1,0 +1,374 @@
+// The pod runner in agent mode with real agents: `playbook pod-runner` (the built CLI) and one
+// agent (agent/agent.c, built static by tools/build-agent.sh) per task container, all started as
+// local processes in a pid namespace of their own, as in a pod with shareProcessNamespace: the
+// fence then ends what is in that namespace and nothing of this machine. The namespace's first
+// process, a small shell, starts the agents, runs the runner and, once it has exited, says which
+// of the processes the tasks recorded (their pids in the workspace) are still alive.
+import { spawn, spawnSync } from "node:child_process";
+import {
+  chmodSync,
+  chownSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { decodeReport, type RunnerReport } from "../../src/api/report.js";
+import { agentBinary } from "../harness/agent-binary.js";
+import { CLI } from "../support/cli.js";
+
+const canUnshare = spawnSync("unshare", ["-pf", "--mount-proc", "true"]).status === 0;
+const AGENT = canUnshare ? agentBinary().agent : null;
+
+/**
+ * The namespace's init: $1 agent, $2 run dir, $3 workspace, then the task containers, `--`, and
+ * the runner's command. Its stderr says ALIVE for every recorded pid still alive after the run,
+ * and AGENT-LEFT for an agent that did not quit.
+ */
+const INIT = `
+agent=$1 run=$2 ws=$3 as=$4; shift 4
+agents=""
+while [ "$1" != "--" ]; do
+  (cd "$ws" && exec $as "$agent" "$run/runner.sock" "$1") &
+  agents="$agents $!"
+  shift
+done
+shift
+"$@"
+rc=$?
+alive() { [ -e /proc/$1 ] && ! grep -q '^State:[[:space:]]*Z' /proc/$1/status 2>/dev/null; }
+for f in "$ws"/*.pid; do
+  [ -e "$f" ] || continue
+  p=$(cat "$f")
+  if alive "$p"; then echo "ALIVE $f $p" >&2; fi
+done
+i=0
+for a in $agents; do
+  while alive "$a" && [ $i -lt 60 ]; do sleep 0.05; i=$((i + 1)); done
+  if alive "$a"; then echo "AGENT-LEFT $a" >&2; fi
+done
+exit $rc
+`;
+
+interface PodRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  report: RunnerReport;
+  workspace: string;
+}
+
+interface Control {
+  /** SIGKILLs the agent of a container */
+  killAgent: (container: string) => void;
+  /** signals the runner, as the kubelet does when the pod is deleted */
+  signalRunner: (signal: NodeJS.Signals) => void;
+}
+
+interface PodOptions {
+  tasks: object[];
+  ceiling?: string;
+  killGrace?: string;
+  containers?: Record<string, string>;
+  /** containers whose agent is not started */
+  absent?: string[];
+  /** called with each chunk of the runner's stdout and the workspace */
+  onStdout?: (all: string, control: Control) => void;
+  helloMs?: number;
+  /**
+   * As in a pod: the agents (and so the tasks) run as uid 1000, the runner as uid 65532 in
+   * group 1000, so the runner cannot signal a task itself and every signal must go through K.
+   */
+  asInPod?: boolean;
+}
+
+const TASK_UID = 1000;
+const RUNNER_UID = 65532;
+const asUser = (uid: number) => ["setpriv", `--reuid=${uid}`, `--regid=${TASK_UID}`, "--clear-groups"];
+
+/** The host pid of the live process whose argv is exactly `argv`. */
+function pidOfArgv(argv: string[]): number | null {
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${name}/cmdline`, "utf8").split("\0").slice(0, -1);
+      if (cmdline.length === argv.length && cmdline.every((arg, i) => arg === argv[i])) return Number(name);
+    } catch {
+      // gone
+    }
+  }
+  return null;
+}
+
+/** Writes the task's pid files into the workspace: `record(name)` as a shell snippet. */
+const record = (ws: string, name: string) => `echo $$ > ${ws}/${name}.pid`;
+
+async function runPod(options: PodOptions, ws = mkdtempSync(join(tmpdir(), "agent-ws-"))): Promise<PodRun> {
+  const dir = mkdtempSync(join(tmpdir(), "agent-pod-"));
+  const runDir = join(dir, "run");
+  mkdirSync(runDir);
+  const log = join(dir, "termination-log");
+  if (options.asInPod) {
+    // The pod's volumes: the run dir is the runner's (group 1000), the workspace the tasks'.
+    chownSync(dir, RUNNER_UID, TASK_UID);
+    chmodSync(dir, 0o750);
+    chownSync(runDir, RUNNER_UID, TASK_UID);
+    chmodSync(runDir, 0o2770);
+    chownSync(ws, TASK_UID, TASK_UID);
+  }
+  const init = join(dir, "init.sh");
+  writeFileSync(init, INIT);
+  const containers = options.containers ?? { "task-1": "playbook.test/debian:1" };
+  const started = Object.keys(containers).filter((name) => !options.absent?.includes(name));
+  const plan = {
+    name: "agents",
+    runStartTime: new Date().toISOString(),
+    defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 0, killGraceMs: 10_000 },
+    spec: {
+      ceiling: options.ceiling ?? "1m",
+      killGrace: options.killGrace ?? "1s",
+      tasks: options.tasks,
+    },
+  };
+  const child = spawn(
+    "unshare",
+    [
+      "-pf",
+      "--mount-proc",
+      "sh",
+      init,
+      AGENT as string,
+      runDir,
+      ws,
+      options.asInPod ? asUser(TASK_UID).join(" ") : "",
+      ...started,
+      "--",
+    ].concat([
+      ...(options.asInPod ? asUser(RUNNER_UID) : []),
+      process.execPath,
+      CLI,
+      "pod-runner",
+      "--termination-log",
+      log,
+    ]),
+    {
+      env: {
+        PATH: process.env.PATH,
+        PLAYBOOK_PLAN: JSON.stringify(plan),
+        PLAYBOOK_TASK_CONTAINERS: JSON.stringify(containers),
+        PLAYBOOK_RUN_DIR: runDir,
+        PLAYBOOK_AGENT_HELLO_TIMEOUT_MS: String(options.helloMs ?? 20_000),
+      },
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
+  let stdout = "";
+  let stderr = "";
+  const control: Control = {
+    killAgent: (container) => {
+      const pid = pidOfArgv([AGENT as string, join(runDir, "runner.sock"), container]);
+      if (pid !== null) process.kill(pid, "SIGKILL");
+    },
+    signalRunner: (signal) => {
+      const pid = pidOfArgv([process.execPath, CLI, "pod-runner", "--termination-log", log]);
+      if (pid !== null) process.kill(pid, signal);
+    },
+  };
+  child.stdout.on("data", (chunk: Buffer) => {
+    stdout += chunk.toString();
+    options.onStdout?.(stdout, control);
+  });
+  child.stderr.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
+  let report: RunnerReport;
+  try {
+    report = decodeReport(readFileSync(log, "utf8"), options.tasks.length);
+  } catch (error) {
+    throw new Error(
+      `no report (exit ${code}): ${(error as Error).message}\nstdout:\n${stdout}\nstderr:\n${stderr}`,
+    );
+  }
+  return { code, stdout, stderr, report, workspace: ws };
+}
+
+/** A task that leaves a grandchild holding its output pipe and an escapee in a session of its own with no env. */
+const treeTask = (ws: string, tail: string) =>
+  `sh -c '${record(ws, "grandchild")}; exec sleep 300' & ` +
+  `setsid env -i /bin/sh -c 'trap "" TERM; ${record(ws, "escapee")}; exec /bin/sleep 300' >/dev/null 2>&1 & ` +
+  `trap '' TERM; ${record(ws, "leader")}; echo started; ${tail}`;
+
+describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid namespace)", () => {
+  it("runs a task through its container's agent: Succeeded, output live with the task's prefix, containment agents", async () => {
+    const run = await runPod({
+      tasks: [
+        { name: "hello", run: 'echo "hello from $(pwd)"; echo warn >&2; test -n "$PLAYBOOK_CANCEL_FILE"' },
+      ],
+    });
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+    expect(run.code).toBe(0);
+    expect(run.report).toMatchObject({ phase: "Succeeded", reason: "Succeeded", ct: "agents" });
+    expect(run.stdout).toContain(`[hello] hello from ${run.workspace}`);
+    expect(run.stdout).toContain("[hello] warn");
+    expect(run.stderr).toContain(
+      "containment: agents in 1 task container(s) (task-1: playbook.test/debian:1)",
+    );
+  });
+
+  it.each([
+    ["TaskTimeout", { timeout: "1s" }, {}],
+    ["StallLimit", { stall: "1s" }, {}],
+    ["RunCeiling", {}, { ceiling: "2s" }],
+  ])(
+    "ends %s with the whole tree dead: a grandchild holding the pipe, a setsid escapee with no env",
+    async (limit, taskLimits, runLimits) => {
+      const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
+      const run = await runPod(
+        { tasks: [{ name: "tree", run: treeTask(ws, "sleep 300"), ...taskLimits }], ...runLimits },
+        ws,
+      );
+      expect(run.stdout).toContain("[tree] started");
+      expect(run.code).toBe(1);
+      expect(run.report).toMatchObject({ phase: "Failed", reason: limit, ct: "agents" });
+      expect(run.report.tasks[0]).toMatchObject({ p: "TimedOut", l: limit, e: "Killed" });
+      for (const name of ["leader", "grandchild", "escapee"]) {
+        expect(readdirSync(ws)).toContain(`${name}.pid`);
+      }
+      expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+      // The limit's own kill (the group and the agent's tree) ended it all, not the end-of-run fence.
+      expect(run.stderr).not.toContain("that tasks left running");
+    },
+  );
+
+  it("as in a pod (runner uid 65532, tasks uid 1000): TaskTimeout ends the whole tree through the agent", async () => {
+    const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
+    const run = await runPod(
+      { asInPod: true, tasks: [{ name: "tree", timeout: "1s", run: treeTask(ws, "sleep 300") }] },
+      ws,
+    );
+    expect(run.stdout).toContain("[tree] started");
+    expect(run.report.tasks[0]).toMatchObject({ p: "TimedOut", l: "TaskTimeout", e: "Killed" });
+    expect(readdirSync(ws)).toContain("escapee.pid");
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+    expect(run.stderr).not.toContain("that tasks left running");
+  });
+
+  it("as in a pod: what a successful task left (a pipe holder, a setsid escapee with no env) ends with the run", async () => {
+    const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
+    const run = await runPod(
+      {
+        asInPod: true,
+        tasks: [
+          {
+            name: "service",
+            run:
+              `sh -c '${record(ws, "holder")}; trap "" TERM; echo holder up; exec sleep 300' & ` +
+              `setsid env -i /bin/sh -c 'trap "" TERM; ${record(ws, "escapee")}; exec /bin/sleep 300' >/dev/null 2>&1 & ` +
+              `while [ ! -e ${ws}/escapee.pid ] || [ ! -e ${ws}/holder.pid ]; do sleep 0.02; done; echo leaving`,
+          },
+          { name: "next", run: "echo next ran" },
+        ],
+      },
+      ws,
+    );
+    expect(run.code).toBe(0);
+    expect(run.report).toMatchObject({ phase: "Succeeded", ct: "agents" });
+    expect(run.stdout).toContain("[next] next ran");
+    expect(run.stdout).toContain("[service] holder up");
+    expect(run.stderr).toContain("ended 2 process(es) that tasks left running");
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+  });
+
+  it("writes the cancel file where the task sees it: a cooperative task ends Exited", async () => {
+    const run = await runPod({
+      killGrace: "10s",
+      tasks: [
+        {
+          name: "polite",
+          timeout: "1s",
+          run: `trap '' TERM; while [ ! -e "$PLAYBOOK_CANCEL_FILE" ]; do sleep 0.05; done; echo "saw: $(cat "$PLAYBOOK_CANCEL_FILE")"; exit 0`,
+        },
+      ],
+    });
+    expect(run.report.tasks[0]).toMatchObject({ p: "TimedOut", l: "TaskTimeout", e: "Exited" });
+    expect(run.stdout).toMatch(/\[polite\] saw: TaskTimeout: polite passed its limit, stop now/);
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+  });
+
+  it("cancels on SIGTERM to the runner (pod deletion): Cancelled, the task's trap runs, exit 130", async () => {
+    let signalled = false;
+    const run = await runPod({
+      tasks: [{ name: "work", run: "trap 'echo trapped; exit 0' TERM; sleep 300 & echo up; wait" }],
+      onStdout: (all, control) => {
+        if (!signalled && all.includes("[work] up")) {
+          signalled = true;
+          control.signalRunner("SIGTERM");
+        }
+      },
+    });
+    expect(run.code).toBe(130);
+    expect(run.report).toMatchObject({ phase: "Cancelled", reason: "Cancelled", ct: "agents" });
+    expect(run.report.tasks[0]).toMatchObject({ p: "Cancelled", e: "Exited" });
+    expect(run.stdout).toContain("[work] trapped");
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+  });
+
+  it("keeps the order of each stream", async () => {
+    const run = await runPod({
+      tasks: [
+        {
+          name: "order",
+          run: "i=1; while [ $i -le 300 ]; do echo out $i; echo err $i >&2; i=$((i + 1)); done",
+        },
+      ],
+    });
+    expect(run.report.phase).toBe("Succeeded");
+    for (const stream of ["out", "err"]) {
+      const seen = [...run.stdout.matchAll(new RegExp(`^\\[order\\] ${stream} (\\d+)$`, "gm"))].map((m) =>
+        Number(m[1]),
+      );
+      expect(seen).toEqual(Array.from({ length: 300 }, (_, i) => i + 1));
+    }
+  });
+
+  it("fails the task with k when its container's agent is killed, and retries apply", async () => {
+    let killed = false;
+    const run = await runPod({
+      tasks: [{ name: "victim", retries: 1, run: "echo up; sleep 300" }],
+      onStdout: (all, control) => {
+        if (!killed && all.includes("[victim] up")) {
+          killed = true;
+          control.killAgent("task-1");
+        }
+      },
+    });
+    expect(killed).toBe(true);
+    expect(run.code).toBe(1);
+    expect(run.report).toMatchObject({ phase: "Failed", reason: "TaskFailed", ct: "agents" });
+    expect(run.report.tasks[0]).toMatchObject({ p: "Failed", k: "task-1", a: 2 });
+    expect(run.report.tasks[0]?.m).toContain("task-1");
+  });
+
+  it("fails the run naming a container whose agent never connects, running nothing", async () => {
+    const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
+    const run = await runPod(
+      {
+        helloMs: 500,
+        containers: { "task-1": "playbook.test/debian:1", "task-2": "playbook.test/static:1" },
+        absent: ["task-2"],
+        tasks: [{ name: "first", run: `touch ${ws}/ran` }],
+      },
+      ws,
+    );
+    expect(run.code).toBe(1);
+    expect(run.report.tasks[0]).toMatchObject({ p: "Failed", k: "task-2" });
+    expect(run.report.tasks[0]?.m).toContain("task-2 (image playbook.test/static:1)");
+    expect(readdirSync(ws)).not.toContain("ran");
+    expect(run.stderr).toContain("task-2");
+  });
+});
