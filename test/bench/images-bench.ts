@@ -11,7 +11,7 @@
 //     just before the leader); death is seen from this machine by `spin watch`, which polls the
 //     100 pids' /proc/PID/stat every 200 us. p99 (nearest rank) of each.
 import { execFile } from "node:child_process";
-import { appendFileSync, mkdtempSync } from "node:fs";
+import { appendFileSync, mkdtempSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
@@ -59,6 +59,14 @@ async function hostSpin(): Promise<string> {
   const binary = path.join(mkdtempSync(path.join(os.tmpdir(), "bench-images-")), "spin");
   await run("cc", ["-O2", "-o", binary, path.join(repoRoot(), "test", "harness", "real-node", "spin.c")]);
   return binary;
+}
+
+function isSpin(pid: string): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "latin1").startsWith("spin\0");
+  } catch {
+    return false;
+  }
 }
 
 /** Pods' first sight by a watch on the namespace, in epoch ms, by name. */
@@ -253,7 +261,9 @@ async function main(): Promise<void> {
         `the ${PROCS} processes with ${mark}`,
         async () => {
           const { stdout } = await run("pgrep", ["-f", mark]).catch(() => ({ stdout: "" }));
-          const pids = stdout.split("\n").filter((line) => line !== "");
+          // The tree's own processes only: not `timeout` (PID 1 of the plain pod, which outlives
+          // the group it kills) nor a shell that did not exec.
+          const pids = stdout.split("\n").filter((pid) => pid !== "" && isSpin(pid));
           return pids.length >= PROCS ? pids : undefined;
         },
         { timeoutMs: 120_000, intervalMs: 20 },
