@@ -63,7 +63,7 @@ async function hostSpin(): Promise<string> {
 
 function isSpin(pid: string): boolean {
   try {
-    return readFileSync(`/proc/${pid}/cmdline`, "latin1").startsWith("spin\0");
+    return /^(?:[^\0]*\/)?spin\0/.test(readFileSync(`/proc/${pid}/cmdline`, "latin1"));
   } catch {
     return false;
   }
