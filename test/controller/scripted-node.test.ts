@@ -159,7 +159,7 @@ describe("the scripted node", () => {
     const report = reportFor(pod, {
       reason: "TaskFailed",
       at: 0,
-      task: { exitCode: null, signal: "SIGKILL", container: "task-1" },
+      task: { exitCode: null, signal: "SIGKILL", lostContainer: "task-1" },
     });
     await reportPod(core, pod, report, { containers: { "task-1": { exitCode: 137, reason: "OOMKilled" } } });
     const playbook = await waitForFinished(namespace, "oom", 30_000);

@@ -36,11 +36,14 @@ const PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 
 const spinSource = () => path.join(repoRoot(), "test", "harness", "real-node", "spin.c");
 
-/** Changes whenever spin.c or this builder changes, so a stale archive is never imported. */
+/** Raise when what the images hold changes other than through spin.c. */
+const BUILD_VERSION = "1";
+
+/** Changes whenever spin.c or BUILD_VERSION changes, so a stale archive is never imported. */
 function buildKey(): string {
   const hash = createHash("sha256");
+  hash.update(BUILD_VERSION);
   hash.update(readFileSync(spinSource()));
-  hash.update(readFileSync(new URL(import.meta.url)));
   return hash.digest("hex").slice(0, 12);
 }
 
@@ -66,7 +69,9 @@ async function compile(
     ]);
   } catch (error) {
     const { stderr } = error as { stderr?: string };
-    throw new Error(`could not build spin for the ${why} (${compiler}): ${stderr ?? error}`, { cause: error });
+    throw new Error(`could not build spin for the ${why} (${compiler}): ${stderr ?? error}`, {
+      cause: error,
+    });
   }
 }
 
@@ -95,7 +100,8 @@ async function buildRoot(kind: TaskImageKind, rootfs: string, log: (message: str
   }
   await compile(kind, "musl-gcc", [], spin, "musl image (apt-get install musl-tools)");
   const loader = await interpreterOf(spin);
-  if (!/ld-musl/.test(loader)) throw new Error(`musl-gcc made a binary that asks for ${loader}, not musl's loader`);
+  if (!/ld-musl/.test(loader))
+    throw new Error(`musl-gcc made a binary that asks for ${loader}, not musl's loader`);
   if (!existsSync(loader)) throw new Error(`musl's loader ${loader} is missing here (apt-get install musl)`);
   await mkdir(path.join(rootfs, path.dirname(loader)), { recursive: true });
   // The loader is musl's libc.so (Debian links it from /lib); the binary needs nothing else.
@@ -135,7 +141,9 @@ const hostRecordSchema = z.object({ containerdSocket: z.string() });
 export function realNodeContainerdSocket(kubeconfig: string): string {
   const file = path.join(path.dirname(kubeconfig), "real-node", "host.json");
   if (!existsSync(file))
-    throw new Error(`${file} is missing: the task images need a real node (npm run cluster:up -- --node real)`);
+    throw new Error(
+      `${file} is missing: the task images need a real node (npm run cluster:up -- --node real)`,
+    );
   return hostRecordSchema.parse(JSON.parse(readFileSync(file, "utf8"))).containerdSocket;
 }
 

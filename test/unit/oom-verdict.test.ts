@@ -31,7 +31,7 @@ describe("an OOM kill in a pod", () => {
           signal: "SIGKILL",
           startTime: at(1),
           completionTime: at(2),
-          container: "task-1",
+          lostContainer: "task-1",
         },
         { name: "test", phase: "Skipped", attempts: 0, exitCode: null, signal: null },
       ],

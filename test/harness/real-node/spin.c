@@ -15,6 +15,8 @@
  *   spin hog MB             touch MB MiB of memory, then sleep
  *   spin procs N MARK       N processes in the leader's group (N-1 children), "procs ready <epoch ms>"
  *   spin cat FILE           FILE on stdout
+ *   spin watch PID...       (on the host, for the benchmark) waits until every PID is gone or a
+ *                           zombie, polling every 200 us; prints "dead <epoch ms>"
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -54,6 +56,8 @@ static void say(int fd, const char *format, ...) {
     off += w;
   }
 }
+
+static long long started_ms;
 
 static long long now_ms(void) {
   struct timespec ts;
@@ -165,7 +169,7 @@ static int procs(long n, const char *mark) {
       return 1;
     }
   }
-  say(1, "procs ready %lld\n", now_ms());
+  say(1, "procs ready %lld\n", started_ms);
   forever();
   return 0;
 }
@@ -183,7 +187,33 @@ static int cat(const char *file) {
   return n < 0 ? 1 : 0;
 }
 
+static int dead(const char *pid) {
+  char file[64], stat[512];
+  snprintf(file, sizeof file, "/proc/%s/stat", pid);
+  int fd = open(file, O_RDONLY);
+  if (fd < 0) return 1;
+  ssize_t n = read(fd, stat, sizeof stat - 1);
+  close(fd);
+  if (n <= 0) return 1;
+  stat[n] = 0;
+  char *end = strrchr(stat, ')');
+  return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
+
+static int watch(int count, char **pids) {
+  for (;;) {
+    int alive = 0;
+    for (int i = 0; i < count && !alive; i++) alive = !dead(pids[i]);
+    if (!alive) break;
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+  say(1, "dead %lld\n", now_ms());
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  started_ms = now_ms();
   const char *what = argc > 1 ? argv[1] : "hello";
   if (!strcmp(what, "hello")) {
     say(1, "spin %s uid %d\n", SPIN_KIND, (int)getuid());
@@ -216,6 +246,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "hog") && argc > 2) return hog(atol(argv[2]));
   if (!strcmp(what, "procs") && argc > 3) return procs(atol(argv[2]), argv[3]);
   if (!strcmp(what, "cat") && argc > 2) return cat(argv[2]);
+  if (!strcmp(what, "watch")) return watch(argc - 2, argv + 2);
   say(2, "spin: unknown or incomplete command %s\n", what);
   return 2;
 }
