@@ -158,9 +158,16 @@ describe("playbook run: tasks in their own images through podman", () => {
     });
     const result = await cliTimed(["run", "-f", file, "-o", "json"]);
     expect(result.code, result.stderr).toBe(1);
-    const status = (JSON.parse(result.stdout) as { status: { tasks: { ending?: string; limit?: string }[] } })
-      .status;
-    expect(status.tasks[0]).toMatchObject({ limit: "TaskTimeout", ending: "Exited" });
+    const status = (
+      JSON.parse(result.stdout) as {
+        status: { tasks: { ending?: string; limit?: string; image?: string }[] };
+      }
+    ).status;
+    expect(status.tasks[0]).toMatchObject({
+      limit: "TaskTimeout",
+      ending: "Exited",
+      image: TASK_IMAGES.static,
+    });
     expect(await runContainers()).toEqual([]);
   });
 
