@@ -101,10 +101,8 @@ export interface TaskOutcome {
   detail?: string;
   /** it names an image but ran on the host (`playbook run --on-host`) */
   onHost?: boolean;
-  /** the task container that was lost while the task ran (agent mode: the runner's name for it) */
+  /** the task container (task-K) that ended under the task, failing it (agent mode) */
   lostContainer?: string;
-  /** The task container (task-K) that ended under the task, failing it. */
-  container?: string;
 }
 
 export interface RunOutcome {
@@ -142,8 +140,7 @@ function toReportTask(task: TaskOutcome, start: number): ReportTask {
   }
   if (task.detail) out.m = task.detail;
   if (task.onHost) out.h = 1;
-  const lost = task.lostContainer ?? task.container;
-  if (lost) out.k = lost;
+  if (task.lostContainer) out.k = task.lostContainer;
   return out;
 }
 

@@ -79,6 +79,14 @@ function liveProcesses(): ProcEntry[] {
   return found;
 }
 
+/**
+ * An agent's descendants, numbered as it numbers them: its own view where it has one (a local
+ * run's container), else /proc below its pid (a pod's shared namespace).
+ */
+export function descendantsOf(agent: AgentLike): ProcEntry[] {
+  return agent.descendants?.() ?? agentDescendants(agent.pid);
+}
+
 /** The live descendants of `root` (an agent: the subreaper of everything its tasks started). */
 export function agentDescendants(root: number, processes = liveProcesses()): ProcEntry[] {
   const children = new Map<number, ProcEntry[]>();
@@ -99,10 +107,12 @@ export function agentDescendants(root: number, processes = liveProcesses()): Pro
 /** Starts attempts through `agent`, the agent of one task container. */
 export function agentLauncher(
   agent: AgentLike,
+  /** the run's other agents: what earlier tasks left in their containers gets SIGTERM with a stop */
+  others: () => readonly AgentLike[] = () => [],
   /** the cancel file's path as the task sees it, where it differs from the runner's (a local run) */
   cancelFileSeen?: (attemptId: string) => string,
 ): Launcher {
-  const seen = () => agent.descendants?.() ?? agentDescendants(agent.pid);
+  const seen = () => descendantsOf(agent);
   const gone = () => `could not start: container ${agent.container} is gone (its agent's connection closed)`;
   return {
     async launch(spec: AttemptSpec) {
@@ -179,7 +189,15 @@ export function agentLauncher(
         warnLeftovers: async () => [],
         endTree: (killGraceMs, _runCookie, hurry) =>
           endAgentTree(
-            { agent, pgid, leaderAlive: () => leaderAlive, leaderExited, attemptProcesses },
+            {
+              agent,
+              pgid,
+              leaderAlive: () => leaderAlive,
+              leaderExited,
+              attemptProcesses,
+              descendants: seen,
+              others,
+            },
             killGraceMs,
             hurry,
           ),
@@ -196,12 +214,16 @@ interface AgentTree {
   leaderAlive: () => boolean;
   leaderExited: Promise<void>;
   attemptProcesses: () => ProcEntry[];
+  /** every live descendant of the agent: what this attempt and earlier ones left in its container */
+  descendants: () => ProcEntry[];
+  others: () => readonly AgentLike[];
 }
 
 /**
- * SIGTERM to the group through the agent, the grace window in which the attempt may end by
- * itself (Exited), then SIGKILL to the group and to every descendant of the agent (`tree`):
- * a stop ends the run, so what earlier tasks of this container left goes too.
+ * SIGTERM through the agent, the grace window in which the attempt may end by itself (Exited),
+ * then SIGKILL to the group and to every descendant of the agent (`tree`): a stop ends the run,
+ * so what earlier tasks of this container left goes too. What they left in other containers
+ * gets its SIGTERM now too, and the rest of this grace before the fence at the end of the run.
  */
 async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortSignal): Promise<TreeEnd> {
   const graceStartedAt = performance.now();
@@ -209,8 +231,18 @@ async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortS
   if (killGraceMs > 0) {
     // By group id while the leader is unreaped (the agent reaps it at once when it exits); after
     // that the group's members one by one, so a recycled group id is never signalled.
-    if (tree.leaderAlive()) tell(tree.agent, -tree.pgid, "SIGTERM");
-    else for (const entry of tree.attemptProcesses()) tell(tree.agent, entry.pid, "SIGTERM");
+    // Each process gets SIGTERM once (a second one reads as "stop now, skip the clean-up"): the
+    // group by id while the leader is unreaped, then what left the group one by one, and what
+    // earlier tasks left in this container, as a stop ends the run.
+    const byGroup = tree.leaderAlive();
+    if (byGroup) tell(tree.agent, -tree.pgid, "SIGTERM");
+    for (const entry of tree.descendants()) {
+      if (!byGroup || entry.pgrp !== tree.pgid) tell(tree.agent, entry.pid, "SIGTERM");
+    }
+    for (const other of tree.others()) {
+      if (other === tree.agent || other.lost) continue;
+      for (const entry of descendantsOf(other)) tell(other, entry.pid, "SIGTERM");
+    }
     while (performance.now() < graceEndsAt && !hurry?.aborted) {
       const wait = Math.min(POLL_MS, Math.max(1, graceEndsAt - performance.now()));
       if (tree.leaderAlive()) await within(tree.leaderExited, wait);

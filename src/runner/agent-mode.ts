@@ -8,7 +8,7 @@ import { join, posix } from "node:path";
 import { z } from "zod";
 import type { TaskSpec } from "../api/playbook.js";
 import { type AgentHub, openAgentHub } from "./agent-hub.js";
-import { type AgentLike, agentDescendants, agentLauncher } from "./agent-launcher.js";
+import { type AgentLike, agentLauncher, descendantsOf } from "./agent-launcher.js";
 import type { Containment } from "./containment.js";
 import type { Launcher } from "./launcher.js";
 
@@ -45,6 +45,8 @@ export interface AgentRun {
   };
   /** containers whose agent did not say hello in time: the run starts nothing */
   missing?: readonly string[];
+  /** per task (by index), its container as the controller resolved it (the plan's `tasks`) */
+  taskContainers?: readonly string[];
 }
 
 /**
@@ -55,6 +57,7 @@ export async function openAgentRun(
   containers: Readonly<Record<string, string>>,
   runDir: string,
   helloMs: number,
+  taskContainers?: readonly string[],
 ): Promise<{ run: AgentRun; hub: AgentHub; problem?: string }> {
   mkdirSync(runDir, { recursive: true });
   const expect = Object.keys(containers);
@@ -76,7 +79,14 @@ export async function openAgentRun(
   return {
     hub,
     ...(problem !== undefined ? { problem } : {}),
-    run: { containers, runDir, agent: agentOf, agents: () => hub.agents(), missing },
+    run: {
+      containers,
+      runDir,
+      agent: agentOf,
+      agents: () => hub.agents(),
+      missing,
+      ...(taskContainers ? { taskContainers } : {}),
+    },
   };
 }
 
@@ -98,13 +108,16 @@ export function taskContainersFrom(env: NodeJS.ProcessEnv): Record<string, strin
 }
 
 /**
- * The container a task runs in: the one the controller resolved into the plan (`container`), else
+ * The container a task runs in: the one the controller resolved into the plan (`planned`), else
  * the only one, else the first whose image is the task's.
  */
-export function containerOfTask(task: TaskSpec, containers: Readonly<Record<string, string>>): string {
-  const named = (task as { container?: string }).container;
+export function containerOfTask(
+  task: TaskSpec,
+  containers: Readonly<Record<string, string>>,
+  planned?: string,
+): string {
   const names = Object.keys(containers);
-  if (named !== undefined) return named;
+  if (planned !== undefined) return planned;
   if (names.length === 1) return names[0] as string;
   const image = (task as { image?: string }).image;
   return names.find((name) => containers[name] === image) ?? (names[0] as string);
@@ -129,6 +142,7 @@ export function agentLaunchers(run: AgentRun): (container: string) => Launcher |
     const seenRunDir = run.local?.seenRunDir;
     const launcher = agentLauncher(
       agent,
+      () => run.agents(),
       seenRunDir === undefined ? undefined : (attemptId) => posix.join(seenRunDir, "cancel", attemptId),
     );
     made.set(container, launcher);
@@ -150,7 +164,7 @@ export function agentContainment(run: AgentRun, spare: readonly number[] = [proc
     const owner = new Map<number, AgentLike>();
     for (const agent of run.agents()) {
       if (agent.lost) continue;
-      for (const entry of agentDescendants(agent.pid)) owner.set(entry.pid, agent);
+      for (const entry of descendantsOf(agent)) owner.set(entry.pid, agent);
     }
     return owner;
   };

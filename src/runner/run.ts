@@ -168,7 +168,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       const container = agents
         ? agents.local
           ? agents.local.containerOf(index)
-          : containerOfTask(task, agents.containers)
+          : containerOfTask(task, agents.containers, agents.taskContainers?.[index])
         : null;
       const launcher = container !== null ? launcherOf?.(container) : undefined;
       // An agent that never said hello (the runner waited for every one) fails the run before
