@@ -151,6 +151,23 @@ describe("playbook run: tasks in their own images through podman", () => {
     expect(await runContainers()).toEqual([]);
   });
 
+  it("ends what an earlier task left in another image's container when a later task times out", async () => {
+    const mark = `local-leftover-${process.pid}`;
+    const file = manifest({
+      killGrace: "1s",
+      tasks: [
+        // Succeeds, leaving a process that ignores SIGTERM in its container.
+        { name: "leave", image: TASK_IMAGES.debian, run: `spin hold ${mark} >/dev/null 2>&1 & echo left` },
+        { name: "slow", image: TASK_IMAGES.static, run: `spin tree ${mark} quiet`, timeout: "2s" },
+      ],
+    });
+    const result = await cliTimed(["run", "-f", file]);
+    expect(result.code, result.stderr).toBe(1);
+    expect(result.stderr).toContain("playbook: run Failed (TaskTimeout)");
+    expect(processesWith(mark)).toEqual([]);
+    expect(await runContainers()).toEqual([]);
+  });
+
   it("gives a cooperative task its cancel file in its container", async () => {
     const file = manifest({
       killGrace: "10s",
