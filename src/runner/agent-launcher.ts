@@ -13,6 +13,7 @@ import { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Agent, AgentTask } from "./agent-hub.js";
 import type { AttemptSpec } from "./attempt.js";
+import { writeCancelFile } from "./cancel-file.js";
 import { KILL_CONFIRM_MS, type Launched, type Launcher, type TreeEnd, within } from "./launcher.js";
 import { ATTEMPT_ID_VAR, CANCEL_FILE_VAR } from "./process-table.js";
 
@@ -105,10 +106,19 @@ export function agentDescendants(root: number, processes = liveProcesses()): Pro
 }
 
 /** Starts attempts through `agent`, the agent of one task container. */
+/** Which attempt of the run a process of a task container belongs to (agent-mode.ts). */
+export interface AttemptsSeen {
+  /** notes an attempt's start in `container` (its leader's start in clock ticks) */
+  started(container: string, attemptId: string, startedFrom: number): void;
+  /** the attempts that processes still alive in the task containers belong to */
+  liveAttempts(): Set<string>;
+}
+
 export function agentLauncher(
   agent: AgentLike,
   /** the run's other agents: what earlier tasks left in their containers gets SIGTERM with a stop */
   others: () => readonly AgentLike[] = () => [],
+  attempts?: AttemptsSeen,
   /** the cancel file's path as the task sees it, where it differs from the runner's (a local run) */
   cancelFileSeen?: (attemptId: string) => string,
 ): Launcher {
@@ -173,6 +183,7 @@ export function agentLauncher(
       }
       const pgid = started.pid;
       const startedFrom = seen().find((entry) => entry.pid === pgid)?.start ?? 0;
+      attempts?.started(agent.container, spec.attemptId, startedFrom);
       /** the attempt's live processes: the agent's descendants in its group or started since */
       const attemptProcesses = () =>
         seen().filter((entry) => entry.pgrp === pgid || entry.start >= startedFrom);
@@ -184,9 +195,18 @@ export function agentLauncher(
         leaderExited,
         exit: () => exit,
         lost: lostPromise,
-        // Another uid's environment cannot be read, so earlier attempts are not told apart:
-        // what they left running is told by the end of the run (SIGTERM, grace, the fence).
-        warnLeftovers: async () => [],
+        // Another uid's environment cannot be read: a process is an attempt's by its container
+        // and its start (after the attempt's leader, before the next attempt's there).
+        async warnLeftovers(_runCookie, text) {
+          const failures: string[] = [];
+          for (const id of attempts?.liveAttempts() ?? []) {
+            if (id === spec.attemptId) continue;
+            const path = spec.cancelFileOf(id);
+            const written = writeCancelFile(path, text);
+            if (!written.written) failures.push(`cancel file ${path}: ${written.reason}`);
+          }
+          return failures;
+        },
         endTree: (killGraceMs, _runCookie, hurry) =>
           endAgentTree(
             {

@@ -8,7 +8,7 @@ import { join, posix } from "node:path";
 import { z } from "zod";
 import type { TaskSpec } from "../api/playbook.js";
 import { type AgentHub, openAgentHub } from "./agent-hub.js";
-import { type AgentLike, agentLauncher, descendantsOf } from "./agent-launcher.js";
+import { type AgentLike, type AttemptsSeen, agentLauncher, descendantsOf } from "./agent-launcher.js";
 import type { Containment } from "./containment.js";
 import type { Launcher } from "./launcher.js";
 
@@ -131,8 +131,40 @@ export function agentCancelFileOf(runDir: string): (attemptId: string) => string
   return (attemptId) => join(dir, attemptId);
 }
 
+/**
+ * The run's attempts by container and start, so that a live process of a task container is
+ * told to the attempt it belongs to (its cancel file) without reading its environment.
+ */
+export function attemptsSeen(run: AgentRun): AttemptsSeen {
+  const byContainer = new Map<string, { attemptId: string; startedFrom: number }[]>();
+  return {
+    started(container, attemptId, startedFrom) {
+      const list = byContainer.get(container) ?? [];
+      list.push({ attemptId, startedFrom });
+      byContainer.set(container, list);
+    },
+    liveAttempts() {
+      const live = new Set<string>();
+      for (const agent of run.agents()) {
+        const list = byContainer.get(agent.container);
+        if (agent.lost || !list) continue;
+        for (const entry of descendantsOf(agent)) {
+          // The latest attempt there that started no later than the process.
+          let owner: string | undefined;
+          for (const attempt of list) if (attempt.startedFrom <= entry.start) owner = attempt.attemptId;
+          if (owner !== undefined) live.add(owner);
+        }
+      }
+      return live;
+    },
+  };
+}
+
 /** One launcher per container, made when first needed. */
-export function agentLaunchers(run: AgentRun): (container: string) => Launcher | null {
+export function agentLaunchers(
+  run: AgentRun,
+  attempts?: AttemptsSeen,
+): (container: string) => Launcher | null {
   const made = new Map<string, Launcher>();
   return (container) => {
     const known = made.get(container);
@@ -143,6 +175,7 @@ export function agentLaunchers(run: AgentRun): (container: string) => Launcher |
     const launcher = agentLauncher(
       agent,
       () => run.agents(),
+      attempts,
       seenRunDir === undefined ? undefined : (attemptId) => posix.join(seenRunDir, "cancel", attemptId),
     );
     made.set(container, launcher);
@@ -158,7 +191,11 @@ const FENCE_ANSWER_MS = 5000;
  * agent (a child subreaper), and the fence ends whatever the tasks did to their session or
  * environment. `spare` adds pids the fence must leave (the runner's own, when it shares the uid).
  */
-export function agentContainment(run: AgentRun, spare: readonly number[] = [process.pid]): Containment {
+export function agentContainment(
+  run: AgentRun,
+  spare: readonly number[] = [process.pid],
+  attempts?: AttemptsSeen,
+): Containment {
   const names = Object.keys(run.containers);
   const owners = () => {
     const owner = new Map<number, AgentLike>();
@@ -176,6 +213,7 @@ export function agentContainment(run: AgentRun, spare: readonly number[] = [proc
       "a fence that kills every process in the pod's process namespace but the agents",
     command: (runText) => ({ file: "sh", args: ["-c", runText] }),
     members: () => [...owners().keys()],
+    ...(attempts ? { liveAttempts: () => attempts.liveAttempts() } : {}),
     signal(pid, signal) {
       const agent = owners().get(pid);
       if (!agent) return;

@@ -17,6 +17,7 @@ import {
   agentCancelFileOf,
   agentContainment,
   agentLaunchers,
+  attemptsSeen,
   containerOfTask,
 } from "./agent-mode.js";
 import {
@@ -27,7 +28,7 @@ import {
   type OpenPipes,
   runAttempt,
 } from "./attempt.js";
-import { writeCancelFilesOf } from "./cancel-file.js";
+import { writeCancelFile, writeCancelFilesOf } from "./cancel-file.js";
 import { type Containment, openContainment } from "./containment.js";
 import { oomCounter } from "./oom.js";
 import { killUntilGone, PROC, type ProcessTable, sendSignal } from "./process-table.js";
@@ -118,13 +119,14 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const table = options.processTable ?? PROC;
   const emit = options.onEvent ?? (() => {});
   const agents = options.agents;
+  const attempts = agents ? attemptsSeen(agents) : undefined;
   // A local run brings its own: its host tasks' and its containers' (local-run.ts).
   const containment = options.containment
     ? options.containment(runId)
     : agents
-      ? agentContainment(agents)
+      ? agentContainment(agents, undefined, attempts)
       : openContainment(runId);
-  const launcherOf = agents ? agentLaunchers(agents) : null;
+  const launcherOf = agents ? agentLaunchers(agents, attempts) : null;
   emit({ type: "containment", kind: containment.kind, description: containment.description });
   const oom = oomCounter();
   const outcomes: TaskOutcome[] = options.tasks.map((task) => ({
@@ -377,6 +379,21 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
   return outcome.phase;
 }
 
+/** Writes the cancel file of each of `attempts`; returns what could not be written. */
+function writeCancelFilesFor(
+  attempts: Iterable<string>,
+  fileOf: (attemptId: string) => string,
+  text: string,
+): string[] {
+  const failures: string[] = [];
+  for (const id of attempts) {
+    const path = fileOf(id);
+    const written = writeCancelFile(path, text);
+    if (!written.written) failures.push(`cancel file ${path}: ${written.reason}`);
+  }
+  return failures;
+}
+
 interface Sweep {
   runCookie: string;
   /** nothing started before the run's first process can be one of its processes */
@@ -412,13 +429,9 @@ async function sweepLeftovers(
   let warnings: string[] = [];
   // Warned already means they were told with the task that stopped the run: no second SIGTERM.
   if (!sweep.alreadyWarned && sweep.graceMs > 0) {
-    warnings = await writeCancelFilesOf(
-      sweep.table,
-      initial,
-      sweep.runCookie,
-      sweep.cancelFileOf,
-      sweep.cancelText,
-    );
+    warnings = containment.liveAttempts
+      ? writeCancelFilesFor(containment.liveAttempts(), sweep.cancelFileOf, sweep.cancelText)
+      : await writeCancelFilesOf(sweep.table, initial, sweep.runCookie, sweep.cancelFileOf, sweep.cancelText);
     for (const pid of initial) (containment.signal ?? sendSignal)(pid, "SIGTERM");
   }
   const graceEnds = performance.now() + sweep.graceMs;

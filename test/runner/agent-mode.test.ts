@@ -283,7 +283,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
           {
             name: "service",
             run:
-              `sh -c '${record(ws, "holder")}; trap "" TERM; echo holder up; exec sleep 300' & ` +
+              `sh -c '${record(ws, "holder")}; trap "cp \\"\\$PLAYBOOK_CANCEL_FILE\\" ${ws}/holder.cancel" TERM; echo holder up; while :; do sleep 0.1; done' & ` +
               `setsid env -i /bin/sh -c 'trap "" TERM; ${record(ws, "escapee")}; exec /bin/sleep 300' >/dev/null 2>&1 & ` +
               `while [ ! -e ${ws}/escapee.pid ] || [ ! -e ${ws}/holder.pid ]; do sleep 0.02; done; echo leaving`,
           },
@@ -296,7 +296,9 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report).toMatchObject({ phase: "Succeeded", ct: "agents" });
     expect(run.stdout).toContain("[next] next ran");
     expect(run.stdout).toContain("[service] holder up");
-    expect(run.stderr).toContain("ended 2 process(es) that tasks left running");
+    expect(run.stderr).toMatch(/ended \d+ process\(es\) that tasks left running/);
+    // Told first through its attempt's cancel file, readable by the task's user.
+    expect(readFileSync(join(ws, "holder.cancel"), "utf8")).toMatch(/^Succeeded: the run is over, stop now/);
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
   });
 
@@ -373,7 +375,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
           {
             name: "service",
             run:
-              `sh -c 'trap "touch ${ws}/service.term" TERM; ${record(ws, "service")}; while :; do sleep 0.1; done' >/dev/null 2>&1 & ` +
+              `sh -c 'trap "cp \\"\\$PLAYBOOK_CANCEL_FILE\\" ${ws}/service.cancel; touch ${ws}/service.term" TERM; ${record(ws, "service")}; while :; do sleep 0.1; done' >/dev/null 2>&1 & ` +
               `while [ ! -e ${ws}/service.pid ]; do sleep 0.02; done`,
           },
           { name: "slow", timeout: "1s", run: "echo slow; sleep 300" },
@@ -384,6 +386,8 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report).toMatchObject({ phase: "Failed", reason: "TaskTimeout", ct: "agents" });
     expect(run.report.tasks[1]).toMatchObject({ p: "TimedOut", l: "TaskTimeout", e: "Exited" });
     expect(readdirSync(ws)).toContain("service.term");
+    // Its own attempt's cancel file, written before the SIGTERM it shares with the stopped task.
+    expect(readFileSync(join(ws, "service.cancel"), "utf8")).toMatch(/^TaskTimeout: slow passed its limit/);
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
   });
 
