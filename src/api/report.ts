@@ -52,6 +52,8 @@ export const ReportTaskSchema = z.strictObject({
     .optional(),
   /** extra detail, e.g. the last line of output of a failed task */
   m: z.string().optional(),
+  /** 1: it names an image but ran on the host (`playbook run --on-host`) */
+  h: z.literal(1).optional(),
   /** the task container that ended under the task (OOMKilled, killed): the task failed with it */
   k: z
     .string()
@@ -97,6 +99,8 @@ export interface TaskOutcome {
   startTime?: Date;
   completionTime?: Date;
   detail?: string;
+  /** it names an image but ran on the host (`playbook run --on-host`) */
+  onHost?: boolean;
   /** the task container (task-K) that ended under the task, failing it (agent mode) */
   lostContainer?: string;
 }
@@ -135,6 +139,7 @@ function toReportTask(task: TaskOutcome, start: number): ReportTask {
     ];
   }
   if (task.detail) out.m = task.detail;
+  if (task.onHost) out.h = 1;
   if (task.lostContainer) out.k = task.lostContainer;
   return out;
 }
@@ -370,6 +375,9 @@ function describeTask(
   }
 }
 
+/** What the status says of a task that names an image and ran on the host. */
+export const ON_HOST_NOTE = "ran on the host, not in its image (playbook run --on-host)";
+
 export interface ExpandedReport {
   tasks: TaskStatus[];
   reason: RunnerReason;
@@ -410,7 +418,8 @@ export function expandReport(
       status.startTime = new Date(start + task.t[0]).toISOString();
       status.completionTime = new Date(start + task.t[1]).toISOString();
     }
-    const message = describeTask(task, index, limits, context);
+    const described = describeTask(task, index, limits, context);
+    const message = task.h ? `${described ? `${described}; ` : ""}${ON_HOST_NOTE}` : described;
     if (message) status.message = message;
     return status;
   });

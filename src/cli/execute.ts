@@ -19,7 +19,9 @@ import {
   RUN_DIR_VAR,
   taskContainersFrom,
 } from "../runner/agent-mode.js";
+import type { LocalRun } from "../runner/local-run.js";
 import { runPlaybook } from "../runner/run.js";
+import type { LocalImages } from "./local-images.js";
 import { Progress } from "./progress.js";
 
 export interface ExecuteOptions {
@@ -34,6 +36,10 @@ export interface ExecuteOptions {
   reportPath?: string;
   /** spec.cancel: the run is cancelled before its first task, as the controller cancels it before its pod */
   cancelled?: boolean;
+  /** `playbook run`: how the tasks that name an image run (local-images.ts) */
+  images?: LocalImages;
+  /** spec.resources: its limits apply to each local task container */
+  resources?: { limits?: Record<string, string | number> };
   /**
    * The pod runner: when $PLAYBOOK_TASK_CONTAINERS is set, tasks run in their containers through
    * the agents (src/runner/agent-mode.ts).
@@ -95,6 +101,17 @@ function writeReport(path: string, text: string, progressOut: NodeJS.WritableStr
   }
 }
 
+/** Where each task that names an image runs, as the progress says it. */
+function describePlacement(images: LocalImages | undefined): (string | undefined)[] | undefined {
+  if (!images) return undefined;
+  if (images.mode === "host") {
+    return images.images.map((image) => (image ? `on the host, not in ${image} (--on-host)` : undefined));
+  }
+  return images.images.map((image, index) =>
+    image ? `in ${image} (${images.engine.kind}, container ${images.containerOf[index]})` : undefined,
+  );
+}
+
 export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult> {
   // Progress is best effort: a closed reader (EPIPE) must not crash the runner and orphan the
   // tasks' process groups. The listener stays for the life of the process.
@@ -111,6 +128,8 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     outputBytes: bytes,
     outputOnTerminal:
       options.output === options.progressOut || (options.output as { isTTY?: boolean }).isTTY === true,
+    where: describePlacement(options.images),
+    startsContainers: options.images?.mode === "containers",
   });
   const cancel = new AbortController();
   const hurry = new AbortController();
@@ -135,6 +154,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
   }
   const containers = options.agentMode ? taskContainersFrom(process.env) : null;
   let agentRun: Awaited<ReturnType<typeof openAgentRun>> | null = null;
+  let local: LocalRun | undefined;
   try {
     progress.begin(options.name, options.tasks.length, options.runStart);
     if (containers) {
@@ -143,7 +163,39 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       agentRun = await openAgentRun(containers, runDir, helloMs, options.taskContainers);
       if (agentRun.problem) options.progressOut.write(`playbook: ${agentRun.problem}; nothing is run\n`);
     }
+    if (options.images?.mode === "host") {
+      const named = options.tasks.filter((_, index) => options.images?.images[index] !== undefined);
+      progress.say(
+        `playbook: --on-host: ${named.map((task) => task.name).join(", ")} run${named.length === 1 ? "s" : ""} on this machine, not in ${named.length === 1 ? "its image" : "their images"}`,
+      );
+    }
+    const images = options.images;
+    if (images?.mode === "containers" && !cancel.signal.aborted) {
+      // The agent hub and the engine's client only for a run with task containers.
+      const { startLocalRun } = await import("../runner/local-run.js");
+      try {
+        local = await startLocalRun({
+          engine: images.engine,
+          agent: images.agent,
+          containers: images.containers,
+          runId: localRunId(),
+          startTimeoutMs: options.limits.startTimeout.ms,
+          limits: containerLimits(options.resources),
+          cancelSignal: cancel.signal,
+          tasksOf: (container) =>
+            options.tasks
+              .filter((_, index) => images.containerOf[index] === container)
+              .map((task) => task.name),
+          say: (line) => progress?.say(line),
+        });
+      } catch (error) {
+        // Ctrl-C while they started: they are gone already, and the run is Cancelled before its
+        // first task, reported as any cancelled run is.
+        if (!cancel.signal.aborted) throw error;
+      }
+    }
     const outcome = await runPlaybook({
+      ...(local && images?.mode === "containers" ? local.runOptions(images.containerOf) : {}),
       tasks: options.tasks,
       limits: options.limits,
       runStart: options.runStart,
@@ -154,6 +206,13 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       onEvent: (event) => progress.event(event),
       ...(agentRun ? { agents: agentRun.run } : {}),
     });
+    if (options.images?.mode === "host") {
+      const { images } = options.images;
+      for (const [index, task] of outcome.tasks.entries()) {
+        if (images[index] !== undefined && task.phase !== "Skipped" && task.phase !== "Pending")
+          task.onHost = true;
+      }
+    }
     const reportText = encodeReport(outcome);
     if (options.reportPath) writeReport(options.reportPath, reportText, options.progressOut);
     const report = decodeReport(reportText, options.tasks.length);
@@ -163,7 +222,25 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     while (sink.writableLength > 0) await new Promise((resolve) => setTimeout(resolve, 1));
     return { outcome, report, reportText, interrupted };
   } finally {
+    // Whatever ended the run (a limit, Ctrl-C, an engine's error): no container is left.
+    await local?.close();
     await agentRun?.hub.close();
     for (const signal of signals) process.off(signal, onSignal);
   }
+}
+
+/** Names the run's containers apart from any other run's on this machine. */
+function localRunId(): string {
+  return `${process.pid.toString(16)}-${Math.floor(Math.random() * 2 ** 32)
+    .toString(16)
+    .padStart(8, "0")}`;
+}
+
+/** spec.resources.limits as the engines take them (--memory, --cpus). */
+function containerLimits(resources: ExecuteOptions["resources"]): { memory?: string; cpu?: string } {
+  const limits = resources?.limits ?? {};
+  return {
+    ...(limits.memory !== undefined ? { memory: String(limits.memory) } : {}),
+    ...(limits.cpu !== undefined ? { cpu: String(limits.cpu) } : {}),
+  };
 }

@@ -64,6 +64,7 @@ const RunFlags = z.strictObject({
     .optional(),
   report: z.string().min(1).optional(),
   policy: z.string().min(1).optional(),
+  onHost: z.boolean().optional(),
 });
 
 async function runCommand(flags: unknown): Promise<number> {
@@ -73,11 +74,18 @@ async function runCommand(flags: unknown): Promise<number> {
   const { cgroupAvailable } = await import("../runner/containment.js");
   const { relaunchUnderSubreaper } = await import("../runner/subreaper.js");
   relaunchUnderSubreaper(cgroupAvailable);
-  const { playbook, defaults } = await readChecked(parsed.filename, parsed.policy);
+  const { playbook, defaults, defaultImage } = await readChecked(parsed.filename, parsed.policy);
   const limits = resolveLimits(playbook.spec, defaults);
+  // Tasks that name an image (or whose policy's default does): their engine, or --on-host, is
+  // settled before anything runs.
+  const { prepareLocalImages } = await import("./local-images.js");
+  const images = await prepareLocalImages(playbook.spec, parsed.onHost === true, defaultImage);
+  if (images && "error" in images) throw new UsageError(images.error);
   // The runner (and node:crypto, node:child_process) only for the commands that run tasks.
   const { executeRun } = await import("./execute.js");
   const result = await executeRun({
+    images,
+    resources: playbook.spec.resources,
     name: playbook.metadata.name,
     tasks: playbook.spec.tasks,
     limits,
@@ -89,6 +97,13 @@ async function runCommand(flags: unknown): Promise<number> {
   });
   if (parsed.output) {
     const status = statusFromReport(result.report, limits, new Date(), [], playbook.metadata.generation);
+    // The image each task ran in: in its container (not --on-host, which the message says).
+    if (images?.mode === "containers") {
+      for (const [index, task] of (status.tasks ?? []).entries()) {
+        const image = images.images[index];
+        if (image !== undefined && task.attempts > 0) task.image = image;
+      }
+    }
     const object = { ...playbook, status };
     process.stdout.write(
       parsed.output === "json"
@@ -239,6 +254,10 @@ export function buildProgram(
       "--policy <file>",
       "a PlaybookPolicy manifest: refuse what it refuses and take its defaults, as in its namespace",
     )
+    .option(
+      "--on-host",
+      "run the tasks that name an image on this machine instead of in their image (podman or docker)",
+    )
     .addHelpText(
       "after",
       `\nExit codes: 0 succeeded, 1 failed (any reason), 2 invalid input (nothing was run), 130 interrupted.\n${reasonsHelp()}`,
@@ -283,8 +302,13 @@ function describeFailure(error: unknown): { code: number; message: string } {
     const helpful = new InvalidPlaybookError(error.source, error.problems.map(helpfulProblem));
     return { code: EXIT.invalid, message: helpful.message };
   }
-  if (error instanceof UsageError || error instanceof InvalidPolicyFileError)
-    return { code: EXIT.invalid, message: `playbook: ${error.message}` };
+  // LocalStartError (src/runner/local-run.ts, not loaded here): the task containers did not start.
+  if (
+    error instanceof UsageError ||
+    error instanceof InvalidPolicyFileError ||
+    (error as Error | undefined)?.name === "LocalStartError"
+  )
+    return { code: EXIT.invalid, message: `playbook: ${error instanceof Error ? error.message : ""}` };
   if (error instanceof z.ZodError) {
     return {
       code: EXIT.invalid,

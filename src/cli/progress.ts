@@ -10,9 +10,13 @@ export function showLimit(limit: EffectiveLimit): string {
   return `${formatDuration(limit.ms)} (${limit.source})`;
 }
 
-/** The start timeout bounds a cluster pod's wait to start; a local run has no pod to wait for. */
-export function showStartTimeout(limit: EffectiveLimit): string {
-  return `startTimeout ${formatDuration(limit.ms)} (${limit.source}; on a cluster only)`;
+/**
+ * The start timeout bounds a cluster pod's wait to start; a local run has no pod to wait for, but
+ * bounds the start of its task containers (a pull included) with it.
+ */
+export function showStartTimeout(limit: EffectiveLimit, containers = false): string {
+  const where = containers ? "the task containers' start" : "on a cluster only";
+  return `startTimeout ${formatDuration(limit.ms)} (${limit.source}; ${where})`;
 }
 
 export function describeTaskLimits(task: TaskLimits, run: ResolvedLimits): string {
@@ -29,6 +33,10 @@ export interface ProgressOptions {
   outputBytes: () => number;
   /** task output goes to the same terminal, so the live line must make way for it */
   outputOnTerminal?: boolean;
+  /** the run starts task containers (the start timeout bounds their start) */
+  startsContainers?: boolean;
+  /** where each task runs when it names an image: "in postgres:16 (podman)", "on the host, not in ..." */
+  where?: readonly (string | undefined)[];
 }
 
 /** How often the live line is redrawn: twice a second, so no whole second is ever skipped. */
@@ -157,7 +165,7 @@ export class Progress {
     this.write(
       `playbook: running ${name}: ${taskCount} task${taskCount === 1 ? "" : "s"}, ceiling ${showLimit(limits.ceiling)}, ` +
         `stall ${limits.stall.ms === 0 ? "off" : formatDuration(limits.stall.ms)} (${limits.stall.source}), ` +
-        `killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}`,
+        `killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout, this.options.startsContainers)}`,
     );
   }
 
@@ -168,13 +176,16 @@ export class Progress {
         this.stopLive();
         const limits = describeTaskLimits(event.limits, this.options.limits);
         const attempt = event.attempt > 1 ? `attempt ${event.attempt}/${event.limits.retries + 1}, ` : "";
+        const where = this.options.where?.[event.index];
         if (this.options.tty) {
-          this.write(`\x1b[36m▶\x1b[0m ${event.name}  \x1b[2m(${attempt}${limits})\x1b[0m`);
+          this.write(
+            `\x1b[36m▶\x1b[0m ${event.name}${where ? ` ${where}` : ""}  \x1b[2m(${attempt}${limits})\x1b[0m`,
+          );
           this.liveLine = { outputMark: this.options.outputBytes(), startedAt: Date.now() };
           const now = Date.now();
           this.startLive({ name: event.name, startedAt: now, limits: event.limits, lastOutputAt: now });
         } else {
-          this.write(`playbook: task ${event.name} started (${attempt}${limits})`);
+          this.write(`playbook: task ${event.name} started${where ? ` ${where}` : ""} (${attempt}${limits})`);
         }
         return;
       }

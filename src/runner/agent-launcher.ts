@@ -18,7 +18,14 @@ import { KILL_CONFIRM_MS, type Launched, type Launcher, type TreeEnd, within } f
 import { ATTEMPT_ID_VAR, CANCEL_FILE_VAR } from "./process-table.js";
 
 /** The agent of one task container: what the launcher and the run use of agent-hub.ts's Agent. */
-export type AgentLike = Pick<Agent, "container" | "pid" | "lost" | "start" | "kill" | "fence" | "quit">;
+export type AgentLike = Pick<Agent, "container" | "pid" | "lost" | "start" | "kill" | "fence" | "quit"> & {
+  /**
+   * The container's live processes but the agent, numbered as the agent numbers them. Absent in
+   * a pod, where the runner shares the agents' process namespace and reads them in /proc below
+   * `pid`; a local run's containers have namespaces of their own (local-pids.ts).
+   */
+  descendants?(): ProcEntry[];
+};
 
 /** Sends a signal through the agent; one that is gone can signal nothing more. */
 function tell(agent: AgentLike, target: number | "tree", signal: string): void {
@@ -33,7 +40,7 @@ const POLL_MS = 20;
 /** How often the kill looks again for what SIGKILL has not ended yet. */
 const KILL_LOOK_MS = 10;
 
-interface ProcEntry {
+export interface ProcEntry {
   pid: number;
   ppid: number;
   pgrp: number;
@@ -73,6 +80,14 @@ function liveProcesses(): ProcEntry[] {
   return found;
 }
 
+/**
+ * An agent's descendants, numbered as it numbers them: its own view where it has one (a local
+ * run's container), else /proc below its pid (a pod's shared namespace).
+ */
+export function descendantsOf(agent: AgentLike): ProcEntry[] {
+  return agent.descendants?.() ?? agentDescendants(agent.pid);
+}
+
 /** The live descendants of `root` (an agent: the subreaper of everything its tasks started). */
 export function agentDescendants(root: number, processes = liveProcesses()): ProcEntry[] {
   const children = new Map<number, ProcEntry[]>();
@@ -104,8 +119,10 @@ export function agentLauncher(
   /** the run's other agents: what earlier tasks left in their containers gets SIGTERM with a stop */
   others: () => readonly AgentLike[] = () => [],
   attempts?: AttemptsSeen,
+  /** the cancel file's path as the task sees it, where it differs from the runner's (a local run) */
+  cancelFileSeen?: (attemptId: string) => string,
 ): Launcher {
-  const seen = () => agentDescendants(agent.pid);
+  const seen = () => descendantsOf(agent);
   const gone = () => `could not start: container ${agent.container} is gone (its agent's connection closed)`;
   return {
     async launch(spec: AttemptSpec) {
@@ -113,7 +130,7 @@ export function agentLauncher(
       const env: Record<string, string> = {};
       for (const [name, value] of Object.entries(spec.env)) if (value !== undefined) env[name] = value;
       env[ATTEMPT_ID_VAR] = spec.attemptId;
-      env[CANCEL_FILE_VAR] = spec.cancelFileOf(spec.attemptId);
+      env[CANCEL_FILE_VAR] = (cancelFileSeen ?? spec.cancelFileOf)(spec.attemptId);
       const streams = [new Readable({ read() {} }), new Readable({ read() {} })] as const;
       const endStreams = () => {
         for (const stream of streams) if (!stream.readableEnded) stream.push(null);
@@ -244,7 +261,7 @@ async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortS
     }
     for (const other of tree.others()) {
       if (other === tree.agent || other.lost) continue;
-      for (const entry of agentDescendants(other.pid)) tell(other, entry.pid, "SIGTERM");
+      for (const entry of descendantsOf(other)) tell(other, entry.pid, "SIGTERM");
     }
     while (performance.now() < graceEndsAt && !hurry?.aborted) {
       const wait = Math.min(POLL_MS, Math.max(1, graceEndsAt - performance.now()));

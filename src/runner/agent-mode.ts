@@ -4,11 +4,11 @@
 // the end of the run is a fence: every agent SIGKILLs every process it may signal in the pod's
 // shared process namespace but the agents, then quits. See docs/design.md ("Agent mode").
 import { mkdirSync } from "node:fs";
-import { join } from "node:path";
+import { join, posix } from "node:path";
 import { z } from "zod";
 import type { TaskSpec } from "../api/playbook.js";
 import { type AgentHub, openAgentHub } from "./agent-hub.js";
-import { type AgentLike, type AttemptsSeen, agentDescendants, agentLauncher } from "./agent-launcher.js";
+import { type AgentLike, type AttemptsSeen, agentLauncher, descendantsOf } from "./agent-launcher.js";
 import type { Containment } from "./containment.js";
 import type { Launcher } from "./launcher.js";
 
@@ -32,6 +32,17 @@ export interface AgentRun {
   agent(container: string): AgentLike | null;
   /** every agent that said hello */
   agents(): AgentLike[];
+  /**
+   * A local run (`playbook run`, local-run.ts): each task's container, null for a task that runs
+   * on the host (it names no image); the run dir as the tasks see it (/playbook/run), where the
+   * runner's is elsewhere; and the environment each container's image sets, which its tasks
+   * start from instead of the runner's.
+   */
+  local?: {
+    containerOf(index: number): string | null;
+    seenRunDir: string;
+    baseEnv(container: string): Record<string, string>;
+  };
   /** containers whose agent did not say hello in time: the run starts nothing */
   missing?: readonly string[];
   /** per task (by index), its container as the controller resolved it (the plan's `tasks`) */
@@ -137,7 +148,7 @@ export function attemptsSeen(run: AgentRun): AttemptsSeen {
       for (const agent of run.agents()) {
         const list = byContainer.get(agent.container);
         if (agent.lost || !list) continue;
-        for (const entry of agentDescendants(agent.pid)) {
+        for (const entry of descendantsOf(agent)) {
           // The latest attempt there that started no later than the process.
           let owner: string | undefined;
           for (const attempt of list) if (attempt.startedFrom <= entry.start) owner = attempt.attemptId;
@@ -160,7 +171,13 @@ export function agentLaunchers(
     if (known) return known;
     const agent = run.agent(container);
     if (!agent) return null;
-    const launcher = agentLauncher(agent, () => run.agents(), attempts);
+    const seenRunDir = run.local?.seenRunDir;
+    const launcher = agentLauncher(
+      agent,
+      () => run.agents(),
+      attempts,
+      seenRunDir === undefined ? undefined : (attemptId) => posix.join(seenRunDir, "cancel", attemptId),
+    );
     made.set(container, launcher);
     return launcher;
   };
@@ -184,7 +201,7 @@ export function agentContainment(
     const owner = new Map<number, AgentLike>();
     for (const agent of run.agents()) {
       if (agent.lost) continue;
-      for (const entry of agentDescendants(agent.pid)) owner.set(entry.pid, agent);
+      for (const entry of descendantsOf(agent)) owner.set(entry.pid, agent);
     }
     return owner;
   };

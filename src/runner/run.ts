@@ -120,9 +120,12 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const emit = options.onEvent ?? (() => {});
   const agents = options.agents;
   const attempts = agents ? attemptsSeen(agents) : undefined;
-  const containment = agents
-    ? agentContainment(agents, undefined, attempts)
-    : (options.containment ?? openContainment)(runId);
+  // A local run brings its own: its host tasks' and its containers' (local-run.ts).
+  const containment = options.containment
+    ? options.containment(runId)
+    : agents
+      ? agentContainment(agents, undefined, attempts)
+      : openContainment(runId);
   const launcherOf = agents ? agentLaunchers(agents, attempts) : null;
   emit({ type: "containment", kind: containment.kind, description: containment.description });
   const oom = oomCounter();
@@ -165,7 +168,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       outcome.phase = "Running";
       outcome.startTime = new Date();
       const container = agents
-        ? containerOfTask(task, agents.containers, agents.taskContainers?.[index])
+        ? agents.local
+          ? agents.local.containerOf(index)
+          : containerOfTask(task, agents.containers, agents.taskContainers?.[index])
         : null;
       const launcher = container !== null ? launcherOf?.(container) : undefined;
       // An agent that never said hello (the runner waited for every one) fails the run before
@@ -194,10 +199,13 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           taskName: task.name,
           run: task.run,
           command: containment.command,
-          env: { ...baseEnv, ...Object.fromEntries(task.env.map((v) => [v.name, v.value])) },
+          env: {
+            ...(container !== null && agents?.local ? agents.local.baseEnv(container) : baseEnv),
+            ...Object.fromEntries(task.env.map((v) => [v.name, v.value])),
+          },
           // In a task container a relative workingDir is the container's (its agent's working
           // directory, /workspace), not the runner's.
-          cwd: agents ? task.workingDir : task.workingDir ? resolve(task.workingDir) : undefined,
+          cwd: container !== null ? task.workingDir : task.workingDir ? resolve(task.workingDir) : undefined,
           attemptId,
           runCookie,
           runStartedFrom: firstStart,

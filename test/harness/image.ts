@@ -138,7 +138,7 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
  * A minimal Debian bookworm root (`debootstrap --variant=minbase`), slimmed as the official slim
  * images are, cached under ~/.cache/playbook-controller/base: about a minute the first time.
  */
-async function debianRoot(log: Log): Promise<string> {
+export async function debianRoot(log: Log): Promise<string> {
   const root = path.join(baseCacheDir(), "bookworm-minbase");
   const done = `${root}.done`;
   if (existsSync(done)) return root;

@@ -1,0 +1,347 @@
+// `npm run bench:images [-- --quick] [-- --rounds=N] [-- --results-file=F]`: tasks in their own
+// images (issue 20) on a real node of their own (containerd under Kubernetes' kubelet; root, and no
+// other real node running: take /tmp/playbook-real-node.lock), each against a reference measured
+// in the same run, printed as ratios:
+//   task_image_start: pod creation (seen by a watch) -> first line of output of the first task, a
+//     Playbook with tasks in three images, vs a plain pod running the same command (`spin stamp`,
+//     which prints the time it ran) in the same image on the same node. Medians.
+//   task_image_kill_p99_100procs: a 100-process tree in a task container (Debian image), its task
+//     timeout passed -> every process dead, vs GNU `timeout -s KILL` of the same tree in a plain
+//     pod of that image. The deadline is the tree leader's start + the timeout (both timers start
+//     just before the leader); death is seen from this machine by `spin watch`, which polls the
+//     100 pids' /proc/PID/stat every 200 us. p99 (nearest rank) of each.
+import { execFile } from "node:child_process";
+import { appendFileSync, mkdtempSync, readFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { promisify } from "node:util";
+import { CoreV1Api, CustomObjectsApi, KubeConfig, type V1Pod, Watch } from "@kubernetes/client-node";
+import { pino } from "pino";
+import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
+import { loadControllerConfig } from "../../src/controller/config.js";
+import { PlaybookController } from "../../src/controller/controller.js";
+import { makeClients } from "../../src/runtime/kube-config.js";
+import { repoRoot } from "../harness/binaries.js";
+import { startDevCluster } from "../harness/dev-cluster.js";
+import { waitFor } from "../harness/processes.js";
+import { projectImageArchive, projectImageName } from "../harness/real-node/images.js";
+import { SPIN, TASK_IMAGE_KINDS, TASK_IMAGES, taskImageArchive } from "../harness/task-images.js";
+import { median, meetsTarget, percentile, ratio } from "./stats.js";
+
+const run = promisify(execFile);
+const args = new Map(process.argv.slice(2).map((a) => a.replace(/^--/, "").split("=") as [string, string]));
+const quick = args.has("quick");
+const START_ROUNDS = Number(args.get("start-rounds") ?? args.get("rounds") ?? (quick ? 2 : 7));
+const KILL_ROUNDS = Number(args.get("kill-rounds") ?? args.get("rounds") ?? (quick ? 3 : 20));
+const RESULTS_FILE = args.get("results-file");
+const TIMEOUT_S = 3;
+const PROCS = 100;
+
+const log = (message: string) => process.stderr.write(`bench:images: ${message}\n`);
+
+interface Comparison {
+  name: string;
+  ours: number;
+  reference: number;
+  unit: string;
+  ratio: number | null;
+  target: string;
+  note: string;
+}
+const results: Comparison[] = [];
+function record(comparison: Comparison): void {
+  results.push(comparison);
+  if (RESULTS_FILE) appendFileSync(RESULTS_FILE, `${JSON.stringify(comparison)}\n`);
+}
+
+/** spin built for this machine (`spin watch` sees the node's processes: containerd runs them here). */
+async function hostSpin(): Promise<string> {
+  const binary = path.join(mkdtempSync(path.join(os.tmpdir(), "bench-images-")), "spin");
+  await run("cc", ["-O2", "-o", binary, path.join(repoRoot(), "test", "harness", "real-node", "spin.c")]);
+  return binary;
+}
+
+function isSpin(pid: string): boolean {
+  try {
+    return /^(?:[^\0]*\/)?spin\0/.test(readFileSync(`/proc/${pid}/cmdline`, "latin1"));
+  } catch {
+    return false;
+  }
+}
+
+/** Pods' first sight by a watch on the namespace, in epoch ms, by name. */
+function watchPods(kubeConfig: KubeConfig, namespace: string) {
+  const seen = new Map<string, number>();
+  const waiting = new Map<string, (ms: number) => void>();
+  let request: { abort(): void } | undefined;
+  const started = new Watch(kubeConfig)
+    .watch(
+      `/api/v1/namespaces/${namespace}/pods`,
+      {},
+      (type: string, pod: V1Pod) => {
+        const name = pod.metadata?.name;
+        if (type !== "ADDED" || !name || seen.has(name)) return;
+        const now = Date.now();
+        seen.set(name, now);
+        waiting.get(name)?.(now);
+      },
+      () => {},
+    )
+    .then((r) => {
+      request = r;
+    });
+  return {
+    started,
+    created: (name: string): Promise<number> => {
+      const at = seen.get(name);
+      if (at !== undefined) return Promise.resolve(at);
+      return new Promise((resolve) => waiting.set(name, resolve));
+    },
+    stop: () => request?.abort(),
+  };
+}
+
+async function main(): Promise<void> {
+  if (process.getuid?.() !== 0) throw new Error("a real node needs root");
+  const stateDir = mkdtempSync(path.join(os.tmpdir(), "bench-images-cluster-"));
+  const project = await projectImageArchive(log);
+  if (!project) throw new Error(`${projectImageName()} is not built: npm run image:build`);
+  const images = [project];
+  for (const kind of TASK_IMAGE_KINDS) images.push(await taskImageArchive(kind, log));
+  const cluster = await startDevCluster({
+    stateDir,
+    daemon: false,
+    startController: false,
+    node: "real",
+    log,
+    images,
+  });
+  const spin = await hostSpin();
+  let controller: PlaybookController | undefined;
+  let done: Promise<void> | undefined;
+  try {
+    const kubeConfig = new KubeConfig();
+    kubeConfig.loadFromFile(cluster.state.kubeconfig);
+    const core = kubeConfig.makeApiClient(CoreV1Api);
+    const custom = kubeConfig.makeApiClient(CustomObjectsApi);
+    const namespace = "bench-images";
+    await core.createNamespace({ body: { metadata: { name: namespace } } });
+    await waitFor(
+      "the default service account",
+      async () => {
+        await core.readNamespacedServiceAccount({ namespace, name: "default" });
+        return true;
+      },
+      { timeoutMs: 30_000 },
+    );
+    await custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace,
+      plural: "playbookpolicies",
+      body: {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: "PlaybookPolicy",
+        metadata: { name: "default", namespace },
+        spec: { allowedImages: ["playbook.test/*"] },
+      },
+    });
+    const config = loadControllerConfig(
+      {
+        namespaces: namespace,
+        metricsAddress: "127.0.0.1:0",
+        leaderElectionNamespace: namespace,
+        leaderElectionId: "playbook-bench-images",
+        leaseDuration: "20s",
+        renewDeadline: "15s",
+        retryPeriod: "2s",
+        runnerImage: projectImageName(),
+        identity: "bench-images",
+      },
+      {},
+    );
+    controller = new PlaybookController({
+      config,
+      clients: makeClients(kubeConfig),
+      log: pino({ level: process.env.BENCH_LOG ?? "silent" }, pino.destination(2)),
+    });
+    done = controller.run();
+    done.catch(() => {});
+    const pods = watchPods(kubeConfig, namespace);
+    await pods.started;
+
+    const logsOf = async (pod: string, container: string): Promise<string> => {
+      const text = await core.readNamespacedPodLog({ namespace, name: pod, container });
+      return typeof text === "string" ? text : String(text);
+    };
+    const podEnded = (name: string) =>
+      waitFor(
+        `pod ${name} to end`,
+        async () => {
+          const pod = await core.readNamespacedPod({ namespace, name });
+          return pod.status?.phase === "Succeeded" || pod.status?.phase === "Failed" ? pod : undefined;
+        },
+        { timeoutMs: 180_000, intervalMs: 200 },
+      );
+    const createPlaybook = (name: string, spec: object) =>
+      custom.createNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace,
+        plural: PLURAL,
+        body: { apiVersion: `${GROUP}/${VERSION}`, kind: "Playbook", metadata: { name }, spec },
+      });
+    const plainPod = (name: string, command: string[]) =>
+      core.createNamespacedPod({
+        namespace,
+        body: {
+          metadata: { name },
+          spec: {
+            restartPolicy: "Never",
+            securityContext: { runAsUser: 1000, runAsGroup: 1000, runAsNonRoot: true },
+            containers: [{ name: "main", image: TASK_IMAGES.debian, command }],
+          },
+        },
+      });
+    const stampIn = (logs: string): number => {
+      const match = /stamp (\d+)/.exec(logs);
+      if (!match) throw new Error(`no stamp line in:\n${logs}`);
+      return Number(match[1]);
+    };
+
+    // A warm-up of each: the first containers of an image on a node are slower (snapshots unpacked).
+    let counter = 0;
+    const startOurs = async (): Promise<number> => {
+      const name = `start-${++counter}`;
+      await createPlaybook(name, {
+        ceiling: "2m",
+        tasks: [
+          { name: "first", image: TASK_IMAGES.debian, run: `${SPIN} stamp` },
+          { name: "second", image: TASK_IMAGES.musl, run: `${SPIN} hello` },
+          { name: "third", image: TASK_IMAGES.static, run: `${SPIN} hello` },
+        ],
+      });
+      const pod = `${name}-1`;
+      const created = await pods.created(pod);
+      await podEnded(pod);
+      return stampIn(await logsOf(pod, "runner")) - created;
+    };
+    const startReference = async (): Promise<number> => {
+      const name = `plain-start-${++counter}`;
+      await plainPod(name, [SPIN, "stamp"]);
+      const created = await pods.created(name);
+      await podEnded(name);
+      return stampIn(await logsOf(name, "main")) - created;
+    };
+    log("warming up");
+    await startOurs();
+    await startReference();
+    const ours: number[] = [];
+    const reference: number[] = [];
+    for (let round = 1; round <= START_ROUNDS; round++) {
+      ours.push(await startOurs());
+      reference.push(await startReference());
+      log(`task_image_start round ${round}: ours ${ours.at(-1)} ms, plain pod ${reference.at(-1)} ms`);
+    }
+    const startOursMs = median(ours);
+    const startRefMs = median(reference);
+    record({
+      name: "task_image_start",
+      ours: startOursMs,
+      reference: startRefMs,
+      unit: "ms",
+      ratio: ratio(startOursMs, startRefMs),
+      target: "<= 1.3",
+      note: `pod creation (watch) -> first task's first line, a Playbook in 3 images vs a plain pod running the same command in the same image; median of ${START_ROUNDS}`,
+    });
+
+    /** The 100 pids of the tree with `mark`, once all are up, and its leader's start (epoch ms). */
+    const treeOf = async (mark: string): Promise<string[]> =>
+      waitFor(
+        `the ${PROCS} processes with ${mark}`,
+        async () => {
+          const { stdout } = await run("pgrep", ["-f", mark]).catch(() => ({ stdout: "" }));
+          // The tree's own processes only: not `timeout` (PID 1 of the plain pod, which outlives
+          // the group it kills) nor a shell that did not exec.
+          const pids = stdout.split("\n").filter((pid) => pid !== "" && isSpin(pid));
+          return pids.length >= PROCS ? pids : undefined;
+        },
+        { timeoutMs: 120_000, intervalMs: 20 },
+      );
+    const deathOf = async (pids: string[]): Promise<number> => {
+      const { stdout } = await run(spin, ["watch", ...pids], { maxBuffer: 1 << 20 });
+      const match = /dead (\d+)/.exec(stdout);
+      if (!match) throw new Error(`spin watch said: ${stdout}`);
+      return Number(match[1]);
+    };
+    const readyIn = (logs: string): number => {
+      const match = /procs ready (\d+)/.exec(logs);
+      if (!match) throw new Error(`no "procs ready" line in:\n${logs}`);
+      return Number(match[1]);
+    };
+    const killOurs = async (): Promise<number> => {
+      const name = `kill-${++counter}`;
+      const mark = `bench-mark-${counter}-${Date.now()}`;
+      await createPlaybook(name, {
+        ceiling: "2m",
+        killGrace: "0s",
+        tasks: [
+          {
+            name: "tree",
+            image: TASK_IMAGES.debian,
+            run: `${SPIN} procs ${PROCS} ${mark}`,
+            timeout: `${TIMEOUT_S}s`,
+          },
+        ],
+      });
+      const dead = await deathOf(await treeOf(mark));
+      await podEnded(`${name}-1`);
+      return dead - (readyIn(await logsOf(`${name}-1`, "runner")) + TIMEOUT_S * 1000);
+    };
+    const killReference = async (): Promise<number> => {
+      const name = `plain-kill-${++counter}`;
+      const mark = `bench-mark-${counter}-${Date.now()}`;
+      await plainPod(name, ["timeout", "-s", "KILL", String(TIMEOUT_S), SPIN, "procs", String(PROCS), mark]);
+      const dead = await deathOf(await treeOf(mark));
+      await podEnded(name);
+      return dead - (readyIn(await logsOf(name, "main")) + TIMEOUT_S * 1000);
+    };
+    const killsOurs: number[] = [];
+    const killsRef: number[] = [];
+    for (let round = 1; round <= KILL_ROUNDS; round++) {
+      killsOurs.push(await killOurs());
+      killsRef.push(await killReference());
+      log(
+        `task_image_kill round ${round}: ours ${killsOurs.at(-1)} ms, timeout -s KILL ${killsRef.at(-1)} ms`,
+      );
+    }
+    const killOursP99 = percentile(killsOurs, 99);
+    const killRefP99 = percentile(killsRef, 99);
+    record({
+      name: "task_image_kill_p99_100procs",
+      ours: killOursP99,
+      reference: killRefP99,
+      unit: "ms",
+      ratio: ratio(killOursP99, killRefP99),
+      target: "<= 1.2",
+      note: `task timeout ${TIMEOUT_S}s passed -> all ${PROCS} processes dead, a task container (Debian image) vs GNU timeout -s KILL in a plain pod of that image; p99 of ${KILL_ROUNDS} (medians ${median(killsOurs)} vs ${median(killsRef)} ms)`,
+    });
+    pods.stop();
+  } finally {
+    controller?.stop();
+    await done?.catch(() => {});
+    await cluster.stop();
+  }
+  for (const c of results)
+    process.stdout.write(
+      `${c.name}: ours ${c.ours} ${c.unit}, reference ${c.reference} ${c.unit}, ratio ${c.ratio?.toFixed(2) ?? "-"} (target ${c.target}) ${meetsTarget(c.ratio, c.target) ? "met" : "NOT met"}\n  ${c.note}\n`,
+    );
+}
+
+main().then(
+  () => process.exit(0),
+  (error) => {
+    log(`failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+    process.exit(1);
+  },
+);
