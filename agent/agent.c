@@ -139,6 +139,33 @@ static void send_fields(char type, int count, ...)
 	send_frame(type, buf, len);
 }
 
+extern char **environ;
+
+/* Hello: container, pid, uid, shell, then this container's environment (the image's ENV and what
+ * the kubelet set): tasks start from it, not from the runner's, so an image's PATH holds. */
+static void send_hello(const char *container, const char *pid, const char *uid, const char *sh)
+{
+	char *buf = malloc(MAX_PAYLOAD);
+	if (!buf) kill_descendants_and_exit(1);
+	size_t len = 0;
+	const char *head[4] = {container, pid, uid, sh};
+	for (int i = 0; i < 4; i++) {
+		size_t n = strlen(head[i]);
+		if (i > 0) buf[len++] = '\0';
+		memcpy(buf + len, head[i], n);
+		len += n;
+	}
+	for (char **e = environ; e && *e; e++) {
+		size_t n = strlen(*e);
+		if (!strchr(*e, '=') || **e == '=' || len + 1 + n > MAX_PAYLOAD) continue;
+		buf[len++] = '\0';
+		memcpy(buf + len, *e, n);
+		len += n;
+	}
+	send_frame('H', buf, len);
+	free(buf);
+}
+
 static void send_error(const char *id, const char *fmt, ...)
 {
 	char text[1024];
@@ -609,7 +636,7 @@ int main(int argc, char **argv)
 	char pid[16], uid[16];
 	snprintf(pid, sizeof pid, "%d", (int)self);
 	snprintf(uid, sizeof uid, "%d", (int)getuid());
-	send_fields('H', 4, argv[2], pid, uid, shell);
+	send_hello(argv[2], pid, uid, shell);
 
 	struct pollfd fds[2 + 2 * MAX_TASKS];
 	struct task *owner[2 + 2 * MAX_TASKS];

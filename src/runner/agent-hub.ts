@@ -75,6 +75,8 @@ export interface Agent {
   readonly uid: number;
   /** The shell tasks run under: `/bin/sh`, or the agent's busybox where the image has none. */
   readonly shell: string;
+  /** The agent's environment (its image's ENV, what the kubelet set): its tasks start from it. */
+  readonly env: Readonly<Record<string, string>>;
   readonly lost: boolean;
   /** What the agent said without naming a task (a refused kill, an unknown signal), oldest first. */
   readonly errors: readonly string[];
@@ -111,6 +113,7 @@ class AgentConnection implements Agent {
   readonly pid: number;
   readonly uid: number;
   readonly shell: string;
+  readonly env: Readonly<Record<string, string>>;
   lost = false;
   private quitting = false;
   private closed = false;
@@ -130,6 +133,7 @@ class AgentConnection implements Agent {
     this.pid = hello.pid;
     this.uid = hello.uid;
     this.shell = hello.shell;
+    this.env = hello.env;
   }
 
   private send(frame: RunnerFrame): void {

@@ -19,6 +19,8 @@ import { ATTEMPT_ID_VAR, CANCEL_FILE_VAR } from "./process-table.js";
 
 /** The agent of one task container: what the launcher and the run use of agent-hub.ts's Agent. */
 export type AgentLike = Pick<Agent, "container" | "pid" | "lost" | "start" | "kill" | "fence" | "quit"> & {
+  /** the agent's own environment, where a pod's task starts from (absent: the runner's) */
+  env?: Readonly<Record<string, string>>;
   /**
    * The container's live processes but the agent, numbered as the agent numbers them. Absent in
    * a pod, where the runner shares the agents' process namespace and reads them in /proc below

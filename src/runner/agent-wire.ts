@@ -13,7 +13,15 @@ export class AgentWireError extends Error {
 
 /** What an agent says. Task ids are the 32-bit numbers the runner chose in its start frame. */
 export type AgentFrame =
-  | { type: "hello"; container: string; pid: number; uid: number; shell: string }
+  | {
+      type: "hello";
+      container: string;
+      pid: number;
+      uid: number;
+      shell: string;
+      /** the agent's own environment (its image's ENV, what the kubelet set): tasks start from it */
+      env: Record<string, string>;
+    }
   | { type: "started"; id: number; pid: number }
   | { type: "stdout" | "stderr"; id: number; data: Buffer }
   | { type: "closed"; id: number; stream: "out" | "err" }
@@ -51,7 +59,10 @@ const signedPid = z
   .transform(Number);
 const signalName = z.string().regex(/^(SIG[A-Z0-9]+|\d+)$/);
 
-const helloFields = z.tuple([z.string().min(1), decimal, decimal, z.string().min(1)]);
+const helloFields = z.tuple(
+  [z.string().min(1), decimal, decimal, z.string().min(1)],
+  z.string().regex(/^[^=]+=/, "an environment entry NAME=VALUE"),
+);
 const startedFields = z.tuple([taskId, decimal]);
 const closedFields = z.tuple([taskId, z.enum(["out", "err"])]);
 const exitedFields = z.tuple([
@@ -163,7 +174,13 @@ export function encodeAgentFrame(message: AgentFrame): Buffer {
     case "hello":
       return frame(
         code,
-        textPayload([message.container, String(message.pid), String(message.uid), message.shell]),
+        textPayload([
+          message.container,
+          String(message.pid),
+          String(message.uid),
+          message.shell,
+          ...Object.entries(message.env).map(([name, value]) => `${name}=${value}`),
+        ]),
       );
     case "started":
       return frame(code, textPayload([String(message.id), String(message.pid)]));
@@ -191,8 +208,13 @@ export function encodeAgentFrame(message: AgentFrame): Buffer {
 export function decodeAgentFrame(code: string, payload: Buffer): AgentFrame {
   switch (code) {
     case "H": {
-      const [container, pid, uid, shell] = parse(helloFields, fields(payload), "hello");
-      return { type: "hello", container, pid, uid, shell };
+      const [container, pid, uid, shell, ...entries] = parse(helloFields, fields(payload), "hello");
+      const env: Record<string, string> = {};
+      for (const entry of entries) {
+        const at = entry.indexOf("=");
+        env[entry.slice(0, at)] = entry.slice(at + 1);
+      }
+      return { type: "hello", container, pid, uid, shell, env };
     }
     case "P": {
       const [id, pid] = parse(startedFields, fields(payload), "started");

@@ -91,6 +91,21 @@ function inheritedEnv(): NodeJS.ProcessEnv {
 }
 
 /**
+ * Where a task in a container starts from: its image's environment (a local run reads it from the
+ * engine; in a pod its agent sent its own), never the runner's, whose image is not the task's.
+ */
+function containerEnv(
+  agents: AgentRun | undefined,
+  container: string,
+  fallback: NodeJS.ProcessEnv,
+): NodeJS.ProcessEnv {
+  if (agents?.local) return agents.local.baseEnv(container);
+  const own = agents?.agent(container)?.env;
+  if (own === undefined) return fallback;
+  return Object.fromEntries(Object.entries(own).filter(([name]) => !name.startsWith("PLAYBOOK_")));
+}
+
+/**
  * An id no other live run on this machine has: no two live runners share a pid, and the random
  * part tells this run from what an earlier runner with the same pid left behind. Not node:crypto,
  * which would cost every start some milliseconds to load; the id needs to be unique, not secret.
@@ -200,7 +215,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           run: task.run,
           command: containment.command,
           env: {
-            ...(container !== null && agents?.local ? agents.local.baseEnv(container) : baseEnv),
+            ...(container !== null ? containerEnv(agents, container, baseEnv) : baseEnv),
             ...Object.fromEntries(task.env.map((v) => [v.name, v.value])),
           },
           // In a task container a relative workingDir is the container's (its agent's working

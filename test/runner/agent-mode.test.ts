@@ -33,12 +33,12 @@ const INIT = `
 agent=$1 run=$2 ws=$3 as=$4; shift 4
 agents=""
 while [ "$1" != "--" ]; do
-  (cd "$ws" && exec $as "$agent" "$run/runner.sock" "$1") &
+  (cd "$ws" && IMAGE_ONLY="set in $1" exec $as "$agent" "$run/runner.sock" "$1") &
   agents="$agents $!"
   shift
 done
 shift
-"$@"
+RUNNER_ONLY=yes "$@"
 rc=$?
 alive() { [ -e /proc/$1 ] && ! grep -q '^State:[[:space:]]*Z' /proc/$1/status 2>/dev/null; }
 for f in "$ws"/*.pid; do
@@ -221,6 +221,24 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.stderr).toContain(
       "containment: agents in 1 task container(s) (task-1: playbook.test/debian:1)",
     );
+  });
+
+  it("starts a task from its container's environment (the agent's), not the runner's", async () => {
+    const run = await runPod({
+      containers: { "task-1": "playbook.test/debian:1", "task-2": "playbook.test/static:1" },
+      planned: ["task-1", "task-2"],
+      tasks: [
+        {
+          name: "one",
+          run: 'echo "image=$IMAGE_ONLY runner=[$RUNNER_ONLY] own=$OWN"',
+          env: [{ name: "OWN", value: "1" }],
+        },
+        { name: "two", run: 'echo "image=$IMAGE_ONLY runner=[$RUNNER_ONLY]"' },
+      ],
+    });
+    expect(run.code).toBe(0);
+    expect(run.stdout).toContain("[one] image=set in task-1 runner=[] own=1");
+    expect(run.stdout).toContain("[two] image=set in task-2 runner=[]");
   });
 
   it.each([

@@ -40,7 +40,19 @@ describe("agent wire: the bytes of the contract", () => {
     [
       "hello",
       "H\0\0\0\x16task-1\x0012\x001000\0/bin/sh",
-      { type: "hello", container: "task-1", pid: 12, uid: 1000, shell: "/bin/sh" },
+      { type: "hello", container: "task-1", pid: 12, uid: 1000, shell: "/bin/sh", env: {} },
+    ],
+    [
+      "hello with the agent's environment (a value may hold '=')",
+      "H\0\0\0\x2atask-1\x0012\x001000\0/bin/sh\0PATH=/usr/bin\0A=b=c",
+      {
+        type: "hello",
+        container: "task-1",
+        pid: 12,
+        uid: 1000,
+        shell: "/bin/sh",
+        env: { PATH: "/usr/bin", A: "b=c" },
+      },
     ],
     ["started", "P\0\0\0\x047\x0099", { type: "started", id: 7, pid: 99 }],
     ["stdout", "O\0\0\0\x06\0\0\0\x07a\n", { type: "stdout", id: 7, data: bytes("a\n") }],
