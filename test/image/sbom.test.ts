@@ -14,6 +14,7 @@ const Component = z.object({
   name: z.string().min(1),
   version: z.string().min(1),
   purl: z.string().optional(),
+  description: z.string().optional(),
   licenses: z.array(z.object({}).passthrough()).optional(),
 });
 const Sbom = z.object({
