@@ -93,13 +93,13 @@ function runStateOf(
   const generation = pod
     ? appliedGeneration(playbook, planned.spec, specGeneration, settings)
     : specGeneration;
-  const podFor = podSettings(planned.spec, rulesOf(input));
+  const podChoices = podSettings(planned.spec, rulesOf(input));
   return {
     base: { previous, generation, now, limits: planned.limits },
     spec: planned.spec,
     defaults: planned.defaults,
-    pod: podFor,
-    taskImages: resolveTaskContainers(planned.spec.tasks, podFor.image).tasks.map((t) => t.image),
+    pod: podChoices,
+    taskImages: resolveTaskContainers(planned.spec.tasks, podChoices.image).tasks.map((t) => t.image),
     specGeneration,
     cancel: (playbook.spec as { cancel?: unknown } | undefined)?.cancel === true,
     input,

@@ -190,6 +190,17 @@ describe("a namespace with a PlaybookPolicy", () => {
       says: 'spec.image: "docker.io/library/busybox:1" is not an allowed image: PlaybookPolicy default allows registry.example/*',
       field: "spec.image",
     },
+    {
+      name: "other-task-image",
+      spec: {
+        tasks: [
+          { name: "a", run: "true", image: "registry.example/tools:1" },
+          { name: "b", run: "true", image: "docker.io/library/busybox:1" },
+        ],
+      },
+      says: 'spec.tasks[1].image: "docker.io/library/busybox:1" is not an allowed image: PlaybookPolicy default allows registry.example/*',
+      field: "spec.tasks[].image",
+    },
   ])("refuses $name: InvalidSpec with the field, the value and the bound, and no pod", async (c) => {
     await createPlaybook(ns, c.name, { tasks: [{ name: "a", run: "true" }], ...c.spec });
     const playbook = await waitForFinished(ns, c.name, 30_000);

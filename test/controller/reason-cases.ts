@@ -3,7 +3,7 @@
 // kill of a pod's processes. The controller's decisions for each reason, from pod status the test
 // writes, are test/controller/reasons.test.ts (the scripted node). The timings a real node needs
 // are one named set of values (NodeValues).
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { losePod, marker, processesWithMarker } from "../harness/cluster-test.js";
 import {
@@ -60,14 +60,36 @@ export function parentOf(pid: number): number {
   return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
 }
 
-/** The pod runner of the task whose command line carries the marker: the task's parent, seen from this machine. */
+/**
+ * The pod runner of the task whose command line carries the marker, seen from this machine: the
+ * `playbook pod-runner` process in the task's process namespace (the pod's: the task's parent is
+ * its container's agent, the runner has a container of its own).
+ */
 export async function runnerOf(mark: string, timeoutMs?: number): Promise<number> {
   const task = await eventually(
     `a task process with ${mark}`,
     async () => processesWithMarker(mark)[0],
     timeoutMs,
   );
-  return parentOf(task);
+  const namespaceOf = (pid: number | string) => {
+    try {
+      return readlinkSync(`/proc/${pid}/ns/pid`);
+    } catch {
+      return undefined;
+    }
+  };
+  const pods = namespaceOf(task);
+  const runner = readdirSync("/proc")
+    .filter((entry) => /^\d+$/.test(entry) && namespaceOf(entry) === pods)
+    .find((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("pod-runner");
+      } catch {
+        return false;
+      }
+    });
+  if (runner === undefined) throw new Error(`no pod runner shares the process namespace of task ${task}`);
+  return Number(runner);
 }
 
 export function killAll(mark: string): void {

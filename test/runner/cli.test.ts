@@ -681,6 +681,22 @@ describe("playbook validate, --help and --version", () => {
     expect(result.stdout).toContain("task test: no timeout of its own, stall 10m (default)");
   });
 
+  it("shows each task's image: its own, else spec.image, else the runner image", async () => {
+    const plain = await startCli(["validate", "-f", manifest({ tasks: [{ name: "a", run: "true" }] })]);
+    expect(plain.stdout).toMatch(/task a: .*, image the runner image\n/);
+    const file = manifest({
+      image: "registry.example/tools:3",
+      tasks: [
+        { name: "dump", run: "pg_dump", image: "postgres:16" },
+        { name: "check", run: "true" },
+      ],
+    });
+    const result = await startCli(["validate", "-f", file]);
+    expect(result.code).toBe(0);
+    expect(result.stdout).toMatch(/task dump: .*, image postgres:16\n/);
+    expect(result.stdout).toMatch(/task check: .*, image registry\.example\/tools:3\n/);
+  });
+
   it.each([["run"], ["validate"], ["pod-runner"]])("prints help for %s", async (command) => {
     const result = await startCli([command, "--help"]);
     expect(result.code).toBe(0);

@@ -47,6 +47,7 @@ function runningPod(
       ],
       containerStatuses: [
         { name: "runner", ready: options.runnerReady ?? true, state: { running: { startedAt: at(2) } } },
+        { name: "task-1", ready: true, state: { running: { startedAt: at(2) } } },
       ],
     },
   };

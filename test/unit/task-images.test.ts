@@ -16,6 +16,8 @@ import {
   resolveTaskContainers,
   taskContainersEnv,
 } from "../../src/api/task-images.js";
+import { decide } from "../../src/controller/reconcile.js";
+import { playbook, SETTINGS, T0 } from "./controller-fixtures.js";
 
 const header = "apiVersion: playbook.dev/v1alpha1\nkind: Playbook\nmetadata:\n  name: demo\n";
 
@@ -194,5 +196,26 @@ describe("a task whose container ended under it", () => {
     expect(() => decodeReport(JSON.stringify(report), 1)).toThrow(
       /names lost container task-1 but is Cancelled/,
     );
+  });
+});
+
+describe("a Playbook stored with more task images than a pod holds (before the CRD's rule)", () => {
+  it("ends InvalidSpec before any pod exists, naming the images and why", () => {
+    const spec = {
+      tasks: Array.from({ length: 9 }, (_, i) => ({ name: `t${i}`, run: "true", image: `i${i}:1` })),
+    };
+    const decision = decide({
+      playbook: playbook(spec),
+      pods: [],
+      now: T0,
+      settings: { ...SETTINGS, allowedImages: spec.tasks.map((t) => t.image) },
+    });
+    expect(decision.actions).toEqual([]);
+    expect(decision.status?.conditions?.find((c) => c.type === "Succeeded")).toMatchObject({
+      status: "False",
+      reason: "InvalidSpec",
+      message:
+        "spec.tasks[8].image: the tasks use 9 distinct images (i0:1, i1:1, i2:1, i3:1, i4:1, i5:1, i6:1, i7:1, i8:1); a Playbook's tasks may use at most 8, because each image is a container of the run's pod",
+    });
   });
 });
