@@ -71,6 +71,23 @@ const DEBIAN_TO_SPDX: Record<string, string> = {
   "gfdl-1.3+": "GFDL-1.3-or-later",
 };
 
+/**
+ * Debian packages whose copyright file is prose, not DEP-5, with the licence that prose states
+ * (taken only while the prose still says so): busybox-static, the task containers' shell where an
+ * image has none, is the GPL "version 2 dated June, 1991", without "or later".
+ */
+const PROSE_LICENSES: Record<string, { id: string; says: RegExp }> = {
+  "busybox-static": {
+    id: "GPL-2.0-only",
+    says: /GNU General Public License[\s\S]*\bversion 2 dated June, 1991/,
+  },
+};
+
+function proseLicense(name: string, copyright: string): object[] | undefined {
+  const known = PROSE_LICENSES[name];
+  return known?.says.test(copyright) ? [{ license: { id: known.id } }] : undefined;
+}
+
 /** dpkg-query's lines: the installed packages ("ii"), sorted by name. */
 export function parseDpkgList(text: string): DebianPackage[] {
   const packages: DebianPackage[] = [];
@@ -224,9 +241,9 @@ export function imageSbom(input: string, bundleSbomText: string): object {
     ...linkedLibraries(path.join(input, INPUT_FILES.linked)),
     ...debs.map((p) => {
       const copyrightFile = path.join(input, INPUT_FILES.doc, p.name, "copyright");
-      const licenses = existsSync(copyrightFile)
-        ? debianLicense(readFileSync(copyrightFile, "utf8"))
-        : undefined;
+      const copyright = existsSync(copyrightFile) ? readFileSync(copyrightFile, "utf8") : undefined;
+      const licenses =
+        copyright === undefined ? undefined : (debianLicense(copyright) ?? proseLicense(p.name, copyright));
       const purl = debPurl(p, distro);
       return {
         type: "library",

@@ -39,6 +39,6 @@ if [ -n "$busybox" ]; then
     cp "$busybox" "$out/.busybox.tmp" && chmod 755 "$out/.busybox.tmp" && mv -f "$out/.busybox.tmp" "$out/busybox"
   fi
 else
-  log "no static busybox here (Debian package busybox-static): dist/agent/busybox not placed"
+  log "no static busybox here (Debian package busybox-static): $out/busybox not placed"
 fi
 printf '%s\n' "$out/agent"

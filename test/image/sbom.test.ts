@@ -109,6 +109,7 @@ describe("the image's SBOM", () => {
     const busybox = (await execOk(["dpkg-query", "-W", DPKG_VERSION, "busybox-static"])).trim();
     expect(debs(sbom.components).find((c) => c.name === "busybox-static")).toMatchObject({
       version: busybox,
+      licenses: [{ license: { id: "GPL-2.0-only" } }],
     });
   });
 

@@ -470,6 +470,16 @@ describe("agent", () => {
     expect(lost).toBe(false);
   });
 
+  it("goes on through SIGTERM, SIGINT and SIGHUP: only the runner ends it", async () => {
+    const { agent, child } = await startAgent();
+    const task = observe(agent, { run: "sleep 0.3; echo done" });
+    for (const signal of ["SIGTERM", "SIGINT", "SIGHUP"] as const) kill(child.pid ?? 0, signal);
+    await task.done;
+    expect(task.stdout()).toBe("done\n");
+    expect(await task.exited).toEqual({ code: 0, signal: null });
+    expect(child.exitCode).toBeNull();
+  });
+
   it("reports a task it could not start and its exit 127", async () => {
     const { agent } = await startAgent();
     const task = observe(agent, { cwd: "/nonexistent", run: "true" });

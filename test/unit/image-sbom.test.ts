@@ -127,6 +127,26 @@ describe("the merged SBOM", () => {
     rmSync(path.join(input, "linked"), { recursive: true });
   });
 
+  it("takes busybox-static's licence from its prose copyright file while it says GPL version 2", () => {
+    writeFileSync(path.join(input, "dpkg-packages.tsv"), "ii \tbusybox-static\t1:1.35.0-4\tamd64\n");
+    mkdirSync(path.join(input, "doc", "busybox-static"), { recursive: true });
+    const copyright = path.join(input, "doc", "busybox-static", "copyright");
+    const busybox = () =>
+      (
+        imageSbom(input, readFileSync(path.join(path.dirname(CLI), "sbom.cdx.json"), "utf8")) as {
+          components: Array<{ name: string; licenses?: object[] }>;
+        }
+      ).components.find((c) => c.name === "busybox-static");
+    writeFileSync(
+      copyright,
+      "License:\n\n   it under the terms of the GNU General Public License as published by\n" +
+        "   the Free Software Foundation; version 2 dated June, 1991.\n",
+    );
+    expect(busybox()?.licenses).toEqual([{ license: { id: "GPL-2.0-only" } }]);
+    writeFileSync(copyright, "License: see the source\n");
+    expect(busybox()?.licenses).toBeUndefined();
+  });
+
   it("refuses a node-version that is not node --version's", () => {
     writeFileSync(path.join(input, "node-version"), "24\n");
     expect(() =>
