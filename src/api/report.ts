@@ -97,7 +97,7 @@ export interface TaskOutcome {
   startTime?: Date;
   completionTime?: Date;
   detail?: string;
-  /** the task container that was lost while the task ran (agent mode) */
+  /** the task container (task-K) that ended under the task, failing it (agent mode) */
   lostContainer?: string;
 }
 

@@ -39,6 +39,8 @@ export interface ExecuteOptions {
    * the agents (src/runner/agent-mode.ts).
    */
   agentMode?: boolean;
+  /** per task (by index), the container the controller resolved for it (the plan's `tasks`) */
+  taskContainers?: readonly string[];
 }
 
 export interface ExecuteResult {
@@ -138,7 +140,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     if (containers) {
       const runDir = process.env[RUN_DIR_VAR] || DEFAULT_RUN_DIR;
       const helloMs = Number(process.env[AGENT_HELLO_VAR]) || DEFAULT_AGENT_HELLO_MS;
-      agentRun = await openAgentRun(containers, runDir, helloMs);
+      agentRun = await openAgentRun(containers, runDir, helloMs, options.taskContainers);
       if (agentRun.problem) options.progressOut.write(`playbook: ${agentRun.problem}; nothing is run\n`);
     }
     const outcome = await runPlaybook({

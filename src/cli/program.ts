@@ -167,6 +167,7 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
     reportPath: parsed.terminationLog,
     cancelled: playbook.spec.cancel,
     agentMode: true,
+    ...(plan.tasks ? { taskContainers: plan.tasks.map((task) => task.container) } : {}),
   });
   if (result.interrupted) return EXIT.interrupted;
   return result.outcome.phase === "Succeeded" ? EXIT.succeeded : EXIT.failed;

@@ -13,6 +13,7 @@ import { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Agent, AgentTask } from "./agent-hub.js";
 import type { AttemptSpec } from "./attempt.js";
+import { writeCancelFile } from "./cancel-file.js";
 import { KILL_CONFIRM_MS, type Launched, type Launcher, type TreeEnd, within } from "./launcher.js";
 import { ATTEMPT_ID_VAR, CANCEL_FILE_VAR } from "./process-table.js";
 
@@ -90,7 +91,21 @@ export function agentDescendants(root: number, processes = liveProcesses()): Pro
 }
 
 /** Starts attempts through `agent`, the agent of one task container. */
-export function agentLauncher(agent: AgentLike): Launcher {
+/** Which attempt of the run a process of a task container belongs to (agent-mode.ts). */
+export interface AttemptsSeen {
+  /** notes an attempt's start in `container` (its leader's start in clock ticks) */
+  started(container: string, attemptId: string, startedFrom: number): void;
+  /** the attempts that processes still alive in the task containers belong to */
+  liveAttempts(): Set<string>;
+}
+
+export function agentLauncher(
+  agent: AgentLike,
+  /** the run's other agents: what earlier tasks left in their containers gets SIGTERM with a stop */
+  others: () => readonly AgentLike[] = () => [],
+  attempts?: AttemptsSeen,
+): Launcher {
+  const seen = () => agentDescendants(agent.pid);
   const gone = () => `could not start: container ${agent.container} is gone (its agent's connection closed)`;
   return {
     async launch(spec: AttemptSpec) {
@@ -150,10 +165,11 @@ export function agentLauncher(agent: AgentLike): Launcher {
         return started;
       }
       const pgid = started.pid;
-      const startedFrom = liveProcesses().find((entry) => entry.pid === pgid)?.start ?? 0;
+      const startedFrom = seen().find((entry) => entry.pid === pgid)?.start ?? 0;
+      attempts?.started(agent.container, spec.attemptId, startedFrom);
       /** the attempt's live processes: the agent's descendants in its group or started since */
       const attemptProcesses = () =>
-        agentDescendants(agent.pid).filter((entry) => entry.pgrp === pgid || entry.start >= startedFrom);
+        seen().filter((entry) => entry.pgrp === pgid || entry.start >= startedFrom);
       const launched: Launched = {
         pgid,
         startedFrom,
@@ -162,12 +178,29 @@ export function agentLauncher(agent: AgentLike): Launcher {
         leaderExited,
         exit: () => exit,
         lost: lostPromise,
-        // Another uid's environment cannot be read, so earlier attempts are not told apart:
-        // what they left running is told by the end of the run (SIGTERM, grace, the fence).
-        warnLeftovers: async () => [],
+        // Another uid's environment cannot be read: a process is an attempt's by its container
+        // and its start (after the attempt's leader, before the next attempt's there).
+        async warnLeftovers(_runCookie, text) {
+          const failures: string[] = [];
+          for (const id of attempts?.liveAttempts() ?? []) {
+            if (id === spec.attemptId) continue;
+            const path = spec.cancelFileOf(id);
+            const written = writeCancelFile(path, text);
+            if (!written.written) failures.push(`cancel file ${path}: ${written.reason}`);
+          }
+          return failures;
+        },
         endTree: (killGraceMs, _runCookie, hurry) =>
           endAgentTree(
-            { agent, pgid, leaderAlive: () => leaderAlive, leaderExited, attemptProcesses },
+            {
+              agent,
+              pgid,
+              leaderAlive: () => leaderAlive,
+              leaderExited,
+              attemptProcesses,
+              descendants: seen,
+              others,
+            },
             killGraceMs,
             hurry,
           ),
@@ -184,12 +217,16 @@ interface AgentTree {
   leaderAlive: () => boolean;
   leaderExited: Promise<void>;
   attemptProcesses: () => ProcEntry[];
+  /** every live descendant of the agent: what this attempt and earlier ones left in its container */
+  descendants: () => ProcEntry[];
+  others: () => readonly AgentLike[];
 }
 
 /**
- * SIGTERM to the group through the agent, the grace window in which the attempt may end by
- * itself (Exited), then SIGKILL to the group and to every descendant of the agent (`tree`):
- * a stop ends the run, so what earlier tasks of this container left goes too.
+ * SIGTERM through the agent, the grace window in which the attempt may end by itself (Exited),
+ * then SIGKILL to the group and to every descendant of the agent (`tree`): a stop ends the run,
+ * so what earlier tasks of this container left goes too. What they left in other containers
+ * gets its SIGTERM now too, and the rest of this grace before the fence at the end of the run.
  */
 async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortSignal): Promise<TreeEnd> {
   const graceStartedAt = performance.now();
@@ -197,8 +234,18 @@ async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortS
   if (killGraceMs > 0) {
     // By group id while the leader is unreaped (the agent reaps it at once when it exits); after
     // that the group's members one by one, so a recycled group id is never signalled.
-    if (tree.leaderAlive()) tell(tree.agent, -tree.pgid, "SIGTERM");
-    else for (const entry of tree.attemptProcesses()) tell(tree.agent, entry.pid, "SIGTERM");
+    // Each process gets SIGTERM once (a second one reads as "stop now, skip the clean-up"): the
+    // group by id while the leader is unreaped, then what left the group one by one, and what
+    // earlier tasks left in this container, as a stop ends the run.
+    const byGroup = tree.leaderAlive();
+    if (byGroup) tell(tree.agent, -tree.pgid, "SIGTERM");
+    for (const entry of tree.descendants()) {
+      if (!byGroup || entry.pgrp !== tree.pgid) tell(tree.agent, entry.pid, "SIGTERM");
+    }
+    for (const other of tree.others()) {
+      if (other === tree.agent || other.lost) continue;
+      for (const entry of agentDescendants(other.pid)) tell(other, entry.pid, "SIGTERM");
+    }
     while (performance.now() < graceEndsAt && !hurry?.aborted) {
       const wait = Math.min(POLL_MS, Math.max(1, graceEndsAt - performance.now()));
       if (tree.leaderAlive()) await within(tree.leaderExited, wait);

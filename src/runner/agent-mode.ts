@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { z } from "zod";
 import type { TaskSpec } from "../api/playbook.js";
 import { type AgentHub, openAgentHub } from "./agent-hub.js";
-import { type AgentLike, agentDescendants, agentLauncher } from "./agent-launcher.js";
+import { type AgentLike, type AttemptsSeen, agentDescendants, agentLauncher } from "./agent-launcher.js";
 import type { Containment } from "./containment.js";
 import type { Launcher } from "./launcher.js";
 
@@ -34,6 +34,8 @@ export interface AgentRun {
   agents(): AgentLike[];
   /** containers whose agent did not say hello in time: the run starts nothing */
   missing?: readonly string[];
+  /** per task (by index), its container as the controller resolved it (the plan's `tasks`) */
+  taskContainers?: readonly string[];
 }
 
 /**
@@ -44,6 +46,7 @@ export async function openAgentRun(
   containers: Readonly<Record<string, string>>,
   runDir: string,
   helloMs: number,
+  taskContainers?: readonly string[],
 ): Promise<{ run: AgentRun; hub: AgentHub; problem?: string }> {
   mkdirSync(runDir, { recursive: true });
   const expect = Object.keys(containers);
@@ -65,7 +68,14 @@ export async function openAgentRun(
   return {
     hub,
     ...(problem !== undefined ? { problem } : {}),
-    run: { containers, runDir, agent: agentOf, agents: () => hub.agents(), missing },
+    run: {
+      containers,
+      runDir,
+      agent: agentOf,
+      agents: () => hub.agents(),
+      missing,
+      ...(taskContainers ? { taskContainers } : {}),
+    },
   };
 }
 
@@ -87,13 +97,16 @@ export function taskContainersFrom(env: NodeJS.ProcessEnv): Record<string, strin
 }
 
 /**
- * The container a task runs in: the one the controller resolved into the plan (`container`), else
+ * The container a task runs in: the one the controller resolved into the plan (`planned`), else
  * the only one, else the first whose image is the task's.
  */
-export function containerOfTask(task: TaskSpec, containers: Readonly<Record<string, string>>): string {
-  const named = (task as { container?: string }).container;
+export function containerOfTask(
+  task: TaskSpec,
+  containers: Readonly<Record<string, string>>,
+  planned?: string,
+): string {
   const names = Object.keys(containers);
-  if (named !== undefined) return named;
+  if (planned !== undefined) return planned;
   if (names.length === 1) return names[0] as string;
   const image = (task as { image?: string }).image;
   return names.find((name) => containers[name] === image) ?? (names[0] as string);
@@ -107,15 +120,47 @@ export function agentCancelFileOf(runDir: string): (attemptId: string) => string
   return (attemptId) => join(dir, attemptId);
 }
 
+/**
+ * The run's attempts by container and start, so that a live process of a task container is
+ * told to the attempt it belongs to (its cancel file) without reading its environment.
+ */
+export function attemptsSeen(run: AgentRun): AttemptsSeen {
+  const byContainer = new Map<string, { attemptId: string; startedFrom: number }[]>();
+  return {
+    started(container, attemptId, startedFrom) {
+      const list = byContainer.get(container) ?? [];
+      list.push({ attemptId, startedFrom });
+      byContainer.set(container, list);
+    },
+    liveAttempts() {
+      const live = new Set<string>();
+      for (const agent of run.agents()) {
+        const list = byContainer.get(agent.container);
+        if (agent.lost || !list) continue;
+        for (const entry of agentDescendants(agent.pid)) {
+          // The latest attempt there that started no later than the process.
+          let owner: string | undefined;
+          for (const attempt of list) if (attempt.startedFrom <= entry.start) owner = attempt.attemptId;
+          if (owner !== undefined) live.add(owner);
+        }
+      }
+      return live;
+    },
+  };
+}
+
 /** One launcher per container, made when first needed. */
-export function agentLaunchers(run: AgentRun): (container: string) => Launcher | null {
+export function agentLaunchers(
+  run: AgentRun,
+  attempts?: AttemptsSeen,
+): (container: string) => Launcher | null {
   const made = new Map<string, Launcher>();
   return (container) => {
     const known = made.get(container);
     if (known) return known;
     const agent = run.agent(container);
     if (!agent) return null;
-    const launcher = agentLauncher(agent);
+    const launcher = agentLauncher(agent, () => run.agents(), attempts);
     made.set(container, launcher);
     return launcher;
   };
@@ -129,7 +174,11 @@ const FENCE_ANSWER_MS = 5000;
  * agent (a child subreaper), and the fence ends whatever the tasks did to their session or
  * environment. `spare` adds pids the fence must leave (the runner's own, when it shares the uid).
  */
-export function agentContainment(run: AgentRun, spare: readonly number[] = [process.pid]): Containment {
+export function agentContainment(
+  run: AgentRun,
+  spare: readonly number[] = [process.pid],
+  attempts?: AttemptsSeen,
+): Containment {
   const names = Object.keys(run.containers);
   const owners = () => {
     const owner = new Map<number, AgentLike>();
@@ -147,6 +196,7 @@ export function agentContainment(run: AgentRun, spare: readonly number[] = [proc
       "a fence that kills every process in the pod's process namespace but the agents",
     command: (runText) => ({ file: "sh", args: ["-c", runText] }),
     members: () => [...owners().keys()],
+    ...(attempts ? { liveAttempts: () => attempts.liveAttempts() } : {}),
     signal(pid, signal) {
       const agent = owners().get(pid);
       if (!agent) return;

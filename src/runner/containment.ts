@@ -44,6 +44,11 @@ export interface Containment {
    * mode); absent when the runner signals its tasks' processes directly.
    */
   signal?(pid: number, signal: NodeJS.Signals): void;
+  /**
+   * The attempts its live members belong to, where the runner cannot read their environment's
+   * cookie (agent mode): their cancel files are written from this.
+   */
+  liveAttempts?(): Set<string>;
   /** SIGKILLs everything inside and waits, until `until` (a performance.now() value), for it to be empty */
   killAll(until: number): Promise<boolean>;
   /** removes what was made for the run; call once everything inside is gone */

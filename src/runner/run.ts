@@ -17,6 +17,7 @@ import {
   agentCancelFileOf,
   agentContainment,
   agentLaunchers,
+  attemptsSeen,
   containerOfTask,
 } from "./agent-mode.js";
 import {
@@ -27,7 +28,7 @@ import {
   type OpenPipes,
   runAttempt,
 } from "./attempt.js";
-import { writeCancelFilesOf } from "./cancel-file.js";
+import { writeCancelFile, writeCancelFilesOf } from "./cancel-file.js";
 import { type Containment, openContainment } from "./containment.js";
 import { oomCounter } from "./oom.js";
 import { killUntilGone, PROC, type ProcessTable, sendSignal } from "./process-table.js";
@@ -118,8 +119,11 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const table = options.processTable ?? PROC;
   const emit = options.onEvent ?? (() => {});
   const agents = options.agents;
-  const containment = agents ? agentContainment(agents) : (options.containment ?? openContainment)(runId);
-  const launcherOf = agents ? agentLaunchers(agents) : null;
+  const attempts = agents ? attemptsSeen(agents) : undefined;
+  const containment = agents
+    ? agentContainment(agents, undefined, attempts)
+    : (options.containment ?? openContainment)(runId);
+  const launcherOf = agents ? agentLaunchers(agents, attempts) : null;
   emit({ type: "containment", kind: containment.kind, description: containment.description });
   const oom = oomCounter();
   const outcomes: TaskOutcome[] = options.tasks.map((task) => ({
@@ -160,7 +164,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       }
       outcome.phase = "Running";
       outcome.startTime = new Date();
-      const container = agents ? containerOfTask(task, agents.containers) : null;
+      const container = agents
+        ? containerOfTask(task, agents.containers, agents.taskContainers?.[index])
+        : null;
       const launcher = container !== null ? launcherOf?.(container) : undefined;
       // An agent that never said hello (the runner waited for every one) fails the run before
       // anything starts, on its first task, naming the container.
@@ -365,6 +371,21 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
   return outcome.phase;
 }
 
+/** Writes the cancel file of each of `attempts`; returns what could not be written. */
+function writeCancelFilesFor(
+  attempts: Iterable<string>,
+  fileOf: (attemptId: string) => string,
+  text: string,
+): string[] {
+  const failures: string[] = [];
+  for (const id of attempts) {
+    const path = fileOf(id);
+    const written = writeCancelFile(path, text);
+    if (!written.written) failures.push(`cancel file ${path}: ${written.reason}`);
+  }
+  return failures;
+}
+
 interface Sweep {
   runCookie: string;
   /** nothing started before the run's first process can be one of its processes */
@@ -400,13 +421,9 @@ async function sweepLeftovers(
   let warnings: string[] = [];
   // Warned already means they were told with the task that stopped the run: no second SIGTERM.
   if (!sweep.alreadyWarned && sweep.graceMs > 0) {
-    warnings = await writeCancelFilesOf(
-      sweep.table,
-      initial,
-      sweep.runCookie,
-      sweep.cancelFileOf,
-      sweep.cancelText,
-    );
+    warnings = containment.liveAttempts
+      ? writeCancelFilesFor(containment.liveAttempts(), sweep.cancelFileOf, sweep.cancelText)
+      : await writeCancelFilesOf(sweep.table, initial, sweep.runCookie, sweep.cancelFileOf, sweep.cancelText);
     for (const pid of initial) (containment.signal ?? sendSignal)(pid, "SIGTERM");
   }
   const graceEnds = performance.now() + sweep.graceMs;

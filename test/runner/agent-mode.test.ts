@@ -79,6 +79,8 @@ interface PodOptions {
   /** called with each chunk of the runner's stdout and the workspace */
   onStdout?: (all: string, control: Control) => void;
   helloMs?: number;
+  /** per task, its container (the plan's `tasks`, as the controller resolves it) */
+  planned?: string[];
   /**
    * As in a pod: the agents (and so the tasks) run as uid 1000, the runner as uid 65532 in
    * group 1000, so the runner cannot signal a task itself and every signal must go through K.
@@ -133,6 +135,7 @@ async function runPod(options: PodOptions, ws = mkdtempSync(join(tmpdir(), "agen
       killGrace: options.killGrace ?? "1s",
       tasks: options.tasks,
     },
+    ...(options.planned ? { tasks: options.planned.map((container) => ({ container })) } : {}),
   };
   const child = spawn(
     "unshare",
@@ -248,12 +251,25 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
   it("as in a pod (runner uid 65532, tasks uid 1000): TaskTimeout ends the whole tree through the agent", async () => {
     const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
     const run = await runPod(
-      { asInPod: true, tasks: [{ name: "tree", timeout: "1s", run: treeTask(ws, "sleep 300") }] },
+      {
+        asInPod: true,
+        tasks: [
+          {
+            name: "tree",
+            timeout: "1s",
+            run:
+              `setsid env -i /bin/sh -c 'trap "touch ${ws}/told.term" TERM; ${record(ws, "told")}; while :; do /bin/sleep 0.1; done' >/dev/null 2>&1 & ` +
+              treeTask(ws, "sleep 300"),
+          },
+        ],
+      },
       ws,
     );
     expect(run.stdout).toContain("[tree] started");
     expect(run.report.tasks[0]).toMatchObject({ p: "TimedOut", l: "TaskTimeout", e: "Killed" });
     expect(readdirSync(ws)).toContain("escapee.pid");
+    // What left the group got its own SIGTERM with the group's, before the SIGKILL.
+    expect(readdirSync(ws)).toContain("told.term");
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
     expect(run.stderr).not.toContain("that tasks left running");
   });
@@ -267,7 +283,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
           {
             name: "service",
             run:
-              `sh -c '${record(ws, "holder")}; trap "" TERM; echo holder up; exec sleep 300' & ` +
+              `sh -c '${record(ws, "holder")}; trap "cp \\"\\$PLAYBOOK_CANCEL_FILE\\" ${ws}/holder.cancel" TERM; echo holder up; while :; do sleep 0.1; done' & ` +
               `setsid env -i /bin/sh -c 'trap "" TERM; ${record(ws, "escapee")}; exec /bin/sleep 300' >/dev/null 2>&1 & ` +
               `while [ ! -e ${ws}/escapee.pid ] || [ ! -e ${ws}/holder.pid ]; do sleep 0.02; done; echo leaving`,
           },
@@ -280,7 +296,9 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report).toMatchObject({ phase: "Succeeded", ct: "agents" });
     expect(run.stdout).toContain("[next] next ran");
     expect(run.stdout).toContain("[service] holder up");
-    expect(run.stderr).toContain("ended 2 process(es) that tasks left running");
+    expect(run.stderr).toMatch(/ended \d+ process\(es\) that tasks left running/);
+    // Told first through its attempt's cancel file, readable by the task's user.
+    expect(readFileSync(join(ws, "holder.cancel"), "utf8")).toMatch(/^Succeeded: the run is over, stop now/);
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
   });
 
@@ -303,7 +321,14 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
   it("cancels on SIGTERM to the runner (pod deletion): Cancelled, the task's trap runs, exit 130", async () => {
     let signalled = false;
     const run = await runPod({
-      tasks: [{ name: "work", run: "trap 'echo trapped; exit 0' TERM; sleep 300 & echo up; wait" }],
+      // "up" once the child is sleep: a SIGTERM between its fork and its exec would be taken by
+      // the shell's handler it inherited, and it would sleep on.
+      tasks: [
+        {
+          name: "work",
+          run: "trap 'echo trapped; exit 0' TERM; sleep 300 & while [ \"$(cat /proc/$!/comm)\" != sleep ]; do :; done; echo up; wait",
+        },
+      ],
       onStdout: (all, control) => {
         if (!signalled && all.includes("[work] up")) {
           signalled = true;
@@ -313,8 +338,56 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     });
     expect(run.code).toBe(130);
     expect(run.report).toMatchObject({ phase: "Cancelled", reason: "Cancelled", ct: "agents" });
-    expect(run.report.tasks[0]).toMatchObject({ p: "Cancelled", e: "Exited" });
+    expect(run.report.tasks[0], run.stderr).toMatchObject({ p: "Cancelled", e: "Exited" });
     expect(run.stdout).toContain("[work] trapped");
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+  });
+
+  it("runs each task through the agent of the container the plan names; files pass through the workspace", async () => {
+    const run = await runPod({
+      containers: {
+        "task-1": "playbook.test/debian:1",
+        "task-2": "playbook.test/musl:1",
+        "task-3": "playbook.test/static:1",
+      },
+      planned: ["task-2", "task-1", "task-3"],
+      tasks: [
+        { name: "a", run: `echo "a in $(tr '\\0' ' ' < /proc/$PPID/cmdline)"; echo from-a > passed` },
+        { name: "b", run: `echo "b in $(tr '\\0' ' ' < /proc/$PPID/cmdline)"; cat passed` },
+        { name: "c", run: `echo "c in $(tr '\\0' ' ' < /proc/$PPID/cmdline)"` },
+      ],
+    });
+    expect(run.report.phase, run.stderr).toBe("Succeeded");
+    expect(run.stdout).toMatch(/\[a\] a in \S+ \S+ task-2/);
+    expect(run.stdout).toMatch(/\[b\] b in \S+ \S+ task-1/);
+    expect(run.stdout).toContain("[b] from-a");
+    expect(run.stdout).toMatch(/\[c\] c in \S+ \S+ task-3/);
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+  });
+
+  it("a stop tells what an earlier task left in another container (SIGTERM), then the fence ends it", async () => {
+    const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
+    const run = await runPod(
+      {
+        containers: { "task-1": "playbook.test/debian:1", "task-2": "playbook.test/musl:1" },
+        planned: ["task-1", "task-2"],
+        tasks: [
+          {
+            name: "service",
+            run:
+              `sh -c 'trap "cp \\"\\$PLAYBOOK_CANCEL_FILE\\" ${ws}/service.cancel; touch ${ws}/service.term" TERM; ${record(ws, "service")}; while :; do sleep 0.1; done' >/dev/null 2>&1 & ` +
+              `while [ ! -e ${ws}/service.pid ]; do sleep 0.02; done`,
+          },
+          { name: "slow", timeout: "1s", run: "echo slow; sleep 300" },
+        ],
+      },
+      ws,
+    );
+    expect(run.report).toMatchObject({ phase: "Failed", reason: "TaskTimeout", ct: "agents" });
+    expect(run.report.tasks[1]).toMatchObject({ p: "TimedOut", l: "TaskTimeout", e: "Exited" });
+    expect(readdirSync(ws)).toContain("service.term");
+    // Its own attempt's cancel file, written before the SIGTERM it shares with the stopped task.
+    expect(readFileSync(join(ws, "service.cancel"), "utf8")).toMatch(/^TaskTimeout: slow passed its limit/);
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
   });
 

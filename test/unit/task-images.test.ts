@@ -161,7 +161,14 @@ describe("a task whose container ended under it", () => {
     completionTime: new Date(start.getTime() + 5000),
     containment: "agents",
     tasks: [
-      { name: "dump", phase: "Failed", attempts: 1, exitCode: null, signal: "SIGKILL", lostContainer: "task-1" },
+      {
+        name: "dump",
+        phase: "Failed",
+        attempts: 1,
+        exitCode: null,
+        signal: "SIGKILL",
+        lostContainer: "task-1",
+      },
     ],
   });
 
