@@ -98,7 +98,8 @@ function environOf(pid: number): string {
 
 function sessionOf(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
-  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[4]);
+  // After the command: state, ppid, pgrp, session.
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[3]);
 }
 
 /**
@@ -306,7 +307,8 @@ describe("Playbooks across images on the real node", () => {
 
   // The task container's limit is its own (spec.resources apply to each task container): the
   // kernel chooses among the agent and the tasks (oom_score_adj 1000). On this node's cgroup v1 it
-  // ends the hog alone (exit 137, the agent lives); where the whole container ends (cgroup v2's
+  // ends the hog alone: the agent lives and reports the task killed by SIGKILL, and the kubelet
+  // says nothing (the container did not end). Where the whole container ends (cgroup v2's
   // memory.oom.group, or the agent taken) the controller names the container and the kubelet's
   // OOMKilled. Either way TaskFailed, never RunnerLost: the runner's container is untouched.
   it("a task container run into its memory limit fails the task (TaskFailed, the container and OOMKilled named when it ended)", async () => {
@@ -327,7 +329,7 @@ describe("Playbooks across images on the real node", () => {
     expect(playbook.status?.tasks?.[0]).toMatchObject({ name: "hog", phase: "Failed" });
     const message = playbook.status?.tasks?.[0]?.message ?? "";
     expect(message).toMatch(
-      /^(exited with code 137|container task-1 \(image playbook\.test\/musl:1\) was OOMKilled \(exit 137\))/,
+      /^(exited with code 137|was killed by SIGKILL|container task-1 \(image playbook\.test\/musl:1\) was OOMKilled \(exit 137\))/,
     );
     expect(playbook.status?.tasks?.[1]).toMatchObject({ name: "after", phase: "Skipped" });
     const [pod] = await podsOf(namespace, name);
@@ -388,7 +390,8 @@ describe("Playbooks across images on the real node", () => {
         () => "admitted",
         (error: unknown) => String((error as { body?: unknown }).body ?? error),
       );
-    expect(refused).toMatch(/violates PodSecurity "restricted:latest"/);
+    // The API server's Status, as JSON: its quotes escaped.
+    expect(refused).toMatch(/violates PodSecurity \\?"restricted:latest\\?"/);
     const name = "restricted";
     await createPlaybook(restricted, name, {
       ceiling: "2m",
