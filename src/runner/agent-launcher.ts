@@ -7,7 +7,6 @@
 // The runner shares the pod's process namespace with the task containers, so it sees their
 // processes in /proc (stat is readable by any user) but may not signal them (another uid): what
 // it sees tells it whether a tree is gone, and every signal goes through the agent.
-import { readdirSync, readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -15,7 +14,10 @@ import type { Agent, AgentTask } from "./agent-hub.js";
 import type { AttemptSpec } from "./attempt.js";
 import { writeCancelFile } from "./cancel-file.js";
 import { KILL_CONFIRM_MS, type Launched, type Launcher, type TreeEnd, within } from "./launcher.js";
+import { descendantsIn, liveProcesses, type ProcEntry } from "./proc-tree.js";
 import { ATTEMPT_ID_VAR, CANCEL_FILE_VAR } from "./process-table.js";
+
+export type { ProcEntry };
 
 /** The agent of one task container: what the launcher and the run use of agent-hub.ts's Agent. */
 export type AgentLike = Pick<Agent, "container" | "pid" | "lost" | "start" | "kill" | "fence" | "quit"> & {
@@ -42,46 +44,6 @@ const POLL_MS = 20;
 /** How often the kill looks again for what SIGKILL has not ended yet. */
 const KILL_LOOK_MS = 10;
 
-export interface ProcEntry {
-  pid: number;
-  ppid: number;
-  pgrp: number;
-  /** start in clock ticks */
-  start: number;
-}
-
-/** Every live (not zombie) process in /proc, with its parent, group and start. */
-function liveProcesses(): ProcEntry[] {
-  const found: ProcEntry[] = [];
-  let names: string[];
-  try {
-    names = readdirSync("/proc");
-  } catch {
-    return found;
-  }
-  for (const name of names) {
-    const code = name.charCodeAt(0);
-    if (code < 48 || code > 57) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${name}/stat`, "latin1");
-    } catch {
-      continue;
-    }
-    // After "(comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime
-    // stime cutime cstime priority nice threads itrealvalue starttime.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    if (fields[0] === "Z" || fields[0] === "X") continue;
-    found.push({
-      pid: Number(name),
-      ppid: Number(fields[1]),
-      pgrp: Number(fields[2]),
-      start: Number(fields[19]),
-    });
-  }
-  return found;
-}
-
 /**
  * An agent's descendants, numbered as it numbers them: its own view where it has one (a local
  * run's container), else /proc below its pid (a pod's shared namespace).
@@ -92,19 +54,7 @@ export function descendantsOf(agent: AgentLike): ProcEntry[] {
 
 /** The live descendants of `root` (an agent: the subreaper of everything its tasks started). */
 export function agentDescendants(root: number, processes = liveProcesses()): ProcEntry[] {
-  const children = new Map<number, ProcEntry[]>();
-  for (const entry of processes) {
-    const list = children.get(entry.ppid);
-    if (list) list.push(entry);
-    else children.set(entry.ppid, [entry]);
-  }
-  const found: ProcEntry[] = [];
-  const todo = [...(children.get(root) ?? [])];
-  for (let entry = todo.pop(); entry !== undefined; entry = todo.pop()) {
-    found.push(entry);
-    todo.push(...(children.get(entry.pid) ?? []));
-  }
-  return found;
+  return descendantsIn(root, processes);
 }
 
 /** Starts attempts through `agent`, the agent of one task container. */

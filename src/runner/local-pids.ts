@@ -5,7 +5,8 @@
 // below the agent's host pid and renumbered with the kernel's NSpid/NSpgid (their numbers in
 // each namespace they are in, the innermost last), so the runner's watch and the agent's kills
 // speak of the same processes.
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
+import { descendantsIn, liveProcesses, type ProcEntry } from "./proc-tree.js";
 
 /** One live process, numbered in its container's namespace; start in clock ticks since boot. */
 export interface ContainerProcess {
@@ -13,36 +14,6 @@ export interface ContainerProcess {
   ppid: number;
   pgrp: number;
   start: number;
-}
-
-interface HostEntry {
-  pid: number;
-  ppid: number;
-  start: number;
-}
-
-function hostProcesses(proc: string): HostEntry[] {
-  const found: HostEntry[] = [];
-  let names: string[];
-  try {
-    names = readdirSync(proc);
-  } catch {
-    return found;
-  }
-  for (const name of names) {
-    const code = name.charCodeAt(0);
-    if (code < 48 || code > 57) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`${proc}/${name}/stat`, "latin1");
-    } catch {
-      continue;
-    }
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    if (fields[0] === "Z" || fields[0] === "X") continue;
-    found.push({ pid: Number(name), ppid: Number(fields[1]), start: Number(fields[19]) });
-  }
-  return found;
 }
 
 /** The innermost numbers of a process (NSpid, NSpgid of /proc/PID/status), or null when it is gone. */
@@ -69,8 +40,8 @@ function innermost(proc: string, pid: number): { pid: number; pgrp: number } | n
  * numbers them (the agent itself left out, as a pod's view leaves it out).
  */
 export function containerDescendants(agentHostPid: number, proc = "/proc"): ContainerProcess[] {
-  const all = hostProcesses(proc);
-  const children = new Map<number, HostEntry[]>();
+  const all = liveProcesses(proc);
+  const children = new Map<number, ProcEntry[]>();
   for (const entry of all) {
     const list = children.get(entry.ppid);
     if (list) list.push(entry);
@@ -92,17 +63,5 @@ export function containerDescendants(agentHostPid: number, proc = "/proc"): Cont
 
 /** The host pids of the live descendants of the agent whose host pid is `agentHostPid`. */
 export function hostDescendants(agentHostPid: number, proc = "/proc"): number[] {
-  const children = new Map<number, number[]>();
-  for (const entry of hostProcesses(proc)) {
-    const list = children.get(entry.ppid);
-    if (list) list.push(entry.pid);
-    else children.set(entry.ppid, [entry.pid]);
-  }
-  const found: number[] = [];
-  const todo = [...(children.get(agentHostPid) ?? [])];
-  for (let pid = todo.pop(); pid !== undefined; pid = todo.pop()) {
-    found.push(pid);
-    todo.push(...(children.get(pid) ?? []));
-  }
-  return found;
+  return descendantsIn(agentHostPid, liveProcesses(proc)).map((entry) => entry.pid);
 }

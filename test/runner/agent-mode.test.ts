@@ -301,7 +301,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
           {
             name: "service",
             run:
-              `sh -c '${record(ws, "holder")}; trap "cp \\"\\$PLAYBOOK_CANCEL_FILE\\" ${ws}/holder.cancel" TERM; echo holder up; while :; do sleep 0.1; done' & ` +
+              `sh -c 'trap "cp \\"\\$PLAYBOOK_CANCEL_FILE\\" ${ws}/holder.cancel" TERM; ${record(ws, "holder")}; echo holder up; while :; do sleep 0.1; done' & ` +
               `setsid env -i /bin/sh -c 'trap "" TERM; ${record(ws, "escapee")}; exec /bin/sleep 300' >/dev/null 2>&1 & ` +
               `while [ ! -e ${ws}/escapee.pid ] || [ ! -e ${ws}/holder.pid ]; do sleep 0.02; done; echo leaving`,
           },

@@ -1,0 +1,61 @@
+// The process tree as /proc shows it: every live process with its parent, group and start, and
+// the descendants of one of them. Read by agent mode (a pod's shared process namespace) and by a
+// local run's containers (the host's view, renumbered in local-pids.ts).
+import { readdirSync, readFileSync } from "node:fs";
+
+export interface ProcEntry {
+  pid: number;
+  ppid: number;
+  pgrp: number;
+  /** start in clock ticks since boot */
+  start: number;
+}
+
+/** Every live (not zombie) process in `proc`, with its parent, group and start. */
+export function liveProcesses(proc = "/proc"): ProcEntry[] {
+  const found: ProcEntry[] = [];
+  let names: string[];
+  try {
+    names = readdirSync(proc);
+  } catch {
+    return found;
+  }
+  for (const name of names) {
+    const code = name.charCodeAt(0);
+    if (code < 48 || code > 57) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`${proc}/${name}/stat`, "latin1");
+    } catch {
+      continue;
+    }
+    // After "(comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime
+    // stime cutime cstime priority nice threads itrealvalue starttime.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (fields[0] === "Z" || fields[0] === "X") continue;
+    found.push({
+      pid: Number(name),
+      ppid: Number(fields[1]),
+      pgrp: Number(fields[2]),
+      start: Number(fields[19]),
+    });
+  }
+  return found;
+}
+
+/** The live descendants of `root` among `processes`, parents before their children. */
+export function descendantsIn(root: number, processes: readonly ProcEntry[]): ProcEntry[] {
+  const children = new Map<number, ProcEntry[]>();
+  for (const entry of processes) {
+    const list = children.get(entry.ppid);
+    if (list) list.push(entry);
+    else children.set(entry.ppid, [entry]);
+  }
+  const found: ProcEntry[] = [];
+  const todo = [...(children.get(root) ?? [])];
+  for (let entry = todo.pop(); entry !== undefined; entry = todo.pop()) {
+    found.push(entry);
+    todo.push(...(children.get(entry.pid) ?? []));
+  }
+  return found;
+}
