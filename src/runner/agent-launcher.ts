@@ -14,7 +14,7 @@ import type { Agent, AgentTask } from "./agent-hub.js";
 import type { AttemptSpec } from "./attempt.js";
 import { writeCancelFile } from "./cancel-file.js";
 import { KILL_CONFIRM_MS, type Launched, type Launcher, type TreeEnd, within } from "./launcher.js";
-import { descendantsIn, liveProcesses, type ProcEntry } from "./proc-tree.js";
+import { descendantsIn, liveProcesses, type ProcEntry, ticksNow } from "./proc-tree.js";
 import { ATTEMPT_ID_VAR, CANCEL_FILE_VAR } from "./process-table.js";
 
 export type { ProcEntry };
@@ -134,7 +134,9 @@ export function agentLauncher(
         return started;
       }
       const pgid = started.pid;
-      const startedFrom = seen().find((entry) => entry.pid === pgid)?.start ?? 0;
+      // A leader already gone (a task of a few ms) has no start left to read: now is a bound that
+      // keeps it from claiming every older process of its container (0 would).
+      const startedFrom = seen().find((entry) => entry.pid === pgid)?.start ?? ticksNow();
       attempts?.started(agent.container, spec.attemptId, startedFrom);
       /** the attempt's live processes: the agent's descendants in its group or started since */
       const attemptProcesses = () =>

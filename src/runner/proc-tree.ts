@@ -59,3 +59,15 @@ export function descendantsIn(root: number, processes: readonly ProcEntry[]): Pr
   }
   return found;
 }
+
+/** Clock ticks per second in /proc's start times: USER_HZ, 100 on every Linux ABI Node runs on. */
+const USER_HZ = 100;
+
+/** Now, in the clock ticks since boot that /proc/PID/stat's start times count (0 if unreadable). */
+export function ticksNow(proc = "/proc"): number {
+  try {
+    return Math.floor(Number.parseFloat(readFileSync(`${proc}/uptime`, "latin1")) * USER_HZ);
+  } catch {
+    return 0;
+  }
+}

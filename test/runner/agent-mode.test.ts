@@ -8,6 +8,7 @@ import { spawn, spawnSync } from "node:child_process";
 import {
   chmodSync,
   chownSync,
+  existsSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -316,6 +317,10 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.stdout).toContain("[service] holder up");
     expect(run.stderr).toMatch(/ended \d+ process\(es\) that tasks left running/);
     // Told first through its attempt's cancel file, readable by the task's user.
+    expect(
+      existsSync(join(ws, "holder.cancel")),
+      `no holder.cancel; stderr:\n${run.stderr}\nws: ${readdirSync(ws).join(" ")}`,
+    ).toBe(true);
     expect(readFileSync(join(ws, "holder.cancel"), "utf8")).toMatch(/^Succeeded: the run is over, stop now/);
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
   });
