@@ -137,6 +137,7 @@ const CHECKOUT = [
   "LICENSE",
   "Dockerfile",
   ".dockerignore",
+  "agent",
   "src",
   "scripts",
   "test",
