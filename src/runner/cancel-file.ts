@@ -57,6 +57,15 @@ export async function writeCancelFilesOf(
   for (const id of await Promise.all(pids.map((pid) => table.attemptIdOf(pid, runCookie)))) {
     if (id !== null && id !== except) attempts.add(id);
   }
+  return writeCancelFiles(attempts, fileOf, text);
+}
+
+/** The cancel file of each of `attempts`; returns what could not be written, for a warning. */
+export function writeCancelFiles(
+  attempts: Iterable<string>,
+  fileOf: (attemptId: string) => string,
+  text: string,
+): string[] {
   const failures: string[] = [];
   for (const id of attempts) {
     const path = fileOf(id);

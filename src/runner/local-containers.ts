@@ -13,6 +13,7 @@ import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { quantityValue } from "../api/policy.js";
 import type { LocalEngine } from "./local-engine.js";
 
 /** Where the task containers see what the run shares with them (the same paths as in a pod). */
@@ -169,30 +170,10 @@ export function runArgs(options: StartOptions, container: TaskContainer, engineN
   ];
 }
 
-/** A Kubernetes memory quantity as the engines take it (bytes). */
+/** A Kubernetes memory quantity as the engines take it (bytes); one they cannot read is passed on as it is. */
 export function memoryArg(quantity: string): string {
-  const match = /^([0-9.]+)([KMGTPE]i?|[kmMGTPE]|e[0-9]+)?$/.exec(quantity);
-  if (!match) return quantity;
-  const value = Number(match[1]);
-  const unit = match[2] ?? "";
-  const powers: Record<string, number> = {
-    Ki: 2 ** 10,
-    Mi: 2 ** 20,
-    Gi: 2 ** 30,
-    Ti: 2 ** 40,
-    Pi: 2 ** 50,
-    Ei: 2 ** 60,
-    k: 1e3,
-    K: 1e3,
-    M: 1e6,
-    G: 1e9,
-    T: 1e12,
-    P: 1e15,
-    E: 1e18,
-    m: 1e-3,
-  };
-  const factor = unit.startsWith("e") ? 10 ** Number(unit.slice(1)) : (powers[unit] ?? 1);
-  return String(Math.ceil(value * factor));
+  const bytes = quantityValue(quantity);
+  return Number.isFinite(bytes) ? String(Math.ceil(bytes)) : quantity;
 }
 
 /** A Kubernetes cpu quantity (2, 500m) as --cpus takes it. */

@@ -28,7 +28,7 @@ import {
   type OpenPipes,
   runAttempt,
 } from "./attempt.js";
-import { writeCancelFile, writeCancelFilesOf } from "./cancel-file.js";
+import { writeCancelFiles, writeCancelFilesOf } from "./cancel-file.js";
 import { type Containment, openContainment } from "./containment.js";
 import { oomCounter } from "./oom.js";
 import { killUntilGone, PROC, type ProcessTable, sendSignal } from "./process-table.js";
@@ -394,21 +394,6 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
   return outcome.phase;
 }
 
-/** Writes the cancel file of each of `attempts`; returns what could not be written. */
-function writeCancelFilesFor(
-  attempts: Iterable<string>,
-  fileOf: (attemptId: string) => string,
-  text: string,
-): string[] {
-  const failures: string[] = [];
-  for (const id of attempts) {
-    const path = fileOf(id);
-    const written = writeCancelFile(path, text);
-    if (!written.written) failures.push(`cancel file ${path}: ${written.reason}`);
-  }
-  return failures;
-}
-
 interface Sweep {
   runCookie: string;
   /** nothing started before the run's first process can be one of its processes */
@@ -445,7 +430,7 @@ async function sweepLeftovers(
   // Warned already means they were told with the task that stopped the run: no second SIGTERM.
   if (!sweep.alreadyWarned && sweep.graceMs > 0) {
     warnings = containment.liveAttempts
-      ? writeCancelFilesFor(containment.liveAttempts(), sweep.cancelFileOf, sweep.cancelText)
+      ? writeCancelFiles(containment.liveAttempts(), sweep.cancelFileOf, sweep.cancelText)
       : await writeCancelFilesOf(sweep.table, initial, sweep.runCookie, sweep.cancelFileOf, sweep.cancelText);
     for (const pid of initial) (containment.signal ?? sendSignal)(pid, "SIGTERM");
   }
