@@ -13,11 +13,12 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
+  rmSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { decodeReport, type RunnerReport } from "../../src/api/report.js";
 import { agentBinary } from "../harness/agent-binary.js";
 import { CLI } from "../support/cli.js";
@@ -110,8 +111,19 @@ function pidOfArgv(argv: string[]): number | null {
 /** Writes the task's pid files into the workspace: `record(name)` as a shell snippet. */
 const record = (ws: string, name: string) => `echo $$ > ${ws}/${name}.pid`;
 
-async function runPod(options: PodOptions, ws = mkdtempSync(join(tmpdir(), "agent-ws-"))): Promise<PodRun> {
-  const dir = mkdtempSync(join(tmpdir(), "agent-pod-"));
+/** A folder of this file's runs, removed once they are over. */
+const made: string[] = [];
+const tempDir = (prefix: string): string => {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  made.push(dir);
+  return dir;
+};
+afterAll(() => {
+  for (const dir of made) rmSync(dir, { recursive: true, force: true });
+});
+
+async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<PodRun> {
+  const dir = tempDir("agent-pod-");
   const runDir = join(dir, "run");
   mkdirSync(runDir);
   const log = join(dir, "termination-log");
@@ -249,7 +261,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
   ])(
     "ends %s with the whole tree dead: a grandchild holding the pipe, a setsid escapee with no env",
     async (limit, taskLimits, runLimits) => {
-      const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
+      const ws = tempDir("agent-ws-");
       const run = await runPod(
         { tasks: [{ name: "tree", run: treeTask(ws, "sleep 300"), ...taskLimits }], ...runLimits },
         ws,
@@ -268,7 +280,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
   );
 
   it("as in a pod (runner uid 65532, tasks uid 1000): TaskTimeout ends the whole tree through the agent", async () => {
-    const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
+    const ws = tempDir("agent-ws-");
     const run = await runPod(
       {
         asInPod: true,
@@ -294,7 +306,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
   });
 
   it("as in a pod: what a successful task left (a pipe holder, a setsid escapee with no env) ends with the run", async () => {
-    const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
+    const ws = tempDir("agent-ws-");
     const run = await runPod(
       {
         asInPod: true,
@@ -389,7 +401,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
   });
 
   it("a stop tells what an earlier task left in another container (SIGTERM), then the fence ends it", async () => {
-    const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
+    const ws = tempDir("agent-ws-");
     const run = await runPod(
       {
         containers: { "task-1": "playbook.test/debian:1", "task-2": "playbook.test/musl:1" },
@@ -451,7 +463,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
   });
 
   it("fails the run naming a container whose agent never connects, running nothing", async () => {
-    const ws = mkdtempSync(join(tmpdir(), "agent-ws-"));
+    const ws = tempDir("agent-ws-");
     const run = await runPod(
       {
         helloMs: 500,
