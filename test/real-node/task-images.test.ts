@@ -107,15 +107,28 @@ function sessionOf(pid: number): number {
  * the escapee in a session of its own without environment) and checks what each one is.
  */
 async function treeUp(mark: string): Promise<number[]> {
+  const cmdline = (pid: number) => {
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, "latin1").split("\0");
+    } catch {
+      return []; // gone meanwhile
+    }
+  };
+  // By role, not by count: a forked child has its parent's command line until it execs, so
+  // three processes with the mark can be seen before the grandchild is there.
   const pids = await eventually(
-    `the task's three processes with ${mark}`,
+    `the task's leader, grandchild and escapee with ${mark}`,
     async () => {
       const found = processesWithMarker(mark);
-      return found.length >= 3 ? found : undefined;
+      const roles = found.map(cmdline);
+      const up =
+        roles.some((args) => args[1] === "tree") &&
+        roles.some((args) => args.includes("grandchild")) &&
+        roles.some((args) => args.includes("escaped"));
+      return up ? found : undefined;
     },
     realNode.taskStartMs,
   );
-  const cmdline = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, "latin1").split("\0");
   const escaped = pids.find((pid) => cmdline(pid).includes("escaped"));
   const leader = pids.find((pid) => cmdline(pid)[1] === "tree");
   expect(escaped).toBeDefined();
