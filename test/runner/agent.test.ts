@@ -360,7 +360,8 @@ describe("agent", () => {
     });
     expect(await task.exited).toEqual({ code: 0, signal: null });
     const [escapee = 0, grandchild = 0] = await printedPids(task, 3);
-    expect(stat(escapee)?.session).toBe(escapee);
+    // `setsid` calls setsid(2) after the shell forked it: $! can be printed before it has.
+    await until(() => stat(escapee)?.session === escapee, "the escapee to lead a session of its own");
     // Orphaned by the inner shell: the agent, a subreaper, is its parent now.
     expect(stat(grandchild)?.ppid).toBe(agent.pid);
     expect(task.task.open).toEqual({ out: true, err: true });
