@@ -210,7 +210,12 @@ describe("a node that stops reporting", () => {
 
     await restoreNode();
     const playbook = await waitForFinished(namespace, name, realNode.finishMs);
-    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    // The whole condition and the run's events in the failure: which pod was taken for lost, and why.
+    const events = (await eventsOf(namespace, name)).map((e) => `${e.reason}: ${e.message}`);
+    expect(
+      condition(playbook, "Succeeded"),
+      JSON.stringify({ condition: condition(playbook, "Succeeded"), events }, null, 2),
+    ).toMatchObject({ status: "True", reason: "Succeeded" });
     expect(playbook.status).toMatchObject({ podAttempts: 2, podName: `${name}-2` });
     expect(playbook.status?.tasks?.[0]).toMatchObject({ name: "wait", phase: "Succeeded", attempts: 1 });
     // The kubelet, back, stopped the old pod and let it go.
