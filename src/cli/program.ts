@@ -10,11 +10,10 @@ import { PLAN_DIGEST_ENV_VAR, PLAN_ENV_VAR, planDigest, RunPlanSchema } from "..
 import type { Playbook } from "../api/playbook.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/report-status.js";
+import { EXIT } from "./exit-codes.js";
 import { InvalidPolicyFileError } from "./policy-file-error.js";
 import { helpfulProblem } from "./problems.js";
 import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
-
-export const EXIT = { succeeded: 0, failed: 1, invalid: 2, interrupted: 130 } as const;
 
 class UsageError extends Error {}
 
