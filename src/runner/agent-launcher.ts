@@ -228,15 +228,36 @@ async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortS
   }
   const cut = killGraceMs > 0 && hurry?.aborted === true && performance.now() < graceEndsAt;
   const graceCutAfterMs = cut ? Math.round(performance.now() - graceStartedAt) : undefined;
-  if (tree.leaderAlive()) tell(tree.agent, -tree.pgid, "SIGKILL");
-  tell(tree.agent, "tree", "SIGKILL");
-  // Repeated until nothing of the attempt is seen: an escaper may fork between two kills.
+  // The group first, by id and without a look around, so the kill waits for nothing: while the
+  // leader is unreaped the id is still its group's, and a group kill leaves no member behind (the
+  // kernel fails a fork that races it). Without it, the agent's sweep of its descendants.
+  const byGroup = tree.leaderAlive();
+  if (byGroup) tell(tree.agent, -tree.pgid, "SIGKILL");
+  else tell(tree.agent, "tree", "SIGKILL");
   const confirmBy = performance.now() + KILL_CONFIRM_MS;
-  while (performance.now() < confirmBy && tree.attemptProcesses().length > 0) {
+  // Then what the group kill cannot reach, one by one: processes that left the group (setsid, double
+  // fork) and what earlier tasks left in this container, as a stop ends the run. The group's own
+  // members are not signalled again, and the look is not the agent's sweep: the dying tree shares
+  // the CPU with every look and every signal, so the kill is not slowed by looking around.
+  // Repeated until a look finds nothing: an escaper may fork between two kills.
+  const rest = () =>
+    byGroup ? tree.descendants().filter((entry) => entry.pgrp !== tree.pgid) : tree.attemptProcesses();
+  for (let left = rest(); left.length > 0 && performance.now() < confirmBy; left = rest()) {
+    if (byGroup) for (const entry of left) tell(tree.agent, entry.pid, "SIGKILL");
+    else tell(tree.agent, "tree", "SIGKILL");
     await sleep(KILL_LOOK_MS);
-    tell(tree.agent, "tree", "SIGKILL");
   }
+  // The kernel ends the group on its own: its leader's exit first (the agent reaps it at once), then
+  // looks at longer and longer intervals until none of the attempt is left.
   await within(tree.leaderExited, Math.max(0, confirmBy - performance.now()));
+  for (let wait = KILL_LOOK_MS; performance.now() < confirmBy; wait = Math.min(wait * 2, POLL_MS * 5)) {
+    const left = tree.attemptProcesses();
+    if (left.length === 0) break;
+    // Only what left the group after the first look can be alive but unsignalled here.
+    for (const entry of left)
+      if (!byGroup || entry.pgrp !== tree.pgid) tell(tree.agent, entry.pid, "SIGKILL");
+    await sleep(Math.min(wait, Math.max(1, confirmBy - performance.now())));
+  }
   return {
     ending: "Killed",
     runClean: false,
