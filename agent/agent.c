@@ -36,6 +36,9 @@
 #define MAX_TASKS 64
 #define CHUNK 65536
 #define CONNECT_WAIT_MS 60000
+/* The runner may listen only after its agents started (Node starts slower than the agent): each
+ * retry's wait delays the first task, and a connect() that fails costs microseconds. */
+#define CONNECT_RETRY_MS 5
 #define SWEEP_MS 2000
 
 struct task {
@@ -583,7 +586,7 @@ static void connect_runner(const char *path)
 			fprintf(stderr, "agent: connect %s: %s\n", path, strerror(e));
 			exit(1);
 		}
-		pause_ms(100);
+		pause_ms(CONNECT_RETRY_MS);
 	}
 }
 
