@@ -582,7 +582,8 @@ static void connect_runner(const char *path)
 		if (connect(sock, (struct sockaddr *)&addr, sizeof addr) == 0) return;
 		int e = errno;
 		close(sock);
-		if ((e != ENOENT && e != ECONNREFUSED) || now_ms() > until) {
+		/* EACCES too: the runner makes its socket the pod group's just after it listens. */
+		if ((e != ENOENT && e != ECONNREFUSED && e != EACCES) || now_ms() > until) {
 			fprintf(stderr, "agent: connect %s: %s\n", path, strerror(e));
 			exit(1);
 		}
