@@ -265,8 +265,8 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
 
   if (spec.deadline) {
     const deadline = spec.deadline;
-    // A timer wakes late: its delay is kept in whole ms and the loop looks at it once a turn (2 to
-    // 3 ms late on a busy node, measured by bench:images). It is set to wake DEADLINE_EARLY_MS
+    // A timer wakes late: its delay is kept in whole ms and the loop looks at it once a turn (up to
+    // 3.5 ms late on a busy node, traced in bench:images). It is set to wake DEADLINE_EARLY_MS
     // early, and the rest is waited turn by turn of the loop: the limit fires neither before its
     // deadline nor a timer's slack after it. A longer wait than a timer holds is taken in steps.
     const onDeadline = () => {
