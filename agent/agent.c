@@ -36,6 +36,9 @@
 #define MAX_TASKS 64
 #define CHUNK 65536
 #define CONNECT_WAIT_MS 60000
+/* The runner may listen only after its agents started (Node starts slower than the agent): each
+ * retry's wait delays the first task, and a connect() that fails costs microseconds. */
+#define CONNECT_RETRY_MS 5
 #define SWEEP_MS 2000
 
 struct task {
@@ -579,11 +582,12 @@ static void connect_runner(const char *path)
 		if (connect(sock, (struct sockaddr *)&addr, sizeof addr) == 0) return;
 		int e = errno;
 		close(sock);
-		if ((e != ENOENT && e != ECONNREFUSED) || now_ms() > until) {
+		/* EACCES too: the runner makes its socket the pod group's just after it listens. */
+		if ((e != ENOENT && e != ECONNREFUSED && e != EACCES) || now_ms() > until) {
 			fprintf(stderr, "agent: connect %s: %s\n", path, strerror(e));
 			exit(1);
 		}
-		pause_ms(100);
+		pause_ms(CONNECT_RETRY_MS);
 	}
 }
 

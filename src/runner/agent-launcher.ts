@@ -41,8 +41,9 @@ function tell(agent: AgentLike, target: number | "tree", signal: string): void {
 }
 
 const POLL_MS = 20;
-/** How often the kill looks again for what SIGKILL has not ended yet. */
+/** How soon the kill looks again for what SIGKILL has not ended yet, doubling up to the most. */
 const KILL_LOOK_MS = 10;
+const MAX_KILL_LOOK_MS = 100;
 
 /**
  * An agent's descendants, numbered as it numbers them: its own view where it has one (a local
@@ -139,8 +140,8 @@ export function agentLauncher(
       const startedFrom = seen().find((entry) => entry.pid === pgid)?.start ?? ticksNow();
       attempts?.started(agent.container, spec.attemptId, startedFrom);
       /** the attempt's live processes: the agent's descendants in its group or started since */
-      const attemptProcesses = () =>
-        seen().filter((entry) => entry.pgrp === pgid || entry.start >= startedFrom);
+      const ofAttempt = (entry: ProcEntry) => entry.pgrp === pgid || entry.start >= startedFrom;
+      const attemptProcesses = () => seen().filter(ofAttempt);
       const launched: Launched = {
         pgid,
         startedFrom,
@@ -169,6 +170,7 @@ export function agentLauncher(
               leaderAlive: () => leaderAlive,
               leaderExited,
               attemptProcesses,
+              ofAttempt,
               descendants: seen,
               others,
             },
@@ -188,6 +190,8 @@ interface AgentTree {
   leaderAlive: () => boolean;
   leaderExited: Promise<void>;
   attemptProcesses: () => ProcEntry[];
+  /** whether a live process is the attempt's: in its group, or started since its leader */
+  ofAttempt: (entry: ProcEntry) => boolean;
   /** every live descendant of the agent: what this attempt and earlier ones left in its container */
   descendants: () => ProcEntry[];
   others: () => readonly AgentLike[];
@@ -228,13 +232,30 @@ async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortS
   }
   const cut = killGraceMs > 0 && hurry?.aborted === true && performance.now() < graceEndsAt;
   const graceCutAfterMs = cut ? Math.round(performance.now() - graceStartedAt) : undefined;
-  if (tree.leaderAlive()) tell(tree.agent, -tree.pgid, "SIGKILL");
-  tell(tree.agent, "tree", "SIGKILL");
-  // Repeated until nothing of the attempt is seen: an escaper may fork between two kills.
+  // The group first, by id and without a look around, so the kill waits for nothing: while the
+  // leader is unreaped the id is still its group's, and a group kill leaves no member behind (the
+  // kernel fails a fork that races it). Without it, the agent's sweep of its descendants.
+  const byGroup = tree.leaderAlive();
+  if (byGroup) tell(tree.agent, -tree.pgid, "SIGKILL");
+  else tell(tree.agent, "tree", "SIGKILL");
   const confirmBy = performance.now() + KILL_CONFIRM_MS;
-  while (performance.now() < confirmBy && tree.attemptProcesses().length > 0) {
-    await sleep(KILL_LOOK_MS);
-    tell(tree.agent, "tree", "SIGKILL");
+  // A look through /proc takes the CPU the dying tree needs to end (in the pod's share, the runner's
+  // container outweighs a task's): the first waits for the leader's exit, which the agent reports
+  // as it reaps it, and by then the group is mostly gone.
+  if (byGroup) await within(tree.leaderExited, KILL_CONFIRM_MS);
+  // Then what the group kill cannot reach, one by one: processes that left the group (setsid, double
+  // fork) and what earlier tasks left in this container, as a stop ends the run. The group's own
+  // members are not signalled again. Looked for at doubling intervals until a look finds none of
+  // them and nothing of the attempt: an escaper may fork between two kills.
+  for (let wait = KILL_LOOK_MS; ; wait = Math.min(wait * 2, MAX_KILL_LOOK_MS)) {
+    const live = tree.descendants();
+    const outside = byGroup ? live.filter((entry) => entry.pgrp !== tree.pgid) : live;
+    if (byGroup) for (const entry of outside) tell(tree.agent, entry.pid, "SIGKILL");
+    else if (live.length > 0) tell(tree.agent, "tree", "SIGKILL");
+    if (outside.length === 0 && !live.some(tree.ofAttempt)) break;
+    const left = confirmBy - performance.now();
+    if (left <= 0) break;
+    await sleep(Math.min(wait, left));
   }
   await within(tree.leaderExited, Math.max(0, confirmBy - performance.now()));
   return {
