@@ -10,11 +10,10 @@ import { PLAN_DIGEST_ENV_VAR, PLAN_ENV_VAR, planDigest, RunPlanSchema } from "..
 import type { Playbook } from "../api/playbook.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/report-status.js";
+import { EXIT, EXIT_CODES_HELP, exitCodeForReason } from "./exit-codes.js";
 import { InvalidPolicyFileError } from "./policy-file-error.js";
 import { helpfulProblem } from "./problems.js";
 import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
-
-export const EXIT = { succeeded: 0, failed: 1, invalid: 2, interrupted: 130 } as const;
 
 class UsageError extends Error {}
 
@@ -113,7 +112,7 @@ async function runCommand(flags: unknown): Promise<number> {
     );
   }
   if (result.interrupted) return EXIT.interrupted;
-  return result.outcome.phase === "Succeeded" ? EXIT.succeeded : EXIT.failed;
+  return exitCodeForReason(result.report.reason);
 }
 
 async function validateCommand(flags: { filename?: string; policy?: string }): Promise<number> {
@@ -185,7 +184,7 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
     ...(plan.tasks ? { taskContainers: plan.tasks.map((task) => task.container) } : {}),
   });
   if (result.interrupted) return EXIT.interrupted;
-  return result.outcome.phase === "Succeeded" ? EXIT.succeeded : EXIT.failed;
+  return exitCodeForReason(result.report.reason);
 }
 
 function reasonsHelp(): string {
@@ -258,10 +257,7 @@ export function buildProgram(
       "--on-host",
       "run the tasks that name an image on this machine instead of in their image (podman or docker)",
     )
-    .addHelpText(
-      "after",
-      `\nExit codes: 0 succeeded, 1 failed (any reason), 2 invalid input (nothing was run), 130 interrupted.\n${reasonsHelp()}`,
-    )
+    .addHelpText("after", `\n${EXIT_CODES_HELP}\n${reasonsHelp()}`)
     .action(async (file: string | undefined, flags: { filename?: string }, command: Command) => {
       requireFilename(command, file, flags);
       setExit(await runCommand(flags));

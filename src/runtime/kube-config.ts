@@ -33,6 +33,34 @@ export function loadKubeConfig(file?: string): KubeConfig {
   return kubeConfig;
 }
 
+/**
+ * The kubeconfig these files make together, merged as kubectl merges KUBECONFIG: the first file
+ * to set current-context decides it, and the first to name a cluster, user or context keeps it.
+ * A file that cannot be read throws (the caller names it). `context`, when given, is the current
+ * context whether or not the files have it (the caller checks).
+ */
+export function loadKubeConfigFiles(files: readonly string[], context?: string): KubeConfig {
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromOptions({ clusters: [], users: [], contexts: [], currentContext: "" });
+  for (const file of files) {
+    const part = new KubeConfig();
+    part.loadFromFile(file);
+    if (!kubeConfig.getCurrentContext() && part.getCurrentContext()) {
+      kubeConfig.setCurrentContext(part.getCurrentContext());
+    }
+    const named = (list: readonly { name: string }[], name: string) =>
+      list.some((item) => item.name === name);
+    for (const cluster of part.clusters)
+      if (!named(kubeConfig.clusters, cluster.name)) kubeConfig.addCluster(cluster);
+    for (const user of part.users) if (!named(kubeConfig.users, user.name)) kubeConfig.addUser(user);
+    for (const context of part.contexts)
+      if (!named(kubeConfig.contexts, context.name)) kubeConfig.addContext(context);
+  }
+  if (context) kubeConfig.setCurrentContext(context);
+  keepTokenFile(kubeConfig, [...files]);
+  return kubeConfig;
+}
+
 /** The kubeconfig files loadFromDefault reads, in their order of precedence. */
 function kubeconfigFiles(): string[] {
   const fromEnv = process.env.KUBECONFIG;

@@ -267,7 +267,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
         ws,
       );
       expect(run.stdout).toContain("[tree] started");
-      expect(run.code).toBe(1);
+      expect(run.code).toBe(124);
       expect(run.report).toMatchObject({ phase: "Failed", reason: limit, ct: "agents" });
       expect(run.report.tasks[0]).toMatchObject({ p: "TimedOut", l: limit, e: "Killed" });
       for (const name of ["leader", "grandchild", "escapee"]) {

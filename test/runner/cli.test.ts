@@ -75,7 +75,7 @@ describe("playbook run", () => {
       ],
     });
     const result = await startCli(["run", "-f", file, "-o", "json"]);
-    expect(result.code).toBe(1);
+    expect(result.code).toBe(130);
     expect(existsSync(witness)).toBe(false);
     expect(result.stderr).toContain("spec.cancel is true");
     const status = JSON.parse(result.stdout).status;
@@ -280,7 +280,7 @@ describe("playbook run", () => {
       const elapsed = performance.now() - started;
       await killAndWaitGone(processesWithEnv(MARKER_VAR, currentMarker()));
       expect(stderr).not.toContain("EPERM");
-      expect(code).toBe(1);
+      expect(code).toBe(124);
       expect(elapsed).toBeLessThan(20_000);
       expect(decodeReport(readFileSync(report, "utf8"), 1)).toMatchObject({ reason: "TaskTimeout" });
     },
@@ -367,7 +367,7 @@ describe("playbook run", () => {
       stderr += chunk.toString();
     });
     const code = await new Promise((resolve) => child.on("close", resolve));
-    expect(code).toBe(1);
+    expect(code).toBe(124);
     expect(stderr).toContain("warning: cancel file");
     const parsed = decodeReport(readFileSync(report, "utf8"), 2);
     expect(parsed.tasks.map((t) => t.p)).toEqual(["Succeeded", "TimedOut"]);
@@ -474,7 +474,7 @@ describe("playbook pod-runner", () => {
     });
     const started = performance.now();
     const code = await new Promise((resolve) => child.on("close", resolve));
-    expect(code).toBe(1);
+    expect(code).toBe(124);
     expect(performance.now() - started).toBeLessThan(2900);
     expect(stdout).toContain("[soak] soaking");
     const report = decodeReport(readFileSync(log, "utf8"), 1);
@@ -585,7 +585,7 @@ describe("playbook pod-runner", () => {
     });
     const started = performance.now();
     const code = await new Promise((resolve) => child.on("close", resolve));
-    expect(code).toBe(1);
+    expect(code).toBe(124);
     // The policy's 1s stall and its 0.5s killGrace, far from the controller's 10m.
     expect(performance.now() - started).toBeLessThan(10_000);
     const report = decodeReport(readFileSync(log, "utf8"), 1);

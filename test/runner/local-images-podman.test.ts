@@ -143,7 +143,7 @@ describe("playbook run: tasks in their own images through podman", () => {
     });
     const started = Date.now();
     const result = await cliTimed(["run", "-f", file]);
-    expect(result.code, result.stderr).toBe(1);
+    expect(result.code, result.stderr).toBe(124);
     expect(result.stderr).toContain("playbook: run Failed (TaskTimeout)");
     expect(result.stderr).toContain("exceeded its 3s timeout");
     expect(Date.now() - started).toBeLessThan(30_000);
@@ -162,7 +162,7 @@ describe("playbook run: tasks in their own images through podman", () => {
       ],
     });
     const result = await cliTimed(["run", "-f", file]);
-    expect(result.code, result.stderr).toBe(1);
+    expect(result.code, result.stderr).toBe(124);
     expect(result.stderr).toContain("playbook: run Failed (TaskTimeout)");
     expect(processesWith(mark)).toEqual([]);
     expect(await runContainers()).toEqual([]);
@@ -174,7 +174,7 @@ describe("playbook run: tasks in their own images through podman", () => {
       tasks: [{ name: "coop", image: TASK_IMAGES.static, run: "spin cooperate", timeout: "2s" }],
     });
     const result = await cliTimed(["run", "-f", file, "-o", "json"]);
-    expect(result.code, result.stderr).toBe(1);
+    expect(result.code, result.stderr).toBe(124);
     const status = (
       JSON.parse(result.stdout) as {
         status: { tasks: { ending?: string; limit?: string; image?: string }[] };
