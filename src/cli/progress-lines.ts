@@ -99,6 +99,11 @@ export class ProgressLineReader {
     this.tasks = tasks;
   }
 
+  /** Whether a task of this name is in the run: its `[name] ` lines are task output. */
+  isTask(name: string): boolean {
+    return this.indexOf(name) >= 0;
+  }
+
   private indexOf(name: string): number {
     return this.tasks.findIndex((task) => task.name === name);
   }

@@ -243,6 +243,12 @@ export class Progress {
     }
   }
 
+  /** The run ended without a line of its own for the task that ran (a watch's end): no live line stays. */
+  stop(): void {
+    this.stopLive();
+    this.liveLine = null;
+  }
+
   end(outcome: RunOutcome, message: string): void {
     this.stopLive();
     const skipped = outcome.tasks.filter((t) => t.phase === "Skipped").map((t) => t.name);
