@@ -33,6 +33,12 @@ const CONTROLLER_START = /[\\/]src[\\/]cli[\\/]controller-(command|run)\.ts$/;
  * controller.js.
  */
 const CLI = /[\\/](src[\\/](api|cli)[\\/]|node_modules[\\/](commander|yaml|zod)[\\/])|rolldown[\\/]runtime/;
+/**
+ * The cluster commands' work (submit, wait, cancel, logs; their definitions are in cli.js): with
+ * the API client and client-node's KubeConfig, in cluster.js, which only they load.
+ */
+const CLUSTER =
+  /[\\/]src[\\/](cli[\\/]cluster[\\/](?!commands\.ts$)|runtime[\\/](api-client|api-credentials|api-errors|api-proxy|kube-config)\.ts$)|[\\/]node_modules[\\/]@kubernetes[\\/]client-node[\\/]/;
 
 rmSync(outDir, { recursive: true, force: true });
 await build({
@@ -65,9 +71,15 @@ await build({
       groups: [
         {
           name: "cli",
-          test: (id) => CLI.test(id) && !ENTRY.test(id) && !CONTROLLER_START.test(id) && !RUNNER.test(id),
-          priority: 2,
+          test: (id) =>
+            CLI.test(id) &&
+            !CLUSTER.test(id) &&
+            !ENTRY.test(id) &&
+            !CONTROLLER_START.test(id) &&
+            !RUNNER.test(id),
+          priority: 3,
         },
+        { name: "cluster", test: (id) => CLUSTER.test(id), priority: 2 },
         // The runner's modules are left to the dynamic import that loads them, as execute.js.
         { name: "controller", test: (id) => !ENTRY.test(id) && !RUNNER.test(id), priority: 1 },
       ],
@@ -83,7 +95,8 @@ await build({
   input: { commands: path.join(root, "src", "cli", "commands.ts") },
   platform: "node",
   tsconfig: path.join(root, "tsconfig.json"),
-  external: [/[\\/]controller-command\.js$/, /^\.\/controller-command\.js$/],
+  // The controller's command and the cluster commands' work are never run from this script.
+  external: [/[\\/]controller-command\.js$/, /^\.\/controller-command\.js$/, /^\.\/actions\.js$/],
   output: {
     dir: outDir,
     format: "cjs",

@@ -80,20 +80,79 @@ function withoutNullFields(value: unknown): unknown {
   );
 }
 
+export interface ManifestOptions {
+  /**
+   * A manifest for the API server may have metadata.generateName instead of a name (it names the
+   * object on create): its check stands in for the name's, and the Playbook comes back without one.
+   */
+  generateName?: boolean;
+}
+
+/** The 5 characters the API server appends to a generateName, for checking it as a name would be. */
+const GENERATED_SUFFIX = "x0000";
+
 /** Validates an already-parsed object (from a file or the API server) as a Playbook. */
-export function validatePlaybook(input: unknown, defaults: LimitDefaults, source = "playbook"): Playbook {
+export function validatePlaybook(
+  input: unknown,
+  defaults: LimitDefaults,
+  source = "playbook",
+  options: ManifestOptions = {},
+): Playbook {
   if (input !== null && typeof input === "object" && "spec" in input) {
     input = { ...input, spec: withoutNullFields(input.spec) };
   }
-  const parsed = PlaybookSchema.safeParse(input);
-  if (!parsed.success) throw new InvalidPlaybookError(source, zodProblems(parsed.error, input));
+  const generateName = options.generateName ? generateNameOf(input) : undefined;
+  const checked =
+    generateName === undefined
+      ? input
+      : {
+          ...(input as object),
+          metadata: {
+            ...(input as { metadata: object }).metadata,
+            name: `${generateName}${GENERATED_SUFFIX}`,
+          },
+        };
+  const parsed = PlaybookSchema.safeParse(checked);
+  if (!parsed.success) {
+    const problems = zodProblems(parsed.error, checked);
+    throw new InvalidPlaybookError(
+      source,
+      generateName === undefined
+        ? problems
+        : problems.map((problem) =>
+            problem.path === "metadata.name"
+              ? {
+                  path: "metadata.generateName",
+                  message: `${JSON.stringify(generateName)} is not a valid name prefix`,
+                }
+              : problem,
+          ),
+    );
+  }
   const problems = checkLimits(parsed.data.spec, defaults);
   if (problems.length > 0) throw new InvalidPlaybookError(source, problems);
+  if (generateName !== undefined) {
+    const { name: _, ...metadata } = parsed.data.metadata;
+    return { ...parsed.data, metadata: metadata as Playbook["metadata"] };
+  }
   return parsed.data;
 }
 
+/** metadata.generateName when the object has it and no name. */
+function generateNameOf(input: unknown): string | undefined {
+  const metadata = (input as { metadata?: unknown } | null)?.metadata;
+  if (metadata === null || typeof metadata !== "object") return undefined;
+  const { name, generateName } = metadata as { name?: unknown; generateName?: unknown };
+  return name === undefined && typeof generateName === "string" ? generateName : undefined;
+}
+
 /** Parses manifest text holding exactly one Playbook document. */
-export function parsePlaybookManifest(text: string, defaults: LimitDefaults, source = "playbook"): Playbook {
+export function parsePlaybookManifest(
+  text: string,
+  defaults: LimitDefaults,
+  source = "playbook",
+  options: ManifestOptions = {},
+): Playbook {
   // Merge keys (<<) are read as kubectl's YAML reader reads them.
   const documents = parseAllDocuments(text, { prettyErrors: true, merge: true });
   const problems: ManifestProblem[] = [];
@@ -128,5 +187,5 @@ export function parsePlaybookManifest(text: string, defaults: LimitDefaults, sou
       { path: "(file)", message: `holds ${values.length} documents: expected exactly one Playbook` },
     ]);
   }
-  return validatePlaybook(values[0], defaults, source);
+  return validatePlaybook(values[0], defaults, source, options);
 }

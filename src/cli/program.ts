@@ -1,6 +1,6 @@
 // The `playbook` command: run | validate | pod-runner | controller (main.ts loads it and runs it).
 import { readFileSync } from "node:fs";
-import { resolve } from "node:path";
+import { basename, resolve } from "node:path";
 import { Command, CommanderError, Option } from "commander";
 import { stringify } from "yaml";
 import { z } from "zod";
@@ -10,6 +10,7 @@ import { PLAN_DIGEST_ENV_VAR, PLAN_ENV_VAR, planDigest, RunPlanSchema } from "..
 import type { Playbook } from "../api/playbook.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/report-status.js";
+import { registerClusterCommands } from "./cluster/commands.js";
 import { EXIT, EXIT_CODES_HELP, exitCodeForReason } from "./exit-codes.js";
 import { InvalidPolicyFileError } from "./policy-file-error.js";
 import { helpfulProblem } from "./problems.js";
@@ -217,23 +218,25 @@ function requireFilename(command: Command, file: string | undefined, flags: { fi
   }
   if (flags.filename) return;
   const missing = "error: required option '-f, --filename <file>' not specified";
-  command.error(file ? `${missing}; did you mean 'playbook ${name} -f ${file}'?` : missing);
+  const invokedAs = command.parent?.name() ?? "playbook";
+  command.error(file ? `${missing}; did you mean '${invokedAs} ${name} -f ${file}'?` : missing);
 }
 
 export function buildProgram(
   version: string,
   setExit: (code: number) => Promise<void> | void,
   controllerCommand?: typeof import("./controller-command.js"),
+  invokedAs = "playbook",
 ): Command {
-  const program = new Command("playbook")
+  const program = new Command(invokedAs)
     .description("Run Playbooks — ordered shell tasks under deadlines that really end the work")
     .version(version, "-V, --version")
     .exitOverride()
     // As git and kubectl do: the error, then where to find help, not the whole help.
-    .showHelpAfterError("See 'playbook --help' for usage.");
+    .showHelpAfterError(`See '${invokedAs} --help' for usage.`);
   program
     .command("run")
-    .showHelpAfterError("See 'playbook run --help' for usage.")
+    .showHelpAfterError(`See '${invokedAs} run --help' for usage.`)
     .description("run a Playbook manifest on this machine with the pod runner")
     .usage("[options]")
     // Not a way to name the manifest: there only to point at -f when it is given bare.
@@ -264,7 +267,7 @@ export function buildProgram(
     });
   program
     .command("validate")
-    .showHelpAfterError("See 'playbook validate --help' for usage.")
+    .showHelpAfterError(`See '${invokedAs} validate --help' for usage.`)
     .description("check a Playbook manifest and show each effective limit with its source")
     .usage("[options]")
     .argument("[file]")
@@ -279,7 +282,7 @@ export function buildProgram(
     });
   program
     .command("pod-runner")
-    .showHelpAfterError("See 'playbook pod-runner --help' for usage.")
+    .showHelpAfterError(`See '${invokedAs} pod-runner --help' for usage.`)
     .description("run the plan the controller put in the pod (used as the container's command)")
     .option("--plan <file>", `read the plan from a file instead of $${PLAN_ENV_VAR}`)
     .option(
@@ -288,6 +291,7 @@ export function buildProgram(
       process.env.PLAYBOOK_TERMINATION_MESSAGE_PATH ?? "/dev/termination-log",
     )
     .action(async (flags) => setExit(await podRunnerCommand(flags)));
+  registerClusterCommands(program, invokedAs, setExit);
   if (controllerCommand) controllerCommand.registerControllerCommand(program);
   else registerControllerPlaceholder(program, CONTROLLER_DESCRIPTION);
   return program;
@@ -297,6 +301,16 @@ function describeFailure(error: unknown): { code: number; message: string } {
   if (error instanceof InvalidPlaybookError) {
     const helpful = new InvalidPlaybookError(error.source, error.problems.map(helpfulProblem));
     return { code: EXIT.invalid, message: helpful.message };
+  }
+  // ClusterError (cluster/connection.ts) and FlagError (cluster/flags.ts), not loaded here: their
+  // message is all there is to say, with the exit code the failure calls for.
+  const name = (error as Error | undefined)?.name;
+  if (name === "ClusterError" || name === "FlagError") {
+    const code = (error as { exitCode?: unknown }).exitCode;
+    return {
+      code: typeof code === "number" ? code : EXIT.invalid,
+      message: `playbook: ${(error as Error).message}`,
+    };
   }
   // LocalStartError (src/runner/local-run.ts, not loaded here): the task containers did not start.
   if (
@@ -314,6 +328,16 @@ function describeFailure(error: unknown): { code: number; message: string } {
   return { code: EXIT.failed, message: `playbook: ${(error as Error).stack ?? String(error)}` };
 }
 
+/**
+ * "kubectl playbook" when started as the kubectl plugin (kubectl-playbook on the PATH, npm's bin
+ * link or the checkout's script, which says so in PLAYBOOK_INVOKED_AS), as Krew's conventions ask
+ * of a plugin's usage and help; otherwise "playbook".
+ */
+function invokedName(script: string | undefined): string {
+  const called = process.env.PLAYBOOK_INVOKED_AS || basename(script ?? "");
+  return /^kubectl-playbook(\.js)?$/.test(called) ? "kubectl playbook" : "playbook";
+}
+
 /** Runs the command in argv and gives its exit code; main.ts passes the version it already has. */
 export async function runProgram(argv: string[], version: string): Promise<number> {
   let exitCode: number = EXIT.succeeded;
@@ -326,6 +350,7 @@ export async function runProgram(argv: string[], version: string): Promise<numbe
       exitCode = code;
     },
     controllerCommand,
+    invokedName(argv[1]),
   );
   try {
     await program.parseAsync(argv);

@@ -1,0 +1,74 @@
+// The cluster commands' definitions: submit, wait, cancel and logs, each with kubectl's
+// --kubeconfig, --context and -n. Their work (client-node, the API client) is loaded only when
+// one of them runs: actions.js, which the run/validate script leaves out (scripts/bundle-cli.ts).
+import { type Command, Option } from "commander";
+import { EXIT_CODES_HELP } from "../exit-codes.js";
+
+type SetExit = (code: number) => Promise<void> | void;
+
+function withConnectionFlags(command: Command): Command {
+  return command
+    .option("--kubeconfig <file>", "the kubeconfig file (else KUBECONFIG, else ~/.kube/config)")
+    .option("--context <name>", "the kubeconfig context to use (else its current-context)")
+    .option("-n, --namespace <namespace>", "the namespace (else the context's, else default)");
+}
+
+const outputOption = (what: string) =>
+  new Option("-o, --output <format>", `print ${what} on stdout`).choices(["json", "yaml"]);
+
+/** `name` is how the user called the command: "playbook", or "kubectl playbook" for the plugin. */
+export function registerClusterCommands(program: Command, name: string, setExit: SetExit): void {
+  const help = (command: string) => `See '${name} ${command} --help' for usage.`;
+  const actions = () => import("./actions.js");
+  withConnectionFlags(
+    program
+      .command("submit")
+      .showHelpAfterError(help("submit"))
+      .description("create a Playbook on the cluster and print its name (--watch: follow it to its end)")
+      .usage("-f FILE [options]")
+      .option("-f, --filename <file>", "the Playbook manifest (YAML or JSON; - for stdin) (required)")
+      .option("-w, --watch", "follow the run: progress, each task's output, and its outcome's exit code")
+      .option("--cancel-on-interrupt", "with --watch: Ctrl-C cancels the run (else it only stops watching)"),
+  )
+    .addOption(outputOption("the Playbook (with --watch: with its final status)"))
+    .addHelpText("after", `\n${EXIT_CODES_HELP}\n`)
+    .action(async (flags: unknown) => setExit(await (await actions()).submitCommand(flags)));
+  withConnectionFlags(
+    program
+      .command("wait")
+      .showHelpAfterError(help("wait"))
+      .description("wait for a Playbook's run to end and exit with its outcome's code")
+      .argument("<NAME>", "the Playbook")
+      .option("--timeout <duration>", "give up after this long (e.g. 10m): exit 124, the run goes on"),
+  )
+    .addOption(outputOption("the Playbook with its final status"))
+    .addHelpText("after", `\n${EXIT_CODES_HELP}\n`)
+    .action(async (playbook: string, flags: object) =>
+      setExit(await (await actions()).waitCommand({ ...flags, name: playbook }, name)),
+    );
+  withConnectionFlags(
+    program
+      .command("cancel")
+      .showHelpAfterError(help("cancel"))
+      .description("cancel a Playbook's run (spec.cancel: true); --wait: until it has ended")
+      .argument("<NAME>", "the Playbook")
+      .option("--wait", "wait for the run to end and exit with its outcome's code (130 once cancelled)")
+      .option("--timeout <duration>", "with --wait: give up after this long (exit 124)"),
+  )
+    .addOption(outputOption("the Playbook with its final status (with --wait)"))
+    .addHelpText("after", `\n${EXIT_CODES_HELP}\n`)
+    .action(async (playbook: string, flags: object) =>
+      setExit(await (await actions()).cancelCommand({ ...flags, name: playbook }, name)),
+    );
+  withConnectionFlags(
+    program
+      .command("logs")
+      .showHelpAfterError(help("logs"))
+      .description("print a run's output by task, while it runs and after (as long as its pod is kept)")
+      .argument("<NAME>", "the Playbook")
+      .option("-f, --follow", "keep printing until the run ends")
+      .option("--task <name>", "only this task's output"),
+  ).action(async (playbook: string, flags: object) =>
+    setExit(await (await actions()).logsCommand({ ...flags, name: playbook })),
+  );
+}
