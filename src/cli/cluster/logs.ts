@@ -145,6 +145,10 @@ async function followLogs(
         },
         onLine: (line) => write(line.text),
         onGone: (pod) => gone.push(pod),
+        onProblem: (pod, message) =>
+          process.stderr.write(
+            `playbook: cannot read the log of pod ${pod.name} now (trying again): ${message}\n`,
+          ),
       },
       reading.signal,
     ).finally(() => watching.abort());

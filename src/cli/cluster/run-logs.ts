@@ -16,6 +16,8 @@ const LABEL_NAME = "playbook.dev/name";
 const LABEL_POD_ATTEMPT = "playbook.dev/pod-attempt";
 /** How long a pod that has not started is looked at again. */
 const NOT_STARTED_RETRY_MS = 500;
+/** The longest wait before a log that failed is tried again. */
+const MAX_RETRY_MS = 5_000;
 
 export interface RunPod {
   name: string;
@@ -167,9 +169,17 @@ async function runnerEnded(cluster: Cluster, pod: string, signal: AbortSignal): 
 export async function readPodLog(
   cluster: Cluster,
   pod: string,
-  options: { follow: boolean; signal: AbortSignal; onLine: (line: LogLine) => void; onOpen?: () => void },
+  options: {
+    follow: boolean;
+    signal: AbortSignal;
+    onLine: (line: LogLine) => void;
+    onOpen?: () => void;
+    /** a failure that is tried again (the kubelet unreachable): said once */
+    onProblem?: (message: string) => void;
+  },
 ): Promise<void> {
   let announced = false;
+  let failures = 0;
   const path = `/api/v1/namespaces/${encodeURIComponent(cluster.namespace)}/pods/${encodeURIComponent(pod)}/log`;
   let lastKey = "";
   let lastStamp = "";
@@ -187,6 +197,7 @@ export async function readPodLog(
           onOpen: () => {
             if (!announced) options.onOpen?.();
             announced = true;
+            failures = 0;
           },
           onLine: (raw) => {
             const { key, stamp, line } = splitTimestamp(raw);
@@ -204,14 +215,19 @@ export async function readPodLog(
       if (options.signal.aborted) return;
       const why = unavailable(error, pod);
       if (why && (opened === 0 || why.kind === "gone")) throw why;
-      if (!why && error instanceof ApiError) {
-        throw describeApiFailure(error, { verb: "get", resource: "pods/log", name: pod }, cluster);
+      if (!why) {
+        const failure = describeApiFailure(error, { verb: "get", resource: "pods/log", name: pod }, cluster);
+        // Refused (RBAC...), or nothing to come back to: said to the caller.
+        if (!options.follow || (error instanceof ApiError && error.code < 500)) throw failure;
+        // The API server, or the kubelet behind it, failed, or the connection broke: said once,
+        // then tried again while the container runs.
+        if (failures++ === 0) options.onProblem?.(failure.message);
       }
-      // The connection broke: look whether the container ended, and go on reading if not.
     }
     if (!options.follow || options.signal.aborted) return;
     if (await runnerEnded(cluster, pod, options.signal).catch(() => false)) return;
-    await sleep(NOT_STARTED_RETRY_MS, undefined, { signal: options.signal }).catch(() => undefined);
+    const waitMs = Math.min(NOT_STARTED_RETRY_MS * 2 ** failures, MAX_RETRY_MS);
+    await sleep(waitMs, undefined, { signal: options.signal }).catch(() => undefined);
   }
 }
 
@@ -255,6 +271,8 @@ export interface FollowHandlers {
   onLine: (line: LogLine, pod: RunPod) => void;
   /** a pod whose log could not be read: gone before it was read */
   onGone: (pod: RunPod, message: string) => void;
+  /** a pod's log failed and is tried again */
+  onProblem?: (pod: RunPod, message: string) => void;
 }
 
 /**
@@ -288,6 +306,7 @@ export async function followRun(
           first = false;
         },
         onLine: (line) => handlers.onLine(line, pod),
+        onProblem: (message) => handlers.onProblem?.(pod, message),
       });
       done.add(pod.name);
     } catch (error) {

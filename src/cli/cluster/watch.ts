@@ -204,6 +204,8 @@ export async function watchRun(options: WatchOptions): Promise<number> {
       onPod: (pod, first) => view.pod(pod, first, state.latest),
       onLine: (line) => view.line(line),
       onGone: (pod) => view.say(`playbook: pod ${pod.name} was gone before its log was read`),
+      onProblem: (pod, message) =>
+        view.say(`playbook: cannot read the log of pod ${pod.name} now (trying again): ${message}`),
     },
     reading.signal,
   ).catch((error: unknown) => {
