@@ -184,6 +184,7 @@ export async function readPodLog(
   let lastKey = "";
   let lastStamp = "";
   for (let opened = 0; !options.signal.aborted; opened++) {
+    let closed = false;
     try {
       await cluster.api.streamLines(
         path,
@@ -211,6 +212,7 @@ export async function readPodLog(
         },
         { signal: options.signal },
       );
+      closed = true;
     } catch (error) {
       if (options.signal.aborted) return;
       const why = unavailable(error, pod);
@@ -225,7 +227,10 @@ export async function readPodLog(
       }
     }
     if (!options.follow || options.signal.aborted) return;
-    if (await runnerEnded(cluster, pod, options.signal).catch(() => false)) return;
+    // A stream the server closed ends with the container, unless the pod says it still runs
+    // (a user who may not read pods has only the stream's word).
+    const ended = await runnerEnded(cluster, pod, options.signal).catch(() => undefined);
+    if (ended === true || (ended === undefined && closed)) return;
     const waitMs = Math.min(NOT_STARTED_RETRY_MS * 2 ** failures, MAX_RETRY_MS);
     await sleep(waitMs, undefined, { signal: options.signal }).catch(() => undefined);
   }
