@@ -13,6 +13,7 @@ import {
   type RunPod,
   RunState,
   readPodLog,
+  tasksOfPlaybook,
 } from "./run-logs.js";
 
 export interface LogsOptions {
@@ -21,15 +22,6 @@ export interface LogsOptions {
   follow: boolean;
   task?: string | undefined;
   out: NodeJS.WritableStream;
-}
-
-function taskNames(playbook: ClusterPlaybook): string[] {
-  const tasks = (playbook.spec as { tasks?: unknown } | undefined)?.tasks;
-  if (!Array.isArray(tasks)) return [];
-  return tasks.flatMap((task) => {
-    const name = (task as { name?: unknown } | null)?.name;
-    return typeof name === "string" ? [name] : [];
-  });
 }
 
 /** The pods of attempts the status counts that no longer exist, named as the controller names them. */
@@ -56,7 +48,7 @@ function goneError(options: LogsOptions, gone: RunPod[]): ClusterError {
 export async function showLogs(options: LogsOptions): Promise<number> {
   const { cluster, name, out } = options;
   const playbook = await getPlaybook(cluster, name);
-  const tasks = taskNames(playbook);
+  const tasks = tasksOfPlaybook(playbook).map((task) => task.name);
   if (options.task !== undefined && !tasks.includes(options.task)) {
     throw new ClusterError(
       `--task ${options.task}: ${RESOURCE} ${name} in namespace ${cluster.namespace} has no such task (its tasks: ${tasks.join(", ")})`,

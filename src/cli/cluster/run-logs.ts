@@ -71,6 +71,16 @@ const AttemptsSchema = z.looseObject({
   startTime: z.string().optional(),
 });
 
+const SpecTasksSchema = z.looseObject({
+  tasks: z.array(z.looseObject({ name: z.string(), retries: z.number().int().optional() })).optional(),
+});
+
+/** The run's tasks as its spec names them, with their retries (what the progress lines leave out). */
+export function tasksOfPlaybook(playbook: ClusterPlaybook | undefined): { name: string; retries: number }[] {
+  const tasks = SpecTasksSchema.safeParse(playbook?.spec ?? {}).data?.tasks ?? [];
+  return tasks.map((task) => ({ name: task.name, retries: task.retries ?? 0 }));
+}
+
 /** What the status says of the run's pods: the current one and how many there were. */
 export function podsInStatus(playbook: ClusterPlaybook): { podName?: string; podAttempts: number } {
   const status = AttemptsSchema.safeParse(playbook.status ?? {}).data ?? {};

@@ -18,7 +18,7 @@ import {
   terminalReason,
   watchPlaybook,
 } from "./playbooks.js";
-import { followRun, type LogLine, type RunPod, RunState, runStartOf } from "./run-logs.js";
+import { followRun, type LogLine, type RunPod, RunState, runStartOf, tasksOfPlaybook } from "./run-logs.js";
 
 export interface WatchOptions {
   cluster: Cluster;
@@ -34,20 +34,6 @@ export interface WatchOptions {
 const LOG_DRAIN_MS = 5_000;
 
 const TASK_LINE = /^\[([a-z0-9]([-a-z0-9]*[a-z0-9])?)\] /;
-
-interface TaskOfSpec {
-  name: string;
-  retries: number;
-}
-
-function tasksOf(playbook: ClusterPlaybook | undefined): TaskOfSpec[] {
-  const tasks = (playbook?.spec as { tasks?: unknown } | undefined)?.tasks;
-  if (!Array.isArray(tasks)) return [];
-  return tasks.flatMap((task) => {
-    const { name, retries } = (task ?? {}) as { name?: unknown; retries?: unknown };
-    return typeof name === "string" ? [{ name, retries: typeof retries === "number" ? retries : 0 }] : [];
-  });
-}
 
 /**
  * What the watch shows: the controller's words while no runner speaks, then the runner's lines
@@ -91,7 +77,7 @@ class RunView {
   pod(pod: RunPod, first: boolean, playbook: ClusterPlaybook | undefined): void {
     this.progress?.stop();
     this.progress = undefined;
-    this.reader = new ProgressLineReader(tasksOf(playbook));
+    this.reader = new ProgressLineReader(tasksOfPlaybook(playbook));
     if (!first) this.say(`playbook: following pod ${pod.name} (attempt ${pod.attempt})`);
     this.runStart = playbook ? runStartOf(playbook) : undefined;
   }
