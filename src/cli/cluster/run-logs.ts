@@ -137,7 +137,8 @@ function timestampKey(text: string): string {
   return `${m[1]}.${(m[2] ?? "").padEnd(9, "0")}`;
 }
 
-function splitTimestamp(raw: string): { key: string; stamp: string; line: LogLine } {
+/** A line of the log API with `timestamps=true`: its text, its time, and a key that sorts as the times do. */
+export function splitTimestamp(raw: string): { key: string; stamp: string; line: LogLine } {
   const space = raw.indexOf(" ");
   const stamp = space > 0 ? raw.slice(0, space) : "";
   const at = stamp ? Date.parse(stamp) : Number.NaN;
