@@ -68,10 +68,13 @@ export async function showLogs(options: LogsOptions): Promise<number> {
   if (!options.follow) {
     if (!podName) {
       const condition = playbook.status?.conditions?.find((c) => c.type === "Succeeded");
+      const said = condition?.message ? ` (${condition.reason}: ${condition.message})` : "";
       process.stderr.write(
-        `playbook: ${name} has no pod yet${condition?.message ? ` (${condition.reason}: ${condition.message})` : ""}; \`${commandName()} logs -f ${name}${namespaceFlag(cluster)}\` waits for it\n`,
+        terminalReason(playbook) === undefined
+          ? `playbook: ${name} has no pod yet${said}; \`${commandName()} logs -f ${name}${namespaceFlag(cluster)}\` waits for it\n`
+          : `playbook: ${name} ended before any pod ran${said}: there is no log\n`,
       );
-      return terminalReason(playbook) === undefined ? EXIT.succeeded : EXIT.lost;
+      return EXIT.succeeded;
     }
     const pods = await podsOfRun(cluster, playbook);
     const gone = missingAttempts(name, pods, podAttempts);
