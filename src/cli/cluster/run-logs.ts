@@ -30,7 +30,7 @@ export interface LogLine {
   at: number;
 }
 
-/** The pod's log cannot be read now: it is gone (404), or its runner has not started yet (400). */
+/** The pod's log cannot be read now: it is gone (404), or its runner has not started yet (400, 204). */
 export class LogUnavailable extends Error {
   readonly kind: "gone" | "not-started";
 
@@ -151,7 +151,8 @@ function unavailable(error: unknown, pod: string): LogUnavailable | undefined {
   const said = (error.body as { message?: unknown } | null)?.message;
   const message = typeof said === "string" ? said : error.message;
   if (error.code === 404) return new LogUnavailable("gone", `pod ${pod} is gone: ${message}`);
-  if (error.code === 400) return new LogUnavailable("not-started", message);
+  // 400: its container is waiting to start; 204 (no content): the pod is not on a node yet.
+  if (error.code === 400 || error.code === 204) return new LogUnavailable("not-started", message);
   return undefined;
 }
 
