@@ -22,6 +22,7 @@ import {
 import { startCli } from "../support/cli.js";
 import {
   clients,
+  createPlaybook,
   patchSpec,
   playbookManifest,
   type RunningController,
@@ -182,5 +183,38 @@ describe("playbook submit --watch exits with the code of the run's reason", () =
       // A pod on no node has no log yet (the API server answers 204): waited for, not a failure.
       expect(result.stderr).not.toContain("cannot read");
     }
+  });
+});
+
+describe("playbook logs without a log to read", () => {
+  const logs = (args: string[]) =>
+    startCli(["logs", ...args, "-n", namespace], { env: { KUBECONFIG: inject("kubeconfig") } });
+
+  it("says a run that ended before any pod ran has no log (exit 0)", async () => {
+    await createPlaybook(namespace, "never-ran", { ceiling: "48h", tasks: [{ name: "a", run: "true" }] });
+    await waitForPlaybook(namespace, "never-ran", "to end InvalidSpec", (p) =>
+      Boolean(p.status?.conditions?.some((c) => c.reason === "InvalidSpec")),
+    );
+    const result = await logs(["never-ran"]);
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toBe("");
+    expect(result.stderr).toMatch(
+      /^playbook: never-ran ended before any pod ran \(InvalidSpec: .*\): there is no log\n$/,
+    );
+  });
+
+  it("refuses a task the Playbook does not have, naming its tasks (exit 2)", async () => {
+    await createPlaybook(namespace, "two-tasks", {
+      tasks: [
+        { name: "build", run: "true" },
+        { name: "test", run: "true" },
+      ],
+    });
+    const result = await logs(["two-tasks", "--task", "deploy"]);
+    expect(result.code).toBe(2);
+    expect(result.stdout).toBe("");
+    expect(result.stderr).toBe(
+      `playbook: --task deploy: playbooks.playbook.dev two-tasks in namespace ${namespace} has no such task (its tasks: build, test)\n`,
+    );
   });
 });
