@@ -2,7 +2,7 @@
 // sees comes from the runner's log (read through the API server, from the real kubelet) and the
 // Playbook's status, and the exit code from the terminal condition.
 import { type ChildProcess, spawn } from "node:child_process";
-import { readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { stringify } from "yaml";
@@ -28,11 +28,12 @@ beforeAll(async () => {
   namespace = await createTestNamespace(core, "rn-cli-watch");
   controller = startController([namespace]);
   dir = path.join(repoRoot(), ".cluster", `cli-watch-${process.pid}`);
-  await import("node:fs/promises").then((fs) => fs.mkdir(dir, { recursive: true }));
+  mkdirSync(dir, { recursive: true });
 });
 afterAll(async () => {
   await controller?.stop();
   await deleteTestNamespace(core, namespace);
+  rmSync(dir, { recursive: true, force: true });
 });
 
 const PLAYBOOK = path.join(repoRoot(), "dist", "bin", "playbook.js");
@@ -177,7 +178,6 @@ describe("playbook submit --watch on the real node", () => {
       ...ns(),
     ]);
     const { code, stdout, stderr } = await result(cli);
-    writeFileSync(path.join(dir, "hello.out"), `${stdout}${stderr}`);
     expect(code, stderr).toBe(0);
     expect(stdout).toContain("[build] compile...\n[build] link...\n[build] package...\n");
     for (const task of ["prepare", "build", "test"]) {
