@@ -37,8 +37,9 @@ if (args.length === 1 && (args[0] === "--version" || args[0] === "-V")) {
   );
   const code = await script.exports.runProgram(process.argv, packageVersion());
   process.exitCode = code;
-  // Only from a command that did its work: a cache made by a refused one would lack most of it.
-  if (code === 0 || code === 1) script.saveCache();
+  // Only from a command that did its work, whatever its outcome (exit-codes.ts): a cache made by
+  // a refused one (2, invalid input) would lack most of it.
+  if (code !== 2) script.saveCache();
   // The command is over: its tasks' processes are gone and what they printed was handed to stdout
   // (execute.ts waits for that). When stdout and stderr hold nothing either, exiting now spares
   // tearing the process down, some milliseconds of every run; otherwise it ends once they are out.

@@ -488,7 +488,7 @@ async function finishedJob(cluster: BenchCluster, namespace: string, name: strin
 function timeProcess(command: string, args: string[]): number {
   const t0 = performance.now();
   const result = spawnSync(command, args, { stdio: ["ignore", "ignore", "ignore"] });
-  // Exit codes vary (1 for a run killed at its deadline; timeout -s KILL dies of its own signal).
+  // Exit codes vary (124 for a run killed at its deadline; timeout -s KILL dies of its own signal).
   if (result.error) throw result.error;
   return performance.now() - t0;
 }

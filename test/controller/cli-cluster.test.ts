@@ -2,6 +2,7 @@
 // plugin), against the real API server with the controller and the scripted node: the exit code
 // of every reason through `wait`, and each failure's message and code. What a user sees is
 // asserted: stdout, stderr's lines and the exit code.
+import type { ChildProcess } from "node:child_process";
 import { mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -10,6 +11,7 @@ import type { V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parse, stringify } from "yaml";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { type ClusterState, startControlPlane, stopCluster } from "../harness/control-plane.js";
 import {
   endPod,
   exceedDeadline,
@@ -43,7 +45,13 @@ let kubeconfig: string;
 
 beforeAll(async () => {
   namespace = await createTestNamespace(core, "pb-cli");
-  controller = startController([namespace]);
+  // A dozen commands start at once beside the controller on a shared 2-core machine: the Lease
+  // times of the real-node tests, so that a slow renew does not stop the controller for good.
+  controller = startController([namespace], {
+    leaseDuration: "20s",
+    renewDeadline: "15s",
+    retryPeriod: "2s",
+  });
   kubeconfig = inject("kubeconfig");
 });
 afterAll(async () => {
@@ -72,7 +80,8 @@ async function running(name: string): Promise<V1Pod> {
  * returned by an async function would be awaited with it).
  */
 async function waitingOn(name: string, args: string[] = []): Promise<{ ended: Promise<CliResult> }> {
-  const ended = cli(["wait", name, "-n", namespace, ...args]);
+  // Bounded, so that a failed test leaves no wait behind.
+  const ended = cli(["wait", name, "-n", namespace, "--timeout", "100s", ...args]);
   // The wait's list and watch are in place well before the test writes the ending.
   await new Promise((resolve) => setTimeout(resolve, 1_500));
   return { ended };
@@ -332,7 +341,30 @@ describe("playbook cancel", () => {
   });
 });
 
-describe("wait -o and --timeout", () => {
+describe("wait -o, --timeout and Ctrl-C", () => {
+  it("Ctrl-C stops waiting with 130 and says the run goes on", async () => {
+    await createPlaybook(namespace, "wait-interrupted", {
+      ceiling: "1m",
+      tasks: [{ name: "a", run: "sleep 60" }],
+    });
+    await running("wait-interrupted");
+    let child: ChildProcess | undefined;
+    const ended = startCli(["wait", "wait-interrupted", "-n", namespace], {
+      env: { KUBECONFIG: kubeconfig },
+      onSpawn: (spawned) => {
+        child = spawned;
+      },
+    });
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    child?.kill("SIGINT");
+    const result = await ended;
+    expect(result.code).toBe(130);
+    expect(result.stderr).toBe(
+      `playbook: stopped waiting for wait-interrupted; the run goes on: \`playbook wait wait-interrupted -n ${namespace}\` again, \`playbook logs -f wait-interrupted -n ${namespace}\`, or \`playbook cancel wait-interrupted -n ${namespace}\`\n`,
+    );
+    expect((await getPlaybook(namespace, "wait-interrupted")).status?.phase).toBe("Running");
+  });
+
   it("-o yaml prints the final Playbook on stdout", async () => {
     await createPlaybook(namespace, "wait-yaml", { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
     const waiting = await waitingOn("wait-yaml", ["-o", "yaml"]);
@@ -482,6 +514,38 @@ describe("errors: one or two lines naming what and where, and the exit code", ()
     );
     expect(submit.stderr).toMatch(/cannot create resource "playbooks"/);
     noStack(submit);
+  });
+});
+
+describe("an API server without the Playbook CRD", () => {
+  // A control plane of its own, with nothing installed: the shared one's CRD cannot be taken away
+  // from the other tests, and a missing CRD is the API server's answer to give, not this test's.
+  let bare: ClusterState | undefined;
+  beforeAll(async () => {
+    const stateDir = mkdtempSync(path.join(tmpdir(), "cli-no-crd-"));
+    bare = (await startControlPlane({ stateDir, binDir: inject("binDir") })).state;
+  });
+  afterAll(async () => {
+    if (bare) await stopCluster(bare);
+  });
+
+  it("says the CRD is not installed, naming the server and context (exit 2)", async () => {
+    const state = bare as ClusterState;
+    const wait = await cli(["wait", "anything"], { KUBECONFIG: state.kubeconfig });
+    expect(wait.code).toBe(2);
+    expect(wait.stderr).toMatch(
+      new RegExp(
+        `^playbook: list playbooks\\.playbook\\.dev anything in namespace default: the API server has no resource playbooks\\.playbook\\.dev: is the Playbook CRD installed\\? \\(context \\S+, server ${state.server.replace(/[.]/g, "\\.")}\\)\\n  the API server said: .+\\n$`,
+      ),
+    );
+    const submit = await cli(
+      ["submit", "-f", manifestFile(playbookManifest("x", { tasks: [{ name: "a", run: "true" }] }))],
+      { KUBECONFIG: state.kubeconfig },
+    );
+    expect(submit.code).toBe(2);
+    expect(submit.stderr).toMatch(
+      /^playbook: create playbooks\.playbook\.dev x in namespace default: the API server has no resource playbooks\.playbook\.dev: is the Playbook CRD installed\?/,
+    );
   });
 });
 

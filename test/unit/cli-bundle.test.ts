@@ -15,6 +15,7 @@ import {
   readFileSync,
   rmSync,
   statSync,
+  symlinkSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -208,6 +209,35 @@ describe("the playbook bundle", () => {
     expect(sourcesOf(run.loaded)).toContain("src/controller/controller.ts");
     expect(run.stderr).toContain("no-such-kubeconfig");
     expect(run.status).toBe(1);
+  });
+
+  it("loads the cluster commands' chunk for playbook wait, and not the controller's", () => {
+    const run = playbook(["wait", "nightly", "--kubeconfig", path.join(scratch, "no-such-kubeconfig")]);
+    expect(run.stderr).toContain("no-such-kubeconfig: no such file");
+    expect(run.status).toBe(2);
+    expect(run.names).toContain("cluster.js");
+    expect(run.names).not.toContain("controller.js");
+    expect(sourcesOf(run.loaded)).toContain("src/cli/cluster/connection.ts");
+    // client-node's KubeConfig it needs; the controller, its logger and its metrics it does not.
+    const controllers = /^(src\/controller\/|node_modules\/(pino|prom-client)\/)/;
+    expect(sourcesOf(run.loaded).filter((source) => controllers.test(source))).toEqual([]);
+  });
+
+  it("is also the kubectl plugin: bin kubectl-playbook, whose usage says kubectl playbook", () => {
+    const pkg = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")) as {
+      bin: Record<string, string>;
+    };
+    expect(pkg.bin["kubectl-playbook"]).toBe(pkg.bin.playbook);
+    const plugin = path.join(mkdtempSync(path.join(tmpdir(), "cli-bundle-plugin-")), "kubectl-playbook");
+    symlinkSync(CLI, plugin);
+    const help = playbook(["wait", "--help"], { cli: plugin });
+    expect(help.status, help.stderr).toBe(0);
+    expect(help.stdout).toMatch(/^Usage: kubectl playbook wait \[options\] <NAME>$/m);
+    const usage = playbook(["wait"], { cli: plugin });
+    expect(usage.status).toBe(2);
+    expect(usage.stderr).toBe(
+      "error: missing required argument 'NAME'\nSee 'kubectl playbook wait --help' for usage.\n",
+    );
   });
 
   it("runs every command from a folder of its own, with no node_modules anywhere above it", () => {

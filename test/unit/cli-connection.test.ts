@@ -68,6 +68,27 @@ describe("connect", () => {
     });
   });
 
+  it("in a pod with no kubeconfig, uses its service account as kubectl does", () => {
+    const home = process.env.HOME;
+    delete process.env.KUBECONFIG;
+    process.env.HOME = mkdtempSync(path.join(tmpdir(), "cli-connection-home-"));
+    process.env.KUBERNETES_SERVICE_HOST = "10.96.0.1";
+    process.env.KUBERNETES_SERVICE_PORT = "443";
+    try {
+      const cluster = connect({ namespace: "ci" });
+      expect(cluster).toMatchObject({ server: "https://10.96.0.1:443", namespace: "ci" });
+      expect(cluster.context).toBe("in-cluster (the pod's service account)");
+      delete process.env.KUBERNETES_SERVICE_HOST;
+      expect(() => connect({})).toThrow(
+        /^no kubeconfig: .*\.kube\/config does not exist and KUBECONFIG is not set/,
+      );
+    } finally {
+      process.env.HOME = home;
+      delete process.env.KUBERNETES_SERVICE_HOST;
+      delete process.env.KUBERNETES_SERVICE_PORT;
+    }
+  });
+
   it("refuses what leads nowhere with exit code 2, naming it", () => {
     const file = kubeconfigFile([{ name: "dev" }]);
     const failure = (flags: Parameters<typeof connect>[0]) => {

@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import { TERMINAL_REASONS } from "../../src/api/reasons.js";
 import { CancelFlags, FlagError, parseFlags, SubmitFlags, WaitFlags } from "../../src/cli/cluster/flags.js";
 import { EXIT, exitCodeForReason } from "../../src/cli/exit-codes.js";
+import { startCli } from "../support/cli.js";
 
 describe("exitCodeForReason", () => {
   it.each([
@@ -29,6 +30,17 @@ describe("exitCodeForReason", () => {
 
   it("treats a reason it does not know (a newer controller's) as a failure", () => {
     expect(exitCodeForReason("SomethingNew")).toBe(EXIT.failed);
+  });
+
+  it.each(["run", "wait", "cancel", "submit"])("is printed by `playbook %s --help`", async (command) => {
+    const help = await startCli([command, "--help"]);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toContain(
+      "  124  a limit fired: TaskTimeout, StallLimit, RunCeiling, PodDeadlineExceeded, StartTimeout\n",
+    );
+    expect(help.stdout).toContain(
+      "  3    the outcome was lost: PodLost, RunnerLost, or the cluster could not be reached\n",
+    );
   });
 });
 

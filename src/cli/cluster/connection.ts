@@ -4,7 +4,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import type { KubeConfig } from "@kubernetes/client-node";
+import { KubeConfig } from "@kubernetes/client-node";
 import { z } from "zod";
 import { GROUP, PLURAL } from "../../api/playbook.js";
 import { ApiClient, ApiError } from "../../runtime/api-client.js";
@@ -41,8 +41,11 @@ export class ClusterError extends Error {
 /** A kubeconfig that leads nowhere is invalid input: nothing was asked of any cluster. */
 const invalid = (message: string) => new ClusterError(message, EXIT.invalid);
 
+/** Where a pod's service account namespace is (kubectl's in-cluster default namespace). */
+const IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
 /** The kubeconfig files to read, as kubectl chooses them, and what chose them (for messages). */
-function kubeconfigFiles(flags: ClusterFlags): { files: string[]; from: string } {
+function kubeconfigFiles(flags: ClusterFlags): { files: string[]; from: string } | "in-cluster" {
   if (flags.kubeconfig) {
     if (!fs.existsSync(flags.kubeconfig)) {
       throw invalid(`--kubeconfig ${flags.kubeconfig}: no such file (${path.resolve(flags.kubeconfig)})`);
@@ -58,6 +61,10 @@ function kubeconfigFiles(flags: ClusterFlags): { files: string[]; from: string }
     return { files, from: `KUBECONFIG=${fromEnv}` };
   }
   const home = path.join(os.homedir(), ".kube", "config");
+  // In a pod with no kubeconfig (a CI job's), its service account, as kubectl does.
+  if (!fs.existsSync(home) && process.env.KUBERNETES_SERVICE_HOST && process.env.KUBERNETES_SERVICE_PORT) {
+    return "in-cluster";
+  }
   if (!fs.existsSync(home)) {
     throw invalid(
       `no kubeconfig: ${home} does not exist and KUBECONFIG is not set (or pass --kubeconfig FILE)`,
@@ -67,7 +74,9 @@ function kubeconfigFiles(flags: ClusterFlags): { files: string[]; from: string }
 }
 
 export function connect(flags: ClusterFlags): Cluster {
-  const { files, from } = kubeconfigFiles(flags);
+  const found = kubeconfigFiles(flags);
+  if (found === "in-cluster") return connectInCluster(flags);
+  const { files, from } = found;
   let kubeConfig: KubeConfig;
   try {
     kubeConfig = loadKubeConfigFiles(files, flags.context);
@@ -99,6 +108,27 @@ export function connect(flags: ClusterFlags): Cluster {
     namespace: flags.namespace || context.namespace || "default",
     context: contextName,
     server: cluster.server,
+  };
+}
+
+function connectInCluster(flags: ClusterFlags): Cluster {
+  if (flags.context)
+    throw invalid(`--context ${flags.context}: no kubeconfig (in a pod, its service account is used)`);
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromCluster();
+  let podNamespace = "";
+  try {
+    podNamespace = fs.readFileSync(IN_CLUSTER_NAMESPACE_FILE, "utf8").trim();
+  } catch {
+    // No service account namespace mounted: "default", as kubectl.
+  }
+  const server = kubeConfig.getCurrentCluster()?.server ?? "";
+  return {
+    kubeConfig,
+    api: new ApiClient(kubeConfig),
+    namespace: flags.namespace || podNamespace || "default",
+    context: "in-cluster (the pod's service account)",
+    server,
   };
 }
 
