@@ -147,9 +147,9 @@ export class Progress {
   }
 
   /** Called after task output went out: the stall clock restarts and the live line comes back soon. */
-  afterOutput(chunk: Uint8Array): void {
+  afterOutput(chunk: Uint8Array, at: number = Date.now()): void {
     if (chunk.length === 0) return;
-    if (this.running) this.running.lastOutputAt = Date.now();
+    if (this.running) this.running.lastOutputAt = at;
     this.outputAtLineStart = chunk[chunk.length - 1] === 0x0a;
     if (!this.running || !this.options.tty || this.afterOutputTimer) return;
     this.afterOutputTimer = setTimeout(() => {
@@ -169,10 +169,11 @@ export class Progress {
     );
   }
 
-  event(event: RunEvent): void {
+  /** `at`: when it happened, for events read back from a pod's log (progress-lines.ts) rather than seen live. */
+  event(event: RunEvent, at: number = Date.now()): void {
     switch (event.type) {
       case "task-started": {
-        if (event.attempt === 1) this.startedAt.set(event.index, Date.now());
+        if (event.attempt === 1) this.startedAt.set(event.index, at);
         this.stopLive();
         const limits = describeTaskLimits(event.limits, this.options.limits);
         const attempt = event.attempt > 1 ? `attempt ${event.attempt}/${event.limits.retries + 1}, ` : "";
@@ -181,9 +182,8 @@ export class Progress {
           this.write(
             `\x1b[36m▶\x1b[0m ${event.name}${where ? ` ${where}` : ""}  \x1b[2m(${attempt}${limits})\x1b[0m`,
           );
-          this.liveLine = { outputMark: this.options.outputBytes(), startedAt: Date.now() };
-          const now = Date.now();
-          this.startLive({ name: event.name, startedAt: now, limits: event.limits, lastOutputAt: now });
+          this.liveLine = { outputMark: this.options.outputBytes(), startedAt: at };
+          this.startLive({ name: event.name, startedAt: at, limits: event.limits, lastOutputAt: at });
         } else {
           this.write(`playbook: task ${event.name} started${where ? ` ${where}` : ""} (${attempt}${limits})`);
         }
@@ -214,7 +214,7 @@ export class Progress {
         this.stopLive();
         const { outcome } = event;
         const started = this.startedAt.get(event.index);
-        const took = started === undefined ? "" : ` in ${formatDuration(Date.now() - started)}`;
+        const took = started === undefined ? "" : ` in ${formatDuration(Math.max(0, at - started))}`;
         const detail = [
           outcome.limit ? outcome.limit : "",
           outcome.ending ? outcome.ending : "",
@@ -241,6 +241,12 @@ export class Progress {
         this.write(`playbook: ended ${event.count} process(es) that tasks left running`);
         return;
     }
+  }
+
+  /** The run ended without a line of its own for the task that ran (a watch's end): no live line stays. */
+  stop(): void {
+    this.stopLive();
+    this.liveLine = null;
   }
 
   end(outcome: RunOutcome, message: string): void {

@@ -223,13 +223,27 @@ export class ApiClient {
    * deadline of its own (the informer's watchdog decides when a watch went silent); the answer's
    * headers must come within the call timeout.
    */
-  async watch(
+  watch(
     path: string,
     query: Query,
     handlers: { onOpen: () => void; onLine: (line: string) => void },
     options: CallOptions & { signal: AbortSignal },
   ): Promise<void> {
-    const url = this.url(path, { ...query, watch: true });
+    return this.streamLines(path, { ...query, watch: true }, handlers, options);
+  }
+
+  /**
+   * A GET whose answer is read line by line as it comes, for as long as the server sends it: a
+   * watch, or a pod's log with `follow=true` (`/api/v1/namespaces/NS/pods/POD/log`). Settles as
+   * `watch` does.
+   */
+  async streamLines(
+    path: string,
+    query: Query,
+    handlers: { onOpen: () => void; onLine: (line: string) => void },
+    options: CallOptions & { signal: AbortSignal },
+  ): Promise<void> {
+    const url = this.url(path, query);
     const response = await this.send("GET", url, undefined, "application/json", options.signal, "watch");
     if (response.statusCode !== 200) {
       throw errorOf("GET", url, response.statusCode ?? 0, await readText(response));

@@ -1,0 +1,249 @@
+// `playbook submit --watch`: a cluster run shown as a local one is. What the controller says before
+// the pod runs (waiting for a queue slot, the pod pending and why) comes from the Playbook's
+// status; the rest from the runner's log, whose plain progress lines are read back into events
+// (progress-lines.ts) for a local Progress, so the lines and the live clock are a local run's;
+// `[task]` lines go to the task output. The final line and the exit code come from the terminal
+// condition, which the controller decides.
+import { stringify } from "yaml";
+import { EXIT, exitCodeForReason } from "../exit-codes.js";
+import { Progress } from "../progress.js";
+import { ProgressLineReader } from "../progress-lines.js";
+import { type Cluster, ClusterError } from "./connection.js";
+import { commandName, namespaceFlag } from "./invoked.js";
+import {
+  type ClusterPlaybook,
+  cancelPlaybook,
+  RESOURCE,
+  terminalMessage,
+  terminalReason,
+  watchPlaybook,
+} from "./playbooks.js";
+import { followRun, type LogLine, type RunPod, RunState, runStartOf, tasksOfPlaybook } from "./run-logs.js";
+
+export interface WatchOptions {
+  cluster: Cluster;
+  name: string;
+  output?: "json" | "yaml" | undefined;
+  cancelOnInterrupt: boolean;
+  progressOut: NodeJS.WritableStream;
+  taskOut: NodeJS.WritableStream;
+  tty: boolean;
+}
+
+/** After the run's end, how long the last pod's log may take to be read to its end. */
+const LOG_DRAIN_MS = 5_000;
+
+const TASK_LINE = /^\[([a-z0-9]([-a-z0-9]*[a-z0-9])?)\] /;
+
+/**
+ * What the watch shows: the controller's words while no runner speaks, then the runner's lines
+ * through a Progress (one per pod: each attempt's runner begins again).
+ */
+class RunView {
+  private readonly options: WatchOptions;
+  private progress: Progress | undefined;
+  private reader: ProgressLineReader | undefined;
+  private outputBytes = 0;
+  private lastStatus = "";
+  private readonly where: string;
+  /** status.startTime: the run's ceiling counts from it, as the runner's does */
+  private runStart: Date | undefined;
+
+  constructor(options: WatchOptions) {
+    this.options = options;
+    this.where = `${options.cluster.namespace}/${options.name}`;
+  }
+
+  say(line: string): void {
+    if (this.progress) this.progress.say(line);
+    else this.options.progressOut.write(`${line}\n`);
+  }
+
+  /** A change of the controller's words while the run has not ended (queued, pending and why). */
+  status(playbook: ClusterPlaybook): void {
+    const condition = playbook.status?.conditions?.find((c) => c.type === "Succeeded");
+    if (condition?.status !== "Unknown") return;
+    const message = condition.message ?? "";
+    const key = `${condition.reason}\n${message}`;
+    if (key === this.lastStatus) return;
+    this.lastStatus = key;
+    // The pod that was followed is gone (a new attempt is pending): its task's clock stops.
+    if (condition.reason === "Pending") this.progress?.stop();
+    // The runner's own lines say that much once its pod runs.
+    if (condition.reason === "Running" && /^pod \S+ is running \(attempt \d+\)$/.test(message)) return;
+    this.say(`playbook: ${this.where} ${condition.reason ?? "Pending"}: ${message}`);
+  }
+
+  pod(pod: RunPod, first: boolean, playbook: ClusterPlaybook | undefined): void {
+    this.progress?.stop();
+    this.progress = undefined;
+    this.reader = new ProgressLineReader(tasksOfPlaybook(playbook));
+    if (!first) this.say(`playbook: following pod ${pod.name} (attempt ${pod.attempt})`);
+    this.runStart = playbook ? runStartOf(playbook) : undefined;
+  }
+
+  line(line: LogLine): void {
+    const task = TASK_LINE.exec(line.text);
+    if (task && this.reader?.isTask(task[1] as string)) {
+      const chunk = Buffer.from(`${line.text}\n`);
+      this.progress?.beforeOutput();
+      this.options.taskOut.write(chunk);
+      this.outputBytes += chunk.length;
+      this.progress?.afterOutput(chunk, line.at);
+      return;
+    }
+    const read = this.reader?.read(line.text) ?? { kind: "other" as const, line: line.text };
+    switch (read.kind) {
+      case "begin": {
+        this.progress?.stop();
+        const taskOut = this.options.taskOut as NodeJS.WritableStream & { isTTY?: boolean };
+        this.progress = new Progress({
+          out: this.options.progressOut,
+          tty: this.options.tty,
+          limits: { ...read.limits, tasks: [] },
+          outputBytes: () => this.outputBytes,
+          outputOnTerminal: taskOut === this.options.progressOut || taskOut.isTTY === true,
+        });
+        this.progress.begin(read.name, read.taskCount, this.runStart ?? new Date(line.at));
+        return;
+      }
+      case "event":
+        if (this.progress) this.progress.event(read.event, line.at);
+        else this.say(line.text);
+        return;
+      case "end":
+        // The controller's terminal condition says it, in its words (it may know more).
+        return;
+      case "skipped":
+        this.say(line.text);
+        return;
+      case "other":
+        this.say(read.line);
+        return;
+    }
+  }
+
+  /** The last line: no live line stays behind it. */
+  finish(line: string): void {
+    this.progress?.stop();
+    this.options.progressOut.write(`${line}\n`);
+  }
+}
+
+function printPlaybook(playbook: ClusterPlaybook | undefined, output: "json" | "yaml" | undefined): void {
+  if (!output || !playbook) return;
+  process.stdout.write(
+    output === "json"
+      ? `${JSON.stringify(playbook, null, 2)}\n`
+      : stringify(playbook, { blockQuote: "literal", lineWidth: 0 }),
+  );
+}
+
+/**
+ * Follows the run to its end: progress + `[task]` output; returns the exit code (exitCodeForReason),
+ * prints the final Playbook on stdout with -o. Ctrl-C: stop watching (say how to follow/cancel) and
+ * return 130, or with cancelOnInterrupt set spec.cancel and wait for it to settle.
+ */
+export async function watchRun(options: WatchOptions): Promise<number> {
+  const { cluster, name } = options;
+  const where = `${cluster.namespace}/${name}`;
+  const view = new RunView(options);
+  const state = new RunState();
+  const watching = new AbortController();
+  const reading = new AbortController();
+  let stopAsked: (() => void) | undefined;
+  const stopped = new Promise<"stopped">((resolve) => {
+    stopAsked = () => resolve("stopped");
+  });
+  let cancelling = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    const key = signal === "SIGINT" ? "Ctrl-C" : signal;
+    if (options.cancelOnInterrupt && !cancelling && !state.ended) {
+      cancelling = true;
+      view.say(
+        `playbook: received ${signal}; cancelling ${where} (spec.cancel) and waiting for the run to settle (${key} again to stop waiting)`,
+      );
+      cancelPlaybook(cluster, name).catch((error: unknown) => {
+        view.say(`playbook: ${(error as Error).message}`);
+        stopAsked?.();
+      });
+      return;
+    }
+    stopAsked?.();
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+
+  const watched = watchPlaybook(
+    cluster,
+    name,
+    (playbook) => {
+      state.update(playbook, playbook !== null && terminalReason(playbook) !== undefined);
+      if (playbook) view.status(playbook);
+    },
+    watching.signal,
+  );
+  const followed = followRun(
+    cluster,
+    state,
+    {
+      onPod: (pod, first) => view.pod(pod, first, state.latest),
+      onLine: (line) => view.line(line),
+      onGone: (pod) => view.say(`playbook: pod ${pod.name} was gone before its log was read`),
+      onProblem: (pod, message) =>
+        view.say(`playbook: cannot read the log of pod ${pod.name} now (trying again): ${message}`),
+    },
+    reading.signal,
+  ).catch((error: unknown) => {
+    // The status still tells the outcome: the watch goes on without the log.
+    if (!reading.signal.aborted) view.say(`playbook: cannot read the run's log: ${(error as Error).message}`);
+  });
+  const ended = (async () => {
+    while (!state.ended && !watching.signal.aborted) await state.changed(watching.signal);
+    return "ended" as const;
+  })();
+  try {
+    const first = await Promise.race([ended, stopped, watched.then(() => "ended" as const)]);
+    if (first === "stopped") {
+      reading.abort();
+      watching.abort();
+      const cli = commandName();
+      const ns = namespaceFlag(cluster);
+      view.finish(
+        cancelling
+          ? `playbook: stopped watching ${where}; it is being cancelled: see it end with \`${cli} wait ${name}${ns}\``
+          : `playbook: stopped watching ${where}; the run goes on: follow it with \`${cli} logs -f ${name}${ns}\`, cancel it with \`${cli} cancel ${name}${ns}\``,
+      );
+      printPlaybook(state.latest, options.output);
+      return EXIT.interrupted;
+    }
+    // The last pod's log to its end (its runner has ended by now, or the pod is gone).
+    await Promise.race([
+      followed,
+      stopped,
+      new Promise((resolve) => setTimeout(resolve, LOG_DRAIN_MS).unref()),
+    ]);
+    reading.abort();
+    const playbook = state.latest;
+    if (state.gone || !playbook) {
+      throw new ClusterError(
+        `${RESOURCE} ${name} in namespace ${cluster.namespace} was deleted while watched (context ${cluster.context}, server ${cluster.server})`,
+        EXIT.lost,
+      );
+    }
+    const reason = terminalReason(playbook) ?? "Unknown";
+    const message = terminalMessage(playbook);
+    view.finish(
+      `playbook: run ${playbook.status?.phase ?? "ended"} (${reason})${message ? `: ${message}` : ""}`,
+    );
+    printPlaybook(playbook, options.output);
+    return exitCodeForReason(reason);
+  } finally {
+    reading.abort();
+    watching.abort();
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+    await watched.catch(() => undefined);
+    await followed;
+  }
+}
