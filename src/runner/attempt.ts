@@ -311,6 +311,9 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     // The leader may have exited while the stop was announced: the announcement still comes first.
     await stopped;
     ended = await task.endTree(spec.killGraceMs, spec.runCookie, spec.hurrySignal);
+    // With no grace the kill went first: the cancel file, the listener and a warning of the
+    // announcement are done before the attempt's result is.
+    await announced;
   } else stopWatchdog();
   // The task's container went away under it: nothing is left to signal or to wait for there.
   const lostContainer = fired ? null : (lost as string | null);
