@@ -18,7 +18,15 @@ import {
   terminalReason,
   watchPlaybook,
 } from "./playbooks.js";
-import { followRun, type LogLine, type RunPod, RunState, runStartOf, tasksOfPlaybook } from "./run-logs.js";
+import {
+  followRun,
+  type LogLine,
+  podsInStatus,
+  type RunPod,
+  RunState,
+  runStartOf,
+  tasksOfPlaybook,
+} from "./run-logs.js";
 
 export interface WatchOptions {
   cluster: Cluster;
@@ -48,6 +56,10 @@ class RunView {
   private readonly where: string;
   /** status.startTime: the run's ceiling counts from it, as the runner's does */
   private runStart: Date | undefined;
+  /** The pod whose log is being read, the pods whose runner printed its last line, and who waits for one. */
+  private followedPod: string | undefined;
+  private readonly endedPods = new Set<string>();
+  private readonly endWaiters = new Map<string, () => void>();
 
   constructor(options: WatchOptions) {
     this.options = options;
@@ -78,6 +90,7 @@ class RunView {
     this.progress?.stop();
     this.progress = undefined;
     this.reader = new ProgressLineReader(tasksOfPlaybook(playbook));
+    this.followedPod = pod.name;
     if (!first) this.say(`playbook: following pod ${pod.name} (attempt ${pod.attempt})`);
     this.runStart = playbook ? runStartOf(playbook) : undefined;
   }
@@ -112,7 +125,12 @@ class RunView {
         else this.say(line.text);
         return;
       case "end":
-        // The controller's terminal condition says it, in its words (it may know more).
+        // The controller's terminal condition says it, in its words (it may know more). The
+        // runner prints nothing after it: its pod's log has been read.
+        if (this.followedPod !== undefined) {
+          this.endedPods.add(this.followedPod);
+          this.endWaiters.get(this.followedPod)?.();
+        }
         return;
       case "skipped":
         this.say(line.text);
@@ -121,6 +139,16 @@ class RunView {
         this.say(read.line);
         return;
     }
+  }
+
+  /**
+   * Resolves once the runner of `pod` printed its last line: the rest of its log is the stream's
+   * end, which the kubelet sends only at its next look at the container (up to a second later).
+   */
+  runnerEnded(pod: string | undefined): Promise<void> {
+    if (pod === undefined) return new Promise(() => {});
+    if (this.endedPods.has(pod)) return Promise.resolve();
+    return new Promise((resolve) => this.endWaiters.set(pod, resolve));
   }
 
   /** The last line: no live line stays behind it. */
@@ -217,9 +245,11 @@ export async function watchRun(options: WatchOptions): Promise<number> {
       printPlaybook(state.latest, options.output);
       return EXIT.interrupted;
     }
-    // The last pod's log to its end (its runner has ended by now, or the pod is gone).
+    // The last pod's log to its end (its runner has ended by now, or the pod is gone), or to
+    // its runner's last line.
     await Promise.race([
       followed,
+      view.runnerEnded(state.latest ? podsInStatus(state.latest).podName : undefined),
       stopped,
       new Promise((resolve) => setTimeout(resolve, LOG_DRAIN_MS).unref()),
     ]);
