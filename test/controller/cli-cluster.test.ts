@@ -12,25 +12,15 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parse, stringify } from "yaml";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { type ClusterState, startControlPlane, stopCluster } from "../harness/control-plane.js";
-import {
-  endPod,
-  exceedDeadline,
-  losePodToGc,
-  type ReportScript,
-  reportFor,
-  reportPod,
-  scheduledPod,
-  scriptManually,
-  startPod,
-} from "../harness/scripted-node.js";
+import { reportFor, reportPod } from "../harness/scripted-node.js";
 import { type CliResult, startCli } from "../support/cli.js";
+import { EXIT_CASES, running as runningIn } from "./cli-exit-cases.js";
 import {
   clients,
   createPlaybook,
   getPlaybook,
   kubectl,
   kubectlResult,
-  patchSpec,
   playbookManifest,
   type RunningController,
   startController,
@@ -68,12 +58,7 @@ function cli(args: string[], env: NodeJS.ProcessEnv = {}, stdin?: string): Promi
 }
 
 /** The run is Running: its pod started and the controller saw it. */
-async function running(name: string): Promise<V1Pod> {
-  const pod = await scheduledPod(core, namespace, `${name}-1`);
-  const started = await startPod(core, pod);
-  await waitForPlaybook(namespace, name, "to be Running", (p) => p.status?.phase === "Running", 30_000);
-  return started;
-}
+const running = (name: string): Promise<V1Pod> => runningIn(namespace, name);
 
 /**
  * A Playbook being watched by `wait`, started before the run ends (in an object: a promise
@@ -87,131 +72,14 @@ async function waitingOn(name: string, args: string[] = []): Promise<{ ended: Pr
   return { ended };
 }
 
-interface ExitCase {
-  name: string;
-  spec: Record<string, unknown>;
-  script: (name: string) => Promise<void>;
-  code: number;
-  line: RegExp;
-}
-
-/** The run's pod started, then its runner reported (at: the deciding task, task: its outcome). */
-const reported =
-  (script: ReportScript) =>
-  async (name: string): Promise<void> => {
-    const pod = await running(name);
-    await reportPod(core, pod, reportFor(pod, script));
-  };
-
-const exitCases: ExitCase[] = [
-  {
-    name: "Succeeded",
-    spec: { ceiling: "1m", tasks: [{ name: "build", run: "make" }] },
-    script: reported({ reason: "Succeeded" }),
-    code: 0,
-    line: /^playbook: \S+ Succeeded \(Succeeded\)/m,
-  },
-  {
-    name: "TaskFailed",
-    spec: { ceiling: "1m", tasks: [{ name: "build", run: "exit 3" }] },
-    script: reported({ reason: "TaskFailed", at: 0, task: { exitCode: 3, attempts: 1 } }),
-    code: 1,
-    line: /^playbook: \S+ Failed \(TaskFailed\): task build exited with code 3/m,
-  },
-  {
-    name: "TaskTimeout",
-    spec: { ceiling: "1m", killGrace: "1s", tasks: [{ name: "slow", run: "sleep 30", timeout: "2s" }] },
-    script: reported({ reason: "TaskTimeout", at: 0 }),
-    code: 124,
-    line: /^playbook: \S+ Failed \(TaskTimeout\): task slow exceeded its 2s timeout/m,
-  },
-  {
-    name: "StallLimit",
-    spec: { ceiling: "1m", killGrace: "1s", stall: "2s", tasks: [{ name: "quiet", run: "sleep 30" }] },
-    script: reported({ reason: "StallLimit", at: 0 }),
-    code: 124,
-    line: /^playbook: \S+ Failed \(StallLimit\): task quiet printed nothing for 2s/m,
-  },
-  {
-    name: "RunCeiling",
-    spec: { ceiling: "10s", killGrace: "1s", tasks: [{ name: "long", run: "sleep 30" }] },
-    script: reported({ reason: "RunCeiling", at: 0 }),
-    code: 124,
-    line: /^playbook: \S+ Failed \(RunCeiling\): task long was stopped by the run's 10s ceiling/m,
-  },
-  {
-    name: "PodDeadlineExceeded",
-    spec: { ceiling: "15s", killGrace: "1s", tasks: [{ name: "held", run: "sleep 60" }] },
-    script: async (name) => {
-      const pod = await scheduledPod(core, namespace, `${name}-1`);
-      await scriptManually(core, pod);
-      const deadline = pod.spec?.activeDeadlineSeconds ?? 0;
-      await startPod(core, pod, new Date(Date.now() - deadline * 1000));
-      await waitForPlaybook(namespace, name, "to be Running", (p) => p.status?.phase === "Running", 30_000);
-      await exceedDeadline(core, pod);
-    },
-    code: 124,
-    line: /^playbook: \S+ Failed \(PodDeadlineExceeded\): the kubelet stopped pod/m,
-  },
-  {
-    name: "StartTimeout",
-    spec: {
-      ceiling: "1m",
-      startTimeout: "3s",
-      resources: { requests: { cpu: "1000" } },
-      tasks: [{ name: "never", run: "true" }],
-    },
-    // The scheduler keeps the pod Pending.
-    script: async () => {},
-    code: 124,
-    line: /^playbook: \S+ Failed \(StartTimeout\): pod \S+ \(attempt 1\) never started/m,
-  },
-  {
-    name: "Cancelled",
-    spec: { ceiling: "1m", killGrace: "1s", tasks: [{ name: "waits", run: "sleep 60" }] },
-    // The scripted node stops the pod at its lowered deadline, as a kubelet would.
-    script: async (name) => {
-      await running(name);
-      await patchSpec(namespace, name, { cancel: true });
-    },
-    code: 130,
-    line: /^playbook: \S+ Cancelled \(Cancelled\): the run was cancelled \(spec\.cancel\)/m,
-  },
-  {
-    name: "RunnerLost",
-    spec: { ceiling: "1m", tasks: [{ name: "victim", run: "sleep 60" }] },
-    script: async (name) => {
-      await endPod(core, await running(name), { exitCode: 137 });
-    },
-    code: 3,
-    line: /^playbook: \S+ Failed \(RunnerLost\): pod \S+ ended without a valid runner report/m,
-  },
-  {
-    name: "PodLost",
-    spec: { ceiling: "1m", backoffLimit: 0, tasks: [{ name: "waits", run: "sleep 60" }] },
-    script: async (name) => {
-      await losePodToGc(core, await running(name));
-    },
-    code: 3,
-    line: /^playbook: \S+ Failed \(PodLost\): pod \S+ was disrupted/m,
-  },
-  {
-    name: "InvalidSpec",
-    spec: { ceiling: "48h", tasks: [{ name: "a", run: "true" }] },
-    script: async () => {},
-    code: 2,
-    line: /^playbook: \S+ Failed \(InvalidSpec\): .*spec\.ceiling: 48h is longer than the maximum ceiling 24h/m,
-  },
-];
-
 describe("playbook wait exits with the code of the run's reason", () => {
-  it.concurrent.for(exitCases)("$name exits $code", async (exitCase) => {
+  it.concurrent.for(EXIT_CASES)("$name exits $code", async (exitCase) => {
     const name = `wait-${exitCase.name.toLowerCase()}`;
     await createPlaybook(namespace, name, exitCase.spec);
     const waiting = await waitingOn(name);
-    await exitCase.script(name);
+    await exitCase.script(namespace, name);
     const result = await waiting.ended;
-    expect(result.stderr).toMatch(exitCase.line);
+    expect(result.stderr).toMatch(new RegExp(`^playbook: \\S+ ${exitCase.ending}`, "m"));
     expect(result.code, result.stderr).toBe(exitCase.code);
     expect(result.stdout).toBe("");
     // Once ended, a wait answers at once with the same code.
