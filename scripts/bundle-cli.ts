@@ -40,9 +40,42 @@ const CLI = /[\\/](src[\\/](api|cli)[\\/]|node_modules[\\/](commander|yaml|zod)[
 const CLUSTER =
   /[\\/]src[\\/](cli[\\/]cluster[\\/](?!commands\.ts$)|runtime[\\/](api-client|api-credentials|api-errors|api-proxy|kube-config)\.ts$)|[\\/]node_modules[\\/]@kubernetes[\\/]client-node[\\/]/;
 
+/**
+ * node:http for the ES module chunks, taken with process.getBuiltinModule instead of imported. An
+ * import of a built-in into an ES module makes Node build its module facade, which reads every
+ * export, and three of node:http's (WebSocket, CloseEvent, MessageEvent) load undici: some 60 ms
+ * of every cluster command's and the controller's start, for exports nothing here uses. The
+ * module's other exports are its own, listed when the bundle is built (Node 24, as it runs on).
+ */
+const HTTP_UNDICI_EXPORTS = new Set(["WebSocket", "CloseEvent", "MessageEvent"]);
+const HTTP_MODULE = "\0playbook-builtin:http";
+function httpWithoutUndici() {
+  return {
+    name: "http-without-undici",
+    resolveId(source: string) {
+      return source === "http" || source === "node:http"
+        ? { id: HTTP_MODULE, moduleSideEffects: false }
+        : null;
+    },
+    load(id: string) {
+      if (id !== HTTP_MODULE) return null;
+      const http = process.getBuiltinModule("node:http");
+      const names = Object.getOwnPropertyNames(http).filter(
+        (key) => /^[A-Za-z_$][\w$]*$/.test(key) && key !== "default" && !HTTP_UNDICI_EXPORTS.has(key),
+      );
+      return [
+        'const http = process.getBuiltinModule("node:http");',
+        "export default http;",
+        `export const { ${names.join(", ")} } = http;`,
+      ].join("\n");
+    },
+  };
+}
+
 rmSync(outDir, { recursive: true, force: true });
 await build({
   input: { playbook: path.join(root, "src", "cli", "main.ts") },
+  plugins: [httpWithoutUndici()],
   platform: "node",
   tsconfig: path.join(root, "tsconfig.json"),
   // The version is written in, so neither --version nor the image reads package.json.

@@ -57,6 +57,10 @@ fs.openSync = (file, ...rest) => {
   return openSync(file, ...rest);
 };
 syncBuiltinESMExports();
+// The built-in modules the command loaded, when asked.
+process.on("exit", () => {
+  if (process.env.BUILTINS_FILE) fs.writeFileSync(process.env.BUILTINS_FILE, process.moduleLoadList.join("\\n"));
+});
 `,
   );
   manifest = path.join(scratch, "one.yaml");
@@ -221,6 +225,31 @@ describe("the playbook bundle", () => {
     // client-node's KubeConfig it needs; the controller, its logger and its metrics it does not.
     const controllers = /^(src\/controller\/|node_modules\/(pino|prom-client)\/)/;
     expect(sourcesOf(run.loaded).filter((source) => controllers.test(source))).toEqual([]);
+  });
+
+  it("starts a cluster command without undici, which node:http's unused WebSocket would load", () => {
+    const kubeconfig = path.join(scratch, "unreachable.kubeconfig");
+    writeFileSync(
+      kubeconfig,
+      [
+        "apiVersion: v1",
+        "kind: Config",
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]",
+        "users: [{name: u, user: {token: t}}]",
+        "contexts: [{name: x, context: {cluster: c, user: u}}]",
+        "current-context: x",
+      ].join("\n"),
+    );
+    const builtins = path.join(scratch, "builtins.txt");
+    const run = playbook(["wait", "nightly", "--kubeconfig", kubeconfig], {
+      env: { BUILTINS_FILE: builtins },
+    });
+    expect(run.stderr).toContain("cannot reach the API server");
+    expect(run.status).toBe(3);
+    const loaded = readFileSync(builtins, "utf8").split("\n");
+    // It did use node:http (its request failed), through process.getBuiltinModule.
+    expect(loaded).toContain("NativeModule http");
+    expect(loaded.filter((name) => name.includes("undici"))).toEqual([]);
   });
 
   it("is also the kubectl plugin: bin kubectl-playbook, whose usage says kubectl playbook", () => {
