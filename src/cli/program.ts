@@ -2,7 +2,6 @@
 import { readFileSync } from "node:fs";
 import { basename, resolve } from "node:path";
 import { Command, CommanderError, Option } from "commander";
-import { stringify } from "yaml";
 import { z } from "zod";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../api/limits.js";
 import { InvalidPlaybookError, parsePlaybookManifest, validatePlaybook } from "../api/manifest.js";
@@ -13,6 +12,7 @@ import { statusFromReport } from "../api/report-status.js";
 import { registerClusterCommands } from "./cluster/commands.js";
 import { EXIT, EXIT_CODES_HELP, exitCodeForReason } from "./exit-codes.js";
 import { InvalidPolicyFileError } from "./policy-file-error.js";
+import { printObject } from "./print-object.js";
 import { helpfulProblem } from "./problems.js";
 import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
 
@@ -105,12 +105,7 @@ async function runCommand(flags: unknown): Promise<number> {
       }
     }
     const object = { ...playbook, status };
-    process.stdout.write(
-      parsed.output === "json"
-        ? `${JSON.stringify(object, null, 2)}\n`
-        : // Scripts print back as they were written (run: |), never folded, nor wrapped at 80 columns.
-          stringify(object, { blockQuote: "literal", lineWidth: 0 }),
-    );
+    printObject(object, parsed.output);
   }
   if (result.interrupted) return EXIT.interrupted;
   return exitCodeForReason(result.report.reason);

@@ -3,10 +3,11 @@
 // message is all the user sees (program.ts prints it).
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { parse, stringify } from "yaml";
+import { parse } from "yaml";
 import { type LimitDefaults, LOCAL_DEFAULTS } from "../../api/limits.js";
 import { parsePlaybookManifest } from "../../api/manifest.js";
 import { EXIT, exitCodeForReason } from "../exit-codes.js";
+import { printObject } from "../print-object.js";
 import { type Cluster, ClusterError, connect } from "./connection.js";
 import { CancelFlags, FlagError, LogsFlags, parseFlags, SubmitFlags, WaitFlags } from "./flags.js";
 import {
@@ -29,14 +30,6 @@ const SUBMIT_DEFAULTS: LimitDefaults = {
   ceilingMs: Number.MAX_SAFE_INTEGER,
   maxCeilingMs: Number.MAX_SAFE_INTEGER,
 };
-
-function printObject(object: unknown, output: "json" | "yaml"): void {
-  process.stdout.write(
-    output === "json"
-      ? `${JSON.stringify(object, null, 2)}\n`
-      : stringify(object, { blockQuote: "literal", lineWidth: 0 }),
-  );
-}
 
 function readManifestText(file: string): string {
   try {

@@ -1,11 +1,5 @@
-// `playbook submit --watch`: a cluster run shown as a local one is. What the controller says before
-// the pod runs (waiting for a queue slot, the pod pending and why) comes from the Playbook's
-// status; the rest from the runner's log, whose plain progress lines are read back into events
-// (progress-lines.ts) for a local Progress, so the lines and the live clock are a local run's;
-// `[task]` lines go to the task output. The final line and the exit code come from the terminal
-// condition, which the controller decides.
-import { stringify } from "yaml";
 import { EXIT, exitCodeForReason } from "../exit-codes.js";
+import { printObject } from "../print-object.js";
 import { Progress } from "../progress.js";
 import { ProgressLineReader } from "../progress-lines.js";
 import { type Cluster, ClusterError } from "./connection.js";
@@ -159,12 +153,7 @@ class RunView {
 }
 
 function printPlaybook(playbook: ClusterPlaybook | undefined, output: "json" | "yaml" | undefined): void {
-  if (!output || !playbook) return;
-  process.stdout.write(
-    output === "json"
-      ? `${JSON.stringify(playbook, null, 2)}\n`
-      : stringify(playbook, { blockQuote: "literal", lineWidth: 0 }),
-  );
+  if (output && playbook) printObject(playbook, output);
 }
 
 /**
