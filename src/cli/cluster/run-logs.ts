@@ -193,10 +193,16 @@ export async function readPodLog(
   let announced = false;
   let failures = 0;
   const path = `/api/v1/namespaces/${encodeURIComponent(cluster.namespace)}/pods/${encodeURIComponent(pod)}/log`;
-  let lastKey = "";
-  let lastStamp = "";
+  // The newest time seen and the lines seen at it: a stream opened again from that time skips
+  // what was read before. Only then: within one stream, stdout and stderr lines are not in time
+  // order (containerd stamps each stream's lines apart), and none may be dropped for it.
+  let maxKey = "";
+  let maxStamp = "";
+  let atMax: string[] = [];
   for (let opened = 0; !options.signal.aborted; opened++) {
     let closed = false;
+    const seenBefore = opened > 0 ? [...atMax] : [];
+    let reopenedFrom = opened > 0 ? maxKey : "";
     try {
       await cluster.api.streamLines(
         path,
@@ -204,7 +210,7 @@ export async function readPodLog(
           container: RUNNER_CONTAINER,
           timestamps: true,
           ...(options.follow ? { follow: true } : {}),
-          ...(lastStamp ? { sinceTime: lastStamp } : {}),
+          ...(maxStamp ? { sinceTime: maxStamp } : {}),
         },
         {
           onOpen: () => {
@@ -214,11 +220,21 @@ export async function readPodLog(
           },
           onLine: (raw) => {
             const { key, stamp, line } = splitTimestamp(raw);
-            if (key && lastKey && key <= lastKey) return;
-            if (key) {
-              lastKey = key;
-              lastStamp = stamp;
+            if (key && reopenedFrom) {
+              if (key < reopenedFrom) return;
+              // Past the time it was opened from: nothing more was seen before.
+              if (key > reopenedFrom) reopenedFrom = "";
+              const seen = key === reopenedFrom ? seenBefore.indexOf(line.text) : -1;
+              if (seen >= 0) {
+                seenBefore.splice(seen, 1);
+                return;
+              }
             }
+            if (key > maxKey) {
+              maxKey = key;
+              maxStamp = stamp;
+              atMax = [line.text];
+            } else if (key && key === maxKey) atMax.push(line.text);
             options.onLine(line);
           },
         },
