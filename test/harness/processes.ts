@@ -98,6 +98,30 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/** Whether 127.0.0.1:port can be listened on right now. */
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.unref();
+    server.once("error", () => resolve(false));
+    server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
+  });
+}
+
+/**
+ * A free loopback port below the kernel's ephemeral range (32768-60999), for a server that binds
+ * it later in another network namespace. A port from `freePort` is ephemeral: there, any outgoing
+ * connection (the kubelet's own, to the API server, before it listens) may take it as its local
+ * port first, and the listen fails with "address already in use". Nothing takes these by chance.
+ */
+export async function freeFixedPort(): Promise<number> {
+  for (let tries = 0; tries < 200; tries++) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    if (await canListen(port)) return port;
+  }
+  throw new Error("no free loopback port in 20000-31999 after 200 tries");
+}
+
 /** True when something accepts connections on 127.0.0.1:port. */
 export async function isListening(port: number): Promise<boolean> {
   return new Promise((resolve) => {

@@ -35,7 +35,7 @@ import { repoRoot } from "../binaries.js";
 import { NODE_NAME, openssl } from "../certificates.js";
 import { readClusterState, recordInClusterState } from "../control-plane.js";
 import {
-  freePort,
+  freeFixedPort,
   isRunning,
   logTail,
   type RecordedProcess,
@@ -635,8 +635,9 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
 
   const kubeconfig = path.join(dir, "kubelet.kubeconfig");
   await writeKubeconfig(kubeconfig, options, `system:node:${REAL_NODE_NAME}`, options.node);
-  // Free on this machine, where the relay listens on it; the node's namespace has nothing else.
-  const port = await freePort();
+  // Free on this machine, where the relay listens on it, and outside the ephemeral range, which
+  // the node's own outgoing connections draw from before the kubelet listens.
+  const port = await freeFixedPort();
   const healthzPort = port === 10248 ? 10247 : 10248;
   const apiPort = Number(new URL(options.server).port);
   await startRelays({ dir, logDir, holderPid: holder.pid, apiPort, kubeletPort: port, options });
