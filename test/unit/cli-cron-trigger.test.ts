@@ -2,7 +2,8 @@
 // naming the argument or flag and its value, with exit code 2 (test/controller/cron-trigger.test.ts
 // runs it against a real API server and controller).
 import { describe, expect, it } from "vitest";
-import { newRequestId } from "../../src/cli/cluster/cron-trigger.js";
+import { ANNOTATION_TRIGGER, CRON_PLURAL as API_CRON_PLURAL } from "../../src/api/cron-playbook.js";
+import { CRON_PLURAL, newRequestId, TRIGGER_ANNOTATION } from "../../src/cli/cluster/cron-trigger.js";
 import { CronTriggerFlags, FlagError, parseFlags } from "../../src/cli/cluster/flags.js";
 import { startCli } from "../support/cli.js";
 
@@ -36,6 +37,11 @@ describe("cron trigger's arguments", () => {
     [{ name: "nightly", namespace: "" }, "-n: must name a namespace"],
   ])("refuses %j: %s", (flags, message) => {
     expect(problem(flags)).toBe(message);
+  });
+
+  it("writes the annotation and calls the resource by the API's names (kept apart: the API module loads croner)", () => {
+    expect(TRIGGER_ANNOTATION).toBe(ANNOTATION_TRIGGER);
+    expect(CRON_PLURAL).toBe(API_CRON_PLURAL);
   });
 
   it("makes request ids of the time with milliseconds and 8 hex characters", () => {

@@ -9,6 +9,8 @@ import { EXIT } from "../exit-codes.js";
 import { type Cluster, ClusterError, describeApiFailure } from "./connection.js";
 import { watchObject } from "./playbooks.js";
 
+// The names of src/api/cron-playbook.ts (a unit test holds them equal), not imported: that module
+// brings croner and the Playbook's schemas into the cluster commands' chunk.
 export const CRON_PLURAL = "cronplaybooks";
 export const CRON_RESOURCE = `${CRON_PLURAL}.${GROUP}`;
 /** The annotation the CLI writes; the controller answers each new value once. */
