@@ -6,7 +6,15 @@
 import { Cron } from "croner";
 
 /** The nicknames a schedule may be, as the CronJob controller and Argo take them. */
-export const SCHEDULE_NICKNAMES = ["@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"];
+export const SCHEDULE_NICKNAMES = [
+  "@yearly",
+  "@annually",
+  "@monthly",
+  "@weekly",
+  "@daily",
+  "@midnight",
+  "@hourly",
+];
 
 export interface Schedule {
   /** The first scheduled time strictly after `after`, or null when there is none. */
