@@ -3,23 +3,36 @@
 // concurrencyPolicy Forbid), and what it says when no answer comes. stdout, stderr and the exit
 // code are what is asserted.
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { ANNOTATION_TRIGGER, CRON_PLURAL } from "../../src/api/cron-playbook.js";
+import {
+  ANNOTATION_TRIGGER,
+  ANNOTATION_TRIGGERED_BY,
+  CRON_PLURAL,
+  LABEL_CRON_PLAYBOOK,
+  manualRunName,
+} from "../../src/api/cron-playbook.js";
 import { GROUP, VERSION } from "../../src/api/playbook.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { type CliResult, startCli } from "../support/cli.js";
-import { clients } from "./support.js";
+import { clients, getPlaybook, type RunningController, startController } from "./support.js";
 
 const { core, custom } = clients();
 let kubeconfig: string;
 /** No controller watches it: the test answers, or nobody does. */
 let unwatched: string;
+/** The controller's. */
+let namespace: string;
+let controller: RunningController;
 
 beforeAll(async () => {
   kubeconfig = inject("kubeconfig");
   unwatched = await createTestNamespace(core, "pb-cron-cli");
+  namespace = await createTestNamespace(core, "pb-cron-run");
+  controller = startController([namespace]);
 });
 afterAll(async () => {
+  await controller?.stop();
   await deleteTestNamespace(core, unwatched);
+  await deleteTestNamespace(core, namespace);
 });
 
 function cli(args: string[]): Promise<CliResult> {
@@ -130,5 +143,31 @@ describe("playbook cron trigger, the CLI's side", () => {
         `^playbook: patch cronplaybooks\\.playbook\\.dev absent in namespace ${unwatched}: not found \\(context \\S+, server \\S+\\)\\n$`,
       ),
     );
+  });
+});
+
+describe("playbook cron trigger with the controller", () => {
+  it("starts a run now, even while suspended, and a second under Forbid is not started while the first is active", async () => {
+    await createCron(namespace, "nightly", { suspend: true });
+    const first = await cli(["cron", "trigger", "nightly", "-n", namespace]);
+    expect(first.stderr).toBe("");
+    expect(first.code).toBe(0);
+    const cron = await getCron(namespace, "nightly");
+    const id = cron.metadata.annotations?.[ANNOTATION_TRIGGER] ?? "";
+    const run = manualRunName("nightly", id);
+    expect(first.stdout).toBe(`cronplaybook ${namespace}/nightly: started run ${namespace}/${run}\n`);
+    expect(cron.status?.lastTrigger).toMatchObject({ id, run });
+    const playbook = await getPlaybook(namespace, run);
+    expect(playbook.metadata).toMatchObject({
+      labels: { [LABEL_CRON_PLAYBOOK]: "nightly" },
+      annotations: { [ANNOTATION_TRIGGERED_BY]: id },
+    });
+    // The run has no pod that ends (the scripted node runs nothing by itself): it stays active.
+    const second = await cli(["cron", "trigger", "nightly", "-n", namespace]);
+    expect(second).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: `cronplaybook ${namespace}/nightly: not started: concurrencyPolicy Forbid: run ${run} has not finished\n`,
+    });
   });
 });
