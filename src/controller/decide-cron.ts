@@ -135,6 +135,12 @@ export function decideCron(input: CronInput): CronDecision {
   }
 
   if (spec && read.ok) {
+    if (
+      read.refused &&
+      previous.conditions?.find((c) => c.type === CRON_READY)?.message !== read.refused.message
+    ) {
+      decision.events.push({ type: "Warning", reason: read.refused.reason, message: read.refused.message });
+    }
     const latest = decideSchedule(
       input,
       spec,
@@ -167,12 +173,6 @@ export function decideCron(input: CronInput): CronDecision {
       now,
       generation,
     );
-    if (
-      read.refused &&
-      previous.conditions?.find((c) => c.type === CRON_READY)?.message !== read.refused.message
-    ) {
-      decision.events.push({ type: "Warning", reason: read.refused.reason, message: read.refused.message });
-    }
     const stale = decideStale(cron, spec, status.lastSuccessfulTime, now);
     status.conditions = stale.condition
       ? setCondition(status.conditions, stale.condition, now, generation)
