@@ -8,6 +8,7 @@ import {
   CRON_KIND,
   CRON_PLURAL,
   CRON_SHORT_NAME,
+  CronPlaybookSchema,
   DEFAULT_FAILED_HISTORY,
   DEFAULT_SUCCESSFUL_HISTORY,
 } from "../../src/api/cron-playbook.js";
@@ -63,6 +64,13 @@ describe("the CronPlaybook CRD", () => {
     expect(spec?.properties.failedRunsHistoryLimit?.default).toBe(DEFAULT_FAILED_HISTORY);
     expect(spec?.properties.timeZone?.default).toBe("UTC");
     expect(spec?.properties.concurrencyPolicy?.default).toBe("Allow");
+  });
+
+  it("reads examples/nightly-backup.yaml as a valid CronPlaybook", () => {
+    const example = parse(readFileSync(path.join(repoRoot(), "examples", "nightly-backup.yaml"), "utf8"));
+    const parsed = CronPlaybookSchema.safeParse(example);
+    expect(parsed.error?.issues).toBeUndefined();
+    expect(parsed.data?.spec).toMatchObject({ schedule: "0 3 * * *", timeZone: "Europe/Berlin" });
   });
 
   it.each([
