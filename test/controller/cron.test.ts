@@ -56,8 +56,8 @@ async function namespace(prefix: string) {
   return name;
 }
 
-function controllerFor(ns: string, clock?: Clock) {
-  const running = startController([ns], {}, undefined, clock);
+function controllerFor(ns: string, clock?: Clock, overrides: Record<string, string | boolean> = {}) {
+  const running = startController([ns], overrides, undefined, clock);
   controllers.push(running);
   return running;
 }
@@ -300,6 +300,57 @@ describe("a CronPlaybook", () => {
     await sleep(2_000);
     expect(await runsOf(ns, "restart")).toEqual([name]);
     expect((await getCron(ns, "restart")).status?.missedRuns).toBe(1);
+  });
+
+  it("is started once by two controllers that both reconcile it (no leader election)", async () => {
+    const ns = await namespace("cron-twice");
+    const clock = new MovableClock();
+    const one = controllerFor(ns, clock, { leaderElection: false });
+    const two = controllerFor(ns, clock, { leaderElection: false });
+    const cron = await createCron(ns, "twice", { schedule: "0 * * * *" });
+    await waitForCron(ns, "twice", "to be Ready", (c) => readyOf(c)?.status === "True");
+    const at = hourAfter(cron, 1);
+    clock.moveTo(new Date(at.getTime() + 5_000));
+    one.controller.resync();
+    two.controller.resync();
+    const name = scheduledRunName("twice", at);
+    await waitForCron(ns, "twice", "to list its run", (c) => c.status?.active?.[0]?.name === name);
+    await sleep(2_000);
+    expect(await runsOf(ns, "twice")).toEqual([name]);
+    const started = await cronEvents(ns, "twice", "RunStarted");
+    expect(started.reduce((sum, e) => sum + (e.count ?? 1), 0)).toBeLessThanOrEqual(2);
+  });
+
+  it("does not take over a Playbook that holds its run's name: event RunNameTaken", async () => {
+    const ns = await namespace("cron-taken");
+    const clock = new MovableClock();
+    const running = controllerFor(ns, clock);
+    const cron = await createCron(ns, "taken", { schedule: "0 * * * *", suspend: true });
+    const at = hourAfter(cron, 1);
+    const name = scheduledRunName("taken", at);
+    await kubectl(["-n", ns, "apply", "-f", "-"], {
+      input: JSON.stringify({
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: "Playbook",
+        metadata: { name, labels: { [LABEL_CRON_PLAYBOOK]: "taken" } },
+        spec: { tasks: TASKS },
+      }),
+    });
+    await kubectl(["-n", ns, "patch", "cpb", "taken", "--type=merge", "-p", '{"spec":{"suspend":false}}']);
+    await waitForCron(
+      ns,
+      "taken",
+      "to resume",
+      (c) => readyOf(c)?.message.startsWith("the schedule") === true,
+    );
+    moveTo(clock, running, at);
+    const taken = await cronEvents(ns, "taken", "RunNameTaken");
+    expect(taken[0]?.message).toBe(
+      `Could not create run ${name}: a Playbook of that name exists and it has no controller owner`,
+    );
+    const playbook = await getPlaybook(ns, name);
+    expect((playbook.metadata as { ownerReferences?: unknown }).ownerReferences).toBeUndefined();
+    expect((await getCron(ns, "taken")).status?.active ?? []).toEqual([]);
   });
 
   it("trims its history: older succeeded runs past successfulRunsHistoryLimit are deleted", async () => {
