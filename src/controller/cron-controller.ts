@@ -42,6 +42,8 @@ export interface CronControllerDeps {
 const LIST_PAGE = 500;
 /** The longest a pass waits for the next scheduled time; a resync looks again meanwhile anyway. */
 const MAX_WAIT_MS = 24 * 3_600_000;
+/** When to look again at a CronPlaybook whose cache has not shown this controller's last write, should its watch event be lost. */
+const BEHIND_RETRY_MS = 5_000;
 
 export class CronController {
   readonly informers = new Map<string, Informer<StoredCronPlaybook>>();
@@ -50,6 +52,12 @@ export class CronController {
   private readonly metrics: CronMetricsSink;
   private writer: CronWriter | undefined;
   private workers: Promise<void>[] = [];
+  /**
+   * The resourceVersion each CronPlaybook had when this controller last wrote its status, until
+   * the cache shows a newer one: a pass on the older copy would decide on facts it already acted
+   * on, and its write would conflict.
+   */
+  private readonly wroteFrom = new Map<string, string>();
 
   constructor(deps: CronControllerDeps) {
     this.deps = deps;
@@ -117,7 +125,14 @@ export class CronController {
   private async reconcileKey(key: string): Promise<number | undefined> {
     const { namespace } = splitKey(key);
     const cron = this.informerFor(namespace)?.get(key);
-    if (!cron || cron.metadata.deletionTimestamp || !this.writer) return undefined;
+    if (!cron || cron.metadata.deletionTimestamp || !this.writer) {
+      this.wroteFrom.delete(key);
+      return undefined;
+    }
+    const version = cron.metadata.resourceVersion;
+    // The watch event of this controller's own write queues the key again when it arrives.
+    if (version !== undefined && this.wroteFrom.get(key) === version) return BEHIND_RETRY_MS;
+    this.wroteFrom.delete(key);
     const runs = this.deps.playbooksIn(namespace).filter((playbook) => isRunOf(playbook, cron));
     const rules = this.deps.rulesFor(namespace);
     const decision = decideCron({
@@ -128,6 +143,7 @@ export class CronController {
       ...(rules ? { rules } : {}),
     });
     await this.writer.apply(cron, decision);
+    if (decision.status && version !== undefined) this.wroteFrom.set(key, version);
     this.countStale(namespace, key, decision);
     return decision.requeueAfterMs;
   }

@@ -3,7 +3,7 @@
 // cancel (Replace) or delete (history), the status to write and the events to record. The
 // CronPlaybook controller (cron-controller.ts) applies it with the CronWriter.
 import { isDeepStrictEqual } from "node:util";
-import { setCondition } from "../api/conditions.js";
+import { type ConditionInput, setCondition } from "../api/conditions.js";
 import {
   ANNOTATION_SCHEDULED_AT,
   ANNOTATION_TRIGGER,
@@ -109,16 +109,11 @@ export function decideCron(input: CronInput): CronDecision {
 
   const read = readSpec(cron, input);
   const spec = read.ok ? read.spec : undefined;
-  if (!read.ok) {
-    status.conditions = setCondition(
-      status.conditions ?? [],
-      { type: CRON_READY, status: "False", reason: read.reason, message: read.message },
-      now,
-      generation,
-    );
-    if (previous.conditions?.find((c) => c.type === CRON_READY)?.message !== read.message) {
-      decision.events.push({ type: "Warning", reason: read.reason, message: read.message });
-    }
+  const ready = readyCondition(read);
+  status.conditions = setCondition(status.conditions ?? [], ready, now, generation);
+  const readyBefore = previous.conditions?.find((c) => c.type === CRON_READY);
+  if (ready.status === "False" && readyBefore?.message !== ready.message) {
+    decision.events.push({ type: "Warning", reason: ready.reason, message: ready.message });
   }
 
   const creating = (run: RunToCreate) => {
@@ -130,55 +125,19 @@ export function decideCron(input: CronInput): CronDecision {
   // "Run now": a trigger annotation not handled yet.
   const triggerId = cron.metadata.annotations?.[ANNOTATION_TRIGGER];
   if (triggerId && triggerId !== previous.lastTrigger?.id) {
-    const lastTrigger = decideTrigger(input, triggerId, spec, read, active, names, decision, creating);
-    status.lastTrigger = lastTrigger;
+    status.lastTrigger = decideTrigger(input, triggerId, spec, read, active, names, decision, creating);
   }
 
-  if (spec && read.ok) {
-    const latest = decideSchedule(
-      input,
-      spec,
-      read.schedule,
-      read.refused,
-      active,
-      names,
-      decision,
-      creating,
-    );
+  if (read.ok) {
+    const latest = decideSchedule(input, read, active, names, decision, creating);
     if (latest) status.lastScheduleTime = rfc3339(latest);
     status.missedRuns = (previous.missedRuns ?? 0) + decision.counts.missed;
-    status.conditions = setCondition(
-      status.conditions ?? [],
-      read.refused
-        ? {
-            type: CRON_READY,
-            status: "False",
-            reason: read.refused.reason,
-            message: read.refused.message,
-          }
-        : {
-            type: CRON_READY,
-            status: "True",
-            reason: CRON_REASONS.ready,
-            message: spec.suspend
-              ? "suspended (spec.suspend): no scheduled run starts; a trigger still does"
-              : `the schedule ${JSON.stringify(spec.schedule)} in ${spec.timeZone} is read and the template is allowed`,
-          },
-      now,
-      generation,
-    );
-    if (
-      read.refused &&
-      previous.conditions?.find((c) => c.type === CRON_READY)?.message !== read.refused.message
-    ) {
-      decision.events.push({ type: "Warning", reason: read.refused.reason, message: read.refused.message });
-    }
-    const stale = decideStale(cron, spec, status.lastSuccessfulTime, now);
+    const stale = decideStale(cron, read.spec, status.lastSuccessfulTime, now);
     status.conditions = stale.condition
       ? setCondition(status.conditions, stale.condition, now, generation)
       : status.conditions.filter((c) => c.type !== CRON_STALE);
-    decision.requeueAfterMs = earliest(nextWake(read.schedule, spec, now), stale.changesInMs);
-    decision.delete = pastHistory(finished, spec);
+    decision.requeueAfterMs = earliest(nextWake(read.schedule, read.spec, now), stale.changesInMs);
+    decision.delete = pastHistory(finished, read.spec);
   }
 
   status.active = active
@@ -199,6 +158,21 @@ type SpecRead =
       refused: { reason: string; message: string } | undefined;
     }
   | { ok: false; reason: string; message: string };
+
+/** Ready: False naming the field and value that refuses the spec or the template, else True. */
+function readyCondition(read: SpecRead): ConditionInput {
+  if (!read.ok) return { type: CRON_READY, status: "False", reason: read.reason, message: read.message };
+  if (read.refused) return { type: CRON_READY, status: "False", ...read.refused };
+  const { spec } = read;
+  return {
+    type: CRON_READY,
+    status: "True",
+    reason: CRON_REASONS.ready,
+    message: spec.suspend
+      ? "suspended (spec.suspend): no scheduled run starts; a trigger still does"
+      : `the schedule ${JSON.stringify(spec.schedule)} in ${spec.timeZone} is read and the template is allowed`,
+  };
+}
 
 /** The spec, its schedule and its template under the namespace's rules, or what refuses it. */
 function readSpec(cron: StoredCronPlaybook, input: CronInput): SpecRead {
@@ -304,15 +278,14 @@ function decideTrigger(
  */
 function decideSchedule(
   input: CronInput,
-  spec: CronPlaybookSpec,
-  schedule: Schedule,
-  refused: { reason: string; message: string } | undefined,
+  read: Extract<SpecRead, { ok: true }>,
   active: StoredPlaybook[],
   names: Set<string>,
   decision: CronDecision,
   creating: (run: RunToCreate) => void,
 ): Date | undefined {
   const { cron, now } = input;
+  const { spec, schedule, refused } = read;
   const since = sinceOf(cron);
   const due = dueTimes(schedule, since, now);
   if (!due.latest) return undefined;
