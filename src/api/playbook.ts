@@ -12,6 +12,11 @@ export const PLURAL = "playbooks";
 export const API_VERSION = "playbook.dev/v1alpha1";
 export const KIND = "Playbook";
 export const MAX_TASKS = 200;
+/**
+ * Why a run was cancelled, set with spec.cancel by whoever cancels it (a CronPlaybook replacing
+ * it): the run's Cancelled condition and event begin with it.
+ */
+export const ANNOTATION_CANCEL_REASON = "playbook.dev/cancel-reason";
 /** Pods re-created after a loss when neither the Playbook nor its namespace's policy says. */
 export const DEFAULT_BACKOFF_LIMIT = 2;
 

@@ -3,6 +3,7 @@
 import { hostname } from "node:os";
 import { setTimeout as delay } from "node:timers/promises";
 import type { Logger } from "pino";
+import { CRON_PLURAL } from "../api/cron-playbook.js";
 import { GROUP, PLURAL, VERSION } from "../api/playbook.js";
 import { POLICY_PLURAL } from "../api/policy.js";
 import { apiErrorMessage, isConflict, isNotFound } from "../runtime/api-errors.js";
@@ -13,6 +14,8 @@ import { LeaderElector } from "../runtime/leader-election.js";
 import { HealthServer } from "../runtime/server.js";
 import { WorkQueue } from "../runtime/work-queue.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
+import { CronController } from "./cron-controller.js";
+import type { CronMetricsSink } from "./cron-writer.js";
 import type { ReconcileInput, ReconcileSettings } from "./decision.js";
 import { ControllerMetrics } from "./metrics.js";
 import {
@@ -46,7 +49,10 @@ export interface ControllerDeps {
   clients: KubeClients;
   log: Logger;
   clock?: Clock;
+  /** The clock CronPlaybook schedules are read against; default `clock` (tests move it alone). */
+  scheduleClock?: Clock;
   metrics?: ControllerMetrics;
+  cronMetrics?: CronMetricsSink;
 }
 
 /** The Lease went unrenewed for the renew deadline: another replica may lead now. */
@@ -75,6 +81,8 @@ export class PlaybookController {
   private readonly playbooks = new Map<string, Informer<StoredPlaybook>>();
   private readonly pods = new Map<string, Informer<PodView>>();
   private readonly governor: PolicyGovernor;
+  /** CronPlaybooks: their own informer and queue, fed the runs from this controller's Playbook cache. */
+  readonly cron: CronController;
   private readonly stopping = new AbortController();
   private workers: Promise<void>[] = [];
   private elector: LeaderElector | undefined;
@@ -117,10 +125,31 @@ export class PlaybookController {
       this.pods.set(namespace, this.podInformer(namespace));
     }
     this.governor = this.policyGovernor(namespaces);
+    this.cron = new CronController({
+      namespaces,
+      clients: deps.clients,
+      log: deps.log,
+      clock: deps.scheduleClock ?? this.clock,
+      events: this.writer.events,
+      ...(deps.cronMetrics ? { metrics: deps.cronMetrics } : {}),
+      settings: this.settings,
+      watchTimeoutMs: deps.config.watchTimeout,
+      resyncMs: deps.config.resync,
+      playbooksIn: (namespace) => this.playbooksIn(namespace),
+      rulesFor: (namespace) => this.governor.rulesFor(namespace),
+      onProblemChange: () => this.noteReadiness(),
+      onReconnect: (cause) => this.metrics.watchReconnects.inc({ resource: CRON_PLURAL, cause }),
+      onRelist: () => this.metrics.watchRelists.inc({ resource: CRON_PLURAL }),
+    });
   }
 
   private informers(): { waitForSync(): Promise<void>; start(): void; stop(): Promise<void> }[] {
-    return [...this.playbooks.values(), ...this.pods.values(), ...this.governor.informers.values()];
+    return [
+      ...this.playbooks.values(),
+      ...this.pods.values(),
+      ...this.governor.informers.values(),
+      ...this.cron.informers.values(),
+    ];
   }
 
   get ready(): boolean {
@@ -140,6 +169,7 @@ export class PlaybookController {
       problems.push(...describeProblem("pods", namespace, informer));
     for (const [namespace, informer] of this.governor.informers)
       problems.push(...describeProblem("playbookpolicies", namespace, informer));
+    problems.push(...this.cron.problems());
     return problems.length === 0
       ? { ready: true, reason: "ok" }
       : { ready: false, reason: problems.join("; ") };
@@ -245,9 +275,10 @@ export class PlaybookController {
     throw new LeaseLostError();
   }
 
-  /** Queues every cached Playbook again, as the periodic resync does. */
+  /** Queues every cached Playbook and CronPlaybook again, as the periodic resync does. */
   resync(): void {
     for (const informer of this.playbooks.values()) informer.resync();
+    this.cron.resync();
   }
 
   /** Stops taking work; run() resolves after in-flight reconciles finished and the Lease is released. */
@@ -261,7 +292,7 @@ export class PlaybookController {
   /** Takes no more work and waits for the reconciles in flight and the events they sent. */
   private drain(): Promise<void> {
     this.draining ??= (async () => {
-      await this.queue.shutDown();
+      await Promise.all([this.queue.shutDown(), this.cron.drain()]);
       await Promise.all(this.workers);
       this.governor.stop();
       await this.writer.events.flush();
@@ -283,6 +314,7 @@ export class PlaybookController {
     for (const playbook of this.allPlaybooks()) this.queue.add(keyOf(playbook.metadata));
     for (let i = 0; i < this.config.workers; i++) this.workers.push(this.work());
     this.governor.startWriting(this.writer.leadingSignal);
+    this.cron.startWorkers(1, this.writer.leadingSignal);
   }
 
   private async work(): Promise<void> {
@@ -344,12 +376,14 @@ export class PlaybookController {
     informer.addHandlers({
       onUpsert: (playbook, old) => {
         this.queue.add(keyOf(playbook.metadata));
+        this.cron.runChanged(playbook);
         const namespace = playbook.metadata.namespace ?? "";
         if (isFinished(playbook.status) && !(old && isFinished(old.status))) this.wakeQueued(namespace);
         if (!old || isFinished(playbook.status)) this.governor.scheduleStatus(namespace);
       },
       onDelete: (playbook) => {
         this.queue.add(keyOf(playbook.metadata));
+        this.cron.runChanged(playbook);
         this.wakeQueued(playbook.metadata.namespace ?? "");
         this.governor.scheduleStatus(playbook.metadata.namespace ?? "");
       },
@@ -428,6 +462,7 @@ export class PlaybookController {
 
   /** The policy changed: the runs not started yet are decided again under it. */
   private policyChanged(namespace: string): void {
+    this.cron.policyChanged(namespace);
     for (const playbook of this.playbooksIn(namespace)) {
       if (!playbook.status?.startTime && !isFinished(playbook.status))
         this.queue.add(keyOf(playbook.metadata));

@@ -7,6 +7,7 @@ import type { PlaybookSpec } from "../api/playbook.js";
 import { podSettings } from "../api/policy.js";
 import { resolveTaskContainers } from "../api/task-images.js";
 import type { RecordedEvent } from "../runtime/events.js";
+import { withCancelReason } from "./cancel-reason.js";
 import { decideActivePod } from "./decide-active.js";
 import { decideCancel } from "./decide-cancel.js";
 import { decideEndedPod } from "./decide-ended.js";
@@ -42,6 +43,10 @@ export type { Action, Decision, FinishedRun, ReconcileInput, ReconcileSettings }
 
 /** The whole decision for one Playbook: which plan governs its run, then the decision against it. */
 export function decide(input: ReconcileInput): Decision {
+  return withCancelReason(input.playbook, decideRunOf(input));
+}
+
+function decideRunOf(input: ReconcileInput): Decision {
   const previous = input.playbook.status ?? {};
   if (isFinished(previous)) return decideFinished(input);
   const pod = currentPod(input.pods);

@@ -29,6 +29,8 @@ export interface RecordedEvent {
 }
 
 export interface EventTarget {
+  /** The involved object's kind; default Playbook. */
+  kind?: string;
   name: string;
   namespace: string;
   uid?: string | undefined;
@@ -248,7 +250,7 @@ export class EventRecorder {
       },
       involvedObject: {
         apiVersion: API_VERSION,
-        kind: KIND,
+        kind: target.kind ?? KIND,
         name: target.name,
         namespace: target.namespace,
         uid: target.uid,

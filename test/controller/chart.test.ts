@@ -188,6 +188,7 @@ describe("the Helm chart", () => {
       "ClusterRole/playbook-edit",
       "ClusterRole/playbook-view",
       "ClusterRoleBinding/pbc-playbook-controller",
+      "CustomResourceDefinition/cronplaybooks.playbook.dev",
       "CustomResourceDefinition/playbookpolicies.playbook.dev",
       "CustomResourceDefinition/playbooks.playbook.dev",
       "Deployment/pbc-playbook-controller",
@@ -199,7 +200,11 @@ describe("the Helm chart", () => {
     ]);
     const deployment = objects.find((o) => o.kind === "Deployment");
     expect(deployment?.spec).toMatchObject({ replicas: 2 });
-    for (const file of ["playbook.dev_playbooks.yaml", "playbook.dev_playbookpolicies.yaml"]) {
+    for (const file of [
+      "playbook.dev_playbooks.yaml",
+      "playbook.dev_playbookpolicies.yaml",
+      "playbook.dev_cronplaybooks.yaml",
+    ]) {
       const source = parse(readFileSync(path.join(repoRoot(), "crds", file), "utf8")) as Rendered;
       const crd = objects.find(
         (o) => o.kind === "CustomResourceDefinition" && o.metadata.name === source.metadata.name,

@@ -13,6 +13,7 @@ import type { PlaybookStatus } from "../../src/api/playbook.js";
 import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
 import { loadControllerConfig } from "../../src/controller/config.js";
 import { PlaybookController } from "../../src/controller/controller.js";
+import type { Clock } from "../../src/runtime/clock.js";
 import { makeClients } from "../../src/runtime/kube-config.js";
 import { repoRoot } from "../harness/binaries.js";
 import { runClusterTool, waitFor } from "../harness/processes.js";
@@ -42,6 +43,8 @@ export function startController(
   namespaces: string[],
   overrides: Record<string, string | boolean> = {},
   kubeConfig?: KubeConfig,
+  /** The clock CronPlaybook schedules are read against (test/controller/cron.test.ts moves it). */
+  scheduleClock?: Clock,
 ): RunningController {
   const identity = `test-${randomBytes(3).toString("hex")}`;
   const config = loadControllerConfig(
@@ -70,6 +73,7 @@ export function startController(
     config,
     clients: makeClients(kubeConfig ?? clients().kubeConfig),
     log,
+    ...(scheduleClock ? { scheduleClock } : {}),
   });
   const done = controller.run();
   done.catch(() => {});

@@ -30,7 +30,7 @@ import {
 const chart = path.join(repoRoot(), "charts", "playbook-controller");
 const release = "pbc";
 const fullname = "pbc-playbook-controller";
-const CRDS = ["playbooks.playbook.dev", "playbookpolicies.playbook.dev"];
+const CRDS = ["playbooks.playbook.dev", "playbookpolicies.playbook.dev", "cronplaybooks.playbook.dev"];
 
 const { core, kubeConfig } = clusterClients();
 const apps = kubeConfig.makeApiClient(AppsV1Api);

@@ -4,6 +4,7 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import { CronMetrics } from "../../src/controller/cron-metrics.js";
 import { ControllerMetrics } from "../../src/controller/metrics.js";
 
 const chartDir = path.join(import.meta.dirname, "../../charts/playbook-controller");
@@ -107,7 +108,10 @@ export function loadAlertRules(): AlertRule[] {
 
 /** Names a query can select: each metric of the registry, and a histogram's series. */
 export async function exportedMetricNames(): Promise<Set<string>> {
-  const metrics = await new ControllerMetrics().registry.getMetricsAsJSON();
+  const controller = new ControllerMetrics();
+  // The CronPlaybook reconciler's, on the same registry.
+  new CronMetrics(controller.registry);
+  const metrics = await controller.registry.getMetricsAsJSON();
   return new Set(
     metrics.flatMap((metric) =>
       String(metric.type) === "histogram"

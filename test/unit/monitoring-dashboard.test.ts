@@ -25,6 +25,12 @@ const NAMESPACED = [
   "playbook_active_runs",
   "playbook_queued_runs",
   "playbook_policy_refusals_total",
+  "playbook_cron_runs_started_total",
+  "playbook_cron_runs_skipped_total",
+  "playbook_cron_runs_replaced_total",
+  "playbook_cron_runs_missed_total",
+  "playbook_cron_schedule_delay_seconds",
+  "playbook_cron_stale",
 ];
 
 describe("the Playbooks: timeouts dashboard", () => {
@@ -128,6 +134,12 @@ describe("the Playbooks: timeouts dashboard", () => {
       "playbook_policy_refusals_total",
       "playbook_leader",
       "playbook_ready",
+      "playbook_cron_runs_started_total",
+      "playbook_cron_runs_skipped_total",
+      "playbook_cron_runs_replaced_total",
+      "playbook_cron_runs_missed_total",
+      "playbook_cron_schedule_delay_seconds_bucket",
+      "playbook_cron_stale",
     ])
       expect(used).toContain(name);
   });

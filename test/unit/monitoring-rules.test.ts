@@ -54,6 +54,8 @@ describe("the alert rules", () => {
       "PlaybookRunCeilingHit",
       "PlaybookPodDeadlineExceeded",
       "PlaybookRunsLost",
+      "PlaybookCronMissedRuns",
+      "PlaybookCronStale",
       "PlaybookControllerAbsent",
       "PlaybookControllerNotReady",
       "PlaybookControllerNoLeader",

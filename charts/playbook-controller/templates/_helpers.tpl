@@ -89,14 +89,23 @@ past what the objects need; uncapped, it kept three times their size.
 rules:
   - apiGroups: [playbook.dev]
     resources: [playbooks]
-    # Read from the watch cache only: never a get.
-    verbs: [list, watch]
+    # Read from the watch cache; CronPlaybook runs are created, read after an AlreadyExists,
+    # cancelled (concurrencyPolicy Replace) and deleted past their history limits.
+    verbs: [list, watch, get, create, patch, delete]
   - apiGroups: [playbook.dev]
     resources: [playbooks/status]
     verbs: [update]
   # Pods it creates carry an owner reference with blockOwnerDeletion.
   - apiGroups: [playbook.dev]
     resources: [playbooks/finalizers]
+    verbs: [update]
+  # CronPlaybooks: read from the watch cache, their status written; their runs carry an owner
+  # reference with blockOwnerDeletion.
+  - apiGroups: [playbook.dev]
+    resources: [cronplaybooks]
+    verbs: [list, watch]
+  - apiGroups: [playbook.dev]
+    resources: [cronplaybooks/status, cronplaybooks/finalizers]
     verbs: [update]
   # The namespaces' PlaybookPolicies: read from the watch cache, their status written.
   - apiGroups: [playbook.dev]

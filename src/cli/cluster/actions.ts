@@ -1,4 +1,4 @@
-// What submit, wait, cancel and logs do: connect as kubectl would, call the API server, and end
+// What submit, wait, cancel, logs and cron trigger do: connect as kubectl would, call the API server, and end
 // with the outcome's exit code (exit-codes.ts). Every failure is a ClusterError or FlagError whose
 // message is all the user sees (program.ts prints it).
 import { readFileSync } from "node:fs";
@@ -9,7 +9,16 @@ import { parsePlaybookManifest } from "../../api/manifest.js";
 import { EXIT, exitCodeForReason } from "../exit-codes.js";
 import { printObject } from "../print-object.js";
 import { type Cluster, ClusterError, connect } from "./connection.js";
-import { CancelFlags, FlagError, LogsFlags, parseFlags, SubmitFlags, WaitFlags } from "./flags.js";
+import { triggerCronPlaybook } from "./cron-trigger.js";
+import {
+  CancelFlags,
+  CronTriggerFlags,
+  FlagError,
+  LogsFlags,
+  parseFlags,
+  SubmitFlags,
+  WaitFlags,
+} from "./flags.js";
 import {
   type ClusterPlaybook,
   cancelPlaybook,
@@ -207,4 +216,16 @@ export async function logsCommand(rawFlags: unknown): Promise<number> {
     task: flags.task,
     out: process.stdout,
   });
+}
+
+/** How long `cron trigger` waits for the controller's answer without --timeout. */
+export const CRON_TRIGGER_TIMEOUT_MS = 30_000;
+
+export async function cronTriggerCommand(rawFlags: unknown): Promise<number> {
+  const flags = parseFlags(CronTriggerFlags, rawFlags);
+  const given = (rawFlags as { timeout?: unknown }).timeout;
+  // Absent: 30 s; --timeout 0s: no limit, as for wait.
+  const timeoutMs = given === undefined ? CRON_TRIGGER_TIMEOUT_MS : flags.timeout;
+  const cluster = connect(flags);
+  return triggerCronPlaybook(cluster, flags.name, timeoutMs, given === undefined ? "30s" : String(given));
 }

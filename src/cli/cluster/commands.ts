@@ -1,4 +1,4 @@
-// The cluster commands' definitions: submit, wait, cancel and logs, each with kubectl's
+// The cluster commands' definitions: submit, wait, cancel, logs and cron trigger, each with kubectl's
 // --kubeconfig, --context and -n. Their work (client-node, the API client) is loaded only when
 // one of them runs: actions.js, which the run/validate script leaves out (scripts/bundle-cli.ts).
 import { type Command, Option } from "commander";
@@ -71,4 +71,37 @@ export function registerClusterCommands(program: Command, name: string, setExit:
   ).action(async (playbook: string, flags: object) =>
     setExit(await (await actions()).logsCommand({ ...flags, name: playbook })),
   );
+  const cron = program
+    .command("cron")
+    .showHelpAfterError(help("cron"))
+    .description("scheduled runs (CronPlaybook): trigger");
+  withConnectionFlags(
+    cron
+      .command("trigger")
+      .showHelpAfterError(help("cron trigger"))
+      .description(
+        "start a CronPlaybook's run now, outside its schedule and under its concurrencyPolicy, and print the run",
+      )
+      .argument("<NAME>", "the CronPlaybook")
+      .option(
+        "--timeout <duration>",
+        "how long to wait for the controller's answer (default 30s; 0s: no limit)",
+      ),
+  )
+    .addHelpText(
+      "after",
+      [
+        "",
+        "Exit codes:",
+        "  0    the run was created (its name is printed: follow it with `wait` or `logs -f`)",
+        "  1    not started: concurrencyPolicy Forbid found a run still active (it is named)",
+        "  2    invalid input, no such CronPlaybook, or refused by RBAC",
+        "  3    no answer from the controller within --timeout, or the cluster could not be reached",
+        "  130  interrupted (Ctrl-C): the request stays, the controller may still start the run",
+        "",
+      ].join("\n"),
+    )
+    .action(async (cronPlaybook: string, flags: object) =>
+      setExit(await (await actions()).cronTriggerCommand({ ...flags, name: cronPlaybook })),
+    );
 }

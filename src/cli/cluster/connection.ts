@@ -160,7 +160,7 @@ function messageChain(error: unknown): string {
  */
 export function describeApiFailure(
   error: unknown,
-  what: { verb: string; resource: string; name?: string },
+  what: { verb: string; resource: string; name?: string; kind?: string },
   cluster: Cluster,
 ): ClusterError {
   if (error instanceof ClusterError) return error;
@@ -178,7 +178,7 @@ export function describeApiFailure(
           return new ClusterError(`${what.verb} ${object}: not found ${where}`, EXIT.invalid);
         }
         return new ClusterError(
-          `${what.verb} ${object}: the API server has no resource ${resource}: is the Playbook CRD installed? ${where}${detail}`,
+          `${what.verb} ${object}: the API server has no resource ${resource}: is the ${what.kind ?? "Playbook"} CRD installed? ${where}${detail}`,
           EXIT.invalid,
         );
       case 401:

@@ -13,12 +13,14 @@ const ConnectionFlags = {
   namespace: z.string().min(1, "-n: must name a namespace").optional(),
 };
 
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
 /** A Kubernetes object name, as the API server checks it (a DNS-1123 subdomain). */
 const PlaybookName = z
   .string({ error: "NAME is required" })
   .min(1, "NAME is required")
   .max(253, "NAME must be at most 253 characters")
-  .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/, {
+  .regex(DNS_SUBDOMAIN, {
     error: (issue) =>
       `NAME ${JSON.stringify(issue.input)}: not a Playbook name (lower case letters, digits, '-', '.')`,
   });
@@ -66,6 +68,21 @@ export const CancelFlags = z.strictObject({
   output: Output,
 });
 export type CancelFlags = z.infer<typeof CancelFlags>;
+
+/** A CronPlaybook's name, checked as the API server checks it. */
+export const CronTriggerFlags = z.strictObject({
+  ...ConnectionFlags,
+  name: z
+    .string({ error: "NAME is required" })
+    .min(1, { error: "NAME is required", abort: true })
+    .max(253, "NAME must be at most 253 characters")
+    .regex(DNS_SUBDOMAIN, {
+      error: (issue) =>
+        `NAME ${JSON.stringify(issue.input)}: not a CronPlaybook name (lower case letters, digits, '-', '.')`,
+    }),
+  timeout: Timeout,
+});
+export type CronTriggerFlags = z.infer<typeof CronTriggerFlags>;
 
 export const LogsFlags = z.strictObject({
   ...ConnectionFlags,

@@ -118,14 +118,47 @@ export const WATCH_GIVE_UP_MS = 60_000;
  * (410). Resolves when the signal aborts or the Playbook is gone; rejects with a ClusterError when
  * the API server refuses (RBAC) or cannot be reached for `giveUpMs`.
  */
-export async function watchPlaybook(
+export function watchPlaybook(
   cluster: Cluster,
   name: string,
   onObject: (playbook: ClusterPlaybook | null) => void,
   signal: AbortSignal,
   giveUpMs = WATCH_GIVE_UP_MS,
 ): Promise<void> {
-  const path = playbookPath(cluster.namespace);
+  return watchObject(
+    cluster,
+    { path: playbookPath(cluster.namespace), resource: PLURAL, parse: (raw) => parsePlaybook(raw, "watch") },
+    name,
+    onObject,
+    signal,
+    giveUpMs,
+  );
+}
+
+/** What watchObject follows: the collection's path, its resource (for messages), and its parser. */
+export interface WatchedResource<T> {
+  path: string;
+  resource: string;
+  kind?: string;
+  parse: (raw: unknown) => T;
+}
+
+/** watchPlaybook's loop, for any namespaced object with a name, uid and resourceVersion. */
+export async function watchObject<T extends { metadata: { uid?: string; resourceVersion?: string } }>(
+  cluster: Cluster,
+  watched: WatchedResource<T>,
+  name: string,
+  onObject: (object: T | null) => void,
+  signal: AbortSignal,
+  giveUpMs = WATCH_GIVE_UP_MS,
+): Promise<void> {
+  const { path } = watched;
+  const failure = (error: unknown, verb: string) =>
+    describeApiFailure(
+      error,
+      { verb, resource: watched.resource, name, ...(watched.kind ? { kind: watched.kind } : {}) },
+      cluster,
+    );
   const fieldSelector = `metadata.name=${name}`;
   let uid: string | undefined;
   let resourceVersion: string | undefined;
@@ -133,15 +166,15 @@ export async function watchPlaybook(
   let failingSince: number | undefined;
   let backoffMs = 250;
   const seen = (raw: unknown) => {
-    const playbook = parsePlaybook(raw, "watch");
-    if (uid !== undefined && playbook.metadata.uid !== uid) {
+    const object = watched.parse(raw);
+    if (uid !== undefined && object.metadata.uid !== uid) {
       gone = true;
       onObject(null);
       return;
     }
-    uid = playbook.metadata.uid;
-    resourceVersion = playbook.metadata.resourceVersion ?? resourceVersion;
-    onObject(playbook);
+    uid = object.metadata.uid;
+    resourceVersion = object.metadata.resourceVersion ?? resourceVersion;
+    onObject(object);
   };
   let verb = "list";
   let listed = false;
@@ -222,11 +255,11 @@ export async function watchPlaybook(
       // The API server refused the list or the watch itself: waiting will not change its mind.
       // So does a cluster that cannot be reached at all: only a watch that was going is retried.
       if ((code !== undefined && code >= 400 && code < 500 && code !== 429) || !listed) {
-        throw describeApiFailure(error, { verb, resource: PLURAL, name }, cluster);
+        throw failure(error, verb);
       }
       failingSince ??= Date.now();
       if (Date.now() - failingSince > giveUpMs) {
-        throw describeApiFailure(error, { verb, resource: PLURAL, name }, cluster);
+        throw failure(error, verb);
       }
       await sleep(backoffMs * (0.5 + Math.random()), undefined, { signal }).catch(() => undefined);
       backoffMs = Math.min(backoffMs * 2, 5_000);
