@@ -44,12 +44,15 @@ export function readReport(
   const terminated = runnerTerminated(pod);
   if (!terminated) return { ok: false, problem: "the runner container has no terminated state" };
   const message = terminated.message?.trim() ?? "";
+  // OOMKilled first: its message may be the log's tail, which FallbackToLogsOnError took.
+  if (message === "" && terminated.reason !== "OOMKilled") {
+    return { ok: false, problem: "the termination message is empty" };
+  }
   const ending = judgeEnding(terminated);
   if (!ending.trusted) {
     // A message that could pass for a report was not taken as one; no message, nothing distrusted.
     return { ok: false, problem: ending.problem, ...(message !== "" ? { distrust: ending.why } : {}) };
   }
-  if (message === "") return { ok: false, problem: "the termination message is empty" };
   let report: RunnerReport;
   try {
     report = decodeReport(message, tasks.names.length);
