@@ -5,7 +5,7 @@ import { PLAN_GENERATION_ANNOTATION } from "../api/plan.js";
 import { decodeReport, InvalidReportError, type RunnerReport } from "../api/report.js";
 import { type ContainerTerminated, type PodView, podAttemptOf, RUNNER_CONTAINER } from "./objects.js";
 import { RUNNER_RESOURCES } from "./pod-builder.js";
-import { type DistrustWhy, judgeEnding, judgeReport } from "./report-trust.js";
+import { type DistrustWhy, judgeEnding, judgeReport, killedBy } from "./report-trust.js";
 
 const FINISHED_POD_PHASES = new Set(["Succeeded", "Failed"]);
 
@@ -122,15 +122,20 @@ export function podStarted(pod: PodView): boolean {
 }
 
 /**
- * What a task container that ended says: "container task-1 (image postgres:16) was OOMKilled
- * (exit 137)", for the task the runner reports lost with it.
+ * What a task container that ended says, for the task the runner reports lost with it:
+ * "container task-1 (image postgres:16) was OOMKilled (exit 137)", or, when its first process
+ * (the agent) was killed by a signal (a task may kill its own agent: same user),
+ * "container task-1 (image postgres:16) ended: its agent was killed by SIGKILL (exit 137)".
  */
 export function describeEndedContainer(pod: PodView, name: string): string {
   const status = pod.status?.containerStatuses?.find((s) => s.name === name);
   const terminated = status?.state?.terminated ?? status?.lastState?.terminated;
-  const how = terminated
-    ? `was ${terminated.reason ?? "ended"} (exit ${terminated.exitCode}${terminated.signal ? `, signal ${terminated.signal}` : ""})`
-    : "ended";
+  if (!terminated) return `${nameContainer(pod, name)} ended`;
+  const signal = terminated.reason === "OOMKilled" ? undefined : killedBy(terminated);
+  if (signal !== undefined) {
+    return `${nameContainer(pod, name)} ended: its agent was killed by ${signal} (exit ${terminated.exitCode})`;
+  }
+  const how = `was ${terminated.reason ?? "ended"} (exit ${terminated.exitCode}${terminated.signal ? `, signal ${terminated.signal}` : ""})`;
   return `${nameContainer(pod, name)} ${how}`;
 }
 

@@ -41,6 +41,12 @@ function nameSignal(signal: number): string {
   return SIGNAL_NAMES.get(signal) ?? `signal ${signal}`;
 }
 
+/** The signal that killed a container's first process ("SIGKILL"), if one did. */
+export function killedBy(terminated: ContainerTerminated): string | undefined {
+  const signal = signalOf(terminated);
+  return signal === undefined ? undefined : nameSignal(signal);
+}
+
 /**
  * Whether the runner container ended on its own, before its message is read: not ended by the
  * kernel for its memory (OOMKilled, when FallbackToLogsOnError makes its log's tail, which holds

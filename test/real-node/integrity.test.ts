@@ -7,7 +7,7 @@
 // from the node, as root, as no task can) ends the run RunnerLost, saying why.
 import { readFileSync, writeFileSync } from "node:fs";
 import type { V1Pod } from "@kubernetes/client-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { decodeReport } from "../../src/api/report.js";
 import { realNode, runnerOf } from "../controller/reason-cases.js";
 import {
@@ -23,6 +23,7 @@ import {
   waitForFinished,
 } from "../controller/support.js";
 import { createTestNamespace, deleteTestNamespace, marker } from "../harness/cluster-test.js";
+import { BUSYBOX_IMAGE } from "../harness/real-node/images.js";
 
 const { core } = clients();
 let namespace = "";
@@ -34,7 +35,8 @@ beforeAll(async () => {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
   });
-  controller = startController([namespace], realNode.controller);
+  // The node's busybox image, for a task container of a second image.
+  controller = startController([namespace], { ...realNode.controller, allowedImages: BUSYBOX_IMAGE });
 });
 afterAll(async () => {
   await controller?.stop();
@@ -186,7 +188,7 @@ describe("a task against its run's outcome, on the real kubelet", () => {
       ["<> root", `exec 3<> ${file}; printf x >&3`],
       ["cwd", "printf x > /proc/$runner/cwd/dev/termination-log"],
       ["cp", `cp /etc/hostname ${file}`],
-      ["tee", `printf x | tee ${file}`],
+      ["tee", `printf x | tee ${file} >/dev/null`],
       ["dd", `printf x | dd of=${file} conv=notrunc`],
       ["cd root", "cd /proc/$runner/root/dev && printf x > termination-log"],
       ["ln -s in the workspace", `ln -sf ${file} /workspace/t && printf x > /workspace/t`],
@@ -213,7 +215,7 @@ describe("a task against its run's outcome, on the real kubelet", () => {
     });
     const playbook = await waitForFinished(namespace, name, realNode.finishMs);
     const lines = taskLines(await runnerLogs(name), "routes");
-    for (const [label] of routes) expect(lines, label).toContain(`refused ${label}`);
+    for (const [label] of routes) expect(lines, lines.join("\n")).toContain(`refused ${label}`);
     await expectHonestFailure(name, playbook);
   });
 
@@ -270,12 +272,45 @@ describe("a task against its run's outcome, on the real kubelet", () => {
     const playbook = await waitForFinished(namespace, name, realNode.finishMs);
     expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "TaskFailed" });
     const [task, later] = playbook.status?.tasks ?? [];
-    expect(task).toMatchObject({ name: "kill-agent", phase: "Failed" });
-    expect(task?.message).toMatch(/container task-1/);
+    // The agent is its container's first process: the container ended with it, and says so.
+    const lost = `container task-1 (image ${inject("runnerImage")}) ended: its agent was killed by SIGKILL (exit 137)`;
+    expect(task).toMatchObject({ name: "kill-agent", phase: "Failed", message: lost });
+    expect(condition(playbook, "Succeeded")?.message).toBe(`task kill-agent failed: ${lost}`);
     expect(later).toMatchObject({ name: "later", phase: "Skipped" });
     const lines = taskLines(await runnerLogs(name), "kill-agent");
     expect(lines[0]).toMatch(/^agent \/playbook\/agent\/agent \/playbook\/run\/runner\.sock task-1/);
     expect(lines).not.toContain("survived");
+  });
+
+  it("that kills another container's agent fails that container's task, named, never a success", async () => {
+    const name = "other-agent";
+    await createPlaybook(namespace, name, {
+      ceiling: "2m",
+      tasks: [
+        {
+          name: "kill-other",
+          run: [
+            "for p in /proc/[0-9]*; do",
+            "  if tr '\\0' '\\n' < $p/cmdline 2>/dev/null | grep -qx task-2; then",
+            '    echo "agent of task-2: $(basename $p)"; kill -s KILL $(basename $p) && echo killed',
+            "  fi",
+            "done",
+          ].join("\n"),
+        },
+        { name: "in-busybox", image: BUSYBOX_IMAGE, run: "echo ran" },
+      ],
+    });
+    const playbook = await waitForFinished(namespace, name, realNode.finishMs);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "TaskFailed" });
+    const [killer, victim] = playbook.status?.tasks ?? [];
+    expect(killer).toMatchObject({ name: "kill-other", phase: "Succeeded" });
+    expect(victim).toMatchObject({ name: "in-busybox", phase: "Failed" });
+    expect(victim?.message).toBe(
+      `container task-2 (image ${BUSYBOX_IMAGE}) ended: its agent was killed by SIGKILL (exit 137)`,
+    );
+    const logs = await runnerLogs(name);
+    expect(taskLines(logs, "kill-other")).toContain("killed");
+    expect(taskLines(logs, "in-busybox")).toEqual([]);
   });
 });
 

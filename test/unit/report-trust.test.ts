@@ -332,4 +332,33 @@ describe("a report the controller does not trust", () => {
     expect(condition).toMatchObject({ status: "False", reason: "PodDeadlineExceeded" });
     expect(decision.finished).toMatchObject({ reason: "PodDeadlineExceeded", distrust: "killed" });
   });
+
+  it("names a task container whose agent was killed (a task may kill its own agent): the task fails, never a success", () => {
+    const outcome = {
+      ...FAILED,
+      tasks: [
+        ran("build", 2, 5),
+        ran("test", 5, 6, { phase: "Failed", exitCode: null, lostContainer: "task-2" }),
+      ],
+    };
+    const decision = decideEnded({
+      outcome,
+      runner: { exitCode: 1, reason: "Error" },
+      task2: {
+        terminated: {
+          exitCode: 137,
+          reason: "Error",
+          startedAt: at(1).toISOString(),
+          finishedAt: at(6).toISOString(),
+        },
+      },
+    });
+    const condition = decision.status?.conditions?.find((c) => c.type === "Succeeded");
+    expect(condition).toMatchObject({
+      status: "False",
+      reason: "TaskFailed",
+      message:
+        "task test failed: container task-2 (image postgres:16) ended: its agent was killed by SIGKILL (exit 137)",
+    });
+  });
 });
