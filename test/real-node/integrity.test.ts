@@ -257,6 +257,43 @@ describe("a task against its run's outcome, on the real kubelet", () => {
     expect(logs).not.toContain(digest);
   });
 
+  it("cannot trace its agent, read or write its memory, or take its connection to the runner", async () => {
+    const name = "agent-fence";
+    await createPlaybook(namespace, name, {
+      ceiling: "2m",
+      tasks: [
+        {
+          name: "agent-fence",
+          run: [
+            "echo \"agent uid $(awk '/^Uid:/ {print $2}' /proc/$PPID/status)\"",
+            attempt("the agent's environ", "cat /proc/$PPID/environ"),
+            attempt("the agent's mem", "dd if=/proc/$PPID/mem bs=1 count=1 skip=4096"),
+            attempt("write the agent's mem", "printf x | dd of=/proc/$PPID/mem bs=1 seek=4096 conv=notrunc"),
+            attempt("the agent's fds", "ls /proc/$PPID/fd/"),
+            attempt("the agent's socket", "printf x > /proc/$PPID/fd/3"),
+            // Its own process is its own: exec made it dumpable again.
+            attempt("its own environ", "cat /proc/$$/environ >/dev/null"),
+          ].join("\n"),
+        },
+        { name: "seven", run: "exit 7" },
+      ],
+    });
+    const playbook = await waitForFinished(namespace, name, realNode.finishMs);
+    const lines = taskLines(await runnerLogs(name), "agent-fence");
+    expect(lines[0]).toBe("agent uid 1000");
+    for (const label of [
+      "the agent's environ",
+      "the agent's mem",
+      "write the agent's mem",
+      "the agent's fds",
+      "the agent's socket",
+    ]) {
+      expect(lines, lines.join("\n")).toContain(`refused ${label}`);
+    }
+    expect(lines).toContain("done its own environ");
+    await expectHonestFailure(name, playbook);
+  });
+
   it("that kills its own agent fails, named, and the run ends TaskFailed, never Succeeded", async () => {
     const name = "agent";
     await createPlaybook(namespace, name, {
@@ -280,6 +317,27 @@ describe("a task against its run's outcome, on the real kubelet", () => {
     const lines = taskLines(await runnerLogs(name), "kill-agent");
     expect(lines[0]).toMatch(/^agent \/playbook\/agent\/agent \/playbook\/run\/runner\.sock task-1/);
     expect(lines).not.toContain("survived");
+  });
+
+  it("that stops its agent ends on a limit, never a success", async () => {
+    const name = "agent-stopped";
+    await createPlaybook(namespace, name, {
+      ceiling: "40s",
+      killGrace: "1s",
+      tasks: [
+        {
+          name: "stops-agent",
+          run: "echo stopping; kill -s STOP $PPID; sleep 60",
+          stall: "3s",
+          timeout: "20s",
+        },
+        { name: "later", run: "echo later" },
+      ],
+    });
+    const playbook = await waitForFinished(namespace, name, realNode.finishMs);
+    process.stderr.write(`[integrity] DEBUG ${JSON.stringify(playbook.status)}\n`);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False" });
+    expect(playbook.status?.tasks?.[1]).toMatchObject({ name: "later", phase: "Skipped" });
   });
 
   it("that kills another container's agent fails that container's task, named, never a success", async () => {
