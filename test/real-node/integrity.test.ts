@@ -301,7 +301,7 @@ describe("a task against its run's outcome, on the real kubelet", () => {
       tasks: [
         {
           name: "kill-agent",
-          run: "echo agent $(tr '\\0' ' ' < /proc/$PPID/cmdline); kill -KILL $PPID; sleep 5; echo survived",
+          run: "echo agent $(tr '\\0' ' ' < /proc/$PPID/cmdline); sleep 1; kill -KILL $PPID; sleep 5; echo survived",
         },
         { name: "later", run: "echo later" },
       ],
@@ -335,8 +335,13 @@ describe("a task against its run's outcome, on the real kubelet", () => {
       ],
     });
     const playbook = await waitForFinished(namespace, name, realNode.finishMs);
-    process.stderr.write(`[integrity] DEBUG ${JSON.stringify(playbook.status)}\n`);
-    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False" });
+    // Its output stops with the agent: the stall limit fires, the kill asked of a stopped agent.
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "StallLimit" });
+    expect(playbook.status?.tasks?.[0]).toMatchObject({
+      name: "stops-agent",
+      phase: "TimedOut",
+      limit: "StallLimit",
+    });
     expect(playbook.status?.tasks?.[1]).toMatchObject({ name: "later", phase: "Skipped" });
   });
 
