@@ -99,9 +99,15 @@ function neverStarted(pod: PodView, container: string): boolean {
   return !startedAtOf(status);
 }
 
-function ranIn(task: RunnerReport["tasks"][number]): boolean {
+/**
+ * Whether the report says the task ran in `container`: an attempt, unless the report itself
+ * says the task failed because that container was lost (`k`), as when its agent never said hello
+ * (the runner counts the attempt it could not start).
+ */
+function claimsRunIn(task: RunnerReport["tasks"][number], container: string): boolean {
   const attempts = task.a ?? (task.p === "Pending" || task.p === "Skipped" ? 0 : 1);
-  return attempts > 0;
+  if (attempts === 0) return false;
+  return !(task.k === container && task.p !== "Succeeded");
 }
 
 const time = (ms: number) => new Date(ms).toISOString();
@@ -131,7 +137,7 @@ export function judgeReport(
   const containers = taskContainersOf(pod, taskImages);
   for (const [index, task] of report.tasks.entries()) {
     const container = containers[index];
-    if (!ranIn(task) || container === undefined || !neverStarted(pod, container)) continue;
+    if (container === undefined || !claimsRunIn(task, container) || !neverStarted(pod, container)) continue;
     return {
       trusted: false,
       why: "never-started",

@@ -156,6 +156,19 @@ const cases: Case[] = [
     problem: /task test ran \(Succeeded\), but its container task-2 never started/,
   },
   {
+    name: "test failed, the report naming its container lost: it never started (its agent never said hello)",
+    outcome: {
+      phase: "Failed",
+      reason: "TaskFailed",
+      tasks: [
+        ran("build", 2, 5),
+        ran("test", 5, 6, { phase: "Failed", exitCode: null, lostContainer: "task-2" }),
+      ],
+    },
+    runner: { exitCode: 1, reason: "Error" },
+    task2: { waiting: { reason: "ImagePullBackOff" } },
+  },
+  {
     name: "test skipped in a container that never started",
     outcome: FAILED,
     runner: { exitCode: 1, reason: "Error" },
