@@ -106,8 +106,8 @@ function neverStarted(pod: PodView, container: string): boolean {
  */
 function claimsRunIn(task: RunnerReport["tasks"][number], container: string): boolean {
   const attempts = task.a ?? (task.p === "Pending" || task.p === "Skipped" ? 0 : 1);
-  if (attempts === 0) return false;
-  return !(task.k === container && task.p !== "Succeeded");
+  // decodeReport refuses a Succeeded task that names a lost container.
+  return attempts > 0 && task.k !== container;
 }
 
 const time = (ms: number) => new Date(ms).toISOString();
