@@ -51,6 +51,8 @@ struct task {
 
 static struct task tasks[MAX_TASKS];
 static int sock = -1;
+/* The signalfd, which a task's child closes before it is dumpable again. */
+static int sfd_global = -1;
 static pid_t self;
 static char shell[4096];
 static int shell_is_busybox;
@@ -398,6 +400,18 @@ static void start(char *payload, size_t len)
 		int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		const char *step = "open /dev/null";
 		if (devnull >= 0 && dup2(devnull, 0) >= 0 && dup2(out[1], 1) >= 0 && dup2(err[1], 2) >= 0) {
+			/* Dumpable again, as exec would make it, for its own oom_score_adj: first without the
+			 * runner's connection and the other tasks' pipes, which no task may take from it. */
+			close(sock);
+			close(sfd_global);
+			close(out[0]);
+			close(err[0]);
+			close(status[0]);
+			for (int i = 0; i < MAX_TASKS; i++) {
+				if (tasks[i].out >= 0) close(tasks[i].out);
+				if (tasks[i].err >= 0) close(tasks[i].err);
+			}
+			prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
 			int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
 			if (adj >= 0) {
 				if (write(adj, "1000", 4) < 0) {}
@@ -631,11 +645,16 @@ int main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (sfd < 0) { perror("agent: signalfd"); return 1; }
+	sfd_global = sfd;
 	inbuf = malloc(5 + MAX_PAYLOAD + 1);
 	if (!inbuf) return 1;
 	for (int i = 0; i < MAX_TASKS; i++) tasks[i].out = tasks[i].err = -1;
 
 	choose_shell();
+	/* Not dumpable: the tasks share this user, and may signal the agent (its container ends, and
+	 * with it their task: a named failure), but not trace it, read or write its memory, take its
+	 * connection to the runner (pidfd_getfd) or open its /proc files; exec makes each task dumpable. */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) perror("agent: PR_SET_DUMPABLE");
 	connect_runner(argv[1]);
 	char pid[16], uid[16];
 	snprintf(pid, sizeof pid, "%d", (int)self);

@@ -1,22 +1,7 @@
 // One exit code per outcome, the same for `playbook run`, the pod runner and every command that
-// waits on a cluster run (DESIGN's "Local mode" table), so a script can tell a limit from a failure.
-import { isLimitReason } from "../api/reasons.js";
-
-export const EXIT = { succeeded: 0, failed: 1, invalid: 2, lost: 3, limit: 124, interrupted: 130 } as const;
-
-/**
- * DESIGN's table: Succeeded 0, TaskFailed 1, InvalidSpec 2, PodLost/RunnerLost 3,
- * TaskTimeout/StallLimit/RunCeiling/PodDeadlineExceeded/StartTimeout 124, Cancelled 130.
- * A reason outside the vocabulary (a newer controller's) is a failure.
- */
-export function exitCodeForReason(reason: string): number {
-  if (reason === "Succeeded") return EXIT.succeeded;
-  if (reason === "InvalidSpec") return EXIT.invalid;
-  if (reason === "PodLost" || reason === "RunnerLost") return EXIT.lost;
-  if (reason === "Cancelled") return EXIT.interrupted;
-  if (isLimitReason(reason)) return EXIT.limit;
-  return EXIT.failed;
-}
+// waits on a cluster run (DESIGN's "Local mode" table), so a script can tell a limit from a failure;
+// the table itself is src/api/exit-codes.ts, which the controller holds the pod runner to.
+export { EXIT, exitCodeForReason } from "../api/exit-codes.js";
 
 /** The table in words, for --help: which reason gives which code. */
 export const EXIT_CODES_HELP = [

@@ -179,7 +179,8 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
     agentMode: true,
     ...(plan.tasks ? { taskContainers: plan.tasks.map((task) => task.container) } : {}),
   });
-  if (result.interrupted) return EXIT.interrupted;
+  // By the report's reason alone, interrupted or not (a stop mid-run reports Cancelled, 130): the
+  // controller trusts a report only from a runner whose exit code its reason explains.
   return exitCodeForReason(result.report.reason);
 }
 

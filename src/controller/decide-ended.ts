@@ -35,6 +35,12 @@ function reportContext(state: RunState, pod: PodView): ReportContext {
   };
 }
 
+/** The decision, counting the report it did not trust (playbook_untrusted_reports_total). */
+function countingDistrust(decision: Decision, read: ReadReport): Decision {
+  if (!read.ok && read.distrust && decision.finished) decision.finished.distrust = read.distrust;
+  return decision;
+}
+
 /**
  * A report the runner finished before its pod's activeDeadlineSeconds passed: the run was decided
  * before the kubelet's backstop fired, which then only caught the runner on its way out. A report
@@ -59,7 +65,7 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
   const disruption = disruptionOf(pod);
   // A cancelled run is not re-created after a disruption: the cancel decides its end.
   if (disruption && !state.cancel) return decideLost(state, `pod ${podName} ${disruption}`);
-  const read = readReport(pod, spec.tasks.length);
+  const read = readReport(pod, { names: spec.tasks.map((task) => task.name), images: state.taskImages });
   if (pod.status?.reason === "DeadlineExceeded" && state.cancel) return decideCancelledPod(state, pod, read);
   if (pod.status?.reason === "DeadlineExceeded" && !reportedBeforeDeadline(read, pod)) {
     const tasks = read.ok ? runStatusFromReport(base, read.report, run, context).tasks : base.previous.tasks;
@@ -69,7 +75,10 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
       message,
       tasks: markUnfinished(tasks ?? [], "Cancelled"),
     });
-    return settle(base, { ...next, podName, podAttempts: state.attempts }, "PodDeadlineExceeded");
+    return countingDistrust(
+      settle(base, { ...next, podName, podAttempts: state.attempts }, "PodDeadlineExceeded"),
+      read,
+    );
   }
   if (read.ok) {
     if (read.report.reason === "Cancelled" && !state.cancel) {
@@ -93,10 +102,13 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
   }
   const message = `pod ${podName} ended without a valid runner report (${describeKubeletVerdict(pod)}): ${read.problem}${runnerOomHint(pod)}`;
   const next = settledStatus(base, { reason: state.cancel ? "Cancelled" : "RunnerLost", message });
-  return settle(
-    base,
-    { ...next, podName, podAttempts: state.attempts },
-    state.cancel ? "Cancelled" : "RunnerLost",
+  return countingDistrust(
+    settle(
+      base,
+      { ...next, podName, podAttempts: state.attempts },
+      state.cancel ? "Cancelled" : "RunnerLost",
+    ),
+    read,
   );
 }
 
@@ -123,5 +135,5 @@ function decideCancelledPod(state: RunState, pod: PodView, read: ReadReport): De
   }
   const message = `the run was cancelled (spec.cancel); pod ${podName} was stopped at its lowered activeDeadlineSeconds without a valid runner report (${describeKubeletVerdict(pod)}): ${read.ok ? "" : read.problem}`;
   const next = settledStatus(base, { reason: "Cancelled", message, tasks: cancelledTasks(base) });
-  return settle(base, { ...next, podName, podAttempts: state.attempts }, "Cancelled");
+  return countingDistrust(settle(base, { ...next, podName, podAttempts: state.attempts }, "Cancelled"), read);
 }

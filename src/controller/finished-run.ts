@@ -5,6 +5,7 @@ import type { ResolvedLimits } from "../api/limits.js";
 import type { PlaybookStatus } from "../api/playbook.js";
 import { isLimitReason, type TerminalReason } from "../api/reasons.js";
 import type { RecordedEvent } from "../runtime/events.js";
+import type { DistrustWhy } from "./report-trust.js";
 
 /** How much of an effective limit a run or task used, for the near-miss histogram. */
 export interface LimitUsage {
@@ -22,6 +23,8 @@ export interface FinishedRun {
   usage: LimitUsage[];
   /** The fields the namespace's policy refused, when it refused the run. */
   policyRefusals?: string[];
+  /** Why the last pod's termination message was not trusted as its runner's report, when it was not. */
+  distrust?: DistrustWhy;
 }
 
 function durationMs(start: string | undefined, end: string | undefined): number | undefined {

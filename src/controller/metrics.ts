@@ -5,6 +5,7 @@ import { POLICY_FIELDS } from "../api/policy.js";
 import { LIMIT_REASONS, TERMINAL_REASONS } from "../api/reasons.js";
 import { RuntimeMetrics, type RuntimeMetricsOptions } from "../runtime/metrics-registry.js";
 import type { FinishedRun } from "./finished-run.js";
+import { DISTRUST_WHYS } from "./report-trust.js";
 
 const RUN_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400];
 const TASK_BUCKETS = [0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 3600, 21600];
@@ -37,6 +38,7 @@ export class ControllerMetrics extends RuntimeMetrics {
   readonly activeRuns: Gauge<"namespace">;
   readonly queuedRuns: Gauge<"namespace">;
   readonly policyRefusals: Counter<"namespace" | "field">;
+  readonly untrustedReports: Counter<"namespace" | "why">;
   readonly policyStatusWrites: Counter;
   readonly statusWrites: Counter;
   private readonly playbookLabel: boolean;
@@ -113,6 +115,16 @@ export class ControllerMetrics extends RuntimeMetrics {
       labelNames: ["namespace", "field"],
       registers,
     });
+    this.untrustedReports = new Counter({
+      name: "playbook_untrusted_reports_total",
+      help:
+        "Finished runs whose runner's termination message was not trusted as its report, by why: killed (the runner " +
+        "container was killed by a signal or OOMKilled), exit-code (an exit code the report's reason does not explain), " +
+        "never-started (a task it says ran is in a container that never started), times (times outside the runner " +
+        "container's life); the run ends RunnerLost (PodDeadlineExceeded or Cancelled where those decide)",
+      labelNames: ["namespace", "why"],
+      registers,
+    });
     this.policyStatusWrites = new Counter({
       name: "playbook_policy_status_writes_total",
       help: "Writes of PlaybookPolicy status",
@@ -140,6 +152,7 @@ export class ControllerMetrics extends RuntimeMetrics {
     for (const reason of TERMINAL_REASONS) this.runsTotal.inc({ ...per, reason }, 0);
     for (const limit of LIMIT_REASONS) this.limitFiredTotal.inc({ ...per, limit }, 0);
     for (const field of POLICY_FIELDS) this.policyRefusals.inc({ namespace: labels.namespace, field }, 0);
+    for (const why of DISTRUST_WHYS) this.untrustedReports.inc({ namespace: labels.namespace, why }, 0);
   }
 
   /** Counts a run once, when its terminal status was written. */
@@ -153,5 +166,6 @@ export class ControllerMetrics extends RuntimeMetrics {
       this.taskDuration.observe({ namespace, phase: task.phase }, task.durationSeconds);
     for (const usage of run.usage) this.limitUsage.observe({ ...per, limit: usage.limit }, usage.ratio);
     for (const field of run.policyRefusals ?? []) this.policyRefusals.inc({ namespace, field });
+    if (run.distrust) this.untrustedReports.inc({ namespace, why: run.distrust });
   }
 }

@@ -5,6 +5,7 @@ import { PLAN_GENERATION_ANNOTATION } from "../api/plan.js";
 import { decodeReport, InvalidReportError, type RunnerReport } from "../api/report.js";
 import { type ContainerTerminated, type PodView, podAttemptOf, RUNNER_CONTAINER } from "./objects.js";
 import { RUNNER_RESOURCES } from "./pod-builder.js";
+import { type DistrustWhy, judgeEnding, judgeReport, killedBy } from "./report-trust.js";
 
 const FINISHED_POD_PHASES = new Set(["Succeeded", "Failed"]);
 
@@ -23,35 +24,45 @@ function runnerTerminated(pod: PodView): ContainerTerminated | undefined {
   return runner?.state?.terminated ?? runner?.lastState?.terminated;
 }
 
+export type ReadReport =
+  | { ok: true; report: RunnerReport }
+  | {
+      ok: false;
+      problem: string;
+      /** Set when a report (or a message that may pass for one) was not trusted, and why. */
+      distrust?: DistrustWhy;
+    };
+
 /**
- * Whether the runner ended on its own: not ended by the kernel for its memory (OOMKilled), when
- * its report may be unwritten and FallbackToLogsOnError makes its log's tail, which holds the
- * tasks' output, the termination message. (A runner the kubelet stopped at the pod's deadline
- * wrote its report on the way out; decide-ended weighs it against the deadline.)
+ * The runner's report, if its container ended on its own and what the pod shows explains it
+ * (report-trust.ts). `tasks` names the plan's tasks and their images, for what the report says of them.
  */
-function endedOnItsOwn(terminated: ContainerTerminated): boolean {
-  return terminated.reason !== "OOMKilled";
-}
-
-export type ReadReport = { ok: true; report: RunnerReport } | { ok: false; problem: string };
-
-export function readReport(pod: PodView, taskCount: number): ReadReport {
+export function readReport(
+  pod: PodView,
+  tasks: { names: readonly string[]; images?: readonly string[] },
+): ReadReport {
   const terminated = runnerTerminated(pod);
   if (!terminated) return { ok: false, problem: "the runner container has no terminated state" };
-  if (!endedOnItsOwn(terminated)) {
-    return {
-      ok: false,
-      problem: `the runner container did not end on its own (${terminated.reason ?? "killed"}, exit code ${terminated.exitCode}), so its termination message is not its report`,
-    };
-  }
   const message = terminated.message?.trim() ?? "";
-  if (message === "") return { ok: false, problem: "the termination message is empty" };
+  // OOMKilled first: its message may be the log's tail, which FallbackToLogsOnError took.
+  if (message === "" && terminated.reason !== "OOMKilled") {
+    return { ok: false, problem: "the termination message is empty" };
+  }
+  const ending = judgeEnding(terminated);
+  if (!ending.trusted) {
+    // A message that could pass for a report was not taken as one; no message, nothing distrusted.
+    return { ok: false, problem: ending.problem, ...(message !== "" ? { distrust: ending.why } : {}) };
+  }
+  let report: RunnerReport;
   try {
-    return { ok: true, report: decodeReport(message, taskCount) };
+    report = decodeReport(message, tasks.names.length);
   } catch (error) {
     if (error instanceof InvalidReportError) return { ok: false, problem: `the report is ${error.message}` };
     throw error;
   }
+  const trust = judgeReport(pod, terminated, report, tasks.names, tasks.images);
+  if (!trust.trusted) return { ok: false, problem: trust.problem, distrust: trust.why };
+  return { ok: true, report };
 }
 
 /** What the kubelet said about a pod that ended: "OOMKilled, exit code 137". */
@@ -111,15 +122,20 @@ export function podStarted(pod: PodView): boolean {
 }
 
 /**
- * What a task container that ended says: "container task-1 (image postgres:16) was OOMKilled
- * (exit 137)", for the task the runner reports lost with it.
+ * What a task container that ended says, for the task the runner reports lost with it:
+ * "container task-1 (image postgres:16) was OOMKilled (exit 137)", or, when its first process
+ * (the agent) was killed by a signal (a task may kill its own agent: same user),
+ * "container task-1 (image postgres:16) ended: its agent was killed by SIGKILL (exit 137)".
  */
 export function describeEndedContainer(pod: PodView, name: string): string {
   const status = pod.status?.containerStatuses?.find((s) => s.name === name);
   const terminated = status?.state?.terminated ?? status?.lastState?.terminated;
-  const how = terminated
-    ? `was ${terminated.reason ?? "ended"} (exit ${terminated.exitCode}${terminated.signal ? `, signal ${terminated.signal}` : ""})`
-    : "ended";
+  if (!terminated) return `${nameContainer(pod, name)} ended`;
+  const signal = terminated.reason === "OOMKilled" ? undefined : killedBy(terminated);
+  if (signal !== undefined) {
+    return `${nameContainer(pod, name)} ended: its agent was killed by ${signal} (exit ${terminated.exitCode})`;
+  }
+  const how = `was ${terminated.reason ?? "ended"} (exit ${terminated.exitCode}${terminated.signal ? `, signal ${terminated.signal}` : ""})`;
   return `${nameContainer(pod, name)} ${how}`;
 }
 

@@ -559,14 +559,30 @@ describe.concurrent("a termination message that is not a runner's report", () =>
     },
   );
 
-  it("is still a report when the runner wrote it and was then SIGKILLed (exit code 137): the report decides", async () => {
+  it("is not trusted when the runner container was then SIGKILLed (exit code 137): RunnerLost, saying why", async () => {
+    // Whoever killed the runner may have written its termination message (issue 23's forge).
     const name = "report-137";
     const pod = await firstPod(name, { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
     await running(name, pod);
     await reportPod(core, pod, reportFor(pod, { reason: "Succeeded" }), { exitCode: 137 });
     const playbook = await waitForFinished(namespace, name, 30_000);
-    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
-    expect(playbook.status?.tasks?.[0]).toMatchObject({ name: "a", phase: "Succeeded", exitCode: 0 });
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "RunnerLost" });
+    expect(message(playbook)).toBe(
+      `pod ${name}-1 ended without a valid runner report (Error, exit code 137): the runner container was killed by SIGKILL (exit code 137) and did not end on its own, so its termination message is not its report`,
+    );
+    expect(playbook.status?.tasks ?? []).toEqual([]);
+  });
+
+  it("is not trusted when the runner's exit code does not explain it: RunnerLost, saying why", async () => {
+    const name = "report-exit";
+    const pod = await firstPod(name, { ceiling: "1m", tasks: [{ name: "a", run: "true" }] });
+    await running(name, pod);
+    await reportPod(core, pod, reportFor(pod, { reason: "Succeeded" }), { exitCode: 1 });
+    const playbook = await waitForFinished(namespace, name, 30_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "RunnerLost" });
+    expect(message(playbook)).toBe(
+      `pod ${name}-1 ended without a valid runner report (Error, exit code 1): the runner exited with code 1, which its report does not explain (a runner that reports Succeeded exits 0), so its termination message is not trusted`,
+    );
   });
 });
 

@@ -22,6 +22,7 @@ import {
   type V1PodCondition,
   type V1PodStatus,
 } from "@kubernetes/client-node";
+import { exitCodeForReason } from "../../src/api/exit-codes.js";
 import { parsePlan } from "../../src/api/plan.js";
 import type { TaskLimit } from "../../src/api/reasons.js";
 import { encodeReport, type RunnerReason, type TaskOutcome } from "../../src/api/report.js";
@@ -295,10 +296,14 @@ export function endPod(core: CoreV1Api, pod: V1Pod | PodRef, ending: Ending = {}
   });
 }
 
-/** The runner wrote its report and exited: 0 for a run that succeeded, 1 otherwise (as the runner does). */
+/** The exit code the runner exits with after writing `report`: its reason's (src/api/exit-codes.ts). */
+export function runnerExitCode(report: string): number {
+  return exitCodeForReason((JSON.parse(report) as { reason?: string }).reason ?? "");
+}
+
+/** The runner wrote its report and exited by its reason (as the runner does). */
 export function reportPod(core: CoreV1Api, pod: V1Pod, report: string, ending: Omit<Ending, "message"> = {}) {
-  const reason = (JSON.parse(report) as { reason?: string }).reason;
-  return endPod(core, pod, { exitCode: reason === "Succeeded" ? 0 : 1, ...ending, message: report });
+  return endPod(core, pod, { exitCode: runnerExitCode(report), ...ending, message: report });
 }
 
 /** Evicted by the kubelet (node pressure): Failed, reason Evicted, its containers killed. */
@@ -329,7 +334,8 @@ export function exceedDeadline(core: CoreV1Api, pod: V1Pod | PodRef, report?: st
     exitCode: 137,
     podReason: "DeadlineExceeded",
     podMessage: "Pod was active on the node longer than the specified deadline",
-    ...(report !== undefined ? { message: report, exitCode: 1 } : {}),
+    // The runner that reported answered the kubelet's SIGTERM, and exited by its report's reason.
+    ...(report !== undefined ? { message: report, exitCode: runnerExitCode(report) } : {}),
   });
 }
 

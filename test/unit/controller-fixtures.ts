@@ -1,4 +1,5 @@
 // Playbooks and pods as the API server would hand them to the controller, for table tests.
+import { exitCodeForReason } from "../../src/api/exit-codes.js";
 import { resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema, type PlaybookStatus } from "../../src/api/playbook.js";
 import { encodeReport, type RunOutcome } from "../../src/api/report.js";
@@ -45,7 +46,13 @@ export function pod(
     phase?: string;
     reason?: string;
     message?: string;
-    terminated?: { exitCode: number; reason?: string; message?: string; finishedAt?: string };
+    terminated?: {
+      exitCode: number;
+      reason?: string;
+      message?: string;
+      startedAt?: string;
+      finishedAt?: string;
+    };
     deleting?: boolean;
     runStart?: Date;
     /** The spec the pod was started with (its plan); SPEC unless told. */
@@ -95,6 +102,9 @@ export function pod(
   }
   return view;
 }
+
+/** The exit code the runner exits with after reporting `reason` (src/api/exit-codes.ts). */
+export const exitCodeOf = (outcome: { reason: string }) => exitCodeForReason(outcome.reason);
 
 export function report(
   outcome: Partial<RunOutcome> & Pick<RunOutcome, "reason" | "phase" | "tasks">,

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import type { TaskOutcome } from "../../src/api/report.js";
 import { ControllerMetrics } from "../../src/controller/metrics.js";
 import { decide, type FinishedRun } from "../../src/controller/reconcile.js";
-import { at, playbook, pod, report, SETTINGS, T0 } from "./controller-fixtures.js";
+import { at, exitCodeOf, playbook, pod, report, SETTINGS, T0 } from "./controller-fixtures.js";
 import { labelNamesOf, sample } from "./metrics-text.js";
 
 const task = (name: string, outcome: Partial<TaskOutcome>): TaskOutcome => ({
@@ -24,7 +24,7 @@ function finishedRun(outcome: Parameters<typeof report>[0], endSeconds: number, 
   const ended = pod(1, {
     phase,
     terminated: {
-      exitCode: phase === "Succeeded" ? 0 : 1,
+      exitCode: exitCodeOf(outcome),
       message: report({ completionTime: at(endSeconds), ...outcome }),
     },
   });

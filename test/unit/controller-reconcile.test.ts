@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
 import type { TaskOutcome } from "../../src/api/report.js";
 import { type Decision, decide, type ReconcileInput } from "../../src/controller/reconcile.js";
-import { at, playbook, pod, report, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
+import { at, exitCodeOf, playbook, pod, report, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
 
 const succeeded = (condition: PlaybookStatus | null | undefined) =>
   condition?.conditions?.find((c) => c.type === "Succeeded");
@@ -272,7 +272,7 @@ describe.each(reportCases)("a pod that reported $name", ({ outcome, condition, l
   const phase = outcome.reason === "Succeeded" ? "Succeeded" : "Failed";
   const ended = pod(1, {
     phase,
-    terminated: { exitCode: phase === "Succeeded" ? 0 : 1, message: report(outcome as never) },
+    terminated: { exitCode: exitCodeOf(outcome), message: report(outcome as never) },
   });
   const decision = decide(input({ playbook: playbook({}, started()), pods: [ended], now: at(61) }));
 
@@ -356,8 +356,9 @@ describe("what the kubelet decided", () => {
         message: "Pod was active on the node longer than the specified deadline",
         startedAt: at(1),
         activeDeadlineSeconds: 100,
+        // Exit 0: it ended on its own after its report (a killed runner is not trusted: report-trust.test.ts).
         terminated: {
-          exitCode: 137,
+          exitCode: 0,
           message: report({
             phase: "Succeeded",
             reason: "Succeeded",
@@ -940,7 +941,7 @@ describe("how much of its limits a finished run used", () => {
     const ended = pod(1, {
       phase,
       terminated: {
-        exitCode: phase === "Succeeded" ? 0 : 1,
+        exitCode: exitCodeOf(outcome),
         message: report({ completionTime: at(endSeconds), ...outcome }),
       },
     });

@@ -54,6 +54,7 @@ describe("the alert rules", () => {
       "PlaybookRunCeilingHit",
       "PlaybookPodDeadlineExceeded",
       "PlaybookRunsLost",
+      "PlaybookReportsUntrusted",
       "PlaybookCronMissedRuns",
       "PlaybookCronStale",
       "PlaybookControllerAbsent",

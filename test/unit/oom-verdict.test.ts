@@ -36,6 +36,7 @@ describe("an OOM kill in a pod", () => {
         { name: "test", phase: "Skipped", attempts: 0, exitCode: null, signal: null },
       ],
       containment: "agents",
+      completionTime: at(2),
     });
     const base = pod(1, {
       phase: "Failed",
@@ -53,7 +54,10 @@ describe("an OOM kill in a pod", () => {
         ...base.status,
         containerStatuses: [
           ...(base.status?.containerStatuses ?? []),
-          { name: "task-1", state: { terminated: { exitCode: 137, reason: "OOMKilled" } } },
+          {
+            name: "task-1",
+            state: { terminated: { exitCode: 137, reason: "OOMKilled", startedAt: T0.toISOString() } },
+          },
         ],
       },
     };

@@ -4,6 +4,7 @@
 // never throws. Property-based with fast-check (fixed seed, printed by fast-check on failure).
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { exitCodeForReason } from "../../src/api/exit-codes.js";
 import { type PlaybookStatus, PlaybookStatusSchema } from "../../src/api/playbook.js";
 import {
   decodeReport,
@@ -34,9 +35,21 @@ const started = (): PlaybookStatus => {
   return { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
 };
 
+/** The runner's exit code after writing `message`: its report's reason's, else 1 (it failed). */
+function runnerExitCode(message: string): number {
+  try {
+    return exitCodeForReason(decodeReport(message.trim(), TASKS.length).reason);
+  } catch {
+    return 1;
+  }
+}
+
 /** decide() on a pod whose runner ended with this termination message. */
 function settleWith(message: string) {
-  const ended = pod(1, { phase: "Failed", terminated: { exitCode: 1, reason: "Error", message } });
+  const ended = pod(1, {
+    phase: "Failed",
+    terminated: { exitCode: runnerExitCode(message), reason: "Error", message },
+  });
   return decide(input({ playbook: playbook({}, started()), pods: [ended], now: at(120) }));
 }
 

@@ -1,0 +1,377 @@
+// Whether the controller takes a runner's termination message as the run's outcome: only from a
+// runner container that ended on its own, with the exit code its report's reason gives, tasks
+// whose containers ran and times inside the runner container's life. The forge of issue 23 (a
+// report claiming success written into the runner's file, then SIGKILL) is the first row.
+import { describe, expect, it } from "vitest";
+import type { PlaybookStatus } from "../../src/api/playbook.js";
+import type { RunOutcome, TaskOutcome } from "../../src/api/report.js";
+import { decodeReport } from "../../src/api/report.js";
+import { ControllerMetrics } from "../../src/controller/metrics.js";
+import type { ContainerTerminated, PodView } from "../../src/controller/objects.js";
+import { decide, type ReconcileInput } from "../../src/controller/reconcile.js";
+import { CLOCK_SLACK_MS, type DistrustWhy, judgeReport } from "../../src/controller/report-trust.js";
+import { at, playbook, pod, report, SETTINGS, T0 } from "./controller-fixtures.js";
+import { sample } from "./metrics-text.js";
+
+const POSTGRES = "postgres:16";
+/** build runs in the runner image (task-1), test in postgres (task-2). */
+const SPEC = {
+  ceiling: "30m",
+  tasks: [
+    { name: "build", run: "make" },
+    { name: "test", run: "psql -c 'select 1'", image: POSTGRES },
+  ],
+};
+const NAMES = ["build", "test"];
+const IMAGES = ["runner:test", POSTGRES];
+
+const ran = (name: string, from: number, to: number, outcome: Partial<TaskOutcome> = {}): TaskOutcome => ({
+  name,
+  phase: "Succeeded",
+  attempts: 1,
+  exitCode: 0,
+  signal: null,
+  startTime: at(from),
+  completionTime: at(to),
+  ...outcome,
+});
+const skipped = (name: string): TaskOutcome => ({
+  name,
+  phase: "Skipped",
+  attempts: 0,
+  exitCode: null,
+  signal: null,
+});
+
+const SUCCEEDED: Pick<RunOutcome, "phase" | "reason" | "tasks"> = {
+  phase: "Succeeded",
+  reason: "Succeeded",
+  tasks: [ran("build", 2, 5), ran("test", 5, 9)],
+};
+const FAILED: Pick<RunOutcome, "phase" | "reason" | "tasks"> = {
+  phase: "Failed",
+  reason: "TaskFailed",
+  tasks: [ran("build", 2, 5, { phase: "Failed", exitCode: 7 }), skipped("test")],
+};
+const TIMED_OUT: Pick<RunOutcome, "phase" | "reason" | "tasks"> = {
+  phase: "Failed",
+  reason: "TaskTimeout",
+  tasks: [
+    ran("build", 2, 5, { phase: "TimedOut", limit: "TaskTimeout", ending: "Exited", exitCode: null }),
+    skipped("test"),
+  ],
+};
+const CANCELLED: Pick<RunOutcome, "phase" | "reason" | "tasks"> = {
+  phase: "Cancelled",
+  reason: "Cancelled",
+  tasks: [ran("build", 2, 5, { phase: "Cancelled", ending: "Exited", exitCode: null }), skipped("test")],
+};
+
+type TaskState = NonNullable<NonNullable<PodView["status"]>["containerStatuses"]>[number]["state"];
+
+interface Case {
+  name: string;
+  outcome: Pick<RunOutcome, "phase" | "reason" | "tasks"> & Partial<RunOutcome>;
+  /** The runner container's end: started at 1s, finished at 10s, exit 0 unless told. */
+  runner?: Partial<ContainerTerminated>;
+  /** task-2's state (postgres); task-1's ran 1s..10s. */
+  task2?: TaskState;
+  why?: DistrustWhy;
+  problem?: RegExp;
+}
+
+const cases: Case[] = [
+  { name: "Succeeded, exit 0", outcome: SUCCEEDED },
+  { name: "TaskFailed, exit 1", outcome: FAILED, runner: { exitCode: 1, reason: "Error" } },
+  { name: "TaskTimeout, exit 124", outcome: TIMED_OUT, runner: { exitCode: 124, reason: "Error" } },
+  {
+    name: "Cancelled, exit 130 (the kubelet's SIGTERM at the deadline or a deletion, answered)",
+    outcome: CANCELLED,
+    runner: { exitCode: 130, reason: "Error" },
+  },
+  {
+    name: "the forge: Succeeded written by someone else, the runner SIGKILLed (exit 137, Error)",
+    outcome: SUCCEEDED,
+    runner: { exitCode: 137, reason: "Error" },
+    why: "killed",
+    problem:
+      /^the runner container was killed by SIGKILL \(exit code 137\) and did not end on its own, so its termination message is not its report$/,
+  },
+  {
+    name: "the runner killed by SIGTERM it did not handle (exit 143)",
+    outcome: CANCELLED,
+    runner: { exitCode: 143, reason: "Error" },
+    why: "killed",
+    problem: /killed by SIGTERM \(exit code 143\)/,
+  },
+  {
+    name: "a signal the kubelet names",
+    outcome: SUCCEEDED,
+    runner: { exitCode: 0, signal: 9 },
+    why: "killed",
+    problem: /killed by SIGKILL \(exit code 0\)/,
+  },
+  {
+    name: "OOMKilled",
+    outcome: SUCCEEDED,
+    runner: { exitCode: 137, reason: "OOMKilled" },
+    why: "killed",
+    problem: /did not end on its own \(OOMKilled, exit code 137\)/,
+  },
+  {
+    name: "Succeeded, but the runner exited 1",
+    outcome: SUCCEEDED,
+    runner: { exitCode: 1, reason: "Error" },
+    why: "exit-code",
+    problem:
+      /^the runner exited with code 1, which its report does not explain \(a runner that reports Succeeded exits 0\)/,
+  },
+  {
+    name: "TaskFailed, but the runner exited 0",
+    outcome: FAILED,
+    why: "exit-code",
+    problem:
+      /exited with code 0, which its report does not explain \(a runner that reports TaskFailed exits 1\)/,
+  },
+  {
+    name: "Succeeded, but the runner exited 130",
+    outcome: SUCCEEDED,
+    runner: { exitCode: 130, reason: "Error" },
+    why: "exit-code",
+    problem: /exited with code 130/,
+  },
+  {
+    name: "test ran, says the report, but its container still waits for its image",
+    outcome: SUCCEEDED,
+    task2: { waiting: { reason: "ImagePullBackOff" } },
+    why: "never-started",
+    problem:
+      /^the report says task test ran \(Succeeded\), but its container task-2 never started, so the report is not trusted$/,
+  },
+  {
+    name: "test ran, says the report, but its container ended without ever starting",
+    outcome: SUCCEEDED,
+    task2: { terminated: { exitCode: 137, reason: "ContainerStatusUnknown" } },
+    why: "never-started",
+    problem: /task test ran \(Succeeded\), but its container task-2 never started/,
+  },
+  {
+    name: "test failed, the report naming its container lost: it never started (its agent never said hello)",
+    outcome: {
+      phase: "Failed",
+      reason: "TaskFailed",
+      tasks: [
+        ran("build", 2, 5),
+        ran("test", 5, 6, { phase: "Failed", exitCode: null, lostContainer: "task-2" }),
+      ],
+    },
+    runner: { exitCode: 1, reason: "Error" },
+    task2: { waiting: { reason: "ImagePullBackOff" } },
+  },
+  {
+    name: "test skipped in a container that never started",
+    outcome: FAILED,
+    runner: { exitCode: 1, reason: "Error" },
+    task2: { waiting: { reason: "ImagePullBackOff" } },
+  },
+  {
+    name: "a task that started before the runner container did",
+    // The report counts from the run's start, which may be before the pod's (a re-created pod).
+    outcome: { ...SUCCEEDED, startTime: at(-30), tasks: [ran("build", -5, 5), ran("test", 5, 9)] },
+    why: "times",
+    problem:
+      /^the report says task build ran 2025-12-31T23:59:55\.000Z\.\.2026-01-01T00:00:05\.000Z, outside the runner container's life \(2026-01-01T00:00:01\.000Z\.\.2026-01-01T00:00:10\.000Z\), so the report is not trusted$/,
+  },
+  {
+    name: "a task that ended after the runner container did",
+    outcome: { ...SUCCEEDED, tasks: [ran("build", 2, 5), ran("test", 5, 30)] },
+    why: "times",
+    problem: /task test ran .*, outside the runner container's life/,
+  },
+  {
+    name: "a run that ended after the runner container did",
+    outcome: { ...SUCCEEDED, completionTime: at(40) },
+    why: "times",
+    problem:
+      /^the report says the run ended at 2026-01-01T00:00:40\.000Z, outside the runner container's life/,
+  },
+  {
+    name: "times within the clock's slack: a task from just before startedAt to the end of finishedAt's second",
+    outcome: {
+      ...SUCCEEDED,
+      completionTime: new Date(at(11).getTime() + CLOCK_SLACK_MS),
+      tasks: [ran("build", 1 - CLOCK_SLACK_MS / 1000, 5), ran("test", 5, 11 + CLOCK_SLACK_MS / 1000)],
+    },
+  },
+];
+
+/** The pod of SPEC, its runner ended as `c.runner` says (1s..10s, exit 0), task-1 ran 1s..10s. */
+function endedPod(c: Pick<Case, "runner" | "task2"> & { message?: string }): PodView {
+  const base = pod(1, { phase: "Failed", spec: SPEC, startedAt: at(1) });
+  const runner: ContainerTerminated = {
+    exitCode: 0,
+    reason: "Completed",
+    startedAt: at(1).toISOString(),
+    finishedAt: at(10).toISOString(),
+    ...(c.message !== undefined ? { message: c.message } : {}),
+    ...c.runner,
+  };
+  const ranTask = {
+    terminated: {
+      exitCode: 0,
+      reason: "Completed",
+      startedAt: at(1).toISOString(),
+      finishedAt: at(10).toISOString(),
+    },
+  };
+  return {
+    ...base,
+    status: {
+      ...base.status,
+      containerStatuses: [
+        { name: "runner", state: { terminated: runner } },
+        { name: "task-1", state: ranTask },
+        { name: "task-2", state: c.task2 ?? ranTask },
+      ],
+    },
+  };
+}
+
+function messageOf(outcome: Case["outcome"]): string {
+  return report({ startTime: T0, completionTime: at(9), ...outcome });
+}
+
+describe("judgeReport", () => {
+  it("reads the pod the fixtures build: task-1 is the runner image's container, task-2 postgres'", () => {
+    expect(endedPod({}).spec?.containers?.map((c) => [c.name, c.image])).toEqual([
+      ["runner", "runner:test"],
+      ["task-1", "runner:test"],
+      ["task-2", POSTGRES],
+    ]);
+  });
+
+  it.each(cases)("$name", ({ outcome, runner, task2, why, problem }) => {
+    const message = messageOf(outcome);
+    const ended = endedPod({ runner, task2, message });
+    const terminated = ended.status?.containerStatuses?.[0]?.state?.terminated as ContainerTerminated;
+    const trust = judgeReport(ended, terminated, decodeReport(message, 2), NAMES, IMAGES);
+    if (why === undefined) {
+      expect(trust).toEqual({ trusted: true });
+      return;
+    }
+    expect(trust).toMatchObject({ trusted: false, why });
+    if (!trust.trusted) expect(trust.problem).toMatch(problem ?? /./);
+  });
+});
+
+describe("a report the controller does not trust", () => {
+  function input(partial: Partial<ReconcileInput>): ReconcileInput {
+    const settings = { ...SETTINGS, allowedImages: [POSTGRES] };
+    return { playbook: playbook(SPEC), pods: [], now: T0, settings, ...partial };
+  }
+  const started = (): PlaybookStatus => {
+    const first = decide(input({}));
+    return { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+  };
+  const decideEnded = (c: Pick<Case, "runner" | "task2" | "outcome">) =>
+    decide(
+      input({
+        playbook: playbook(SPEC, started()),
+        pods: [endedPod({ ...c, message: messageOf(c.outcome) })],
+        now: at(20),
+      }),
+    );
+
+  it("ends the forged run RunnerLost, saying why, not Succeeded; counted with why=killed", async () => {
+    const decision = decideEnded({ outcome: SUCCEEDED, runner: { exitCode: 137, reason: "Error" } });
+    const condition = decision.status?.conditions?.find((c) => c.type === "Succeeded");
+    expect(condition).toMatchObject({ status: "False", reason: "RunnerLost" });
+    expect(condition?.message).toBe(
+      "pod nightly-1 ended without a valid runner report (Error, exit code 137): the runner container was killed by SIGKILL (exit code 137) and did not end on its own, so its termination message is not its report",
+    );
+    // The forged rows are not shown: no task is Succeeded.
+    expect((decision.status?.tasks ?? []).filter((t) => t.phase === "Succeeded")).toEqual([]);
+    expect(decision.finished).toMatchObject({ reason: "RunnerLost", distrust: "killed" });
+    const metrics = new ControllerMetrics({ defaults: false });
+    metrics.recordStarted({ namespace: "ops" });
+    if (decision.finished) metrics.recordFinished(decision.finished, { namespace: "ops" });
+    const text = await metrics.registry.metrics();
+    expect(sample(text, "playbook_untrusted_reports_total", { namespace: "ops", why: "killed" })).toBe(1);
+    expect(sample(text, "playbook_untrusted_reports_total", { namespace: "ops", why: "times" })).toBe(0);
+    expect(sample(text, "playbook_runs_total", { namespace: "ops", reason: "RunnerLost" })).toBe(1);
+  });
+
+  const unexplained: { what: string; c: Pick<Case, "runner" | "task2" | "outcome">; why: DistrustWhy }[] = [
+    { what: "an exit code", c: { outcome: SUCCEEDED, runner: { exitCode: 1 } }, why: "exit-code" },
+    {
+      what: "a container that never started",
+      c: { outcome: SUCCEEDED, task2: { waiting: { reason: "ErrImagePull" } } },
+      why: "never-started",
+    },
+    {
+      what: "times",
+      c: { outcome: { ...SUCCEEDED, tasks: [ran("build", 2, 5), ran("test", 5, 60)] } },
+      why: "times",
+    },
+  ];
+  it.each(unexplained)("ends the run RunnerLost for $what its report does not explain", ({ c, why }) => {
+    const decision = decideEnded(c);
+    const condition = decision.status?.conditions?.find((x) => x.type === "Succeeded");
+    expect(condition).toMatchObject({ status: "False", reason: "RunnerLost" });
+    expect(condition?.message).toMatch(/^pod nightly-1 ended without a valid runner report \(.*\): the /);
+    expect(condition?.message).toMatch(/not trusted$/);
+    expect(decision.finished).toMatchObject({ reason: "RunnerLost", distrust: why });
+  });
+
+  it("counts nothing when a killed runner left no message (nothing was distrusted)", () => {
+    const ended = endedPod({ runner: { exitCode: 137, reason: "Error" } });
+    const decision = decide(input({ playbook: playbook(SPEC, started()), pods: [ended], now: at(20) }));
+    expect(decision.finished?.reason).toBe("RunnerLost");
+    expect(decision.finished?.distrust).toBeUndefined();
+  });
+
+  it("keeps PodDeadlineExceeded when the kubelet stopped the pod and the killed runner's report is not trusted", () => {
+    const base = endedPod({
+      runner: { exitCode: 137, reason: "Error" },
+      message: messageOf({ ...SUCCEEDED, completionTime: at(5) }),
+    });
+    const ended: PodView = {
+      ...base,
+      spec: { ...base.spec, activeDeadlineSeconds: 8 },
+      status: { ...base.status, reason: "DeadlineExceeded", startTime: at(1).toISOString() },
+    };
+    const decision = decide(input({ playbook: playbook(SPEC, started()), pods: [ended], now: at(20) }));
+    const condition = decision.status?.conditions?.find((c) => c.type === "Succeeded");
+    expect(condition).toMatchObject({ status: "False", reason: "PodDeadlineExceeded" });
+    expect(decision.finished).toMatchObject({ reason: "PodDeadlineExceeded", distrust: "killed" });
+  });
+
+  it("names a task container whose agent was killed (a task may kill its own agent): the task fails, never a success", () => {
+    const outcome = {
+      ...FAILED,
+      tasks: [
+        ran("build", 2, 5),
+        ran("test", 5, 6, { phase: "Failed", exitCode: null, lostContainer: "task-2" }),
+      ],
+    };
+    const decision = decideEnded({
+      outcome,
+      runner: { exitCode: 1, reason: "Error" },
+      task2: {
+        terminated: {
+          exitCode: 137,
+          reason: "Error",
+          startedAt: at(1).toISOString(),
+          finishedAt: at(6).toISOString(),
+        },
+      },
+    });
+    const condition = decision.status?.conditions?.find((c) => c.type === "Succeeded");
+    expect(condition).toMatchObject({
+      status: "False",
+      reason: "TaskFailed",
+      message:
+        "task test failed: container task-2 (image postgres:16) ended: its agent was killed by SIGKILL (exit 137)",
+    });
+  });
+});
