@@ -337,6 +337,23 @@ async function main(): Promise<void> {
     "MB",
     `VmRSS of kube-controller-manager (every controller but the Job controller) once its ${COUNT} Jobs existed, its ${COUNT} CronJobs cached`,
   );
+  const perRun = (side: Side) => side.writes.objectWrites / COUNT;
+  const byVerb = (side: Side) =>
+    Object.entries(side.writes.byVerbAndResource)
+      .map(([key, n]) => `${key} ${n}`)
+      .join(", ");
+  fig(
+    "cron_api_writes_per_run_ours",
+    perRun(ours),
+    "writes",
+    `our controller's object writes (events apart) from the due minute to the last run, per run: ${byVerb(ours)}; ${ours.writes.events} events, ${ours.writes.conflicts} conflicts (the audit log)`,
+  );
+  fig(
+    "cron_api_writes_per_run_cronjob",
+    perRun(reference),
+    "writes",
+    `the CronJob controller's, the same way: ${byVerb(reference)}; ${reference.writes.events} events, ${reference.writes.conflicts} conflicts`,
+  );
   fig(
     "cron_create_seconds_ours",
     ours.createSeconds,
