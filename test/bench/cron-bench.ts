@@ -16,9 +16,11 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { z } from "zod";
 import { type Api, inPool } from "./api.js";
+import { AuditLog, summarizeWrites, type WriteSummary } from "./audit.js";
 import {
   type BenchCluster,
   createNamespace,
+  OUR_USER,
   processUsage,
   setNodeSchedulable,
   startBenchCluster,
@@ -159,7 +161,12 @@ function watchAdded(
   return { seen, done, stop: () => abort.abort() };
 }
 
+/** The identity kube-controller-manager's CronJob controller calls the API server with. */
+const CRONJOB_CONTROLLER_USER = "system:serviceaccount:kube-system:cronjob-controller";
+
 interface Side {
+  /** The controller's writes from the due minute until the last run was seen. */
+  writes: WriteSummary;
   /** Seconds from the scheduled time to the run seen created by the watch. */
   receipt: number[];
   /** Seconds from the scheduled time to the run's creationTimestamp (whole seconds). */
@@ -179,9 +186,11 @@ async function measure(
     body: (name: string, schedule: string) => object;
     isRun: (object: z.infer<typeof Created>["object"]) => boolean;
     pid: () => number;
+    user: string;
     due: { due: Date; schedule: string };
   },
 ): Promise<Side> {
+  const audit = new AuditLog(cluster.auditLog);
   const { due, schedule } = options.due;
   const watch = watchAdded(cluster.api, options.runs, COUNT, options.isRun);
   const t0 = Date.now();
@@ -193,6 +202,7 @@ async function measure(
   const createSeconds = (Date.now() - t0) / 1000;
   log(`${what}: ${COUNT} created in ${createSeconds.toFixed(1)}s, due ${due.toISOString()}`);
   if (Date.now() >= due.getTime()) throw new Error(`${what}: the creates took past the due minute`);
+  const auditFrom = audit.mark();
   const timer = setTimeout(watch.stop, due.getTime() + GIVE_UP_MS - Date.now());
   await watch.done;
   clearTimeout(timer);
@@ -201,13 +211,15 @@ async function measure(
       `${what}: ${watch.seen.size} of ${COUNT} runs within ${GIVE_UP_MS / 1000}s of the due minute`,
     );
   const rssMb = processUsage(options.pid()).rssMb;
+  const writes = summarizeWrites(audit.since(auditFrom), options.user);
   const times = [...watch.seen.values()];
   const receipt = times.map((t) => (t.receivedAt - due.getTime()) / 1000);
   const created = times.map((t) => (t.creationTimestamp - due.getTime()) / 1000);
   log(
     `${what}: every run seen ${Math.max(...receipt).toFixed(1)}s after the due minute; p99 ${percentile(receipt, 99).toFixed(2)}s; RSS ${rssMb.toFixed(0)} MB`,
   );
-  return { receipt, created, rssMb, createSeconds };
+  log(`${what}: writes ${JSON.stringify(writes.byVerbAndResource)}, ${writes.events} events`);
+  return { receipt, created, rssMb, createSeconds, writes };
 }
 
 async function main(): Promise<void> {
@@ -246,6 +258,7 @@ async function main(): Promise<void> {
           body: cronJob,
           isRun: () => true,
           pid: () => kcm.pid,
+          user: CRONJOB_CONTROLLER_USER,
           due: refDue,
         });
       const ourSide = (due: { due: Date; schedule: string }) =>
@@ -256,6 +269,7 @@ async function main(): Promise<void> {
           body: cronPlaybook,
           isRun: (object) => object.metadata.labels?.["playbook.dev/cron-playbook"] !== undefined,
           pid: () => controller.process.pid,
+          user: OUR_USER,
           due,
         });
       if (quick) {
@@ -322,6 +336,23 @@ async function main(): Promise<void> {
     reference.rssMb,
     "MB",
     `VmRSS of kube-controller-manager (every controller but the Job controller) once its ${COUNT} Jobs existed, its ${COUNT} CronJobs cached`,
+  );
+  const perRun = (side: Side) => side.writes.objectWrites / COUNT;
+  const byVerb = (side: Side) =>
+    Object.entries(side.writes.byVerbAndResource)
+      .map(([key, n]) => `${key} ${n}`)
+      .join(", ");
+  fig(
+    "cron_api_writes_per_run_ours",
+    perRun(ours),
+    "writes",
+    `our controller's object writes (events apart) from the due minute to the last run, per run: ${byVerb(ours)}; ${ours.writes.events} events, ${ours.writes.conflicts} conflicts (the audit log)`,
+  );
+  fig(
+    "cron_api_writes_per_run_cronjob",
+    perRun(reference),
+    "writes",
+    `the CronJob controller's, the same way: ${byVerb(reference)}; ${reference.writes.events} events, ${reference.writes.conflicts} conflicts`,
   );
   fig(
     "cron_create_seconds_ours",
