@@ -131,7 +131,7 @@ export class PlaybookController {
       log: deps.log,
       clock: deps.scheduleClock ?? this.clock,
       events: this.writer.events,
-      ...(deps.cronMetrics ? { metrics: deps.cronMetrics } : {}),
+      metrics: deps.cronMetrics ?? this.metrics.cron,
       settings: this.settings,
       watchTimeoutMs: deps.config.watchTimeout,
       resyncMs: deps.config.resync,

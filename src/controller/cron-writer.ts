@@ -65,7 +65,9 @@ export class CronWriter {
     for (const run of decision.cancel) await this.cancelRun(namespace, run.name, run.reason);
     const started: RunToCreate[] = [];
     for (const run of decision.create) {
-      if (await this.createRun(cron, run, target)) started.push(run);
+      if (!(await this.createRun(cron, run, target))) continue;
+      started.push(run);
+      this.deps.events.post(target, run.started, this.deps.clock.now());
     }
     if (decision.status) await this.writeStatus(cron, decision);
     for (const name of decision.delete) await this.deleteRun(namespace, name);

@@ -68,6 +68,12 @@ export interface RunToCreate {
   trigger: "schedule" | "manual";
   /** The scheduled time (for a manual run, when the controller handled it). */
   scheduledAt: Date;
+  /**
+   * RunStarted, posted by whoever creates the run, as it creates it: not with the status, which
+   * another controller may have written first (the run is then in the next pass's observed state,
+   * and no pass would announce it).
+   */
+  started: RecordedEvent;
 }
 
 export interface CronDecision {
@@ -263,11 +269,7 @@ function decideTrigger(
     manifest: runManifest(cron, spec, name, now, { [ANNOTATION_TRIGGERED_BY]: id }),
     trigger: "manual",
     scheduledAt: now,
-  });
-  decision.events.push({
-    type: "Normal",
-    reason: "RunStarted",
-    message: `Created run ${name} for trigger ${id}`,
+    started: { type: "Normal", reason: "RunStarted", message: `Created run ${name} for trigger ${id}` },
   });
   return { id, run: name, handledAt };
 }
@@ -329,11 +331,11 @@ function decideSchedule(
     return latest;
   }
   if (spec.concurrencyPolicy === "Replace") replace(cron.metadata.name, active, name, decision);
-  creating({ manifest: runManifest(cron, spec, name, latest, {}), trigger: "schedule", scheduledAt: latest });
-  decision.events.push({
-    type: "Normal",
-    reason: "RunStarted",
-    message: `Created run ${name} scheduled at ${at}`,
+  creating({
+    manifest: runManifest(cron, spec, name, latest, {}),
+    trigger: "schedule",
+    scheduledAt: latest,
+    started: { type: "Normal", reason: "RunStarted", message: `Created run ${name} scheduled at ${at}` },
   });
   return latest;
 }

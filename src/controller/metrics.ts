@@ -4,6 +4,7 @@ import { Counter, Gauge, Histogram } from "prom-client";
 import { POLICY_FIELDS } from "../api/policy.js";
 import { LIMIT_REASONS, TERMINAL_REASONS } from "../api/reasons.js";
 import { RuntimeMetrics, type RuntimeMetricsOptions } from "../runtime/metrics-registry.js";
+import { CronMetrics } from "./cron-metrics.js";
 import type { FinishedRun } from "./finished-run.js";
 import { DISTRUST_WHYS } from "./report-trust.js";
 
@@ -41,6 +42,8 @@ export class ControllerMetrics extends RuntimeMetrics {
   readonly untrustedReports: Counter<"namespace" | "why">;
   readonly policyStatusWrites: Counter;
   readonly statusWrites: Counter;
+  /** The CronPlaybook reconciler's series, on the same registry. */
+  readonly cron: CronMetrics;
   private readonly playbookLabel: boolean;
 
   constructor(options: MetricsOptions = {}) {
@@ -49,6 +52,7 @@ export class ControllerMetrics extends RuntimeMetrics {
     this.playbookLabel = options.playbookLabel === true;
     // prom-client fixes label names at construction: without the option the label does not exist.
     const perPlaybook: PlaybookLabel[] = this.playbookLabel ? ["playbook"] : [];
+    this.cron = new CronMetrics(this.registry);
     this.runsTotal = new Counter({
       name: "playbook_runs_total",
       help: "Runs finished, by the reason of their Succeeded condition",

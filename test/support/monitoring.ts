@@ -4,7 +4,6 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
-import { CronMetrics } from "../../src/controller/cron-metrics.js";
 import { ControllerMetrics } from "../../src/controller/metrics.js";
 
 const chartDir = path.join(import.meta.dirname, "../../charts/playbook-controller");
@@ -108,9 +107,8 @@ export function loadAlertRules(): AlertRule[] {
 
 /** Names a query can select: each metric of the registry, and a histogram's series. */
 export async function exportedMetricNames(): Promise<Set<string>> {
+  // The CronPlaybook reconciler's series are on the same registry (ControllerMetrics.cron).
   const controller = new ControllerMetrics();
-  // The CronPlaybook reconciler's, on the same registry.
-  new CronMetrics(controller.registry);
   const metrics = await controller.registry.getMetricsAsJSON();
   return new Set(
     metrics.flatMap((metric) =>

@@ -101,7 +101,9 @@ const created = (decision: CronDecision) => decision.create.map((c) => c.manifes
 const runName = (at: string) => scheduledRunName("nightly", new Date(at));
 const condition = (decision: CronDecision, type: string) =>
   decision.status?.conditions?.find((c) => c.type === type);
-const reasons = (decision: CronDecision) => decision.events.map((e) => e.reason);
+/** The events a pass posts: the decision's, then RunStarted of each run it creates. */
+const reasons = (decision: CronDecision) =>
+  [...decision.events, ...decision.create.map((run) => run.started)].map((e) => e.reason);
 
 interface Case {
   name: string;

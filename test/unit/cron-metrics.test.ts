@@ -1,12 +1,11 @@
 // The CronPlaybook metrics as Prometheus scrapes them from the controller's /metrics.
 import { describe, expect, it } from "vitest";
-import { CronMetrics } from "../../src/controller/cron-metrics.js";
 import { ControllerMetrics } from "../../src/controller/metrics.js";
 import { labelNamesOf, sample } from "./metrics-text.js";
 
 function setup() {
   const controller = new ControllerMetrics({ defaults: false });
-  return { cron: new CronMetrics(controller.registry), text: () => controller.registry.metrics() };
+  return { cron: controller.cron, text: () => controller.registry.metrics() };
 }
 
 describe("CronMetrics", () => {
