@@ -28,7 +28,7 @@ import type { NamespaceRules } from "../api/policy.js";
 import type { RecordedEvent } from "../runtime/events.js";
 import { rfc3339, type StoredCronPlaybook, scheduledAtOf } from "./cron-objects.js";
 import type { ReconcileSettings } from "./decision.js";
-import type { StoredPlaybook } from "./objects.js";
+import type { OwnedMetadata, StoredPlaybook } from "./objects.js";
 import { rulesOf, validateSpec } from "./run-plan.js";
 import { isFinished } from "./status.js";
 
@@ -46,20 +46,7 @@ export interface CronInput {
 export interface RunManifest {
   apiVersion: string;
   kind: string;
-  metadata: {
-    name: string;
-    namespace: string;
-    labels: Record<string, string>;
-    annotations: Record<string, string>;
-    ownerReferences: {
-      apiVersion: string;
-      kind: string;
-      name: string;
-      uid: string;
-      controller: true;
-      blockOwnerDeletion: true;
-    }[];
-  };
+  metadata: OwnedMetadata;
   spec: unknown;
 }
 

@@ -39,6 +39,23 @@ export const MetaSchema = z.looseObject({
 });
 export type Meta = z.infer<typeof MetaSchema>;
 
+/** The metadata of an object the controller creates and owns (a run's pod, a CronPlaybook's run). */
+// A type, not an interface: it must fit the looser shapes the readers take (an index signature).
+export type OwnedMetadata = {
+  name: string;
+  namespace: string;
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+  ownerReferences: {
+    apiVersion: string;
+    kind: string;
+    name: string;
+    uid: string;
+    controller: true;
+    blockOwnerDeletion: true;
+  }[];
+};
+
 const TerminatedSchema = z.looseObject({
   exitCode: z.number().int(),
   signal: z.number().int().optional(),

@@ -30,6 +30,7 @@ import {
   LABEL_NAME,
   LABEL_POD_ATTEMPT,
   MANAGED_BY,
+  type OwnedMetadata,
   RUNNER_CONTAINER,
 } from "./objects.js";
 import {
@@ -118,20 +119,7 @@ export interface PodRequest {
 export interface PodManifest {
   apiVersion: "v1";
   kind: "Pod";
-  metadata: {
-    name: string;
-    namespace: string;
-    labels: Record<string, string>;
-    annotations: Record<string, string>;
-    ownerReferences: {
-      apiVersion: string;
-      kind: string;
-      name: string;
-      uid: string;
-      controller: true;
-      blockOwnerDeletion: true;
-    }[];
-  };
+  metadata: OwnedMetadata;
   spec: Record<string, unknown>;
 }
 
