@@ -4,7 +4,7 @@
 import { createHash } from "node:crypto";
 import { z } from "zod";
 import { readSchedule } from "./cron-schedule.js";
-import { DurationString, ObjectMetaSchema, PlaybookSpecSchema } from "./playbook.js";
+import { ConditionSchema, DurationString, ObjectMetaSchema, PlaybookSpecSchema } from "./playbook.js";
 
 export const CRON_KIND = "CronPlaybook";
 export const CRON_PLURAL = "cronplaybooks";
@@ -83,15 +83,6 @@ export const LastTriggerSchema = z.looseObject({
 });
 export type LastTrigger = z.infer<typeof LastTriggerSchema>;
 
-const CronConditionSchema = z.looseObject({
-  type: z.string(),
-  status: z.enum(["True", "False", "Unknown"]),
-  reason: z.string(),
-  message: z.string(),
-  lastTransitionTime: Time,
-  observedGeneration: z.number().int().optional(),
-});
-
 export const CronPlaybookStatusSchema = z.looseObject({
   observedGeneration: z.number().int().optional(),
   active: z.array(ActiveRunSchema).optional(),
@@ -99,7 +90,7 @@ export const CronPlaybookStatusSchema = z.looseObject({
   lastSuccessfulTime: Time.optional(),
   missedRuns: z.number().int().optional(),
   lastTrigger: LastTriggerSchema.optional(),
-  conditions: z.array(CronConditionSchema).optional(),
+  conditions: z.array(ConditionSchema).optional(),
 });
 export type CronPlaybookStatus = z.infer<typeof CronPlaybookStatusSchema>;
 
