@@ -55,7 +55,7 @@ RUN node dist/scripts/image-sbom.js /tmp/sbom-input dist/bin/sbom.cdx.json dist/
 FROM runtime-base
 WORKDIR /opt/playbook
 # The bundle's entry and the chunks it loads, without their source maps.
-COPY --from=build /src/dist/bin/*.js ./bin/
+COPY --from=build /src/dist/bin/*.js /src/dist/bin/*.cjs ./bin/
 # The project's licence, and the licences of the packages the bundle inlines with its SBOM (written
 # by the bundler from its source maps), where Debian keeps a package's licence files; beside them
 # the image's SBOM (the bundle's packages, the Debian packages, Node).

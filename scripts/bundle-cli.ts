@@ -3,7 +3,9 @@
 // entry, dist/bin/playbook.js, answers --version alone; the chunks beside it are loaded by
 // dynamic imports when a command needs them: cli.js (the commands, commander, zod, yaml),
 // execute.js (the runner, for run and pod-runner) and controller.js (the controller with
-// client-node, pino and prom-client, for `playbook controller` alone).
+// client-node, pino and prom-client, for `playbook controller` alone). run, validate and
+// pod-runner start from a script of their own (commands.js), and the cluster commands from
+// another (cluster-commands.js), each run with a code cache (see below).
 import { createHash } from "node:crypto";
 import { appendFileSync, chmodSync, readFileSync, renameSync, rmSync } from "node:fs";
 import path from "node:path";
@@ -72,10 +74,74 @@ function httpWithoutUndici() {
   };
 }
 
+/**
+ * undici, which client-node's KubeConfig imports, loaded when first used instead of when the
+ * bundle loads: only a kubeconfig with a SOCKS proxy or an auth provider reaches it (the API
+ * client speaks node:https), yet its evaluation was some 20 ms of every cluster command's and the
+ * controller's start. Where it is bundled (a CommonJS module, already a function run once on
+ * first need) and where it is a file of its own (undici.cjs, beside the cluster commands' script),
+ * its one eager load becomes a proxy that loads it on the first property read. The line count is
+ * unchanged, so the source maps still hold.
+ */
+const EAGER_UNDICI = /^(var|let) (\w*undici\w*) = (require_undici\(\)|require\("\.\/undici\.cjs"\));$/gm;
+const UNDICI_LOAD = /\b(require_undici\(\)|require\("\.\/undici\.cjs"\))/g;
+function lazyUndici() {
+  return {
+    name: "lazy-undici",
+    renderChunk(code: string, chunk: { fileName: string }) {
+      let made = 0;
+      const lazy = code.replace(EAGER_UNDICI, (_, kind: string, name: string, load: string) => {
+        made++;
+        return `${kind} ${name} = new Proxy({}, { get: (_, key) => ${load}[key] });`;
+      });
+      // Any other load would be eager after all: a new bundler or client-node; look again.
+      const loads = lazy.match(UNDICI_LOAD)?.length ?? 0;
+      if (loads !== made) {
+        throw new Error(`${chunk.fileName}: ${loads - made} load(s) of undici not made lazy`);
+      }
+      return made === 0 ? null : { code: lazy, map: null };
+    },
+  };
+}
+
+/**
+ * The cluster commands' dynamic imports of their work (actions.js, watch.js, logs.js) as static
+ * imports, for the cluster commands' script alone. A script is one file, so rolldown inlines a
+ * dynamic import and wraps the module it loads, and everything that module shares with the rest,
+ * to evaluate it later: a wrapped client-node keeps all of its 2,700 generated models (some 2 MB)
+ * for what their evaluation might do. The work is what that script is loaded for anyway.
+ */
+const CLUSTER_WORK = /[\\/]src[\\/]cli[\\/]cluster[\\/](actions|commands)\.ts$/;
+function clusterWorkStatic() {
+  return {
+    name: "cluster-work-static",
+    transform(code: string, id: string) {
+      if (!CLUSTER_WORK.test(id)) return null;
+      const modules: string[] = [];
+      const rewritten = code.replace(/\bimport\("(\.\/[\w-]+\.js)"\)/g, (_, specifier: string) => {
+        modules.push(specifier);
+        return `Promise.resolve(__static_${modules.length - 1})`;
+      });
+      if (modules.length === 0) throw new Error(`${id}: no dynamic import left to make static`);
+      const imports = modules.map((specifier, i) => `import * as __static_${i} from "${specifier}";`);
+      return { code: `${imports.join("\n")}\n${rewritten}`, map: null };
+    },
+  };
+}
+
+/**
+ * client-node's package.json has no sideEffects field, so without this every one of its modules,
+ * the 2,700 generated API models among them, would stay in for what they might do on import.
+ * They do nothing on import: only what the controller and the cluster commands use stays.
+ */
+const CLIENT_NODE_SIDE_EFFECTS = [
+  { test: /[\\/]node_modules[\\/]@kubernetes[\\/]client-node[\\/]dist[\\/]/, sideEffects: false },
+];
+
 rmSync(outDir, { recursive: true, force: true });
 await build({
   input: { playbook: path.join(root, "src", "cli", "main.ts") },
-  plugins: [httpWithoutUndici()],
+  plugins: [httpWithoutUndici(), lazyUndici()],
   platform: "node",
   tsconfig: path.join(root, "tsconfig.json"),
   // The version is written in, so neither --version nor the image reads package.json.
@@ -84,16 +150,10 @@ await build({
       __PLAYBOOK_VERSION__: JSON.stringify(version),
       // The script the entry runs run, validate and pod-runner from: the second build below.
       __PLAYBOOK_COMMANDS_SCRIPT__: JSON.stringify("commands.js"),
+      __PLAYBOOK_CLUSTER_COMMANDS_SCRIPT__: JSON.stringify("cluster-commands.js"),
     },
   },
-  treeshake: {
-    // client-node's package.json has no sideEffects field, so without this every one of its
-    // modules, the 2,700 generated API models among them, would stay in for what they might do
-    // on import. They do nothing on import: only what the controller uses stays.
-    moduleSideEffects: [
-      { test: /[\\/]node_modules[\\/]@kubernetes[\\/]client-node[\\/]dist[\\/]/, sideEffects: false },
-    ],
-  },
+  treeshake: { moduleSideEffects: CLIENT_NODE_SIDE_EFFECTS },
   output: {
     dir: outDir,
     format: "esm",
@@ -135,17 +195,55 @@ await build({
     format: "cjs",
     entryFileNames: "[name].js",
     codeSplitting: false,
+    charset: "ascii",
+    comments: { legal: true, annotation: true, jsdoc: false },
     sourcemap: true,
     banner:
       "// The playbook command's run, validate and pod-runner: a script that playbook.js runs through node:vm.",
   },
 });
-// The key of the script's code cache (src/cli/code-cache.ts): a hash of its content on its last
+// submit, wait, cancel, logs and cron trigger start from a third script: the same program with
+// the cluster commands' work (client-node's KubeConfig, the API client) inlined, so their start
+// too is compiled code from a cache made after the command ran. Node's cache of the ES module
+// chunks holds only what a module's first evaluation compiled; every function first called later
+// (commander's parse, zod's schemas, the YAML parser, the kubeconfig's loading) was compiled
+// again at each start, some 100 ms before the Playbook was created.
+await build({
+  input: { "cluster-commands": path.join(root, "src", "cli", "commands.ts") },
+  plugins: [httpWithoutUndici(), clusterWorkStatic(), lazyUndici()],
+  platform: "node",
+  tsconfig: path.join(root, "tsconfig.json"),
+  external: [/[\\/]controller-command\.js$/, /^\.\/controller-command\.js$/, "undici"],
+  treeshake: { moduleSideEffects: CLIENT_NODE_SIDE_EFFECTS },
+  output: {
+    paths: { undici: "./undici.cjs" },
+    dir: outDir,
+    format: "cjs",
+    entryFileNames: "[name].js",
+    codeSplitting: false,
+    charset: "ascii",
+    comments: { legal: true, annotation: true, jsdoc: false },
+    sourcemap: true,
+    banner:
+      "// The playbook command's cluster commands (submit, wait, cancel, logs, cron): a script that playbook.js runs through node:vm.",
+  },
+});
+// undici for the cluster commands' script, which loads it only if it is used (lazyUndici): a
+// file of its own, so that the script each of their starts reads and compiles is half the size.
+// .cjs: package.json's "type": "module" would make a .js file an ES module, without its exports.
+await build({
+  input: { undici: path.join(root, "node_modules", "undici", "index.js") },
+  platform: "node",
+  output: { dir: outDir, format: "cjs", entryFileNames: "[name].cjs", codeSplitting: false, sourcemap: true },
+});
+// The key of each script's code cache (src/cli/code-cache.ts): a hash of its content on its last
 // line, so that a new build (an upgrade) never starts from the bytecode of the one before, even at
 // the same length and time (V8 checks only the length; npm gives every file the same time).
-const commandsScript = path.join(outDir, "commands.js");
-const commandsHash = createHash("sha256").update(readFileSync(commandsScript)).digest("hex");
-appendFileSync(commandsScript, `\n// code-cache-key: sha256-${commandsHash}\n`);
+for (const script of ["commands.js", "cluster-commands.js"]) {
+  const file = path.join(outDir, script);
+  const hash = createHash("sha256").update(readFileSync(file)).digest("hex");
+  appendFileSync(file, `\n// code-cache-key: sha256-${hash}\n`);
+}
 // The licences of the packages the bundle inlines, and an SBOM of them, from its source maps
 // (scripts/third-party-notices.ts); a bundled package without a permissive licence fails here.
 writeThirdPartyFiles(outDir, { name, version });

@@ -133,12 +133,17 @@ export function loadScript<T>(file: string, kind: string): LoadedScript<T> {
   const path = process.getBuiltinModule("node:path");
   const vm = process.getBuiltinModule("node:vm");
   const fd = openSync(file, "r");
-  let source: string;
+  let bytes: Buffer;
   try {
-    source = readFileSync(fd, "utf8");
+    bytes = readFileSync(fd);
   } finally {
     closeSync(fd);
   }
+  // The build writes the scripts in ASCII (non-ASCII escaped): read so, the text is the bytes as
+  // they are, some 10 ms sooner than decoding UTF-8 for a megabyte.
+  const source = process.getBuiltinModule("node:buffer").isAscii(bytes)
+    ? bytes.toString("latin1")
+    : bytes.toString("utf8");
   const key = KEY_LINE.exec(source.slice(-120))?.[1];
   if (key === undefined)
     debugNote(`not used: ${file} has no code-cache-key line (not built by npm run build)`);

@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // The `playbook` command's entry. It loads only what the command in argv needs: `--version` alone
 // is answered here, before commander, zod and yaml are loaded; run, validate and pod-runner load
-// the commands' script (commands.js) with a code cache of everything they ran (code-cache.ts);
-// anything else (help, the controller, a mistyped command) loads the program's modules, and the
+// the commands' script (commands.js) with a code cache of everything they ran (code-cache.ts),
+// and the cluster commands (submit, wait, cancel, logs, cron) the cluster commands' script
+// (cluster-commands.js) likewise; anything else (help, the controller, a mistyped command) loads the program's modules, and the
 // controller's modules load only when `playbook controller` runs.
 //
 // Most of a start is compiling modules, and every local run and every pod pays it: Node's module
@@ -15,25 +16,42 @@ import { loadScript, privateCacheFolder } from "./code-cache.js";
 import { packageVersion } from "./version.js";
 
 /**
- * The commands' script beside the bundle's entry (scripts/bundle-cli.ts defines it); tsc's build,
- * dist/src/cli/main.js, has none and loads the program's modules for every command.
+ * The commands' scripts beside the bundle's entry (scripts/bundle-cli.ts defines them); tsc's
+ * build, dist/src/cli/main.js, has none and loads the program's modules for every command.
  */
 declare const __PLAYBOOK_COMMANDS_SCRIPT__: string | undefined;
+declare const __PLAYBOOK_CLUSTER_COMMANDS_SCRIPT__: string | undefined;
 const COMMANDS_SCRIPT =
   typeof __PLAYBOOK_COMMANDS_SCRIPT__ === "string" ? __PLAYBOOK_COMMANDS_SCRIPT__ : undefined;
+const CLUSTER_COMMANDS_SCRIPT =
+  typeof __PLAYBOOK_CLUSTER_COMMANDS_SCRIPT__ === "string" ? __PLAYBOOK_CLUSTER_COMMANDS_SCRIPT__ : undefined;
 
-/** The commands' script serves these; its cache is shared by those that run tasks. */
-const SCRIPT_CACHES: Record<string, string> = { run: "run", "pod-runner": "run", validate: "validate" };
+/**
+ * The script and code cache each command starts from: the commands' script serves the local
+ * commands (one cache shared by those that run tasks), the cluster commands' script the commands
+ * that talk to a cluster.
+ */
+const SCRIPTS: Record<string, { script: string | undefined; cache: string }> = {
+  run: { script: COMMANDS_SCRIPT, cache: "run" },
+  "pod-runner": { script: COMMANDS_SCRIPT, cache: "run" },
+  validate: { script: COMMANDS_SCRIPT, cache: "validate" },
+  submit: { script: CLUSTER_COMMANDS_SCRIPT, cache: "submit" },
+  wait: { script: CLUSTER_COMMANDS_SCRIPT, cache: "follow" },
+  cancel: { script: CLUSTER_COMMANDS_SCRIPT, cache: "follow" },
+  logs: { script: CLUSTER_COMMANDS_SCRIPT, cache: "follow" },
+  cron: { script: CLUSTER_COMMANDS_SCRIPT, cache: "follow" },
+};
 
 const args = process.argv.slice(2);
-const scriptCache = args[0] === undefined ? undefined : SCRIPT_CACHES[args[0]];
+const start =
+  args[0] === undefined ? undefined : Object.hasOwn(SCRIPTS, args[0]) ? SCRIPTS[args[0]] : undefined;
 if (args.length === 1 && (args[0] === "--version" || args[0] === "-V")) {
   // What commander prints for it, byte for byte.
   process.stdout.write(`${packageVersion()}\n`);
-} else if (COMMANDS_SCRIPT !== undefined && scriptCache !== undefined && !args.includes("controller")) {
+} else if (start?.script !== undefined && !args.includes("controller")) {
   const script = loadScript<typeof import("./commands.js")>(
-    process.getBuiltinModule("node:path").join(import.meta.dirname, COMMANDS_SCRIPT),
-    scriptCache,
+    process.getBuiltinModule("node:path").join(import.meta.dirname, start.script),
+    start.cache,
   );
   const code = await script.exports.runProgram(process.argv, packageVersion());
   process.exitCode = code;

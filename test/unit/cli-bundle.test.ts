@@ -2,6 +2,7 @@
 // package's bin and the image's command): it needs no node_modules, and each command loads only
 // its own chunks, so `--version` compiles one small file and only `playbook controller` loads
 // client-node, pino and prom-client.
+import { isAscii } from "node:buffer";
 import { spawnSync } from "node:child_process";
 import {
   accessSync,
@@ -215,16 +216,86 @@ describe("the playbook bundle", () => {
     expect(run.status).toBe(1);
   });
 
-  it("loads the cluster commands' chunk for playbook wait, and not the controller's", () => {
+  it("runs playbook wait from the cluster commands' script, without the controller's modules", () => {
     const run = playbook(["wait", "nightly", "--kubeconfig", path.join(scratch, "no-such-kubeconfig")]);
     expect(run.stderr).toContain("no-such-kubeconfig: no such file");
     expect(run.status).toBe(2);
-    expect(run.names).toContain("cluster.js");
-    expect(run.names).not.toContain("controller.js");
+    expect(run.names).toEqual(["playbook.js", "cluster-commands.js"]);
     expect(sourcesOf(run.loaded)).toContain("src/cli/cluster/connection.ts");
     // client-node's KubeConfig it needs; the controller, its logger and its metrics it does not.
     const controllers = /^(src\/controller\/|node_modules\/(pino|prom-client)\/)/;
     expect(sourcesOf(run.loaded).filter((source) => controllers.test(source))).toEqual([]);
+  });
+
+  it("starts the cluster commands from code caches of their script that their first runs wrote", () => {
+    const cacheRoot = path.join(scratch, "cache-cluster");
+    const kubeconfig = path.join(scratch, "refused.kubeconfig");
+    // A server that refuses at once: the commands do their work up to the call, and end 3.
+    writeFileSync(
+      kubeconfig,
+      [
+        "apiVersion: v1",
+        "kind: Config",
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]",
+        "users: [{name: u, user: {token: t}}]",
+        "contexts: [{name: x, context: {cluster: c, user: u, namespace: ns}}]",
+        "current-context: x",
+      ].join("\n"),
+    );
+    const env = { XDG_CACHE_HOME: cacheRoot, KUBECONFIG: kubeconfig, NODE_DEBUG: "playbook" };
+    const folder = path.join(cacheRoot, "playbook-controller", "code-cache");
+    const first = playbook(["submit", "-f", manifest], { env });
+    expect(first.status, first.stderr).toBe(3);
+    expect(first.stderr).toContain("cannot reach the API server");
+    expect(first.stderr).toMatch(/code cache: wrote .*cluster-commands-submit-/);
+    const second = playbook(["submit", "-f", manifest], { env });
+    expect(second.status, second.stderr).toBe(3);
+    expect(second.stderr).toMatch(/code cache: used .*cluster-commands-submit-/);
+    // wait, cancel, logs and cron trigger share one cache of their own.
+    expect(playbook(["wait", "one"], { env }).stderr).toMatch(/code cache: wrote .*cluster-commands-follow-/);
+    expect(playbook(["logs", "one"], { env }).stderr).toMatch(/code cache: used .*cluster-commands-follow-/);
+    expect(readdirSync(folder).sort()).toEqual([
+      expect.stringMatching(/^cluster-commands-follow-v[\d.]+-\w+-[0-9a-f]{64}\.cache$/),
+      expect.stringMatching(/^cluster-commands-submit-v[\d.]+-\w+-[0-9a-f]{64}\.cache$/),
+    ]);
+  });
+
+  it("writes the commands' scripts in ASCII, which a start reads without decoding UTF-8", () => {
+    for (const script of ["commands.js", "cluster-commands.js"]) {
+      expect(isAscii(readFileSync(path.join(BUNDLE_DIR, script))), script).toBe(true);
+    }
+  });
+
+  it("leaves undici (undici.cjs) unloaded: only client-node's fetch uses it, which the commands do not", () => {
+    const kubeconfig = (proxy: string) => {
+      const file = path.join(scratch, `proxy-${proxy ? "socks" : "none"}.kubeconfig`);
+      writeFileSync(
+        file,
+        [
+          "apiVersion: v1",
+          "kind: Config",
+          `clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true${proxy}}}]`,
+          "users: [{name: u, user: {token: t}}]",
+          "contexts: [{name: x, context: {cluster: c, user: u}}]",
+          "current-context: x",
+        ].join("\n"),
+      );
+      return file;
+    };
+    // Directly, and through a SOCKS proxy-url (client-node's agent for node:https is not undici's).
+    for (const proxy of ["", ", proxy-url: 'socks5://127.0.0.1:1'"]) {
+      const run = playbook(["wait", "nightly", "--kubeconfig", kubeconfig(proxy)]);
+      expect(run.stderr).toContain("cannot reach the API server");
+      expect(run.status).toBe(3);
+      expect(run.names).toEqual(["playbook.js", "cluster-commands.js"]);
+    }
+    // Where it would be used, it is there: a whole module beside the script.
+    const loaded = spawnSync(
+      process.execPath,
+      ["-e", `console.log(typeof require(${JSON.stringify(path.join(BUNDLE_DIR, "undici.cjs"))}).Agent)`],
+      { encoding: "utf8" },
+    );
+    expect(loaded.stdout.trim(), loaded.stderr).toBe("function");
   });
 
   it("starts a cluster command without undici, which node:http's unused WebSocket would load", () => {

@@ -54,6 +54,8 @@ class RunView {
   private followedPod: string | undefined;
   private readonly endedPods = new Set<string>();
   private readonly endWaiters = new Map<string, () => void>();
+  /** The last line is out: whatever the streams still deliver before they are torn down is dropped. */
+  private finished = false;
 
   constructor(options: WatchOptions) {
     this.options = options;
@@ -61,12 +63,14 @@ class RunView {
   }
 
   say(line: string): void {
+    if (this.finished) return;
     if (this.progress) this.progress.say(line);
     else this.options.progressOut.write(`${line}\n`);
   }
 
   /** A change of the controller's words while the run has not ended (queued, pending and why). */
   status(playbook: ClusterPlaybook): void {
+    if (this.finished) return;
     const condition = playbook.status?.conditions?.find((c) => c.type === "Succeeded");
     if (condition?.status !== "Unknown") return;
     const message = condition.message ?? "";
@@ -90,6 +94,7 @@ class RunView {
   }
 
   line(line: LogLine): void {
+    if (this.finished) return;
     const task = TASK_LINE.exec(line.text);
     if (task && this.reader?.isTask(task[1] as string)) {
       const chunk = Buffer.from(`${line.text}\n`);
@@ -149,6 +154,7 @@ class RunView {
   finish(line: string): void {
     this.progress?.stop();
     this.options.progressOut.write(`${line}\n`);
+    this.finished = true;
   }
 }
 
@@ -242,7 +248,6 @@ export async function watchRun(options: WatchOptions): Promise<number> {
       stopped,
       new Promise((resolve) => setTimeout(resolve, LOG_DRAIN_MS).unref()),
     ]);
-    reading.abort();
     const playbook = state.latest;
     if (state.gone || !playbook) {
       throw new ClusterError(
@@ -258,11 +263,15 @@ export async function watchRun(options: WatchOptions): Promise<number> {
     printPlaybook(playbook, options.output);
     return exitCodeForReason(reason);
   } finally {
-    reading.abort();
-    watching.abort();
     process.off("SIGINT", onSignal);
     process.off("SIGTERM", onSignal);
-    await watched.catch(() => undefined);
-    await followed;
+    // The outcome is out: tearing the watch and the log stream down (their sockets' ends, at
+    // times some 20 ms) does not hold the command's end. They end at the next turn of the loop,
+    // which the command's exit does not wait for; the view drops what comes before.
+    setImmediate(() => {
+      reading.abort();
+      watching.abort();
+    });
+    watched.catch(() => undefined);
   }
 }
