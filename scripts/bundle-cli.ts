@@ -9,7 +9,7 @@
 import { createHash } from "node:crypto";
 import { appendFileSync, chmodSync, readFileSync, renameSync, rmSync } from "node:fs";
 import path from "node:path";
-import { build } from "rolldown";
+import { build, type RolldownPlugin } from "rolldown";
 import { z } from "zod";
 import { writeThirdPartyFiles } from "./third-party-notices.js";
 
@@ -184,23 +184,41 @@ await build({
 // script, which the entry runs through node:vm with a code cache made after the command ran
 // (src/cli/code-cache.ts); an ES module's cache can only be Node's, made before it runs. The
 // controller's command is left out: the entry sends argv that names it to the modules above.
-await build({
-  input: { commands: path.join(root, "src", "cli", "commands.ts") },
-  platform: "node",
-  tsconfig: path.join(root, "tsconfig.json"),
-  // The controller's command and the cluster commands' work are never run from this script.
-  external: [/[\\/]controller-command\.js$/, /^\.\/controller-command\.js$/, /^\.\/actions\.js$/],
-  output: {
-    dir: outDir,
-    format: "cjs",
-    entryFileNames: "[name].js",
-    codeSplitting: false,
-    charset: "ascii",
-    comments: { legal: true, annotation: true, jsdoc: false },
-    sourcemap: true,
-    banner:
-      "// The playbook command's run, validate and pod-runner: a script that playbook.js runs through node:vm.",
-  },
+/**
+ * One of the commands' scripts: the program from src/cli/commands.ts as one CommonJS file that
+ * playbook.js runs through node:vm, in ASCII (read without decoding UTF-8; JSDoc comments, the
+ * rest of what is not, are left out).
+ */
+function buildScript(
+  name: string,
+  options: { plugins?: RolldownPlugin[]; external: (string | RegExp)[]; banner: string },
+) {
+  return build({
+    input: { [name]: path.join(root, "src", "cli", "commands.ts") },
+    plugins: options.plugins ?? [],
+    platform: "node",
+    tsconfig: path.join(root, "tsconfig.json"),
+    external: [/[\\/]controller-command\.js$/, /^\.\/controller-command\.js$/, ...options.external],
+    treeshake: { moduleSideEffects: CLIENT_NODE_SIDE_EFFECTS },
+    output: {
+      // undici is loaded from a file of its own where it is left out (below).
+      paths: { undici: "./undici.cjs" },
+      dir: outDir,
+      format: "cjs",
+      entryFileNames: "[name].js",
+      codeSplitting: false,
+      charset: "ascii",
+      comments: { legal: true, annotation: true, jsdoc: false },
+      sourcemap: true,
+      banner: options.banner,
+    },
+  });
+}
+// The controller's command and the cluster commands' work are never run from this script.
+await buildScript("commands", {
+  external: [/^\.\/actions\.js$/],
+  banner:
+    "// The playbook command's run, validate and pod-runner: a script that playbook.js runs through node:vm.",
 });
 // submit, wait, cancel, logs and cron trigger start from a third script: the same program with
 // the cluster commands' work (client-node's KubeConfig, the API client) inlined, so their start
@@ -208,25 +226,11 @@ await build({
 // chunks holds only what a module's first evaluation compiled; every function first called later
 // (commander's parse, zod's schemas, the YAML parser, the kubeconfig's loading) was compiled
 // again at each start, some 100 ms before the Playbook was created.
-await build({
-  input: { "cluster-commands": path.join(root, "src", "cli", "commands.ts") },
+await buildScript("cluster-commands", {
   plugins: [httpWithoutUndici(), clusterWorkStatic(), lazyUndici()],
-  platform: "node",
-  tsconfig: path.join(root, "tsconfig.json"),
-  external: [/[\\/]controller-command\.js$/, /^\.\/controller-command\.js$/, "undici"],
-  treeshake: { moduleSideEffects: CLIENT_NODE_SIDE_EFFECTS },
-  output: {
-    paths: { undici: "./undici.cjs" },
-    dir: outDir,
-    format: "cjs",
-    entryFileNames: "[name].js",
-    codeSplitting: false,
-    charset: "ascii",
-    comments: { legal: true, annotation: true, jsdoc: false },
-    sourcemap: true,
-    banner:
-      "// The playbook command's cluster commands (submit, wait, cancel, logs, cron): a script that playbook.js runs through node:vm.",
-  },
+  external: ["undici"],
+  banner:
+    "// The playbook command's cluster commands (submit, wait, cancel, logs, cron): a script that playbook.js runs through node:vm.",
 });
 // undici for the cluster commands' script, which loads it only if it is used (lazyUndici): a
 // file of its own, so that the script each of their starts reads and compiles is half the size.
