@@ -229,7 +229,8 @@ export class ProgressLineReader {
     const [, name, phase, took, detail] = m as unknown as (string | undefined)[];
     const index = this.indexOf(name as string);
     if (index < 0 || !(TASK_PHASES as readonly string[]).includes(phase as string)) return null;
-    if (took !== undefined && parseShownDuration(took) === null) return null;
+    const tookMs = took === undefined ? null : parseShownDuration(took);
+    if (took !== undefined && tookMs === null) return null;
     const outcome: TaskOutcome = {
       name: name as string,
       phase: phase as TaskPhase,
@@ -245,7 +246,11 @@ export class ProgressLineReader {
       else if (/^SIG[A-Z0-9]+$/.test(part)) outcome.signal = part;
       else return null;
     }
-    return { kind: "event", event: { type: "task-finished", index, outcome } };
+    // The runner's own measure: the log's stamps of two lines are when containerd read them.
+    return {
+      kind: "event",
+      event: { type: "task-finished", index, outcome, ...(tookMs === null ? {} : { tookMs }) },
+    };
   }
 
   private misc(line: string): ProgressLine | null {

@@ -214,7 +214,8 @@ export class Progress {
         this.stopLive();
         const { outcome } = event;
         const started = this.startedAt.get(event.index);
-        const took = started === undefined ? "" : ` in ${formatDuration(Math.max(0, at - started))}`;
+        const tookMs = event.tookMs ?? (started === undefined ? undefined : Math.max(0, at - started));
+        const took = tookMs === undefined ? "" : ` in ${formatDuration(tookMs)}`;
         const detail = [
           outcome.limit ? outcome.limit : "",
           outcome.ending ? outcome.ending : "",

@@ -45,7 +45,13 @@ export type RunEvent =
       exitCode: number | null;
       signal: string | null;
     }
-  | { type: "task-finished"; index: number; outcome: TaskOutcome }
+  | {
+      type: "task-finished";
+      index: number;
+      outcome: TaskOutcome;
+      /** How long the task took by the runner's clock, when the event is read back from its line (a cluster run's log). */
+      tookMs?: number;
+    }
   | { type: "leftovers-killed"; count: number; warnings: string[] };
 
 export interface RunOptions {

@@ -171,7 +171,14 @@ describe("progress lines read back", () => {
         });
         expect(begin).toMatchObject({ name: "ns/pb", taskCount: limits.tasks.length });
         const events = read.flatMap((line) => (line.kind === "event" ? [line.event] : []));
-        expect(events).toEqual(steps.map((s) => s.event));
+        // A finished task's line also gives its time as the runner measured it (tookMs).
+        const withoutTook = events.map((event) => {
+          if (event.type !== "task-finished") return event;
+          const { tookMs, ...rest } = event;
+          expect(tookMs).toEqual(expect.any(Number));
+          return rest;
+        });
+        expect(withoutTook).toEqual(steps.map((s) => s.event));
         expect(read.at(-1)).toEqual({
           kind: "end",
           phase: outcome.phase,
@@ -198,6 +205,30 @@ describe("progress lines read back", () => {
       }),
       { numRuns: 300 },
     );
+  });
+
+  it("shows a task's time as the runner measured it, not the time between its lines' log stamps", () => {
+    const limits = resolveLimits(PlaybookSpecSchema.parse({ tasks: [{ name: "slow", run: "sleep 8" }] }), {
+      ...LOCAL_DEFAULTS,
+      ceilingMs: 7_200_000,
+    });
+    const reader = new ProgressLineReader([{ name: "slow", retries: 0 }]);
+    const shown = collect();
+    const progress = new Progress({ out: shown.out, tty: false, limits, outputBytes: () => 0 });
+    progress.begin("ns/pb", 1);
+    // containerd stamped the start line a little late: 7.999 s between the two stamps.
+    for (const [line, at] of [
+      [
+        "playbook: task slow started (no timeout of its own, stall 10m (default), ceiling 30m (default))",
+        1_000,
+      ],
+      ["playbook: task slow Succeeded in 8.004s", 8_999],
+    ] as const) {
+      const read = reader.read(line);
+      if (read.kind !== "event") throw new Error(`not an event: ${line}`);
+      progress.event(read.event, at);
+    }
+    expect(shown.text()).toMatch(/^playbook: task slow Succeeded in 8\.004s$/m);
   });
 
   it("leaves task output and lines of no event as they are", () => {
