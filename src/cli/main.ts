@@ -3,8 +3,8 @@
 // is answered here, before commander, zod and yaml are loaded; run, validate and pod-runner load
 // the commands' script (commands.js) with a code cache of everything they ran (code-cache.ts),
 // and the cluster commands (submit, wait, cancel, logs, cron) the cluster commands' script
-// (cluster-commands.js) likewise; anything else (help, the controller, a mistyped command) loads the program's modules, and the
-// controller's modules load only when `playbook controller` runs.
+// (cluster-commands.js) likewise; anything else (help, the controller, a mistyped command) loads
+// the program's modules, and the controller's modules load only when `playbook controller` runs.
 //
 // Most of a start is compiling modules, and every local run and every pod pays it: Node's module
 // compile cache (in this user's private cache folder beside the script's, see code-cache.ts, or

@@ -49,7 +49,7 @@ export type RunEvent =
       type: "task-finished";
       index: number;
       outcome: TaskOutcome;
-      /** How long the task took by the runner's clock, when the event is read back from its line (a cluster run's log). */
+      /** The task's time by the runner's clock, read back from its line (a cluster run's log). */
       tookMs?: number;
     }
   | { type: "leftovers-killed"; count: number; warnings: string[] };
