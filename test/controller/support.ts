@@ -214,6 +214,20 @@ export async function podsOf(namespace: string, name: string): Promise<V1Pod[]> 
   return list.items;
 }
 
+/** What the runner container of the run's first pod printed. */
+export async function runnerLogs(namespace: string, name: string): Promise<string> {
+  return (await kubectl(["-n", namespace, "logs", `${name}-1`, "-c", "runner"])).stdout;
+}
+
+/** The lines the runner printed for `task`, without its prefix. */
+export function taskLines(logs: string, task: string): string[] {
+  const prefix = `[${task}] `;
+  return logs
+    .split("\n")
+    .filter((line) => line.startsWith(prefix))
+    .map((line) => line.slice(prefix.length));
+}
+
 /** The Playbook's events, once those with the given reasons are there (events are written after the status). */
 export async function eventsOf(namespace: string, name: string, reasons: string[] = []) {
   const { core } = clients();

@@ -15,11 +15,12 @@ import {
   condition,
   createPlaybook,
   eventually,
-  kubectl,
   type PlaybookObject,
   podsOf,
   type RunningController,
+  runnerLogs,
   startController,
+  taskLines,
   waitForFinished,
 } from "../controller/support.js";
 import { createTestNamespace, deleteTestNamespace, marker } from "../harness/cluster-test.js";
@@ -68,19 +69,6 @@ const FORGE_REPORT = [
   `report='{"v":1,"phase":"Succeeded","reason":"Succeeded","start":"'$now'","end":"'$now'","tasks":[{"p":"Succeeded"},{"p":"Succeeded"}]}'`,
   'echo "forged $report"',
 ].join("\n");
-
-async function runnerLogs(name: string): Promise<string> {
-  return (await kubectl(["-n", namespace, "logs", `${name}-1`, "-c", "runner"])).stdout;
-}
-
-/** The lines the runner printed for `task`, without its prefix. */
-function taskLines(logs: string, task: string): string[] {
-  const prefix = `[${task}] `;
-  return logs
-    .split("\n")
-    .filter((line) => line.startsWith(prefix))
-    .map((line) => line.slice(prefix.length));
-}
 
 /** The pod once its runner container has ended. */
 async function runnerEnded(name: string): Promise<V1Pod> {
@@ -136,7 +124,7 @@ describe("a task against its run's outcome, on the real kubelet", () => {
       ],
     });
     const playbook = await waitForFinished(namespace, name, realNode.finishMs);
-    const lines = taskLines(await runnerLogs(name), "forge");
+    const lines = taskLines(await runnerLogs(namespace, name), "forge");
     expect(lines[0]).toMatch(/^runner pid \d+ uid 65532$/);
     expect(lines[1]).toMatch(/^forged \{"v":1,"phase":"Succeeded"/);
     expect(lines).toContain("refused write the runner's file");
@@ -170,7 +158,7 @@ describe("a task against its run's outcome, on the real kubelet", () => {
       });
       const playbook = await waitForFinished(namespace, name, realNode.finishMs);
       expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
-      const logs = await runnerLogs(name);
+      const logs = await runnerLogs(namespace, name);
       expect(taskLines(logs, "signal")).toEqual(
         expect.arrayContaining([`refused kill -${signal} runner`, `refused kill -${signal} runner's group`]),
       );
@@ -214,7 +202,7 @@ describe("a task against its run's outcome, on the real kubelet", () => {
       ],
     });
     const playbook = await waitForFinished(namespace, name, realNode.finishMs);
-    const lines = taskLines(await runnerLogs(name), "routes");
+    const lines = taskLines(await runnerLogs(namespace, name), "routes");
     for (const [label] of routes) expect(lines, lines.join("\n")).toContain(`refused ${label}`);
     await expectHonestFailure(name, playbook);
   });
@@ -241,7 +229,7 @@ describe("a task against its run's outcome, on the real kubelet", () => {
     });
     const playbook = await waitForFinished(namespace, name, realNode.finishMs);
     expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
-    const logs = await runnerLogs(name);
+    const logs = await runnerLogs(namespace, name);
     const lines = taskLines(logs, "reads");
     for (const label of ["environ", "mem", "root", "the plan", "fd"]) {
       expect(lines, label).toContain(`refused ${label}`);
@@ -279,7 +267,7 @@ describe("a task against its run's outcome, on the real kubelet", () => {
       ],
     });
     const playbook = await waitForFinished(namespace, name, realNode.finishMs);
-    const lines = taskLines(await runnerLogs(name), "agent-fence");
+    const lines = taskLines(await runnerLogs(namespace, name), "agent-fence");
     expect(lines[0]).toBe("agent uid 1000");
     for (const label of [
       "the agent's environ",
@@ -314,7 +302,7 @@ describe("a task against its run's outcome, on the real kubelet", () => {
     expect(task).toMatchObject({ name: "kill-agent", phase: "Failed", message: lost });
     expect(condition(playbook, "Succeeded")?.message).toBe(`task kill-agent failed: ${lost}`);
     expect(later).toMatchObject({ name: "later", phase: "Skipped" });
-    const lines = taskLines(await runnerLogs(name), "kill-agent");
+    const lines = taskLines(await runnerLogs(namespace, name), "kill-agent");
     expect(lines[0]).toMatch(/^agent \/playbook\/agent\/agent \/playbook\/run\/runner\.sock task-1/);
     expect(lines).not.toContain("survived");
   });
@@ -371,7 +359,7 @@ describe("a task against its run's outcome, on the real kubelet", () => {
     expect(victim?.message).toBe(
       `container task-2 (image ${BUSYBOX_IMAGE}) ended: its agent was killed by SIGKILL (exit 137)`,
     );
-    const logs = await runnerLogs(name);
+    const logs = await runnerLogs(namespace, name);
     expect(taskLines(logs, "kill-other")).toContain("killed");
     expect(taskLines(logs, "in-busybox")).toEqual([]);
   });

@@ -14,12 +14,13 @@ import {
   condition,
   createPlaybook,
   eventually,
-  kubectl,
   kubectlResult,
   type PlaybookObject,
   podsOf,
   type RunningController,
+  runnerLogs,
   startController,
+  taskLines,
   waitForFinished,
 } from "../controller/support.js";
 import {
@@ -78,19 +79,6 @@ afterAll(async () => {
   await controller?.stop();
   for (const ns of [namespace, restricted]) if (ns) await deleteTestNamespace(core, ns);
 });
-
-async function runnerLogs(ns: string, name: string): Promise<string> {
-  return (await kubectl(["-n", ns, "logs", `${name}-1`, "-c", "runner"])).stdout;
-}
-
-/** The lines the runner printed for `task`, without its prefix. */
-function taskLines(logs: string, task: string): string[] {
-  const prefix = `[${task}] `;
-  return logs
-    .split("\n")
-    .filter((line) => line.startsWith(prefix))
-    .map((line) => line.slice(prefix.length));
-}
 
 function environOf(pid: number): string {
   return readFileSync(`/proc/${pid}/environ`, "latin1");
