@@ -52,7 +52,8 @@ describe("task output", () => {
 
   it("hands on everything a finished task's background child queued before the run returns", async () => {
     // The task's shell exits at once; its child writes 110 KB, more than the pipe holds, to a
-    // reader that takes 300ms a chunk, then ends. The last task ends as soon as the child has
+    // reader that takes 300ms a chunk, then ends. The shell's own line comes first: written while
+    // the child writes, it could land inside one of the child's lines. The last task ends as soon as the child has
     // written everything: what is still queued in the pipe must be passed on before the run
     // returns (a runner that exits then would lose it), not dropped with the pipe.
     const dir = mkdtempSync(join(tmpdir(), "burst-"));
@@ -61,7 +62,7 @@ describe("task output", () => {
     const run = await runSpec(
       {
         tasks: [
-          { name: "burst", run: `(seq 1 20000; echo burst-end; touch ${written}) & echo main` },
+          { name: "burst", run: `echo main; (seq 1 20000; echo burst-end; touch ${written}) &` },
           { name: "after", run: `while [ ! -e ${written} ]; do sleep 0.01; done` },
         ],
       },
