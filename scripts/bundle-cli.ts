@@ -105,6 +105,41 @@ function lazyUndici() {
 }
 
 /**
+ * Built-in modules a cluster command's start does not need, loaded on first use instead of when
+ * the cluster commands' script loads: readline (a watch's lines, read once the watch answers) and
+ * dns (client-node's proxies; a server named by its address needs no lookup). They were some 3 ms
+ * of every start, before the Playbook was created. (child_process and vm stay: commander and
+ * client-node's exec authenticator take child_process as they load, and playbook.js runs the
+ * script with vm.) A module's eager load, and the namespace object rolldown makes of it on the
+ * next line, becomes a proxy that loads it on the first property read; every use of them in the
+ * script is a property read.
+ */
+const LAZY_BUILTINS = ["readline", "dns"];
+const EAGER_BUILTIN = new RegExp(
+  `^let (\\w+) = require\\("((?:node:)?(?:${LAZY_BUILTINS.join("|")}))"\\);(\n\\1 = __toESM\\(\\1, 1\\);)?$`,
+  "gm",
+);
+function lazyBuiltins() {
+  return {
+    name: "lazy-builtins",
+    renderChunk(code: string, chunk: { fileName: string }) {
+      const made = new Set<string>();
+      const lazy = code.replace(EAGER_BUILTIN, (_, name: string, specifier: string, esm?: string) => {
+        made.add(specifier.replace(/^node:/, ""));
+        const load = esm ? `__toESM(require("${specifier}"), 1)` : `require("${specifier}")`;
+        return `let ${name} = new Proxy({}, { get: (_, key) => (__lazy_${name} ??= ${load})[key] }), __lazy_${name};`;
+      });
+      // Another form of load would stay eager: a new bundler; look again.
+      const missing = LAZY_BUILTINS.filter((builtin) => !made.has(builtin));
+      if (missing.length > 0) {
+        throw new Error(`${chunk.fileName}: no eager load of ${missing.join(", ")} to make lazy`);
+      }
+      return { code: lazy, map: null };
+    },
+  };
+}
+
+/**
  * The cluster commands' dynamic imports of their work (actions.js, watch.js, logs.js) as static
  * imports, for the cluster commands' script alone. A script is one file, so rolldown inlines a
  * dynamic import and wraps the module it loads, and everything that module shares with the rest,
@@ -227,7 +262,7 @@ await buildScript("commands", {
 // (commander's parse, zod's schemas, the YAML parser, the kubeconfig's loading) was compiled
 // again at each start, some 100 ms before the Playbook was created.
 await buildScript("cluster-commands", {
-  plugins: [httpWithoutUndici(), clusterWorkStatic(), lazyUndici()],
+  plugins: [httpWithoutUndici(), clusterWorkStatic(), lazyUndici(), lazyBuiltins()],
   external: ["undici"],
   banner:
     "// The playbook command's cluster commands (submit, wait, cancel, logs, cron): a script that playbook.js runs through node:vm.",

@@ -153,6 +153,14 @@ export function parsePlaybookManifest(
   source = "playbook",
   options: ManifestOptions = {},
 ): Playbook {
+  return validatePlaybook(readManifestDocument(text, source), defaults, source, options);
+}
+
+/**
+ * The one document of a manifest as its YAML says it, unchecked (validatePlaybook checks it):
+ * YAML errors, an empty file or more than one document are an InvalidPlaybookError.
+ */
+export function readManifestDocument(text: string, source = "playbook"): unknown {
   // Merge keys (<<) are read as kubectl's YAML reader reads them.
   const documents = parseAllDocuments(text, { prettyErrors: true, merge: true });
   const problems: ManifestProblem[] = [];
@@ -187,5 +195,5 @@ export function parsePlaybookManifest(
       { path: "(file)", message: `holds ${values.length} documents: expected exactly one Playbook` },
     ]);
   }
-  return validatePlaybook(values[0], defaults, source, options);
+  return values[0];
 }

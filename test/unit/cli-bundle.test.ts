@@ -298,7 +298,7 @@ describe("the playbook bundle", () => {
     expect(loaded.stdout.trim(), loaded.stderr).toBe("function");
   });
 
-  it("starts a cluster command without undici, which node:http's unused WebSocket would load", () => {
+  it("starts a cluster command without undici, which node:http's unused WebSocket would load, nor readline and dns until they are used", () => {
     const kubeconfig = path.join(scratch, "unreachable.kubeconfig");
     writeFileSync(
       kubeconfig,
@@ -321,6 +321,10 @@ describe("the playbook bundle", () => {
     // It did use node:http (its request failed), through process.getBuiltinModule.
     expect(loaded).toContain("NativeModule http");
     expect(loaded.filter((name) => name.includes("undici"))).toEqual([]);
+    // A watch's lines (readline) and a proxy's lookups (dns) are loaded on first use, which a
+    // command that never had an answer does not reach (scripts/bundle-cli.ts, lazyBuiltins).
+    expect(loaded).not.toContain("NativeModule readline");
+    expect(loaded).not.toContain("NativeModule dns");
   });
 
   it("is also the kubectl plugin: bin kubectl-playbook, whose usage says kubectl playbook", () => {

@@ -3,9 +3,8 @@
 // message is all the user sees (program.ts prints it).
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { parse } from "yaml";
 import { type LimitDefaults, LOCAL_DEFAULTS } from "../../api/limits.js";
-import { parsePlaybookManifest } from "../../api/manifest.js";
+import { readManifestDocument, validatePlaybook } from "../../api/manifest.js";
 import { EXIT, exitCodeForReason } from "../exit-codes.js";
 import { printObject } from "../print-object.js";
 import { type Cluster, ClusterError, connect } from "./connection.js";
@@ -54,9 +53,9 @@ export async function submitCommand(rawFlags: unknown): Promise<number> {
   const flags = parseFlags(SubmitFlags, rawFlags);
   if (flags.cancelOnInterrupt && !flags.watch) throw new FlagError("--cancel-on-interrupt needs --watch");
   const text = readManifestText(flags.filename);
-  const checked = parsePlaybookManifest(text, SUBMIT_DEFAULTS, flags.filename, { generateName: true });
-  // What the file says is sent, as kubectl sends it: the check above adds nothing to it.
-  const body = parse(text, { merge: true }) as { metadata: { namespace?: string } };
+  // What the file says is sent, as kubectl sends it: the check adds nothing to it.
+  const body = readManifestDocument(text, flags.filename) as { metadata: { namespace?: string } };
+  const checked = validatePlaybook(body, SUBMIT_DEFAULTS, flags.filename, { generateName: true });
   const own = checked.metadata.namespace;
   if (own && flags.namespace && own !== flags.namespace) {
     throw new FlagError(
