@@ -75,6 +75,25 @@ function httpWithoutUndici() {
 }
 
 /**
+ * supports-color, which debug (under client-node's SOCKS proxy agent) asks for in a try block
+ * and which nothing here installs: left to be found at run time, every cluster command's start
+ * searched the folders above the bundle for it (and would run one found there). It is bundled as
+ * absent instead, as debug takes it when it cannot be found: no colors.
+ */
+const ABSENT_MODULE = "\0playbook-absent:supports-color";
+function supportsColorAbsent() {
+  return {
+    name: "supports-color-absent",
+    resolveId(source: string) {
+      return source === "supports-color" ? { id: ABSENT_MODULE, moduleSideEffects: false } : null;
+    },
+    load(id: string) {
+      return id === ABSENT_MODULE ? "module.exports = undefined;" : null;
+    },
+  };
+}
+
+/**
  * undici, which client-node's KubeConfig imports, loaded when first used instead of when the
  * bundle loads: only a kubeconfig with a SOCKS proxy or an auth provider reaches it (the API
  * client speaks node:https), yet its evaluation was some 20 ms of every cluster command's and the
@@ -176,7 +195,7 @@ const CLIENT_NODE_SIDE_EFFECTS = [
 rmSync(outDir, { recursive: true, force: true });
 await build({
   input: { playbook: path.join(root, "src", "cli", "main.ts") },
-  plugins: [httpWithoutUndici(), lazyUndici()],
+  plugins: [httpWithoutUndici(), supportsColorAbsent(), lazyUndici()],
   platform: "node",
   tsconfig: path.join(root, "tsconfig.json"),
   // The version is written in, so neither --version nor the image reads package.json.
@@ -262,7 +281,7 @@ await buildScript("commands", {
 // (commander's parse, zod's schemas, the YAML parser, the kubeconfig's loading) was compiled
 // again at each start, some 100 ms before the Playbook was created.
 await buildScript("cluster-commands", {
-  plugins: [httpWithoutUndici(), clusterWorkStatic(), lazyUndici(), lazyBuiltins()],
+  plugins: [httpWithoutUndici(), supportsColorAbsent(), clusterWorkStatic(), lazyUndici(), lazyBuiltins()],
   external: ["undici"],
   banner:
     "// The playbook command's cluster commands (submit, wait, cancel, logs, cron): a script that playbook.js runs through node:vm.",

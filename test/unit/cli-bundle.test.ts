@@ -19,6 +19,7 @@ import {
   symlinkSync,
   writeFileSync,
 } from "node:fs";
+import { isBuiltin } from "node:module";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -258,6 +259,21 @@ describe("the playbook bundle", () => {
       expect.stringMatching(/^cluster-commands-follow-v[\d.]+-\w+-[0-9a-f]{64}\.cache$/),
       expect.stringMatching(/^cluster-commands-submit-v[\d.]+-\w+-[0-9a-f]{64}\.cache$/),
     ]);
+  });
+
+  it("loads nothing at run time from outside the bundle: each require is a built-in or a file beside it", () => {
+    const outside: string[] = [];
+    for (const file of readdirSync(BUNDLE_DIR).filter((name) => /\.c?js$/.test(name))) {
+      const code = readFileSync(path.join(BUNDLE_DIR, file), "utf8");
+      for (const [, specifier] of code.matchAll(/\brequire\("([^"]+)"\)/g)) {
+        if (specifier === undefined || specifier.startsWith("./")) continue;
+        if (isBuiltin(specifier)) continue;
+        outside.push(`${file}: require("${specifier}")`);
+      }
+    }
+    // An optional package left to be found (debug's supports-color was) is searched for in every
+    // folder above the install at each start, and one found there would run.
+    expect(outside).toEqual([]);
   });
 
   it("writes the commands' scripts in ASCII, which a start reads without decoding UTF-8", () => {
