@@ -83,10 +83,22 @@ const RawUsersSchema = z.looseObject({
 function keepTokenFile(kubeConfig: KubeConfig, files: string[]): void {
   const user = kubeConfig.getCurrentUser();
   if (!user || user.authProvider || user.exec) return;
-  for (const file of files) {
+  const texts = files.map((file) => {
+    try {
+      return fs.readFileSync(file, "utf8");
+    } catch {
+      return undefined;
+    }
+  });
+  // No file says token-file (nor has an escape that could spell it): nothing to parse again, a
+  // few ms of every cluster command's start.
+  if (!texts.some((text) => text?.includes("token-file") || text?.includes("\\"))) return;
+  for (const [i, file] of files.entries()) {
+    const text = texts[i];
+    if (text === undefined) continue;
     let raw: unknown;
     try {
-      raw = parseYaml(fs.readFileSync(file, "utf8"));
+      raw = parseYaml(text);
     } catch {
       continue;
     }
