@@ -24,7 +24,7 @@ export interface KubeClients {
  */
 export function loadKubeConfig(file?: string): KubeConfig {
   const kubeConfig = new KubeConfig();
-  if (file) kubeConfig.loadFromFile(file);
+  if (file) loadFile(kubeConfig, file);
   else kubeConfig.loadFromDefault();
   if (!kubeConfig.getCurrentCluster()) {
     throw new Error("no Kubernetes cluster configured: set KUBECONFIG or run in a pod");
@@ -44,7 +44,7 @@ export function loadKubeConfigFiles(files: readonly string[], context?: string):
   kubeConfig.loadFromOptions({ clusters: [], users: [], contexts: [], currentContext: "" });
   for (const file of files) {
     const part = new KubeConfig();
-    part.loadFromFile(file);
+    loadFile(part, file);
     if (!kubeConfig.getCurrentContext() && part.getCurrentContext()) {
       kubeConfig.setCurrentContext(part.getCurrentContext());
     }
@@ -66,6 +66,55 @@ function kubeconfigFiles(): string[] {
   const fromEnv = process.env.KUBECONFIG;
   if (fromEnv) return fromEnv.split(path.delimiter).filter(Boolean);
   return [path.join(os.homedir(), ".kube", "config")];
+}
+
+/**
+ * KubeConfig.loadFromFile, with a user's relative token-file taken from the kubeconfig's folder,
+ * as kubectl takes every path in it: client-node reads the token-file as it loads the file, from
+ * the working folder (its other paths it resolves afterwards, from the file's).
+ */
+function loadFile(kubeConfig: KubeConfig, file: string): void {
+  const text = fs.readFileSync(file, "utf8");
+  const resolved = mayNameTokenFile(text) ? withTokenFilesAbsolute(text, path.dirname(file)) : undefined;
+  if (resolved === undefined) {
+    kubeConfig.loadFromFile(file);
+    return;
+  }
+  kubeConfig.loadFromString(JSON.stringify(resolved));
+  kubeConfig.makePathsAbsolute(path.dirname(file));
+}
+
+/** Whether a kubeconfig's text could name a token-file: the key, or an escape that could spell it. */
+const mayNameTokenFile = (text: string) => text.includes("token-file") || text.includes("\\");
+
+/**
+ * The kubeconfig with its users' relative token-files made absolute from `folder`, or undefined
+ * when it has none (or is not YAML: client-node says why).
+ */
+function withTokenFilesAbsolute(text: string, folder: string): unknown {
+  let raw: unknown;
+  try {
+    raw = parseYaml(text, { merge: true });
+  } catch {
+    return undefined;
+  }
+  const users = RawUsersSchema.safeParse(raw).data?.users;
+  const relative = (user: { user?: { "token-file"?: string | undefined } | null | undefined }) => {
+    const tokenFile = user.user?.["token-file"];
+    return tokenFile !== undefined && tokenFile !== "" && !path.isAbsolute(tokenFile);
+  };
+  if (!users?.some(relative)) return undefined;
+  return {
+    ...(raw as object),
+    users: users.map((user) =>
+      relative(user)
+        ? {
+            ...user,
+            user: { ...user.user, "token-file": path.resolve(folder, user.user?.["token-file"] ?? "") },
+          }
+        : user,
+    ),
+  };
 }
 
 const RawUsersSchema = z.looseObject({
@@ -90,9 +139,8 @@ function keepTokenFile(kubeConfig: KubeConfig, files: string[]): void {
       return undefined;
     }
   });
-  // No file says token-file (nor has an escape that could spell it): nothing to parse again, a
-  // few ms of every cluster command's start.
-  if (!texts.some((text) => text?.includes("token-file") || text?.includes("\\"))) return;
+  // No file could say token-file: nothing to parse again, a few ms of every cluster command's start.
+  if (!texts.some((text) => text !== undefined && mayNameTokenFile(text))) return;
   for (const [i, file] of files.entries()) {
     const text = texts[i];
     if (text === undefined) continue;

@@ -1,9 +1,9 @@
 // loadKubeConfigFiles: a user's token-file as kubectl reads it (client-node's KubeConfig drops it).
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { loadKubeConfigFiles } from "../../src/runtime/kube-config.js";
+import { loadKubeConfig, loadKubeConfigFiles } from "../../src/runtime/kube-config.js";
 
 const scratch = mkdtempSync(path.join(tmpdir(), "kube-config-test-"));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
@@ -34,6 +34,20 @@ const tokenFileOf = (files: string[]) =>
 describe("loadKubeConfigFiles", () => {
   it("reads the current user's token-file", () => {
     expect(tokenFileOf([kubeconfig("plain-key", `{token-file: ${token}}`)])).toBe(token);
+  });
+
+  it("takes a relative token-file from the kubeconfig's folder, as kubectl does, wherever it is run from", () => {
+    mkdirSync(path.join(scratch, "tokens"), { recursive: true });
+    writeFileSync(path.join(scratch, "tokens", "t"), "from-file");
+    expect(process.cwd()).not.toBe(scratch);
+    const file = kubeconfig("relative", "{token-file: tokens/t}");
+    expect(tokenFileOf([file])).toBe(path.join(scratch, "tokens", "t"));
+    // The controller's kubeconfig alike; and the rest of the file is as it was.
+    const kubeConfig = loadKubeConfig(file);
+    expect(kubeConfig.getCurrentCluster()?.server).toBe("https://127.0.0.1:6443");
+    expect((kubeConfig.getCurrentUser()?.authProvider?.config as { tokenFile?: string }).tokenFile).toBe(
+      path.join(scratch, "tokens", "t"),
+    );
   });
 
   it("reads a token-file key however the YAML spells it", () => {
