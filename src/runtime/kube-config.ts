@@ -76,11 +76,8 @@ function kubeconfigFiles(): string[] {
 function loadFile(kubeConfig: KubeConfig, file: string): void {
   const text = fs.readFileSync(file, "utf8");
   const resolved = mayNameTokenFile(text) ? withTokenFilesAbsolute(text, path.dirname(file)) : undefined;
-  if (resolved === undefined) {
-    kubeConfig.loadFromFile(file);
-    return;
-  }
-  kubeConfig.loadFromString(JSON.stringify(resolved));
+  // As loadFromFile does, on the text already read.
+  kubeConfig.loadFromString(resolved === undefined ? text : JSON.stringify(resolved));
   kubeConfig.makePathsAbsolute(path.dirname(file));
 }
 
