@@ -45,9 +45,9 @@ describe("loadKubeConfigFiles", () => {
     // The controller's kubeconfig alike; and the rest of the file is as it was.
     const kubeConfig = loadKubeConfig(file);
     expect(kubeConfig.getCurrentCluster()?.server).toBe("https://127.0.0.1:6443");
-    expect((kubeConfig.getCurrentUser()?.authProvider?.config as { tokenFile?: string }).tokenFile).toBe(
-      path.join(scratch, "tokens", "t"),
-    );
+    expect(kubeConfig.getCurrentUser()?.authProvider?.config).toEqual({
+      tokenFile: path.join(scratch, "tokens", "t"),
+    });
   });
 
   it("reads a token-file key however the YAML spells it", () => {
