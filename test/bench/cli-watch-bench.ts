@@ -10,7 +10,7 @@
 // creation (the client's start and its create), the run itself (the controller and the node, the
 // same for both), and the terminal condition to the command's exit (the client's end).
 import { execFile, spawn } from "node:child_process";
-import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
@@ -92,6 +92,7 @@ async function main(): Promise<void> {
     log,
     images: [project],
   });
+  let succeeded = false;
   let controller: PlaybookController | undefined;
   let done: Promise<void> | undefined;
   try {
@@ -240,10 +241,14 @@ async function main(): Promise<void> {
     // The runs the bench made are all over: none may be left for the cluster's stop to find.
     const { stdout } = await run("kubectl", ["get", "playbooks", "-n", NAMESPACE, "-o", "name"], { env });
     log(`${stdout.split("\n").filter(Boolean).length} runs made`);
+    succeeded = true;
   } finally {
     controller?.stop();
     await done?.catch(() => {});
     await cluster.stop();
+    // The cluster's state and logs (some 70 MB) stay only when the bench failed, to be read.
+    if (succeeded) rmSync(scratch, { recursive: true, force: true });
+    else log(`the cluster's logs are in ${path.join(scratch, "cluster", "logs")}`);
   }
 }
 
