@@ -25,7 +25,7 @@ const { name, version } = z
 /** The entry's own modules: in no chunk, or the entry would import that chunk statically. */
 const ENTRY = /[\\/]src[\\/]cli[\\/](main|version|code-cache)\.ts$/;
 /** What only the commands that run tasks load: the runner (execute.js). */
-const RUNNER = /[\\/]src[\\/](runner[\\/]|cli[\\/]execute\.ts$)/;
+const RUNNER = /[\\/]src[\\/](pod-runner[\\/]|cli[\\/]execute\.ts$)/;
 /** The controller command, and its start, which imports the controller. */
 const CONTROLLER_START = /[\\/]src[\\/]cli[\\/]controller-(command|run)\.ts$/;
 /**

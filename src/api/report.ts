@@ -111,7 +111,7 @@ export interface RunOutcome {
   startTime: Date;
   completionTime: Date;
   tasks: TaskOutcome[];
-  /** what held the run's processes (see src/runner/containment.ts) */
+  /** what held the run's processes (see src/pod-runner/containment.ts) */
   containment?: ContainmentKind;
 }
 

@@ -18,9 +18,9 @@ import {
   openAgentRun,
   RUN_DIR_VAR,
   taskContainersFrom,
-} from "../runner/agent-mode.js";
-import type { LocalRun } from "../runner/local-run.js";
-import { runPlaybook } from "../runner/run.js";
+} from "../pod-runner/agent-mode.js";
+import type { LocalRun } from "../pod-runner/local-run.js";
+import { runPlaybook } from "../pod-runner/run.js";
 import type { LocalImages } from "./local-images.js";
 import { Progress } from "./progress.js";
 
@@ -42,7 +42,7 @@ export interface ExecuteOptions {
   resources?: { limits?: Record<string, string | number> };
   /**
    * The pod runner: when $PLAYBOOK_TASK_CONTAINERS is set, tasks run in their containers through
-   * the agents (src/runner/agent-mode.ts).
+   * the agents (src/pod-runner/agent-mode.ts).
    */
   agentMode?: boolean;
   /** per task (by index), the container the controller resolved for it (the plan's `tasks`) */
@@ -172,7 +172,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     const images = options.images;
     if (images?.mode === "containers" && !cancel.signal.aborted) {
       // The agent hub and the engine's client only for a run with task containers.
-      const { startLocalRun } = await import("../runner/local-run.js");
+      const { startLocalRun } = await import("../pod-runner/local-run.js");
       try {
         local = await startLocalRun({
           engine: images.engine,

@@ -1,5 +1,5 @@
 // `playbook run` and tasks that name an image: they run in that image through podman or docker
-// (src/runner/local-engine.ts, local-containers.ts), or, with --on-host, on this machine as every
+// (src/pod-runner/local-engine.ts, local-containers.ts), or, with --on-host, on this machine as every
 // other task does. Decided before anything runs: with neither engine and no --on-host the run is
 // refused (exit 2) naming the first such task, its image and what to install.
 import type { PlaybookSpec, TaskSpec } from "../api/playbook.js";
@@ -8,8 +8,8 @@ import {
   findAgentFiles,
   planTaskContainers,
   type TaskContainer,
-} from "../runner/local-containers.js";
-import { describeLooks, findEngine, type LocalEngine, whatToInstall } from "../runner/local-engine.js";
+} from "../pod-runner/local-containers.js";
+import { describeLooks, findEngine, type LocalEngine, whatToInstall } from "../pod-runner/local-engine.js";
 
 /**
  * A task's effective image: its own, else spec.image, else the --policy file's default;

@@ -71,8 +71,8 @@ async function runCommand(flags: unknown): Promise<number> {
   const parsed = RunFlags.parse(flags);
   // Where the run cannot have a cgroup of its own, it starts again under a child subreaper, before
   // anything is read (a manifest on stdin too).
-  const { cgroupAvailable } = await import("../runner/containment.js");
-  const { relaunchUnderSubreaper } = await import("../runner/subreaper.js");
+  const { cgroupAvailable } = await import("../pod-runner/containment.js");
+  const { relaunchUnderSubreaper } = await import("../pod-runner/subreaper.js");
   relaunchUnderSubreaper(cgroupAvailable);
   const { playbook, defaults, defaultImage } = await readChecked(parsed.filename, parsed.policy);
   const limits = resolveLimits(playbook.spec, defaults);
@@ -308,7 +308,7 @@ function describeFailure(error: unknown): { code: number; message: string } {
       message: `playbook: ${(error as Error).message}`,
     };
   }
-  // LocalStartError (src/runner/local-run.ts, not loaded here): the task containers did not start.
+  // LocalStartError (src/pod-runner/local-run.ts, not loaded here): the task containers did not start.
   if (
     error instanceof UsageError ||
     error instanceof InvalidPolicyFileError ||

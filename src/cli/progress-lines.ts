@@ -7,7 +7,7 @@ import type { EffectiveLimit, TaskLimits } from "../api/limits.js";
 import type { LimitSource, TaskLimit, TaskPhase } from "../api/reasons.js";
 import { TASK_LIMITS, TASK_PHASES } from "../api/reasons.js";
 import type { ContainmentKind, RunnerReason, TaskOutcome } from "../api/report.js";
-import type { RunEvent } from "../runner/run.js";
+import type { RunEvent } from "../pod-runner/run.js";
 
 /** The run-level limits the begin line shows, each with its source. */
 export interface ShownRunLimits {

@@ -4,7 +4,7 @@
 import { formatDuration } from "../api/duration.js";
 import type { EffectiveLimit, ResolvedLimits, TaskLimits } from "../api/limits.js";
 import type { RunOutcome } from "../api/report.js";
-import type { RunEvent } from "../runner/run.js";
+import type { RunEvent } from "../pod-runner/run.js";
 
 export function showLimit(limit: EffectiveLimit): string {
   return `${formatDuration(limit.ms)} (${limit.source})`;

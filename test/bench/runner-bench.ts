@@ -9,7 +9,7 @@ import { performance } from "node:perf_hooks";
 import { Writable } from "node:stream";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
-import { runPlaybook } from "../../src/runner/run.js";
+import { runPlaybook } from "../../src/pod-runner/run.js";
 
 // Orphans of the killed trees (here and under GNU timeout) must be reaped promptly, as tini does
 // as a pod's PID 1 (see the Dockerfile): where this machine's PID 1 reaps lazily, zombies pile up

@@ -22,7 +22,7 @@ import {
   type AgentTask,
   type AgentTaskSpec,
   openAgentHub,
-} from "../../src/runner/agent-hub.js";
+} from "../../src/pod-runner/agent-hub.js";
 import { agentBinary } from "../harness/agent-binary.js";
 
 const root = process.getuid?.() === 0;

@@ -17,7 +17,7 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { decodeReport } from "../../src/api/report.js";
-import { ownCgroupDir } from "../../src/runner/containment.js";
+import { ownCgroupDir } from "../../src/pod-runner/containment.js";
 import { CLI, type CliResult, startCli } from "../support/cli.js";
 
 /** A cgroup v2 sub-group can be made here: the machine this suite's cgroup tests need. */

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { decodeReport } from "../../src/api/report.js";
-import { ownCgroupDir } from "../../src/runner/containment.js";
+import { ownCgroupDir } from "../../src/pod-runner/containment.js";
 import { CLI } from "../support/cli.js";
 
 const LIMIT_BYTES = 96 * 1024 * 1024;

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { describe, expect, it } from "vitest";
-import { ProcessTable } from "../../src/runner/process-table.js";
+import { ProcessTable } from "../../src/pod-runner/process-table.js";
 import { checkNothingLeftBehind, runSpec } from "../support/runner.js";
 
 const currentMarker = checkNothingLeftBehind();

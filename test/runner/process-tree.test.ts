@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
-import { killLookDelay } from "../../src/runner/process-table.js";
+import { killLookDelay } from "../../src/pod-runner/process-table.js";
 import { checkNothingLeftBehind, MARKER_VAR, runSpec } from "../support/runner.js";
 
 const CLI = join(import.meta.dirname, "../../dist/src/cli/main.js");

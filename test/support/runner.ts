@@ -6,8 +6,8 @@ import { afterEach, expect } from "vitest";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
 import type { RunOutcome } from "../../src/api/report.js";
-import type { ProcessTable } from "../../src/runner/process-table.js";
-import { type RunEvent, runPlaybook } from "../../src/runner/run.js";
+import type { ProcessTable } from "../../src/pod-runner/process-table.js";
+import { type RunEvent, runPlaybook } from "../../src/pod-runner/run.js";
 import { processesWithEnv } from "./processes.js";
 
 export const MARKER_VAR = "RUNNER_TEST_MARKER";

@@ -1,7 +1,7 @@
 // Agent mode's small decisions: which container a task runs in, and $PLAYBOOK_TASK_CONTAINERS.
 import { describe, expect, it } from "vitest";
 import type { TaskSpec } from "../../src/api/playbook.js";
-import { containerOfTask, taskContainersFrom } from "../../src/runner/agent-mode.js";
+import { containerOfTask, taskContainersFrom } from "../../src/pod-runner/agent-mode.js";
 
 const task = (extra: object = {}) => ({ name: "t", run: "true", env: [], ...extra }) as unknown as TaskSpec;
 const containers = { "task-1": "playbook.test/debian:1", "task-2": "playbook.test/musl:1" };

@@ -10,7 +10,7 @@ import {
   FrameReader,
   MAX_PAYLOAD,
   type RunnerFrame,
-} from "../../src/runner/agent-wire.js";
+} from "../../src/pod-runner/agent-wire.js";
 
 const bytes = (text: string) => Buffer.from(text, "latin1");
 

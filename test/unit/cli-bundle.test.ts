@@ -147,7 +147,7 @@ describe("the playbook bundle", () => {
     expect(run.status, run.stderr).toBe(0);
     expect(run.stdout).toContain("hello");
     expect(run.names).toEqual(["playbook.js", "commands.js"]);
-    expect(sourcesOf(run.loaded)).toContain("src/runner/run.ts");
+    expect(sourcesOf(run.loaded)).toContain("src/pod-runner/run.ts");
     expect(sourcesOf(run.loaded).filter((source) => CONTROLLER_ONLY.test(source))).toEqual([]);
     const validate = playbook(["validate", "-f", manifest]);
     expect(validate.status, validate.stderr).toBe(0);

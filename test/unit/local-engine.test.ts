@@ -1,8 +1,8 @@
 // The pure parts of local mode's engine and containers: which containers a run needs, what the
 // refusal says when no engine answers, and spec.resources as the engines take them.
 import { describe, expect, it } from "vitest";
-import { cpuArg, memoryArg, planTaskContainers, runArgs } from "../../src/runner/local-containers.js";
-import { describeLooks, whatToInstall } from "../../src/runner/local-engine.js";
+import { cpuArg, memoryArg, planTaskContainers, runArgs } from "../../src/pod-runner/local-containers.js";
+import { describeLooks, whatToInstall } from "../../src/pod-runner/local-engine.js";
 
 describe("local task containers", () => {
   it("makes one container per distinct image in first-use order, none for host tasks", () => {

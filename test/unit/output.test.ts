@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { LinePrefixer, OutputTail } from "../../src/runner/output.js";
+import { LinePrefixer, OutputTail } from "../../src/pod-runner/output.js";
 
 function prefixAll(chunks: string[]): string {
   const prefixer = new LinePrefixer("[t] ");

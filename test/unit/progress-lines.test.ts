@@ -10,7 +10,7 @@ import { TASK_LIMITS } from "../../src/api/reasons.js";
 import type { RunOutcome, TaskOutcome } from "../../src/api/report.js";
 import { Progress } from "../../src/cli/progress.js";
 import { type ProgressLine, ProgressLineReader } from "../../src/cli/progress-lines.js";
-import type { RunEvent } from "../../src/runner/run.js";
+import type { RunEvent } from "../../src/pod-runner/run.js";
 
 const duration = fc.oneof(
   fc.constantFrom("0s", "1s", "90s", "10m", "1h30m", "250ms", "1.5s"),

@@ -68,7 +68,7 @@ export function findAgentFiles(env: NodeJS.ProcessEnv = process.env): AgentFiles
   const here = dirname(fileURLToPath(import.meta.url));
   const candidates = [
     ...(env.PLAYBOOK_AGENT_DIR ? [resolve(env.PLAYBOOK_AGENT_DIR)] : []),
-    // dist/src/runner (tsc's build) and dist/bin (the bundled CLI) are both below dist/
+    // dist/src/pod-runner (tsc's build) and dist/bin (the bundled CLI) are both below dist/
     resolve(here, "..", "..", "agent"),
     resolve(here, "..", "agent"),
     "/usr/local/lib/playbook",
