@@ -14,8 +14,8 @@ import { LeaderElector } from "../runtime/leader-election.js";
 import { HealthServer } from "../runtime/server.js";
 import { WorkQueue } from "../runtime/work-queue.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
-import { CronController } from "./cron-controller.js";
-import type { CronMetricsSink } from "./cron-writer.js";
+import { CronController } from "./cron/cron-controller.js";
+import type { CronMetricsSink } from "./cron/cron-writer.js";
 import type { ReconcileInput, ReconcileSettings } from "./decision.js";
 import { ControllerMetrics } from "./metrics.js";
 import {
@@ -29,10 +29,11 @@ import {
   splitKey,
   withoutUnreadFields,
 } from "./objects.js";
-import { isPodFinished } from "./pod-state.js";
-import { PolicyGovernor } from "./policy-governor.js";
-import { isQueued, slotState } from "./policy-queue.js";
-import { decide, decideRefusedPod } from "./reconcile.js";
+import { decide, decideRefusedPod } from "./playbook/reconcile.js";
+import { PlaybookWriter } from "./playbook/writer.js";
+import { isPodFinished } from "./pods/pod-state.js";
+import { PolicyGovernor } from "./policy/policy-governor.js";
+import { isQueued, slotState } from "./policy/policy-queue.js";
 import {
   PodCreateFailedError,
   PodNameTakenError,
@@ -40,7 +41,6 @@ import {
   TerminalReconcileError,
 } from "./reconcile-errors.js";
 import { isFinished } from "./status.js";
-import { PlaybookWriter } from "./writer.js";
 
 export type { Clock };
 

@@ -6,10 +6,10 @@ import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.j
 import type { NamespaceRules, PodSettings } from "../api/policy.js";
 import type { TerminalReason } from "../api/reasons.js";
 import type { RecordedEvent } from "../runtime/events.js";
-import { type FinishedRun, finishEvents, finishedRun } from "./finished-run.js";
 import type { PodView, StoredPlaybook } from "./objects.js";
-import type { PodManifest } from "./pod-builder.js";
-import type { SlotState } from "./policy-queue.js";
+import { type FinishedRun, finishEvents, finishedRun } from "./pods/finished-run.js";
+import type { PodManifest } from "./pods/pod-builder.js";
+import type { SlotState } from "./policy/policy-queue.js";
 import { markUnfinished, type StatusBase, sameStatus } from "./status.js";
 
 export interface ReconcileSettings {

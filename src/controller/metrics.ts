@@ -4,9 +4,9 @@ import { Counter, Gauge, Histogram } from "prom-client";
 import { POLICY_FIELDS } from "../api/policy.js";
 import { LIMIT_REASONS, TERMINAL_REASONS } from "../api/reasons.js";
 import { RuntimeMetrics, type RuntimeMetricsOptions } from "../runtime/metrics-registry.js";
-import { CronMetrics } from "./cron-metrics.js";
-import type { FinishedRun } from "./finished-run.js";
-import { DISTRUST_WHYS } from "./report-trust.js";
+import { CronMetrics } from "./cron/cron-metrics.js";
+import type { FinishedRun } from "./pods/finished-run.js";
+import { DISTRUST_WHYS } from "./pods/report-trust.js";
 
 const RUN_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400];
 const TASK_BUCKETS = [0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 3600, 21600];

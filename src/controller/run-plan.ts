@@ -23,8 +23,8 @@ import {
 import type { ReconcileInput, ReconcileSettings } from "./decision.js";
 import type { PodView, StoredPlaybook } from "./objects.js";
 import { planDefaults, planDefaultsFromStatus, verifiedPodPlan } from "./plan-digest.js";
-import { buildPlan } from "./pod-builder.js";
-import { podPlanGeneration } from "./pod-state.js";
+import { buildPlan } from "./pods/pod-builder.js";
+import { podPlanGeneration } from "./pods/pod-state.js";
 
 /** The rules the input names, or those of the controller's flags. */
 export function rulesOf(input: {

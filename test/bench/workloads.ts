@@ -4,7 +4,7 @@
 import { resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { limitDefaults, loadControllerConfig } from "../../src/controller/config.js";
-import { buildPod } from "../../src/controller/pod-builder.js";
+import { buildPod } from "../../src/controller/pods/pod-builder.js";
 
 export const PLAYBOOKS = "/apis/playbook.dev/v1alpha1";
 export const JOBS = "/apis/batch/v1";

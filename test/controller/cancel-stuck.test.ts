@@ -6,7 +6,7 @@
 import type { V1Pod } from "@kubernetes/client-node";
 import { afterAll, describe, expect, it } from "vitest";
 import { BACKSTOP_SLACK_MS } from "../../src/controller/decision.js";
-import { TERMINATING_SLACK_MS } from "../../src/controller/terminating.js";
+import { TERMINATING_SLACK_MS } from "../../src/controller/pods/terminating.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { SCRIPTED_NODE_NAME, scheduledPod, scriptManually, startPod } from "../harness/scripted-node.js";
 import {

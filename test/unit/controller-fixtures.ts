@@ -5,8 +5,8 @@ import { PlaybookSpecSchema, type PlaybookStatus } from "../../src/api/playbook.
 import { encodeReport, type RunOutcome } from "../../src/api/report.js";
 import type { PodView, StoredPlaybook } from "../../src/controller/objects.js";
 import { planDefaults } from "../../src/controller/plan-digest.js";
-import { buildPod } from "../../src/controller/pod-builder.js";
-import type { ReconcileSettings } from "../../src/controller/reconcile.js";
+import type { ReconcileSettings } from "../../src/controller/playbook/reconcile.js";
+import { buildPod } from "../../src/controller/pods/pod-builder.js";
 
 export const T0 = new Date("2026-01-01T00:00:00.000Z");
 export const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);

@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import type { TaskOutcome } from "../../src/api/report.js";
 import { ControllerMetrics } from "../../src/controller/metrics.js";
-import { decide, type FinishedRun } from "../../src/controller/reconcile.js";
+import { decide, type FinishedRun } from "../../src/controller/playbook/reconcile.js";
 import { at, exitCodeOf, playbook, pod, report, SETTINGS, T0 } from "./controller-fixtures.js";
 import { labelNamesOf, sample } from "./metrics-text.js";
 

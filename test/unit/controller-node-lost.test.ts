@@ -3,9 +3,9 @@
 // stopped for good is test/real-node/faults.test.ts.
 import { describe, expect, it } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
-import { NODE_SILENCE_MS, nodeSilenceOf } from "../../src/controller/node-lost.js";
 import type { PodView } from "../../src/controller/objects.js";
-import { decide, type ReconcileInput } from "../../src/controller/reconcile.js";
+import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
+import { NODE_SILENCE_MS, nodeSilenceOf } from "../../src/controller/pods/node-lost.js";
 import { at, playbook, pod, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
 
 function input(partial: Partial<ReconcileInput>): ReconcileInput {

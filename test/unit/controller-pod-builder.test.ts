@@ -14,7 +14,7 @@ import {
   alternatePodName,
   buildPod,
   podNameFor,
-} from "../../src/controller/pod-builder.js";
+} from "../../src/controller/pods/pod-builder.js";
 import { at, SETTINGS, T0 } from "./controller-fixtures.js";
 
 type Container = Record<string, unknown> & { securityContext?: Record<string, unknown> };

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
 import type { TaskOutcome } from "../../src/api/report.js";
-import { type Decision, decide, type ReconcileInput } from "../../src/controller/reconcile.js";
+import { type Decision, decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
 import { at, exitCodeOf, playbook, pod, report, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
 
 const succeeded = (condition: PlaybookStatus | null | undefined) =>

@@ -3,7 +3,7 @@
 import { describe, expect, it } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
 import type { PodView } from "../../src/controller/objects.js";
-import { decide, type ReconcileInput } from "../../src/controller/reconcile.js";
+import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
 import { at, playbook, pod, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
 
 const succeeded = (status: PlaybookStatus | null | undefined) =>

@@ -1,7 +1,7 @@
 // A run cancelled with a reason (a CronPlaybook's Replace) ends Cancelled with that reason first.
 import { describe, expect, it } from "vitest";
 import { ANNOTATION_CANCEL_REASON } from "../../src/api/playbook.js";
-import { decide } from "../../src/controller/reconcile.js";
+import { decide } from "../../src/controller/playbook/reconcile.js";
 import { playbook, SETTINGS, T0 } from "./controller-fixtures.js";
 
 describe("a cancel reason", () => {

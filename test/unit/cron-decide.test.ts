@@ -13,8 +13,8 @@ import {
 } from "../../src/api/cron-playbook.js";
 import { dueTimes, readSchedule } from "../../src/api/cron-schedule.js";
 import { clusterRules } from "../../src/api/policy.js";
-import type { StoredCronPlaybook } from "../../src/controller/cron-objects.js";
-import { type CronDecision, type CronInput, decideCron } from "../../src/controller/decide-cron.js";
+import type { StoredCronPlaybook } from "../../src/controller/cron/cron-objects.js";
+import { type CronDecision, type CronInput, decideCron } from "../../src/controller/cron/decide-cron.js";
 import type { StoredPlaybook } from "../../src/controller/objects.js";
 import { SETTINGS } from "./controller-fixtures.js";
 

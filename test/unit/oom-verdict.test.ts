@@ -5,7 +5,7 @@
 // of its own: a runner OOMKilled wrote no report it can be trusted for, and the run is RunnerLost.
 import { describe, expect, it } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
-import { decide, type ReconcileInput } from "../../src/controller/reconcile.js";
+import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
 import { at, playbook, pod, report, SETTINGS, T0 } from "./controller-fixtures.js";
 
 function input(partial: Partial<ReconcileInput>): ReconcileInput {

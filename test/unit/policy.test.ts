@@ -15,8 +15,8 @@ import {
 import { loadControllerConfig } from "../../src/controller/config.js";
 import { ControllerMetrics } from "../../src/controller/metrics.js";
 import type { StoredPlaybook } from "../../src/controller/objects.js";
-import { slotState } from "../../src/controller/policy-queue.js";
-import { type Action, decide, type ReconcileInput } from "../../src/controller/reconcile.js";
+import { type Action, decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
+import { slotState } from "../../src/controller/policy/policy-queue.js";
 import { playbook, SETTINGS, T0 } from "./controller-fixtures.js";
 
 const CLUSTER = { runnerImage: "runner:test", allowedServiceAccounts: [], allowedImages: [] };

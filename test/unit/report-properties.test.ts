@@ -16,7 +16,7 @@ import {
   type RunOutcome,
   type TaskOutcome,
 } from "../../src/api/report.js";
-import { decide, type ReconcileInput } from "../../src/controller/reconcile.js";
+import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
 import { at, playbook, pod, SETTINGS, T0 } from "./controller-fixtures.js";
 
 const SEED = Number(process.env.PROPERTY_SEED ?? 20261130);

@@ -8,8 +8,8 @@ import type { RunOutcome, TaskOutcome } from "../../src/api/report.js";
 import { decodeReport } from "../../src/api/report.js";
 import { ControllerMetrics } from "../../src/controller/metrics.js";
 import type { ContainerTerminated, PodView } from "../../src/controller/objects.js";
-import { decide, type ReconcileInput } from "../../src/controller/reconcile.js";
-import { CLOCK_SLACK_MS, type DistrustWhy, judgeReport } from "../../src/controller/report-trust.js";
+import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
+import { CLOCK_SLACK_MS, type DistrustWhy, judgeReport } from "../../src/controller/pods/report-trust.js";
 import { at, playbook, pod, report, SETTINGS, T0 } from "./controller-fixtures.js";
 import { sample } from "./metrics-text.js";
 

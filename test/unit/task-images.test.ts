@@ -16,7 +16,7 @@ import {
   resolveTaskContainers,
   taskContainersEnv,
 } from "../../src/api/task-images.js";
-import { decide } from "../../src/controller/reconcile.js";
+import { decide } from "../../src/controller/playbook/reconcile.js";
 import { playbook, SETTINGS, T0 } from "./controller-fixtures.js";
 
 const header = "apiVersion: playbook.dev/v1alpha1\nkind: Playbook\nmetadata:\n  name: demo\n";

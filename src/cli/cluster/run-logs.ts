@@ -9,7 +9,7 @@ import { statusCodeOf } from "../../runtime/api-errors.js";
 import { type Cluster, describeApiFailure } from "./connection.js";
 import type { ClusterPlaybook } from "./playbooks.js";
 
-/** The pod's container the runner is in (src/controller/pod-builder.ts's RUNNER_CONTAINER). */
+/** The pod's container the runner is in (src/controller/pods/pod-builder.ts's RUNNER_CONTAINER). */
 export const RUNNER_CONTAINER = "runner";
 /** Labels the controller puts on a run's pods (src/controller/objects.ts). */
 const LABEL_NAME = "playbook.dev/name";

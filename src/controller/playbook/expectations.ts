@@ -2,7 +2,7 @@
 // expectations do): a pod it created that the pod cache does not list yet, and the
 // resourceVersion a status write went over, which the Playbook cache still holds until the
 // write's watch event arrives.
-import { keyOf, type PodView, type StoredPlaybook } from "./objects.js";
+import { keyOf, type PodView, type StoredPlaybook } from "../objects.js";
 
 // How long a write is trusted while the cache has not shown it. Timed on the monotonic clock:
 // it is about this process's cache lag, not about the run, whose decisions use the injected clock.

@@ -2,20 +2,20 @@
 // pure function of the policy and the Playbooks it governs, and its writing, while leading and
 // not too often (a burst of Playbook events makes one write).
 import type { Logger } from "pino";
-import { setCondition } from "../api/conditions.js";
-import { API_VERSION, GROUP, VERSION } from "../api/playbook.js";
+import { setCondition } from "../../api/conditions.js";
+import { API_VERSION, GROUP, VERSION } from "../../api/playbook.js";
 import {
   GOVERNING_POLICY_NAME,
   POLICY_KIND,
   POLICY_PLURAL,
   type PolicyStatus,
   policyProblems,
-} from "../api/policy.js";
-import { apiErrorMessage, isConflict, isNotFound } from "../runtime/api-errors.js";
-import type { KubeClients } from "../runtime/kube-config.js";
-import type { ControllerMetrics } from "./metrics.js";
-import { readPolicySpec, type StoredPlaybook, type StoredPolicy } from "./objects.js";
-import { isFinished } from "./status.js";
+} from "../../api/policy.js";
+import { apiErrorMessage, isConflict, isNotFound } from "../../runtime/api-errors.js";
+import type { KubeClients } from "../../runtime/kube-config.js";
+import type { ControllerMetrics } from "../metrics.js";
+import { readPolicySpec, type StoredPlaybook, type StoredPolicy } from "../objects.js";
+import { isFinished } from "../status.js";
 
 export const READY = "Ready";
 /** A policy's status is written at most this often for a change of its governed count alone. */

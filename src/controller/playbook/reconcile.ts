@@ -2,17 +2,11 @@
 // the run (its pod's plan, the plan on record rebuilt, or a new one from the spec), then the
 // decision against it: what to create or delete, the status to write and the events to record.
 // The controller applies the decision.
-import { canonical } from "../api/plan.js";
-import type { PlaybookSpec } from "../api/playbook.js";
-import { podSettings } from "../api/policy.js";
-import { resolveTaskContainers } from "../api/task-images.js";
-import type { RecordedEvent } from "../runtime/events.js";
-import { withCancelReason } from "./cancel-reason.js";
-import { decideActivePod } from "./decide-active.js";
-import { decideCancel } from "./decide-cancel.js";
-import { decideEndedPod } from "./decide-ended.js";
-import { queuedDecision } from "./decide-queued.js";
-import { decideFirstPod, decideLost } from "./decide-start.js";
+import { canonical } from "../../api/plan.js";
+import type { PlaybookSpec } from "../../api/playbook.js";
+import { podSettings } from "../../api/policy.js";
+import { resolveTaskContainers } from "../../api/task-images.js";
+import type { RecordedEvent } from "../../runtime/events.js";
 import {
   type Action,
   cancelledTasks,
@@ -22,11 +16,11 @@ import {
   type ReconcileSettings,
   type RunState,
   settle,
-} from "./decision.js";
-import type { FinishedRun } from "./finished-run.js";
-import { type PodView, podAttemptOf, type StoredPlaybook } from "./objects.js";
-import { podNameFor } from "./pod-builder.js";
-import { currentPod, isPodFinished } from "./pod-state.js";
+} from "../decision.js";
+import { type PodView, podAttemptOf, type StoredPlaybook } from "../objects.js";
+import type { FinishedRun } from "../pods/finished-run.js";
+import { podNameFor } from "../pods/pod-builder.js";
+import { currentPod, isPodFinished } from "../pods/pod-state.js";
 import {
   adoptedPlan,
   newPlan,
@@ -35,8 +29,14 @@ import {
   rebuiltPlan,
   rulesOf,
   validateSpec,
-} from "./run-plan.js";
-import { isFinished, type StatusBase, settledStatus } from "./status.js";
+} from "../run-plan.js";
+import { isFinished, type StatusBase, settledStatus } from "../status.js";
+import { withCancelReason } from "./cancel-reason.js";
+import { decideActivePod } from "./decide-active.js";
+import { decideCancel } from "./decide-cancel.js";
+import { decideEndedPod } from "./decide-ended.js";
+import { queuedDecision } from "./decide-queued.js";
+import { decideFirstPod, decideLost } from "./decide-start.js";
 
 // decide's input and output, named where its callers and tests look for it.
 export type { Action, Decision, FinishedRun, ReconcileInput, ReconcileSettings };

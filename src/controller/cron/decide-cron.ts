@@ -3,7 +3,7 @@
 // cancel (Replace) or delete (history), the status to write and the events to record. The
 // CronPlaybook controller (cron-controller.ts) applies it with the CronWriter.
 import { isDeepStrictEqual } from "node:util";
-import { type ConditionInput, setCondition } from "../api/conditions.js";
+import { type ConditionInput, setCondition } from "../../api/conditions.js";
 import {
   ANNOTATION_SCHEDULED_AT,
   ANNOTATION_TRIGGER,
@@ -19,18 +19,18 @@ import {
   type LastTrigger,
   manualRunName,
   scheduledRunName,
-} from "../api/cron-playbook.js";
-import { dueTimes, readSchedule, type Schedule } from "../api/cron-schedule.js";
-import { formatDuration, parseDuration } from "../api/duration.js";
-import { zodProblems } from "../api/manifest.js";
-import { ANNOTATION_CANCEL_REASON, API_VERSION, KIND } from "../api/playbook.js";
-import type { NamespaceRules } from "../api/policy.js";
-import type { RecordedEvent } from "../runtime/events.js";
+} from "../../api/cron-playbook.js";
+import { dueTimes, readSchedule, type Schedule } from "../../api/cron-schedule.js";
+import { formatDuration, parseDuration } from "../../api/duration.js";
+import { zodProblems } from "../../api/manifest.js";
+import { ANNOTATION_CANCEL_REASON, API_VERSION, KIND } from "../../api/playbook.js";
+import type { NamespaceRules } from "../../api/policy.js";
+import type { RecordedEvent } from "../../runtime/events.js";
+import type { ReconcileSettings } from "../decision.js";
+import type { OwnedMetadata, StoredPlaybook } from "../objects.js";
+import { rulesOf, validateSpec } from "../run-plan.js";
+import { isFinished } from "../status.js";
 import { rfc3339, type StoredCronPlaybook, scheduledAtOf } from "./cron-objects.js";
-import type { ReconcileSettings } from "./decision.js";
-import type { OwnedMetadata, StoredPlaybook } from "./objects.js";
-import { rulesOf, validateSpec } from "./run-plan.js";
-import { isFinished } from "./status.js";
 
 export interface CronInput {
   cron: StoredCronPlaybook;

@@ -1,8 +1,7 @@
 // A pod that ended: the runner's report decides, unless the kubelet's deadline, an eviction or a
 // deletion did, or the run was cancelled.
-import { formatDuration } from "../api/duration.js";
-import type { ReportContext } from "../api/report.js";
-import { decideLost } from "./decide-start.js";
+import { formatDuration } from "../../api/duration.js";
+import type { ReportContext } from "../../api/report.js";
 import {
   BACKSTOP_SLACK_MS,
   cancelledTasks,
@@ -10,9 +9,9 @@ import {
   progress,
   type RunState,
   settle,
-} from "./decision.js";
-import type { PodView } from "./objects.js";
-import { terminationGraceSeconds } from "./pod-builder.js";
+} from "../decision.js";
+import type { PodView } from "../objects.js";
+import { terminationGraceSeconds } from "../pods/pod-builder.js";
 import {
   describeEndedContainer,
   describeKubeletVerdict,
@@ -23,9 +22,9 @@ import {
   runnerEnded,
   runnerOomHint,
   settleWaitMs,
-} from "./pod-state.js";
-
-import { markUnfinished, runStatusFromReport, settledStatus } from "./status.js";
+} from "../pods/pod-state.js";
+import { markUnfinished, runStatusFromReport, settledStatus } from "../status.js";
+import { decideLost } from "./decide-start.js";
 
 /** The tasks' images and, for a task the runner reports lost with its container, what the kubelet says of it. */
 function reportContext(state: RunState, pod: PodView): ReportContext {

@@ -3,18 +3,18 @@
 // show it, so the next pass neither reads a pod as missing nor writes over a stale status.
 import type { Logger } from "pino";
 import { z } from "zod";
-import { parseDuration } from "../api/duration.js";
-import { API_VERSION, GROUP, KIND, PLURAL, type PlaybookStatus, VERSION } from "../api/playbook.js";
-import { apiErrorMessage, isConflict, isNotFound, statusCodeOf } from "../runtime/api-errors.js";
-import type { Clock } from "../runtime/clock.js";
-import { EventRecorder, type EventTarget, eventApiOf } from "../runtime/events.js";
-import type { KubeClients } from "../runtime/kube-config.js";
-import type { Action, Decision } from "./decision.js";
+import { parseDuration } from "../../api/duration.js";
+import { API_VERSION, GROUP, KIND, PLURAL, type PlaybookStatus, VERSION } from "../../api/playbook.js";
+import { apiErrorMessage, isConflict, isNotFound, statusCodeOf } from "../../runtime/api-errors.js";
+import type { Clock } from "../../runtime/clock.js";
+import { EventRecorder, type EventTarget, eventApiOf } from "../../runtime/events.js";
+import type { KubeClients } from "../../runtime/kube-config.js";
+import type { Action, Decision } from "../decision.js";
+import type { ControllerMetrics } from "../metrics.js";
+import { type PodView, parsePod, type StoredPlaybook } from "../objects.js";
+import { PodCreateFailedError, PodNameTakenError, PodRefusedError } from "../reconcile-errors.js";
+import { createFailedStatus, sameStatus } from "../status.js";
 import { WriteExpectations } from "./expectations.js";
-import type { ControllerMetrics } from "./metrics.js";
-import { type PodView, parsePod, type StoredPlaybook } from "./objects.js";
-import { PodCreateFailedError, PodNameTakenError, PodRefusedError } from "./reconcile-errors.js";
-import { createFailedStatus, sameStatus } from "./status.js";
 
 export interface WriterDeps {
   clients: KubeClients;

@@ -1,10 +1,10 @@
 // Creating the run's pods: the first attempt, the next one after a loss (while backoffLimit
 // allows), each checked against the namespace's policy and named so a held name is never reused.
-import { formatDuration } from "../api/duration.js";
-import { PLAN_ANNOTATION, PlanTooLargeError, parsePlan, planDigest } from "../api/plan.js";
-import type { PlaybookStatus } from "../api/playbook.js";
-import { checkPolicy } from "../api/policy.js";
-import type { RecordedEvent } from "../runtime/events.js";
+import { formatDuration } from "../../api/duration.js";
+import { PLAN_ANNOTATION, PlanTooLargeError, parsePlan, planDigest } from "../../api/plan.js";
+import type { PlaybookStatus } from "../../api/playbook.js";
+import { checkPolicy } from "../../api/policy.js";
+import type { RecordedEvent } from "../../runtime/events.js";
 import {
   type Action,
   cancelledTasks,
@@ -14,11 +14,11 @@ import {
   type ReconcileInput,
   type RunState,
   settle,
-} from "./decision.js";
+} from "../decision.js";
 
-import { alternatePodName, buildPod, podNameFor } from "./pod-builder.js";
-import { rulesOf } from "./run-plan.js";
-import { describeDeadline, progressStatus, settledStatus } from "./status.js";
+import { alternatePodName, buildPod, podNameFor } from "../pods/pod-builder.js";
+import { rulesOf } from "../run-plan.js";
+import { describeDeadline, progressStatus, settledStatus } from "../status.js";
 
 /**
  * No pod was ever created: create the first attempt. The run starts at the first try, so a pod

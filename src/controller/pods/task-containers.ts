@@ -4,8 +4,8 @@
 // the runner over a unix socket. Every task container shares the pod's process namespace, user and
 // group (1000), so an agent can signal any process of its tasks; the runner runs as another user,
 // so no task can signal, trace or overwrite it.
-import type { PodSettings } from "../api/policy.js";
-import type { TaskContainers } from "../api/task-images.js";
+import type { PodSettings } from "../../api/policy.js";
+import type { TaskContainers } from "../../api/task-images.js";
 
 /** The user and group of every task and agent (the pod's), and the group the runner shares with them. */
 export const TASK_UID = 1000;

@@ -1,10 +1,10 @@
 // What a finished run tells besides its status: its metrics (duration, limit fired, how much of
 // each limit it used) and the events that close its story.
-import { formatDuration } from "../api/duration.js";
-import type { ResolvedLimits } from "../api/limits.js";
-import type { PlaybookStatus } from "../api/playbook.js";
-import { isLimitReason, type TerminalReason } from "../api/reasons.js";
-import type { RecordedEvent } from "../runtime/events.js";
+import { formatDuration } from "../../api/duration.js";
+import type { ResolvedLimits } from "../../api/limits.js";
+import type { PlaybookStatus } from "../../api/playbook.js";
+import { isLimitReason, type TerminalReason } from "../../api/reasons.js";
+import type { RecordedEvent } from "../../runtime/events.js";
 import type { DistrustWhy } from "./report-trust.js";
 
 /** How much of an effective limit a run or task used, for the near-miss histogram. */

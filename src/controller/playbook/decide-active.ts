@@ -1,8 +1,7 @@
 // A pod that has not ended: its progress, unless it never started within its start timeout or
 // the run's ceiling, or outlived its activeDeadlineSeconds without its node stopping it.
-import { formatDuration } from "../api/duration.js";
-import type { ResolvedLimits } from "../api/limits.js";
-import { decideLost, pendingMessage } from "./decide-start.js";
+import { formatDuration } from "../../api/duration.js";
+import type { ResolvedLimits } from "../../api/limits.js";
 import {
   BACKSTOP_SLACK_MS,
   cancelledTasks,
@@ -10,13 +9,14 @@ import {
   progress,
   type RunState,
   settle,
-} from "./decision.js";
+} from "../decision.js";
+import type { PodView } from "../objects.js";
 
-import { type NodeSilence, nodeSilenceOf } from "./node-lost.js";
-import type { PodView } from "./objects.js";
-import { DEADLINE_MARGIN_SECONDS } from "./pod-builder.js";
-import { describeHold, describeWaiting, podStarted } from "./pod-state.js";
-import { progressStatus, settledStatus } from "./status.js";
+import { type NodeSilence, nodeSilenceOf } from "../pods/node-lost.js";
+import { DEADLINE_MARGIN_SECONDS } from "../pods/pod-builder.js";
+import { describeHold, describeWaiting, podStarted } from "../pods/pod-state.js";
+import { progressStatus, settledStatus } from "../status.js";
+import { decideLost, pendingMessage } from "./decide-start.js";
 
 /** A pod that has not ended: report its progress, unless it never started or outlived its deadline. */
 export function decideActivePod(state: RunState, pod: PodView): Decision {

@@ -1,11 +1,11 @@
 // A run waiting for a slot of its namespace's running-Playbooks cap (policy-queue.ts says who
 // holds the slots): it stays Pending, saying so, and looks again now and then.
-import { setCondition } from "../api/conditions.js";
-import { describeRunLimits } from "../api/limits.js";
-import type { PlaybookStatus } from "../api/playbook.js";
-import type { Decision } from "./decision.js";
-import { QUEUED_REASON, type SlotState } from "./policy-queue.js";
-import { type StatusBase, SUCCEEDED, sameStatus } from "./status.js";
+import { setCondition } from "../../api/conditions.js";
+import { describeRunLimits } from "../../api/limits.js";
+import type { PlaybookStatus } from "../../api/playbook.js";
+import type { Decision } from "../decision.js";
+import { QUEUED_REASON, type SlotState } from "../policy/policy-queue.js";
+import { type StatusBase, SUCCEEDED, sameStatus } from "../status.js";
 
 /** How often a waiting run looks again should the event of a freed slot be missed. */
 export const QUEUED_RECHECK_MS = 30_000;

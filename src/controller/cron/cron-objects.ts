@@ -5,8 +5,8 @@ import {
   ANNOTATION_SCHEDULED_AT,
   CronPlaybookStatusSchema,
   LABEL_CRON_PLAYBOOK,
-} from "../api/cron-playbook.js";
-import { keyOf, MetaSchema, type StoredPlaybook } from "./objects.js";
+} from "../../api/cron-playbook.js";
+import { keyOf, MetaSchema, type StoredPlaybook } from "../objects.js";
 
 export const StoredCronPlaybookSchema = z.looseObject({
   apiVersion: z.string(),

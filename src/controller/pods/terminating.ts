@@ -2,9 +2,9 @@
 // waits for it as long as its grace and the runner's report allow, then stops waiting, as the
 // other stop paths do, so the run settles instead of staying Running for ever.
 import { z } from "zod";
-import { formatDuration } from "../api/duration.js";
-import type { ResolvedLimits } from "../api/limits.js";
-import type { PodView } from "./objects.js";
+import { formatDuration } from "../../api/duration.js";
+import type { ResolvedLimits } from "../../api/limits.js";
+import type { PodView } from "../objects.js";
 import { terminationGraceSeconds } from "./pod-builder.js";
 
 /** How long past its grace a terminating pod is waited for: the time a node takes to report. */

@@ -3,7 +3,7 @@
 // deadline as backstop. The runner container runs the plan; each task runs in the container of its
 // image (task-containers.ts), started there by the agent on the runner's word.
 import { createHash } from "node:crypto";
-import type { LimitDefaults, ResolvedLimits } from "../api/limits.js";
+import type { LimitDefaults, ResolvedLimits } from "../../api/limits.js";
 import {
   PLAN_ANNOTATION,
   PLAN_DIGEST_ENV_VAR,
@@ -15,15 +15,15 @@ import {
   planDigest,
   type RunPlan,
   serializePlan,
-} from "../api/plan.js";
-import { API_VERSION, KIND, type PlaybookSpec } from "../api/playbook.js";
-import type { PodSettings } from "../api/policy.js";
+} from "../../api/plan.js";
+import { API_VERSION, KIND, type PlaybookSpec } from "../../api/playbook.js";
+import type { PodSettings } from "../../api/policy.js";
 import {
   resolveTaskContainers,
   TASK_CONTAINERS_ENV_VAR,
   type TaskContainers,
   taskContainersEnv,
-} from "../api/task-images.js";
+} from "../../api/task-images.js";
 import {
   ANNOTATION_RUN_START,
   LABEL_MANAGED_BY,
@@ -32,7 +32,7 @@ import {
   MANAGED_BY,
   type OwnedMetadata,
   RUNNER_CONTAINER,
-} from "./objects.js";
+} from "../objects.js";
 import {
   agentInstallContainer,
   RESTRICTED_CONTAINER,

@@ -3,7 +3,7 @@
 // per namespace so that two workers never hand out the same slot of a running-Playbooks cap. The
 // policies' status is policy-status.ts's, which the governor drives from its cache.
 import type { Logger } from "pino";
-import { GROUP, VERSION } from "../api/playbook.js";
+import { GROUP, VERSION } from "../../api/playbook.js";
 import {
   type ClusterAllowances,
   clusterRules,
@@ -11,18 +11,18 @@ import {
   type NamespaceRules,
   POLICY_PLURAL,
   policyRules,
-} from "../api/policy.js";
-import type { ListPage } from "../runtime/api-client.js";
-import { Informer } from "../runtime/informer.js";
-import type { KubeClients } from "../runtime/kube-config.js";
-import type { ControllerMetrics } from "./metrics.js";
+} from "../../api/policy.js";
+import type { ListPage } from "../../runtime/api-client.js";
+import { Informer } from "../../runtime/informer.js";
+import type { KubeClients } from "../../runtime/kube-config.js";
+import type { ControllerMetrics } from "../metrics.js";
 import {
   keyOf,
   parseStoredPolicy,
   readPolicySpec,
   type StoredPlaybook,
   type StoredPolicy,
-} from "./objects.js";
+} from "../objects.js";
 import { desiredPolicyStatus, POLICY_STATUS_INTERVAL_MS, PolicyStatusWriter } from "./policy-status.js";
 
 export interface GovernorDeps {

@@ -4,20 +4,20 @@
 // clock of its own (tests move it; docs/development.md) and applies the decision with the
 // CronWriter; it comes back at the next scheduled time.
 import type { Logger } from "pino";
-import { CRON_PLURAL, CRON_STALE } from "../api/cron-playbook.js";
-import { GROUP, VERSION } from "../api/playbook.js";
-import type { NamespaceRules } from "../api/policy.js";
-import { apiErrorMessage, isConflict } from "../runtime/api-errors.js";
-import type { Clock } from "../runtime/clock.js";
-import type { EventRecorder } from "../runtime/events.js";
-import { Informer } from "../runtime/informer.js";
-import type { KubeClients } from "../runtime/kube-config.js";
-import { WorkQueue } from "../runtime/work-queue.js";
+import { CRON_PLURAL, CRON_STALE } from "../../api/cron-playbook.js";
+import { GROUP, VERSION } from "../../api/playbook.js";
+import type { NamespaceRules } from "../../api/policy.js";
+import { apiErrorMessage, isConflict } from "../../runtime/api-errors.js";
+import type { Clock } from "../../runtime/clock.js";
+import type { EventRecorder } from "../../runtime/events.js";
+import { Informer } from "../../runtime/informer.js";
+import type { KubeClients } from "../../runtime/kube-config.js";
+import { WorkQueue } from "../../runtime/work-queue.js";
+import type { ReconcileSettings } from "../decision.js";
+import { keyOf, type StoredPlaybook, splitKey, withoutUnreadFields } from "../objects.js";
 import { cronKeyOfRun, isRunOf, parseStoredCronPlaybook, type StoredCronPlaybook } from "./cron-objects.js";
 import { type CronMetricsSink, CronWriter, noCronMetrics } from "./cron-writer.js";
 import { type CronDecision, decideCron } from "./decide-cron.js";
-import type { ReconcileSettings } from "./decision.js";
-import { keyOf, type StoredPlaybook, splitKey, withoutUnreadFields } from "./objects.js";
 
 export interface CronControllerDeps {
   /** The namespaces watched; "" for all. */

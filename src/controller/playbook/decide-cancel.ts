@@ -1,9 +1,8 @@
 // spec.cancel: a started pod is stopped at a lowered activeDeadlineSeconds and kept for its logs,
 // one no node took is deleted, and a pod that does not stop is given up on after its grace.
-import { formatDuration } from "../api/duration.js";
-import type { ResolvedLimits } from "../api/limits.js";
-import type { PlaybookStatus } from "../api/playbook.js";
-import { decideEndedPod } from "./decide-ended.js";
+import { formatDuration } from "../../api/duration.js";
+import type { ResolvedLimits } from "../../api/limits.js";
+import type { PlaybookStatus } from "../../api/playbook.js";
 import {
   type Action,
   BACKSTOP_SLACK_MS,
@@ -12,13 +11,13 @@ import {
   progress,
   type RunState,
   settle,
-} from "./decision.js";
-
-import type { PodView } from "./objects.js";
-import { terminationGraceSeconds } from "./pod-builder.js";
-import { isPodFinished, podActiveDeadlineSeconds, podDeadline } from "./pod-state.js";
-import { progressStatus, settledStatus } from "./status.js";
-import { describeStuckTermination, type Termination, terminationOf } from "./terminating.js";
+} from "../decision.js";
+import type { PodView } from "../objects.js";
+import { terminationGraceSeconds } from "../pods/pod-builder.js";
+import { isPodFinished, podActiveDeadlineSeconds, podDeadline } from "../pods/pod-state.js";
+import { describeStuckTermination, type Termination, terminationOf } from "../pods/terminating.js";
+import { progressStatus, settledStatus } from "../status.js";
+import { decideEndedPod } from "./decide-ended.js";
 
 export function decideCancel(state: RunState, pod: PodView | undefined): Decision {
   const { base } = state;

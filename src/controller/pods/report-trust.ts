@@ -5,9 +5,9 @@
 // the runner's life: the report is not the runner's word, and the run ends RunnerLost saying why.
 // Pure readers of the pod as the API server shows it.
 import { constants } from "node:os";
-import { exitCodeForReason } from "../api/exit-codes.js";
-import type { RunnerReport } from "../api/report.js";
-import { type ContainerTerminated, type PodView, RUNNER_CONTAINER } from "./objects.js";
+import { exitCodeForReason } from "../../api/exit-codes.js";
+import type { RunnerReport } from "../../api/report.js";
+import { type ContainerTerminated, type PodView, RUNNER_CONTAINER } from "../objects.js";
 
 /** Why a report was not trusted: the `why` of playbook_untrusted_reports_total. */
 export const DISTRUST_WHYS = ["killed", "exit-code", "never-started", "times"] as const;

@@ -2,9 +2,9 @@
 // derived from what the caches show (never from this process's memory, so a restarted controller
 // counts the same), and who waits for one, in creation order. The Pending status of a waiting run
 // is decide-queued.ts's.
-import { keyOf, type PodView, type StoredPlaybook } from "./objects.js";
-import { isPodFinished } from "./pod-state.js";
-import { isFinished, SUCCEEDED } from "./status.js";
+import { keyOf, type PodView, type StoredPlaybook } from "../objects.js";
+import { isPodFinished } from "../pods/pod-state.js";
+import { isFinished, SUCCEEDED } from "../status.js";
 
 /** The Succeeded condition's reason (status Unknown) of a run waiting for a slot. */
 export const QUEUED_REASON = "Queued";

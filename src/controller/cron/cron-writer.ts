@@ -2,18 +2,18 @@
 // one (its deterministic name makes a repeated create AlreadyExists, never a second run), one
 // status write, delete the runs past the history limits — then its events and metrics.
 import type { Logger } from "pino";
-import { CRON_KIND, CRON_PLURAL } from "../api/cron-playbook.js";
-import { ANNOTATION_CANCEL_REASON, API_VERSION, GROUP, PLURAL, VERSION } from "../api/playbook.js";
-import { apiErrorMessage, isConflict, isNotFound, statusCodeOf } from "../runtime/api-errors.js";
-import type { Clock } from "../runtime/clock.js";
-import type { EventRecorder, EventTarget } from "../runtime/events.js";
-import type { KubeClients } from "../runtime/kube-config.js";
+import { CRON_KIND, CRON_PLURAL } from "../../api/cron-playbook.js";
+import { ANNOTATION_CANCEL_REASON, API_VERSION, GROUP, PLURAL, VERSION } from "../../api/playbook.js";
+import { apiErrorMessage, isConflict, isNotFound, statusCodeOf } from "../../runtime/api-errors.js";
+import type { Clock } from "../../runtime/clock.js";
+import type { EventRecorder, EventTarget } from "../../runtime/events.js";
+import type { KubeClients } from "../../runtime/kube-config.js";
+import { parseStoredPlaybook } from "../objects.js";
 import type { StoredCronPlaybook } from "./cron-objects.js";
 import type { CronDecision, RunToCreate } from "./decide-cron.js";
-import { parseStoredPlaybook } from "./objects.js";
 
 /**
- * What the CronPlaybook controller counts (src/controller/cron-metrics.ts's CronMetrics has these
+ * What the CronPlaybook controller counts (src/controller/cron/cron-metrics.ts's CronMetrics has these
  * methods): every count is by namespace.
  */
 export interface CronMetricsSink {

@@ -1,9 +1,9 @@
 // What a pod says about its run: whether it ended, the runner's report, what the kubelet said,
 // and whether the infrastructure took it away. Pure readers of the pod as the API server has it.
 import { z } from "zod";
-import { PLAN_GENERATION_ANNOTATION } from "../api/plan.js";
-import { decodeReport, InvalidReportError, type RunnerReport } from "../api/report.js";
-import { type ContainerTerminated, type PodView, podAttemptOf, RUNNER_CONTAINER } from "./objects.js";
+import { PLAN_GENERATION_ANNOTATION } from "../../api/plan.js";
+import { decodeReport, InvalidReportError, type RunnerReport } from "../../api/report.js";
+import { type ContainerTerminated, type PodView, podAttemptOf, RUNNER_CONTAINER } from "../objects.js";
 import { RUNNER_RESOURCES } from "./pod-builder.js";
 import { type DistrustWhy, judgeEnding, judgeReport, killedBy } from "./report-trust.js";
 

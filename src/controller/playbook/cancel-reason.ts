@@ -1,9 +1,9 @@
 // A cancelled run says who cancelled it and why when the canceller wrote it down: the annotation
 // playbook.dev/cancel-reason (a CronPlaybook's Replace names the run that replaced it) begins the
 // message of the run's Cancelled condition and of its RunCancelled event.
-import { ANNOTATION_CANCEL_REASON } from "../api/playbook.js";
-import type { Decision } from "./decision.js";
-import type { StoredPlaybook } from "./objects.js";
+import { ANNOTATION_CANCEL_REASON } from "../../api/playbook.js";
+import type { Decision } from "../decision.js";
+import type { StoredPlaybook } from "../objects.js";
 
 export function withCancelReason(playbook: StoredPlaybook, decision: Decision): Decision {
   const why = playbook.metadata.annotations?.[ANNOTATION_CANCEL_REASON];

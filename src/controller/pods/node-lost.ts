@@ -7,7 +7,7 @@
 // (a one-node cluster whose node is) it evicts nothing at all ("master disruption mode"). Left
 // alone, such a run would stay Running until its ceiling's backstop. Pure readers of the pod.
 import { z } from "zod";
-import { type PodView, RUNNER_CONTAINER } from "./objects.js";
+import { type PodView, RUNNER_CONTAINER } from "../objects.js";
 
 /**
  * How long the controller waits, after the node lifecycle controller marked a running pod not
