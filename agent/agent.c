@@ -33,6 +33,15 @@
 #endif
 
 #define MAX_PAYLOAD (1u << 20)
+/* The runner takes at most this much before a hello: the hello is cut to fit (environment last). */
+#define MAX_HELLO_PAYLOAD (64u << 10)
+/* The connection's key, hex, sent before the hello: the runner reads nothing else first. */
+#define KEY_LENGTH 64
+/* Output queued for the runner beyond this and the task pipes are not read: a runner that is
+ * behind holds its tasks at their pipes, while its frames (kills, fences) are still read. */
+#define OUT_HIGH (256u << 10)
+/* Room for one more output frame and the control frames (P, X, C, F, R) that follow it. */
+#define OUT_CAP (OUT_HIGH + 5 + 4 + CHUNK + (64u << 10))
 #define MAX_TASKS 64
 #define CHUNK 65536
 #define CONNECT_WAIT_MS 60000
@@ -118,11 +127,55 @@ static int write_all(int fd, const void *buf, size_t len)
 
 static void kill_descendants_and_exit(int code);
 
+/* Frames to the runner go through one queue, written as the socket takes them (it is non-blocking
+ * once the hello is out), so the agent never blocks in a write while the runner is not reading:
+ * it goes on reading the runner's frames and stops reading the task pipes instead. */
+static unsigned char outq[OUT_CAP];
+static size_t outlen;
+static int exiting;
+
+/* Writes what the socket takes now; -1 when the connection is gone. */
+static int flush_some(void)
+{
+	while (outlen > 0) {
+		ssize_t n = write(sock, outq, outlen);
+		if (n < 0) {
+			if (errno == EINTR) continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+			return -1;
+		}
+		memmove(outq, outq + n, outlen - (size_t)n);
+		outlen -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Waits (at most `ms`, or for ever when ms < 0) until the queue holds no more than `left` bytes. */
+static int flush_until(size_t left, int ms)
+{
+	long long until = now_ms() + ms;
+	for (;;) {
+		if (flush_some() < 0) return -1;
+		if (outlen <= left) return 0;
+		int wait = ms < 0 ? -1 : (int)(until - now_ms());
+		if (ms >= 0 && wait <= 0) return -1;
+		struct pollfd p = {sock, POLLOUT, 0};
+		if (poll(&p, 1, wait) < 0 && errno != EINTR) return -1;
+	}
+}
+
 static void send_frame(char type, const void *payload, size_t len)
 {
 	unsigned char head[5] = {(unsigned char)type, (unsigned char)(len >> 24), (unsigned char)(len >> 16),
 	                         (unsigned char)(len >> 8), (unsigned char)len};
-	if (write_all(sock, head, 5) < 0 || write_all(sock, payload, len) < 0) kill_descendants_and_exit(0);
+	if (exiting) return;
+	if (5 + len > OUT_CAP) kill_descendants_and_exit(1);
+	/* No room: a control frame while the runner is behind by more than the slack. Wait for it. */
+	if (outlen + 5 + len > OUT_CAP && flush_until(OUT_CAP - 5 - len, -1) < 0) kill_descendants_and_exit(0);
+	memcpy(outq + outlen, head, 5);
+	memcpy(outq + outlen + 5, payload, len);
+	outlen += 5 + len;
+	if (flush_some() < 0) kill_descendants_and_exit(0);
 }
 
 /* A frame of NUL-separated text fields. */
@@ -150,7 +203,7 @@ extern char **environ;
  * the kubelet set): tasks start from it, not from the runner's, so an image's PATH holds. */
 static void send_hello(const char *container, const char *pid, const char *uid, const char *sh)
 {
-	char *buf = malloc(MAX_PAYLOAD);
+	char *buf = malloc(MAX_HELLO_PAYLOAD);
 	if (!buf) kill_descendants_and_exit(1);
 	size_t len = 0;
 	const char *head[4] = {container, pid, uid, sh};
@@ -162,7 +215,7 @@ static void send_hello(const char *container, const char *pid, const char *uid, 
 	}
 	for (char **e = environ; e && *e; e++) {
 		size_t n = strlen(*e);
-		if (!strchr(*e, '=') || **e == '=' || len + 1 + n > MAX_PAYLOAD) continue;
+		if (!strchr(*e, '=') || **e == '=' || len + 1 + n > MAX_HELLO_PAYLOAD) continue;
 		buf[len++] = '\0';
 		memcpy(buf + len, *e, n);
 		len += n;
@@ -309,6 +362,11 @@ static void kill_tree(int sig)
 static void kill_descendants_and_exit(int code)
 {
 	kill_tree(SIGKILL);
+	/* What is queued (the last output, an answer) goes out if the runner still reads, briefly. */
+	if (!exiting && sock >= 0) {
+		exiting = 1;
+		flush_until(0, 1000);
+	}
 	_exit(code);
 }
 
@@ -514,6 +572,7 @@ static void read_socket(void)
 {
 	ssize_t n;
 	while ((n = read(sock, inbuf + inlen, 5 + MAX_PAYLOAD + 1 - inlen)) < 0 && errno == EINTR) {}
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
 	if (n <= 0) kill_descendants_and_exit(0);
 	inlen += (size_t)n;
 	while (inlen >= 5) {
@@ -605,6 +664,29 @@ static void connect_runner(const char *path)
 	}
 }
 
+/* The key the runner made for this container, in `keys/CONTAINER` beside its socket: the first
+ * bytes on the connection. The runner removes it once this agent said hello, before any task runs. */
+static void send_key(const char *socket_path, const char *container)
+{
+	char path[4200];
+	const char *slash = strrchr(socket_path, '/');
+	int dir = slash ? (int)(slash - socket_path) : 0;
+	snprintf(path, sizeof path, "%.*s%skeys/%s", dir, socket_path, slash ? "/" : "", container);
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	char key[KEY_LENGTH];
+	ssize_t n = fd < 0 ? -1 : read(fd, key, sizeof key);
+	if (fd >= 0) close(fd);
+	if (n != KEY_LENGTH) {
+		fprintf(stderr, "agent: no key for container %s at %s: %s\n", container, path,
+		        n < 0 ? strerror(errno) : "short");
+		exit(1);
+	}
+	if (write_all(sock, key, sizeof key) < 0) {
+		perror("agent: write key");
+		exit(1);
+	}
+}
+
 /* Descriptors the agent inherited (beyond 0-2) would pass on to every task: close them first. Its
  * own are all close-on-exec. */
 static void close_inherited(void)
@@ -656,18 +738,22 @@ int main(int argc, char **argv)
 	 * connection to the runner (pidfd_getfd) or open its /proc files; exec makes each task dumpable. */
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) perror("agent: PR_SET_DUMPABLE");
 	connect_runner(argv[1]);
+	send_key(argv[1], argv[2]);
 	char pid[16], uid[16];
 	snprintf(pid, sizeof pid, "%d", (int)self);
 	snprintf(uid, sizeof uid, "%d", (int)getuid());
 	send_hello(argv[2], pid, uid, shell);
+	if (flush_until(0, -1) < 0) kill_descendants_and_exit(0);
+	fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) | O_NONBLOCK);
 
 	struct pollfd fds[2 + 2 * MAX_TASKS];
 	struct task *owner[2 + 2 * MAX_TASKS];
 	for (;;) {
 		nfds_t n = 0;
-		fds[n++] = (struct pollfd){sock, POLLIN, 0};
+		fds[n++] = (struct pollfd){sock, (short)(POLLIN | (outlen > 0 ? POLLOUT : 0)), 0};
 		fds[n++] = (struct pollfd){sfd, POLLIN, 0};
-		for (int i = 0; i < MAX_TASKS; i++) {
+		/* The pipes are read only while the runner keeps up: else the tasks wait on them. */
+		for (int i = 0; i < MAX_TASKS && outlen < OUT_HIGH; i++) {
 			if (!tasks[i].used) continue;
 			if (tasks[i].out >= 0) { owner[n] = &tasks[i]; fds[n++] = (struct pollfd){tasks[i].out, POLLIN, 0}; }
 			if (tasks[i].err >= 0) { owner[n] = &tasks[i]; fds[n++] = (struct pollfd){tasks[i].err, POLLIN, 0}; }
@@ -685,6 +771,7 @@ int main(int argc, char **argv)
 			while (read(sfd, &info, sizeof info) > 0) {}
 			reap();
 		}
-		if (fds[0].revents) read_socket();
+		if ((fds[0].revents & POLLOUT) && flush_some() < 0) kill_descendants_and_exit(0);
+		if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) read_socket();
 	}
 }

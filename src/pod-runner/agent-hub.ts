@@ -3,14 +3,18 @@
 // it, reads their output and exit, and has it signal and sweep. Every decision stays with the
 // caller: the hub only carries frames and matches answers to questions.
 import { EventEmitter } from "node:events";
-import { chmodSync, rmSync } from "node:fs";
+import { randomBytes, timingSafeEqual } from "node:crypto";
+import { chmodSync, chownSync, closeSync, constants, mkdirSync, openSync, rmSync, writeSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
+import { dirname, join } from "node:path";
 import {
   type AgentFrame,
   AgentWireError,
   decodeAgentFrame,
   encodeRunnerFrame,
   FrameReader,
+  MAX_HELLO_PAYLOAD,
+  MAX_PAYLOAD,
   type KillTarget,
   type RunnerFrame,
 } from "./agent-wire.js";
@@ -56,10 +60,22 @@ export class AgentTask extends EventEmitter<AgentTaskEvents> {
   readonly wireId: number;
   readonly spec: AgentTaskSpec;
 
-  constructor(wireId: number, spec: AgentTaskSpec) {
+  private readonly holder: (task: AgentTask, held: boolean) => void;
+
+  constructor(wireId: number, spec: AgentTaskSpec, holder: (task: AgentTask, held: boolean) => void = () => {}) {
     super();
     this.wireId = wireId;
     this.spec = spec;
+    this.holder = holder;
+  }
+
+  /**
+   * Holds the agent's connection while this task's reader is behind (`true`), lets it go on
+   * (`false`). A held connection is not read: the agent stops reading its tasks' pipes, and a task
+   * that prints faster than its output is written out waits, as it would on a pipe of its own.
+   */
+  hold(held: boolean): void {
+    this.holder(this, held);
   }
 
   /** Leader exited and both streams closed. */
@@ -98,14 +114,27 @@ export interface AgentHub {
   agent(container: string): Agent;
   /** The agents that said hello, in that order. */
   agents(): Agent[];
+  /** Connections refused before a hello was taken, oldest first (at most 20), without their bytes. */
+  refusals(): string[];
+  /** Stops taking connections and removes the socket and the keys (done once every agent said hello). */
+  stopListening(): void;
   close(): Promise<void>;
 }
 
 export interface AgentHubOptions {
   /** The container names whose agents must connect; others are refused. */
   expect: readonly string[];
-  /** Socket file mode (0o660: the pod's group may connect). */
+  /** Socket file mode (0o660: the pod's group may connect); the key files get its read bits. */
   mode?: number;
+  /** The group of the socket and the keys, where the agents' group is not the folder's. */
+  group?: number;
+  /** How long a connection may take to show its key and say hello (10 s). */
+  helloMs?: number;
+}
+
+/** A connection turned away before its hello was taken. */
+class AgentRefusal extends Error {
+  override name = "AgentRefusal";
 }
 
 class AgentConnection implements Agent {
@@ -126,6 +155,8 @@ class AgentConnection implements Agent {
   private readonly closeWaiters: Array<() => void> = [];
 
   private readonly socket: Socket;
+  /** The tasks whose reader is behind: the connection is paused while any is. */
+  private readonly held = new Set<AgentTask>();
 
   constructor(socket: Socket, hello: Extract<AgentFrame, { type: "hello" }>) {
     this.socket = socket;
@@ -143,10 +174,23 @@ class AgentConnection implements Agent {
 
   start(spec: AgentTaskSpec): AgentTask {
     const wireId = this.nextId++;
-    const task = new AgentTask(wireId, spec);
+    const task = new AgentTask(wireId, spec, (held, on) => this.hold(held, on));
     this.tasks.set(wireId, task);
     this.send({ type: "start", id: wireId, cwd: spec.cwd, run: spec.run, env: spec.env });
     return task;
+  }
+
+  private hold(task: AgentTask, on: boolean): void {
+    if (on) this.held.add(task);
+    else this.held.delete(task);
+    if (this.held.size > 0) this.socket.pause();
+    else this.socket.resume();
+  }
+
+  /** The run is ending: what is still queued is read out, whoever is behind. */
+  private letGo(): void {
+    this.held.clear();
+    this.socket.resume();
   }
 
   kill(target: KillTarget, signal: string): void {
@@ -160,6 +204,7 @@ class AgentConnection implements Agent {
         return;
       }
       this.fences.push({ resolve, reject });
+      this.letGo();
       this.send({ type: "fence", spare: [...spare] });
     });
   }
@@ -167,6 +212,7 @@ class AgentConnection implements Agent {
   quit(): Promise<void> {
     if (this.closed) return Promise.resolve();
     this.quitting = true;
+    this.letGo();
     const done = new Promise<void>((resolve) => this.closeWaiters.push(resolve));
     this.send({ type: "quit" });
     return done;
@@ -214,7 +260,10 @@ class AgentConnection implements Agent {
         task.emit("exited", task.exit);
         break;
     }
-    if (task.done) this.tasks.delete(frame.id);
+    if (task.done) {
+      this.tasks.delete(frame.id);
+      if (this.held.has(task)) this.hold(task, false);
+    }
   }
 
   /** The connection ended (or was ended for a protocol error). */
@@ -238,46 +287,144 @@ class AgentConnection implements Agent {
   }
 }
 
+/** Bytes of a connection's key: hex of 32 random bytes, sent before anything else. */
+export const KEY_LENGTH = 64;
+/** The folder beside the socket that holds one key file per expected container. */
+export const KEYS_DIR = "keys";
+/** How long a connection may take to show its key and say hello. */
+const DEFAULT_HELLO_MS = 10_000;
+
+/**
+ * The key files: one per expected container, readable by the agents (the pod's group) and no
+ * one else, created exclusively and never through a symlink. Each is removed once its agent said
+ * hello, and all of them once every agent did: no task ever finds one.
+ */
+function writeKeys(dir: string, names: Iterable<string>, mode: number): Map<string, Buffer> {
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { mode: mode | 0o100 | ((mode & 0o040) >> 2) });
+  const keys = new Map<string, Buffer>();
+  for (const name of names) {
+    const key = Buffer.from(randomBytes(KEY_LENGTH / 2).toString("hex"), "latin1");
+    const fd = openSync(
+      join(dir, name),
+      constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+      mode & 0o440,
+    );
+    try {
+      writeSync(fd, key);
+    } finally {
+      closeSync(fd);
+    }
+    keys.set(name, key);
+  }
+  return keys;
+}
+
 export async function openAgentHub(socketPath: string, options: AgentHubOptions): Promise<AgentHub> {
   const expected = new Set(options.expect);
   const agents = new Map<string, AgentConnection>();
   const sockets = new Set<Socket>();
   const helloWaiters = new Set<() => void>();
+  const refusals: string[] = [];
+  const helloMs = options.helloMs ?? DEFAULT_HELLO_MS;
+  // Connections that have not said hello yet: a few more than there are agents, so a crowd of
+  // strangers can hold neither memory nor an agent's place.
+  const maxPending = expected.size + 4;
+  let pending = 0;
+  let listening = true;
+  const mode = options.mode ?? 0o660;
+  const keysDir = join(dirname(socketPath), KEYS_DIR);
+  const keys = writeKeys(keysDir, expected, mode);
+
+  const refuse = (why: string) => {
+    if (refusals.length < 20) refusals.push(why);
+  };
+
+  /** The container whose key this is, or null. Every key is compared, in constant time. */
+  const containerOfKey = (shown: Buffer): string | null => {
+    let found: string | null = null;
+    for (const [name, key] of keys) if (timingSafeEqual(key, shown)) found = name;
+    return found;
+  };
+
+  // Once every agent said hello nothing else may connect: the socket and the keys go, before any
+  // task starts (the runner starts none before that), so no task ever reaches either.
+  const stopListening = () => {
+    if (!listening) return;
+    listening = false;
+    server.close();
+    rmSync(socketPath, { force: true });
+    rmSync(keysDir, { recursive: true, force: true });
+  };
 
   const accept = (socket: Socket) => {
+    if (!listening || pending >= maxPending) {
+      refuse(listening ? "a connection over the limit of those not yet said hello" : "a late connection");
+      socket.destroy();
+      return;
+    }
+    pending += 1;
     sockets.add(socket);
-    const reader = new FrameReader();
+    let preamble: Buffer = Buffer.alloc(0);
+    let container: string | null = null;
     let agent: AgentConnection | null = null;
     let endReason = "connection closed";
-    socket.on("data", (chunk) => {
+    const reader = new FrameReader(MAX_HELLO_PAYLOAD);
+    const settle = () => {
+      if (agent !== null || timer === undefined) return;
+      clearTimeout(timer);
+      timer = undefined;
+      pending -= 1;
+    };
+    let timer: NodeJS.Timeout | undefined = setTimeout(() => {
+      refuse(`a connection that said no hello within ${helloMs} ms`);
+      socket.destroy();
+    }, helloMs);
+    const onData = (chunk: Buffer) => {
       try {
-        for (const [code, payload] of reader.push(chunk)) {
-          const frame = decodeAgentFrame(code, payload);
+        let rest = chunk;
+        // The key first, checked before a byte of a frame is decoded.
+        if (container === null) {
+          const take = Math.min(KEY_LENGTH - preamble.length, rest.length);
+          preamble = Buffer.concat([preamble, rest.subarray(0, take)]);
+          rest = rest.subarray(take);
+          if (preamble.length < KEY_LENGTH) return;
+          container = containerOfKey(preamble);
+          if (container === null) throw new AgentRefusal("a connection without a valid key");
+        }
+        for (const [code, payload] of reader.push(rest)) {
           if (agent) {
-            agent.receive(frame);
+            agent.receive(decodeAgentFrame(code, payload));
             continue;
           }
-          if (frame.type !== "hello") throw new AgentWireError(`first frame is ${frame.type}, not hello`);
-          if (!expected.has(frame.container)) {
-            throw new AgentWireError(`hello from unexpected container ${frame.container}`);
+          if (code !== "H") throw new AgentRefusal(`container ${container}: first frame is not hello`);
+          const frame = decodeAgentFrame(code, payload);
+          if (frame.type !== "hello" || frame.container !== container) {
+            throw new AgentRefusal(`container ${container}: hello names another container than its key`);
           }
-          if (agents.has(frame.container)) {
-            throw new AgentWireError(`second agent for container ${frame.container}`);
-          }
+          settle();
+          keys.delete(container);
+          rmSync(join(keysDir, container), { force: true });
           agent = new AgentConnection(socket, frame);
-          agents.set(frame.container, agent);
+          agents.set(container, agent);
+          reader.limit = MAX_PAYLOAD;
+          if (agents.size === expected.size) stopListening();
           for (const wake of helloWaiters) wake();
         }
       } catch (error) {
-        endReason = `protocol error: ${(error as Error).message}`;
+        const message = (error as Error).message;
+        if (agent === null) refuse(message);
+        endReason = `protocol error: ${message}`;
         socket.destroy();
       }
-    });
+    };
+    socket.on("data", onData);
     socket.on("error", (error) => {
       endReason = `connection error: ${error.message}`;
     });
     socket.on("close", () => {
       sockets.delete(socket);
+      settle();
       agent?.ended(endReason);
     });
   };
@@ -291,7 +438,12 @@ export async function openAgentHub(socketPath: string, options: AgentHubOptions)
       resolve();
     });
   });
-  chmodSync(socketPath, options.mode ?? 0o660);
+  chmodSync(socketPath, mode);
+  if (options.group !== undefined) {
+    for (const path of [socketPath, keysDir, ...[...keys.keys()].map((name) => join(keysDir, name))]) {
+      chownSync(path, -1, options.group);
+    }
+  }
 
   const missing = () => [...expected].filter((name) => !agents.has(name));
 
@@ -322,12 +474,12 @@ export async function openAgentHub(socketPath: string, options: AgentHubOptions)
       return agent;
     },
     agents: () => [...agents.values()],
+    refusals: () => [...refusals],
+    stopListening,
     async close(): Promise<void> {
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        for (const socket of sockets) socket.destroy();
-      });
-      rmSync(socketPath, { force: true });
+      stopListening();
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
 }

@@ -84,7 +84,22 @@ export function agentLauncher(
       for (const [name, value] of Object.entries(spec.env)) if (value !== undefined) env[name] = value;
       env[ATTEMPT_ID_VAR] = spec.attemptId;
       env[CANCEL_FILE_VAR] = (cancelFileSeen ?? spec.cancelFileOf)(spec.attemptId);
-      const streams = [new Readable({ read() {} }), new Readable({ read() {} })] as const;
+      // A stream whose reader is behind (push refused) holds the agent's connection until it is
+      // read again or dropped: the task then waits on its pipe, and the runner's memory stays
+      // bounded however fast it prints.
+      let task: AgentTask | undefined;
+      const behind = [false, false];
+      const holdFor = (index: 0 | 1, on: boolean) => {
+        if (behind[index] === on) return;
+        behind[index] = on;
+        task?.hold(behind[0] === true || behind[1] === true);
+      };
+      const stream = (index: 0 | 1) => {
+        const readable = new Readable({ read: () => holdFor(index, false) });
+        readable.once("close", () => holdFor(index, false));
+        return readable;
+      };
+      const streams = [stream(0), stream(1)] as const;
       const endStreams = () => {
         for (const stream of streams) if (!stream.readableEnded) stream.push(null);
       };
@@ -100,7 +115,6 @@ export function agentLauncher(
       });
       const started = await new Promise<{ pid: number } | { error: string; lostContainer?: string }>(
         (resolve) => {
-          let task: AgentTask;
           try {
             task = agent.start({ id: spec.attemptId, cwd: spec.cwd ?? ".", run: spec.run, env });
           } catch {
@@ -109,8 +123,12 @@ export function agentLauncher(
           }
           task.on("started", (pid) => resolve({ pid }));
           task.on("failed", (text) => resolve({ error: `could not start: ${text}` }));
-          task.on("stdout", (chunk) => streams[0].push(chunk));
-          task.on("stderr", (chunk) => streams[1].push(chunk));
+          task.on("stdout", (chunk) => {
+            if (!streams[0].push(chunk) && !streams[0].destroyed) holdFor(0, true);
+          });
+          task.on("stderr", (chunk) => {
+            if (!streams[1].push(chunk) && !streams[1].destroyed) holdFor(1, true);
+          });
           task.on("closed", (stream) => {
             const readable = streams[stream === "out" ? 0 : 1];
             if (!readable.readableEnded) readable.push(null);

@@ -5,6 +5,8 @@
 import { z } from "zod";
 
 export const MAX_PAYLOAD = 1 << 20;
+/** The most a peer may send before its hello is taken: a hello with a large image environment. */
+export const MAX_HELLO_PAYLOAD = 64 << 10;
 const HEADER = 5;
 
 export class AgentWireError extends Error {
@@ -98,12 +100,14 @@ function frame(code: string, payload: Buffer): Buffer {
   return Buffer.concat([head, payload]);
 }
 
+// A bad frame is named by its shape, never echoed: its bytes are whatever a peer sent, and an
+// error message travels into logs and reports.
 function parse<T>(schema: z.ZodType<T>, values: string[], what: string): T {
   const result = schema.safeParse(values);
   if (!result.success) {
-    throw new AgentWireError(
-      `bad ${what} frame ${JSON.stringify(values)}: ${result.error.issues[0]?.message}`,
-    );
+    const issue = result.error.issues[0];
+    const at = issue && issue.path.length > 0 ? ` field ${issue.path.join(".")}` : "";
+    throw new AgentWireError(`bad ${what} frame (${values.length} fields):${at} ${issue?.message}`);
   }
   return result.data;
 }
@@ -262,6 +266,16 @@ export class FrameReader {
   private size = 0;
   private need = HEADER;
 
+  /**
+   * The largest payload taken: a frame that announces more throws before any of it is kept.
+   * The hub holds a peer that has not said hello to a small one (MAX_HELLO_PAYLOAD).
+   */
+  limit: number;
+
+  constructor(limit = MAX_PAYLOAD) {
+    this.limit = limit;
+  }
+
   /** The whole frames completed by this chunk, as [type code, payload]. */
   push(chunk: Buffer): Array<[string, Buffer]> {
     this.chunks.push(chunk);
@@ -272,7 +286,7 @@ export class FrameReader {
     const frames: Array<[string, Buffer]> = [];
     let at = 0;
     while (pending.length - at >= HEADER) {
-      const length = readLength(pending, at);
+      const length = readLength(pending, at, this.limit);
       if (pending.length - at < HEADER + length) break;
       const code = String.fromCharCode(pending[at] as number);
       frames.push([code, pending.subarray(at + HEADER, at + HEADER + length)]);
@@ -281,7 +295,7 @@ export class FrameReader {
     const rest = pending.subarray(at);
     this.chunks = rest.length > 0 ? [rest] : [];
     this.size = rest.length;
-    this.need = rest.length >= HEADER ? HEADER + readLength(rest, 0) : HEADER;
+    this.need = rest.length >= HEADER ? HEADER + readLength(rest, 0, this.limit) : HEADER;
     return frames;
   }
 
@@ -293,13 +307,12 @@ export class FrameReader {
   private peekLength(): number {
     const first = this.chunks[0];
     const head = first && first.length >= HEADER ? first : Buffer.concat(this.chunks, this.size);
-    return readLength(head, 0);
+    return readLength(head, 0, this.limit);
   }
 }
 
-function readLength(buffer: Buffer, at: number): number {
+function readLength(buffer: Buffer, at: number, limit: number): number {
   const length = buffer.readUInt32BE(at + 1);
-  if (length > MAX_PAYLOAD)
-    throw new AgentWireError(`frame of ${length} bytes is over the limit of ${MAX_PAYLOAD}`);
+  if (length > limit) throw new AgentWireError(`frame of ${length} bytes is over the limit of ${limit}`);
   return length;
 }

@@ -144,9 +144,9 @@ interface RunningAgent {
  */
 async function startAgent(env: Record<string, string> = {}, wrap?: string): Promise<RunningAgent> {
   const socket = join(dir, `run-${++sockets}.sock`);
-  const hub = await openAgentHub(socket, { expect: ["task-1"] });
-  // As in a pod: the runner's socket is its own, the agents reach it through the shared group.
-  if (root) chownSync(socket, 0, gid);
+  // As in a pod: the runner's socket and keys are its own, the agents reach them through the
+  // shared group.
+  const hub = await openAgentHub(socket, { expect: ["task-1"], ...(root ? { group: gid } : {}) });
   const args = [join(dir, "agent"), socket, "task-1"];
   const child = spawn(wrap ? "sh" : (args[0] as string), wrap ? ["-c", wrap, "sh", ...args] : args.slice(1), {
     env,
@@ -252,9 +252,8 @@ describe("agent", () => {
       first.kill("SIGKILL");
     });
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const hub = await openAgentHub(socket, { expect: ["task-1", "task-2"] });
+    const hub = await openAgentHub(socket, { expect: ["task-1", "task-2"], ...(root ? { group: gid } : {}) });
     cleanups.push(() => hub.close());
-    if (root) chownSync(socket, 0, gid);
     await expect(hub.ready(500)).rejects.toThrow("no agent connected for task-2 within 500 ms");
     const second = spawnAgent("task-2");
     cleanups.push(() => {
@@ -269,16 +268,21 @@ describe("agent", () => {
 
   it("refuses an agent of a container it does not expect", async () => {
     const socket = join(dir, `unexpected-${++sockets}.sock`);
-    const hub = await openAgentHub(socket, { expect: ["task-1"] });
+    const hub = await openAgentHub(socket, { expect: ["task-1"], ...(root ? { group: gid } : {}) });
     cleanups.push(() => hub.close());
-    if (root) chownSync(socket, 0, gid);
     const stranger = spawn(join(dir, "agent"), [socket, "task-9"], {
       env: {},
-      stdio: "ignore",
+      stdio: ["ignore", "ignore", "pipe"],
       ...(root ? { uid, gid } : {}),
     });
+    let stderr = "";
+    stranger.stderr?.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
     const ended = await new Promise<number | null>((resolve) => stranger.on("exit", (code) => resolve(code)));
-    expect(ended).toBe(0);
+    // The runner made no key for it: it is refused before it can say anything.
+    expect(ended).toBe(1);
+    expect(stderr).toContain(`agent: no key for container task-9 at ${dir}`);
     expect(() => hub.agent("task-9")).toThrow("no agent connected for container task-9");
   });
 
