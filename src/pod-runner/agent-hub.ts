@@ -2,8 +2,9 @@
 // the unix socket the runner listens on and says hello; the runner then starts its tasks through
 // it, reads their output and exit, and has it signal and sweep. Every decision stays with the
 // caller: the hub only carries frames and matches answers to questions.
-import { EventEmitter } from "node:events";
+
 import { randomBytes, timingSafeEqual } from "node:crypto";
+import { EventEmitter } from "node:events";
 import { chmodSync, chownSync, closeSync, constants, mkdirSync, openSync, rmSync, writeSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
 import { dirname, join } from "node:path";
@@ -13,9 +14,9 @@ import {
   decodeAgentFrame,
   encodeRunnerFrame,
   FrameReader,
+  type KillTarget,
   MAX_HELLO_PAYLOAD,
   MAX_PAYLOAD,
-  type KillTarget,
   type RunnerFrame,
 } from "./agent-wire.js";
 
@@ -62,7 +63,11 @@ export class AgentTask extends EventEmitter<AgentTaskEvents> {
 
   private readonly holder: (task: AgentTask, held: boolean) => void;
 
-  constructor(wireId: number, spec: AgentTaskSpec, holder: (task: AgentTask, held: boolean) => void = () => {}) {
+  constructor(
+    wireId: number,
+    spec: AgentTaskSpec,
+    holder: (task: AgentTask, held: boolean) => void = () => {},
+  ) {
     super();
     this.wireId = wireId;
     this.spec = spec;
@@ -114,7 +119,7 @@ export interface AgentHub {
   agent(container: string): Agent;
   /** The agents that said hello, in that order. */
   agents(): Agent[];
-  /** Connections refused before a hello was taken, oldest first (at most 20), without their bytes. */
+  /** Why connections were refused before a hello was taken: each reason once, first 20, no peer bytes. */
   refusals(): string[];
   /** Stops taking connections and removes the socket and the keys (done once every agent said hello). */
   stopListening(): void;
@@ -330,14 +335,13 @@ export async function openAgentHub(socketPath: string, options: AgentHubOptions)
   // Connections that have not said hello yet: a few more than there are agents, so a crowd of
   // strangers can hold neither memory nor an agent's place.
   const maxPending = expected.size + 4;
-  let pending = 0;
   let listening = true;
   const mode = options.mode ?? 0o660;
   const keysDir = join(dirname(socketPath), KEYS_DIR);
   const keys = writeKeys(keysDir, expected, mode);
 
   const refuse = (why: string) => {
-    if (refusals.length < 20) refusals.push(why);
+    if (refusals.length < 20 && !refusals.includes(why)) refusals.push(why);
   };
 
   /** The container whose key this is, or null. Every key is compared, in constant time. */
@@ -353,17 +357,27 @@ export async function openAgentHub(socketPath: string, options: AgentHubOptions)
     if (!listening) return;
     listening = false;
     server.close();
+    for (const socket of waiting) socket.destroy();
     rmSync(socketPath, { force: true });
     rmSync(keysDir, { recursive: true, force: true });
   };
 
+  /** Connections that have not said hello, oldest first. */
+  const waiting = new Set<Socket>();
   const accept = (socket: Socket) => {
-    if (!listening || pending >= maxPending) {
-      refuse(listening ? "a connection over the limit of those not yet said hello" : "a late connection");
+    if (!listening) {
+      refuse("a connection after every agent said hello");
       socket.destroy();
       return;
     }
-    pending += 1;
+    // The oldest gives way: an agent shows its key and says hello at once, so a crowd that
+    // connects and says nothing cannot keep it out.
+    if (waiting.size >= maxPending) {
+      const oldest = waiting.values().next().value as Socket;
+      refuse("a connection that said no hello before others came (the oldest of too many)");
+      oldest.destroy();
+    }
+    waiting.add(socket);
     sockets.add(socket);
     let preamble: Buffer = Buffer.alloc(0);
     let container: string | null = null;
@@ -374,7 +388,7 @@ export async function openAgentHub(socketPath: string, options: AgentHubOptions)
       if (agent !== null || timer === undefined) return;
       clearTimeout(timer);
       timer = undefined;
-      pending -= 1;
+      waiting.delete(socket);
     };
     let timer: NodeJS.Timeout | undefined = setTimeout(() => {
       refuse(`a connection that said no hello within ${helloMs} ms`);
