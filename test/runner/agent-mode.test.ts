@@ -62,6 +62,9 @@ interface PodRun {
   stderr: string;
   report: RunnerReport;
   workspace: string;
+  /** with slowStdout: bytes read from the runner's stdout, and the runner's peak memory in bytes */
+  stdoutBytes?: number;
+  peak?: number;
 }
 
 interface Control {
@@ -88,6 +91,11 @@ interface PodOptions {
    * group 1000, so the runner cannot signal a task itself and every signal must go through K.
    */
   asInPod?: boolean;
+  /**
+   * A slow sink: the runner's stdout is read 64 KiB at a time every 2 ms, and only its size and
+   * last bytes kept; `run.peak` is then the runner's peak memory (VmHWM) as last seen alive.
+   */
+  slowStdout?: boolean;
 }
 
 const TASK_UID = 1000;
@@ -194,14 +202,49 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
       if (pid !== null) process.kill(pid, signal);
     },
   };
-  child.stdout.on("data", (chunk: Buffer) => {
-    stdout += chunk.toString();
-    options.onStdout?.(stdout, control);
-  });
+  let stdoutBytes = 0;
+  let peak = 0;
+  const timers: NodeJS.Timeout[] = [];
+  if (options.slowStdout) {
+    timers.push(
+      setInterval(() => {
+        const chunk = child.stdout.read() as Buffer | null;
+        if (chunk === null) return;
+        stdoutBytes += chunk.length;
+        stdout = (stdout + chunk.toString()).slice(-4096);
+      }, 2),
+    );
+    const argv = [process.execPath, CLI, "pod-runner", "--termination-log", log];
+    let runner: number | null = null;
+    timers.push(
+      setInterval(() => {
+        runner ??= pidOfArgv(argv);
+        if (runner === null) return;
+        try {
+          const kib = /VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${runner}/status`, "utf8"))?.[1];
+          if (kib !== undefined) peak = Math.max(peak, Number(kib) * 1024);
+        } catch {
+          // ended
+        }
+      }, 50),
+    );
+  } else {
+    child.stdout.on("data", (chunk: Buffer) => {
+      stdout += chunk.toString();
+      options.onStdout?.(stdout, control);
+    });
+  }
   child.stderr.on("data", (chunk: Buffer) => {
     stderr += chunk.toString();
   });
-  const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
+  const code = await new Promise<number | null>((resolve) => {
+    child.on("exit", () => {
+      // The rest of the pipe, at full speed, so that close can come.
+      if (options.slowStdout) child.stdout.on("data", (chunk: Buffer) => (stdoutBytes += chunk.length));
+    });
+    child.on("close", resolve);
+  });
+  for (const timer of timers) clearInterval(timer);
   let report: RunnerReport;
   try {
     report = decodeReport(readFileSync(log, "utf8"), options.tasks.length);
@@ -210,7 +253,14 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
       `no report (exit ${code}): ${(error as Error).message}\nstdout:\n${stdout}\nstderr:\n${stderr}`,
     );
   }
-  return { code, stdout, stderr, report, workspace: ws };
+  return {
+    code,
+    stdout,
+    stderr,
+    report,
+    workspace: ws,
+    ...(options.slowStdout ? { stdoutBytes, peak } : {}),
+  };
 }
 
 /** A task that leaves a grandchild holding its output pipe and an escapee in a session of its own with no env. */
@@ -234,6 +284,24 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.stderr).toContain(
       "containment: agents in 1 task container(s) (task-1: playbook.test/debian:1)",
     );
+  });
+
+  it("keeps the runner's memory bounded when a task prints faster than its output is read: the agent holds the task at its pipe", async () => {
+    const quiet = await runPod({ tasks: [{ name: "flood", run: "echo 0123456789abcdef" }], slowStdout: true });
+    const lines = 6_000_000;
+    const run = await runPod({
+      tasks: [{ name: "flood", run: `yes 0123456789abcdef | head -n ${lines}` }],
+      slowStdout: true,
+      asInPod: true,
+    });
+    expect(run.code).toBe(0);
+    expect(run.report).toMatchObject({ phase: "Succeeded" });
+    // Every byte came through, in order (the last line whole), with its prefix.
+    expect(run.stdoutBytes).toBe(lines * "[flood] 0123456789abcdef\n".length);
+    expect(run.stdout.endsWith("[flood] 0123456789abcdef\n")).toBe(true);
+    // 150 MB went through a sink read at some 30 MB/s: the runner held a few pipes' worth.
+    expect(quiet.peak).toBeGreaterThan(0);
+    expect((run.peak ?? 0) - (quiet.peak ?? 0)).toBeLessThan(48 * 1024 * 1024);
   });
 
   it("starts a task from its container's environment (the agent's), not the runner's", async () => {
