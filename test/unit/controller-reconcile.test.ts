@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
 import type { TaskOutcome } from "../../src/api/report.js";
+import type { PodView } from "../../src/controller/objects.js";
 import { type Decision, decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
 import { at, exitCodeOf, playbook, pod, report, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
 
@@ -927,6 +928,48 @@ describe("a finished run", () => {
       input({ playbook: playbook({ ttlSecondsAfterFinished: 60 }, status), pods: [ended], now: at(120) }),
     );
     expect(late.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "ttl" }]);
+  });
+
+  it("deletes at once, with a Warning, a pod whose task containers still run after its runner ended", () => {
+    const status = finished();
+    const runnerDone = pod(1, { terminated: { exitCode: 124 } });
+    const outlived: PodView = {
+      ...runnerDone,
+      status: {
+        ...runnerDone.status,
+        phase: "Running",
+        containerStatuses: [
+          ...(runnerDone.status?.containerStatuses ?? []),
+          { name: "task-1", state: { running: { startedAt: at(2).toISOString() } } },
+          { name: "task-2", state: { terminated: { exitCode: 0 } } },
+        ],
+      },
+    };
+    const decision = decide(
+      input({
+        playbook: playbook({ ttlSecondsAfterFinished: 3600 }, status),
+        pods: [outlived],
+        now: at(100),
+      }),
+    );
+    expect(decision.status).toBeNull();
+    expect(decision.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "finished" }]);
+    expect(decision.events).toEqual([
+      {
+        type: "Warning",
+        reason: "TaskContainersOutlivedRunner",
+        message: "Deleted pod nightly-1: its runner ended while task container(s) task-1 still ran",
+      },
+    ]);
+    // Once every task container ended too, the pod is kept for its logs as any other.
+    const kept = decide(
+      input({
+        playbook: playbook({ ttlSecondsAfterFinished: 3600 }, status),
+        pods: [runnerDone],
+        now: at(100),
+      }),
+    );
+    expect(kept.actions).toEqual([]);
   });
 });
 

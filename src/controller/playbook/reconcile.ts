@@ -2,6 +2,7 @@
 // the run (its pod's plan, the plan on record rebuilt, or a new one from the spec), then the
 // decision against it: what to create or delete, the status to write and the events to record.
 // The controller applies the decision.
+
 import { canonical } from "../../api/plan.js";
 import type { PlaybookSpec } from "../../api/playbook.js";
 import { podSettings } from "../../api/policy.js";
@@ -19,6 +20,7 @@ import {
 } from "../decision.js";
 import { type PodView, podAttemptOf, type StoredPlaybook } from "../objects.js";
 import type { FinishedRun } from "../pods/finished-run.js";
+import { containersOutlivingRunner } from "../pods/outlived-runner.js";
 import { podNameFor } from "../pods/pod-builder.js";
 import { currentPod, isPodFinished } from "../pods/pod-state.js";
 import {
@@ -146,9 +148,21 @@ export function decideFinished(input: ReconcileInput): Decision {
   const events: RecordedEvent[] = [];
   const live = input.pods.filter((pod) => !pod.metadata.deletionTimestamp);
   for (const pod of live) {
-    if (!isPodFinished(pod)) actions.push({ type: "deletePod", name: pod.metadata.name, why: "finished" });
+    const outliving = containersOutlivingRunner(pod);
+    if (!isPodFinished(pod) || outliving.length > 0) {
+      actions.push({ type: "deletePod", name: pod.metadata.name, why: "finished" });
+    }
+    if (outliving.length > 0) {
+      events.push({
+        type: "Warning",
+        reason: "TaskContainersOutlivedRunner",
+        message: `Deleted pod ${pod.metadata.name}: its runner ended while task container(s) ${outliving.join(", ")} still ran`,
+      });
+    }
   }
-  const finishedPods = live.filter(isPodFinished);
+  const finishedPods = live.filter(
+    (pod) => isPodFinished(pod) && containersOutlivingRunner(pod).length === 0,
+  );
   if (finishedPods.length === 0) return { status: null, actions, events };
   const completion = Date.parse(status.completionTime ?? "") || input.now.getTime();
   const expiresAt = completion + ttlSeconds * 1000;
