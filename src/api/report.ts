@@ -80,6 +80,8 @@ export const RunnerReportSchema = z.strictObject({
   tasks: z.array(ReportTaskSchema),
   /** what held the run's processes; absent when the runner did not say */
   ct: z.enum(CONTAINMENTS).optional(),
+  /** processes the final kill could not confirm ended, in words: the run did not end clean */
+  left: z.string().max(300).optional(),
   /** how far the encoder had to compact to fit; absent when nothing was dropped */
   c: z.number().int().min(1).optional(),
 });
@@ -113,6 +115,8 @@ export interface RunOutcome {
   tasks: TaskOutcome[];
   /** what held the run's processes (see src/pod-runner/containment.ts) */
   containment?: ContainmentKind;
+  /** what the final kill could not confirm ended: the run did not end clean */
+  left?: string;
 }
 
 function truncate(text: string, max: number): string {
@@ -167,6 +171,7 @@ export function encodeReport(outcome: RunOutcome, maxBytes = REPORT_MAX_BYTES): 
     end: outcome.completionTime.toISOString(),
     tasks: outcome.tasks.map((task) => toReportTask(task, start)),
     ...(outcome.containment ? { ct: outcome.containment } : {}),
+    ...(outcome.left ? { left: truncate(outcome.left, 300) } : {}),
   };
   const fits = (report: RunnerReport) => Buffer.byteLength(JSON.stringify(report)) <= maxBytes;
   if (fits(base)) return JSON.stringify(base);
@@ -385,6 +390,8 @@ export interface ExpandedReport {
   message: string;
   startTime: string;
   completionTime: string;
+  /** what the runner could not confirm ended (it is in the message too) */
+  left?: string;
 }
 
 /** Expands a report into docs/design.md's status.tasks and the condition message, using the plan's limits. */
@@ -434,5 +441,14 @@ export function expandReport(
   } else {
     message = report.reason === "Cancelled" ? "the run was cancelled before any task started" : report.reason;
   }
-  return { tasks, reason: report.reason, message, startTime: report.start, completionTime: report.end };
+  // A run that may have left processes behind is not a clean end, whatever its reason: said last.
+  if (report.left) message = `${message}; ${report.left}`;
+  return {
+    tasks,
+    reason: report.reason,
+    message,
+    startTime: report.start,
+    completionTime: report.end,
+    ...(report.left ? { left: report.left } : {}),
+  };
 }

@@ -14,7 +14,7 @@ import type { Agent, AgentTask } from "./agent-hub.js";
 import type { AttemptSpec } from "./attempt.js";
 import { writeCancelFile } from "./cancel-file.js";
 import { KILL_CONFIRM_MS, type Launched, type Launcher, type TreeEnd, within } from "./launcher.js";
-import { descendantsIn, liveProcesses, type ProcEntry, ticksNow } from "./proc-tree.js";
+import { descendantsIn, isStopped, liveProcesses, type ProcEntry, ticksNow } from "./proc-tree.js";
 import { ATTEMPT_ID_VAR, CANCEL_FILE_VAR } from "./process-table.js";
 
 export type { ProcEntry };
@@ -202,6 +202,30 @@ export function agentLauncher(
   };
 }
 
+/**
+ * A stopped agent (a task sent it SIGSTOP: it shares their user) would carry out no signal: it is
+ * continued where the runner may signal it (a local run). In a pod, under another user, it may
+ * not, and the stop is reported as what kept the kill from the tasks.
+ */
+function wakeIfStopped(agent: AgentLike): void {
+  if (!isStopped(agent.pid)) return;
+  try {
+    process.kill(agent.pid, "SIGCONT");
+  } catch {
+    // another user's: the report says what the stop kept from happening
+  }
+}
+
+/** What of the attempt still runs after its kill, and why; undefined when nothing does. */
+function describeUnended(tree: AgentTree): string | undefined {
+  const left = tree.attemptProcesses().length;
+  if (left === 0) return undefined;
+  const count = left === 1 ? "1 process" : `${left} processes`;
+  return isStopped(tree.agent.pid)
+    ? `its process group could not be killed: the agent of container ${tree.agent.container} was stopped (SIGSTOP, sent by a task: they share its user) and carried out no signal; ${count} of the task still ran`
+    : `its process group could not be killed: ${count} of the task still ran after SIGKILL`;
+}
+
 interface AgentTree {
   agent: AgentLike;
   pgid: number;
@@ -222,6 +246,7 @@ interface AgentTree {
  * gets its SIGTERM now too, and the rest of this grace before the fence at the end of the run.
  */
 async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortSignal): Promise<TreeEnd> {
+  wakeIfStopped(tree.agent);
   const graceStartedAt = performance.now();
   const graceEndsAt = graceStartedAt + killGraceMs;
   if (killGraceMs > 0) {
@@ -276,6 +301,16 @@ async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortS
     await sleep(Math.min(wait, left));
   }
   await within(tree.leaderExited, Math.max(0, confirmBy - performance.now()));
+  // The kill is believed only when /proc shows it: a stopped agent carries out nothing it is told.
+  const unended = describeUnended(tree);
+  if (unended !== undefined) {
+    return {
+      unended,
+      runClean: false,
+      graceEndsAt,
+      ...(graceCutAfterMs !== undefined ? { graceCutAfterMs } : {}),
+    };
+  }
   return {
     ending: "Killed",
     runClean: false,

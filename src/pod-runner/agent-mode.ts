@@ -11,6 +11,7 @@ import { type AgentHub, openAgentHub } from "./agent-hub.js";
 import { type AgentLike, type AttemptsSeen, agentLauncher, descendantsOf } from "./agent-launcher.js";
 import type { Containment } from "./containment.js";
 import type { Launcher } from "./launcher.js";
+import { isStopped } from "./proc-tree.js";
 
 /** JSON object: task container name → its image. Set on the pod's runner container. */
 export const TASK_CONTAINERS_VAR = "PLAYBOOK_TASK_CONTAINERS";
@@ -229,6 +230,8 @@ export function agentContainment(
       const answers = await Promise.all(
         live.map(async (agent) => {
           let timer: NodeJS.Timeout | undefined;
+          // A stopped agent answers nothing: its container's processes are not known to be dead.
+          if (agent.descendants === undefined && isStopped(agent.pid)) return -1;
           try {
             return await Promise.race([
               agent.fence(pids),
@@ -250,6 +253,7 @@ export function agentContainment(
       await Promise.all(
         run.agents().map(async (agent) => {
           let timer: NodeJS.Timeout | undefined;
+          if (agent.descendants === undefined && isStopped(agent.pid)) return;
           try {
             await Promise.race([
               agent.quit(),

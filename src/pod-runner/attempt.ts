@@ -66,6 +66,8 @@ export interface AttemptResult {
   kind: "exited" | "limit" | "cancelled" | "spawn-error" | "lost";
   limit?: TaskLimit;
   ending?: Ending;
+  /** the kill did not end the attempt's processes: what was left and why */
+  unended?: string;
   /** a final look after the kill found nothing of the whole run alive */
   runClean?: boolean;
   /**
@@ -306,7 +308,13 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   // tasks) is not waited for beyond the drain window. Its output is read on while the run goes
   // on and drained after the run's final kill (drainPipes), so none of it is dropped.
   const fired = stop as AttemptStop | null;
-  let ended: { ending?: Ending; runClean?: boolean; graceEndsAt?: number; graceCutAfterMs?: number } = {};
+  let ended: {
+    ending?: Ending;
+    unended?: string;
+    runClean?: boolean;
+    graceEndsAt?: number;
+    graceCutAfterMs?: number;
+  } = {};
   if (fired) {
     // The leader may have exited while the stop was announced: the announcement still comes first.
     await stopped;

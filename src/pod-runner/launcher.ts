@@ -21,7 +21,10 @@ import {
 
 /** How a stopped tree ended. */
 export interface TreeEnd {
-  ending: Ending;
+  /** absent when the kill did not end the tree: `unended` says why */
+  ending?: Ending;
+  /** what of the attempt was still alive when the kill gave up, and why (a stopped agent) */
+  unended?: string;
   /** a final look after the kill found nothing of the whole run alive */
   runClean: boolean;
   /** performance.now() when the grace given with the stop ends */

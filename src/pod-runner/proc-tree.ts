@@ -43,6 +43,25 @@ export function liveProcesses(proc = "/proc"): ProcEntry[] {
   return found;
 }
 
+/**
+ * A process's state letter from /proc/PID/stat (`R`, `S`, `T` for stopped, `t` for traced, ...);
+ * null when it is gone. Readable for a process of any user.
+ */
+export function processState(pid: number, proc = "/proc"): string | null {
+  try {
+    const stat = readFileSync(`${proc}/${pid}/stat`, "latin1");
+    return stat.charAt(stat.lastIndexOf(")") + 2) || null;
+  } catch {
+    return null;
+  }
+}
+
+/** Stopped (SIGSTOP, or a tracer holding it): it runs none of its code until continued. */
+export function isStopped(pid: number, proc = "/proc"): boolean {
+  const state = processState(pid, proc);
+  return state === "T" || state === "t";
+}
+
 /** The live descendants of `root` among `processes`, parents before their children. */
 export function descendantsIn(root: number, processes: readonly ProcEntry[]): ProcEntry[] {
   const children = new Map<number, ProcEntry[]>();

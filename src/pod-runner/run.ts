@@ -171,6 +171,8 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   // Pipes still held by what finished tasks left running: read on, and drained at the end.
   const openPipes: OpenPipes[] = [];
   let runClean = false;
+  /** what the final kill could not confirm ended, in words */
+  let left: string | undefined;
   // Set when the run was stopped with a grace that leftovers shared: when that grace ends.
   let sharedGraceEndsAt: number | undefined;
   try {
@@ -311,7 +313,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         : await sweepLeftovers(sweep, containment);
     if (swept.count > 0) emit({ type: "leftovers-killed", ...swept });
     // The containment's own (a cgroup's anchor) go too, and with them the cgroup.
-    await containment.killAll(performance.now() + 5000);
+    if (!(await containment.killAll(performance.now() + 5000))) {
+      left = `processes of the run may still be running: the ${containment.kind === "agents" ? "agents' fence" : `${containment.kind} kill`} did not confirm their end`;
+    }
     await containment.close();
     // Everything that could hold a pipe is dead now: what it queued comes out before the report.
     await drainPipes(openPipes, options.hurrySignal);
@@ -329,6 +333,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     completionTime: new Date(),
     tasks: outcomes,
     containment: containment.kind,
+    ...(left !== undefined ? { left } : {}),
   };
 }
 
@@ -358,6 +363,14 @@ function markStopped(outcome: TaskOutcome, stop: "Cancelled" | "RunCeiling"): Ta
 }
 
 /** Turns the last attempt's result into the task's outcome; only the limit's firer decides TimedOut. */
+/** How a stopped attempt ended; one the kill did not end has no ending, and says what was left. */
+function settleEnding(outcome: TaskOutcome, result: AttemptResult): void {
+  if (result.ending !== undefined) outcome.ending = result.ending;
+  else delete outcome.ending;
+  if (result.unended !== undefined) outcome.detail = result.unended;
+  if (result.graceCutAfterMs !== undefined) outcome.graceCutAfterMs = result.graceCutAfterMs;
+}
+
 function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
   outcome.completionTime = result.completionTime;
   outcome.exitCode = result.exitCode;
@@ -366,13 +379,11 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
     case "limit":
       outcome.phase = "TimedOut";
       outcome.limit = result.limit;
-      outcome.ending = result.ending;
-      if (result.graceCutAfterMs !== undefined) outcome.graceCutAfterMs = result.graceCutAfterMs;
+      settleEnding(outcome, result);
       break;
     case "cancelled":
       outcome.phase = "Cancelled";
-      outcome.ending = result.ending;
-      if (result.graceCutAfterMs !== undefined) outcome.graceCutAfterMs = result.graceCutAfterMs;
+      settleEnding(outcome, result);
       break;
     case "spawn-error":
       outcome.phase = "Failed";

@@ -168,11 +168,13 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
       AGENT as string,
       runDir,
       ws,
-      options.asInPod ? asUser(TASK_UID).join(" ") : "",
+      // Each container of a pod is a session of its own (runc's init calls setsid): no container
+      // may continue another's stopped process through the same-session rule of SIGCONT.
+      options.asInPod ? ["setsid", ...asUser(TASK_UID)].join(" ") : "",
       ...started,
       "--",
     ].concat([
-      ...(options.asInPod ? asUser(RUNNER_UID) : []),
+      ...(options.asInPod ? ["setsid", ...asUser(RUNNER_UID)] : []),
       process.execPath,
       CLI,
       "pod-runner",
@@ -287,7 +289,10 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
   });
 
   it("keeps the runner's memory bounded when a task prints faster than its output is read: the agent holds the task at its pipe", async () => {
-    const quiet = await runPod({ tasks: [{ name: "flood", run: "echo 0123456789abcdef" }], slowStdout: true });
+    const quiet = await runPod({
+      tasks: [{ name: "flood", run: "echo 0123456789abcdef" }],
+      slowStdout: true,
+    });
     const lines = 6_000_000;
     const run = await runPod({
       tasks: [{ name: "flood", run: `yes 0123456789abcdef | head -n ${lines}` }],
@@ -302,6 +307,45 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     // 150 MB went through a sink read at some 30 MB/s: the runner held a few pipes' worth.
     expect(quiet.peak).toBeGreaterThan(0);
     expect((run.peak ?? 0) - (quiet.peak ?? 0)).toBeLessThan(48 * 1024 * 1024);
+  });
+
+  it("as in a pod: a task that stops its agent does not outlive its timeout unseen: no ending Killed, the report says what still ran", async () => {
+    const started = Date.now();
+    const run = await runPod({
+      asInPod: true,
+      killGrace: "1s",
+      tasks: [
+        { name: "freeze", run: "kill -STOP $PPID; exec sleep 40", timeout: "1s" },
+        { name: "later", run: "true" },
+      ],
+    });
+    // The runner may not signal the agent (another user): it gives the kill up after its
+    // confirmation window, says so, and ends the run; in a cluster the controller then deletes
+    // the pod whose task container still runs (test/unit/controller-reconcile.test.ts).
+    expect(Date.now() - started).toBeLessThan(20_000);
+    expect(run.code).toBe(124);
+    expect(run.report.reason).toBe("TaskTimeout");
+    const [freeze, later] = run.report.tasks;
+    expect(freeze).toMatchObject({ p: "TimedOut", l: "TaskTimeout" });
+    expect(freeze?.e).toBeUndefined();
+    expect(freeze?.m).toContain(
+      "its process group could not be killed: the agent of container task-1 was stopped (SIGSTOP, sent by a task: they share its user) and carried out no signal; 1 process of the task still ran",
+    );
+    expect(later?.p).toBe("Skipped");
+    expect(run.report.left).toBe(
+      "processes of the run may still be running: the agents' fence did not confirm their end",
+    );
+  });
+
+  it("a task that stops its agent is still killed where the runner may continue the agent (same user)", async () => {
+    const run = await runPod({
+      killGrace: "1s",
+      tasks: [{ name: "freeze", run: "kill -STOP $PPID; exec sleep 40", timeout: "1s" }],
+    });
+    expect(run.code).toBe(124);
+    expect(run.report.tasks[0]).toMatchObject({ p: "TimedOut", l: "TaskTimeout", e: "Exited" });
+    expect(run.report.left).toBeUndefined();
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
   });
 
   it("starts a task from its container's environment (the agent's), not the runner's", async () => {

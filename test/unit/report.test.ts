@@ -64,6 +64,24 @@ describe("the runner's report", () => {
     expect(status.message).toContain("task task-199 exceeded its 10m timeout (spec.tasks[199].timeout)");
   });
 
+  it("says, at the end of the run's message, what the final kill could not confirm ended, and keeps it through compaction", () => {
+    const { outcome, spec } = outcomeOf(200, "x".repeat(3000));
+    const last = outcome.tasks[199];
+    if (last) {
+      delete last.ending;
+      last.detail = "its process group could not be killed: the agent of container task-1 was stopped";
+    }
+    outcome.left = "processes of the run may still be running: the agents' fence did not confirm their end";
+    const text = encodeReport(outcome);
+    expect(Buffer.byteLength(text)).toBeLessThanOrEqual(REPORT_MAX_BYTES);
+    const status = expandReport(decodeReport(text, 200), resolveLimits(spec, LOCAL_DEFAULTS));
+    expect(status.tasks[199]?.ending).toBeUndefined();
+    expect(status.left).toBe(outcome.left);
+    expect(status.message).toMatch(
+      /^task task-199 exceeded its 10m timeout \(spec.tasks\[199\].timeout\).*; processes of the run may still be running: the agents' fence did not confirm their end$/,
+    );
+  });
+
   it("keeps everything when it fits", () => {
     const { outcome, spec } = outcomeOf(3, "disk full");
     const report = decodeReport(encodeReport(outcome), 3);
