@@ -58,10 +58,22 @@ const FIND_RUNNER = [
   '[ -n "$runner" ] || exit 99',
 ].join("\n");
 
-/** Runs `command` (a shell line, $runner set), saying whether the kernel let it: "done LABEL" or "refused LABEL". */
+/**
+ * Runs `command` (a shell line, $runner set), saying what the kernel answered: "done LABEL",
+ * "refused LABEL" only when it refused for want of permission (EACCES, EPERM), else "failed
+ * LABEL: ERROR" — an unmapped address or a wrong descriptor is no proof of a defence.
+ */
 function attempt(label: string, command: string): string {
-  return `if (${command}) 2>/dev/null; then echo "done ${label}"; else echo "refused ${label}"; fi`;
+  return [
+    `if err=$( (${command}) 2>&1 >/dev/null); then echo "done ${label}";`,
+    `elif printf '%s' "$err" | grep -qiE 'permission denied|not permitted'; then echo "refused ${label}";`,
+    `else echo "failed ${label}: $(printf '%s' "$err" | tr '\n' ' ')"; fi`,
+  ].join(" ");
 }
+
+/** Each descriptor 0..20 of process `$1`, opened for writing: "fd N refused" or "fd N failed: ERROR". */
+const EACH_FD = (pid: string) =>
+  `for fd in ${Array.from({ length: 21 }, (_, fd) => fd).join(" ")}; do ${attempt("fd $fd", `printf x > /proc/${pid}/fd/$fd`)}; done`;
 
 /** Sets $report to a report that claims both tasks succeeded, well-formed as the runner writes it. */
 const FORGE_REPORT = [
@@ -186,6 +198,7 @@ describe("a task against its run's outcome, on the real kubelet", () => {
         "for fd in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do printf x > /proc/$runner/fd/$fd && exit 0; done; exit 1",
       ],
       ["map_files", 'for f in /proc/$runner/map_files/*; do printf x > "$f" && exit 0; done; exit 1'],
+      // The open is refused before any offset is reached: the address does not matter.
       ["mem", "printf x | dd of=/proc/$runner/mem bs=1 seek=4096 conv=notrunc"],
       ["the run volume", "printf x > /playbook/run/termination-log"],
       ["the agent volume", "printf x > /playbook/agent/termination-log"],
@@ -258,9 +271,15 @@ describe("a task against its run's outcome, on the real kubelet", () => {
             attempt("the agent's mem", "dd if=/proc/$PPID/mem bs=1 count=1 skip=4096"),
             attempt("write the agent's mem", "printf x | dd of=/proc/$PPID/mem bs=1 seek=4096 conv=notrunc"),
             attempt("the agent's fds", "ls /proc/$PPID/fd/"),
-            attempt("the agent's socket", "printf x > /proc/$PPID/fd/3"),
+            // Its socket among them, whatever its number: each open refused for want of permission.
+            EACH_FD("$PPID"),
+            // And the runner's end: gone, with the keys, before the first task started.
+            '[ -e /playbook/run/runner.sock ] && echo "runner socket there" || echo "runner socket gone"',
+            '[ -e /playbook/run/keys ] && echo "keys there" || echo "keys gone"',
             // Its own process is its own: exec made it dumpable again.
             attempt("its own environ", "cat /proc/$$/environ >/dev/null"),
+            // The helper's controls: an I/O error is not a refusal.
+            attempt("its own unmapped mem", "dd if=/proc/self/mem bs=1 count=1 skip=4096"),
           ].join("\n"),
         },
         { name: "seven", run: "exit 7" },
@@ -278,7 +297,11 @@ describe("a task against its run's outcome, on the real kubelet", () => {
     ]) {
       expect(lines, lines.join("\n")).toContain(`refused ${label}`);
     }
+    for (let fd = 0; fd <= 20; fd++) expect(lines, lines.join("\n")).toContain(`refused fd ${fd}`);
+    expect(lines).toContain("runner socket gone");
+    expect(lines).toContain("keys gone");
     expect(lines).toContain("done its own environ");
+    expect(lines.find((line) => line.startsWith("failed its own unmapped mem: "))).toBeDefined();
     await expectHonestFailure(name, playbook);
   });
 
@@ -307,7 +330,7 @@ describe("a task against its run's outcome, on the real kubelet", () => {
     expect(lines).not.toContain("survived");
   });
 
-  it("that stops its agent ends on a limit, never a success", async () => {
+  it("that stops its agent ends on a limit, never a success: the report says the kill could not reach it, and the controller deletes the pod", async () => {
     const name = "agent-stopped";
     await createPlaybook(namespace, name, {
       ceiling: "40s",
@@ -331,6 +354,21 @@ describe("a task against its run's outcome, on the real kubelet", () => {
       limit: "StallLimit",
     });
     expect(playbook.status?.tasks?.[1]).toMatchObject({ name: "later", phase: "Skipped" });
+    // The runner (another user, another container's session) may not continue the agent: it
+    // says so instead of claiming a kill, and the run did not end clean.
+    expect(playbook.status?.tasks?.[0]?.ending).toBeUndefined();
+    expect(playbook.status?.tasks?.[0]?.message).toContain(
+      "its process group could not be killed: the agent of container task-1 was stopped (SIGSTOP, sent by a task: they share its user) and carried out no signal; ",
+    );
+    expect(condition(playbook, "Succeeded")?.message).toMatch(
+      /; processes of the run may still be running: the agents' fence did not confirm their end$/,
+    );
+    // The sleep outlived the runner in the task container: the controller deleted the pod.
+    await eventually(
+      "the pod whose task container outlived its runner to go",
+      async () => ((await podsOf(namespace, name)).length === 0 ? true : undefined),
+      realNode.finishMs,
+    );
   });
 
   it("that kills another container's agent fails that container's task, named, never a success", async () => {
