@@ -4,6 +4,7 @@
  * stall, grace and the end-of-run sweep are the runner's. See docs/agent.md for the protocol.
  *
  * Usage: agent SOCKET CONTAINER
+ *        agent --install DIR   (places this binary and the busybox beside it in DIR: a pod's postStart)
  *
  * Built static with musl (tools/build-agent.sh), so it needs nothing from the task's image.
  */
@@ -706,10 +707,62 @@ static void close_inherited(void)
 	for (int i = 0; i < n; i++) close(fds[i]);
 }
 
+/* ---- --install: the runner container's postStart hook ---- */
+
+/* Copies `from` to DIR/NAME through a temporary name and a rename, so that a task container
+ * started after the hook never sees half a file, and a second run of the hook changes nothing. */
+static int install_file(const char *from, const char *dir, const char *name)
+{
+	char tmp[4200], to[4200];
+	snprintf(tmp, sizeof tmp, "%s/.%s.%d", dir, name, (int)getpid());
+	snprintf(to, sizeof to, "%s/%s", dir, name);
+	int in = open(from, O_RDONLY | O_CLOEXEC);
+	if (in < 0) { fprintf(stderr, "agent --install: open %s: %s\n", from, strerror(errno)); return -1; }
+	int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0755);
+	if (out < 0) {
+		fprintf(stderr, "agent --install: create %s: %s\n", tmp, strerror(errno));
+		close(in);
+		return -1;
+	}
+	static char buf[CHUNK];
+	ssize_t n;
+	int failed = 0;
+	while ((n = read(in, buf, sizeof buf)) != 0) {
+		if (n < 0) { if (errno == EINTR) continue; failed = 1; break; }
+		if (write_all(out, buf, (size_t)n) < 0) { failed = 1; break; }
+	}
+	close(in);
+	/* The umask may have taken bits: the task containers' user runs it. */
+	if (fchmod(out, 0755) < 0 || close(out) < 0) failed = 1;
+	if (failed || rename(tmp, to) < 0) {
+		fprintf(stderr, "agent --install: write %s: %s\n", to, strerror(errno));
+		unlink(tmp);
+		return -1;
+	}
+	return 0;
+}
+
+/* The agent and, where it is beside it, the busybox a shell-less image's tasks run under. */
+static int install(const char *dir)
+{
+	char exe[4000];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n <= 0) { perror("agent --install: /proc/self/exe"); return 1; }
+	exe[n] = '\0';
+	if (install_file(exe, dir, "agent") < 0) return 1;
+	char *slash = strrchr(exe, '/');
+	if (slash) *slash = '\0';
+	char busybox[4100];
+	snprintf(busybox, sizeof busybox, "%s/busybox", slash ? exe : ".");
+	if (access(busybox, R_OK) == 0 && install_file(busybox, dir, "busybox") < 0) return 1;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 3 && strcmp(argv[1], "--install") == 0) return install(argv[2]);
 	if (argc != 3) {
-		fprintf(stderr, "usage: agent SOCKET CONTAINER\n");
+		fprintf(stderr, "usage: agent SOCKET CONTAINER | agent --install DIR\n");
 		return 2;
 	}
 	self = getpid();

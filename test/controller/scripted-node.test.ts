@@ -129,7 +129,12 @@ describe("the scripted node", () => {
       tasks: [{ name: "dump", run: "true" }],
     });
     const pod = await scheduledPod(core, namespace, "images-1");
-    expect(pod.spec?.initContainers?.map((c) => c.name)).toEqual(["agent-install"]);
+    expect(pod.spec?.initContainers).toBeUndefined();
+    expect(pod.spec?.containers[0]?.lifecycle?.postStart?.exec?.command).toEqual([
+      "/usr/local/lib/playbook/agent",
+      "--install",
+      "/playbook/agent",
+    ]);
     expect(pod.spec?.containers.map((c) => [c.name, c.image])).toEqual([
       ["runner", inject("runnerImage")],
       ["task-1", inject("runnerImage")],

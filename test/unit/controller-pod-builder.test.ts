@@ -148,6 +148,7 @@ describe("the pod of an attempt", () => {
     expect(container.volumeMounts).toEqual([
       { name: "plan", mountPath: "/run/playbook", readOnly: true },
       { name: "playbook-run", mountPath: "/playbook/run" },
+      { name: "playbook-agent", mountPath: "/playbook/agent" },
     ]);
     expect(pod.spec.volumes).toEqual([
       {
@@ -239,7 +240,6 @@ describe("the pod of a Playbook whose tasks name their images", () => {
     pod: { image: "registry.example/tools:3", resources: imaged.resources, backoffLimit: 2 },
   });
   const containers = pod.spec.containers as Container[];
-  const init = pod.spec.initContainers as Container[];
 
   it("holds the runner and one container per distinct image, in first-use order", () => {
     expect(containers.map((c) => [c.name, c.image])).toEqual([
@@ -292,26 +292,17 @@ describe("the pod of a Playbook whose tasks name their images", () => {
     });
   });
 
-  it("places the agent from the runner image with an init container", () => {
-    expect(init).toEqual([
-      {
-        name: "agent-install",
-        image: "runner:1",
-        command: [
-          "cp",
-          "/usr/local/lib/playbook/agent",
-          "/usr/local/lib/playbook/busybox",
-          "/playbook/agent/",
-        ],
-        volumeMounts: [{ name: "playbook-agent", mountPath: "/playbook/agent" }],
-        securityContext: {
-          allowPrivilegeEscalation: false,
-          capabilities: { drop: ["ALL"] },
-          runAsUser: 1000,
-        },
-        resources: { requests: { cpu: "10m", memory: "16Mi" }, limits: { memory: "64Mi" } },
+  it("places the agent from the runner container's postStart hook, with no init container", () => {
+    expect(pod.spec.initContainers).toBeUndefined();
+    const runner = containers[0] ?? {};
+    expect(runner.lifecycle).toEqual({
+      postStart: {
+        exec: { command: ["/usr/local/lib/playbook/agent", "--install", "/playbook/agent"] },
       },
-    ]);
+    });
+    expect(runner.volumeMounts).toContainEqual({ name: "playbook-agent", mountPath: "/playbook/agent" });
+    // The runner is the first container: the kubelet starts the task containers after its hook.
+    expect(containers[0]?.name).toBe("runner");
   });
 
   it("passes restricted, every container in one process namespace", () => {

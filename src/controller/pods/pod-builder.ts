@@ -34,7 +34,7 @@ import {
   RUNNER_CONTAINER,
 } from "../objects.js";
 import {
-  agentInstallContainer,
+  agentPostStart,
   RESTRICTED_CONTAINER,
   RUN_DIR,
   RUN_VOLUME,
@@ -161,6 +161,7 @@ export function buildPod(request: PodRequest): PodManifest {
   if (!read.ok) throw new Error(`the plan built for the pod ${read.problem}`);
   const settings = settingsOf(request);
   const tasks = podTaskContainers(request);
+  const delivery = agentPostStart();
   const runner: Record<string, unknown> = {
     name: RUNNER_CONTAINER,
     image: request.runnerImage,
@@ -173,7 +174,9 @@ export function buildPod(request: PodRequest): PodManifest {
     volumeMounts: [
       { name: PLAN_VOLUME, mountPath: PLAN_MOUNT_DIR, readOnly: true },
       { name: RUN_VOLUME, mountPath: RUN_DIR },
+      delivery.volumeMount,
     ],
+    lifecycle: delivery.lifecycle,
     terminationMessagePolicy: "FallbackToLogsOnError",
     securityContext: { ...RESTRICTED_CONTAINER, runAsUser: RUNNER_UID },
     resources: RUNNER_RESOURCES,
@@ -196,7 +199,6 @@ export function buildPod(request: PodRequest): PodManifest {
       fsGroup: TASK_GID,
       seccompProfile: { type: "RuntimeDefault" },
     },
-    initContainers: [agentInstallContainer(request.runnerImage)],
     containers: [runner, ...taskContainers(tasks, settings.resources)],
     volumes: [
       {

@@ -1,7 +1,9 @@
 // The containers a run's pod holds besides the runner (docs/design.md, "Tasks in their own
-// images"): an init container that copies the static agent from the runner image onto a shared
-// volume, and one container per distinct task image whose only process is that agent, started by
-// the runner over a unix socket. Every task container shares the pod's process namespace, user and
+// images"): one per distinct task image whose only process is the static agent, started by the
+// runner over a unix socket. The agent reaches them from the runner image without an init
+// container (each costs a whole kubelet pass): the runner container, first in the pod, places it
+// on a shared volume from its postStart hook, which the kubelet runs to its end before it starts
+// the next container. Every task container shares the pod's process namespace, user and
 // group (1000), so an agent can signal any process of its tasks; the runner runs as another user,
 // so no task can signal, trace or overwrite it.
 import type { PodSettings } from "../../api/policy.js";
@@ -11,7 +13,6 @@ import type { TaskContainers } from "../../api/task-images.js";
 export const TASK_UID = 1000;
 export const TASK_GID = 1000;
 
-export const AGENT_INSTALL_CONTAINER = "agent-install";
 export const AGENT_VOLUME = "playbook-agent";
 export const AGENT_DIR = "/playbook/agent";
 /** Where the runner image holds the agent and the busybox a shell-less image's tasks run under. */
@@ -30,15 +31,18 @@ export const RESTRICTED_CONTAINER = {
   capabilities: { drop: ["ALL"] },
 } as const;
 
-/** The init container that places the agent: `cp`, the one tool it needs from the runner image. */
-export function agentInstallContainer(runnerImage: string): Record<string, unknown> {
+/**
+ * What the runner container adds to place the agent: the agent volume, writable, and a postStart
+ * hook that runs the agent's own `--install` (no shell: a binary that writes each file under a
+ * temporary name and renames it, so a second run changes nothing).
+ */
+export function agentPostStart(): {
+  volumeMount: Record<string, unknown>;
+  lifecycle: Record<string, unknown>;
+} {
   return {
-    name: AGENT_INSTALL_CONTAINER,
-    image: runnerImage,
-    command: ["cp", `${AGENT_SOURCE_DIR}/agent`, `${AGENT_SOURCE_DIR}/busybox`, `${AGENT_DIR}/`],
-    volumeMounts: [{ name: AGENT_VOLUME, mountPath: AGENT_DIR }],
-    securityContext: { ...RESTRICTED_CONTAINER, runAsUser: TASK_UID },
-    resources: { requests: { cpu: "10m", memory: "16Mi" }, limits: { memory: "64Mi" } },
+    volumeMount: { name: AGENT_VOLUME, mountPath: AGENT_DIR },
+    lifecycle: { postStart: { exec: { command: [`${AGENT_SOURCE_DIR}/agent`, "--install", AGENT_DIR] } } },
   };
 }
 
