@@ -21,6 +21,8 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
   ttlSecondsAfterFinished: "keep pods of finished runs this long when the spec does not say (default 3600)",
   runnerImage:
     "image of the runner container and the agent (and of tasks when neither the Playbook nor the policy names an image)",
+  agentDelivery:
+    "how the agent reaches task containers: image-volume (the runner image mounted, Kubernetes 1.35+ with containerd 2.1+ or CRI-O 1.31+), post-start (placed by the runner container's postStart hook) or auto (image-volume where the API server and every node's runtime support it) (default auto)",
   allowedServiceAccounts:
     "comma-separated service accounts Playbooks may name where no PlaybookPolicy says, besides default (default: none)",
   allowedImages:

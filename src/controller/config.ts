@@ -1,11 +1,13 @@
 // The controller's configuration: flags win over env (PLAYBOOK_*), env over defaults; validated
 // with zod so a bad value stops the process at start with the flag it came from.
+
 import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { parseDuration } from "../api/duration.js";
 import type { LimitDefaults } from "../api/limits.js";
 import { imagePatternMessage, isImagePattern } from "../api/policy.js";
 import { WATCH_SECONDS_MIN } from "../runtime/informer.js";
+import { AGENT_DELIVERY_SETTINGS } from "./pods/agent-delivery.js";
 
 const SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -68,6 +70,8 @@ export const ControllerConfigSchema = z
     defaultStartTimeout: Duration.prefault("5m"),
     ttlSecondsAfterFinished: z.coerce.number().int().min(0).default(3600),
     runnerImage: z.string().min(1).default("ghcr.io/playbook-controller/playbook-controller:0.1.0"),
+    /** How the agent reaches task containers: auto picks image-volume where every node can mount one. */
+    agentDelivery: z.enum(AGENT_DELIVERY_SETTINGS).default("auto"),
     /** Service accounts Playbooks may name in namespaces without a PlaybookPolicy, besides `default`. */
     allowedServiceAccounts: List.pipe(
       z.array(z.string().regex(DNS_SUBDOMAIN, "must list service account names (DNS-1123 subdomains)")),
@@ -143,6 +147,7 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   defaultStartTimeout: "PLAYBOOK_DEFAULT_START_TIMEOUT",
   ttlSecondsAfterFinished: "PLAYBOOK_TTL_SECONDS_AFTER_FINISHED",
   runnerImage: "PLAYBOOK_RUNNER_IMAGE",
+  agentDelivery: "PLAYBOOK_AGENT_DELIVERY",
   allowedServiceAccounts: "PLAYBOOK_ALLOWED_SERVICE_ACCOUNTS",
   allowedImages: "PLAYBOOK_ALLOWED_IMAGES",
   namespaces: "PLAYBOOK_NAMESPACES",

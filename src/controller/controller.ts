@@ -13,6 +13,7 @@ import type { KubeClients } from "../runtime/kube-config.js";
 import { LeaderElector } from "../runtime/leader-election.js";
 import { HealthServer } from "../runtime/server.js";
 import { WorkQueue } from "../runtime/work-queue.js";
+import { AgentDeliveryWatch } from "./agent-delivery-watch.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
 import { CronController } from "./cron/cron-controller.js";
 import type { CronMetricsSink } from "./cron/cron-writer.js";
@@ -78,6 +79,8 @@ export class PlaybookController {
   private readonly identity: string;
   private readonly writer: PlaybookWriter;
   private readonly settings: ReconcileSettings;
+  /** How task containers get the agent in the pods created now (--agent-delivery). */
+  private readonly agentDelivery: AgentDeliveryWatch;
   private readonly playbooks = new Map<string, Informer<StoredPlaybook>>();
   private readonly pods = new Map<string, Informer<PodView>>();
   private readonly governor: PolicyGovernor;
@@ -124,6 +127,17 @@ export class PlaybookController {
       this.playbooks.set(namespace, this.playbookInformer(namespace));
       this.pods.set(namespace, this.podInformer(namespace));
     }
+    this.agentDelivery = new AgentDeliveryWatch({
+      setting: deps.config.agentDelivery,
+      api: deps.clients.api,
+      log: deps.log,
+      metrics: this.metrics,
+      watchTimeoutMs: deps.config.watchTimeout,
+      // The settings object is the controller's own: each pod built from now on takes the choice.
+      onChoice: (delivery) => {
+        this.settings.agentDelivery = delivery;
+      },
+    });
     this.governor = this.policyGovernor(namespaces);
     this.cron = new CronController({
       namespaces,
@@ -210,6 +224,7 @@ export class PlaybookController {
     });
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
+    await this.agentDelivery.start();
     for (const informer of this.informers()) informer.start();
     const stopped = new Promise<void>((resolve) =>
       this.stopping.signal.addEventListener("abort", () => resolve(), { once: true }),
@@ -305,6 +320,7 @@ export class PlaybookController {
     await this.elector?.release();
     this.metrics.isLeader.set(0);
     await Promise.all(this.informers().map((informer) => informer.stop()));
+    await this.agentDelivery.stop();
     await this.server?.close();
     this.log.info({}, "Stopped");
   }

@@ -1,12 +1,14 @@
 // What a reconcile pass decides (pods to create, stop or delete, one status, events) and from what:
 // its input, the run as decided against its plan (RunState), and the two ways a decision writes
 // status: settle (the run ended) and progress (it goes on).
+
 import type { LimitDefaults, ResolvedLimits } from "../api/limits.js";
 import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import type { NamespaceRules, PodSettings } from "../api/policy.js";
 import type { TerminalReason } from "../api/reasons.js";
 import type { RecordedEvent } from "../runtime/events.js";
 import type { PodView, StoredPlaybook } from "./objects.js";
+import type { AgentDelivery } from "./pods/agent-delivery.js";
 import { type FinishedRun, finishEvents, finishedRun } from "./pods/finished-run.js";
 import type { PodManifest } from "./pods/pod-builder.js";
 import type { SlotState } from "./policy/policy-queue.js";
@@ -15,6 +17,8 @@ import { markUnfinished, type StatusBase, sameStatus } from "./status.js";
 export interface ReconcileSettings {
   defaults: LimitDefaults;
   runnerImage: string;
+  /** How the pods created now get the agent (the controller's current choice); post-start unless set. */
+  agentDelivery?: AgentDelivery;
   ttlSecondsAfterFinished: number;
   /** --allowed-service-accounts and --allowed-images: allowed where no policy says otherwise. */
   allowedServiceAccounts?: readonly string[];

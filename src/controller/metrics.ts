@@ -38,6 +38,8 @@ export class ControllerMetrics extends RuntimeMetrics {
   readonly taskDuration: Histogram<"namespace" | "phase">;
   readonly activeRuns: Gauge<"namespace">;
   readonly queuedRuns: Gauge<"namespace">;
+  /** 1 for the way the agent reaches task containers in the pods created now, 0 for the other. */
+  readonly agentDelivery: Gauge<"delivery">;
   readonly policyRefusals: Counter<"namespace" | "field">;
   readonly untrustedReports: Counter<"namespace" | "why">;
   readonly policyStatusWrites: Counter;
@@ -112,6 +114,14 @@ export class ControllerMetrics extends RuntimeMetrics {
         this.reset();
         for (const [namespace, count] of queuedRuns()) this.set({ namespace }, count);
       },
+    });
+    this.agentDelivery = new Gauge({
+      name: "playbook_agent_delivery",
+      help:
+        "How the agent reaches the task containers of the pods created now: 1 for image-volume (the runner image " +
+        "mounted as an image volume) or post-start (placed by the runner container's postStart hook), 0 for the other",
+      labelNames: ["delivery"],
+      registers,
     });
     this.policyRefusals = new Counter({
       name: "playbook_policy_refusals_total",

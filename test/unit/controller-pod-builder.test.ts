@@ -34,6 +34,8 @@ function restrictedViolations(pod: { spec: Record<string, unknown> }): string[] 
     "downwardAPI",
     "emptyDir",
     "ephemeral",
+    // Since v1.35: an image volume is read-only and pulled as a container's image is.
+    "image",
     "persistentVolumeClaim",
     "projected",
     "secret",
@@ -303,6 +305,38 @@ describe("the pod of a Playbook whose tasks name their images", () => {
     expect(runner.volumeMounts).toContainEqual({ name: "playbook-agent", mountPath: "/playbook/agent" });
     // The runner is the first container: the kubelet starts the task containers after its hook.
     expect(containers[0]?.name).toBe("runner");
+  });
+
+  it("with image volumes: mounts the runner image read-only in each task container, whose command is its agent; no hook, no copy", () => {
+    const mounted = buildPod({
+      ...request,
+      spec: imaged,
+      limits: resolveLimits(imaged, SETTINGS.defaults),
+      pod: { image: "registry.example/tools:3", resources: imaged.resources, backoffLimit: 2 },
+      agentDelivery: "image-volume",
+    });
+    const all = mounted.spec.containers as Container[];
+    expect(mounted.spec.initContainers).toBeUndefined();
+    expect(all[0]?.lifecycle).toBeUndefined();
+    expect(all[0]?.volumeMounts).not.toContainEqual(expect.objectContaining({ name: "playbook-agent" }));
+    expect(mounted.spec.volumes).toContainEqual({ name: "playbook-agent", image: { reference: "runner:1" } });
+    for (const task of all.slice(1)) {
+      expect(task.command).toEqual([
+        "/playbook/agent/usr/local/lib/playbook/agent",
+        "/playbook/run/runner.sock",
+        task.name,
+      ]);
+      expect(task.volumeMounts).toContainEqual({
+        name: "playbook-agent",
+        mountPath: "/playbook/agent",
+        readOnly: true,
+      });
+    }
+    expect(restrictedViolations(mounted)).toEqual([]);
+    // Never both: no emptyDir for the agent beside the image.
+    expect(
+      (mounted.spec.volumes as Record<string, unknown>[]).filter((v) => v.name === "playbook-agent"),
+    ).toHaveLength(1);
   });
 
   it("passes restricted, every container in one process namespace", () => {

@@ -186,6 +186,7 @@ function createPodAction(
     runStart,
     now: state.input.now,
     runnerImage: state.input.settings.runnerImage,
+    ...(state.input.settings.agentDelivery ? { agentDelivery: state.input.settings.agentDelivery } : {}),
     pod: state.pod,
     name,
   });

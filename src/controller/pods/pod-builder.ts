@@ -33,11 +33,12 @@ import {
   type OwnedMetadata,
   RUNNER_CONTAINER,
 } from "../objects.js";
+import type { AgentDelivery } from "./agent-delivery.js";
 import {
-  agentPostStart,
   RESTRICTED_CONTAINER,
   RUN_DIR,
   RUN_VOLUME,
+  runnerAgentDelivery,
   TASK_GID,
   TASK_UID,
   taskContainers,
@@ -110,6 +111,8 @@ export interface PodRequest {
   now: Date;
   /** The controller's --runner-image: the runner container's and the agent's, never the user's. */
   runnerImage: string;
+  /** How the agent reaches the task containers (agent-delivery.ts); post-start unless told. */
+  agentDelivery?: AgentDelivery;
   /** Default task image, service account and resources as the namespace's policy fills them in; the spec's alone when absent. */
   pod?: PodSettings | undefined;
   /** The pod's name: `<playbook>-<attempt>` when not given. */
@@ -161,7 +164,8 @@ export function buildPod(request: PodRequest): PodManifest {
   if (!read.ok) throw new Error(`the plan built for the pod ${read.problem}`);
   const settings = settingsOf(request);
   const tasks = podTaskContainers(request);
-  const delivery = agentPostStart();
+  const agentDelivery = request.agentDelivery ?? "post-start";
+  const delivery = runnerAgentDelivery(agentDelivery);
   const runner: Record<string, unknown> = {
     name: RUNNER_CONTAINER,
     image: request.runnerImage,
@@ -174,9 +178,9 @@ export function buildPod(request: PodRequest): PodManifest {
     volumeMounts: [
       { name: PLAN_VOLUME, mountPath: PLAN_MOUNT_DIR, readOnly: true },
       { name: RUN_VOLUME, mountPath: RUN_DIR },
-      delivery.volumeMount,
+      ...delivery.volumeMounts,
     ],
-    lifecycle: delivery.lifecycle,
+    ...(delivery.lifecycle ? { lifecycle: delivery.lifecycle } : {}),
     terminationMessagePolicy: "FallbackToLogsOnError",
     securityContext: { ...RESTRICTED_CONTAINER, runAsUser: RUNNER_UID },
     resources: RUNNER_RESOURCES,
@@ -199,7 +203,7 @@ export function buildPod(request: PodRequest): PodManifest {
       fsGroup: TASK_GID,
       seccompProfile: { type: "RuntimeDefault" },
     },
-    containers: [runner, ...taskContainers(tasks, settings.resources)],
+    containers: [runner, ...taskContainers(tasks, settings.resources, agentDelivery)],
     volumes: [
       {
         name: PLAN_VOLUME,
@@ -209,7 +213,7 @@ export function buildPod(request: PodRequest): PodManifest {
           ],
         },
       },
-      ...taskVolumes(),
+      ...taskVolumes(agentDelivery, request.runnerImage),
     ],
   };
   if (settings.serviceAccountName) podSpec.serviceAccountName = settings.serviceAccountName;

@@ -1,13 +1,15 @@
 // The containers a run's pod holds besides the runner (docs/design.md, "Tasks in their own
 // images"): one per distinct task image whose only process is the static agent, started by the
 // runner over a unix socket. The agent reaches them from the runner image without an init
-// container (each costs a whole kubelet pass): the runner container, first in the pod, places it
-// on a shared volume from its postStart hook, which the kubelet runs to its end before it starts
-// the next container. Every task container shares the pod's process namespace, user and
+// container (each costs a whole kubelet pass), one of two ways (agent-delivery.ts): the runner's
+// image mounted read-only as an `image` volume in every task container, or, where the cluster has
+// no image volumes, placed on a shared emptyDir by the runner container's postStart hook, which
+// the kubelet runs to its end before it starts the next container (the runner is the first). Every task container shares the pod's process namespace, user and
 // group (1000), so an agent can signal any process of its tasks; the runner runs as another user,
 // so no task can signal, trace or overwrite it.
 import type { PodSettings } from "../../api/policy.js";
 import type { TaskContainers } from "../../api/task-images.js";
+import type { AgentDelivery } from "./agent-delivery.js";
 
 /** The user and group of every task and agent (the pod's), and the group the runner shares with them. */
 export const TASK_UID = 1000;
@@ -31,17 +33,23 @@ export const RESTRICTED_CONTAINER = {
   capabilities: { drop: ["ALL"] },
 } as const;
 
+/** The agent as a task container runs it: the runner image's own file, or the copy on the emptyDir. */
+export function agentPath(delivery: AgentDelivery): string {
+  return delivery === "image-volume" ? `${AGENT_DIR}${AGENT_SOURCE_DIR}/agent` : `${AGENT_DIR}/agent`;
+}
+
 /**
- * What the runner container adds to place the agent: the agent volume, writable, and a postStart
- * hook that runs the agent's own `--install` (no shell: a binary that writes each file under a
- * temporary name and renames it, so a second run changes nothing).
+ * What the runner container adds to place the agent (post-start only): the agent volume,
+ * writable, and a postStart hook that runs the agent's own `--install` (no shell: a binary that
+ * writes each file under a temporary name and renames it, so a second run changes nothing).
  */
-export function agentPostStart(): {
-  volumeMount: Record<string, unknown>;
-  lifecycle: Record<string, unknown>;
+export function runnerAgentDelivery(delivery: AgentDelivery): {
+  volumeMounts: Record<string, unknown>[];
+  lifecycle?: Record<string, unknown>;
 } {
+  if (delivery === "image-volume") return { volumeMounts: [] };
   return {
-    volumeMount: { name: AGENT_VOLUME, mountPath: AGENT_DIR },
+    volumeMounts: [{ name: AGENT_VOLUME, mountPath: AGENT_DIR }],
     lifecycle: { postStart: { exec: { command: [`${AGENT_SOURCE_DIR}/agent`, "--install", AGENT_DIR] } } },
   };
 }
@@ -50,11 +58,12 @@ export function agentPostStart(): {
 export function taskContainers(
   plan: TaskContainers,
   resources: PodSettings["resources"],
+  delivery: AgentDelivery,
 ): Record<string, unknown>[] {
   return plan.containers.map((container) => ({
     name: container.name,
     image: container.image,
-    command: [`${AGENT_DIR}/agent`, RUNNER_SOCKET, container.name],
+    command: [agentPath(delivery), RUNNER_SOCKET, container.name],
     workingDir: WORKSPACE_DIR,
     volumeMounts: [
       { name: AGENT_VOLUME, mountPath: AGENT_DIR, readOnly: true },
@@ -67,10 +76,15 @@ export function taskContainers(
   }));
 }
 
-/** The volumes the agent, the runner's socket and the shared workspace live on. */
-export function taskVolumes(): Record<string, unknown>[] {
+/**
+ * The volumes the agent, the runner's socket and the shared workspace live on. An image volume
+ * is the whole runner image (a subPath of one needs newer runtimes), pulled as its container is.
+ */
+export function taskVolumes(delivery: AgentDelivery, runnerImage: string): Record<string, unknown>[] {
   return [
-    { name: AGENT_VOLUME, emptyDir: { sizeLimit: "64Mi" } },
+    delivery === "image-volume"
+      ? { name: AGENT_VOLUME, image: { reference: runnerImage } }
+      : { name: AGENT_VOLUME, emptyDir: { sizeLimit: "64Mi" } },
     { name: RUN_VOLUME, emptyDir: { sizeLimit: "16Mi" } },
     { name: WORKSPACE_VOLUME, emptyDir: {} },
   ];
