@@ -3,7 +3,8 @@
 // ending RunnerLost later. Go is the third: tools/build.sh (run next, still before anything
 // starts) fetches it when missing and stops with its own message when it cannot.
 import { spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { type Dirent, existsSync, readdirSync, statSync } from "node:fs";
+import path from "node:path";
 import { probeEngine } from "./container-engine.js";
 
 export interface Prerequisite {
@@ -314,19 +315,129 @@ export function installNotice(packages: readonly string[], why: string, size: st
   );
 }
 
-function aptInstall(packages: string[], why: string, log: (message: string) => void): void {
-  const args = ["install", "-y", "--no-install-recommends", ...packages];
-  log(installNotice(packages, why, aptSize(packages)));
-  // apt's output goes to stderr: stdout of cluster:up is kept for the KUBECONFIG line.
-  const options = {
-    stdio: ["ignore", 2, 2] as ["ignore", number, number],
-    env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" },
+/** Where apt keeps its package lists; PLAYBOOK_APT_LISTS_DIR points the tests at a folder of their own. */
+export function aptListsDir(env: NodeJS.ProcessEnv = process.env): string {
+  return isSet(env.PLAYBOOK_APT_LISTS_DIR) ? env.PLAYBOOK_APT_LISTS_DIR : "/var/lib/apt/lists";
+}
+
+const HOUR_MS = 60 * 60 * 1000;
+
+/** "30 hours", "3 days". */
+function describeAge(ms: number): string {
+  const hours = Math.floor(ms / HOUR_MS);
+  return hours < 48 ? `${hours} hours` : `${Math.floor(hours / 24)} days`;
+}
+
+/**
+ * Why apt's package lists want an `apt-get update` before an install: there are none, or the
+ * newest is more than a day old (a fresh machine's image brings lists whose archives the mirror
+ * has since removed). Undefined when they are fresh. The `partial` folder counts too: apt writes
+ * in it on every update, while a list that did not change keeps the mirror's date.
+ */
+export function staleAptLists(dir: string, now = Date.now()): string | undefined {
+  let entries: Dirent[];
+  try {
+    entries = readdirSync(dir, { withFileTypes: true });
+  } catch {
+    entries = [];
+  }
+  const lists = entries.filter((entry) => entry.isFile() && entry.name !== "lock");
+  if (lists.length === 0) return `apt has no package lists in ${dir}`;
+  const written = [...lists, ...entries.filter((entry) => entry.isDirectory() && entry.name === "partial")];
+  const newest = Math.max(...written.map((entry) => statSync(path.join(dir, entry.name)).mtimeMs));
+  const age = now - newest;
+  return age > 24 * HOUR_MS ? `apt's package lists are ${describeAge(age)} old` : undefined;
+}
+
+/**
+ * Whether apt-get's output says it could not fetch a package, or that its lists do not know one:
+ * both are what lists older than the mirror give, and an `apt-get update` may cure them.
+ */
+export function aptCouldNotFetch(output: string): boolean {
+  return /Unable to fetch|Failed to fetch|404 +Not Found|maybe run apt-get update|Unable to locate package|has no installation candidate/.test(
+    output,
+  );
+}
+
+/** An install apt-get could not do: the message names the packages and the command to run. */
+export class AptInstallError extends MissingPrerequisiteError {}
+
+/** apt's error lines ("E: ..."), else its last line: what a failed install says in one place. */
+function aptErrors(stderr: string): string {
+  const lines = stderr
+    .split("\n")
+    .map((line) => line.trim())
+    .filter(Boolean);
+  const errors = lines.filter((line) => line.startsWith("E: "));
+  return (errors.length > 0 ? errors : lines.slice(-1)).join(" ");
+}
+
+const aptEnv = (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv => ({ ...env, DEBIAN_FRONTEND: "noninteractive" });
+
+/** `apt-get update`, its output on stderr. A failure is said, not thrown: the lists there are may do. */
+export function aptUpdate(log: (message: string) => void, env: NodeJS.ProcessEnv = process.env): void {
+  const updated = spawnSync("apt-get", ["update", "-qq"], { stdio: ["ignore", 2, 2], env: aptEnv(env) });
+  if (updated.status !== 0) {
+    log(
+      `apt-get update failed (${updated.error?.message ?? `exit ${updated.status}`}): going on with the lists there are`,
+    );
+  }
+}
+
+/** Runs `apt-get update` when the package lists are stale (staleAptLists), saying why first. */
+export function updateStaleAptLists(
+  log: (message: string) => void,
+  env: NodeJS.ProcessEnv = process.env,
+  now = Date.now(),
+): void {
+  const stale = staleAptLists(aptListsDir(env), now);
+  if (!stale) return;
+  log(`${stale}: running apt-get update first`);
+  aptUpdate(log, env);
+}
+
+/**
+ * `apt-get install -y --no-install-recommends` of the packages, as root: runs `apt-get update`
+ * first when the package lists are stale, and when the install fails to fetch, updates and tries
+ * once more; each said through `log`. Throws AptInstallError naming the packages and the commands
+ * to run when the install still fails. apt's output goes to stderr (stdout of cluster:up is kept
+ * for the KUBECONFIG line); its errors are read there too, so they come after its progress.
+ */
+export function installDebianPackages(
+  packages: readonly string[],
+  options: { log: (message: string) => void; env?: NodeJS.ProcessEnv; now?: number },
+): void {
+  const { log, env = process.env } = options;
+  const install = (): { ok: boolean; errors: string } => {
+    const result = spawnSync("apt-get", ["install", "-y", "--no-install-recommends", ...packages], {
+      stdio: ["ignore", 2, "pipe"],
+      encoding: "utf8",
+      maxBuffer: 1 << 24,
+      env: aptEnv(env),
+    });
+    const stderr = result.stderr ?? "";
+    process.stderr.write(stderr);
+    return {
+      ok: result.status === 0,
+      errors: aptErrors(stderr) || (result.error?.message ?? `exit ${result.status}`),
+    };
   };
-  if (spawnSync("apt-get", args, options).status === 0) return;
-  // A fresh machine may have no package lists yet.
-  log("apt-get install failed; updating the package lists and trying again");
-  spawnSync("apt-get", ["update", "-qq"], options);
-  spawnSync("apt-get", args, options);
+
+  updateStaleAptLists(log, env, options.now);
+  let attempt = install();
+  if (attempt.ok) return;
+  const couldNotFetch = aptCouldNotFetch(attempt.errors);
+  if (couldNotFetch) {
+    log(`apt-get install could not fetch (${attempt.errors}): running apt-get update and trying once more`);
+    aptUpdate(log, env);
+    attempt = install();
+    if (attempt.ok) return;
+  }
+  const sudo = isRoot() ? "" : "sudo ";
+  throw new AptInstallError(
+    `apt-get could not install ${packages.join(", ")}${couldNotFetch ? ", even after apt-get update" : ""}: ${attempt.errors}\n` +
+      `install them with \`${sudo}apt-get update && ${aptInstallLine(packages)}\``,
+  );
 }
 
 /**
@@ -347,16 +458,32 @@ export function ensurePrerequisites(options: {
   if (missing.length === 0) return;
   const choice = installChoice();
   if (choice.deprecation) log(choice.deprecation);
+  let installFailure: string | undefined;
   if (options.install && isRoot() && onPath("apt-get")) {
     const why = options.why ?? [...new Set(missing.map((p) => `${p.command}: ${p.purpose}`))].join("; ");
-    aptInstall([...new Set(missing.map((p) => p.debianPackage))], why, log);
+    const packages = [...new Set(missing.map((p) => p.debianPackage))];
+    log(installNotice(packages, why, aptSize(packages)));
+    try {
+      installDebianPackages(packages, { log });
+    } catch (error) {
+      if (!(error instanceof AptInstallError)) throw error;
+      installFailure = error.message;
+    }
     missing = missing.filter((p) => !p.present());
   }
   for (const prerequisite of missing.filter((p) => p.optional)) {
     log(`${absent(prerequisite)} (${prerequisite.purpose}); \`${installCommand(prerequisite)}\` installs it`);
   }
   const required = missing.filter((p) => !p.optional);
-  if (required.length === 0) return;
+  if (required.length === 0) {
+    if (installFailure) log(installFailure);
+    return;
+  }
+  if (installFailure) {
+    throw new AptInstallError(
+      [...required.map((p) => `${absent(p)} (${p.purpose})`), installFailure].join("\n"),
+    );
+  }
   const declined = options.install
     ? ""
     : ` (not installed: ${choice.declined && choice.by ? `${choice.by}=${process.env[choice.by]}` : "installing"} declined)`;

@@ -11,6 +11,7 @@ import { promisify } from "node:util";
 import { z } from "zod";
 import { repoRoot } from "../binaries.js";
 import { type ContainerEngine, containerEngine, engineRun, imageExists } from "../container-engine.js";
+import { aptCouldNotFetch, aptUpdate, updateStaleAptLists } from "../prerequisites.js";
 
 const run = promisify(execFile);
 
@@ -184,20 +185,35 @@ export async function pauseImageArchive(): Promise<string> {
   return archive;
 }
 
-/** The busybox image: Debian's busybox-static, fetched with `apt-get download` (nothing installed). */
-export async function busyboxImageArchive(): Promise<string> {
+/**
+ * The busybox image: Debian's busybox-static, fetched with `apt-get download` (nothing installed).
+ * As root, stale package lists are updated first, and a download that could not fetch is tried
+ * once more after an update, as the harness's installs do (test/harness/prerequisites.ts).
+ */
+export async function busyboxImageArchive(log: (message: string) => void): Promise<string> {
   const archive = path.join(imageCacheDir(), "busybox-1.35.oci.tar");
   if (existsSync(archive)) return archive;
   await mkdir(path.dirname(archive), { recursive: true });
   await withRootfs(async (rootfs, work) => {
     const debs = path.join(work, "deb");
     await mkdir(debs);
-    try {
-      await run("apt-get", ["download", "busybox-static"], { cwd: debs });
-    } catch (error) {
-      const { stderr } = error as { stderr?: string };
-      throw new Error(`apt-get download busybox-static failed: ${stderr ?? error}`, { cause: error });
+    const root = process.getuid?.() === 0;
+    const download = async (): Promise<string | undefined> => {
+      try {
+        await run("apt-get", ["download", "busybox-static"], { cwd: debs });
+        return undefined;
+      } catch (error) {
+        return (error as { stderr?: string }).stderr || String(error);
+      }
+    };
+    if (root) updateStaleAptLists(log);
+    let failure = await download();
+    if (failure && root && aptCouldNotFetch(failure)) {
+      log("apt-get download busybox-static could not fetch: running apt-get update and trying once more");
+      aptUpdate(log);
+      failure = await download();
     }
+    if (failure) throw new Error(`apt-get download busybox-static failed: ${failure}`);
     const [deb] = (await readdir(debs)).filter((f) => f.endsWith(".deb"));
     if (!deb) throw new Error("apt-get download busybox-static left no .deb");
     const unpacked = path.join(work, "unpacked");

@@ -557,7 +557,7 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
   await mkdir(path.join(dir, "cni", "net.d"), { recursive: true });
   await mkdir(path.join(dir, "pod-logs"), { recursive: true });
   const t0 = Date.now();
-  const images = [await pauseImageArchive(), await busyboxImageArchive(), ...(options.extraImages ?? [])];
+  const images = [await pauseImageArchive(), await busyboxImageArchive(log), ...(options.extraImages ?? [])];
   log(`Image archives ready after ${Date.now() - t0}ms`);
 
   const socket = path.join(dir, "containerd.sock");
