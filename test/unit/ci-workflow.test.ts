@@ -3,6 +3,7 @@
 // project needs, the same checks, the Debian packages the suites need, and the cluster binaries
 // built before the suites that start a control plane. The project list is read from
 // vitest.config.ts, so a new project that one of the two forgets fails here.
+import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
@@ -129,5 +130,52 @@ describe("the workflow for users' forges and .ci/run", () => {
       (name) => !replacedByDocker.has(name) && !new RegExp(`(^|[\\s(])${name}([\\s)]|$)`, "m").test(installs),
     );
     expect(missing, "packages of .ci/run no workflow step installs").toEqual([]);
+  });
+});
+
+describe(".ci/run's phase times", () => {
+  it("prints each phase's seconds and the total at the end", () => {
+    // The functions .ci/run sources, with three phases whose time is set on bash's own clock.
+    const result = spawnSync(
+      "bash",
+      [
+        "-c",
+        `. .ci/phases.sh
+step "npm ci"; SECONDS=$((SECONDS + 12))
+step "lint"; SECONDS=$((SECONDS + 3))
+step "the real node (containerd and a real kubelet): PLAYBOOK_REAL_NODE=1 vitest --project real-node"
+SECONDS=$((SECONDS + 1260))
+phase_times`,
+      ],
+      { cwd: ROOT, encoding: "utf8" },
+    );
+    expect(result.status).toBe(0);
+    const row = (name: string, seconds: number) => `${name.padEnd(32)} ${String(seconds).padStart(6)} s`;
+    expect(result.stdout.trimEnd().split("\n").slice(-5)).toEqual([
+      "==> phase times",
+      row("npm ci", 12),
+      row("lint", 3),
+      row("the real node", 1260),
+      row("total", 1275),
+    ]);
+    expect(result.stdout).toContain(
+      "\n==> the real node (containerd and a real kubelet): PLAYBOOK_REAL_NODE=1",
+    );
+  });
+
+  it("prints them after the last phase and before the summary whose last line CI reads", () => {
+    const lines = ciRun.split("\n");
+    expect(lines).toContain(". .ci/phases.sh");
+    const lastPhase = lines.findLastIndex((line) => line.startsWith("step "));
+    const times = lines.indexOf("phase_times");
+    const summary = lines.findIndex((line) => line.startsWith("node -e"));
+    expect(lastPhase).toBeGreaterThan(0);
+    expect(times).toBeGreaterThan(lastPhase);
+    expect(summary).toBeGreaterThan(times);
+    // Nothing is printed after the summary's line.
+    const summaryScript = lines.slice(summary).join("\n");
+    const printed = [...summaryScript.matchAll(/console\.log\((.*)\);/g)].map((match) => match[1]);
+    expect(printed.at(-1)).toMatch(/^`\$\{passed\} passed, \$\{failed\} failed`$/);
+    expect(summaryScript.trimEnd().endsWith('\n\' || status=1\nexit "$status"')).toBe(true);
   });
 });
