@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy, etcd and helm from
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy, etcd, helm and
+# containerd (with its runc shim and ctr, for the real node) from
 # their Go modules into a per-version cache folder outside the repository, and prints that
 # folder as the only line of stdout. Binaries already present are not rebuilt.
 #
@@ -40,9 +41,10 @@ module_version() { # module_version <dir> <module path>
 k8s_version=$(module_version kubernetes k8s.io/kubernetes)
 etcd_version=$(module_version etcd go.etcd.io/etcd/server/v3)
 helm_version=$(module_version helm helm.sh/helm/v3)
+containerd_version=$(module_version containerd github.com/containerd/containerd/v2)
 
 cache_root=${PLAYBOOK_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/playbook-controller/bin}
-bin_dir="$cache_root/k8s-$k8s_version-etcd-$etcd_version-helm-$helm_version"
+bin_dir="$cache_root/k8s-$k8s_version-etcd-$etcd_version-helm-$helm_version-containerd-$containerd_version"
 mkdir -p "$bin_dir"
 
 targets=${PLAYBOOK_TOOLS_TARGETS:-"
@@ -54,6 +56,9 @@ targets=${PLAYBOOK_TOOLS_TARGETS:-"
   kube-proxy=kubernetes:k8s.io/kubernetes/cmd/kube-proxy
   etcd=etcd:.
   helm=helm:helm.sh/helm/v3/cmd/helm
+  containerd=containerd:github.com/containerd/containerd/v2/cmd/containerd
+  containerd-shim-runc-v2=containerd:github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+  ctr=containerd:github.com/containerd/containerd/v2/cmd/ctr
 "}
 
 # Two callers (CI and a test's global setup, say) must not build the same binary at once. A
@@ -189,6 +194,15 @@ module_ldflags() { # module_ldflags <dir>
   case $1 in
     kubernetes) k8s_ldflags ;;
     helm) printf '%s' "-X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean" ;;
+    # The kubelet reports this as the node's containerRuntimeVersion (containerd://2.4.2).
+    containerd) printf '%s' "-X github.com/containerd/containerd/v2/version.Version=${containerd_version#v}" ;;
+    *) ;;
+  esac
+}
+
+module_tags() { # module_tags <dir>: build tags; containerd's storage drivers that need cgo are left out
+  case $1 in
+    containerd) printf '%s' "no_btrfs,no_devmapper,no_zfs" ;;
     *) ;;
   esac
 }
@@ -227,14 +241,15 @@ module_path() { # module_path <dir>: absolute, or under tools/
 # build_group <index>: one go build for the missing binaries of one module folder. Writes the
 # packages it has to compile to $state/<i>.total and each one compiled to $state/<i>.done.
 build_group() {
-  local i=$1 dir=${groups[$1]} t0=$SECONDS ldflags
+  local i=$1 dir=${groups[$1]} t0=$SECONDS ldflags tags
   local -a names pkgs
   read -r -a names <<<"${group_names[$dir]}"
   read -r -a pkgs <<<"${group_pkgs[$dir]}"
   cd "$(module_path "$dir")"
   ldflags=$(module_ldflags "$dir")
+  tags=$(module_tags "$dir")
   # What needs compiling: the packages the build cache does not hold yet.
-  go list -trimpath -deps -f '{{if .Stale}}{{.ImportPath}}{{end}}' "${pkgs[@]}" | sort -u | wc -l >"$state/$i.total" ||
+  go list -trimpath -tags "$tags" -deps -f '{{if .Stale}}{{.ImportPath}}{{end}}' "${pkgs[@]}" | sort -u | wc -l >"$state/$i.total" ||
     echo 0 >"$state/$i.total"
   : >"$state/$i.done"
   local out="$bin_dir/.$i.tmp"
@@ -245,7 +260,7 @@ build_group() {
     output=(-o "$out/")
   fi
   # -v names each package as it is compiled; everything else it prints is the compiler's.
-  if ! go build -v -trimpath -ldflags "-s -w $ldflags" "${output[@]}" "${pkgs[@]}" 2>&1 |
+  if ! go build -v -trimpath -tags "$tags" -ldflags "-s -w $ldflags" "${output[@]}" "${pkgs[@]}" 2>&1 |
     while IFS= read -r line; do
       if [[ $line =~ ^[[:alnum:]._~/-]+$ ]]; then
         printf '%s\n' "$line" >>"$state/$i.done"

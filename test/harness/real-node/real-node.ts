@@ -227,6 +227,103 @@ async function writeCniPlugins(dir: string): Promise<void> {
     await symlink(path.join(debian, plugin), path.join(binDir, plugin));
 }
 
+/** The node's containerd: tools/build.sh's (2.x, for image volumes) where it built one, else Debian's. */
+function containerdBinaries(binDir: string): {
+  containerd: string;
+  ctr: string;
+  shim?: string;
+  major: number;
+} {
+  const built = path.join(binDir, "containerd");
+  if (existsSync(built)) {
+    return {
+      containerd: built,
+      ctr: path.join(binDir, "ctr"),
+      shim: path.join(binDir, "containerd-shim-runc-v2"),
+      major: containerdMajor(built),
+    };
+  }
+  const debian = which("containerd") ?? "/usr/bin/containerd";
+  return { containerd: debian, ctr: which("ctr") ?? "ctr", major: containerdMajor(debian) };
+}
+
+function containerdMajor(binary: string): number {
+  const version = spawnSync(binary, ["--version"], { encoding: "utf8" }).stdout ?? "";
+  return Number(/ v?(\d+)\.\d+/.exec(version)?.[1] ?? 1);
+}
+
+/** TOML by hand: only tables, strings, booleans, numbers and lists of strings are needed. */
+function tomlTable(lines: string[], name: string, value: Record<string, unknown>): void {
+  const nested: [string, Record<string, unknown>][] = [];
+  lines.push("", `[${name}]`);
+  for (const [key, v] of Object.entries(value)) {
+    if (v !== null && typeof v === "object" && !Array.isArray(v))
+      nested.push([key, v as Record<string, unknown>]);
+    else lines.push(`  ${key} = ${JSON.stringify(v)}`);
+  }
+  for (const [key, v] of nested) tomlTable(lines, `${name}.${key}`, v);
+}
+
+/**
+ * containerd 2.x's config (version 3): the CRI plugin split into its runtime, image and server
+ * parts. The same settings as the 1.6 config below, and the shim built beside containerd.
+ */
+function containerdConfigV3(dir: string, socket: string, shim: string | undefined): string {
+  const lines: string[] = [
+    "version = 3",
+    `root = ${JSON.stringify(path.join(dir, "containerd", "root"))}`,
+    `state = ${JSON.stringify(path.join(dir, "containerd", "state"))}`,
+    `disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing", "io.containerd.nri.v1.nri"]`,
+    "",
+    "[grpc]",
+    `  address = ${JSON.stringify(socket)}`,
+    "",
+    "[ttrpc]",
+    `  address = ""`,
+    "",
+    "[debug]",
+    `  address = ""`,
+    "",
+    "[metrics]",
+    `  address = ""`,
+  ];
+  tomlTable(lines, `plugins."io.containerd.internal.v1.opt"`, { path: path.join(dir, "containerd", "opt") });
+  tomlTable(lines, `plugins."io.containerd.cri.v1.runtime"`, {
+    restrict_oom_score_adj: true,
+    enable_selinux: false,
+    disable_apparmor: true,
+    tolerate_missing_hugetlb_controller: true,
+    disable_hugetlb_controller: true,
+    netns_mounts_under_state_dir: true,
+    enable_cdi: false,
+    containerd: {
+      default_runtime_name: "runc",
+      runtimes: {
+        runc: {
+          runtime_type: "io.containerd.runc.v2",
+          ...(shim ? { runtime_path: shim } : {}),
+          options: { SystemdCgroup: false, BinaryName: which("runc") ?? "runc" },
+        },
+      },
+    },
+    cni: {
+      bin_dirs: [path.join(dir, "cni", "bin")],
+      conf_dir: path.join(dir, "cni", "net.d"),
+      max_conf_num: 1,
+    },
+  });
+  tomlTable(lines, `plugins."io.containerd.cri.v1.images"`, {
+    snapshotter: "overlayfs",
+    pinned_images: { sandbox: PAUSE_IMAGE },
+    registry: { config_path: registryConfigDir(dir) },
+  });
+  tomlTable(lines, `plugins."io.containerd.grpc.v1.cri"`, {
+    stream_server_address: "127.0.0.1",
+    stream_server_port: "0",
+  });
+  return `${lines.join("\n")}\n`;
+}
+
 function containerdConfig(dir: string, socket: string): string {
   const cri = {
     restrict_oom_score_adj: true,
@@ -571,7 +668,11 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
   await writeFile(hostRecordFile(stateDir), `${JSON.stringify(record, null, 2)}\n`);
   for (const mount of cgroupMounts()) await mkdir(path.join(mount, cgroupRoot), { recursive: true });
 
-  await writeFile(path.join(dir, "containerd.toml"), containerdConfig(dir, socket));
+  const binaries = containerdBinaries(options.binDir);
+  await writeFile(
+    path.join(dir, "containerd.toml"),
+    binaries.major >= 2 ? containerdConfigV3(dir, socket, binaries.shim) : containerdConfig(dir, socket),
+  );
   await writeFile(path.join(dir, "cni", "net.d", "10-playbook-dev.conflist"), cniConfig(dir));
 
   // The namespaces' holder: private mounts with /run and /var/lib emptied, and a network of its own.
@@ -605,7 +706,7 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
 
   await writeCniPlugins(dir);
 
-  const containerdBinary = which("containerd") ?? "/usr/bin/containerd";
+  const containerdBinary = binaries.containerd;
   // containerd runs the CNI plugins, and serves exec/attach/port-forward streams to the kubelet
   // on 127.0.0.1, in the node's network namespace.
   const containerd = await startInNamespaces(
@@ -618,7 +719,7 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
   );
   await options.record(containerd);
   const ctr = (args: string[]) =>
-    run(which("ctr") ?? "ctr", ["--address", socket, "--namespace", "k8s.io", ...args], {
+    run(binaries.ctr, ["--address", socket, "--namespace", "k8s.io", ...args], {
       maxBuffer: 1 << 22,
     });
   await waitFor("containerd", async () => ((await ctr(["version"])) ? true : undefined), {
@@ -626,7 +727,9 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
     intervalMs: 100,
     abortIf: () => (isRunning(containerd) ? undefined : `containerd exited:\n${logTail(containerd.logFile)}`),
   });
-  log(`containerd ready after ${Date.now() - t0}ms (socket ${socket})`);
+  log(
+    `containerd ${binaries.containerd} (${binaries.major}.x) ready after ${Date.now() - t0}ms (socket ${socket})`,
+  );
 
   for (const archive of images) await ctr(["images", "import", archive]);
   const { stdout: listed } = await ctr(["images", "list", "--quiet"]);
