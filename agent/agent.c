@@ -394,7 +394,9 @@ static void fence(const pid_t *spare, size_t nspare)
 		int found = 0;
 		for (size_t i = 0; i < n; i++) {
 			pid_t pid = list[i].pid;
-			if (list[i].state == 'Z' || pid == self || is_spared(pid, spare, nspare)) continue;
+			/* PID 1 is the namespace's init (a pod's pause, which runs as the pod's user): no signal
+			 * from inside its namespace ends it, and it holds nothing of the tasks. */
+			if (list[i].state == 'Z' || pid == self || pid == 1 || is_spared(pid, spare, nspare)) continue;
 			if (root && !is_descendant(list, n, pid)) continue;
 			if (kill(pid, SIGKILL) == 0) found++;
 		}
@@ -456,6 +458,10 @@ static void start(char *payload, size_t len)
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		signal(SIGPIPE, SIG_DFL);
 		setsid();
+		/* Each task container runs as a user of its own in the pod's group: what a task makes in
+		 * the shared workspace is the group's to change too, so the next task, in another image,
+		 * can (the task may set its own umask). */
+		umask(002);
 		int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		const char *step = "open /dev/null";
 		if (devnull >= 0 && dup2(devnull, 0) >= 0 && dup2(out[1], 1) >= 0 && dup2(err[1], 2) >= 0) {

@@ -339,6 +339,15 @@ describe("the pod of a Playbook whose tasks name their images", () => {
     ).toHaveLength(1);
   });
 
+  it("runs each task container as a user of its own, in the pod's group", () => {
+    expect(containers.slice(1).map((c) => [c.name, c.securityContext?.runAsUser])).toEqual([
+      ["task-1", 1000],
+      ["task-2", 1001],
+      ["task-3", 1002],
+    ]);
+    expect((pod.spec.securityContext as Record<string, unknown>).runAsGroup).toBe(1000);
+  });
+
   it("passes restricted, every container in one process namespace", () => {
     expect(restrictedViolations(pod)).toEqual([]);
     expect(pod.spec.shareProcessNamespace).toBe(true);

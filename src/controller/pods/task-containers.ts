@@ -11,9 +11,16 @@ import type { PodSettings } from "../../api/policy.js";
 import type { TaskContainers } from "../../api/task-images.js";
 import type { AgentDelivery } from "./agent-delivery.js";
 
-/** The user and group of every task and agent (the pod's), and the group the runner shares with them. */
+/**
+ * The user of the first task container and its agent; task-K runs as TASK_UID + K - 1, so no
+ * process one container's tasks leave can signal, trace or read the environment of another's
+ * (docs/design.md, "What a task can still do"). They share the group, the runner's too.
+ */
 export const TASK_UID = 1000;
 export const TASK_GID = 1000;
+
+/** The user of task container `index` (0-based, task-1 first). */
+export const taskContainerUid = (index: number) => TASK_UID + index;
 
 export const AGENT_VOLUME = "playbook-agent";
 export const AGENT_DIR = "/playbook/agent";
@@ -60,7 +67,7 @@ export function taskContainers(
   resources: PodSettings["resources"],
   delivery: AgentDelivery,
 ): Record<string, unknown>[] {
-  return plan.containers.map((container) => ({
+  return plan.containers.map((container, index) => ({
     name: container.name,
     image: container.image,
     command: [agentPath(delivery), RUNNER_SOCKET, container.name],
@@ -71,7 +78,7 @@ export function taskContainers(
       { name: RUN_VOLUME, mountPath: RUN_DIR, readOnly: true },
       { name: WORKSPACE_VOLUME, mountPath: WORKSPACE_DIR },
     ],
-    securityContext: { ...RESTRICTED_CONTAINER, runAsUser: TASK_UID },
+    securityContext: { ...RESTRICTED_CONTAINER, runAsUser: taskContainerUid(index) },
     ...(resources ? { resources } : {}),
   }));
 }
