@@ -23,6 +23,8 @@ export type { ProcEntry };
 export type AgentLike = Pick<Agent, "container" | "pid" | "lost" | "start" | "kill" | "fence" | "quit"> & {
   /** the agent's own environment, where a pod's task starts from (absent: the runner's) */
   env?: Readonly<Record<string, string>>;
+  /** the agent's user, as its hello said: its tasks' */
+  uid?: number;
   /**
    * The container's live processes but the agent, numbered as the agent numbers them. Absent in
    * a pod, where the runner shares the agents' process namespace and reads them in /proc below
@@ -89,7 +91,11 @@ export function agentLauncher(
       // bounded however fast it prints.
       let task: AgentTask | undefined;
       const behind = [false, false];
+      // Once the attempt is being stopped, its exit and its pipes' ends must be read while they
+      // come (they queue behind its output): what it prints now is bounded by the kill.
+      let stopping = false;
       const holdFor = (index: 0 | 1, on: boolean) => {
+        if (stopping) on = false;
         if (behind[index] === on) return;
         behind[index] = on;
         task?.hold(behind[0] === true || behind[1] === true);
@@ -180,8 +186,11 @@ export function agentLauncher(
           }
           return failures;
         },
-        endTree: (killGraceMs, _runCookie, hurry) =>
-          endAgentTree(
+        endTree: (killGraceMs, _runCookie, hurry) => {
+          stopping = true;
+          holdFor(0, false);
+          holdFor(1, false);
+          return endAgentTree(
             {
               agent,
               pgid,
@@ -194,7 +203,8 @@ export function agentLauncher(
             },
             killGraceMs,
             hurry,
-          ),
+          );
+        },
         release: () => {},
       };
       return { launched };

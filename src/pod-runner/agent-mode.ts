@@ -5,13 +5,15 @@
 // shared process namespace but the agents, then quits. See docs/design.md ("Agent mode").
 import { mkdirSync } from "node:fs";
 import { join, posix } from "node:path";
+import { performance } from "node:perf_hooks";
+import { setTimeout as sleep } from "node:timers/promises";
 import { z } from "zod";
 import type { TaskSpec } from "../api/playbook.js";
 import { type AgentHub, openAgentHub } from "./agent-hub.js";
 import { type AgentLike, type AttemptsSeen, agentLauncher, descendantsOf } from "./agent-launcher.js";
 import type { Containment } from "./containment.js";
 import type { Launcher } from "./launcher.js";
-import { isStopped } from "./proc-tree.js";
+import { describeProcesses, isStopped, processesOf } from "./proc-tree.js";
 
 /** JSON object: task container name → its image. Set on the pod's runner container. */
 export const TASK_CONTAINERS_VAR = "PLAYBOOK_TASK_CONTAINERS";
@@ -186,6 +188,28 @@ export function agentLaunchers(
 
 /** How long the fence may take per agent before the run gives it up (the agent bounds it at 2 s). */
 const FENCE_ANSWER_MS = 5000;
+/** How long the runner looks for the tasks' processes to go after a fence that left some. */
+const FENCE_CONFIRM_MS = 3000;
+
+/**
+ * Whether every process of the agents' users but the agents is gone, looked for until `ms` pass.
+ * Only in a pod's shared process namespace: a local run's containers have namespaces of their own.
+ */
+async function remainingTaskProcesses(agents: readonly AgentLike[], ms: number): Promise<number[] | null> {
+  // Root's processes are the whole machine's (a pod's tasks never run as root): nothing to look for.
+  const inPod = (agent: AgentLike) =>
+    agent.descendants === undefined && agent.uid !== undefined && agent.uid !== 0;
+  if (agents.length === 0 || !agents.every(inPod)) return null;
+  const uids = new Set(agents.map((agent) => agent.uid as number));
+  // PID 1 is the pod's pause, which runs as the pod's user and outlives every signal from inside.
+  const spared = new Set([1, ...agents.map((agent) => agent.pid)]);
+  const until = performance.now() + ms;
+  for (;;) {
+    const left = processesOf(uids, spared);
+    if (left.length === 0 || performance.now() >= until) return left;
+    await sleep(50);
+  }
+}
 
 /**
  * The agents hold the run's processes: every task's process is a descendant of its container's
@@ -198,6 +222,8 @@ export function agentContainment(
   attempts?: AttemptsSeen,
 ): Containment {
   const names = Object.keys(run.containers);
+  /** What the last unclean fence left unconfirmed, in words. */
+  let unconfirmed: string | undefined;
   const owners = () => {
     const owner = new Map<number, AgentLike>();
     for (const agent of run.agents()) {
@@ -246,8 +272,23 @@ export function agentContainment(
           }
         }),
       );
-      return answers.every((alive) => alive === 0);
+      unconfirmed = undefined;
+      if (answers.every((alive) => alive === 0)) return true;
+      // An agent that found a process still dying when its sweep ran out (one in the kernel's
+      // hands under memory pressure) did not see it end: in a pod the runner sees every process of
+      // the tasks' users, and looks until none is left or the time is up.
+      const left = await remainingTaskProcesses(live, FENCE_CONFIRM_MS);
+      if (left !== null && left.length === 0) return true;
+      const silent = live.filter((_, index) => answers[index] === -1).map((agent) => agent.container);
+      unconfirmed = [
+        silent.length > 0 ? `no fence answer from the agent of ${silent.join(", ")}` : undefined,
+        left && left.length > 0 ? `still running: ${describeProcesses(left)}` : undefined,
+      ]
+        .filter(Boolean)
+        .join("; ");
+      return false;
     },
+    unconfirmed: () => unconfirmed || undefined,
     // Q to every agent: each ends its descendants and exits, and with it its container.
     async close() {
       await Promise.all(

@@ -51,6 +51,8 @@ export interface Containment {
   liveAttempts?(): Set<string>;
   /** SIGKILLs everything inside and waits, until `until` (a performance.now() value), for it to be empty */
   killAll(until: number): Promise<boolean>;
+  /** After a killAll that returned false: what it could not confirm ended, in words (agents only). */
+  unconfirmed?(): string | undefined;
   /** removes what was made for the run; call once everything inside is gone */
   close(): void | Promise<void>;
 }

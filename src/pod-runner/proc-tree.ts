@@ -56,6 +56,44 @@ export function processState(pid: number, proc = "/proc"): string | null {
   }
 }
 
+/**
+ * The live processes of users `uids` but `except`, from /proc (status is readable for a process
+ * of any user): what the agents' fence was to end, as the runner checks it in a pod.
+ */
+export function processesOf(
+  uids: ReadonlySet<number>,
+  except: ReadonlySet<number>,
+  proc = "/proc",
+): number[] {
+  const found: number[] = [];
+  for (const entry of liveProcesses(proc)) {
+    if (except.has(entry.pid)) continue;
+    try {
+      const uid = /^Uid:\s+(\d+)/m.exec(readFileSync(`${proc}/${entry.pid}/status`, "latin1"))?.[1];
+      if (uid !== undefined && uids.has(Number(uid))) found.push(entry.pid);
+    } catch {
+      // gone
+    }
+  }
+  return found;
+}
+
+/** A few processes in words, for a report: `pid 45 spin (state D, user 1000), ...`, at most 5. */
+export function describeProcesses(pids: readonly number[], proc = "/proc"): string {
+  const described = pids.slice(0, 5).map((pid) => {
+    try {
+      const stat = readFileSync(`${proc}/${pid}/stat`, "latin1");
+      const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+      const state = stat.charAt(stat.lastIndexOf(")") + 2);
+      const uid = /^Uid:\s+(\d+)/m.exec(readFileSync(`${proc}/${pid}/status`, "latin1"))?.[1];
+      return `pid ${pid} ${comm} (state ${state}, user ${uid ?? "?"})`;
+    } catch {
+      return `pid ${pid} (gone since)`;
+    }
+  });
+  return `${described.join(", ")}${pids.length > 5 ? ` and ${pids.length - 5} more` : ""}`;
+}
+
 /** Stopped (SIGSTOP, or a tracer holding it): it runs none of its code until continued. */
 export function isStopped(pid: number, proc = "/proc"): boolean {
   const state = processState(pid, proc);

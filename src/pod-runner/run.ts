@@ -314,7 +314,8 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     if (swept.count > 0) emit({ type: "leftovers-killed", ...swept });
     // The containment's own (a cgroup's anchor) go too, and with them the cgroup.
     if (!(await containment.killAll(performance.now() + 5000))) {
-      left = `processes of the run may still be running: the ${containment.kind === "agents" ? "agents' fence" : `${containment.kind} kill`} did not confirm their end`;
+      const what = containment.unconfirmed?.();
+      left = `processes of the run may still be running: the ${containment.kind === "agents" ? "agents' fence" : `${containment.kind} kill`} did not confirm their end${what ? ` (${what})` : ""}`;
     }
     await containment.close();
     // Everything that could hold a pipe is dead now: what it queued comes out before the report.
