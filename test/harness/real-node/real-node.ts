@@ -268,26 +268,33 @@ function tomlTable(lines: string[], name: string, value: Record<string, unknown>
  * containerd 2.x's config (version 3): the CRI plugin split into its runtime, image and server
  * parts. The same settings as the 1.6 config below, and the shim built beside containerd.
  */
-function containerdConfigV3(dir: string, socket: string, shim: string | undefined): string {
-  const lines: string[] = [
-    "version = 3",
+/**
+ * What both config versions open with: the node's own root and state, the plugins it never uses
+ * switched off, the socket, and every other listener off; `opt` in the node's folder.
+ */
+function containerdHead(version: 2 | 3, dir: string, socket: string, disabled: readonly string[]): string[] {
+  const lines = [
+    `version = ${version}`,
     `root = ${JSON.stringify(path.join(dir, "containerd", "root"))}`,
     `state = ${JSON.stringify(path.join(dir, "containerd", "state"))}`,
-    `disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing", "io.containerd.nri.v1.nri"]`,
-    "",
-    "[grpc]",
-    `  address = ${JSON.stringify(socket)}`,
-    "",
-    "[ttrpc]",
-    `  address = ""`,
-    "",
-    "[debug]",
-    `  address = ""`,
-    "",
-    "[metrics]",
-    `  address = ""`,
+    `disabled_plugins = ${JSON.stringify(disabled)}`,
   ];
+  tomlTable(lines, "grpc", { address: socket });
+  for (const listener of ["ttrpc", "debug", "metrics"]) tomlTable(lines, listener, { address: "" });
   tomlTable(lines, `plugins."io.containerd.internal.v1.opt"`, { path: path.join(dir, "containerd", "opt") });
+  return lines;
+}
+
+const UNUSED_PLUGINS = [
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+];
+
+function containerdConfigV3(dir: string, socket: string, shim: string | undefined): string {
+  const lines = containerdHead(3, dir, socket, [...UNUSED_PLUGINS, "io.containerd.nri.v1.nri"]);
   tomlTable(lines, `plugins."io.containerd.cri.v1.runtime"`, {
     restrict_oom_score_adj: true,
     enable_selinux: false,
@@ -351,38 +358,8 @@ function containerdConfig(dir: string, socket: string): string {
     // each pull: no registry is configured until one is written, and nothing in /etc is read.
     registry: { config_path: registryConfigDir(dir) },
   };
-  // TOML by hand: only tables, strings, booleans and numbers are needed.
-  const lines: string[] = [
-    "version = 2",
-    `root = ${JSON.stringify(path.join(dir, "containerd", "root"))}`,
-    `state = ${JSON.stringify(path.join(dir, "containerd", "state"))}`,
-    `disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]`,
-    "",
-    "[grpc]",
-    `  address = ${JSON.stringify(socket)}`,
-    "",
-    "[ttrpc]",
-    `  address = ""`,
-    "",
-    "[debug]",
-    `  address = ""`,
-    "",
-    "[metrics]",
-    `  address = ""`,
-    "",
-    `[plugins."io.containerd.internal.v1.opt"]`,
-    `  path = ${JSON.stringify(path.join(dir, "containerd", "opt"))}`,
-  ];
-  const table = (name: string, value: Record<string, unknown>): void => {
-    const nested: [string, Record<string, unknown>][] = [];
-    lines.push("", `[${name}]`);
-    for (const [key, v] of Object.entries(value)) {
-      if (v !== null && typeof v === "object") nested.push([key, v as Record<string, unknown>]);
-      else lines.push(`  ${key} = ${JSON.stringify(v)}`);
-    }
-    for (const [key, v] of nested) table(`${name}.${key}`, v);
-  };
-  table(`plugins."io.containerd.grpc.v1.cri"`, cri);
+  const lines = containerdHead(2, dir, socket, ["io.containerd.snapshotter.v1.aufs", ...UNUSED_PLUGINS]);
+  tomlTable(lines, `plugins."io.containerd.grpc.v1.cri"`, cri);
   return `${lines.join("\n")}\n`;
 }
 
