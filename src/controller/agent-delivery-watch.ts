@@ -2,6 +2,7 @@
 // start, and every node's container runtime, watched, so that a node that joins with an older
 // runtime turns the choice back to post-start before the next pod is built. Each change of the
 // choice is logged and shown by the playbook_agent_delivery gauge. A fixed setting watches nothing.
+import { setTimeout as delay } from "node:timers/promises";
 import type { Logger } from "pino";
 import { z } from "zod";
 import type { ApiClient } from "../runtime/api-client.js";
@@ -25,6 +26,9 @@ const NodeSchema = z.looseObject({
 type NodeView = z.infer<typeof NodeSchema>;
 
 const VersionSchema = z.looseObject({ gitVersion: z.string() });
+
+/** How long the first choice waits for the nodes' list before it goes on without it. */
+const NODES_LIST_WAIT_MS = 10_000;
 
 /** Only what the choice reads is cached: a node object is mostly images and conditions. */
 function runtimeOnly(raw: unknown): unknown {
@@ -51,6 +55,8 @@ export class AgentDeliveryWatch {
   private readonly nodes: Informer<NodeView> | null;
   private serverVersion: string | undefined;
   private current: DeliveryChoice | undefined;
+  /** The first choice waits for the nodes' first list: until then pods get the postStart hook. */
+  private synced = false;
 
   constructor(options: AgentDeliveryWatchOptions) {
     this.options = options;
@@ -71,6 +77,7 @@ export class AgentDeliveryWatch {
           })
         : null;
     this.nodes?.addHandlers({ onUpsert: () => this.decide(), onDelete: () => this.decide() });
+    if (!this.nodes) this.synced = true;
   }
 
   /** The choice now (post-start until the cluster has been seen). */
@@ -78,6 +85,7 @@ export class AgentDeliveryWatch {
     return this.current?.delivery ?? (this.options.setting === "auto" ? "post-start" : this.options.setting);
   }
 
+  /** Reads the API server's version and starts the nodes' watch; `waitForSync` makes the first choice. */
   async start(): Promise<void> {
     if (this.nodes) {
       try {
@@ -91,6 +99,25 @@ export class AgentDeliveryWatch {
       }
       this.nodes.start();
     }
+  }
+
+  /** Resolves once the first choice is made: at once for a fixed setting, else after the nodes' list. */
+  async waitForSync(): Promise<void> {
+    if (this.nodes) {
+      // Never a reason not to reconcile: a controller that may not list nodes (no RBAC for them)
+      // goes on with the postStart hook, and takes image volumes if the list comes later.
+      const listed = await Promise.race([
+        this.nodes.waitForSync().then(() => true),
+        delay(NODES_LIST_WAIT_MS, false, { ref: false }),
+      ]);
+      if (!listed) {
+        this.options.log.warn(
+          { problem: this.nodes.problem },
+          "Could not list the nodes yet: task-image pods get the agent from a postStart hook until they are",
+        );
+      }
+    }
+    this.synced = true;
     this.decide();
   }
 
@@ -99,6 +126,7 @@ export class AgentDeliveryWatch {
   }
 
   private decide(): void {
+    if (!this.synced) return;
     const nodes = (this.nodes?.list() ?? []).map((node) => ({
       name: node.metadata.name,
       runtime: node.status?.nodeInfo?.containerRuntimeVersion ?? "",

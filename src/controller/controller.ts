@@ -230,7 +230,13 @@ export class PlaybookController {
       this.stopping.signal.addEventListener("abort", () => resolve(), { once: true }),
     );
     // A SIGTERM while the API server is unreachable must not wait for caches that never sync.
-    await Promise.race([Promise.all(this.informers().map((informer) => informer.waitForSync())), stopped]);
+    await Promise.race([
+      Promise.all([
+        ...this.informers().map((informer) => informer.waitForSync()),
+        this.agentDelivery.waitForSync(),
+      ]),
+      stopped,
+    ]);
     if (this.stopping.signal.aborted) return this.shutDown();
     this.log.info(
       { namespaces: this.config.namespaces.length > 0 ? this.config.namespaces : "all" },

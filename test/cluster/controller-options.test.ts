@@ -58,31 +58,39 @@ describe("--log-format", () => {
       lines.join("\n"),
     ).toEqual([
       "Serving metrics and health",
+      "Chose how task containers get the agent",
       "Caches synced",
       "Started workers",
       "Stopping: finishing in-flight reconciles and releasing the Lease",
       "Stopped",
     ]);
     expect(records[0]).toMatchObject({ level: 30, component: "playbook-controller" });
-    expect(records[1]).toMatchObject({ namespaces: [namespace] });
-    expect(records[2]).toMatchObject({ workers: 2, identity: "options-test" });
+    expect(records[1]).toMatchObject({ delivery: expect.stringMatching(/^(image-volume|post-start)$/) });
+    expect(records[1]?.why).toMatch(/^auto: /);
+    expect(records[2]).toMatchObject({ namespaces: [namespace] });
+    expect(records[3]).toMatchObject({ workers: 2, identity: "options-test" });
   });
 
   it("text prints time, level, message and key=value fields, one line each", async () => {
     const lines = await startUpLines("text");
     const time = String.raw`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z`;
-    expect(lines).toHaveLength(5);
+    expect(lines).toHaveLength(6);
     expect(lines[0]).toMatch(
       new RegExp(`^${time} INFO  Serving metrics and health address=127\\.0\\.0\\.1:\\d+$`),
     );
-    expect(lines[1]).toMatch(new RegExp(`^${time} INFO  Caches synced namespaces=\\["${namespace}"\\]$`));
-    expect(lines[2]).toMatch(new RegExp(`^${time} INFO  Started workers workers=2 identity=options-test$`));
-    expect(lines[3]).toMatch(
+    expect(lines[1]).toMatch(
+      new RegExp(
+        `^${time} INFO  Chose how task containers get the agent delivery=(image-volume|post-start) why=`,
+      ),
+    );
+    expect(lines[2]).toMatch(new RegExp(`^${time} INFO  Caches synced namespaces=\\["${namespace}"\\]$`));
+    expect(lines[3]).toMatch(new RegExp(`^${time} INFO  Started workers workers=2 identity=options-test$`));
+    expect(lines[4]).toMatch(
       new RegExp(
         `^${time} INFO  Stopping: finishing in-flight reconciles and releasing the Lease signal=SIGTERM$`,
       ),
     );
-    expect(lines[4]).toMatch(new RegExp(`^${time} INFO  Stopped$`));
+    expect(lines[5]).toMatch(new RegExp(`^${time} INFO  Stopped$`));
   });
 });
 

@@ -184,10 +184,12 @@ describe("the Helm chart", () => {
     const { objects } = await template(namespace, []);
     expect(kinds(objects)).toEqual([
       "ClusterRole/pbc-playbook-controller",
+      "ClusterRole/pbc-playbook-controller-nodes",
       "ClusterRole/playbook-admin",
       "ClusterRole/playbook-edit",
       "ClusterRole/playbook-view",
       "ClusterRoleBinding/pbc-playbook-controller",
+      "ClusterRoleBinding/pbc-playbook-controller-nodes",
       "CustomResourceDefinition/cronplaybooks.playbook.dev",
       "CustomResourceDefinition/playbookpolicies.playbook.dev",
       "CustomResourceDefinition/playbooks.playbook.dev",
@@ -224,10 +226,13 @@ describe("the Helm chart", () => {
         ...watched.flatMap((ns) => [`Role/${ns}`, `RoleBinding/${ns}`]),
       ].sort(),
     );
+    // Nodes are the cluster's: --agent-delivery auto reads their runtimes through a ClusterRole.
     expect(kinds(objects).filter((k) => k.startsWith("ClusterRole"))).toEqual([
+      "ClusterRole/pbc-playbook-controller-nodes",
       "ClusterRole/playbook-admin",
       "ClusterRole/playbook-edit",
       "ClusterRole/playbook-view",
+      "ClusterRoleBinding/pbc-playbook-controller-nodes",
     ]);
     const deployment = objects.find((o) => o.kind === "Deployment") as unknown as {
       spec: { template: { spec: { containers: { args: string[] }[] } } };
@@ -236,6 +241,19 @@ describe("the Helm chart", () => {
     expect(args).toContain(`--namespaces=${watched.join(",")}`);
     const applied = await kubectlResult(["apply", "--dry-run=server", "-f", "-"], text);
     expect(applied.code).toBe(0);
+  });
+
+  it("reads nodes only for --agent-delivery auto: a fixed way is passed on and grants nothing on nodes", async () => {
+    const { objects } = await template(namespace, ["config.agentDelivery=post-start"]);
+    expect(kinds(objects).filter((k) => k.includes("-nodes"))).toEqual([]);
+    const deployment = objects.find((o) => o.kind === "Deployment") as unknown as {
+      spec: { template: { spec: { containers: { args: string[] }[] } } };
+    };
+    expect(deployment.spec.template.spec.containers[0]?.args).toContain("--agent-delivery=post-start");
+    const nodes = (await template(namespace, [])).objects.find(
+      (o) => o.kind === "ClusterRole" && o.metadata.name.endsWith("-nodes"),
+    ) as unknown as { rules: unknown[] };
+    expect(nodes.rules).toEqual([{ apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch"] }]);
   });
 
   it("runs its pods under the restricted Pod Security Standard", async () => {

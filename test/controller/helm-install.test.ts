@@ -69,6 +69,8 @@ describe("helm install's ServiceAccount", () => {
     expect(rows).toEqual(
       [
         "events [create patch]",
+        // --agent-delivery auto (the default) reads each node's container runtime.
+        "nodes [get list watch]",
         "playbookpolicies.playbook.dev [list watch]",
         "playbookpolicies.playbook.dev/status [update]",
         "cronplaybooks.playbook.dev [list watch]",
