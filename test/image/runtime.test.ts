@@ -99,7 +99,17 @@ describe("the image as it runs", () => {
     const usage = await container.exec([`${lib}/agent`]);
     expect({ exitCode: usage.exitCode, stderr: usage.stderr.trim() }).toEqual({
       exitCode: 2,
-      stderr: "usage: agent SOCKET CONTAINER",
+      stderr: "usage: agent SOCKET CONTAINER | agent --install DIR",
+    });
+    // What a pod's postStart hook runs (--agent-delivery post-start): both files placed, runnable.
+    const placed = await container.exec([
+      "sh",
+      "-c",
+      `mkdir -p /tmp/placed && ${lib}/agent --install /tmp/placed && ${lib}/agent --install /tmp/placed && ls /tmp/placed && /tmp/placed/busybox true`,
+    ]);
+    expect({ exitCode: placed.exitCode, stdout: placed.stdout }).toEqual({
+      exitCode: 0,
+      stdout: "agent\nbusybox\n",
     });
     expect((await container.exec([`${lib}/busybox`, "sh", "-c", "echo $((6 * 7))"])).stdout).toBe("42\n");
     // A dynamic program names its loader; these name none, so they run in any image.

@@ -279,7 +279,10 @@ describe("agent", () => {
     stranger.stderr?.on("data", (chunk: Buffer) => {
       stderr += chunk.toString();
     });
-    const ended = await new Promise<number | null>((resolve) => stranger.on("exit", (code) => resolve(code)));
+    // "close", not "exit": its stderr is read to the end by then.
+    const ended = await new Promise<number | null>((resolve) =>
+      stranger.on("close", (code) => resolve(code)),
+    );
     // The runner made no key for it: it is refused before it can say anything.
     expect(ended).toBe(1);
     expect(stderr).toContain(`agent: no key for container task-9 at ${dir}`);
