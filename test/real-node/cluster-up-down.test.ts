@@ -407,7 +407,7 @@ function describeProcesses(pids: (number | string)[]): string {
 
 describe("an interrupted real-node test run", () => {
   it.each([
-    ["while its global setup starts the real node", "containerd ready", 5],
+    ["while its global setup starts the real node", "containerd ready", 5], // the harness's log line (real-node.ts),
     ["while its tests run pods", "Cluster ready", 6],
   ])(
     "leaves no control-plane, node or pod process, namespace or cgroup behind after SIGINT %s",

@@ -705,7 +705,7 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
     abortIf: () => (isRunning(containerd) ? undefined : `containerd exited:\n${logTail(containerd.logFile)}`),
   });
   log(
-    `containerd ${binaries.containerd} (${binaries.major}.x) ready after ${Date.now() - t0}ms (socket ${socket})`,
+    `containerd ready after ${Date.now() - t0}ms (socket ${socket}; ${binaries.containerd}, ${binaries.major}.x)`,
   );
 
   for (const archive of images) await ctr(["images", "import", archive]);
