@@ -49,7 +49,8 @@ describe("the controller's pods on the real node", () => {
     const task = await eventually("the task", async () => processesWithMarker(mark)[0], 60_000);
     // Seen from this machine: the task's parent is the agent of its container, pause is the pod's init.
     expect(commandOf(parentOf(task))).toMatch(
-      /\/playbook\/agent\/agent \/playbook\/run\/runner\.sock task-1/,
+      // The agent from the runner image's volume (auto on containerd 2.x) or the hook's copy.
+      /\/playbook\/agent\/(usr\/local\/lib\/playbook\/)?agent \/playbook\/run\/runner\.sock task-1/,
     );
     const playbook = await waitForFinished(table.namespace, "inside", 60_000);
     expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True" });
