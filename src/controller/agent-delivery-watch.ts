@@ -132,7 +132,6 @@ export class AgentDeliveryWatch {
       runtime: node.status?.nodeInfo?.containerRuntimeVersion ?? "",
     }));
     const choice = chooseAgentDelivery(this.options.setting, { serverVersion: this.serverVersion, nodes });
-    if (this.current?.delivery === choice.delivery && this.current.why === choice.why) return;
     const changed = this.current?.delivery !== choice.delivery;
     this.current = choice;
     if (!changed) return;

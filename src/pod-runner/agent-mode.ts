@@ -188,6 +188,9 @@ export function agentLaunchers(
 
 /** How long the fence may take per agent before the run gives it up (the agent bounds it at 2 s). */
 const FENCE_ANSWER_MS = 5000;
+/** A pod's agent that a task stopped: it answers nothing until continued (a local run's never is). */
+const stoppedInPod = (agent: AgentLike) => agent.descendants === undefined && isStopped(agent.pid);
+
 /** How long the runner looks for the tasks' processes to go after a fence that left some. */
 const FENCE_CONFIRM_MS = 3000;
 
@@ -257,7 +260,7 @@ export function agentContainment(
         live.map(async (agent) => {
           let timer: NodeJS.Timeout | undefined;
           // A stopped agent answers nothing: its container's processes are not known to be dead.
-          if (agent.descendants === undefined && isStopped(agent.pid)) return -1;
+          if (stoppedInPod(agent)) return -1;
           try {
             return await Promise.race([
               agent.fence(pids),
@@ -294,7 +297,7 @@ export function agentContainment(
       await Promise.all(
         run.agents().map(async (agent) => {
           let timer: NodeJS.Timeout | undefined;
-          if (agent.descendants === undefined && isStopped(agent.pid)) return;
+          if (stoppedInPod(agent)) return;
           try {
             await Promise.race([
               agent.quit(),

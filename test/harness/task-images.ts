@@ -174,3 +174,13 @@ export async function importTaskImages(
   }
   return TASK_IMAGES;
 }
+
+/**
+ * The two ways the agent reaches a pod's task containers (issue 32), for the real-node suites:
+ * the runner image as an image volume (what --agent-delivery auto takes on the node's containerd
+ * 2.x) and the runner container's postStart hook (forced); `agentDir` holds the agent and busybox.
+ */
+export const AGENT_LAYOUTS = [
+  { setting: "auto", delivery: "image-volume", agentDir: "/playbook/agent/usr/local/lib/playbook" },
+  { setting: "post-start", delivery: "post-start", agentDir: "/playbook/agent" },
+] as const;

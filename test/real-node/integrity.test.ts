@@ -25,18 +25,13 @@ import {
 } from "../controller/support.js";
 import { createTestNamespace, deleteTestNamespace, marker } from "../harness/cluster-test.js";
 import { BUSYBOX_IMAGE } from "../harness/real-node/images.js";
+import { AGENT_LAYOUTS } from "../harness/task-images.js";
 
 const { core } = clients();
 let namespace = "";
 let controller: RunningController | undefined;
 
-/** Both ways the agent reaches the task containers (issue 32), and the agent's path then. */
-const LAYOUTS = [
-  { setting: "auto", delivery: "image-volume", agent: "/playbook/agent/usr/local/lib/playbook/agent" },
-  { setting: "post-start", delivery: "post-start", agent: "/playbook/agent/agent" },
-] as const;
-
-describe.each(LAYOUTS)("with the agent delivered by $delivery", ({ setting, agent }) => {
+describe.each(AGENT_LAYOUTS)("with the agent delivered by $delivery", ({ setting, agentDir }) => {
   beforeAll(async () => {
     // Restricted Pod Security: the fence adds no capability and needs nothing the profile refuses.
     namespace = await createTestNamespace(core, "rn-integrity", {
@@ -344,7 +339,7 @@ describe.each(LAYOUTS)("with the agent delivered by $delivery", ({ setting, agen
       expect(condition(playbook, "Succeeded")?.message).toBe(`task kill-agent failed: ${lost}`);
       expect(later).toMatchObject({ name: "later", phase: "Skipped" });
       const lines = taskLines(await runnerLogs(namespace, name), "kill-agent");
-      expect(lines[0]?.trim()).toBe(`agent ${agent} /playbook/run/runner.sock task-1`);
+      expect(lines[0]?.trim()).toBe(`agent ${agentDir}/agent /playbook/run/runner.sock task-1`);
       expect(lines).not.toContain("survived");
     });
 

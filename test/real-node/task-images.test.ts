@@ -32,6 +32,7 @@ import {
   processesWithMarker,
 } from "../harness/cluster-test.js";
 import {
+  AGENT_LAYOUTS,
   importTaskImages,
   SPIN,
   TASK_IMAGE_KINDS,
@@ -42,12 +43,6 @@ import {
 // Nothing listens on port 1 of the node's loopback: the pull fails at once, nothing leaves.
 const UNPULLABLE = "127.0.0.1:1/none:1";
 const FORBIDDEN = "registry.example/forbidden:1";
-
-/** The two ways the agent reaches the task containers, and where its busybox then is. */
-const LAYOUTS = [
-  { setting: "auto", delivery: "image-volume", busybox: "/playbook/agent/usr/local/lib/playbook/busybox" },
-  { setting: "post-start", delivery: "post-start", busybox: "/playbook/agent/busybox" },
-] as const;
 
 const literal = (text: string) => text.replace(/[/.]/g, "\\$&");
 
@@ -75,8 +70,8 @@ async function allowImages(ns: string, images: string[]): Promise<void> {
   expect(applied.stderr).toBe("");
 }
 
-describe.each(LAYOUTS)("with the agent delivered by $delivery", ({ setting, delivery, busybox }) => {
-  const EXPECTED = expectedOf(busybox);
+describe.each(AGENT_LAYOUTS)("with the agent delivered by $delivery", ({ setting, delivery, agentDir }) => {
+  const EXPECTED = expectedOf(`${agentDir}/busybox`);
 
   beforeAll(async () => {
     await importTaskImages(inject("kubeconfig"), log);
@@ -193,7 +188,7 @@ describe.each(LAYOUTS)("with the agent delivered by $delivery", ({ setting, deli
       const [pod] = await podsOf(namespace, name);
       const task = pod?.spec?.containers.find((c) => c.image === image);
       expect(task).toMatchObject({
-        command: [busybox.replace(/busybox$/, "agent"), "/playbook/run/runner.sock", task?.name],
+        command: [`${agentDir}/agent`, "/playbook/run/runner.sock", task?.name],
       });
     });
 
