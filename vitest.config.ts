@@ -1,4 +1,26 @@
-import { defineConfig } from "vitest/config";
+import { configDefaults, defineConfig } from "vitest/config";
+
+/**
+ * The real-node files that must have the node to themselves: they restart containerd or the
+ * kubelet (faults), start clusters of their own beside it (cluster-up-down, install), or install
+ * a controller that watches every namespace (helm-release).
+ */
+const REAL_NODE_EXCLUSIVE = ["faults", "cluster-up-down", "install", "helm-release"].map(
+  (name) => `test/real-node/${name}.test.ts`,
+);
+
+/**
+ * PLAYBOOK_REAL_NODE_GROUP=shared: the files that can share the node two at a time;
+ * =exclusive: the others (.ci/run runs the two groups one after the other); unset: all.
+ */
+function realNodeFiles(group: string | undefined): { include: string[]; exclude: string[] } {
+  const all = ["test/real-node/**/*.test.ts"];
+  if (group === "exclusive") return { include: REAL_NODE_EXCLUSIVE, exclude: configDefaults.exclude };
+  if (group === "shared")
+    return { include: all, exclude: [...configDefaults.exclude, ...REAL_NODE_EXCLUSIVE] };
+  if (group === undefined || group === "") return { include: all, exclude: configDefaults.exclude };
+  throw new Error(`PLAYBOOK_REAL_NODE_GROUP=${group}: expected shared or exclusive`);
+}
 
 export default defineConfig({
   test: {
@@ -69,11 +91,13 @@ export default defineConfig({
               extends: true as const,
               test: {
                 name: "real-node",
-                include: ["test/real-node/**/*.test.ts"],
+                ...realNodeFiles(process.env.PLAYBOOK_REAL_NODE_GROUP),
                 globalSetup: ["test/harness/test-prerequisites.ts", "test/harness/global-setup-real-node.ts"],
                 testTimeout: 180_000,
                 hookTimeout: 1_200_000,
-                fileParallelism: false,
+                // The shared group's files each work in namespaces of their own on one node: two
+                // at a time. Everything else one at a time, as a developer's plain run has it.
+                fileParallelism: process.env.PLAYBOOK_REAL_NODE_GROUP === "shared",
               },
             },
           ]

@@ -13,6 +13,7 @@ import {
 } from "./dev-cluster.js";
 import { keepOrRemoveClusterState, type RunOutcome, whyKeepLogs } from "./log-retention.js";
 import { projectImageName } from "./real-node/images.js";
+import { importTaskImages } from "./task-images.js";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -112,6 +113,18 @@ export async function setupCluster(project: TestProject, node: NodeKind) {
     throw error;
   }
   log(`Cluster ready in ${Date.now() - t0}ms (${cluster.state.server})`);
+  // The task images go in once, here: the suites that use them may run side by side
+  // (PLAYBOOK_REAL_NODE_GROUP=shared) and would otherwise build and import them at once. The
+  // exclusive group's files use none.
+  if (node === "real" && process.env.PLAYBOOK_REAL_NODE_GROUP !== "exclusive") {
+    try {
+      await importTaskImages(cluster.state.kubeconfig, log);
+    } catch (error) {
+      await teardown(() => ({ setupFailed: true, failedFiles: 0, unhandledErrors: 0 }));
+      unhook();
+      throw error;
+    }
+  }
   project.provide("kubeconfig", cluster.state.kubeconfig);
   project.provide("binDir", cluster.state.binDir);
   project.provide("nodeKind", cluster.nodeKind);

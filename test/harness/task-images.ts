@@ -184,3 +184,12 @@ export const AGENT_LAYOUTS = [
   { setting: "auto", delivery: "image-volume", agentDir: "/playbook/agent/usr/local/lib/playbook" },
   { setting: "post-start", delivery: "post-start", agentDir: "/playbook/agent" },
 ] as const;
+
+export type AgentLayout = (typeof AGENT_LAYOUTS)[number];
+
+/** A layout by the delivery it names: each real-node suite has a file per layout, run side by side. */
+export function agentLayout(delivery: AgentLayout["delivery"]): AgentLayout {
+  const layout = AGENT_LAYOUTS.find((candidate) => candidate.delivery === delivery);
+  if (!layout) throw new Error(`no agent layout delivers by ${delivery}`);
+  return layout;
+}
