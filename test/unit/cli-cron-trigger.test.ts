@@ -96,7 +96,9 @@ describe("playbook cron trigger, as a user runs it", () => {
     const help = await startCli(["cron", "trigger", "--help"]);
     expect(help.code).toBe(0);
     expect(help.stdout).toContain("Usage: playbook cron trigger [options] <NAME>");
-    expect(help.stdout).toContain("  1    not started: the concurrencyPolicy (a run still active, or another");
+    expect(help.stdout).toContain(
+      "  1    not started: the concurrencyPolicy (a run still active, or another",
+    );
     expect(help.stdout).toContain("  3    the cluster could not be reached\n");
     expect(help.stdout).toContain("  4    no answer from the controller within --timeout");
   });
