@@ -15,8 +15,15 @@ export const CRON_SHORT_NAME = "cpb";
 export const LABEL_CRON_PLAYBOOK = "playbook.dev/cron-playbook";
 /** A run's scheduled time (RFC 3339, UTC); for a manual run, the time the controller handled it. */
 export const ANNOTATION_SCHEDULED_AT = "playbook.dev/scheduled-at";
-/** "Run now": the CLI sets it on the CronPlaybook to a new request id. */
+/** "Run now", as an older CLI asks for it: one annotation, its value a request id. */
 export const ANNOTATION_TRIGGER = "playbook.dev/trigger";
+/**
+ * "Run now": each request its own annotation, `playbook.dev/trigger-<8 hex>: <request id>`, so
+ * that requests made at once do not overwrite each other; the controller answers each id.
+ */
+export const ANNOTATION_TRIGGER_PREFIX = `${ANNOTATION_TRIGGER}-`;
+/** The answers status.triggers keeps besides those whose annotation is still there. */
+export const TRIGGER_ANSWERS_KEPT = 10;
 /** On a manual run: the request id that made it. */
 export const ANNOTATION_TRIGGERED_BY = "playbook.dev/triggered-by";
 
@@ -90,6 +97,8 @@ export const CronPlaybookStatusSchema = z.looseObject({
   lastSuccessfulTime: Time.optional(),
   missedRuns: z.number().int().optional(),
   lastTrigger: LastTriggerSchema.optional(),
+  /** The answers to the latest triggers, oldest first: each request finds its own by id. */
+  triggers: z.array(LastTriggerSchema).optional(),
   conditions: z.array(ConditionSchema).optional(),
 });
 export type CronPlaybookStatus = z.infer<typeof CronPlaybookStatusSchema>;

@@ -1,7 +1,13 @@
 // One exit code per outcome, the same for `playbook run`, the pod runner and every command that
 // waits on a cluster run (DESIGN's "Local mode" table), so a script can tell a limit from a failure;
-// the table itself is src/api/exit-codes.ts, which the controller holds the pod runner to.
-export { EXIT, exitCodeForReason } from "../api/exit-codes.js";
+// the outcomes' table itself is src/api/exit-codes.ts, which the controller holds the pod runner to.
+// The commands that wait add one code of their own: 4, their own --timeout ran out (the run, or the
+// controller's answer, may still come), which no outcome and no fired limit shares.
+import { EXIT as OUTCOME_EXIT } from "../api/exit-codes.js";
+
+export { exitCodeForReason } from "../api/exit-codes.js";
+
+export const EXIT = { ...OUTCOME_EXIT, waitTimedOut: 4 } as const;
 
 /** The table in words, for --help: which reason gives which code. */
 export const EXIT_CODES_HELP = [
@@ -10,6 +16,7 @@ export const EXIT_CODES_HELP = [
   "  1    TaskFailed",
   "  2    invalid input or InvalidSpec (nothing was run)",
   "  3    the outcome was lost: PodLost, RunnerLost, or the cluster could not be reached",
+  "  4    the command's own --timeout ran out before the run ended (the run goes on)",
   "  124  a limit fired: TaskTimeout, StallLimit, RunCeiling, PodDeadlineExceeded, StartTimeout",
   "  130  Cancelled, or interrupted (Ctrl-C)",
 ].join("\n");

@@ -245,14 +245,14 @@ describe("wait -o, --timeout and Ctrl-C", () => {
     expect(object.status.phase).toBe("Succeeded");
   });
 
-  it("--timeout gives up with 124 and says the run goes on", async () => {
+  it("--timeout gives up with 4, its own code (not a limit's 124), and says the run goes on", async () => {
     await createPlaybook(namespace, "wait-timeout", {
       ceiling: "1m",
       tasks: [{ name: "a", run: "sleep 60" }],
     });
     await running("wait-timeout");
     const result = await cli(["wait", "wait-timeout", "-n", namespace, "--timeout", "1s"]);
-    expect(result.code).toBe(124);
+    expect(result.code).toBe(4);
     expect(result.stderr).toBe(
       `playbook: wait-timeout has not ended within --timeout 1s (phase Running); the run goes on: \`playbook wait wait-timeout -n ${namespace}\` again, \`playbook logs -f wait-timeout -n ${namespace}\`, or \`playbook cancel wait-timeout -n ${namespace}\`\n`,
     );

@@ -4,7 +4,7 @@
 // code are what is asserted.
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import {
-  ANNOTATION_TRIGGER,
+  ANNOTATION_TRIGGER_PREFIX,
   ANNOTATION_TRIGGERED_BY,
   CRON_PLURAL,
   LABEL_CRON_PLAYBOOK,
@@ -12,6 +12,7 @@ import {
 } from "../../src/api/cron-playbook.js";
 import { GROUP, VERSION } from "../../src/api/playbook.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { waitFor } from "../harness/processes.js";
 import { type CliResult, startCli } from "../support/cli.js";
 import { clients, getPlaybook, type RunningController, startController } from "./support.js";
 
@@ -41,7 +42,10 @@ function cli(args: string[]): Promise<CliResult> {
 
 interface CronObject {
   metadata: { name: string; annotations?: Record<string, string>; resourceVersion: string };
-  status?: { lastTrigger?: { id: string; run?: string; skipped?: string; handledAt: string } };
+  status?: {
+    lastTrigger?: { id: string; run?: string; skipped?: string; handledAt: string };
+    triggers?: { id: string; run?: string; skipped?: string; handledAt: string }[];
+  };
 }
 
 const api = { group: GROUP, version: VERSION, plural: CRON_PLURAL };
@@ -69,11 +73,18 @@ async function getCron(namespace: string, name: string): Promise<CronObject> {
   return (await custom.getNamespacedCustomObject({ ...api, namespace, name })) as CronObject;
 }
 
-/** Waits until the CLI's request is in the annotation, then answers it as the controller would. */
+/** The request ids in the CronPlaybook's trigger annotations (one each). */
+function requestsOn(cron: CronObject): string[] {
+  return Object.entries(cron.metadata.annotations ?? {})
+    .filter(([key]) => key.startsWith(ANNOTATION_TRIGGER_PREFIX))
+    .map(([, id]) => id);
+}
+
+/** Waits until the CLI's request is in its annotation, then answers it as the controller would. */
 async function answerAs(namespace: string, name: string, answer: { run?: string; skipped?: string }) {
   for (let i = 0; i < 100; i++) {
     const cron = await getCron(namespace, name);
-    const id = cron.metadata.annotations?.[ANNOTATION_TRIGGER];
+    const id = requestsOn(cron)[0];
     if (id && cron.status?.lastTrigger?.id !== id) {
       // A JSON patch (client-node sends one): the answer becomes the whole status.
       await custom.patchNamespacedCustomObjectStatus({
@@ -84,7 +95,7 @@ async function answerAs(namespace: string, name: string, answer: { run?: string;
           {
             op: "add",
             path: "/status",
-            value: { lastTrigger: { id, ...answer, handledAt: new Date().toISOString() } },
+            value: { triggers: [{ id, ...answer, handledAt: new Date().toISOString() }] },
           },
         ],
       });
@@ -123,15 +134,15 @@ describe("playbook cron trigger, the CLI's side", () => {
     });
   });
 
-  it("names what it waited for when no controller answers, leaves the request, and exits 3", async () => {
+  it("names what it waited for when no controller answers, leaves the request, and exits 4 (its own wait ran out; 3 is a lost outcome)", async () => {
     await createCron(unwatched, "unanswered");
     const result = await cli(["cron", "trigger", "unanswered", "-n", unwatched, "--timeout", "2s"]);
-    const id = (await getCron(unwatched, "unanswered")).metadata.annotations?.[ANNOTATION_TRIGGER];
+    const [id] = requestsOn(await getCron(unwatched, "unanswered"));
     expect(id).toBeDefined();
-    expect(result.code).toBe(3);
+    expect(result.code).toBe(4);
     expect(result.stdout).toBe("");
     expect(result.stderr).toBe(
-      `cronplaybook ${unwatched}/unanswered: no answer within --timeout 2s: waited for status.lastTrigger.id ${id} (it has no status.lastTrigger); is the controller running and does it handle CronPlaybooks? The request stays in annotation playbook.dev/trigger\n`,
+      `cronplaybook ${unwatched}/unanswered: no answer within --timeout 2s: waited for request ${id} in status.triggers (it has no status.lastTrigger); is the controller running and does it handle CronPlaybooks? The request stays in annotation playbook.dev/trigger-${id?.slice(-8)}\n`,
     );
   });
 
@@ -153,8 +164,10 @@ describe("playbook cron trigger with the controller", () => {
     expect(first.stderr).toBe("");
     expect(first.code).toBe(0);
     const cron = await getCron(namespace, "nightly");
-    const id = cron.metadata.annotations?.[ANNOTATION_TRIGGER] ?? "";
+    const id = cron.status?.lastTrigger?.id ?? "";
     const run = manualRunName("nightly", id);
+    // Answered, the request's annotation is gone.
+    expect(requestsOn(cron)).toEqual([]);
     expect(first.stdout).toBe(`cronplaybook ${namespace}/nightly: started run ${namespace}/${run}\n`);
     expect(cron.status?.lastTrigger).toMatchObject({ id, run });
     const playbook = await getPlaybook(namespace, run);
@@ -170,4 +183,58 @@ describe("playbook cron trigger with the controller", () => {
       stderr: `cronplaybook ${namespace}/nightly: not started: concurrencyPolicy Forbid: run ${run} has not finished\n`,
     });
   });
+
+  it.each([
+    ["Allow", 2],
+    ["Forbid", 1],
+  ])(
+    "two triggers at once under %s: each gets its own answer, and %i run(s) start",
+    async (policy, count) => {
+      // Both requests land before any controller looks: a controller that starts afterwards finds them together.
+      const ns = await createTestNamespace(core, "pb-cron-both");
+      try {
+        const name = "both";
+        await createCron(ns, name, { suspend: true, concurrencyPolicy: policy });
+        const triggered = Promise.all([
+          cli(["cron", "trigger", name, "-n", ns]),
+          cli(["cron", "trigger", name, "-n", ns]),
+        ]);
+        // Both requests written, one annotation each (requests that share one annotation, as an
+        // older CLI's did, leave only the last written: the controller then starts after 5s).
+        await waitFor(
+          "both requests on the CronPlaybook",
+          async () => (requestsOn(await getCron(ns, name)).length === 2 ? true : undefined),
+          { timeoutMs: 5_000, intervalMs: 100 },
+        ).catch(() => undefined);
+        const late = startController([ns]);
+        const results = await triggered.finally(() => late.stop());
+        const runs = await custom.listNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          plural: "playbooks",
+          namespace: ns,
+          labelSelector: `${LABEL_CRON_PLAYBOOK}=${name}`,
+        });
+        const names = (runs as { items: { metadata: { name: string } }[] }).items
+          .map((i) => i.metadata.name)
+          .sort();
+        expect(names).toHaveLength(count);
+        const started = results.filter((r) => r.code === 0);
+        expect(started.map((r) => r.stdout.trim().replace(/.*started run \S+\//, "")).sort()).toEqual(names);
+        expect(started.every((r) => r.stderr === "")).toBe(true);
+        if (policy === "Forbid") {
+          const [told] = results.filter((r) => r.code !== 0);
+          expect(told).toEqual({
+            code: 1,
+            stdout: "",
+            stderr: `cronplaybook ${ns}/${name}: not started: concurrencyPolicy Forbid: run ${names[0]}, started in the same pass, has not finished\n`,
+          });
+        }
+        // Both answered, neither annotation is left.
+        expect(requestsOn(await getCron(ns, name))).toEqual([]);
+      } finally {
+        await deleteTestNamespace(core, ns);
+      }
+    },
+  );
 });

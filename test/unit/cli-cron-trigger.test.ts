@@ -2,8 +2,18 @@
 // naming the argument or flag and its value, with exit code 2 (test/controller/cron-trigger.test.ts
 // runs it against a real API server and controller).
 import { describe, expect, it } from "vitest";
-import { ANNOTATION_TRIGGER, CRON_PLURAL as API_CRON_PLURAL } from "../../src/api/cron-playbook.js";
-import { CRON_PLURAL, newRequestId, TRIGGER_ANNOTATION } from "../../src/cli/cluster/cron-trigger.js";
+import {
+  ANNOTATION_TRIGGER,
+  ANNOTATION_TRIGGER_PREFIX,
+  CRON_PLURAL as API_CRON_PLURAL,
+} from "../../src/api/cron-playbook.js";
+import {
+  CRON_PLURAL,
+  newRequestId,
+  TRIGGER_ANNOTATION,
+  TRIGGER_ANNOTATION_PREFIX,
+  triggerAnnotationKey,
+} from "../../src/cli/cluster/cron-trigger.js";
 import { CronTriggerFlags, FlagError, parseFlags } from "../../src/cli/cluster/flags.js";
 import { startCli } from "../support/cli.js";
 
@@ -41,6 +51,9 @@ describe("cron trigger's arguments", () => {
 
   it("writes the annotation and calls the resource by the API's names (kept apart: the API module loads croner)", () => {
     expect(TRIGGER_ANNOTATION).toBe(ANNOTATION_TRIGGER);
+    expect(TRIGGER_ANNOTATION_PREFIX).toBe(ANNOTATION_TRIGGER_PREFIX);
+    // Each request its own annotation, so two at once do not overwrite each other.
+    expect(triggerAnnotationKey("2026-12-02T03:04:05.678Z-0a1b2c3d")).toBe("playbook.dev/trigger-0a1b2c3d");
     expect(CRON_PLURAL).toBe(API_CRON_PLURAL);
   });
 
@@ -84,9 +97,10 @@ describe("playbook cron trigger, as a user runs it", () => {
     expect(help.code).toBe(0);
     expect(help.stdout).toContain("Usage: playbook cron trigger [options] <NAME>");
     expect(help.stdout).toContain(
-      "  1    not started: concurrencyPolicy Forbid found a run still active (it is named)\n",
+      "  1    not started: the concurrencyPolicy (a run still active, or another",
     );
-    expect(help.stdout).toContain("  3    no answer from the controller within --timeout");
+    expect(help.stdout).toContain("  3    the cluster could not be reached\n");
+    expect(help.stdout).toContain("  4    no answer from the controller within --timeout");
   });
 
   it("lists trigger under `playbook cron`", async () => {

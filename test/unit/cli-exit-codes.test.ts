@@ -41,6 +41,9 @@ describe("exitCodeForReason", () => {
     expect(help.stdout).toContain(
       "  3    the outcome was lost: PodLost, RunnerLost, or the cluster could not be reached\n",
     );
+    expect(help.stdout).toContain(
+      "  4    the command's own --timeout ran out before the run ended (the run goes on)\n",
+    );
   });
 });
 

@@ -103,7 +103,11 @@ const condition = (decision: CronDecision, type: string) =>
   decision.status?.conditions?.find((c) => c.type === type);
 /** The events a pass posts: the decision's, then RunStarted of each run it creates. */
 const reasons = (decision: CronDecision) =>
-  [...decision.events, ...decision.create.map((run) => run.started)].map((e) => e.reason);
+  [
+    ...decision.events,
+    ...decision.cancel.map((c) => c.event),
+    ...decision.create.map((run) => run.started),
+  ].map((e) => e.reason);
 
 interface Case {
   name: string;
@@ -386,6 +390,12 @@ describe("decideCron", () => {
       {
         name: runName("2026-01-01T03:00:00Z"),
         reason: `replaced by run ${runName("2026-01-02T03:00:00Z")} (CronPlaybook nightly, concurrencyPolicy Replace)`,
+        replacedBy: runName("2026-01-02T03:00:00Z"),
+        event: {
+          type: "Normal",
+          reason: "RunReplaced",
+          message: `Cancelled run ${runName("2026-01-01T03:00:00Z")}: concurrencyPolicy Replace, run ${runName("2026-01-02T03:00:00Z")} replaces it`,
+        },
       },
     ]);
     expect(decision.counts.replaced).toBe(1);
@@ -563,6 +573,132 @@ describe("decideCron: run now (trigger)", () => {
     const decision = decideAt("2026-01-01T10:00:05Z", { cron: triggered(), runs: [existing] });
     expect(decision.create).toEqual([]);
     expect(decision.status?.lastTrigger?.run).toBe(manualRunName("nightly", id));
+  });
+});
+
+describe("decideCron: one pass, several starts (issue 33)", () => {
+  const first = "2026-01-02T02:59:58.000Z-0a1b2c3d";
+  const second = "2026-01-02T02:59:59.000Z-4e5f6a7b";
+  const due = "2026-01-02T03:00:00Z";
+  const now = "2026-01-02T03:00:01Z";
+  const requests = (...ids: string[]) =>
+    Object.fromEntries(ids.map((id) => [`${ANNOTATION_TRIGGER}-${id.slice(-8)}`, id]));
+  const pass = (
+    policy: string,
+    ids: string[],
+    runs: StoredPlaybook[] = [],
+    status: CronPlaybookStatus = {},
+  ) =>
+    decideAt(now, {
+      cron: cron(
+        { concurrencyPolicy: policy },
+        { lastScheduleTime: "2026-01-01T03:00:00Z", ...status },
+        requests(...ids),
+      ),
+      runs,
+    });
+  const answerOf = (decision: CronDecision, id: string) =>
+    decision.status?.triggers?.find((t) => t.id === id);
+
+  it("Replace with a trigger and a due time: starts one run (the scheduled one), cancels the active run only, and tells the trigger why", () => {
+    // As an older CLI asks (the one annotation), the case issue 33 found.
+    const decision = decideAt(now, {
+      cron: cron(
+        { concurrencyPolicy: "Replace" },
+        { lastScheduleTime: "2026-01-01T03:00:00Z" },
+        { [ANNOTATION_TRIGGER]: first },
+      ),
+      runs: [run("2026-01-01T03:00:00Z")],
+    });
+    expect(created(decision)).toEqual([runName(due)]);
+    expect(decision.cancel.map((c) => c.name)).toEqual([runName("2026-01-01T03:00:00Z")]);
+    expect(decision.cancel[0]?.replacedBy).toBe(runName(due));
+    expect(answerOf(decision, first)).toEqual({
+      id: first,
+      skipped: `concurrencyPolicy Replace: run ${runName(due)}, started in the same pass, replaces it`,
+      handledAt: now,
+    });
+    expect(decision.events).toContainEqual({
+      type: "Warning",
+      reason: "TriggerSkipped",
+      message: `Started no run for trigger ${first}: concurrencyPolicy Replace: run ${runName(due)}, started in the same pass, replaces it`,
+    });
+    expect(decision.counts).toMatchObject({ skipped: 1, replaced: 1 });
+  });
+
+  it("Replace with two triggers and no due time: the later request starts, the earlier is told it was replaced", () => {
+    const decision = decideAt("2026-01-01T10:00:00Z", {
+      cron: cron(
+        { concurrencyPolicy: "Replace" },
+        { lastScheduleTime: "2026-01-01T03:00:00Z" },
+        requests(first, second),
+      ),
+    });
+    expect(created(decision)).toEqual([manualRunName("nightly", second)]);
+    expect(decision.cancel).toEqual([]);
+    expect(answerOf(decision, first)?.skipped).toBe(
+      `concurrencyPolicy Replace: run ${manualRunName("nightly", second)}, started in the same pass, replaces it`,
+    );
+    expect(answerOf(decision, second)?.run).toBe(manualRunName("nightly", second));
+  });
+
+  it("Forbid with a trigger and a due time, none active: the trigger's run starts, the time is skipped naming it", () => {
+    const decision = pass("Forbid", [first]);
+    expect(created(decision)).toEqual([manualRunName("nightly", first)]);
+    expect(answerOf(decision, first)?.run).toBe(manualRunName("nightly", first));
+    expect(decision.events).toContainEqual({
+      type: "Normal",
+      reason: "RunSkipped",
+      message: `Skipped the run scheduled at ${due}: concurrencyPolicy Forbid and run ${manualRunName("nightly", first)}, started in the same pass, has not finished`,
+    });
+    expect(decision.status?.lastScheduleTime).toBe(due);
+  });
+
+  it("Forbid with two triggers: the first asked for starts, the second is told why it gets none", () => {
+    const decision = decideAt("2026-01-01T10:00:00Z", {
+      cron: cron(
+        { concurrencyPolicy: "Forbid" },
+        { lastScheduleTime: "2026-01-01T03:00:00Z" },
+        requests(second, first),
+      ),
+    });
+    expect(created(decision)).toEqual([manualRunName("nightly", first)]);
+    expect(answerOf(decision, second)?.skipped).toBe(
+      `concurrencyPolicy Forbid: run ${manualRunName("nightly", first)}, started in the same pass, has not finished`,
+    );
+  });
+
+  it("Allow with two triggers and a due time: three runs, each trigger answered with its own", () => {
+    const decision = pass("Allow", [first, second]);
+    expect(created(decision).sort()).toEqual(
+      [manualRunName("nightly", first), manualRunName("nightly", second), runName(due)].sort(),
+    );
+    expect(answerOf(decision, first)?.run).toBe(manualRunName("nightly", first));
+    expect(answerOf(decision, second)?.run).toBe(manualRunName("nightly", second));
+    expect(decision.status?.lastTrigger?.id).toBe(second);
+  });
+
+  it("answers a request once while its annotation stays, however many answers came after", () => {
+    const others = Array.from({ length: 12 }, (_, i) => ({
+      id: `2026-01-01T09:00:${String(i).padStart(2, "0")}.000Z-ffffff${String(i).padStart(2, "0")}`,
+      run: `nightly-now-${i}`,
+      handledAt: "2026-01-01T09:01:00Z",
+    }));
+    const answered = { id: first, run: manualRunName("nightly", first), handledAt: "2026-01-01T08:00:00Z" };
+    const decision = decideAt("2026-01-01T10:00:00Z", {
+      cron: cron(
+        {},
+        {
+          lastScheduleTime: "2026-01-01T03:00:00Z",
+          triggers: [answered, ...others.slice(0, 11)],
+          lastTrigger: others[10],
+        },
+        { ...requests(first), [`${ANNOTATION_TRIGGER}-ffffff11`]: others[11]?.id ?? "" },
+      ),
+    });
+    expect(created(decision)).toEqual([manualRunName("nightly", others[11]?.id ?? "")]);
+    // The request still annotated keeps its answer; of the others, the latest 10.
+    expect(decision.status?.triggers?.map((t) => t.id)).toEqual([first, ...others.slice(1).map((t) => t.id)]);
   });
 });
 

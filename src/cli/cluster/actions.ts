@@ -164,7 +164,7 @@ async function settle(
       process.stderr.write(
         `playbook: ${name} has not ended within --timeout ${timeoutFlag} (phase ${ended.playbook?.status?.phase ?? "Pending"}); ${hints}\n`,
       );
-      return EXIT.limit;
+      return EXIT.waitTimedOut;
     case "interrupted":
       process.stderr.write(`playbook: stopped waiting for ${name}; ${hints}\n`);
       return EXIT.interrupted;

@@ -39,7 +39,7 @@ export function registerClusterCommands(program: Command, name: string, setExit:
       .showHelpAfterError(help("wait"))
       .description("wait for a Playbook's run to end and exit with its outcome's code")
       .argument("<NAME>", "the Playbook")
-      .option("--timeout <duration>", "give up after this long (e.g. 10m): exit 124, the run goes on"),
+      .option("--timeout <duration>", "give up after this long (e.g. 10m): exit 4, the run goes on"),
   )
     .addOption(outputOption("the Playbook with its final status"))
     .addHelpText("after", `\n${EXIT_CODES_HELP}\n`)
@@ -53,7 +53,7 @@ export function registerClusterCommands(program: Command, name: string, setExit:
       .description("cancel a Playbook's run (spec.cancel: true); --wait: until it has ended")
       .argument("<NAME>", "the Playbook")
       .option("--wait", "wait for the run to end and exit with its outcome's code (130 once cancelled)")
-      .option("--timeout <duration>", "with --wait: give up after this long (exit 124)"),
+      .option("--timeout <duration>", "with --wait: give up after this long (exit 4)"),
   )
     .addOption(outputOption("the Playbook with its final status (with --wait)"))
     .addHelpText("after", `\n${EXIT_CODES_HELP}\n`)
@@ -94,9 +94,10 @@ export function registerClusterCommands(program: Command, name: string, setExit:
         "",
         "Exit codes:",
         "  0    the run was created (its name is printed: follow it with `wait` or `logs -f`)",
-        "  1    not started: concurrencyPolicy Forbid found a run still active (it is named)",
+        "  1    not started: the concurrencyPolicy (a run still active, or another started instead; it is named), the namespace's policy, or the API server refused the run",
         "  2    invalid input, no such CronPlaybook, or refused by RBAC",
-        "  3    no answer from the controller within --timeout, or the cluster could not be reached",
+        "  3    the cluster could not be reached",
+        "  4    no answer from the controller within --timeout (the request stays: it may still be answered)",
         "  130  interrupted (Ctrl-C): the request stays, the controller may still start the run",
         "",
       ].join("\n"),

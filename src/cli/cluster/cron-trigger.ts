@@ -1,7 +1,9 @@
 // `playbook cron trigger NAME`, the client's side of "run now" (issue 22): it asks for a run by
-// writing a request id into the CronPlaybook's annotation playbook.dev/trigger, then waits until
-// the controller answers it in status.lastTrigger: the run it started, or why it started none
-// (concurrencyPolicy Forbid with a run still active).
+// writing a request id into an annotation of its own on the CronPlaybook,
+// playbook.dev/trigger-<the id's 8 random hex>, so that requests made at once do not overwrite each
+// other (issue 33); then it waits until the controller answers that id in status.triggers: the
+// run it started, or why it started none (the concurrency policy, the namespace's policy, the API
+// server refusing the run); then it removes its annotation.
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
 import { GROUP, VERSION } from "../../api/playbook.js";
@@ -13,10 +15,23 @@ import { watchObject } from "./playbooks.js";
 // brings croner and the Playbook's schemas into the cluster commands' chunk.
 export const CRON_PLURAL = "cronplaybooks";
 export const CRON_RESOURCE = `${CRON_PLURAL}.${GROUP}`;
-/** The annotation the CLI writes; the controller answers each new value once. */
+/** An older CLI's one annotation; this one writes TRIGGER_ANNOTATION_PREFIX and 8 hex. */
 export const TRIGGER_ANNOTATION = `${GROUP}/trigger`;
+export const TRIGGER_ANNOTATION_PREFIX = `${TRIGGER_ANNOTATION}-`;
+
+/** The request's own annotation: the prefix and the id's random part. */
+export function triggerAnnotationKey(id: string): string {
+  return `${TRIGGER_ANNOTATION_PREFIX}${id.slice(-8)}`;
+}
 
 const what = (verb: string, name: string) => ({ verb, resource: CRON_RESOURCE, name, kind: "CronPlaybook" });
+
+const TriggerAnswerSchema = z.looseObject({
+  id: z.string(),
+  run: z.string().optional(),
+  skipped: z.string().optional(),
+  handledAt: z.string().optional(),
+});
 
 /** A CronPlaybook as the command reads it: its name and the controller's answer, the rest kept. */
 export const ClusterCronPlaybookSchema = z.looseObject({
@@ -28,14 +43,8 @@ export const ClusterCronPlaybookSchema = z.looseObject({
   }),
   status: z
     .looseObject({
-      lastTrigger: z
-        .looseObject({
-          id: z.string(),
-          run: z.string().optional(),
-          skipped: z.string().optional(),
-          handledAt: z.string().optional(),
-        })
-        .optional(),
+      lastTrigger: TriggerAnswerSchema.optional(),
+      triggers: z.array(TriggerAnswerSchema).optional(),
     })
     .optional(),
 });
@@ -61,17 +70,21 @@ export function newRequestId(
   return `${now.toISOString()}-${random()}`;
 }
 
-/** Writes the request into the annotation (a merge patch: the rest of the object is left alone). */
+/**
+ * Writes the request into its own annotation (a merge patch: the rest of the object, other
+ * requests' annotations too, is left alone); with `remove`, takes it away.
+ */
 export async function requestTrigger(
   cluster: Cluster,
   name: string,
   id: string,
+  remove = false,
 ): Promise<ClusterCronPlaybook> {
   try {
     const raw = await cluster.api.call({
       method: "PATCH",
       path: cronPlaybookPath(cluster.namespace, name),
-      body: { metadata: { annotations: { [TRIGGER_ANNOTATION]: id } } },
+      body: { metadata: { annotations: { [triggerAnnotationKey(id)]: remove ? null : id } } },
       contentType: "application/merge-patch+json",
     });
     return parseCronPlaybook(raw, "patch");
@@ -86,7 +99,13 @@ export type TriggerAnswer =
   | { kind: "interrupted" }
   | { kind: "deleted" };
 
-/** Follows the CronPlaybook until status.lastTrigger.id is `id`, the timeout, Ctrl-C, or its deletion. */
+/** The controller's answer to `id`, if the CronPlaybook holds it. */
+export function answerTo(cron: ClusterCronPlaybook, id: string): LastTrigger | undefined {
+  const last = cron.status?.lastTrigger;
+  return cron.status?.triggers?.find((answer) => answer.id === id) ?? (last?.id === id ? last : undefined);
+}
+
+/** Follows the CronPlaybook until it answers `id`, the timeout, Ctrl-C, or its deletion. */
 export async function awaitTrigger(
   cluster: Cluster,
   name: string,
@@ -118,7 +137,8 @@ export async function awaitTrigger(
       (object) => {
         if (object === null) return finish({ kind: "deleted" });
         seen = object.status?.lastTrigger;
-        if (seen?.id === id) finish({ kind: "answered", trigger: seen });
+        const answer = answerTo(object, id);
+        if (answer) finish({ kind: "answered", trigger: answer });
       },
       stop.signal,
     );
@@ -131,9 +151,9 @@ export async function awaitTrigger(
 }
 
 /**
- * Asks for a run and says what came of it: exit 0 with the run, 1 when the concurrency policy
- * skipped it, 3 when no answer came within the timeout (the request stays: the controller may
- * still answer it), 130 on Ctrl-C.
+ * Asks for a run and says what came of it: exit 0 with the run, 1 when none was started (the
+ * answer says why), 4 when no answer came within the timeout (the request stays: the controller
+ * may still answer it), 130 on Ctrl-C.
  */
 export async function triggerCronPlaybook(
   cluster: Cluster,
@@ -147,6 +167,11 @@ export async function triggerCronPlaybook(
   await requestTrigger(cluster, name, id);
   const answer = await awaitTrigger(cluster, name, id, timeoutMs);
   const object = `cronplaybook ${cluster.namespace}/${name}`;
+  if (answer.kind === "answered") {
+    // Answered: the request's annotation has done its work. Left behind (no patch right, the
+    // object gone) it is harmless: the controller keeps the answer of a request still annotated.
+    await requestTrigger(cluster, name, id, true).catch(() => undefined);
+  }
   switch (answer.kind) {
     case "answered":
       if (answer.trigger.run) {
@@ -157,12 +182,12 @@ export async function triggerCronPlaybook(
       return EXIT.failed;
     case "timeout": {
       const last = answer.seen
-        ? `its status.lastTrigger.id is still ${answer.seen.id}`
+        ? `its status.lastTrigger.id is ${answer.seen.id}`
         : "it has no status.lastTrigger";
       err.write(
-        `${object}: no answer within --timeout ${timeoutText}: waited for status.lastTrigger.id ${id} (${last}); is the controller running and does it handle CronPlaybooks? The request stays in annotation ${TRIGGER_ANNOTATION}\n`,
+        `${object}: no answer within --timeout ${timeoutText}: waited for request ${id} in status.triggers (${last}); is the controller running and does it handle CronPlaybooks? The request stays in annotation ${triggerAnnotationKey(id)}\n`,
       );
-      return EXIT.lost;
+      return EXIT.waitTimedOut;
     }
     case "interrupted":
       err.write(

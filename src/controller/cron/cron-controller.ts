@@ -4,8 +4,8 @@
 // clock of its own (tests move it; docs/development.md) and applies the decision with the
 // CronWriter; it comes back at the next scheduled time.
 import type { Logger } from "pino";
-import { CRON_PLURAL, CRON_STALE } from "../../api/cron-playbook.js";
-import { GROUP, VERSION } from "../../api/playbook.js";
+import { CRON_PLURAL, CRON_STALE, LABEL_CRON_PLAYBOOK } from "../../api/cron-playbook.js";
+import { GROUP, PLURAL, VERSION } from "../../api/playbook.js";
 import type { NamespaceRules } from "../../api/policy.js";
 import { apiErrorMessage, isConflict } from "../../runtime/api-errors.js";
 import type { Clock } from "../../runtime/clock.js";
@@ -14,7 +14,13 @@ import { Informer } from "../../runtime/informer.js";
 import type { KubeClients } from "../../runtime/kube-config.js";
 import { WorkQueue } from "../../runtime/work-queue.js";
 import type { ReconcileSettings } from "../decision.js";
-import { keyOf, type StoredPlaybook, splitKey, withoutUnreadFields } from "../objects.js";
+import {
+  keyOf,
+  parseStoredPlaybook,
+  type StoredPlaybook,
+  splitKey,
+  withoutUnreadFields,
+} from "../objects.js";
 import { cronKeyOfRun, isRunOf, parseStoredCronPlaybook, type StoredCronPlaybook } from "./cron-objects.js";
 import { type CronMetricsSink, CronWriter, noCronMetrics } from "./cron-writer.js";
 import { type CronDecision, decideCron } from "./decide-cron.js";
@@ -58,6 +64,12 @@ export class CronController {
    * on, and its write would conflict.
    */
   private readonly wroteFrom = new Map<string, string>();
+  /**
+   * The CronPlaybooks decided on since this controller took the Lease. The first pass of each
+   * lists its runs from the API server: the Playbook cache of a replica that has just taken over
+   * may lag (a stalled watch), and a run it does not show would let Forbid start a second one.
+   */
+  private readonly listedSinceLease = new Set<string>();
 
   constructor(deps: CronControllerDeps) {
     this.deps = deps;
@@ -83,6 +95,7 @@ export class CronController {
 
   /** Starts reconciling, writing while `signal` (this replica leads) is not aborted. */
   startWorkers(count: number, signal: AbortSignal): void {
+    this.listedSinceLease.clear();
     this.writer = new CronWriter({
       clients: this.deps.clients,
       log: this.deps.log,
@@ -133,7 +146,10 @@ export class CronController {
     // The watch event of this controller's own write queues the key again when it arrives.
     if (version !== undefined && this.wroteFrom.get(key) === version) return BEHIND_RETRY_MS;
     this.wroteFrom.delete(key);
-    const runs = this.deps.playbooksIn(namespace).filter((playbook) => isRunOf(playbook, cron));
+    const live = !this.listedSinceLease.has(key);
+    const runs = (live ? await this.listRuns(cron) : this.deps.playbooksIn(namespace)).filter((playbook) =>
+      isRunOf(playbook, cron),
+    );
     const rules = this.deps.rulesFor(namespace);
     const decision = decideCron({
       cron,
@@ -143,9 +159,31 @@ export class CronController {
       ...(rules ? { rules } : {}),
     });
     await this.writer.apply(cron, decision);
+    if (live) this.listedSinceLease.add(key);
     if (decision.status && version !== undefined) this.wroteFrom.set(key, version);
     this.countStale(namespace, key, decision);
     return decision.requeueAfterMs;
+  }
+
+  /** The CronPlaybook's runs as the API server lists them now (by their label), not the cache. */
+  private async listRuns(cron: StoredCronPlaybook): Promise<StoredPlaybook[]> {
+    const { api } = this.deps.clients;
+    const path = `/apis/${GROUP}/${VERSION}/namespaces/${encodeURIComponent(cron.metadata.namespace ?? "")}/${PLURAL}`;
+    const runs: StoredPlaybook[] = [];
+    let cont: string | undefined;
+    do {
+      const page = await api.listPage(path, {
+        limit: LIST_PAGE,
+        continue: cont,
+        labelSelector: `${LABEL_CRON_PLAYBOOK}=${cron.metadata.name}`,
+      });
+      for (const item of page.items) {
+        const run = parseStoredPlaybook(item);
+        if (run) runs.push(run);
+      }
+      cont = page.continue;
+    } while (cont);
+    return runs;
   }
 
   /** The namespace's CronPlaybooks whose Stale condition is True, this pass's status counted. */

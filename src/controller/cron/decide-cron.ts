@@ -6,7 +6,6 @@ import { isDeepStrictEqual } from "node:util";
 import { type ConditionInput, setCondition } from "../../api/conditions.js";
 import {
   ANNOTATION_SCHEDULED_AT,
-  ANNOTATION_TRIGGER,
   ANNOTATION_TRIGGERED_BY,
   CRON_KIND,
   CRON_READY,
@@ -30,7 +29,9 @@ import type { ReconcileSettings } from "../decision.js";
 import type { OwnedMetadata, StoredPlaybook } from "../objects.js";
 import { rulesOf, validateSpec } from "../run-plan.js";
 import { isFinished } from "../status.js";
+import { chooseStarts, passedOverText } from "./cron-concurrency.js";
 import { rfc3339, type StoredCronPlaybook, scheduledAtOf } from "./cron-objects.js";
+import { keptAnswers, pendingTriggers, requestedTriggers } from "./cron-triggers.js";
 
 export interface CronInput {
   cron: StoredCronPlaybook;
@@ -61,14 +62,29 @@ export interface RunToCreate {
    * and no pass would announce it).
    */
   started: RecordedEvent;
+  /** A manual run's request id: a refused create turns its answer into "skipped". */
+  triggerId?: string;
+}
+
+/** A run cancelled by Replace. */
+export interface RunToCancel {
+  name: string;
+  /** spec.cancel's reason (annotation playbook.dev/cancel-reason), naming the run that replaces it. */
+  reason: string;
+  replacedBy: string;
+  /** RunReplaced, posted once the cancel is written. */
+  event: RecordedEvent;
 }
 
 export interface CronDecision {
   /** The status to write, or null when it would not change. */
   status: CronPlaybookStatus | null;
   create: RunToCreate[];
-  /** Runs to cancel (Replace): spec.cancel with a reason naming the run that replaced them. */
-  cancel: { name: string; reason: string }[];
+  /**
+   * Runs to cancel (Replace): spec.cancel with a reason naming the run that replaced them, once
+   * the API server has accepted that run (a dry run), so a refused create leaves them running.
+   */
+  cancel: RunToCancel[];
   /** Finished runs past the history limits, oldest first. */
   delete: string[];
   events: RecordedEvent[];
@@ -101,7 +117,6 @@ export function decideCron(input: CronInput): CronDecision {
   if (lastSuccess) status.lastSuccessfulTime = lastSuccess;
 
   const read = readSpec(cron, input);
-  const spec = read.ok ? read.spec : undefined;
   const ready = readyCondition(read);
   status.conditions = setCondition(status.conditions ?? [], ready, now, generation);
   const readyBefore = previous.conditions?.find((c) => c.type === CRON_READY);
@@ -109,21 +124,22 @@ export function decideCron(input: CronInput): CronDecision {
     decision.events.push({ type: "Warning", reason: ready.reason, message: ready.message });
   }
 
-  const creating = (run: RunToCreate) => {
-    decision.create.push(run);
-    active.push({ ...run.manifest, metadata: { ...run.manifest.metadata } });
-  };
   const names = new Set(input.runs.map((run) => run.metadata.name));
-
-  // "Run now": a trigger annotation not handled yet.
-  const triggerId = cron.metadata.annotations?.[ANNOTATION_TRIGGER];
-  if (triggerId && triggerId !== previous.lastTrigger?.id) {
-    status.lastTrigger = decideTrigger(input, triggerId, spec, read, active, names, decision, creating);
+  const starts: Start[] = [];
+  const answers: LastTrigger[] = [];
+  // "Run now": each request not answered yet, in the order they were asked for.
+  const requested = requestedTriggers(cron.metadata.annotations);
+  for (const id of pendingTriggers(requested, previous)) {
+    const handled = decideTrigger(input, id, read, names, decision);
+    if ("answer" in handled) answers.push(handled.answer);
+    else starts.push(handled);
   }
 
   if (read.ok) {
-    const latest = decideSchedule(input, read, active, names, decision, creating);
-    if (latest) status.lastScheduleTime = rfc3339(latest);
+    const scheduled = decideSchedule(input, read, names, decision);
+    if (scheduled.start) starts.push(scheduled.start);
+    applyConcurrency(input, read.spec, active, starts, decision, answers);
+    if (scheduled.latest) status.lastScheduleTime = rfc3339(scheduled.latest);
     status.missedRuns = (previous.missedRuns ?? 0) + decision.counts.missed;
     const stale = decideStale(cron, read.spec, status.lastSuccessfulTime, now);
     status.conditions = stale.condition
@@ -131,6 +147,14 @@ export function decideCron(input: CronInput): CronDecision {
       : status.conditions.filter((c) => c.type !== CRON_STALE);
     decision.requeueAfterMs = earliest(nextWake(read.schedule, read.spec, now), stale.changesInMs);
     decision.delete = pastHistory(finished, read.spec);
+  }
+
+  if (answers.length > 0) {
+    status.lastTrigger = answers[answers.length - 1];
+    const before = previous.triggers ?? [];
+    const last = previous.lastTrigger;
+    const known = last && !before.some((answer) => answer.id === last.id) ? [last, ...before] : before;
+    status.triggers = keptAnswers(known, answers, requested);
   }
 
   status.active = active
@@ -221,67 +245,114 @@ export function templateRefusal(
     : { reason: CRON_REASONS.invalidTemplate, message };
 }
 
-/** A manual trigger: a run now, under the concurrency policy, whether or not suspended. */
+/** A run this pass would start, before the concurrency policy chooses among them. */
+interface Start {
+  run: RunToCreate;
+  /** A trigger's request id (its answer names the run, or why none started). */
+  triggerId?: string;
+  /** A scheduled time, as its events name it. */
+  at?: string;
+}
+
+/** A manual trigger: a run now, whether or not suspended; or its answer at once. */
 function decideTrigger(
   input: CronInput,
   id: string,
-  spec: CronPlaybookSpec | undefined,
   read: SpecRead,
-  active: StoredPlaybook[],
   names: Set<string>,
   decision: CronDecision,
-  creating: (run: RunToCreate) => void,
-): LastTrigger {
+): Start | { answer: LastTrigger } {
   const { cron, now } = input;
   const handledAt = rfc3339(now);
   const name = manualRunName(cron.metadata.name, id);
-  if (names.has(name)) return { id, run: name, handledAt };
-  const skip = (skipped: string): LastTrigger => {
-    decision.events.push({
-      type: "Warning",
-      reason: "TriggerSkipped",
-      message: `Started no run for trigger ${id}: ${skipped}`,
-    });
-    return { id, skipped, handledAt };
+  if (names.has(name)) return { answer: { id, run: name, handledAt } };
+  if (!read.ok) return { answer: skipTrigger(id, read.message, handledAt, decision) };
+  if (read.refused) return { answer: skipTrigger(id, read.refused.message, handledAt, decision) };
+  return {
+    triggerId: id,
+    run: {
+      manifest: runManifest(cron, read.spec, name, now, { [ANNOTATION_TRIGGERED_BY]: id }),
+      trigger: "manual",
+      scheduledAt: now,
+      started: { type: "Normal", reason: "RunStarted", message: `Created run ${name} for trigger ${id}` },
+      triggerId: id,
+    },
   };
-  if (!spec || !read.ok) return skip(read.ok ? "the spec cannot be read" : read.message);
-  if (read.refused) return skip(read.refused.message);
-  const others = active.filter((run) => run.metadata.name !== name);
-  if (spec.concurrencyPolicy === "Forbid" && others.length > 0) {
-    decision.counts.skipped++;
-    return skip(`concurrencyPolicy Forbid: run ${describeRuns(others)} has not finished`);
-  }
-  if (spec.concurrencyPolicy === "Replace") replace(cron.metadata.name, others, name, decision);
-  creating({
-    manifest: runManifest(cron, spec, name, now, { [ANNOTATION_TRIGGERED_BY]: id }),
-    trigger: "manual",
-    scheduledAt: now,
-    started: { type: "Normal", reason: "RunStarted", message: `Created run ${name} for trigger ${id}` },
+}
+
+function skipTrigger(id: string, skipped: string, handledAt: string, decision: CronDecision): LastTrigger {
+  decision.events.push({
+    type: "Warning",
+    reason: "TriggerSkipped",
+    message: `Started no run for trigger ${id}: ${skipped}`,
   });
-  return { id, run: name, handledAt };
+  return { id, skipped, handledAt };
 }
 
 /**
- * The scheduled times since the last one handled: the latest starts (within the starting deadline,
- * under the concurrency policy), the others are missed. Returns the latest time handled.
+ * The concurrency policy over this pass's starts: what is created, what is cancelled (Replace),
+ * and what is passed over, each passed-over start saying which run it gave way to.
+ */
+function applyConcurrency(
+  input: CronInput,
+  spec: CronPlaybookSpec,
+  active: StoredPlaybook[],
+  starts: Start[],
+  decision: CronDecision,
+  answers: LastTrigger[],
+): void {
+  const handledAt = rfc3339(input.now);
+  const choice = chooseStarts(
+    spec.concurrencyPolicy,
+    active,
+    starts,
+    (start) => start.run.manifest.metadata.name,
+  );
+  for (const { start, why } of choice.passOver) {
+    decision.counts.skipped++;
+    if (start.triggerId !== undefined) {
+      answers.push(skipTrigger(start.triggerId, passedOverText(why), handledAt, decision));
+      continue;
+    }
+    const text =
+      why.policy === "Forbid"
+        ? `concurrencyPolicy Forbid and run ${why.runs}${why.samePass ? ", started in the same pass," : ""} has not finished`
+        : `concurrencyPolicy Replace and run ${why.runs}, started in the same pass, replaces it`;
+    decision.events.push({
+      type: "Normal",
+      reason: "RunSkipped",
+      message: `Skipped the run scheduled at ${start.at}: ${text}`,
+    });
+  }
+  if (choice.replace) replace(input.cron.metadata.name, choice.replace.runs, choice.replace.by.run, decision);
+  for (const start of choice.start) {
+    decision.create.push(start.run);
+    active.push({ ...start.run.manifest, metadata: { ...start.run.manifest.metadata } });
+    if (start.triggerId !== undefined)
+      answers.push({ id: start.triggerId, run: start.run.manifest.metadata.name, handledAt });
+  }
+}
+
+/**
+ * The scheduled times since the last one handled: the latest would start (within the starting
+ * deadline; the concurrency policy decides after), the others are missed. Returns the latest
+ * time handled.
  */
 function decideSchedule(
   input: CronInput,
   read: Extract<SpecRead, { ok: true }>,
-  active: StoredPlaybook[],
   names: Set<string>,
   decision: CronDecision,
-  creating: (run: RunToCreate) => void,
-): Date | undefined {
+): { latest?: Date; start?: Start } {
   const { cron, now } = input;
   const { spec, schedule, refused } = read;
   const since = sinceOf(cron);
   const due = dueTimes(schedule, since, now);
-  if (!due.latest) return undefined;
+  if (!due.latest) return {};
   const latest = due.latest;
   const at = rfc3339(latest);
   // Times that pass while suspended are passed over: resuming starts with the next one.
-  if (spec.suspend) return latest;
+  if (spec.suspend) return { latest };
   const name = scheduledRunName(cron.metadata.name, latest);
   let missed = due.count - 1;
   const lateMs = now.getTime() - latest.getTime();
@@ -299,54 +370,54 @@ function decideSchedule(
       message: `Missed ${counted} scheduled time${missed === 1 ? "" : "s"} since ${rfc3339(since)} (${which})`,
     });
   }
-  if (late || names.has(name)) return latest;
+  if (late || names.has(name)) return { latest };
   if (refused) {
     decision.events.push({
       type: "Warning",
       reason: "RunSkipped",
       message: `Skipped the run scheduled at ${at}: ${refused.message}`,
     });
-    return latest;
+    return { latest };
   }
-  if (spec.concurrencyPolicy === "Forbid" && active.length > 0) {
-    decision.counts.skipped++;
-    decision.events.push({
-      type: "Normal",
-      reason: "RunSkipped",
-      message: `Skipped the run scheduled at ${at}: concurrencyPolicy Forbid and run ${describeRuns(active)} has not finished`,
-    });
-    return latest;
-  }
-  if (spec.concurrencyPolicy === "Replace") replace(cron.metadata.name, active, name, decision);
-  creating({
-    manifest: runManifest(cron, spec, name, latest, {}),
-    trigger: "schedule",
-    scheduledAt: latest,
-    started: { type: "Normal", reason: "RunStarted", message: `Created run ${name} scheduled at ${at}` },
-  });
-  return latest;
+  return {
+    latest,
+    start: {
+      at,
+      run: {
+        manifest: runManifest(cron, spec, name, latest, {}),
+        trigger: "schedule",
+        scheduledAt: latest,
+        started: { type: "Normal", reason: "RunStarted", message: `Created run ${name} scheduled at ${at}` },
+      },
+    },
+  };
 }
 
-/** Replace: every active run not cancelled yet is cancelled, the reason naming the run that replaces it. */
+/**
+ * Replace: every active run not cancelled yet is cancelled, the reason naming the run that
+ * replaces it. The writer cancels only once the API server has accepted the replacement.
+ */
 function replace(
   cronName: string,
   active: StoredPlaybook[],
-  replacement: string,
+  replacement: RunToCreate,
   decision: CronDecision,
 ): void {
+  const name = replacement.manifest.metadata.name;
   for (const run of active) {
     const spec = run.spec as { cancel?: unknown } | undefined;
     if (spec?.cancel === true || decision.cancel.some((c) => c.name === run.metadata.name)) continue;
     decision.cancel.push({
       name: run.metadata.name,
-      reason: `replaced by run ${replacement} (CronPlaybook ${cronName}, concurrencyPolicy Replace)`,
+      reason: `replaced by run ${name} (CronPlaybook ${cronName}, concurrencyPolicy Replace)`,
+      replacedBy: name,
+      event: {
+        type: "Normal",
+        reason: "RunReplaced",
+        message: `Cancelled run ${run.metadata.name}: concurrencyPolicy Replace, run ${name} replaces it`,
+      },
     });
     decision.counts.replaced++;
-    decision.events.push({
-      type: "Normal",
-      reason: "RunReplaced",
-      message: `Cancelled run ${run.metadata.name}: concurrencyPolicy Replace, run ${replacement} replaces it`,
-    });
   }
 }
 
@@ -469,13 +540,6 @@ function nextWake(schedule: Schedule, spec: CronPlaybookSpec, now: Date): number
 function earliest(...delays: (number | undefined)[]): number | undefined {
   const known = delays.filter((d): d is number => d !== undefined);
   return known.length > 0 ? Math.min(...known) : undefined;
-}
-
-function describeRuns(runs: StoredPlaybook[]): string {
-  const names = runs.map((run) => run.metadata.name);
-  return names.length <= 3
-    ? names.join(", ")
-    : `${names.slice(0, 3).join(", ")} and ${names.length - 3} more`;
 }
 
 function withoutUndefined(value: unknown): unknown {
