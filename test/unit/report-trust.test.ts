@@ -141,6 +141,30 @@ const cases: Case[] = [
     problem: /exited with code 130/,
   },
   {
+    name: "Succeeded, its exit lost by the runtime (containerd restarted: exit 255, Unknown, finished when it came back)",
+    outcome: SUCCEEDED,
+    runner: { exitCode: 255, reason: "Unknown", finishedAt: at(30).toISOString() },
+  },
+  {
+    name: "TaskFailed, its exit lost by the runtime",
+    outcome: FAILED,
+    runner: { exitCode: 255, reason: "Unknown" },
+  },
+  {
+    name: "exit 255 the runner's own (Error): not explained by the report",
+    outcome: SUCCEEDED,
+    runner: { exitCode: 255, reason: "Error" },
+    why: "exit-code",
+    problem: /exited with code 255, which its report does not explain/,
+  },
+  {
+    name: "its exit lost by the runtime, the report's times still held to the container's life",
+    outcome: { ...SUCCEEDED, completionTime: at(40) },
+    runner: { exitCode: 255, reason: "Unknown", finishedAt: at(30).toISOString() },
+    why: "times",
+    problem: /the run ended at 2026-01-01T00:00:40\.000Z, outside the runner container's life/,
+  },
+  {
     name: "test ran, says the report, but its container still waits for its image",
     outcome: SUCCEEDED,
     task2: { waiting: { reason: "ImagePullBackOff" } },

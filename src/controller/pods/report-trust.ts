@@ -113,6 +113,17 @@ function claimsRunIn(task: RunnerReport["tasks"][number], container: string): bo
 const time = (ms: number) => new Date(ms).toISOString();
 
 /**
+ * Whether the container runtime lost how the runner container ended: containerd's CRI, restarted
+ * after the container's task was gone (containerd 2.x cleans up the shim of a container that
+ * ended while it was down), shows the container exited 255 with reason `Unknown`, finished when
+ * it noticed. That exit code says nothing of the runner, and no task can bring it about (only
+ * the node's runtime restarting can): the report is then judged by its containers and times.
+ */
+export function exitLostByRuntime(terminated: ContainerTerminated): boolean {
+  return terminated.reason === "Unknown" && terminated.exitCode === 255;
+}
+
+/**
  * The report against the runner container's end (`terminated`) and the rest of the pod, once it
  * decoded: the exit code its reason gives, the containers of the tasks it says ran, and its times
  * inside the runner container's life. `taskImages` (per task) names each task's container.
@@ -127,7 +138,7 @@ export function judgeReport(
   const ending = judgeEnding(terminated);
   if (!ending.trusted) return ending;
   const expected = exitCodeForReason(report.reason);
-  if (terminated.exitCode !== expected) {
+  if (terminated.exitCode !== expected && !exitLostByRuntime(terminated)) {
     return {
       trusted: false,
       why: "exit-code",
