@@ -220,21 +220,24 @@ describe("a pod whose runner image cannot be pulled, whatever the ceiling (issue
       name: "a ceiling shorter than the start timeout: StartTimeout when the ceiling and killGrace passed",
       spec: { ceiling: "1m", killGrace: "10s", tasks: TASKS },
       endsAt: 70,
+      ceilingUsed: 0,
       when: "before the run's 1m ceiling (spec.ceiling) passed, sooner than its 5m start timeout (the default start timeout)",
     },
     {
       name: "a start timeout shorter than the ceiling: StartTimeout when the window closed",
       spec: { ceiling: "10m", startTimeout: "2m", tasks: TASKS },
       endsAt: 120,
+      ceilingUsed: 1,
       when: "within the 2m start timeout (spec.startTimeout)",
     },
     {
       name: "a start timeout as long as the ceiling: StartTimeout when the window closed",
       spec: { ceiling: "1m", startTimeout: "1m", killGrace: "0s", tasks: TASKS },
       endsAt: 60,
+      ceilingUsed: 0,
       when: "within the 1m start timeout (spec.startTimeout)",
     },
-  ])("$name, naming the image and the kubelet's reason", ({ spec, endsAt, when }) => {
+  ])("$name, naming the image and the kubelet's reason", ({ spec, endsAt, when, ceilingUsed }) => {
     const podSpec = { ...SPEC, ...spec };
     const pending = waitingPod(1, T0, pullFailing("ImagePullBackOff", PULL), podSpec);
     const before = decide(
@@ -252,6 +255,8 @@ describe("a pod whose runner image cannot be pulled, whatever the ceiling (issue
     });
     expect(limitExceeded(decision.status)).toMatchObject({ status: "True", reason: "StartTimeout" });
     expect(decision.finished).toMatchObject({ reason: "StartTimeout", limit: "StartTimeout" });
+    // No near miss of the ceiling is counted for a run the ceiling ended.
+    expect(decision.finished?.usage.filter((u) => u.limit === "RunCeiling").length).toBe(ceilingUsed);
     expect(decision.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "finished" }]);
   });
 
