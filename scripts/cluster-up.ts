@@ -13,11 +13,14 @@ const log = (message: string): void => {
 };
 
 // --no-controller leaves the controller out, for `npx playbook controller` by hand; --no-install
-// (or PLAYBOOK_NO_INSTALL=1) stops at a missing package instead of installing it with apt-get.
+// (or PLAYBOOK_NO_INSTALL=1) stops at a missing package instead of installing it with apt-get;
+// --no-image-build stops when the runner image is missing or stale instead of building it (as
+// `npm run image:build` does; PLAYBOOK_IMAGE_TAG names another tag than the version).
 // --node real, the only node there is now, is still taken, so that older commands work.
 const Flags = z.object({
   noController: z.boolean(),
   noInstall: z.boolean(),
+  noImageBuild: z.boolean(),
   node: z.literal("real", {
     error: (i) =>
       i.input === "process"
@@ -26,17 +29,18 @@ const Flags = z.object({
   }),
 });
 function parseFlags(args: string[]) {
-  const flags = { noController: false, noInstall: false, node: "real" as string };
+  const flags = { noController: false, noInstall: false, noImageBuild: false, node: "real" as string };
   for (let i = 0; i < args.length; i += 1) {
     const arg = args[i] ?? "";
     if (arg === "--no-controller") flags.noController = true;
     else if (arg === "--no-install") flags.noInstall = true;
+    else if (arg === "--no-image-build") flags.noImageBuild = true;
     else if (arg === "--node") flags.node = args[++i] ?? "";
     else if (arg.startsWith("--node=")) flags.node = arg.slice("--node=".length);
     else
       return {
         success: false as const,
-        message: `unknown flag ${arg} (only --no-controller and --no-install)`,
+        message: `unknown flag ${arg} (only --no-controller, --no-install and --no-image-build)`,
       };
   }
   const parsed = Flags.safeParse(flags);
@@ -56,7 +60,17 @@ const node = flags.data.node;
 const stateDir = path.resolve(process.env.CLUSTER_STATE_DIR ?? path.join(repoRoot(), ".cluster"));
 const t0 = Date.now();
 try {
-  const cluster = await startDevCluster({ stateDir, daemon: true, startController, install, log, node });
+  const cluster = await startDevCluster({
+    stateDir,
+    daemon: true,
+    startController,
+    install,
+    log,
+    node,
+    // The real node's runner image, before anything starts: built when missing or stale, else a
+    // stop naming `npm run image:build`.
+    runnerImage: { build: !flags.data.noImageBuild },
+  });
   log(`Cluster up in ${((Date.now() - t0) / 1000).toFixed(1)}s; logs in ${path.join(stateDir, "logs")}`);
   log(`kubectl, helm and the control-plane binaries are in ${cluster.state.binDir}`);
   if (cluster.realNode)

@@ -1,6 +1,6 @@
 // `npm run image:build [-- --archive FILE] [--pull]`: builds the Dockerfile as
-// playbook-controller:<version> with podman (configured under the project's cache folder) or
-// docker, whichever answers; the base is pulled where the registry answers a quick probe, else a
+// playbook-controller:<version> (PLAYBOOK_IMAGE_TAG gives another tag) with podman (configured
+// under the project's cache folder) or docker, whichever answers; the base is pulled where the registry answers a quick probe, else a
 // stand-in is made locally (--pull or PLAYBOOK_IMAGE_PULL=1 always pulls, PLAYBOOK_IMAGE_PULL=0 never).
 import { parseArgs } from "node:util";
 import { containerEngine } from "../test/harness/container-engine.js";

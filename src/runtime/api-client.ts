@@ -114,6 +114,15 @@ export class ApiClient {
     return this.call({ method: "GET", path: podPath(args.namespace, args.name), options });
   }
 
+  /** A ServiceAccount, read for its automountServiceAccountToken before a pod that mounts its token. */
+  readNamespacedServiceAccount(
+    args: { name: string; namespace: string },
+    options?: CallOptions,
+  ): Promise<unknown> {
+    const path = `/api/v1/namespaces/${segment(args.namespace)}/serviceaccounts/${segment(args.name)}`;
+    return this.call({ method: "GET", path, options });
+  }
+
   createNamespacedPod(args: { namespace: string; body: V1Pod | object }, options?: CallOptions) {
     return this.call({ method: "POST", path: podPath(args.namespace), body: args.body, options });
   }

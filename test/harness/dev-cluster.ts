@@ -23,6 +23,7 @@ import {
   startRealNode,
   stopRealNode,
 } from "./real-node/real-node.js";
+import { ensureRunnerImage } from "./runner-image.js";
 import { ScriptedNode } from "./scripted-node.js";
 
 const run = promisify(execFile);
@@ -61,6 +62,11 @@ export interface DevClusterOptions {
   node?: NodeKind;
   /** OCI image archives the real node imports besides its pause and busybox images. */
   images?: string[];
+  /**
+   * Check the runner image before anything starts (`cluster:up`, a real node without `images`):
+   * build it when missing or stale (build), else stop naming `npm run image:build`.
+   */
+  runnerImage?: { build: boolean };
 }
 
 async function installCrds(binDir: string, kubeconfig: string, log: (message: string) => void) {
@@ -90,6 +96,12 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
     // The scripted node needs nothing but the control plane's binaries (tools/build.sh, next).
     prerequisites: nodeKind === "real" ? REAL_NODE_PREREQUISITES : [],
   });
+  if (nodeKind === "real" && options.runnerImage && !options.images)
+    await ensureRunnerImage({
+      build: options.runnerImage.build,
+      install: options.install ?? !installForbiddenByEnv(),
+      log,
+    });
   const binDir = await toolsBinDir();
   // A real node left by a killed run in this folder holds namespaces, cgroups and sysctls.
   await stopRealNodeIn(options.stateDir, log);

@@ -35,9 +35,23 @@ function readPackageJson(): z.infer<typeof packageJson> {
   return packageJson.parse(JSON.parse(readFileSync(path.join(repoRoot(), "package.json"), "utf8")));
 }
 
-/** playbook-controller:<version from package.json>. */
+/** The variable that names another tag than the version (a test's image, never the shared one). */
+export const IMAGE_TAG_VARIABLE = "PLAYBOOK_IMAGE_TAG";
+
+/** The project's image tag: PLAYBOOK_IMAGE_TAG when set, else the version from package.json. */
+export function imageTag(env: NodeJS.ProcessEnv = process.env): string {
+  const tag = env[IMAGE_TAG_VARIABLE];
+  if (tag === undefined || tag === "") return readPackageJson().version;
+  if (!/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/.test(tag))
+    throw new Error(
+      `${IMAGE_TAG_VARIABLE} is ${JSON.stringify(tag)}: an image tag is 1 to 128 letters, digits, _ . and - (not starting with . or -)`,
+    );
+  return tag;
+}
+
+/** playbook-controller:<version from package.json>, or PLAYBOOK_IMAGE_TAG's tag. */
 export function imageName(): string {
-  return `playbook-controller:${readPackageJson().version}`;
+  return `playbook-controller:${imageTag()}`;
 }
 
 export type Log = (message: string) => void;

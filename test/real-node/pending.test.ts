@@ -92,3 +92,45 @@ describe("a Playbook whose image cannot be pulled, on the real node", () => {
     expect(stdout).toMatch(/\nunpullable\s+Failed\s+StartTimeout\s/);
   });
 });
+
+// Issue 34 item 2: the controller's runner image is one the node does not have (a tag no one
+// built: the pull from `localhost` fails), and the run's ceiling is shorter than its start
+// timeout. The run ends StartTimeout when the ceiling passes, naming the image and the kubelet's
+// reason, never RunCeiling ("passed before pod started").
+describe("a run whose runner image the node cannot pull, with a ceiling shorter than its start timeout", () => {
+  const RUNNER = `localhost/playbook-controller:absent-${process.pid}`;
+  let other = "";
+  let missing: RunningController | undefined;
+  afterAll(async () => {
+    await missing?.stop();
+    if (other) await deleteTestNamespace(core, other);
+  });
+
+  it("ends StartTimeout when the ceiling passes, naming the image and the kubelet's reason", async () => {
+    other = await createTestNamespace(core, "rn-no-runner");
+    missing = startController([other], { ...realNode.controller, runnerImage: RUNNER });
+    const started = Date.now();
+    await createPlaybook(other, "no-runner", {
+      ceiling: "15s",
+      killGrace: "1s",
+      tasks: [{ name: "never", run: "echo never" }],
+    });
+    const ended = await waitForFinished(other, "no-runner", 90_000);
+    const message = condition(ended, "Succeeded")?.message ?? "";
+    process.stderr.write(
+      `[pending] ended after ${((Date.now() - started) / 1000).toFixed(1)} s: ${message}\n`,
+    );
+    expect(condition(ended, "Succeeded")).toMatchObject({ status: "False", reason: "StartTimeout" });
+    expect(condition(ended, "LimitExceeded")).toMatchObject({ status: "True", reason: "StartTimeout" });
+    const image = RUNNER.replace(/[/.]/g, "\\$&");
+    expect(message).toMatch(
+      new RegExp(
+        String.raw`^pod no-runner-1 \(attempt 1\) never started: its containers did not all start before the run's 15s ceiling \(spec\.ceiling\) passed, sooner than its 5m start timeout \(the default start timeout\); container (runner|task-1) \(image ${image}\): (ErrImagePull|ImagePullBackOff): [^\n]*${image}`,
+      ),
+    );
+    // The ceiling, not the 5m start timeout, bounded it.
+    expect(
+      Date.parse(ended.status?.completionTime ?? "") - Date.parse(ended.status?.startTime ?? ""),
+    ).toBeLessThan(60_000);
+  });
+});

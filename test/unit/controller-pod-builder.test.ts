@@ -15,6 +15,10 @@ import {
   buildPod,
   podNameFor,
 } from "../../src/controller/pods/pod-builder.js";
+import {
+  podServiceAccountToken,
+  withoutServiceAccountToken,
+} from "../../src/controller/pods/service-account-token.js";
 import { at, SETTINGS, T0 } from "./controller-fixtures.js";
 
 type Container = Record<string, unknown> & { securityContext?: Record<string, unknown> };
@@ -359,5 +363,88 @@ describe("the pod of a Playbook whose tasks name their images", () => {
       ["runner", "runner:1"],
       ["task-1", "runner:1"],
     ]);
+  });
+});
+
+describe("the service account's token (issue 33 item 3)", () => {
+  type Mount = { name: string; mountPath: string; readOnly?: boolean };
+  const TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
+  const mountsOf = (c: Container) => (c.volumeMounts ?? []) as Mount[];
+  const tokenMount = (c: Container) => mountsOf(c).find((m) => m.mountPath === TOKEN_DIR);
+  const imaged = PlaybookSpecSchema.parse({
+    ceiling: "10m",
+    serviceAccountName: "deployer",
+    tasks: [
+      { name: "build", run: "make" },
+      { name: "dump", image: "postgres:16", run: "pg_dump" },
+    ],
+  });
+  const withAccount = (delivery: "image-volume" | "post-start") =>
+    buildPod({
+      ...request,
+      spec: imaged,
+      limits: resolveLimits(imaged, SETTINGS.defaults),
+      agentDelivery: delivery,
+    });
+
+  it.each(["post-start", "image-volume"] as const)(
+    "with a service account set (%s): mounted read-only in every task container, never in the runner's",
+    (delivery) => {
+      const pod = withAccount(delivery);
+      expect(pod.spec.serviceAccountName).toBe("deployer");
+      // Nothing the API server's admission would add to every container, the runner's too.
+      expect(pod.spec.automountServiceAccountToken).toBe(false);
+      const [runner, ...tasks] = pod.spec.containers as Container[];
+      expect(runner?.name).toBe("runner");
+      expect(runner && mountsOf(runner).map((m) => m.mountPath)).not.toContain(TOKEN_DIR);
+      expect(tasks.map((c) => [c.name, tokenMount(c)])).toEqual([
+        ["task-1", { name: "serviceaccount-token", mountPath: TOKEN_DIR, readOnly: true }],
+        ["task-2", { name: "serviceaccount-token", mountPath: TOKEN_DIR, readOnly: true }],
+      ]);
+      expect(
+        (pod.spec.volumes as Record<string, unknown>[]).find((v) => v.name === "serviceaccount-token"),
+      ).toEqual({
+        name: "serviceaccount-token",
+        projected: {
+          defaultMode: 0o644,
+          sources: [
+            { serviceAccountToken: { path: "token", expirationSeconds: 3600 } },
+            { configMap: { name: "kube-root-ca.crt", items: [{ key: "ca.crt", path: "ca.crt" }] } },
+            {
+              downwardAPI: {
+                items: [
+                  { path: "namespace", fieldRef: { apiVersion: "v1", fieldPath: "metadata.namespace" } },
+                ],
+              },
+            },
+          ],
+        },
+      });
+      expect(restrictedViolations(pod)).toEqual([]);
+    },
+  );
+
+  it("without a service account: no token anywhere (the namespace's default account gets none)", () => {
+    const pod = buildPod(request);
+    expect(pod.spec.automountServiceAccountToken).toBe(false);
+    expect(pod.spec.serviceAccountName).toBeUndefined();
+    expect((pod.spec.volumes as { name: string }[]).map((v) => v.name)).not.toContain("serviceaccount-token");
+    for (const c of pod.spec.containers as Container[]) expect(tokenMount(c)).toBeUndefined();
+  });
+
+  it("a service account that disables automount: the pod is made without the token, the rest unchanged", () => {
+    const pod = withAccount("post-start");
+    expect(podServiceAccountToken(pod)).toBe("deployer");
+    const bare = withoutServiceAccountToken(pod);
+    expect(podServiceAccountToken(bare)).toBeUndefined();
+    expect(bare.spec.automountServiceAccountToken).toBe(false);
+    expect(bare.spec.serviceAccountName).toBe("deployer");
+    for (const c of bare.spec.containers as Container[]) expect(tokenMount(c)).toBeUndefined();
+    expect((bare.spec.volumes as { name: string }[]).map((v) => v.name)).not.toContain(
+      "serviceaccount-token",
+    );
+    // The built pod itself is left as it was.
+    expect(podServiceAccountToken(pod)).toBe("deployer");
+    expect(restrictedViolations(bare)).toEqual([]);
   });
 });

@@ -320,11 +320,13 @@ describe("a pod that never starts", () => {
     expect(decision.requeueAfterMs).toBe((1800 + 10 - 61) * 1000);
   });
 
-  it("ends the run RunCeiling and removes the pod once they passed", () => {
+  it("ends the run StartTimeout (the pod never started, whichever limit came first) and removes the pod once they passed", () => {
     const decision = decide(input({ playbook: playbook({}, started()), pods: [pending()], now: at(1810) }));
-    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "RunCeiling" });
-    expect(succeeded(decision.status)?.message).toContain("Unschedulable");
-    expect(limitExceeded(decision.status)).toMatchObject({ reason: "RunCeiling" });
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "StartTimeout" });
+    expect(succeeded(decision.status)?.message).toBe(
+      "pod nightly-1 (attempt 1) never started: its containers did not all start before the run's 30m ceiling (spec.ceiling) passed, sooner than its 5m start timeout (the default start timeout); Unschedulable",
+    );
+    expect(limitExceeded(decision.status)).toMatchObject({ reason: "StartTimeout" });
     expect(decision.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "finished" }]);
   });
 });

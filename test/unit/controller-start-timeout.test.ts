@@ -180,13 +180,18 @@ describe("a pod that does not start", () => {
     expect(succeeded(after.status)?.message).toContain("pod nightly-2 (attempt 2) never started");
   });
 
-  it("but not a fresh ceiling: the ceiling ends a re-created pod that cannot start in time", () => {
+  it("but not a fresh ceiling: the ceiling ends a re-created pod that cannot start in time, StartTimeout saying so", () => {
     const status = started({}, 2);
     const recreated = waitingPod(2, at(1700), UNSCHEDULABLE);
     const waiting = decide(input({ playbook: playbook({}, status), pods: [recreated], now: at(1750) }));
     expect(waiting.requeueAfterMs).toBe((1810 - 1750) * 1000);
     const decision = decide(input({ playbook: playbook({}, status), pods: [recreated], now: at(1810) }));
-    expect(succeeded(decision.status)?.reason).toBe("RunCeiling");
+    expect(succeeded(decision.status)).toMatchObject({
+      reason: "StartTimeout",
+      message:
+        "pod nightly-2 (attempt 2) never started: its containers did not all start before the run's 30m ceiling (spec.ceiling) passed, sooner than its 5m start timeout (the default start timeout); Unschedulable: 0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available.",
+    });
+    expect(limitExceeded(decision.status)).toMatchObject({ status: "True", reason: "StartTimeout" });
   });
 
   it("names the start timeout in the status of a run from its first status write", () => {
@@ -195,6 +200,76 @@ describe("a pod that does not start", () => {
       ceiling: { value: "30m", source: "spec" },
       startTimeout: { value: "5m", source: "default" },
     });
+  });
+});
+
+describe("a pod whose runner image cannot be pulled, whatever the ceiling (issue 34 item 2)", () => {
+  const pullFailing = (reason: string, message: string) => ({
+    conditions: [{ type: "PodScheduled", status: "True" }],
+    containerStatuses: [
+      { name: "runner", state: { waiting: { reason, message } } },
+      { name: "task-1", state: { waiting: { reason: "PodInitializing" } } },
+    ],
+  });
+  const PULL = 'Back-off pulling image "runner:test": ErrImagePull: failed to pull and unpack image';
+  // No task timeout: SPEC's 10m would not fit a 1m ceiling.
+  const TASKS = [{ name: "build", run: "make" }];
+
+  it.each([
+    {
+      name: "a ceiling shorter than the start timeout: StartTimeout when the ceiling and killGrace passed",
+      spec: { ceiling: "1m", killGrace: "10s", tasks: TASKS },
+      endsAt: 70,
+      ceilingUsed: 0,
+      when: "before the run's 1m ceiling (spec.ceiling) passed, sooner than its 5m start timeout (the default start timeout)",
+    },
+    {
+      name: "a start timeout shorter than the ceiling: StartTimeout when the window closed",
+      spec: { ceiling: "10m", startTimeout: "2m", tasks: TASKS },
+      endsAt: 120,
+      ceilingUsed: 1,
+      when: "within the 2m start timeout (spec.startTimeout)",
+    },
+    {
+      name: "a start timeout as long as the ceiling: StartTimeout when the window closed",
+      spec: { ceiling: "1m", startTimeout: "1m", killGrace: "0s", tasks: TASKS },
+      endsAt: 60,
+      ceilingUsed: 0,
+      when: "within the 1m start timeout (spec.startTimeout)",
+    },
+  ])("$name, naming the image and the kubelet's reason", ({ spec, endsAt, when, ceilingUsed }) => {
+    const podSpec = { ...SPEC, ...spec };
+    const pending = waitingPod(1, T0, pullFailing("ImagePullBackOff", PULL), podSpec);
+    const before = decide(
+      input({ playbook: playbook(spec, started(spec)), pods: [pending], now: at(endsAt - 1) }),
+    );
+    expect(before.finished).toBeUndefined();
+    expect(before.requeueAfterMs).toBe(1000);
+    const decision = decide(
+      input({ playbook: playbook(spec, started(spec)), pods: [pending], now: at(endsAt) }),
+    );
+    expect(succeeded(decision.status)).toMatchObject({
+      status: "False",
+      reason: "StartTimeout",
+      message: `pod nightly-1 (attempt 1) never started: its containers did not all start ${when}; container runner (image runner:test): ImagePullBackOff: ${PULL}`,
+    });
+    expect(limitExceeded(decision.status)).toMatchObject({ status: "True", reason: "StartTimeout" });
+    expect(decision.finished).toMatchObject({ reason: "StartTimeout", limit: "StartTimeout" });
+    // No near miss of the ceiling is counted for a run the ceiling ended.
+    expect(decision.finished?.usage.filter((u) => u.limit === "RunCeiling").length).toBe(ceilingUsed);
+    expect(decision.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "finished" }]);
+  });
+
+  it("never ends RunCeiling while the pod has not started, long after both limits passed", () => {
+    const spec = { ceiling: "1m", tasks: TASKS };
+    const pending = waitingPod(1, T0, pullFailing("ErrImagePull", "not found"), { ...SPEC, ...spec });
+    const decision = decide(
+      input({ playbook: playbook(spec, started(spec)), pods: [pending], now: at(3600) }),
+    );
+    expect(succeeded(decision.status)?.reason).toBe("StartTimeout");
+    expect(succeeded(decision.status)?.message).toContain(
+      "container runner (image runner:test): ErrImagePull: not found",
+    );
   });
 });
 

@@ -66,7 +66,7 @@ describe("a Playbook under its namespace's policy", () => {
     const pod = createdPod(decision.actions);
     expect(pod.spec).toMatchObject({
       serviceAccountName: "runner",
-      automountServiceAccountToken: true,
+      automountServiceAccountToken: false,
       // The runner's image is the controller's; the policy's default image is the tasks'.
       containers: [
         { name: "runner", image: "runner:test" },

@@ -117,6 +117,11 @@ rules:
   - apiGroups: [""]
     resources: [pods]
     verbs: [get, list, watch, create, delete, patch]
+  # A pod that mounts its service account's token in its task containers is made without it
+  # when the account says automountServiceAccountToken: false.
+  - apiGroups: [""]
+    resources: [serviceaccounts]
+    verbs: [get]
   # A repeat of an event patches its count and lastTimestamp.
   - apiGroups: [""]
     resources: [events]

@@ -1,5 +1,5 @@
 // A pod that has not ended: its progress, unless it never started within its start timeout or
-// the run's ceiling, or outlived its activeDeadlineSeconds without its node stopping it.
+// the run's ceiling (StartTimeout either way), or outlived its activeDeadlineSeconds without its node stopping it.
 import { formatDuration } from "../../api/duration.js";
 import type { ResolvedLimits } from "../../api/limits.js";
 import {
@@ -28,13 +28,11 @@ export function decideActivePod(state: RunState, pod: PodView): Decision {
   const endsAt = Date.parse(startTime) + base.limits.ceiling.ms + base.limits.killGrace.ms;
   // Each pod's own window: a pod re-created after a loss gets a fresh one, not a fresh ceiling.
   const startBy = running ? undefined : startDeadline(base.limits, pod);
-  if (startBy !== undefined && startBy <= now.getTime() && startBy <= endsAt) {
-    return decideStartTimeout(state, pod);
-  }
-  if (!running && endsAt <= now.getTime()) {
-    // activeDeadlineSeconds counts from the pod's start on a node: a pod that never starts
-    // (unschedulable, image never pulled) is bounded by the controller instead.
-    return decideNeverStarted(state, pod);
+  // activeDeadlineSeconds counts from the pod's start on a node: a pod that never starts
+  // (unschedulable, image never pulled) is bounded by the controller instead, and it ends
+  // StartTimeout at whichever comes first, its start window or the run's ceiling.
+  if (!running && Math.min(startBy ?? endsAt, endsAt) <= now.getTime()) {
+    return decideStartTimeout(state, pod, startBy !== undefined && startBy <= endsAt ? "window" : "ceiling");
   }
   const backstopAt = endsAt + (DEADLINE_MARGIN_SECONDS * 1000 + BACKSTOP_SLACK_MS);
   if (running && backstopAt <= now.getTime()) return decideOutlived(state, pod);
@@ -80,12 +78,22 @@ export function startDeadline(limits: ResolvedLimits, pod: PodView): number | un
   return Number.isNaN(created) ? undefined : created + limits.startTimeout.ms;
 }
 
-/** The pod did not start within its start timeout: the run ends StartTimeout and the pod is removed. */
-function decideStartTimeout(state: RunState, pod: PodView): Decision {
+/**
+ * The pod did not start: its start window closed, or the run's ceiling passed first (a ceiling
+ * shorter than the start timeout, a pod re-created late in the run). Either way the run ends
+ * StartTimeout, naming what holds the pod (the container, its image and the kubelet's reason),
+ * and the pod is removed.
+ */
+function decideStartTimeout(state: RunState, pod: PodView, closedBy: "window" | "ceiling"): Decision {
   const { base } = state;
   const limit = base.limits.startTimeout;
+  const ceiling = base.limits.ceiling;
   const why = describeWaiting(pod) ?? `pod phase ${pod.status?.phase ?? "unknown"}`;
-  const message = `pod ${pod.metadata.name} (attempt ${state.attempts}) never started: its containers did not all start within the ${formatDuration(limit.ms)} start timeout (${limit.field}); ${why}`;
+  const when =
+    closedBy === "window"
+      ? `its containers did not all start within the ${formatDuration(limit.ms)} start timeout (${limit.field})`
+      : `its containers did not all start before the run's ${formatDuration(ceiling.ms)} ceiling (${ceiling.field}) passed, sooner than its ${formatDuration(limit.ms)} start timeout (${limit.field})`;
+  const message = `pod ${pod.metadata.name} (attempt ${state.attempts}) never started: ${when}; ${why}`;
   const next = settledStatus(base, { reason: "StartTimeout", message, tasks: cancelledTasks(base) });
   return settle(base, { ...next, podName: pod.metadata.name, podAttempts: state.attempts }, "StartTimeout", {
     actions: pod.metadata.deletionTimestamp
@@ -117,25 +125,4 @@ function decideOutlived(state: RunState, pod: PodView): Decision {
         : [{ type: "deletePod", name: pod.metadata.name, gracePeriodSeconds: 0, why: "finished" }],
     },
   );
-}
-
-/** The ceiling passed before the pod ever ran: the run ends RunCeiling and the pod is removed. */
-function decideNeverStarted(state: RunState, pod: PodView): Decision {
-  const { base } = state;
-  const waiting = pod.status?.containerStatuses?.find((s) => s.state?.waiting?.reason)?.state?.waiting;
-  const why =
-    waiting?.reason ??
-    pod.status?.reason ??
-    pod.status?.conditions?.find((c) => c.status === "False")?.reason;
-  const message = `the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) passed before pod ${pod.metadata.name} started${why ? ` (${why})` : ""}`;
-  const next = settledStatus(base, {
-    reason: "RunCeiling",
-    message,
-    tasks: cancelledTasks(base),
-  });
-  return settle(base, { ...next, podName: pod.metadata.name, podAttempts: state.attempts }, "RunCeiling", {
-    actions: pod.metadata.deletionTimestamp
-      ? []
-      : [{ type: "deletePod", name: pod.metadata.name, why: "finished" }],
-  });
 }

@@ -12,6 +12,8 @@ import type { KubeClients } from "../../runtime/kube-config.js";
 import type { Action, Decision } from "../decision.js";
 import type { ControllerMetrics } from "../metrics.js";
 import { type PodView, parsePod, type StoredPlaybook } from "../objects.js";
+import type { PodManifest } from "../pods/pod-builder.js";
+import { podServiceAccountToken, withoutServiceAccountToken } from "../pods/service-account-token.js";
 import { PodCreateFailedError, PodNameTakenError, PodRefusedError } from "../reconcile-errors.js";
 import { createFailedStatus, sameStatus } from "../status.js";
 import { WriteExpectations } from "./expectations.js";
@@ -27,6 +29,9 @@ export interface WriterDeps {
 }
 
 const WrittenSchema = z.looseObject({ metadata: z.looseObject({ resourceVersion: z.string() }) });
+
+/** What the controller reads of a ServiceAccount. */
+const ServiceAccountAutomount = z.looseObject({ automountServiceAccountToken: z.boolean().nullish() });
 
 export class PlaybookWriter {
   readonly events: EventRecorder;
@@ -184,11 +189,9 @@ export class PlaybookWriter {
     const { api } = this.deps.clients;
     const podName = action.pod.metadata.name;
     try {
+      const body = await this.respectTokenAutomount(action.pod, ref.namespace);
       const created = parsePod(
-        await api.createNamespacedPod(
-          { namespace: ref.namespace, body: action.pod },
-          { signal: this.leading.signal },
-        ),
+        await api.createNamespacedPod({ namespace: ref.namespace, body }, { signal: this.leading.signal }),
       );
       if (created) this.expectations.createdNow(created, action.pod.metadata.ownerReferences[0]?.uid ?? "");
       this.deps.log.info({ ...ref, pod: podName, attempt: action.attempt }, "Created Pod");
@@ -212,6 +215,35 @@ export class PlaybookWriter {
       if (code !== undefined && code >= 400 && code < 500) throw new PodCreateFailedError(message, undefined);
       throw error;
     }
+  }
+
+  /**
+   * The pod as it is created: without the token in its task containers when its service account
+   * says automountServiceAccountToken: false (the pod's own projected volume would bypass what
+   * the API server's admission respects). Read only for a pod that mounts a token. An account
+   * that does not exist is left to admission, which refuses the pod naming it.
+   */
+  private async respectTokenAutomount(pod: PodManifest, namespace: string): Promise<PodManifest> {
+    const account = podServiceAccountToken(pod);
+    if (account === undefined) return pod;
+    let read: unknown;
+    try {
+      read = await this.deps.clients.api.readNamespacedServiceAccount(
+        { name: account, namespace },
+        { signal: this.leading.signal },
+      );
+    } catch (error) {
+      if (isNotFound(error)) return pod;
+      const code = statusCodeOf(error);
+      if (code !== undefined && code >= 400 && code < 500 && code !== 429)
+        throw new PodCreateFailedError(
+          `could not create pod ${pod.metadata.name}: could not read service account ${account} to learn whether it allows its token to be mounted: ${apiErrorMessage(error)}`,
+          undefined,
+        );
+      throw error;
+    }
+    const automount = ServiceAccountAutomount.safeParse(read).data?.automountServiceAccountToken;
+    return automount === false ? withoutServiceAccountToken(pod) : pod;
   }
 
   /** A create found the name taken: the pod is ours (a repeated create) or someone else's. */

@@ -57,7 +57,11 @@ function limitUsage(
     usage.push({ limit: "TaskTimeout", ratio: took / (timeout.ms * Math.max(1, task.attempts)) });
   }
   const took = durationMs(status.startTime, status.completionTime);
-  const ceilingFired = reason === "RunCeiling" || reason === "PodDeadlineExceeded";
+  // A pod that never started ends StartTimeout also when the ceiling came first: then it used all of it.
+  const ceilingFired =
+    reason === "RunCeiling" ||
+    reason === "PodDeadlineExceeded" ||
+    (reason === "StartTimeout" && took !== undefined && took >= limits.ceiling.ms);
   if (!ceilingFired && took !== undefined && limits.ceiling.ms > 0) {
     usage.push({ limit: "RunCeiling", ratio: took / limits.ceiling.ms });
   }

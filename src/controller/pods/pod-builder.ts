@@ -34,6 +34,7 @@ import {
   RUNNER_CONTAINER,
 } from "../objects.js";
 import type { AgentDelivery } from "./agent-delivery.js";
+import { serviceAccountTokenVolume } from "./service-account-token.js";
 import {
   RESTRICTED_CONTAINER,
   RUN_DIR,
@@ -166,6 +167,7 @@ export function buildPod(request: PodRequest): PodManifest {
   const tasks = podTaskContainers(request);
   const agentDelivery = request.agentDelivery ?? "post-start";
   const delivery = runnerAgentDelivery(agentDelivery);
+  const withToken = settings.serviceAccountName !== undefined;
   const runner: Record<string, unknown> = {
     name: RUNNER_CONTAINER,
     image: request.runnerImage,
@@ -194,8 +196,9 @@ export function buildPod(request: PodRequest): PodManifest {
     // at the end of the run sees every process, and the sandbox's pause process (PID 1) reaps
     // what tasks orphan.
     shareProcessNamespace: true,
-    // The token lets tasks act as the service account: only one named for that gets it.
-    automountServiceAccountToken: settings.serviceAccountName !== undefined,
+    // The token lets tasks act as the service account: only one named for that gets it, and
+    // only in the task containers (service-account-token.ts), never in the runner's.
+    automountServiceAccountToken: false,
     securityContext: {
       runAsNonRoot: true,
       runAsUser: TASK_UID,
@@ -203,7 +206,7 @@ export function buildPod(request: PodRequest): PodManifest {
       fsGroup: TASK_GID,
       seccompProfile: { type: "RuntimeDefault" },
     },
-    containers: [runner, ...taskContainers(tasks, settings.resources, agentDelivery)],
+    containers: [runner, ...taskContainers(tasks, settings.resources, agentDelivery, withToken)],
     volumes: [
       {
         name: PLAN_VOLUME,
@@ -214,6 +217,7 @@ export function buildPod(request: PodRequest): PodManifest {
         },
       },
       ...taskVolumes(agentDelivery, request.runnerImage),
+      ...(withToken ? [serviceAccountTokenVolume()] : []),
     ],
   };
   if (settings.serviceAccountName) podSpec.serviceAccountName = settings.serviceAccountName;

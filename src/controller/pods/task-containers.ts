@@ -10,6 +10,7 @@
 import type { PodSettings } from "../../api/policy.js";
 import type { TaskContainers } from "../../api/task-images.js";
 import type { AgentDelivery } from "./agent-delivery.js";
+import { serviceAccountTokenMount } from "./service-account-token.js";
 
 /**
  * The user of the first task container and its agent; task-K runs as TASK_UID + K - 1, so no
@@ -61,11 +62,15 @@ export function runnerAgentDelivery(delivery: AgentDelivery): {
   };
 }
 
-/** One container per distinct task image: the agent, connecting to the runner's socket. */
+/**
+ * One container per distinct task image: the agent, connecting to the runner's socket; with the
+ * service account's token where the pod mounts one (service-account-token.ts).
+ */
 export function taskContainers(
   plan: TaskContainers,
   resources: PodSettings["resources"],
   delivery: AgentDelivery,
+  withToken = false,
 ): Record<string, unknown>[] {
   return plan.containers.map((container, index) => ({
     name: container.name,
@@ -77,6 +82,7 @@ export function taskContainers(
       // connect() to a unix socket works on a read-only mount; the cancel files stay the runner's.
       { name: RUN_VOLUME, mountPath: RUN_DIR, readOnly: true },
       { name: WORKSPACE_VOLUME, mountPath: WORKSPACE_DIR },
+      ...(withToken ? [serviceAccountTokenMount()] : []),
     ],
     securityContext: { ...RESTRICTED_CONTAINER, runAsUser: taskContainerUid(index) },
     ...(resources ? { resources } : {}),

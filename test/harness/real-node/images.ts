@@ -3,14 +3,14 @@
 // busybox). Each is written as an OCI image archive, which `ctr images import` takes.
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { createReadStream, existsSync, readFileSync } from "node:fs";
+import { createReadStream, existsSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, readdir, rename, rm, stat, symlink, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
-import { z } from "zod";
 import { repoRoot } from "../binaries.js";
 import { type ContainerEngine, containerEngine, engineRun, imageExists } from "../container-engine.js";
+import { imageName } from "../image.js";
 import { aptCouldNotFetch, aptUpdate, updateStaleAptLists } from "../prerequisites.js";
 
 const run = promisify(execFile);
@@ -231,10 +231,7 @@ export async function busyboxImageArchive(log: (message: string) => void): Promi
 
 /** The project's image as the real node knows it: the runner image of its Playbooks' pods. */
 export function projectImageName(): string {
-  const { version } = z
-    .object({ version: z.string() })
-    .parse(JSON.parse(readFileSync(path.join(repoRoot(), "package.json"), "utf8")));
-  return `localhost/playbook-controller:${version}`;
+  return `localhost/${imageName()}`;
 }
 
 /**
