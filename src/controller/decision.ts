@@ -40,6 +40,12 @@ export interface ReconcileInput {
    * of the same name, anyone's pod), as the cache or a create's AlreadyExists showed them.
    */
   takenPodNames?: readonly string[];
+  /**
+   * Pods this controller created whose record (status.podUID) may not be written yet, by UID, with
+   * the digest of the plan each was built with: such a pod is the run's without being checked
+   * against what pod-builder builds.
+   */
+  createdPods?: ReadonlyMap<string, string>;
 }
 
 export type Action =
@@ -52,6 +58,11 @@ export type Action =
 export interface Decision {
   /** The status to write, or null when it would not change. */
   status: PlaybookStatus | null;
+  /**
+   * The status the run would show when the decision writes none (a first pod's create, whose
+   * start record rides on the next status write): written only if the create fails.
+   */
+  pending?: PlaybookStatus;
   actions: Action[];
   events: RecordedEvent[];
   finished?: FinishedRun;

@@ -271,7 +271,12 @@ describe("a report the controller does not trust", () => {
   }
   const started = (): PlaybookStatus => {
     const first = decide(input({}));
-    return { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+    return {
+      ...((first.status ?? first.pending) as PlaybookStatus),
+      podAttempts: 1,
+      podName: "nightly-1",
+      podUID: "pod-uid-1",
+    };
   };
   const decideEnded = (c: Pick<Case, "runner" | "task2" | "outcome">) =>
     decide(

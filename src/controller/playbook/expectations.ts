@@ -7,10 +7,17 @@ import { keyOf, type PodView, type StoredPlaybook } from "../objects.js";
 // How long a write is trusted while the cache has not shown it. Timed on the monotonic clock:
 // it is about this process's cache lag, not about the run, whose decisions use the injected clock.
 const EXPECTATION_MS = 30_000;
+// How long a created pod is remembered without a record: longer than any start-record wait.
+const UNRECORDED_MS = 10 * 60_000;
 
 export class WriteExpectations {
   /** Pods created that the cache may not show yet, by pod key. */
   private readonly created = new Map<string, { pod: PodView; uid: string; at: number }>();
+  /**
+   * Pods this writer created, by UID, with the digest of the plan each carries, until a status
+   * write records the UID (status.podUID): the start record rides on a later write.
+   */
+  private readonly unrecorded = new Map<string, { digest: string; at: number }>();
   /** Status writes the cache may not show yet, by Playbook key: the resourceVersion written over. */
   private readonly written = new Map<string, { over: string; at: number }>();
 
@@ -54,6 +61,24 @@ export class WriteExpectations {
     const now = performance.now();
     for (const [key, entry] of this.created) if (now - entry.at > EXPECTATION_MS) this.created.delete(key);
     this.created.set(keyOf(pod.metadata), { pod, uid, at: now });
+  }
+
+  /** The writer created the pod of this UID with a plan of this digest; not recorded in status yet. */
+  createdUnrecorded(uid: string, digest: string): void {
+    const now = performance.now();
+    for (const [key, entry] of this.unrecorded)
+      if (now - entry.at > UNRECORDED_MS) this.unrecorded.delete(key);
+    this.unrecorded.set(uid, { digest, at: now });
+  }
+
+  /** A status write recorded this pod UID: the pod is known by its record from now on. */
+  recorded(uid: string): void {
+    this.unrecorded.delete(uid);
+  }
+
+  /** The pods this writer created and no status records yet: UID -> plan digest. */
+  unrecordedPods(): ReadonlyMap<string, string> {
+    return new Map([...this.unrecorded].map(([uid, entry]) => [uid, entry.digest]));
   }
 
   /** The writer wrote the Playbook's status over this resourceVersion. */

@@ -12,6 +12,7 @@ import type { KubeClients } from "../../runtime/kube-config.js";
 import type { Action, Decision } from "../decision.js";
 import type { ControllerMetrics } from "../metrics.js";
 import { type PodView, parsePod, type StoredPlaybook } from "../objects.js";
+import { builtCeilingLeftMs, CREATE_SKEW_MS, differenceFromBuilt } from "../pods/pod-identity.js";
 import { PodCreateFailedError, PodNameTakenError, PodRefusedError } from "../reconcile-errors.js";
 import { createFailedStatus, sameStatus } from "../status.js";
 import { WriteExpectations } from "./expectations.js";
@@ -26,6 +27,8 @@ export interface WriterDeps {
   metricsPlaybookLabel: string;
 }
 
+const SAID_ONCE_MAX = 10_000;
+
 const WrittenSchema = z.looseObject({ metadata: z.looseObject({ resourceVersion: z.string() }) });
 
 export class PlaybookWriter {
@@ -35,6 +38,8 @@ export class PlaybookWriter {
   private readonly leading = new AbortController();
   /** What this writer just wrote, until the caches show it. */
   private readonly expectations = new WriteExpectations();
+  /** The keys of events said once (RecordedEvent.once): a foreign pod is named once, not every pass. */
+  private readonly saidOnce = new Set<string>();
 
   constructor(deps: WriterDeps) {
     this.deps = deps;
@@ -77,12 +82,21 @@ export class PlaybookWriter {
     return this.expectations.isBehind(playbook);
   }
 
+  /** Pods this writer created that no status records yet: UID -> the digest of their plan. */
+  unrecordedPods(): ReadonlyMap<string, string> {
+    return this.expectations.unrecordedPods();
+  }
+
   async apply(playbook: StoredPlaybook, decision: Decision): Promise<void> {
     const target = this.targetOf(playbook);
+    const created = new Map<string, string>();
     try {
-      for (const action of decision.actions) await this.applyAction(action, target);
+      for (const action of decision.actions) {
+        const uid = await this.applyAction(action, target);
+        if (uid !== undefined && action.type === "createPod") created.set(action.pod.metadata.name, uid);
+      }
     } catch (error) {
-      const shown = decision.status;
+      const shown = decision.status ?? decision.pending;
       if (!(error instanceof PodCreateFailedError) || !shown) throw error;
       // Say why where the user looks, without counting the attempt: no pod was made.
       const now = this.deps.clock.now();
@@ -97,15 +111,26 @@ export class PlaybookWriter {
       namespace: target.namespace,
       ...(label ? { playbook: playbook.metadata.labels?.[label] ?? "" } : {}),
     };
-    if (decision.status) {
-      await this.writeStatus(playbook, decision.status);
+    // The UID of a pod created now goes on record with the status that names it.
+    const createdUid = decision.status?.podName ? created.get(decision.status.podName) : undefined;
+    const status = createdUid ? { ...decision.status, podUID: createdUid } : decision.status;
+    if (status) {
+      await this.writeStatus(playbook, status);
       if (decision.finished) this.deps.metrics.recordFinished(decision.finished, labels);
       else this.deps.metrics.recordStarted(labels);
     } else if (decision.actions.some((action) => action.type === "createPod")) {
       this.deps.metrics.recordStarted(labels);
     }
     const now = this.deps.clock.now();
-    for (const event of decision.events) this.events.post(target, event, now);
+    for (const event of decision.events) {
+      if (event.once !== undefined) {
+        if (this.saidOnce.has(event.once)) continue;
+        if (this.saidOnce.size >= SAID_ONCE_MAX) this.saidOnce.clear();
+        this.saidOnce.add(event.once);
+      }
+      const { once: _once, ...posted } = event;
+      this.events.post(target, posted, now);
+    }
   }
 
   private targetOf(playbook: StoredPlaybook): EventTarget {
@@ -131,6 +156,7 @@ export class PlaybookWriter {
       { signal: this.leading.signal },
     );
     this.deps.metrics.statusWrites.inc();
+    if (status.podUID !== undefined) this.expectations.recorded(status.podUID);
     if (resourceVersion && WrittenSchema.safeParse(written).success)
       this.expectations.wroteStatus(playbook, resourceVersion);
     const condition = status.conditions?.find((c) => c.type === "Succeeded");
@@ -140,14 +166,16 @@ export class PlaybookWriter {
     );
   }
 
-  private async applyAction(action: Action, target: EventTarget): Promise<void> {
+  /** Applies one action; a create resolves with the UID of the run's pod. */
+  private async applyAction(action: Action, target: EventTarget): Promise<string | undefined> {
     switch (action.type) {
       case "createPod":
         return this.createPod(action, target);
       case "deletePod":
         return this.deletePod(action, target);
       default:
-        return this.lowerDeadline(action, target);
+        await this.lowerDeadline(action, target);
+        return undefined;
     }
   }
 
@@ -179,7 +207,10 @@ export class PlaybookWriter {
     }
   }
 
-  private async createPod(action: Action & { type: "createPod" }, target: EventTarget): Promise<void> {
+  private async createPod(
+    action: Action & { type: "createPod" },
+    target: EventTarget,
+  ): Promise<string | undefined> {
     const ref = { namespace: target.namespace, name: target.name };
     const { api } = this.deps.clients;
     const podName = action.pod.metadata.name;
@@ -191,7 +222,10 @@ export class PlaybookWriter {
         ),
       );
       if (created) this.expectations.createdNow(created, action.pod.metadata.ownerReferences[0]?.uid ?? "");
+      const uid = created?.metadata.uid;
+      if (uid !== undefined) this.expectations.createdUnrecorded(uid, action.planDigest);
       this.deps.log.info({ ...ref, pod: podName, attempt: action.attempt }, "Created Pod");
+      return uid;
     } catch (error) {
       // Its deterministic name makes a second create of the same attempt fail here, never run
       // twice; the pod of that name is this run's only if this Playbook (its UID) controls it.
@@ -214,8 +248,14 @@ export class PlaybookWriter {
     }
   }
 
-  /** A create found the name taken: the pod is ours (a repeated create) or someone else's. */
-  private async adoptExisting(action: Action & { type: "createPod" }, target: EventTarget): Promise<void> {
+  /**
+   * A create found the name taken: the pod is ours (a repeated create: its controller reference
+   * and its containers as this create built them) or someone else's.
+   */
+  private async adoptExisting(
+    action: Action & { type: "createPod" },
+    target: EventTarget,
+  ): Promise<string | undefined> {
     const podName = action.pod.metadata.name;
     const uid = action.pod.metadata.ownerReferences[0]?.uid ?? "";
     let existing: PodView | null;
@@ -232,21 +272,35 @@ export class PlaybookWriter {
       throw error;
     }
     const owner = existing?.metadata.ownerReferences?.find((ref) => ref.controller);
-    if (existing && owner?.kind === KIND && owner.uid === uid) {
+    const unbuilt = existing ? this.unbuilt(existing, action) : undefined;
+    if (existing && owner?.kind === KIND && owner.uid === uid && unbuilt === undefined) {
       this.expectations.createdNow(existing, uid);
+      if (existing.metadata.uid !== undefined)
+        this.expectations.createdUnrecorded(existing.metadata.uid, action.planDigest);
       this.deps.log.debug(
         { namespace: target.namespace, name: target.name, pod: podName },
         "Pod already existed",
       );
-      return;
+      return existing.metadata.uid;
     }
-    const holder = owner
-      ? `its controller is ${owner.kind} ${owner.name} (uid ${owner.uid})`
-      : "it has no controller owner";
+    const holder =
+      owner?.kind === KIND && owner.uid === uid
+        ? `it names this Playbook its controller, but the controller did not create it: ${unbuilt}`
+        : owner
+          ? `its controller is ${owner.kind} ${owner.name} (uid ${owner.uid})`
+          : "it has no controller owner";
     throw new PodNameTakenError(podName, holder);
   }
 
-  private async deletePod(action: Action & { type: "deletePod" }, target: EventTarget): Promise<void> {
+  /** What makes an existing pod other than this create built it; undefined when it is the same. */
+  private unbuilt(existing: PodView, action: Action & { type: "createPod" }): string | undefined {
+    const created = Date.parse(existing.metadata.creationTimestamp ?? "");
+    const since = Number.isNaN(created) ? 0 : Math.max(0, this.deps.clock.now().getTime() - created);
+    const bound = builtCeilingLeftMs(action.pod) + since + CREATE_SKEW_MS;
+    return differenceFromBuilt(existing, action.pod, bound);
+  }
+
+  private async deletePod(action: Action & { type: "deletePod" }, target: EventTarget): Promise<undefined> {
     const ref = { namespace: target.namespace, name: target.name };
     try {
       await this.deps.clients.api.deleteNamespacedPod(
