@@ -582,12 +582,12 @@ export class PlaybookController {
 
   private async decideAndApply(input: ReconcileInput): Promise<{ requeueAfterMs?: number }> {
     const { playbook } = input;
-    const created = this.writer.unrecordedPods();
+    const starts = this.writer.unrecordedStarts();
     let withRules: ReconcileInput = {
       ...input,
       rules: this.governor.rulesFor(playbook.metadata.namespace ?? ""),
       takenPodNames: this.takenPodNames(playbook),
-      ...(created.size > 0 ? { createdPods: created } : {}),
+      ...(starts.size > 0 ? { unrecordedStarts: starts } : {}),
     };
     for (;;) {
       const decision = decide(withRules);

@@ -41,12 +41,18 @@ export interface ReconcileInput {
    */
   takenPodNames?: readonly string[];
   /**
-   * Pods this controller created whose record (status.podUID) may not be written yet, by UID, with
-   * the digest of the plan each was built with: such a pod is the run's without being checked
-   * against what pod-builder builds.
+   * The start records of first pods this controller created and no status records yet (the record
+   * rides on the run's next status write), by Playbook UID: the run is decided as if it were
+   * written, so a first pod lost before its record still counts, and is the one the run reads.
    */
-  createdPods?: ReadonlyMap<string, string>;
+  unrecordedStarts?: ReadonlyMap<string, StartRecord>;
 }
+
+/** What a first pod's create puts on record: the run's start, its pod and its plan. */
+export type StartRecord = Required<
+  Pick<PlaybookStatus, "startTime" | "podName" | "podUID" | "podAttempts" | "planDigest">
+> &
+  Pick<PlaybookStatus, "limits">;
 
 export type Action =
   /** planDigest: the digest of the plan the pod carries, as status.planDigest records it. */

@@ -2,6 +2,7 @@
 // expectations do): a pod it created that the pod cache does not list yet, and the
 // resourceVersion a status write went over, which the Playbook cache still holds until the
 // write's watch event arrives.
+import type { StartRecord } from "../decision.js";
 import { keyOf, type PodView, type StoredPlaybook } from "../objects.js";
 
 // How long a write is trusted while the cache has not shown it. Timed on the monotonic clock:
@@ -14,10 +15,10 @@ export class WriteExpectations {
   /** Pods created that the cache may not show yet, by pod key. */
   private readonly created = new Map<string, { pod: PodView; uid: string; at: number }>();
   /**
-   * Pods this writer created, by UID, with the digest of the plan each carries, until a status
-   * write records the UID (status.podUID): the start record rides on a later write.
+   * The start records of first pods this writer created, by Playbook UID, until a status write
+   * records them: the record rides on the run's next status write.
    */
-  private readonly unrecorded = new Map<string, { digest: string; at: number }>();
+  private readonly unrecorded = new Map<string, { record: StartRecord; at: number }>();
   /** Status writes the cache may not show yet, by Playbook key: the resourceVersion written over. */
   private readonly written = new Map<string, { over: string; at: number }>();
 
@@ -63,22 +64,22 @@ export class WriteExpectations {
     this.created.set(keyOf(pod.metadata), { pod, uid, at: now });
   }
 
-  /** The writer created the pod of this UID with a plan of this digest; not recorded in status yet. */
-  createdUnrecorded(uid: string, digest: string): void {
+  /** The writer created a run's first pod, whose start record no status holds yet. */
+  createdUnrecorded(playbookUid: string, record: StartRecord): void {
     const now = performance.now();
     for (const [key, entry] of this.unrecorded)
       if (now - entry.at > UNRECORDED_MS) this.unrecorded.delete(key);
-    this.unrecorded.set(uid, { digest, at: now });
+    this.unrecorded.set(playbookUid, { record, at: now });
   }
 
-  /** A status write recorded this pod UID: the pod is known by its record from now on. */
-  recorded(uid: string): void {
-    this.unrecorded.delete(uid);
+  /** A status write of the Playbook recorded its start (or the run ended): forgotten here. */
+  recorded(playbookUid: string): void {
+    this.unrecorded.delete(playbookUid);
   }
 
-  /** The pods this writer created and no status records yet: UID -> plan digest. */
-  unrecordedPods(): ReadonlyMap<string, string> {
-    return new Map([...this.unrecorded].map(([uid, entry]) => [uid, entry.digest]));
+  /** The start records not written yet, by Playbook UID. */
+  unrecordedStarts(): ReadonlyMap<string, StartRecord> {
+    return new Map([...this.unrecorded].map(([uid, entry]) => [uid, entry.record]));
   }
 
   /** The writer wrote the Playbook's status over this resourceVersion. */

@@ -4,7 +4,7 @@
 // The controller applies the decision.
 
 import { canonical } from "../../api/plan.js";
-import type { PlaybookSpec } from "../../api/playbook.js";
+import type { PlaybookSpec, PlaybookStatus } from "../../api/playbook.js";
 import { podSettings } from "../../api/policy.js";
 import { resolveTaskContainers } from "../../api/task-images.js";
 import type { RecordedEvent } from "../../runtime/events.js";
@@ -46,7 +46,8 @@ import { foreignPodEvents, type TrustedPods, trustedPods } from "./trusted-pod.j
 export type { Action, Decision, FinishedRun, ReconcileInput, ReconcileSettings };
 
 /** The whole decision for one Playbook: which plan governs its run, then the decision against it. */
-export function decide(input: ReconcileInput): Decision {
+export function decide(stored: ReconcileInput): Decision {
+  const input = withUnrecordedStart(stored);
   const previous = input.playbook.status ?? {};
   // A finished run that recorded no pod UID (one finished before the record existed) is not sorted.
   if (isFinished(previous) && previous.podUID === undefined)
@@ -54,12 +55,23 @@ export function decide(input: ReconcileInput): Decision {
   const trusted = trustedPods(input);
   const decision = isFinished(previous)
     ? decideFinished(input, trusted.foreign)
-    : decideRunOf({ ...input, pods: trustedOnly(input.pods, trusted) }, trusted);
+    : decideRunOf({ ...input, pods: trustedOnly(input.pods, trusted) }, trusted, stored.playbook.status);
   const events = foreignPodEvents(trusted.foreign);
   return withCancelReason(
     input.playbook,
     events.length > 0 ? { ...decision, events: [...decision.events, ...events] } : decision,
   );
+}
+
+/**
+ * The Playbook as if the start record of the first pod this controller created (and has not
+ * written yet) were on it: the record rides on the run's next status write.
+ */
+function withUnrecordedStart(input: ReconcileInput): ReconcileInput {
+  const record = input.unrecordedStarts?.get(input.playbook.metadata.uid ?? "");
+  const status = input.playbook.status;
+  if (!record || status?.startTime !== undefined || isFinished(status)) return input;
+  return { ...input, playbook: { ...input.playbook, status: { ...status, ...record } } };
 }
 
 /** The pods a decision may look at: every pod but the foreign ones. */
@@ -68,15 +80,19 @@ function trustedOnly(pods: readonly PodView[], trusted: TrustedPods): PodView[] 
   return pods.filter((pod) => !foreign.has(pod));
 }
 
-function decideRunOf(input: ReconcileInput, trusted: TrustedPods): Decision {
+function decideRunOf(
+  input: ReconcileInput,
+  trusted: TrustedPods,
+  stored: PlaybookStatus | undefined,
+): Decision {
   const previous = input.playbook.status ?? {};
   const pod = trusted.pod;
-  const planned = governingPlan(input, pod, trusted.createdWith);
+  const planned = governingPlan(input, pod);
   if (!planned.ok) {
     return pod ? decideUnverifiedPod(input, pod, planned.message) : decideInvalidSpec(input, planned);
   }
   const decision = recordPod(
-    deferStartRecord(input, pod, decideRun(runStateOf(input, pod, planned), pod)),
+    deferStartRecord(input, stored, pod, decideRun(runStateOf(input, pod, planned), pod)),
     pod,
   );
   // An adopted pod's plan goes on record with this pass's status.
@@ -96,10 +112,14 @@ export const START_RECORD_WAIT_MS = 3000;
  * and the start record wait for the next news (Running, a hold, the outcome) up to
  * START_RECORD_WAIT_MS after the pod's creation, so that a common run writes its status twice.
  */
-function deferStartRecord(input: ReconcileInput, pod: PodView | undefined, decision: Decision): Decision {
-  const previous = input.playbook.status ?? {};
+function deferStartRecord(
+  input: ReconcileInput,
+  stored: PlaybookStatus | undefined,
+  pod: PodView | undefined,
+  decision: Decision,
+): Decision {
   const status = decision.status;
-  if (!pod || !status || decision.finished || previous.startTime !== undefined) return decision;
+  if (!pod || !status || decision.finished || stored?.startTime !== undefined) return decision;
   if (status.phase !== "Pending" || decision.actions.length > 0) return decision;
   const said = status.conditions?.find((c) => c.type === "Succeeded")?.message;
   if (said !== pendingMessage(pod.metadata.name, podAttemptOf(pod))) return decision;
@@ -131,20 +151,10 @@ function recordPod(decision: Decision, pod: PodView | undefined): Decision {
 /**
  * Which plan governs the run: the one its pod carries (checked against the digest on record, or
  * adopted when none was recorded yet), else the recorded one rebuilt, else a new one from the spec.
- * A pod this controller created and has not recorded yet carries the plan it built: taken as is.
  */
-function governingPlan(
-  input: ReconcileInput,
-  pod: PodView | undefined,
-  createdWith: string | undefined,
-): RunPlanned {
+function governingPlan(input: ReconcileInput, pod: PodView | undefined): RunPlanned {
   const digest = input.playbook.status?.planDigest;
-  if (pod) {
-    if (digest !== undefined) return podPlanned(pod, digest);
-    if (createdWith === undefined) return adoptedPlan(input, pod);
-    const own = podPlanned(pod, createdWith);
-    return own.ok ? { ...own, recordDigest: createdWith } : own;
-  }
+  if (pod) return digest === undefined ? adoptedPlan(input, pod) : podPlanned(pod, digest);
   return digest === undefined ? newPlan(input) : rebuiltPlan(input, digest);
 }
 

@@ -1,6 +1,6 @@
 // Which pod a pass reads for the run's outcome: the one the controller created (pods/pod-identity.ts).
-// The pod status.podUID names; before that record, a pod this controller remembers creating, or
-// one whose containers are exactly what pod-builder builds from the plan it carries for its
+// The pod status.podUID names (or the start record this controller has not written yet); before
+// that record, one whose containers are exactly what pod-builder builds from the plan it carries for its
 // attempt (a controller stopped between the create and the record). Every other pod that carries
 // the run's owner reference is foreign: named in a Warning event, never read, adopted or counted.
 import { resolveLimits } from "../../api/limits.js";
@@ -18,11 +18,6 @@ import { rulesOf } from "../run-plan.js";
 export interface TrustedPods {
   /** The pod of the current attempt, if the controller created one that still exists. */
   pod?: PodView;
-  /**
-   * The plan digest `pod` was created with, when it is a pod this controller remembers creating
-   * and the status does not record yet.
-   */
-  createdWith?: string;
   foreign: ForeignPod[];
 }
 
@@ -77,20 +72,16 @@ export function trustedPods(input: ReconcileInput): TrustedPods {
   if (sorted.recorded) return { pod: sorted.recorded, foreign: sorted.foreign };
   const foreign = [...sorted.foreign];
   let pod: PodView | undefined;
-  let createdWith: string | undefined;
   // The latest attempt first: an earlier one the controller created is simply not current.
   for (const candidate of [...sorted.unrecorded].sort((a, b) => podAttemptOf(b) - podAttemptOf(a))) {
-    const remembered =
-      candidate.metadata.uid === undefined ? undefined : input.createdPods?.get(candidate.metadata.uid);
-    const why = remembered !== undefined ? undefined : unbuiltReason(input, candidate);
+    const why = unbuiltReason(input, candidate);
     if (why !== undefined) {
       foreign.push({ pod: candidate, why: `it is not built as the controller builds its attempt: ${why}` });
     } else if (!pod) {
       pod = candidate;
-      createdWith = remembered;
     }
   }
-  return { ...(pod ? { pod } : {}), ...(createdWith !== undefined ? { createdWith } : {}), foreign };
+  return { ...(pod ? { pod } : {}), foreign };
 }
 
 /** One Warning per foreign pod; `once` keeps the writer from posting it again on later passes. */

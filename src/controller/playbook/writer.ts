@@ -9,7 +9,7 @@ import { apiErrorMessage, isConflict, isNotFound, statusCodeOf } from "../../run
 import type { Clock } from "../../runtime/clock.js";
 import { EventRecorder, type EventTarget, eventApiOf } from "../../runtime/events.js";
 import type { KubeClients } from "../../runtime/kube-config.js";
-import type { Action, Decision } from "../decision.js";
+import type { Action, Decision, StartRecord } from "../decision.js";
 import type { ControllerMetrics } from "../metrics.js";
 import { type PodView, parsePod, type StoredPlaybook } from "../objects.js";
 import { builtCeilingLeftMs, CREATE_SKEW_MS, differenceFromBuilt } from "../pods/pod-identity.js";
@@ -82,9 +82,9 @@ export class PlaybookWriter {
     return this.expectations.isBehind(playbook);
   }
 
-  /** Pods this writer created that no status records yet: UID -> the digest of their plan. */
-  unrecordedPods(): ReadonlyMap<string, string> {
-    return this.expectations.unrecordedPods();
+  /** The start records of first pods this writer created and no status holds yet, by Playbook UID. */
+  unrecordedStarts(): ReadonlyMap<string, StartRecord> {
+    return this.expectations.unrecordedStarts();
   }
 
   async apply(playbook: StoredPlaybook, decision: Decision): Promise<void> {
@@ -111,9 +111,24 @@ export class PlaybookWriter {
       namespace: target.namespace,
       ...(label ? { playbook: playbook.metadata.labels?.[label] ?? "" } : {}),
     };
-    // The UID of a pod created now goes on record with the status that names it.
+    // The UID of a pod created now goes on record with the status that names it; a first pod's
+    // start record, when no status is written now, with the next one.
     const createdUid = decision.status?.podName ? created.get(decision.status.podName) : undefined;
     const status = createdUid ? { ...decision.status, podUID: createdUid } : decision.status;
+    const pending = decision.pending;
+    const pendingUid = pending?.podName ? created.get(pending.podName) : undefined;
+    if (!status && pending && pendingUid && playbook.metadata.uid) {
+      const { startTime, podName, podAttempts, planDigest } = pending;
+      if (startTime && podName && podAttempts && planDigest)
+        this.expectations.createdUnrecorded(playbook.metadata.uid, {
+          startTime,
+          podName,
+          podUID: pendingUid,
+          podAttempts,
+          planDigest,
+          ...(pending.limits ? { limits: pending.limits } : {}),
+        });
+    }
     if (status) {
       await this.writeStatus(playbook, status);
       if (decision.finished) this.deps.metrics.recordFinished(decision.finished, labels);
@@ -156,7 +171,8 @@ export class PlaybookWriter {
       { signal: this.leading.signal },
     );
     this.deps.metrics.statusWrites.inc();
-    if (status.podUID !== undefined) this.expectations.recorded(status.podUID);
+    if (status.startTime !== undefined && playbook.metadata.uid)
+      this.expectations.recorded(playbook.metadata.uid);
     if (resourceVersion && WrittenSchema.safeParse(written).success)
       this.expectations.wroteStatus(playbook, resourceVersion);
     const condition = status.conditions?.find((c) => c.type === "Succeeded");
@@ -223,7 +239,6 @@ export class PlaybookWriter {
       );
       if (created) this.expectations.createdNow(created, action.pod.metadata.ownerReferences[0]?.uid ?? "");
       const uid = created?.metadata.uid;
-      if (uid !== undefined) this.expectations.createdUnrecorded(uid, action.planDigest);
       this.deps.log.info({ ...ref, pod: podName, attempt: action.attempt }, "Created Pod");
       return uid;
     } catch (error) {
@@ -275,8 +290,6 @@ export class PlaybookWriter {
     const unbuilt = existing ? this.unbuilt(existing, action) : undefined;
     if (existing && owner?.kind === KIND && owner.uid === uid && unbuilt === undefined) {
       this.expectations.createdNow(existing, uid);
-      if (existing.metadata.uid !== undefined)
-        this.expectations.createdUnrecorded(existing.metadata.uid, action.planDigest);
       this.deps.log.debug(
         { namespace: target.namespace, name: target.name, pod: podName },
         "Pod already existed",
