@@ -164,13 +164,18 @@ export function judgeReport(
   const life = `${Number.isNaN(startedAt) ? "?" : time(startedAt)}..${Number.isNaN(finishedAt) ? "?" : time(finishedAt)}`;
   const outside = (ms: number) => ms < earliest || ms > latest;
   const start = Date.parse(report.start);
-  // The report's start is the run's (its plan's runStartTime, handed to the runner), never later
-  // than the runner container's end: status.startTime is taken from it.
-  if (runStart !== undefined ? start !== Date.parse(runStart) : start > latest) {
+  // The report's start (status.startTime is taken from it) is the run's: its plan's runStartTime,
+  // handed to the runner. Never after that (give or take the clocks' slack), nor after the runner
+  // container's end.
+  const startLimit = Math.min(
+    latest,
+    runStart !== undefined ? Date.parse(runStart) + CLOCK_SLACK_MS : Infinity,
+  );
+  if (Number.isNaN(start) || start > startLimit) {
     return {
       trusted: false,
       why: "times",
-      problem: `the report says the run started at ${time(start)}, ${runStart !== undefined ? `not at the run's start ${runStart}` : `after the runner container's life (${life})`}, so the report is not trusted`,
+      problem: `the report says the run started at ${time(start)}, after ${runStart !== undefined && Date.parse(runStart) + CLOCK_SLACK_MS < latest ? `the run's start ${runStart}` : `the runner container's life (${life})`}, so the report is not trusted`,
     };
   }
   for (const [index, task] of report.tasks.entries()) {
