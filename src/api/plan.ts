@@ -15,6 +15,12 @@ export const PLAN_ANNOTATION = "playbook.dev/plan";
  * so the runner refuses a plan file (from the annotation, which can) that does not hash to it.
  */
 export const PLAN_DIGEST_ENV_VAR = "PLAYBOOK_PLAN_DIGEST";
+/**
+ * On the runner container: what was left of the run's ceiling, in milliseconds, when the
+ * controller built the pod. A duration, not a time: the runner counts it from its pod's start as
+ * its own node sees it, so a node whose clock is skewed neither shortens nor lengthens the run.
+ */
+export const CEILING_LEFT_ENV_VAR = "PLAYBOOK_CEILING_LEFT_MS";
 /** The Playbook's metadata.generation the plan was made from. */
 export const PLAN_GENERATION_ANNOTATION = "playbook.dev/plan-generation";
 export const PLAN_MOUNT_DIR = "/run/playbook";

@@ -231,6 +231,8 @@ export const PlaybookStatusSchema = z.looseObject({
   startTime: Time.optional(),
   completionTime: Time.optional(),
   podName: z.string().optional(),
+  /** The UID of the pod podName names, as the controller created it: only that pod is read. */
+  podUID: z.string().optional(),
   podAttempts: z.number().int().optional(),
   /** sha256 of the plan the run's pods are built from, written before its first pod is created. */
   planDigest: z.string().optional(),

@@ -29,6 +29,8 @@ export interface ExecuteOptions {
   tasks: readonly TaskSpec[];
   limits: ResolvedLimits;
   runStart?: Date;
+  /** What is left of the ceiling now, when known as a duration (a pod's runner): wins over runStart. */
+  ceilingLeftMs?: number;
   /** where task output goes */
   output: NodeJS.WritableStream;
   progressOut: NodeJS.WritableStream;
@@ -199,6 +201,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       tasks: options.tasks,
       limits: options.limits,
       runStart: options.runStart,
+      ...(options.ceilingLeftMs !== undefined ? { ceilingLeftMs: options.ceilingLeftMs } : {}),
       sink,
       recycleOutput: true,
       cancelSignal: cancel.signal,

@@ -9,6 +9,7 @@ import { PLAN_DIGEST_ENV_VAR, PLAN_ENV_VAR, planDigest, RunPlanSchema } from "..
 import type { Playbook } from "../api/playbook.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/report-status.js";
+import { handedCeilingLeftMs, podAgeMs } from "../pod-runner/pod-age.js";
 import { registerClusterCommands } from "./cluster/commands.js";
 import { EXIT, EXIT_CODES_HELP, exitCodeForReason } from "./exit-codes.js";
 import { InvalidPolicyFileError } from "./policy-file-error.js";
@@ -165,12 +166,19 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
     "plan",
   );
   const limits = resolveLimits(playbook.spec, plan.defaults);
+  let ceilingLeftMs: number | undefined;
+  try {
+    ceilingLeftMs = handedCeilingLeftMs(process.env, podAgeMs());
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
   const { executeRun } = await import("./execute.js");
   const result = await executeRun({
     name: plan.namespace ? `${plan.namespace}/${plan.name}` : plan.name,
     tasks: playbook.spec.tasks,
     limits,
     runStart: new Date(plan.runStartTime),
+    ...(ceilingLeftMs !== undefined ? { ceilingLeftMs } : {}),
     output: process.stdout,
     progressOut: process.stderr,
     tty: false,

@@ -582,10 +582,12 @@ export class PlaybookController {
 
   private async decideAndApply(input: ReconcileInput): Promise<{ requeueAfterMs?: number }> {
     const { playbook } = input;
+    const starts = this.writer.unrecordedStarts();
     let withRules: ReconcileInput = {
       ...input,
       rules: this.governor.rulesFor(playbook.metadata.namespace ?? ""),
       takenPodNames: this.takenPodNames(playbook),
+      ...(starts.size > 0 ? { unrecordedStarts: starts } : {}),
     };
     for (;;) {
       const decision = decide(withRules);
@@ -636,7 +638,10 @@ export class PlaybookController {
       if (cached.length > 0 || playbook.status?.startTime) return cached;
       return this.writer.createdPods(namespace).filter((pod) => isControlledBy(pod, uid));
     }
-    if (isFinished(playbook.status) || cached.some((pod) => pod.metadata.name === expected)) {
+    const recordedUid = playbook.status?.podUID;
+    const named = (pod: PodView) =>
+      pod.metadata.name === expected && (recordedUid === undefined || pod.metadata.uid === recordedUid);
+    if (isFinished(playbook.status) || cached.some(named)) {
       return cached;
     }
     const created = this.writer.createdPod(namespace, expected, uid);
@@ -648,7 +653,10 @@ export class PlaybookController {
           { signal: this.writer.leadingSignal },
         ),
       );
-      if (live && isControlledBy(live, uid)) return [...cached, live];
+      // The pod the status names, and only the one it recorded: a pod of that name made since is not it.
+      const recorded = playbook.status?.podUID;
+      if (live && isControlledBy(live, uid) && (recorded === undefined || live.metadata.uid === recorded))
+        return [...cached, live];
     } catch (error) {
       if (!isNotFound(error)) throw error;
     }

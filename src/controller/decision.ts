@@ -40,7 +40,19 @@ export interface ReconcileInput {
    * of the same name, anyone's pod), as the cache or a create's AlreadyExists showed them.
    */
   takenPodNames?: readonly string[];
+  /**
+   * The start records of first pods this controller created and no status records yet (the record
+   * rides on the run's next status write), by Playbook UID: the run is decided as if it were
+   * written, so a first pod lost before its record still counts, and is the one the run reads.
+   */
+  unrecordedStarts?: ReadonlyMap<string, StartRecord>;
 }
+
+/** What a first pod's create puts on record: the run's start, its pod and its plan. */
+export type StartRecord = Required<
+  Pick<PlaybookStatus, "startTime" | "podName" | "podUID" | "podAttempts" | "planDigest">
+> &
+  Pick<PlaybookStatus, "limits">;
 
 export type Action =
   /** planDigest: the digest of the plan the pod carries, as status.planDigest records it. */
@@ -52,6 +64,11 @@ export type Action =
 export interface Decision {
   /** The status to write, or null when it would not change. */
   status: PlaybookStatus | null;
+  /**
+   * The status the run would show when the decision writes none (a first pod's create, whose
+   * start record rides on the next status write): written only if the create fails.
+   */
+  pending?: PlaybookStatus;
   actions: Action[];
   events: RecordedEvent[];
   finished?: FinishedRun;

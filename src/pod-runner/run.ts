@@ -59,6 +59,12 @@ export interface RunOptions {
   limits: ResolvedLimits;
   /** When the run started; the ceiling counts from here (default: now). */
   runStart?: Date;
+  /**
+   * What is left of the ceiling now, as a duration on this machine's monotonic clock: a pod's
+   * runner is handed one, so that its node's wall clock (perhaps skewed against the controller's,
+   * which stamped runStart) neither shortens nor lengthens the run. Wins over runStart.
+   */
+  ceilingLeftMs?: number;
   /** Where task output goes (the runner's stdout in a pod). */
   sink: Writable;
   /**
@@ -124,7 +130,8 @@ function newRunId(): string {
 export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const runStart = options.runStart ?? new Date();
   const startedAt = performance.now();
-  const ceilingAt = startedAt + (runStart.getTime() + options.limits.ceiling.ms - Date.now());
+  const ceilingAt =
+    startedAt + (options.ceilingLeftMs ?? runStart.getTime() + options.limits.ceiling.ms - Date.now());
   const runId = newRunId();
   // Every attempt's PLAYBOOK_ATTEMPT_ID starts with this, so the whole run can be found at once.
   const runCookie = `${runId}.`;

@@ -26,6 +26,8 @@ export interface RecordedEvent {
   type: "Normal" | "Warning";
   reason: string;
   message: string;
+  /** Set for an event said once per key by its poster (e.g. a foreign pod's UID), not on every pass. */
+  once?: string;
 }
 
 export interface EventTarget {

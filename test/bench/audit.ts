@@ -62,8 +62,17 @@ export function countRequests(requests: readonly AuditRequest[]): Map<string, nu
   return counts;
 }
 
+/** A write's kind, for the table: a pod's create, a status write, an event, or another write. */
+export function writeKind(request: AuditRequest): "create" | "status" | "event" | "other" {
+  if (isEventWrite(request)) return "event";
+  if (request.resource.endsWith("/status")) return "status";
+  return request.verb === "create" ? "create" : "other";
+}
+
 export interface WriteSummary {
   objectWrites: number;
+  /** Writes by kind (writeKind), events included: a regression names itself. */
+  byKind: Record<string, number>;
   conflicts: number;
   events: number;
   byVerbAndResource: Record<string, number>;
@@ -76,8 +85,11 @@ export function summarizeWrites(requests: readonly AuditRequest[], user: string)
     const key = `${r.verb} ${r.resource}${r.code >= 400 ? ` ${r.code}` : ""}`;
     byVerbAndResource[key] = (byVerbAndResource[key] ?? 0) + 1;
   }
+  const byKind: Record<string, number> = {};
+  for (const r of mine.filter(isWrite)) byKind[writeKind(r)] = (byKind[writeKind(r)] ?? 0) + 1;
   return {
     objectWrites: mine.filter((r) => isWrite(r) && !isEventWrite(r)).length,
+    byKind,
     conflicts: mine.filter((r) => r.code === 409).length,
     events: mine.filter(isEventWrite).length,
     byVerbAndResource,

@@ -180,20 +180,26 @@ async function commonRuns(cluster: BenchCluster, observer: Observer): Promise<vo
     objectWrites: 0,
     conflicts: 0,
     events: 0,
+    byKind: {} as Record<string, number>,
     byVerbAndResource: {} as Record<string, number>,
   };
-  let jobWrites = { ...ourWrites, byVerbAndResource: {} as Record<string, number> };
-  const add = (a: typeof ourWrites, b: typeof ourWrites) => {
-    const byVerbAndResource = { ...a.byVerbAndResource };
-    for (const [k, v] of Object.entries(b.byVerbAndResource))
-      byVerbAndResource[k] = (byVerbAndResource[k] ?? 0) + v;
-    return {
-      objectWrites: a.objectWrites + b.objectWrites,
-      conflicts: a.conflicts + b.conflicts,
-      events: a.events + b.events,
-      byVerbAndResource,
-    };
+  let jobWrites = {
+    ...ourWrites,
+    byKind: {} as Record<string, number>,
+    byVerbAndResource: {} as Record<string, number>,
   };
+  const sum = (a: Record<string, number>, b: Record<string, number>) => {
+    const total = { ...a };
+    for (const [k, v] of Object.entries(b)) total[k] = (total[k] ?? 0) + v;
+    return total;
+  };
+  const add = (a: typeof ourWrites, b: typeof ourWrites) => ({
+    objectWrites: a.objectWrites + b.objectWrites,
+    conflicts: a.conflicts + b.conflicts,
+    events: a.events + b.events,
+    byKind: sum(a.byKind, b.byKind),
+    byVerbAndResource: sum(a.byVerbAndResource, b.byVerbAndResource),
+  });
   const latencies = (kind: "Playbook" | "Job", batch: string[], into: number[]) => {
     for (const name of batch) {
       const key = ownerKey(kind, namespace, name);
@@ -254,6 +260,15 @@ async function commonRuns(cluster: BenchCluster, observer: Observer): Promise<vo
     target: "<= 1.0",
     note: `object writes (not events) in the audit log by each controller's identity; ours ${JSON.stringify(ourWrites.byVerbAndResource)}; Job controller ${JSON.stringify(jobWrites.byVerbAndResource)}`,
   });
+  // Per run, by kind: the create, the status writes and the events (a regression names itself).
+  for (const kind of ["create", "status", "event", "other"]) {
+    addFigure({
+      name: `api_writes_per_run_${kind}`,
+      value: (ourWrites.byKind[kind] ?? 0) / runs,
+      unit: "writes/run",
+      note: `Job controller: ${((jobWrites.byKind[kind] ?? 0) / runs).toFixed(2)} per Job`,
+    });
+  }
   addFigure({
     name: "api_conflicts_per_run",
     value: ourWrites.conflicts / runs,

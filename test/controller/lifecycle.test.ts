@@ -148,8 +148,9 @@ describe("status writes", () => {
       (await counterValue(running, "runsTotal")) === 1 ? true : undefined,
     );
     const afterRun = await counterValue(running, "statusWrites");
-    // Pending with the run's start and plan (right after its pod is created), Running and Succeeded.
-    expect(afterRun).toBe(3);
+    // Running, with the run's start, pod and plan riding on it (the pod ran within 3 s of its
+    // create, so no Pending was written), and Succeeded.
+    expect(afterRun).toBe(2);
     for (let i = 0; i < 3; i++) await reconciledAgain(running, ns);
     expect(await counterValue(running, "statusWrites")).toBe(afterRun);
     expect(await counterValue(running, "runsTotal")).toBe(1);

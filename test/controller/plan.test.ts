@@ -53,12 +53,21 @@ async function podAsSoonAsItExists(namespace: string, name: string) {
 const LONG_RUN = { ceiling: "60s", killGrace: "1s", tasks: [{ name: "waits", run: "sleep 40" }] };
 
 describe("the plan a run started with", () => {
-  it("freezes the spec from the first pod on, and a pod re-created after a loss is built from it", async () => {
+  it("freezes the spec from its start record on, and a pod re-created after a loss is built from it", async () => {
     const ns = await setUp("pb-plan-frozen");
     // A service account that exists, so that a pod naming it could be created at all.
     await core.createNamespacedServiceAccount({ namespace: ns, body: { metadata: { name: "admin" } } });
     await createPlaybook(ns, "frozen", { ...LONG_RUN, backoffLimit: 1 });
     await podAsSoonAsItExists(ns, "frozen-1");
+    // The start record rides on the first status write after the create: a pod merely pending
+    // gets it within 3 s (issue 33 item 8).
+    await waitForPlaybook(
+      ns,
+      "frozen",
+      "to record its start",
+      (p) => p.status?.startTime !== undefined,
+      10_000,
+    );
     const edit = await kubectlResult([
       ...["-n", ns, "patch", "pb", "frozen", "--type=merge", "-p"],
       JSON.stringify({ spec: { serviceAccountName: "admin", image: "example.invalid/evil:1" } }),

@@ -413,6 +413,9 @@ export function reportFor(pod: V1Pod, script: ReportScript): string {
   const names = read.plan.spec.tasks.map((task) => task.name);
   const completionTime = script.completionTime ?? new Date();
   const startTime = script.startTime ?? new Date(completionTime.getTime() - 1000);
+  // The runner reports its run's start as its plan gives it (runStartTime), as the real one does,
+  // unless the script says when the run started.
+  const runStart = script.startTime ?? new Date(read.plan.runStartTime);
   const at = script.at ?? names.length - 1;
   const deciding = (): TaskScript => {
     switch (script.reason) {
@@ -453,7 +456,7 @@ export function reportFor(pod: V1Pod, script: ReportScript): string {
   });
   const phase =
     script.reason === "Succeeded" ? "Succeeded" : script.reason === "Cancelled" ? "Cancelled" : "Failed";
-  return encodeReport({ phase, reason: script.reason, startTime, completionTime, tasks });
+  return encodeReport({ phase, reason: script.reason, startTime: runStart, completionTime, tasks });
 }
 
 /**

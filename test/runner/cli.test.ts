@@ -482,6 +482,50 @@ describe("playbook pod-runner", () => {
     expect(report.tasks[0]).toMatchObject({ p: "TimedOut", l: "RunCeiling", e: "Killed" });
   });
 
+  it.each([
+    ["an hour in the future", 3_600_000],
+    ["an hour in the past", -3_600_000],
+  ])(
+    "counts the ceiling from the duration the pod was handed, not a run start stamp %s (a skewed node clock)",
+    async (_skew, offsetMs) => {
+      const dir = mkdtempSync(join(tmpdir(), "pod-"));
+      const log = join(dir, "termination-log");
+      const plan = {
+        name: "nightly",
+        // As a node whose clock is an hour off reads the controller's stamp.
+        runStartTime: new Date(Date.now() + offsetMs).toISOString(),
+        defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
+        spec: { ceiling: "10m", killGrace: "0s", tasks: [{ name: "soak", run: "echo soaking; sleep 30" }] },
+      };
+      const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
+        env: {
+          PATH: process.env.PATH,
+          [MARKER_VAR]: currentMarker(),
+          PLAYBOOK_PLAN: JSON.stringify(plan),
+          // 2 s of the ceiling were left when the controller built the pod.
+          PLAYBOOK_CEILING_LEFT_MS: "2000",
+        },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let stdout = "";
+      child.stdout.on("data", (chunk: Buffer) => {
+        stdout += chunk.toString();
+      });
+      const started = performance.now();
+      const code = await new Promise((resolve) => child.on("close", resolve));
+      const took = performance.now() - started;
+      expect(code).toBe(124);
+      // Neither at once (a stamp an hour old) nor after the task's 30 s (a stamp an hour ahead):
+      // the 2 s handed, less the time since this process (the pod, outside a pod) started.
+      expect(took).toBeGreaterThan(1000);
+      expect(took).toBeLessThan(4000);
+      expect(stdout).toContain("[soak] soaking");
+      const report = decodeReport(readFileSync(log, "utf8"), 1);
+      expect(report).toMatchObject({ phase: "Failed", reason: "RunCeiling" });
+      expect(report.tasks[0]).toMatchObject({ p: "TimedOut", l: "RunCeiling" });
+    },
+  );
+
   it("on SIGTERM (pod deletion) cancels, reports Cancelled and exits 130", async () => {
     const dir = mkdtempSync(join(tmpdir(), "pod-"));
     const log = join(dir, "termination-log");

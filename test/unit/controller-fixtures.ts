@@ -62,6 +62,8 @@ export function pod(
     activeDeadlineSeconds?: number;
     /** The node the scheduler bound it to. */
     nodeName?: string;
+    /** Its creationTimestamp, which a pod the run has not recorded yet is checked with. */
+    created?: Date;
   } = {},
 ): PodView {
   const spec = PlaybookSpecSchema.parse(options.spec ?? SPEC);
@@ -77,14 +79,15 @@ export function pod(
     now: T0,
     runnerImage: "runner:test",
   });
-  const containers = (manifest.spec.containers as { name: string; image: string }[]).map(
-    ({ name, image }) => ({
-      name,
-      image,
-    }),
-  );
+  // The containers as built: a pod the run has not recorded yet is checked against them.
+  const containers = manifest.spec.containers as { name: string; image: string }[];
   const view: PodView = {
-    metadata: { ...manifest.metadata, uid: `pod-uid-${attempt}`, resourceVersion: "5" },
+    metadata: {
+      ...manifest.metadata,
+      uid: `pod-uid-${attempt}`,
+      resourceVersion: "5",
+      ...(options.created ? { creationTimestamp: options.created.toISOString() } : {}),
+    },
     spec: { containers },
     status: { phase: options.phase ?? "Running" },
   };

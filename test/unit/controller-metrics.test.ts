@@ -18,7 +18,10 @@ const task = (name: string, outcome: Partial<TaskOutcome>): TaskOutcome => ({
 /** What the controller records when the runner reports this run, its pod started at T0. */
 function finishedRun(outcome: Parameters<typeof report>[0], endSeconds: number, labels = {}): FinishedRun {
   const first = decide({ playbook: playbook(), pods: [], now: T0, settings: SETTINGS });
-  const stored = playbook({}, { ...first.status, podAttempts: 1, podName: "nightly-1" });
+  const stored = playbook(
+    {},
+    { ...(first.status ?? first.pending), podAttempts: 1, podName: "nightly-1", podUID: "pod-uid-1" },
+  );
   stored.metadata.labels = labels;
   const phase = outcome.reason === "Succeeded" ? "Succeeded" : "Failed";
   const ended = pod(1, {

@@ -14,7 +14,12 @@ function input(partial: Partial<ReconcileInput>): ReconcileInput {
 
 function started(spec: Record<string, unknown> = {}): PlaybookStatus {
   const first = decide(input({ playbook: playbook(spec) }));
-  return { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+  return {
+    ...((first.status ?? first.pending) as PlaybookStatus),
+    podAttempts: 1,
+    podName: "nightly-1",
+    podUID: "pod-uid-1",
+  };
 }
 
 const succeeded = (status: PlaybookStatus | null | undefined) =>

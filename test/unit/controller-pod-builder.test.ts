@@ -150,6 +150,8 @@ describe("the pod of an attempt", () => {
     expect(carried.ok && container.env).toEqual([
       { name: "PLAYBOOK_PLAN_DIGEST", value: carried.ok ? planDigest(carried.plan) : "" },
       { name: "PLAYBOOK_TASK_CONTAINERS", value: JSON.stringify({ "task-1": "runner:1" }) },
+      // What is left of the ceiling at the build, a duration the runner counts on its node's clock.
+      { name: "PLAYBOOK_CEILING_LEFT_MS", value: "600000" },
     ]);
     expect(container.volumeMounts).toEqual([
       { name: "plan", mountPath: "/run/playbook", readOnly: true },

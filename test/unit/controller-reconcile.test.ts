@@ -17,10 +17,12 @@ function input(partial: Partial<ReconcileInput>): ReconcileInput {
 /** The status a Playbook (of the given spec edits) has after its first pod was created at T0. */
 function started(attempts = 1, spec: Record<string, unknown> = {}): PlaybookStatus {
   const first = decide(input({ playbook: playbook(spec) }));
+  // The start record as the first status write after the create leaves it (the writer adds the UID).
   return {
-    ...(first.status as PlaybookStatus),
+    ...((first.status ?? first.pending) as PlaybookStatus),
     podAttempts: attempts,
     podName: `nightly-${attempts}`,
+    podUID: `pod-uid-${attempts}`,
   };
 }
 
@@ -76,8 +78,10 @@ describe("a new Playbook", () => {
       uid: "uid-1",
       controller: true,
     });
-    // The run's start and plan are written with the create: the spec is frozen from then on.
-    expect(decision.status).toMatchObject({
+    // No status write with the create: the start record rides on the next status write (Running,
+    // a hold, or START_RECORD_WAIT_MS of pending); `pending` is what the run shows if the create fails.
+    expect(decision.status).toBeNull();
+    expect(decision.pending).toMatchObject({
       phase: "Pending",
       podName: "nightly-1",
       podAttempts: 1,
@@ -87,7 +91,7 @@ describe("a new Playbook", () => {
       planDigest: action.planDigest,
     });
     expect(action.planDigest).toMatch(/^sha256:[0-9a-f]{64}$/);
-    expect(succeeded(decision.status)).toMatchObject({
+    expect(succeeded(decision.pending ?? null)).toMatchObject({
       status: "Unknown",
       reason: "Pending",
       observedGeneration: 1,
@@ -1087,7 +1091,7 @@ describe("a pod name held by a pod this Playbook does not control", () => {
   it("makes the first pod under the alternate name <playbook>-<attempt>-<uid>, and says which pod holds the usual one", () => {
     const decision = decide(input({ takenPodNames: ["nightly-1"] }));
     expect(createdName(decision)).toBe("nightly-1-uid1");
-    expect(decision.status).toMatchObject({ podName: "nightly-1-uid1", podAttempts: 1 });
+    expect(decision.pending).toMatchObject({ podName: "nightly-1-uid1", podAttempts: 1 });
     expect(decision.events.map((e) => [e.reason, e.message])).toEqual([
       [
         "PodNameTaken",

@@ -18,7 +18,12 @@ function input(partial: Partial<ReconcileInput>): ReconcileInput {
 /** The status after the given attempt's pod was created; the run started at T0. */
 function started(spec: Record<string, unknown> = {}, attempts = 1): PlaybookStatus {
   const first = decide(input({ playbook: playbook(spec) }));
-  return { ...(first.status as PlaybookStatus), podAttempts: attempts, podName: `nightly-${attempts}` };
+  return {
+    ...((first.status ?? first.pending) as PlaybookStatus),
+    podAttempts: attempts,
+    podName: `nightly-${attempts}`,
+    podUID: `pod-uid-${attempts}`,
+  };
 }
 
 /** A pod the API server created at `createdAt` that no node has started. */
@@ -103,7 +108,12 @@ describe("a pod that does not start", () => {
     const spec = { ...SPEC, tasks: [{ name: "dump", run: "pg_dump", image: "postgres:16" }] };
     const settings = { ...SETTINGS, allowedImages: ["postgres:16"] };
     const first = decide({ ...input({ playbook: playbook(spec) }), settings });
-    const status = { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+    const status = {
+      ...((first.status ?? first.pending) as PlaybookStatus),
+      podAttempts: 1,
+      podName: "nightly-1",
+      podUID: "pod-uid-1",
+    };
     const decideAt = (pod: PodView, seconds: number) =>
       decide({
         ...input({ playbook: playbook(spec, structuredClone(status)), pods: [pod], now: at(seconds) }),
@@ -196,7 +206,7 @@ describe("a pod that does not start", () => {
 
   it("names the start timeout in the status of a run from its first status write", () => {
     const decision = decide(input({}));
-    expect(decision.status?.limits).toMatchObject({
+    expect((decision.status ?? decision.pending)?.limits).toMatchObject({
       ceiling: { value: "30m", source: "spec" },
       startTimeout: { value: "5m", source: "default" },
     });

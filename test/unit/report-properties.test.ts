@@ -32,7 +32,12 @@ function input(partial: Partial<ReconcileInput>): ReconcileInput {
 
 const started = (): PlaybookStatus => {
   const first = decide(input({}));
-  return { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+  return {
+    ...((first.status ?? first.pending) as PlaybookStatus),
+    podAttempts: 1,
+    podName: "nightly-1",
+    podUID: "pod-uid-1",
+  };
 };
 
 /** The runner's exit code after writing `message`: its report's reason's, else 1 (it failed). */

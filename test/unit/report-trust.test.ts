@@ -288,6 +288,34 @@ describe("judgeReport", () => {
   });
 });
 
+describe("judgeReport on issue 33's checks", () => {
+  const judge = (outcome: Case["outcome"], images: readonly string[], runStart?: string) => {
+    const message = messageOf(outcome);
+    const ended = endedPod({ message });
+    const terminated = ended.status?.containerStatuses?.[0]?.state?.terminated as ContainerTerminated;
+    return judgeReport(ended, terminated, decodeReport(message, 2), NAMES, images, runStart);
+  };
+
+  it("distrusts a report whose run start is after the run's own start (status.startTime is taken from it)", () => {
+    const trust = judge({ ...SUCCEEDED, startTime: at(5) }, IMAGES, T0.toISOString());
+    expect(trust).toMatchObject({ trusted: false, why: "times" });
+    if (!trust.trusted)
+      expect(trust.problem).toBe(
+        `the report says the run started at ${at(5).toISOString()}, after the run's start ${T0.toISOString()}, so the report is not trusted`,
+      );
+    expect(judge({ ...SUCCEEDED }, IMAGES, T0.toISOString())).toEqual({ trusted: true });
+  });
+
+  it("distrusts a report of a task whose image no container of the pod runs (the never-started check without a container)", () => {
+    const trust = judge({ ...SUCCEEDED }, ["runner:test", "attacker/anything:1"]);
+    expect(trust).toMatchObject({ trusted: false, why: "never-started" });
+    if (!trust.trusted)
+      expect(trust.problem).toBe(
+        "the report says task test ran (Succeeded), but no single container of the pod runs its image attacker/anything:1, so the report is not trusted",
+      );
+  });
+});
+
 describe("a report the controller does not trust", () => {
   function input(partial: Partial<ReconcileInput>): ReconcileInput {
     const settings = { ...SETTINGS, allowedImages: [POSTGRES] };
@@ -295,7 +323,12 @@ describe("a report the controller does not trust", () => {
   }
   const started = (): PlaybookStatus => {
     const first = decide(input({}));
-    return { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+    return {
+      ...((first.status ?? first.pending) as PlaybookStatus),
+      podAttempts: 1,
+      podName: "nightly-1",
+      podUID: "pod-uid-1",
+    };
   };
   const decideEnded = (c: Pick<Case, "runner" | "task2" | "outcome">) =>
     decide(

@@ -64,7 +64,11 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
   const disruption = disruptionOf(pod);
   // A cancelled run is not re-created after a disruption: the cancel decides its end.
   if (disruption && !state.cancel) return decideLost(state, `pod ${podName} ${disruption}`);
-  const read = readReport(pod, { names: spec.tasks.map((task) => task.name), images: state.taskImages });
+  const read = readReport(pod, {
+    names: spec.tasks.map((task) => task.name),
+    images: state.taskImages,
+    runStart: state.startTime,
+  });
   if (pod.status?.reason === "DeadlineExceeded" && state.cancel) return decideCancelledPod(state, pod, read);
   if (pod.status?.reason === "DeadlineExceeded" && !reportedBeforeDeadline(read, pod)) {
     const tasks = read.ok ? runStatusFromReport(base, read.report, run, context).tasks : base.previous.tasks;

@@ -58,10 +58,12 @@ export function decideFirstPod(state: RunState): Decision {
     planDigest: action.planDigest,
   };
   const events = [...nameTakenEvents(state.input, 1, name), podCreatedEvent(state, action)];
-  // The start record, written right after the create in the same pass (its resourceVersion the
-  // one this decision read: a spec edited since makes it conflict, and the next pass finds a pod
-  // whose plan the spec no longer gives). From then on the API server refuses edits of the spec.
-  return progress(base, next, { actions: [action], events });
+  // A run that shows a status already (queued, a refused create) is told of its pod at once, in
+  // the same pass. Otherwise no status write: the start record (startTime, podName, podUID,
+  // planDigest) rides on the next one, when the pod runs, shows what holds it, or has been pending
+  // START_RECORD_WAIT_MS (reconcile.ts); `pending` is shown only if the create fails.
+  if (base.previous.conditions !== undefined) return progress(base, next, { actions: [action], events });
+  return { status: null, pending: next, actions: [action], events };
 }
 
 /** The pod was lost: create the next attempt while backoffLimit allows, else the run fails PodLost. */

@@ -2,15 +2,23 @@
 // expectations do): a pod it created that the pod cache does not list yet, and the
 // resourceVersion a status write went over, which the Playbook cache still holds until the
 // write's watch event arrives.
+import type { StartRecord } from "../decision.js";
 import { keyOf, type PodView, type StoredPlaybook } from "../objects.js";
 
 // How long a write is trusted while the cache has not shown it. Timed on the monotonic clock:
 // it is about this process's cache lag, not about the run, whose decisions use the injected clock.
 const EXPECTATION_MS = 30_000;
+// How long a created pod is remembered without a record: longer than any start-record wait.
+const UNRECORDED_MS = 10 * 60_000;
 
 export class WriteExpectations {
   /** Pods created that the cache may not show yet, by pod key. */
   private readonly created = new Map<string, { pod: PodView; uid: string; at: number }>();
+  /**
+   * The start records of first pods this writer created, by Playbook UID, until a status write
+   * records them: the record rides on the run's next status write.
+   */
+  private readonly unrecorded = new Map<string, { record: StartRecord; at: number }>();
   /** Status writes the cache may not show yet, by Playbook key: the resourceVersion written over. */
   private readonly written = new Map<string, { over: string; at: number }>();
 
@@ -54,6 +62,24 @@ export class WriteExpectations {
     const now = performance.now();
     for (const [key, entry] of this.created) if (now - entry.at > EXPECTATION_MS) this.created.delete(key);
     this.created.set(keyOf(pod.metadata), { pod, uid, at: now });
+  }
+
+  /** The writer created a run's first pod, whose start record no status holds yet. */
+  createdUnrecorded(playbookUid: string, record: StartRecord): void {
+    const now = performance.now();
+    for (const [key, entry] of this.unrecorded)
+      if (now - entry.at > UNRECORDED_MS) this.unrecorded.delete(key);
+    this.unrecorded.set(playbookUid, { record, at: now });
+  }
+
+  /** A status write of the Playbook recorded its start (or the run ended): forgotten here. */
+  recorded(playbookUid: string): void {
+    this.unrecorded.delete(playbookUid);
+  }
+
+  /** The start records not written yet, by Playbook UID. */
+  unrecordedStarts(): ReadonlyMap<string, StartRecord> {
+    return new Map([...this.unrecorded].map(([uid, entry]) => [uid, entry.record]));
   }
 
   /** The writer wrote the Playbook's status over this resourceVersion. */

@@ -4,7 +4,7 @@
 // The controller applies the decision.
 
 import { canonical } from "../../api/plan.js";
-import type { PlaybookSpec } from "../../api/playbook.js";
+import type { PlaybookSpec, PlaybookStatus } from "../../api/playbook.js";
 import { podSettings } from "../../api/policy.js";
 import { resolveTaskContainers } from "../../api/task-images.js";
 import type { RecordedEvent } from "../../runtime/events.js";
@@ -22,7 +22,8 @@ import { type PodView, podAttemptOf, type StoredPlaybook } from "../objects.js";
 import type { FinishedRun } from "../pods/finished-run.js";
 import { containersOutlivingRunner } from "../pods/outlived-runner.js";
 import { podNameFor } from "../pods/pod-builder.js";
-import { currentPod, isPodFinished } from "../pods/pod-state.js";
+import type { ForeignPod } from "../pods/pod-identity.js";
+import { isPodFinished } from "../pods/pod-state.js";
 import {
   adoptedPlan,
   newPlan,
@@ -38,28 +39,113 @@ import { decideActivePod } from "./decide-active.js";
 import { decideCancel } from "./decide-cancel.js";
 import { decideEndedPod } from "./decide-ended.js";
 import { queuedDecision } from "./decide-queued.js";
-import { decideFirstPod, decideLost } from "./decide-start.js";
+import { decideFirstPod, decideLost, pendingMessage } from "./decide-start.js";
+import { foreignPodEvents, type TrustedPods, trustedPods } from "./trusted-pod.js";
 
 // decide's input and output, named where its callers and tests look for it.
 export type { Action, Decision, FinishedRun, ReconcileInput, ReconcileSettings };
 
 /** The whole decision for one Playbook: which plan governs its run, then the decision against it. */
-export function decide(input: ReconcileInput): Decision {
-  return withCancelReason(input.playbook, decideRunOf(input));
+export function decide(stored: ReconcileInput): Decision {
+  const input = withUnrecordedStart(stored);
+  const previous = input.playbook.status ?? {};
+  // A finished run that recorded no pod UID (one finished before the record existed) is not sorted.
+  if (isFinished(previous) && previous.podUID === undefined)
+    return withCancelReason(input.playbook, decideFinished(input));
+  const trusted = trustedPods(input);
+  const decision = isFinished(previous)
+    ? decideFinished(input, trusted.foreign)
+    : decideRunOf({ ...input, pods: trustedOnly(input.pods, trusted) }, trusted, stored.playbook.status);
+  const events = foreignPodEvents(trusted.foreign);
+  return withCancelReason(
+    input.playbook,
+    events.length > 0 ? { ...decision, events: [...decision.events, ...events] } : decision,
+  );
 }
 
-function decideRunOf(input: ReconcileInput): Decision {
+/**
+ * The Playbook as if the start record of the first pod this controller created (and has not
+ * written yet) were on it: the record rides on the run's next status write.
+ */
+function withUnrecordedStart(input: ReconcileInput): ReconcileInput {
+  const record = input.unrecordedStarts?.get(input.playbook.metadata.uid ?? "");
+  const status = input.playbook.status;
+  if (!record || status?.startTime !== undefined || isFinished(status)) return input;
+  return { ...input, playbook: { ...input.playbook, status: { ...status, ...record } } };
+}
+
+/** The pods a decision may look at: every pod but the foreign ones. */
+function trustedOnly(pods: readonly PodView[], trusted: TrustedPods): PodView[] {
+  const foreign = new Set(trusted.foreign.map((f) => f.pod));
+  return pods.filter((pod) => !foreign.has(pod));
+}
+
+function decideRunOf(
+  input: ReconcileInput,
+  trusted: TrustedPods,
+  stored: PlaybookStatus | undefined,
+): Decision {
   const previous = input.playbook.status ?? {};
-  if (isFinished(previous)) return decideFinished(input);
-  const pod = currentPod(input.pods);
+  const pod = trusted.pod;
   const planned = governingPlan(input, pod);
   if (!planned.ok) {
     return pod ? decideUnverifiedPod(input, pod, planned.message) : decideInvalidSpec(input, planned);
   }
-  const decision = decideRun(runStateOf(input, pod, planned), pod);
+  const decision = recordPod(
+    deferStartRecord(input, stored, pod, decideRun(runStateOf(input, pod, planned), pod)),
+    pod,
+  );
   // An adopted pod's plan goes on record with this pass's status.
-  if (previous.planDigest !== undefined || planned.recordDigest === undefined) return decision;
-  return { ...decision, status: { ...(decision.status ?? previous), planDigest: planned.recordDigest } };
+  if (previous.planDigest !== undefined || planned.recordDigest === undefined || !decision.status)
+    return decision;
+  return { ...decision, status: { ...decision.status, planDigest: planned.recordDigest } };
+}
+
+/**
+ * How long a first pod may be merely pending (no hold to show) before its run's start record is
+ * written on its own: the record rides on the Running write when the pod starts within this.
+ */
+export const START_RECORD_WAIT_MS = 3000;
+
+/**
+ * A run that has recorded nothing yet, whose first pod is only on its way up: the Pending status
+ * and the start record wait for the next news (Running, a hold, the outcome) up to
+ * START_RECORD_WAIT_MS after the pod's creation, so that a common run writes its status twice.
+ */
+function deferStartRecord(
+  input: ReconcileInput,
+  stored: PlaybookStatus | undefined,
+  pod: PodView | undefined,
+  decision: Decision,
+): Decision {
+  const status = decision.status;
+  if (!pod || !status || decision.finished || stored?.startTime !== undefined) return decision;
+  if (status.phase !== "Pending" || decision.actions.length > 0) return decision;
+  const said = status.conditions?.find((c) => c.type === "Succeeded")?.message;
+  if (said !== pendingMessage(pod.metadata.name, podAttemptOf(pod))) return decision;
+  const created = Date.parse(pod.metadata.creationTimestamp ?? "");
+  const waitMs = Number.isNaN(created) ? 0 : created + START_RECORD_WAIT_MS - input.now.getTime();
+  if (waitMs <= 0) return decision;
+  const requeueAfterMs = Math.min(decision.requeueAfterMs ?? waitMs, waitMs);
+  return { ...decision, status: null, requeueAfterMs };
+}
+
+/**
+ * The pod's UID goes on record with the status that names it (the start record rides on the
+ * first status write after the create). A status naming a pod about to be created gets its UID from
+ * the writer, after the create.
+ */
+function recordPod(decision: Decision, pod: PodView | undefined): Decision {
+  const status = decision.status;
+  if (!status) return decision;
+  if (pod?.metadata.uid !== undefined && status.podName === pod.metadata.name) {
+    return status.podUID === pod.metadata.uid
+      ? decision
+      : { ...decision, status: { ...status, podUID: pod.metadata.uid } };
+  }
+  if (status.podUID === undefined) return decision;
+  const { podUID: _other, ...rest } = status;
+  return { ...decision, status: rest };
 }
 
 /**
@@ -136,8 +222,11 @@ function decideRun(state: RunState, pod: PodView | undefined): Decision {
   return decideActivePod(state, pod);
 }
 
-/** A finished run: nothing to decide but removing its pods once ttlSecondsAfterFinished passed. */
-export function decideFinished(input: ReconcileInput): Decision {
+/**
+ * A finished run: nothing to decide but removing its pods once ttlSecondsAfterFinished passed.
+ * Foreign pods (pod-identity.ts) are not the run's: they are left to their owner's deletion.
+ */
+export function decideFinished(input: ReconcileInput, foreign: readonly ForeignPod[] = []): Decision {
   const status = input.playbook.status ?? {};
   const spec = input.playbook.spec as { ttlSecondsAfterFinished?: unknown } | undefined;
   const ttlSeconds =
@@ -146,7 +235,8 @@ export function decideFinished(input: ReconcileInput): Decision {
       : (rulesOf(input).defaults.ttlSecondsAfterFinished ?? input.settings.ttlSecondsAfterFinished);
   const actions: Action[] = [];
   const events: RecordedEvent[] = [];
-  const live = input.pods.filter((pod) => !pod.metadata.deletionTimestamp);
+  const notOurs = new Set(foreign.map((f) => f.pod));
+  const live = input.pods.filter((pod) => !pod.metadata.deletionTimestamp && !notOurs.has(pod));
   for (const pod of live) {
     const outliving = containersOutlivingRunner(pod);
     if (!isPodFinished(pod) || outliving.length > 0) {

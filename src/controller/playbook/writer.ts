@@ -9,10 +9,11 @@ import { apiErrorMessage, isConflict, isNotFound, statusCodeOf } from "../../run
 import type { Clock } from "../../runtime/clock.js";
 import { EventRecorder, type EventTarget, eventApiOf } from "../../runtime/events.js";
 import type { KubeClients } from "../../runtime/kube-config.js";
-import type { Action, Decision } from "../decision.js";
+import type { Action, Decision, StartRecord } from "../decision.js";
 import type { ControllerMetrics } from "../metrics.js";
 import { type PodView, parsePod, type StoredPlaybook } from "../objects.js";
 import type { PodManifest } from "../pods/pod-builder.js";
+import { builtCeilingLeftMs, CREATE_SKEW_MS, differenceFromBuilt } from "../pods/pod-identity.js";
 import { podServiceAccountToken, withoutServiceAccountToken } from "../pods/service-account-token.js";
 import { PodCreateFailedError, PodNameTakenError, PodRefusedError } from "../reconcile-errors.js";
 import { createFailedStatus, sameStatus } from "../status.js";
@@ -28,6 +29,8 @@ export interface WriterDeps {
   metricsPlaybookLabel: string;
 }
 
+const SAID_ONCE_MAX = 10_000;
+
 const WrittenSchema = z.looseObject({ metadata: z.looseObject({ resourceVersion: z.string() }) });
 
 /** What the controller reads of a ServiceAccount. */
@@ -40,6 +43,8 @@ export class PlaybookWriter {
   private readonly leading = new AbortController();
   /** What this writer just wrote, until the caches show it. */
   private readonly expectations = new WriteExpectations();
+  /** The keys of events said once (RecordedEvent.once): a foreign pod is named once, not every pass. */
+  private readonly saidOnce = new Set<string>();
 
   constructor(deps: WriterDeps) {
     this.deps = deps;
@@ -82,12 +87,21 @@ export class PlaybookWriter {
     return this.expectations.isBehind(playbook);
   }
 
+  /** The start records of first pods this writer created and no status holds yet, by Playbook UID. */
+  unrecordedStarts(): ReadonlyMap<string, StartRecord> {
+    return this.expectations.unrecordedStarts();
+  }
+
   async apply(playbook: StoredPlaybook, decision: Decision): Promise<void> {
     const target = this.targetOf(playbook);
+    const created = new Map<string, string>();
     try {
-      for (const action of decision.actions) await this.applyAction(action, target);
+      for (const action of decision.actions) {
+        const uid = await this.applyAction(action, target);
+        if (uid !== undefined && action.type === "createPod") created.set(action.pod.metadata.name, uid);
+      }
     } catch (error) {
-      const shown = decision.status;
+      const shown = decision.status ?? decision.pending;
       if (!(error instanceof PodCreateFailedError) || !shown) throw error;
       // Say why where the user looks, without counting the attempt: no pod was made.
       const now = this.deps.clock.now();
@@ -102,15 +116,41 @@ export class PlaybookWriter {
       namespace: target.namespace,
       ...(label ? { playbook: playbook.metadata.labels?.[label] ?? "" } : {}),
     };
-    if (decision.status) {
-      await this.writeStatus(playbook, decision.status);
+    // The UID of a pod created now goes on record with the status that names it; a first pod's
+    // start record, when no status is written now, with the next one.
+    const createdUid = decision.status?.podName ? created.get(decision.status.podName) : undefined;
+    const status = createdUid ? { ...decision.status, podUID: createdUid } : decision.status;
+    const pending = decision.pending;
+    const pendingUid = pending?.podName ? created.get(pending.podName) : undefined;
+    if (!status && pending && pendingUid && playbook.metadata.uid) {
+      const { startTime, podName, podAttempts, planDigest } = pending;
+      if (startTime && podName && podAttempts && planDigest)
+        this.expectations.createdUnrecorded(playbook.metadata.uid, {
+          startTime,
+          podName,
+          podUID: pendingUid,
+          podAttempts,
+          planDigest,
+          ...(pending.limits ? { limits: pending.limits } : {}),
+        });
+    }
+    if (status) {
+      await this.writeStatus(playbook, status);
       if (decision.finished) this.deps.metrics.recordFinished(decision.finished, labels);
       else this.deps.metrics.recordStarted(labels);
     } else if (decision.actions.some((action) => action.type === "createPod")) {
       this.deps.metrics.recordStarted(labels);
     }
     const now = this.deps.clock.now();
-    for (const event of decision.events) this.events.post(target, event, now);
+    for (const event of decision.events) {
+      if (event.once !== undefined) {
+        if (this.saidOnce.has(event.once)) continue;
+        if (this.saidOnce.size >= SAID_ONCE_MAX) this.saidOnce.clear();
+        this.saidOnce.add(event.once);
+      }
+      const { once: _once, ...posted } = event;
+      this.events.post(target, posted, now);
+    }
   }
 
   private targetOf(playbook: StoredPlaybook): EventTarget {
@@ -136,6 +176,8 @@ export class PlaybookWriter {
       { signal: this.leading.signal },
     );
     this.deps.metrics.statusWrites.inc();
+    if (status.startTime !== undefined && playbook.metadata.uid)
+      this.expectations.recorded(playbook.metadata.uid);
     if (resourceVersion && WrittenSchema.safeParse(written).success)
       this.expectations.wroteStatus(playbook, resourceVersion);
     const condition = status.conditions?.find((c) => c.type === "Succeeded");
@@ -145,14 +187,16 @@ export class PlaybookWriter {
     );
   }
 
-  private async applyAction(action: Action, target: EventTarget): Promise<void> {
+  /** Applies one action; a create resolves with the UID of the run's pod. */
+  private async applyAction(action: Action, target: EventTarget): Promise<string | undefined> {
     switch (action.type) {
       case "createPod":
         return this.createPod(action, target);
       case "deletePod":
         return this.deletePod(action, target);
       default:
-        return this.lowerDeadline(action, target);
+        await this.lowerDeadline(action, target);
+        return undefined;
     }
   }
 
@@ -184,21 +228,27 @@ export class PlaybookWriter {
     }
   }
 
-  private async createPod(action: Action & { type: "createPod" }, target: EventTarget): Promise<void> {
+  private async createPod(
+    action: Action & { type: "createPod" },
+    target: EventTarget,
+  ): Promise<string | undefined> {
     const ref = { namespace: target.namespace, name: target.name };
     const { api } = this.deps.clients;
     const podName = action.pod.metadata.name;
+    const body = await this.respectTokenAutomount(action.pod, ref.namespace);
     try {
-      const body = await this.respectTokenAutomount(action.pod, ref.namespace);
       const created = parsePod(
         await api.createNamespacedPod({ namespace: ref.namespace, body }, { signal: this.leading.signal }),
       );
       if (created) this.expectations.createdNow(created, action.pod.metadata.ownerReferences[0]?.uid ?? "");
+      const uid = created?.metadata.uid;
       this.deps.log.info({ ...ref, pod: podName, attempt: action.attempt }, "Created Pod");
+      return uid;
     } catch (error) {
       // Its deterministic name makes a second create of the same attempt fail here, never run
       // twice; the pod of that name is this run's only if this Playbook (its UID) controls it.
-      if (isConflict(error)) return this.adoptExisting(action, target);
+      // Compared with the pod as it was sent (its token as the service account allows).
+      if (isConflict(error)) return this.adoptExisting({ ...action, pod: body }, target);
       const code = statusCodeOf(error);
       // The controller's own credentials refused, or the API server shedding load: nothing about
       // the pod or the namespace, so no refusal is shown on the run; the key is retried.
@@ -246,8 +296,14 @@ export class PlaybookWriter {
     return automount === false ? withoutServiceAccountToken(pod) : pod;
   }
 
-  /** A create found the name taken: the pod is ours (a repeated create) or someone else's. */
-  private async adoptExisting(action: Action & { type: "createPod" }, target: EventTarget): Promise<void> {
+  /**
+   * A create found the name taken: the pod is ours (a repeated create: its controller reference
+   * and its containers as this create built them) or someone else's.
+   */
+  private async adoptExisting(
+    action: Action & { type: "createPod" },
+    target: EventTarget,
+  ): Promise<string | undefined> {
     const podName = action.pod.metadata.name;
     const uid = action.pod.metadata.ownerReferences[0]?.uid ?? "";
     let existing: PodView | null;
@@ -264,21 +320,33 @@ export class PlaybookWriter {
       throw error;
     }
     const owner = existing?.metadata.ownerReferences?.find((ref) => ref.controller);
-    if (existing && owner?.kind === KIND && owner.uid === uid) {
+    const unbuilt = existing ? this.unbuilt(existing, action) : undefined;
+    if (existing && owner?.kind === KIND && owner.uid === uid && unbuilt === undefined) {
       this.expectations.createdNow(existing, uid);
       this.deps.log.debug(
         { namespace: target.namespace, name: target.name, pod: podName },
         "Pod already existed",
       );
-      return;
+      return existing.metadata.uid;
     }
-    const holder = owner
-      ? `its controller is ${owner.kind} ${owner.name} (uid ${owner.uid})`
-      : "it has no controller owner";
+    const holder =
+      owner?.kind === KIND && owner.uid === uid
+        ? `it names this Playbook its controller, but the controller did not create it: ${unbuilt}`
+        : owner
+          ? `its controller is ${owner.kind} ${owner.name} (uid ${owner.uid})`
+          : "it has no controller owner";
     throw new PodNameTakenError(podName, holder);
   }
 
-  private async deletePod(action: Action & { type: "deletePod" }, target: EventTarget): Promise<void> {
+  /** What makes an existing pod other than this create built it; undefined when it is the same. */
+  private unbuilt(existing: PodView, action: Action & { type: "createPod" }): string | undefined {
+    const created = Date.parse(existing.metadata.creationTimestamp ?? "");
+    const since = Number.isNaN(created) ? 0 : Math.max(0, this.deps.clock.now().getTime() - created);
+    const bound = builtCeilingLeftMs(action.pod) + since + CREATE_SKEW_MS;
+    return differenceFromBuilt(existing, action.pod, bound);
+  }
+
+  private async deletePod(action: Action & { type: "deletePod" }, target: EventTarget): Promise<undefined> {
     const ref = { namespace: target.namespace, name: target.name };
     try {
       await this.deps.clients.api.deleteNamespacedPod(

@@ -5,6 +5,7 @@
 import { createHash } from "node:crypto";
 import type { LimitDefaults, ResolvedLimits } from "../../api/limits.js";
 import {
+  CEILING_LEFT_ENV_VAR,
   PLAN_ANNOTATION,
   PLAN_DIGEST_ENV_VAR,
   PLAN_FILE,
@@ -96,6 +97,11 @@ export function activeDeadlineSeconds(limits: ResolvedLimits, runStart: Date, no
   return Math.max(1, remaining + Math.ceil(limits.killGrace.ms / 1000) + DEADLINE_MARGIN_SECONDS);
 }
 
+/** What is left of the run's ceiling at `now`, in whole milliseconds, never below 0. */
+export function ceilingLeftMs(limits: ResolvedLimits, runStart: Date, now: Date): number {
+  return Math.max(0, Math.round(runStart.getTime() + limits.ceiling.ms - now.getTime()));
+}
+
 export function terminationGraceSeconds(limits: ResolvedLimits): number {
   return Math.ceil(limits.killGrace.ms / 1000) + DEADLINE_MARGIN_SECONDS;
 }
@@ -176,6 +182,8 @@ export function buildPod(request: PodRequest): PodManifest {
       // Fixed at creation, unlike the annotation the plan file shows: the runner checks the file against it.
       { name: PLAN_DIGEST_ENV_VAR, value: planDigest(read.plan) },
       { name: TASK_CONTAINERS_ENV_VAR, value: taskContainersEnv(tasks.containers) },
+      // What is left of the ceiling now: the runner counts it on its node's own clock.
+      { name: CEILING_LEFT_ENV_VAR, value: String(ceilingLeftMs(limits, request.runStart, request.now)) },
     ],
     volumeMounts: [
       { name: PLAN_VOLUME, mountPath: PLAN_MOUNT_DIR, readOnly: true },

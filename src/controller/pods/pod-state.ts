@@ -39,7 +39,7 @@ export type ReadReport =
  */
 export function readReport(
   pod: PodView,
-  tasks: { names: readonly string[]; images?: readonly string[] },
+  tasks: { names: readonly string[]; images?: readonly string[]; runStart?: string },
 ): ReadReport {
   const terminated = runnerTerminated(pod);
   if (!terminated) return { ok: false, problem: "the runner container has no terminated state" };
@@ -60,7 +60,7 @@ export function readReport(
     if (error instanceof InvalidReportError) return { ok: false, problem: `the report is ${error.message}` };
     throw error;
   }
-  const trust = judgeReport(pod, terminated, report, tasks.names, tasks.images);
+  const trust = judgeReport(pod, terminated, report, tasks.names, tasks.images, tasks.runStart);
   if (!trust.trusted) return { ok: false, problem: trust.problem, distrust: trust.why };
   return { ok: true, report };
 }

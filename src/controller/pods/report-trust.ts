@@ -104,10 +104,10 @@ function neverStarted(pod: PodView, container: string): boolean {
  * says the task failed because that container was lost (`k`), as when its agent never said hello
  * (the runner counts the attempt it could not start).
  */
-function claimsRunIn(task: RunnerReport["tasks"][number], container: string): boolean {
+function claimsRunIn(task: RunnerReport["tasks"][number], container: string | undefined): boolean {
   const attempts = task.a ?? (task.p === "Pending" || task.p === "Skipped" ? 0 : 1);
   // decodeReport refuses a Succeeded task that names a lost container.
-  return attempts > 0 && task.k !== container;
+  return attempts > 0 && (container === undefined || task.k !== container);
 }
 
 const time = (ms: number) => new Date(ms).toISOString();
@@ -126,7 +126,8 @@ export function exitLostByRuntime(terminated: ContainerTerminated): boolean {
 /**
  * The report against the runner container's end (`terminated`) and the rest of the pod, once it
  * decoded: the exit code its reason gives, the containers of the tasks it says ran, and its times
- * inside the runner container's life. `taskImages` (per task) names each task's container.
+ * inside the runner container's life, its start the run's. `taskImages` (per task) names each
+ * task's container; a task reported run whose image no single container has is not believed.
  */
 export function judgeReport(
   pod: PodView,
@@ -134,6 +135,8 @@ export function judgeReport(
   report: RunnerReport,
   taskNames: readonly string[],
   taskImages: readonly string[] = [],
+  /** The run's start the runner was handed (its plan's runStartTime), when known. */
+  runStart?: string,
 ): Trust {
   const ending = judgeEnding(terminated);
   if (!ending.trusted) return ending;
@@ -148,6 +151,15 @@ export function judgeReport(
   const containers = taskContainersOf(pod, taskImages);
   for (const [index, task] of report.tasks.entries()) {
     const container = containers[index];
+    const image = taskImages[index];
+    if (container === undefined && image !== undefined && claimsRunIn(task, undefined)) {
+      // The task's image is in no container of the pod (or in several): it ran nowhere the pod shows.
+      return {
+        trusted: false,
+        why: "never-started",
+        problem: `the report says task ${taskNames[index] ?? index + 1} ran (${task.p}), but no single container of the pod runs its image ${image}, so the report is not trusted`,
+      };
+    }
     if (container === undefined || !claimsRunIn(task, container) || !neverStarted(pod, container)) continue;
     return {
       trusted: false,
@@ -163,6 +175,20 @@ export function judgeReport(
   const life = `${Number.isNaN(startedAt) ? "?" : time(startedAt)}..${Number.isNaN(finishedAt) ? "?" : time(finishedAt)}`;
   const outside = (ms: number) => ms < earliest || ms > latest;
   const start = Date.parse(report.start);
+  // The report's start (status.startTime is taken from it) is the run's: its plan's runStartTime,
+  // handed to the runner. Never after that (give or take the clocks' slack), nor after the runner
+  // container's end.
+  const startLimit = Math.min(
+    latest,
+    runStart !== undefined ? Date.parse(runStart) + CLOCK_SLACK_MS : Infinity,
+  );
+  if (Number.isNaN(start) || start > startLimit) {
+    return {
+      trusted: false,
+      why: "times",
+      problem: `the report says the run started at ${time(start)}, after ${runStart !== undefined && Date.parse(runStart) + CLOCK_SLACK_MS < latest ? `the run's start ${runStart}` : `the runner container's life (${life})`}, so the report is not trusted`,
+    };
+  }
   for (const [index, task] of report.tasks.entries()) {
     if (!task.t) continue;
     const [from, to] = [start + task.t[0], start + task.t[1]];

@@ -1,0 +1,95 @@
+// Which pod a pass reads for the run's outcome: the one the controller created (pods/pod-identity.ts).
+// The pod status.podUID names (or the start record this controller has not written yet); before
+// that record, one whose containers are exactly what pod-builder builds from the plan it carries for its
+// attempt (a controller stopped between the create and the record). Every other pod that carries
+// the run's owner reference is foreign: named in a Warning event, never read, adopted or counted.
+import { resolveLimits } from "../../api/limits.js";
+import { PLAN_ANNOTATION, parsePlan } from "../../api/plan.js";
+import { podSettings } from "../../api/policy.js";
+import type { RecordedEvent } from "../../runtime/events.js";
+import type { ReconcileInput } from "../decision.js";
+import { type PodView, podAttemptOf } from "../objects.js";
+import type { AgentDelivery } from "../pods/agent-delivery.js";
+import { buildPod, ceilingLeftMs } from "../pods/pod-builder.js";
+import { CREATE_SKEW_MS, differenceFromBuilt, type ForeignPod, sortRunPods } from "../pods/pod-identity.js";
+import { podPlanGeneration } from "../pods/pod-state.js";
+import { rulesOf } from "../run-plan.js";
+
+export interface TrustedPods {
+  /** The pod of the current attempt, if the controller created one that still exists. */
+  pod?: PodView;
+  foreign: ForeignPod[];
+}
+
+const DELIVERIES: readonly AgentDelivery[] = ["post-start", "image-volume"];
+
+/**
+ * What makes the pod other than the controller builds it for its attempt, from the plan it
+ * carries; undefined when it is built as the controller builds it (under either agent delivery,
+ * which the controller may have switched since the create).
+ */
+export function unbuiltReason(input: ReconcileInput, pod: PodView): string | undefined {
+  const text = pod.metadata.annotations?.[PLAN_ANNOTATION];
+  if (text === undefined) return `it has no ${PLAN_ANNOTATION} annotation`;
+  const read = parsePlan(text);
+  if (!read.ok) return `its ${PLAN_ANNOTATION} annotation ${read.problem}`;
+  const { plan } = read;
+  const created = Date.parse(pod.metadata.creationTimestamp ?? "");
+  if (Number.isNaN(created)) return "it has no creationTimestamp";
+  const { name, namespace = "default", uid = "" } = input.playbook.metadata;
+  const limits = resolveLimits(plan.spec, plan.defaults);
+  const runStart = new Date(plan.runStartTime);
+  const bound = ceilingLeftMs(limits, runStart, new Date(created)) + CREATE_SKEW_MS;
+  const current = input.settings.agentDelivery ?? "post-start";
+  let first: string | undefined;
+  for (const agentDelivery of [current, ...DELIVERIES.filter((d) => d !== current)]) {
+    const built = buildPod({
+      playbook: { name, namespace, uid },
+      spec: plan.spec,
+      limits,
+      defaults: plan.defaults,
+      generation: podPlanGeneration(pod),
+      attempt: podAttemptOf(pod),
+      runStart,
+      now: new Date(created),
+      runnerImage: input.settings.runnerImage,
+      agentDelivery,
+      pod: podSettings(plan.spec, rulesOf(input)),
+      name: pod.metadata.name,
+    });
+    const difference = differenceFromBuilt(pod, built, bound);
+    if (difference === undefined) return undefined;
+    first ??= difference;
+  }
+  return first;
+}
+
+/** The pod the pass reads, and the foreign ones. */
+export function trustedPods(input: ReconcileInput): TrustedPods {
+  const status = input.playbook.status ?? {};
+  const { name, uid = "" } = input.playbook.metadata;
+  const sorted = sortRunPods(status, input.pods, { name, uid });
+  if (sorted.recorded) return { pod: sorted.recorded, foreign: sorted.foreign };
+  const foreign = [...sorted.foreign];
+  let pod: PodView | undefined;
+  // The latest attempt first: an earlier one the controller created is simply not current.
+  for (const candidate of [...sorted.unrecorded].sort((a, b) => podAttemptOf(b) - podAttemptOf(a))) {
+    const why = unbuiltReason(input, candidate);
+    if (why !== undefined) {
+      foreign.push({ pod: candidate, why: `it is not built as the controller builds its attempt: ${why}` });
+    } else if (!pod) {
+      pod = candidate;
+    }
+  }
+  return { ...(pod ? { pod } : {}), foreign };
+}
+
+/** One Warning per foreign pod; `once` keeps the writer from posting it again on later passes. */
+export function foreignPodEvents(foreign: readonly ForeignPod[]): RecordedEvent[] {
+  return foreign.map(({ pod, why }) => ({
+    type: "Warning",
+    reason: "ForeignPod",
+    message: `Pod ${pod.metadata.name} carries this Playbook's controller reference, but the controller did not create it (${why}): it is not read, adopted or counted`,
+    once: `foreign-pod/${pod.metadata.uid ?? pod.metadata.name}`,
+  }));
+}
