@@ -136,6 +136,7 @@ describe("audit log counts", () => {
       objectWrites: 3,
       conflicts: 1,
       events: 1,
+      byKind: { create: 1, status: 2, event: 1 },
       byVerbAndResource: {
         "create pods": 1,
         "patch playbooks/status": 1,

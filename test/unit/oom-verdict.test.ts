@@ -14,7 +14,12 @@ function input(partial: Partial<ReconcileInput>): ReconcileInput {
 
 function started(): PlaybookStatus {
   const first = decide(input({}));
-  return { ...(first.status as PlaybookStatus), podAttempts: 1, podName: "nightly-1" };
+  return {
+    ...(first.status ?? first.pending),
+    podAttempts: 1,
+    podName: "nightly-1",
+    podUID: "pod-uid-1",
+  } as PlaybookStatus;
 }
 
 describe("an OOM kill in a pod", () => {

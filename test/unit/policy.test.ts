@@ -57,7 +57,7 @@ describe("a Playbook under its namespace's policy", () => {
 
   it("gets the policy's defaults for what it leaves out, each with source policy", () => {
     const decision = decide(input({ playbook: playbook({ ceiling: undefined }), rules }));
-    expect(decision.status?.limits).toEqual({
+    expect((decision.status ?? decision.pending)?.limits).toEqual({
       ceiling: { value: "20m", source: "policy" },
       stall: { value: "2m", source: "policy" },
       killGrace: { value: "3s", source: "policy" },
@@ -81,8 +81,8 @@ describe("a Playbook under its namespace's policy", () => {
 
   it("keeps its own values over the policy's, with source spec", () => {
     const decision = decide(input({ playbook: playbook({ ceiling: "30m", stall: "5m" }), rules }));
-    expect(decision.status?.limits?.ceiling).toEqual({ value: "30m", source: "spec" });
-    expect(decision.status?.limits?.stall).toEqual({ value: "5m", source: "spec" });
+    expect((decision.status ?? decision.pending)?.limits?.ceiling).toEqual({ value: "30m", source: "spec" });
+    expect((decision.status ?? decision.pending)?.limits?.stall).toEqual({ value: "5m", source: "spec" });
   });
 
   it("carries the policy's limit defaults in the pod's plan, so that a later edit of the policy changes nothing", () => {
@@ -156,8 +156,18 @@ describe("a Playbook under its namespace's policy", () => {
 
   it("does not refuse a running pod under a policy edited after its start", () => {
     const first = decide(input({ playbook: playbook({ ceiling: "30m" }), rules }));
-    const status = first.status as PlaybookStatus;
-    const running = { ...createdPod(first.actions), status: { phase: "Running" } };
+    const status = {
+      ...(first.status ?? first.pending),
+      podAttempts: 1,
+      podName: "nightly-1",
+      podUID: "pod-uid-1",
+    } as PlaybookStatus;
+    const built = createdPod(first.actions);
+    const running = {
+      ...built,
+      metadata: { ...built.metadata, uid: "pod-uid-1" },
+      status: { phase: "Running" },
+    };
     const stricter = governed({ maximums: { ceiling: "10m" } });
     const later = decide(
       input({ playbook: playbook({ ceiling: "30m" }, status), pods: [running], rules: stricter }),
@@ -168,7 +178,12 @@ describe("a Playbook under its namespace's policy", () => {
 
   it("checks a pod re-created after a loss against the policy as it is then: one no longer allowed is not created", () => {
     const first = decide(input({ playbook: playbook({ serviceAccountName: "deployer" }), rules }));
-    const status = first.status as PlaybookStatus;
+    const status = {
+      ...(first.status ?? first.pending),
+      podAttempts: 1,
+      podName: "nightly-1",
+      podUID: "pod-uid-1",
+    } as PlaybookStatus;
     expect(status.planDigest).toMatch(/^sha256:[0-9a-f]{64}$/);
     const narrower = governed({ allowedServiceAccounts: ["default"] });
     const lost = decide(
@@ -191,7 +206,12 @@ describe("a run whose pod was lost after its policy changed", () => {
   it("re-creates the pod with the policy's limits the run started with", () => {
     const before = governed({ defaults: { ceiling: "20m", stall: "2m" } });
     const first = decide(input({ playbook: playbook({ ceiling: undefined }), rules: before }));
-    const status = first.status as PlaybookStatus;
+    const status = {
+      ...(first.status ?? first.pending),
+      podAttempts: 1,
+      podName: "nightly-1",
+      podUID: "pod-uid-1",
+    } as PlaybookStatus;
     const after = governed({ defaults: { ceiling: "5m", stall: "10s" } });
     const decision = decide(
       input({
@@ -200,7 +220,10 @@ describe("a run whose pod was lost after its policy changed", () => {
         now: new Date(T0.getTime() + 60_000),
       }),
     );
-    expect(decision.status?.limits?.ceiling).toEqual({ value: "20m", source: "policy" });
+    expect((decision.status ?? decision.pending)?.limits?.ceiling).toEqual({
+      value: "20m",
+      source: "policy",
+    });
     const plan = parsePlan(createdPod(decision.actions).metadata.annotations[PLAN_ANNOTATION] ?? "");
     expect(plan.ok && plan.plan.defaults.policy).toMatchObject({ ceilingMs: 1_200_000, stallMs: 120_000 });
   });
