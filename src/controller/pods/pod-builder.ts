@@ -21,8 +21,10 @@ import type { PodSettings } from "../../api/policy.js";
 import {
   resolveTaskContainers,
   TASK_CONTAINERS_ENV_VAR,
+  TASK_UIDS_ENV_VAR,
   type TaskContainers,
   taskContainersEnv,
+  taskUidsEnv,
 } from "../../api/task-images.js";
 import {
   ANNOTATION_RUN_START,
@@ -42,6 +44,7 @@ import {
   TASK_GID,
   TASK_UID,
   taskContainers,
+  taskContainerUid,
   taskVolumes,
 } from "./task-containers.js";
 
@@ -174,6 +177,7 @@ export function buildPod(request: PodRequest): PodManifest {
       // Fixed at creation, unlike the annotation the plan file shows: the runner checks the file against it.
       { name: PLAN_DIGEST_ENV_VAR, value: planDigest(read.plan) },
       { name: TASK_CONTAINERS_ENV_VAR, value: taskContainersEnv(tasks.containers) },
+      { name: TASK_UIDS_ENV_VAR, value: taskUidsEnv(tasks.containers, taskContainerUid) },
     ],
     volumeMounts: [
       { name: PLAN_VOLUME, mountPath: PLAN_MOUNT_DIR, readOnly: true },
