@@ -564,9 +564,36 @@ static void fence_command(char *payload, size_t len)
 static unsigned char *inbuf;
 static size_t inlen;
 
+/* The name the agent started under, taken back once the runner has taken its hello. */
+static char own_name[16] = "agent";
+
+/* The runner's proof that this connection is this container's agent (docs/agent.md, "The
+ * connection"): the agent takes the nonce, sent on this connection only, as its process name, and
+ * the runner reads name and user together in /proc/PID/status. A process's name is its own to set:
+ * no task of another container's user can make this agent carry a nonce it was not sent. */
+static void prove(const char *nonce, size_t len)
+{
+	int ok = len >= 1 && len <= 15;
+	for (size_t i = 0; ok && i < len; i++) {
+		char c = nonce[i];
+		ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+	}
+	if (!ok) {
+		send_error("", "bad nonce frame");
+		return;
+	}
+	if (prctl(PR_SET_NAME, nonce, 0, 0, 0) < 0) {
+		send_error("", "PR_SET_NAME: %s", strerror(errno));
+		return;
+	}
+	send_frame('N', "", 0);
+}
+
 static void handle_frame(char type, char *payload, size_t len)
 {
 	switch (type) {
+	case 'N': prove(payload, len); break;
+	case 'W': prctl(PR_SET_NAME, own_name, 0, 0, 0); break;
 	case 'S': start(payload, len); break;
 	case 'K': kill_command(payload, len); break;
 	case 'Z': fence_command(payload, len); break;
@@ -796,6 +823,7 @@ int main(int argc, char **argv)
 	 * with it their task: a named failure), but not trace it, read or write its memory, take its
 	 * connection to the runner (pidfd_getfd) or open its /proc files; exec makes each task dumpable. */
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) perror("agent: PR_SET_DUMPABLE");
+	prctl(PR_GET_NAME, own_name, 0, 0, 0);
 	connect_runner(argv[1]);
 	send_key(argv[1], argv[2]);
 	char pid[16], uid[16];

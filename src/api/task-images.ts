@@ -11,6 +11,12 @@ export const MAX_TASK_IMAGES = 8;
 export const MAX_IMAGE_LENGTH = 512;
 /** The runner's env var naming each task container's image: {"task-1": "postgres:16"}. */
 export const TASK_CONTAINERS_ENV_VAR = "PLAYBOOK_TASK_CONTAINERS";
+/**
+ * The runner's env var naming each task container's user, one of its own each: {"task-1": 1000}.
+ * The runner takes an agent's hello only once it proved that user, and may then start a task
+ * before every agent said hello (docs/agent.md, "The connection").
+ */
+export const TASK_UIDS_ENV_VAR = "PLAYBOOK_TASK_UIDS";
 export const TASK_CONTAINER_PREFIX = "task-";
 
 const DOMAIN_COMPONENT = "[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?";
@@ -115,6 +121,14 @@ export function resolveTaskContainers(
 /** PLAYBOOK_TASK_CONTAINERS' value: {"task-1":"postgres:16",...}. */
 export function taskContainersEnv(containers: TaskContainers["containers"]): string {
   return JSON.stringify(Object.fromEntries(containers.map((c) => [c.name, c.image])));
+}
+
+/** PLAYBOOK_TASK_UIDS' value: {"task-1":1000,...}, each container's user by its index. */
+export function taskUidsEnv(
+  containers: TaskContainers["containers"],
+  uidOf: (index: number) => number,
+): string {
+  return JSON.stringify(Object.fromEntries(containers.map((c, index) => [c.name, uidOf(index)])));
 }
 
 /** The images the run's tasks use, for `playbook validate` and the status. */

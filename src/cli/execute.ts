@@ -18,6 +18,7 @@ import {
   openAgentRun,
   RUN_DIR_VAR,
   taskContainersFrom,
+  taskUidsFrom,
 } from "../pod-runner/agent-mode.js";
 import type { LocalRun } from "../pod-runner/local-run.js";
 import { runPlaybook } from "../pod-runner/run.js";
@@ -162,7 +163,8 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     if (containers) {
       const runDir = process.env[RUN_DIR_VAR] || DEFAULT_RUN_DIR;
       const helloMs = Number(process.env[AGENT_HELLO_VAR]) || DEFAULT_AGENT_HELLO_MS;
-      agentRun = await openAgentRun(containers, runDir, helloMs, options.taskContainers);
+      const uids = taskUidsFrom(process.env, containers) ?? undefined;
+      agentRun = await openAgentRun(containers, runDir, helloMs, options.taskContainers, uids);
       if (agentRun.problem) options.progressOut.write(`playbook: ${agentRun.problem}; nothing is run\n`);
     }
     if (options.images?.mode === "host") {

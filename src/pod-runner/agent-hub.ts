@@ -5,7 +5,17 @@
 
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import { EventEmitter } from "node:events";
-import { chmodSync, chownSync, closeSync, constants, mkdirSync, openSync, rmSync, writeSync } from "node:fs";
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  constants,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  writeSync,
+} from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
 import { dirname, join } from "node:path";
 import {
@@ -116,6 +126,11 @@ export interface AgentHub {
   readonly socketPath: string;
   /** Resolves when every expected container's agent said hello; rejects naming the missing ones. */
   ready(timeoutMs: number): Promise<void>;
+  /**
+   * Resolves to whether `container`'s agent said hello (and, with `uids`, proved its user) within
+   * `timeoutMs`; false at once when `signal` aborts.
+   */
+  readyFor(container: string, timeoutMs: number, signal?: AbortSignal): Promise<boolean>;
   agent(container: string): Agent;
   /** The agents that said hello, in that order. */
   agents(): Agent[];
@@ -135,6 +150,42 @@ export interface AgentHubOptions {
   group?: number;
   /** How long a connection may take to show its key and say hello (10 s). */
   helloMs?: number;
+  /**
+   * The user each container's agent runs as, where every container has a user of its own (a pod):
+   * a hello is taken only once its agent proved it runs as its container's user, so a task of
+   * another container that read the key cannot take the agent's place, and a task may start
+   * before every agent said hello (docs/agent.md, "The connection").
+   */
+  uids?: Readonly<Record<string, number>>;
+}
+
+/** A 15-character nonce of letters and digits (about 89 bits), which the agent takes as its name. */
+function newNonce(): string {
+  const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  return [...randomBytes(15)].map((byte) => alphabet[byte % alphabet.length]).join("");
+}
+
+/**
+ * Why the process a hello names is not proved to be its container's agent, or null when it is:
+ * its name and its user, read together in /proc/PID/status, must be the nonce sent on this
+ * connection alone and the container's user. A process's name is its own to set, so only a
+ * process of that user which took the nonce from this connection can show it.
+ */
+function proofProblem(pid: number, nonce: string, uid: number): string | null {
+  let status: string;
+  try {
+    status = readFileSync(`/proc/${pid}/status`, "latin1");
+  } catch {
+    return `its process (pid ${pid}) is not there`;
+  }
+  const uids = /^Uid:\t(\d+)\t(\d+)\t(\d+)\t(\d+)$/m.exec(status);
+  if (!uids || uids.slice(1).some((id) => Number(id) !== uid)) {
+    return `its process (pid ${pid}) does not run as the container's user ${uid}`;
+  }
+  if (/^Name:\t(.*)$/m.exec(status)?.[1] !== nonce) {
+    return `its process (pid ${pid}) did not show the nonce sent on its connection`;
+  }
+  return null;
 }
 
 /** A connection turned away before its hello was taken. */
@@ -233,6 +284,8 @@ class AgentConnection implements Agent {
     switch (frame.type) {
       case "hello":
         throw new AgentWireError(`second hello from container ${this.container}`);
+      case "named":
+        throw new AgentWireError(`proof from container ${this.container} after its hello was taken`);
       case "fenced":
         this.fences.shift()?.resolve(frame.alive);
         return;
@@ -382,6 +435,8 @@ export async function openAgentHub(socketPath: string, options: AgentHubOptions)
     let preamble: Buffer = Buffer.alloc(0);
     let container: string | null = null;
     let agent: AgentConnection | null = null;
+    /** The hello waiting for its agent's proof, and the nonce it was sent. */
+    let proving: { hello: Extract<AgentFrame, { type: "hello" }>; nonce: string } | null = null;
     let endReason = "connection closed";
     const reader = new FrameReader(MAX_HELLO_PAYLOAD);
     const settle = () => {
@@ -389,6 +444,26 @@ export async function openAgentHub(socketPath: string, options: AgentHubOptions)
       clearTimeout(timer);
       timer = undefined;
       waiting.delete(socket);
+    };
+    /** The hello is taken: the key is spent, and the connection is the container's agent. */
+    const take = (
+      name: string,
+      from: Socket,
+      hello: Extract<AgentFrame, { type: "hello" }>,
+      proved: boolean,
+    ): AgentConnection => {
+      // Two connections showed the key (one a task's that read it): the first proved is the agent.
+      if (agents.has(name)) throw new AgentRefusal(`container ${name}: its agent is connected already`);
+      settle();
+      keys.delete(name);
+      rmSync(join(keysDir, name), { force: true });
+      const taken = new AgentConnection(from, hello);
+      agents.set(name, taken);
+      reader.limit = MAX_PAYLOAD;
+      if (proved) from.write(encodeRunnerFrame({ type: "welcome" }));
+      if (agents.size === expected.size) stopListening();
+      for (const wake of helloWaiters) wake();
+      return taken;
     };
     let timer: NodeJS.Timeout | undefined = setTimeout(() => {
       refuse(`a connection that said no hello within ${helloMs} ms`);
@@ -411,19 +486,34 @@ export async function openAgentHub(socketPath: string, options: AgentHubOptions)
             agent.receive(decodeAgentFrame(code, payload));
             continue;
           }
+          const uid = options.uids?.[container];
+          if (proving) {
+            if (code !== "N")
+              throw new AgentRefusal(`container ${container}: no answer to the proof of its user`);
+            decodeAgentFrame(code, payload);
+            const problem = proofProblem(proving.hello.pid, proving.nonce, uid as number);
+            if (problem !== null) throw new AgentRefusal(`container ${container}: ${problem}`);
+            agent = take(container, socket, proving.hello, true);
+            continue;
+          }
           if (code !== "H") throw new AgentRefusal(`container ${container}: first frame is not hello`);
           const frame = decodeAgentFrame(code, payload);
           if (frame.type !== "hello" || frame.container !== container) {
             throw new AgentRefusal(`container ${container}: hello names another container than its key`);
           }
-          settle();
-          keys.delete(container);
-          rmSync(join(keysDir, container), { force: true });
-          agent = new AgentConnection(socket, frame);
-          agents.set(container, agent);
-          reader.limit = MAX_PAYLOAD;
-          if (agents.size === expected.size) stopListening();
-          for (const wake of helloWaiters) wake();
+          if (uid === undefined) {
+            agent = take(container, socket, frame, false);
+            continue;
+          }
+          if (frame.uid !== uid) {
+            throw new AgentRefusal(
+              `container ${container}: hello from user ${frame.uid}, not the container's ${uid}`,
+            );
+          }
+          // The key alone is not enough where tasks may run before every agent is in: a task of
+          // another container may have read it. The agent proves its user first.
+          proving = { hello: frame, nonce: newNonce() };
+          socket.write(encodeRunnerFrame({ type: "prove", nonce: proving.nonce }));
         }
       } catch (error) {
         const message = (error as Error).message;
@@ -480,6 +570,25 @@ export async function openAgentHub(socketPath: string, options: AgentHubOptions)
         };
         helloWaiters.add(check);
         check();
+      });
+    },
+    readyFor(container: string, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
+      return new Promise((resolve) => {
+        const done = (taken: boolean) => {
+          clearTimeout(timer);
+          helloWaiters.delete(check);
+          signal?.removeEventListener("abort", aborted);
+          resolve(taken);
+        };
+        const check = () => {
+          if (agents.has(container)) done(true);
+        };
+        const aborted = () => done(false);
+        const timer = setTimeout(() => done(false), timeoutMs);
+        helloWaiters.add(check);
+        signal?.addEventListener("abort", aborted, { once: true });
+        if (signal?.aborted) aborted();
+        else check();
       });
     },
     agent(container: string): Agent {

@@ -17,6 +17,8 @@ import { describeProcesses, isStopped, processesOf } from "./proc-tree.js";
 
 /** JSON object: task container name → its image. Set on the pod's runner container. */
 export const TASK_CONTAINERS_VAR = "PLAYBOOK_TASK_CONTAINERS";
+/** JSON object: task container name → the user its agent runs as, one of its own each. Set on the pod's runner container. */
+export const TASK_UIDS_VAR = "PLAYBOOK_TASK_UIDS";
 /** The directory shared with the task containers: the socket and the cancel files. */
 export const RUN_DIR_VAR = "PLAYBOOK_RUN_DIR";
 export const DEFAULT_RUN_DIR = "/playbook/run";
@@ -25,6 +27,14 @@ export const AGENT_HELLO_VAR = "PLAYBOOK_AGENT_HELLO_TIMEOUT_MS";
 export const DEFAULT_AGENT_HELLO_MS = 60_000;
 
 const TaskContainersSchema = z.record(z.string().min(1).max(63), z.string().min(1));
+const TaskUidsSchema = z.record(
+  z.string().min(1).max(63),
+  z
+    .number()
+    .int()
+    .min(1)
+    .max(2 ** 31 - 1),
+);
 
 /** What runPlaybook needs of agent mode. */
 export interface AgentRun {
@@ -48,28 +58,41 @@ export interface AgentRun {
   };
   /** containers whose agent did not say hello in time: the run starts nothing */
   missing?: readonly string[];
+  /**
+   * Where each container runs under a user of its own (a pod): waits, at most `withinMs` and the
+   * hello deadline, for `container`'s agent only, so a task starts once its own agent is in.
+   * Absent: every agent said hello before the run began (or never will).
+   */
+  arrive?(container: string, withinMs: number, signal?: AbortSignal): Promise<void>;
   /** per task (by index), its container as the controller resolved it (the plan's `tasks`) */
   taskContainers?: readonly string[];
 }
 
 /**
- * Opens the runner's socket in the run dir and waits, at most `helloMs`, for the agent of every
- * task container to say hello. The caller closes the hub once the run is over.
+ * Opens the runner's socket in the run dir. With `uids` (each container's user, one of its own
+ * each), an agent is taken once it proved its user, and each task waits for its own container's
+ * agent only (`arrive`), within `helloMs` of now. Without, it waits, at most `helloMs`, for the
+ * agent of every task container to say hello: a task that read another container's key could
+ * otherwise take that agent's place. The caller closes the hub once the run is over.
  */
 export async function openAgentRun(
   containers: Readonly<Record<string, string>>,
   runDir: string,
   helloMs: number,
   taskContainers?: readonly string[],
+  uids?: Readonly<Record<string, number>>,
 ): Promise<{ run: AgentRun; hub: AgentHub; problem?: string }> {
   mkdirSync(runDir, { recursive: true });
   const expect = Object.keys(containers);
-  const hub = await openAgentHub(join(runDir, "runner.sock"), { expect });
+  const hub = await openAgentHub(join(runDir, "runner.sock"), { expect, ...(uids ? { uids } : {}) });
+  const helloBy = performance.now() + helloMs;
   let problem: string | undefined;
-  try {
-    await hub.ready(helloMs);
-  } catch (error) {
-    problem = (error as Error).message;
+  if (!uids) {
+    try {
+      await hub.ready(helloMs);
+    } catch (error) {
+      problem = (error as Error).message;
+    }
   }
   const agentOf = (container: string): AgentLike | null => {
     try {
@@ -78,7 +101,8 @@ export async function openAgentRun(
       return null;
     }
   };
-  const missing = expect.filter((container) => agentOf(container) === null);
+  // With `uids`, none is missing yet: each task finds out whether its own agent came (`arrive`).
+  const missing = uids ? [] : expect.filter((container) => agentOf(container) === null);
   return {
     hub,
     ...(problem !== undefined ? { problem } : {}),
@@ -89,8 +113,51 @@ export async function openAgentRun(
       agents: () => hub.agents(),
       missing,
       ...(taskContainers ? { taskContainers } : {}),
+      ...(uids
+        ? {
+            async arrive(container: string, withinMs: number, signal?: AbortSignal) {
+              await hub.readyFor(
+                container,
+                Math.max(0, Math.min(withinMs, helloBy - performance.now())),
+                signal,
+              );
+            },
+          }
+        : {}),
     },
   };
+}
+
+/**
+ * Parses $PLAYBOOK_TASK_UIDS for `containers`; null when unset (every agent is then awaited before
+ * the first task). Each container must have a user, and no two the same: a proof of the user
+ * tells an agent from another container's tasks only where their users differ.
+ */
+export function taskUidsFrom(
+  env: NodeJS.ProcessEnv,
+  containers: Readonly<Record<string, string>>,
+): Record<string, number> | null {
+  const text = env[TASK_UIDS_VAR];
+  if (text === undefined || text === "") return null;
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new Error(`$${TASK_UIDS_VAR} is not JSON: ${text.slice(0, 200)}`);
+  }
+  const parsed = TaskUidsSchema.safeParse(json);
+  const names = Object.keys(containers);
+  if (
+    !parsed.success ||
+    names.some((name) => parsed.data[name] === undefined) ||
+    Object.keys(parsed.data).length !== names.length ||
+    new Set(Object.values(parsed.data)).size !== names.length
+  ) {
+    throw new Error(
+      `$${TASK_UIDS_VAR} must give each task container (${names.join(", ")}) a user id of its own, over 0: ${text.slice(0, 200)}`,
+    );
+  }
+  return parsed.data;
 }
 
 /** Parses $PLAYBOOK_TASK_CONTAINERS; null when unset (the pod runner runs tasks itself). */

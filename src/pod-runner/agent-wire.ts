@@ -29,14 +29,20 @@ export type AgentFrame =
   | { type: "closed"; id: number; stream: "out" | "err" }
   | { type: "exited"; id: number; code: number | null; signal: string | null }
   | { type: "fenced"; alive: number }
-  | { type: "error"; id: number | null; text: string };
+  | { type: "error"; id: number | null; text: string }
+  /** the agent took the runner's nonce as its process name (its answer to `prove`) */
+  | { type: "named" };
 
 /** What the runner tells an agent. */
 export type RunnerFrame =
   | { type: "start"; id: number; cwd: string; run: string; env: Record<string, string> }
   | { type: "kill"; target: KillTarget; signal: string }
   | { type: "fence"; spare: number[] }
-  | { type: "quit" };
+  | { type: "quit" }
+  /** before a hello is taken: take this nonce as your process name, and say so */
+  | { type: "prove"; nonce: string }
+  /** the hello is taken: the agent takes its own name back */
+  | { type: "welcome" };
 
 /** `-PGID` (a group), `PID` (one process) or `tree` (every descendant of the agent). */
 export type KillTarget = number | "tree";
@@ -50,8 +56,11 @@ const AGENT_CODES = {
   exited: "X",
   fenced: "F",
   error: "R",
+  named: "N",
 } as const;
-const RUNNER_CODES = { start: "S", kill: "K", fence: "Z", quit: "Q" } as const;
+const RUNNER_CODES = { start: "S", kill: "K", fence: "Z", quit: "Q", prove: "N", welcome: "W" } as const;
+/** A nonce the agent takes as its process name: at most 15 bytes (the kernel's TASK_COMM_LEN - 1). */
+export const NONCE_PATTERN = /^[A-Za-z0-9]{1,15}$/;
 
 const decimal = z.string().regex(/^\d+$/).transform(Number);
 const taskId = decimal.refine((n) => n <= 0xffffffff, "task id over 32 bits");
@@ -134,7 +143,11 @@ export function encodeRunnerFrame(message: RunnerFrame): Buffer {
     case "fence":
       return frame(code, textPayload(message.spare.map(String)));
     case "quit":
+    case "welcome":
       return frame(code, Buffer.alloc(0));
+    case "prove":
+      if (!NONCE_PATTERN.test(message.nonce)) throw new AgentWireError("bad nonce");
+      return frame(code, Buffer.from(message.nonce, "latin1"));
   }
 }
 
@@ -160,6 +173,13 @@ export function decodeRunnerFrame(code: string, payload: Buffer): RunnerFrame {
       };
     case "Q":
       return { type: "quit" };
+    case "N": {
+      const nonce = payload.toString("latin1");
+      if (!NONCE_PATTERN.test(nonce)) throw new AgentWireError("bad nonce frame");
+      return { type: "prove", nonce };
+    }
+    case "W":
+      return { type: "welcome" };
     default:
       throw new AgentWireError(`unknown runner frame type ${JSON.stringify(code)}`);
   }
@@ -206,6 +226,8 @@ export function encodeAgentFrame(message: AgentFrame): Buffer {
       return frame(code, textPayload([String(message.alive)]));
     case "error":
       return frame(code, textPayload([message.id === null ? "" : String(message.id), message.text]));
+    case "named":
+      return frame(code, Buffer.alloc(0));
   }
 }
 
@@ -253,6 +275,10 @@ export function decodeAgentFrame(code: string, payload: Buffer): AgentFrame {
       const [id, text] = parse(errorFields, fields(payload), "error");
       return { type: "error", id: id === "" ? null : id, text };
     }
+    case "N":
+      if (payload.length !== 0)
+        throw new AgentWireError(`named frame of ${payload.length} bytes is not empty`);
+      return { type: "named" };
     default:
       throw new AgentWireError(`unknown agent frame type ${JSON.stringify(code)}`);
   }

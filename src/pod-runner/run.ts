@@ -186,6 +186,16 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     for (const [index, task] of options.tasks.entries()) {
       const limits = options.limits.tasks[index] as TaskLimits;
       const outcome = outcomes[index] as TaskOutcome;
+      const container = agents
+        ? agents.local
+          ? agents.local.containerOf(index)
+          : containerOfTask(task, agents.containers, agents.taskContainers?.[index])
+        : null;
+      // Where each container runs under a user of its own, a task waits for its own container's
+      // agent only, not for every agent: the first task starts as soon as the first agent is in.
+      if (container !== null && agents?.arrive) {
+        await agents.arrive(container, Math.max(0, ceilingAt - performance.now()), options.cancelSignal);
+      }
       const stopped = stopBeforeStart();
       if (stopped) {
         // Stopped between tasks: this task is the one it kept from starting.
@@ -197,11 +207,6 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       }
       outcome.phase = "Running";
       outcome.startTime = new Date();
-      const container = agents
-        ? agents.local
-          ? agents.local.containerOf(index)
-          : containerOfTask(task, agents.containers, agents.taskContainers?.[index])
-        : null;
       const launcher = container !== null ? launcherOf?.(container) : undefined;
       // An agent that never said hello (the runner waited for every one) fails the run before
       // anything starts, on its first task, naming the container.
@@ -212,7 +217,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         outcome.completionTime = new Date();
         outcome.phase = "Failed";
         outcome.lostContainer = missing;
-        outcome.detail = `container ${missing} (image ${agents.containers[missing] ?? "unknown"}): its agent did not connect; nothing was run`;
+        outcome.detail = `container ${missing} (image ${agents.containers[missing] ?? "unknown"}): its agent did not connect; ${agents.arrive ? "the task was not run" : "nothing was run"}`;
         reason = "TaskFailed";
         emit({ type: "task-finished", index, outcome });
         break;

@@ -400,8 +400,13 @@ export function integritySuite({ setting, delivery, agentDir }: AgentLayout): vo
             {
               name: "kill-other",
               run: [
-                "for p in /proc/[0-9]*; do",
-                "  if tr '\\0' '\\n' < $p/cmdline 2>/dev/null | grep -qx task-2; then agent=$(basename $p); fi",
+                // The first task may start before task-2's agent is in: it looks until it is there.
+                "agent=",
+                "for i in $(seq 1 200); do",
+                "  for p in /proc/[0-9]*; do",
+                "    if tr '\\0' '\\n' < $p/cmdline 2>/dev/null | grep -qx task-2; then agent=$(basename $p); fi",
+                "  done",
+                '  [ -n "$agent" ] && break; sleep 0.05',
                 "done",
                 `echo "agent of task-2 uid $(awk '/^Uid:/ {print $2}' /proc/$agent/status)"`,
                 attempt("kill the agent of task-2", "kill -s KILL $agent"),
@@ -418,6 +423,31 @@ export function integritySuite({ setting, delivery, agentDir }: AgentLayout): vo
           "refused kill the agent of task-2",
         ]);
         expect(taskLines(logs, "in-busybox")).toEqual(["ran"]);
+      });
+
+      it("cannot take a later container's place on the agents' socket: what it starts with task-2's key is refused, and task-2's task runs in task-2 as its user", async () => {
+        const name = "impostor";
+        // The first task starts before task-2's agent is in, while task-2's key is still readable
+        // to the pod's group: it leaves the agent itself running as task-2's, under its own user.
+        const impostor = `${agentDir}/agent /playbook/run/runner.sock task-2`;
+        await createPlaybook(namespace, name, {
+          ceiling: "2m",
+          tasks: [
+            {
+              name: "steal",
+              run: `test -r /playbook/run/keys/task-2 && echo "key of task-2 readable"; (${impostor} > /workspace/impostor.log 2>&1; echo "impostor exit $?" >> /workspace/impostor.log) &`,
+            },
+            { name: "second", image: BUSYBOX_IMAGE, run: 'echo "ran as $(id -u)"' },
+          ],
+        });
+        const playbook = await waitForFinished(namespace, name, realNode.finishMs);
+        expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+        const logs = await runnerLogs(namespace, name);
+        // Not a vacuous pass: the first task ran while task-2's agent was not in yet.
+        expect(taskLines(logs, "steal")).toEqual(["key of task-2 readable"]);
+        // task-2's task reached task-2's agent only: an impostor taken in its place would have run
+        // it as user 1000.
+        expect(taskLines(logs, "second")).toEqual(["ran as 1001"]);
       });
 
       it("leaves nothing that reaches a later task in another container: its environment, its files and signals are refused", async () => {

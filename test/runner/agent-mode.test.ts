@@ -27,17 +27,18 @@ const canUnshare = spawnSync("unshare", ["-pf", "--mount-proc", "true"]).status 
 const AGENT = canUnshare ? agentBinary().agent : null;
 
 /**
- * The namespace's init: $1 agent, $2 run dir, $3 workspace, then the task containers, `--`, and
+ * The namespace's init: $1 agent, $2 run dir, $3 workspace, then per task container its name, the
+ * seconds its agent starts late and the command its agent runs under (its user), `--`, and
  * the runner's command. Its stderr says ALIVE for every recorded pid still alive after the run,
  * and AGENT-LEFT for an agent that did not quit.
  */
 const INIT = `
-agent=$1 run=$2 ws=$3 as=$4; shift 4
+agent=$1 run=$2 ws=$3; shift 3
 agents=""
 while [ "$1" != "--" ]; do
-  (cd "$ws" && IMAGE_ONLY="set in $1" exec $as "$agent" "$run/runner.sock" "$1") &
+  (sleep "$2"; cd "$ws" && IMAGE_ONLY="set in $1" exec $3 "$agent" "$run/runner.sock" "$1") &
   agents="$agents $!"
-  shift
+  shift 3
 done
 shift
 RUNNER_ONLY=yes "$@"
@@ -92,6 +93,14 @@ interface PodOptions {
    */
   asInPod?: boolean;
   /**
+   * As in a pod, each task container's agent under a user of its own (task-K as 1000 + K - 1,
+   * group 1000), which $PLAYBOOK_TASK_UIDS tells the runner: the runner proves each agent's user
+   * and starts each task once its own container's agent is in. Implies asInPod.
+   */
+  ownUsers?: boolean;
+  /** per container, the seconds its agent starts after the runner */
+  late?: Record<string, number>;
+  /**
    * A slow sink: the runner's stdout is read 64 KiB at a time every 2 ms, and only its size and
    * last bytes kept; `run.peak` is then the runner's peak memory (VmHWM) as last seen alive.
    */
@@ -135,6 +144,7 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
   const runDir = join(dir, "run");
   mkdirSync(runDir);
   const log = join(dir, "termination-log");
+  if (options.ownUsers) options.asInPod = true;
   if (options.asInPod) {
     // The pod's volumes: the run dir is the runner's (group 1000), the workspace the tasks'.
     chownSync(dir, RUNNER_UID, TASK_UID);
@@ -142,6 +152,8 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
     chownSync(runDir, RUNNER_UID, TASK_UID);
     chmodSync(runDir, 0o2770);
     chownSync(ws, TASK_UID, TASK_UID);
+    // The pod's group may write the workspace (fsGroup), whichever container's user a task has.
+    chmodSync(ws, 0o2775);
   }
   const init = join(dir, "init.sh");
   writeFileSync(init, INIT);
@@ -170,8 +182,13 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
       ws,
       // Each container of a pod is a session of its own (runc's init calls setsid): no container
       // may continue another's stopped process through the same-session rule of SIGCONT.
-      options.asInPod ? ["setsid", ...asUser(TASK_UID)].join(" ") : "",
-      ...started,
+      ...started.flatMap((name, index) => [
+        name,
+        String(options.late?.[name] ?? 0),
+        options.asInPod
+          ? ["setsid", ...asUser(options.ownUsers ? TASK_UID + index : TASK_UID)].join(" ")
+          : "",
+      ]),
       "--",
     ].concat([
       ...(options.asInPod ? ["setsid", ...asUser(RUNNER_UID)] : []),
@@ -188,6 +205,13 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
         PLAYBOOK_TASK_CONTAINERS: JSON.stringify(containers),
         PLAYBOOK_RUN_DIR: runDir,
         PLAYBOOK_AGENT_HELLO_TIMEOUT_MS: String(options.helloMs ?? 20_000),
+        ...(options.ownUsers
+          ? {
+              PLAYBOOK_TASK_UIDS: JSON.stringify(
+                Object.fromEntries(Object.keys(containers).map((name, index) => [name, TASK_UID + index])),
+              ),
+            }
+          : {}),
       },
       stdio: ["ignore", "pipe", "pipe"],
     },
@@ -574,6 +598,55 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report).toMatchObject({ phase: "Failed", reason: "TaskFailed", ct: "agents" });
     expect(run.report.tasks[0]).toMatchObject({ p: "Failed", k: "task-1", a: 2 });
     expect(run.report.tasks[0]?.m).toContain("task-1");
+  });
+
+  it("as in a pod, each container under its own user: the first task starts at its own agent's hello, while a later agent still connects, and the later task runs in its container as its user", async () => {
+    const ws = tempDir("agent-ws-");
+    const run = await runPod(
+      {
+        ownUsers: true,
+        late: { "task-2": 1.5 },
+        containers: { "task-1": "playbook.test/debian:1", "task-2": "playbook.test/static:1" },
+        planned: ["task-1", "task-2"],
+        tasks: [
+          // task-2's key is still there: its agent has not said hello yet.
+          { name: "first", run: `ls "$(dirname "$PLAYBOOK_CANCEL_FILE")/../keys" > ${ws}/keys-seen; id -u` },
+          { name: "second", run: "id -u" },
+        ],
+      },
+      ws,
+    );
+    expect(run.code).toBe(0);
+    expect(run.report.phase).toBe("Succeeded");
+    expect(readFileSync(join(ws, "keys-seen"), "utf8").split("\n")).toContain("task-2");
+    expect(run.stdout).toContain("[first] 1000");
+    expect(run.stdout).toContain("[second] 1001");
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+  });
+
+  it("as in a pod, each container under its own user: a later container whose agent never connects fails its own task, after the earlier ones ran", async () => {
+    const ws = tempDir("agent-ws-");
+    const run = await runPod(
+      {
+        ownUsers: true,
+        helloMs: 1000,
+        containers: { "task-1": "playbook.test/debian:1", "task-2": "playbook.test/static:1" },
+        planned: ["task-1", "task-2"],
+        absent: ["task-2"],
+        tasks: [
+          { name: "first", run: `touch ${ws}/ran` },
+          { name: "second", run: "true" },
+        ],
+      },
+      ws,
+    );
+    expect(run.code).toBe(1);
+    expect(readdirSync(ws)).toContain("ran");
+    expect(run.report.tasks[0]).toMatchObject({ p: "Succeeded" });
+    expect(run.report.tasks[1]).toMatchObject({ p: "Failed", k: "task-2" });
+    expect(run.report.tasks[1]?.m).toContain(
+      "container task-2 (image playbook.test/static:1): its agent did not connect; the task was not run",
+    );
   });
 
   it("fails the run naming a container whose agent never connects, running nothing", async () => {

@@ -1,7 +1,8 @@
-// Agent mode's small decisions: which container a task runs in, and $PLAYBOOK_TASK_CONTAINERS.
+// Agent mode's small decisions: which container a task runs in, $PLAYBOOK_TASK_CONTAINERS and
+// $PLAYBOOK_TASK_UIDS.
 import { describe, expect, it } from "vitest";
 import type { TaskSpec } from "../../src/api/playbook.js";
-import { containerOfTask, taskContainersFrom } from "../../src/pod-runner/agent-mode.js";
+import { containerOfTask, taskContainersFrom, taskUidsFrom } from "../../src/pod-runner/agent-mode.js";
 
 const task = (extra: object = {}) => ({ name: "t", run: "true", env: [], ...extra }) as unknown as TaskSpec;
 const containers = { "task-1": "playbook.test/debian:1", "task-2": "playbook.test/musl:1" };
@@ -29,5 +30,27 @@ describe("taskContainersFrom", () => {
   });
   it.each(["not json", "[]", "{}", '{"task-1": 3}'])("refuses %s, naming the variable", (text) => {
     expect(() => taskContainersFrom({ PLAYBOOK_TASK_CONTAINERS: text })).toThrow(/PLAYBOOK_TASK_CONTAINERS/);
+  });
+});
+
+describe("taskUidsFrom", () => {
+  it("is null when unset (every agent is awaited before the first task, as in a local run)", () => {
+    expect(taskUidsFrom({}, containers)).toBeNull();
+  });
+  it("parses each container's user", () => {
+    const uids = { "task-1": 1000, "task-2": 1001 };
+    expect(taskUidsFrom({ PLAYBOOK_TASK_UIDS: JSON.stringify(uids) }, containers)).toEqual(uids);
+  });
+  it.each([
+    ["not JSON", "nope"],
+    ["a container without a user", '{"task-1": 1000}'],
+    ["a container the run does not have", '{"task-1": 1000, "task-2": 1001, "task-3": 1002}'],
+    [
+      "two containers under one user: the proof could not tell them apart",
+      '{"task-1": 1000, "task-2": 1000}',
+    ],
+    ["root", '{"task-1": 0, "task-2": 1001}'],
+  ])("refuses %s, naming the variable", (_why, text) => {
+    expect(() => taskUidsFrom({ PLAYBOOK_TASK_UIDS: text }, containers)).toThrow(/PLAYBOOK_TASK_UIDS/);
   });
 });

@@ -31,6 +31,8 @@ describe("agent wire: the bytes of the contract", () => {
     ["kill of the tree", { type: "kill", target: "tree", signal: "SIGKILL" }, "K\0\0\0\x0ctree\0SIGKILL"],
     ["fence", { type: "fence", spare: [1, 23] }, "Z\0\0\0\x041\x0023"],
     ["quit", { type: "quit" }, "Q\0\0\0\0"],
+    ["the proof's nonce", { type: "prove", nonce: "aZ09aZ09aZ09aZ0" }, "N\0\0\0\x0faZ09aZ09aZ09aZ0"],
+    ["welcome", { type: "welcome" }, "W\0\0\0\0"],
   ])("encodes %s", (_name, frame, wire) => {
     expect(encodeRunnerFrame(frame).toString("latin1")).toBe(wire);
     expect(roundTripRunner(frame)).toEqual(frame);
@@ -63,6 +65,7 @@ describe("agent wire: the bytes of the contract", () => {
     ["fenced", "F\0\0\0\x010", { type: "fenced", alive: 0 }],
     ["error of a task", "R\0\0\0\x0e7\0chdir /x: no", { type: "error", id: 7, text: "chdir /x: no" }],
     ["error of no task", "R\0\0\0\x08\0refused", { type: "error", id: null, text: "refused" }],
+    ["the proof's answer", "N\0\0\0\0", { type: "named" }],
   ])("decodes %s", (_name, wire, frame) => {
     const [decoded] = new FrameReader().push(bytes(wire));
     if (!decoded) throw new Error("no frame");
@@ -111,10 +114,19 @@ describe("agent wire: the bytes of the contract", () => {
     ["a pid that is not a number", "P:1\0x", /bad started frame/],
     ["a stream other than out and err", "C:1\0both", /bad closed frame/],
     ["an output frame without its id", "O:\0\0", /no task id/],
+    ["a proof's answer with a payload", "N:x", /named frame of 1 bytes is not empty/],
   ])("refuses %s", (_name, frame, message) => {
     const [code = "", payload = ""] = frame.split(/:(.*)/s);
     expect(() => decodeAgentFrame(code, bytes(payload))).toThrow(message);
   });
+
+  it.each(["", "a-b", "sixteen-letters!", "abcdefghijklmnop"])(
+    "refuses %j as a nonce, which the agent takes as its process name (at most 15 letters and digits)",
+    (nonce) => {
+      expect(() => encodeRunnerFrame({ type: "prove", nonce })).toThrow(/bad nonce/);
+      expect(() => decodeRunnerFrame("N", bytes(nonce))).toThrow(/bad nonce/);
+    },
+  );
 
   it("refuses a field that holds a NUL and an env name with =", () => {
     expect(() => encodeRunnerFrame({ type: "start", id: 1, cwd: "/", run: "a\0b", env: {} })).toThrow(/NUL/);

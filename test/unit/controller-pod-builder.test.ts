@@ -152,6 +152,7 @@ describe("the pod of an attempt", () => {
       { name: "PLAYBOOK_TASK_CONTAINERS", value: JSON.stringify({ "task-1": "runner:1" }) },
       // What is left of the ceiling at the build, a duration the runner counts on its node's clock.
       { name: "PLAYBOOK_CEILING_LEFT_MS", value: "600000" },
+      { name: "PLAYBOOK_TASK_UIDS", value: JSON.stringify({ "task-1": 1000 }) },
     ]);
     expect(container.volumeMounts).toEqual([
       { name: "plan", mountPath: "/run/playbook", readOnly: true },
@@ -267,6 +268,13 @@ describe("the pod of a Playbook whose tasks name their images", () => {
         "task-3": "amazon/aws-cli:2",
       }),
     );
+    // Each container's user, which its agent proves before the runner takes its hello.
+    expect(
+      (runner.env as { name: string; value: string }[]).find((e) => e.name === "PLAYBOOK_TASK_UIDS")?.value,
+    ).toBe(JSON.stringify({ "task-1": 1000, "task-2": 1001, "task-3": 1002 }));
+    expect(containers.slice(1).map((c) => (c.securityContext as { runAsUser?: number }).runAsUser)).toEqual([
+      1000, 1001, 1002,
+    ]);
   });
 
   it("tells the runner each task's container in the plan", () => {

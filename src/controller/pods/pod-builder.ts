@@ -22,8 +22,10 @@ import type { PodSettings } from "../../api/policy.js";
 import {
   resolveTaskContainers,
   TASK_CONTAINERS_ENV_VAR,
+  TASK_UIDS_ENV_VAR,
   type TaskContainers,
   taskContainersEnv,
+  taskUidsEnv,
 } from "../../api/task-images.js";
 import {
   ANNOTATION_RUN_START,
@@ -44,6 +46,7 @@ import {
   TASK_GID,
   TASK_UID,
   taskContainers,
+  taskContainerUid,
   taskVolumes,
 } from "./task-containers.js";
 
@@ -184,6 +187,7 @@ export function buildPod(request: PodRequest): PodManifest {
       { name: TASK_CONTAINERS_ENV_VAR, value: taskContainersEnv(tasks.containers) },
       // What is left of the ceiling now: the runner counts it on its node's own clock.
       { name: CEILING_LEFT_ENV_VAR, value: String(ceilingLeftMs(limits, request.runStart, request.now)) },
+      { name: TASK_UIDS_ENV_VAR, value: taskUidsEnv(tasks.containers, taskContainerUid) },
     ],
     volumeMounts: [
       { name: PLAN_VOLUME, mountPath: PLAN_MOUNT_DIR, readOnly: true },
