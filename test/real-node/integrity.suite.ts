@@ -426,28 +426,35 @@ export function integritySuite({ setting, delivery, agentDir }: AgentLayout): vo
       });
 
       it("cannot take a later container's place on the agents' socket: what it starts with task-2's key is refused, and task-2's task runs in task-2 as its user", async () => {
-        const name = "impostor";
         // The first task starts before task-2's agent is in, while task-2's key is still readable
         // to the pod's group: it leaves the agent itself running as task-2's, under its own user.
+        // Whether task-2's agent is in yet depends on when the kubelet starts its container and
+        // the runner listens: a run where it already was tried nothing, and another is made, up
+        // to six, so that the attack is made at least once (and every run's outcome is checked).
         const impostor = `${agentDir}/agent /playbook/run/runner.sock task-2`;
-        await createPlaybook(namespace, name, {
-          ceiling: "2m",
-          tasks: [
-            {
-              name: "steal",
-              run: `test -r /playbook/run/keys/task-2 && echo "key of task-2 readable"; (${impostor} > /workspace/impostor.log 2>&1; echo "impostor exit $?" >> /workspace/impostor.log) &`,
-            },
-            { name: "second", image: BUSYBOX_IMAGE, run: 'echo "ran as $(id -u)"' },
-          ],
-        });
-        const playbook = await waitForFinished(namespace, name, realNode.finishMs);
-        expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
-        const logs = await runnerLogs(namespace, name);
-        // Not a vacuous pass: the first task ran while task-2's agent was not in yet.
-        expect(taskLines(logs, "steal")).toEqual(["key of task-2 readable"]);
-        // task-2's task reached task-2's agent only: an impostor taken in its place would have run
-        // it as user 1000.
-        expect(taskLines(logs, "second")).toEqual(["ran as 1001"]);
+        let attacked = 0;
+        for (let round = 1; round <= 6 && attacked === 0; round++) {
+          const name = `impostor-${round}`;
+          await createPlaybook(namespace, name, {
+            ceiling: "2m",
+            tasks: [
+              {
+                name: "steal",
+                run: `test -r /playbook/run/keys/task-2 && echo "key of task-2 readable"; (${impostor} > /workspace/impostor.log 2>&1; echo "impostor exit $?" >> /workspace/impostor.log) &`,
+              },
+              { name: "second", image: BUSYBOX_IMAGE, run: 'echo "ran as $(id -u)"' },
+            ],
+          });
+          const playbook = await waitForFinished(namespace, name, realNode.finishMs);
+          expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+          const logs = await runnerLogs(namespace, name);
+          // task-2's task reached task-2's agent only: an impostor taken in its place would have
+          // run it as user 1000.
+          expect(taskLines(logs, "second")).toEqual(["ran as 1001"]);
+          if (taskLines(logs, "steal").includes("key of task-2 readable")) attacked = round;
+        }
+        // Not a vacuous pass: in one run the first task ran while task-2's agent was not in yet.
+        expect(attacked, "a run whose first task found task-2's key").toBeGreaterThan(0);
       });
 
       it("leaves nothing that reaches a later task in another container: its environment, its files and signals are refused", async () => {
