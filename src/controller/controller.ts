@@ -582,12 +582,12 @@ export class PlaybookController {
 
   private async decideAndApply(input: ReconcileInput): Promise<{ requeueAfterMs?: number }> {
     const { playbook } = input;
-    const starts = this.writer.unrecordedStarts();
+    const start = this.writer.unrecordedStart(playbook.metadata.uid ?? "");
     let withRules: ReconcileInput = {
       ...input,
       rules: this.governor.rulesFor(playbook.metadata.namespace ?? ""),
       takenPodNames: this.takenPodNames(playbook),
-      ...(starts.size > 0 ? { unrecordedStarts: starts } : {}),
+      ...(start ? { unrecordedStart: start } : {}),
     };
     for (;;) {
       const decision = decide(withRules);

@@ -41,11 +41,11 @@ export interface ReconcileInput {
    */
   takenPodNames?: readonly string[];
   /**
-   * The start records of first pods this controller created and no status records yet (the record
-   * rides on the run's next status write), by Playbook UID: the run is decided as if it were
+   * The start record of the first pod this controller created for this run and no status records
+   * yet (the record rides on the run's next status write): the run is decided as if it were
    * written, so a first pod lost before its record still counts, and is the one the run reads.
    */
-  unrecordedStarts?: ReadonlyMap<string, StartRecord>;
+  unrecordedStart?: StartRecord;
 }
 
 /** What a first pod's create puts on record: the run's start, its pod and its plan. */

@@ -3,6 +3,7 @@ import { exitCodeForReason } from "../../src/api/exit-codes.js";
 import { resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema, type PlaybookStatus } from "../../src/api/playbook.js";
 import { encodeReport, type RunOutcome } from "../../src/api/report.js";
+import type { Decision } from "../../src/controller/decision.js";
 import type { PodView, StoredPlaybook } from "../../src/controller/objects.js";
 import { planDefaults } from "../../src/controller/plan-digest.js";
 import type { ReconcileSettings } from "../../src/controller/playbook/reconcile.js";
@@ -113,4 +114,18 @@ export function report(
   outcome: Partial<RunOutcome> & Pick<RunOutcome, "reason" | "phase" | "tasks">,
 ): string {
   return encodeReport({ startTime: T0, completionTime: at(60), ...outcome });
+}
+
+/**
+ * The status a run shows once its start record is written: what the first decision put on record
+ * (its status, or the record a first create leaves pending), with the pod of attempt `attempts`
+ * as pod() names it (the writer adds the UID).
+ */
+export function recordedStatus(first: Decision, attempts = 1): PlaybookStatus {
+  return {
+    ...((first.status ?? first.pending) as PlaybookStatus),
+    podAttempts: attempts,
+    podName: `nightly-${attempts}`,
+    podUID: `pod-uid-${attempts}`,
+  };
 }

@@ -3,7 +3,16 @@ import { describe, expect, it } from "vitest";
 import type { TaskOutcome } from "../../src/api/report.js";
 import { ControllerMetrics } from "../../src/controller/metrics.js";
 import { decide, type FinishedRun } from "../../src/controller/playbook/reconcile.js";
-import { at, exitCodeOf, playbook, pod, report, SETTINGS, T0 } from "./controller-fixtures.js";
+import {
+  at,
+  exitCodeOf,
+  playbook,
+  pod,
+  recordedStatus,
+  report,
+  SETTINGS,
+  T0,
+} from "./controller-fixtures.js";
 import { labelNamesOf, sample } from "./metrics-text.js";
 
 const task = (name: string, outcome: Partial<TaskOutcome>): TaskOutcome => ({
@@ -18,10 +27,7 @@ const task = (name: string, outcome: Partial<TaskOutcome>): TaskOutcome => ({
 /** What the controller records when the runner reports this run, its pod started at T0. */
 function finishedRun(outcome: Parameters<typeof report>[0], endSeconds: number, labels = {}): FinishedRun {
   const first = decide({ playbook: playbook(), pods: [], now: T0, settings: SETTINGS });
-  const stored = playbook(
-    {},
-    { ...(first.status ?? first.pending), podAttempts: 1, podName: "nightly-1", podUID: "pod-uid-1" },
-  );
+  const stored = playbook({}, recordedStatus(first));
   stored.metadata.labels = labels;
   const phase = outcome.reason === "Succeeded" ? "Succeeded" : "Failed";
   const ended = pod(1, {

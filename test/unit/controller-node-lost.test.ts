@@ -6,7 +6,7 @@ import type { PlaybookStatus } from "../../src/api/playbook.js";
 import type { PodView } from "../../src/controller/objects.js";
 import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
 import { NODE_SILENCE_MS, nodeSilenceOf } from "../../src/controller/pods/node-lost.js";
-import { at, playbook, pod, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
+import { at, playbook, pod, recordedStatus, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
 
 function input(partial: Partial<ReconcileInput>): ReconcileInput {
   return { playbook: playbook(), pods: [], now: T0, settings: SETTINGS, ...partial };
@@ -14,12 +14,7 @@ function input(partial: Partial<ReconcileInput>): ReconcileInput {
 
 function started(spec: Record<string, unknown> = {}): PlaybookStatus {
   const first = decide(input({ playbook: playbook(spec) }));
-  return {
-    ...((first.status ?? first.pending) as PlaybookStatus),
-    podAttempts: 1,
-    podName: "nightly-1",
-    podUID: "pod-uid-1",
-  };
+  return recordedStatus(first);
 }
 
 const succeeded = (status: PlaybookStatus | null | undefined) =>

@@ -3,7 +3,17 @@ import type { PlaybookStatus } from "../../src/api/playbook.js";
 import type { TaskOutcome } from "../../src/api/report.js";
 import type { PodView } from "../../src/controller/objects.js";
 import { type Decision, decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
-import { at, exitCodeOf, playbook, pod, report, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
+import {
+  at,
+  exitCodeOf,
+  playbook,
+  pod,
+  recordedStatus,
+  report,
+  SETTINGS,
+  SPEC,
+  T0,
+} from "./controller-fixtures.js";
 
 const succeeded = (condition: PlaybookStatus | null | undefined) =>
   condition?.conditions?.find((c) => c.type === "Succeeded");
@@ -18,12 +28,7 @@ function input(partial: Partial<ReconcileInput>): ReconcileInput {
 function started(attempts = 1, spec: Record<string, unknown> = {}): PlaybookStatus {
   const first = decide(input({ playbook: playbook(spec) }));
   // The start record as the first status write after the create leaves it (the writer adds the UID).
-  return {
-    ...((first.status ?? first.pending) as PlaybookStatus),
-    podAttempts: attempts,
-    podName: `nightly-${attempts}`,
-    podUID: `pod-uid-${attempts}`,
-  };
+  return recordedStatus(first, attempts);
 }
 
 const task = (name: string, outcome: Partial<TaskOutcome>): TaskOutcome => ({

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
 import type { PodView } from "../../src/controller/objects.js";
 import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
-import { at, playbook, pod, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
+import { at, playbook, pod, recordedStatus, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
 
 const succeeded = (status: PlaybookStatus | null | undefined) =>
   status?.conditions?.find((c) => c.type === "Succeeded");
@@ -18,12 +18,7 @@ function input(partial: Partial<ReconcileInput>): ReconcileInput {
 /** The status after the given attempt's pod was created; the run started at T0. */
 function started(spec: Record<string, unknown> = {}, attempts = 1): PlaybookStatus {
   const first = decide(input({ playbook: playbook(spec) }));
-  return {
-    ...((first.status ?? first.pending) as PlaybookStatus),
-    podAttempts: attempts,
-    podName: `nightly-${attempts}`,
-    podUID: `pod-uid-${attempts}`,
-  };
+  return recordedStatus(first, attempts);
 }
 
 /** A pod the API server created at `createdAt` that no node has started. */
@@ -108,12 +103,7 @@ describe("a pod that does not start", () => {
     const spec = { ...SPEC, tasks: [{ name: "dump", run: "pg_dump", image: "postgres:16" }] };
     const settings = { ...SETTINGS, allowedImages: ["postgres:16"] };
     const first = decide({ ...input({ playbook: playbook(spec) }), settings });
-    const status = {
-      ...((first.status ?? first.pending) as PlaybookStatus),
-      podAttempts: 1,
-      podName: "nightly-1",
-      podUID: "pod-uid-1",
-    };
+    const status = recordedStatus(first);
     const decideAt = (pod: PodView, seconds: number) =>
       decide({
         ...input({ playbook: playbook(spec, structuredClone(status)), pods: [pod], now: at(seconds) }),

@@ -6,7 +6,7 @@
 import { describe, expect, it } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
 import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
-import { at, playbook, pod, report, SETTINGS, T0 } from "./controller-fixtures.js";
+import { at, playbook, pod, recordedStatus, report, SETTINGS, T0 } from "./controller-fixtures.js";
 
 function input(partial: Partial<ReconcileInput>): ReconcileInput {
   return { playbook: playbook(), pods: [], now: T0, settings: SETTINGS, ...partial };
@@ -14,12 +14,7 @@ function input(partial: Partial<ReconcileInput>): ReconcileInput {
 
 function started(): PlaybookStatus {
   const first = decide(input({}));
-  return {
-    ...(first.status ?? first.pending),
-    podAttempts: 1,
-    podName: "nightly-1",
-    podUID: "pod-uid-1",
-  } as PlaybookStatus;
+  return recordedStatus(first);
 }
 
 describe("an OOM kill in a pod", () => {

@@ -17,7 +17,7 @@ import { ControllerMetrics } from "../../src/controller/metrics.js";
 import type { StoredPlaybook } from "../../src/controller/objects.js";
 import { type Action, decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
 import { slotState } from "../../src/controller/policy/policy-queue.js";
-import { playbook, SETTINGS, T0 } from "./controller-fixtures.js";
+import { playbook, recordedStatus, SETTINGS, T0 } from "./controller-fixtures.js";
 
 const CLUSTER = { runnerImage: "runner:test", allowedServiceAccounts: [], allowedImages: [] };
 
@@ -156,12 +156,7 @@ describe("a Playbook under its namespace's policy", () => {
 
   it("does not refuse a running pod under a policy edited after its start", () => {
     const first = decide(input({ playbook: playbook({ ceiling: "30m" }), rules }));
-    const status = {
-      ...(first.status ?? first.pending),
-      podAttempts: 1,
-      podName: "nightly-1",
-      podUID: "pod-uid-1",
-    } as PlaybookStatus;
+    const status = recordedStatus(first);
     const built = createdPod(first.actions);
     const running = {
       ...built,
@@ -178,12 +173,7 @@ describe("a Playbook under its namespace's policy", () => {
 
   it("checks a pod re-created after a loss against the policy as it is then: one no longer allowed is not created", () => {
     const first = decide(input({ playbook: playbook({ serviceAccountName: "deployer" }), rules }));
-    const status = {
-      ...(first.status ?? first.pending),
-      podAttempts: 1,
-      podName: "nightly-1",
-      podUID: "pod-uid-1",
-    } as PlaybookStatus;
+    const status = recordedStatus(first);
     expect(status.planDigest).toMatch(/^sha256:[0-9a-f]{64}$/);
     const narrower = governed({ allowedServiceAccounts: ["default"] });
     const lost = decide(
@@ -206,12 +196,7 @@ describe("a run whose pod was lost after its policy changed", () => {
   it("re-creates the pod with the policy's limits the run started with", () => {
     const before = governed({ defaults: { ceiling: "20m", stall: "2m" } });
     const first = decide(input({ playbook: playbook({ ceiling: undefined }), rules: before }));
-    const status = {
-      ...(first.status ?? first.pending),
-      podAttempts: 1,
-      podName: "nightly-1",
-      podUID: "pod-uid-1",
-    } as PlaybookStatus;
+    const status = recordedStatus(first);
     const after = governed({ defaults: { ceiling: "5m", stall: "10s" } });
     const decision = decide(
       input({

@@ -17,7 +17,7 @@ import {
   type TaskOutcome,
 } from "../../src/api/report.js";
 import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
-import { at, playbook, pod, SETTINGS, T0 } from "./controller-fixtures.js";
+import { at, playbook, pod, recordedStatus, SETTINGS, T0 } from "./controller-fixtures.js";
 
 const SEED = Number(process.env.PROPERTY_SEED ?? 20261130);
 const RUNS = 150;
@@ -32,12 +32,7 @@ function input(partial: Partial<ReconcileInput>): ReconcileInput {
 
 const started = (): PlaybookStatus => {
   const first = decide(input({}));
-  return {
-    ...((first.status ?? first.pending) as PlaybookStatus),
-    podAttempts: 1,
-    podName: "nightly-1",
-    podUID: "pod-uid-1",
-  };
+  return recordedStatus(first);
 };
 
 /** The runner's exit code after writing `message`: its report's reason's, else 1 (it failed). */

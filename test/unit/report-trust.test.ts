@@ -10,7 +10,7 @@ import { ControllerMetrics } from "../../src/controller/metrics.js";
 import type { ContainerTerminated, PodView } from "../../src/controller/objects.js";
 import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
 import { CLOCK_SLACK_MS, type DistrustWhy, judgeReport } from "../../src/controller/pods/report-trust.js";
-import { at, playbook, pod, report, SETTINGS, T0 } from "./controller-fixtures.js";
+import { at, playbook, pod, recordedStatus, report, SETTINGS, T0 } from "./controller-fixtures.js";
 import { sample } from "./metrics-text.js";
 
 const POSTGRES = "postgres:16";
@@ -323,12 +323,7 @@ describe("a report the controller does not trust", () => {
   }
   const started = (): PlaybookStatus => {
     const first = decide(input({}));
-    return {
-      ...((first.status ?? first.pending) as PlaybookStatus),
-      podAttempts: 1,
-      podName: "nightly-1",
-      podUID: "pod-uid-1",
-    };
+    return recordedStatus(first);
   };
   const decideEnded = (c: Pick<Case, "runner" | "task2" | "outcome">) =>
     decide(

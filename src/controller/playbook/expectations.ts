@@ -77,9 +77,9 @@ export class WriteExpectations {
     this.unrecorded.delete(playbookUid);
   }
 
-  /** The start records not written yet, by Playbook UID. */
-  unrecordedStarts(): ReadonlyMap<string, StartRecord> {
-    return new Map([...this.unrecorded].map(([uid, entry]) => [uid, entry.record]));
+  /** The start record of a Playbook not written yet: one lookup per pass, no copy. */
+  unrecordedStart(playbookUid: string): StartRecord | undefined {
+    return this.unrecorded.get(playbookUid)?.record;
   }
 
   /** The writer wrote the Playbook's status over this resourceVersion. */

@@ -68,7 +68,7 @@ export function decide(stored: ReconcileInput): Decision {
  * written yet) were on it: the record rides on the run's next status write.
  */
 function withUnrecordedStart(input: ReconcileInput): ReconcileInput {
-  const record = input.unrecordedStarts?.get(input.playbook.metadata.uid ?? "");
+  const record = input.unrecordedStart;
   const status = input.playbook.status;
   if (!record || status?.startTime !== undefined || isFinished(status)) return input;
   return { ...input, playbook: { ...input.playbook, status: { ...status, ...record } } };

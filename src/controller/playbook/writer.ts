@@ -87,9 +87,9 @@ export class PlaybookWriter {
     return this.expectations.isBehind(playbook);
   }
 
-  /** The start records of first pods this writer created and no status holds yet, by Playbook UID. */
-  unrecordedStarts(): ReadonlyMap<string, StartRecord> {
-    return this.expectations.unrecordedStarts();
+  /** The start record of the first pod this writer created for a Playbook, while no status holds it. */
+  unrecordedStart(playbookUid: string): StartRecord | undefined {
+    return this.expectations.unrecordedStart(playbookUid);
   }
 
   async apply(playbook: StoredPlaybook, decision: Decision): Promise<void> {
