@@ -2,7 +2,6 @@
 // (issue 33): Replace whose replacement a ResourceQuota refuses keeps the run it would have
 // cancelled, and a controller that has just taken over with a Playbook cache that has not seen the
 // active run still skips a time under Forbid.
-import type { CoreV1Event } from "@kubernetes/client-node";
 import { pino } from "pino";
 import { afterAll, describe, expect, it } from "vitest";
 import {
@@ -13,31 +12,19 @@ import {
 } from "../../src/api/cron-playbook.js";
 import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
 import { CronController } from "../../src/controller/cron/cron-controller.js";
-import type { Clock } from "../../src/runtime/clock.js";
 import { EventRecorder, eventApiOf } from "../../src/runtime/events.js";
 import { makeClients } from "../../src/runtime/kube-config.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { SETTINGS } from "../unit/controller-fixtures.js";
+import { cronEvents, MovableClock, runsOf } from "./cron-support.js";
 import {
   clients,
   eventually,
   getPlaybook,
-  kubectl,
   type RunningController,
   sleep,
   startController,
 } from "./support.js";
-
-/** The controller's schedule clock: real time plus an offset the test sets. */
-class MovableClock implements Clock {
-  private offsetMs = 0;
-  now(): Date {
-    return new Date(Date.now() + this.offsetMs);
-  }
-  moveTo(at: Date): void {
-    this.offsetMs = at.getTime() - Date.now();
-  }
-}
 
 const { core, custom, kubeConfig } = clients();
 const namespaces: string[] = [];
@@ -78,33 +65,6 @@ async function createCron(ns: string, name: string, spec: Record<string, unknown
 
 async function getCron(ns: string, name: string): Promise<CronObject> {
   return (await custom.getNamespacedCustomObject({ ...cronApi, namespace: ns, name })) as CronObject;
-}
-
-async function runsOf(ns: string, name: string): Promise<string[]> {
-  const { stdout } = await kubectl([
-    "-n",
-    ns,
-    "get",
-    "pb",
-    "-l",
-    `${LABEL_CRON_PLAYBOOK}=${name}`,
-    "-o",
-    "json",
-  ]);
-  return (JSON.parse(stdout) as { items: { metadata: { name: string } }[] }).items
-    .map((i) => i.metadata.name)
-    .sort();
-}
-
-async function cronEvents(ns: string, name: string, reason: string): Promise<CoreV1Event[]> {
-  return eventually(`event ${reason} of cronplaybook ${ns}/${name}`, async () => {
-    const { items } = await core.listNamespacedEvent({
-      namespace: ns,
-      fieldSelector: `involvedObject.name=${name},involvedObject.kind=CronPlaybook`,
-    });
-    const found = items.filter((e) => e.reason === reason);
-    return found.length > 0 ? found : undefined;
-  });
 }
 
 /** The top of the hour `hours` after the CronPlaybook's creation (the first is 1). */

@@ -2,7 +2,6 @@
 // controller's scheduleClock; its Playbook runs keep the real clock), and a resync makes the
 // controller look at once, so an hourly schedule's times come in seconds; one test waits for a
 // real minute. The runs' pods are bound to the scripted node: the tests write their lives.
-import type { CoreV1Event } from "@kubernetes/client-node";
 import { afterAll, describe, expect, it } from "vitest";
 import {
   ANNOTATION_SCHEDULED_AT,
@@ -16,6 +15,7 @@ import { GROUP, VERSION } from "../../src/api/playbook.js";
 import type { Clock } from "../../src/runtime/clock.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { exceedDeadline } from "../harness/scripted-node.js";
+import { cronEvents, MovableClock, runsOf } from "./cron-support.js";
 import { podOf, succeedRun } from "./scripted-runs.js";
 import {
   clients,
@@ -29,17 +29,6 @@ import {
   startController,
   waitForFinished,
 } from "./support.js";
-
-/** The controller's schedule clock: real time plus an offset the test sets. */
-class MovableClock implements Clock {
-  private offsetMs = 0;
-  now(): Date {
-    return new Date(Date.now() + this.offsetMs);
-  }
-  moveTo(at: Date): void {
-    this.offsetMs = at.getTime() - Date.now();
-  }
-}
 
 const { core, custom } = clients();
 const namespaces: string[] = [];
@@ -105,33 +94,6 @@ async function waitForCron(ns: string, name: string, what: string, check: (cron:
   return eventually(`cronplaybook ${ns}/${name} ${what}`, async () => {
     const cron = await getCron(ns, name);
     return check(cron) ? cron : undefined;
-  });
-}
-
-async function runsOf(ns: string, name: string): Promise<string[]> {
-  const { stdout } = await kubectl([
-    "-n",
-    ns,
-    "get",
-    "pb",
-    "-l",
-    `${LABEL_CRON_PLAYBOOK}=${name}`,
-    "-o",
-    "json",
-  ]);
-  return (JSON.parse(stdout) as { items: { metadata: { name: string } }[] }).items
-    .map((i) => i.metadata.name)
-    .sort();
-}
-
-async function cronEvents(ns: string, name: string, reason: string): Promise<CoreV1Event[]> {
-  return eventually(`event ${reason} of cronplaybook ${ns}/${name}`, async () => {
-    const { items } = await core.listNamespacedEvent({
-      namespace: ns,
-      fieldSelector: `involvedObject.name=${name},involvedObject.kind=CronPlaybook`,
-    });
-    const found = items.filter((e) => e.reason === reason);
-    return found.length > 0 ? found : undefined;
   });
 }
 
