@@ -212,6 +212,10 @@ export const TaskStatusSchema = z.looseObject({
   startTime: Time.optional(),
   completionTime: Time.optional(),
   message: z.string().optional(),
+  /** CPU seconds (user + system) the task's last attempt used, as the runner measured them */
+  cpuSeconds: z.number().min(0).optional(),
+  /** the peak resident memory of the task's last attempt (its largest process), in bytes */
+  peakMemoryBytes: z.number().int().min(0).optional(),
 });
 export type TaskStatus = z.infer<typeof TaskStatusSchema>;
 

@@ -59,6 +59,10 @@ export const ReportTaskSchema = z.strictObject({
     .string()
     .regex(/^task-[1-9][0-9]*$/, "must be a task container's name, task-K")
     .optional(),
+  /** CPU time of the last attempt, user + system, in ms (wait4's rusage of its shell and what it reaped) */
+  cpu: z.number().int().min(0).optional(),
+  /** peak resident memory of the last attempt in KiB (rusage's ru_maxrss: its largest process) */
+  mem: z.number().int().min(0).optional(),
 });
 export type ReportTask = z.infer<typeof ReportTaskSchema>;
 
@@ -105,6 +109,10 @@ export interface TaskOutcome {
   onHost?: boolean;
   /** the task container (task-K) that ended under the task, failing it (agent mode) */
   lostContainer?: string;
+  /** CPU seconds (user + system) of the last attempt, where the runner could measure them */
+  cpuSeconds?: number;
+  /** peak resident memory of the last attempt in bytes, where the runner could measure it */
+  peakMemoryBytes?: number;
 }
 
 export interface RunOutcome {
@@ -145,6 +153,8 @@ function toReportTask(task: TaskOutcome, start: number): ReportTask {
   if (task.detail) out.m = task.detail;
   if (task.onHost) out.h = 1;
   if (task.lostContainer) out.k = task.lostContainer;
+  if (task.cpuSeconds !== undefined) out.cpu = Math.max(0, Math.round(task.cpuSeconds * 1000));
+  if (task.peakMemoryBytes !== undefined) out.mem = Math.max(0, Math.round(task.peakMemoryBytes / 1024));
   return out;
 }
 
@@ -179,7 +189,7 @@ export function encodeReport(outcome: RunOutcome, maxBytes = REPORT_MAX_BYTES): 
   const steps: ((task: ReportTask, index: number) => ReportTask)[] = [
     (task) => (task.m ? { ...task, m: truncate(task.m, 120) } : task),
     (task, i) => (i === deciding ? task : { ...task, m: undefined }),
-    (task, i) => (i === deciding ? task : { ...task, t: undefined }),
+    (task, i) => (i === deciding ? task : { ...task, t: undefined, cpu: undefined, mem: undefined }),
   ];
   let report = base;
   for (const [level, step] of steps.entries()) {
@@ -425,6 +435,8 @@ export function expandReport(
       status.startTime = new Date(start + task.t[0]).toISOString();
       status.completionTime = new Date(start + task.t[1]).toISOString();
     }
+    if (task.cpu !== undefined) status.cpuSeconds = task.cpu / 1000;
+    if (task.mem !== undefined) status.peakMemoryBytes = task.mem * 1024;
     const described = describeTask(task, index, limits, context);
     const message = task.h ? `${described ? `${described}; ` : ""}${ON_HOST_NOTE}` : described;
     if (message) status.message = message;
