@@ -307,7 +307,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report).toMatchObject({ phase: "Succeeded", reason: "Succeeded", ct: "agents" });
     expect(run.stdout).toContain(`[hello] hello from ${run.workspace}`);
     expect(run.stdout).toContain("[hello] warn");
-    expect(run.stderr).toContain(
+    expect(run.stdout).toContain(
       "containment: agents in 1 task container(s) (task-1: playbook.test/debian:1)",
     );
   });
@@ -411,7 +411,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
       }
       expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
       // The limit's own kill (the group and the agent's tree) ended it all, not the end-of-run fence.
-      expect(run.stderr).not.toContain("that tasks left running");
+      expect(run.stdout).not.toContain("that tasks left running");
     },
   );
 
@@ -440,7 +440,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     // What left the group got its own SIGTERM with the group's, before the SIGKILL.
     expect(readdirSync(ws)).toContain("told.term");
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
-    expect(run.stderr).not.toContain("that tasks left running");
+    expect(run.stdout).not.toContain("that tasks left running");
   });
 
   it("as in a pod: what a successful task left (a pipe holder, a setsid escapee with no env) ends with the run", async () => {
@@ -465,7 +465,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report).toMatchObject({ phase: "Succeeded", ct: "agents" });
     expect(run.stdout).toContain("[next] next ran");
     expect(run.stdout).toContain("[service] holder up");
-    expect(run.stderr).toMatch(/ended \d+ process\(es\) that tasks left running/);
+    expect(run.stdout).toMatch(/ended \d+ process\(es\) that tasks left running/);
     // Told first through its attempt's cancel file, readable by the task's user.
     expect(
       existsSync(join(ws, "holder.cancel")),
@@ -664,6 +664,6 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report.tasks[0]).toMatchObject({ p: "Failed", k: "task-2" });
     expect(run.report.tasks[0]?.m).toContain("task-2 (image playbook.test/static:1)");
     expect(readdirSync(ws)).not.toContain("ran");
-    expect(run.stderr).toContain("task-2");
+    expect(run.stdout).toContain("task-2");
   });
 });
