@@ -9,7 +9,7 @@
 //
 // Peak memory: ru_maxrss, the largest process's peak RSS, is not in /proc for reaped children.
 // It is sampled: the kernel's high-water mark (VmHWM, exact for each process) of the shell and
-// its descendants, read every SAMPLE_MS while the attempt runs; a process that lives shorter than a
+// its descendants, read at its start, then soon after and every SAMPLE_MS while the attempt runs; a process that lives shorter than a
 // sample is not seen. Agents (a pod, a local image task) send wait4's figures instead.
 import { readdirSync, readFileSync } from "node:fs";
 
@@ -88,6 +88,8 @@ export class PeakSampler {
   constructor(root: number, proc = "/proc") {
     this.root = root;
     this.proc = proc;
+    // The shell has just been exec'd (Node's spawn event): a first look now sees even a short task.
+    this.sample();
     this.schedule();
   }
 
