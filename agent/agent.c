@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -321,17 +322,24 @@ static void reap(void)
 {
 	int status;
 	pid_t pid;
-	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+	struct rusage ru;
+	/* wait4: the leader's rusage, which holds what it reaped (a shell's commands) as wait4 gives
+	 * it to any parent: CPU time user + system, and the largest process's peak RSS. */
+	while ((pid = wait4(-1, &status, WNOHANG, &ru)) > 0) {
 		for (int i = 0; i < MAX_TASKS; i++) {
 			struct task *t = &tasks[i];
 			if (!t->used || t->exited || t->pid != pid) continue;
-			char id[16], code[16] = "", sigbuf[16];
+			char id[16], code[16] = "", sigbuf[16], cpu[32], mem[32];
 			const char *sig = "";
 			snprintf(id, sizeof id, "%u", t->id);
 			if (WIFEXITED(status)) snprintf(code, sizeof code, "%d", WEXITSTATUS(status));
 			else if (WIFSIGNALED(status)) sig = signal_name(WTERMSIG(status), sigbuf, sizeof sigbuf);
+			long long usec = ((long long)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000LL +
+			                 ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
+			snprintf(cpu, sizeof cpu, "%lld", usec < 0 ? 0 : usec);
+			snprintf(mem, sizeof mem, "%ld", ru.ru_maxrss < 0 ? 0 : ru.ru_maxrss);
 			t->exited = 1;
-			send_fields('X', 3, id, code, sig);
+			send_fields('X', 5, id, code, sig, cpu, mem);
 			release_if_done(t);
 		}
 	}

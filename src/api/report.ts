@@ -133,7 +133,8 @@ function truncate(text: string, max: number): string {
   return `${text.slice(0, max - 1)}…`;
 }
 
-function toReportTask(task: TaskOutcome, start: number): ReportTask {
+/** One task of the report (a progress record shows a finished task the same way). */
+export function toReportTask(task: TaskOutcome, start: number): ReportTask {
   const out: ReportTask = { p: task.phase };
   const ran = task.phase !== "Skipped" && task.phase !== "Pending";
   if (task.attempts !== (ran ? 1 : 0)) out.a = task.attempts;

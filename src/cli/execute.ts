@@ -21,6 +21,8 @@ import {
   taskUidsFrom,
 } from "../pod-runner/agent-mode.js";
 import type { LocalRun } from "../pod-runner/local-run.js";
+import { PodLog } from "../pod-runner/pod-log.js";
+import { ProgressRecorder } from "../pod-runner/progress-recorder.js";
 import { runPlaybook } from "../pod-runner/run.js";
 import type { LocalImages } from "./local-images.js";
 import { Progress } from "./progress.js";
@@ -50,6 +52,11 @@ export interface ExecuteOptions {
   agentMode?: boolean;
   /** per task (by index), the container the controller resolved for it (the plan's `tasks`) */
   taskContainers?: readonly string[];
+  /**
+   * The pod runner: everything (progress lines, progress records, task output) goes to `output`
+   * through one ordered writer, the pod's log (src/pod-runner/pod-log.ts); `progressOut` is not used.
+   */
+  podLog?: boolean;
 }
 
 export interface ExecuteResult {
@@ -116,21 +123,34 @@ function describePlacement(images: LocalImages | undefined): (string | undefined
 }
 
 export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult> {
+  // The report's start: a record's offsets count from it too.
+  const runStart = options.runStart ?? new Date();
+  const recorder = options.podLog ? new ProgressRecorder(options.tasks.length, runStart) : undefined;
+  const podLog = recorder
+    ? new PodLog({
+        target: options.output,
+        tasks: recorder.snapshot(),
+        record: (tasks) => recorder.line(tasks),
+      })
+    : undefined;
+  const progressOut = podLog?.lines ?? options.progressOut;
   // Progress is best effort: a closed reader (EPIPE) must not crash the runner and orphan the
   // tasks' process groups. The listener stays for the life of the process.
-  options.progressOut.on("error", () => {});
+  progressOut.on("error", () => {});
   let progress: Progress | undefined;
-  const { sink, bytes } = countingSink(options.output, {
-    before: () => progress?.beforeOutput(),
-    after: (chunk) => progress?.afterOutput(chunk),
-  });
+  const { sink, bytes } = podLog
+    ? { sink: podLog.sink, bytes: () => podLog.outputBytes() }
+    : countingSink(options.output, {
+        before: () => progress?.beforeOutput(),
+        after: (chunk) => progress?.afterOutput(chunk),
+      });
   progress = new Progress({
-    out: options.progressOut,
+    out: progressOut,
     tty: options.tty,
     limits: options.limits,
     outputBytes: bytes,
     outputOnTerminal:
-      options.output === options.progressOut || (options.output as { isTTY?: boolean }).isTTY === true,
+      options.output === progressOut || (options.output as { isTTY?: boolean }).isTTY === true,
     where: describePlacement(options.images),
     startsContainers: options.images?.mode === "containers",
   });
@@ -152,20 +172,21 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
   const signals = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
   for (const signal of signals) process.on(signal, onSignal);
   if (options.cancelled) {
-    options.progressOut.write("playbook: spec.cancel is true; the run is cancelled before its first task\n");
+    progressOut.write("playbook: spec.cancel is true; the run is cancelled before its first task\n");
     cancel.abort();
   }
   const containers = options.agentMode ? taskContainersFrom(process.env) : null;
   let agentRun: Awaited<ReturnType<typeof openAgentRun>> | null = null;
   let local: LocalRun | undefined;
   try {
-    progress.begin(options.name, options.tasks.length, options.runStart);
+    progress.begin(options.name, options.tasks.length, runStart);
+    if (recorder) podLog?.requestRecord(recorder.snapshot());
     if (containers) {
       const runDir = process.env[RUN_DIR_VAR] || DEFAULT_RUN_DIR;
       const helloMs = Number(process.env[AGENT_HELLO_VAR]) || DEFAULT_AGENT_HELLO_MS;
       const uids = taskUidsFrom(process.env, containers) ?? undefined;
       agentRun = await openAgentRun(containers, runDir, helloMs, options.taskContainers, uids);
-      if (agentRun.problem) options.progressOut.write(`playbook: ${agentRun.problem}; nothing is run\n`);
+      if (agentRun.problem) progressOut.write(`playbook: ${agentRun.problem}; nothing is run\n`);
     }
     if (options.images?.mode === "host") {
       const named = options.tasks.filter((_, index) => options.images?.images[index] !== undefined);
@@ -202,13 +223,16 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       ...(local && images?.mode === "containers" ? local.runOptions(images.containerOf) : {}),
       tasks: options.tasks,
       limits: options.limits,
-      runStart: options.runStart,
+      runStart,
       ...(options.ceilingLeftMs !== undefined ? { ceilingLeftMs: options.ceilingLeftMs } : {}),
       sink,
       recycleOutput: true,
       cancelSignal: cancel.signal,
       hurrySignal: hurry.signal,
-      onEvent: (event) => progress.event(event),
+      onEvent: (event) => {
+        progress.event(event);
+        if (recorder?.event(event)) podLog?.requestRecord(recorder.snapshot());
+      },
       ...(agentRun ? { agents: agentRun.run } : {}),
     });
     if (options.images?.mode === "host") {
@@ -219,17 +243,20 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       }
     }
     const reportText = encodeReport(outcome);
-    if (options.reportPath) writeReport(options.reportPath, reportText, options.progressOut);
+    if (options.reportPath) writeReport(options.reportPath, reportText, progressOut);
     const report = decodeReport(reportText, options.tasks.length);
     progress.end(outcome, expandReport(report, options.limits).message);
     // What the sink still holds goes out before the result: the command may then end the process
     // at once (main.ts), which would drop it.
+    podLog?.close();
+    if (podLog) await podLog.flushed();
     while (sink.writableLength > 0) await new Promise((resolve) => setTimeout(resolve, 1));
     return { outcome, report, reportText, interrupted };
   } finally {
     // Whatever ended the run (a limit, Ctrl-C, an engine's error): no container is left.
     await local?.close();
     await agentRun?.hub.close();
+    podLog?.close();
     for (const signal of signals) process.off(signal, onSignal);
   }
 }

@@ -179,8 +179,10 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
     limits,
     runStart: new Date(plan.runStartTime),
     ...(ceilingLeftMs !== undefined ? { ceilingLeftMs } : {}),
+    // One stream, one ordered writer: the runner's log is what the controller reads progress from.
     output: process.stdout,
-    progressOut: process.stderr,
+    progressOut: process.stdout,
+    podLog: true,
     tty: false,
     reportPath: parsed.terminationLog,
     cancelled: playbook.spec.cancel,

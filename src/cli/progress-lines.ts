@@ -73,6 +73,7 @@ const STOPPING = /^playbook: task (\S+) (?:is being cancelled|passed its (\w+) l
 const RETRYING =
   /^playbook: task (\S+) (?:was killed by (\S+)|exited with code (-?\d+|null)); retrying \(attempt (\d+)\)$/;
 const FINISHED = /^playbook: task (\S+) (\w+)(?: in (\S+))?(?: \((.+)\))?$/;
+const UNIT_BYTES: Record<string, number> = { KiB: 1024, MiB: 1024 ** 2, GiB: 1024 ** 3 };
 const CONTAINMENT = /^playbook: containment: (.+)$/;
 const LEFTOVERS = /^playbook: ended (\d+) process\(es\) that tasks left running$/;
 const SKIPPED = /^playbook: skipped: (.+)$/;
@@ -240,7 +241,12 @@ export class ProgressLineReader {
     };
     for (const part of detail === undefined ? [] : detail.split(", ")) {
       const code = /^exit code (-?\d+)$/.exec(part);
-      if ((TASK_LIMITS as readonly string[]).includes(part)) outcome.limit = part as TaskLimit;
+      const cpu = /^cpu (\d+(?:\.\d+)?)s$/.exec(part);
+      const peak = /^peak (\d+(?:\.\d+)?) (KiB|MiB|GiB)$/.exec(part);
+      if (cpu) outcome.cpuSeconds = Number(cpu[1]);
+      else if (peak)
+        outcome.peakMemoryBytes = Math.round(Number(peak[1]) * (UNIT_BYTES[peak[2] as string] ?? 1));
+      else if ((TASK_LIMITS as readonly string[]).includes(part)) outcome.limit = part as TaskLimit;
       else if (part === "Exited" || part === "Killed") outcome.ending = part;
       else if (code) outcome.exitCode = Number(code[1]);
       else if (/^SIG[A-Z0-9]+$/.test(part)) outcome.signal = part;

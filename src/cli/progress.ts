@@ -25,6 +25,21 @@ export function describeTaskLimits(task: TaskLimits, run: ResolvedLimits): strin
   return `${timeout}, ${stall}, ceiling ${showLimit(run.ceiling)}`;
 }
 
+const MIB = 1024 * 1024;
+
+/** A task's cost as its finished line shows it: `cpu 1.02s`, `peak 201 MiB` (progress-lines.ts reads them back). */
+export function describeUsage(usage: { cpuSeconds?: number; peakMemoryBytes?: number }): string[] {
+  const parts: string[] = [];
+  if (usage.cpuSeconds !== undefined) parts.push(`cpu ${usage.cpuSeconds.toFixed(2)}s`);
+  const bytes = usage.peakMemoryBytes;
+  if (bytes !== undefined) {
+    if (bytes < MIB) parts.push(`peak ${Math.round(bytes / 1024)} KiB`);
+    else if (bytes < 1024 * MIB) parts.push(`peak ${Math.round(bytes / MIB)} MiB`);
+    else parts.push(`peak ${(bytes / (1024 * MIB)).toFixed(1)} GiB`);
+  }
+  return parts;
+}
+
 export interface ProgressOptions {
   out: NodeJS.WritableStream;
   tty: boolean;
@@ -221,6 +236,7 @@ export class Progress {
           outcome.ending ? outcome.ending : "",
           outcome.exitCode !== null && outcome.phase !== "Succeeded" ? `exit code ${outcome.exitCode}` : "",
           outcome.signal ? outcome.signal : "",
+          ...describeUsage(outcome),
         ]
           .filter(Boolean)
           .join(", ");

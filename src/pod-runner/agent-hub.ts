@@ -20,6 +20,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import { dirname, join } from "node:path";
 import {
   type AgentFrame,
+  type AgentUsage,
   AgentWireError,
   decodeAgentFrame,
   encodeRunnerFrame,
@@ -46,6 +47,8 @@ export interface AgentExit {
   code: number | null;
   /** The signal's name (`SIGKILL`), null when the leader exited. */
   signal: string | null;
+  /** What the leader cost, from the agent's wait4 (absent from an agent that does not send it). */
+  usage?: AgentUsage;
 }
 
 export interface AgentTaskEvents {
@@ -314,7 +317,11 @@ class AgentConnection implements Agent {
         task.emit("closed", frame.stream);
         break;
       case "exited":
-        task.exit = { code: frame.code, signal: frame.signal };
+        task.exit = {
+          code: frame.code,
+          signal: frame.signal,
+          ...(frame.usage ? { usage: frame.usage } : {}),
+        };
         task.emit("exited", task.exit);
         break;
     }

@@ -10,7 +10,7 @@
 import { performance } from "node:perf_hooks";
 import { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { Agent, AgentTask } from "./agent-hub.js";
+import type { Agent, AgentExit, AgentTask } from "./agent-hub.js";
 import type { AttemptSpec } from "./attempt.js";
 import { writeCancelFile } from "./cancel-file.js";
 import { KILL_CONFIRM_MS, type Launched, type Launcher, type TreeEnd, within } from "./launcher.js";
@@ -110,7 +110,7 @@ export function agentLauncher(
         for (const stream of streams) if (!stream.readableEnded) stream.push(null);
       };
       let leaderAlive = true;
-      let exit: { code: number | null; signal: string | null } = { code: null, signal: null };
+      let exit: AgentExit = { code: null, signal: null };
       let exited!: () => void;
       const leaderExited = new Promise<void>((resolve) => {
         exited = resolve;
@@ -206,6 +206,10 @@ export function agentLauncher(
           );
         },
         release: () => {},
+        usage: () =>
+          exit.usage
+            ? { cpuSeconds: exit.usage.cpuMicros / 1e6, peakMemoryBytes: exit.usage.maxRssKiB * 1024 }
+            : {},
       };
       return { launched };
     },

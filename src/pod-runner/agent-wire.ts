@@ -27,11 +27,28 @@ export type AgentFrame =
   | { type: "started"; id: number; pid: number }
   | { type: "stdout" | "stderr"; id: number; data: Buffer }
   | { type: "closed"; id: number; stream: "out" | "err" }
-  | { type: "exited"; id: number; code: number | null; signal: string | null }
+  | {
+      type: "exited";
+      id: number;
+      code: number | null;
+      signal: string | null;
+      /** the leader's rusage from wait4 (with what it reaped), where the agent sent it */
+      usage?: AgentUsage;
+    }
   | { type: "fenced"; alive: number }
   | { type: "error"; id: number | null; text: string }
   /** the agent took the runner's nonce as its process name (its answer to `prove`) */
   | { type: "named" };
+
+/** An attempt's cost as wait4 measured it: CPU user + system in µs, the peak RSS in KiB (ru_maxrss). */
+export interface AgentUsage {
+  cpuMicros: number;
+  maxRssKiB: number;
+}
+
+/** More CPU than ten years of 1024 cores, or more memory than 1 PiB, is no measure: the frame is refused. */
+export const MAX_CPU_MICROS = 10 * 366 * 24 * 3600 * 1_000_000 * 1024;
+export const MAX_RSS_KIB = 2 ** 40;
 
 /** What the runner tells an agent. */
 export type RunnerFrame =
@@ -76,10 +93,22 @@ const helloFields = z.tuple(
 );
 const startedFields = z.tuple([taskId, decimal]);
 const closedFields = z.tuple([taskId, z.enum(["out", "err"])]);
-const exitedFields = z.tuple([
-  taskId,
-  z.union([z.literal(""), decimal]),
-  z.union([z.literal(""), signalName]),
+const boundedDecimal = (max: number, what: string) =>
+  z
+    .string()
+    .regex(/^\d{1,20}$/, `${what}: a decimal number`)
+    .transform(Number)
+    .refine((n) => n <= max, `${what} over ${max}`);
+// CPU µs and peak RSS KiB are optional: an agent built before them sends three fields.
+const exitedFields = z.union([
+  z.tuple([taskId, z.union([z.literal(""), decimal]), z.union([z.literal(""), signalName])]),
+  z.tuple([
+    taskId,
+    z.union([z.literal(""), decimal]),
+    z.union([z.literal(""), signalName]),
+    boundedDecimal(MAX_CPU_MICROS, "cpu µs"),
+    boundedDecimal(MAX_RSS_KIB, "maxrss KiB"),
+  ]),
 ]);
 const fencedFields = z.tuple([decimal]);
 const errorFields = z.tuple([z.union([z.literal(""), taskId]), z.string()]);
@@ -220,6 +249,7 @@ export function encodeAgentFrame(message: AgentFrame): Buffer {
           String(message.id),
           message.code === null ? "" : String(message.code),
           message.signal ?? "",
+          ...(message.usage ? [String(message.usage.cpuMicros), String(message.usage.maxRssKiB)] : []),
         ]),
       );
     case "fenced":
@@ -259,12 +289,13 @@ export function decodeAgentFrame(code: string, payload: Buffer): AgentFrame {
       return { type: "closed", id, stream };
     }
     case "X": {
-      const [id, exitCode, signal] = parse(exitedFields, fields(payload), "exited");
+      const [id, exitCode, signal, cpuMicros, maxRssKiB] = parse(exitedFields, fields(payload), "exited");
       return {
         type: "exited",
         id,
         code: exitCode === "" ? null : exitCode,
         signal: signal === "" ? null : signal,
+        ...(cpuMicros !== undefined && maxRssKiB !== undefined ? { usage: { cpuMicros, maxRssKiB } } : {}),
       };
     }
     case "F": {

@@ -10,6 +10,7 @@ import { writeCancelFile } from "./cancel-file.js";
 import { type Launcher, LOCAL_LAUNCHER, within } from "./launcher.js";
 import { LinePrefixer, OutputTail } from "./output.js";
 import type { ProcessTable } from "./process-table.js";
+import type { TaskUsage } from "./task-usage.js";
 
 export interface AttemptDeadline {
   /** performance.now() value at which the limit fires */
@@ -92,6 +93,8 @@ export interface AttemptResult {
   outOfMemory?: string;
   /** the pipes when still open at settlement, held by a background process: drain them with drainPipes */
   pipes: OpenPipes | null;
+  /** what the attempt cost, where its launcher measured it */
+  usage?: TaskUsage;
 }
 
 /** An attempt's output pipes, still being read after the attempt was settled. */
@@ -337,6 +340,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   // A leader the kill could not reach (it became another user) must not keep the runner alive.
   task.release();
   const { code: exitCode, signal: exitSignal } = task.exit();
+  const usage = task.usage?.();
   return {
     kind: fired ? fired.kind : lostContainer !== null ? "lost" : "exited",
     limit: fired?.limit,
@@ -350,6 +354,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     pgid,
     startedFrom: task.startedFrom,
     pipes: pipesClosed || lostContainer !== null ? null : pipes,
+    ...(usage ? { usage } : {}),
   };
 }
 

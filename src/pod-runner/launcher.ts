@@ -18,6 +18,7 @@ import {
   type ProcessTable,
   sendSignal,
 } from "./process-table.js";
+import { childrenCpuTicks, cpuSecondsSince, PeakSampler, type TaskUsage } from "./task-usage.js";
 
 /** How a stopped tree ended. */
 export interface TreeEnd {
@@ -60,6 +61,8 @@ export interface Launched {
   endTree(killGraceMs: number, runCookie: string, hurry?: AbortSignal): Promise<TreeEnd>;
   /** a leader that could not be ended must not keep the runner alive */
   release(): void;
+  /** what the attempt cost, once its leader exited (task-usage.ts; an agent's wait4) */
+  usage?(): TaskUsage;
 }
 
 /** `lostContainer`: it could not start because the task's container is gone. */
@@ -93,6 +96,7 @@ export async function within(promise: Promise<unknown>, ms: number): Promise<boo
 export const LOCAL_LAUNCHER: Launcher = {
   async launch(spec) {
     let child: ChildProcess;
+    const cpuBefore = childrenCpuTicks();
     try {
       const { file, args } = spec.command?.(spec.run) ?? { file: "sh", args: ["-c", spec.run] };
       child = spawn(file, args, {
@@ -120,11 +124,20 @@ export const LOCAL_LAUNCHER: Launcher = {
     let leaderAlive = true;
     let exitCode: number | null = null;
     let exitSignal: string | null = null;
+    const peak = new PeakSampler(pgid);
+    let usage: TaskUsage = {};
     const leaderExited = new Promise<void>((resolve) => {
       child.once("exit", (code, signal) => {
         leaderAlive = false;
         exitCode = code;
         exitSignal = signal;
+        // Node has reaped the shell: its CPU is in the runner's children's now.
+        const cpuSeconds = cpuSecondsSince(cpuBefore);
+        const peakMemoryBytes = peak.stop();
+        usage = {
+          ...(cpuSeconds !== undefined ? { cpuSeconds } : {}),
+          ...(peakMemoryBytes !== undefined ? { peakMemoryBytes } : {}),
+        };
         resolve();
       });
     });
@@ -156,6 +169,7 @@ export const LOCAL_LAUNCHER: Launcher = {
         release: () => {
           if (leaderAlive) child.unref();
         },
+        usage: () => usage,
       },
     };
   },

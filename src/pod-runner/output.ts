@@ -41,6 +41,25 @@ export class OutputTail {
   }
 }
 
+/**
+ * How a chunk of LinePrefixer's output sits on its lines: what a writer that puts lines of its own
+ * between task chunks (the pod's log, pod-log.ts) needs to keep every line start a prefix or its own.
+ */
+export interface ChunkLines {
+  from: LinePrefixer;
+  /** it goes on with the line its source left open: no prefix at its start */
+  continues: boolean;
+  /** it leaves its last line open: no newline at its end */
+  leavesOpen: boolean;
+}
+
+const chunkLines = new WeakMap<Uint8Array, ChunkLines>();
+
+/** What LinePrefixer said of a chunk it gave out (undefined: not one of its chunks, or no prefix). */
+export function linesOf(chunk: Uint8Array): ChunkLines | undefined {
+  return chunkLines.get(chunk);
+}
+
 // Output buffers kept for reuse: about one pipe chunk with its prefixes. Larger ones are not kept.
 const SPARE_CAPACITY = 128 * 1024;
 const MAX_SPARES = 4;
@@ -56,7 +75,7 @@ const MAX_SPARES = 4;
  */
 export class LinePrefixer {
   private atLineStart = true;
-  private readonly prefix: Buffer;
+  readonly prefix: Buffer;
   private positions = new Int32Array(1024);
   private readonly spares: Buffer[] = [];
   private readonly owned = new WeakSet<ArrayBufferLike>();
@@ -87,6 +106,13 @@ export class LinePrefixer {
     const prefix = this.prefix;
     const size = prefix.length;
     if (size === 0 || chunk.length === 0) return chunk;
+    const continues = !this.atLineStart;
+    const out = this.prefixed(chunk, prefix, size);
+    chunkLines.set(out, { from: this, continues, leavesOpen: !this.atLineStart });
+    return out;
+  }
+
+  private prefixed(chunk: Buffer, prefix: Buffer, size: number): Buffer {
     let count = 0;
     // Searched as a latin1 string: one byte per char, and V8's string search is cheaper per call
     // than Buffer#indexOf, which at one call per line is what counts.
@@ -137,6 +163,10 @@ export class LinePrefixer {
 
   /** Ends an unterminated last line so the next task's prefix starts on a line of its own. */
   end(): Buffer | null {
-    return this.atLineStart || this.prefix.length === 0 ? null : Buffer.from("\n");
+    if (this.atLineStart || this.prefix.length === 0) return null;
+    this.atLineStart = true;
+    const newline = Buffer.from("\n");
+    chunkLines.set(newline, { from: this, continues: true, leavesOpen: false });
+    return newline;
   }
 }

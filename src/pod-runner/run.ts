@@ -388,6 +388,9 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
   outcome.completionTime = result.completionTime;
   outcome.exitCode = result.exitCode;
   outcome.signal = result.signal;
+  // The last attempt's cost, where its launcher measured it.
+  if (result.usage?.cpuSeconds !== undefined) outcome.cpuSeconds = result.usage.cpuSeconds;
+  if (result.usage?.peakMemoryBytes !== undefined) outcome.peakMemoryBytes = result.usage.peakMemoryBytes;
   switch (result.kind) {
     case "limit":
       outcome.phase = "TimedOut";

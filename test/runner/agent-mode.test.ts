@@ -22,6 +22,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { decodeReport, type RunnerReport } from "../../src/api/report.js";
 import { agentBinary } from "../harness/agent-binary.js";
 import { CLI } from "../support/cli.js";
+import { heavyTask, PYTHON, TIME, timeOf, within10Percent } from "../support/heavy-task.js";
 
 const canUnshare = spawnSync("unshare", ["-pf", "--mount-proc", "true"]).status === 0;
 const AGENT = canUnshare ? agentBinary().agent : null;
@@ -63,7 +64,10 @@ interface PodRun {
   stderr: string;
   report: RunnerReport;
   workspace: string;
-  /** with slowStdout: bytes read from the runner's stdout, and the runner's peak memory in bytes */
+  /**
+   * with slowStdout: bytes of task lines read from the runner's stdout (its own lines and records,
+   * which share it, not counted), and the runner's peak memory in bytes
+   */
   stdoutBytes?: number;
   peak?: number;
 }
@@ -229,6 +233,12 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
     },
   };
   let stdoutBytes = 0;
+  let carry = "";
+  const countTaskBytes = (chunk: Buffer) => {
+    const lines = (carry + chunk.toString("latin1")).split("\n");
+    carry = lines.pop() ?? "";
+    for (const line of lines) if (line.startsWith("[")) stdoutBytes += line.length + 1;
+  };
   let peak = 0;
   const timers: NodeJS.Timeout[] = [];
   if (options.slowStdout) {
@@ -236,7 +246,7 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
       setInterval(() => {
         const chunk = child.stdout.read() as Buffer | null;
         if (chunk === null) return;
-        stdoutBytes += chunk.length;
+        countTaskBytes(chunk);
         stdout = (stdout + chunk.toString()).slice(-4096);
       }, 2),
     );
@@ -266,7 +276,7 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
   const code = await new Promise<number | null>((resolve) => {
     child.on("exit", () => {
       // The rest of the pipe, at full speed, so that close can come.
-      if (options.slowStdout) child.stdout.on("data", (chunk: Buffer) => (stdoutBytes += chunk.length));
+      if (options.slowStdout) child.stdout.on("data", countTaskBytes);
     });
     child.on("close", resolve);
   });
@@ -307,10 +317,31 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report).toMatchObject({ phase: "Succeeded", reason: "Succeeded", ct: "agents" });
     expect(run.stdout).toContain(`[hello] hello from ${run.workspace}`);
     expect(run.stdout).toContain("[hello] warn");
-    expect(run.stderr).toContain(
+    expect(run.stdout).toContain(
       "containment: agents in 1 task container(s) (task-1: playbook.test/debian:1)",
     );
   });
+
+  it.skipIf(PYTHON === null || !existsSync(TIME))(
+    "reports the task's CPU and peak memory from the agent's wait4, within 10% of /usr/bin/time's, on the finished line too",
+    async () => {
+      const run = heavyTask(tempDir("agent-heavy-"));
+      const pod = await runPod({ tasks: [{ name: "heavy", run }] });
+      expect(pod.code, pod.stdout).toBe(0);
+      const task = pod.report.tasks[0];
+      const reference = timeOf(run);
+      expect(reference.maxRssKiB).toBeGreaterThan(200 * 1024);
+      expect(
+        within10Percent((task?.cpu ?? 0) / 1000, reference.cpuSeconds),
+        `cpu ${task?.cpu} ms, /usr/bin/time ${reference.cpuSeconds} s`,
+      ).toBe(true);
+      expect(
+        within10Percent(task?.mem ?? 0, reference.maxRssKiB),
+        `mem ${task?.mem} KiB, /usr/bin/time ${reference.maxRssKiB} KiB`,
+      ).toBe(true);
+      expect(pod.stdout).toMatch(/^playbook: task heavy Succeeded in \S+ \(cpu \d+\.\d\ds, peak \d+ MiB\)$/m);
+    },
+  );
 
   it("keeps the runner's memory bounded when a task prints faster than its output is read: the agent holds the task at its pipe", async () => {
     const quiet = await runPod({
@@ -327,7 +358,8 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report).toMatchObject({ phase: "Succeeded" });
     // Every byte came through, in order (the last line whole), with its prefix.
     expect(run.stdoutBytes).toBe(lines * "[flood] 0123456789abcdef\n".length);
-    expect(run.stdout.endsWith("[flood] 0123456789abcdef\n")).toBe(true);
+    // The last task line whole, then only the runner's own lines (its end lines and records).
+    expect(run.stdout).toMatch(/\[flood\] 0123456789abcdef\n(?:playbook[^\n]*\n)+$/);
     // 150 MB went through a sink read at some 30 MB/s: the runner held a few pipes' worth.
     expect(quiet.peak).toBeGreaterThan(0);
     expect((run.peak ?? 0) - (quiet.peak ?? 0)).toBeLessThan(48 * 1024 * 1024);
@@ -411,7 +443,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
       }
       expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
       // The limit's own kill (the group and the agent's tree) ended it all, not the end-of-run fence.
-      expect(run.stderr).not.toContain("that tasks left running");
+      expect(run.stdout).not.toContain("that tasks left running");
     },
   );
 
@@ -440,7 +472,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     // What left the group got its own SIGTERM with the group's, before the SIGKILL.
     expect(readdirSync(ws)).toContain("told.term");
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
-    expect(run.stderr).not.toContain("that tasks left running");
+    expect(run.stdout).not.toContain("that tasks left running");
   });
 
   it("as in a pod: what a successful task left (a pipe holder, a setsid escapee with no env) ends with the run", async () => {
@@ -465,7 +497,7 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report).toMatchObject({ phase: "Succeeded", ct: "agents" });
     expect(run.stdout).toContain("[next] next ran");
     expect(run.stdout).toContain("[service] holder up");
-    expect(run.stderr).toMatch(/ended \d+ process\(es\) that tasks left running/);
+    expect(run.stdout).toMatch(/ended \d+ process\(es\) that tasks left running/);
     // Told first through its attempt's cancel file, readable by the task's user.
     expect(
       existsSync(join(ws, "holder.cancel")),
@@ -664,6 +696,6 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report.tasks[0]).toMatchObject({ p: "Failed", k: "task-2" });
     expect(run.report.tasks[0]?.m).toContain("task-2 (image playbook.test/static:1)");
     expect(readdirSync(ws)).not.toContain("ran");
-    expect(run.stderr).toContain("task-2");
+    expect(run.stdout).toContain("task-2");
   });
 });

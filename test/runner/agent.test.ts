@@ -30,6 +30,8 @@ const root = process.getuid?.() === 0;
 const uid = root ? 200_000 + (process.pid % 50_000) : (process.getuid?.() ?? 0);
 const gid = root ? uid : (process.getgid?.() ?? 0);
 const PATH = "/usr/local/bin:/usr/bin:/bin";
+/** Every exit carries the leader's rusage from the agent's wait4 (CPU µs, peak RSS KiB). */
+const USAGE = { usage: { cpuMicros: expect.any(Number), maxRssKiB: expect.any(Number) } };
 
 let dir = "";
 let work = "";
@@ -297,7 +299,7 @@ describe("agent", () => {
     await task.done;
     expect(task.stdout()).toBe("out1\nout2\nout3\nout4\nout5\n");
     expect(task.stderr()).toBe("err1\nerr2\nerr3\nerr4\nerr5\n");
-    expect(await task.exited).toEqual({ code: 3, signal: null });
+    expect(await task.exited).toEqual({ code: 3, signal: null, ...USAGE });
     expect(await task.started).toBeGreaterThan(1);
   });
 
@@ -305,7 +307,7 @@ describe("agent", () => {
     const { agent } = await startAgent();
     const task = observe(agent, { run: "kill -KILL $$" });
     await task.done;
-    expect(await task.exited).toEqual({ code: null, signal: "SIGKILL" });
+    expect(await task.exited).toEqual({ code: null, signal: "SIGKILL", ...USAGE });
   });
 
   it("starts the task with exactly its env and in its working directory", async () => {
@@ -355,7 +357,7 @@ describe("agent", () => {
     const pgid = await task.started;
     const pids = await printedPids(task, 2);
     agent.kill(-pgid, "SIGTERM");
-    expect(await task.exited).toEqual({ code: null, signal: "SIGTERM" });
+    expect(await task.exited).toEqual({ code: null, signal: "SIGTERM", ...USAGE });
     await task.done;
     await until(() => pids.every((pid) => !alive(pid)), "the group's sleeps to end");
   });
@@ -365,7 +367,7 @@ describe("agent", () => {
     const task = observe(agent, {
       run: "setsid sleep 300 & echo $!; sh -c 'sleep 301 & echo $!'; echo leader-done",
     });
-    expect(await task.exited).toEqual({ code: 0, signal: null });
+    expect(await task.exited).toEqual({ code: 0, signal: null, ...USAGE });
     const [escapee = 0, grandchild = 0] = await printedPids(task, 3);
     // `setsid` calls setsid(2) after the shell forked it: $! can be printed before it has.
     await until(() => stat(escapee)?.session === escapee, "the escapee to lead a session of its own");
@@ -386,7 +388,7 @@ describe("agent", () => {
     await until(() => descendantsOf(agent.pid).length > 100, "a hundred descendants");
     const started = Date.now();
     agent.kill("tree", "SIGKILL");
-    expect(await task.exited).toEqual({ code: null, signal: "SIGKILL" });
+    expect(await task.exited).toEqual({ code: null, signal: "SIGKILL", ...USAGE });
     await task.done;
     await until(() => descendantsOf(agent.pid).length === 0, "every descendant to end");
     expect(Date.now() - started).toBeLessThan(2000);
@@ -413,7 +415,7 @@ describe("agent", () => {
       await until(() => task.stdout().includes("started"), "the task to start its escapee");
       await until(() => alive(outsider.pid ?? 0) && alive(spared.pid ?? 0), "the stand-ins to start");
       expect(await agent.fence([spared.pid ?? 0])).toBe(0);
-      expect(await task.exited).toEqual({ code: null, signal: "SIGKILL" });
+      expect(await task.exited).toEqual({ code: null, signal: "SIGKILL", ...USAGE });
       await task.done;
       await until(() => !alive(outsider.pid ?? 0), "the outsider to end");
       expect(alive(spared.pid ?? 0)).toBe(true);
@@ -429,7 +431,7 @@ describe("agent", () => {
       const task = observe(agent, { run: "readlink /proc/$$/exe; echo $((6 * 7))" });
       await task.done;
       expect(task.stdout()).toBe(`${busybox}\n42\n`);
-      expect(await task.exited).toEqual({ code: 0, signal: null });
+      expect(await task.exited).toEqual({ code: 0, signal: null, ...USAGE });
     },
   );
 
@@ -449,7 +451,7 @@ describe("agent", () => {
         stdout: "no /bin/sh\n",
         stderr: "42\n",
       });
-      expect(await task.exited).toEqual({ code: 4, signal: null });
+      expect(await task.exited).toEqual({ code: 4, signal: null, ...USAGE });
     },
   );
 
@@ -484,14 +486,14 @@ describe("agent", () => {
     for (const signal of ["SIGTERM", "SIGINT", "SIGHUP"] as const) kill(child.pid ?? 0, signal);
     await task.done;
     expect(task.stdout()).toBe("done\n");
-    expect(await task.exited).toEqual({ code: 0, signal: null });
+    expect(await task.exited).toEqual({ code: 0, signal: null, ...USAGE });
     expect(child.exitCode).toBeNull();
   });
 
   it("reports a task it could not start and its exit 127", async () => {
     const { agent } = await startAgent();
     const task = observe(agent, { cwd: "/nonexistent", run: "true" });
-    expect(await task.exited).toEqual({ code: 127, signal: null });
+    expect(await task.exited).toEqual({ code: 127, signal: null, ...USAGE });
     await task.done;
     expect(task.events).toContainEqual(expect.stringMatching(/^failed chdir \/nonexistent: No such file/));
   });

@@ -544,7 +544,15 @@ describe("playbook pod-runner", () => {
       env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker(), PLAYBOOK_PLAN: JSON.stringify(plan) },
       stdio: ["ignore", "pipe", "ignore"],
     });
-    child.stdout.once("data", () => child.kill("SIGTERM"));
+    // The runner's own lines come on stdout too (one stream in a pod): the task's line is the cue.
+    let out = "";
+    const onData = (chunk: Buffer) => {
+      out += chunk.toString();
+      if (!out.includes("[work] up")) return;
+      child.stdout.off("data", onData);
+      child.kill("SIGTERM");
+    };
+    child.stdout.on("data", onData);
     const code = await new Promise((resolve) => child.on("close", resolve));
     expect(code).toBe(130);
     const report = decodeReport(readFileSync(log, "utf8"), 1);

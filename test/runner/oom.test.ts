@@ -131,7 +131,9 @@ describe("a task that runs into the memory limit", () => {
         /^out of memory: the kernel's OOM killer ended \d+ process\(es\) in the runner's memory cgroup during the attempt \(SIGKILL\)/,
       );
       expect(report.tasks[1]).toMatchObject({ p: "Skipped" });
-      expect(stderr).toMatch(/playbook: task hog Failed in \S+ \(exit code 137\)/);
+      expect(stderr).toMatch(
+        /playbook: task hog Failed in \S+ \(exit code 137(?:, cpu \S+)?(?:, peak [^)]+)?\)/,
+      );
       expect(stderr).toContain("out of memory: the kernel's OOM killer ended");
     },
   );

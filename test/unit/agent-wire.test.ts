@@ -62,6 +62,11 @@ describe("agent wire: the bytes of the contract", () => {
     ["closed", "C\0\0\0\x057\0err", { type: "closed", id: 7, stream: "err" }],
     ["exit code", "X\0\0\0\x047\x003\0", { type: "exited", id: 7, code: 3, signal: null }],
     ["signal", "X\0\0\0\x0a7\0\0SIGKILL", { type: "exited", id: 7, code: null, signal: "SIGKILL" }],
+    [
+      "exit with its rusage (CPU µs, peak RSS KiB)",
+      "X\0\0\0\x137\x000\0\x001020000\x00205000",
+      { type: "exited", id: 7, code: 0, signal: null, usage: { cpuMicros: 1_020_000, maxRssKiB: 205_000 } },
+    ],
     ["fenced", "F\0\0\0\x010", { type: "fenced", alive: 0 }],
     ["error of a task", "R\0\0\0\x0e7\0chdir /x: no", { type: "error", id: 7, text: "chdir /x: no" }],
     ["error of no task", "R\0\0\0\x08\0refused", { type: "error", id: null, text: "refused" }],
@@ -71,6 +76,16 @@ describe("agent wire: the bytes of the contract", () => {
     if (!decoded) throw new Error("no frame");
     expect(decodeAgentFrame(...decoded)).toEqual(frame);
     expect(encodeAgentFrame(frame).toString("latin1")).toBe(wire);
+  });
+
+  it.each([
+    ["a CPU time that is no number", "7\x00\x00\x00-1\x00100", "cpu µs"],
+    ["a CPU time over ten years of 1024 cores", `7\x00\x00\x00${"9".repeat(20)}\x00100`, "cpu µs over"],
+    ["a peak over 1 PiB", `7\x00\x00\x00100\x00${2 ** 40 + 1}`, "maxrss KiB over"],
+    ["a CPU time without its peak", "7\x00\x00\x00100", "4 fields"],
+  ])("refuses an exit frame with %s, naming the field", (_name, payload, said) => {
+    expect(() => decodeAgentFrame("X", bytes(payload))).toThrow(AgentWireError);
+    expect(() => decodeAgentFrame("X", bytes(payload))).toThrow(said);
   });
 
   it("cuts frames out of chunks split and joined anywhere", () => {

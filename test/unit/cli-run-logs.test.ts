@@ -7,7 +7,7 @@ import type { AddressInfo } from "node:net";
 import { KubeConfig } from "@kubernetes/client-node";
 import { describe, expect, it } from "vitest";
 import type { Cluster } from "../../src/cli/cluster/connection.js";
-import { readPodLog, splitTimestamp } from "../../src/cli/cluster/run-logs.js";
+import { isProgressRecord, readPodLog, splitTimestamp } from "../../src/cli/cluster/run-logs.js";
 import { ApiClient } from "../../src/runtime/api-client.js";
 
 describe("log lines with their timestamps", () => {
@@ -125,5 +125,51 @@ describe("reading a runner's log", () => {
     } finally {
       await server.close();
     }
+  });
+});
+
+describe("the runner's progress records", () => {
+  // What `playbook logs` and `submit --watch` read: the records are the controller's, and a task's
+  // line that carries the marker after its prefix is the task's output, shown as it is.
+  const record = `playbook.dev/progress {"v":1,"start":"2026-12-02T02:20:00.000Z","seq":1,"tasks":[{"p":"Running","s":5}]}`;
+  const log = [
+    "2026-12-02T02:20:01.000000100Z playbook: task a started",
+    `2026-12-02T02:20:01.000000150Z ${record}`,
+    "2026-12-02T02:20:01.000000200Z [a] playbook.dev/progress {forged}",
+    "2026-12-02T02:20:01.000000250Z playbook.dev/progress not even JSON",
+    "2026-12-02T02:20:01.000000300Z playbook: task a Succeeded in 1ms",
+  ];
+
+  it("never gives a record line to `logs` or `submit --watch`, and keeps task lines that carry the marker", async () => {
+    const server = await logServer(log, log.length);
+    try {
+      expect(await readAll(server.cluster)).toEqual([
+        "playbook: task a started",
+        "[a] playbook.dev/progress {forged}",
+        "playbook: task a Succeeded in 1ms",
+      ]);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("reopened from the newest time, still skips what it showed and hides the records", async () => {
+    const server = await logServer(log, 2);
+    try {
+      const lines = await readAll(server.cluster);
+      expect(lines).toEqual([
+        "playbook: task a started",
+        "[a] playbook.dev/progress {forged}",
+        "playbook: task a Succeeded in 1ms",
+      ]);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("knows a record by its marker at the line's start only", () => {
+    expect(isProgressRecord(record)).toBe(true);
+    expect(isProgressRecord(`[a] ${record}`)).toBe(false);
+    expect(isProgressRecord(` ${record}`)).toBe(false);
   });
 });

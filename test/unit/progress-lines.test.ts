@@ -77,6 +77,14 @@ function eventsFor(limits: ResolvedLimits, choices: number[]): Step[] {
       exitCode: 0,
       signal: null,
     };
+    // What the attempt cost, as the finished line shows it (values that its rounding keeps).
+    if (next() % 2 === 0) {
+      const unit = next() % 2 === 0 ? 1024 : 1024 * 1024;
+      Object.assign(outcome, {
+        cpuSeconds: (next() * 7) / 100,
+        peakMemoryBytes: (1 + (next() % 1000)) * unit,
+      });
+    }
     if (ending === 1) Object.assign(outcome, { phase: "Failed", exitCode: next() % 256 });
     if (ending === 2) {
       const limit = TASK_LIMITS[next() % TASK_LIMITS.length] as (typeof TASK_LIMITS)[number];
@@ -229,6 +237,21 @@ describe("progress lines read back", () => {
       progress.event(read.event, at);
     }
     expect(shown.text()).toMatch(/^playbook: task slow Succeeded in 8\.004s$/m);
+  });
+
+  it("reads a finished task's CPU and peak memory back from its line", () => {
+    const reader = new ProgressLineReader([{ name: "heavy", retries: 0 }]);
+    const read = reader.read("playbook: task heavy Failed in 3.2s (exit code 1, cpu 1.02s, peak 201 MiB)");
+    expect(read).toMatchObject({
+      kind: "event",
+      event: {
+        type: "task-finished",
+        outcome: { phase: "Failed", exitCode: 1, cpuSeconds: 1.02, peakMemoryBytes: 201 * 1024 * 1024 },
+      },
+    });
+    expect(reader.read("playbook: task heavy Succeeded in 1s (cpu 0.00s, peak 1.5 GiB)")).toMatchObject({
+      event: { outcome: { cpuSeconds: 0, peakMemoryBytes: 1.5 * 1024 ** 3 } },
+    });
   });
 
   it("leaves task output and lines of no event as they are", () => {

@@ -1,9 +1,10 @@
-// A run's output as its pods expose it: the runner container's log (progress lines on stderr,
-// `[task] ` lines on stdout, both in `kubectl logs POD -c runner`), read through the log API with
+// A run's output as its pods expose it: the runner container's log (its progress lines, its
+// progress records, which are never shown, and `[task] ` lines, all on its stdout: `kubectl logs POD -c runner`), read through the log API with
 // each line's timestamp, followed across the run's attempts (one pod each). Nothing is asked of
 // the pod itself: no permission, no token in it.
 import { setTimeout as sleep } from "node:timers/promises";
 import { z } from "zod";
+import { PROGRESS_MARKER } from "../../api/progress-record.js";
 import { ApiError } from "../../runtime/api-client.js";
 import { statusCodeOf } from "../../runtime/api-errors.js";
 import { type Cluster, describeApiFailure } from "./connection.js";
@@ -130,6 +131,14 @@ export async function podsOfRun(cluster: Cluster, playbook: ClusterPlaybook): Pr
   return [...pods.values()].sort((a, b) => a.attempt - b.attempt);
 }
 
+/**
+ * A line of the runner's log that is one of its progress records (src/api/progress-record.ts):
+ * only the runner starts a line with the marker, task lines start with their `[task] ` prefix.
+ */
+export function isProgressRecord(text: string): boolean {
+  return text.startsWith(PROGRESS_MARKER);
+}
+
 /** A timestamp of the log API (RFC 3339 with up to nine decimals) as a key that sorts as it reads. */
 function timestampKey(text: string): string {
   const m = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z$/.exec(text);
@@ -235,7 +244,8 @@ export async function readPodLog(
               maxStamp = stamp;
               atMax = [line.text];
             } else if (key && key === maxKey) atMax.push(line.text);
-            options.onLine(line);
+            // The runner's progress records are the controller's to read, never shown.
+            if (!isProgressRecord(line.text)) options.onLine(line);
           },
         },
         { signal: options.signal },

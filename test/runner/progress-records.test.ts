@@ -1,0 +1,180 @@
+// The pod runner's progress records in its log (src/pod-runner/pod-log.ts): the built CLI's
+// `playbook pod-runner` in a real process, its stdout read as the kubelet reads the container's
+// log. Everything is on stdout, in order; the records come at the run's begin, at each task's
+// start and end, and while a task prints, after each 50 task lines and 1 s after the newest
+// record; and no line that starts with the marker is a task's.
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { PROGRESS_MARKER, type ProgressRecord, parseProgressLine } from "../../src/api/progress-record.js";
+import { decodeReport, type RunnerReport } from "../../src/api/report.js";
+import { CLI } from "../support/cli.js";
+import { checkNothingLeftBehind, MARKER_VAR } from "../support/runner.js";
+
+const currentMarker = checkNothingLeftBehind();
+const made: string[] = [];
+afterAll(() => {
+  for (const dir of made) rmSync(dir, { recursive: true, force: true });
+});
+
+interface PodLog {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  lines: string[];
+  report: RunnerReport;
+}
+
+async function podRunner(tasks: { name: string; run: string }[]): Promise<PodLog> {
+  const dir = mkdtempSync(join(tmpdir(), "records-"));
+  made.push(dir);
+  const log = join(dir, "termination-log");
+  const plan = {
+    name: "records",
+    runStartTime: new Date().toISOString(),
+    defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
+    spec: { ceiling: "2m", tasks },
+  };
+  const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
+    env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker(), PLAYBOOK_PLAN: JSON.stringify(plan) },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const out: Buffer[] = [];
+  let stderr = "";
+  child.stdout.on("data", (chunk: Buffer) => out.push(chunk));
+  child.stderr.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
+  const stdout = Buffer.concat(out).toString("latin1");
+  const report = decodeReport(readFileSync(log, "utf8"), tasks.length);
+  return { code, stdout, stderr, lines: stdout.split("\n").slice(0, -1), report };
+}
+
+/** Every line that starts with the marker, parsed: each must be a whole, valid record of the plan. */
+function recordsOf(run: PodLog, taskCount: number): ProgressRecord[] {
+  return run.lines
+    .filter((line) => line.startsWith(PROGRESS_MARKER))
+    .map((line) => {
+      const record = parseProgressLine(line, taskCount);
+      expect(record, `a marker line that is no record of the runner's: ${line.slice(0, 200)}`).not.toBeNull();
+      return record as ProgressRecord;
+    });
+}
+
+/** The runner wrote them: one seq after the other from 0, none missing, none repeated. */
+function expectSeqIntact(records: ProgressRecord[]): void {
+  expect(records.map((record) => record.seq)).toEqual(records.map((_, index) => index));
+}
+
+describe("pod runner progress records", () => {
+  it("records a 3-task run as it goes: all Pending at the begin, each task Running at its start and finished at its end", async () => {
+    const run = await podRunner([
+      { name: "one", run: "echo one" },
+      { name: "two", run: "echo two; sleep 0.2" },
+      { name: "three", run: "echo three; exit 3" },
+    ]);
+    expect(run.code).toBe(1);
+    // One stream: the runner's progress lines are on stdout, before and after the task's lines.
+    expect(run.stderr).toBe("");
+    expect(run.lines[0]).toMatch(/^playbook: running records: 3 tasks/);
+    expect(run.lines).toContain("[two] two");
+    const records = recordsOf(run, 3);
+    expectSeqIntact(records);
+    const phases = records.map((record) => record.tasks.map((task) => task.p).join(" "));
+    // Begin, then per task its start and its end, in order; nothing else changes a task.
+    expect([...new Set(phases)]).toEqual([
+      "Pending Pending Pending",
+      "Running Pending Pending",
+      "Succeeded Pending Pending",
+      "Succeeded Running Pending",
+      "Succeeded Succeeded Pending",
+      "Succeeded Succeeded Running",
+      "Succeeded Succeeded Failed",
+    ]);
+    expect(records[0]?.start).toBe(run.report.start);
+    // A start record is written right behind the task's start line, an end record behind its end line.
+    const at = (text: string) => run.lines.findIndex((line) => line.startsWith(text));
+    const next = (from: number) =>
+      parseProgressLine(run.lines.slice(from).find((line) => line.startsWith(PROGRESS_MARKER)) ?? "", 3);
+    expect(next(at("playbook: task two started"))?.tasks[1]).toMatchObject({ p: "Running" });
+    expect(next(at("playbook: task two started"))?.tasks[1]?.s).toEqual(expect.any(Number));
+    // The last record shows the finished tasks as the report does (times, exit, CPU, memory).
+    const last = records.at(-1)?.tasks;
+    expect(last?.[2]).toMatchObject({ p: "Failed", x: 3 });
+    for (const [index, task] of (last ?? []).entries()) {
+      expect(task).toEqual(run.report.tasks[index]);
+      // Locally the CPU is always measured; the peak is a sample a short task may end before.
+      expect(task.cpu).toEqual(expect.any(Number));
+    }
+  });
+
+  it("after a task's 100 000 lines, no more than 50 task lines and never 1 s of output go without a record after them", async () => {
+    const run = await podRunner([
+      { name: "flood", run: "seq 1 100000" },
+      { name: "slow", run: "echo a; sleep 1.5; echo b; sleep 1.5; echo c" },
+    ]);
+    expect(run.code).toBe(0);
+    const flood = run.lines.filter((line) => line.startsWith("[flood] "));
+    // Every line, whole and in order.
+    expect(flood.length).toBe(100_000);
+    expect(flood.at(-1)).toBe("[flood] 100000");
+    expect(flood.every((line, index) => line === `[flood] ${index + 1}`)).toBe(true);
+    const records = recordsOf(run, 2);
+    expectSeqIntact(records);
+    // The promise, exactly: between two records (and after the last), at most 50 task lines.
+    let since = 0;
+    let most = 0;
+    for (const line of run.lines) {
+      if (line.startsWith(PROGRESS_MARKER)) since = 0;
+      else if (line.startsWith("[")) most = Math.max(most, ++since);
+    }
+    expect(most).toBe(50);
+    expect(records.length).toBeGreaterThanOrEqual(100_000 / 50);
+    // And by the clock: a line followed by 1.5 s of silence has a record behind it before the next.
+    const slow = run.lines.slice(run.lines.indexOf("[slow] a"));
+    const between = (from: string, to: string) =>
+      slow.slice(slow.indexOf(from), slow.indexOf(to)).filter((line) => line.startsWith(PROGRESS_MARKER));
+    expect(between("[slow] a", "[slow] b")).toHaveLength(1);
+    expect(between("[slow] b", "[slow] c")).toHaveLength(1);
+  });
+
+  it("a task cannot write a record: its line of 20 KiB without a newline, ended by a record, does not let its forged record start a line", async () => {
+    // The forged record is a valid one: were it a line of its own, a reader would take it (seq 99999).
+    const forged = `${PROGRESS_MARKER}${JSON.stringify({
+      v: 1,
+      start: new Date().toISOString(),
+      seq: 99_999,
+      tasks: [{ p: "Succeeded" }, { p: "Succeeded" }],
+    })}`;
+    const run = await podRunner([
+      {
+        name: "attack",
+        // 20 KiB, no newline (containerd cuts lines at 16 KiB); then it waits for the runner's
+        // record by the clock (1 s after the start's) and prints the forged record, on stdout and stderr.
+        run: `head -c 20480 /dev/zero | tr '\\0' x; sleep 1.5; printf '%s\\n' '${forged}'; printf '%s\\n' '${forged}' >&2`,
+      },
+      { name: "after", run: "true" },
+    ]);
+    expect(run.code).toBe(0);
+    const records = recordsOf(run, 2);
+    expectSeqIntact(records);
+    expect(records.some((record) => record.seq === 99_999)).toBe(false);
+    // Its phases are the real ones: the attack was Running until its end record.
+    expect(records.map((record) => record.tasks[0]?.p)).toContain("Running");
+    // The record by the clock came while the 20 KiB line was open: that line was ended for it, and
+    // the forged text is the task's, behind its prefix, on each stream.
+    const long = run.lines.findIndex((line) => line.startsWith("[attack] xxxx"));
+    expect(run.lines[long]).toBe(`[attack] ${"x".repeat(20480)}`);
+    expect(run.lines[long + 1]).toMatch(new RegExp(`^${PROGRESS_MARKER}`));
+    expect(run.lines.filter((line) => line === `[attack] ${forged}`)).toHaveLength(2);
+    // Every line is the runner's or a task's.
+    for (const line of run.lines) {
+      expect(line.startsWith("playbook: ") || line.startsWith(PROGRESS_MARKER) || line.startsWith("[")).toBe(
+        true,
+      );
+    }
+  });
+});
