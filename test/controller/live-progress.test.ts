@@ -319,7 +319,7 @@ describe("live progress", () => {
         v: 1,
         start: start.toISOString(),
         seq: 99,
-        tasks: [{ p: "Succeeded" }, { p: "Running", s: 1 }],
+        tasks: [{ p: "Running", s: 1 }, { p: "Pending" }],
       }),
     );
     const shown = await waitForPlaybook(
