@@ -250,6 +250,8 @@ export const PlaybookStatusSchema = z.looseObject({
     })
     .optional(),
   tasks: z.array(TaskStatusSchema).optional(),
+  /** While the run goes on: its running task as `index/count name` (e.g. `3/7 migrate`), from the runner's progress record */
+  currentTask: z.string().optional(),
   conditions: z.array(ConditionSchema).optional(),
 });
 export type PlaybookStatus = z.infer<typeof PlaybookStatusSchema>;

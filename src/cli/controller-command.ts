@@ -43,7 +43,9 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
   logFormat:
     "json (one object per line, for log collectors) | text (one readable line per record) (default json)",
   metricsPlaybookLabel:
-    "a Playbook label (e.g. app.kubernetes.io/name) whose value becomes a `playbook` label on the run, limit and usage metrics (default: none)",
+    "a Playbook label (e.g. app.kubernetes.io/name) whose value becomes a `playbook` label on the run, limit, usage and task resource metrics (default: none)",
+  progressInterval:
+    "read a running run's progress from its runner's log and write status.tasks and status.currentTask at most this often; 0s turns live progress off (default 10s)",
 };
 
 export function registerControllerCommand(program: Command): void {

@@ -3,11 +3,14 @@
 
 import { readFileSync } from "node:fs";
 import { z } from "zod";
-import { parseDuration } from "../api/duration.js";
+import { formatDuration, parseDuration } from "../api/duration.js";
 import type { LimitDefaults } from "../api/limits.js";
 import { imagePatternMessage, isImagePattern } from "../api/policy.js";
 import { WATCH_SECONDS_MIN } from "../runtime/informer.js";
 import { AGENT_DELIVERY_SETTINGS } from "./pods/agent-delivery.js";
+
+/** The shortest --progress-interval: a read of every running run's log more often than this is no news. */
+const MIN_PROGRESS_INTERVAL_MS = 1000;
 
 const SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -106,6 +109,8 @@ export const ControllerConfigSchema = z
     logFormat: z.enum(["json", "text"]).default("json"),
     /** A Playbook label whose value becomes a `playbook` metric label; empty: no such label. */
     metricsPlaybookLabel: LabelKey.default(""),
+    /** How often a running run's progress is read and written at most; 0s: no live progress. */
+    progressInterval: Duration.prefault("10s"),
   })
   .superRefine((config, ctx) => {
     if (config.defaultCeiling > config.maxCeiling) {
@@ -127,6 +132,13 @@ export const ControllerConfigSchema = z
     }
     if (config.defaultCeiling <= 0) {
       ctx.addIssue({ code: "custom", path: ["defaultCeiling"], message: "must be longer than 0s" });
+    }
+    if (config.progressInterval !== 0 && config.progressInterval < MIN_PROGRESS_INTERVAL_MS) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["progressInterval"],
+        message: `${formatDuration(config.progressInterval)} is shorter than 1s: give 1s or more, or 0s to turn live progress off`,
+      });
     }
     if (config.leaseDuration <= config.renewDeadline) {
       ctx.addIssue({ code: "custom", path: ["leaseDuration"], message: "must be longer than renewDeadline" });
@@ -165,6 +177,7 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   logLevel: "PLAYBOOK_LOG_LEVEL",
   logFormat: "PLAYBOOK_LOG_FORMAT",
   metricsPlaybookLabel: "PLAYBOOK_METRICS_PLAYBOOK_LABEL",
+  progressInterval: "PLAYBOOK_PROGRESS_INTERVAL",
 };
 
 export class InvalidConfigError extends Error {}

@@ -11,6 +11,7 @@ import { type Clock, systemClock } from "../runtime/clock.js";
 import { Informer } from "../runtime/informer.js";
 import type { KubeClients } from "../runtime/kube-config.js";
 import { LeaderElector } from "../runtime/leader-election.js";
+import { apiPodLogSource, type PodLogSource } from "../runtime/pod-log.js";
 import { HealthServer } from "../runtime/server.js";
 import { WorkQueue } from "../runtime/work-queue.js";
 import { AgentDeliveryWatch } from "./agent-delivery-watch.js";
@@ -30,6 +31,8 @@ import {
   splitKey,
   withoutUnreadFields,
 } from "./objects.js";
+import type { ProgressLook } from "./playbook/live-progress.js";
+import { PROGRESS_LINES, ProgressLooks } from "./playbook/progress-looks.js";
 import { decide, decideRefusedPod } from "./playbook/reconcile.js";
 import { PlaybookWriter } from "./playbook/writer.js";
 import { isPodFinished } from "./pods/pod-state.js";
@@ -54,6 +57,11 @@ export interface ControllerDeps {
   scheduleClock?: Clock;
   metrics?: ControllerMetrics;
   cronMetrics?: CronMetricsSink;
+  /**
+   * Where runner logs are read for live progress: the API server's pods/log unless given (the
+   * control-plane tests have no kubelet to answer it and serve a runner's lines themselves).
+   */
+  podLogs?: PodLogSource;
 }
 
 /** The Lease went unrenewed for the renew deadline: another replica may lead now. */
@@ -84,6 +92,8 @@ export class PlaybookController {
   private readonly playbooks = new Map<string, Informer<StoredPlaybook>>();
   private readonly pods = new Map<string, Informer<PodView>>();
   private readonly governor: PolicyGovernor;
+  /** When each running run's progress was last read (--progress-interval). */
+  private readonly progress: ProgressLooks;
   /** CronPlaybooks: their own informer and queue, fed the runs from this controller's Playbook cache. */
   readonly cron: CronController;
   private readonly stopping = new AbortController();
@@ -115,6 +125,10 @@ export class PlaybookController {
       identity: this.identity,
       metricsPlaybookLabel: deps.config.metricsPlaybookLabel,
     });
+    this.progress = new ProgressLooks(
+      deps.config.progressInterval,
+      deps.podLogs ?? apiPodLogSource(deps.clients.api, PROGRESS_LINES.prefix, PROGRESS_LINES.maxLineBytes),
+    );
     this.settings = {
       defaults: limitDefaults(deps.config),
       runnerImage: deps.config.runnerImage,
@@ -557,7 +571,10 @@ export class PlaybookController {
   private async reconcileKey(key: string): Promise<{ requeueAfterMs?: number; waited?: true }> {
     const { namespace } = splitKey(key);
     const playbook = this.informerFor(this.playbooks, namespace)?.get(key);
-    if (!playbook) return {};
+    if (!playbook) {
+      this.progress.forget(key);
+      return {};
+    }
     // The watch event of this controller's own last write re-queues the key when it arrives.
     if (this.writer.isBehind(playbook)) return { requeueAfterMs: BEHIND_RETRY_MS, waited: true };
     const pods = await this.podsOf(key, playbook);
@@ -583,11 +600,13 @@ export class PlaybookController {
   private async decideAndApply(input: ReconcileInput): Promise<{ requeueAfterMs?: number }> {
     const { playbook } = input;
     const start = this.writer.unrecordedStart(playbook.metadata.uid ?? "");
+    const look = await this.lookAtProgress(input);
     let withRules: ReconcileInput = {
       ...input,
       rules: this.governor.rulesFor(playbook.metadata.namespace ?? ""),
       takenPodNames: this.takenPodNames(playbook),
       ...(start ? { unrecordedStart: start } : {}),
+      ...(look ? { progress: look } : {}),
     };
     for (;;) {
       const decision = decide(withRules);
@@ -605,8 +624,33 @@ export class PlaybookController {
         await this.writer.apply(playbook, decideRefusedPod(withRules, error.message));
         return {};
       }
-      return decision.requeueAfterMs === undefined ? {} : { requeueAfterMs: decision.requeueAfterMs };
+      const taken = decision.progressTaken;
+      if (taken) this.progress.took(playbook, taken.podUID, taken.seq);
+      const requeueAfterMs = earliest(decision.requeueAfterMs, this.nextProgressLookInMs(input));
+      return requeueAfterMs === undefined ? {} : { requeueAfterMs };
     }
+  }
+
+  /**
+   * Reads the runner log of the pod the run's status records when a look at its progress is due
+   * (ProgressLooks); a read that fails leaves the status as it is until the next one.
+   */
+  private async lookAtProgress(input: ReconcileInput): Promise<ProgressLook | undefined> {
+    try {
+      return await this.progress.look(input.playbook, input.pods, input.now, {
+        signal: this.writer.leadingSignal,
+      });
+    } catch (error) {
+      const { namespace, name } = input.playbook.metadata;
+      this.log.debug({ namespace, name, err: apiErrorMessage(error) }, "Could not read runner log");
+      return undefined;
+    }
+  }
+
+  /** How long until the run's next progress look, while its runner runs. */
+  private nextProgressLookInMs(input: ReconcileInput): number | undefined {
+    const due = this.progress.dueAt(input.playbook, input.pods);
+    return due === undefined ? undefined : Math.max(0, due - this.clock.now().getTime());
   }
 
   /**
@@ -672,6 +716,11 @@ function describeProblem(
   const problem = informer.problem;
   if (problem === undefined) return [];
   return [`${resource}${namespace ? ` in ${namespace}` : ""}: ${problem}`];
+}
+
+function earliest(a: number | undefined, b: number | undefined): number | undefined {
+  if (a === undefined) return b;
+  return b === undefined ? a : Math.min(a, b);
 }
 
 function isControlledBy(pod: PodView, uid: string | undefined): boolean {

@@ -8,6 +8,7 @@ import type { NamespaceRules, PodSettings } from "../api/policy.js";
 import type { TerminalReason } from "../api/reasons.js";
 import type { RecordedEvent } from "../runtime/events.js";
 import type { PodView, StoredPlaybook } from "./objects.js";
+import type { ProgressLook } from "./playbook/live-progress.js";
 import type { AgentDelivery } from "./pods/agent-delivery.js";
 import { type FinishedRun, finishEvents, finishedRun } from "./pods/finished-run.js";
 import type { PodManifest } from "./pods/pod-builder.js";
@@ -46,6 +47,8 @@ export interface ReconcileInput {
    * written, so a first pod lost before its record still counts, and is the one the run reads.
    */
   unrecordedStart?: StartRecord;
+  /** What a look at the recorded pod's runner log found this pass (live-progress.ts), when one was due. */
+  progress?: ProgressLook;
 }
 
 /** What a first pod's create puts on record: the run's start, its pod and its plan. */
@@ -73,6 +76,8 @@ export interface Decision {
   events: RecordedEvent[];
   finished?: FinishedRun;
   requeueAfterMs?: number;
+  /** The progress record the status now shows: an older one of this pod is not news after it. */
+  progressTaken?: { podUID: string; seq: number };
 }
 
 export interface RunState {
@@ -108,9 +113,9 @@ export function settle(
   base: StatusBase,
   next: PlaybookStatus,
   reason: TerminalReason,
-  extra: Partial<Decision> & { policyRefusals?: string[] } = {},
+  extra: Partial<Decision> & { policyRefusals?: string[]; fromReport?: boolean } = {},
 ): Decision {
-  const finished = finishedRun(next, reason, base.limits);
+  const finished = finishedRun(next, reason, base.limits, extra.fromReport === true);
   if (extra.policyRefusals) finished.policyRefusals = extra.policyRefusals;
   return {
     status: next,
@@ -126,6 +131,7 @@ export function progress(base: StatusBase, next: PlaybookStatus, extra: Partial<
     actions: extra.actions ?? [],
     events: extra.events ?? [],
     ...(extra.requeueAfterMs !== undefined ? { requeueAfterMs: extra.requeueAfterMs } : {}),
+    ...(extra.progressTaken ? { progressTaken: extra.progressTaken } : {}),
   };
 }
 

@@ -12,8 +12,12 @@ const RUN_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 8
 const TASK_BUCKETS = [0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 3600, 21600];
 // Fine near 1, where a limit is about to be too tight.
 const USAGE_BUCKETS = [0.1, 0.25, 0.5, 0.75, 0.8, 0.9, 0.95, 0.99, 1];
+// A task's CPU seconds: from a shell's few milliseconds to hours of a build.
+const CPU_BUCKETS = [0.01, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400];
+// Peak resident memory, 1 MiB to 64 GiB in steps of 4: enough to set a request or a limit by.
+const MEMORY_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536].map((mib) => mib * 1024 * 1024);
 
-/** The optional per-Playbook label, present on the run, limit and usage metrics only when configured. */
+/** The optional per-Playbook label, present on the run, limit, usage and task resource metrics only when configured. */
 type PlaybookLabel = "playbook";
 
 export interface MetricsOptions extends RuntimeMetricsOptions {
@@ -36,6 +40,8 @@ export class ControllerMetrics extends RuntimeMetrics {
   readonly runDuration: Histogram<"namespace" | "reason" | PlaybookLabel>;
   readonly limitUsage: Histogram<"namespace" | "limit" | PlaybookLabel>;
   readonly taskDuration: Histogram<"namespace" | "phase">;
+  readonly taskCpu: Histogram<"namespace" | PlaybookLabel>;
+  readonly taskPeakMemory: Histogram<"namespace" | PlaybookLabel>;
   readonly activeRuns: Gauge<"namespace">;
   readonly queuedRuns: Gauge<"namespace">;
   /** 1 for the way the agent reaches task containers in the pods created now, 0 for the other. */
@@ -89,6 +95,20 @@ export class ControllerMetrics extends RuntimeMetrics {
       help: "Duration of tasks of finished runs, by task phase",
       labelNames: ["namespace", "phase"],
       buckets: TASK_BUCKETS,
+      registers,
+    });
+    this.taskCpu = new Histogram({
+      name: "playbook_task_cpu_seconds",
+      help: "CPU seconds (user + system) of the last attempt of each finished task, as the runner's report measured them",
+      labelNames: ["namespace", ...perPlaybook],
+      buckets: CPU_BUCKETS,
+      registers,
+    });
+    this.taskPeakMemory = new Histogram({
+      name: "playbook_task_peak_memory_bytes",
+      help: "Peak resident memory (its largest process) of the last attempt of each finished task, as the runner's report measured it",
+      labelNames: ["namespace", ...perPlaybook],
+      buckets: MEMORY_BUCKETS,
       registers,
     });
     const activeRuns = options.activeRuns;
@@ -179,6 +199,10 @@ export class ControllerMetrics extends RuntimeMetrics {
     for (const task of run.tasks)
       this.taskDuration.observe({ namespace, phase: task.phase }, task.durationSeconds);
     for (const usage of run.usage) this.limitUsage.observe({ ...per, limit: usage.limit }, usage.ratio);
+    for (const task of run.taskResources) {
+      if (task.cpuSeconds !== undefined) this.taskCpu.observe(per, task.cpuSeconds);
+      if (task.peakMemoryBytes !== undefined) this.taskPeakMemory.observe(per, task.peakMemoryBytes);
+    }
     for (const field of run.policyRefusals ?? []) this.policyRefusals.inc({ namespace, field });
     if (run.distrust) this.untrustedReports.inc({ namespace, why: run.distrust });
   }

@@ -101,8 +101,10 @@ export function runStatusFromReport(
     base.generation,
     context,
   );
+  // The live progress's current task ends with the run; its tasks give way to the report's.
+  const { currentTask: _current, ...previous } = base.previous;
   const status: PlaybookStatus = {
-    ...base.previous,
+    ...previous,
     ...settled,
     startTime: run.startTime,
     podName: run.podName,
@@ -129,13 +131,16 @@ export function settledStatus(
     base.now,
     base.generation,
   );
+  const { currentTask: _current, ...previous } = base.previous;
   const status: PlaybookStatus = {
-    ...base.previous,
+    ...previous,
     phase: outcome.phase ?? (outcome.reason === "Cancelled" ? "Cancelled" : "Failed"),
     completionTime: base.now.toISOString(),
     conditions,
   };
-  if (outcome.tasks && outcome.tasks.length > 0) status.tasks = outcome.tasks;
+  // Tasks the live progress showed Pending or Running did not finish: the run was stopped.
+  const tasks = outcome.tasks ?? markUnfinished(previous.tasks ?? [], "Cancelled");
+  if (tasks.length > 0) status.tasks = tasks;
   const ending = endingTask(status.tasks);
   if (ending) status.endingTask = ending;
   if (base.limits) status.limits = describeRunLimits(base.limits);

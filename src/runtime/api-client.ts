@@ -186,6 +186,31 @@ export class ApiClient {
     );
   }
 
+  /**
+   * A container's log (GET /api/v1/namespaces/NS/pods/POD/log), its last `tailLines` lines, handed
+   * to `onChunk` as they arrive (text, not JSON), within the call's deadline. No `limitBytes`: the
+   * server cuts the newest lines with it, so the tail is bounded by its lines alone.
+   */
+  async readPodLog(
+    args: { namespace: string; name: string; container: string; tailLines: number },
+    onChunk: (text: string) => void,
+    options?: CallOptions,
+  ): Promise<void> {
+    const url = this.url(`${podPath(args.namespace, args.name)}/log`, {
+      container: args.container,
+      tailLines: args.tailLines,
+    });
+    const response = await this.send("GET", url, undefined, "application/json", options?.signal, "call");
+    const status = response.statusCode ?? 0;
+    if (status < 200 || status >= 300) throw errorOf("GET", url, status, await readText(response));
+    await new Promise<void>((resolve, reject) => {
+      response.setEncoding("utf8");
+      response.on("data", onChunk);
+      response.on("error", reject);
+      response.on("end", () => resolve());
+    });
+  }
+
   /** PUT of a custom object's status subresource. */
   replaceNamespacedCustomObjectStatus(
     args: { group: string; version: string; plural: string; namespace: string; name: string; body: object },

@@ -80,6 +80,8 @@ describe("helm install's ServiceAccount", () => {
         "playbooks.playbook.dev/finalizers [update]",
         "playbooks.playbook.dev/status [update]",
         "pods [get list watch create delete patch]",
+        // Live progress: the runner container's log of a running run's pod.
+        "pods/log [get]",
         // A Playbook's service account, before its pod: one that disallows its token gets none.
         "serviceaccounts [get]",
       ].sort(),

@@ -15,6 +15,7 @@ import { loadControllerConfig } from "../../src/controller/config.js";
 import { PlaybookController } from "../../src/controller/controller.js";
 import type { Clock } from "../../src/runtime/clock.js";
 import { makeClients } from "../../src/runtime/kube-config.js";
+import type { PodLogSource } from "../../src/runtime/pod-log.js";
 import { repoRoot } from "../harness/binaries.js";
 import { runClusterTool, waitFor } from "../harness/processes.js";
 import { reportFor, reportPod, scheduledPod, startPod } from "../harness/scripted-node.js";
@@ -45,6 +46,8 @@ export function startController(
   kubeConfig?: KubeConfig,
   /** The clock CronPlaybook schedules are read against (test/controller/cron.test.ts moves it). */
   scheduleClock?: Clock,
+  /** Runner logs for live progress: no kubelet answers pods/log here (test/controller/live-progress.test.ts). */
+  podLogs?: PodLogSource,
 ): RunningController {
   const identity = `test-${randomBytes(3).toString("hex")}`;
   const config = loadControllerConfig(
@@ -74,6 +77,7 @@ export function startController(
     clients: makeClients(kubeConfig ?? clients().kubeConfig),
     log,
     ...(scheduleClock ? { scheduleClock } : {}),
+    ...(podLogs ? { podLogs } : {}),
   });
   const done = controller.run();
   done.catch(() => {});

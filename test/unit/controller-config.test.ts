@@ -34,6 +34,18 @@ describe("the controller's configuration", () => {
     );
   });
 
+  it("reads live progress every 10s by default, takes --progress-interval, and 0s turns it off", () => {
+    expect(loadControllerConfig({}, {}).progressInterval).toBe(10_000);
+    expect(loadControllerConfig({ progressInterval: "30s" }, {}).progressInterval).toBe(30_000);
+    expect(loadControllerConfig({}, { PLAYBOOK_PROGRESS_INTERVAL: "0s" }).progressInterval).toBe(0);
+    expect(() => loadControllerConfig({ progressInterval: "500ms" }, {})).toThrow(
+      "--progress-interval ($PLAYBOOK_PROGRESS_INTERVAL): 500ms is shorter than 1s: give 1s or more, or 0s to turn live progress off",
+    );
+    expect(() => loadControllerConfig({ progressInterval: "often" }, {})).toThrow(
+      /--progress-interval \(\$PLAYBOOK_PROGRESS_INTERVAL\): .*often/,
+    );
+  });
+
   it("takes a Playbook label for the metrics and a log format from env or flags", () => {
     expect(
       loadControllerConfig(

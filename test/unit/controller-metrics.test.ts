@@ -203,3 +203,72 @@ describe("playbook_ready", () => {
     expect(sample(await metrics.registry.metrics(), "playbook_ready", {})).toBe(1);
   });
 });
+
+describe("playbook_task_cpu_seconds and playbook_task_peak_memory_bytes", () => {
+  const measured = () =>
+    finishedRun(
+      {
+        phase: "Succeeded",
+        reason: "Succeeded",
+        tasks: [
+          task("build", {
+            startTime: T0,
+            completionTime: at(30),
+            cpuSeconds: 2.5,
+            peakMemoryBytes: 300 << 20,
+          }),
+          task("test", {
+            startTime: at(30),
+            completionTime: at(40),
+            cpuSeconds: 0.2,
+            peakMemoryBytes: 10 << 20,
+          }),
+        ],
+      },
+      40,
+    );
+
+  it("observe each finished task's figures from the runner's report once, by namespace", async () => {
+    const metrics = new ControllerMetrics({ defaults: false });
+    metrics.recordFinished(measured(), { namespace: "ops", playbook: "billing" });
+    const text = await metrics.registry.metrics();
+    expect(sample(text, "playbook_task_cpu_seconds_count", { namespace: "ops" })).toBe(2);
+    expect(sample(text, "playbook_task_cpu_seconds_sum", { namespace: "ops" })).toBeCloseTo(2.7);
+    expect(sample(text, "playbook_task_cpu_seconds_bucket", { le: "1", namespace: "ops" })).toBe(1);
+    expect(sample(text, "playbook_task_cpu_seconds_bucket", { le: "5", namespace: "ops" })).toBe(2);
+    expect(sample(text, "playbook_task_peak_memory_bytes_count", { namespace: "ops" })).toBe(2);
+    expect(sample(text, "playbook_task_peak_memory_bytes_sum", { namespace: "ops" })).toBe(310 << 20);
+    // 10 MiB under 16 MiB, 300 MiB under 1 GiB and above 256 MiB.
+    expect(
+      sample(text, "playbook_task_peak_memory_bytes_bucket", { le: String(16 << 20), namespace: "ops" }),
+    ).toBe(1);
+    expect(
+      sample(text, "playbook_task_peak_memory_bytes_bucket", { le: String(256 << 20), namespace: "ops" }),
+    ).toBe(1);
+    expect(
+      sample(text, "playbook_task_peak_memory_bytes_bucket", { le: String(1024 << 20), namespace: "ops" }),
+    ).toBe(2);
+    for (const name of ["playbook_task_cpu_seconds", "playbook_task_peak_memory_bytes"])
+      expect(labelNamesOf(text, name), name).not.toContain("playbook");
+  });
+
+  it("carry the per-Playbook label when configured", async () => {
+    const metrics = new ControllerMetrics({ defaults: false, playbookLabel: true });
+    metrics.recordFinished(measured(), { namespace: "ops", playbook: "billing" });
+    const text = await metrics.registry.metrics();
+    expect(sample(text, "playbook_task_cpu_seconds_count", { namespace: "ops", playbook: "billing" })).toBe(
+      2,
+    );
+    expect(
+      sample(text, "playbook_task_peak_memory_bytes_count", { namespace: "ops", playbook: "billing" }),
+    ).toBe(2);
+  });
+
+  it("observe nothing for tasks the runner did not measure", async () => {
+    const metrics = new ControllerMetrics({ defaults: false });
+    metrics.recordFinished(nearMiss(), { namespace: "ops" });
+    const text = await metrics.registry.metrics();
+    expect(sample(text, "playbook_task_cpu_seconds_count", { namespace: "ops" }) ?? 0).toBe(0);
+    expect(sample(text, "playbook_task_peak_memory_bytes_count", { namespace: "ops" }) ?? 0).toBe(0);
+  });
+});

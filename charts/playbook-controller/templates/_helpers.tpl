@@ -117,6 +117,10 @@ rules:
   - apiGroups: [""]
     resources: [pods]
     verbs: [get, list, watch, create, delete, patch]
+  # Live progress: the runner container's log of a running run's pod (--progress-interval).
+  - apiGroups: [""]
+    resources: [pods/log]
+    verbs: [get]
   # A pod that mounts its service account's token in its task containers is made without it
   # when the account says automountServiceAccountToken: false.
   - apiGroups: [""]

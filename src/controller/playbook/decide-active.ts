@@ -2,6 +2,7 @@
 // the run's ceiling (StartTimeout either way), or outlived its activeDeadlineSeconds without its node stopping it.
 import { formatDuration } from "../../api/duration.js";
 import type { ResolvedLimits } from "../../api/limits.js";
+import type { PlaybookStatus } from "../../api/playbook.js";
 import {
   BACKSTOP_SLACK_MS,
   cancelledTasks,
@@ -17,6 +18,7 @@ import { DEADLINE_MARGIN_SECONDS } from "../pods/pod-builder.js";
 import { describeHold, describeWaiting, podStarted } from "../pods/pod-state.js";
 import { progressStatus, settledStatus } from "../status.js";
 import { decideLost, pendingMessage } from "./decide-start.js";
+import { type LiveProgress, liveProgress } from "./live-progress.js";
 
 /** A pod that has not ended: report its progress, unless it never started or outlived its deadline. */
 export function decideActivePod(state: RunState, pod: PodView): Decision {
@@ -51,7 +53,19 @@ export function decideActivePod(state: RunState, pod: PodView): Decision {
   const lookAgainAt = running
     ? Math.min(backstopAt, silence?.lostAt ?? backstopAt)
     : Math.min(endsAt, startBy ?? endsAt);
-  return progress(base, next, { requeueAfterMs: lookAgainAt - now.getTime() });
+  const look = running ? state.input.progress : undefined;
+  const live = look ? liveProgress(base.previous, base.limits, look, state.taskImages) : undefined;
+  if (!look || !live?.ok) return progress(base, next, { requeueAfterMs: lookAgainAt - now.getTime() });
+  return progress(base, withLiveTasks(next, live), {
+    requeueAfterMs: lookAgainAt - now.getTime(),
+    progressTaken: { podUID: look.podUID, seq: live.seq },
+  });
+}
+
+/** The running status with the tasks and the current task the runner's newest record tells. */
+function withLiveTasks(next: PlaybookStatus, live: Extract<LiveProgress, { ok: true }>): PlaybookStatus {
+  const { currentTask: _said, ...rest } = next;
+  return { ...rest, tasks: live.tasks, ...(live.currentTask ? { currentTask: live.currentTask } : {}) };
 }
 
 /**

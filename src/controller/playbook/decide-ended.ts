@@ -89,7 +89,7 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
       return decideLost(state, `pod ${podName} was stopped from outside (${describeKubeletVerdict(pod)})`);
     }
     const next = runStatusFromReport(base, read.report, run, context);
-    return settle(base, next, read.report.reason);
+    return settle(base, next, read.report.reason, { fromReport: true });
   }
   if (pod.metadata.deletionTimestamp && !state.cancel) {
     return decideLost(
@@ -129,6 +129,7 @@ function decideCancelledPod(state: RunState, pod: PodView, read: ReadReport): De
       base,
       runStatusFromReport(base, read.report, run, reportContext(state, pod)),
       read.report.reason,
+      { fromReport: true },
     );
   }
   const deadline = podDeadline(pod);

@@ -88,14 +88,19 @@ export function decideLost(state: RunState, what: string): Decision {
     const refused = policyRefusal(state, attempt);
     if (refused) return refused;
     const action = createPodAction(state, attempt, new Date(state.startTime), name);
+    // The new pod runs the plan from its first task: the lost pod's live progress is not its.
+    const { tasks: _tasks, currentTask: _current, ...fresh } = base.previous;
     const next: PlaybookStatus = {
-      ...progressStatus(base, {
-        phase: "Pending",
-        message: pendingMessage(action.pod.metadata.name, attempt),
-        startTime: state.startTime,
-        podName: action.pod.metadata.name,
-        podAttempts: attempt,
-      }),
+      ...progressStatus(
+        { ...base, previous: fresh },
+        {
+          phase: "Pending",
+          message: pendingMessage(action.pod.metadata.name, attempt),
+          startTime: state.startTime,
+          podName: action.pod.metadata.name,
+          podAttempts: attempt,
+        },
+      ),
       planDigest: action.planDigest,
     };
     return progress(base, next, {

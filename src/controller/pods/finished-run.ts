@@ -25,6 +25,27 @@ export interface FinishedRun {
   policyRefusals?: string[];
   /** Why the last pod's termination message was not trusted as its runner's report, when it was not. */
   distrust?: DistrustWhy;
+  /** What each task that ran cost, as the runner's report measured it (none when no report decided). */
+  taskResources: TaskResources[];
+}
+
+/** A finished task's figures from the report: CPU seconds (user + system) and peak resident memory. */
+export interface TaskResources {
+  cpuSeconds?: number;
+  peakMemoryBytes?: number;
+}
+
+/** The figures of the report's tasks that have any; a live progress record's never count. */
+function taskResources(status: PlaybookStatus): TaskResources[] {
+  const figures: TaskResources[] = [];
+  for (const task of status.tasks ?? []) {
+    if (task.cpuSeconds === undefined && task.peakMemoryBytes === undefined) continue;
+    figures.push({
+      ...(task.cpuSeconds !== undefined ? { cpuSeconds: task.cpuSeconds } : {}),
+      ...(task.peakMemoryBytes !== undefined ? { peakMemoryBytes: task.peakMemoryBytes } : {}),
+    });
+  }
+  return figures;
 }
 
 function durationMs(start: string | undefined, end: string | undefined): number | undefined {
@@ -72,6 +93,7 @@ export function finishedRun(
   status: PlaybookStatus,
   reason: TerminalReason,
   limits: ResolvedLimits | null,
+  fromReport = false,
 ): FinishedRun {
   const run: FinishedRun = {
     reason,
@@ -83,6 +105,7 @@ export function finishedRun(
         durationSeconds: durationSeconds(task.startTime, task.completionTime),
       })),
     usage: limitUsage(status, reason, limits),
+    taskResources: fromReport ? taskResources(status) : [],
   };
   if (isLimitReason(reason)) run.limit = reason;
   return run;

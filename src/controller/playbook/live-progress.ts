@@ -1,0 +1,117 @@
+// What a running run's status says of its tasks, from the runner's newest progress record
+// (src/api/progress-record.ts): status.tasks as the report would give them so far, and
+// status.currentTask. A pure decision over (the status, the plan's limits, the record's lines).
+// A record is progress only: the run's phase, conditions and outcome are never taken from it, and
+// a record that is not the recorded pod's, names another number of tasks than the plan, or goes
+// back on what status already says is ignored.
+import type { ResolvedLimits } from "../../api/limits.js";
+import type { PlaybookStatus, TaskStatus } from "../../api/playbook.js";
+import { latestProgressRecord, type ProgressRecord, type ProgressTask } from "../../api/progress-record.js";
+import type { TaskPhase } from "../../api/reasons.js";
+import { expandReport, type RunnerReport } from "../../api/report.js";
+
+/** What one look at the runner's log found, for the pass that decides on it. */
+export interface ProgressLook {
+  /** The UID of the pod whose log was read. */
+  podUID: string;
+  /** The log's lines that start with the progress marker, oldest first. */
+  lines: readonly string[];
+  /** The highest seq taken from this pod's records before: a lower one is not news. */
+  lastSeq?: number;
+}
+
+export type LiveProgress =
+  | { ok: true; tasks: TaskStatus[]; currentTask?: string; seq: number }
+  | { ok: false; why: string };
+
+/** Where a phase stands in a task's life: a task never goes back. */
+function rankOf(phase: TaskPhase): number {
+  if (phase === "Pending") return 0;
+  if (phase === "Running") return 1;
+  return 2;
+}
+
+/**
+ * The run's tasks as the newest record of the recorded pod tells them, or why the look says
+ * nothing: the status keeps what it said.
+ */
+export function liveProgress(
+  status: PlaybookStatus,
+  limits: ResolvedLimits,
+  look: ProgressLook,
+  images: readonly (string | undefined)[] = [],
+): LiveProgress {
+  if (status.podUID === undefined || look.podUID !== status.podUID) {
+    return { ok: false, why: `the log read is of pod ${look.podUID}, not the recorded ${status.podUID}` };
+  }
+  const count = limits.tasks.length;
+  const record = latestProgressRecord(look.lines, count);
+  if (!record) return { ok: false, why: `no progress record of ${count} tasks in the log's tail` };
+  if (look.lastSeq !== undefined && record.seq < look.lastSeq) {
+    return { ok: false, why: `record ${record.seq} is older than record ${look.lastSeq} read before` };
+  }
+  const disorder = outOfOrder(record.tasks);
+  if (disorder) return { ok: false, why: disorder };
+  const tasks = expandRecord(record, limits, images);
+  const previous = status.tasks ?? [];
+  for (const [index, task] of tasks.entries()) {
+    const before = previous[index];
+    if (!before) continue;
+    if (rankOf(task.phase) < rankOf(before.phase)) {
+      return { ok: false, why: `task ${index} would go back from ${before.phase} to ${task.phase}` };
+    }
+    if (rankOf(before.phase) === 2 && task.phase !== before.phase) {
+      return { ok: false, why: `task ${index} ended ${before.phase}, the record says ${task.phase}` };
+    }
+  }
+  const running = record.tasks.findIndex((task) => task.p === "Running");
+  const current = tasks[running];
+  return {
+    ok: true,
+    tasks,
+    seq: record.seq,
+    ...(current ? { currentTask: `${running + 1}/${count} ${current.name}` } : {}),
+  };
+}
+
+/**
+ * What the runner never writes: tasks run in order, so none has started after one that has not,
+ * and nothing after the running one has started.
+ */
+function outOfOrder(tasks: readonly ProgressTask[]): string | undefined {
+  let waiting = -1;
+  for (const [index, task] of tasks.entries()) {
+    if (task.p === "Pending" || task.p === "Running") {
+      if (waiting < 0) waiting = index;
+      else if (task.p !== "Pending")
+        return `task ${index} is ${task.p} after task ${waiting}, which has not ended`;
+      continue;
+    }
+    if (waiting >= 0) return `task ${index} is ${task.p} after task ${waiting}, which has not ended`;
+  }
+  return undefined;
+}
+
+/** The record's tasks as status.tasks, expanded as the final report's are; the running one with its start. */
+function expandRecord(
+  record: ProgressRecord,
+  limits: ResolvedLimits,
+  images: readonly (string | undefined)[],
+): TaskStatus[] {
+  const report: RunnerReport = {
+    v: 1,
+    phase: "Succeeded",
+    reason: "Succeeded",
+    start: record.start,
+    end: record.start,
+    tasks: record.tasks.map(({ s: _s, ...task }) => task),
+  };
+  const start = Date.parse(record.start);
+  const expanded = expandReport(report, limits, images.length > 0 ? { images } : {}).tasks;
+  return expanded.map((task, index) => {
+    if (task.phase !== "Running") return task;
+    const { exitCode: _x, signal: _sig, completionTime: _end, ...running } = task;
+    const offset = record.tasks[index]?.s;
+    return offset === undefined ? running : { ...running, startTime: new Date(start + offset).toISOString() };
+  });
+}
