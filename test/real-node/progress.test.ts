@@ -1,0 +1,208 @@
+// Live progress on a real kubelet (issue 35), under both ways the agent reaches the task
+// containers: the controller reads the runner's records through pods/log (API server -> kubelet
+// -> containerd's log file) and shows each task's start in status within the interval plus 2 s;
+// a finished task's CPU and peak memory agree with /usr/bin/time's for the same command; and a
+// task that writes the progress channel's marker every way it can (its own output, a line the
+// runtime splits, the runner's stdout through /proc) changes nothing in status.
+import { execFile } from "node:child_process";
+import path from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PROGRESS_MARKER } from "../../src/api/progress-record.js";
+import { realNode } from "../controller/reason-cases.js";
+import {
+  clients,
+  condition,
+  createPlaybook,
+  getPlaybook,
+  type PlaybookObject,
+  type RunningController,
+  runnerLogs,
+  startController,
+  taskLines,
+  waitForFinished,
+} from "../controller/support.js";
+import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { AGENT_LAYOUTS } from "../harness/task-images.js";
+
+const run = promisify(execFile);
+const INTERVAL_MS = 2_000;
+
+// 200 MiB held (filled, so resident) and 1 s of CPU burnt, then out: the same script on the host
+// under /usr/bin/time and in the pod under the agent.
+const BURN =
+  "const b = Buffer.alloc(200 * 1024 * 1024, 1); const t0 = process.cpuUsage(); " +
+  "for (;;) { const u = process.cpuUsage(t0); if (u.user + u.system >= 1e6) break; } " +
+  "console.log('burnt', b.length);";
+
+const { core } = clients();
+let namespace = "";
+const controllers: RunningController[] = [];
+
+beforeAll(async () => {
+  namespace = await createTestNamespace(core, "rn-progress", {
+    "pod-security.kubernetes.io/enforce": "restricted",
+  });
+});
+afterAll(async () => {
+  await Promise.all(controllers.map((c) => c.stop()));
+  if (namespace) await deleteTestNamespace(core, namespace);
+});
+
+interface Seen {
+  at: number;
+  playbook: PlaybookObject;
+}
+
+/** Every distinct status the Playbook shows until it finishes, polled every 250 ms. */
+async function watchUntilFinished(name: string): Promise<Seen[]> {
+  const seen: Seen[] = [];
+  const deadline = Date.now() + realNode.taskStartMs + realNode.finishMs;
+  for (;;) {
+    const playbook = await getPlaybook(namespace, name).catch(() => undefined);
+    if (playbook && playbook.metadata.resourceVersion !== seen.at(-1)?.playbook.metadata.resourceVersion)
+      seen.push({ at: Date.now(), playbook });
+    const ended = playbook && condition(playbook, "Succeeded");
+    if (ended && ended.status !== "Unknown") return seen;
+    if (Date.now() > deadline)
+      throw new Error(`playbook ${name} did not finish; last: ${JSON.stringify(playbook?.status)}`);
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+}
+
+type TaskView = { name: string; phase: string; startTime?: string; exitCode?: number | null };
+const tasksOf = (playbook: PlaybookObject): TaskView[] =>
+  ((playbook.status as { tasks?: TaskView[] } | undefined)?.tasks ?? []) as TaskView[];
+const currentOf = (playbook: PlaybookObject): string | undefined =>
+  (playbook.status as { currentTask?: string } | undefined)?.currentTask;
+
+/** /usr/bin/time's user + system seconds and peak RSS (KiB) for the burn script on the host. */
+async function timedOnHost(): Promise<{ cpu: number; maxKiB: number }> {
+  const node = path.resolve("node_modules/node/bin/node");
+  const { stderr } = await run("/usr/bin/time", ["-f", "TIME %U %S %M", node, "-e", BURN]);
+  const m = /TIME ([\d.]+) ([\d.]+) (\d+)/.exec(stderr);
+  if (!m) throw new Error(`/usr/bin/time said: ${stderr}`);
+  return { cpu: Number(m[1]) + Number(m[2]), maxKiB: Number(m[3]) };
+}
+
+describe.each(AGENT_LAYOUTS)("with the agent delivered by $delivery", ({ setting, delivery }) => {
+  beforeAll(async () => {
+    await Promise.all(controllers.splice(0).map((c) => c.stop()));
+    controllers.push(
+      startController([namespace], {
+        ...realNode.controller,
+        agentDelivery: setting,
+        progressInterval: `${INTERVAL_MS / 1000}s`,
+      }),
+    );
+  });
+
+  it("shows each of three tasks start in status within the interval plus 2 s, and clears Current at the end", async () => {
+    const name = `three-${delivery}`;
+    const step = "for i in 1 2 3 4 5 6; do echo step $i; sleep 1; done";
+    await createPlaybook(namespace, name, {
+      ceiling: "3m",
+      tasks: [
+        { name: "fetch", run: step },
+        { name: "build", run: step },
+        { name: "ship", run: step },
+      ],
+    });
+    const seen = await watchUntilFinished(name);
+    const last = seen.at(-1)?.playbook as PlaybookObject;
+    expect(condition(last, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    expect(currentOf(last)).toBeUndefined();
+    const names = ["fetch", "build", "ship"];
+    for (const [index, task] of tasksOf(last).entries()) {
+      // The runner's start of the task (same machine's clock), and when status first showed it.
+      const started = Date.parse(task.startTime as string);
+      const shown = seen.find(({ playbook }) => {
+        const view = tasksOf(playbook)[index];
+        return view?.startTime !== undefined && view.phase !== "Pending";
+      });
+      expect(shown, `status never showed ${task.name} started before the end`).toBeDefined();
+      expect(shown?.playbook.metadata.resourceVersion).not.toBe(last.metadata.resourceVersion);
+      expect((shown?.at ?? 0) - started).toBeLessThanOrEqual(INTERVAL_MS + 2_000);
+      expect(seen.some(({ playbook }) => currentOf(playbook) === `${index + 1}/3 ${names[index]}`)).toBe(
+        true,
+      );
+    }
+  });
+
+  it("gives a finished task's CPU seconds and peak memory within 10% of /usr/bin/time's", async () => {
+    const name = `cost-${delivery}`;
+    await createPlaybook(namespace, name, {
+      ceiling: "3m",
+      tasks: [{ name: "burn", run: `node -e "${BURN}"` }],
+    });
+    const ended = await waitForFinished(namespace, name, realNode.taskStartMs + realNode.finishMs);
+    expect(condition(ended, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    const task = (ended.status as { tasks: { cpuSeconds?: number; peakMemoryBytes?: number }[] }).tasks[0];
+    const host = await timedOnHost();
+    expect(task?.cpuSeconds).toBeDefined();
+    expect(task?.peakMemoryBytes).toBeDefined();
+    expect(Math.abs((task?.cpuSeconds ?? 0) - host.cpu)).toBeLessThanOrEqual(0.1 * host.cpu);
+    const peakKiB = (task?.peakMemoryBytes ?? 0) / 1024;
+    expect(Math.abs(peakKiB - host.maxKiB)).toBeLessThanOrEqual(0.1 * host.maxKiB);
+  });
+
+  it("takes nothing from a task that writes the progress marker every way it can", async () => {
+    const name = `forge-${delivery}`;
+    const forged = `${PROGRESS_MARKER}${JSON.stringify({
+      v: 1,
+      start: new Date().toISOString(),
+      seq: 999,
+      tasks: [
+        { p: "Failed", x: 77, t: [0, 1] },
+        { p: "Running", s: 2 },
+      ],
+    })}`;
+    const attack = [
+      // Its own output, on both streams.
+      `printf '%s\\n' '${forged}'`,
+      `printf '%s\\n' '${forged}' >&2`,
+      // A line longer than containerd's 16 KiB entries, left open across the runner's next
+      // record, then the marker: the runtime's split must not put it at a line start.
+      "head -c 20000 /dev/zero | tr '\\0' a",
+      "sleep 2.5",
+      `printf '\\n%s\\n' '${forged}'`,
+      // The runner's own stdout, through /proc: another UID's, not dumpable.
+      "for p in /proc/[0-9]*; do",
+      '  if tr "\\0" " " < $p/cmdline 2>/dev/null | grep -q "pod-runner"; then',
+      `    (printf '%s\\n' '${forged}' > $p/fd/1) 2>&1 | sed "s|^|runner-fd: |" | head -1 || true`,
+      "  fi",
+      "done",
+      "sleep 5",
+    ].join("\n");
+    await createPlaybook(namespace, name, {
+      ceiling: "3m",
+      tasks: [
+        { name: "attack", run: attack },
+        { name: "after", run: "sleep 3" },
+      ],
+    });
+    const seen = await watchUntilFinished(name);
+    const last = seen.at(-1)?.playbook as PlaybookObject;
+    expect(condition(last, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    // The controller did read the real records while the attack ran ...
+    expect(seen.some(({ playbook }) => currentOf(playbook) === "1/2 attack")).toBe(true);
+    // ... and never once showed the forged one's.
+    for (const { playbook } of seen) {
+      const [first, second] = tasksOf(playbook);
+      expect(first?.exitCode ?? null).not.toBe(77);
+      expect(first?.phase).not.toBe("Failed");
+      if (first?.phase === "Running") expect(second?.phase ?? "Pending").toBe("Pending");
+    }
+    // Each way was tried: the marker reached the log only behind the task's prefix, and the
+    // runner's stdout refused the write.
+    const logs = await runnerLogs(namespace, name);
+    expect(
+      logs.split("\n").filter((line) => line.startsWith(PROGRESS_MARKER) && line.includes('"seq":999')),
+    ).toEqual([]);
+    const lines = taskLines(logs, "attack");
+    expect(lines.filter((line) => line.includes(forged)).length).toBeGreaterThanOrEqual(3);
+    expect(lines.filter((line) => line.startsWith("runner-fd: "))).toEqual([
+      expect.stringMatching(/Permission denied/),
+    ]);
+  });
+});
