@@ -165,7 +165,9 @@ describe.each(AGENT_LAYOUTS)("with the agent delivered by $delivery", ({ setting
       // record, then the marker: the runtime's split must not put it at a line start.
       "head -c 20000 /dev/zero | tr '\\0' a",
       "sleep 2.5",
-      `printf '\\n%s\\n' '${forged}'`,
+      // No newline first: the runner's record ended the open line, and these bytes must get the
+      // task's prefix again.
+      `printf '%s\\n' '${forged}'`,
       // The runner's own stdout, through /proc: another UID's, not dumpable.
       "for p in /proc/[0-9]*; do",
       '  if tr "\\0" " " < $p/cmdline 2>/dev/null | grep -q "pod-runner"; then',
