@@ -874,7 +874,7 @@ describe("kubectl", () => {
     await waitForFinished(namespace, "shown", 30_000);
     const { stdout } = await kubectl(["-n", namespace, "get", "pb", "shown"]);
     const [header, row] = stdout.trim().split("\n");
-    expect(header?.split(/\s+/)).toEqual(["NAME", "PHASE", "REASON", "TASK", "AGE"]);
+    expect(header?.split(/\s+/)).toEqual(["NAME", "PHASE", "REASON", "TASK", "CURRENT", "AGE"]);
     expect(row?.split(/\s+/).slice(0, 4)).toEqual(["shown", "Failed", "TaskTimeout", "slow"]);
   });
 });

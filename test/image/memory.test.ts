@@ -56,7 +56,7 @@ describe("a task that runs into the container's memory limit", () => {
     ]);
     // Not the runner killed (137, no report): the task failed (1), and said why.
     expect(run.exitCode).toBe(1);
-    expect(run.output).toMatch(/playbook: task hog Failed in \S+ \(exit code 137\)/);
+    expect(run.output).toMatch(/playbook: task hog Failed in \S+ \(exit code 137[,)]/);
     expect(run.output).toContain("out of memory: the kernel's OOM killer ended");
     const report = decodeReport((await container.exec(["cat", "/tmp/report.json"])).stdout);
     expect(report.reason).toBe("TaskFailed");

@@ -165,7 +165,10 @@ describe("playbook submit --watch on the real node", () => {
     expect(stderr).toMatch(
       /^playbook: task slow started \(timeout 1m \(task\), stall 10m \(default\), ceiling 2m \(spec\)\)$/m,
     );
-    expect(stderr).toMatch(/^playbook: task slow Succeeded in [89](\.\d+)?s$/m);
+    // The agent's rusage rides on the finished line, read back from the pod's log.
+    expect(stderr).toMatch(
+      /^playbook: task slow Succeeded in [89](\.\d+)?s \(cpu \d+\.\d\ds, peak \d+ [KMG]iB\)$/m,
+    );
     expect(stderr).toMatch(/^playbook: run Succeeded \(Succeeded\): .*$/m);
   }, 120_000);
 
