@@ -141,7 +141,9 @@ export function settledStatus(
   // Tasks the live progress showed Pending or Running did not finish: the run was stopped.
   const tasks = outcome.tasks ?? markUnfinished(previous.tasks ?? [], "Cancelled");
   if (tasks.length > 0) status.tasks = tasks;
-  const ending = endingTask(status.tasks);
+  // Only tasks the controller itself knows ended the run can name it: the live progress's
+  // (records, not the report) never do.
+  const ending = endingTask(outcome.tasks);
   if (ending) status.endingTask = ending;
   if (base.limits) status.limits = describeRunLimits(base.limits);
   return withGeneration(status, base.generation);

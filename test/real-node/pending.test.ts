@@ -56,7 +56,7 @@ describe("a Playbook whose image cannot be pulled, on the real node", () => {
       tasks: [{ name: "never", run: "echo never" }],
     });
     const { stdout } = await kubectl(["-n", namespace, "get", "pb", "unpullable"]);
-    expect(stdout).toMatch(/^NAME\s+PHASE\s+REASON\s+TASK\s+AGE\n/);
+    expect(stdout).toMatch(/^NAME\s+PHASE\s+REASON\s+TASK\s+CURRENT\s+AGE\n/);
     expect(stdout).toMatch(/\nunpullable\s+Pending\s+Pending\s+\S+\n$/);
   });
 
