@@ -141,19 +141,22 @@ export function settledStatus(
   // Tasks the live progress showed Pending or Running did not finish: the run was stopped.
   const tasks = outcome.tasks ?? markUnfinished(previous.tasks ?? [], "Cancelled");
   if (tasks.length > 0) status.tasks = tasks;
-  // Only tasks the controller itself knows ended the run can name it: the live progress's
-  // (records, not the report) never do.
-  const ending = endingTask(outcome.tasks);
+  // A task the controller marked as stopped (it had not finished when the run was) did not end
+  // the run: only one that ended on its own can be named.
+  const ending = endingTask(tasks.filter((task) => task.message !== STOPPED_MESSAGE));
   if (ending) status.endingTask = ending;
   if (base.limits) status.limits = describeRunLimits(base.limits);
   return withGeneration(status, base.generation);
 }
 
 /** Tasks that had not finished when the run was stopped from outside the runner. */
+/** The message of a task markUnfinished ended: the run was stopped while it was Pending or Running. */
+const STOPPED_MESSAGE = "the run was stopped";
+
 export function markUnfinished(tasks: readonly TaskStatus[], phase: "Cancelled"): TaskStatus[] {
   return tasks.map((task) =>
     task.phase === "Pending" || task.phase === "Running"
-      ? { ...task, phase, message: "the run was stopped" }
+      ? { ...task, phase, message: STOPPED_MESSAGE }
       : task,
   );
 }
