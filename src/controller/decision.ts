@@ -3,7 +3,7 @@
 // status: settle (the run ended) and progress (it goes on).
 
 import type { LimitDefaults, ResolvedLimits } from "../api/limits.js";
-import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
+import type { PlaybookSpec, PlaybookStatus } from "../api/playbook.js";
 import type { NamespaceRules, PodSettings } from "../api/policy.js";
 import type { TerminalReason } from "../api/reasons.js";
 import type { RecordedEvent } from "../runtime/events.js";
@@ -13,7 +13,7 @@ import type { AgentDelivery } from "./pods/agent-delivery.js";
 import { type FinishedRun, finishEvents, finishedRun } from "./pods/finished-run.js";
 import type { PodManifest } from "./pods/pod-builder.js";
 import type { SlotState } from "./policy/policy-queue.js";
-import { markUnfinished, type StatusBase, sameStatus } from "./status.js";
+import { type StatusBase, sameStatus } from "./status.js";
 
 export interface ReconcileSettings {
   defaults: LimitDefaults;
@@ -103,11 +103,6 @@ export interface RunState {
 
 /** How long past its activeDeadlineSeconds a running pod may go before the controller acts. */
 export const BACKSTOP_SLACK_MS = 30_000;
-
-/** The tasks of the last status, those not ended marked Cancelled. */
-export function cancelledTasks(base: StatusBase): TaskStatus[] {
-  return markUnfinished(base.previous.tasks ?? [], "Cancelled");
-}
 
 export function settle(
   base: StatusBase,

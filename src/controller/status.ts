@@ -138,25 +138,22 @@ export function settledStatus(
     completionTime: base.now.toISOString(),
     conditions,
   };
-  // Tasks the live progress showed Pending or Running did not finish: the run was stopped.
-  const tasks = outcome.tasks ?? markUnfinished(previous.tasks ?? [], "Cancelled");
+  // Tasks shown Pending or Running (live progress, or a report read too late) did not finish: the
+  // run was stopped. Only a task that ended on its own can be named as the one that ended the run.
+  const known = outcome.tasks ?? previous.tasks ?? [];
+  const tasks = markUnfinished(known, "Cancelled");
   if (tasks.length > 0) status.tasks = tasks;
-  // A task the controller marked as stopped (it had not finished when the run was) did not end
-  // the run: only one that ended on its own can be named.
-  const ending = endingTask(tasks.filter((task) => task.message !== STOPPED_MESSAGE));
+  const ending = endingTask(known.filter((task) => task.phase !== "Pending" && task.phase !== "Running"));
   if (ending) status.endingTask = ending;
   if (base.limits) status.limits = describeRunLimits(base.limits);
   return withGeneration(status, base.generation);
 }
 
 /** Tasks that had not finished when the run was stopped from outside the runner. */
-/** The message of a task markUnfinished ended: the run was stopped while it was Pending or Running. */
-const STOPPED_MESSAGE = "the run was stopped";
-
-export function markUnfinished(tasks: readonly TaskStatus[], phase: "Cancelled"): TaskStatus[] {
+function markUnfinished(tasks: readonly TaskStatus[], phase: "Cancelled"): TaskStatus[] {
   return tasks.map((task) =>
     task.phase === "Pending" || task.phase === "Running"
-      ? { ...task, phase, message: STOPPED_MESSAGE }
+      ? { ...task, phase, message: "the run was stopped" }
       : task,
   );
 }

@@ -3,14 +3,7 @@
 import { formatDuration } from "../../api/duration.js";
 import type { ResolvedLimits } from "../../api/limits.js";
 import type { PlaybookStatus } from "../../api/playbook.js";
-import {
-  BACKSTOP_SLACK_MS,
-  cancelledTasks,
-  type Decision,
-  progress,
-  type RunState,
-  settle,
-} from "../decision.js";
+import { BACKSTOP_SLACK_MS, type Decision, progress, type RunState, settle } from "../decision.js";
 import type { PodView } from "../objects.js";
 
 import { type NodeSilence, nodeSilenceOf } from "../pods/node-lost.js";
@@ -108,7 +101,7 @@ function decideStartTimeout(state: RunState, pod: PodView, closedBy: "window" | 
       ? `its containers did not all start within the ${formatDuration(limit.ms)} start timeout (${limit.field})`
       : `its containers did not all start before the run's ${formatDuration(ceiling.ms)} ceiling (${ceiling.field}) passed, sooner than its ${formatDuration(limit.ms)} start timeout (${limit.field})`;
   const message = `pod ${pod.metadata.name} (attempt ${state.attempts}) never started: ${when}; ${why}`;
-  const next = settledStatus(base, { reason: "StartTimeout", message, tasks: cancelledTasks(base) });
+  const next = settledStatus(base, { reason: "StartTimeout", message });
   return settle(base, { ...next, podName: pod.metadata.name, podAttempts: state.attempts }, "StartTimeout", {
     actions: pod.metadata.deletionTimestamp
       ? []
@@ -127,7 +120,6 @@ function decideOutlived(state: RunState, pod: PodView): Decision {
   const next = settledStatus(base, {
     reason: "PodDeadlineExceeded",
     message,
-    tasks: cancelledTasks(base),
   });
   return settle(
     base,

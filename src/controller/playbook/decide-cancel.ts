@@ -6,7 +6,6 @@ import type { PlaybookStatus } from "../../api/playbook.js";
 import {
   type Action,
   BACKSTOP_SLACK_MS,
-  cancelledTasks,
   type Decision,
   progress,
   type RunState,
@@ -41,7 +40,6 @@ export function decideCancel(state: RunState, pod: PodView | undefined): Decisio
   const next = settledStatus(base, {
     reason: "Cancelled",
     message,
-    tasks: cancelledTasks(base),
   });
   return settle(base, next, "Cancelled");
 }
@@ -155,7 +153,7 @@ function decideTerminating(
     return progress(base, next, { requeueAfterMs: termination.giveUpAt - now.getTime() });
   }
   const message = describeStuckTermination(pod, termination, base.limits, now);
-  const settled = settledStatus(base, { reason: "Cancelled", message, tasks: cancelledTasks(base) });
+  const settled = settledStatus(base, { reason: "Cancelled", message });
   return settle(base, { ...settled, podName: pod.metadata.name, podAttempts: state.attempts }, "Cancelled");
 }
 

@@ -2,14 +2,7 @@
 // deletion did, or the run was cancelled.
 import { formatDuration } from "../../api/duration.js";
 import type { ReportContext } from "../../api/report.js";
-import {
-  BACKSTOP_SLACK_MS,
-  cancelledTasks,
-  type Decision,
-  progress,
-  type RunState,
-  settle,
-} from "../decision.js";
+import { BACKSTOP_SLACK_MS, type Decision, progress, type RunState, settle } from "../decision.js";
 import type { PodView } from "../objects.js";
 import { terminationGraceSeconds } from "../pods/pod-builder.js";
 import {
@@ -23,7 +16,7 @@ import {
   runnerOomHint,
   settleWaitMs,
 } from "../pods/pod-state.js";
-import { markUnfinished, runStatusFromReport, settledStatus } from "../status.js";
+import { runStatusFromReport, settledStatus } from "../status.js";
 import { decideLost } from "./decide-start.js";
 
 /** The tasks' images and, for a task the runner reports lost with its container, what the kubelet says of it. */
@@ -76,7 +69,7 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
     const next = settledStatus(base, {
       reason: "PodDeadlineExceeded",
       message,
-      tasks: markUnfinished(tasks ?? [], "Cancelled"),
+      ...(tasks ? { tasks } : {}),
     });
     return countingDistrust(
       settle(base, { ...next, podName, podAttempts: state.attempts }, "PodDeadlineExceeded"),
@@ -138,6 +131,6 @@ function decideCancelledPod(state: RunState, pod: PodView, read: ReadReport): De
     return progress(base, base.previous, { requeueAfterMs: waitUntil - state.input.now.getTime() });
   }
   const message = `the run was cancelled (spec.cancel); pod ${podName} was stopped at its lowered activeDeadlineSeconds without a valid runner report (${describeKubeletVerdict(pod)}): ${read.ok ? "" : read.problem}`;
-  const next = settledStatus(base, { reason: "Cancelled", message, tasks: cancelledTasks(base) });
+  const next = settledStatus(base, { reason: "Cancelled", message });
   return countingDistrust(settle(base, { ...next, podName, podAttempts: state.attempts }, "Cancelled"), read);
 }

@@ -7,7 +7,6 @@ import { checkPolicy } from "../../api/policy.js";
 import type { RecordedEvent } from "../../runtime/events.js";
 import {
   type Action,
-  cancelledTasks,
   capitalise,
   type Decision,
   progress,
@@ -77,7 +76,6 @@ export function decideLost(state: RunState, what: string): Decision {
     const next = settledStatus(base, {
       reason: "RunCeiling",
       message,
-      tasks: cancelledTasks(base),
     });
     return settle(base, next, "RunCeiling");
   }
@@ -120,7 +118,6 @@ export function decideLost(state: RunState, what: string): Decision {
   const next = settledStatus(base, {
     reason: "PodLost",
     message,
-    tasks: cancelledTasks(base),
   });
   return settle(base, next, "PodLost");
 }
@@ -218,7 +215,7 @@ function policyRefusal(state: RunState, attempt: number): Decision | undefined {
     attempt === 1
       ? why
       : `pod ${podNameFor(state.input.playbook.metadata.name, attempt)} (attempt ${attempt}) was not created: the namespace's policy refuses the run's plan: ${why}`;
-  const next = settledStatus(base, { reason: "InvalidSpec", message, tasks: cancelledTasks(base) });
+  const next = settledStatus(base, { reason: "InvalidSpec", message });
   return settle(base, next, "InvalidSpec", {
     policyRefusals: [...new Set(refused.map((p) => p.field))],
     events: [{ type: "Warning", reason: "InvalidSpec", message: `Refused the spec: ${message}` }],

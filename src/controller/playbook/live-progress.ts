@@ -79,17 +79,12 @@ export function liveProgress(
  * and nothing after the running one has started.
  */
 function outOfOrder(tasks: readonly ProgressTask[]): string | undefined {
-  let waiting = -1;
-  for (const [index, task] of tasks.entries()) {
-    if (task.p === "Pending" || task.p === "Running") {
-      if (waiting < 0) waiting = index;
-      else if (task.p !== "Pending")
-        return `task ${index} is ${task.p} after task ${waiting}, which has not ended`;
-      continue;
-    }
-    if (waiting >= 0) return `task ${index} is ${task.p} after task ${waiting}, which has not ended`;
-  }
-  return undefined;
+  const waiting = tasks.findIndex((task) => task.p === "Pending" || task.p === "Running");
+  if (waiting < 0) return undefined;
+  const index = tasks.findIndex((task, i) => i > waiting && task.p !== "Pending");
+  return index < 0
+    ? undefined
+    : `task ${index} is ${tasks[index]?.p} after task ${waiting}, which has not ended`;
 }
 
 /** The record's tasks as status.tasks, expanded as the final report's are; the running one with its start. */

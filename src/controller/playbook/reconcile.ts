@@ -10,7 +10,6 @@ import { resolveTaskContainers } from "../../api/task-images.js";
 import type { RecordedEvent } from "../../runtime/events.js";
 import {
   type Action,
-  cancelledTasks,
   capitalise,
   type Decision,
   type ReconcileInput,
@@ -285,7 +284,7 @@ function decideUnverifiedPod(input: ReconcileInput, pod: PodView, problem: strin
     limits: null,
   };
   const message = `${problem}; the controller takes no plan it did not record, so the run cannot go on and the pod was deleted`;
-  const next = settledStatus(base, { reason: "RunnerLost", message, tasks: cancelledTasks(base) });
+  const next = settledStatus(base, { reason: "RunnerLost", message });
   return settle(base, { ...next, podName: pod.metadata.name }, "RunnerLost", {
     events: [{ type: "Warning", reason: "PlanRefused", message: capitalise(problem) }],
     actions: input.pods
