@@ -1,4 +1,5 @@
-// `npm run bench:images [-- --quick] [-- --rounds=N] [-- --results-file=F]`: tasks in their own
+// `npm run bench:images [-- --quick] [-- --rounds=N] [-- --start-rounds=N] [-- --kill-rounds=N (0: none)]
+// [-- --trace] [-- --restricted-reference] [-- --results-file=F]`: tasks in their own
 // images (issue 20) on a real node of their own (containerd under Kubernetes' kubelet; root, and no
 // other real node running: take /tmp/playbook-real-node.lock), each against a reference measured
 // in the same run, printed as ratios:
@@ -28,11 +29,12 @@ import { decodeReport } from "../../src/api/report.js";
 import { loadControllerConfig } from "../../src/controller/config.js";
 import { PlaybookController } from "../../src/controller/controller.js";
 import { makeClients } from "../../src/runtime/kube-config.js";
-import { repoRoot } from "../harness/binaries.js";
+import { repoRoot, toolsBinDir } from "../harness/binaries.js";
 import { startDevCluster } from "../harness/dev-cluster.js";
 import { waitFor } from "../harness/processes.js";
 import { projectImageArchive, projectImageName } from "../harness/real-node/images.js";
 import { SPIN, TASK_IMAGE_KINDS, TASK_IMAGES, taskImageArchive } from "../harness/task-images.js";
+import { type ContainerEvents, watchContainerEvents } from "./container-events.js";
 import { median, meetsTarget, percentile, ratio } from "./stats.js";
 
 const run = promisify(execFile);
@@ -49,6 +51,9 @@ const LAYOUTS = [
 /** p10..p90 of a sample, for the notes. */
 const spread = (values: number[]) => `p10 ${percentile(values, 10)}, p90 ${percentile(values, 90)}`;
 const RESULTS_FILE = args.get("results-file");
+/** `--trace`: each start round's steps from containerd's events (when each container was created and started). */
+const TRACE = args.has("trace");
+const RESTRICTED_REFERENCE = args.has("restricted-reference");
 const TIMEOUT_S = 3;
 const PROCS = 100;
 
@@ -187,6 +192,22 @@ async function main(): Promise<void> {
     await startController(LAYOUTS[0].setting);
     const pods = watchPods(kubeConfig, namespace);
     await pods.started;
+    const socket = cluster.realNode?.containerdSocket;
+    if (TRACE && !socket) throw new Error("--trace needs the real node's containerd socket");
+    const events: ContainerEvents | undefined =
+      TRACE && socket ? await watchContainerEvents(path.join(await toolsBinDir(), "ctr"), socket) : undefined;
+    /** One line per pod: each container's creation and start, ms after the pod's creation. */
+    const trace = async (pod: string, created: number, firstLine: number): Promise<void> => {
+      if (!events) return;
+      const containers = [...(await events.ofPod(pod))].sort(
+        ([, a], [, b]) => (a.created ?? Number.POSITIVE_INFINITY) - (b.created ?? Number.POSITIVE_INFINITY),
+      );
+      const at = (ms: number | undefined) => (ms === undefined ? "?" : String(Math.round(ms - created)));
+      const steps = containers.map(
+        ([name, t]) => `${name} created ${at(t.created)} started ${at(t.started)}`,
+      );
+      log(`trace ${pod}: ${steps.join(", ")}, first line ${firstLine}`);
+    };
 
     const logsOf = async (pod: string, container: string): Promise<string> => {
       const text = await core.readNamespacedPodLog({ namespace, name: pod, container });
@@ -209,6 +230,11 @@ async function main(): Promise<void> {
         plural: PLURAL,
         body: { apiVersion: `${GROUP}/${VERSION}`, kind: "Playbook", metadata: { name }, spec },
       });
+    /**
+     * The reference. `--restricted-reference` gives it what restricted Pod Security asks (as our
+     * pods have: RuntimeDefault seccomp, no capability, no privilege escalation), to see what
+     * that alone costs a container's start; the targets are against the plain pod.
+     */
     const plainPod = (name: string, command: string[]) =>
       core.createNamespacedPod({
         namespace,
@@ -216,8 +242,22 @@ async function main(): Promise<void> {
           metadata: { name },
           spec: {
             restartPolicy: "Never",
-            securityContext: { runAsUser: 1000, runAsGroup: 1000, runAsNonRoot: true },
-            containers: [{ name: "main", image: TASK_IMAGES.debian, command }],
+            securityContext: {
+              runAsUser: 1000,
+              runAsGroup: 1000,
+              runAsNonRoot: true,
+              ...(RESTRICTED_REFERENCE ? { seccompProfile: { type: "RuntimeDefault" } } : {}),
+            },
+            containers: [
+              {
+                name: "main",
+                image: TASK_IMAGES.debian,
+                command,
+                ...(RESTRICTED_REFERENCE
+                  ? { securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] } } }
+                  : {}),
+              },
+            ],
           },
         },
       });
@@ -242,14 +282,18 @@ async function main(): Promise<void> {
       const pod = `${name}-1`;
       const created = await pods.created(pod);
       await podEnded(pod);
-      return stampIn(await logsOf(pod, "runner")) - created;
+      const firstLine = stampIn(await logsOf(pod, "runner")) - created;
+      await trace(pod, created, firstLine);
+      return firstLine;
     };
     const startReference = async (): Promise<number> => {
       const name = `plain-start-${++counter}`;
       await plainPod(name, [SPIN, "stamp"]);
       const created = await pods.created(name);
       await podEnded(name);
-      return stampIn(await logsOf(name, "main")) - created;
+      const firstLine = stampIn(await logsOf(name, "main")) - created;
+      await trace(name, created, firstLine);
+      return firstLine;
     };
     /** The way the agent got into the task containers of a run's pod, from the pod itself. */
     const deliveryOf = async (pod: string): Promise<string> => {
@@ -363,18 +407,22 @@ async function main(): Promise<void> {
         `task_image_kill round ${round}: ours ${killsOurs.at(-1)} ms, timeout -s KILL ${killsRef.at(-1)} ms`,
       );
     }
-    const killOursP99 = percentile(killsOurs, 99);
-    const killRefP99 = percentile(killsRef, 99);
-    record({
-      name: "task_image_kill_p99_100procs",
-      ours: killOursP99,
-      reference: killRefP99,
-      unit: "ms",
-      ratio: ratio(killOursP99, killRefP99),
-      target: "<= 1.2",
-      note: `each side's own deadline (task timeout ${TIMEOUT_S}s) -> all ${PROCS} processes dead, a task container (Debian image) vs GNU timeout -s KILL in a plain pod of that image; p99 of ${KILL_ROUNDS} (medians ${median(killsOurs)} vs ${median(killsRef)} ms; ours ${spread(killsOurs)}; timeout ${spread(killsRef)})`,
-    });
+    // `--kill-rounds=0` measures the start only.
+    if (KILL_ROUNDS > 0) {
+      const killOursP99 = percentile(killsOurs, 99);
+      const killRefP99 = percentile(killsRef, 99);
+      record({
+        name: "task_image_kill_p99_100procs",
+        ours: killOursP99,
+        reference: killRefP99,
+        unit: "ms",
+        ratio: ratio(killOursP99, killRefP99),
+        target: "<= 1.2",
+        note: `each side's own deadline (task timeout ${TIMEOUT_S}s) -> all ${PROCS} processes dead, a task container (Debian image) vs GNU timeout -s KILL in a plain pod of that image; p99 of ${KILL_ROUNDS} (medians ${median(killsOurs)} vs ${median(killsRef)} ms; ours ${spread(killsOurs)}; timeout ${spread(killsRef)})`,
+      });
+    }
     pods.stop();
+    events?.stop();
   } finally {
     controller?.stop();
     await done?.catch(() => {});
