@@ -63,8 +63,12 @@ export class ProgressLooks {
 
   /** When the run's next look is due (ms since the epoch), or undefined when it gets none. */
   dueAt(playbook: StoredPlaybook, pods: readonly PodView[]): number | undefined {
+    return this.dueFor(playbook, recordedRunningPod(playbook, pods));
+  }
+
+  /** dueAt for the run's recorded pod, once found. */
+  private dueFor(playbook: StoredPlaybook, pod: PodView | undefined): number | undefined {
     if (!this.enabled) return undefined;
-    const pod = recordedRunningPod(playbook, pods);
     const start = Date.parse(playbook.status?.startTime ?? "");
     if (!pod || Number.isNaN(start)) return undefined;
     const last = this.looked.get(keyOf(playbook.metadata));
@@ -84,8 +88,8 @@ export class ProgressLooks {
       this.looked.delete(key);
       return undefined;
     }
-    const due = this.dueAt(playbook, pods);
     const pod = recordedRunningPod(playbook, pods);
+    const due = this.dueFor(playbook, pod);
     if (due === undefined || !pod?.metadata.uid || due > now.getTime()) return undefined;
     const podUID = pod.metadata.uid;
     const last = this.looked.get(key);
