@@ -21,6 +21,7 @@ import {
   taskUidsFrom,
 } from "../pod-runner/agent-mode.js";
 import type { LocalRun } from "../pod-runner/local-run.js";
+import { writeThenRelease } from "../pod-runner/output.js";
 import { PodLog } from "../pod-runner/pod-log.js";
 import { ProgressRecorder } from "../pod-runner/progress-recorder.js";
 import { runPlaybook } from "../pod-runner/run.js";
@@ -81,20 +82,8 @@ function countingSink(
     write(chunk: Buffer, _encoding, callback) {
       bytes += chunk.length;
       if (broken) return callback();
-      // Called back once the target has written the chunk out, not when it merely queued it: the
-      // runner reuses the chunk's memory after this callback. A reader that goes away fails the
-      // write; the error must release it too, or the tasks' pipes stay paused and the run hangs
-      // on its stall limit.
-      let released = false;
-      const release = () => {
-        if (released) return;
-        released = true;
-        target.off("error", release);
-        callback();
-      };
-      target.on("error", release);
       around.before();
-      target.write(chunk, release);
+      writeThenRelease(target, [chunk], callback);
       around.after(chunk);
     },
   });

@@ -170,3 +170,29 @@ export class LinePrefixer {
     return newline;
   }
 }
+
+/**
+ * Writes `pieces` to `target` and calls `done` once the target has written the last one out, not
+ * when it merely queued it: the caller reuses the chunks' memory after that. A reader that went
+ * away fails the write; the error releases it too, or the tasks' pipes would stay paused and the
+ * run hang on its stall limit.
+ */
+export function writeThenRelease(
+  target: NodeJS.WritableStream,
+  pieces: readonly Buffer[],
+  done: () => void,
+): void {
+  let released = false;
+  const release = () => {
+    if (released) return;
+    released = true;
+    target.off("error", release);
+    done();
+  };
+  target.on("error", release);
+  const last = pieces.length - 1;
+  for (const [index, piece] of pieces.entries()) {
+    if (index === last) target.write(piece, release);
+    else target.write(piece);
+  }
+}

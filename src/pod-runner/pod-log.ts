@@ -12,7 +12,7 @@
 //   second of output go without a record after them (docs/design.md, "Live progress").
 import { Writable } from "node:stream";
 import type { ProgressTask } from "../api/progress-record.js";
-import { type ChunkLines, type LinePrefixer, linesOf } from "./output.js";
+import { type ChunkLines, type LinePrefixer, linesOf, writeThenRelease } from "./output.js";
 
 /** A record is due once this many task lines were written since the newest one. */
 export const RECORD_EVERY_LINES = 50;
@@ -194,21 +194,6 @@ export class PodLog {
       callback();
       return;
     }
-    // Called back once the target has written the last piece: the chunk's memory is reused then.
-    // A reader that went away fails the write; the error releases it too.
-    let released = false;
-    const target = this.options.target;
-    const release = () => {
-      if (released) return;
-      released = true;
-      target.off("error", release);
-      callback();
-    };
-    target.on("error", release);
-    const last = out.length - 1;
-    for (const [index, piece] of out.entries()) {
-      if (index === last) target.write(piece, release);
-      else target.write(piece);
-    }
+    writeThenRelease(this.options.target, out, callback);
   }
 }
