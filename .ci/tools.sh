@@ -19,6 +19,7 @@ tools_started=""
 start_tools_builds() {
   tools_dir=$(mktemp -d)
   tools_started=$SECONDS
+  # shellcheck disable=SC2016 # the session's script expands its own variables
   TOOLS_DIR=$tools_dir setsid bash -c '
     build_set() { # build_set <set> [command prefix...]: tools/build.sh for one set
       local set=$1 started=$SECONDS status=0

@@ -310,11 +310,12 @@ describe("tools/build.sh sets (PLAYBOOK_TOOLS_SET)", () => {
       stdio: ["ignore", "pipe", "pipe"],
     });
     started.push(realNode);
+    const realNodeClosed = new Promise((resolve) => realNode.on("close", resolve));
     await new Promise<void>((resolve) => {
       let said = "";
       realNode.stderr?.on("data", (chunk: Buffer) => {
         said += chunk.toString();
-        if (said.includes("building kubelet from")) resolve();
+        if (/tools:bin: building [^\n]*kubelet/.test(said)) resolve();
       });
     });
 
@@ -338,7 +339,7 @@ describe("tools/build.sh sets (PLAYBOOK_TOOLS_SET)", () => {
     expect(realNode.exitCode).toBe(null);
     expect(Date.now() - t0).toBeLessThan(15_000);
 
-    const realNodeCode = await new Promise((resolve) => realNode.on("close", resolve));
+    const realNodeCode = await realNodeClosed;
     expect(realNodeCode).toBe(0);
     expect(existsSync(join(binDir, "kubelet"))).toBe(true);
   }, 120_000);
