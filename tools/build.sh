@@ -417,9 +417,9 @@ for part in "${parts[@]}"; do
   take_lock "$part"
   group_missing
   if ((${#groups[@]} > 0)); then
-    building=""
-    for dir in "${groups[@]}"; do building+="${building:+; }${group_names[$dir]} (from ${group_pkgs[$dir]})"; done
-    note_holder "$building"
+    what_builds=""
+    for dir in "${groups[@]}"; do what_builds+="${what_builds:+; }${group_names[$dir]} (from ${group_pkgs[$dir]})"; done
+    note_holder "$what_builds"
     build_missing
     built=true
   fi
