@@ -4,6 +4,13 @@
 # their Go modules into a per-version cache folder outside the repository, and prints that
 # folder as the only line of stdout. Binaries already present are not rebuilt.
 #
+# The binaries come in two sets, each built under a lock of its own: control-plane (what the
+# cluster, image and bench tests run: kube-apiserver, kube-controller-manager, kube-scheduler,
+# kubectl, etcd, helm) and real-node (kubelet, kube-proxy, containerd, containerd-shim-runc-v2,
+# ctr). PLAYBOOK_TOOLS_SET names the one to build; all (the default) builds both, one after the
+# other. A set whose binaries are all present is not locked, so asking for one never waits on
+# a build of the other.
+#
 # Progress goes to stderr: which binaries are building, packages compiled out of those that
 # need compiling, elapsed time; a bar on a terminal, a plain line every 15s otherwise. The
 # binaries of one module are built by one `go build` (they share most packages), and modules
@@ -12,9 +19,11 @@
 # Environment:
 #   PLAYBOOK_TOOLS_CACHE    parent folder of the versioned cache (default: $XDG_CACHE_HOME or
 #                           ~/.cache, then playbook-controller/bin)
+#   PLAYBOOK_TOOLS_SET      control-plane, real-node or all (the default)
 #   PLAYBOOK_TOOLS_JOBS     modules built at once (default: half the cores, at least 1)
-#   PLAYBOOK_TOOLS_TARGETS  what to build instead of the eight binaries (for tests): a list of
-#                           NAME=DIR:PACKAGE, DIR relative to tools/ or absolute
+#   PLAYBOOK_TOOLS_TARGETS  what to build instead of the eleven binaries (for tests): a list of
+#                           NAME=DIR:PACKAGE, DIR relative to tools/ or absolute; a NAME of a set
+#                           belongs to it, any other NAME only to all
 #   PLAYBOOK_TOOLS_PROGRESS_EVERY  seconds between plain progress lines (default 15)
 #   PLAYBOOK_TOOLS_LOCK_REPORT_EVERY  seconds between the lines saying who holds the build lock
 #                           while this waits for it (default 30; the first is said at once)
@@ -26,6 +35,16 @@ die() {
   log "error: $*"
   exit 1
 }
+
+# The sets by binary name; `all` is both, then whatever PLAYBOOK_TOOLS_TARGETS names besides.
+control_plane_names="kube-apiserver kube-controller-manager kube-scheduler kubectl etcd helm"
+real_node_names="kubelet kube-proxy containerd containerd-shim-runc-v2 ctr"
+tools_set=${PLAYBOOK_TOOLS_SET:-all}
+case $tools_set in
+  control-plane | real-node) parts=("$tools_set") ;;
+  all) parts=(control-plane real-node other) ;;
+  *) die "PLAYBOOK_TOOLS_SET=$tools_set is not a set of binaries: expected control-plane, real-node or all" ;;
+esac
 
 # Go from PATH or /usr/local/go when new enough, else the toolchain module from the Go proxy.
 go_bin=$("$tools_dir/install-go.sh") ||
@@ -61,12 +80,12 @@ targets=${PLAYBOOK_TOOLS_TARGETS:-"
   ctr=containerd:github.com/containerd/containerd/v2/cmd/ctr
 "}
 
-# Two callers (CI and a test's global setup, say) must not build the same binary at once. A
-# caller that finds the lock taken says at once, then every PLAYBOOK_TOOLS_LOCK_REPORT_EVERY
-# seconds (default 30), who holds it (pid, command line, since when, who ran it) and what it
-# builds, instead of waiting in silence.
-lock_file="$bin_dir/.lock"
-holder_file="$bin_dir/.lock.holder"
+# Two callers (CI and a test's global setup, say) must not build the same binary at once: each
+# set is built under its own lock, $bin_dir/.lock.<set>, taken only when something of the set is
+# missing. A caller that finds the lock taken says at once, then every
+# PLAYBOOK_TOOLS_LOCK_REPORT_EVERY seconds (default 30), who holds it (pid, command line, since
+# when, who ran it) and what it builds, instead of waiting in silence.
+lock_file="" holder_file="" part_targets=""
 lock_report_every=${PLAYBOOK_TOOLS_LOCK_REPORT_EVERY:-30}
 
 # lock_holder_pid: the pid holding the lock on $lock_file (empty when none is seen). /proc/locks
@@ -106,10 +125,10 @@ elapsed() { # elapsed <seconds>
   if ((s >= 60)); then printf '%dm%02ds' $((s / 60)) $((s % 60)); else printf '%ds' "$s"; fi
 }
 
-# The binaries of the targets not yet in $bin_dir: what whoever holds the lock is building.
+# The binaries of the set's targets not yet in $bin_dir: what whoever holds its lock is building.
 missing_names() {
   local target names=""
-  for target in $targets; do
+  for target in $part_targets; do
     [[ -x "$bin_dir/${target%%=*}" ]] || names+="${names:+ }${target%%=*}"
   done
   printf '%s' "$names"
@@ -155,24 +174,11 @@ note_holder() {
   mv -f "$holder_file.$$" "$holder_file"
 }
 
-exec 9>"$lock_file"
-if ! flock -n 9; then
-  wait_started=$SECONDS
-  report_lock_holder 0
-  until flock -w "$lock_report_every" 9; do
-    report_lock_holder $((SECONDS - wait_started))
-  done
-  log "got the build lock after $(elapsed $((SECONDS - wait_started)))"
-fi
-note_holder "checking what is missing"
-
 export CGO_ENABLED=0
-started=$SECONDS
 cores=$(nproc 2>/dev/null || echo 1)
 jobs=${PLAYBOOK_TOOLS_JOBS:-$(((cores + 1) / 2))}
 ((jobs >= 1)) || jobs=1
 progress_every=${PLAYBOOK_TOOLS_PROGRESS_EVERY:-15}
-
 
 # Version stamping as Kubernetes' hack/lib/version.sh does, so /version and `kubectl version`
 # report the release; the module zip carries no commit, so the release time stands in for buildDate.
@@ -207,29 +213,63 @@ module_tags() { # module_tags <dir>: build tags; containerd's storage drivers th
   esac
 }
 
-# The missing binaries, grouped by module folder, in the order first named.
+# The targets of one set (control-plane, real-node, or other: what PLAYBOOK_TOOLS_TARGETS names
+# besides the two), each checked for its NAME=DIR:PACKAGE shape.
+set_targets() { # set_targets <set>
+  local target name names
+  case $1 in
+    control-plane) names=" $control_plane_names " ;;
+    real-node) names=" $real_node_names " ;;
+    *) names="" ;;
+  esac
+  for target in $targets; do
+    [[ -n ${target%%=*} && $target == *=*:* && -n ${target#*:} && -n ${target%%:*} ]] ||
+      die "PLAYBOOK_TOOLS_TARGETS: '$target' is not NAME=DIR:PACKAGE"
+    name=${target%%=*}
+    if [[ -n $names ]]; then
+      [[ $names == *" $name "* ]] || continue
+    elif [[ " $control_plane_names $real_node_names " == *" $name "* ]]; then
+      continue
+    fi
+    printf '%s\n' "$target"
+  done
+}
+
+# The missing binaries of $part_targets, grouped by module folder, in the order first named.
 declare -A group_names=() group_pkgs=()
 groups=()
-for target in $targets; do
-  name=${target%%=*}
-  rest=${target#*=}
-  dir=${rest%%:*}
-  pkg=${rest#*:}
-  [[ -n $name && -n $dir && -n $pkg && $target == *=*:* ]] || die "PLAYBOOK_TOOLS_TARGETS: '$target' is not NAME=DIR:PACKAGE"
-  [[ -x "$bin_dir/$name" ]] && continue
-  [[ -v "group_names[$dir]" ]] || groups+=("$dir")
-  group_names[$dir]+="${group_names[$dir]:+ }$name"
-  group_pkgs[$dir]+="${group_pkgs[$dir]:+ }$pkg"
-done
+group_missing() {
+  local target name rest dir pkg
+  group_names=() group_pkgs=() groups=()
+  for target in $part_targets; do
+    name=${target%%=*}
+    rest=${target#*=}
+    dir=${rest%%:*}
+    pkg=${rest#*:}
+    [[ -n $dir && -n $pkg ]] || die "PLAYBOOK_TOOLS_TARGETS: '$target' is not NAME=DIR:PACKAGE"
+    [[ -x "$bin_dir/$name" ]] && continue
+    [[ -v "group_names[$dir]" ]] || groups+=("$dir")
+    group_names[$dir]+="${group_names[$dir]:+ }$name"
+    group_pkgs[$dir]+="${group_pkgs[$dir]:+ }$pkg"
+  done
+}
 
-if ((${#groups[@]} == 0)); then
-  printf '%s\n' "$bin_dir"
-  exit 0
-fi
-
-building=""
-for dir in "${groups[@]}"; do building+="${building:+; }${group_names[$dir]} (from ${group_pkgs[$dir]})"; done
-note_holder "$building"
+# take_lock <set>: the set's lock on fd 9, waited for with a report of who holds it.
+take_lock() {
+  local wait_started
+  lock_file="$bin_dir/.lock.$1"
+  holder_file="$lock_file.holder"
+  exec 9>"$lock_file"
+  if ! flock -n 9; then
+    wait_started=$SECONDS
+    report_lock_holder 0
+    until flock -w "$lock_report_every" 9; do
+      report_lock_holder $((SECONDS - wait_started))
+    done
+    log "got the build lock after $(elapsed $((SECONDS - wait_started)))"
+  fi
+  note_holder "checking what is missing"
+}
 
 state=$(mktemp -d)
 trap 'rm -rf "$state"' EXIT
@@ -252,7 +292,8 @@ build_group() {
   go list -trimpath -tags "$tags" -deps -f '{{if .Stale}}{{.ImportPath}}{{end}}' "${pkgs[@]}" | sort -u | wc -l >"$state/$i.total" ||
     echo 0 >"$state/$i.total"
   : >"$state/$i.done"
-  local out="$bin_dir/.$i.tmp"
+  # Named for this process: a build of another set (or an older build.sh) may run beside it.
+  local out="$bin_dir/.$$.$i.tmp"
   rm -rf "$out"
   local -a output=(-o "$out")
   if ((${#pkgs[@]} > 1)); then
@@ -294,6 +335,7 @@ on_terminal=false
 declare -A pids=()
 next=0
 failed=0
+started=$SECONDS
 last_line=$SECONDS
 
 progress_line() {
@@ -323,36 +365,70 @@ progress_line() {
 
 clear_bar() { if $on_terminal; then printf '\r\033[K' >&2; fi; }
 
-while ((next < ${#groups[@]})) || ((${#pids[@]} > 0)); do
-  while ((next < ${#groups[@]} && ${#pids[@]} < jobs)); do
-    clear_bar
-    log "building ${group_names[${groups[$next]}]} from ${group_pkgs[${groups[$next]}]} (several minutes on a cold Go cache)"
-    build_group "$next" &
-    pids[$next]=$!
-    next=$((next + 1))
-  done
-  for i in "${!pids[@]}"; do
-    kill -0 "${pids[$i]}" 2>/dev/null && continue
-    clear_bar
-    if wait "${pids[$i]}"; then
-      $on_terminal && progress_line && clear_bar
-      log "built ${group_names[${groups[$i]}]} in $(elapsed "$(read_number "$state/$i.took")"): $(count_lines "$state/$i.done")/$(read_number "$state/$i.total") packages compiled"
-    else
-      failed=1
+# build_missing: builds the groups found by group_missing, up to $jobs at once.
+build_missing() {
+  local i
+  rm -rf "${state:?}"/*
+  pids=()
+  next=0
+  failed=0
+  started=$SECONDS
+  last_line=$SECONDS
+  while ((next < ${#groups[@]})) || ((${#pids[@]} > 0)); do
+    while ((next < ${#groups[@]} && ${#pids[@]} < jobs)); do
+      clear_bar
+      log "building ${group_names[${groups[$next]}]} from ${group_pkgs[${groups[$next]}]} (several minutes on a cold Go cache)"
+      build_group "$next" &
+      pids[$next]=$!
+      next=$((next + 1))
+    done
+    for i in "${!pids[@]}"; do
+      kill -0 "${pids[$i]}" 2>/dev/null && continue
+      clear_bar
+      if wait "${pids[$i]}"; then
+        $on_terminal && progress_line && clear_bar
+        log "built ${group_names[${groups[$i]}]} in $(elapsed "$(read_number "$state/$i.took")"): $(count_lines "$state/$i.done")/$(read_number "$state/$i.total") packages compiled"
+      else
+        failed=1
+      fi
+      unset "pids[$i]"
+    done
+    ((${#pids[@]} > 0)) || continue
+    if $on_terminal; then
+      progress_line
+    elif ((SECONDS - last_line >= progress_every)); then
+      progress_line
+      last_line=$SECONDS
     fi
-    unset "pids[$i]"
+    sleep 1
   done
-  ((${#pids[@]} > 0)) || continue
-  if $on_terminal; then
-    progress_line
-  elif ((SECONDS - last_line >= progress_every)); then
-    progress_line
-    last_line=$SECONDS
-  fi
-  sleep 1
-done
-clear_bar
+  clear_bar
+  ((failed == 0)) || die "some binaries could not be built; see above"
+}
 
-((failed == 0)) || die "some binaries could not be built; see above"
-log "built everything missing in $(elapsed $((SECONDS - started))) into $bin_dir"
+# Each set in turn: nothing is locked for a set that has all its binaries; one that lacks some
+# takes its lock, then looks again (whoever held the lock may have built them) and builds the rest.
+built=false
+all_started=$SECONDS
+for part in "${parts[@]}"; do
+  part_targets=$(set_targets "$part")
+  group_missing
+  ((${#groups[@]} > 0)) || continue
+  take_lock "$part"
+  group_missing
+  if ((${#groups[@]} > 0)); then
+    what_builds=""
+    for dir in "${groups[@]}"; do what_builds+="${what_builds:+; }${group_names[$dir]} (from ${group_pkgs[$dir]})"; done
+    note_holder "$what_builds"
+    build_missing
+    built=true
+  fi
+  exec 9>&-
+done
+
+if $built; then
+  what="everything missing"
+  [[ $tools_set == all ]] || what="the $tools_set set's missing binaries"
+  log "built $what in $(elapsed $((SECONDS - all_started))) into $bin_dir"
+fi
 printf '%s\n' "$bin_dir"

@@ -48,7 +48,7 @@ export async function startBenchCluster(
   stateDir: string,
   log: (message: string) => void,
 ): Promise<BenchCluster> {
-  const binDir = await toolsBinDir();
+  const binDir = await toolsBinDir("control-plane");
   const t0 = performance.now();
   const controlPlane = await startControlPlane({
     stateDir,

@@ -19,13 +19,25 @@ export function repoRoot(): string {
 }
 
 /**
- * Runs tools/build.sh, which builds any missing binary (progress on stderr, passed through) and
- * prints the cache folder. Fails with the script's message when Go or a build is missing.
+ * The binaries tools/build.sh builds, by what runs them: `control-plane` (etcd, kube-apiserver,
+ * kube-controller-manager, kube-scheduler, kubectl, helm), `real-node` (kubelet, kube-proxy,
+ * containerd and its shim, ctr), `all` both.
  */
-export async function toolsBinDir(): Promise<string> {
+export type ToolsSet = "control-plane" | "real-node" | "all";
+
+/**
+ * Runs tools/build.sh for the set the caller needs, which builds any of its binaries that is
+ * missing (progress on stderr, passed through) and prints the cache folder; a set whose binaries
+ * are there returns at once, whatever builds the other set meanwhile. Fails with the script's
+ * message when Go or a build is missing.
+ */
+export async function toolsBinDir(set: ToolsSet): Promise<string> {
   const script = path.join(repoRoot(), "tools", "build.sh");
   try {
-    const child = run("bash", [script], { maxBuffer: 1 << 20 });
+    const child = run("bash", [script], {
+      maxBuffer: 1 << 20,
+      env: { ...process.env, PLAYBOOK_TOOLS_SET: set },
+    });
     child.child.stderr?.pipe(process.stderr);
     const { stdout } = await child;
     return z.string().min(1).parse(stdout.trim());

@@ -14,7 +14,7 @@
 //                          under podmanStateDir()/sockets, stopped by stop(); for docker, its socket
 // From a shell: `node dist/test/harness/container-engine.js env|service|kind` (see the end of this file).
 import { type ChildProcess, execFile, execFileSync, spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import os from "node:os";
 import path from "node:path";
@@ -231,9 +231,14 @@ export async function startEngineService(engine = containerEngine()): Promise<En
   rmSync(socket, { force: true });
   const logFile = path.join(sockets, `service-${process.pid}.log`);
   const out = openSync(logFile, "w");
+  // conmon, which the service starts for each container, writes an empty file named `oom` into
+  // its working directory when the container's memory limit kills a process: the service works
+  // in a folder of its own, never in the checkout the tests run from.
+  const workDir = mkdtempSync(path.join(os.tmpdir(), "podman-service-"));
   // --time=0: no idle timeout, the service lives until stop().
   const child: ChildProcess = spawn(engine.command, ["system", "service", "--time=0", `unix://${socket}`], {
     env: engine.env,
+    cwd: workDir,
     stdio: ["ignore", out, out],
     detached: true,
   });
@@ -241,6 +246,7 @@ export async function startEngineService(engine = containerEngine()): Promise<En
   while (!(await ping(socket))) {
     if (child.exitCode !== null || Date.now() - started > 30_000) {
       child.kill("SIGKILL");
+      rmSync(workDir, { recursive: true, force: true });
       throw new Error(`podman system service did not answer on ${socket}: ${readFileSync(logFile, "utf8")}`);
     }
     await new Promise((resolve) => setTimeout(resolve, 100));
@@ -257,6 +263,7 @@ export async function startEngineService(engine = containerEngine()): Promise<En
       }
       rmSync(socket, { force: true });
       rmSync(logFile, { force: true });
+      rmSync(workDir, { recursive: true, force: true });
     },
   };
 }

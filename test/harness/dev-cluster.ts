@@ -102,7 +102,8 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       install: options.install ?? !installForbiddenByEnv(),
       log,
     });
-  const binDir = await toolsBinDir();
+  // The scripted node's tests wait on no kubelet or containerd build.
+  const binDir = await toolsBinDir(nodeKind === "real" ? "all" : "control-plane");
   // A real node left by a killed run in this folder holds namespaces, cgroups and sysctls.
   await stopRealNodeIn(options.stateDir, log);
   const controlPlane = await startControlPlane({

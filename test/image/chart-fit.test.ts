@@ -44,7 +44,7 @@ let config: z.infer<typeof ImageConfig>;
 const engine = containerEngine();
 
 beforeAll(async () => {
-  const binDir = await toolsBinDir();
+  const binDir = await toolsBinDir("control-plane");
   // The image this run built, named through the chart's values as a user names a pushed one
   // (podman keeps a local build as localhost/NAME).
   const [repository = "", tag = ""] = IMAGE.split(/:(?=[^:/]+$)/);

@@ -1,7 +1,7 @@
 // tools/build.sh as a first-time user meets it: progress while it builds. A small Go module
 // stands in for Kubernetes, etcd and helm (PLAYBOOK_TOOLS_TARGETS), built into a temp cache.
-import { execFileSync, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -23,6 +23,11 @@ function smallModule(): { dir: string; targets: string } {
     );
   }
   return { dir, targets: `first=${mod}:./cmd/first second=${mod}:./cmd/second` };
+}
+
+/** The small module's two commands under other names: `named(targets, "etcd", "kubelet")`. */
+function named(targets: string, first: string, second: string): string {
+  return targets.replace("first=", `${first}=`).replace("second=", `${second}=`);
 }
 
 function run(
@@ -146,8 +151,9 @@ describe("tools/build.sh waiting on the build lock", () => {
   });
 
   /**
-   * The lock file of the versioned folder build.sh uses under that cache: made by building the
-   * small module's binaries once, then removed so that there is something to build again.
+   * The lock file of the versioned folder build.sh uses under that cache for binaries of no set
+   * (first, second): made by building the small module's binaries once, then removed so that
+   * there is something to build again.
    */
   function lockFile(cache: string, targets: string): string {
     const folder = execFileSync("bash", [BUILD], {
@@ -157,7 +163,7 @@ describe("tools/build.sh waiting on the build lock", () => {
     }).trim();
     rmSync(join(folder, "first"));
     rmSync(join(folder, "second"));
-    return join(folder, ".lock");
+    return join(folder, ".lock.other");
   }
 
   /** Starts a holder of the lock and waits until it holds it. */
@@ -219,5 +225,155 @@ describe("tools/build.sh waiting on the build lock", () => {
         `waiting for the build lock .*held by pid ${holder.pid} .*; it builds kubelet \\(from k8s\\.io/kubernetes/cmd/kubelet\\)\\n`,
       ),
     );
+  });
+});
+
+describe("tools/build.sh sets (PLAYBOOK_TOOLS_SET)", () => {
+  const made: string[] = [];
+  const started: ChildProcess[] = [];
+  afterAll(() => {
+    for (const child of started) if (child.exitCode === null) child.kill("SIGKILL");
+    for (const dir of made) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("refuses a set it does not know, naming the variable and the value, and builds nothing", async () => {
+    const { dir, targets } = smallModule();
+    made.push(dir);
+    const result = await run("bash", [BUILD], {
+      PLAYBOOK_TOOLS_CACHE: join(dir, "cache"),
+      PLAYBOOK_TOOLS_TARGETS: named(targets, "kube-apiserver", "kubelet"),
+      PLAYBOOK_TOOLS_SET: "nodes",
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toBe(
+      "tools:bin: error: PLAYBOOK_TOOLS_SET=nodes is not a set of binaries: expected control-plane, real-node or all\n",
+    );
+    expect(result.stdout).toBe("");
+    expect(existsSync(join(dir, "cache"))).toBe(false);
+  });
+
+  it("builds only the binaries of the set asked for; all builds the rest", async () => {
+    const { dir, targets } = smallModule();
+    made.push(dir);
+    const env = {
+      PLAYBOOK_TOOLS_CACHE: join(dir, "cache"),
+      PLAYBOOK_TOOLS_TARGETS: named(targets, "etcd", "kubelet"),
+    };
+    const controlPlane = await run("bash", [BUILD], { ...env, PLAYBOOK_TOOLS_SET: "control-plane" });
+    expect(controlPlane.code, controlPlane.stderr).toBe(0);
+    const binDir = controlPlane.stdout.trim();
+    expect(controlPlane.stderr).toContain("tools:bin: building etcd from ./cmd/first");
+    expect(controlPlane.stderr).toContain("tools:bin: built the control-plane set's missing binaries in ");
+    expect(existsSync(join(binDir, "etcd"))).toBe(true);
+    expect(existsSync(join(binDir, "kubelet"))).toBe(false);
+
+    const realNode = await run("bash", [BUILD], { ...env, PLAYBOOK_TOOLS_SET: "real-node" });
+    expect(realNode.code, realNode.stderr).toBe(0);
+    expect(realNode.stdout.trim()).toBe(binDir);
+    expect(realNode.stderr).toContain("tools:bin: building kubelet from ./cmd/second");
+    expect(realNode.stderr).not.toMatch(/build(ing|t) etcd/);
+    expect(execFileSync(join(binDir, "kubelet"), { encoding: "utf8" })).toBe(`second ${dir}\n`);
+
+    rmSync(join(binDir, "etcd"));
+    const all = await run("bash", [BUILD], env);
+    expect(all.code, all.stderr).toBe(0);
+    expect(all.stderr).toContain("tools:bin: building etcd from ./cmd/first");
+    expect(all.stderr).not.toContain("building kubelet");
+    expect(all.stderr).toContain("tools:bin: built everything missing in ");
+    expect(existsSync(join(binDir, "etcd"))).toBe(true);
+  });
+
+  it("does not wait for a build of the other set: missing binaries are built beside it, present ones returned at once", async () => {
+    const { dir, targets } = smallModule();
+    made.push(dir);
+    // A go whose build of the kubelet's package (./cmd/second) takes 20 s longer: the real-node
+    // set's build is still running while the control-plane set is asked for.
+    const realGo = join(
+      execFileSync("bash", [join(import.meta.dirname, "../../tools/install-go.sh")], {
+        encoding: "utf8",
+      }).trim(),
+      "go",
+    );
+    const slowGo = join(dir, "slow-go");
+    mkdirSync(slowGo);
+    writeFileSync(
+      join(slowGo, "go"),
+      `#!/bin/sh\ncase "$*" in build*./cmd/second*) sleep 20 ;; esac\nexec ${realGo} "$@"\n`,
+    );
+    chmodSync(join(slowGo, "go"), 0o755);
+    const env = {
+      PLAYBOOK_TOOLS_CACHE: join(dir, "cache"),
+      PLAYBOOK_TOOLS_TARGETS: named(targets, "kube-apiserver", "kubelet"),
+    };
+    const realNode = spawn("bash", [BUILD], {
+      env: { ...process.env, ...env, PATH: `${slowGo}:${process.env.PATH}`, PLAYBOOK_TOOLS_SET: "real-node" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    started.push(realNode);
+    const realNodeClosed = new Promise((resolve) => realNode.on("close", resolve));
+    await new Promise<void>((resolve) => {
+      let said = "";
+      realNode.stderr?.on("data", (chunk: Buffer) => {
+        said += chunk.toString();
+        if (/tools:bin: building [^\n]*kubelet/.test(said)) resolve();
+      });
+    });
+
+    const t0 = Date.now();
+    const controlPlane = await run("bash", [BUILD], {
+      ...env,
+      PLAYBOOK_TOOLS_SET: "control-plane",
+      PLAYBOOK_TOOLS_LOCK_REPORT_EVERY: "1",
+    });
+    expect(controlPlane.code, controlPlane.stderr).toBe(0);
+    expect(controlPlane.stderr).not.toContain("waiting for the build lock");
+    expect(controlPlane.stderr).toContain("tools:bin: building kube-apiserver from ./cmd/first");
+    const binDir = controlPlane.stdout.trim();
+    expect(existsSync(join(binDir, "kube-apiserver"))).toBe(true);
+
+    // With its binaries there, asking again returns at once, the other build still running.
+    const again = await run("bash", [BUILD], { ...env, PLAYBOOK_TOOLS_SET: "control-plane" });
+    expect(again.code).toBe(0);
+    expect(again.stdout.trim()).toBe(binDir);
+    expect(again.stderr).toBe("");
+    expect(realNode.exitCode).toBe(null);
+    expect(Date.now() - t0).toBeLessThan(15_000);
+
+    const realNodeCode = await realNodeClosed;
+    expect(realNodeCode).toBe(0);
+    expect(existsSync(join(binDir, "kubelet"))).toBe(true);
+  }, 120_000);
+
+  it("all waits for a build of a set it lacks binaries of, saying who holds that set's lock", async () => {
+    const { dir, targets } = smallModule();
+    made.push(dir);
+    const env = {
+      PLAYBOOK_TOOLS_CACHE: join(dir, "cache"),
+      PLAYBOOK_TOOLS_TARGETS: named(targets, "kube-apiserver", "kubelet"),
+    };
+    const built = await run("bash", [BUILD], env);
+    expect(built.code, built.stderr).toBe(0);
+    const binDir = built.stdout.trim();
+    rmSync(join(binDir, "kubelet"));
+    const lock = join(binDir, ".lock.real-node");
+    const holder = spawn(
+      "bash",
+      ["-c", 'exec 9>"$1"; flock 9; echo holding; sleep 3; exit 0', "holder", lock],
+      {
+        stdio: ["ignore", "pipe", "inherit"],
+      },
+    );
+    started.push(holder);
+    await new Promise<void>((resolve) =>
+      holder.stdout?.on("data", (c: Buffer) => c.toString().includes("holding") && resolve()),
+    );
+    const result = await run("bash", [BUILD], { ...env, PLAYBOOK_TOOLS_LOCK_REPORT_EVERY: "1" });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toMatch(
+      new RegExp(
+        `tools:bin: waiting for the build lock ${lock} \\(0s so far\\), held by pid ${holder.pid} .*; it builds what is missing in .*: kubelet\n`,
+      ),
+    );
+    expect(existsSync(join(binDir, "kubelet"))).toBe(true);
   });
 });
