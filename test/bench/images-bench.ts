@@ -195,7 +195,9 @@ async function main(): Promise<void> {
     const socket = cluster.realNode?.containerdSocket;
     if (TRACE && !socket) throw new Error("--trace needs the real node's containerd socket");
     const events: ContainerEvents | undefined =
-      TRACE && socket ? await watchContainerEvents(path.join(await toolsBinDir("all"), "ctr"), socket) : undefined;
+      TRACE && socket
+        ? await watchContainerEvents(path.join(await toolsBinDir("all"), "ctr"), socket)
+        : undefined;
     /** One line per pod: each container's creation and start, ms after the pod's creation. */
     const trace = async (pod: string, created: number, firstLine: number): Promise<void> => {
       if (!events) return;
