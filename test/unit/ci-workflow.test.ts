@@ -102,6 +102,27 @@ describe("the workflow for users' forges and .ci/run", () => {
     }
   });
 
+  it("builds in each job only the set of binaries its suites run, cached under a key that names the set", () => {
+    // The real node needs the control plane and the kubelet, kube-proxy and containerd (set all);
+    // the cluster, bench and image suites start a control plane only (set control-plane), and
+    // would otherwise build the real-node set for nothing. A cache saved by a job of one set must
+    // not be restored by a job of the other, which would then rebuild what is missing every time.
+    const jobs = Object.entries(workflow.jobs).filter(([, { steps }]) =>
+      steps.some((step) => step.run?.includes("tools:bin")),
+    );
+    expect(jobs.map(([job]) => job).sort()).toEqual(["cluster", "image", "real-node"]);
+    for (const [job, { steps }] of jobs) {
+      const suites = runSteps.filter((step) => step.job === job && /vitest run --project /.test(step.run));
+      const wanted = suites.some(({ run }) => run.includes("--project real-node")) ? "all" : "control-plane";
+      const build = steps.find((step) => step.run?.includes("tools:bin"))?.run ?? "";
+      expect(build, `${job}: the set it builds`).toMatch(
+        new RegExp(`PLAYBOOK_TOOLS_SET=${wanted} npm run --silent tools:bin`),
+      );
+      const cache = steps.find((step) => step.uses?.startsWith("actions/cache@"));
+      expect(String(cache?.with?.key), `${job}: the cache key`).toMatch(new RegExp(`^tools-bin-${wanted}-`));
+    }
+  });
+
   it.each([
     "npm run --silent lint",
     "npm run --silent lint:md",
