@@ -189,10 +189,12 @@ export function writeThenRelease(
     target.off("error", release);
     done();
   };
-  target.on("error", release);
-  const last = pieces.length - 1;
-  for (const [index, piece] of pieces.entries()) {
-    if (index === last) target.write(piece, release);
-    else target.write(piece);
+  const last = pieces.at(-1);
+  if (last === undefined) {
+    release();
+    return;
   }
+  target.on("error", release);
+  for (const piece of pieces.slice(0, -1)) target.write(piece);
+  target.write(last, release);
 }

@@ -190,7 +190,7 @@ export class PodLog {
   }
 
   private flush(out: Buffer[], callback: () => void): void {
-    if (out.length === 0 || this.broken) {
+    if (this.broken) {
       callback();
       return;
     }
