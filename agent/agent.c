@@ -402,9 +402,11 @@ static void fence(const pid_t *spare, size_t nspare)
 		int found = 0;
 		for (size_t i = 0; i < n; i++) {
 			pid_t pid = list[i].pid;
-			/* PID 1 is the namespace's init (a pod's pause, which runs as the pod's user): no signal
-			 * from inside its namespace ends it, and it holds nothing of the tasks. */
-			if (list[i].state == 'Z' || pid == self || pid == 1 || is_spared(pid, spare, nspare)) continue;
+			/* PID 1 is not spared: a pod's sandbox (pause) runs as a user of its own, which the
+			 * kill below may not signal (EPERM, not counted). A PID 1 this agent may signal is
+			 * not the sandbox (a task's process, or one a task made): SIGKILL from inside its
+			 * namespace does not end an init, so it stays counted and the fence says it is left. */
+			if (list[i].state == 'Z' || pid == self || is_spared(pid, spare, nspare)) continue;
 			if (root && !is_descendant(list, n, pid)) continue;
 			if (kill(pid, SIGKILL) == 0) found++;
 		}

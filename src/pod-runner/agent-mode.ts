@@ -271,8 +271,9 @@ async function remainingTaskProcesses(agents: readonly AgentLike[], ms: number):
     agent.descendants === undefined && agent.uid !== undefined && agent.uid !== 0;
   if (agents.length === 0 || !agents.every(inPod)) return null;
   const uids = new Set(agents.map((agent) => agent.uid as number));
-  // PID 1 is the pod's pause, which runs as the pod's user and outlives every signal from inside.
-  const spared = new Set([1, ...agents.map((agent) => agent.pid)]);
+  // PID 1 is not spared: the pod's sandbox (pause) runs as a user of its own, no agent's, so it
+  // is never among these; a PID 1 of a task's user is not the sandbox, and is left.
+  const spared = new Set(agents.map((agent) => agent.pid));
   const until = performance.now() + ms;
   for (;;) {
     const left = processesOf(uids, spared);

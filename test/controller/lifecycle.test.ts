@@ -116,8 +116,8 @@ describe("in a namespace enforcing the restricted Pod Security Standard", () => 
     });
     expect(pod?.spec?.securityContext).toMatchObject({
       runAsNonRoot: true,
-      runAsUser: 1000,
-      runAsGroup: 1000,
+      runAsUser: 65535,
+      runAsGroup: 65535,
       seccompProfile: { type: "RuntimeDefault" },
     });
     // The runner, then the task container the agent runs the task in; every one restricted.
@@ -130,7 +130,7 @@ describe("in a namespace enforcing the restricted Pod Security Standard", () => 
     }
     const container = pod?.spec?.containers[0];
     expect(container?.securityContext?.runAsUser).toBe(65532);
-    expect(container?.terminationMessagePolicy).toBe("FallbackToLogsOnError");
+    expect(container?.terminationMessagePolicy).toBe("File");
     const reasons = (await eventsOf(ns, "nightly", ["PodCreated", "RunSucceeded"])).map((e) => e.reason);
     expect(reasons).toEqual(expect.arrayContaining(["PodCreated", "RunSucceeded"]));
     await runsCounted(running, ns, 1);

@@ -539,7 +539,7 @@ describe.concurrent("a termination message that is not a runner's report", () =>
       ),
     },
     {
-      what: "the runner's log tail (FallbackToLogsOnError after a crash)",
+      what: "text that is not a report (a crash's stack trace in the file)",
       message: () => "node:internal/process: Error: boom\n    at main (runner.js:1:1)\n",
       problem: /: the report is not JSON: node:internal\/process: Error: boom/,
     },

@@ -236,7 +236,7 @@ export function startPod(core: CoreV1Api, pod: V1Pod | PodRef, startedAt = new D
 export interface Ending {
   /** The runner container's exit code; 0 by default. */
   exitCode?: number;
-  /** The termination message (the runner's report, or what FallbackToLogsOnError took from the log). */
+  /** The termination message (the runner's report, or whatever else its file holds). */
   message?: string;
   /** The kubelet's reason for the container: Completed or Error by the exit code, or e.g. OOMKilled. */
   reason?: string;

@@ -194,6 +194,47 @@ export function integritySuite({ setting, delivery, agentDir }: AgentLayout): vo
         },
       );
 
+      it("cannot end the pod through PID 1: the sandbox runs as a user of its own, which no task may signal, trace or read", async () => {
+        // With the sandbox as the tasks' user, `kill -TERM 1` ended the pause process and with it
+        // the whole process namespace: the runner died and the run ended RunnerLost.
+        const name = "pid-one";
+        await createPlaybook(namespace, name, {
+          ceiling: "2m",
+          tasks: [
+            {
+              name: "pid-one",
+              run: [
+                `echo "pid 1 uid $(awk '/^Uid:/ {print $2}' /proc/1/status) gid $(awk '/^Gid:/ {print $2}' /proc/1/status) comm $(cat /proc/1/comm)"`,
+                ...["TERM", "INT", "HUP", "KILL", "STOP"].map((signal) =>
+                  attempt(`kill -${signal} 1`, `kill -s ${signal} 1`),
+                ),
+                attempt("environ of 1", "cat /proc/1/environ"),
+                attempt("root of 1", "ls /proc/1/root/"),
+                // Opening /proc/PID/mem asks the kernel's ptrace access check in attach mode, the one
+                // PTRACE_ATTACH makes (no tracer binary is in a task's image).
+                attempt("trace 1 (mem)", "dd if=/proc/1/mem bs=1 count=1 skip=4096"),
+                attempt("fd of 1", "ls /proc/1/fd/"),
+                "sleep 1",
+              ].join("\n"),
+            },
+            { name: "after", run: "echo after" },
+          ],
+        });
+        const playbook = await waitForFinished(namespace, name, realNode.finishMs);
+        const logs = await runnerLogs(namespace, name);
+        const lines = taskLines(logs, "pid-one");
+        expect(lines[0]).toBe("pid 1 uid 65535 gid 65535 comm pause");
+        for (const signal of ["TERM", "INT", "HUP", "KILL", "STOP"]) {
+          expect(lines, lines.join("\n")).toContain(`refused kill -${signal} 1`);
+        }
+        for (const label of ["environ of 1", "root of 1", "trace 1 (mem)", "fd of 1"]) {
+          expect(lines, lines.join("\n")).toContain(`refused ${label}`);
+        }
+        expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+        expect(taskLines(logs, "after")).toEqual(["after"]);
+        expect(runnerTerminated(await runnerEnded(name))).toMatchObject({ exitCode: 0, reason: "Completed" });
+      });
+
       it("cannot write the runner's termination-message path by any route a shell has", async () => {
         const name = "routes";
         const file = "/proc/$runner/root/dev/termination-log";

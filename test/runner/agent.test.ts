@@ -1,7 +1,7 @@
 // The task containers' agent, built static with musl, driven through the runner's AgentHub with
 // real processes and signals. As root the agent runs as a user of its own (as in a pod, where
 // every task container shares one non-root user), so its fence sweeps only this test's processes.
-import { type ChildProcess, spawn } from "node:child_process";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import {
   chmodSync,
   chownSync,
@@ -420,6 +420,39 @@ describe("agent", () => {
       await until(() => !alive(outsider.pid ?? 0), "the outsider to end");
       expect(alive(spared.pid ?? 0)).toBe(true);
       expect(processesOf(uid).sort()).toEqual([agent.pid, spared.pid].sort());
+    },
+  );
+
+  // PID 1 of a process namespace: as in a pod, the agent is not it. `asInit` is what PID 1 runs
+  // as: root stands for the pod's sandbox (a user of its own, which the agent may not signal).
+  const inPidNamespace = (asInit: "root" | "agent's user") => {
+    const become = `setpriv --reuid ${uid} --regid ${gid} --clear-groups`;
+    // PID 1 is a shell that waits for the agent (no exec: it stays PID 1).
+    return asInit === "root"
+      ? `exec unshare -pf --mount-proc /bin/sh -c '${become} "$0" "$@"; exit $?' "$@"`
+      : `exec unshare -pf --mount-proc ${become} /bin/sh -c '"$0" "$@"; exit $?' "$@"`;
+  };
+  const canUnshare = root && spawnSync("unshare", ["-pf", "--mount-proc", "true"]).status === 0;
+
+  it.skipIf(!canUnshare)(
+    "fences around a PID 1 it may not signal (the sandbox), and ends the rest of its user",
+    async () => {
+      const { agent } = await startAgent({}, inPidNamespace("root"));
+      const task = observe(agent, { run: "setsid sleep 300 & echo started; wait" });
+      await until(() => task.stdout().includes("started"), "the task to start its escapee");
+      expect(await agent.fence([])).toBe(0);
+      await task.done;
+    },
+  );
+
+  it.skipIf(!canUnshare)(
+    "does not spare a PID 1 of its own user: that is not the sandbox, and the fence says it is left",
+    async () => {
+      // A task that took PID 1 (a pod whose sandbox ran as the tasks' user, traced and made to
+      // exec) would outlive the run if the fence spared every PID 1; SIGKILL from inside its
+      // namespace cannot end an init, so the fence counts it as left.
+      const { agent } = await startAgent({}, inPidNamespace("agent's user"));
+      expect(await agent.fence([])).toBe(1);
     },
   );
 

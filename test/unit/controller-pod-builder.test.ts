@@ -122,10 +122,11 @@ describe("the pod of an attempt", () => {
 
   it("passes the restricted Pod Security Standard", () => {
     expect(restrictedViolations(pod)).toEqual([]);
+    // The pod-level user is the sandbox's (pause, PID 1): no container runs as it.
     expect(pod.spec.securityContext).toEqual({
       runAsNonRoot: true,
-      runAsUser: 1000,
-      runAsGroup: 1000,
+      runAsUser: 65535,
+      runAsGroup: 65535,
       fsGroup: 1000,
       seccompProfile: { type: "RuntimeDefault" },
     });
@@ -134,14 +135,26 @@ describe("the pod of an attempt", () => {
       allowPrivilegeEscalation: false,
       capabilities: { drop: ["ALL"] },
       runAsUser: 65532,
+      runAsGroup: 1000,
     });
+  });
+
+  it("runs the sandbox (PID 1) as a user and group no container uses, so no task can signal or trace it", () => {
+    const sandbox = pod.spec.securityContext as { runAsUser: number; runAsGroup: number };
+    const containers = pod.spec.containers as { name: string; securityContext: Record<string, unknown> }[];
+    for (const c of containers) {
+      // Every container names its own user and group: none falls back to the sandbox's.
+      expect(c.securityContext.runAsUser, c.name).toBeTypeOf("number");
+      expect(c.securityContext.runAsUser, c.name).not.toBe(sandbox.runAsUser);
+      expect(c.securityContext.runAsGroup, c.name).not.toBe(sandbox.runAsGroup);
+    }
   });
 
   it("shares the pod's PID namespace, so the sandbox reaps what tasks orphan", () => {
     expect(pod.spec.shareProcessNamespace).toBe(true);
   });
 
-  it("runs the pod runner with the plan from an annotation, as a file, and falls back to logs for its message", () => {
+  it("runs the pod runner with the plan from an annotation, as a file, its report only from its own file", () => {
     expect(container.name).toBe("runner");
     expect(container.image).toBe("runner:1");
     expect(container.command).toEqual(["playbook", "pod-runner", "--plan", "/run/playbook/plan.json"]);
@@ -172,7 +185,7 @@ describe("the pod of an attempt", () => {
       { name: "playbook-run", emptyDir: { sizeLimit: "16Mi" } },
       { name: "workspace", emptyDir: {} },
     ]);
-    expect(container.terminationMessagePolicy).toBe("FallbackToLogsOnError");
+    expect(container.terminationMessagePolicy).toBe("File");
     const plan = RunPlanSchema.parse(JSON.parse(pod.metadata.annotations[PLAN_ANNOTATION] ?? ""));
     expect(plan).toMatchObject({
       name: "nightly",
@@ -298,7 +311,12 @@ describe("the pod of a Playbook whose tasks name their images", () => {
         { name: "playbook-run", mountPath: "/playbook/run", readOnly: true },
         { name: "workspace", mountPath: "/workspace" },
       ],
-      securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] }, runAsUser: 1000 },
+      securityContext: {
+        allowPrivilegeEscalation: false,
+        capabilities: { drop: ["ALL"] },
+        runAsUser: 1000,
+        runAsGroup: 1000,
+      },
       resources: { limits: { memory: "256Mi" } },
     });
     // The runner's share is its own, whatever the tasks ask for.
@@ -359,7 +377,7 @@ describe("the pod of a Playbook whose tasks name their images", () => {
       ["task-2", 1001],
       ["task-3", 1002],
     ]);
-    expect((pod.spec.securityContext as Record<string, unknown>).runAsGroup).toBe(1000);
+    expect(containers.map((c) => c.securityContext?.runAsGroup)).toEqual([1000, 1000, 1000, 1000]);
   });
 
   it("passes restricted, every container in one process namespace", () => {

@@ -44,7 +44,6 @@ import {
   RUN_VOLUME,
   runnerAgentDelivery,
   TASK_GID,
-  TASK_UID,
   taskContainers,
   taskContainerUid,
   taskVolumes,
@@ -54,6 +53,13 @@ import {
 export const DEADLINE_MARGIN_SECONDS = 5;
 /** The runner's own user: not the tasks', so no task can signal, trace or overwrite it. */
 export const RUNNER_UID = 65532;
+/**
+ * The sandbox's user (the pause process, PID 1 of the pod's shared process namespace): the
+ * runtime runs it as the pod-level runAsUser and runAsGroup, which no container uses (each sets
+ * its own), so no task can signal PID 1 (ending the pod), trace it or read its environment.
+ */
+export const SANDBOX_UID = 65535;
+export const SANDBOX_GID = 65535;
 /** The runner's fixed share: it only reads output and keeps a bounded tail, whatever the tasks take. */
 export const RUNNER_RESOURCES = { requests: { cpu: "50m", memory: "128Mi" }, limits: { memory: "512Mi" } };
 const MAX_NAME = 63;
@@ -195,8 +201,10 @@ export function buildPod(request: PodRequest): PodManifest {
       ...delivery.volumeMounts,
     ],
     ...(delivery.lifecycle ? { lifecycle: delivery.lifecycle } : {}),
-    terminationMessagePolicy: "FallbackToLogsOnError",
-    securityContext: { ...RESTRICTED_CONTAINER, runAsUser: RUNNER_UID },
+    // The report comes only from the file the runner writes, never from its log's tail, which
+    // task output fills.
+    terminationMessagePolicy: "File",
+    securityContext: { ...RESTRICTED_CONTAINER, runAsUser: RUNNER_UID, runAsGroup: TASK_GID },
     resources: RUNNER_RESOURCES,
   };
   const podSpec: Record<string, unknown> = {
@@ -211,10 +219,11 @@ export function buildPod(request: PodRequest): PodManifest {
     // The token lets tasks act as the service account: only one named for that gets it, and
     // only in the task containers (service-account-token.ts), never in the runner's.
     automountServiceAccountToken: false,
+    // The pod-level user and group are the sandbox's alone: every container names its own.
     securityContext: {
       runAsNonRoot: true,
-      runAsUser: TASK_UID,
-      runAsGroup: TASK_GID,
+      runAsUser: SANDBOX_UID,
+      runAsGroup: SANDBOX_GID,
       fsGroup: TASK_GID,
       seccompProfile: { type: "RuntimeDefault" },
     },

@@ -44,7 +44,7 @@ export function readReport(
   const terminated = runnerTerminated(pod);
   if (!terminated) return { ok: false, problem: "the runner container has no terminated state" };
   const message = terminated.message?.trim() ?? "";
-  // OOMKilled first: its message may be the log's tail, which FallbackToLogsOnError took.
+  // OOMKilled first: the kernel ended it, so whatever its file holds is not its last word.
   if (message === "" && terminated.reason !== "OOMKilled") {
     return { ok: false, problem: "the termination message is empty" };
   }

@@ -49,8 +49,8 @@ export function killedBy(terminated: ContainerTerminated): string | undefined {
 
 /**
  * Whether the runner container ended on its own, before its message is read: not ended by the
- * kernel for its memory (OOMKilled, when FallbackToLogsOnError makes its log's tail, which holds
- * the tasks' output, the message) and not killed by a signal (whoever killed it may have written
+ * kernel for its memory (OOMKilled: its file may hold anything the runner had not finished) and
+ * not killed by a signal (whoever killed it may have written
  * the message; a runner the kubelet stops at the pod's deadline or deletion gets SIGTERM, reports
  * and exits 130 on its own).
  */

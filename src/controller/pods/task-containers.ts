@@ -84,7 +84,7 @@ export function taskContainers(
       { name: WORKSPACE_VOLUME, mountPath: WORKSPACE_DIR },
       ...(withToken ? [serviceAccountTokenMount()] : []),
     ],
-    securityContext: { ...RESTRICTED_CONTAINER, runAsUser: taskContainerUid(index) },
+    securityContext: { ...RESTRICTED_CONTAINER, runAsUser: taskContainerUid(index), runAsGroup: TASK_GID },
     ...(resources ? { resources } : {}),
   }));
 }
