@@ -45,13 +45,6 @@ export const TEST_PREREQUISITES: readonly Prerequisite[] = [
     present: () => onPath("promtool"),
   },
   {
-    command: "/usr/bin/time",
-    debianPackage: "time",
-    purpose: "the task usage tests hold the runner's CPU and peak memory figures to what /usr/bin/time says",
-    optional: false,
-    present: () => existsSync("/usr/bin/time"),
-  },
-  {
     command: "musl-gcc",
     debianPackage: "musl-tools",
     purpose: "builds the task containers' agent static with musl (tools/build-agent.sh) for the agent tests",
