@@ -221,6 +221,7 @@ export function integritySuite({ setting, delivery, agentDir }: AgentLayout): vo
           ],
         });
         const playbook = await waitForFinished(namespace, name, realNode.finishMs);
+        expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
         const logs = await runnerLogs(namespace, name);
         const lines = taskLines(logs, "pid-one");
         expect(lines[0]).toBe("pid 1 uid 65535 gid 65535 comm pause");
@@ -230,7 +231,6 @@ export function integritySuite({ setting, delivery, agentDir }: AgentLayout): vo
         for (const label of ["environ of 1", "root of 1", "trace 1 (mem)", "fd of 1"]) {
           expect(lines, lines.join("\n")).toContain(`refused ${label}`);
         }
-        expect(condition(playbook, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
         expect(taskLines(logs, "after")).toEqual(["after"]);
         expect(runnerTerminated(await runnerEnded(name))).toMatchObject({ exitCode: 0, reason: "Completed" });
       });
