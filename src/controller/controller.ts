@@ -583,7 +583,9 @@ export class PlaybookController {
     if (this.writer.isBehind(playbook)) return { requeueAfterMs: BEHIND_RETRY_MS, waited: true };
     const pods = await this.podsOf(playbook);
     const cap = this.governor.capOf(namespace);
-    const waits = cap && !playbook.status?.startTime && !isFinished(playbook.status) && pods.length === 0;
+    // A run with pods but no start record waits too: its pods may all be foreign (pod-identity.ts),
+    // and a pod of someone else's making does not let a run pass the queue.
+    const waits = cap && !playbook.status?.startTime && !isFinished(playbook.status);
     if (!waits)
       return this.decideAndApply({ playbook, pods, now: this.clock.now(), settings: this.settings });
     // One start at a time per capped namespace, counted from the caches and this writer's own
