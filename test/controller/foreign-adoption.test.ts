@@ -156,22 +156,26 @@ describe("a pod under the run's name made while the run waits for its slot", () 
       await startPod(core, await scheduledPod(core, ns, "gate-1"));
       await reportPod(core, made, reportFor(made, { reason: "Succeeded" }));
 
-      const warning = await eventually("a ForeignPod warning", async () => {
+      // Until the controller has seen it: it warned about it, or (believing it) took its report.
+      const seen = await eventually("the pod under the run's name seen", async () => {
+        const playbook = await getPlaybook(ns, "gate");
         const { items } = await core.listNamespacedEvent({
           namespace: ns,
           fieldSelector: `involvedObject.uid=${uid},reason=ForeignPod`,
         });
-        return items[0];
+        if (condition(playbook, "Succeeded")?.reason !== "Queued") return { playbook, warning: items[0] };
+        return items[0] ? { playbook, warning: items[0] } : undefined;
       });
+      // Not read: its report of success ends nothing, and the run still waits for its slot.
+      expect(condition(seen.playbook, "Succeeded")).toMatchObject({ status: "Unknown", reason: "Queued" });
+      expect(seen.playbook.status?.podName).toBeUndefined();
+      const warning = seen.warning;
+      if (!warning) throw new Error("no ForeignPod warning");
       expect(warning.type).toBe("Warning");
       expect(warning.message).toContain(
         "Pod gate-1 carries this Playbook's controller reference, but the controller did not create it (it is not built as the controller builds its attempt: ",
       );
       expect(warning.message).toContain(says);
-      // Not read: its report of success ends nothing, and the run still waits for its slot.
-      const waiting = await getPlaybook(ns, "gate");
-      expect(condition(waiting, "Succeeded")).toMatchObject({ status: "Unknown", reason: "Queued" });
-      expect(waiting.status?.podName).toBeUndefined();
 
       // The slot frees: the run makes its own pod under the alternate name, and its report decides.
       await reportPod(core, holder, reportFor(holder, { reason: "Succeeded" }));
