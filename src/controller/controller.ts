@@ -22,7 +22,8 @@ import type { ReconcileInput, ReconcileSettings } from "./decision.js";
 import { ControllerMetrics } from "./metrics.js";
 import {
   keyOf,
-  ownerKeyOfPod,
+  ownerIndex,
+  ownerIndexOfPod,
   POD_SELECTOR,
   type PodView,
   parsePod,
@@ -35,6 +36,7 @@ import type { ProgressLook } from "./playbook/live-progress.js";
 import { PROGRESS_LINES, ProgressLooks } from "./playbook/progress-looks.js";
 import { decide, decideRefusedPod } from "./playbook/reconcile.js";
 import { PlaybookWriter } from "./playbook/writer.js";
+import { alternatePodName, podNameFor } from "./pods/pod-builder.js";
 import { isPodFinished } from "./pods/pod-state.js";
 import { PolicyGovernor } from "./policy/policy-governor.js";
 import { isQueued, slotState } from "./policy/policy-queue.js";
@@ -402,6 +404,8 @@ export class PlaybookController {
       transform: withoutUnreadFields,
       keyOf: (playbook) => keyOf(playbook.metadata),
       resourceVersionOf: (playbook) => playbook.metadata.resourceVersion,
+      // Its pods name it by UID: a pod's event wakes the Playbook that UID is.
+      indexOf: (playbook) => ownerIndex(playbook.metadata.namespace ?? "", playbook.metadata.uid),
       watchTimeoutMs: this.config.watchTimeout,
       resyncMs: this.config.resync,
       log: this.log,
@@ -440,7 +444,7 @@ export class PlaybookController {
       transform: withoutUnreadFields,
       keyOf: (pod) => keyOf(pod.metadata),
       resourceVersionOf: (pod) => pod.metadata.resourceVersion,
-      indexOf: ownerKeyOfPod,
+      indexOf: ownerIndexOfPod,
       watchTimeoutMs: this.config.watchTimeout,
       resyncMs: 0,
       log: this.log,
@@ -450,8 +454,10 @@ export class PlaybookController {
     });
     const enqueueOwner = (pod: PodView) => {
       this.writer.sawPod(pod);
-      const owner = ownerKeyOfPod(pod);
-      if (owner) this.queue.add(owner);
+      const index = ownerIndexOfPod(pod);
+      if (!index) return;
+      const owners = this.informerFor(this.playbooks, pod.metadata.namespace ?? "")?.byIndex(index) ?? [];
+      for (const owner of owners) this.queue.add(keyOf(owner.metadata));
     };
     informer.addHandlers({
       onUpsert: (pod, old) => {
@@ -554,9 +560,7 @@ export class PlaybookController {
       // A run counts from its first pod's create; its status shows the start right after it.
       const started =
         playbook.status?.startTime !== undefined ||
-        (this.informerFor(this.pods, namespace)?.byIndex(keyOf(playbook.metadata)) ?? []).some((pod) =>
-          isControlledBy(pod, playbook.metadata.uid),
-        );
+        this.ownedPods(namespace, playbook.metadata.uid).length > 0;
       if (started && !isFinished(playbook.status)) {
         counts.set(namespace, (counts.get(namespace) ?? 0) + 1);
       }
@@ -577,9 +581,11 @@ export class PlaybookController {
     }
     // The watch event of this controller's own last write re-queues the key when it arrives.
     if (this.writer.isBehind(playbook)) return { requeueAfterMs: BEHIND_RETRY_MS, waited: true };
-    const pods = await this.podsOf(key, playbook);
+    const pods = await this.podsOf(playbook);
     const cap = this.governor.capOf(namespace);
-    const waits = cap && !playbook.status?.startTime && !isFinished(playbook.status) && pods.length === 0;
+    // A run with pods but no start record waits too: its pods may all be foreign (pod-identity.ts),
+    // and a pod of someone else's making does not let a run pass the queue.
+    const waits = cap && !playbook.status?.startTime && !isFinished(playbook.status);
     if (!waits)
       return this.decideAndApply({ playbook, pods, now: this.clock.now(), settings: this.settings });
     // One start at a time per capped namespace, counted from the caches and this writer's own
@@ -654,14 +660,29 @@ export class PlaybookController {
   }
 
   /**
-   * Names held by pods the cache files under this Playbook's key (the same owner name) that it
-   * does not control: those of a deleted Playbook of the same name, still terminating.
+   * The names of the run's current and next attempt held by pods it does not control (a deleted
+   * Playbook's of the same name, still terminating, or anyone's that carries the managed-by label).
    */
   private takenPodNames(playbook: StoredPlaybook): string[] {
     const namespace = playbook.metadata.namespace ?? "";
-    return (this.informerFor(this.pods, namespace)?.byIndex(keyOf(playbook.metadata)) ?? [])
-      .filter((pod) => !isControlledBy(pod, playbook.metadata.uid))
-      .map((pod) => pod.metadata.name);
+    const { name, uid = "" } = playbook.metadata;
+    const informer = this.informerFor(this.pods, namespace);
+    const attempts = playbook.status?.podAttempts ?? 0;
+    const names = [Math.max(1, attempts), attempts + 1].flatMap((attempt) => [
+      podNameFor(name, attempt),
+      alternatePodName(name, attempt, uid),
+    ]);
+    return [...new Set(names)].filter((podName) => {
+      const pod = informer?.get(keyOf({ namespace, name: podName }));
+      return pod !== undefined && !isControlledBy(pod, uid);
+    });
+  }
+
+  /** The pods the cache shows controlled by the Playbook of this UID (never by its name). */
+  private ownedPods(namespace: string, uid: string | undefined): PodView[] {
+    if (!uid) return [];
+    const informer = this.informerFor(this.pods, namespace);
+    return (informer?.byIndex(ownerIndex(namespace, uid)) ?? []).filter((pod) => isControlledBy(pod, uid));
   }
 
   /**
@@ -669,12 +690,10 @@ export class PlaybookController {
    * a live read confirms it is really gone before the pass acts on its absence: the cache may lag
    * behind a pod this controller created a moment ago.
    */
-  private async podsOf(key: string, playbook: StoredPlaybook): Promise<PodView[]> {
+  private async podsOf(playbook: StoredPlaybook): Promise<PodView[]> {
     const uid = playbook.metadata.uid;
     const namespace = playbook.metadata.namespace ?? "";
-    const cached = (this.informerFor(this.pods, namespace)?.byIndex(key) ?? []).filter((pod) =>
-      isControlledBy(pod, uid),
-    );
+    const cached = this.ownedPods(namespace, uid);
     const expected = playbook.status?.podName;
     if (!expected) {
       // No pod is named yet (the start record after a first create is not in the cache, or was

@@ -188,11 +188,19 @@ export function splitKey(key: string): { namespace: string; name: string } {
   return { namespace: key.slice(0, slash), name: key.slice(slash + 1) };
 }
 
-/** The Playbook key a pod belongs to, from its controller owner reference. */
-export function ownerKeyOfPod(pod: PodView): string | null {
+/**
+ * The index of a pod by the Playbook that controls it: its namespace and the controller's UID, not
+ * its name (a Playbook deleted and made again under the same name is another owner).
+ */
+export function ownerIndexOfPod(pod: PodView): string | null {
   const owner = pod.metadata.ownerReferences?.find((ref) => ref.controller && ref.kind === "Playbook");
   if (!owner) return null;
-  return keyOf({ name: owner.name, namespace: pod.metadata.namespace });
+  return ownerIndex(pod.metadata.namespace ?? "", owner.uid);
+}
+
+/** The index value of the pods a Playbook of that namespace and UID controls. */
+export function ownerIndex(namespace: string, uid: string | undefined): string {
+  return `${namespace}/${uid ?? ""}`;
 }
 
 export function podAttemptOf(pod: PodView): number {

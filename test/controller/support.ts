@@ -39,18 +39,13 @@ export interface RunningController {
   stop(): Promise<void>;
 }
 
-/** Starts a controller in this process, watching only the given namespaces (through kubeConfig when given). */
-export function startController(
+/** The configuration startController runs a controller with. */
+export function testControllerConfig(
   namespaces: string[],
   overrides: Record<string, string | boolean> = {},
-  kubeConfig?: KubeConfig,
-  /** The clock CronPlaybook schedules are read against (test/controller/cron.test.ts moves it). */
-  scheduleClock?: Clock,
-  /** Runner logs for live progress: no kubelet answers pods/log here (test/controller/live-progress.test.ts). */
-  podLogs?: PodLogSource,
-): RunningController {
-  const identity = `test-${randomBytes(3).toString("hex")}`;
-  const config = loadControllerConfig(
+  identity = `test-${randomBytes(3).toString("hex")}`,
+) {
+  return loadControllerConfig(
     {
       namespaces: namespaces.join(","),
       metricsAddress: "127.0.0.1:0",
@@ -71,6 +66,20 @@ export function startController(
     },
     {},
   );
+}
+
+/** Starts a controller in this process, watching only the given namespaces (through kubeConfig when given). */
+export function startController(
+  namespaces: string[],
+  overrides: Record<string, string | boolean> = {},
+  kubeConfig?: KubeConfig,
+  /** The clock CronPlaybook schedules are read against (test/controller/cron.test.ts moves it). */
+  scheduleClock?: Clock,
+  /** Runner logs for live progress: no kubelet answers pods/log here (test/controller/live-progress.test.ts). */
+  podLogs?: PodLogSource,
+): RunningController {
+  const identity = `test-${randomBytes(3).toString("hex")}`;
+  const config = testControllerConfig(namespaces, overrides, identity);
   const log = pino({ level: process.env.CONTROLLER_TEST_LOG ?? "silent" }, pino.destination(2));
   const controller = new PlaybookController({
     config,

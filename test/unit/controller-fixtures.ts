@@ -80,8 +80,6 @@ export function pod(
     now: T0,
     runnerImage: "runner:test",
   });
-  // The containers as built: a pod the run has not recorded yet is checked against them.
-  const containers = manifest.spec.containers as { name: string; image: string }[];
   const view: PodView = {
     metadata: {
       ...manifest.metadata,
@@ -89,7 +87,8 @@ export function pod(
       resourceVersion: "5",
       ...(options.created ? { creationTimestamp: options.created.toISOString() } : {}),
     },
-    spec: { containers },
+    // The spec as built: a pod the run has not recorded yet is checked against it, field for field.
+    spec: { ...manifest.spec },
     status: { phase: options.phase ?? "Running" },
   };
   if (options.activeDeadlineSeconds !== undefined)

@@ -271,6 +271,30 @@ describe("the running-Playbooks cap", () => {
     expect(slotState("ops/c", all, [], 3, "here")).toMatchObject({ ahead: 2, free: false });
   });
 
+  it("takes no slot from a run that has not started for a pod naming it its controller (a foreign one)", () => {
+    // Someone's pod under "a"'s controller reference, made while "a" waits: "a" does not follow it,
+    // so it neither passes the queue with it nor waits behind it for ever.
+    const foreign = {
+      metadata: {
+        name: "a-1",
+        namespace: "ops",
+        ownerReferences: [
+          {
+            apiVersion: "playbook.dev/v1alpha1",
+            kind: "Playbook",
+            name: "a",
+            uid: "uid-a",
+            controller: true,
+          },
+        ],
+      },
+      status: { phase: "Running" },
+    };
+    const all = [stored("a", 1), stored("r", 0, running)];
+    expect(slotState("ops/a", all, [foreign], 1, "here")).toMatchObject({ running: 2, free: false });
+    expect(slotState("ops/a", [stored("a", 1)], [foreign], 1, "here")).toMatchObject({ free: true });
+  });
+
   it("counts a pod toward its run by its owner's UID, not its name", () => {
     // A pod still running for a deleted Playbook "a" (another UID) holds a slot of its own, not the
     // new "a"'s: the new "a" still waits its turn behind it, not as if it were already running.

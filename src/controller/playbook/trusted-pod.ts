@@ -1,7 +1,7 @@
 // Which pod a pass reads for the run's outcome: the one the controller created (pods/pod-identity.ts).
 // The pod status.podUID names (or the start record this controller has not written yet); before
-// that record, one whose containers are exactly what pod-builder builds from the plan it carries for its
-// attempt (a controller stopped between the create and the record). Every other pod that carries
+// that record, one that is, field for field, what pod-builder builds from the plan it carries for
+// its attempt (a controller stopped between the create and the record). Every other pod that carries
 // the run's owner reference is foreign: named in a Warning event, never read, adopted or counted.
 import { resolveLimits } from "../../api/limits.js";
 import { PLAN_ANNOTATION, parsePlan } from "../../api/plan.js";
@@ -10,9 +10,10 @@ import type { RecordedEvent } from "../../runtime/events.js";
 import type { ReconcileInput } from "../decision.js";
 import { type PodView, podAttemptOf } from "../objects.js";
 import type { AgentDelivery } from "../pods/agent-delivery.js";
-import { buildPod, ceilingLeftMs } from "../pods/pod-builder.js";
+import { buildPod } from "../pods/pod-builder.js";
 import { CREATE_SKEW_MS, differenceFromBuilt, type ForeignPod, sortRunPods } from "../pods/pod-identity.js";
 import { podPlanGeneration } from "../pods/pod-state.js";
+import { podServiceAccountToken, withoutServiceAccountToken } from "../pods/service-account-token.js";
 import { rulesOf } from "../run-plan.js";
 
 export interface TrustedPods {
@@ -25,8 +26,8 @@ const DELIVERIES: readonly AgentDelivery[] = ["post-start", "image-volume"];
 
 /**
  * What makes the pod other than the controller builds it for its attempt, from the plan it
- * carries; undefined when it is built as the controller builds it (under either agent delivery,
- * which the controller may have switched since the create).
+ * carries, at its creation; undefined when it is that pod, field for field (under either agent
+ * delivery, which the controller may have switched since the create, with or without the token).
  */
 export function unbuiltReason(input: ReconcileInput, pod: PodView): string | undefined {
   const text = pod.metadata.annotations?.[PLAN_ANNOTATION];
@@ -39,7 +40,6 @@ export function unbuiltReason(input: ReconcileInput, pod: PodView): string | und
   const { name, namespace = "default", uid = "" } = input.playbook.metadata;
   const limits = resolveLimits(plan.spec, plan.defaults);
   const runStart = new Date(plan.runStartTime);
-  const bound = ceilingLeftMs(limits, runStart, new Date(created)) + CREATE_SKEW_MS;
   const current = input.settings.agentDelivery ?? "post-start";
   let first: string | undefined;
   for (const agentDelivery of [current, ...DELIVERIES.filter((d) => d !== current)]) {
@@ -57,9 +57,13 @@ export function unbuiltReason(input: ReconcileInput, pod: PodView): string | und
       pod: podSettings(plan.spec, rulesOf(input)),
       name: pod.metadata.name,
     });
-    const difference = differenceFromBuilt(pod, built, bound);
-    if (difference === undefined) return undefined;
-    first ??= difference;
+    // Created without the token when its service account refuses automounting (writer.ts).
+    const variants = podServiceAccountToken(built) ? [built, withoutServiceAccountToken(built)] : [built];
+    for (const variant of variants) {
+      const difference = differenceFromBuilt(pod, variant, CREATE_SKEW_MS);
+      if (difference === undefined) return undefined;
+      first ??= difference;
+    }
   }
   return first;
 }

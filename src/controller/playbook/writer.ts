@@ -13,7 +13,7 @@ import type { Action, Decision, StartRecord } from "../decision.js";
 import type { ControllerMetrics } from "../metrics.js";
 import { type PodView, parsePod, type StoredPlaybook } from "../objects.js";
 import type { PodManifest } from "../pods/pod-builder.js";
-import { builtCeilingLeftMs, CREATE_SKEW_MS, differenceFromBuilt } from "../pods/pod-identity.js";
+import { CREATE_SKEW_MS, differenceFromBuilt } from "../pods/pod-identity.js";
 import { podServiceAccountToken, withoutServiceAccountToken } from "../pods/service-account-token.js";
 import { PodCreateFailedError, PodNameTakenError, PodRefusedError } from "../reconcile-errors.js";
 import { createFailedStatus, sameStatus } from "../status.js";
@@ -298,7 +298,7 @@ export class PlaybookWriter {
 
   /**
    * A create found the name taken: the pod is ours (a repeated create: its controller reference
-   * and its containers as this create built them) or someone else's.
+   * and the whole pod as this create built it) or someone else's.
    */
   private async adoptExisting(
     action: Action & { type: "createPod" },
@@ -342,8 +342,7 @@ export class PlaybookWriter {
   private unbuilt(existing: PodView, action: Action & { type: "createPod" }): string | undefined {
     const created = Date.parse(existing.metadata.creationTimestamp ?? "");
     const since = Number.isNaN(created) ? 0 : Math.max(0, this.deps.clock.now().getTime() - created);
-    const bound = builtCeilingLeftMs(action.pod) + since + CREATE_SKEW_MS;
-    return differenceFromBuilt(existing, action.pod, bound);
+    return differenceFromBuilt(existing, action.pod, since + CREATE_SKEW_MS);
   }
 
   private async deletePod(action: Action & { type: "deletePod" }, target: EventTarget): Promise<undefined> {

@@ -2,89 +2,30 @@
 // create pods in the namespace can give one the run's label, a controller ownerReference to the
 // Playbook and a copy of the plan annotation; none of that is proof. The proof is the pod's UID,
 // recorded in status.podUID with the start record (or the loss) that follows its create. A pod
-// found before that record (a controller stopped in between, or a pass before the record's write)
-// is taken only when its containers are exactly what pod-builder builds for its attempt.
+// found before that record (a controller stopped in between, a run that waited for its slot) is
+// taken only when it is, field for field, what pod-builder builds for its attempt.
 // Pure readers of the pods as the API server shows them.
-import { CEILING_LEFT_ENV_VAR, canonical } from "../../api/plan.js";
 import type { PlaybookStatus } from "../../api/playbook.js";
-import { type PodView, podAttemptOf, RUNNER_CONTAINER } from "../objects.js";
+import { type PodView, podAttemptOf } from "../objects.js";
+import { builtPodDifference } from "./built-pod-difference.js";
 import { alternatePodName, type PodManifest, podNameFor } from "./pod-builder.js";
 
 /** How far the pod's creationTimestamp (the API server's clock) may precede the controller's build. */
 export const CREATE_SKEW_MS = 2_000;
 
-/** The container fields pod-builder sets that decide what a container runs and what it reads. */
-const COMPARED = ["image", "command", "args", "env", "workingDir", "volumeMounts", "lifecycle"] as const;
-/** The kubelet's default path: a runner told to write its report elsewhere is not the runner. */
-const DEFAULT_TERMINATION_PATH = "/dev/termination-log";
-
-type Container = Record<string, unknown> & { name: string };
-
-function containersOf(pod: { spec?: Record<string, unknown> | undefined }): Container[] {
-  const containers = (pod.spec as { containers?: unknown } | undefined)?.containers;
-  return Array.isArray(containers) ? (containers as Container[]) : [];
-}
-
-function envValue(container: Container, name: string): string | undefined {
-  const env = Array.isArray(container.env) ? (container.env as { name?: string; value?: string }[]) : [];
-  return env.find((e) => e.name === name)?.value;
-}
-
-function withoutEnv(container: Container, name: string): unknown {
-  const env = Array.isArray(container.env) ? (container.env as { name?: string }[]) : [];
-  return env.filter((e) => e.name !== name);
-}
-
 /**
  * What differs between the pod and the one pod-builder built for its attempt (`expected`), in
- * words naming the container and the field; undefined when every container is as built. The
- * runner's remaining ceiling (an env value fixed at the create) may be lower than the build's, never
- * higher than what was left when the pod was created: `ceilingLeftBoundMs`.
+ * words naming the field; undefined when it is that pod, field for field, with only what the API
+ * server adds (built-pod-difference.ts). The times left that the build fixed (the runner's
+ * remaining ceiling, activeDeadlineSeconds) may be lower than the build's, and higher by at most
+ * `slackMs`: how long before `expected` was built the pod may have been.
  */
 export function differenceFromBuilt(
   pod: PodView,
   expected: PodManifest,
-  ceilingLeftBoundMs: number,
+  slackMs: number,
 ): string | undefined {
-  const found = containersOf(pod as { spec?: Record<string, unknown> });
-  const built = containersOf(expected);
-  const names = (list: Container[]) => list.map((c) => c.name).join(", ");
-  if (names(found) !== names(built)) {
-    return `its containers are [${names(found)}], the controller builds [${names(built)}]`;
-  }
-  for (const [index, want] of built.entries()) {
-    const have = found[index] as Container;
-    for (const field of COMPARED) {
-      const same =
-        field === "env"
-          ? canonical(withoutEnv(have, CEILING_LEFT_ENV_VAR)) ===
-            canonical(withoutEnv(want, CEILING_LEFT_ENV_VAR))
-          : canonical(have[field] ?? null) === canonical(want[field] ?? null);
-      if (!same) return `its container ${want.name} has another ${field} than the controller builds`;
-    }
-    if (want.name !== RUNNER_CONTAINER) continue;
-    const path = have.terminationMessagePath ?? DEFAULT_TERMINATION_PATH;
-    if (
-      path !== DEFAULT_TERMINATION_PATH ||
-      have.terminationMessagePolicy !== want.terminationMessagePolicy
-    ) {
-      return `its container ${RUNNER_CONTAINER} writes its termination message elsewhere than the controller builds`;
-    }
-    const left = envValue(have, CEILING_LEFT_ENV_VAR);
-    const wanted = envValue(want, CEILING_LEFT_ENV_VAR);
-    if (wanted === undefined) continue;
-    const ms = Number(left);
-    if (left === undefined || !Number.isInteger(ms) || ms < 0 || ms > ceilingLeftBoundMs) {
-      return `its container ${RUNNER_CONTAINER} has ${CEILING_LEFT_ENV_VAR}=${left ?? "(unset)"}, more than the ${ceilingLeftBoundMs} ms the run had left when the pod was created`;
-    }
-  }
-  return undefined;
-}
-
-/** The remaining ceiling a built pod hands its runner, in milliseconds. */
-export function builtCeilingLeftMs(built: PodManifest): number {
-  const runner = containersOf(built).find((c) => c.name === RUNNER_CONTAINER);
-  return Number(runner ? envValue(runner, CEILING_LEFT_ENV_VAR) : 0) || 0;
+  return builtPodDifference(pod, expected, slackMs);
 }
 
 /** A pod that carries the run's owner reference and is not one the controller created. */

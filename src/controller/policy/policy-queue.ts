@@ -80,7 +80,10 @@ export function slotState(
   const waiting = waitingPlaybooks(playbooks, holders);
   const index = waiting.findIndex((p) => keyOf(p.metadata) === key);
   const ahead = Math.max(0, index);
-  return { cap, running: holders.size, ahead, free: holders.size + ahead < cap, where };
+  // Asked only for a run with no start record: a pod that names it its controller and yet holds a
+  // slot for it is one the run does not follow (a foreign one), and takes no slot from it.
+  const others = holders.size - (holders.has(key) ? 1 : 0);
+  return { cap, running: holders.size, ahead, free: others + ahead < cap, where };
 }
 
 /** Whether a Playbook is waiting for a slot, as its status says: for the playbook_queued_runs gauge. */

@@ -1,0 +1,241 @@
+// A pod found under a run's name before its UID is recorded is adopted only when it is, field for
+// field, the pod the controller builds for that attempt (issue 41 item 5), on the real API server:
+// what its defaulting and admission add is all that may differ. While a run waits for its
+// namespace's runningPlaybooks slot, anyone who may create pods there can make one under the
+// run's name with its label, controller reference and plan, and all containers as the controller
+// builds them, but one other field: its agent volume from another image, an init container, the
+// pod or a task container as root. Such a pod is foreign: named in a Warning, never read (its
+// runner's report of success decides nothing), and the run takes its alternate name. The
+// controller's own pod, left unrecorded by a controller stopped between its create and its
+// record, is still adopted.
+import type { V1Pod } from "@kubernetes/client-node";
+import { afterAll, describe, expect, it } from "vitest";
+import { GROUP, VERSION } from "../../src/api/playbook.js";
+import type { NamespaceRules } from "../../src/api/policy.js";
+import { limitDefaults } from "../../src/controller/config.js";
+import type { ReconcileSettings } from "../../src/controller/decision.js";
+import { parseStoredPlaybook } from "../../src/controller/objects.js";
+import { decide } from "../../src/controller/playbook/reconcile.js";
+import type { PodManifest } from "../../src/controller/pods/pod-builder.js";
+import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { reportFor, reportPod, scheduledPod, startPod } from "../harness/scripted-node.js";
+import {
+  clients,
+  condition,
+  createPlaybook,
+  eventually,
+  getPlaybook,
+  kubectl,
+  type RunningController,
+  startController,
+  testControllerConfig,
+  waitForFinished,
+  waitForPlaybook,
+} from "./support.js";
+
+const { core } = clients();
+const namespaces: string[] = [];
+const controllers: RunningController[] = [];
+
+afterAll(async () => {
+  await Promise.all(controllers.map((c) => c.stop()));
+  await Promise.all(namespaces.map((n) => deleteTestNamespace(core, n)));
+});
+
+const DELIVERY = { agentDelivery: "image-volume" } as const;
+const RUN = { ceiling: "2m", killGrace: "1s", tasks: [{ name: "deploy", run: "make deploy" }] };
+
+async function capNamespace(prefix: string): Promise<string> {
+  const ns = await createTestNamespace(core, prefix);
+  namespaces.push(ns);
+  const policy = {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: "PlaybookPolicy",
+    metadata: { name: "default", namespace: ns },
+    spec: { maximums: { runningPlaybooks: 1 } },
+  };
+  await kubectl(["apply", "--server-side", "-f", "-"], { input: JSON.stringify(policy) });
+  return ns;
+}
+
+/**
+ * The pod the controller's own decision creates for the run now (as a pass that found its slot
+ * free would), from the controller's settings and the namespace's rules.
+ */
+async function podTheControllerBuilds(
+  ns: string,
+  name: string,
+  settings: ReconcileSettings,
+  rules?: NamespaceRules,
+): Promise<PodManifest> {
+  const stored = parseStoredPlaybook(await getPlaybook(ns, name));
+  if (!stored) throw new Error(`Playbook ${ns}/${name} could not be read`);
+  const decision = decide({
+    playbook: stored,
+    pods: [],
+    now: new Date(),
+    settings,
+    ...(rules ? { rules } : {}),
+  });
+  const create = decision.actions.find((a) => a.type === "createPod");
+  if (create?.type !== "createPod") throw new Error(`no pod to create: ${JSON.stringify(decision)}`);
+  return create.pod;
+}
+
+/** What a running controller decides with: its settings and its governor's rules. */
+function controllerInputs(running: RunningController, ns: string) {
+  const inner = running.controller as unknown as {
+    settings: ReconcileSettings;
+    governor: { rulesFor(namespace: string): NamespaceRules };
+  };
+  return { settings: inner.settings, rules: inner.governor.rulesFor(ns) };
+}
+
+type Json = Record<string, unknown> & { spec: { containers: Json[]; volumes: Json[] } & Json };
+
+const FOREIGN: { kind: string; change: (pod: Json) => void; says: string }[] = [
+  {
+    kind: "its agent volume from another image",
+    change: (pod) => {
+      const agent = pod.spec.volumes.find((v) => v.name === "playbook-agent") as Json;
+      agent.image = { reference: "attacker.example/agent:1" };
+    },
+    says: 'spec.volumes[playbook-agent].image.reference is "attacker.example/agent:1"',
+  },
+  {
+    kind: "an init container",
+    change: (pod) => {
+      pod.spec.initContainers = [{ name: "setup", image: "attacker.example/setup:1", command: ["/setup"] }];
+    },
+    says: "spec.initContainers is [",
+  },
+  {
+    kind: "the pod's security context as root",
+    change: (pod) => {
+      pod.spec.securityContext = { ...(pod.spec.securityContext as Json), runAsNonRoot: false, runAsUser: 0 };
+    },
+    says: "spec.securityContext.runAsNonRoot is false, the controller builds true",
+  },
+  {
+    kind: "a task container's security context as root",
+    change: (pod) => {
+      const task = pod.spec.containers.find((c) => c.name === "task-1") as Json;
+      task.securityContext = { runAsUser: 0 };
+    },
+    says: "spec.containers[task-1].securityContext",
+  },
+];
+
+describe("a pod under the run's name made while the run waits for its slot", () => {
+  it.each(FOREIGN)(
+    "with $kind is foreign: a Warning names it, its report is never read, and the run takes the alternate name",
+    async ({ change, says }) => {
+      const ns = await capNamespace("pb-foreign-adopt");
+      const running = startController([ns], DELIVERY);
+      controllers.push(running);
+      // The slot's holder runs until the test ends it.
+      await createPlaybook(ns, "holder", RUN);
+      const holder = await startPod(core, await scheduledPod(core, ns, "holder-1"));
+      const created = await createPlaybook(ns, "gate", RUN);
+      const uid = created.metadata.uid;
+      await waitForPlaybook(
+        ns,
+        "gate",
+        "to wait for a slot",
+        (p) => condition(p, "Succeeded")?.reason === "Queued",
+      );
+
+      // The pod the controller would build for gate's first attempt, with one field changed.
+      const { settings, rules } = controllerInputs(running, ns);
+      const forged = structuredClone(
+        await podTheControllerBuilds(ns, "gate", settings, rules),
+      ) as unknown as Json;
+      change(forged);
+      const made = await core.createNamespacedPod({ namespace: ns, body: forged as unknown as V1Pod });
+      // Its runner "ends on its own" with a report of success for the run's own plan.
+      await startPod(core, await scheduledPod(core, ns, "gate-1"));
+      await reportPod(core, made, reportFor(made, { reason: "Succeeded" }));
+
+      // Until the controller has seen it: it warned about it, or (believing it) took its report.
+      const seen = await eventually("the pod under the run's name seen", async () => {
+        const playbook = await getPlaybook(ns, "gate");
+        const { items } = await core.listNamespacedEvent({
+          namespace: ns,
+          fieldSelector: `involvedObject.uid=${uid},reason=ForeignPod`,
+        });
+        if (condition(playbook, "Succeeded")?.reason !== "Queued") return { playbook, warning: items[0] };
+        return items[0] ? { playbook, warning: items[0] } : undefined;
+      });
+      // Not read: its report of success ends nothing, and the run still waits for its slot.
+      expect(condition(seen.playbook, "Succeeded")).toMatchObject({ status: "Unknown", reason: "Queued" });
+      expect(seen.playbook.status?.podName).toBeUndefined();
+      const warning = seen.warning;
+      if (!warning) throw new Error("no ForeignPod warning");
+      expect(warning.type).toBe("Warning");
+      expect(warning.message).toContain(
+        "Pod gate-1 carries this Playbook's controller reference, but the controller did not create it (it is not built as the controller builds its attempt: ",
+      );
+      expect(warning.message).toContain(says);
+
+      // The slot frees: the run makes its own pod under the alternate name, and its report decides.
+      await reportPod(core, holder, reportFor(holder, { reason: "Succeeded" }));
+      const alternate = `gate-1-${uid.replace(/-/g, "").slice(0, 8)}`;
+      const own = await startPod(core, await scheduledPod(core, ns, alternate));
+      await reportPod(core, own, reportFor(own, { reason: "TaskFailed" }));
+      const finished = await waitForFinished(ns, "gate", 30_000);
+      expect(condition(finished, "Succeeded")).toMatchObject({ status: "False", reason: "TaskFailed" });
+      expect(finished.status).toMatchObject({
+        podName: alternate,
+        podUID: own.metadata?.uid,
+        podAttempts: 1,
+      });
+      // The foreign pod is left as it was: not deleted, not adopted.
+      const still = await core.readNamespacedPod({ namespace: ns, name: "gate-1" });
+      expect(still.metadata?.uid).toBe(made.metadata?.uid);
+      expect(still.metadata?.deletionTimestamp).toBeUndefined();
+    },
+  );
+});
+
+describe("the controller's own pod, left unrecorded by a controller stopped between its create and its record", () => {
+  it.each(["image-volume", "post-start"] as const)(
+    "is adopted (%s): the API server's defaults and admission's additions are all that differ",
+    async (agentDelivery) => {
+      const ns = await createTestNamespace(core, "pb-own-adopt");
+      namespaces.push(ns);
+      await createPlaybook(ns, "gate", RUN);
+      // What the stopped controller created: its own decision's pod, sent as it sends it.
+      const config = testControllerConfig([ns], { agentDelivery });
+      const settings: ReconcileSettings = {
+        defaults: limitDefaults(config),
+        runnerImage: config.runnerImage,
+        ttlSecondsAfterFinished: config.ttlSecondsAfterFinished,
+        allowedServiceAccounts: config.allowedServiceAccounts,
+        allowedImages: config.allowedImages,
+        agentDelivery,
+      };
+      const made = await core.createNamespacedPod({
+        namespace: ns,
+        body: (await podTheControllerBuilds(ns, "gate", settings)) as unknown as V1Pod,
+      });
+      const running = startController([ns], { agentDelivery });
+      controllers.push(running);
+      const pod = await startPod(core, await scheduledPod(core, ns, "gate-1"));
+      const adopted = await waitForPlaybook(
+        ns,
+        "gate",
+        "to run on its pod",
+        (p) => p.status?.phase === "Running",
+      );
+      expect(adopted.status).toMatchObject({ podName: "gate-1", podUID: made.metadata?.uid, podAttempts: 1 });
+      await reportPod(core, pod, reportFor(pod, { reason: "Succeeded" }));
+      const finished = await waitForFinished(ns, "gate", 30_000);
+      expect(condition(finished, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+      const { items } = await core.listNamespacedEvent({ namespace: ns, fieldSelector: "reason=ForeignPod" });
+      expect(items).toEqual([]);
+      expect((await core.listNamespacedPod({ namespace: ns })).items.map((p) => p.metadata?.name)).toEqual([
+        "gate-1",
+      ]);
+    },
+  );
+});

@@ -1,0 +1,288 @@
+// The comparison adoption rests on (issue 41 item 5): a pod found under the run's name before its
+// UID is recorded is the run's only when it is, field for field, the pod pod-builder builds, with
+// nothing added but what the API server and its default admission add.
+import { describe, expect, it } from "vitest";
+import { resolveLimits } from "../../src/api/limits.js";
+import { PlaybookSpecSchema } from "../../src/api/playbook.js";
+import { planDefaults } from "../../src/controller/plan-digest.js";
+import type { AgentDelivery } from "../../src/controller/pods/agent-delivery.js";
+import { builtPodDifference, defaultPullPolicy } from "../../src/controller/pods/built-pod-difference.js";
+import { buildPod, type PodManifest } from "../../src/controller/pods/pod-builder.js";
+import { SPEC, T0 } from "./controller-fixtures.js";
+
+// biome-ignore lint/suspicious/noExplicitAny: the tests reach into the pod as JSON.
+type Json = Record<string, any>;
+
+function built(agentDelivery: AgentDelivery, spec: Record<string, unknown> = SPEC): PodManifest {
+  const parsed = PlaybookSpecSchema.parse(spec);
+  const limits = resolveLimits(parsed, {
+    ceilingMs: 3_600_000,
+    maxCeilingMs: 86_400_000,
+    stallMs: 600_000,
+    killGraceMs: 10_000,
+  });
+  return buildPod({
+    playbook: { name: "nightly", namespace: "ops", uid: "uid-1" },
+    spec: parsed,
+    limits,
+    defaults: planDefaults(limits),
+    attempt: 1,
+    runStart: T0,
+    now: T0,
+    runnerImage: "registry.example/playbook:1.2",
+    agentDelivery,
+  });
+}
+
+/** The pod as the API server hands it back: its defaults and default admission's additions. */
+function asServed(pod: PodManifest): Json {
+  // Through JSON, as over the wire: no object shared between containers.
+  const served = JSON.parse(JSON.stringify(pod)) as Json;
+  served.metadata = {
+    ...served.metadata,
+    uid: "pod-uid",
+    resourceVersion: "7",
+    creationTimestamp: T0.toISOString(),
+  };
+  const spec = served.spec;
+  Object.assign(spec, {
+    dnsPolicy: "ClusterFirst",
+    schedulerName: "default-scheduler",
+    serviceAccountName: "default",
+    serviceAccount: "default",
+    priority: 0,
+    preemptionPolicy: "PreemptLowerPriority",
+    nodeName: "node-a",
+    tolerations: [
+      {
+        key: "node.kubernetes.io/not-ready",
+        operator: "Exists",
+        effect: "NoExecute",
+        tolerationSeconds: 300,
+      },
+      {
+        key: "node.kubernetes.io/unreachable",
+        operator: "Exists",
+        effect: "NoExecute",
+        tolerationSeconds: 300,
+      },
+    ],
+  });
+  for (const c of spec.containers) {
+    c.terminationMessagePath = "/dev/termination-log";
+    c.terminationMessagePolicy ??= "File";
+    c.imagePullPolicy = defaultPullPolicy(c.image);
+    c.resources ??= {};
+  }
+  for (const v of spec.volumes) {
+    if (v.downwardAPI) {
+      v.downwardAPI.defaultMode = 420;
+      for (const item of v.downwardAPI.items) item.fieldRef.apiVersion = "v1";
+    }
+    if (v.image) v.image.pullPolicy = defaultPullPolicy(v.image.reference);
+  }
+  served.status = { phase: "Pending" };
+  return served;
+}
+
+const container = (pod: Json, name: string) => pod.spec.containers.find((c: Json) => c.name === name);
+const volume = (pod: Json, name: string) => pod.spec.volumes.find((v: Json) => v.name === name);
+
+const CHANGES: { name: string; change: (pod: Json) => void; says: string | RegExp }[] = [
+  {
+    name: "the agent's image volume pointing at another image",
+    change: (pod) => {
+      volume(pod, "playbook-agent").image = { reference: "attacker/agent:1", pullPolicy: "IfNotPresent" };
+    },
+    says: 'spec.volumes[playbook-agent].image.reference is "attacker/agent:1", the controller builds "registry.example/playbook:1.2"',
+  },
+  {
+    name: "a volume of another source",
+    change: (pod) => {
+      volume(pod, "workspace").hostPath = { path: "/" };
+      delete volume(pod, "workspace").emptyDir;
+    },
+    says: "spec.volumes[workspace].emptyDir is not set, the controller builds {}",
+  },
+  {
+    name: "a volume added",
+    change: (pod) => {
+      pod.spec.volumes.push({ name: "extra", emptyDir: {} });
+    },
+    says: /^spec\.volumes is \[.*, extra\], the controller builds \[/,
+  },
+  {
+    name: "an init container",
+    change: (pod) => {
+      pod.spec.initContainers = [{ name: "setup", image: "attacker/setup:1" }];
+    },
+    says: /^spec\.initContainers is \[\{"name":"setup".*, the controller sets none$/,
+  },
+  {
+    name: "the pod's security context running as root",
+    change: (pod) => {
+      pod.spec.securityContext.runAsUser = 0;
+      pod.spec.securityContext.runAsNonRoot = false;
+    },
+    says: "spec.securityContext.runAsNonRoot is false, the controller builds true",
+  },
+  {
+    name: "a pod security context field added",
+    change: (pod) => {
+      pod.spec.securityContext.supplementalGroups = [0];
+    },
+    says: "spec.securityContext.supplementalGroups is [0], the controller sets none",
+  },
+  {
+    name: "a task container's security context as root",
+    change: (pod) => {
+      container(pod, "task-1").securityContext.runAsUser = 0;
+    },
+    says: "spec.containers[task-1].securityContext.runAsUser is 0, the controller builds 1000",
+  },
+  {
+    name: "a capability added",
+    change: (pod) => {
+      container(pod, "task-1").securityContext.capabilities.add = ["SYS_PTRACE"];
+    },
+    says: 'spec.containers[task-1].securityContext.capabilities.add is ["SYS_PTRACE"], the controller sets none',
+  },
+  {
+    name: "a container's image",
+    change: (pod) => {
+      container(pod, "task-1").image = "attacker/task:1";
+    },
+    says: 'spec.containers[task-1].image is "attacker/task:1", the controller builds "registry.example/playbook:1.2"',
+  },
+  {
+    name: "a pull policy other than the image's default",
+    change: (pod) => {
+      container(pod, "task-1").imagePullPolicy = "Never";
+    },
+    says: 'spec.containers[task-1].imagePullPolicy is "Never", the controller sets none',
+  },
+  {
+    name: "the runner's termination message elsewhere",
+    change: (pod) => {
+      container(pod, "runner").terminationMessagePath = "/playbook/run/report";
+    },
+    says: 'spec.containers[runner].terminationMessagePath is "/playbook/run/report", the controller sets none',
+  },
+  {
+    name: "a higher remaining ceiling",
+    change: (pod) => {
+      const env = container(pod, "runner").env.find((e: Json) => e.name === "PLAYBOOK_CEILING_LEFT_MS");
+      env.value = String(Number(env.value) + 60_000);
+    },
+    says: /^spec\.containers\[runner\]\.env\[PLAYBOOK_CEILING_LEFT_MS\]\.value is "\d+", the controller builds "\d+"$/,
+  },
+  {
+    name: "a later deadline",
+    change: (pod) => {
+      pod.spec.activeDeadlineSeconds += 60;
+    },
+    says: /^spec\.activeDeadlineSeconds is \d+, the controller builds \d+$/,
+  },
+  {
+    name: "host PID",
+    change: (pod) => {
+      pod.spec.hostPID = true;
+    },
+    says: "spec.hostPID is true, the controller sets none",
+  },
+  {
+    name: "a toleration of its own",
+    change: (pod) => {
+      pod.spec.tolerations.push({ key: "dedicated", operator: "Exists" });
+    },
+    says: /^spec\.tolerations is \[\{"key":"node\.kubernetes\.io\/not-ready".*, the controller sets none$/,
+  },
+  {
+    name: "another service account",
+    change: (pod) => {
+      pod.spec.serviceAccountName = "admin";
+      pod.spec.serviceAccount = "admin";
+    },
+    says: 'spec.serviceAccountName is "admin", the controller sets none',
+  },
+  {
+    name: "a label added",
+    change: (pod) => {
+      pod.metadata.labels.extra = "1";
+    },
+    says: 'metadata.labels.extra is "1", the controller sets none',
+  },
+  {
+    name: "an annotation added",
+    change: (pod) => {
+      pod.metadata.annotations["container.apparmor.security.beta.kubernetes.io/task-1"] = "unconfined";
+    },
+    says: 'metadata.annotations.container.apparmor.security.beta.kubernetes.io/task-1 is "unconfined", the controller sets none',
+  },
+  {
+    name: "a second owner",
+    change: (pod) => {
+      pod.metadata.ownerReferences.push({ apiVersion: "v1", kind: "ConfigMap", name: "x", uid: "u" });
+    },
+    says: "metadata.ownerReferences is [nightly, x], the controller builds [nightly]",
+  },
+];
+
+describe("a pod compared with the one pod-builder builds", () => {
+  for (const delivery of ["image-volume", "post-start"] as const) {
+    describe(`(${delivery})`, () => {
+      it("is the pod built when the API server only added its defaults", () => {
+        expect(builtPodDifference(asServed(built(delivery)), built(delivery), 2000)).toBeUndefined();
+      });
+
+      it.each(CHANGES.filter((c) => delivery === "image-volume" || !c.name.includes("image volume")))(
+        "differs with $name",
+        ({ change, says }) => {
+          const pod = asServed(built(delivery));
+          change(pod);
+          const difference = builtPodDifference(pod, built(delivery), 2000);
+          if (typeof says === "string") expect(difference).toBe(says);
+          else expect(difference).toMatch(says);
+        },
+      );
+    });
+  }
+
+  it("takes lower remaining times (a sooner end) and higher ones within the slack", () => {
+    const pod = asServed(built("post-start"));
+    const env = container(pod, "runner").env.find((e: Json) => e.name === "PLAYBOOK_CEILING_LEFT_MS");
+    env.value = String(Number(env.value) + 1500);
+    pod.spec.activeDeadlineSeconds += 2;
+    expect(builtPodDifference(pod, built("post-start"), 2000)).toBeUndefined();
+    env.value = "0";
+    pod.spec.activeDeadlineSeconds = 1;
+    expect(builtPodDifference(pod, built("post-start"), 2000)).toBeUndefined();
+    env.value = "-1";
+    expect(builtPodDifference(pod, built("post-start"), 2000)).toMatch(
+      /PLAYBOOK_CEILING_LEFT_MS\]\.value is "-1"/,
+    );
+  });
+
+  it("reads quantities as the API server writes them, and takes LimitRanger's additions", () => {
+    const spec = { ...SPEC, resources: { limits: { cpu: "1000m", memory: "1024Mi" } } };
+    const pod = asServed(built("post-start", spec));
+    const task = container(pod, "task-1");
+    task.resources = { limits: { cpu: "1", memory: "1Gi" }, requests: { cpu: "1", memory: "1Gi" } };
+    expect(builtPodDifference(pod, built("post-start", spec), 2000)).toBeUndefined();
+    task.resources.limits.memory = "2Gi";
+    expect(builtPodDifference(pod, built("post-start", spec), 2000)).toBe(
+      'spec.containers[task-1].resources.limits.memory is "2Gi", the controller builds "1024Mi"',
+    );
+  });
+
+  it.each([
+    ["busybox", "Always"],
+    ["busybox:latest", "Always"],
+    ["registry:5000/team/app", "Always"],
+    ["registry:5000/team/app:1.2", "IfNotPresent"],
+    ["app@sha256:0123", "IfNotPresent"],
+    ["app:latest@sha256:0123", "Always"],
+  ])("gives %s the default pull policy %s", (image, policy) => {
+    expect(defaultPullPolicy(image)).toBe(policy);
+  });
+});
