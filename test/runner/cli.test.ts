@@ -534,7 +534,9 @@ describe("playbook pod-runner", () => {
       runStartTime: new Date().toISOString(),
       defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
       spec: {
-        killGrace: "2s",
+        // Long enough for a loaded machine to run the trap (the run ends as soon as the group
+        // has exited, not at the grace's end): a 2 s grace under a load of 7 on 2 cores ended Killed.
+        killGrace: "15s",
         // "up" comes once sleep is forked: a SIGTERM before the fork would leave sleep alive
         // until the grace's SIGKILL, and the task would end Killed instead of Exited.
         tasks: [{ name: "work", run: "trap 'exit 0' TERM; sleep 30 & echo up; wait" }],
