@@ -459,6 +459,16 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
       "its process group could not be killed: the agent of container task-1 was stopped (SIGSTOP, sent by a task: they share its user) and carried out no signal; 1 process of the task still ran",
     );
     expect(later?.p).toBe("Skipped");
+    // The log says what was done, not what was meant: the stopped agent carried out no SIGTERM,
+    // and the sweep found the task's process but did not see it end.
+    expect(run.stdout).toContain(
+      "playbook: task freeze passed its TaskTimeout limit: cancel file written, SIGTERM not delivered: the agent of container task-1 is stopped (SIGSTOP, sent by a task) and carries out no signal, SIGKILL in 1s",
+    );
+    expect(run.stdout).not.toContain("SIGTERM sent");
+    expect(run.stdout).toMatch(
+      /^playbook: found 1 process\(es\) that tasks left running and ended 0: 1 still ran after the kill$/m,
+    );
+    expect(run.stdout).not.toMatch(/^playbook: ended \d+ process/m);
     expect(run.report.left).toMatch(
       /^processes of the run may still be running: the agents' fence did not confirm their end \(no fence answer from the agent of task-1; still running: pid \d+ sleep \(state S, user 1000\)\)$/,
     );
