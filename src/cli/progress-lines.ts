@@ -7,6 +7,7 @@ import type { EffectiveLimit, TaskLimits } from "../api/limits.js";
 import type { LimitSource, TaskLimit, TaskPhase } from "../api/reasons.js";
 import { TASK_LIMITS, TASK_PHASES } from "../api/reasons.js";
 import type { ContainmentKind, RunnerReason, TaskOutcome } from "../api/report.js";
+import type { AttemptStop } from "../pod-runner/attempt.js";
 import type { RunEvent } from "../pod-runner/run.js";
 
 /** The run-level limits the begin line shows, each with its source. */
@@ -69,13 +70,18 @@ const BEGIN =
   /^playbook: running (.+): (\d+) tasks?, ceiling (\S+) \((\w+)\), stall (\S+) \((\w+)\), killGrace (\S+) \((\w+)\), startTimeout (\S+) \((\w+); [^)]*\)$/;
 const STARTED =
   /^playbook: task (\S+) started(?: .*)? \((?:attempt (\d+)\/(\d+), )?(?:timeout (\S+) \((\w+)\)|no timeout of its own), stall (?:off \((\w+)\)|(\S+) \((\w+)\)), ceiling (\S+) \((\w+)\)\)$/;
-const STOPPING = /^playbook: task (\S+) (?:is being cancelled|passed its (\w+) limit): (?:.+)$/;
+const STOPPING = /^playbook: task (\S+) (?:is being cancelled|passed its (\w+) limit): (.+)$/;
+/** What a stop with a grace did: the cancel file, the SIGTERM (progress.ts, describeStop). */
+const STOP_DONE = /^cancel file (not )?written, (SIGTERM .+), SIGKILL in \S+$/;
+const DROPPED =
+  /^playbook: task (\S+): dropped (\d+) bytes of its output that came (after its stop|at the run's end) faster than the runner's stdout took it$/;
 const RETRYING =
   /^playbook: task (\S+) (?:was killed by (\S+)|exited with code (-?\d+|null)); retrying \(attempt (\d+)\)$/;
 const FINISHED = /^playbook: task (\S+) (\w+)(?: in (\S+))?(?: \((.+)\))?$/;
 const UNIT_BYTES: Record<string, number> = { KiB: 1024, MiB: 1024 ** 2, GiB: 1024 ** 3 };
 const CONTAINMENT = /^playbook: containment: (.+)$/;
-const LEFTOVERS = /^playbook: ended (\d+) process\(es\) that tasks left running$/;
+const LEFTOVERS =
+  /^playbook: (?:ended (\d+) process\(es\) that tasks left running|found (\d+) process\(es\) that tasks left running and ended (\d+): \d+ still ran after the kill)$/;
 const SKIPPED = /^playbook: skipped: (.+)$/;
 const END = /^playbook: run (\w+) \((\w+)\): (.*)$/;
 
@@ -117,6 +123,7 @@ export class ProgressLineReader {
       this.started(line) ??
       this.stopping(line) ??
       this.retrying(line) ??
+      this.dropped(line) ??
       this.finished(line) ??
       this.misc(line) ??
       other
@@ -190,19 +197,19 @@ export class ProgressLineReader {
   private stopping(line: string): ProgressLine | null {
     const m = STOPPING.exec(line);
     if (!m) return null;
-    const [, name, limit] = m as unknown as (string | undefined)[];
+    const [, name, limit, how] = m as unknown as (string | undefined)[];
     const index = this.indexOf(name as string);
     if (index < 0) return null;
     if (limit !== undefined && !(TASK_LIMITS as readonly string[]).includes(limit)) return null;
-    return {
-      kind: "event",
-      event: {
-        type: "task-stopping",
-        index,
-        name: name as string,
-        stop: limit === undefined ? { kind: "cancelled" } : { kind: "limit", limit: limit as TaskLimit },
-      },
-    };
+    const stop: AttemptStop =
+      limit === undefined ? { kind: "cancelled" } : { kind: "limit", limit: limit as TaskLimit };
+    const done = STOP_DONE.exec(how as string);
+    if (done) {
+      const term = done[2] as string;
+      stop.cancelFileWritten = done[1] === undefined;
+      stop.term = { delivered: !/^SIGTERM not /.test(term), detail: term };
+    }
+    return { kind: "event", event: { type: "task-stopping", index, name: name as string, stop } };
   }
 
   private retrying(line: string): ProgressLine | null {
@@ -259,6 +266,24 @@ export class ProgressLineReader {
     };
   }
 
+  private dropped(line: string): ProgressLine | null {
+    const m = DROPPED.exec(line);
+    if (!m) return null;
+    const [, name, bytes, when] = m as unknown as string[];
+    const index = this.indexOf(name as string);
+    if (index < 0) return null;
+    return {
+      kind: "event",
+      event: {
+        type: "output-dropped",
+        index,
+        name: name as string,
+        bytes: Number(bytes),
+        when: when === "after its stop" ? "stop" : "end",
+      },
+    };
+  }
+
   private misc(line: string): ProgressLine | null {
     const containment = CONTAINMENT.exec(line);
     if (containment) {
@@ -272,7 +297,20 @@ export class ProgressLineReader {
     if (leftovers) {
       return {
         kind: "event",
-        event: { type: "leftovers-killed", count: Number(leftovers[1]), warnings: [] },
+        event:
+          leftovers[1] !== undefined
+            ? {
+                type: "leftovers-swept",
+                found: Number(leftovers[1]),
+                ended: Number(leftovers[1]),
+                warnings: [],
+              }
+            : {
+                type: "leftovers-swept",
+                found: Number(leftovers[2]),
+                ended: Number(leftovers[3]),
+                warnings: [],
+              },
       };
     }
     const skipped = SKIPPED.exec(line);

@@ -4,6 +4,7 @@
 import { formatDuration } from "../api/duration.js";
 import type { EffectiveLimit, ResolvedLimits, TaskLimits } from "../api/limits.js";
 import type { RunOutcome } from "../api/report.js";
+import type { AttemptStop } from "../pod-runner/attempt.js";
 import type { RunEvent } from "../pod-runner/run.js";
 
 export function showLimit(limit: EffectiveLimit): string {
@@ -38,6 +39,29 @@ export function describeUsage(usage: { cpuSeconds?: number; peakMemoryBytes?: nu
     else parts.push(`peak ${(bytes / (1024 * MIB)).toFixed(1)} GiB`);
   }
   return parts;
+}
+
+/**
+ * A stop with a grace, as done: the cancel file written or not (a warning line says why), and
+ * what became of the SIGTERM (`term`: absent from an event read back from an older runner's line).
+ */
+function describeStop(stop: AttemptStop, killGraceMs: number): string {
+  const file = stop.cancelFileWritten === false ? "cancel file not written" : "cancel file written";
+  const term = stop.term?.detail ?? "SIGTERM sent to its process group";
+  return `${file}, ${term}, SIGKILL in ${formatDuration(killGraceMs)}`;
+}
+
+/** The sweep's line: what it found, and how many of those it saw end (progress-lines.ts reads it back). */
+export function describeSweep(found: number, ended: number): string {
+  return ended === found
+    ? `playbook: ended ${found} process(es) that tasks left running`
+    : `playbook: found ${found} process(es) that tasks left running and ended ${ended}: ${found - ended} still ran after the kill`;
+}
+
+/** Output dropped rather than kept while the runner's stdout was behind. */
+export function describeDrop(name: string, bytes: number, when: "stop" | "end"): string {
+  const phase = when === "stop" ? "after its stop" : "at the run's end";
+  return `playbook: task ${name}: dropped ${bytes} bytes of its output that came ${phase} faster than the runner's stdout took it`;
 }
 
 export interface ProgressOptions {
@@ -212,7 +236,7 @@ export class Progress {
         const how =
           this.options.limits.killGrace.ms === 0
             ? "killing its process group at once (killGrace 0s)"
-            : `cancel file written, SIGTERM sent to its process group, SIGKILL in ${formatDuration(this.options.limits.killGrace.ms)}`;
+            : describeStop(event.stop, this.options.limits.killGrace.ms);
         this.write(`playbook: task ${event.name} ${what}: ${how}`);
         if (event.stop.warning) this.write(`playbook: warning: ${event.stop.warning}`);
         return;
@@ -254,8 +278,12 @@ export class Progress {
       case "containment":
         this.write(`playbook: containment: ${event.description}`);
         return;
-      case "leftovers-killed":
-        this.write(`playbook: ended ${event.count} process(es) that tasks left running`);
+      case "leftovers-swept":
+        this.write(describeSweep(event.found, event.ended));
+        for (const warning of event.warnings) this.write(`playbook: warning: ${warning}`);
+        return;
+      case "output-dropped":
+        this.write(describeDrop(event.name, event.bytes, event.when));
         return;
     }
   }

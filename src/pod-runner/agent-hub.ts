@@ -75,16 +75,28 @@ export class AgentTask extends EventEmitter<AgentTaskEvents> {
   readonly spec: AgentTaskSpec;
 
   private readonly holder: (task: AgentTask, held: boolean) => void;
+  private readonly letGo: () => boolean;
 
   constructor(
     wireId: number,
     spec: AgentTaskSpec,
     holder: (task: AgentTask, held: boolean) => void = () => {},
+    letGo: () => boolean = () => false,
   ) {
     super();
     this.wireId = wireId;
     this.spec = spec;
     this.holder = holder;
+    this.letGo = letGo;
+  }
+
+  /**
+   * The connection is no longer held for anyone (a fence or a quit was sent: the run is ending),
+   * so its frames are read as they come however far behind this task's reader is: the reader
+   * keeps only so much of what comes then (agent-launcher.ts).
+   */
+  get unheld(): boolean {
+    return this.letGo();
   }
 
   /**
@@ -112,7 +124,10 @@ export interface Agent {
   /** The agent's environment (its image's ENV, what the kubelet set): its tasks start from it. */
   readonly env: Readonly<Record<string, string>>;
   readonly lost: boolean;
-  /** What the agent said without naming a task (a refused kill, an unknown signal), oldest first. */
+  /**
+   * What the agent said without naming a task (a refused kill, an unknown signal), oldest first:
+   * the first MAX_AGENT_ERRORS, then one line that says how many more came and were not kept.
+   */
   readonly errors: readonly string[];
   start(spec: AgentTaskSpec): AgentTask;
   /** `-PGID` (negative number), `PID`, or `tree`. The agent refuses 0, -1 and its own pid. */
@@ -191,6 +206,9 @@ function proofProblem(pid: number, nonce: string, uid: number): string | null {
   return null;
 }
 
+/** How many of an agent's errors that name no task are kept; the rest are counted. */
+export const MAX_AGENT_ERRORS = 20;
+
 /** A connection turned away before its hello was taken. */
 class AgentRefusal extends Error {
   override name = "AgentRefusal";
@@ -208,8 +226,12 @@ class AgentConnection implements Agent {
   private nextId = 1;
   private readonly tasks = new Map<number, AgentTask>();
   private readonly fences: Array<{ resolve: (alive: number) => void; reject: (error: Error) => void }> = [];
-  /** What the agent said without naming a task (a refused kill, a bad frame), latest last. */
-  readonly errors: string[] = [];
+  /** The first MAX_AGENT_ERRORS things the agent said without naming a task (a refused kill). */
+  private readonly keptErrors: string[] = [];
+  /** How many more it said: counted, not kept, so an agent cannot grow the runner's memory. */
+  private droppedErrors = 0;
+  /** Set by a fence or a quit: the connection is read as frames come, whoever is behind. */
+  private letGoAll = false;
   private readonly lostCallbacks = new Set<(reason: string) => void>();
   private readonly closeWaiters: Array<() => void> = [];
 
@@ -231,23 +253,43 @@ class AgentConnection implements Agent {
     this.socket.write(encodeRunnerFrame(frame));
   }
 
+  get errors(): readonly string[] {
+    if (this.droppedErrors === 0) return [...this.keptErrors];
+    return [...this.keptErrors, `${this.droppedErrors} more error(s) from the agent were not kept`];
+  }
+
+  private noteError(text: string): void {
+    if (this.keptErrors.length < MAX_AGENT_ERRORS) this.keptErrors.push(text);
+    else this.droppedErrors += 1;
+  }
+
   start(spec: AgentTaskSpec): AgentTask {
     const wireId = this.nextId++;
-    const task = new AgentTask(wireId, spec, (held, on) => this.hold(held, on));
+    const task = new AgentTask(
+      wireId,
+      spec,
+      (held, on) => this.hold(held, on),
+      () => this.letGoAll,
+    );
     this.tasks.set(wireId, task);
     this.send({ type: "start", id: wireId, cwd: spec.cwd, run: spec.run, env: spec.env });
     return task;
   }
 
   private hold(task: AgentTask, on: boolean): void {
-    if (on) this.held.add(task);
+    if (on && !this.letGoAll) this.held.add(task);
     else this.held.delete(task);
     if (this.held.size > 0) this.socket.pause();
     else this.socket.resume();
   }
 
-  /** The run is ending: what is still queued is read out, whoever is behind. */
+  /**
+   * The run is ending: the fence's and the quit's answers queue behind the tasks' output, so
+   * everything is read as it comes, whoever is behind, from now on (each task's reader keeps only
+   * so much of it: AgentTask.unheld).
+   */
   private letGo(): void {
+    this.letGoAll = true;
     this.held.clear();
     this.socket.resume();
   }
@@ -295,7 +337,7 @@ class AgentConnection implements Agent {
       case "error": {
         const task = frame.id === null ? undefined : this.tasks.get(frame.id);
         if (task) task.emit("failed", frame.text);
-        else this.errors.push(frame.text);
+        else this.noteError(frame.text);
         return;
       }
     }

@@ -13,7 +13,14 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { Agent, AgentExit, AgentTask } from "./agent-hub.js";
 import type { AttemptSpec } from "./attempt.js";
 import { writeCancelFile } from "./cancel-file.js";
-import { KILL_CONFIRM_MS, type Launched, type Launcher, type TreeEnd, within } from "./launcher.js";
+import {
+  KILL_CONFIRM_MS,
+  type Launched,
+  type Launcher,
+  type TermSent,
+  type TreeEnd,
+  within,
+} from "./launcher.js";
 import { descendantsIn, isStopped, liveProcesses, type ProcEntry, ticksNow } from "./proc-tree.js";
 import { ATTEMPT_ID_VAR, CANCEL_FILE_VAR } from "./process-table.js";
 
@@ -33,16 +40,52 @@ export type AgentLike = Pick<Agent, "container" | "pid" | "lost" | "start" | "ki
   descendants?(): ProcEntry[];
 };
 
-/** Sends a signal through the agent; one that is gone can signal nothing more. */
-function tell(agent: AgentLike, target: number | "tree", signal: string): void {
+/** Sends a signal through the agent; one that is gone can signal nothing more. Says whether it was sent. */
+function tell(agent: AgentLike, target: number | "tree", signal: string): boolean {
   try {
     agent.kill(target, signal);
+    return true;
   } catch {
     // The connection is closed: the agent killed its descendants as it left.
+    return false;
   }
 }
 
+/**
+ * What became of a SIGTERM told to the agent: a stopped agent reads no frame (it carries the
+ * signal out only if it is continued), and a gone one took none.
+ */
+function termSent(agent: AgentLike, sent: boolean, byGroup: boolean): TermSent {
+  if (!byGroup) {
+    return {
+      delivered: false,
+      detail: "SIGTERM not sent to its process group: its shell had exited (what it left gets one each)",
+    };
+  }
+  if (!sent) {
+    return {
+      delivered: false,
+      detail: `SIGTERM not delivered: the agent of container ${agent.container} is gone`,
+    };
+  }
+  if (isStopped(agent.pid)) {
+    return {
+      delivered: false,
+      detail: `SIGTERM not delivered: the agent of container ${agent.container} is stopped (SIGSTOP, sent by a task) and carries out no signal`,
+    };
+  }
+  return {
+    delivered: true,
+    detail: `SIGTERM sent to its process group through the agent of container ${agent.container}`,
+  };
+}
+
 const POLL_MS = 20;
+/**
+ * What one task stream keeps queued for a reader that is behind once the agent's connection may no
+ * longer be held for it (the attempt is being stopped, or the run is ending); more is dropped.
+ */
+export const KEPT_WHEN_UNHELD = 1 << 20;
 /** How soon the kill looks again for what SIGKILL has not ended yet, doubling up to the most. */
 const KILL_LOOK_MS = 10;
 const MAX_KILL_LOOK_MS = 100;
@@ -92,13 +135,25 @@ export function agentLauncher(
       let task: AgentTask | undefined;
       const behind = [false, false];
       // Once the attempt is being stopped, its exit and its pipes' ends must be read while they
-      // come (they queue behind its output): what it prints now is bounded by the kill.
+      // come (they queue behind its output), and so must the fence's answer once the run ends: the
+      // connection is no longer held, and a reader that is behind keeps only KEPT_WHEN_UNHELD bytes
+      // of what comes then. The rest is counted and dropped: a task that ignores SIGTERM and
+      // prints through its grace cannot grow the runner's memory however slow its stdout is.
       let stopping = false;
+      let dropped = 0;
       const holdFor = (index: 0 | 1, on: boolean) => {
         if (stopping) on = false;
         if (behind[index] === on) return;
         behind[index] = on;
         task?.hold(behind[0] === true || behind[1] === true);
+      };
+      const deliver = (index: 0 | 1, chunk: Buffer) => {
+        const readable = streams[index];
+        if ((stopping || task?.unheld === true) && readable.readableLength >= KEPT_WHEN_UNHELD) {
+          dropped += chunk.length;
+          return;
+        }
+        if (!readable.push(chunk) && !readable.destroyed) holdFor(index, true);
       };
       const stream = (index: 0 | 1) => {
         const readable = new Readable({ read: () => holdFor(index, false) });
@@ -129,12 +184,8 @@ export function agentLauncher(
           }
           task.on("started", (pid) => resolve({ pid }));
           task.on("failed", (text) => resolve({ error: `could not start: ${text}` }));
-          task.on("stdout", (chunk) => {
-            if (!streams[0].push(chunk) && !streams[0].destroyed) holdFor(0, true);
-          });
-          task.on("stderr", (chunk) => {
-            if (!streams[1].push(chunk) && !streams[1].destroyed) holdFor(1, true);
-          });
+          task.on("stdout", (chunk) => deliver(0, chunk));
+          task.on("stderr", (chunk) => deliver(1, chunk));
           task.on("closed", (stream) => {
             const readable = streams[stream === "out" ? 0 : 1];
             if (!readable.readableEnded) readable.push(null);
@@ -186,7 +237,7 @@ export function agentLauncher(
           }
           return failures;
         },
-        endTree: (killGraceMs, _runCookie, hurry) => {
+        endTree: (killGraceMs, _runCookie, hurry, onTerm) => {
           stopping = true;
           holdFor(0, false);
           holdFor(1, false);
@@ -203,9 +254,11 @@ export function agentLauncher(
             },
             killGraceMs,
             hurry,
+            onTerm,
           );
         },
         release: () => {},
+        droppedBytes: () => dropped,
         usage: () =>
           exit.usage
             ? { cpuSeconds: exit.usage.cpuMicros / 1e6, peakMemoryBytes: exit.usage.maxRssKiB * 1024 }
@@ -259,7 +312,12 @@ interface AgentTree {
  * so what earlier tasks of this container left goes too. What they left in other containers
  * gets its SIGTERM now too, and the rest of this grace before the fence at the end of the run.
  */
-async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortSignal): Promise<TreeEnd> {
+async function endAgentTree(
+  tree: AgentTree,
+  killGraceMs: number,
+  hurry?: AbortSignal,
+  onTerm?: (term: TermSent) => void,
+): Promise<TreeEnd> {
   wakeIfStopped(tree.agent);
   const graceStartedAt = performance.now();
   const graceEndsAt = graceStartedAt + killGraceMs;
@@ -270,7 +328,8 @@ async function endAgentTree(tree: AgentTree, killGraceMs: number, hurry?: AbortS
     // group by id while the leader is unreaped, then what left the group one by one, and what
     // earlier tasks left in this container, as a stop ends the run.
     const byGroup = tree.leaderAlive();
-    if (byGroup) tell(tree.agent, -tree.pgid, "SIGTERM");
+    const sent = byGroup && tell(tree.agent, -tree.pgid, "SIGTERM");
+    onTerm?.(termSent(tree.agent, sent, byGroup));
     for (const entry of tree.descendants()) {
       if (!byGroup || entry.pgrp !== tree.pgid) tell(tree.agent, entry.pid, "SIGTERM");
     }

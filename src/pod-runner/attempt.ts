@@ -7,7 +7,7 @@ import type { Readable, Writable } from "node:stream";
 import { formatDuration } from "../api/duration.js";
 import type { Ending, TaskLimit } from "../api/reasons.js";
 import { writeCancelFile } from "./cancel-file.js";
-import { type Launcher, LOCAL_LAUNCHER, within } from "./launcher.js";
+import { type Launcher, LOCAL_LAUNCHER, type TermSent, within } from "./launcher.js";
 import { LinePrefixer, OutputTail } from "./output.js";
 import type { ProcessTable } from "./process-table.js";
 import type { TaskUsage } from "./task-usage.js";
@@ -49,7 +49,10 @@ export interface AttemptSpec {
   cancelSignal?: AbortSignal;
   /** aborted to cut a running grace window short (a second Ctrl-C) */
   hurrySignal?: AbortSignal;
-  /** told once when a limit fires or cancellation starts, before any signal is sent */
+  /**
+   * told once when a limit fires or cancellation starts: after the cancel files and the SIGTERM to
+   * the group, before what else the stop signals and the grace (with killGrace 0, after the SIGKILL)
+   */
   onStop?: (stop: AttemptStop) => void;
   /** where the attempt's processes are looked for (default: this machine's /proc) */
   processTable?: ProcessTable;
@@ -61,6 +64,10 @@ export interface AttemptStop {
   kind: "limit" | "cancelled";
   limit?: TaskLimit;
   warning?: string;
+  /** whether the attempt's own cancel file was written (`warning` says why not) */
+  cancelFileWritten?: boolean;
+  /** what became of the SIGTERM to its process group (absent with killGrace 0: no SIGTERM) */
+  term?: TermSent;
 }
 
 export interface AttemptResult {
@@ -95,6 +102,11 @@ export interface AttemptResult {
   pipes: OpenPipes | null;
   /** what the attempt cost, where its launcher measured it */
   usage?: TaskUsage;
+  /**
+   * Bytes of its output dropped so far because the runner's stdout was behind once the pipes
+   * could no longer be held (agent-launcher.ts): counted on while open pipes are read.
+   */
+  droppedBytes?: () => number;
 }
 
 /** An attempt's output pipes, still being read after the attempt was settled. */
@@ -258,15 +270,23 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     const stopMessage = `${message}\n`;
     const ownFile = spec.cancelFileOf(spec.attemptId);
     const written = writeCancelFile(ownFile, stopMessage);
+    next.cancelFileWritten = written.written;
     const warnings = written.written ? [] : [`cancel file ${ownFile}: ${written.reason}`];
     // A stop ends the run: what earlier tasks left running gets its own cancel file now too, before
     // the SIGTERM it shares with this task. Not with no grace: the SIGKILL comes at once.
     if (spec.killGraceMs > 0) warnings.push(...(await task.warnLeftovers(spec.runCookie, stopMessage)));
     if (warnings.length > 0) next.warning = warnings.join("; ");
-    spec.onStop?.(next);
+    // With a grace the listener is told once the SIGTERM was sent, and what became of it.
+    if (spec.killGraceMs === 0) tell(next);
     stopFired();
   };
   const onCancel = () => fire({ kind: "cancelled" });
+  let told = false;
+  const tell = (what: AttemptStop) => {
+    if (told) return;
+    told = true;
+    spec.onStop?.(what);
+  };
 
   if (spec.deadline) {
     const deadline = spec.deadline;
@@ -321,10 +341,13 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   if (fired) {
     // The leader may have exited while the stop was announced: the announcement still comes first.
     await stopped;
-    ended = await task.endTree(spec.killGraceMs, spec.runCookie, spec.hurrySignal);
+    ended = await task.endTree(spec.killGraceMs, spec.runCookie, spec.hurrySignal, (term) =>
+      tell({ ...fired, term }),
+    );
     // With no grace the kill went first: the cancel file, the listener and a warning of the
     // announcement are done before the attempt's result is.
     await announced;
+    tell(fired);
   } else stopWatchdog();
   // The task's container went away under it: nothing is left to signal or to wait for there.
   const lostContainer = fired ? null : (lost as string | null);
@@ -355,6 +378,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     startedFrom: task.startedFrom,
     pipes: pipesClosed || lostContainer !== null ? null : pipes,
     ...(usage ? { usage } : {}),
+    ...(task.droppedBytes ? { droppedBytes: task.droppedBytes } : {}),
   };
 }
 

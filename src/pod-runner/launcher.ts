@@ -34,6 +34,14 @@ export interface TreeEnd {
   graceCutAfterMs?: number;
 }
 
+/** What became of the SIGTERM a stop sends the attempt's process group, as the runner's log says it. */
+export interface TermSent {
+  /** it reached the group (locally: the kernel took it; through an agent: a running agent was told) */
+  delivered: boolean;
+  /** what was done, in words: "SIGTERM sent to its process group", "SIGTERM not delivered: ..." */
+  detail: string;
+}
+
 /** A started attempt, as the watchdog sees it. */
 export interface Launched {
   /** the leader's pid, which is its group's id */
@@ -57,10 +65,23 @@ export interface Launched {
    * stop ends the run; returns what could not be written.
    */
   warnLeftovers(runCookie: string, text: string): Promise<string[]>;
-  /** SIGTERM, the grace window, SIGKILL: the stop's decision carried out */
-  endTree(killGraceMs: number, runCookie: string, hurry?: AbortSignal): Promise<TreeEnd>;
+  /**
+   * SIGTERM, the grace window, SIGKILL: the stop's decision carried out. `onTerm` is told what
+   * became of the SIGTERM as soon as it was sent, before the grace (not with killGrace 0).
+   */
+  endTree(
+    killGraceMs: number,
+    runCookie: string,
+    hurry?: AbortSignal,
+    onTerm?: (term: TermSent) => void,
+  ): Promise<TreeEnd>;
   /** a leader that could not be ended must not keep the runner alive */
   release(): void;
+  /**
+   * Bytes of output dropped so far because the reader was behind when the pipes could no longer
+   * be held (an agent's connection during a stop and at the run's end); absent: none ever are.
+   */
+  droppedBytes?(): number;
   /** what the attempt cost, once its leader exited (task-usage.ts; an agent's wait4) */
   usage?(): TaskUsage;
 }
@@ -165,7 +186,8 @@ export const LOCAL_LAUNCHER: Launcher = {
           const leftovers = await findRest(tree, runCookie);
           return writeCancelFilesOf(table, leftovers, runCookie, spec.cancelFileOf, text, spec.attemptId);
         },
-        endTree: (killGraceMs, runCookie, hurry) => endTree(tree, killGraceMs, runCookie, hurry),
+        endTree: (killGraceMs, runCookie, hurry, onTerm) =>
+          endTree(tree, killGraceMs, runCookie, hurry, onTerm),
         release: () => {
           if (leaderAlive) child.unref();
         },
@@ -219,6 +241,7 @@ export async function endTree(
   killGraceMs: number,
   runCookie: string,
   hurry?: AbortSignal,
+  onTerm?: (term: TermSent) => void,
 ): Promise<TreeEnd> {
   const graceStartedAt = performance.now();
   const graceEndsAt = graceStartedAt + killGraceMs;
@@ -227,7 +250,17 @@ export async function endTree(
     // never reaches a group whose id was recycled. Each process gets SIGTERM once: many programs
     // read a second one as "stop now, skip the clean-up".
     const byGroup = tree.leaderAlive();
-    if (byGroup) sendSignal(-tree.pgid, "SIGTERM");
+    const delivered = byGroup && sendSignal(-tree.pgid, "SIGTERM");
+    onTerm?.(
+      delivered
+        ? { delivered, detail: "SIGTERM sent to its process group" }
+        : {
+            delivered,
+            detail: byGroup
+              ? "SIGTERM not delivered: its process group was gone or not the runner's to signal"
+              : "SIGTERM not sent to its process group: its shell had exited (what it left gets one each)",
+          },
+    );
     for (const pid of await findRest(tree, runCookie, byGroup)) sendSignal(pid, "SIGTERM");
     while (performance.now() < graceEndsAt && !hurry?.aborted) {
       const wait = Math.min(POLL_MS, Math.max(1, graceEndsAt - performance.now()));

@@ -294,13 +294,15 @@ export async function killUntilGone(find: () => Promise<number[]>, until: number
 /**
  * Sends a signal, treating "no such process" as done: the target may end at any moment. A target
  * that became another user (sudo) answers EPERM: nothing more can be done to it, and throwing
- * would cost the run its report.
+ * would cost the run its report. Says whether the kernel took it (false: ESRCH or EPERM).
  */
-export function sendSignal(pid: number, signal: NodeJS.Signals): void {
+export function sendSignal(pid: number, signal: NodeJS.Signals): boolean {
   try {
     process.kill(pid, signal);
+    return true;
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     if (code !== "ESRCH" && code !== "EPERM") throw error;
+    return false;
   }
 }

@@ -52,7 +52,13 @@ export type RunEvent =
       /** The task's time by the runner's clock, read back from its line (a cluster run's log). */
       tookMs?: number;
     }
-  | { type: "leftovers-killed"; count: number; warnings: string[] };
+  /**
+   * Output a task printed after its stop (`when: "stop"`) or at the run's end ("end") that came
+   * faster than the runner's stdout took it and was dropped, not kept (agent-launcher.ts).
+   */
+  | { type: "output-dropped"; index: number; name: string; bytes: number; when: "stop" | "end" }
+  /** The run's sweep: what tasks left running it found, and how many of those it saw end. */
+  | { type: "leftovers-swept"; found: number; ended: number; warnings: string[] };
 
 export interface RunOptions {
   tasks: readonly TaskSpec[];
@@ -177,6 +183,8 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     : (attemptId: string) => join(scratch, `${attemptId}.cancel`);
   // Pipes still held by what finished tasks left running: read on, and drained at the end.
   const openPipes: OpenPipes[] = [];
+  /** Each attempt's count of dropped output, and how much of it the log has told. */
+  const drops: { index: number; name: string; bytes: () => number; told: number }[] = [];
   let runClean = false;
   /** what the final kill could not confirm ended, in words */
   let left: string | undefined;
@@ -265,6 +273,13 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         }
         if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);
         if (result.pipes) openPipes.push(result.pipes);
+        if (result.droppedBytes) {
+          const drop = { index, name: task.name, bytes: result.droppedBytes, told: result.droppedBytes() };
+          drops.push(drop);
+          if (drop.told > 0) {
+            emit({ type: "output-dropped", index, name: task.name, bytes: drop.told, when: "stop" });
+          }
+        }
         // A lost container is an ordinary failure: retries apply (a retry in a container that is
         // gone fails at once).
         const failedOrdinarily =
@@ -321,9 +336,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     };
     const swept =
       runClean && containment.members().length === 0
-        ? { count: 0, warnings: [] }
+        ? { found: 0, ended: 0, warnings: [] }
         : await sweepLeftovers(sweep, containment);
-    if (swept.count > 0) emit({ type: "leftovers-killed", ...swept });
+    if (swept.found > 0) emit({ type: "leftovers-swept", ...swept });
     // The containment's own (a cgroup's anchor) go too, and with them the cgroup.
     if (!(await containment.killAll(performance.now() + 5000))) {
       const what = containment.unconfirmed?.();
@@ -332,6 +347,11 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     await containment.close();
     // Everything that could hold a pipe is dead now: what it queued comes out before the report.
     await drainPipes(openPipes, options.hurrySignal);
+    for (const drop of drops) {
+      const more = drop.bytes() - drop.told;
+      if (more > 0)
+        emit({ type: "output-dropped", index: drop.index, name: drop.name, bytes: more, when: "end" });
+    }
     rmSync(scratch, { recursive: true, force: true });
   }
 
@@ -449,7 +469,7 @@ interface Sweep {
 async function sweepLeftovers(
   sweep: Sweep,
   containment: Containment,
-): Promise<{ count: number; warnings: string[] }> {
+): Promise<{ found: number; ended: number; warnings: string[] }> {
   // By the cookie, and everything the containment holds: what dropped or hid the cookie too.
   const find = async () => [
     ...new Set([
@@ -458,7 +478,7 @@ async function sweepLeftovers(
     ]),
   ];
   const initial = await find();
-  if (initial.length === 0) return { count: 0, warnings: [] };
+  if (initial.length === 0) return { found: 0, ended: 0, warnings: [] };
   let warnings: string[] = [];
   // Warned already means they were told with the task that stopped the run: no second SIGTERM.
   if (!sweep.alreadyWarned && sweep.graceMs > 0) {
@@ -475,5 +495,7 @@ async function sweepLeftovers(
   if (!containment.signal) await killUntilGone(find, killBy);
   // The fence: whatever the looks missed (a fork between them) ends with the whole cgroup.
   if (!(await containment.killAll(killBy))) warnings.push("some of the run's processes could not be ended");
-  return { count: initial.length, warnings };
+  // Ended is what is seen gone, not what was told to go: a stopped agent carries out no kill.
+  const still = new Set(await find());
+  return { found: initial.length, ended: initial.filter((pid) => !still.has(pid)).length, warnings };
 }

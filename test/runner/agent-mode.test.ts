@@ -70,6 +70,8 @@ interface PodRun {
    */
   stdoutBytes?: number;
   peak?: number;
+  /** with slowStdout or fastStdout: every line of the runner's own ("playbook: ...") it wrote */
+  runnerLines?: string[];
 }
 
 interface Control {
@@ -109,6 +111,13 @@ interface PodOptions {
    * last bytes kept; `run.peak` is then the runner's peak memory (VmHWM) as last seen alive.
    */
   slowStdout?: boolean;
+  /** As slowStdout, but the runner's stdout is read as fast as it comes. */
+  fastStdout?: boolean;
+  /**
+   * The runner is SIGKILLed once its peak memory passes this many bytes, and the run fails saying
+   * so: a build that lets it grow would otherwise take this machine's memory.
+   */
+  killRunnerAbove?: number;
 }
 
 const TASK_UID = 1000;
@@ -234,22 +243,32 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
   };
   let stdoutBytes = 0;
   let carry = "";
+  const runnerLines: string[] = [];
   const countTaskBytes = (chunk: Buffer) => {
     const lines = (carry + chunk.toString("latin1")).split("\n");
     carry = lines.pop() ?? "";
-    for (const line of lines) if (line.startsWith("[")) stdoutBytes += line.length + 1;
+    for (const line of lines) {
+      if (line.startsWith("[")) stdoutBytes += line.length + 1;
+      else if (line.startsWith("playbook: ")) runnerLines.push(line);
+    }
   };
   let peak = 0;
+  let killedAbove = false;
   const timers: NodeJS.Timeout[] = [];
-  if (options.slowStdout) {
-    timers.push(
-      setInterval(() => {
-        const chunk = child.stdout.read() as Buffer | null;
-        if (chunk === null) return;
-        countTaskBytes(chunk);
-        stdout = (stdout + chunk.toString()).slice(-4096);
-      }, 2),
-    );
+  const measured = options.slowStdout || options.fastStdout;
+  if (measured) {
+    const keep = (chunk: Buffer) => {
+      countTaskBytes(chunk);
+      stdout = (stdout + chunk.toString()).slice(-4096);
+    };
+    if (options.slowStdout) {
+      timers.push(
+        setInterval(() => {
+          const chunk = child.stdout.read() as Buffer | null;
+          if (chunk !== null) keep(chunk);
+        }, 2),
+      );
+    } else child.stdout.on("data", keep);
     const argv = [process.execPath, CLI, "pod-runner", "--termination-log", log];
     let runner: number | null = null;
     timers.push(
@@ -259,6 +278,10 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
         try {
           const kib = /VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${runner}/status`, "utf8"))?.[1];
           if (kib !== undefined) peak = Math.max(peak, Number(kib) * 1024);
+          if (options.killRunnerAbove !== undefined && peak > options.killRunnerAbove && !killedAbove) {
+            killedAbove = true;
+            process.kill(runner, "SIGKILL");
+          }
         } catch {
           // ended
         }
@@ -281,6 +304,11 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
     child.on("close", resolve);
   });
   for (const timer of timers) clearInterval(timer);
+  if (killedAbove) {
+    throw new Error(
+      `the runner's peak memory passed ${options.killRunnerAbove} bytes (${peak} seen): it was killed`,
+    );
+  }
   let report: RunnerReport;
   try {
     report = decodeReport(readFileSync(log, "utf8"), options.tasks.length);
@@ -295,7 +323,7 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
     stderr,
     report,
     workspace: ws,
-    ...(options.slowStdout ? { stdoutBytes, peak } : {}),
+    ...(measured ? { stdoutBytes, peak, runnerLines } : {}),
   };
 }
 
@@ -365,6 +393,49 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect((run.peak ?? 0) - (quiet.peak ?? 0)).toBeLessThan(48 * 1024 * 1024);
   });
 
+  it.each([
+    ["slow", { slowStdout: true }],
+    ["fast", { fastStdout: true }],
+  ])(
+    "keeps the runner's memory bounded while a task that ignores SIGTERM prints through a 20 s grace (%s reader): TaskTimeout, Killed, and the log says what was dropped",
+    async (reader, stdoutReader) => {
+      const quiet = await runPod({
+        asInPod: true,
+        tasks: [{ name: "flood", run: "echo 0123456789abcdef" }],
+        ...stdoutReader,
+      });
+      const run = await runPod({
+        asInPod: true,
+        killGrace: "20s",
+        tasks: [{ name: "flood", timeout: "1s", run: "trap '' TERM; yes 0123456789abcdef" }],
+        ...stdoutReader,
+        killRunnerAbove: 1024 * 1024 * 1024,
+      });
+      expect(run.code, run.stderr).toBe(124);
+      expect(run.report).toMatchObject({ phase: "Failed", reason: "TaskTimeout" });
+      expect(run.report.tasks[0]).toMatchObject({ p: "TimedOut", l: "TaskTimeout", e: "Killed" });
+      expect(run.runnerLines).toContainEqual(
+        "playbook: task flood passed its TaskTimeout limit: cancel file written, SIGTERM sent to its process group through the agent of container task-1, SIGKILL in 20s",
+      );
+      expect(run.stdoutBytes).toBeGreaterThan(0);
+      // What the sink could not take was dropped, and the log says how much (a fast reader may
+      // take it all).
+      const dropped = run.runnerLines?.find((line) => line.includes("bytes of its output"));
+      if (reader === "slow" || dropped !== undefined) {
+        expect(dropped).toMatch(
+          /^playbook: task flood: dropped \d+ bytes of its output that came after its stop faster than the runner's stdout took it$/,
+        );
+      }
+      // Gigabytes went through the runner in the grace: it kept at most 1 MiB of them queued, and
+      // what it read and dropped is garbage the GC collects in its time (some 100 MiB at 4 s, 20 s
+      // and 40 s of grace alike). The build that queued it all passed 1 GiB well within 20 s.
+      expect(quiet.peak).toBeGreaterThan(0);
+      expect((run.peak ?? 0) - (quiet.peak ?? 0)).toBeLessThan(256 * 1024 * 1024);
+      expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+    },
+    120_000,
+  );
+
   it("as in a pod: a task that stops its agent does not outlive its timeout unseen: no ending Killed, the report says what still ran", async () => {
     const started = Date.now();
     const run = await runPod({
@@ -388,6 +459,16 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
       "its process group could not be killed: the agent of container task-1 was stopped (SIGSTOP, sent by a task: they share its user) and carried out no signal; 1 process of the task still ran",
     );
     expect(later?.p).toBe("Skipped");
+    // The log says what was done, not what was meant: the stopped agent carried out no SIGTERM,
+    // and the sweep found the task's process but did not see it end.
+    expect(run.stdout).toContain(
+      "playbook: task freeze passed its TaskTimeout limit: cancel file written, SIGTERM not delivered: the agent of container task-1 is stopped (SIGSTOP, sent by a task) and carries out no signal, SIGKILL in 1s",
+    );
+    expect(run.stdout).not.toContain("SIGTERM sent");
+    expect(run.stdout).toMatch(
+      /^playbook: found 1 process\(es\) that tasks left running and ended 0: 1 still ran after the kill$/m,
+    );
+    expect(run.stdout).not.toMatch(/^playbook: ended \d+ process/m);
     expect(run.report.left).toMatch(
       /^processes of the run may still be running: the agents' fence did not confirm their end \(no fence answer from the agent of task-1; still running: pid \d+ sleep \(state S, user 1000\)\)$/,
     );

@@ -549,6 +549,19 @@ describe("agent", () => {
   });
 });
 
+describe("an agent's errors that name no task", () => {
+  it("are kept up to 20, the rest counted: a task cannot grow the runner's memory through them", async () => {
+    const { agent } = await startAgent();
+    for (let i = 0; i < 520; i++) agent.kill(0, "SIGKILL");
+    // The agent answers in order: a task's output after the refusals comes after all of them.
+    const task = observe(agent, { run: "echo after" });
+    await task.done;
+    expect(agent.errors).toHaveLength(21);
+    expect(agent.errors.slice(0, 20)).toEqual(Array(20).fill("refused to signal 0"));
+    expect(agent.errors.at(-1)).toBe("500 more error(s) from the agent were not kept");
+  });
+});
+
 function agentBinaryHasBusybox(): boolean {
   try {
     return agentBinary().busybox !== null;

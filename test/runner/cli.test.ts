@@ -452,6 +452,72 @@ describe("playbook run", () => {
   });
 });
 
+describe("a task that ignores SIGTERM and prints through a 20 s grace, run locally", () => {
+  it.each(["slow", "fast"])(
+    "keeps the runner's memory bounded with a %s reader of its stdout: the pipe stays held after the stop",
+    async (reader) => {
+      const file = manifest({
+        killGrace: "20s",
+        tasks: [{ name: "flood", timeout: "1s", run: "trap '' TERM; yes 0123456789abcdef" }],
+      });
+      const child = spawn(process.execPath, [CLI, "run", "-f", file], {
+        env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker() },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let stderr = "";
+      child.stderr.on("data", (chunk: Buffer) => {
+        stderr += chunk.toString();
+      });
+      let read = 0;
+      const timers: NodeJS.Timeout[] = [];
+      if (reader === "slow") {
+        // 64 KiB every 2 ms at most: some 30 MB/s, far below what `yes` prints.
+        timers.push(
+          setInterval(() => {
+            read += (child.stdout.read(65536) as Buffer | null)?.length ?? 0;
+          }, 2),
+        );
+      } else {
+        child.stdout.on("data", (chunk: Buffer) => {
+          read += chunk.length;
+        });
+      }
+      let peak = 0;
+      let killedAbove = false;
+      timers.push(
+        setInterval(() => {
+          try {
+            const kib = /VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"))?.[1];
+            peak = Math.max(peak, Number(kib ?? 0) * 1024);
+            // A build that queues it all would take this machine's memory: it is stopped at 1 GiB.
+            if (peak > 1024 ** 3 && !killedAbove) {
+              killedAbove = true;
+              child.kill("SIGKILL");
+            }
+          } catch {
+            // ended
+          }
+        }, 50),
+      );
+      const code = await new Promise((resolve) => {
+        child.on("exit", () => child.stdout.resume());
+        child.on("close", resolve);
+      });
+      for (const timer of timers) clearInterval(timer);
+      expect(killedAbove, `peak ${peak} bytes`).toBe(false);
+      expect(code, stderr).toBe(124);
+      expect(stderr).toMatch(/^playbook: task flood TimedOut in \S+ \(TaskTimeout, Killed/m);
+      expect(stderr).toContain(
+        "playbook: task flood passed its TaskTimeout limit: cancel file written, SIGTERM sent to its process group, SIGKILL in 20s",
+      );
+      expect(read).toBeGreaterThan(0);
+      expect(peak).toBeGreaterThan(0);
+      expect(peak / 1024 / 1024).toBeLessThan(200);
+    },
+    120_000,
+  );
+});
+
 describe("playbook pod-runner", () => {
   it("runs the plan from $PLAYBOOK_PLAN, counts the ceiling from the run's start, and writes the report", async () => {
     const dir = mkdtempSync(join(tmpdir(), "pod-"));

@@ -77,7 +77,7 @@ describe("process trees", () => {
     expect(run.outcome.tasks.map((t) => t.phase)).toEqual(["Succeeded", "Succeeded"]);
     expect(run.output).toContain("[uses-it] using the service");
     expect(run.elapsedMs).toBeLessThan(5000);
-    expect(run.events.some((e) => e.type === "leftovers-killed")).toBe(true);
+    expect(run.events.some((e) => e.type === "leftovers-swept")).toBe(true);
   });
 
   it("kills leftovers at once on a second Ctrl-C instead of waiting out their grace", async () => {

@@ -10,6 +10,7 @@ import { TASK_LIMITS } from "../../src/api/reasons.js";
 import type { RunOutcome, TaskOutcome } from "../../src/api/report.js";
 import { Progress } from "../../src/cli/progress.js";
 import { type ProgressLine, ProgressLineReader } from "../../src/cli/progress-lines.js";
+import type { AttemptStop } from "../../src/pod-runner/attempt.js";
 import type { RunEvent } from "../../src/pod-runner/run.js";
 
 const duration = fc.oneof(
@@ -39,12 +40,31 @@ const specArb = fc.record({
 
 type Step = { event: RunEvent; at: number };
 
+/** What a stop with a grace did, as its line says it (killGrace 0 says neither). */
+const TERMS = [
+  { delivered: true, detail: "SIGTERM sent to its process group" },
+  { delivered: true, detail: "SIGTERM sent to its process group through the agent of container task-1" },
+  {
+    delivered: false,
+    detail:
+      "SIGTERM not delivered: the agent of container task-1 is stopped (SIGSTOP, sent by a task) and carries out no signal",
+  },
+  {
+    delivered: false,
+    detail: "SIGTERM not sent to its process group: its shell had exited (what it left gets one each)",
+  },
+];
+
 /** A plausible event sequence for the spec: each task starts, maybe retries, maybe stops, ends. */
 function eventsFor(limits: ResolvedLimits, choices: number[]): Step[] {
   const steps: Step[] = [];
   let at = 1_000_000;
   let pick = 0;
   const next = () => choices[pick++ % choices.length] as number;
+  const stopDone = (stop: AttemptStop): AttemptStop =>
+    limits.killGrace.ms === 0
+      ? stop
+      : { ...stop, cancelFileWritten: next() % 3 !== 0, term: TERMS[next() % TERMS.length] };
   steps.push({
     event: { type: "containment", kind: "agents", description: "agents in 1 task container(s) (task-1: x)" },
     at,
@@ -89,9 +109,16 @@ function eventsFor(limits: ResolvedLimits, choices: number[]): Step[] {
     if (ending === 2) {
       const limit = TASK_LIMITS[next() % TASK_LIMITS.length] as (typeof TASK_LIMITS)[number];
       steps.push({
-        event: { type: "task-stopping", index, name: task.name, stop: { kind: "limit", limit } },
+        event: { type: "task-stopping", index, name: task.name, stop: stopDone({ kind: "limit", limit }) },
         at,
       });
+      if (next() % 2 === 0) {
+        const when = next() % 2 === 0 ? "stop" : "end";
+        steps.push({
+          event: { type: "output-dropped", index, name: task.name, bytes: next() * 977, when },
+          at,
+        });
+      }
       Object.assign(outcome, {
         phase: "TimedOut",
         limit,
@@ -102,7 +129,7 @@ function eventsFor(limits: ResolvedLimits, choices: number[]): Step[] {
     }
     if (ending === 3) {
       steps.push({
-        event: { type: "task-stopping", index, name: task.name, stop: { kind: "cancelled" } },
+        event: { type: "task-stopping", index, name: task.name, stop: stopDone({ kind: "cancelled" }) },
         at,
       });
       Object.assign(outcome, { phase: "Cancelled", ending: "Exited", exitCode: 143, signal: null });
@@ -111,7 +138,11 @@ function eventsFor(limits: ResolvedLimits, choices: number[]): Step[] {
     steps.push({ event: { type: "task-finished", index, outcome }, at });
     if (ending !== 0) break;
   }
-  if (next() % 3 === 0) steps.push({ event: { type: "leftovers-killed", count: 2, warnings: [] }, at });
+  if (next() % 3 === 0) {
+    const found = 1 + (next() % 4);
+    const ended = next() % 2 === 0 ? found : next() % found;
+    steps.push({ event: { type: "leftovers-swept", found, ended, warnings: [] }, at });
+  }
   return steps;
 }
 

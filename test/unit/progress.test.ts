@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { Progress } from "../../src/cli/progress.js";
+import type { RunEvent } from "../../src/pod-runner/run.js";
 
 function render(tty: boolean, outputBetween: boolean): string {
   const spec = PlaybookSpecSchema.parse({
@@ -47,5 +48,71 @@ describe("progress lines", () => {
 
   it("writes plain lines without escape codes when not on a terminal", () => {
     expect(render(false, false)).not.toContain("\x1b[");
+  });
+});
+
+describe("what the runner's log says a stop and the sweep did", () => {
+  const spec = PlaybookSpecSchema.parse({ killGrace: "5s", tasks: [{ name: "build", run: "make" }] });
+  const limits = resolveLimits(spec, LOCAL_DEFAULTS);
+  const lines = (events: RunEvent[]): string => {
+    const out = new PassThrough();
+    let text = "";
+    out.on("data", (chunk: Buffer) => {
+      text += chunk.toString();
+    });
+    const progress = new Progress({ out, tty: false, limits, outputBytes: () => 0 });
+    for (const event of events) progress.event(event);
+    return text;
+  };
+
+  it("says a SIGTERM was not delivered, and why, and a cancel file that was not written", () => {
+    const text = lines([
+      {
+        type: "task-stopping",
+        index: 0,
+        name: "build",
+        stop: {
+          kind: "limit",
+          limit: "TaskTimeout",
+          cancelFileWritten: false,
+          warning: "cancel file /run/x: EACCES",
+          term: {
+            delivered: false,
+            detail:
+              "SIGTERM not delivered: the agent of container task-1 is stopped (SIGSTOP, sent by a task) and carries out no signal",
+          },
+        },
+      },
+    ]);
+    expect(text).toBe(
+      "playbook: task build passed its TaskTimeout limit: cancel file not written, SIGTERM not delivered: the agent of container task-1 is stopped (SIGSTOP, sent by a task) and carries out no signal, SIGKILL in 5s\n" +
+        "playbook: warning: cancel file /run/x: EACCES\n",
+    );
+    expect(text).not.toContain("SIGTERM sent");
+  });
+
+  it("says the sweep found processes it could not end, and its warnings", () => {
+    expect(
+      lines([
+        {
+          type: "leftovers-swept",
+          found: 3,
+          ended: 1,
+          warnings: ["some of the run's processes could not be ended"],
+        },
+      ]),
+    ).toBe(
+      "playbook: found 3 process(es) that tasks left running and ended 1: 2 still ran after the kill\n" +
+        "playbook: warning: some of the run's processes could not be ended\n",
+    );
+    expect(lines([{ type: "leftovers-swept", found: 2, ended: 2, warnings: [] }])).toBe(
+      "playbook: ended 2 process(es) that tasks left running\n",
+    );
+  });
+
+  it("says how many bytes of a task's output were dropped, and when", () => {
+    expect(lines([{ type: "output-dropped", index: 0, name: "build", bytes: 123456, when: "stop" }])).toBe(
+      "playbook: task build: dropped 123456 bytes of its output that came after its stop faster than the runner's stdout took it\n",
+    );
   });
 });

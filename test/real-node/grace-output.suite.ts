@@ -1,0 +1,138 @@
+// Output through a long kill grace on the real kubelet (issue 41, item 2): a task that ignores
+// SIGTERM and prints without pause through a 20 s grace must not grow the pod's runner: once the
+// stop lets the agent's connection go (its exit and its pipes' ends queue behind the output), the
+// runner keeps at most 1 MiB of a stream for a reader that is behind and drops the rest, saying
+// how much. A runner that queued it all passed its container's 512Mi and was OOMKilled: the run
+// ended RunnerLost instead of TaskTimeout. Run once per way the agent reaches the task containers
+// (grace-output-image-volume.test.ts, grace-output-post-start.test.ts).
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { GROUP, VERSION } from "../../src/api/playbook.js";
+import { realNode } from "../controller/reason-cases.js";
+import {
+  clients,
+  condition,
+  createPlaybook,
+  kubectl,
+  kubectlResult,
+  podsOf,
+  type RunningController,
+  startController,
+  waitForFinished,
+} from "../controller/support.js";
+import { createTestNamespace, deleteTestNamespace, marker } from "../harness/cluster-test.js";
+import { type AgentLayout, importTaskImages, TASK_IMAGES } from "../harness/task-images.js";
+
+const { core } = clients();
+const log = (message: string) => process.stderr.write(`[grace-output] ${message}\n`);
+let namespace = "";
+let controller: RunningController | undefined;
+
+const read = (pid: string, file: string): string => {
+  try {
+    return readFileSync(`/proc/${pid}/${file}`, "utf8");
+  } catch {
+    return "";
+  }
+};
+const pidNamespace = (pid: string): string => {
+  try {
+    return readlinkSync(`/proc/${pid}/ns/pid`);
+  } catch {
+    return "";
+  }
+};
+
+/** The pod runner's pid on this machine: the pod-runner in the PID namespace of the task that prints `mark`. */
+function runnerOfTask(mark: string): string | undefined {
+  const pids = readdirSync("/proc").filter((entry) => /^\d+$/.test(entry));
+  const task = pids.find((pid) => read(pid, "cmdline").includes(mark));
+  if (task === undefined) return undefined;
+  const ns = pidNamespace(task);
+  return pids.find((pid) => pidNamespace(pid) === ns && read(pid, "cmdline").includes("pod-runner"));
+}
+
+const MIB = 1024 * 1024;
+
+export function graceOutputSuite({ setting, delivery }: AgentLayout): void {
+  describe(`with the agent delivered by ${delivery}`, () => {
+    beforeAll(async () => {
+      await importTaskImages(inject("kubeconfig"), log);
+      namespace = await createTestNamespace(core, "rn-grace");
+      const policy = {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: "PlaybookPolicy",
+        metadata: { name: "default", namespace },
+        spec: { allowedImages: ["playbook.test/*"] },
+      };
+      const applied = await kubectlResult(["apply", "--server-side", "-f", "-"], JSON.stringify(policy));
+      expect(applied.stderr).toBe("");
+      controller = startController([namespace], { ...realNode.controller, agentDelivery: setting });
+    });
+    afterAll(async () => {
+      await controller?.stop();
+      if (namespace) await deleteTestNamespace(core, namespace);
+    });
+
+    it("a task that ignores SIGTERM and prints through a 20 s grace: the runner's memory stays bounded, the run ends TaskTimeout (Killed), the log says what was dropped", async () => {
+      const name = "grace-flood";
+      const mark = `flood-${marker()}`;
+      await createPlaybook(namespace, name, {
+        ceiling: "3m",
+        killGrace: "20s",
+        tasks: [
+          {
+            name: "flood",
+            image: TASK_IMAGES.debian,
+            timeout: "3s",
+            run: `trap '' TERM; exec yes ${mark}`,
+          },
+        ],
+      });
+      // The runner's peak resident set (VmHWM), read on this machine, where containerd runs the pod.
+      let runner: string | undefined;
+      let peak = 0;
+      let finished = false;
+      const sampling = (async () => {
+        while (!finished) {
+          runner ??= runnerOfTask(mark);
+          if (runner !== undefined) {
+            const kib = /VmHWM:\s+(\d+)/.exec(read(runner, "status"))?.[1];
+            if (kib !== undefined) peak = Math.max(peak, Number(kib) * 1024);
+          }
+          await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+      })();
+      const playbook = await waitForFinished(namespace, name, realNode.finishMs);
+      finished = true;
+      await sampling;
+      expect(runner, "the runner was seen").toBeDefined();
+      // The true reason, not RunnerLost: the runner lived through the grace and reported.
+      expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "TaskTimeout" });
+      expect(playbook.status?.tasks?.[0]).toMatchObject({
+        phase: "TimedOut",
+        limit: "TaskTimeout",
+        ending: "Killed",
+      });
+      const [pod] = await podsOf(namespace, name);
+      const terminated = pod?.status?.containerStatuses?.find((s) => s.name === "runner")?.state?.terminated;
+      expect(terminated?.reason).not.toBe("OOMKilled");
+      // Gigabytes passed through it in the grace; it held some 100 MiB of garbage over its start.
+      // The build that queued them passed its 512Mi within 10 s.
+      expect(peak).toBeGreaterThan(0);
+      expect(peak / MIB).toBeLessThan(320);
+      // The log is gigabytes long: its end holds the run's own lines (what was dropped, if any,
+      // then the finished line).
+      const tail = (await kubectl(["-n", namespace, "logs", `${name}-1`, "-c", "runner", "--tail=100"]))
+        .stdout;
+      expect(tail).toMatch(/^playbook: task flood TimedOut in \S+ \(TaskTimeout, Killed/m);
+      const dropped = tail.split("\n").filter((line) => line.includes("bytes of its output"));
+      for (const line of dropped) {
+        expect(line).toMatch(
+          /^playbook: task flood: dropped \d+ bytes of its output that came (after its stop|at the run's end) faster than the runner's stdout took it$/,
+        );
+      }
+      log(`runner peak ${Math.round(peak / MIB)} MiB; ${dropped.join("; ") || "nothing dropped"}`);
+    });
+  });
+}
