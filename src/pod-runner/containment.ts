@@ -14,9 +14,10 @@
 //    too) the next run next to it kills and removes, and says so. Needs a writable cgroup v2
 //    hierarchy with `cgroup.kill` (Linux 5.14): root, or a cgroup delegated to the user (a
 //    systemd user session gives one).
-// 2. subreaper: `playbook run` started again as the child of a child subreaper (subreaper.ts), so
-//    every orphan of the run is re-parented to it and found by ancestry; what the runner does not
-//    end, the subreaper ends once the runner has exited.
+// 2. subreaper: `playbook run` started again under a child subreaper (subreaper.ts) in a process
+//    group of its own, so every orphan of the run is re-parented to it and found by ancestry;
+//    what the runner does not end, the subreaper ends once the runner, or the command the user
+//    started, is gone (SIGKILL too, of one or of the whole process group).
 // 3. none: the group kill and the cookie sweep only, and the run says so.
 //
 // Every task also starts with `oom_score_adj` 1000 (its children inherit it): under memory
@@ -340,7 +341,7 @@ export function openContainment(
     const members = () => descendantsOf(reaper, process.pid);
     return {
       kind: "subreaper",
-      description: `a child subreaper (pid ${reaper}; no cgroup: ${made.problem}): every process the tasks orphan is re-parented to it and ended with the run`,
+      description: `a child subreaper (pid ${reaper}; no cgroup: ${made.problem}): every process the tasks orphan is re-parented to it and ended with the run, or as soon as the runner is killed`,
       command: (run) => ({ file: "sh", args: ["-c", PLAIN_WRAPPER, "sh", run] }),
       members,
       // One pass: the sweep has looked and killed until its bound already, and what is left
