@@ -294,6 +294,52 @@ describe("containment of a local run", () => {
     },
   );
 
+  // Skipped as the ones above. `kill PID` (systemd's stop, a CI job's first signal) reaches the
+  // command the user started: the keeper passes it to the runner, once, which cancels with the grace.
+  it.skipIf(process.getuid?.() !== 0 || !withPerl)(
+    "cancels once, with the grace, on a SIGTERM to the command under the subreaper, and reports",
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "containment-"));
+      chmodSync(dir, 0o777);
+      const file = manifest(dir, [
+        { name: "wait", run: "trap 'echo got TERM; exit 0' TERM; echo up; while :; do sleep 0.1; done" },
+      ]);
+      const reportFile = join(dir, "report.json");
+      const child = spawn(
+        "setpriv",
+        [
+          "--reuid=65534",
+          "--regid=65534",
+          "--clear-groups",
+          process.execPath,
+          CLI,
+          "run",
+          "-f",
+          file,
+          "--report",
+          reportFile,
+        ],
+        { env: { PATH: process.env.PATH, HOME: dir }, stdio: ["ignore", "pipe", "pipe"] },
+      );
+      let stdout = "";
+      let stderr = "";
+      child.stdout.on("data", (chunk: Buffer) => {
+        stdout += chunk.toString();
+        if (stdout.includes("[wait] up")) child.kill("SIGTERM");
+      });
+      child.stderr.on("data", (chunk: Buffer) => {
+        stderr += chunk.toString();
+      });
+      const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
+      expect(stderr).toContain("playbook: containment: a child subreaper");
+      expect(stderr.match(/received SIGTERM/g)).toEqual(["received SIGTERM"]);
+      expect(stdout).toContain("[wait] got TERM");
+      expect(stderr).toMatch(/task wait Cancelled in \S+ \(Exited/);
+      expect(code).toBe(130);
+      expect(decodeReport(readFileSync(reportFile, "utf8")).reason).toBe("Cancelled");
+    },
+  );
+
   // Skipped as the ones above. A Ctrl-C at a terminal reaches the runner and its subreaper alike
   // (one process group): the subreaper must not pass it on, or the runner sees it twice and kills
   // without the grace.
