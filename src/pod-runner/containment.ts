@@ -24,7 +24,15 @@
 // pressure the kernel's OOM killer picks a task's process before the runner, so the report
 // survives. Raising one's own value needs no privilege.
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { dirname } from "node:path";
 import { performance } from "node:perf_hooks";
 import type { Writable } from "node:stream";
@@ -182,14 +190,18 @@ function parentOf(pid: number): number | null {
  * Whether a run's cgroup belongs to a live run. A live run's anchor, its runner's child, is in it
  * from its first moments to the run's end, so a cgroup with processes but none whose parent is
  * the runner its name holds is a dead run's, whatever runs there now under that pid. A process
- * this one cannot see (another PID namespace: cgroup.procs says 0) may be a live run's there:
- * such a cgroup is left alone. An empty one is a dead run's once it is older than a start takes.
+ * this one cannot see (another PID namespace: cgroup.procs says 0) or whose parent it may not
+ * read may be a live run's anchor: such a cgroup is left alone. An empty one is a dead run's once it is older than a start takes.
  */
 function runIsOver(dir: string, runnerPid: number): boolean {
   const pids = readPids(`${dir}/cgroup.procs`);
   if (pids.length === 0) return statSync(dir).mtimeMs <= Date.now() - STALE_AFTER_MS;
   if (pids.includes(0)) return false;
-  return !pids.some((pid) => parentOf(pid) === runnerPid);
+  // One whose stat this process may not read (/proc mounted with hidepid) may be the anchor.
+  return !pids.some((pid) => {
+    const parent = parentOf(pid);
+    return parent === null ? existsSync(`/proc/${pid}`) : parent === runnerPid;
+  });
 }
 
 /**
