@@ -323,9 +323,13 @@ describe("containment of a local run", () => {
       );
       let stdout = "";
       let stderr = "";
+      let sent = false;
       child.stdout.on("data", (chunk: Buffer) => {
         stdout += chunk.toString();
-        if (stdout.includes("[wait] up")) child.kill("SIGTERM");
+        if (!sent && stdout.includes("[wait] up")) {
+          sent = true;
+          child.kill("SIGTERM");
+        }
       });
       child.stderr.on("data", (chunk: Buffer) => {
         stderr += chunk.toString();
