@@ -276,6 +276,7 @@ export class Progress {
         return;
       }
       case "containment":
+        for (const notice of event.notices ?? []) this.write(`playbook: ${notice}`);
         this.write(`playbook: containment: ${event.description}`);
         return;
       case "leftovers-swept":

@@ -7,20 +7,32 @@
 // 1. cgroup: a cgroup v2 sub-group of the runner's own cgroup, for the run alone. Every task's
 //    shell joins it before it runs anything, so every process a task starts is in it and stays
 //    in it (only its owner can move a process out). At the end of the run `cgroup.kill` ends
-//    all of it at once. A small anchor process holds the cgroup while the run lives, so that an
-//    empty one is known to be a dead runner's (killed before it could remove it): each run
-//    removes those it finds next to its own. Needs a writable cgroup v2 hierarchy with `cgroup.kill` (Linux 5.14):
-//    root, or a cgroup delegated to the user (a systemd user session gives one).
-// 2. subreaper: `playbook run` started again as the child of a child subreaper (subreaper.ts), so
-//    every orphan of the run is re-parented to it and found by ancestry; what the runner does not
-//    end, the subreaper ends once the runner has exited.
+//    all of it at once. A small anchor process in the cgroup holds it while the run lives and
+//    ends it when the runner is gone however it ended (SIGKILL too): it reads a pipe only the
+//    runner holds, and at its end writes `cgroup.kill`, which takes the anchor with the rest.
+//    What a killed runner leaves (the empty cgroup, or a full one where the anchor was killed
+//    too) the next run next to it kills and removes, and says so. Needs a writable cgroup v2
+//    hierarchy with `cgroup.kill` (Linux 5.14): root, or a cgroup delegated to the user (a
+//    systemd user session gives one).
+// 2. subreaper: `playbook run` started again under a child subreaper (subreaper.ts) in a process
+//    group of its own, so every orphan of the run is re-parented to it and found by ancestry;
+//    what the runner does not end, the subreaper ends once the runner, or the command the user
+//    started, is gone (SIGKILL too, of one or of the whole process group).
 // 3. none: the group kill and the cookie sweep only, and the run says so.
 //
 // Every task also starts with `oom_score_adj` 1000 (its children inherit it): under memory
 // pressure the kernel's OOM killer picks a task's process before the runner, so the report
 // survives. Raising one's own value needs no privilege.
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { dirname } from "node:path";
 import { performance } from "node:perf_hooks";
 import type { Writable } from "node:stream";
@@ -55,6 +67,8 @@ export interface Containment {
   unconfirmed?(): string | undefined;
   /** removes what was made for the run; call once everything inside is gone */
   close(): void | Promise<void>;
+  /** what was found and cleaned when it was opened (an earlier killed run's cgroup), in sentences */
+  notices?: string[];
 }
 
 /** The OOM killer's preference for a task's processes: the highest there is. */
@@ -151,8 +165,8 @@ function readPids(file: string): number[] {
   }
 }
 
-/** The name of a run's cgroup: `playbook-<run id>` (a probe's is not one). */
-const RUN_CGROUP = /^playbook-[0-9a-f]+-[0-9a-f]{8}$/;
+/** The name of a run's cgroup: `playbook-<run id>`, whose first part is its runner's pid in hex (a probe's is not one). */
+const RUN_CGROUP = /^playbook-([0-9a-f]+)-[0-9a-f]{8}$/;
 
 /**
  * How long a run's cgroup may be empty before another run takes it for a dead runner's: between
@@ -160,40 +174,105 @@ const RUN_CGROUP = /^playbook-[0-9a-f]+-[0-9a-f]{8}$/;
  */
 const STALE_AFTER_MS = 10_000;
 
-/**
- * Removes the cgroups of runs that are over: a live run's holds its anchor from its first moments
- * on, so one that is empty and older than STALE_AFTER_MS was left by a runner that could not
- * remove it (killed by SIGKILL). A non-empty one is left alone (rmdir refuses it anyway).
- */
-function removeStaleRunCgroups(parent: string): void {
-  let names: string[];
+/** How long the kill of a stale cgroup's processes is waited for before its removal is given up. */
+const STALE_KILL_WAIT_MS = 1000;
+
+function parentOf(pid: number): number | null {
   try {
-    names = readdirSync(parent);
+    const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ", 2)[1]);
   } catch {
-    return;
-  }
-  for (const name of names) {
-    if (!RUN_CGROUP.test(name)) continue;
-    try {
-      const young = statSync(`${parent}/${name}`).mtimeMs > Date.now() - STALE_AFTER_MS;
-      if (!young && /^populated 0$/m.test(readFileSync(`${parent}/${name}/cgroup.events`, "latin1"))) {
-        rmdirSync(`${parent}/${name}`);
-      }
-    } catch {
-      // gone meanwhile, or populated again
-    }
+    return null;
   }
 }
 
 /**
- * A cgroup's anchor: a process that holds it for the run's life, so that a live run's cgroup is
- * never empty, even between tasks. It reads a pipe only the runner writes to, and ends when the
- * runner does (EOF), however the runner ends. In a session of its own: a Ctrl-C is not for it.
+ * Whether a run's cgroup belongs to a live run. A live run's anchor, its runner's child, is in it
+ * from its first moments to the run's end, so a cgroup with processes but none whose parent is
+ * the runner its name holds is a dead run's, whatever runs there now under that pid. A process
+ * this one cannot see (another PID namespace: cgroup.procs says 0) or whose parent it may not
+ * read may be a live run's anchor: such a cgroup is left alone. An empty one is a dead run's once it is older than a start takes.
  */
-function startAnchor(procs: string): ChildProcess | null {
+function runIsOver(dir: string, runnerPid: number): boolean {
+  const pids = readPids(`${dir}/cgroup.procs`);
+  if (pids.length === 0) return statSync(dir).mtimeMs <= Date.now() - STALE_AFTER_MS;
+  if (pids.includes(0)) return false;
+  // One whose stat this process may not read (/proc mounted with hidepid) may be the anchor.
+  return !pids.some((pid) => {
+    const parent = parentOf(pid);
+    return parent === null ? existsSync(`/proc/${pid}`) : parent === runnerPid;
+  });
+}
+
+/**
+ * Waits, blocking, for a cgroup to be empty: only a stale cgroup's kill is waited for so, before
+ * the run starts, and the kernel's SIGKILL takes milliseconds.
+ */
+function untilEmptySync(dir: string, until: number): boolean {
+  const pause = new Int32Array(new SharedArrayBuffer(4));
+  for (;;) {
+    try {
+      if (/^populated 0$/m.test(readFileSync(`${dir}/cgroup.events`, "latin1"))) return true;
+    } catch {
+      return true;
+    }
+    if (performance.now() >= until) return false;
+    Atomics.wait(pause, 0, 0, 10);
+  }
+}
+
+/**
+ * Kills and removes the cgroups of runs that are over, next to this run's: a runner killed
+ * outright (SIGKILL) cannot remove its own, and where its anchor was killed with it (or it was an
+ * older build's), its tasks' processes are still in it. Returns a sentence for each it found.
+ */
+function cleanStaleRunCgroups(parent: string): string[] {
+  let names: string[];
+  try {
+    names = readdirSync(parent);
+  } catch {
+    return [];
+  }
+  const notices: string[] = [];
+  for (const name of names) {
+    const runner = RUN_CGROUP.exec(name)?.[1];
+    if (runner === undefined) continue;
+    const dir = `${parent}/${name}`;
+    try {
+      if (!runIsOver(dir, Number.parseInt(runner, 16))) continue;
+      const left = readPids(`${dir}/cgroup.procs`).length;
+      if (left > 0) {
+        writeFileSync(`${dir}/cgroup.kill`, "1");
+        if (!untilEmptySync(dir, performance.now() + STALE_KILL_WAIT_MS)) {
+          notices.push(
+            `the cgroup of an earlier run that was killed (${dir}) still holds processes after cgroup.kill (in D state?); it is left as it is`,
+          );
+          continue;
+        }
+      }
+      rmdirSync(dir);
+      notices.push(
+        `removed the cgroup of an earlier run whose runner was killed (${dir})${left > 0 ? `, and ended the ${left} process(es) still in it` : "; nothing was left in it"}`,
+      );
+    } catch {
+      // Gone meanwhile (another run cleaned it), or populated again: left to the next look.
+    }
+  }
+  return notices;
+}
+
+/**
+ * A cgroup's anchor: a process in it that holds it for the run's life, so that a live run's
+ * cgroup is never empty, even between tasks. It reads a pipe only the runner writes to, and when
+ * that ends (the runner is gone, however it ended: a SIGKILL too) it writes `cgroup.kill`, which
+ * ends everything in the cgroup, itself with the rest, at once. A runner that ends its run kills
+ * it first (killAll). In a session of its own: a Ctrl-C, or a kill of the runner's process
+ * group, is not for it.
+ */
+function startAnchor(procs: string, kill: string): ChildProcess | null {
   let anchor: ChildProcess;
   try {
-    anchor = spawn("sh", ["-c", "read _ || :"], {
+    anchor = spawn("sh", ["-c", 'read _ || :; echo 1 > "$1"', "playbook-anchor", kill], {
       detached: true,
       stdio: ["pipe", "ignore", "ignore"],
       env: { PATH: process.env.PATH },
@@ -274,7 +353,7 @@ export function openContainment(
     const members = () => descendantsOf(reaper, process.pid);
     return {
       kind: "subreaper",
-      description: `a child subreaper (pid ${reaper}; no cgroup: ${made.problem}): every process the tasks orphan is re-parented to it and ended with the run`,
+      description: `a child subreaper (pid ${reaper}; no cgroup: ${made.problem}): every process the tasks orphan is re-parented to it and ended with the run, or as soon as the runner is killed`,
       command: (run) => ({ file: "sh", args: ["-c", PLAIN_WRAPPER, "sh", run] }),
       members,
       // One pass: the sweep has looked and killed until its bound already, and what is left
@@ -298,7 +377,7 @@ export function openContainment(
   }
   const { dir } = made;
   const procs = `${dir}/cgroup.procs`;
-  const anchor = startAnchor(procs);
+  const anchor = startAnchor(procs, `${dir}/cgroup.kill`);
   if (anchor === null) {
     try {
       rmdirSync(dir);
@@ -307,7 +386,7 @@ export function openContainment(
     }
     return openContainment(runId, env, `could not hold ${dir} (its anchor did not start or join)`);
   }
-  removeStaleRunCgroups(dirname(dir));
+  const notices = cleanStaleRunCgroups(dirname(dir));
   const populated = () => {
     try {
       return /^populated 1$/m.test(readFileSync(`${dir}/cgroup.events`, "latin1"));
@@ -317,7 +396,8 @@ export function openContainment(
   };
   return {
     kind: "cgroup",
-    description: `a cgroup v2 sub-group of its own (${dir}), ended with cgroup.kill when the run ends`,
+    description: `a cgroup v2 sub-group of its own (${dir}), ended with cgroup.kill when the run ends or its runner is killed`,
+    notices,
     command: (run) => ({ file: "sh", args: ["-c", CGROUP_WRAPPER, "sh", procs, run] }),
     // Not what this process may not signal: cgroup.kill ends those at the end.
     members: () => readPids(procs).filter((pid) => pid !== anchor.pid && maySignal(pid)),

@@ -141,6 +141,7 @@ function localContainment(
       `agents in ${containers.length} task container(s) (${named}), each the first process of its container: ` +
       `its tasks end with it${allInContainers ? "" : `; the tasks on this machine: ${host.description}`}`,
     command: host.command,
+    ...(host.notices ? { notices: host.notices } : {}),
     members: () => [...host.members(), ...inContainers()],
     async killAll(until) {
       const fenced = await Promise.all(

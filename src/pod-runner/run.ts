@@ -34,7 +34,13 @@ import { oomCounter } from "./oom.js";
 import { killUntilGone, PROC, type ProcessTable, sendSignal } from "./process-table.js";
 
 export type RunEvent =
-  | { type: "containment"; kind: ContainmentKind; description: string }
+  | {
+      type: "containment";
+      kind: ContainmentKind;
+      description: string;
+      /** what it cleaned when it was opened (an earlier killed run's cgroup) */
+      notices?: string[];
+    }
   | { type: "task-started"; index: number; name: string; attempt: number; limits: TaskLimits }
   | { type: "task-stopping"; index: number; name: string; stop: AttemptStop }
   | {
@@ -161,7 +167,12 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       ? agentContainment(agents, undefined, attempts)
       : openContainment(runId);
   const launcherOf = agents ? agentLaunchers(agents, attempts) : null;
-  emit({ type: "containment", kind: containment.kind, description: containment.description });
+  emit({
+    type: "containment",
+    kind: containment.kind,
+    description: containment.description,
+    ...(containment.notices?.length ? { notices: containment.notices } : {}),
+  });
   const oom = oomCounter();
   const outcomes: TaskOutcome[] = options.tasks.map((task) => ({
     name: task.name,

@@ -129,6 +129,51 @@ async function runEscapers(env: NodeJS.ProcessEnv = {}, asNobody = false) {
   return { result, report, pids };
 }
 
+/**
+ * A cgroup for one test's runs, next to which nothing else runs: a run cleans the stale run
+ * cgroups next to its own, and runs of other suites on this machine must not clean this test's
+ * first. Removed after the test (empty by then).
+ */
+let testCgroups: string[] = [];
+function testCgroup(): string {
+  const dir = join(ownCgroupDir() as string, `containment-test-${process.pid}-${testCgroups.length}`);
+  spawnSync("mkdir", [dir]);
+  testCgroups.push(dir);
+  return dir;
+}
+afterEach(() => {
+  // What a failed test left in it is ended first (on success it is empty already).
+  for (const dir of testCgroups) {
+    spawnSync("sh", ["-c", 'echo 1 > "$0/cgroup.kill"; sleep 0.2; rmdir "$0"/*/ "$0"', dir], {
+      stdio: "ignore",
+    });
+  }
+  testCgroups = [];
+});
+
+/** `playbook <args>` started in the cgroup `cgroup` (it joins it first, then becomes the CLI). */
+function cliIn(cgroup: string, args: string[]): [string, string[]] {
+  return ["sh", ["-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, process.execPath, CLI, ...args]];
+}
+
+/** Runs `playbook <args>` in the cgroup `cgroup` to its end. */
+function runCliIn(cgroup: string, args: string[]): Promise<CliResult> {
+  const [file, argv] = cliIn(cgroup, args);
+  const child = spawn(file, argv, {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  child.stderr.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
+
 /** The CLI as user nobody (65534), who may not make a cgroup here. */
 function startAsNobody(args: string[], home: string): Promise<CliResult> {
   const child = spawn(
@@ -236,16 +281,66 @@ describe("containment of a local run", () => {
       const escaped = Number(readFileSync(pidFile, "utf8"));
       started.push(escaped);
       expect(processState(escaped)).not.toBeNull();
-      // The runner is the subreaper's (the CLI process's) child.
-      const [runner] = readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, "utf8")
-        .trim()
-        .split(" ")
-        .map(Number);
-      expect(readFileSync(`/proc/${runner}/cmdline`, "utf8")).toContain("run\0-f");
+      // The runner is the child of the subreaper (the keeper), the CLI process's child.
+      const childrenOf = (pid: number) =>
+        readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(" ").map(Number);
+      const [keeper] = childrenOf(child.pid as number);
+      const [runner] = childrenOf(keeper as number);
+      expect(readFileSync(`/proc/${runner}/cmdline`, "utf8")).toMatch(/^[^\0]*node[^\0]*\0.*run\0-f/);
       process.kill(runner as number, "SIGKILL");
       // The CLI ends as its runner did, and nothing of the run is left.
       expect(await closed).toBe("SIGKILL");
       expect(processState(escaped)).toBeNull();
+    },
+  );
+
+  // Skipped as the ones above. `kill PID` (systemd's stop, a CI job's first signal) reaches the
+  // command the user started: the keeper passes it to the runner, once, which cancels with the grace.
+  it.skipIf(process.getuid?.() !== 0 || !withPerl)(
+    "cancels once, with the grace, on a SIGTERM to the command under the subreaper, and reports",
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "containment-"));
+      chmodSync(dir, 0o777);
+      const file = manifest(dir, [
+        { name: "wait", run: "trap 'echo got TERM; exit 0' TERM; echo up; while :; do sleep 0.1; done" },
+      ]);
+      const reportFile = join(dir, "report.json");
+      const child = spawn(
+        "setpriv",
+        [
+          "--reuid=65534",
+          "--regid=65534",
+          "--clear-groups",
+          process.execPath,
+          CLI,
+          "run",
+          "-f",
+          file,
+          "--report",
+          reportFile,
+        ],
+        { env: { PATH: process.env.PATH, HOME: dir }, stdio: ["ignore", "pipe", "pipe"] },
+      );
+      let stdout = "";
+      let stderr = "";
+      let sent = false;
+      child.stdout.on("data", (chunk: Buffer) => {
+        stdout += chunk.toString();
+        if (!sent && stdout.includes("[wait] up")) {
+          sent = true;
+          child.kill("SIGTERM");
+        }
+      });
+      child.stderr.on("data", (chunk: Buffer) => {
+        stderr += chunk.toString();
+      });
+      const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
+      expect(stderr).toContain("playbook: containment: a child subreaper");
+      expect(stderr.match(/received SIGTERM/g)).toEqual(["received SIGTERM"]);
+      expect(stdout).toContain("[wait] got TERM");
+      expect(stderr).toMatch(/task wait Cancelled in \S+ \(Exited/);
+      expect(code).toBe(130);
+      expect(decodeReport(readFileSync(reportFile, "utf8")).reason).toBe("Cancelled");
     },
   );
 
@@ -304,7 +399,8 @@ describe("containment of a local run", () => {
       const file = manifest(dir, [
         { name: "hold", run: `echo $$ > ${dir}/task.pid; echo ready; exec sleep 60` },
       ]);
-      const child = spawn(process.execPath, [CLI, "run", "-f", file], {
+      const mine = testCgroup();
+      const child = spawn(...cliIn(mine, ["run", "-f", file]), {
         env: { PATH: process.env.PATH, HOME: process.env.HOME },
         stdio: ["ignore", "pipe", "pipe"],
       });
@@ -318,27 +414,204 @@ describe("containment of a local run", () => {
       );
       const cgroup = /containment: a cgroup v2 sub-group of its own \((\S+)\)/.exec(stderr)?.[1] as string;
       expect(existsSync(cgroup)).toBe(true);
-      // The runner dies without its clean-up; its task (sleep, the group leader) is ended by hand,
-      // and its anchor ends by itself.
+      // The runner dies without its clean-up; its anchor ends the cgroup, its task with it.
       const task = Number(readFileSync(join(dir, "task.pid"), "utf8"));
       started.push(task);
       process.kill(child.pid as number, "SIGKILL");
       await closed;
-      process.kill(task, "SIGKILL");
       for (let i = 0; i < 100 && readFileSync(join(cgroup, "cgroup.procs"), "utf8").trim() !== ""; i++) {
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
       expect(readFileSync(join(cgroup, "cgroup.events"), "utf8")).toContain("populated 0");
       const hello = manifest(dir, [{ name: "hello", run: "echo hello" }]);
       // Empty but young, it may be a starting run's (made, its anchor not yet in): left alone.
-      expect((await startCli(["run", "-f", hello])).code).toBe(0);
+      expect((await runCliIn(mine, ["run", "-f", hello])).code).toBe(0);
       expect(existsSync(cgroup)).toBe(true);
       // Empty for longer than a run takes to start: the next run removes it.
       const past = new Date(Date.now() - 60_000);
       utimesSync(cgroup, past, past);
-      const next = await startCli(["run", "-f", hello]);
+      const next = await runCliIn(mine, ["run", "-f", hello]);
       expect(next.code).toBe(0);
       expect(existsSync(cgroup)).toBe(false);
+      expect(next.stderr).toContain(
+        `playbook: removed the cgroup of an earlier run whose runner was killed (${cgroup}); nothing was left in it`,
+      );
+    },
+  );
+});
+
+// `timeout -k`, a CI job's cancel, systemd's stop after its own timeout: the runner is sent
+// SIGTERM, starts its grace, and is killed outright (SIGKILL) before the grace is over, alone or
+// with its whole process group. What holds its tasks (the cgroup's anchor, the subreaper) ends
+// them at once: the design's bound is one second; the tests allow five, for a loaded machine.
+describe("a runner killed from outside", () => {
+  const GONE_WITHIN_MS = 5000;
+  const MARKER = "RUNNER_KILLED_TEST_MARKER";
+
+  /** Live processes whose environment carries the marker. */
+  function withMarker(marker: string): number[] {
+    const needle = Buffer.from(`${MARKER}=${marker}\0`);
+    return readdirSync("/proc")
+      .filter((name) => /^\d+$/.test(name) && Number(name) !== process.pid)
+      .map(Number)
+      .filter((pid) => {
+        try {
+          return processState(pid) !== null && readFileSync(`/proc/${pid}/environ`).includes(needle);
+        } catch {
+          return false;
+        }
+      });
+  }
+
+  /**
+   * Starts the CLI in a process group of its own (as root: a cgroup; as nobody: the subreaper)
+   * on a task that starts a `setsid` escaper without its environment and then ignores SIGTERM,
+   * with a 30 s grace; sends the CLI SIGTERM, and once the grace has begun SIGKILLs `target`.
+   * Returns what is left alive, polled until it is gone or GONE_WITHIN_MS has passed.
+   */
+  async function killMidGrace(mode: "cgroup" | "subreaper", target: "command" | "group") {
+    const dir = mkdtempSync(join(tmpdir(), "runner-killed-"));
+    chmodSync(dir, 0o777);
+    const marker = `${process.pid}-${Math.random()}`;
+    const escaper = ESCAPERS[0] as Escaper;
+    const file = join(dir, "playbook.yaml");
+    writeFileSync(
+      file,
+      stringify({
+        apiVersion: "playbook.dev/v1alpha1",
+        kind: "Playbook",
+        metadata: { name: "killed" },
+        spec: {
+          killGrace: "30s",
+          tasks: [
+            {
+              name: "hold",
+              run: `${escaper.start}\ntrap '' TERM; echo $$ > "$D/task.pid"; echo ready; sleep 300`,
+              env: [{ name: "D", value: dir }],
+            },
+          ],
+        },
+      }),
+    );
+    const cli = [process.execPath, CLI, "run", "-f", file];
+    const [command, ...args] =
+      mode === "cgroup" ? cli : ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", ...cli];
+    const child = spawn(command as string, args, {
+      env: { PATH: process.env.PATH, HOME: dir, [MARKER]: marker },
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
+    });
+    let stdout = "";
+    let stderr = "";
+    const seen = (what: () => boolean) =>
+      new Promise<void>((resolve) => {
+        const look = () => what() && resolve();
+        child.stdout.on("data", look);
+        child.stderr.on("data", look);
+      });
+    child.stdout.on("data", (chunk: Buffer) => {
+      stdout += chunk.toString();
+    });
+    child.stderr.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    // Its exit, not its pipes' close: a runner left alive would hold them.
+    const exited = new Promise<string | null>((resolve) =>
+      child.on("exit", (_code, signal) => resolve(signal)),
+    );
+    await seen(() => stdout.includes("[hold] ready"));
+    const pidFile = join(dir, `${escaper.name}.pid`);
+    while (!existsSync(pidFile) || readFileSync(pidFile, "utf8").trim() === "") {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    const escaped = Number(readFileSync(pidFile, "utf8"));
+    const task = Number(readFileSync(join(dir, "task.pid"), "utf8"));
+    started.push(escaped, task);
+    expect(stderr).toContain(
+      `playbook: containment: a ${mode === "cgroup" ? "cgroup v2" : "child subreaper"}`,
+    );
+    const cgroup = /containment: a cgroup v2 sub-group of its own \((\S+)\)/.exec(stderr)?.[1];
+    expect(processState(escaped)).not.toBeNull();
+    expect(withMarker(marker).length).toBeGreaterThan(1);
+    // Its orderly path begins: the task ignores the SIGTERM, the grace runs.
+    process.kill(child.pid as number, "SIGTERM");
+    await seen(() => stderr.includes("SIGKILL in 30s"));
+    const killedAt = performance.now();
+    process.kill(target === "group" ? -(child.pid as number) : (child.pid as number), "SIGKILL");
+    expect(await exited).toBe("SIGKILL");
+    const left = () => {
+      const alive = [...new Set([...withMarker(marker), escaped, task])].filter(
+        (pid) => processState(pid) !== null,
+      );
+      const full =
+        cgroup !== undefined &&
+        existsSync(cgroup) &&
+        /populated 1/.test(readFileSync(`${cgroup}/cgroup.events`, "utf8"));
+      return full ? [...alive, `cgroup ${cgroup} still populated`] : alive;
+    };
+    while (left().length > 0 && performance.now() - killedAt < GONE_WITHIN_MS) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    const tookMs = Math.round(performance.now() - killedAt);
+    const stillAlive = left();
+    console.info(`${mode}, SIGKILL of the ${target}: everything gone ${tookMs} ms after the kill`);
+    return { stillAlive, tookMs, stderr };
+  }
+
+  for (const target of ["command", "group"] as const) {
+    it.skipIf(!withCgroup)(
+      `ends the cgroup when the runner is killed by SIGKILL mid-grace (the ${target})`,
+      async () => {
+        const { stillAlive } = await killMidGrace("cgroup", target);
+        expect(stillAlive, "alive after the runner's SIGKILL").toEqual([]);
+      },
+    );
+
+    // Skipped as the subreaper tests above.
+    it.skipIf(process.getuid?.() !== 0 || !withPerl)(
+      `ends the subreaper's tree when the command is killed by SIGKILL mid-grace (the ${target})`,
+      async () => {
+        const { stillAlive } = await killMidGrace("subreaper", target);
+        expect(stillAlive, "alive after the runner's SIGKILL").toEqual([]);
+      },
+    );
+  }
+
+  // Skipped as the cgroup tests above. An earlier run whose anchor was killed with it (or an older
+  // build's, whose anchor did not end the cgroup) left its tasks running in its cgroup.
+  it.skipIf(!withCgroup)(
+    "kills and removes the cgroup an earlier killed run left its processes in, and says so",
+    async () => {
+      const parent = testCgroup();
+      // A runner that is gone: a run's cgroup is named after its runner's pid.
+      const gone = spawnSync("true").pid;
+      const cgroup = join(parent, `playbook-${gone.toString(16)}-0123abcd`);
+      spawnSync("mkdir", [cgroup]);
+      const marker = `${process.pid}-${Math.random()}`;
+      const leftover = spawn(
+        "sh",
+        ["-c", `echo $$ > "${cgroup}/cgroup.procs" && echo in && exec sleep 302`],
+        {
+          env: { PATH: process.env.PATH, [MARKER]: marker },
+          stdio: ["ignore", "pipe", "ignore"],
+          detached: true,
+        },
+      );
+      started.push(leftover.pid as number);
+      await new Promise<void>((resolve) => leftover.stdout.on("data", () => resolve()));
+      expect(readFileSync(`${cgroup}/cgroup.procs`, "utf8").trim()).toBe(String(leftover.pid));
+      const dir = mkdtempSync(join(tmpdir(), "runner-killed-"));
+      const next = await runCliIn(parent, [
+        "run",
+        "-f",
+        manifest(dir, [{ name: "hello", run: "echo hello" }]),
+      ]);
+      expect(next.code).toBe(0);
+      expect(next.stderr).toContain(
+        `playbook: removed the cgroup of an earlier run whose runner was killed (${cgroup}), and ended the 1 process(es) still in it`,
+      );
+      expect(existsSync(cgroup)).toBe(false);
+      expect(withMarker(marker)).toEqual([]);
     },
   );
 });
