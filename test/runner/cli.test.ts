@@ -600,12 +600,16 @@ describe("playbook pod-runner", () => {
       runStartTime: new Date().toISOString(),
       defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
       spec: {
-        // Long enough for a loaded machine to run the trap (the run ends as soon as the group
-        // has exited, not at the grace's end): a 2 s grace under a load of 7 on 2 cores ended Killed.
         killGrace: "15s",
-        // "up" comes once sleep is forked: a SIGTERM before the fork would leave sleep alive
-        // until the grace's SIGKILL, and the task would end Killed instead of Exited.
-        tasks: [{ name: "work", run: "trap 'exit 0' TERM; sleep 30 & echo up; wait" }],
+        // "up" comes once sleep has exec'd: a SIGTERM to the group between dash's fork and the
+        // exec is taken by the child's copy of the trap and lost at the exec, leaving sleep alive
+        // until the grace's SIGKILL (the task then ended Killed instead of Exited).
+        tasks: [
+          {
+            name: "work",
+            run: "trap 'exit 0' TERM; sleep 30 & until [ \"$(cat /proc/$!/comm 2>/dev/null)\" = sleep ]; do :; done; echo up; wait",
+          },
+        ],
       },
     };
     const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
