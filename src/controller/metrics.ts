@@ -92,7 +92,7 @@ export class ControllerMetrics extends RuntimeMetrics {
     });
     this.taskDuration = new Histogram({
       name: "playbook_task_duration_seconds",
-      help: "Duration of tasks of finished runs, by task phase",
+      help: "Duration of tasks of finished runs, by task phase, as the runner's trusted report gives them (never a progress record)",
       labelNames: ["namespace", "phase"],
       buckets: TASK_BUCKETS,
       registers,

@@ -138,24 +138,47 @@ export function settledStatus(
     completionTime: base.now.toISOString(),
     conditions,
   };
-  // Tasks shown Pending or Running (live progress, or a report read too late) did not finish: the
-  // run was stopped. Only a task that ended on its own can be named as the one that ended the run.
+  // The tasks a running run shows are the runner's progress, never an outcome: without a report
+  // (outcome.tasks: a trusted one the kubelet's deadline overtook) none of them is kept as said.
+  const fromProgress = outcome.tasks === undefined;
   const known = outcome.tasks ?? previous.tasks ?? [];
-  const tasks = markUnfinished(known, "Cancelled");
+  const reported = (task: TaskStatus) => !fromProgress && task.verified !== false;
+  const tasks = known.map((task) => (reported(task) ? unfinishedTask(task) : unreportedTask(task)));
   if (tasks.length > 0) status.tasks = tasks;
-  const ending = endingTask(known.filter((task) => task.phase !== "Pending" && task.phase !== "Running"));
+  // Only a task the report says ended on its own can be named as the one that ended the run.
+  const ending = endingTask(
+    known.filter((task) => reported(task) && task.phase !== "Pending" && task.phase !== "Running"),
+  );
   if (ending) status.endingTask = ending;
   if (base.limits) status.limits = describeRunLimits(base.limits);
   return withGeneration(status, base.generation);
 }
 
-/** Tasks that had not finished when the run was stopped from outside the runner. */
-function markUnfinished(tasks: readonly TaskStatus[], phase: "Cancelled"): TaskStatus[] {
-  return tasks.map((task) =>
-    task.phase === "Pending" || task.phase === "Running"
-      ? { ...task, phase, message: "the run was stopped" }
-      : task,
-  );
+/** A report's task that had not finished when the run was stopped from outside the runner. */
+function unfinishedTask(task: TaskStatus): TaskStatus {
+  return task.phase === "Pending" || task.phase === "Running"
+    ? { ...task, phase: "Cancelled", message: "the run was stopped" }
+    : task;
+}
+
+/**
+ * A task as the runner's progress last showed it, once the run ended without the runner's report:
+ * one it showed waiting was never run; one it showed started is Unknown, with the phase, times,
+ * exit and figures the progress gave cleared (they were never reported) and its row still marked.
+ */
+function unreportedTask(task: TaskStatus): TaskStatus {
+  const kept = { name: task.name, ...(task.image !== undefined ? { image: task.image } : {}) };
+  if (task.phase === "Pending" || task.phase === "Skipped") {
+    return { ...kept, phase: "Cancelled", attempts: 0, message: "the run was stopped" };
+  }
+  const shown = task.phase === "Running" ? "running" : "ended";
+  return {
+    ...kept,
+    phase: "Unknown",
+    attempts: task.attempts,
+    message: `not reported: the run ended without the runner's report, and its progress, which showed this task ${shown}, is not an outcome`,
+    verified: false,
+  };
 }
 
 export function describeDeadline(limits: ResolvedLimits, seconds: number): string {

@@ -153,6 +153,8 @@ describe("live progress", () => {
       peakMemoryBytes: 51200 * 1024,
       startTime: new Date(start.getTime() + 100).toISOString(),
       completionTime: new Date(start.getTime() + 1500).toISOString(),
+      // Progress, not an outcome: the API server keeps the marker (the CRD's schema has it).
+      verified: false,
     });
 
     logs.record(ns, "deploy-1", start, [
@@ -186,6 +188,7 @@ describe("live progress", () => {
       ["Succeeded", undefined, undefined],
       ["Succeeded", 4, 1 << 30],
     ]);
+    for (const task of done.status?.tasks ?? []) expect(task).not.toHaveProperty("verified");
     // Only the recorded pod's runner container was read.
     expect(new Set(logs.reads.map((r) => `${r.pod}/${r.container}`))).toEqual(new Set(["deploy-1/runner"]));
     // Running, three progress writes, the outcome.

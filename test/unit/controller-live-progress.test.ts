@@ -55,8 +55,15 @@ describe("live progress in a running run's status", () => {
     const decision = passWith(runningStatus(), look([BUILD_RUNNING]));
     expect(decision.status?.currentTask).toBe("1/2 build");
     expect(decision.status?.tasks).toEqual([
-      { name: "build", phase: "Running", attempts: 1, image: "runner:test", startTime: at(3).toISOString() },
-      { name: "test", phase: "Pending", attempts: 0, image: "runner:test" },
+      {
+        name: "build",
+        phase: "Running",
+        attempts: 1,
+        image: "runner:test",
+        startTime: at(3).toISOString(),
+        verified: false,
+      },
+      { name: "test", phase: "Pending", attempts: 0, image: "runner:test", verified: false },
     ]);
     expect(decision.progressTaken).toEqual({ podUID: "pod-uid-1", seq: 1 });
   });
@@ -75,6 +82,7 @@ describe("live progress in a running run's status", () => {
       completionTime: at(11).toISOString(),
       cpuSeconds: 2.5,
       peakMemoryBytes: 307200 * 1024,
+      verified: false,
     });
     expect(decision.status?.tasks?.[1]).toMatchObject({ phase: "Running", startTime: at(11).toISOString() });
   });
@@ -177,7 +185,7 @@ describe("live progress in a running run's status", () => {
     ]);
   });
 
-  it("ends the tasks it showed running as Cancelled when the run ends without a report", () => {
+  it("shows no task as a record said when the run ends without a report: started ones Unknown", () => {
     const shown = passWith(runningStatus(), look([TEST_RUNNING])).status;
     if (!shown) throw new Error("no status");
     const crashed = pod(1, { phase: "Failed", terminated: { exitCode: 137, reason: "OOMKilled" } });
@@ -189,7 +197,10 @@ describe("live progress in a running run's status", () => {
     });
     expect(decision.status?.conditions?.find((c) => c.type === "Succeeded")?.reason).toBe("RunnerLost");
     expect(decision.status?.currentTask).toBeUndefined();
-    expect(decision.status?.tasks?.map((t) => t.phase)).toEqual(["Succeeded", "Cancelled"]);
+    expect(decision.status?.tasks?.map((t) => [t.phase, t.verified])).toEqual([
+      ["Unknown", false],
+      ["Unknown", false],
+    ]);
     // Figures from a record are not the report's: the histograms count none.
     expect(decision.finished?.taskResources).toEqual([]);
   });

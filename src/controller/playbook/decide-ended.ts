@@ -64,7 +64,8 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
   });
   if (pod.status?.reason === "DeadlineExceeded" && state.cancel) return decideCancelledPod(state, pod, read);
   if (pod.status?.reason === "DeadlineExceeded" && !reportedBeforeDeadline(read, pod)) {
-    const tasks = read.ok ? runStatusFromReport(base, read.report, run, context).tasks : base.previous.tasks;
+    // A trusted report's tasks, as far as it got; without one, status shows progress (no outcome).
+    const tasks = read.ok ? runStatusFromReport(base, read.report, run, context).tasks : undefined;
     const message = `the kubelet stopped pod ${podName} at its activeDeadlineSeconds backstop: the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) plus killGrace and a margin passed before the runner reported`;
     const next = settledStatus(base, {
       reason: "PodDeadlineExceeded",

@@ -7,7 +7,7 @@
 import type { ResolvedLimits } from "../../api/limits.js";
 import type { PlaybookStatus, TaskStatus } from "../../api/playbook.js";
 import { latestProgressRecord, type ProgressRecord, type ProgressTask } from "../../api/progress-record.js";
-import type { TaskPhase } from "../../api/reasons.js";
+import type { StatusTaskPhase } from "../../api/reasons.js";
 import { expandReport, type RunnerReport } from "../../api/report.js";
 
 /** What one look at the runner's log found, for the pass that decides on it. */
@@ -25,7 +25,7 @@ export type LiveProgress =
   | { ok: false; why: string };
 
 /** Where a phase stands in a task's life: a task never goes back. */
-function rankOf(phase: TaskPhase): number {
+function rankOf(phase: StatusTaskPhase): number {
   if (phase === "Pending") return 0;
   if (phase === "Running") return 1;
   return 2;
@@ -87,7 +87,10 @@ function outOfOrder(tasks: readonly ProgressTask[]): string | undefined {
     : `task ${index} is ${tasks[index]?.p} after task ${waiting}, which has not ended`;
 }
 
-/** The record's tasks as status.tasks, expanded as the final report's are; the running one with its start. */
+/**
+ * The record's tasks as status.tasks, expanded as the final report's are, the running one with
+ * its start, each marked `verified: false`.
+ */
 function expandRecord(
   record: ProgressRecord,
   limits: ResolvedLimits,
@@ -103,10 +106,13 @@ function expandRecord(
   };
   const start = Date.parse(record.start);
   const expanded = expandReport(report, limits, images.length > 0 ? { images } : {}).tasks;
+  // Every row is marked: it is progress, not an outcome, until the trusted report replaces it.
   return expanded.map((task, index) => {
-    if (task.phase !== "Running") return task;
+    if (task.phase !== "Running") return { ...task, verified: false };
     const { exitCode: _x, signal: _sig, completionTime: _end, ...running } = task;
     const offset = record.tasks[index]?.s;
-    return offset === undefined ? running : { ...running, startTime: new Date(start + offset).toISOString() };
+    return offset === undefined
+      ? { ...running, verified: false }
+      : { ...running, startTime: new Date(start + offset).toISOString(), verified: false };
   });
 }

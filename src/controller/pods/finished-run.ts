@@ -2,7 +2,7 @@
 // each limit it used) and the events that close its story.
 import { formatDuration } from "../../api/duration.js";
 import type { ResolvedLimits } from "../../api/limits.js";
-import type { PlaybookStatus } from "../../api/playbook.js";
+import type { PlaybookStatus, TaskStatus } from "../../api/playbook.js";
 import { isLimitReason, type TerminalReason } from "../../api/reasons.js";
 import type { RecordedEvent } from "../../runtime/events.js";
 import type { DistrustWhy } from "./report-trust.js";
@@ -35,10 +35,18 @@ export interface TaskResources {
   peakMemoryBytes?: number;
 }
 
+/**
+ * The tasks whose rows the runner's trusted report gave: a row its progress gave (marked
+ * `verified: false`) is no outcome, and its times and figures are never counted.
+ */
+function reportedTasks(status: PlaybookStatus): TaskStatus[] {
+  return (status.tasks ?? []).filter((task) => task.verified !== false);
+}
+
 /** The figures of the report's tasks that have any; a live progress record's never count. */
 function taskResources(status: PlaybookStatus): TaskResources[] {
   const figures: TaskResources[] = [];
-  for (const task of status.tasks ?? []) {
+  for (const task of reportedTasks(status)) {
     if (task.cpuSeconds === undefined && task.peakMemoryBytes === undefined) continue;
     figures.push({
       ...(task.cpuSeconds !== undefined ? { cpuSeconds: task.cpuSeconds } : {}),
@@ -69,7 +77,7 @@ function limitUsage(
 ): LimitUsage[] {
   if (!limits) return [];
   const usage: LimitUsage[] = [];
-  for (const task of status.tasks ?? []) {
+  for (const task of reportedTasks(status)) {
     if (task.phase !== "Succeeded" && task.phase !== "Failed") continue;
     const timeout = limits.tasks.find((t) => t.name === task.name)?.timeout;
     const took = durationMs(task.startTime, task.completionTime);
@@ -98,7 +106,7 @@ export function finishedRun(
   const run: FinishedRun = {
     reason,
     durationSeconds: durationSeconds(status.startTime, status.completionTime),
-    tasks: (status.tasks ?? [])
+    tasks: reportedTasks(status)
       .filter((task) => task.startTime && task.completionTime)
       .map((task) => ({
         phase: task.phase,
