@@ -2,7 +2,7 @@
 // a file given to the CLI, an object read from the API server, the plan handed to the pod runner.
 import { z } from "zod";
 import { parseDuration } from "./duration.js";
-import { ENDINGS, LIMIT_SOURCES, RUN_PHASES, STATUS_TASK_PHASES, TASK_LIMITS } from "./reasons.js";
+import { ENDINGS, LIMIT_SOURCES, RUN_PHASES, TASK_LIMITS, TASK_PHASES } from "./reasons.js";
 import { checkTaskImageCount, ImageReference } from "./task-images.js";
 
 /** The API group, version and resource the Playbook is served as (crds/playbook.dev_playbooks.yaml). */
@@ -199,7 +199,7 @@ export const EffectiveLimitSchema = z.strictObject({
 
 export const TaskStatusSchema = z.looseObject({
   name: z.string(),
-  phase: z.enum(STATUS_TASK_PHASES),
+  phase: z.enum(TASK_PHASES),
   limit: z.enum(TASK_LIMITS).optional(),
   limitValue: z.string().optional(),
   limitSource: z.enum(LIMIT_SOURCES).optional(),

@@ -14,13 +14,6 @@ export const TASK_PHASES = [
 ] as const;
 export type TaskPhase = (typeof TASK_PHASES)[number];
 
-/**
- * A task's phase in status: the runner's phases, and Unknown for a task the runner's progress
- * showed started when the run ended without its report (how it ended was never reported).
- */
-export const STATUS_TASK_PHASES = [...TASK_PHASES, "Unknown"] as const;
-export type StatusTaskPhase = (typeof STATUS_TASK_PHASES)[number];
-
 /** Limits the runner fires itself; a task that ends on one of these is TimedOut. */
 export const TASK_LIMITS = ["TaskTimeout", "StallLimit", "RunCeiling"] as const;
 export type TaskLimit = (typeof TASK_LIMITS)[number];

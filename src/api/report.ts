@@ -8,7 +8,6 @@ import type { EffectiveLimit, ResolvedLimits } from "./limits.js";
 import type { TaskStatus } from "./playbook.js";
 import {
   ENDINGS,
-  type StatusTaskPhase,
   TASK_LIMITS,
   TASK_PHASES,
   type TaskLimit,
@@ -161,7 +160,7 @@ export function toReportTask(task: TaskOutcome, start: number): ReportTask {
 }
 
 /** Index of the task that decided the run's outcome (the last one that ran), or -1. */
-export function decidingIndex(phases: readonly StatusTaskPhase[]): number {
+export function decidingIndex(phases: readonly TaskPhase[]): number {
   for (let i = phases.length - 1; i >= 0; i--) {
     if (phases[i] !== "Skipped" && phases[i] !== "Pending") return i;
   }

@@ -163,8 +163,9 @@ function unfinishedTask(task: TaskStatus): TaskStatus {
 
 /**
  * A task as the runner's progress last showed it, once the run ended without the runner's report:
- * one it showed waiting was never run; one it showed started is Unknown, with the phase, times,
- * exit and figures the progress gave cleared (they were never reported) and its row still marked.
+ * one it showed waiting was never run; one it showed started is Cancelled (the run was stopped
+ * from outside its runner, as a report's unfinished task is), with the phase, times, exit and
+ * figures the progress gave cleared (they were never reported) and its row still marked.
  */
 function unreportedTask(task: TaskStatus): TaskStatus {
   const kept = { name: task.name, ...(task.image !== undefined ? { image: task.image } : {}) };
@@ -174,7 +175,7 @@ function unreportedTask(task: TaskStatus): TaskStatus {
   const shown = task.phase === "Running" ? "running" : "ended";
   return {
     ...kept,
-    phase: "Unknown",
+    phase: "Cancelled",
     attempts: task.attempts,
     message: `not reported: the run ended without the runner's report, and its progress, which showed this task ${shown}, is not an outcome`,
     verified: false,

@@ -1,6 +1,6 @@
 // A runner the kernel OOMKills after its progress record said a task Succeeded, on the real
 // kubelet (issue 41, item 4): the run ends RunnerLost, and its final status shows that task as
-// progress only (Unknown, verified false, no exit code, times or figures), never Succeeded with
+// progress only (Cancelled, verified false, no exit code, times or figures), never Succeeded with
 // exit 0; the metrics count no task duration or limit usage for it. Run once per way the agent
 // reaches the task containers (runner-oom-image-volume.test.ts, runner-oom-post-start.test.ts).
 //
@@ -104,7 +104,7 @@ export function runnerOomSuite({ setting, delivery }: AgentLayout): void {
       if (namespace) await deleteTestNamespace(core, namespace);
     });
 
-    it("ends RunnerLost with the task its progress said Succeeded shown Unknown and unverified, and counts no task duration", async () => {
+    it("ends RunnerLost with the task its progress said Succeeded shown Cancelled and unverified, and counts no task duration", async () => {
       const name = `oom-${delivery}`;
       const mark = marker();
       await createPlaybook(namespace, name, {
@@ -147,8 +147,8 @@ export function runnerOomSuite({ setting, delivery }: AgentLayout): void {
       // What `kubectl get pb -o yaml` shows: no task Succeeded, no exit code, no times or figures.
       const tasks = tasksOf(ended);
       expect(tasks.map((t) => [t.name, t.phase, t.verified])).toEqual([
-        ["build", "Unknown", false],
-        ["hold", "Unknown", false],
+        ["build", "Cancelled", false],
+        ["hold", "Cancelled", false],
       ]);
       for (const task of tasks) {
         for (const field of [

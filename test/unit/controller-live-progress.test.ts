@@ -185,7 +185,7 @@ describe("live progress in a running run's status", () => {
     ]);
   });
 
-  it("shows no task as a record said when the run ends without a report: started ones Unknown", () => {
+  it("shows no task as a record said when the run ends without a report: started ones Cancelled, unverified", () => {
     const shown = passWith(runningStatus(), look([TEST_RUNNING])).status;
     if (!shown) throw new Error("no status");
     const crashed = pod(1, { phase: "Failed", terminated: { exitCode: 137, reason: "OOMKilled" } });
@@ -198,8 +198,8 @@ describe("live progress in a running run's status", () => {
     expect(decision.status?.conditions?.find((c) => c.type === "Succeeded")?.reason).toBe("RunnerLost");
     expect(decision.status?.currentTask).toBeUndefined();
     expect(decision.status?.tasks?.map((t) => [t.phase, t.verified])).toEqual([
-      ["Unknown", false],
-      ["Unknown", false],
+      ["Cancelled", false],
+      ["Cancelled", false],
     ]);
     // Figures from a record are not the report's: the histograms count none.
     expect(decision.finished?.taskResources).toEqual([]);

@@ -80,7 +80,7 @@ async function metricsOf(decision: Decision): Promise<string> {
 }
 
 const taskDurations = (text: string) =>
-  ["Succeeded", "Failed", "TimedOut", "Cancelled", "Skipped", "Running", "Unknown"].reduce(
+  ["Succeeded", "Failed", "TimedOut", "Cancelled", "Skipped", "Running"].reduce(
     (sum, phase) =>
       sum + (sample(text, "playbook_task_duration_seconds_count", { namespace: "ops", phase }) ?? 0),
     0,
@@ -129,13 +129,13 @@ describe.each([
     ]);
   });
 
-  it(`ends ${reason} with no task shown as the record said: Unknown, marked, without its exit, times or figures`, () => {
+  it(`ends ${reason} with no task shown as the record said: Cancelled, marked, without its exit, times or figures`, () => {
     expect(reasonOf(decision)).toBe(reason);
     const tasks = decision.status?.tasks as TaskStatus[];
     expect(tasks).toEqual([
       {
         name: "build",
-        phase: "Unknown",
+        phase: "Cancelled",
         attempts: 1,
         image: "runner:test",
         verified: false,
@@ -144,7 +144,7 @@ describe.each([
       },
       {
         name: "test",
-        phase: "Unknown",
+        phase: "Cancelled",
         attempts: 1,
         image: "runner:test",
         verified: false,
@@ -243,17 +243,17 @@ describe("a run ended without a report after other records", () => {
     expect(reasonOf(decision)).toBe("RunnerLost");
     expect(decision.status?.endingTask).toBeUndefined();
     expect(decision.status?.tasks?.map((t) => [t.phase, t.exitCode, t.verified])).toEqual([
-      ["Unknown", undefined, false],
+      ["Cancelled", undefined, false],
       ["Cancelled", undefined, undefined],
     ]);
   });
 
-  it("shows a task the record showed waiting as stopped, one it showed running as Unknown", () => {
+  it("shows a task the record showed waiting as stopped, one it showed running as Cancelled, unverified", () => {
     const decision = endedWith(shownAfter(BUILD_RUNNING), oom);
     expect(decision.status?.tasks?.map((t) => [t.name, t.phase, t.message])).toEqual([
       [
         "build",
-        "Unknown",
+        "Cancelled",
         "not reported: the run ended without the runner's report, and its progress, which showed this task running, is not an outcome",
       ],
       ["test", "Cancelled", "the run was stopped"],

@@ -7,7 +7,7 @@
 import type { ResolvedLimits } from "../../api/limits.js";
 import type { PlaybookStatus, TaskStatus } from "../../api/playbook.js";
 import { latestProgressRecord, type ProgressRecord, type ProgressTask } from "../../api/progress-record.js";
-import type { StatusTaskPhase } from "../../api/reasons.js";
+import type { TaskPhase } from "../../api/reasons.js";
 import { expandReport, type RunnerReport } from "../../api/report.js";
 
 /** What one look at the runner's log found, for the pass that decides on it. */
@@ -25,7 +25,7 @@ export type LiveProgress =
   | { ok: false; why: string };
 
 /** Where a phase stands in a task's life: a task never goes back. */
-function rankOf(phase: StatusTaskPhase): number {
+function rankOf(phase: TaskPhase): number {
   if (phase === "Pending") return 0;
   if (phase === "Running") return 1;
   return 2;
