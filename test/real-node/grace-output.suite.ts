@@ -5,7 +5,8 @@
 // how much. A runner that queued it all passed its container's 512Mi and was OOMKilled: the run
 // ended RunnerLost instead of TaskTimeout. Run once per way the agent reaches the task containers
 // (grace-output-image-volume.test.ts, grace-output-post-start.test.ts).
-import { readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { closeSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, statSync } from "node:fs";
+import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { GROUP, VERSION } from "../../src/api/playbook.js";
 import { realNode } from "../controller/reason-cases.js";
@@ -13,7 +14,6 @@ import {
   clients,
   condition,
   createPlaybook,
-  kubectl,
   kubectlResult,
   podsOf,
   type RunningController,
@@ -21,6 +21,7 @@ import {
   waitForFinished,
 } from "../controller/support.js";
 import { createTestNamespace, deleteTestNamespace, marker } from "../harness/cluster-test.js";
+import { realNodePodLogsDir } from "../harness/real-node/real-node.js";
 import { type AgentLayout, importTaskImages, TASK_IMAGES } from "../harness/task-images.js";
 
 const { core } = clients();
@@ -53,6 +54,42 @@ function runnerOfTask(mark: string): string | undefined {
 }
 
 const MIB = 1024 * 1024;
+
+/**
+ * The last lines the runner container wrote, from the node's own log files. `kubectl logs` reads
+ * only the newest file, which the kubelet's rotation of a log gigabytes long may have left empty
+ * after the container ended; the files are read newest first until one has lines.
+ */
+function runnerLogTail(namespace: string, pod: string, uid: string): string[] {
+  const dir = path.join(
+    realNodePodLogsDir(path.dirname(inject("kubeconfig"))),
+    `${namespace}_${pod}_${uid}`,
+    "runner",
+  );
+  const files = readdirSync(dir)
+    .filter((file) => !file.endsWith(".gz") && !file.endsWith(".tmp"))
+    .map((file) => path.join(dir, file))
+    .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
+  for (const file of files) {
+    const size = statSync(file).size;
+    const length = Math.min(size, 64 * 1024);
+    const buffer = Buffer.alloc(length);
+    const fd = openSync(file, "r");
+    try {
+      readSync(fd, buffer, 0, length, size - length);
+    } finally {
+      closeSync(fd);
+    }
+    // CRI's format: TIME STREAM TAG CONTENT.
+    const lines = buffer
+      .toString("utf8")
+      .split("\n")
+      .map((line) => /^\S+ (?:stdout|stderr) [FP] (.*)$/.exec(line)?.[1])
+      .filter((line): line is string => line !== undefined);
+    if (lines.length > 0) return lines.slice(-100);
+  }
+  return [];
+}
 
 export function graceOutputSuite({ setting, delivery }: AgentLayout): void {
   describe(`with the agent delivered by ${delivery}`, () => {
@@ -123,10 +160,9 @@ export function graceOutputSuite({ setting, delivery }: AgentLayout): void {
       expect(peak / MIB).toBeLessThan(320);
       // The log is gigabytes long: its end holds the run's own lines (what was dropped, if any,
       // then the finished line).
-      const tail = (await kubectl(["-n", namespace, "logs", `${name}-1`, "-c", "runner", "--tail=100"]))
-        .stdout;
-      expect(tail).toMatch(/^playbook: task flood TimedOut in \S+ \(TaskTimeout, Killed/m);
-      const dropped = tail.split("\n").filter((line) => line.includes("bytes of its output"));
+      const lines = runnerLogTail(namespace, `${name}-1`, pod?.metadata?.uid ?? "");
+      expect(lines.join("\n")).toMatch(/^playbook: task flood TimedOut in \S+ \(TaskTimeout, Killed/m);
+      const dropped = lines.filter((line) => line.includes("bytes of its output"));
       for (const line of dropped) {
         expect(line).toMatch(
           /^playbook: task flood: dropped \d+ bytes of its output that came (after its stop|at the run's end) faster than the runner's stdout took it$/,

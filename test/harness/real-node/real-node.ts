@@ -115,6 +115,8 @@ export const realNodeRegistryConfigDir = (stateDir: string): string => registryC
  * node's network namespace.
  */
 export const realNodeEgressSocket = (stateDir: string) => path.join(nodeDir(stateDir), "egress.sock");
+/** Where the node's kubelet keeps the pods' container logs (`podLogsDir`), the rotated files too. */
+export const realNodePodLogsDir = (stateDir: string) => path.join(nodeDir(stateDir), "pod-logs");
 const hostRecordFile = (stateDir: string) => path.join(nodeDir(stateDir), "host.json");
 
 /** What must be installed for a real node, with the Debian package that brings it. */
