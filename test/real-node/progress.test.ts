@@ -242,10 +242,7 @@ describe.each(AGENT_LAYOUTS)("with the agent delivered by $delivery", ({ setting
     const seen = await watchUntilFinished(name);
     const last = seen.at(-1)?.playbook as PlaybookObject;
     expect(condition(last, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
-    // The controller read the runner's true records during the attack and after it ...
-    expect(seen.some(({ playbook }) => currentOf(playbook) === "1/2 a")).toBe(true);
-    expect(seen.some(({ playbook }) => currentOf(playbook) === "2/2 b")).toBe(true);
-    // ... and never showed the forged one's: no date of 2001, no task b ended while a ran.
+    // It never showed the forged record's tasks: no date of 2001, no task b ended while a ran ...
     const created = Date.parse((last.metadata as { creationTimestamp?: string }).creationTimestamp ?? "");
     expect(created).toBeGreaterThan(0);
     for (const { playbook } of seen) {
@@ -258,6 +255,15 @@ describe.each(AGENT_LAYOUTS)("with the agent delivered by $delivery", ({ setting
       }
       if (tasks[0]?.phase === "Running") expect(tasks[1]?.phase ?? "Pending").toBe("Pending");
     }
+    // ... and it read the runner's true records during the attack and after it.
+    expect(
+      seen.some(({ playbook }) => currentOf(playbook) === "1/2 a"),
+      "status showed 1/2 a",
+    ).toBe(true);
+    expect(
+      seen.some(({ playbook }) => currentOf(playbook) === "2/2 b"),
+      "status showed 2/2 b",
+    ).toBe(true);
     // The final status is the true one: each task ran after the Playbook was made, a before b.
     const [a, b] = tasksOf(last) as (TaskView & { completionTime: string })[];
     expect([a?.phase, b?.phase]).toEqual(["Succeeded", "Succeeded"]);
