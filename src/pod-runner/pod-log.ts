@@ -31,6 +31,8 @@ export const RECORD_EVERY_MS = 1000;
 export const MAX_LINE_BYTES = 8 * 1024;
 
 const NEWLINE = Buffer.from("\n");
+/** More pieces than this from one chunk are written corked (one writev). */
+const MAX_PIECES_PER_WRITE = 4;
 /** The owner of an open line that no prefixer wrote (bytes the log was not told about). */
 const UNTOLD = Symbol("untold");
 
@@ -242,6 +244,13 @@ export class PodLog {
       callback();
       return;
     }
-    writeThenRelease(this.options.target, out, callback);
+    // A chunk in many pieces (records, a long line's 8 KiB pieces with their newlines and
+    // prefixes) goes out in one writev where the target can: a write per piece costs more.
+    const target = this.options.target as Partial<Writable>;
+    if (out.length > MAX_PIECES_PER_WRITE && target.cork && target.uncork) {
+      target.cork();
+      writeThenRelease(this.options.target, out, callback);
+      target.uncork();
+    } else writeThenRelease(this.options.target, out, callback);
   }
 }
