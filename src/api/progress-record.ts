@@ -7,10 +7,12 @@
 // its stdout and stderr, pipes only the runner's own processes hold; tasks run in other
 // containers under other UIDs and reach that log only through the runner, which starts every
 // task line with "[task] ". A line of the log that starts with PROGRESS_MARKER is the runner's.
-// The runner writes everything (its progress lines, the records, task output) to one stream
-// and ends an open task line before a record, so the runtime's split of long lines cannot put a
-// task's bytes at a line start either. A record is progress only: the run's outcome still comes
-// from the runner's report alone.
+// The runner writes everything (its progress lines, the records, task output) to one stream,
+// ends an open task line before a record, and cuts a task line at 8 KiB (prefix again), so the
+// runtime's cut of long lines into entries (16 KiB) never puts a task's bytes at an entry's
+// start either. The controller still takes a record only within what it knows of the run
+// (src/controller/playbook/progress-bounds.ts). A record is progress only: the run's outcome
+// still comes from the runner's report alone.
 import { z } from "zod";
 import { ReportTaskSchema } from "./report.js";
 

@@ -631,7 +631,7 @@ export class PlaybookController {
         return {};
       }
       const taken = decision.progressTaken;
-      if (taken) this.progress.took(playbook, taken.podUID, taken.seq);
+      if (taken) this.progress.took(playbook, taken.podUID, taken);
       const requeueAfterMs = earliest(decision.requeueAfterMs, this.nextProgressLookInMs(input));
       return requeueAfterMs === undefined ? {} : { requeueAfterMs };
     }

@@ -9,6 +9,7 @@ import type { TerminalReason } from "../api/reasons.js";
 import type { RecordedEvent } from "../runtime/events.js";
 import type { PodView, StoredPlaybook } from "./objects.js";
 import type { ProgressLook } from "./playbook/live-progress.js";
+import type { TakenRecord } from "./playbook/progress-bounds.js";
 import type { AgentDelivery } from "./pods/agent-delivery.js";
 import { type FinishedRun, finishEvents, finishedRun } from "./pods/finished-run.js";
 import type { PodManifest } from "./pods/pod-builder.js";
@@ -77,7 +78,7 @@ export interface Decision {
   finished?: FinishedRun;
   requeueAfterMs?: number;
   /** The progress record the status now shows: an older one of this pod is not news after it. */
-  progressTaken?: { podUID: string; seq: number };
+  progressTaken?: { podUID: string } & TakenRecord;
 }
 
 export interface RunState {

@@ -6,6 +6,10 @@
 //   before a line of its own the runner ends an open task line with "\n", and the task's next
 //   bytes, which its prefixer took for the rest of that line, get their prefix again; a chunk of
 //   one task stream that comes while another's line is open starts a line of its own too;
+// - no task line is longer than MAX_LINE_BYTES, its prefix included: a longer one is ended there
+//   and goes on behind its prefix again. The runtime cuts lines into entries of 16 KiB (containerd)
+//   and a tail counts entries; as no line reaches that, every entry is a whole line, and no byte
+//   of a task starts one;
 // - a record is written at the run's begin and at each task's start and end (the recorder asks),
 //   and while a task prints: right after its 50th line since the newest record (a chunk is cut
 //   there), and 1 s after the newest record when output came since. So no 50 task lines and no
@@ -18,8 +22,17 @@ import { type ChunkLines, type LinePrefixer, linesOf, writeThenRelease } from ".
 export const RECORD_EVERY_LINES = 50;
 /** ... or once this long passed since the newest one, with output written since. */
 export const RECORD_EVERY_MS = 1000;
+/**
+ * The longest task line the log holds, its prefix included, newline not counted: half of
+ * containerd's 16 KiB cut (max_container_log_line_size), so that no runtime's cut falls inside one.
+ * A longer line is ended here (a UTF-8 character is not cut: up to 3 bytes more) and goes on
+ * behind its prefix again.
+ */
+export const MAX_LINE_BYTES = 8 * 1024;
 
 const NEWLINE = Buffer.from("\n");
+/** More pieces than this from one chunk are written corked (one writev). */
+const MAX_PIECES_PER_WRITE = 4;
 /** The owner of an open line that no prefixer wrote (bytes the log was not told about). */
 const UNTOLD = Symbol("untold");
 
@@ -45,6 +58,8 @@ export class PodLog {
   private readonly now: () => number;
   /** whose line is open at the stream's end (null: it is at a line start) */
   private open: LinePrefixer | typeof UNTOLD | null = null;
+  /** the bytes of that open line so far, its prefix included */
+  private openBytes = 0;
   private linesSinceRecord = 0;
   private outputSinceRecord = false;
   private lastRecordAt: number;
@@ -116,6 +131,7 @@ export class PodLog {
       this.endOpenLine(out);
       out.push(chunk);
       this.open = chunk.length > 0 && chunk[chunk.length - 1] !== 0x0a ? UNTOLD : null;
+      this.openBytes = this.open === null ? 0 : chunk.length - chunk.lastIndexOf(0x0a) - 1;
     } else this.task(chunk, linesOf(chunk), out);
     this.flush(out, callback);
   }
@@ -126,12 +142,14 @@ export class PodLog {
     out.push(NEWLINE);
     const taskLine = this.open !== UNTOLD;
     this.open = null;
+    this.openBytes = 0;
     if (taskLine) this.linesSinceRecord += 1;
     if (recordIfDue && this.linesSinceRecord >= RECORD_EVERY_LINES) this.record(out);
   }
 
   private record(out: Buffer[]): void {
     this.endOpenLine(out, false);
+    this.openBytes = 0;
     out.push(Buffer.from(`${this.options.record(this.tasks)}\n`));
     this.linesSinceRecord = 0;
     this.outputSinceRecord = false;
@@ -147,6 +165,7 @@ export class PodLog {
       // Not a prefixer's: written as it is (a run without prefixes).
       out.push(chunk);
       this.open = chunk[chunk.length - 1] === 0x0a ? null : UNTOLD;
+      this.openBytes = this.open === null ? 0 : this.openBytes + chunk.length;
       return;
     }
     const ownLine = lines.continues && this.open === lines.from;
@@ -156,26 +175,57 @@ export class PodLog {
       if (!lines.leavesOpen && chunk.length === 1 && chunk[0] === 0x0a) return;
       this.endOpenLine(out);
       out.push(lines.from.prefix);
+      this.openBytes = lines.from.prefix.length;
     } else if (!lines.continues) this.endOpenLine(out);
-    this.cutAtRecords(chunk, lines, out);
+    this.writeLines(chunk, lines, out);
     this.outputSinceRecord = true;
     if (this.now() - this.lastRecordAt >= RECORD_EVERY_MS) this.record(out);
     else this.armClock();
   }
 
-  /** Writes the chunk, with a record right after each line that makes RECORD_EVERY_LINES since the last. */
-  private cutAtRecords(chunk: Buffer, lines: ChunkLines, out: Buffer[]): void {
+  /**
+   * Writes the chunk: a line longer than MAX_LINE_BYTES is ended there and goes on behind its
+   * prefix, and a record comes right after each line that makes RECORD_EVERY_LINES since the last.
+   * The work is per line and per cut, never per byte.
+   */
+  private writeLines(chunk: Buffer, lines: ChunkLines, out: Buffer[]): void {
+    const prefix = lines.from.prefix;
+    // Where in the chunk the open line started (before the chunk when it goes on from the last)
+    // and what of the chunk is not written out yet.
+    let lineStart = -this.openBytes;
     let from = 0;
-    for (let at = chunk.indexOf(0x0a); at !== -1; at = chunk.indexOf(0x0a, at + 1)) {
+    let at = chunk.indexOf(0x0a);
+    for (;;) {
+      const end = at === -1 ? chunk.length : at;
+      while (end - lineStart > MAX_LINE_BYTES) {
+        let cut = Math.max(from, lineStart + MAX_LINE_BYTES);
+        // Not inside a UTF-8 character: past its continuation bytes (at most 3; invalid UTF-8 is
+        // cut anyway). One that goes on in the next chunk is cut there.
+        for (let step = 0; step < 3 && cut < end && ((chunk[cut] as number) & 0xc0) === 0x80; step++) cut++;
+        if (cut >= end) break;
+        out.push(chunk.subarray(from, cut), NEWLINE);
+        from = cut;
+        this.open = null;
+        this.openBytes = 0;
+        this.linesSinceRecord += 1;
+        if (this.linesSinceRecord >= RECORD_EVERY_LINES) this.record(out);
+        out.push(prefix);
+        lineStart = cut - prefix.length;
+      }
+      if (at === -1) break;
+      lineStart = at + 1;
       this.linesSinceRecord += 1;
-      if (this.linesSinceRecord < RECORD_EVERY_LINES) continue;
-      out.push(chunk.subarray(from, at + 1));
-      from = at + 1;
-      this.open = null;
-      this.record(out);
+      if (this.linesSinceRecord >= RECORD_EVERY_LINES) {
+        out.push(chunk.subarray(from, at + 1));
+        from = at + 1;
+        this.open = null;
+        this.record(out);
+      }
+      at = chunk.indexOf(0x0a, at + 1);
     }
     if (from < chunk.length) out.push(from === 0 ? chunk : chunk.subarray(from));
     this.open = lines.leavesOpen ? lines.from : null;
+    this.openBytes = lines.leavesOpen ? chunk.length - lineStart : 0;
   }
 
   /** A record RECORD_EVERY_MS after the newest, when output came since and no other came first. */
@@ -194,6 +244,13 @@ export class PodLog {
       callback();
       return;
     }
-    writeThenRelease(this.options.target, out, callback);
+    // A chunk in many pieces (records, a long line's 8 KiB pieces with their newlines and
+    // prefixes) goes out in one writev where the target can: a write per piece costs more.
+    const target = this.options.target as Partial<Writable>;
+    if (out.length > MAX_PIECES_PER_WRITE && target.cork && target.uncork) {
+      target.cork();
+      writeThenRelease(this.options.target, out, callback);
+      target.uncork();
+    } else writeThenRelease(this.options.target, out, callback);
   }
 }

@@ -98,9 +98,20 @@ const THREE_TASKS = {
 /** The run's pod, started by the scripted node, once the status shows it Running. */
 async function runningPod(ns: string, name: string) {
   const pod = await scheduledPod(core, ns, `${name}-1`);
-  await startPod(core, pod);
+  // The runner starts at the run's start (the node's clock, as the controller bounds a record's
+  // times by it): the offsets below count from both.
+  await startPod(core, pod, runStartOf(pod));
   await waitForPlaybook(ns, name, "to run", (p) => p.status?.phase === "Running", 30_000);
   return pod;
+}
+
+/** The run's start the pod's runner was handed (its plan's runStartTime): records count from it. */
+function runStartOf(pod: { metadata?: { annotations?: Record<string, string> } }): Date {
+  const plan = JSON.parse(pod.metadata?.annotations?.["playbook.dev/plan"] ?? "{}") as {
+    runStartTime?: string;
+  };
+  if (!plan.runStartTime) throw new Error("the pod has no plan with a runStartTime");
+  return new Date(plan.runStartTime);
 }
 
 /** Waits for the status to show `what`, and says how long it took from now. */
@@ -115,7 +126,7 @@ describe("live progress", () => {
     const { ns, logs, running } = await setUp("pb-progress", "2s");
     await createPlaybook(ns, "deploy", THREE_TASKS);
     const pod = await runningPod(ns, "deploy");
-    const start = new Date();
+    const start = runStartOf(pod);
     logs.print(ns, "deploy-1", "playbook: run started (3 tasks)");
     logs.record(ns, "deploy-1", start, [{ p: "Pending" }, { p: "Pending" }, { p: "Pending" }]);
     logs.record(ns, "deploy-1", start, [{ p: "Running", s: 100 }, { p: "Pending" }, { p: "Pending" }]);
@@ -199,8 +210,7 @@ describe("live progress", () => {
     const { ns, logs, running } = await setUp("pb-progress-bound", "3s");
     const tasks = Array.from({ length: 40 }, (_, i) => ({ name: `step-${i}`, run: "true" }));
     await createPlaybook(ns, "steps", { ceiling: "5m", killGrace: "1s", tasks });
-    await runningPod(ns, "steps");
-    const start = new Date();
+    const start = runStartOf(await runningPod(ns, "steps"));
     const before = await counterValue(running, "statusWrites");
     // A task ends and the next starts every 200 ms, for 10 s: 50 records, each a change.
     const writesAt: number[] = [];
@@ -281,7 +291,7 @@ describe("live progress", () => {
     const { ns, logs } = await setUp("pb-progress-ignored", "2s");
     await createPlaybook(ns, "gate", THREE_TASKS);
     const real = await runningPod(ns, "gate");
-    const start = new Date();
+    const start = runStartOf(real);
     // A pod someone made with the run's label, owner and plan, whose log claims the run is at its last task.
     const forged = await core.createNamespacedPod({
       namespace: ns,

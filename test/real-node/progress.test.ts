@@ -3,7 +3,8 @@
 // -> containerd's log file) and shows each task's start in status within the interval plus 2 s;
 // a finished task's CPU and peak memory agree with what the task's process measured of itself; and a
 // task that writes the progress channel's marker every way it can (its own output, a line the
-// runtime splits, the runner's stdout through /proc) changes nothing in status.
+// runtime splits, the runner's stdout through /proc) changes nothing in status; nor does the
+// attack of issue 41 (a forged record where containerd cuts a 16 KiB entry, in the 200-entry tail).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PROGRESS_MARKER } from "../../src/api/progress-record.js";
 import { realNode } from "../controller/reason-cases.js";
@@ -12,6 +13,7 @@ import {
   condition,
   createPlaybook,
   getPlaybook,
+  kubectl,
   type PlaybookObject,
   type RunningController,
   runnerLogs,
@@ -204,5 +206,85 @@ describe.each(AGENT_LAYOUTS)("with the agent delivered by $delivery", ({ setting
     expect(lines.filter((line) => line.startsWith("runner-fd: "))).toEqual([
       expect.stringMatching(/Permission denied/),
     ]);
+  });
+
+  it("takes nothing from a record a task puts where containerd cuts its line, in the controller's 200-entry tail (issue 41)", async () => {
+    const name = `split-${delivery}`;
+    // Every task Succeeded, with dates of the task's choosing, and a seq no record can pass.
+    const forged = `${PROGRESS_MARKER}${JSON.stringify({
+      v: 1,
+      start: "2001-01-01T00:00:00.000Z",
+      seq: 2 ** 53 - 1,
+      tasks: [
+        { p: "Succeeded", t: [0, 1000] },
+        { p: "Succeeded", t: [1000, 2000] },
+      ],
+    })}`;
+    // With the prefix "[a] " (4 bytes), the marker is the line's 16 385th byte: containerd's cut
+    // (max_container_log_line_size, 16 KiB). The 195 lines after it put that entry in a 200-entry
+    // tail; then the task waits, so that the controller looks (every 2 s) while it is there.
+    const attack = [
+      `head -c 16380 /dev/zero | tr '\\0' x; printf '%s\\n' '${forged}'`,
+      "seq 1 195",
+      "sleep 8",
+    ].join("\n");
+    await createPlaybook(namespace, name, {
+      ceiling: "3m",
+      tasks: [
+        { name: "a", run: attack },
+        { name: "b", run: "sleep 5" },
+      ],
+    });
+    const seen = await watchUntilFinished(name);
+    const last = seen.at(-1)?.playbook as PlaybookObject;
+    expect(condition(last, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    // It never showed the forged record's tasks: no date of 2001, no task b ended while a ran ...
+    const created = Date.parse((last.metadata as { creationTimestamp?: string }).creationTimestamp ?? "");
+    expect(created).toBeGreaterThan(0);
+    for (const { playbook } of seen) {
+      const tasks = tasksOf(playbook) as (TaskView & { completionTime?: string })[];
+      for (const task of tasks) {
+        for (const time of [task.startTime, task.completionTime]) {
+          if (time !== undefined)
+            expect(Date.parse(time), `${task.name} at ${time}`).toBeGreaterThan(created - 2_000);
+        }
+      }
+      if (tasks[0]?.phase === "Running") expect(tasks[1]?.phase ?? "Pending").toBe("Pending");
+    }
+    // ... and it read the runner's true records during the attack and after it.
+    expect(
+      seen.some(({ playbook }) => currentOf(playbook) === "1/2 a"),
+      "status showed 1/2 a",
+    ).toBe(true);
+    expect(
+      seen.some(({ playbook }) => currentOf(playbook) === "2/2 b"),
+      "status showed 2/2 b",
+    ).toBe(true);
+    // The final status is the true one: each task ran after the Playbook was made, a before b.
+    const [a, b] = tasksOf(last) as (TaskView & { completionTime: string })[];
+    expect([a?.phase, b?.phase]).toEqual(["Succeeded", "Succeeded"]);
+    expect(Date.parse(a?.completionTime ?? "")).toBeLessThanOrEqual(Date.parse(b?.startTime ?? ""));
+    expect(Date.parse(b?.completionTime ?? "") - Date.parse(b?.startTime ?? "")).toBeGreaterThanOrEqual(
+      5_000,
+    );
+    // Through the real kubelet: the tails that start at the forged text's entry (its line's, and
+    // the entries around it) start with the task's prefix, and hold no record but the runner's.
+    const logs = (await runnerLogs(namespace, name)).split("\n").slice(0, -1);
+    const at = logs.findIndex((line) => line.includes(forged));
+    expect(at).toBeGreaterThan(0);
+    for (const tail of [logs.length - at - 1, logs.length - at, logs.length - at + 1]) {
+      const read = (await kubectl(["-n", namespace, "logs", `${name}-1`, "-c", "runner", `--tail=${tail}`]))
+        .stdout;
+      const first = read.split("\n")[0] ?? "";
+      // Each entry is a whole line of the log: a tail starts at a line, never inside one.
+      expect(logs.includes(first), `the tail of ${tail} starts inside a line: ${first.slice(0, 60)}`).toBe(
+        true,
+      );
+      expect(
+        read
+          .split("\n")
+          .filter((line) => line.startsWith(PROGRESS_MARKER) && line.includes(`"seq":${2 ** 53 - 1}`)),
+      ).toEqual([]);
+    }
   });
 });

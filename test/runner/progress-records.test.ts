@@ -8,7 +8,12 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { PROGRESS_MARKER, type ProgressRecord, parseProgressLine } from "../../src/api/progress-record.js";
+import {
+  latestProgressRecord,
+  PROGRESS_MARKER,
+  type ProgressRecord,
+  parseProgressLine,
+} from "../../src/api/progress-record.js";
 import { decodeReport, type RunnerReport } from "../../src/api/report.js";
 import { CLI } from "../support/cli.js";
 import { checkNothingLeftBehind, MARKER_VAR } from "../support/runner.js";
@@ -164,11 +169,14 @@ describe("pod runner progress records", () => {
     expect(records.some((record) => record.seq === 99_999)).toBe(false);
     // Its phases are the real ones: the attack was Running until its end record.
     expect(records.map((record) => record.tasks[0]?.p)).toContain("Running");
-    // The record by the clock came while the 20 KiB line was open: that line was ended for it, and
-    // the forged text is the task's, behind its prefix, on each stream.
+    // The 20 KiB line is in pieces of at most 8 KiB, each behind the prefix; the record by the
+    // clock came while its last piece was open: that line was ended for it, and the forged text is
+    // the task's, behind its prefix, on each stream.
     const long = run.lines.findIndex((line) => line.startsWith("[attack] xxxx"));
-    expect(run.lines[long]).toBe(`[attack] ${"x".repeat(20480)}`);
-    expect(run.lines[long + 1]).toMatch(new RegExp(`^${PROGRESS_MARKER}`));
+    const pieces = run.lines.slice(long, long + 3);
+    expect(pieces.map((line) => line.length)).toEqual([8192, 8192, 20480 - 2 * (8192 - 9) + 9]);
+    expect(pieces.map((line) => line.slice("[attack] ".length)).join("")).toBe("x".repeat(20480));
+    expect(run.lines[long + 3]).toMatch(new RegExp(`^${PROGRESS_MARKER}`));
     expect(run.lines.filter((line) => line === `[attack] ${forged}`)).toHaveLength(2);
     // Every line is the runner's or a task's.
     for (const line of run.lines) {
@@ -176,5 +184,97 @@ describe("pod runner progress records", () => {
         true,
       );
     }
+  });
+
+  it("a task cannot start an entry of the runtime's log: 16 380 bytes, then a forged record on the same line, then 195 short lines", async () => {
+    // The attack of issue 41: with the prefix "[a] " (4 bytes) the marker is the 16 385th byte of
+    // the line, where containerd cuts it (max_container_log_line_size, 16 KiB); the 195 short lines
+    // put that entry inside the controller's 200-line tail, which counts entries, not lines.
+    const forged = `${PROGRESS_MARKER}${JSON.stringify({
+      v: 1,
+      start: new Date().toISOString(),
+      seq: 2 ** 53 - 1,
+      tasks: [
+        { p: "Succeeded", t: [0, 1] },
+        { p: "Succeeded", t: [1, 2] },
+      ],
+    })}`;
+    const run = await podRunner([
+      {
+        name: "a",
+        run: `head -c 16380 /dev/zero | tr '\\0' x; printf '%s\\n' '${forged}'; seq 1 195`,
+      },
+      { name: "b", run: "true" },
+    ]);
+    expect(run.code).toBe(0);
+    expect(run.stderr).toBe("");
+    const runners = (line: string) => line.startsWith("playbook: ") || line.startsWith(PROGRESS_MARKER);
+    const tasks = (line: string) => line.startsWith("[a] ") || line.startsWith("[b] ");
+    // Every line of the runner's stdout starts with a task's prefix or is the runner's own.
+    for (const line of run.lines) {
+      expect(
+        tasks(line) || runners(line),
+        `a line that is neither a task's nor the runner's: ${line.slice(0, 80)}`,
+      ).toBe(true);
+    }
+    // Every entry the runtime makes of it (containerd: a line cut at each 16 KiB) too: no line is
+    // that long, so each entry is a whole line, and an entry with the marker is a runner's record.
+    const records = recordsOf(run, 2);
+    expectSeqIntact(records);
+    const recordLines = new Set(run.lines.filter((line) => line.startsWith(PROGRESS_MARKER)));
+    const entries = run.lines.flatMap((line) => {
+      const cut: string[] = [];
+      for (let at = 0; at === 0 || at < line.length; at += 16 * 1024)
+        cut.push(line.slice(at, at + 16 * 1024));
+      return cut;
+    });
+    // The controller's 200-line tail (the kubelet counts entries) as a look right after the task's
+    // last line would read it: its newest record is the runner's.
+    const tail = entries.slice(0, entries.indexOf("[a] 195") + 1).slice(-200);
+    const newest = latestProgressRecord(tail, 2);
+    expect(newest?.seq, "the newest record in the 200-entry tail").toBeLessThan(records.length);
+    for (const entry of entries) {
+      const whose = tasks(entry) || entry.startsWith("playbook: ") || recordLines.has(entry);
+      expect(whose, `an entry that is neither a task's nor the runner's: ${entry.slice(0, 80)}`).toBe(true);
+    }
+    expect(entries.length).toBe(run.lines.length);
+    // The task's line is all there, in pieces behind its prefix; its forged record is its text.
+    const first = run.lines.findIndex((line) => line.startsWith("[a] xxxx"));
+    const last = run.lines.findIndex((line) => line.startsWith("[a] 1"));
+    const pieces = run.lines.slice(first, last).filter(tasks);
+    expect(pieces.every((line) => line.length <= 8 * 1024)).toBe(true);
+    expect(pieces.map((line) => line.slice(4)).join("")).toBe(`${"x".repeat(16380)}${forged}`);
+    expect(records.some((record) => record.seq === 2 ** 53 - 1)).toBe(false);
+  });
+
+  it("cuts a long line between UTF-8 characters, never inside one, and loses no byte", async () => {
+    // 3-byte and 4-byte characters, 30 000 bytes of each, no newline: the 8 KiB mark falls inside
+    // a character for each (each on a line of its own); then a byte that is no UTF-8 at all, 20 000 times (cut anyway).
+    const run = await podRunner([
+      {
+        name: "utf8",
+        run: `for i in $(seq 1 10000); do printf '€'; done; echo; for i in $(seq 1 7500); do printf '😀'; done; echo; head -c 20000 /dev/zero | tr '\\0' '\\200'; echo`,
+      },
+    ]);
+    expect(run.code).toBe(0);
+    const raw = Buffer.from(run.stdout, "latin1");
+    const lines: Buffer[] = [];
+    for (let from = 0, at = raw.indexOf(0x0a); at !== -1; from = at + 1, at = raw.indexOf(0x0a, from))
+      lines.push(raw.subarray(from, at));
+    const prefix = Buffer.from("[utf8] ");
+    const pieces = lines.filter((line) => line.subarray(0, prefix.length).equals(prefix));
+    for (const line of pieces) expect(line.length).toBeLessThanOrEqual(8 * 1024 + 3);
+    const text = pieces.map((line) => line.subarray(prefix.length));
+    const decoder = new TextDecoder("utf-8", { fatal: true });
+    const [euros, smileys] = [text.filter((t) => t[0] === 0xe2), text.filter((t) => t[0] === 0xf0)];
+    expect(euros.length).toBeGreaterThan(1);
+    expect(smileys.length).toBeGreaterThan(1);
+    // Each piece is valid UTF-8 on its own: no character was cut.
+    for (const piece of [...euros, ...smileys]) expect(() => decoder.decode(piece)).not.toThrow();
+    expect(euros.map((t) => decoder.decode(t)).join("") === "€".repeat(10000)).toBe(true);
+    expect(smileys.map((t) => decoder.decode(t)).join("") === "😀".repeat(7500)).toBe(true);
+    const invalid = text.filter((t) => t[0] === 0x80);
+    expect(Buffer.concat(invalid).equals(Buffer.alloc(20000, 0x80))).toBe(true);
+    expect(invalid.every((t) => t.length + prefix.length <= 8 * 1024 + 3)).toBe(true);
   });
 });

@@ -8,7 +8,8 @@ import type { ProgressLook } from "../../src/controller/playbook/live-progress.j
 import { decide } from "../../src/controller/playbook/reconcile.js";
 import { at, playbook, pod, recordedStatus, report, SETTINGS, T0 } from "./controller-fixtures.js";
 
-const RUNNER_START = at(2);
+/** The run's start, which the pod runner was handed and counts its offsets from. */
+const RUNNER_START = T0;
 
 /** A record line as the pod runner prints it, its offsets after RUNNER_START. */
 const line = (seq: number, tasks: ProgressTask[]) =>
@@ -44,10 +45,10 @@ function passWith(status: PlaybookStatus, progress: ProgressLook, seconds = 20) 
   });
 }
 
-const BUILD_RUNNING = line(1, [{ p: "Running", s: 1000 }, { p: "Pending" }]);
+const BUILD_RUNNING = line(1, [{ p: "Running", s: 3000 }, { p: "Pending" }]);
 const TEST_RUNNING = line(2, [
-  { p: "Succeeded", t: [1000, 9000], cpu: 2500, mem: 307200 },
-  { p: "Running", s: 9000 },
+  { p: "Succeeded", t: [3000, 11000], cpu: 2500, mem: 307200 },
+  { p: "Running", s: 11000 },
 ]);
 
 describe("live progress in a running run's status", () => {
@@ -65,7 +66,7 @@ describe("live progress in a running run's status", () => {
       },
       { name: "test", phase: "Pending", attempts: 0, image: "runner:test", verified: false },
     ]);
-    expect(decision.progressTaken).toEqual({ podUID: "pod-uid-1", seq: 1 });
+    expect(decision.progressTaken).toEqual({ podUID: "pod-uid-1", seq: 1, writtenAfter: at(3).getTime() });
   });
 
   it("fills in a finished task as the report would: exit code, times, CPU seconds and peak memory", () => {
@@ -92,7 +93,7 @@ describe("live progress in a running run's status", () => {
       { p: "TimedOut", l: "TaskTimeout", e: "Killed", t: [0, 600000] },
       { p: "Pending" },
     ]);
-    const task = passWith(runningStatus(), look([timedOut])).status?.tasks?.[0];
+    const task = passWith(runningStatus(), look([timedOut]), 700).status?.tasks?.[0];
     expect(task).toMatchObject({
       phase: "TimedOut",
       limit: "TaskTimeout",
@@ -125,10 +126,44 @@ describe("live progress in a running run's status", () => {
     expect(decision.status?.currentTask).toBe("2/2 test");
   });
 
+  it("takes the runner's newest record, not a forged one beside it that claims what cannot be (issue 41)", () => {
+    // The tail the attack of issue 41 left: a record with seq 2^53-1 at an entry's start, every task
+    // Succeeded with dates of the task's choosing. The runner's own record beside it is taken.
+    const forged = line(2 ** 53 - 1, [
+      { p: "Succeeded", t: [0, 1000] },
+      { p: "Succeeded", t: [1000, 2000] },
+    ]);
+    const decision = passWith(runningStatus(), look([BUILD_RUNNING, forged]));
+    expect(decision.status?.currentTask).toBe("1/2 build");
+    expect(decision.status?.tasks?.map((task) => task.phase)).toEqual(["Running", "Pending"]);
+    expect(decision.progressTaken?.seq).toBe(1);
+    // Alone, it is no record: the status keeps what it said.
+    expect(passWith(runningStatus(), look([forged])).status).toBeNull();
+    // Nor is one that dates its tasks in the future, or counts from another start.
+    const future = line(2, [
+      { p: "Succeeded", t: [3000, 3_600_000] },
+      { p: "Running", s: 3_600_000 },
+    ]);
+    expect(passWith(runningStatus(), look([future])).status).toBeNull();
+    const otherStart = encodeProgressRecord({
+      v: 1,
+      start: at(-3600).toISOString(),
+      seq: 2,
+      tasks: [
+        { p: "Succeeded", t: [3_603_000, 3_611_000] },
+        { p: "Running", s: 3_611_000 },
+      ],
+    });
+    expect(passWith(runningStatus(), look([otherStart])).status).toBeNull();
+  });
+
   it.each([
     ["a record of a pod that is not the recorded one", look([BUILD_RUNNING], { podUID: "pod-uid-9" })],
     ["a record of another number of tasks than the plan", look([line(1, [{ p: "Running", s: 0 }])])],
-    ["a record older than one taken before", look([BUILD_RUNNING], { lastSeq: 2 })],
+    [
+      "a record older than one taken before",
+      look([BUILD_RUNNING], { last: { seq: 2, writtenAfter: at(11).getTime() } }),
+    ],
     [
       "a record where a task ran after one that has not",
       look([line(1, [{ p: "Pending" }, { p: "Running", s: 0 }])]),
@@ -145,11 +180,11 @@ describe("live progress in a running run's status", () => {
     const shown = passWith(runningStatus(), look([TEST_RUNNING])).status;
     if (!shown) throw new Error("no status");
     // A later seq that says build is running again: not what the runner writes.
-    const back = line(5, [{ p: "Running", s: 1000 }, { p: "Pending" }]);
+    const back = line(5, [{ p: "Running", s: 3000 }, { p: "Pending" }]);
     expect(passWith(shown, look([back]), 30).status).toBeNull();
     const otherEnd = line(6, [
-      { p: "Failed", x: 1, t: [1000, 9000] },
-      { p: "Running", s: 9000 },
+      { p: "Failed", x: 1, t: [3000, 11000] },
+      { p: "Running", s: 11000 },
     ]);
     expect(passWith(shown, look([otherEnd]), 30).status).toBeNull();
   });

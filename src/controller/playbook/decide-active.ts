@@ -4,7 +4,7 @@ import { formatDuration } from "../../api/duration.js";
 import type { ResolvedLimits } from "../../api/limits.js";
 import type { PlaybookStatus } from "../../api/playbook.js";
 import { BACKSTOP_SLACK_MS, type Decision, progress, type RunState, settle } from "../decision.js";
-import type { PodView } from "../objects.js";
+import { type PodView, RUNNER_CONTAINER } from "../objects.js";
 
 import { type NodeSilence, nodeSilenceOf } from "../pods/node-lost.js";
 import { DEADLINE_MARGIN_SECONDS } from "../pods/pod-builder.js";
@@ -47,12 +47,26 @@ export function decideActivePod(state: RunState, pod: PodView): Decision {
     ? Math.min(backstopAt, silence?.lostAt ?? backstopAt)
     : Math.min(endsAt, startBy ?? endsAt);
   const look = running ? state.input.progress : undefined;
-  const live = look ? liveProgress(base.previous, base.limits, look, state.taskImages) : undefined;
+  const known = { runStart: startTime, runnerStartedAt: runnerStartedAt(pod, startTime), now: now.getTime() };
+  const live = look ? liveProgress(base.previous, base.limits, look, known, state.taskImages) : undefined;
   if (!look || !live?.ok) return progress(base, next, { requeueAfterMs: lookAgainAt - now.getTime() });
   return progress(base, withLiveTasks(next, live), {
     requeueAfterMs: lookAgainAt - now.getTime(),
-    progressTaken: { podUID: look.podUID, seq: live.seq },
+    progressTaken: { podUID: look.podUID, ...live.taken },
   });
+}
+
+/**
+ * When the pod's runner container started, as the kubelet says (ms); else the pod's creation, else
+ * the run's start: no record of this pod's runner names an earlier time.
+ */
+function runnerStartedAt(pod: PodView, runStart: string): number {
+  const runner = pod.status?.containerStatuses?.find((c) => c.name === RUNNER_CONTAINER);
+  for (const time of [runner?.state?.running?.startedAt, pod.metadata.creationTimestamp, runStart]) {
+    const at = typeof time === "string" ? Date.parse(time) : Number.NaN;
+    if (!Number.isNaN(at)) return at;
+  }
+  return 0;
 }
 
 /** The running status with the tasks and the current task the runner's newest record tells. */

@@ -2,13 +2,22 @@
 // (src/api/progress-record.ts): status.tasks as the report would give them so far, and
 // status.currentTask. A pure decision over (the status, the plan's limits, the record's lines).
 // A record is progress only: the run's phase, conditions and outcome are never taken from it, and
-// a record that is not the recorded pod's, names another number of tasks than the plan, or goes
-// back on what status already says is ignored.
+// a record that is not the recorded pod's, names another number of tasks than the plan, claims
+// what the controller knows it cannot (progress-bounds.ts), or goes back on what status already
+// says is ignored.
 import type { ResolvedLimits } from "../../api/limits.js";
 import type { PlaybookStatus, TaskStatus } from "../../api/playbook.js";
-import { latestProgressRecord, type ProgressRecord, type ProgressTask } from "../../api/progress-record.js";
+import { type ProgressRecord, type ProgressTask, parseProgressLine } from "../../api/progress-record.js";
 import type { TaskPhase } from "../../api/reasons.js";
 import { expandReport, type RunnerReport } from "../../api/report.js";
+import { CLOCK_SLACK_MS } from "../pods/report-trust.js";
+import {
+  eventRecordsOf,
+  latestTimeOf,
+  type RecordBounds,
+  recordOutOfBounds,
+  type TakenRecord,
+} from "./progress-bounds.js";
 
 /** What one look at the runner's log found, for the pass that decides on it. */
 export interface ProgressLook {
@@ -16,12 +25,15 @@ export interface ProgressLook {
   podUID: string;
   /** The log's lines that start with the progress marker, oldest first. */
   lines: readonly string[];
-  /** The highest seq taken from this pod's records before: a lower one is not news. */
-  lastSeq?: number;
+  /** The record taken from this pod before: a lower seq is not news, a far higher one is no record. */
+  last?: TakenRecord;
 }
 
+/** What the controller knows of the run and its pod when it looks (RecordBounds without the plan's part). */
+export type RunKnown = Pick<RecordBounds, "runStart" | "runnerStartedAt" | "now">;
+
 export type LiveProgress =
-  | { ok: true; tasks: TaskStatus[]; currentTask?: string; seq: number }
+  | { ok: true; tasks: TaskStatus[]; currentTask?: string; taken: TakenRecord }
   | { ok: false; why: string };
 
 /** Where a phase stands in a task's life: a task never goes back. */
@@ -39,17 +51,21 @@ export function liveProgress(
   status: PlaybookStatus,
   limits: ResolvedLimits,
   look: ProgressLook,
+  known: RunKnown,
   images: readonly (string | undefined)[] = [],
 ): LiveProgress {
   if (status.podUID === undefined || look.podUID !== status.podUID) {
     return { ok: false, why: `the log read is of pod ${look.podUID}, not the recorded ${status.podUID}` };
   }
   const count = limits.tasks.length;
-  const record = latestProgressRecord(look.lines, count);
-  if (!record) return { ok: false, why: `no progress record of ${count} tasks in the log's tail` };
-  if (look.lastSeq !== undefined && record.seq < look.lastSeq) {
-    return { ok: false, why: `record ${record.seq} is older than record ${look.lastSeq} read before` };
-  }
+  const bounds: RecordBounds = {
+    ...known,
+    eventRecords: eventRecordsOf(limits),
+    ...(look.last ? { last: look.last } : {}),
+  };
+  const found = newestWithinBounds(look.lines, count, bounds);
+  if ("why" in found) return { ok: false, why: found.why };
+  const { record } = found;
   const disorder = outOfOrder(record.tasks);
   if (disorder) return { ok: false, why: disorder };
   const tasks = expandRecord(record, limits, images);
@@ -69,9 +85,35 @@ export function liveProgress(
   return {
     ok: true,
     tasks,
-    seq: record.seq,
+    taken: {
+      seq: record.seq,
+      writtenAfter: Math.max(latestTimeOf(record), known.runnerStartedAt - CLOCK_SLACK_MS),
+    },
     ...(current ? { currentTask: `${running + 1}/${count} ${current.name}` } : {}),
   };
+}
+
+/**
+ * The newest record among the lines (highest seq; the later line on a tie) of those within what
+ * the controller knows; or why there is none, naming the newest one refused.
+ */
+function newestWithinBounds(
+  lines: readonly string[],
+  count: number,
+  bounds: RecordBounds,
+): { record: ProgressRecord } | { why: string } {
+  let newest: ProgressRecord | undefined;
+  let refused: { seq: number; why: string } | undefined;
+  for (const line of lines) {
+    const record = parseProgressLine(line, count);
+    if (!record) continue;
+    const why = recordOutOfBounds(record, bounds);
+    if (why !== undefined) {
+      if (!refused || record.seq >= refused.seq) refused = { seq: record.seq, why };
+    } else if (!newest || record.seq >= newest.seq) newest = record;
+  }
+  if (newest) return { record: newest };
+  return { why: refused?.why ?? `no progress record of ${count} tasks in the log's tail` };
 }
 
 /**

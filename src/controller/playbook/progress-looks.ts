@@ -8,6 +8,7 @@ import type { PodLogSource } from "../../runtime/pod-log.js";
 import { keyOf, type PodView, RUNNER_CONTAINER, type StoredPlaybook } from "../objects.js";
 import { isFinished } from "../status.js";
 import type { ProgressLook } from "./live-progress.js";
+import type { TakenRecord } from "./progress-bounds.js";
 
 /** The first read: the runner writes a record at least every 50 task lines, so this holds one. */
 export const SHORT_TAIL_LINES = 200;
@@ -32,7 +33,7 @@ export const PROGRESS_LINES = { prefix: PROGRESS_MARKER, maxLineBytes: PROGRESS_
 interface Looked {
   podUID: string;
   at: number;
-  seq?: number;
+  taken?: TakenRecord;
 }
 
 /** The recorded pod, while its runner container runs: the only log progress is read from. */
@@ -93,22 +94,23 @@ export class ProgressLooks {
     if (due === undefined || !pod?.metadata.uid || due > now.getTime()) return undefined;
     const podUID = pod.metadata.uid;
     const last = this.looked.get(key);
-    const lastSeq = last?.podUID === podUID ? last.seq : undefined;
+    const taken = last?.podUID === podUID ? last.taken : undefined;
     // Counted as a look whether or not the read answers: a failing read is not retried in a loop.
-    this.looked.set(key, { podUID, at: now.getTime(), ...(lastSeq !== undefined ? { seq: lastSeq } : {}) });
+    this.looked.set(key, { podUID, at: now.getTime(), ...(taken ? { taken } : {}) });
     const lines = await readProgressLines(
       this.source,
       { namespace: playbook.metadata.namespace ?? "", name: pod.metadata.name },
       options,
     );
-    return { podUID, lines, ...(lastSeq !== undefined ? { lastSeq } : {}) };
+    return { podUID, lines, ...(taken ? { last: taken } : {}) };
   }
 
-  /** The record `seq` of the pod was taken into status: an older one is not news after it. */
-  took(playbook: StoredPlaybook, podUID: string, seq: number): void {
+  /** The record of the pod was taken into status: an older one is not news after it. */
+  took(playbook: StoredPlaybook, podUID: string, record: TakenRecord): void {
     const key = keyOf(playbook.metadata);
     const last = this.looked.get(key);
-    if (last?.podUID === podUID) this.looked.set(key, { ...last, seq: Math.max(seq, last.seq ?? seq) });
+    if (last?.podUID !== podUID || (last.taken && last.taken.seq > record.seq)) return;
+    this.looked.set(key, { ...last, taken: { seq: record.seq, writtenAfter: record.writtenAfter } });
   }
 
   /** The Playbook is gone or finished: nothing more to remember of it. */
