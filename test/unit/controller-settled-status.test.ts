@@ -23,11 +23,10 @@ import { sample } from "./metrics-text.js";
 
 // backoffLimit 0: a lost pod ends the run PodLost at once.
 const PLAN = { ...SPEC, backoffLimit: 0 };
-const RUNNER_START = at(2);
 const ENDED_AT = 600;
 
 const line = (seq: number, tasks: ProgressTask[]) =>
-  encodeProgressRecord({ v: 1, start: RUNNER_START.toISOString(), seq, tasks });
+  encodeProgressRecord({ v: 1, start: T0.toISOString(), seq, tasks });
 
 /** build Succeeded with exit 0 (8 s of its 10m timeout, 2.5 s CPU, 300 MiB), test running. */
 const BUILD_SUCCEEDED = line(2, [
