@@ -66,8 +66,21 @@ while (!gone() && held.length < 256) held.push(Buffer.alloc(8 << 20, 1));
 console.log(gone() ? "runner gone after " + held.length * 8 + " MiB" : "runner still there after 2 GiB");
 `;
 
-/** Fills the runner's container memory until the kernel OOM-kills the runner; what the helper said. */
-function oomKillRunner(runner: number): Promise<string> {
+/**
+ * Fills the runner's container memory until the kernel OOM-kills the runner; what the helper said.
+ * The kernel may take the helper first (its own resident set grows with every step): then a new
+ * helper, whose set starts small again, goes on, up to five.
+ */
+async function oomKillRunner(runner: number): Promise<string> {
+  let said = "";
+  for (let helper = 1; helper <= 5; helper++) {
+    said = await fillRunnerMemory(runner);
+    if (said !== "") return said;
+  }
+  return said;
+}
+
+function fillRunnerMemory(runner: number): Promise<string> {
   const cgroup = memoryCgroupOf(runner);
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ["-e", FILL, cgroup, String(runner)], {
