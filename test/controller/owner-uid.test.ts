@@ -141,15 +141,24 @@ describe("a pod is a Playbook's by its controller's UID", () => {
     controllers.push(startController([ns], { agentDelivery: "post-start" }));
 
     // app finds it by its UID, and it is not the pod the controller builds: foreign, never read.
-    const [warning] = await eventually("a ForeignPod warning on app", async () => {
-      const items = await foreignPodEvents(ns, app.metadata.uid);
-      return items.length > 0 ? items : undefined;
+    const alternate = alternateOf("app", app.metadata.uid);
+    // Until the controller has judged it: it warned about it, or (believing it) took it as app's.
+    const seen = await eventually("app-1 judged", async () => {
+      const [warning] = await foreignPodEvents(ns, app.metadata.uid);
+      const playbook = await getPlaybook(ns, "app");
+      const taken = playbook.status?.podName !== undefined && playbook.status.podName !== alternate;
+      return warning || taken ? { warning, playbook } : undefined;
+    }).catch(async (error: Error) => {
+      const { status } = await getPlaybook(ns, "app");
+      throw new Error(`${error.message}; app's status: ${JSON.stringify(status)}`, { cause: error });
     });
-    expect(warning?.message).toContain(
+    expect(seen.playbook.status?.podName).not.toBe("app-1");
+    expect(seen.warning?.message).toContain(
       "Pod app-1 carries this Playbook's controller reference, but the controller did not create it (it is not built as the controller builds its attempt: ",
     );
-    expect(warning?.message).toContain("metadata.ownerReferences[0] is other, the controller builds app");
-    const alternate = alternateOf("app", app.metadata.uid);
+    expect(seen.warning?.message).toContain(
+      "metadata.ownerReferences[0] is other, the controller builds app",
+    );
     const own = await startPod(core, await scheduledPod(core, ns, alternate));
     await reportPod(core, own, reportFor(own, { reason: "TaskFailed" }));
     const appEnded = await waitForFinished(ns, "app", 30_000);
