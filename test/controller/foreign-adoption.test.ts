@@ -11,14 +11,9 @@
 import type { V1Pod } from "@kubernetes/client-node";
 import { afterAll, describe, expect, it } from "vitest";
 import { GROUP, VERSION } from "../../src/api/playbook.js";
-import type { NamespaceRules } from "../../src/api/policy.js";
-import { limitDefaults } from "../../src/controller/config.js";
-import type { ReconcileSettings } from "../../src/controller/decision.js";
-import { parseStoredPlaybook } from "../../src/controller/objects.js";
-import { decide } from "../../src/controller/playbook/reconcile.js";
-import type { PodManifest } from "../../src/controller/pods/pod-builder.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { reportFor, reportPod, scheduledPod, startPod } from "../harness/scripted-node.js";
+import { controllerInputs, podTheControllerBuilds, startedControllerSettings } from "./built-pods.js";
 import {
   clients,
   condition,
@@ -28,7 +23,6 @@ import {
   kubectl,
   type RunningController,
   startController,
-  testControllerConfig,
   waitForFinished,
   waitForPlaybook,
 } from "./support.js";
@@ -56,39 +50,6 @@ async function capNamespace(prefix: string): Promise<string> {
   };
   await kubectl(["apply", "--server-side", "-f", "-"], { input: JSON.stringify(policy) });
   return ns;
-}
-
-/**
- * The pod the controller's own decision creates for the run now (as a pass that found its slot
- * free would), from the controller's settings and the namespace's rules.
- */
-async function podTheControllerBuilds(
-  ns: string,
-  name: string,
-  settings: ReconcileSettings,
-  rules?: NamespaceRules,
-): Promise<PodManifest> {
-  const stored = parseStoredPlaybook(await getPlaybook(ns, name));
-  if (!stored) throw new Error(`Playbook ${ns}/${name} could not be read`);
-  const decision = decide({
-    playbook: stored,
-    pods: [],
-    now: new Date(),
-    settings,
-    ...(rules ? { rules } : {}),
-  });
-  const create = decision.actions.find((a) => a.type === "createPod");
-  if (create?.type !== "createPod") throw new Error(`no pod to create: ${JSON.stringify(decision)}`);
-  return create.pod;
-}
-
-/** What a running controller decides with: its settings and its governor's rules. */
-function controllerInputs(running: RunningController, ns: string) {
-  const inner = running.controller as unknown as {
-    settings: ReconcileSettings;
-    governor: { rulesFor(namespace: string): NamespaceRules };
-  };
-  return { settings: inner.settings, rules: inner.governor.rulesFor(ns) };
 }
 
 type Json = Record<string, unknown> & { spec: { containers: Json[]; volumes: Json[] } & Json };
@@ -205,15 +166,7 @@ describe("the controller's own pod, left unrecorded by a controller stopped betw
       namespaces.push(ns);
       await createPlaybook(ns, "gate", RUN);
       // What the stopped controller created: its own decision's pod, sent as it sends it.
-      const config = testControllerConfig([ns], { agentDelivery });
-      const settings: ReconcileSettings = {
-        defaults: limitDefaults(config),
-        runnerImage: config.runnerImage,
-        ttlSecondsAfterFinished: config.ttlSecondsAfterFinished,
-        allowedServiceAccounts: config.allowedServiceAccounts,
-        allowedImages: config.allowedImages,
-        agentDelivery,
-      };
+      const settings = startedControllerSettings([ns], agentDelivery);
       const made = await core.createNamespacedPod({
         namespace: ns,
         body: (await podTheControllerBuilds(ns, "gate", settings)) as unknown as V1Pod,
