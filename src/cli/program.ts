@@ -3,10 +3,12 @@ import { readFileSync } from "node:fs";
 import { basename, resolve } from "node:path";
 import { Command, CommanderError, Option } from "commander";
 import { z } from "zod";
+import { formatDuration, parseDuration } from "../api/duration.js";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../api/limits.js";
 import { InvalidPlaybookError, parsePlaybookManifest, validatePlaybook } from "../api/manifest.js";
 import { PLAN_DIGEST_ENV_VAR, PLAN_ENV_VAR, planDigest, RunPlanSchema } from "../api/plan.js";
 import type { Playbook } from "../api/playbook.js";
+import type { PolicyMaximums } from "../api/policy.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/report-status.js";
 import { handedCeilingLeftMs, podAgeMs } from "../pod-runner/pod-age.js";
@@ -36,7 +38,12 @@ function describeReadError(error: unknown, file: string): string {
 async function readChecked(
   file: string,
   policyFile: string | undefined,
-): Promise<{ playbook: Playbook; defaults: LimitDefaults; defaultImage?: string | undefined }> {
+): Promise<{
+  playbook: Playbook;
+  defaults: LimitDefaults;
+  defaultImage?: string | undefined;
+  maximums?: PolicyMaximums | undefined;
+}> {
   if (policyFile === undefined)
     return { playbook: readManifest(file, LOCAL_DEFAULTS), defaults: LOCAL_DEFAULTS };
   // The policy's module, and the hundred zod schemas it builds, only when a policy is given.
@@ -45,7 +52,7 @@ async function readChecked(
   const defaults = defaultsUnder(rules, LOCAL_DEFAULTS);
   const playbook = readManifest(file, defaults);
   enforcePolicy(playbook, rules, defaults, file);
-  return { playbook, defaults, defaultImage: rules.defaults.image };
+  return { playbook, defaults, defaultImage: rules.defaults.image, maximums: rules.maximums };
 }
 
 function readManifest(file: string, defaults: LimitDefaults): Playbook {
@@ -112,9 +119,24 @@ async function runCommand(flags: unknown): Promise<number> {
   return exitCodeForReason(result.report.reason);
 }
 
+/**
+ * "ceiling 24h (default), killGrace 5m (policy)": the longest each may be, with the level that
+ * sets it (the policy's when it is the lower, else this command's own).
+ */
+function describeMaximums(defaults: LimitDefaults, maximums: PolicyMaximums | undefined): string {
+  const lower = (own: number | undefined, policy: string | undefined) => {
+    const policyMs = policy === undefined ? undefined : parseDuration(policy);
+    if (policyMs !== undefined && (own === undefined || policyMs <= own)) {
+      return `${formatDuration(policyMs)} (policy)`;
+    }
+    return own === undefined ? "none" : `${formatDuration(own)} (default)`;
+  };
+  return `ceiling ${lower(defaults.maxCeilingMs, maximums?.ceiling)}, killGrace ${lower(defaults.maxKillGrace?.ms, maximums?.killGrace)}`;
+}
+
 async function validateCommand(flags: { filename?: string; policy?: string }): Promise<number> {
   if (!flags.filename) throw new UsageError("-f FILE is required");
-  const { playbook, defaults, defaultImage } = await readChecked(flags.filename, flags.policy);
+  const { playbook, defaults, defaultImage, maximums } = await readChecked(flags.filename, flags.policy);
   const limits = resolveLimits(playbook.spec, defaults);
   // Each task's image: its own, else spec.image, else the policy's default, else the runner's.
   const imageOf = (index: number) =>
@@ -124,6 +146,7 @@ async function validateCommand(flags: { filename?: string; policy?: string }): P
   const lines = [
     `${flags.filename}: Playbook ${playbook.metadata.name} is valid`,
     `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}`,
+    `  at most: ${describeMaximums(defaults, maximums)}`,
     ...limits.tasks.map(
       (task, index) =>
         `  task ${task.name}: ${describeTaskLimits(task, limits)}, retries ${task.retries}, image ${imageOf(index)}`,
