@@ -36,6 +36,11 @@ const CONTROLLER_START = /[\\/]src[\\/]cli[\\/]controller-(command|run)\.ts$/;
  */
 const CLI = /[\\/](src[\\/](api|cli)[\\/]|node_modules[\\/](commander|yaml|zod)[\\/])|rolldown[\\/]runtime/;
 /**
+ * A CronPlaybook's schema and its schedule library (croner, which is the controller's): left to
+ * the controller's chunk, which `playbook validate` of a CronPlaybook alone loads besides it.
+ */
+const CRON = /[\\/]src[\\/]api[\\/]cron-(playbook|schedule)\.ts$/;
+/**
  * The cluster commands' work (submit, wait, cancel, logs; their definitions are in cli.js): with
  * the API client and client-node's KubeConfig, in cluster.js, which only they load.
  */
@@ -220,6 +225,7 @@ await build({
           name: "cli",
           test: (id) =>
             CLI.test(id) &&
+            !CRON.test(id) &&
             !CLUSTER.test(id) &&
             !ENTRY.test(id) &&
             !CONTROLLER_START.test(id) &&

@@ -9,6 +9,12 @@ export interface LimitDefaults {
   maxCeilingMs: number;
   stallMs: number;
   killGraceMs: number;
+  /**
+   * The longest killGrace accepted, and where it is set: the grace after the ceiling is what a run
+   * may take beyond it, so without this bound the ceiling would have none. Absent from a run's
+   * plan (its killGrace was checked when it started): no bound.
+   */
+  maxKillGrace?: { ms: number; where: string } | undefined;
   /** From the pod's creation until its runner starts; absent (a plan of an earlier version): DEFAULT_START_TIMEOUT_MS. */
   startTimeoutMs?: number | undefined;
   /** The namespace policy's defaults: the level between the spec and the controller's defaults. */
@@ -32,6 +38,7 @@ export const LOCAL_DEFAULTS: LimitDefaults = {
   maxCeilingMs: 24 * 3_600_000,
   stallMs: 600_000,
   killGraceMs: 10_000,
+  maxKillGrace: { ms: 300_000, where: "playbook run's own maximum" },
   // Shown, never enforced: a local run has no pod to wait for.
   startTimeoutMs: DEFAULT_START_TIMEOUT_MS,
 };
@@ -127,6 +134,14 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
     problems.push({
       path: limits.ceiling.source === "spec" ? "spec.ceiling" : "spec",
       message: `${ceilingText}${limits.ceiling.source === "spec" ? "" : ` (${limits.ceiling.field})`} is longer than the maximum ceiling ${formatDuration(defaults.maxCeilingMs)}`,
+    });
+  }
+  const maxGrace = defaults.maxKillGrace;
+  if (maxGrace !== undefined && limits.killGrace.ms > maxGrace.ms) {
+    const value = formatDuration(limits.killGrace.ms);
+    problems.push({
+      path: limits.killGrace.source === "spec" ? "spec.killGrace" : "spec",
+      message: `${limits.killGrace.source === "spec" ? value : `${value} (${limits.killGrace.field})`} is longer than the maximum killGrace ${formatDuration(maxGrace.ms)} (${maxGrace.where})`,
     });
   }
   if (spec.startTimeout !== undefined) {

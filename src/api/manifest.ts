@@ -3,7 +3,7 @@
 import { parseAllDocuments } from "yaml";
 import type { z } from "zod";
 import { checkLimits, type LimitDefaults } from "./limits.js";
-import { type Playbook, PlaybookSchema } from "./playbook.js";
+import { KIND, type Playbook, PlaybookSchema } from "./playbook.js";
 
 export interface ManifestProblem {
   path: string;
@@ -98,6 +98,13 @@ export function validatePlaybook(
   source = "playbook",
   options: ManifestOptions = {},
 ): Playbook {
+  const kind = (input as { kind?: unknown } | null)?.kind;
+  if (typeof kind === "string" && kind !== KIND) {
+    // Another kind's fields are not a Playbook's: one line says so, not one per field.
+    throw new InvalidPlaybookError(source, [
+      { path: "kind", message: `${JSON.stringify(kind)} must be ${KIND}` },
+    ]);
+  }
   if (input !== null && typeof input === "object" && "spec" in input) {
     input = { ...input, spec: withoutNullFields(input.spec) };
   }

@@ -68,6 +68,8 @@ export type PolicyDefaults = z.infer<typeof PolicyDefaultsSchema>;
 
 const PolicyMaximumsSchema = z.strictObject({
   ceiling: DurationString.optional(),
+  /** The longest grace after the ceiling (or a task's limit, or a cancel) before SIGKILL. */
+  killGrace: DurationString.optional(),
   taskTimeout: DurationString.optional(),
   runningPlaybooks: z.number().int().min(1).max(100_000).optional(),
   resources: z
@@ -259,6 +261,7 @@ export function podSettings(spec: PlaybookSpec, rules: NamespaceRules): PodSetti
 /** The fields a refusal names, the `field` label of playbook_policy_refusals_total. */
 export const POLICY_FIELDS = [
   "spec.ceiling",
+  "spec.killGrace",
   "spec.tasks[].timeout",
   "spec.serviceAccountName",
   "spec.image",
@@ -295,6 +298,15 @@ export function checkPolicy(
       path,
       field: "spec.ceiling",
       message: `${shown} is longer than the namespace's maximum ceiling ${maximums.ceiling} (${where(rules, "spec.maximums.ceiling", "--max-ceiling")})`,
+    });
+  }
+  if (maximums.killGrace !== undefined && limits.killGrace.ms > parseDuration(maximums.killGrace)) {
+    const value = formatDuration(limits.killGrace.ms);
+    const own = limits.killGrace.source === "spec";
+    problems.push({
+      path: own ? "spec.killGrace" : "spec",
+      field: "spec.killGrace",
+      message: `${own ? value : `${value} (${limits.killGrace.field})`} is longer than the namespace's maximum killGrace ${maximums.killGrace} (${where(rules, "spec.maximums.killGrace", "--max-kill-grace")})`,
     });
   }
   if (maximums.taskTimeout !== undefined) {
@@ -404,6 +416,7 @@ function checkResources(
 export function policyProblems(
   policy: { name: string; spec: PolicySpec },
   controllerMaxCeilingMs: number,
+  controllerMaxKillGraceMs = Number.POSITIVE_INFINITY,
 ): string[] {
   const problems: string[] = [];
   const { defaults = {}, maximums = {} } = policy.spec;
@@ -423,6 +436,19 @@ export function policyProblems(
   }
   if (maximums.ceiling !== undefined && parseDuration(maximums.ceiling) <= 0) {
     problems.push(`spec.maximums.ceiling: ${maximums.ceiling} must be longer than 0s`);
+  }
+  if (defaults.killGrace !== undefined) {
+    const grace = parseDuration(defaults.killGrace);
+    if (maximums.killGrace !== undefined && grace > parseDuration(maximums.killGrace)) {
+      problems.push(
+        `spec.defaults.killGrace: ${defaults.killGrace} is longer than spec.maximums.killGrace ${maximums.killGrace}`,
+      );
+    }
+    if (grace > controllerMaxKillGraceMs) {
+      problems.push(
+        `spec.defaults.killGrace: ${defaults.killGrace} is longer than the controller's maximum killGrace ${formatDuration(controllerMaxKillGraceMs)}`,
+      );
+    }
   }
   for (const kind of ["limits", "requests"] as const) {
     for (const [name, value] of Object.entries(defaults.resources?.[kind] ?? {})) {

@@ -16,6 +16,8 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
   maxCeiling: "longest spec.ceiling accepted; longer is InvalidSpec (default 24h)",
   defaultStall: "stall limit when spec.stall is not set (default 10m)",
   defaultKillGrace: "killGrace when spec.killGrace is not set (default 10s)",
+  maxKillGrace:
+    "longest killGrace accepted, so the time from the ceiling to the run's end is bounded too; longer is InvalidSpec (default 5m)",
   defaultStartTimeout:
     "longest a run's pod may take from its creation until its runner starts, when spec.startTimeout is not set (default 5m)",
   ttlSecondsAfterFinished: "keep pods of finished runs this long when the spec does not say (default 3600)",

@@ -9,14 +9,25 @@ export { exitCodeForReason } from "../api/exit-codes.js";
 
 export const EXIT = { ...OUTCOME_EXIT, waitTimedOut: 4 } as const;
 
-/** The table in words, for --help: which reason gives which code. */
-export const EXIT_CODES_HELP = [
-  "Exit codes (the run's outcome, condition Succeeded's reason):",
+const OUTCOME_ROWS = [
   "  0    Succeeded",
   "  1    TaskFailed",
   "  2    invalid input or InvalidSpec (nothing was run)",
   "  3    the outcome was lost: PodLost, RunnerLost, or the cluster could not be reached",
-  "  4    the command's own --timeout ran out before the run ended (the run goes on)",
+];
+const LIMIT_ROWS = [
   "  124  a limit fired: TaskTimeout, StallLimit, RunCeiling, PodDeadlineExceeded, StartTimeout",
   "  130  Cancelled, or interrupted (Ctrl-C)",
+];
+const HEADING = "Exit codes (the run's outcome, condition Succeeded's reason):";
+
+/** The table in words, for the --help of a command with no --timeout of its own (run, submit). */
+export const EXIT_CODES_HELP = [HEADING, ...OUTCOME_ROWS, ...LIMIT_ROWS].join("\n");
+
+/** The table with 4, for the --help of a command that waits with a --timeout (wait, cancel). */
+export const WAIT_EXIT_CODES_HELP = [
+  HEADING,
+  ...OUTCOME_ROWS,
+  "  4    the command's own --timeout ran out before the run ended (the run goes on)",
+  ...LIMIT_ROWS,
 ].join("\n");

@@ -1,21 +1,22 @@
 // The `playbook` command: run | validate | pod-runner | controller (main.ts loads it and runs it).
-import { readFileSync } from "node:fs";
+import { closeSync, existsSync, openSync, readFileSync, rmSync } from "node:fs";
 import { basename, resolve } from "node:path";
 import { Command, CommanderError, Option } from "commander";
 import { z } from "zod";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../api/limits.js";
-import { InvalidPlaybookError, parsePlaybookManifest, validatePlaybook } from "../api/manifest.js";
+import { InvalidPlaybookError, readManifestDocument, validatePlaybook } from "../api/manifest.js";
 import { PLAN_DIGEST_ENV_VAR, PLAN_ENV_VAR, planDigest, RunPlanSchema } from "../api/plan.js";
 import type { Playbook } from "../api/playbook.js";
+import type { PolicyMaximums } from "../api/policy.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/report-status.js";
 import { handedCeilingLeftMs, podAgeMs } from "../pod-runner/pod-age.js";
 import { registerClusterCommands } from "./cluster/commands.js";
+import { describeSpec, validLine } from "./describe-spec.js";
 import { EXIT, EXIT_CODES_HELP, exitCodeForReason } from "./exit-codes.js";
 import { InvalidPolicyFileError } from "./policy-file-error.js";
 import { printObject } from "./print-object.js";
 import { helpfulProblem } from "./problems.js";
-import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
 
 class UsageError extends Error {}
 
@@ -34,28 +35,80 @@ function describeReadError(error: unknown, file: string): string {
 
 /** The manifest, checked against the --policy file when one is given, and the defaults it runs with. */
 async function readChecked(
+  document: unknown,
   file: string,
   policyFile: string | undefined,
-): Promise<{ playbook: Playbook; defaults: LimitDefaults; defaultImage?: string | undefined }> {
+): Promise<{
+  playbook: Playbook;
+  defaults: LimitDefaults;
+  defaultImage?: string | undefined;
+  maximums?: PolicyMaximums | undefined;
+}> {
   if (policyFile === undefined)
-    return { playbook: readManifest(file, LOCAL_DEFAULTS), defaults: LOCAL_DEFAULTS };
+    return { playbook: checkManifest(document, file, LOCAL_DEFAULTS), defaults: LOCAL_DEFAULTS };
   // The policy's module, and the hundred zod schemas it builds, only when a policy is given.
   const { defaultsUnder, enforcePolicy, readPolicyFile } = await import("./policy-file.js");
   const rules = readPolicyFile(policyFile);
   const defaults = defaultsUnder(rules, LOCAL_DEFAULTS);
-  const playbook = readManifest(file, defaults);
+  const playbook = checkManifest(document, file, defaults);
   enforcePolicy(playbook, rules, defaults, file);
-  return { playbook, defaults, defaultImage: rules.defaults.image };
+  return { playbook, defaults, defaultImage: rules.defaults.image, maximums: rules.maximums };
 }
 
-function readManifest(file: string, defaults: LimitDefaults): Playbook {
+/** The manifest's one document as its YAML or JSON says it, unchecked. */
+function readDocument(file: string): unknown {
   let text: string;
   try {
     text = file === "-" ? readFileSync(0, "utf8") : readFileSync(file, "utf8");
   } catch (error) {
     throw new UsageError(`-f ${file}: ${describeReadError(error, file)}`);
   }
-  return parsePlaybookManifest(text, defaults, file);
+  return readManifestDocument(text, file);
+}
+
+/** The Playbook checked; one with only metadata.generateName is taken, as `submit` takes it. */
+function checkManifest(document: unknown, file: string, defaults: LimitDefaults): Playbook {
+  return validatePlaybook(document, defaults, file, { generateName: true });
+}
+
+/** What kind of object the document says it is, when it says so. */
+function kindOf(document: unknown): string | undefined {
+  const kind = (document as { kind?: unknown } | null)?.kind;
+  return typeof kind === "string" ? kind : undefined;
+}
+
+/** A run of a Playbook with only generateName is named as the API server would name it. */
+function runName(playbook: Playbook): string {
+  const { name, generateName } = playbook.metadata as { name?: string; generateName?: string };
+  if (name) return name;
+  const alphabet = "bcdfghjklmnpqrstvwxz2456789";
+  const suffix = Array.from({ length: 5 }, () => alphabet[Math.floor(Math.random() * alphabet.length)]);
+  return `${generateName ?? "playbook-"}${suffix.join("")}`;
+}
+
+/**
+ * --report FILE is checked before anything runs: a report that cannot be written would otherwise
+ * be found out only after the run. Opened for appending (nothing it holds is lost) and, when this
+ * check created it, removed again.
+ */
+function checkReportPath(file: string): void {
+  const existed = existsSync(file);
+  try {
+    closeSync(openSync(file, "a"));
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const words: Record<string, string> = {
+      ENOENT: "its folder does not exist",
+      EACCES: "permission denied",
+      EPERM: "permission denied",
+      EISDIR: "is a directory",
+      ENOTDIR: "a folder on the path is a file",
+      EROFS: "the file system is read-only",
+    };
+    const what = (code && words[code]) ?? `cannot write: ${code ?? (error as Error).message}`;
+    throw new UsageError(`--report ${file}: ${what} (${resolve(file)}); nothing was run`);
+  }
+  if (!existed) rmSync(file, { force: true });
 }
 
 const RunFlags = z.strictObject({
@@ -70,12 +123,18 @@ const RunFlags = z.strictObject({
 
 async function runCommand(flags: unknown): Promise<number> {
   const parsed = RunFlags.parse(flags);
+  if (parsed.report !== undefined) checkReportPath(parsed.report);
   // Where the run cannot have a cgroup of its own, it starts again under a child subreaper, before
   // anything is read (a manifest on stdin too).
   const { cgroupAvailable } = await import("../pod-runner/containment.js");
   const { relaunchUnderSubreaper } = await import("../pod-runner/subreaper.js");
   relaunchUnderSubreaper(cgroupAvailable);
-  const { playbook, defaults, defaultImage } = await readChecked(parsed.filename, parsed.policy);
+  const checked = await readChecked(readDocument(parsed.filename), parsed.filename, parsed.policy);
+  const { defaults, defaultImage } = checked;
+  const playbook = {
+    ...checked.playbook,
+    metadata: { ...checked.playbook.metadata, name: runName(checked.playbook) },
+  };
   const limits = resolveLimits(playbook.spec, defaults);
   // Tasks that name an image (or whose policy's default does): their engine, or --on-host, is
   // settled before anything runs.
@@ -114,20 +173,25 @@ async function runCommand(flags: unknown): Promise<number> {
 
 async function validateCommand(flags: { filename?: string; policy?: string }): Promise<number> {
   if (!flags.filename) throw new UsageError("-f FILE is required");
-  const { playbook, defaults, defaultImage } = await readChecked(flags.filename, flags.policy);
-  const limits = resolveLimits(playbook.spec, defaults);
-  // Each task's image: its own, else spec.image, else the policy's default, else the runner's.
-  const imageOf = (index: number) =>
-    playbook.spec.tasks[index]?.image ??
-    playbook.spec.image ??
-    (defaultImage !== undefined ? `${defaultImage} (the policy's default)` : "the runner image");
+  const document = readDocument(flags.filename);
+  const kind = kindOf(document);
+  if (kind !== undefined && kind !== "Playbook") {
+    // The other kinds' schemas (and a CronPlaybook's schedule library) only when one is given.
+    const { validateOtherKind } = await import("./validate-kinds.js");
+    const lines = await validateOtherKind(document, kind, flags.filename, flags.policy);
+    process.stdout.write(`${lines.join("\n")}\n`);
+    return EXIT.succeeded;
+  }
+  const { playbook, defaults, defaultImage, maximums } = await readChecked(
+    document,
+    flags.filename,
+    flags.policy,
+  );
+  const { name, generateName } = playbook.metadata as { name?: string; generateName?: string };
+  const named = name ?? `${generateName}<generated>`;
   const lines = [
-    `${flags.filename}: Playbook ${playbook.metadata.name} is valid`,
-    `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}`,
-    ...limits.tasks.map(
-      (task, index) =>
-        `  task ${task.name}: ${describeTaskLimits(task, limits)}, retries ${task.retries}, image ${imageOf(index)}`,
-    ),
+    validLine(flags.filename, "Playbook", named),
+    ...describeSpec(playbook.spec, defaults, defaultImage, maximums),
   ];
   process.stdout.write(`${lines.join("\n")}\n`);
   return EXIT.succeeded;
@@ -256,7 +320,7 @@ export function buildProgram(
     )
     .option(
       "--report <file>",
-      "also write the runner's report there, as the pod writes its termination message",
+      "also write the runner's report there, as the pod writes its termination message (checked before the run)",
     )
     .option(
       "--policy <file>",
@@ -274,10 +338,15 @@ export function buildProgram(
   program
     .command("validate")
     .showHelpAfterError(`See '${invokedAs} validate --help' for usage.`)
-    .description("check a Playbook manifest and show each effective limit with its source")
+    .description(
+      "check a manifest (a Playbook, PlaybookPolicy or CronPlaybook) and show each effective limit with its source",
+    )
     .usage("[options]")
     .argument("[file]")
-    .option("-f, --filename <file>", "the Playbook manifest (YAML or JSON; - for stdin) (required)")
+    .option(
+      "-f, --filename <file>",
+      "the manifest: a Playbook, PlaybookPolicy or CronPlaybook (YAML or JSON; - for stdin) (required)",
+    )
     .option(
       "--policy <file>",
       "a PlaybookPolicy manifest: check the Playbook against it and show its defaults (source policy)",

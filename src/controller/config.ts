@@ -69,6 +69,8 @@ export const ControllerConfigSchema = z
     maxCeiling: Duration.prefault("24h"),
     defaultStall: Duration.prefault("10m"),
     defaultKillGrace: Duration.prefault("10s"),
+    /** The longest killGrace accepted: what a run may take after its ceiling is bounded too. */
+    maxKillGrace: Duration.prefault("5m"),
     /** From a pod's creation until its runner starts, when neither the spec nor a policy says. */
     defaultStartTimeout: Duration.prefault("5m"),
     ttlSecondsAfterFinished: z.coerce.number().int().min(0).default(3600),
@@ -120,6 +122,13 @@ export const ControllerConfigSchema = z
         message: "must not be longer than the maximum ceiling",
       });
     }
+    if (config.defaultKillGrace > config.maxKillGrace) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["defaultKillGrace"],
+        message: `${formatDuration(config.defaultKillGrace)} is longer than the maximum killGrace ${formatDuration(config.maxKillGrace)} (--max-kill-grace)`,
+      });
+    }
     if (config.watchTimeout <= 2 * WATCH_SECONDS_MIN * 1000) {
       ctx.addIssue({
         code: "custom",
@@ -156,6 +165,7 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   maxCeiling: "PLAYBOOK_MAX_CEILING",
   defaultStall: "PLAYBOOK_DEFAULT_STALL",
   defaultKillGrace: "PLAYBOOK_DEFAULT_KILL_GRACE",
+  maxKillGrace: "PLAYBOOK_MAX_KILL_GRACE",
   defaultStartTimeout: "PLAYBOOK_DEFAULT_START_TIMEOUT",
   ttlSecondsAfterFinished: "PLAYBOOK_TTL_SECONDS_AFTER_FINISHED",
   runnerImage: "PLAYBOOK_RUNNER_IMAGE",
@@ -218,6 +228,7 @@ export function limitDefaults(config: ControllerConfig): LimitDefaults {
     maxCeilingMs: config.maxCeiling,
     stallMs: config.defaultStall,
     killGraceMs: config.defaultKillGrace,
+    maxKillGrace: { ms: config.maxKillGrace, where: "the controller's --max-kill-grace" },
     startTimeoutMs: config.defaultStartTimeout,
   };
 }

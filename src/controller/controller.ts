@@ -534,6 +534,7 @@ export class PlaybookController {
         allowedImages: this.config.allowedImages,
       },
       controllerMaxCeilingMs: this.config.maxCeiling,
+      controllerMaxKillGraceMs: this.config.maxKillGrace,
       watchTimeoutMs: this.config.watchTimeout,
       resyncMs: this.config.resync,
       list: (namespace, cont) =>

@@ -32,6 +32,7 @@ const UNBOUNDED: LimitDefaults = {
   ...LOCAL_DEFAULTS,
   ceilingMs: Number.MAX_SAFE_INTEGER,
   maxCeilingMs: Number.MAX_SAFE_INTEGER,
+  maxKillGrace: undefined,
 };
 
 type Verdict = { ok: true; stored: unknown } | { ok: false; message: string; fields: string[] };
@@ -136,9 +137,9 @@ async function checkAgreement(spec: unknown): Promise<void> {
     // What the API server stores (with its defaults) is what the controller then reads.
     expect(judge((verdict.stored as { spec: unknown }).spec, UNBOUNDED)).toEqual({ ok: true });
     if (!controller.ok) {
-      // Only what needs the controller's configuration: its default and maximum ceiling.
+      // Only what needs the controller's configuration: its default and maximum ceiling, its maximum killGrace.
       tally.refusedForConfiguration++;
-      expect(controller.text, shown).toMatch(/maximum ceiling|the default ceiling/);
+      expect(controller.text, shown).toMatch(/maximum ceiling|the default ceiling|maximum killGrace/);
     }
   }
 }

@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { PLAN_ANNOTATION, parsePlan } from "../../src/api/plan.js";
 import { GROUP, VERSION } from "../../src/api/playbook.js";
+import { DEADLINE_MARGIN_SECONDS } from "../../src/controller/pods/pod-builder.js";
 import { repoRoot } from "../harness/binaries.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { reportFor, reportPod, scheduledPod, startPod } from "../harness/scripted-node.js";
@@ -117,11 +118,11 @@ describe("a namespace with a PlaybookPolicy", () => {
     ns = await namespace("pb-policy");
     await applyPolicy(ns, {
       defaults: { ceiling: "2m", stall: "2s", killGrace: "1s" },
-      maximums: { ceiling: "5m", taskTimeout: "1m" },
+      maximums: { ceiling: "5m", killGrace: "5s", taskTimeout: "1m" },
       allowedServiceAccounts: ["default"],
       allowedImages: ["registry.example/*"],
     });
-    running = controllerFor(ns);
+    running = controllerFor(ns, { maxKillGrace: "1m" });
   });
 
   it("is documented for kubectl explain", async () => {
@@ -173,6 +174,12 @@ describe("a namespace with a PlaybookPolicy", () => {
       field: "spec.ceiling",
     },
     {
+      name: "over-grace",
+      spec: { ceiling: "3s", killGrace: "1m" },
+      says: "spec.killGrace: 1m is longer than the namespace's maximum killGrace 5s (PlaybookPolicy default, spec.maximums.killGrace)",
+      field: "spec.killGrace",
+    },
+    {
       name: "over-timeout",
       spec: { ceiling: "5m", tasks: [{ name: "a", run: "true", timeout: "2m" }] },
       says: "spec.tasks[0].timeout: 2m is longer than the namespace's maximum task timeout 1m",
@@ -215,6 +222,48 @@ describe("a namespace with a PlaybookPolicy", () => {
         ? true
         : undefined,
     );
+  });
+
+  it("refuses a killGrace over the controller's maximum too, naming it and its level", async () => {
+    await createPlaybook(ns, "over-controller-grace", {
+      ceiling: "3s",
+      killGrace: "1000h",
+      tasks: [{ name: "hold", run: "trap '' TERM; sleep 300" }],
+    });
+    const playbook = await waitForFinished(ns, "over-controller-grace", 30_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "InvalidSpec" });
+    expect(condition(playbook, "Succeeded")?.message).toContain(
+      "spec.killGrace: 1000h is longer than the maximum killGrace 1m (the controller's --max-kill-grace)",
+    );
+    expect(await podsOf(ns, "over-controller-grace")).toEqual([]);
+  });
+
+  it("gives a pod at both maximums an activeDeadlineSeconds within the maximum ceiling, the maximum grace and the margin", async () => {
+    await createPlaybook(ns, "at-maximums", {
+      ceiling: "5m",
+      killGrace: "5s",
+      tasks: [{ name: "a", run: "true" }],
+    });
+    const pod = await scheduledPod(core, ns, "at-maximums-1");
+    expect(pod.spec?.activeDeadlineSeconds).toBeGreaterThan(0);
+    expect(pod.spec?.activeDeadlineSeconds).toBeLessThanOrEqual(300 + 5 + DEADLINE_MARGIN_SECONDS);
+    await startPod(core, pod);
+    await reportPod(core, pod, reportFor(pod, { reason: "Succeeded" }));
+    await waitForFinished(ns, "at-maximums", 30_000);
+  });
+
+  it("is refused by the API server with a default killGrace over its own maximum", async () => {
+    const result = await kubectlResult(
+      ["apply", "--server-side", "-f", "-"],
+      JSON.stringify({
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: "PlaybookPolicy",
+        metadata: { name: "loose", namespace: ns },
+        spec: { defaults: { killGrace: "10m" }, maximums: { killGrace: "1m" } },
+      }),
+    );
+    expect(result.code).not.toBe(0);
+    expect(result.stderr).toContain("spec.defaults.killGrace: 10m is longer than spec.maximums.killGrace 1m");
   });
 
   it("says a policy not named default governs nothing", async () => {

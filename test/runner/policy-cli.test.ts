@@ -160,3 +160,56 @@ describe("playbook run --policy", () => {
     expect(object.status.limits.stall).toEqual({ value: "1m", source: "policy" });
   });
 });
+
+describe("the grace after the ceiling has a maximum", () => {
+  const TERM_IGNORING = (marker: string) => ({
+    ceiling: "3s",
+    killGrace: "1000h",
+    tasks: [{ name: "hold", run: `touch ${marker}; trap '' TERM; sleep 300` }],
+  });
+
+  it.each([["validate"], ["run"]])(
+    "%s refuses a killGrace over playbook run's own maximum with exit 2, running nothing",
+    async (command) => {
+      const marker = join(mkdtempSync(join(tmpdir(), "policy-cli-")), "started");
+      const result = await cli([command, "-f", playbook(TERM_IGNORING(marker))]);
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain(
+        "spec.killGrace: 1000h is longer than the maximum killGrace 5m (playbook run's own maximum)",
+      );
+      expect(existsSync(marker)).toBe(false);
+    },
+  );
+
+  it.each([["validate"], ["run"]])(
+    "%s --policy refuses a killGrace over the policy's maximum, naming it and its level",
+    async (command) => {
+      const marker = join(mkdtempSync(join(tmpdir(), "policy-cli-")), "started");
+      const result = await cli([
+        command,
+        "-f",
+        playbook({ ...TERM_IGNORING(marker), killGrace: "1m" }),
+        "--policy",
+        policy({ maximums: { killGrace: "30s" } }),
+      ]);
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain(
+        "spec.killGrace: 1m is longer than the namespace's maximum killGrace 30s (PlaybookPolicy default, spec.maximums.killGrace)",
+      );
+      expect(existsSync(marker)).toBe(false);
+    },
+  );
+
+  it("validate shows each maximum with its level", async () => {
+    const plain = await cli(["validate", "-f", playbook({ tasks: [{ name: "a", run: "true" }] })]);
+    expect(plain.stdout).toContain("  at most: ceiling 24h (default), killGrace 5m (default)\n");
+    const governed = await cli([
+      "validate",
+      "-f",
+      playbook({ tasks: [{ name: "a", run: "true" }] }),
+      "--policy",
+      policy({ maximums: { killGrace: "30s" } }),
+    ]);
+    expect(governed.stdout).toContain("  at most: ceiling 24h (default), killGrace 30s (policy)\n");
+  });
+});

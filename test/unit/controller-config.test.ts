@@ -13,6 +13,7 @@ describe("the controller's configuration", () => {
       maxCeiling: 86_400_000,
       defaultStall: 600_000,
       defaultKillGrace: 10_000,
+      maxKillGrace: 300_000,
       ttlSecondsAfterFinished: 3600,
       workers: 2,
       metricsAddress: ":8080",
@@ -21,6 +22,14 @@ describe("the controller's configuration", () => {
       logFormat: "json",
       metricsPlaybookLabel: "",
     });
+  });
+
+  it("bounds killGrace at 5m by default, takes --max-kill-grace, and refuses a default above it", () => {
+    expect(loadControllerConfig({ maxKillGrace: "1m" }, {}).maxKillGrace).toBe(60_000);
+    expect(loadControllerConfig({}, { PLAYBOOK_MAX_KILL_GRACE: "30s" }).maxKillGrace).toBe(30_000);
+    expect(() => loadControllerConfig({ defaultKillGrace: "10m" }, {})).toThrow(
+      "--default-kill-grace ($PLAYBOOK_DEFAULT_KILL_GRACE): 10m is longer than the maximum killGrace 5m (--max-kill-grace)",
+    );
   });
 
   it("gives a pod 5m to start by default, and takes --default-start-timeout from a flag or env", () => {

@@ -1,4 +1,6 @@
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { parseDuration } from "../../src/api/duration.js";
 import { resolveLimits } from "../../src/api/limits.js";
 import {
   MAX_PLAN_BYTES,
@@ -9,17 +11,20 @@ import {
   RunPlanSchema,
 } from "../../src/api/plan.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
+import { PolicySpecSchema, policyRules } from "../../src/api/policy.js";
 import {
   activeDeadlineSeconds,
   alternatePodName,
   buildPod,
+  DEADLINE_MARGIN_SECONDS,
   podNameFor,
 } from "../../src/controller/pods/pod-builder.js";
 import {
   podServiceAccountToken,
   withoutServiceAccountToken,
 } from "../../src/controller/pods/service-account-token.js";
-import { at, SETTINGS, T0 } from "./controller-fixtures.js";
+import { validateSpec } from "../../src/controller/run-plan.js";
+import { at, playbook, SETTINGS, T0 } from "./controller-fixtures.js";
 
 type Container = Record<string, unknown> & { securityContext?: Record<string, unknown> };
 
@@ -474,5 +479,48 @@ describe("the service account's token (issue 33 item 3)", () => {
     // The built pod itself is left as it was.
     expect(podServiceAccountToken(pod)).toBe("deployer");
     expect(restrictedViolations(bare)).toEqual([]);
+  });
+});
+
+describe("the pod's activeDeadlineSeconds under the namespace's maximums", () => {
+  const controller = {
+    ...SETTINGS.defaults,
+    maxKillGrace: { ms: 300_000, where: "the controller's --max-kill-grace" },
+  };
+  const rules = policyRules(
+    {
+      name: "default",
+      spec: PolicySpecSchema.parse({ maximums: { ceiling: "10m", killGrace: "30s" } }),
+    },
+    { runnerImage: "runner:test", allowedServiceAccounts: [], allowedImages: [] },
+  );
+  const stored = (spec: Record<string, unknown>) =>
+    playbook({ tasks: [{ name: "a", run: "true" }], ...spec });
+  const seconds = (text: string) => parseDuration(text) / 1000;
+
+  it("never passes the maximum ceiling plus the maximum killGrace and the margin; what would is refused", () => {
+    const durations = fc.constantFrom("0s", "1s", "9s", "30s", "31s", "5m", "10m", "10m1s", "1h", "1000h");
+    fc.assert(
+      fc.property(durations, durations, (ceiling, killGrace) => {
+        const checked = validateSpec(stored({ ceiling, killGrace }), controller, rules);
+        const fits = seconds(ceiling) > 0 && seconds(ceiling) <= 600 && seconds(killGrace) <= 30;
+        expect(checked.ok).toBe(fits);
+        if (!checked.ok) return;
+        expect(activeDeadlineSeconds(checked.limits, T0, T0)).toBeLessThanOrEqual(
+          600 + 30 + DEADLINE_MARGIN_SECONDS,
+        );
+      }),
+    );
+  });
+
+  it("names the field, the value, the maximum and its level", () => {
+    const checked = validateSpec(stored({ ceiling: "3s", killGrace: "1000h" }), controller, rules);
+    expect(checked.ok || checked.message).toBe(
+      "spec.killGrace: 1000h is longer than the maximum killGrace 5m (the controller's --max-kill-grace)",
+    );
+    const underPolicy = validateSpec(stored({ ceiling: "3s", killGrace: "1m" }), controller, rules);
+    expect(underPolicy.ok || underPolicy.message).toBe(
+      "spec.killGrace: 1m is longer than the namespace's maximum killGrace 30s (PlaybookPolicy default, spec.maximums.killGrace)",
+    );
   });
 });

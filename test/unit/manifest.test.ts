@@ -59,6 +59,11 @@ describe("reading a Playbook manifest", () => {
       "spec.ceiling: 48h is longer than the maximum ceiling 24h",
     ],
     [
+      "a killGrace above the maximum, which would leave the ceiling unbounded",
+      "spec:\n  ceiling: 3s\n  killGrace: 1000h\n  tasks:\n    - {name: a, run: 'true'}\n",
+      "spec.killGrace: 1000h is longer than the maximum killGrace 5m (playbook run's own maximum)",
+    ],
+    [
       "a reserved environment variable",
       "spec:\n  tasks:\n    - {name: a, run: 'true', env: [{name: PLAYBOOK_CANCEL_FILE, value: x}]}\n",
       "spec.tasks[0].env[0].name",

@@ -50,7 +50,12 @@ describe("a Playbook under its namespace's policy", () => {
       image: "registry.example/tools:1",
       resources: { limits: { cpu: "1", memory: "1Gi" } },
     },
-    maximums: { ceiling: "1h", taskTimeout: "15m", resources: { limits: { cpu: "2", memory: "4Gi" } } },
+    maximums: {
+      ceiling: "1h",
+      killGrace: "1m",
+      taskTimeout: "15m",
+      resources: { limits: { cpu: "2", memory: "4Gi" } },
+    },
     allowedServiceAccounts: ["default", "runner", "deployer"],
     allowedImages: ["registry.example/*"],
   });
@@ -96,6 +101,11 @@ describe("a Playbook under its namespace's policy", () => {
       name: "a ceiling over the maximum",
       spec: { ceiling: "2h" },
       says: "spec.ceiling: 2h is longer than the namespace's maximum ceiling 1h (PlaybookPolicy default, spec.maximums.ceiling)",
+    },
+    {
+      name: "a killGrace over the maximum",
+      spec: { killGrace: "1000h" },
+      says: "spec.killGrace: 1000h is longer than the namespace's maximum killGrace 1m (PlaybookPolicy default, spec.maximums.killGrace)",
     },
     {
       name: "a task timeout over the maximum",
@@ -354,6 +364,14 @@ describe("a policy's own consistency", () => {
     expect(policyProblems({ name: "default", spec }, 86_400_000)).toEqual([
       "spec.defaults.ceiling: 3h is longer than spec.maximums.ceiling 2h",
       "spec.defaults.resources.limits.cpu: 4 is more than the maximum 2 (spec.maximums.resources)",
+    ]);
+  });
+
+  it("says which killGrace default passes the policy's maximum or the controller's", () => {
+    const spec = PolicySpecSchema.parse({ defaults: { killGrace: "10m" }, maximums: { killGrace: "1m" } });
+    expect(policyProblems({ name: "default", spec }, 86_400_000, 300_000)).toEqual([
+      "spec.defaults.killGrace: 10m is longer than spec.maximums.killGrace 1m",
+      "spec.defaults.killGrace: 10m is longer than the controller's maximum killGrace 5m",
     ]);
   });
 

@@ -37,6 +37,7 @@ const SUBMIT_DEFAULTS: LimitDefaults = {
   ...LOCAL_DEFAULTS,
   ceilingMs: Number.MAX_SAFE_INTEGER,
   maxCeilingMs: Number.MAX_SAFE_INTEGER,
+  maxKillGrace: undefined,
 };
 
 function readManifestText(file: string): string {

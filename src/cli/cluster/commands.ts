@@ -2,7 +2,7 @@
 // --kubeconfig, --context and -n. Their work (client-node, the API client) is loaded only when
 // one of them runs: actions.js, which the run/validate script leaves out (scripts/bundle-cli.ts).
 import { type Command, Option } from "commander";
-import { EXIT_CODES_HELP } from "../exit-codes.js";
+import { EXIT_CODES_HELP, WAIT_EXIT_CODES_HELP } from "../exit-codes.js";
 
 type SetExit = (code: number) => Promise<void> | void;
 
@@ -42,7 +42,7 @@ export function registerClusterCommands(program: Command, name: string, setExit:
       .option("--timeout <duration>", "give up after this long (e.g. 10m): exit 4, the run goes on"),
   )
     .addOption(outputOption("the Playbook with its final status"))
-    .addHelpText("after", `\n${EXIT_CODES_HELP}\n`)
+    .addHelpText("after", `\n${WAIT_EXIT_CODES_HELP}\n`)
     .action(async (playbook: string, flags: object) =>
       setExit(await (await actions()).waitCommand({ ...flags, name: playbook }, name)),
     );
@@ -56,7 +56,7 @@ export function registerClusterCommands(program: Command, name: string, setExit:
       .option("--timeout <duration>", "with --wait: give up after this long (exit 4)"),
   )
     .addOption(outputOption("the Playbook with its final status (with --wait)"))
-    .addHelpText("after", `\n${EXIT_CODES_HELP}\n`)
+    .addHelpText("after", `\n${WAIT_EXIT_CODES_HELP}\n`)
     .action(async (playbook: string, flags: object) =>
       setExit(await (await actions()).cancelCommand({ ...flags, name: playbook }, name)),
     );

@@ -32,6 +32,7 @@ export interface GovernorDeps {
   metrics: ControllerMetrics;
   cluster: ClusterAllowances;
   controllerMaxCeilingMs: number;
+  controllerMaxKillGraceMs?: number | undefined;
   watchTimeoutMs: number;
   resyncMs: number;
   /** One page of a namespace's policies ("" for all), from the continue token of the page before. */
@@ -67,6 +68,7 @@ export class PolicyGovernor {
         desiredPolicyStatus(policy, {
           playbooksIn: deps.playbooksIn,
           controllerMaxCeilingMs: deps.controllerMaxCeilingMs,
+          controllerMaxKillGraceMs: deps.controllerMaxKillGraceMs,
           now: deps.now(),
         }),
     });

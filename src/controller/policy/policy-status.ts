@@ -27,6 +27,8 @@ export interface PolicyStatusFacts {
   playbooksIn: (namespace: string) => StoredPlaybook[];
   /** The controller's maximum ceiling: a policy default above it refuses the Playbooks that take it. */
   controllerMaxCeilingMs: number;
+  /** The controller's maximum killGrace: a policy default above it refuses the Playbooks that take it. */
+  controllerMaxKillGraceMs?: number | undefined;
   now: Date;
 }
 
@@ -50,6 +52,7 @@ export function desiredPolicyStatus(policy: StoredPolicy, facts: PolicyStatusFac
     const problems = policyProblems(
       { name: policy.metadata.name, spec: read.spec },
       facts.controllerMaxCeilingMs,
+      facts.controllerMaxKillGraceMs,
     );
     ready =
       problems.length > 0

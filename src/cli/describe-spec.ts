@@ -1,0 +1,50 @@
+// What `playbook validate` prints of a Playbook's spec (and of a CronPlaybook's template): each
+// effective limit and the maximums, each with the level it came from, and each task.
+import { formatDuration, parseDuration } from "../api/duration.js";
+import { type LimitDefaults, resolveLimits } from "../api/limits.js";
+import type { Playbook } from "../api/playbook.js";
+import type { PolicyMaximums } from "../api/policy.js";
+import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
+
+/** validate's first line for a manifest it found valid: "pb.yaml: Playbook nightly is valid". */
+export function validLine(file: string, kind: string, name: string): string {
+  return `${file}: ${kind} ${name} is valid`;
+}
+
+/**
+ * "ceiling 24h (default), killGrace 5m (policy)": the longest each may be, with the level that
+ * sets it (the policy's when it is the lower, else this command's own).
+ */
+function describeMaximums(defaults: LimitDefaults, maximums: PolicyMaximums | undefined): string {
+  const lower = (own: number | undefined, policy: string | undefined) => {
+    const policyMs = policy === undefined ? undefined : parseDuration(policy);
+    if (policyMs !== undefined && (own === undefined || policyMs <= own)) {
+      return `${formatDuration(policyMs)} (policy)`;
+    }
+    return own === undefined ? "none" : `${formatDuration(own)} (default)`;
+  };
+  return `ceiling ${lower(defaults.maxCeilingMs, maximums?.ceiling)}, killGrace ${lower(defaults.maxKillGrace?.ms, maximums?.killGrace)}`;
+}
+
+/** What validate prints of a Playbook's spec: each effective limit, the maximums, each task. */
+export function describeSpec(
+  spec: Playbook["spec"],
+  defaults: LimitDefaults,
+  defaultImage: string | undefined,
+  maximums: PolicyMaximums | undefined,
+): string[] {
+  const limits = resolveLimits(spec, defaults);
+  // Each task's image: its own, else spec.image, else the policy's default, else the runner's.
+  const imageOf = (index: number) =>
+    spec.tasks[index]?.image ??
+    spec.image ??
+    (defaultImage !== undefined ? `${defaultImage} (the policy's default)` : "the runner image");
+  return [
+    `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}`,
+    `  at most: ${describeMaximums(defaults, maximums)}`,
+    ...limits.tasks.map(
+      (task, index) =>
+        `  task ${task.name}: ${describeTaskLimits(task, limits)}, retries ${task.retries}, image ${imageOf(index)}`,
+    ),
+  ];
+}
