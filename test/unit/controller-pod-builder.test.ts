@@ -12,6 +12,7 @@ import {
 } from "../../src/api/plan.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { PolicySpecSchema, policyRules } from "../../src/api/policy.js";
+import { limitDefaults, loadControllerConfig } from "../../src/controller/config.js";
 import {
   activeDeadlineSeconds,
   alternatePodName,
@@ -98,6 +99,15 @@ const request = {
 
 describe("the pod of an attempt", () => {
   const pod = buildPod(request);
+
+  it("builds from the controller's whole defaults: its maximum killGrace, checked at the start, is not in the plan", () => {
+    const defaults = limitDefaults(loadControllerConfig({}, {}));
+    expect(defaults.maxKillGrace).toBeDefined();
+    const built = buildPod({ ...request, defaults, limits: resolveLimits(spec, defaults) });
+    const plan = RunPlanSchema.parse(JSON.parse(built.metadata.annotations[PLAN_ANNOTATION] ?? ""));
+    expect(plan.defaults).not.toHaveProperty("maxKillGrace");
+    expect(plan.defaults.killGraceMs).toBe(defaults.killGraceMs);
+  });
   const container = (pod.spec.containers as Record<string, unknown>[])[0] ?? {};
 
   it("is named by playbook and attempt, labelled and owned by its Playbook", () => {

@@ -160,11 +160,13 @@ export function podTaskContainers(request: PodRequest): TaskContainers {
 }
 
 export function buildPlan(request: PodRequest): RunPlan {
+  // The maximum killGrace is checked when the run starts; the plan carries the limits it resolved.
+  const { maxKillGrace: _checkedAtStart, ...defaults } = request.defaults;
   return {
     name: request.playbook.name,
     namespace: request.playbook.namespace,
     runStartTime: request.runStart.toISOString(),
-    defaults: request.defaults,
+    defaults,
     spec: request.spec,
     tasks: podTaskContainers(request).tasks.map((task) => ({ container: task.container })),
   };
