@@ -79,13 +79,3 @@ export function parseProgressLine(line: string, taskCount?: number): ProgressRec
   if (running.length > 1) return null;
   return parsed.data;
 }
-
-/** The newest record among a log's lines (highest seq; the later line on a tie), or null. */
-export function latestProgressRecord(lines: readonly string[], taskCount?: number): ProgressRecord | null {
-  let latest: ProgressRecord | null = null;
-  for (const line of lines) {
-    const record = parseProgressLine(line, taskCount);
-    if (record && (!latest || record.seq >= latest.seq)) latest = record;
-  }
-  return latest;
-}

@@ -17,6 +17,7 @@ import {
   KILL_CONFIRM_MS,
   type Launched,
   type Launcher,
+  TERM_NOT_SENT_LEADER_GONE,
   type TermSent,
   type TreeEnd,
   within,
@@ -56,12 +57,7 @@ function tell(agent: AgentLike, target: number | "tree", signal: string): boolea
  * signal out only if it is continued), and a gone one took none.
  */
 function termSent(agent: AgentLike, sent: boolean, byGroup: boolean): TermSent {
-  if (!byGroup) {
-    return {
-      delivered: false,
-      detail: "SIGTERM not sent to its process group: its shell had exited (what it left gets one each)",
-    };
-  }
+  if (!byGroup) return TERM_NOT_SENT_LEADER_GONE;
   if (!sent) {
     return {
       delivered: false,

@@ -38,6 +38,7 @@ import { performance } from "node:perf_hooks";
 import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ContainmentKind } from "../api/report.js";
+import { parentPid } from "./proc-tree.js";
 import { sendSignal } from "./process-table.js";
 import { descendantsOf, maySignal, subreaperPid } from "./subreaper.js";
 
@@ -177,15 +178,6 @@ const STALE_AFTER_MS = 10_000;
 /** How long the kill of a stale cgroup's processes is waited for before its removal is given up. */
 const STALE_KILL_WAIT_MS = 1000;
 
-function parentOf(pid: number): number | null {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
-    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ", 2)[1]);
-  } catch {
-    return null;
-  }
-}
-
 /**
  * Whether a run's cgroup belongs to a live run. A live run's anchor, its runner's child, is in it
  * from its first moments to the run's end, so a cgroup with processes but none whose parent is
@@ -199,7 +191,7 @@ function runIsOver(dir: string, runnerPid: number): boolean {
   if (pids.includes(0)) return false;
   // One whose stat this process may not read (/proc mounted with hidepid) may be the anchor.
   return !pids.some((pid) => {
-    const parent = parentOf(pid);
+    const parent = parentPid(pid);
     return parent === null ? existsSync(`/proc/${pid}`) : parent === runnerPid;
   });
 }

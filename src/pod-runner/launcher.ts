@@ -42,6 +42,12 @@ export interface TermSent {
   detail: string;
 }
 
+/** No SIGTERM to the group: its leader had exited, so its id may be another's now. */
+export const TERM_NOT_SENT_LEADER_GONE: TermSent = {
+  delivered: false,
+  detail: "SIGTERM not sent to its process group: its shell had exited (what it left gets one each)",
+};
+
 /** A started attempt, as the watchdog sees it. */
 export interface Launched {
   /** the leader's pid, which is its group's id */
@@ -252,14 +258,14 @@ export async function endTree(
     const byGroup = tree.leaderAlive();
     const delivered = byGroup && sendSignal(-tree.pgid, "SIGTERM");
     onTerm?.(
-      delivered
-        ? { delivered, detail: "SIGTERM sent to its process group" }
-        : {
-            delivered,
-            detail: byGroup
-              ? "SIGTERM not delivered: its process group was gone or not the runner's to signal"
-              : "SIGTERM not sent to its process group: its shell had exited (what it left gets one each)",
-          },
+      !byGroup
+        ? TERM_NOT_SENT_LEADER_GONE
+        : delivered
+          ? { delivered, detail: "SIGTERM sent to its process group" }
+          : {
+              delivered,
+              detail: "SIGTERM not delivered: its process group was gone or not the runner's to signal",
+            },
     );
     for (const pid of await findRest(tree, runCookie, byGroup)) sendSignal(pid, "SIGTERM");
     while (performance.now() < graceEndsAt && !hurry?.aborted) {

@@ -23,24 +23,37 @@ export function liveProcesses(proc = "/proc"): ProcEntry[] {
   for (const name of names) {
     const code = name.charCodeAt(0);
     if (code < 48 || code > 57) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`${proc}/${name}/stat`, "latin1");
-    } catch {
-      continue;
-    }
-    // After "(comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime
-    // stime cutime cstime priority nice threads itrealvalue starttime.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    if (fields[0] === "Z" || fields[0] === "X") continue;
-    found.push({
-      pid: Number(name),
-      ppid: Number(fields[1]),
-      pgrp: Number(fields[2]),
-      start: Number(fields[19]),
-    });
+    const entry = processEntry(Number(name), proc);
+    if (entry) found.push(entry);
   }
   return found;
+}
+
+/**
+ * The fields of /proc/PID/stat after "(comm) ": state ppid pgrp session tty tpgid flags minflt
+ * cminflt majflt cmajflt utime stime cutime cstime priority nice threads itrealvalue starttime ...;
+ * null when the process is gone or its stat cannot be read.
+ */
+function statFields(pid: number, proc: string): string[] | null {
+  try {
+    const stat = readFileSync(`${proc}/${pid}/stat`, "latin1");
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  } catch {
+    return null;
+  }
+}
+
+/** One live (not zombie) process's entry; null when it is gone, a zombie, or its stat unreadable. */
+export function processEntry(pid: number, proc = "/proc"): ProcEntry | null {
+  const fields = statFields(pid, proc);
+  if (!fields || fields[0] === "Z" || fields[0] === "X") return null;
+  return { pid, ppid: Number(fields[1]), pgrp: Number(fields[2]), start: Number(fields[19]) };
+}
+
+/** A process's parent, a zombie's too; null when it is gone or its stat cannot be read. */
+export function parentPid(pid: number, proc = "/proc"): number | null {
+  const fields = statFields(pid, proc);
+  return fields ? Number(fields[1]) : null;
 }
 
 /**
@@ -48,12 +61,7 @@ export function liveProcesses(proc = "/proc"): ProcEntry[] {
  * null when it is gone. Readable for a process of any user.
  */
 export function processState(pid: number, proc = "/proc"): string | null {
-  try {
-    const stat = readFileSync(`${proc}/${pid}/stat`, "latin1");
-    return stat.charAt(stat.lastIndexOf(")") + 2) || null;
-  } catch {
-    return null;
-  }
+  return statFields(pid, proc)?.[0] || null;
 }
 
 /**

@@ -8,15 +8,20 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import {
-  latestProgressRecord,
-  PROGRESS_MARKER,
-  type ProgressRecord,
-  parseProgressLine,
-} from "../../src/api/progress-record.js";
+import { PROGRESS_MARKER, type ProgressRecord, parseProgressLine } from "../../src/api/progress-record.js";
 import { decodeReport, type RunnerReport } from "../../src/api/report.js";
 import { CLI } from "../support/cli.js";
 import { checkNothingLeftBehind, MARKER_VAR } from "../support/runner.js";
+
+/** The newest record among a log's lines (highest seq; the later line on a tie), or null. */
+function latestProgressRecord(lines: readonly string[], taskCount?: number): ProgressRecord | null {
+  let latest: ProgressRecord | null = null;
+  for (const line of lines) {
+    const record = parseProgressLine(line, taskCount);
+    if (record && (!latest || record.seq >= latest.seq)) latest = record;
+  }
+  return latest;
+}
 
 const currentMarker = checkNothingLeftBehind();
 const made: string[] = [];

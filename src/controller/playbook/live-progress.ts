@@ -149,12 +149,11 @@ function expandRecord(
   const start = Date.parse(record.start);
   const expanded = expandReport(report, limits, images.length > 0 ? { images } : {}).tasks;
   // Every row is marked: it is progress, not an outcome, until the trusted report replaces it.
-  return expanded.map((task, index) => {
+  return expanded.map((task, index): TaskStatus => {
     if (task.phase !== "Running") return { ...task, verified: false };
     const { exitCode: _x, signal: _sig, completionTime: _end, ...running } = task;
     const offset = record.tasks[index]?.s;
-    return offset === undefined
-      ? { ...running, verified: false }
-      : { ...running, startTime: new Date(start + offset).toISOString(), verified: false };
+    const startTime = offset === undefined ? {} : { startTime: new Date(start + offset).toISOString() };
+    return { ...running, ...startTime, verified: false };
   });
 }

@@ -110,7 +110,7 @@ export class ProgressLooks {
     const key = keyOf(playbook.metadata);
     const last = this.looked.get(key);
     if (last?.podUID !== podUID || (last.taken && last.taken.seq > record.seq)) return;
-    this.looked.set(key, { ...last, taken: { seq: record.seq, writtenAfter: record.writtenAfter } });
+    this.looked.set(key, { ...last, taken: record });
   }
 
   /** The Playbook is gone or finished: nothing more to remember of it. */

@@ -10,8 +10,9 @@ import type { RecordedEvent } from "../../runtime/events.js";
 import type { ReconcileInput } from "../decision.js";
 import { type PodView, podAttemptOf } from "../objects.js";
 import type { AgentDelivery } from "../pods/agent-delivery.js";
+import { builtPodDifference } from "../pods/built-pod-difference.js";
 import { buildPod } from "../pods/pod-builder.js";
-import { CREATE_SKEW_MS, differenceFromBuilt, type ForeignPod, sortRunPods } from "../pods/pod-identity.js";
+import { CREATE_SKEW_MS, type ForeignPod, sortRunPods } from "../pods/pod-identity.js";
 import { podPlanGeneration } from "../pods/pod-state.js";
 import { podServiceAccountToken, withoutServiceAccountToken } from "../pods/service-account-token.js";
 import { rulesOf } from "../run-plan.js";
@@ -60,7 +61,7 @@ export function unbuiltReason(input: ReconcileInput, pod: PodView): string | und
     // Created without the token when its service account refuses automounting (writer.ts).
     const variants = podServiceAccountToken(built) ? [built, withoutServiceAccountToken(built)] : [built];
     for (const variant of variants) {
-      const difference = differenceFromBuilt(pod, variant, CREATE_SKEW_MS);
+      const difference = builtPodDifference(pod, variant, CREATE_SKEW_MS);
       if (difference === undefined) return undefined;
       first ??= difference;
     }

@@ -12,8 +12,9 @@ import type { KubeClients } from "../../runtime/kube-config.js";
 import type { Action, Decision, StartRecord } from "../decision.js";
 import type { ControllerMetrics } from "../metrics.js";
 import { type PodView, parsePod, type StoredPlaybook } from "../objects.js";
+import { builtPodDifference } from "../pods/built-pod-difference.js";
 import type { PodManifest } from "../pods/pod-builder.js";
-import { CREATE_SKEW_MS, differenceFromBuilt } from "../pods/pod-identity.js";
+import { CREATE_SKEW_MS } from "../pods/pod-identity.js";
 import { podServiceAccountToken, withoutServiceAccountToken } from "../pods/service-account-token.js";
 import { PodCreateFailedError, PodNameTakenError, PodRefusedError } from "../reconcile-errors.js";
 import { createFailedStatus, sameStatus } from "../status.js";
@@ -342,7 +343,7 @@ export class PlaybookWriter {
   private unbuilt(existing: PodView, action: Action & { type: "createPod" }): string | undefined {
     const created = Date.parse(existing.metadata.creationTimestamp ?? "");
     const since = Number.isNaN(created) ? 0 : Math.max(0, this.deps.clock.now().getTime() - created);
-    return differenceFromBuilt(existing, action.pod, since + CREATE_SKEW_MS);
+    return builtPodDifference(existing, action.pod, since + CREATE_SKEW_MS);
   }
 
   private async deletePod(action: Action & { type: "deletePod" }, target: EventTarget): Promise<undefined> {

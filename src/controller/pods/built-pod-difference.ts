@@ -131,15 +131,16 @@ const RULES: Record<string, FieldRule> = {
   "spec.volumes[].projected.sources[].downwardAPI.items[].fieldRef.apiVersion": { added: (v) => v === "v1" },
 };
 
+/** The rules whose pattern has a `*`, each compiled once. */
+const WILDCARD_RULES = Object.entries(RULES)
+  .filter(([key]) => key.includes("*"))
+  .map(([key, rule]) => ({
+    re: new RegExp(`^${key.replace(/[.[\]]/g, "\\$&").replace(/\*/g, "[^.[\\]]+")}$`),
+    rule,
+  }));
+
 function ruleFor(pattern: string): FieldRule | undefined {
-  const exact = RULES[pattern];
-  if (exact) return exact;
-  for (const [key, rule] of Object.entries(RULES)) {
-    if (!key.includes("*")) continue;
-    const re = new RegExp(`^${key.replace(/[.[\]]/g, "\\$&").replace(/\*/g, "[^.[\\]]+")}$`);
-    if (re.test(pattern)) return rule;
-  }
-  return undefined;
+  return RULES[pattern] ?? WILDCARD_RULES.find(({ re }) => re.test(pattern))?.rule;
 }
 
 function quote(value: unknown): string {

@@ -3,30 +3,15 @@
 // Playbook and a copy of the plan annotation; none of that is proof. The proof is the pod's UID,
 // recorded in status.podUID with the start record (or the loss) that follows its create. A pod
 // found before that record (a controller stopped in between, a run that waited for its slot) is
-// taken only when it is, field for field, what pod-builder builds for its attempt.
+// taken only when it is, field for field, what pod-builder builds for its attempt
+// (built-pod-difference.ts).
 // Pure readers of the pods as the API server shows them.
 import type { PlaybookStatus } from "../../api/playbook.js";
 import { type PodView, podAttemptOf } from "../objects.js";
-import { builtPodDifference } from "./built-pod-difference.js";
-import { alternatePodName, type PodManifest, podNameFor } from "./pod-builder.js";
+import { alternatePodName, podNameFor } from "./pod-builder.js";
 
 /** How far the pod's creationTimestamp (the API server's clock) may precede the controller's build. */
 export const CREATE_SKEW_MS = 2_000;
-
-/**
- * What differs between the pod and the one pod-builder built for its attempt (`expected`), in
- * words naming the field; undefined when it is that pod, field for field, with only what the API
- * server adds (built-pod-difference.ts). The times left that the build fixed (the runner's
- * remaining ceiling, activeDeadlineSeconds) may be lower than the build's, and higher by at most
- * `slackMs`: how long before `expected` was built the pod may have been.
- */
-export function differenceFromBuilt(
-  pod: PodView,
-  expected: PodManifest,
-  slackMs: number,
-): string | undefined {
-  return builtPodDifference(pod, expected, slackMs);
-}
 
 /** A pod that carries the run's owner reference and is not one the controller created. */
 export interface ForeignPod {
