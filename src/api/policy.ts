@@ -57,6 +57,8 @@ const PolicyDefaultsSchema = z.strictObject({
   stall: DurationString.optional(),
   killGrace: DurationString.optional(),
   startTimeout: DurationString.optional(),
+  /** The finally tasks' ceiling of a Playbook that sets no spec.finallyCeiling. */
+  finallyCeiling: DurationString.optional(),
   ttlSecondsAfterFinished: z.number().int().min(0).max(INT32_MAX).optional(),
   backoffLimit: z.number().int().min(0).max(100).optional(),
   serviceAccountName: ServiceAccountName.optional(),
@@ -70,6 +72,8 @@ const PolicyMaximumsSchema = z.strictObject({
   ceiling: DurationString.optional(),
   /** The longest grace after the ceiling (or a task's limit, or a cancel) before SIGKILL. */
   killGrace: DurationString.optional(),
+  /** The longest finallyCeiling: the time the finally tasks may add after the main tasks end. */
+  finallyCeiling: DurationString.optional(),
   taskTimeout: DurationString.optional(),
   runningPlaybooks: z.number().int().min(1).max(100_000).optional(),
   resources: z
@@ -168,12 +172,13 @@ function where(rules: NamespaceRules, policyField: string, flag: string): string
 export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults | undefined {
   if (!rules.policy) return undefined;
   const ms = (text: string | undefined) => (text === undefined ? undefined : parseDuration(text));
-  const { ceiling, stall, killGrace, startTimeout } = rules.defaults;
+  const { ceiling, stall, killGrace, startTimeout, finallyCeiling } = rules.defaults;
   return {
     ceilingMs: ms(ceiling),
     stallMs: ms(stall),
     killGraceMs: ms(killGrace),
     startTimeoutMs: ms(startTimeout),
+    finallyCeilingMs: ms(finallyCeiling),
   };
 }
 

@@ -23,7 +23,7 @@ function describeMaximums(defaults: LimitDefaults, maximums: PolicyMaximums | un
     }
     return own === undefined ? "none" : `${formatDuration(own)} (default)`;
   };
-  return `ceiling ${lower(defaults.maxCeilingMs, maximums?.ceiling)}, killGrace ${lower(defaults.maxKillGrace?.ms, maximums?.killGrace)}`;
+  return `ceiling ${lower(defaults.maxCeilingMs, maximums?.ceiling)}, killGrace ${lower(defaults.maxKillGrace?.ms, maximums?.killGrace)}, finallyCeiling ${lower(defaults.maxFinallyCeiling?.ms, maximums?.finallyCeiling)}`;
 }
 
 /** What validate prints of a Playbook's spec: each effective limit, the maximums, each task. */
@@ -35,8 +35,8 @@ export function describeSpec(
 ): string[] {
   const limits = resolveLimits(spec, defaults);
   // Each task's image: its own, else spec.image, else the policy's default, else the runner's.
-  const imageOf = (index: number) =>
-    spec.tasks[index]?.image ??
+  const imageOf = (own: string | undefined) =>
+    own ??
     spec.image ??
     (defaultImage !== undefined ? `${defaultImage} (the policy's default)` : "the runner image");
   return [
@@ -44,7 +44,11 @@ export function describeSpec(
     `  at most: ${describeMaximums(defaults, maximums)}`,
     ...limits.tasks.map(
       (task, index) =>
-        `  task ${task.name}: ${describeTaskLimits(task, limits)}, retries ${task.retries}, image ${imageOf(index)}`,
+        `  task ${task.name}: ${describeTaskLimits(task, limits)}, retries ${task.retries}, image ${imageOf(spec.tasks[index]?.image)}`,
+    ),
+    ...limits.finally.map(
+      (task, index) =>
+        `  finally task ${task.name}: ${describeTaskLimits(task, { finallyCeiling: limits.finallyCeiling })}, retries ${task.retries}, image ${imageOf(spec.finally?.[index]?.image)}`,
     ),
   ];
 }
