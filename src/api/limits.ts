@@ -250,7 +250,10 @@ function checkFinallyLimits(
     const timeout = limits.finally[index]?.timeout;
     if (!timeout) return;
     if (timeout.ms <= 0) {
-      problems.push({ path: `spec.finally[${index}].timeout`, message: `${task.timeout} must be longer than 0s` });
+      problems.push({
+        path: `spec.finally[${index}].timeout`,
+        message: `${task.timeout} must be longer than 0s`,
+      });
     } else if (timeout.ms > ceiling.ms) {
       problems.push({
         path: `spec.finally[${index}].timeout`,

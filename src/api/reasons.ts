@@ -21,7 +21,11 @@ export type TaskPhase = (typeof TASK_PHASES)[number];
 export const TASK_LIMITS = ["TaskTimeout", "StallLimit", "RunCeiling", "FinallyCeiling"] as const;
 export type TaskLimit = (typeof TASK_LIMITS)[number];
 /** The limits that may end a run: a main task's. */
-export const RUN_TASK_LIMITS = ["TaskTimeout", "StallLimit", "RunCeiling"] as const satisfies readonly TaskLimit[];
+export const RUN_TASK_LIMITS = [
+  "TaskTimeout",
+  "StallLimit",
+  "RunCeiling",
+] as const satisfies readonly TaskLimit[];
 
 /** Every reason that may appear on the LimitExceeded condition. */
 export const LIMIT_REASONS = [...RUN_TASK_LIMITS, "PodDeadlineExceeded", "StartTimeout"] as const;

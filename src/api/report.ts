@@ -234,7 +234,9 @@ export function encodeReport(outcome: RunOutcome, maxBytes = REPORT_MAX_BYTES): 
  */
 function decidingRow(report: RunnerReport): number {
   const main = report.tasks.every((task) => task.p === "Succeeded");
-  const failedFinally = (report.fin ?? []).findIndex((task) => task.p !== "Succeeded" && task.p !== "Skipped");
+  const failedFinally = (report.fin ?? []).findIndex(
+    (task) => task.p !== "Succeeded" && task.p !== "Skipped",
+  );
   if (main && failedFinally >= 0) return report.tasks.length + failedFinally;
   return decidingIndex(report.tasks.map((task) => task.p));
 }
@@ -336,9 +338,11 @@ function contradictionIn(report: RunnerReport): string | undefined {
   }
   const fin = report.fin ?? [];
   for (const [index, task] of fin.entries()) {
-    if (task.l && task.p !== "TimedOut") return `finally task ${index} names limit ${task.l} but is ${task.p}`;
+    if (task.l && task.p !== "TimedOut")
+      return `finally task ${index} names limit ${task.l} but is ${task.p}`;
     if (task.l && !FINALLY_LIMITS.includes(task.l)) return `finally task ${index} names limit ${task.l}`;
-    if (task.k && task.p !== "Failed") return `finally task ${index} names lost container ${task.k} but is ${task.p}`;
+    if (task.k && task.p !== "Failed")
+      return `finally task ${index} names lost container ${task.k} but is ${task.p}`;
   }
   const mainSucceeded = report.tasks.every((task) => task.p === "Succeeded");
   if (mainSucceeded) {
@@ -380,7 +384,12 @@ function contradictionIn(report: RunnerReport): string | undefined {
 /** Which list a report row belongs to: its limits and its skip reason differ. */
 type TaskList = "tasks" | "finally";
 
-function limitOf(limits: ResolvedLimits, index: number, limit: TaskLimit, list: TaskList = "tasks"): EffectiveLimit {
+function limitOf(
+  limits: ResolvedLimits,
+  index: number,
+  limit: TaskLimit,
+  list: TaskList = "tasks",
+): EffectiveLimit {
   const task = (list === "tasks" ? limits.tasks : limits.finally)[index];
   if (limit === "TaskTimeout" && task?.timeout) return task.timeout;
   if (limit === "StallLimit" && task) return task.stall;
@@ -556,6 +565,7 @@ function withFinallyOutcome(message: string, report: RunnerReport, finallyTasks:
   const told = ended.map((task) => `finally task ${task.name} ${task.message ?? task.phase}`).join("; ");
   const mainSucceeded = report.tasks.every((task) => task.p === "Succeeded");
   if (!mainSucceeded) return `${message}; ${told}`;
-  const main = report.tasks.length === 1 ? "the task succeeded" : `all ${report.tasks.length} tasks succeeded`;
+  const main =
+    report.tasks.length === 1 ? "the task succeeded" : `all ${report.tasks.length} tasks succeeded`;
   return `${told}; ${main}`;
 }

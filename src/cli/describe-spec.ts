@@ -40,11 +40,11 @@ export function describeSpec(
     spec.image ??
     (defaultImage !== undefined ? `${defaultImage} (the policy's default)` : "the runner image");
   return [
-    `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}`,
+    `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}${limits.finally.length > 0 ? `, finallyCeiling ${showLimit(limits.finallyCeiling)}` : ""}`,
     `  at most: ${describeMaximums(defaults, maximums)}`,
     ...limits.tasks.map(
       (task, index) =>
-        `  task ${task.name}: ${describeTaskLimits(task, limits)}, retries ${task.retries}, image ${imageOf(spec.tasks[index]?.image)}`,
+        `  task ${task.name}: ${describeTaskLimits(task, { ceiling: limits.ceiling })}, retries ${task.retries}, image ${imageOf(spec.tasks[index]?.image)}`,
     ),
     ...limits.finally.map(
       (task, index) =>

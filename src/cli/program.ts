@@ -148,6 +148,7 @@ async function runCommand(flags: unknown): Promise<number> {
     resources: playbook.spec.resources,
     name: playbook.metadata.name,
     tasks: playbook.spec.tasks,
+    ...(playbook.spec.finally?.length ? { finally: playbook.spec.finally } : {}),
     limits,
     output: parsed.output ? process.stderr : process.stdout,
     progressOut: process.stderr,
@@ -159,7 +160,8 @@ async function runCommand(flags: unknown): Promise<number> {
     const status = statusFromReport(result.report, limits, new Date(), [], playbook.metadata.generation);
     // The image each task ran in: in its container (not --on-host, which the message says).
     if (images?.mode === "containers") {
-      for (const [index, task] of (status.tasks ?? []).entries()) {
+      // The finally tasks count on after the main ones in the images' list.
+      for (const [index, task] of [...(status.tasks ?? []), ...(status.finally ?? [])].entries()) {
         const image = images.images[index];
         if (image !== undefined && task.attempts > 0) task.image = image;
       }
@@ -240,6 +242,7 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
   const result = await executeRun({
     name: plan.namespace ? `${plan.namespace}/${plan.name}` : plan.name,
     tasks: playbook.spec.tasks,
+    ...(playbook.spec.finally?.length ? { finally: playbook.spec.finally } : {}),
     limits,
     runStart: new Date(plan.runStartTime),
     ...(ceilingLeftMs !== undefined ? { ceilingLeftMs } : {}),
@@ -251,7 +254,10 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
     reportPath: parsed.terminationLog,
     cancelled: playbook.spec.cancel,
     agentMode: true,
-    ...(plan.tasks ? { taskContainers: plan.tasks.map((task) => task.container) } : {}),
+    // The finally tasks' containers count on after the main tasks', as the runner counts them.
+    ...(plan.tasks
+      ? { taskContainers: [...plan.tasks, ...(plan.finally ?? [])].map((task) => task.container) }
+      : {}),
   });
   // By the report's reason alone, interrupted or not (a stop mid-run reports Cancelled, 130): the
   // controller trusts a report only from a runner whose exit code its reason explains.

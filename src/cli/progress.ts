@@ -237,7 +237,9 @@ export class Progress {
         const { finallyCeiling } = this.options.limits;
         const limits = describeTaskLimits(
           event.limits,
-          this.finallyStart !== null && finallyCeiling ? { finallyCeiling } : this.options.limits,
+          this.finallyStart !== null && finallyCeiling
+            ? { finallyCeiling }
+            : { ceiling: this.options.limits.ceiling },
         );
         const attempt = event.attempt > 1 ? `attempt ${event.attempt}/${event.limits.retries + 1}, ` : "";
         const where = this.options.where?.[event.index];
@@ -335,6 +337,9 @@ export class Progress {
     this.stopLive();
     const skipped = outcome.tasks.filter((t) => t.phase === "Skipped").map((t) => t.name);
     if (skipped.length > 0) this.write(`playbook: skipped: ${skipped.join(", ")}`);
+    const finallySkipped = (outcome.finally ?? []).filter((t) => t.phase === "Skipped").map((t) => t.name);
+    if (finallySkipped.length > 0)
+      this.write(`playbook: finally tasks skipped: ${finallySkipped.join(", ")}`);
     this.write(`playbook: run ${outcome.phase} (${outcome.reason}): ${message}`);
   }
 }

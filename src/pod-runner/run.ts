@@ -330,8 +330,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       }
       // A lost container is an ordinary failure: retries apply (a retry in a container that is
       // gone fails at once).
-      const failedOrdinarily =
-        (result.kind === "exited" && result.exitCode !== 0) || result.kind === "lost";
+      const failedOrdinarily = (result.kind === "exited" && result.exitCode !== 0) || result.kind === "lost";
       if (!failedOrdinarily || outcome.attempts > limits.retries) break;
       // A retry is a new start: not after a cancellation or past the ceiling.
       stoppedBeforeRetry = phase.stopBeforeStart();
