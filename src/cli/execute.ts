@@ -1,6 +1,6 @@
 // What `playbook run` and `playbook pod-runner` share: run the tasks with progress, turn
 // SIGINT/SIGTERM/SIGHUP into a cancellation that still reports, and encode the report.
-import { writeFileSync } from "node:fs";
+import { fstatSync, writeFileSync } from "node:fs";
 import { Writable } from "node:stream";
 import type { ResolvedLimits } from "../api/limits.js";
 import type { TaskSpec } from "../api/playbook.js";
@@ -25,6 +25,7 @@ import { writeThenRelease } from "../pod-runner/output.js";
 import { PodLog } from "../pod-runner/pod-log.js";
 import { ProgressRecorder } from "../pod-runner/progress-recorder.js";
 import { runPlaybook } from "../pod-runner/run.js";
+import { TaskLines } from "../pod-runner/task-lines.js";
 import type { LocalImages } from "./local-images.js";
 import { Progress } from "./progress.js";
 
@@ -69,9 +70,13 @@ export interface ExecuteResult {
   interrupted: boolean;
 }
 
-/** A sink that counts what passes and survives a closed reader (EPIPE) without losing the run. */
+/**
+ * A sink that counts what passes and survives a closed reader (EPIPE) without losing the run.
+ * `lines` keeps each stream's partial line apart from the others' (task-lines.ts).
+ */
 function countingSink(
   target: NodeJS.WritableStream,
+  lines: TaskLines,
   around: { before: () => void; after: (chunk: Buffer) => void },
 ): { sink: Writable; bytes: () => number } {
   let bytes = 0;
@@ -85,20 +90,40 @@ function countingSink(
       bytes += chunk.length;
       if (broken) return callback();
       around.before();
-      writeThenRelease(target, [chunk], callback);
-      around.after(chunk);
+      const pieces = lines.task(chunk);
+      writeThenRelease(target, pieces, callback);
+      // The chunk is the last piece written; none (a line's "\n" that was ended already) changes nothing.
+      if (pieces.length > 0) around.after(chunk);
     },
   });
   return { sink, bytes: () => bytes };
 }
 
 /** A report that cannot be written must not cost the run its outcome: say so and go on. */
-function writeReport(path: string, text: string, progressOut: NodeJS.WritableStream): void {
+function writeReport(path: string, text: string, say: (line: string) => void): void {
   try {
     writeFileSync(path, text);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
-    progressOut.write(`playbook: could not write the report to ${path}: ${code}\n`);
+    say(`playbook: could not write the report to ${path}: ${code}`);
+  }
+}
+
+/**
+ * Whether two streams end in the same place: the same stream (`-o json` puts task output on
+ * stderr), or the same terminal, pipe or file (`2>&1`). There the runner's lines and the tasks'
+ * share lines, and a task's open line is ended before one of the runner's.
+ */
+function sameTarget(a: NodeJS.WritableStream, b: NodeJS.WritableStream): boolean {
+  if (a === b) return true;
+  const fdA = (a as { fd?: unknown }).fd;
+  const fdB = (b as { fd?: unknown }).fd;
+  if (typeof fdA !== "number" || typeof fdB !== "number") return false;
+  try {
+    const [statA, statB] = [fstatSync(fdA), fstatSync(fdB)];
+    return statA.dev === statB.dev && statA.ino === statB.ino && statA.rdev === statB.rdev;
+  } catch {
+    return false;
   }
 }
 
@@ -129,14 +154,24 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
   // tasks' process groups. The listener stays for the life of the process.
   progressOut.on("error", () => {});
   let progress: Progress | undefined;
+  const taskLines = new TaskLines();
   const { sink, bytes } = podLog
     ? { sink: podLog.sink, bytes: () => podLog.outputBytes() }
-    : countingSink(options.output, {
+    : countingSink(options.output, taskLines, {
         before: () => progress?.beforeOutput(),
         after: (chunk) => progress?.afterOutput(chunk),
       });
+  const sharesLines = !podLog && sameTarget(options.output, progressOut);
   progress = new Progress({
     out: progressOut,
+    ...(sharesLines
+      ? {
+          beforeLine: () => {
+            const newline = taskLines.ownLine();
+            if (newline) options.output.write(newline);
+          },
+        }
+      : {}),
     tty: options.tty,
     limits: options.limits,
     outputBytes: bytes,
@@ -179,7 +214,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
   const signals = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
   for (const signal of signals) process.on(signal, onSignal);
   if (options.cancelled) {
-    progressOut.write("playbook: spec.cancel is true; the run is cancelled before its first task\n");
+    progress.say("playbook: spec.cancel is true; the run is cancelled before its first task");
     cancel.abort();
   }
   const containers = options.agentMode ? taskContainersFrom(process.env) : null;
@@ -193,7 +228,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       const helloMs = Number(process.env[AGENT_HELLO_VAR]) || DEFAULT_AGENT_HELLO_MS;
       const uids = taskUidsFrom(process.env, containers) ?? undefined;
       agentRun = await openAgentRun(containers, runDir, helloMs, options.taskContainers, uids);
-      if (agentRun.problem) progressOut.write(`playbook: ${agentRun.problem}; nothing is run\n`);
+      if (agentRun.problem) progress.say(`playbook: ${agentRun.problem}; nothing is run`);
     }
     // The finally tasks count on after the main ones, in the images' lists as in the runner's.
     const allTasks = [...options.tasks, ...(options.finally ?? [])];
@@ -254,7 +289,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       }
     }
     const reportText = encodeReport(outcome);
-    if (options.reportPath) writeReport(options.reportPath, reportText, progressOut);
+    if (options.reportPath) writeReport(options.reportPath, reportText, (line) => progress?.say(line));
     const report = decodeReport(reportText, options.tasks.length, options.finally?.length ?? 0);
     progress.end(outcome, expandReport(report, options.limits).message);
     // What the sink still holds goes out before the result: the command may then end the process

@@ -90,6 +90,11 @@ export interface ProgressOptions {
   startsContainers?: boolean;
   /** where each task runs when it names an image: "in postgres:16 (podman)", "on the host, not in ..." */
   where?: readonly (string | undefined)[];
+  /**
+   * Called before each line of its own goes out: where task output shares the lines, it ends a
+   * task's open line first, so the line is not joined to it (task-lines.ts).
+   */
+  beforeLine?: () => void;
 }
 
 /** How often the live line is redrawn: twice a second, so no whole second is ever skipped. */
@@ -137,7 +142,15 @@ export class Progress {
 
   private write(line: string): void {
     this.clearLive();
+    this.lineStart();
     this.options.out.write(`${line}\n`);
+  }
+
+  /** A line of its own starts here: task output that shares the lines is at a line start after it. */
+  private lineStart(): void {
+    if (!this.options.beforeLine) return;
+    this.options.beforeLine();
+    this.outputAtLineStart = true;
   }
 
   /** A line of its own (a signal received, say), below the task's output, above the live line. */
@@ -294,6 +307,7 @@ export class Progress {
         if (this.options.tty) {
           const rewrite = this.liveLine !== null && this.liveLine.outputMark === this.options.outputBytes();
           const line = `${SYMBOLS[outcome.phase] ?? "?"} ${outcome.name}  ${outcome.phase}${suffix}`;
+          this.lineStart();
           this.options.out.write(rewrite ? `\x1b[1A\r\x1b[K${line}\n` : `${line}\n`);
         } else {
           this.write(`playbook: task ${outcome.name} ${outcome.phase}${suffix}`);

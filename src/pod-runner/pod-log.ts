@@ -17,6 +17,7 @@
 import { Writable } from "node:stream";
 import type { ProgressTask } from "../api/progress-record.js";
 import { type ChunkLines, type LinePrefixer, linesOf, writeThenRelease } from "./output.js";
+import { placeTaskChunk } from "./task-lines.js";
 
 /** A record is due once this many task lines were written since the newest one. */
 export const RECORD_EVERY_LINES = 50;
@@ -168,15 +169,14 @@ export class PodLog {
       this.openBytes = this.open === null ? 0 : this.openBytes + chunk.length;
       return;
     }
-    const ownLine = lines.continues && this.open === lines.from;
-    if (lines.continues && !ownLine) {
-      // Its line was ended (by a record, a progress line or another stream): the prefixer's end of
-      // line has nothing left to end, and anything else starts a line of its own, prefixed again.
-      if (!lines.leavesOpen && chunk.length === 1 && chunk[0] === 0x0a) return;
-      this.endOpenLine(out);
+    // Its line ended by a record, a progress line or another stream: it goes on behind its prefix.
+    const place = placeTaskChunk(this.open, lines, chunk);
+    if (place === "skip") return;
+    if (place !== "as-is") this.endOpenLine(out);
+    if (place === "prefix-again") {
       out.push(lines.from.prefix);
       this.openBytes = lines.from.prefix.length;
-    } else if (!lines.continues) this.endOpenLine(out);
+    }
     this.writeLines(chunk, lines, out);
     this.outputSinceRecord = true;
     if (this.now() - this.lastRecordAt >= RECORD_EVERY_MS) this.record(out);

@@ -23,6 +23,7 @@ import { decodeReport, type RunnerReport } from "../../src/api/report.js";
 import { agentBinary } from "../harness/agent-binary.js";
 import { CLI } from "../support/cli.js";
 import { cpuAgrees, heavyTask, PYTHON, selfMeasured, within10Percent } from "../support/heavy-task.js";
+import { DOWNLOADING, EXAMPLE_LINES, OPEN_UNTIL_TERM, taskLinesOf } from "../support/task-lines.js";
 
 const canUnshare = spawnSync("unshare", ["-pf", "--mount-proc", "true"]).status === 0;
 const AGENT = canUnshare ? agentBinary().agent : null;
@@ -693,6 +694,30 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
       );
       expect(seen).toEqual(Array.from({ length: 300 }, (_, i) => i + 1));
     }
+  });
+
+  it.skipIf(PYTHON === null)(
+    "keeps a stream's partial line apart: the stderr line that comes in behind it, and the rest of it, each start with the prefix",
+    async () => {
+      const run = await runPod({ tasks: [{ name: "p", run: DOWNLOADING }] });
+      expect(run.report.phase, run.stderr).toBe("Succeeded");
+      expect(taskLinesOf(run.stdout)).toEqual(EXAMPLE_LINES);
+    },
+  );
+
+  it("ends a task's open line before the runner's line on SIGTERM; the rest of it is prefixed again", async () => {
+    let signalled = false;
+    const run = await runPod({
+      tasks: [{ name: "p", run: OPEN_UNTIL_TERM }],
+      onStdout: (all, control) => {
+        if (!signalled && all.includes("[p] Downloading... ")) {
+          signalled = true;
+          control.signalRunner("SIGTERM");
+        }
+      },
+    });
+    expect(run.stdout).toContain("playbook: received SIGTERM; cancelling the run");
+    expect(taskLinesOf(run.stdout)).toEqual(["[p] Downloading... ", "[p] done"]);
   });
 
   it("fails the task with k when its container's agent is killed, and retries apply", async () => {
