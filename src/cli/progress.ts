@@ -79,9 +79,7 @@ export interface ProgressOptions {
   out: NodeJS.WritableStream;
   tty: boolean;
   /** the run-level limits (a watch knows only those its begin line showed) */
-  limits: Pick<ResolvedLimits, "ceiling" | "stall" | "killGrace" | "startTimeout"> & {
-    finallyCeiling?: EffectiveLimit | undefined;
-  };
+  limits: Pick<ResolvedLimits, "ceiling" | "stall" | "killGrace" | "startTimeout">;
   /** bytes of task output written so far, to know whether a live line can be rewritten */
   outputBytes: () => number;
   /** task output goes to the same terminal, so the live line must make way for it */
@@ -126,8 +124,8 @@ export class Progress {
   private liveLine: { outputMark: number; startedAt: number } | null = null;
   private readonly startedAt = new Map<number, number>();
   private runStart = Date.now();
-  /** when the finally tasks began (null: the main tasks are running); their ceiling counts from it */
-  private finallyStart: number | null = null;
+  /** when the finally tasks began and their ceiling (null: the main tasks are running) */
+  private finallyPhase: { start: number; ceiling: EffectiveLimit } | null = null;
   private running: RunningAttempt | null = null;
   /** the live line is on the screen (the cursor is at its end) */
   private drawn = false;
@@ -172,11 +170,9 @@ export class Progress {
       stall.ms === 0
         ? "stall off"
         : `stall in ${wholeSeconds(attempt.lastOutputAt + stall.ms - now, Math.ceil)}`;
-    const { finallyCeiling } = this.options.limits;
-    const [label, ceilingLeft] =
-      this.finallyStart !== null && finallyCeiling
-        ? ["finallyCeiling", this.finallyStart + finallyCeiling.ms - now]
-        : ["ceiling", this.runStart + this.options.limits.ceiling.ms - now];
+    const [label, ceilingLeft] = this.finallyPhase
+      ? ["finallyCeiling", this.finallyPhase.start + this.finallyPhase.ceiling.ms - now]
+      : ["ceiling", this.runStart + this.options.limits.ceiling.ms - now];
     return `  \x1b[2m${attempt.name}: ${clock} · ${stallPart} · ${label} ${wholeSeconds(ceilingLeft, Math.ceil)} left\x1b[0m`;
   }
 
@@ -247,11 +243,10 @@ export class Progress {
       case "task-started": {
         if (event.attempt === 1) this.startedAt.set(event.index, at);
         this.stopLive();
-        const { finallyCeiling } = this.options.limits;
         const limits = describeTaskLimits(
           event.limits,
-          this.finallyStart !== null && finallyCeiling
-            ? { finallyCeiling }
+          this.finallyPhase
+            ? { finallyCeiling: this.finallyPhase.ceiling }
             : { ceiling: this.options.limits.ceiling },
         );
         const attempt = event.attempt > 1 ? `attempt ${event.attempt}/${event.limits.retries + 1}, ` : "";
@@ -318,12 +313,11 @@ export class Progress {
       case "finally-started": {
         this.stopLive();
         this.liveLine = null;
-        this.finallyStart = at;
-        const { finallyCeiling } = this.options.limits;
+        this.finallyPhase = { start: at, ceiling: event.finallyCeiling };
+        // progress-lines.ts reads it back (FINALLY_STARTED).
         this.write(
           `playbook: the main tasks ended (${event.outcome}${event.endingTask ? `: ${event.endingTask}` : ""}); ` +
-            `running ${event.count} finally task${event.count === 1 ? "" : "s"}` +
-            `${finallyCeiling ? ` within finallyCeiling ${showLimit(finallyCeiling)}` : ""}`,
+            `running ${event.count} finally task${event.count === 1 ? "" : "s"} within finallyCeiling ${showLimit(event.finallyCeiling)}`,
         );
         return;
       }

@@ -8,7 +8,7 @@ import { performance } from "node:perf_hooks";
 import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { formatDuration } from "../api/duration.js";
-import type { ResolvedLimits, TaskLimits } from "../api/limits.js";
+import type { EffectiveLimit, ResolvedLimits, TaskLimits } from "../api/limits.js";
 import type { TaskSpec } from "../api/playbook.js";
 import type { TaskPhase } from "../api/reasons.js";
 import type { ContainmentKind, RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
@@ -69,7 +69,14 @@ export type RunEvent =
    * The main tasks ended (`outcome`, and the task that ended them) and the finally tasks begin;
    * their events' index counts on after the main tasks' (tasks.length + i).
    */
-  | { type: "finally-started"; count: number; outcome: RunnerReason; endingTask?: string };
+  | {
+      type: "finally-started";
+      count: number;
+      outcome: RunnerReason;
+      endingTask?: string;
+      /** their ceiling, counted from now */
+      finallyCeiling: EffectiveLimit;
+    };
 
 export interface RunOptions {
   tasks: readonly TaskSpec[];
@@ -393,6 +400,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         count: finallyTasks.length,
         outcome: reason,
         ...(ending ? { endingTask: ending.name } : {}),
+        finallyCeiling: options.limits.finallyCeiling,
       });
       const finallyCeilingAt = performance.now() + options.limits.finallyCeiling.ms;
       const cancel = options.finallyCancelSignal;

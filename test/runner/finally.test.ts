@@ -3,10 +3,15 @@
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Writable } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { decodeReport, encodeReport, expandReport } from "../../src/api/report.js";
+import { tasksOfPlaybook } from "../../src/cli/cluster/run-logs.js";
+import { Progress } from "../../src/cli/progress.js";
+import { ProgressLineReader } from "../../src/cli/progress-lines.js";
+import type { RunEvent } from "../../src/pod-runner/run.js";
 import { startCli } from "../support/cli.js";
 import { checkNothingLeftBehind, MARKER_VAR, runSpec, type TestRun } from "../support/runner.js";
 
@@ -181,6 +186,55 @@ describe("finally tasks", () => {
     expect(run.outcome.reason).toBe("Cancelled");
     expect(run.outcome.finally?.[0]?.phase).toBe("Skipped");
     expect(run.output).toBe("");
+  });
+});
+
+describe("finally tasks' progress lines", () => {
+  it("read back into the events they came from (submit --watch), and print the same lines again", async () => {
+    const spec = {
+      killGrace: "0s",
+      finallyCeiling: "2m",
+      tasks: [{ name: "work", run: "exit 1" }],
+      finally: [{ name: "clean", timeout: "1m", stall: "20s", run: "true" }],
+    };
+    const parsed = PlaybookSpecSchema.parse(spec);
+    const limits = resolveLimits(parsed, LOCAL_DEFAULTS);
+    const run = await runSpec(spec, { marker: currentMarker() });
+    const print = (events: RunEvent[]) => {
+      let text = "";
+      const out = new Writable({
+        write(chunk: Buffer, _encoding, callback) {
+          text += chunk.toString();
+          callback();
+        },
+      });
+      const progress = new Progress({ out, tty: false, limits, outputBytes: () => 0 });
+      progress.begin("ns/pb", 1);
+      for (const event of events) progress.event(event, 0);
+      return text;
+    };
+    const shown = run.events.filter((event) => event.type !== "containment");
+    const first = print(shown);
+    expect(first).toContain(
+      "playbook: the main tasks ended (TaskFailed: work); running 1 finally task within finallyCeiling 2m (spec)\n",
+    );
+    expect(first).toContain(
+      "playbook: task clean started (timeout 1m (task), stall 20s (task), finallyCeiling 2m (spec))\n",
+    );
+    const reader = new ProgressLineReader(tasksOfPlaybook({ spec } as never));
+    const read = first
+      .trimEnd()
+      .split("\n")
+      .map((line) => reader.read(line))
+      .flatMap((line) => (line.kind === "event" ? [line.event] : []));
+    expect(read.map((event) => event.type)).toEqual(shown.map((event) => event.type));
+    expect(read.find((event) => event.type === "finally-started")).toEqual(
+      shown.find((event) => event.type === "finally-started"),
+    );
+    expect(read.find((event) => event.type === "task-started" && event.index === 1)).toEqual(
+      shown.find((event) => event.type === "task-started" && event.index === 1),
+    );
+    expect(print(read)).toBe(first);
   });
 });
 
