@@ -78,6 +78,7 @@ export async function runSpec(
   const started = performance.now();
   const outcome = await runPlaybook({
     tasks: parsed.tasks,
+    shell: parsed.shell,
     limits,
     sink: options.sink ?? sink,
     prefixOutput: options.prefixOutput,
