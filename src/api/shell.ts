@@ -30,27 +30,29 @@ export function shellWords(value: string): string[] {
 }
 
 /** A shell field's value, checked word by word so that a refusal says which rule it broke. */
-export const ShellCommand = z.string().superRefine((value, ctx) => {
-  const shown = JSON.stringify(value);
-  const refuse = (why: string) => ctx.addIssue({ code: "custom", message: `${shown} ${why}` });
-  if ([...value].length > MAX_SHELL_LENGTH) return refuse(`must be at most ${MAX_SHELL_LENGTH} characters`);
-  if (hasControl(value)) {
-    return refuse("must not contain control characters (tabs, newlines): words are separated by spaces");
-  }
-  const words = shellWords(value);
-  const [first] = words;
-  if (first === undefined) return refuse('must name a shell, such as "bash -eo pipefail" or "sh -eu"');
-  if (words.length > MAX_SHELL_WORDS) {
-    return refuse(
-      `has ${words.length} words, at most ${MAX_SHELL_WORDS}: a shell and its options, run as WORDS -c RUN`,
-    );
-  }
-  if (!FIRST_WORD.test(first)) {
-    return refuse(
-      `must start with an absolute path (/bin/bash) or a command name found on PATH (bash), not ${JSON.stringify(first)}`,
-    );
-  }
-});
+export const ShellCommand = z
+  .string({ error: 'must be the shell\'s words as one string, such as "bash -eo pipefail"' })
+  .superRefine((value, ctx) => {
+    const shown = JSON.stringify(value);
+    const refuse = (why: string) => ctx.addIssue({ code: "custom", message: `${shown} ${why}` });
+    if ([...value].length > MAX_SHELL_LENGTH) return refuse(`must be at most ${MAX_SHELL_LENGTH} characters`);
+    if (hasControl(value)) {
+      return refuse("must not contain control characters (tabs, newlines): words are separated by spaces");
+    }
+    const words = shellWords(value);
+    const [first] = words;
+    if (first === undefined) return refuse('must name a shell, such as "bash -eo pipefail" or "sh -eu"');
+    if (words.length > MAX_SHELL_WORDS) {
+      return refuse(
+        `has ${words.length} words, at most ${MAX_SHELL_WORDS}: a shell and its options, run as WORDS -c RUN`,
+      );
+    }
+    if (!FIRST_WORD.test(first)) {
+      return refuse(
+        `must start with an absolute path (/bin/bash) or a command name found on PATH (bash), not ${JSON.stringify(first)}`,
+      );
+    }
+  });
 
 /** A task's effective shell, and the field it came from (for messages). */
 export interface TaskShell {

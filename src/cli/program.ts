@@ -282,6 +282,15 @@ function reasonsHelp(): string {
     .join("\n")}\n`;
 }
 
+/** How `playbook run` runs each task, beside where a pod runs it. */
+const RUN_TASKS_HELP = `How each task runs:
+  shell           shell: bash -eo pipefail (a task's own, or spec.shell) runs it as
+                  bash -eo pipefail -c RUN: any failing command or pipe fails the task.
+                  Without one: sh -c RUN, which goes on after them (the default, kept).
+  working dir     on this machine: the directory playbook run was started in (a relative
+                  workingDir is taken from there); in a task's image and in a pod: /workspace.
+`;
+
 export const CONTROLLER_DESCRIPTION =
   "reconcile Playbooks into pods on the cluster in KUBECONFIG, or in-cluster";
 
@@ -348,7 +357,7 @@ export function buildProgram(
       "--on-host",
       "run the tasks that name an image on this machine instead of in their image (podman or docker)",
     )
-    .addHelpText("after", `\n${EXIT_CODES_HELP}\n${reasonsHelp()}`)
+    .addHelpText("after", `\n${RUN_TASKS_HELP}\n${EXIT_CODES_HELP}\n${reasonsHelp()}`)
     .action(async (file: string | undefined, flags: { filename?: string }, command: Command) => {
       requireFilename(command, file, flags);
       setExit(await runCommand(flags));
