@@ -85,8 +85,7 @@ const PLAIN_WRAPPER = `${RAISE_OOM}; exec "$@"`;
 /**
  * Joins the cgroup whose cgroup.procs is $1 before anything of the task runs, then becomes the
  * task's shell, the words after $1 (same pid, so the group and the pid the runner holds stay the
- * leader's). A task
- * that could not join is not run: the run promised to hold it.
+ * leader's). A task that could not join is not run: the run promised to hold it.
  */
 const CGROUP_WRAPPER =
   `${RAISE_OOM}; ` +
