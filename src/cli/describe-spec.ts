@@ -4,6 +4,7 @@ import { formatDuration, parseDuration } from "../api/duration.js";
 import { type LimitDefaults, resolveLimits } from "../api/limits.js";
 import type { Playbook } from "../api/playbook.js";
 import type { PolicyMaximums } from "../api/policy.js";
+import { describeShell, effectiveShell } from "../api/shell.js";
 import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
 
 /** validate's first line for a manifest it found valid: "pb.yaml: Playbook nightly is valid". */
@@ -39,12 +40,18 @@ export function describeSpec(
     spec.tasks[index]?.image ??
     spec.image ??
     (defaultImage !== undefined ? `${defaultImage} (the policy's default)` : "the runner image");
+  // Each task's shell, as its run is executed, and the level it came from.
+  const shellOf = (index: number) => {
+    const shell = effectiveShell(spec.tasks[index] ?? {}, index, spec.shell);
+    const source = shell === undefined ? "default" : shell.field === "spec.shell" ? "spec" : "task";
+    return `${describeShell(shell)} (${source})`;
+  };
   return [
     `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}`,
     `  at most: ${describeMaximums(defaults, maximums)}`,
     ...limits.tasks.map(
       (task, index) =>
-        `  task ${task.name}: ${describeTaskLimits(task, limits)}, retries ${task.retries}, image ${imageOf(index)}`,
+        `  task ${task.name}: ${describeTaskLimits(task, limits)}, retries ${task.retries}, shell ${shellOf(index)}, image ${imageOf(index)}`,
     ),
   ];
 }

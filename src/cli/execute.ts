@@ -32,6 +32,8 @@ import { Progress } from "./progress.js";
 export interface ExecuteOptions {
   name: string;
   tasks: readonly TaskSpec[];
+  /** spec.shell: the shell of tasks that name none */
+  shell?: string | undefined;
   limits: ResolvedLimits;
   runStart?: Date;
   /** What is left of the ceiling now, when known as a duration (a pod's runner): wins over runStart. */
@@ -246,6 +248,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     const outcome = await runPlaybook({
       ...(local && images?.mode === "containers" ? local.runOptions(images.containerOf) : {}),
       tasks: options.tasks,
+      shell: options.shell,
       limits: options.limits,
       runStart,
       ...(options.ceilingLeftMs !== undefined ? { ceilingLeftMs: options.ceilingLeftMs } : {}),

@@ -12,6 +12,7 @@ import type { ResolvedLimits, TaskLimits } from "../api/limits.js";
 import type { TaskSpec } from "../api/playbook.js";
 import type { TaskPhase } from "../api/reasons.js";
 import type { ContainmentKind, RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
+import { effectiveShell } from "../api/shell.js";
 import {
   type AgentRun,
   agentCancelFileOf,
@@ -68,6 +69,8 @@ export type RunEvent =
 
 export interface RunOptions {
   tasks: readonly TaskSpec[];
+  /** spec.shell: the shell of tasks that name none (absent: `sh`) */
+  shell?: string | undefined;
   limits: ResolvedLimits;
   /** When the run started; the ceiling counts from here (default: now). */
   runStart?: Date;
@@ -241,6 +244,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         emit({ type: "task-finished", index, outcome });
         break;
       }
+      const shell = effectiveShell(task, index, options.shell);
       let result: AttemptResult;
       let stoppedBeforeRetry: "Cancelled" | "RunCeiling" | null = null;
       for (;;) {
@@ -252,6 +256,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         result = await runAttempt({
           taskName: task.name,
           run: task.run,
+          ...(shell ? { shell } : {}),
           command: containment.command,
           env: {
             ...(container !== null ? containerEnv(agents, container, baseEnv) : baseEnv),
@@ -448,7 +453,8 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
     case "exited": {
       outcome.phase = result.exitCode === 0 ? "Succeeded" : "Failed";
       const last = result.tail.lastLine();
-      if (outcome.phase === "Failed" && result.outOfMemory) {
+      if (outcome.phase === "Failed" && result.execFailure) outcome.detail = result.execFailure;
+      else if (outcome.phase === "Failed" && result.outOfMemory) {
         // Named first: the report keeps the start of a message it has to shorten.
         outcome.detail = `out of memory: ${result.outOfMemory} (SIGKILL)${last ? `; last output: ${last}` : ""}`;
       } else if (outcome.phase === "Failed" && last) outcome.detail = last;
