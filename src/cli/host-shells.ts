@@ -1,7 +1,8 @@
-// `playbook run` and `playbook validate` refuse, before anything runs, a task on this machine whose
-// shell (spec.tasks[].shell, spec.shell) is not here: an absolute path that is no executable file,
-// or a command name found nowhere on the PATH the task runs with (its own env's, else this
-// process's). A task in an image is checked where it runs, by its container's agent.
+// `playbook run` refuses, before anything runs, a task on this machine whose shell
+// (spec.tasks[].shell, spec.shell) is not here: an absolute path that is no executable file, or a
+// command name found nowhere on the PATH the task runs with (its own env's, else this process's).
+// `playbook validate` warns of it (the manifest may be meant for a cluster, where such a task runs
+// in the runner image). A task in an image is checked where it runs, by its container's agent.
 import { accessSync, constants, statSync } from "node:fs";
 import { delimiter, join } from "node:path";
 import type { PlaybookSpec } from "../api/playbook.js";
@@ -59,7 +60,7 @@ export function hostShellProblem(
     const look = findHostShell(program, path);
     if ("looked" in look) {
       const of = shell.field === "spec.shell" ? ` (the shell of task ${task.name})` : "";
-      return `${shell.field} ${JSON.stringify(shell.value)}${of}: ${look.looked} on this machine; nothing was run`;
+      return `${shell.field} ${JSON.stringify(shell.value)}${of}: ${look.looked} on this machine`;
     }
   }
   return undefined;

@@ -148,7 +148,7 @@ async function runCommand(flags: unknown): Promise<number> {
     playbook.spec,
     (index) => images?.mode !== "containers" || images.containerOf[index] === undefined,
   );
-  if (shellProblem !== undefined) throw new UsageError(shellProblem);
+  if (shellProblem !== undefined) throw new UsageError(`${shellProblem}; nothing was run`);
   // The runner (and node:crypto, node:child_process) only for the commands that run tasks.
   const { executeRun } = await import("./execute.js");
   const result = await executeRun({
@@ -196,14 +196,19 @@ async function validateCommand(flags: { filename?: string; policy?: string }): P
     flags.filename,
     flags.policy,
   );
-  // What runs on this machine (no image, as `playbook run` would run it) must find its shell here.
+  // What runs on this machine (no image, as `playbook run` would run it) should find its shell here;
+  // on a cluster the same task runs in the runner image, which may have it: a warning, not a refusal.
   const { effectiveImage } = await import("./local-images.js");
   const shellProblem = hostShellProblem(
     playbook.spec,
     (index) =>
       effectiveImage(playbook.spec.tasks[index] as TaskSpec, playbook.spec, defaultImage) === undefined,
   );
-  if (shellProblem !== undefined) throw new UsageError(shellProblem);
+  if (shellProblem !== undefined) {
+    process.stderr.write(
+      `playbook: warning: ${shellProblem}: \`playbook run\` would refuse it here (on a cluster the task runs in the runner image)\n`,
+    );
+  }
   const { name, generateName } = playbook.metadata as { name?: string; generateName?: string };
   const named = name ?? `${generateName}<generated>`;
   const lines = [
