@@ -421,13 +421,59 @@ static void fence(const pid_t *spare, size_t nspare)
 	send_fields('F', 1, text);
 }
 
+/* Where a bare shell name is looked for when the task's environment has no PATH: musl's execvp's. */
+#define DEFAULT_PATH "/usr/local/bin:/bin:/usr/bin"
+#define MAX_SHELL_WORDS 8
+
+/*
+ * The child's exec of the task's own shell (the start frame's SHELL: words separated by spaces),
+ * as `WORDS... -c RUN`: a word with a slash is the path; a bare name is looked for on the task's
+ * PATH as execvp does. Returns only on failure, with why in msg.
+ */
+static void exec_shell_words(char *words, char *run, char **env, char *msg, size_t size)
+{
+	char *argv[MAX_SHELL_WORDS + 3];
+	int argc = 0;
+	for (char *w = strtok(words, " "); w && argc < MAX_SHELL_WORDS; w = strtok(NULL, " ")) argv[argc++] = w;
+	if (argc == 0) { snprintf(msg, size, "exec: the shell names no program"); return; }
+	argv[argc] = "-c";
+	argv[argc + 1] = run;
+	argv[argc + 2] = NULL;
+	if (strchr(argv[0], '/')) {
+		execve(argv[0], argv, env);
+		snprintf(msg, size, "exec %.900s: %s", argv[0], strerror(errno));
+		return;
+	}
+	const char *path = NULL;
+	for (char **e = env; *e; e++)
+		if (strncmp(*e, "PATH=", 5) == 0) path = *e + 5;
+	if (!path) path = DEFAULT_PATH;
+	int denied = 0;
+	char candidate[4096];
+	for (const char *dir = path;; ) {
+		const char *colon = strchr(dir, ':');
+		size_t n = colon ? (size_t)(colon - dir) : strlen(dir);
+		snprintf(candidate, sizeof candidate, "%.*s%s%s", (int)n, n ? dir : ".", "/", argv[0]);
+		execve(candidate, argv, env);
+		if (errno == EACCES) denied = 1;
+		else if (errno != ENOENT && errno != ENOTDIR) {
+			snprintf(msg, size, "exec %.900s: %s", candidate, strerror(errno));
+			return;
+		}
+		if (!colon) break;
+		dir = colon + 1;
+	}
+	snprintf(msg, size, "%.256s %s on PATH %.700s", argv[0], denied ? "is not executable" : "not found", path);
+}
+
 static void start(char *payload, size_t len)
 {
-	/* Fields: ID, CWD, RUN, then K=V entries. payload[len] is a NUL the reader added. */
-	char *fields[3];
+	/* Fields: ID, CWD, RUN, SHELL (empty: the default), then K=V entries. payload[len] is a NUL the
+	 * reader added. */
+	char *fields[4];
 	size_t pos = 0;
-	for (int i = 0; i < 3; i++) {
-		if (pos > len) { send_error("", "start frame with fewer than 3 fields"); return; }
+	for (int i = 0; i < 4; i++) {
+		if (pos > len) { send_error("", "start frame with fewer than 4 fields"); return; }
 		fields[i] = payload + pos;
 		pos += strlen(payload + pos) + 1;
 	}
@@ -495,6 +541,13 @@ static void start(char *payload, size_t len)
 			step = "chdir";
 			if (chdir(fields[1]) == 0) {
 				step = "exec";
+				if (*fields[3]) {
+					/* The task's own shell: the busybox stands in for the default one only. */
+					char msg[1024];
+					exec_shell_words(fields[3], fields[2], env, msg, sizeof msg);
+					if (write(status[1], msg, strlen(msg)) < 0) {}
+					_exit(127);
+				}
 				if (shell_is_busybox) {
 					char *argv[] = {shell, "sh", "-c", fields[2], NULL};
 					execve(shell, argv, env);
@@ -505,9 +558,10 @@ static void start(char *payload, size_t len)
 			}
 		}
 		int e = errno;
-		char msg[256];
+		char msg[1024];
 		int n = snprintf(msg, sizeof msg, "%s %s: %s",
 		                 step, strcmp(step, "chdir") == 0 ? fields[1] : shell, strerror(e));
+		if (n >= (int)sizeof msg) n = sizeof msg - 1;
 		if (write(status[1], msg, (size_t)n) < 0) {}
 		_exit(127);
 	}
@@ -526,7 +580,7 @@ static void start(char *payload, size_t len)
 	snprintf(pidtext, sizeof pidtext, "%d", (int)pid);
 	send_fields('P', 2, fields[0], pidtext);
 	/* The status pipe closes on exec (O_CLOEXEC) or carries why the child could not exec. */
-	char msg[256];
+	char msg[1024];
 	ssize_t n;
 	while ((n = read(status[0], msg, sizeof msg - 1)) < 0 && errno == EINTR) {}
 	close(status[0]);

@@ -3,6 +3,7 @@
 import { z } from "zod";
 import { parseDuration } from "./duration.js";
 import { ENDINGS, LIMIT_SOURCES, RUN_PHASES, TASK_LIMITS, TASK_PHASES } from "./reasons.js";
+import { ShellCommand } from "./shell.js";
 import { checkTaskImageCount, ImageReference } from "./task-images.js";
 
 /** The API group, version and resource the Playbook is served as (crds/playbook.dev_playbooks.yaml). */
@@ -118,6 +119,8 @@ export const TaskSpecSchema = z.strictObject({
     .optional(),
   /** The image this task runs in; default spec.image, else the policy's, else the runner image. */
   image: ImageReference.optional(),
+  /** The shell its run goes to, as `WORDS -c RUN`; default spec.shell, else `sh` (shell.ts). */
+  shell: ShellCommand.optional(),
 });
 export type TaskSpec = z.infer<typeof TaskSpecSchema>;
 
@@ -143,7 +146,7 @@ const characters = (text: string | undefined): number => (text === undefined ? 0
 
 /**
  * The size the CRD bounds, counted as its CEL rule counts it: the tasks' names, run scripts,
- * timeouts, stalls, working directories, images and env, plus 96 per task and 32 per env entry for
+ * timeouts, stalls, working directories, images, shells and env, plus 96 per task and 32 per env entry for
  * the JSON around them. The finally tasks count too (pass them all).
  */
 export function planTextSize(tasks: readonly TaskSpec[]): number {
@@ -151,6 +154,7 @@ export function planTextSize(tasks: readonly TaskSpec[]): number {
   for (const task of tasks) {
     total += 96 + characters(task.name) + characters(task.run) + characters(task.timeout);
     total += characters(task.stall) + characters(task.workingDir) + characters(task.image);
+    total += characters(task.shell);
     for (const env of task.env) total += 32 + characters(env.name) + characters(env.value);
   }
   return total;
@@ -168,6 +172,8 @@ export const PlaybookSpecSchema = z
     backoffLimit: z.number().int().min(0).max(100).optional(),
     /** The image of tasks that name none; default the policy's, else the runner image. */
     image: ImageReference.optional(),
+    /** The shell of tasks that name none, as `WORDS -c RUN`; default `sh` (shell.ts). */
+    shell: ShellCommand.optional(),
     serviceAccountName: z
       .string()
       .max(253, "must be at most 253 characters")
@@ -199,7 +205,7 @@ export const PlaybookSpecSchema = z
       ctx.addIssue({
         code: "custom",
         path: ["tasks"],
-        message: `is too large to run: ${size} characters of names, run scripts, limits, working directories, images and env (plus 96 per task and 32 per env entry${spec.finally?.length ? ", spec.finally's included" : ""}), at most ${MAX_PLAN_TEXT}, so that the plan fits in the pod's annotations`,
+        message: `is too large to run: ${size} characters of names, run scripts, limits, working directories, images, shells and env (plus 96 per task and 32 per env entry${spec.finally?.length ? ", spec.finally's included" : ""}), at most ${MAX_PLAN_TEXT}, so that the plan fits in the pod's annotations`,
       });
     }
   })

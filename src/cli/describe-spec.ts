@@ -4,6 +4,7 @@ import { formatDuration, parseDuration } from "../api/duration.js";
 import { type LimitDefaults, resolveLimits } from "../api/limits.js";
 import type { Playbook } from "../api/playbook.js";
 import type { PolicyMaximums } from "../api/policy.js";
+import { describeShell, effectiveShell } from "../api/shell.js";
 import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
 
 /** validate's first line for a manifest it found valid: "pb.yaml: Playbook nightly is valid". */
@@ -39,16 +40,27 @@ export function describeSpec(
     own ??
     spec.image ??
     (defaultImage !== undefined ? `${defaultImage} (the policy's default)` : "the runner image");
+  // Each task's shell, as its run is executed, and the level it came from.
+  const shellOf = (list: "tasks" | "finally", index: number) => {
+    const shell = effectiveShell(
+      (list === "tasks" ? spec.tasks : (spec.finally ?? []))[index] ?? {},
+      index,
+      spec.shell,
+      list,
+    );
+    const source = shell === undefined ? "default" : shell.field === "spec.shell" ? "spec" : "task";
+    return `${describeShell(shell)} (${source})`;
+  };
   return [
     `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}${limits.finally.length > 0 ? `, finallyCeiling ${showLimit(limits.finallyCeiling)}` : ""}`,
     `  at most: ${describeMaximums(defaults, maximums)}`,
     ...limits.tasks.map(
       (task, index) =>
-        `  task ${task.name}: ${describeTaskLimits(task, { ceiling: limits.ceiling })}, retries ${task.retries}, image ${imageOf(spec.tasks[index]?.image)}`,
+        `  task ${task.name}: ${describeTaskLimits(task, { ceiling: limits.ceiling })}, retries ${task.retries}, shell ${shellOf("tasks", index)}, image ${imageOf(spec.tasks[index]?.image)}`,
     ),
     ...limits.finally.map(
       (task, index) =>
-        `  finally task ${task.name}: ${describeTaskLimits(task, { finallyCeiling: limits.finallyCeiling })}, retries ${task.retries}, image ${imageOf(spec.finally?.[index]?.image)}`,
+        `  finally task ${task.name}: ${describeTaskLimits(task, { finallyCeiling: limits.finallyCeiling })}, retries ${task.retries}, shell ${shellOf("finally", index)}, image ${imageOf(spec.finally?.[index]?.image)}`,
     ),
   ];
 }

@@ -32,6 +32,8 @@ import { Progress } from "./progress.js";
 export interface ExecuteOptions {
   name: string;
   tasks: readonly TaskSpec[];
+  /** spec.shell: the shell of tasks that name none */
+  shell?: string | undefined;
   /** spec.finally: cleanup after the main tasks, however they ended */
   finally?: readonly TaskSpec[];
   limits: ResolvedLimits;
@@ -264,6 +266,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     const outcome = await runPlaybook({
       ...(local && images?.mode === "containers" ? local.runOptions(images.containerOf) : {}),
       tasks: options.tasks,
+      shell: options.shell,
       ...(options.finally?.length
         ? { finally: options.finally, finallyCancelSignal: finallyCancel.signal }
         : {}),

@@ -6,14 +6,16 @@ import { z } from "zod";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../api/limits.js";
 import { InvalidPlaybookError, readManifestDocument, validatePlaybook } from "../api/manifest.js";
 import { PLAN_DIGEST_ENV_VAR, PLAN_ENV_VAR, planDigest, RunPlanSchema } from "../api/plan.js";
-import type { Playbook } from "../api/playbook.js";
+import type { Playbook, TaskSpec } from "../api/playbook.js";
 import type { PolicyMaximums } from "../api/policy.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/report-status.js";
+import { allTasksOf } from "../api/task-images.js";
 import { handedCeilingLeftMs, podAgeMs } from "../pod-runner/pod-age.js";
 import { registerClusterCommands } from "./cluster/commands.js";
 import { describeSpec, validLine } from "./describe-spec.js";
 import { EXIT, EXIT_CODES_HELP, exitCodeForReason } from "./exit-codes.js";
+import { hostShellProblem } from "./host-shells.js";
 import { InvalidPolicyFileError } from "./policy-file-error.js";
 import { printObject } from "./print-object.js";
 import { helpfulProblem } from "./problems.js";
@@ -141,6 +143,13 @@ async function runCommand(flags: unknown): Promise<number> {
   const { prepareLocalImages } = await import("./local-images.js");
   const images = await prepareLocalImages(playbook.spec, parsed.onHost === true, defaultImage);
   if (images && "error" in images) throw new UsageError(images.error);
+  // A task on this machine whose shell is not here: refused before anything runs. A task in a
+  // container is its agent's to check.
+  const shellProblem = hostShellProblem(
+    playbook.spec,
+    (index) => images?.mode !== "containers" || images.containerOf[index] === undefined,
+  );
+  if (shellProblem !== undefined) throw new UsageError(`${shellProblem}; nothing was run`);
   // The runner (and node:crypto, node:child_process) only for the commands that run tasks.
   const { executeRun } = await import("./execute.js");
   const result = await executeRun({
@@ -148,6 +157,7 @@ async function runCommand(flags: unknown): Promise<number> {
     resources: playbook.spec.resources,
     name: playbook.metadata.name,
     tasks: playbook.spec.tasks,
+    shell: playbook.spec.shell,
     ...(playbook.spec.finally?.length ? { finally: playbook.spec.finally } : {}),
     limits,
     output: parsed.output ? process.stderr : process.stdout,
@@ -189,6 +199,20 @@ async function validateCommand(flags: { filename?: string; policy?: string }): P
     flags.filename,
     flags.policy,
   );
+  // What runs on this machine (no image, as `playbook run` would run it) should find its shell here;
+  // on a cluster the same task runs in the runner image, which may have it: a warning, not a refusal.
+  const { effectiveImage } = await import("./local-images.js");
+  const shellProblem = hostShellProblem(
+    playbook.spec,
+    (index) =>
+      effectiveImage(allTasksOf(playbook.spec)[index]?.task as TaskSpec, playbook.spec, defaultImage) ===
+      undefined,
+  );
+  if (shellProblem !== undefined) {
+    process.stderr.write(
+      `playbook: warning: ${shellProblem}: \`playbook run\` would refuse it here (on a cluster the task runs in the runner image)\n`,
+    );
+  }
   const { name, generateName } = playbook.metadata as { name?: string; generateName?: string };
   const named = name ?? `${generateName}<generated>`;
   const lines = [
@@ -242,6 +266,7 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
   const result = await executeRun({
     name: plan.namespace ? `${plan.namespace}/${plan.name}` : plan.name,
     tasks: playbook.spec.tasks,
+    shell: playbook.spec.shell,
     ...(playbook.spec.finally?.length ? { finally: playbook.spec.finally } : {}),
     limits,
     runStart: new Date(plan.runStartTime),
@@ -269,6 +294,15 @@ function reasonsHelp(): string {
     .map(([reason, meaning]) => `  ${reason.padEnd(20)} ${meaning}`)
     .join("\n")}\n`;
 }
+
+/** How `playbook run` runs each task, beside where a pod runs it. */
+const RUN_TASKS_HELP = `How each task runs:
+  shell           shell: bash -eo pipefail (a task's own, or spec.shell) runs it as
+                  bash -eo pipefail -c RUN: any failing command or pipe fails the task.
+                  Without one: sh -c RUN, which goes on after them (the default, kept).
+  working dir     on this machine: the directory playbook run was started in (a relative
+                  workingDir is taken from there); in a task's image and in a pod: /workspace.
+`;
 
 export const CONTROLLER_DESCRIPTION =
   "reconcile Playbooks into pods on the cluster in KUBECONFIG, or in-cluster";
@@ -336,7 +370,7 @@ export function buildProgram(
       "--on-host",
       "run the tasks that name an image on this machine instead of in their image (podman or docker)",
     )
-    .addHelpText("after", `\n${EXIT_CODES_HELP}\n${reasonsHelp()}`)
+    .addHelpText("after", `\n${RUN_TASKS_HELP}\n${EXIT_CODES_HELP}\n${reasonsHelp()}`)
     .action(async (file: string | undefined, flags: { filename?: string }, command: Command) => {
       requireFilename(command, file, flags);
       setExit(await runCommand(flags));

@@ -38,6 +38,8 @@ export interface AgentTaskSpec {
   id?: string | number;
   cwd: string;
   run: string;
+  /** The shell's words, run as `WORDS... -c RUN`; absent: the agent's default shell (`sh`). */
+  shell?: readonly string[];
   /** The task's whole environment: nothing else is passed on. */
   env: Record<string, string>;
 }
@@ -272,7 +274,14 @@ class AgentConnection implements Agent {
       () => this.letGoAll,
     );
     this.tasks.set(wireId, task);
-    this.send({ type: "start", id: wireId, cwd: spec.cwd, run: spec.run, env: spec.env });
+    this.send({
+      type: "start",
+      id: wireId,
+      cwd: spec.cwd,
+      run: spec.run,
+      shell: spec.shell ? [...spec.shell] : [],
+      env: spec.env,
+    });
     return task;
   }
 

@@ -10,6 +10,7 @@
 import { performance } from "node:perf_hooks";
 import { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
+import type { TaskShell } from "../api/shell.js";
 import type { Agent, AgentExit, AgentTask } from "./agent-hub.js";
 import type { AttemptSpec } from "./attempt.js";
 import { writeCancelFile } from "./cancel-file.js";
@@ -99,7 +100,16 @@ export function agentDescendants(root: number, processes = liveProcesses()): Pro
   return descendantsIn(root, processes);
 }
 
-/** Starts attempts through `agent`, the agent of one task container. */
+/**
+ * What the agent said when a started task could not become its shell, as the task's failure says
+ * it: a missing shell names the field that asked for it (spec.tasks[1].shell).
+ */
+export function describeExecFailure(text: string, container: string, shell: TaskShell | undefined): string {
+  if (shell === undefined || text.startsWith("chdir "))
+    return `could not start in container ${container}: ${text}`;
+  return `${shell.field} ${JSON.stringify(shell.value)}: container ${container} has no such shell (${text}); the task was not run`;
+}
+
 /** Which attempt of the run a process of a task container belongs to (agent-mode.ts). */
 export interface AttemptsSeen {
   /** notes an attempt's start in `container` (its leader's start in clock ticks) */
@@ -108,6 +118,7 @@ export interface AttemptsSeen {
   liveAttempts(): Set<string>;
 }
 
+/** Starts attempts through `agent`, the agent of one task container. */
 export function agentLauncher(
   agent: AgentLike,
   /** the run's other agents: what earlier tasks left in their containers gets SIGTERM with a stop */
@@ -161,6 +172,7 @@ export function agentLauncher(
         for (const stream of streams) if (!stream.readableEnded) stream.push(null);
       };
       let leaderAlive = true;
+      let execFailure: string | undefined;
       let exit: AgentExit = { code: null, signal: null };
       let exited!: () => void;
       const leaderExited = new Promise<void>((resolve) => {
@@ -173,13 +185,23 @@ export function agentLauncher(
       const started = await new Promise<{ pid: number } | { error: string; lostContainer?: string }>(
         (resolve) => {
           try {
-            task = agent.start({ id: spec.attemptId, cwd: spec.cwd ?? ".", run: spec.run, env });
+            task = agent.start({
+              id: spec.attemptId,
+              cwd: spec.cwd ?? ".",
+              run: spec.run,
+              env,
+              ...(spec.shell ? { shell: spec.shell.words } : {}),
+            });
           } catch {
             resolve({ error: gone(), lostContainer: agent.container });
             return;
           }
           task.on("started", (pid) => resolve({ pid }));
-          task.on("failed", (text) => resolve({ error: `could not start: ${text}` }));
+          task.on("failed", (text) => {
+            // After its start: the leader could not chdir or exec, and exits 127.
+            execFailure = describeExecFailure(text, agent.container, spec.shell);
+            resolve({ error: `could not start: ${text}` });
+          });
           task.on("stdout", (chunk) => deliver(0, chunk));
           task.on("stderr", (chunk) => deliver(1, chunk));
           task.on("closed", (stream) => {
@@ -254,6 +276,7 @@ export function agentLauncher(
           );
         },
         release: () => {},
+        execFailure: () => execFailure,
         droppedBytes: () => dropped,
         usage: () =>
           exit.usage

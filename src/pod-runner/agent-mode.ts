@@ -309,7 +309,7 @@ export function agentContainment(
       `agents in ${names.length} task container(s) (${names.map((name) => `${name}: ${run.containers[name]}`).join(", ")}): ` +
       "each is the subreaper of its container's tasks and signals them for the runner; the run ends with " +
       "a fence that kills every process in the pod's process namespace but the agents",
-    command: (runText) => ({ file: "sh", args: ["-c", runText] }),
+    command: (runText, shell) => ({ file: shell[0] ?? "sh", args: [...shell.slice(1), "-c", runText] }),
     members: () => [...owners().keys()],
     ...(attempts ? { liveAttempts: () => attempts.liveAttempts() } : {}),
     signal(pid, signal) {

@@ -3,6 +3,7 @@
 // is tested on bytes alone. Decoded payloads are checked with zod; a frame that does not parse
 // throws AgentWireError, and the hub treats its agent as broken.
 import { z } from "zod";
+import { shellWords } from "../api/shell.js";
 
 export const MAX_PAYLOAD = 1 << 20;
 /** The most a peer may send before its hello is taken: a hello with a large image environment. */
@@ -52,7 +53,15 @@ export const MAX_RSS_KIB = 2 ** 40;
 
 /** What the runner tells an agent. */
 export type RunnerFrame =
-  | { type: "start"; id: number; cwd: string; run: string; env: Record<string, string> }
+  | {
+      type: "start";
+      id: number;
+      cwd: string;
+      run: string;
+      /** the task's shell words (`bash -eo pipefail`), run as `WORDS... -c RUN`; empty: the agent's default */
+      shell: string[];
+      env: Record<string, string>;
+    }
   | { type: "kill"; target: KillTarget; signal: string }
   | { type: "fence"; spare: number[] }
   | { type: "quit" }
@@ -113,8 +122,11 @@ const exitedFields = z.union([
 const fencedFields = z.tuple([decimal]);
 const errorFields = z.tuple([z.union([z.literal(""), taskId]), z.string()]);
 const startFields = z
-  .tuple([taskId, z.string().min(1), z.string()], z.string().regex(/^[^=]+=/, "an env entry is K=V"))
-  .transform(([id, cwd, run, ...entries]) => ({ id, cwd, run, entries }));
+  .tuple(
+    [taskId, z.string().min(1), z.string(), z.string()],
+    z.string().regex(/^[^=]+=/, "an env entry is K=V"),
+  )
+  .transform(([id, cwd, run, shell, ...entries]) => ({ id, cwd, run, shell: shellWords(shell), entries }));
 const killFields = z.tuple([z.union([z.literal("tree"), signedPid]), signalName]);
 
 function fields(payload: Buffer): string[] {
@@ -163,7 +175,14 @@ export function encodeRunnerFrame(message: RunnerFrame): Buffer {
         if (key === "" || key.includes("=")) throw new AgentWireError(`bad env name ${JSON.stringify(key)}`);
         return `${key}=${value}`;
       });
-      return frame(code, textPayload([String(message.id), message.cwd, message.run, ...env]));
+      // The shell's words joined by spaces: no word holds one (shell.ts splits on them).
+      if (message.shell.some((word) => word === "" || /[\0 ]/.test(word))) {
+        throw new AgentWireError(`bad shell word in ${JSON.stringify(message.shell)}`);
+      }
+      return frame(
+        code,
+        textPayload([String(message.id), message.cwd, message.run, message.shell.join(" "), ...env]),
+      );
     }
     case "kill": {
       const target = message.target === "tree" ? "tree" : String(message.target);
@@ -183,13 +202,13 @@ export function encodeRunnerFrame(message: RunnerFrame): Buffer {
 export function decodeRunnerFrame(code: string, payload: Buffer): RunnerFrame {
   switch (code) {
     case "S": {
-      const { id, cwd, run, entries } = parse(startFields, fields(payload), "start");
+      const { id, cwd, run, shell, entries } = parse(startFields, fields(payload), "start");
       const env: Record<string, string> = {};
       for (const entry of entries) {
         const at = entry.indexOf("=");
         env[entry.slice(0, at)] = entry.slice(at + 1);
       }
-      return { type: "start", id, cwd, run, env };
+      return { type: "start", id, cwd, run, shell, env };
     }
     case "K": {
       const [target, signal] = parse(killFields, fields(payload), "kill");

@@ -6,6 +6,7 @@ import { performance } from "node:perf_hooks";
 import type { Readable, Writable } from "node:stream";
 import { formatDuration } from "../api/duration.js";
 import type { Ending, TaskLimit } from "../api/reasons.js";
+import type { TaskShell } from "../api/shell.js";
 import { writeCancelFile } from "./cancel-file.js";
 import { type Launcher, LOCAL_LAUNCHER, type TermSent, within } from "./launcher.js";
 import { LinePrefixer, OutputTail } from "./output.js";
@@ -21,8 +22,10 @@ export interface AttemptDeadline {
 export interface AttemptSpec {
   taskName: string;
   run: string;
-  /** how the task's shell is started (default `sh -c <run>`): the run's containment wraps it */
-  command?: (run: string) => { file: string; args: string[] };
+  /** the task's shell (spec.tasks[].shell, else spec.shell); absent: `sh`, the default */
+  shell?: TaskShell;
+  /** how the task's shell is started (default `SHELL -c <run>`): the run's containment wraps it */
+  command?: (run: string, shell: readonly string[]) => { file: string; args: string[] };
   env: NodeJS.ProcessEnv;
   cwd?: string;
   attemptId: string;
@@ -94,6 +97,8 @@ export interface AttemptResult {
   /** the leader's start in clock ticks (0 if it never started) */
   startedFrom: number;
   spawnError?: string;
+  /** kind "exited": why the leader could not become the task's shell (its agent's chdir or exec failed) */
+  execFailure?: string;
   /** kind "lost": the task's container, whose agent went away while the attempt ran */
   lostContainer?: string;
   /** set by the run when the kernel's OOM killer ended a process during the attempt: what it saw */
@@ -364,6 +369,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   task.release();
   const { code: exitCode, signal: exitSignal } = task.exit();
   const usage = task.usage?.();
+  const execFailure = task.execFailure?.();
   return {
     kind: fired ? fired.kind : lostContainer !== null ? "lost" : "exited",
     limit: fired?.limit,
@@ -378,6 +384,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     startedFrom: task.startedFrom,
     pipes: pipesClosed || lostContainer !== null ? null : pipes,
     ...(usage ? { usage } : {}),
+    ...(execFailure !== undefined ? { execFailure } : {}),
     ...(task.droppedBytes ? { droppedBytes: task.droppedBytes } : {}),
   };
 }

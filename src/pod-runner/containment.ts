@@ -48,8 +48,11 @@ export interface Containment {
   kind: ContainmentKind;
   /** a sentence for the run's progress: what holds the run's processes */
   description: string;
-  /** how to start a task's shell: it joins the containment and raises its oom_score_adj first */
-  command(run: string): { file: string; args: string[] };
+  /**
+   * how to start a task's shell (`shell` is its words, `sh` by default, run as `SHELL... -c RUN`):
+   * it joins the containment and raises its oom_score_adj first
+   */
+  command(run: string, shell: readonly string[]): { file: string; args: string[] };
   /** live processes inside (none for `none`) */
   members(): number[];
   /**
@@ -77,17 +80,17 @@ export const TASK_OOM_SCORE_ADJ = 1000;
 
 const RAISE_OOM = `echo ${TASK_OOM_SCORE_ADJ} > /proc/self/oom_score_adj 2>/dev/null`;
 
-/** A task's shell with no containment: only the OOM preference, then the task. */
-const PLAIN_WRAPPER = `${RAISE_OOM}; exec sh -c "$1"`;
+/** A task's shell with no containment: only the OOM preference, then the task's shell words. */
+const PLAIN_WRAPPER = `${RAISE_OOM}; exec "$@"`;
 /**
  * Joins the cgroup whose cgroup.procs is $1 before anything of the task runs, then becomes the
- * task's shell (same pid, so the group and the pid the runner holds stay the leader's). A task
- * that could not join is not run: the run promised to hold it.
+ * task's shell, the words after $1 (same pid, so the group and the pid the runner holds stay the
+ * leader's). A task that could not join is not run: the run promised to hold it.
  */
 const CGROUP_WRAPPER =
   `${RAISE_OOM}; ` +
   `if ! echo $$ 2>/dev/null > "$1"; then echo "playbook: could not join the run's cgroup ($1); the task is not run" >&2; exit 125; fi; ` +
-  `exec sh -c "$2"`;
+  `shift; exec "$@"`;
 
 const NONE_DESCRIPTION =
   "none: neither a cgroup v2 sub-group of its own nor a child subreaper, so only the process group kill and the " +
@@ -346,7 +349,7 @@ export function openContainment(
     return {
       kind: "subreaper",
       description: `a child subreaper (pid ${reaper}; no cgroup: ${made.problem}): every process the tasks orphan is re-parented to it and ended with the run, or as soon as the runner is killed`,
-      command: (run) => ({ file: "sh", args: ["-c", PLAIN_WRAPPER, "sh", run] }),
+      command: (run, shell) => ({ file: "sh", args: ["-c", PLAIN_WRAPPER, "sh", ...shell, "-c", run] }),
       members,
       // One pass: the sweep has looked and killed until its bound already, and what is left
       // then (another user's, or in D state) the subreaper ends once the runner has exited.
@@ -361,7 +364,7 @@ export function openContainment(
     return {
       kind: "none",
       description: `${NONE_DESCRIPTION} (${made.problem})`,
-      command: (run) => ({ file: "sh", args: ["-c", PLAIN_WRAPPER, "sh", run] }),
+      command: (run, shell) => ({ file: "sh", args: ["-c", PLAIN_WRAPPER, "sh", ...shell, "-c", run] }),
       members: () => [],
       killAll: async () => true,
       close: () => {},
@@ -390,7 +393,7 @@ export function openContainment(
     kind: "cgroup",
     description: `a cgroup v2 sub-group of its own (${dir}), ended with cgroup.kill when the run ends or its runner is killed`,
     notices,
-    command: (run) => ({ file: "sh", args: ["-c", CGROUP_WRAPPER, "sh", procs, run] }),
+    command: (run, shell) => ({ file: "sh", args: ["-c", CGROUP_WRAPPER, "sh", procs, ...shell, "-c", run] }),
     // Not what this process may not signal: cgroup.kill ends those at the end.
     members: () => readPids(procs).filter((pid) => pid !== anchor.pid && maySignal(pid)),
     async killAll(until) {

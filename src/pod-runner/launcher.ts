@@ -1,6 +1,6 @@
 // How an attempt's shell is started and its tree ended: the seam between the attempt's watchdog
 // (attempt.ts: deadline, stall, cancel file, who fired first) and where the task runs. The local
-// launcher spawns `sh -c` on this machine in a new process group and ends it with signals and
+// launcher spawns the task's shell (`sh -c` by default) on this machine in a new process group and ends it with signals and
 // /proc scans; the agent launcher (agent-launcher.ts) asks the agent of the task's container.
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -8,6 +8,7 @@ import { performance } from "node:perf_hooks";
 import type { Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Ending } from "../api/reasons.js";
+import { DEFAULT_SHELL } from "../api/shell.js";
 import type { AttemptSpec } from "./attempt.js";
 import { writeCancelFilesOf } from "./cancel-file.js";
 import {
@@ -88,6 +89,11 @@ export interface Launched {
    * be held (an agent's connection during a stop and at the run's end); absent: none ever are.
    */
   droppedBytes?(): number;
+  /**
+   * Why the started leader could not become the task's shell (an agent's chdir or exec failed, and
+   * it exited 127), in words that name the field; absent when it did.
+   */
+  execFailure?(): string | undefined;
   /** what the attempt cost, once its leader exited (task-usage.ts; an agent's wait4) */
   usage?(): TaskUsage;
 }
@@ -119,13 +125,17 @@ export async function within(promise: Promise<unknown>, ms: number): Promise<boo
   return settled;
 }
 
-/** Today's way: `sh -c` (wrapped by the run's containment) spawned here in a group of its own. */
+/** The task's shell (`sh -c`, or its `shell`), wrapped by the run's containment, spawned here in a group of its own. */
 export const LOCAL_LAUNCHER: Launcher = {
   async launch(spec) {
     let child: ChildProcess;
     const cpuBefore = childrenCpuTicks();
     try {
-      const { file, args } = spec.command?.(spec.run) ?? { file: "sh", args: ["-c", spec.run] };
+      const shell = spec.shell?.words ?? DEFAULT_SHELL;
+      const { file, args } = spec.command?.(spec.run, shell) ?? {
+        file: shell[0] ?? "sh",
+        args: [...shell.slice(1), "-c", spec.run],
+      };
       child = spawn(file, args, {
         detached: true,
         stdio: ["ignore", "pipe", "pipe"],

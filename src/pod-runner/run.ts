@@ -12,6 +12,7 @@ import type { EffectiveLimit, ResolvedLimits, TaskLimits } from "../api/limits.j
 import type { TaskSpec } from "../api/playbook.js";
 import type { TaskPhase } from "../api/reasons.js";
 import type { ContainmentKind, RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
+import { effectiveShell } from "../api/shell.js";
 import {
   type AgentRun,
   agentCancelFileOf,
@@ -88,6 +89,8 @@ export interface RunOptions {
   finally?: readonly TaskSpec[];
   /** Ends the finally tasks (a cancel that came once they began, or a second one). */
   finallyCancelSignal?: AbortSignal;
+  /** spec.shell: the shell of tasks that name none (absent: `sh`) */
+  shell?: string | undefined;
   limits: ResolvedLimits;
   /** When the run started; the ceiling counts from here (default: now). */
   runStart?: Date;
@@ -284,6 +287,14 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       emit({ type: "task-finished", index, outcome });
       return outcome.phase;
     }
+    // A finally task's shell is named by its place in spec.finally.
+    const main = index < options.tasks.length;
+    const shell = effectiveShell(
+      task,
+      main ? index : index - options.tasks.length,
+      options.shell,
+      main ? "tasks" : "finally",
+    );
     let result: AttemptResult;
     let stoppedBeforeRetry: StopBeforeStart | null = null;
     for (;;) {
@@ -295,6 +306,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       result = await runAttempt({
         taskName: task.name,
         run: task.run,
+        ...(shell ? { shell } : {}),
         command: containment.command,
         env: {
           ...(container !== null ? containerEnv(agents, container, baseEnv) : baseEnv),
@@ -564,7 +576,8 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
     case "exited": {
       outcome.phase = result.exitCode === 0 ? "Succeeded" : "Failed";
       const last = result.tail.lastLine();
-      if (outcome.phase === "Failed" && result.outOfMemory) {
+      if (outcome.phase === "Failed" && result.execFailure) outcome.detail = result.execFailure;
+      else if (outcome.phase === "Failed" && result.outOfMemory) {
         // Named first: the report keeps the start of a message it has to shorten.
         outcome.detail = `out of memory: ${result.outOfMemory} (SIGKILL)${last ? `; last output: ${last}` : ""}`;
       } else if (outcome.phase === "Failed" && last) outcome.detail = last;

@@ -251,6 +251,30 @@ describe("admission and the shared schema", () => {
       { tasks: [{ name: "a", run: "true", env: [{ name: "BIG", value: "é".repeat(70_000) }] }] },
     ],
     [
+      "a shell of words: both admit",
+      { shell: "bash -eo pipefail", tasks: [{ name: "a", run: "true", shell: "/bin/sh -eu" }] },
+    ],
+    ["an empty shell: both refuse", { shell: "", tasks: [{ name: "a", run: "true" }] }],
+    ["a shell of spaces: both refuse", { tasks: [{ name: "a", run: "true", shell: "   " }] }],
+    ["a shell with a tab: both refuse", { tasks: [{ name: "a", run: "true", shell: "bash\t-e" }] }],
+    ["a relative shell path: both refuse", { tasks: [{ name: "a", run: "true", shell: "./bash -e" }] }],
+    ["a shell of 9 words: both refuse", { shell: "a b c d e f g h i", tasks: [{ name: "a", run: "true" }] }],
+    ["a shell of 8 words: both admit", { shell: "a b c d e f g h", tasks: [{ name: "a", run: "true" }] }],
+    [
+      "a shell of 257 characters: both refuse",
+      { tasks: [{ name: "a", run: "true", shell: `/${"x".repeat(256)}` }] },
+    ],
+    [
+      "200 tasks, each with a run and a 256-character shell past the plan's size: both refuse",
+      {
+        tasks: Array.from({ length: 200 }, (_, i) => ({
+          name: `t${i}`,
+          run: "x".repeat(768),
+          shell: `/${"x".repeat(255)}`,
+        })),
+      },
+    ],
+    [
       "an image of 513 characters: both refuse",
       { image: `${"x/".repeat(256)}x`, tasks: [{ name: "a", run: "true" }] },
     ],

@@ -211,6 +211,7 @@ describe("admission", () => {
       { field: "spec.ceiling", spec: { ceiling: "2h" } },
       { field: "spec.stall", spec: { stall: "1m" } },
       { field: "spec.image", spec: { image: "busybox" } },
+      { field: "spec.shell", spec: { shell: "bash -eo pipefail" } },
     ])("refuses an edit of $field, naming the field", async ({ field, spec }) => {
       const name = `frozen-${field.replace("spec.", "").toLowerCase()}`;
       await started(name);
@@ -243,5 +244,6 @@ describe("admission", () => {
     expect(await explain("playbook.spec.tasks.timeout")).toContain("Must not be longer than spec.ceiling");
     expect(await explain("playbook.status.conditions.reason")).toContain("TaskTimeout");
     expect(await explain("pb.spec.cancel")).toContain("cancel the run");
+    expect(await explain("pb.spec.tasks.shell")).toContain('WORDS -c RUN ("bash -eo pipefail", "sh -eu")');
   });
 });

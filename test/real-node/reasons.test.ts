@@ -63,4 +63,24 @@ describe("the controller's pods on the real node", () => {
     // (1000), not the runner's; /proc/1/cmdline ends in a NUL.
     expect(stdout).toMatch(new RegExp(`\\[look\\] ${mark}\\n\\[look\\] 1000\\n\\[look\\] /pause`));
   });
+
+  it("run each task under its shell: sh -c goes on past a failed pipe, bash -eo pipefail fails the task", async () => {
+    await createPlaybook(table.namespace, "shells", {
+      ceiling: "1m",
+      tasks: [
+        { name: "lenient", run: "false | true; echo went-on" },
+        { name: "strict", shell: "bash -eo pipefail", run: "false | true; echo went-on" },
+      ],
+    });
+    const playbook = await waitForFinished(table.namespace, "shells", 60_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "TaskFailed" });
+    expect(playbook.status?.tasks?.map((task) => [task.name, task.phase])).toEqual([
+      ["lenient", "Succeeded"],
+      ["strict", "Failed"],
+    ]);
+    expect(playbook.status?.tasks?.[1]?.exitCode).toBe(1);
+    const { stdout } = await kubectl(["-n", table.namespace, "logs", "shells-1", "-c", "runner"]);
+    expect(stdout).toContain("[lenient] went-on");
+    expect(stdout).not.toContain("[strict] went-on");
+  });
 });

@@ -88,6 +88,8 @@ interface PodOptions {
   finally?: object[];
   /** per finally task, its container (the plan's `finally`) */
   plannedFinally?: string[];
+  /** spec.shell */
+  shell?: string;
   ceiling?: string;
   killGrace?: string;
   containers?: Record<string, string>;
@@ -184,6 +186,7 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
     spec: {
       ceiling: options.ceiling ?? "1m",
       killGrace: options.killGrace ?? "1s",
+      ...(options.shell ? { shell: options.shell } : {}),
       tasks: options.tasks,
       ...(options.finally ? { finally: options.finally } : {}),
     },
@@ -722,6 +725,38 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     // Its own attempt's cancel file, written before the SIGTERM it shares with the stopped task.
     expect(readFileSync(join(ws, "service.cancel"), "utf8")).toMatch(/^TaskTimeout: slow passed its limit/);
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+  });
+
+  it("runs each task under its shell through its agent: bash -eo pipefail fails the pipe, the task's own shell wins", async () => {
+    const strict = await runPod({
+      shell: "bash -eo pipefail",
+      tasks: [{ name: "dump", run: "false | gzip > /dev/null; echo uploaded" }],
+    });
+    expect(strict.report.reason, strict.stderr).toBe("TaskFailed");
+    expect(strict.report.tasks[0]).toMatchObject({ p: "Failed", x: 1 });
+    expect(strict.stdout).not.toContain("uploaded");
+    const lenient = await runPod({
+      shell: "bash -eo pipefail",
+      tasks: [{ name: "dump", shell: "sh", run: "false | gzip > /dev/null; echo uploaded" }],
+    });
+    expect(lenient.report.reason, lenient.stderr).toBe("Succeeded");
+    expect(lenient.stdout).toContain("[dump] uploaded");
+  });
+
+  it("fails at once, exit 127, a task whose image has no such shell, naming the field: nothing of it runs", async () => {
+    const run = await runPod({
+      tasks: [
+        { name: "first", run: "echo first" },
+        { name: "second", shell: "no-such-shell -e", run: "echo never" },
+      ],
+    });
+    expect(run.report.reason, run.stderr).toBe("TaskFailed");
+    expect(run.report.tasks[1]).toMatchObject({ p: "Failed", x: 127 });
+    expect(run.report.tasks[1]?.m).toMatch(
+      /^spec\.tasks\[1\]\.shell "no-such-shell -e": container task-1 has no such shell \(no-such-shell not found on PATH [^)]+\); the task was not run$/,
+    );
+    expect(run.stdout).toContain("[first] first");
+    expect(run.stdout).not.toContain("never");
   });
 
   it("keeps the order of each stream", async () => {

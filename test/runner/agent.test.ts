@@ -488,6 +488,50 @@ describe("agent", () => {
     },
   );
 
+  describe("a task's own shell (spec.tasks[].shell)", () => {
+    it("executes its words with -c RUN: a bare name found on the task's PATH, an absolute path as given", async () => {
+      const { agent } = await startAgent();
+      // The issue's case: the dump fails, the pipe's last command succeeds.
+      const strict = observe(agent, {
+        run: "readlink /proc/$$/exe; false | true; echo uploaded",
+        shell: ["bash", "-eo", "pipefail"],
+      });
+      await strict.done;
+      expect(strict.stdout()).toMatch(/\/bash\n$/);
+      expect(await strict.exited).toEqual({ code: 1, signal: null, ...USAGE });
+      const byPath = observe(agent, { run: 'echo "$0 $-"', shell: ["/bin/bash", "-eu"] });
+      await byPath.done;
+      expect(byPath.stdout()).toMatch(/^\/bin\/bash .*e.*u/);
+      // Without a shell of its own: sh -c, which goes on after the pipe, as always.
+      const plain = observe(agent, { run: "false | true; echo uploaded" });
+      await plain.done;
+      expect(plain.stdout()).toBe("uploaded\n");
+      expect(await plain.exited).toEqual({ code: 0, signal: null, ...USAGE });
+    });
+
+    it("is the attempt's leader: its pid is the group's the agent reports", async () => {
+      const { agent } = await startAgent();
+      const task = observe(agent, { run: "echo $$", shell: ["bash", "-e"] });
+      const pid = await task.started;
+      await task.done;
+      expect(task.stdout()).toBe(`${pid}\n`);
+    });
+
+    it("reports a shell it cannot find, and exits 127: never the busybox in its place", async () => {
+      const { agent } = await startAgent();
+      const missing = observe(agent, { run: "true", shell: ["no-such-shell", "-e"] });
+      expect(await missing.exited).toEqual({ code: 127, signal: null, ...USAGE });
+      await missing.done;
+      expect(missing.events).toContainEqual(`failed no-such-shell not found on PATH ${PATH}`);
+      const absolute = observe(agent, { run: "true", shell: ["/nonexistent/bash"] });
+      expect(await absolute.exited).toEqual({ code: 127, signal: null, ...USAGE });
+      await absolute.done;
+      expect(absolute.events).toContainEqual(
+        expect.stringMatching(/^failed exec \/nonexistent\/bash: No such file or directory$/),
+      );
+    });
+  });
+
   it("ends its descendants and exits 0 when the runner's connection drops", async () => {
     const { agent, hub, ended } = await startAgent();
     const task = observe(agent, { run: "sleep 300 & echo $!; setsid sleep 300 & echo $!; wait" });

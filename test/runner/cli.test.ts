@@ -53,6 +53,50 @@ describe("playbook run", () => {
   });
 
   it.each([
+    [
+      "a command name found nowhere on PATH",
+      { shell: "no-such-shell-here -e" },
+      'spec.tasks[1].shell "no-such-shell-here -e": no-such-shell-here was not found on PATH',
+    ],
+    [
+      "an absolute path that is no executable file",
+      { shell: "/nonexistent/bash -eo pipefail" },
+      'spec.tasks[1].shell "/nonexistent/bash -eo pipefail": /nonexistent/bash is not an executable file on this machine; nothing was run',
+    ],
+  ])(
+    "refuses a task's shell that is not on this machine (%s) with exit 2, and runs nothing; validate warns",
+    async (_name, shell, message) => {
+      const dir = mkdtempSync(join(tmpdir(), "cli-"));
+      const witness = join(dir, "ran");
+      const file = manifest({
+        tasks: [
+          { name: "first", run: `touch ${witness}` },
+          { name: "second", run: "true", ...shell },
+        ],
+      });
+      const run = await startCli(["run", "-f", file]);
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).toContain(`${message}`);
+      expect(existsSync(witness)).toBe(false);
+      // A manifest may be meant for a cluster, where the task runs in the runner image: validate
+      // says so and passes it.
+      const validate = await startCli(["validate", "-f", file]);
+      expect(validate.code, validate.stderr).toBe(0);
+      expect(validate.stderr).toContain(`playbook: warning: ${message.replace("; nothing was run", "")}`);
+      expect(validate.stderr).toContain("`playbook run` would refuse it here");
+    },
+  );
+
+  it("names spec.shell and the task it would run when the spec's shell is not here", async () => {
+    const file = manifest({ shell: "no-such-shell-here", tasks: [{ name: "only", run: "true" }] });
+    const result = await startCli(["run", "-f", file]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain(
+      'spec.shell "no-such-shell-here" (the shell of task only): no-such-shell-here was not found on PATH',
+    );
+  });
+
+  it.each([
     ["unparseable YAML", "spec: [", /line \d+, column \d+: YAML/],
     ["a missing file", null, /no such file/],
   ])("exits 2 on %s", async (_name, content, message) => {
@@ -824,10 +868,35 @@ describe("playbook validate, --help and --version", () => {
     expect(result.stdout).toMatch(/task check: .*, image registry\.example\/tools:3\n/);
   });
 
+  it("shows each task's shell and where it came from", async () => {
+    const file = manifest({
+      shell: "bash -eo pipefail",
+      tasks: [
+        { name: "dump", run: "pg_dump | gzip > x" },
+        { name: "legacy", run: "true", shell: "sh" },
+      ],
+    });
+    const result = await startCli(["validate", "-f", file]);
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain("task dump: no timeout of its own");
+    expect(result.stdout).toMatch(/task dump: .*, shell bash -eo pipefail -c \(spec\), /);
+    expect(result.stdout).toMatch(/task legacy: .*, shell sh -c \(task\), /);
+    const plain = await startCli(["validate", "-f", manifest({ tasks: [{ name: "a", run: "true" }] })]);
+    expect(plain.stdout).toMatch(/task a: .*, shell sh -c \(default\), /);
+  });
+
   it.each([["run"], ["validate"], ["pod-runner"]])("prints help for %s", async (command) => {
     const result = await startCli([command, "--help"]);
     expect(result.code).toBe(0);
     expect(result.stdout).toContain(`Usage: playbook ${command}`);
+  });
+
+  it("says in run's help how a task's shell and working directory are chosen, here and in a pod", async () => {
+    const result = await startCli(["run", "--help"]);
+    expect(result.stdout).toContain("shell: bash -eo pipefail");
+    expect(result.stdout).toContain("Without one: sh -c RUN");
+    expect(result.stdout).toContain("on this machine: the directory playbook run was started in");
+    expect(result.stdout).toContain("in a task's image and in a pod: /workspace");
   });
 
   it("prints its version", async () => {

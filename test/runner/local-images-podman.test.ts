@@ -135,6 +135,33 @@ describe("playbook run: tasks in their own images through podman", () => {
     expect(await runContainers()).toEqual([]);
   });
 
+  it("runs a task under its shell in its image, and fails at once one whose image has no such shell", async () => {
+    const strict = await cliTimed([
+      "run",
+      "-f",
+      manifest({
+        shell: "bash -eo pipefail",
+        tasks: [{ name: "dump", image: TASK_IMAGES.debian, run: "false | gzip > /dev/null; echo uploaded" }],
+      }),
+    ]);
+    expect(strict.code, strict.stderr).toBe(1);
+    expect(strict.lines.map((line) => line.text)).not.toContain("[dump] uploaded");
+    // The static image has no bash, and the busybox does not stand in for it.
+    const missing = await cliTimed([
+      "run",
+      "-f",
+      manifest({
+        tasks: [{ name: "nobash", image: TASK_IMAGES.static, shell: "bash -e", run: "echo never" }],
+      }),
+    ]);
+    expect(missing.code, missing.stderr).toBe(1);
+    expect(missing.stderr).toMatch(
+      /task nobash exited with code 127: spec\.tasks\[0\]\.shell "bash -e": container task-1 has no such shell \(bash not found on PATH [^)]*\); the task was not run/,
+    );
+    expect(missing.lines.map((line) => line.text)).not.toContain("[nobash] never");
+    expect(await runContainers()).toEqual([]);
+  });
+
   it("ends the whole tree in the container on TaskTimeout, and removes the container", async () => {
     const mark = `local-timeout-${process.pid}`;
     const file = manifest({

@@ -6,6 +6,7 @@ import { afterEach, expect } from "vitest";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
 import type { RunOutcome } from "../../src/api/report.js";
+import type { Containment } from "../../src/pod-runner/containment.js";
 import type { ProcessTable } from "../../src/pod-runner/process-table.js";
 import { type RunEvent, runPlaybook } from "../../src/pod-runner/run.js";
 import { processesWithEnv } from "./processes.js";
@@ -63,6 +64,8 @@ export async function runSpec(
     drainWindowMs?: number;
     /** where the runner looks for the tasks' processes (a fake /proc) */
     processTable?: ProcessTable;
+    /** what holds the run's processes (default: the best this machine offers) */
+    containment?: (runId: string) => Containment;
   },
 ): Promise<TestRun> {
   const parsed: PlaybookSpec = PlaybookSpecSchema.parse(spec);
@@ -82,6 +85,7 @@ export async function runSpec(
     tasks: parsed.tasks,
     ...(parsed.finally ? { finally: parsed.finally } : {}),
     ...(options.finallyCancelSignal ? { finallyCancelSignal: options.finallyCancelSignal } : {}),
+    shell: parsed.shell,
     limits,
     sink: options.sink ?? sink,
     prefixOutput: options.prefixOutput,
@@ -94,6 +98,7 @@ export async function runSpec(
     },
     drainWindowMs: options.drainWindowMs,
     processTable: options.processTable,
+    ...(options.containment ? { containment: options.containment } : {}),
     baseEnv: { PATH: process.env.PATH, [MARKER_VAR]: options.marker },
   });
   const elapsedMs = performance.now() - started;

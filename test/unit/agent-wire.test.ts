@@ -24,8 +24,13 @@ describe("agent wire: the bytes of the contract", () => {
   it.each<[string, RunnerFrame, string]>([
     [
       "start",
-      { type: "start", id: 7, cwd: "/workspace", run: "echo hi", env: { A: "1", B: "x=y" } },
-      "S\0\0\0\x1e7\0/workspace\0echo hi\0A=1\0B=x=y",
+      { type: "start", id: 7, cwd: "/workspace", run: "echo hi", shell: [], env: { A: "1", B: "x=y" } },
+      "S\0\0\0\x1f7\0/workspace\0echo hi\0\0A=1\0B=x=y",
+    ],
+    [
+      "start with the task's shell (its words joined by spaces)",
+      { type: "start", id: 7, cwd: "/w", run: "false | true", shell: ["bash", "-eo", "pipefail"], env: {} },
+      "S\0\0\0\x237\0/w\0false | true\0bash -eo pipefail",
     ],
     ["kill of a group", { type: "kill", target: -42, signal: "SIGTERM" }, "K\0\0\0\x0b-42\0SIGTERM"],
     ["kill of the tree", { type: "kill", target: "tree", signal: "SIGKILL" }, "K\0\0\0\x0ctree\0SIGKILL"],
@@ -144,9 +149,14 @@ describe("agent wire: the bytes of the contract", () => {
   );
 
   it("refuses a field that holds a NUL and an env name with =", () => {
-    expect(() => encodeRunnerFrame({ type: "start", id: 1, cwd: "/", run: "a\0b", env: {} })).toThrow(/NUL/);
-    expect(() => encodeRunnerFrame({ type: "start", id: 1, cwd: "/", run: "", env: { "A=B": "1" } })).toThrow(
-      /env name/,
-    );
+    expect(() =>
+      encodeRunnerFrame({ type: "start", id: 1, cwd: "/", run: "a\0b", shell: [], env: {} }),
+    ).toThrow(/NUL/);
+    expect(() =>
+      encodeRunnerFrame({ type: "start", id: 1, cwd: "/", run: "", shell: [], env: { "A=B": "1" } }),
+    ).toThrow(/env name/);
+    expect(() =>
+      encodeRunnerFrame({ type: "start", id: 1, cwd: "/", run: "", shell: ["bash -e"], env: {} }),
+    ).toThrow(/bad shell word/);
   });
 });
