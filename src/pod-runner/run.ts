@@ -423,7 +423,8 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         cancelSignal: cancel,
         stopBeforeStart: () =>
           cancel?.aborted ? "Cancelled" : performance.now() >= finallyCeilingAt ? "FinallyCeiling" : null,
-        deadline: (attemptStart, limits) => finallyDeadline(attemptStart, limits, finallyCeilingAt),
+        deadline: (attemptStart, limits) =>
+          attemptDeadline(attemptStart, limits, finallyCeilingAt, "FinallyCeiling"),
         env: { [OUTCOME_ENV_VAR]: reason, [FAILED_TASK_ENV_VAR]: ending?.name ?? "" },
       };
       let finallyEnded: TaskPhase | null = null;
@@ -496,30 +497,21 @@ interface TaskPhaseRules {
   env: Record<string, string>;
 }
 
-/** A finally task's deadline = min(attempt start + task timeout, finally start + finallyCeiling). */
-export function finallyDeadline(
-  attemptStart: number,
-  limits: TaskLimits,
-  finallyCeilingAt: number,
-): AttemptDeadline {
-  if (limits.timeout) {
-    const timeoutAt = attemptStart + limits.timeout.ms;
-    if (timeoutAt <= finallyCeilingAt) return { at: timeoutAt, limit: "TaskTimeout" };
-  }
-  return { at: finallyCeilingAt, limit: "FinallyCeiling" };
-}
-
-/** Deadline of an attempt = min(attempt start + task timeout, run start + ceiling). */
+/**
+ * Deadline of an attempt = min(attempt start + task timeout, run start + ceiling); of a finally
+ * task's, min(attempt start + task timeout, finally start + finallyCeiling).
+ */
 export function attemptDeadline(
   attemptStart: number,
   limits: TaskLimits,
   ceilingAt: number,
+  ceiling: "RunCeiling" | "FinallyCeiling" = "RunCeiling",
 ): AttemptDeadline {
   if (limits.timeout) {
     const timeoutAt = attemptStart + limits.timeout.ms;
     if (timeoutAt <= ceilingAt) return { at: timeoutAt, limit: "TaskTimeout" };
   }
-  return { at: ceilingAt, limit: "RunCeiling" };
+  return { at: ceilingAt, limit: ceiling };
 }
 
 /** Settles a task that a cancellation or the ceiling kept from (re)starting. */
