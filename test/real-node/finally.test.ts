@@ -83,8 +83,13 @@ describe("finally tasks on the real node", () => {
       killGrace: "2s",
       tasks: [{ name: "wait", run: "echo waiting; sleep 300" }],
       finallyCeiling: "1m",
+      // Longer than killGrace and the 5s margin: only the finally window in the pod's grace lets it end.
       finally: [
-        { name: "unlock", image: TASK_IMAGES.debian, run: 'echo "unlocked after $PLAYBOOK_OUTCOME"' },
+        {
+          name: "unlock",
+          image: TASK_IMAGES.debian,
+          run: 'sleep 10; echo "unlocked after $PLAYBOOK_OUTCOME"',
+        },
       ],
     });
     await waitForPlaybook(namespace, "cancelled", "to be Running", (p) => p.status?.phase === "Running");
