@@ -15,7 +15,7 @@ import {
   Quantity,
   ResourceRequirements,
 } from "./playbook.js";
-import { ImageReference } from "./task-images.js";
+import { allTasksOf, ImageReference } from "./task-images.js";
 
 export const POLICY_KIND = "PlaybookPolicy";
 export const POLICY_PLURAL = "playbookpolicies";
@@ -267,10 +267,13 @@ export function podSettings(spec: PlaybookSpec, rules: NamespaceRules): PodSetti
 export const POLICY_FIELDS = [
   "spec.ceiling",
   "spec.killGrace",
+  "spec.finallyCeiling",
   "spec.tasks[].timeout",
+  "spec.finally[].timeout",
   "spec.serviceAccountName",
   "spec.image",
   "spec.tasks[].image",
+  "spec.finally[].image",
   "spec.resources",
   "policy",
 ] as const;
@@ -314,17 +317,35 @@ export function checkPolicy(
       message: `${own ? value : `${value} (${limits.killGrace.field})`} is longer than the namespace's maximum killGrace ${maximums.killGrace} (${where(rules, "spec.maximums.killGrace", "--max-kill-grace")})`,
     });
   }
+  // Only a run with finally tasks uses its finallyCeiling: an unused default refuses nothing.
+  const finallyCeiling = limits.finallyCeiling;
+  if (
+    maximums.finallyCeiling !== undefined &&
+    (limits.finally.length > 0 || finallyCeiling.source === "spec") &&
+    finallyCeiling.ms > parseDuration(maximums.finallyCeiling)
+  ) {
+    const value = formatDuration(finallyCeiling.ms);
+    const own = finallyCeiling.source === "spec";
+    problems.push({
+      path: own ? "spec.finallyCeiling" : "spec",
+      field: "spec.finallyCeiling",
+      message: `${own ? value : `${value} (${finallyCeiling.field})`} is longer than the namespace's maximum finallyCeiling ${maximums.finallyCeiling} (${where(rules, "spec.maximums.finallyCeiling", "--max-finally-ceiling")})`,
+    });
+  }
   if (maximums.taskTimeout !== undefined) {
     const maxMs = parseDuration(maximums.taskTimeout);
-    spec.tasks.forEach((task, index) => {
+    for (const {
+      task,
+      path: [list, index],
+    } of allTasksOf(spec)) {
       if (task.timeout !== undefined && parseDuration(task.timeout) > maxMs) {
         problems.push({
-          path: `spec.tasks[${index}].timeout`,
-          field: "spec.tasks[].timeout",
+          path: `spec.${list}[${index}].timeout`,
+          field: `spec.${list}[].timeout`,
           message: `${task.timeout} is longer than the namespace's maximum task timeout ${maximums.taskTimeout} (${where(rules, "spec.maximums.taskTimeout", "configuration")})`,
         });
       }
-    });
+    }
   }
   const fallback = rules.defaults.serviceAccountName;
   if (
@@ -351,7 +372,7 @@ export function checkPolicy(
 /**
  * Every image a task runs in must be allowed: the runner image, the policy's own default image, or
  * one its allowedImages (without a policy, the controller's --allowed-images) admit. A task's own
- * image is refused at spec.tasks[i].image, the Playbook's default at spec.image.
+ * image is refused at spec.tasks[i].image (spec.finally[i].image), the Playbook's default at spec.image.
  */
 function checkImages(spec: PlaybookSpec, rules: NamespaceRules): PolicyProblem[] {
   const allowed = (image: string) =>
@@ -364,15 +385,18 @@ function checkImages(spec: PlaybookSpec, rules: NamespaceRules): PolicyProblem[]
   if (spec.image !== undefined && !allowed(spec.image)) {
     problems.push({ path: "spec.image", field: "spec.image", message: refused(spec.image) });
   }
-  spec.tasks.forEach((task, index) => {
+  for (const {
+    task,
+    path: [list, index],
+  } of allTasksOf(spec)) {
     if (task.image !== undefined && !allowed(task.image)) {
       problems.push({
-        path: `spec.tasks[${index}].image`,
-        field: "spec.tasks[].image",
+        path: `spec.${list}[${index}].image`,
+        field: `spec.${list}[].image`,
         message: refused(task.image),
       });
     }
-  });
+  }
   return problems;
 }
 
@@ -422,6 +446,7 @@ export function policyProblems(
   policy: { name: string; spec: PolicySpec },
   controllerMaxCeilingMs: number,
   controllerMaxKillGraceMs = Number.POSITIVE_INFINITY,
+  controllerMaxFinallyCeilingMs = Number.POSITIVE_INFINITY,
 ): string[] {
   const problems: string[] = [];
   const { defaults = {}, maximums = {} } = policy.spec;
@@ -454,6 +479,25 @@ export function policyProblems(
         `spec.defaults.killGrace: ${defaults.killGrace} is longer than the controller's maximum killGrace ${formatDuration(controllerMaxKillGraceMs)}`,
       );
     }
+  }
+  if (defaults.finallyCeiling !== undefined) {
+    const ceiling = parseDuration(defaults.finallyCeiling);
+    if (ceiling <= 0) {
+      problems.push(`spec.defaults.finallyCeiling: ${defaults.finallyCeiling} must be longer than 0s`);
+    }
+    if (maximums.finallyCeiling !== undefined && ceiling > parseDuration(maximums.finallyCeiling)) {
+      problems.push(
+        `spec.defaults.finallyCeiling: ${defaults.finallyCeiling} is longer than spec.maximums.finallyCeiling ${maximums.finallyCeiling}`,
+      );
+    }
+    if (ceiling > controllerMaxFinallyCeilingMs) {
+      problems.push(
+        `spec.defaults.finallyCeiling: ${defaults.finallyCeiling} is longer than the controller's maximum finallyCeiling ${formatDuration(controllerMaxFinallyCeilingMs)}`,
+      );
+    }
+  }
+  if (maximums.finallyCeiling !== undefined && parseDuration(maximums.finallyCeiling) <= 0) {
+    problems.push(`spec.maximums.finallyCeiling: ${maximums.finallyCeiling} must be longer than 0s`);
   }
   for (const kind of ["limits", "requests"] as const) {
     for (const [name, value] of Object.entries(defaults.resources?.[kind] ?? {})) {
