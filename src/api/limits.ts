@@ -17,6 +17,10 @@ export interface LimitDefaults {
   maxKillGrace?: { ms: number; where: string } | undefined;
   /** From the pod's creation until its runner starts; absent (a plan of an earlier version): DEFAULT_START_TIMEOUT_MS. */
   startTimeoutMs?: number | undefined;
+  /** The finally tasks' ceiling; absent (a plan of an earlier version): DEFAULT_FINALLY_CEILING_MS. */
+  finallyCeilingMs?: number | undefined;
+  /** The longest finallyCeiling accepted, and where it is set; absent from a run's plan: no bound. */
+  maxFinallyCeiling?: { ms: number; where: string } | undefined;
   /** The namespace policy's defaults: the level between the spec and the controller's defaults. */
   policy?: PolicyLimitDefaults | undefined;
 }
@@ -27,10 +31,15 @@ export interface PolicyLimitDefaults {
   stallMs?: number | undefined;
   killGraceMs?: number | undefined;
   startTimeoutMs?: number | undefined;
+  finallyCeilingMs?: number | undefined;
 }
 
 /** The controller's --default-start-timeout when not given, and what a plan without one means. */
 export const DEFAULT_START_TIMEOUT_MS = 300_000;
+/** The controller's --default-finally-ceiling when not given, and what a plan without one means. */
+export const DEFAULT_FINALLY_CEILING_MS = 300_000;
+/** The controller's --max-finally-ceiling when not given, and `playbook run`'s. */
+export const DEFAULT_MAX_FINALLY_CEILING_MS = 3_600_000;
 
 /** Defaults for `playbook run` on a laptop; the controller takes its own from its configuration. */
 export const LOCAL_DEFAULTS: LimitDefaults = {
@@ -41,6 +50,8 @@ export const LOCAL_DEFAULTS: LimitDefaults = {
   maxKillGrace: { ms: 300_000, where: "playbook run's own maximum" },
   // Shown, never enforced: a local run has no pod to wait for.
   startTimeoutMs: DEFAULT_START_TIMEOUT_MS,
+  finallyCeilingMs: DEFAULT_FINALLY_CEILING_MS,
+  maxFinallyCeiling: { ms: DEFAULT_MAX_FINALLY_CEILING_MS, where: "playbook run's own maximum" },
 };
 
 export interface EffectiveLimit {
@@ -66,6 +77,10 @@ export interface ResolvedLimits {
   /** From the pod's creation until its runner starts (the controller enforces it, not the runner). */
   startTimeout: EffectiveLimit;
   tasks: TaskLimits[];
+  /** The finally tasks' ceiling, counted from the main tasks' end (shown only for a spec with finally tasks). */
+  finallyCeiling: EffectiveLimit;
+  /** spec.finally's tasks, in order (empty without them). */
+  finally: TaskLimits[];
 }
 
 export interface LimitProblem {
@@ -105,18 +120,29 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
     defaults.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS,
     "start timeout",
   );
-  const tasks = spec.tasks.map((task, index): TaskLimits => {
-    const timeout: EffectiveLimit | null =
-      task.timeout === undefined
-        ? null
-        : { ms: parseDuration(task.timeout), source: "task", field: `spec.tasks[${index}].timeout` };
-    const taskStall: EffectiveLimit =
-      task.stall === undefined
-        ? stall
-        : { ms: parseDuration(task.stall), source: "task", field: `spec.tasks[${index}].stall` };
-    return { name: task.name, timeout, stall: taskStall, retries: task.retries };
-  });
-  return { ceiling, stall, killGrace, startTimeout, tasks };
+  const finallyCeiling = pick(
+    spec.finallyCeiling,
+    "spec.finallyCeiling",
+    policy?.finallyCeilingMs,
+    defaults.finallyCeilingMs ?? DEFAULT_FINALLY_CEILING_MS,
+    "finally ceiling",
+  );
+  const taskLimits =
+    (list: "tasks" | "finally") =>
+    (task: PlaybookSpec["tasks"][number], index: number): TaskLimits => {
+      const timeout: EffectiveLimit | null =
+        task.timeout === undefined
+          ? null
+          : { ms: parseDuration(task.timeout), source: "task", field: `spec.${list}[${index}].timeout` };
+      const taskStall: EffectiveLimit =
+        task.stall === undefined
+          ? stall
+          : { ms: parseDuration(task.stall), source: "task", field: `spec.${list}[${index}].stall` };
+      return { name: task.name, timeout, stall: taskStall, retries: task.retries };
+    };
+  const tasks = spec.tasks.map(taskLimits("tasks"));
+  const finallyTasks = (spec.finally ?? []).map(taskLimits("finally"));
+  return { ceiling, stall, killGrace, startTimeout, tasks, finallyCeiling, finally: finallyTasks };
 }
 
 /** Checks that need the defaults or cross fields: what a schema alone cannot refuse. */
@@ -155,16 +181,27 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
       });
     }
   }
-  const seen = new Map<string, number>();
+  problems.push(...checkFinallyLimits(spec, limits, defaults));
+  const seen = new Map<string, string>();
+  (spec.finally ?? []).forEach((task, index) => {
+    const first = seen.get(task.name) ?? spec.tasks.findIndex((main) => main.name === task.name);
+    if (typeof first === "string" || first >= 0) {
+      problems.push({
+        path: `spec.finally[${index}].name`,
+        message: `${JSON.stringify(task.name)} is already used by ${typeof first === "string" ? first : `spec.tasks[${first}]`}; task names must be unique across spec.tasks and spec.finally`,
+      });
+    } else seen.set(task.name, `spec.finally[${index}]`);
+  });
+  seen.clear();
   spec.tasks.forEach((task, index) => {
     const first = seen.get(task.name);
     if (first !== undefined) {
       problems.push({
         path: `spec.tasks[${index}].name`,
-        message: `${JSON.stringify(task.name)} is already used by spec.tasks[${first}]; task names must be unique`,
+        message: `${JSON.stringify(task.name)} is already used by ${first}; task names must be unique`,
       });
     } else {
-      seen.set(task.name, index);
+      seen.set(task.name, `spec.tasks[${index}]`);
     }
     const timeout = limits.tasks[index]?.timeout;
     if (timeout && timeout.ms > limits.ceiling.ms) {
@@ -184,7 +221,50 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
   return problems;
 }
 
-/** The status.limits shape of docs/design.md. */
+/**
+ * finallyCeiling within its maximum and above 0, and each finally task's timeout within it: the
+ * finally tasks' time is bounded as the main tasks' is, by a ceiling of their own.
+ */
+function checkFinallyLimits(
+  spec: PlaybookSpec,
+  limits: ResolvedLimits,
+  defaults: LimitDefaults,
+): LimitProblem[] {
+  const problems: LimitProblem[] = [];
+  const ceiling = limits.finallyCeiling;
+  const fromSpec = ceiling.source === "spec";
+  const shown = fromSpec ? formatDuration(ceiling.ms) : `${formatDuration(ceiling.ms)} (${ceiling.field})`;
+  const path = fromSpec ? "spec.finallyCeiling" : "spec";
+  // A ceiling nobody uses is not refused for its value unless the spec set it.
+  if (!fromSpec && !spec.finally?.length) return problems;
+  if (ceiling.ms <= 0) problems.push({ path, message: `${shown} must be longer than 0s` });
+  const max = defaults.maxFinallyCeiling;
+  if (max !== undefined && ceiling.ms > max.ms) {
+    problems.push({
+      path,
+      message: `${shown} is longer than the maximum finallyCeiling ${formatDuration(max.ms)} (${max.where})`,
+    });
+  }
+  const ceilingName = fromSpec ? "spec.finallyCeiling" : ceiling.field;
+  (spec.finally ?? []).forEach((task, index) => {
+    const timeout = limits.finally[index]?.timeout;
+    if (!timeout) return;
+    if (timeout.ms <= 0) {
+      problems.push({
+        path: `spec.finally[${index}].timeout`,
+        message: `${task.timeout} must be longer than 0s`,
+      });
+    } else if (timeout.ms > ceiling.ms) {
+      problems.push({
+        path: `spec.finally[${index}].timeout`,
+        message: `${task.timeout} is longer than ${ceilingName} ${formatDuration(ceiling.ms)}`,
+      });
+    }
+  });
+  return problems;
+}
+
+/** The status.limits shape of docs/design.md; finallyCeiling only for a run with finally tasks. */
 export function describeRunLimits(limits: ResolvedLimits) {
   const show = (limit: EffectiveLimit) => ({ value: formatDuration(limit.ms), source: limit.source });
   return {
@@ -192,5 +272,14 @@ export function describeRunLimits(limits: ResolvedLimits) {
     stall: show(limits.stall),
     killGrace: show(limits.killGrace),
     startTimeout: show(limits.startTimeout),
+    ...(limits.finally.length > 0 ? { finallyCeiling: show(limits.finallyCeiling) } : {}),
   };
+}
+
+/**
+ * What the finally tasks may add to a run's time after its main tasks ended: their ceiling and the
+ * grace of the stop that ends one at it. 0 without finally tasks.
+ */
+export function finallyWindowMs(limits: ResolvedLimits): number {
+  return limits.finally.length === 0 ? 0 : limits.finallyCeiling.ms + limits.killGrace.ms;
 }

@@ -31,6 +31,7 @@ export const PLAN_FILE = `${PLAN_MOUNT_DIR}/${PLAN_FILE_NAME}`;
 export const MAX_PLAN_BYTES = 256 * 1024 - 2048;
 
 const Millis = z.number().int().min(0);
+const TaskPlacement = z.strictObject({ container: z.string().regex(/^task-[1-9][0-9]*$/, "must be task-K") });
 
 export const RunPlanSchema = z
   .strictObject({
@@ -44,6 +45,8 @@ export const RunPlanSchema = z
       killGraceMs: Millis,
       // Absent from the plans of an earlier version: DEFAULT_START_TIMEOUT_MS.
       startTimeoutMs: Millis.optional(),
+      // Absent from the plans of an earlier version: DEFAULT_FINALLY_CEILING_MS.
+      finallyCeilingMs: Millis.optional(),
       // The namespace policy's defaults the run started with: a later edit of the policy changes nothing.
       policy: z
         .strictObject({
@@ -51,6 +54,7 @@ export const RunPlanSchema = z
           stallMs: Millis.optional(),
           killGraceMs: Millis.optional(),
           startTimeoutMs: Millis.optional(),
+          finallyCeilingMs: Millis.optional(),
         })
         .optional(),
     }),
@@ -60,14 +64,21 @@ export const RunPlanSchema = z
      * runner never guesses; the images are the runner's PLAYBOOK_TASK_CONTAINERS. Absent from the
      * plans of an earlier version and of local runs.
      */
-    tasks: z
-      .array(z.strictObject({ container: z.string().regex(/^task-[1-9][0-9]*$/, "must be task-K") }))
-      .optional(),
+    tasks: z.array(TaskPlacement).optional(),
+    /** Per finally task (by index), the pod container it runs in; as `tasks`, for spec.finally. */
+    finally: z.array(TaskPlacement).optional(),
   })
   .refine((plan) => plan.tasks === undefined || plan.tasks.length === plan.spec.tasks.length, {
     path: ["tasks"],
     message: "must name one container per task of spec.tasks",
-  });
+  })
+  .refine(
+    (plan) =>
+      plan.tasks === undefined
+        ? plan.finally === undefined
+        : (plan.finally?.length ?? 0) === (plan.spec.finally?.length ?? 0),
+    { path: ["finally"], message: "must name one container per task of spec.finally" },
+  );
 export type RunPlan = z.infer<typeof RunPlanSchema>;
 
 export class PlanTooLargeError extends Error {}

@@ -13,6 +13,8 @@ export const PLURAL = "playbooks";
 export const API_VERSION = "playbook.dev/v1alpha1";
 export const KIND = "Playbook";
 export const MAX_TASKS = 200;
+/** spec.finally: cleanup tasks, a handful, not a second playbook. */
+export const MAX_FINALLY_TASKS = 20;
 /**
  * Why a run was cancelled, set with spec.cancel by whoever cancels it (a CronPlaybook replacing
  * it): the run's Cancelled condition and event begin with it.
@@ -145,7 +147,7 @@ const characters = (text: string | undefined): number => (text === undefined ? 0
 /**
  * The size the CRD bounds, counted as its CEL rule counts it: the tasks' names, run scripts,
  * timeouts, stalls, working directories, images, shells and env, plus 96 per task and 32 per env entry for
- * the JSON around them.
+ * the JSON around them. The finally tasks count too (pass them all).
  */
 export function planTextSize(tasks: readonly TaskSpec[]): number {
   let total = 0;
@@ -182,16 +184,30 @@ export const PlaybookSpecSchema = z
     tasks: z
       .array(TaskSpecSchema)
       .min(1, "must list at least one task")
-      .max(MAX_TASKS, `must list at most ${MAX_TASKS} tasks`)
-      .superRefine((tasks, ctx) => {
-        const size = planTextSize(tasks);
-        if (size > MAX_PLAN_TEXT) {
-          ctx.addIssue({
-            code: "custom",
-            message: `is too large to run: ${size} characters of names, run scripts, limits, working directories, images, shells and env (plus 96 per task and 32 per env entry), at most ${MAX_PLAN_TEXT}, so that the plan fits in the pod's annotations`,
-          });
-        }
-      }),
+      .max(MAX_TASKS, `must list at most ${MAX_TASKS} tasks`),
+    /**
+     * Cleanup: tasks that run after the main tasks end, however they ended (success, failure, a
+     * limit, cancel), each under its own timeout and stall, within finallyCeiling.
+     */
+    finally: z
+      .array(TaskSpecSchema)
+      .max(MAX_FINALLY_TASKS, `must list at most ${MAX_FINALLY_TASKS} tasks`)
+      .optional(),
+    /**
+     * The finally tasks' own ceiling, counted from the main tasks' end, not taken from spec.ceiling;
+     * default from the policy or the controller.
+     */
+    finallyCeiling: DurationString.optional(),
+  })
+  .superRefine((spec, ctx) => {
+    const size = planTextSize([...spec.tasks, ...(spec.finally ?? [])]);
+    if (size > MAX_PLAN_TEXT) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["tasks"],
+        message: `is too large to run: ${size} characters of names, run scripts, limits, working directories, images, shells and env (plus 96 per task and 32 per env entry${spec.finally?.length ? ", spec.finally's included" : ""}), at most ${MAX_PLAN_TEXT}, so that the plan fits in the pod's annotations`,
+      });
+    }
   })
   .superRefine((spec, ctx) => checkTaskImageCount(spec, ctx));
 export type PlaybookSpec = z.infer<typeof PlaybookSpecSchema>;
@@ -258,9 +274,13 @@ export const PlaybookStatusSchema = z.looseObject({
       killGrace: EffectiveLimitSchema,
       // Absent from the status of a run started by an earlier version.
       startTimeout: EffectiveLimitSchema.optional(),
+      // Only for a run with spec.finally.
+      finallyCeiling: EffectiveLimitSchema.optional(),
     })
     .optional(),
   tasks: z.array(TaskStatusSchema).optional(),
+  /** spec.finally's tasks, apart from the main ones, in order. */
+  finally: z.array(TaskStatusSchema).optional(),
   /** While the run goes on: its running task as `index/count name` (e.g. `3/7 migrate`), from the runner's progress record */
   currentTask: z.string().optional(),
   conditions: z.array(ConditionSchema).optional(),

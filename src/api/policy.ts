@@ -15,7 +15,7 @@ import {
   Quantity,
   ResourceRequirements,
 } from "./playbook.js";
-import { ImageReference } from "./task-images.js";
+import { allTasksOf, ImageReference } from "./task-images.js";
 
 export const POLICY_KIND = "PlaybookPolicy";
 export const POLICY_PLURAL = "playbookpolicies";
@@ -57,6 +57,8 @@ const PolicyDefaultsSchema = z.strictObject({
   stall: DurationString.optional(),
   killGrace: DurationString.optional(),
   startTimeout: DurationString.optional(),
+  /** The finally tasks' ceiling of a Playbook that sets no spec.finallyCeiling. */
+  finallyCeiling: DurationString.optional(),
   ttlSecondsAfterFinished: z.number().int().min(0).max(INT32_MAX).optional(),
   backoffLimit: z.number().int().min(0).max(100).optional(),
   serviceAccountName: ServiceAccountName.optional(),
@@ -70,6 +72,8 @@ const PolicyMaximumsSchema = z.strictObject({
   ceiling: DurationString.optional(),
   /** The longest grace after the ceiling (or a task's limit, or a cancel) before SIGKILL. */
   killGrace: DurationString.optional(),
+  /** The longest finallyCeiling: the time the finally tasks may add after the main tasks end. */
+  finallyCeiling: DurationString.optional(),
   taskTimeout: DurationString.optional(),
   runningPlaybooks: z.number().int().min(1).max(100_000).optional(),
   resources: z
@@ -168,12 +172,13 @@ function where(rules: NamespaceRules, policyField: string, flag: string): string
 export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults | undefined {
   if (!rules.policy) return undefined;
   const ms = (text: string | undefined) => (text === undefined ? undefined : parseDuration(text));
-  const { ceiling, stall, killGrace, startTimeout } = rules.defaults;
+  const { ceiling, stall, killGrace, startTimeout, finallyCeiling } = rules.defaults;
   return {
     ceilingMs: ms(ceiling),
     stallMs: ms(stall),
     killGraceMs: ms(killGrace),
     startTimeoutMs: ms(startTimeout),
+    finallyCeilingMs: ms(finallyCeiling),
   };
 }
 
@@ -262,10 +267,13 @@ export function podSettings(spec: PlaybookSpec, rules: NamespaceRules): PodSetti
 export const POLICY_FIELDS = [
   "spec.ceiling",
   "spec.killGrace",
+  "spec.finallyCeiling",
   "spec.tasks[].timeout",
+  "spec.finally[].timeout",
   "spec.serviceAccountName",
   "spec.image",
   "spec.tasks[].image",
+  "spec.finally[].image",
   "spec.resources",
   "policy",
 ] as const;
@@ -309,17 +317,35 @@ export function checkPolicy(
       message: `${own ? value : `${value} (${limits.killGrace.field})`} is longer than the namespace's maximum killGrace ${maximums.killGrace} (${where(rules, "spec.maximums.killGrace", "--max-kill-grace")})`,
     });
   }
+  // Only a run with finally tasks uses its finallyCeiling: an unused default refuses nothing.
+  const finallyCeiling = limits.finallyCeiling;
+  if (
+    maximums.finallyCeiling !== undefined &&
+    (limits.finally.length > 0 || finallyCeiling.source === "spec") &&
+    finallyCeiling.ms > parseDuration(maximums.finallyCeiling)
+  ) {
+    const value = formatDuration(finallyCeiling.ms);
+    const own = finallyCeiling.source === "spec";
+    problems.push({
+      path: own ? "spec.finallyCeiling" : "spec",
+      field: "spec.finallyCeiling",
+      message: `${own ? value : `${value} (${finallyCeiling.field})`} is longer than the namespace's maximum finallyCeiling ${maximums.finallyCeiling} (${where(rules, "spec.maximums.finallyCeiling", "--max-finally-ceiling")})`,
+    });
+  }
   if (maximums.taskTimeout !== undefined) {
     const maxMs = parseDuration(maximums.taskTimeout);
-    spec.tasks.forEach((task, index) => {
+    for (const {
+      task,
+      path: [list, index],
+    } of allTasksOf(spec)) {
       if (task.timeout !== undefined && parseDuration(task.timeout) > maxMs) {
         problems.push({
-          path: `spec.tasks[${index}].timeout`,
-          field: "spec.tasks[].timeout",
+          path: `spec.${list}[${index}].timeout`,
+          field: `spec.${list}[].timeout`,
           message: `${task.timeout} is longer than the namespace's maximum task timeout ${maximums.taskTimeout} (${where(rules, "spec.maximums.taskTimeout", "configuration")})`,
         });
       }
-    });
+    }
   }
   const fallback = rules.defaults.serviceAccountName;
   if (
@@ -346,7 +372,7 @@ export function checkPolicy(
 /**
  * Every image a task runs in must be allowed: the runner image, the policy's own default image, or
  * one its allowedImages (without a policy, the controller's --allowed-images) admit. A task's own
- * image is refused at spec.tasks[i].image, the Playbook's default at spec.image.
+ * image is refused at spec.tasks[i].image (spec.finally[i].image), the Playbook's default at spec.image.
  */
 function checkImages(spec: PlaybookSpec, rules: NamespaceRules): PolicyProblem[] {
   const allowed = (image: string) =>
@@ -359,15 +385,18 @@ function checkImages(spec: PlaybookSpec, rules: NamespaceRules): PolicyProblem[]
   if (spec.image !== undefined && !allowed(spec.image)) {
     problems.push({ path: "spec.image", field: "spec.image", message: refused(spec.image) });
   }
-  spec.tasks.forEach((task, index) => {
+  for (const {
+    task,
+    path: [list, index],
+  } of allTasksOf(spec)) {
     if (task.image !== undefined && !allowed(task.image)) {
       problems.push({
-        path: `spec.tasks[${index}].image`,
-        field: "spec.tasks[].image",
+        path: `spec.${list}[${index}].image`,
+        field: `spec.${list}[].image`,
         message: refused(task.image),
       });
     }
-  });
+  }
   return problems;
 }
 
@@ -417,6 +446,7 @@ export function policyProblems(
   policy: { name: string; spec: PolicySpec },
   controllerMaxCeilingMs: number,
   controllerMaxKillGraceMs = Number.POSITIVE_INFINITY,
+  controllerMaxFinallyCeilingMs = Number.POSITIVE_INFINITY,
 ): string[] {
   const problems: string[] = [];
   const { defaults = {}, maximums = {} } = policy.spec;
@@ -449,6 +479,25 @@ export function policyProblems(
         `spec.defaults.killGrace: ${defaults.killGrace} is longer than the controller's maximum killGrace ${formatDuration(controllerMaxKillGraceMs)}`,
       );
     }
+  }
+  if (defaults.finallyCeiling !== undefined) {
+    const ceiling = parseDuration(defaults.finallyCeiling);
+    if (ceiling <= 0) {
+      problems.push(`spec.defaults.finallyCeiling: ${defaults.finallyCeiling} must be longer than 0s`);
+    }
+    if (maximums.finallyCeiling !== undefined && ceiling > parseDuration(maximums.finallyCeiling)) {
+      problems.push(
+        `spec.defaults.finallyCeiling: ${defaults.finallyCeiling} is longer than spec.maximums.finallyCeiling ${maximums.finallyCeiling}`,
+      );
+    }
+    if (ceiling > controllerMaxFinallyCeilingMs) {
+      problems.push(
+        `spec.defaults.finallyCeiling: ${defaults.finallyCeiling} is longer than the controller's maximum finallyCeiling ${formatDuration(controllerMaxFinallyCeilingMs)}`,
+      );
+    }
+  }
+  if (maximums.finallyCeiling !== undefined && parseDuration(maximums.finallyCeiling) <= 0) {
+    problems.push(`spec.maximums.finallyCeiling: ${maximums.finallyCeiling} must be longer than 0s`);
   }
   for (const kind of ["limits", "requests"] as const) {
     for (const [name, value] of Object.entries(defaults.resources?.[kind] ?? {})) {

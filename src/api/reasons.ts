@@ -14,12 +14,21 @@ export const TASK_PHASES = [
 ] as const;
 export type TaskPhase = (typeof TASK_PHASES)[number];
 
-/** Limits the runner fires itself; a task that ends on one of these is TimedOut. */
-export const TASK_LIMITS = ["TaskTimeout", "StallLimit", "RunCeiling"] as const;
+/**
+ * Limits the runner fires itself; a task that ends on one of these is TimedOut. FinallyCeiling
+ * stops only a `finally` task: it never ends the run (the run's reason stays its main tasks').
+ */
+export const TASK_LIMITS = ["TaskTimeout", "StallLimit", "RunCeiling", "FinallyCeiling"] as const;
 export type TaskLimit = (typeof TASK_LIMITS)[number];
+/** The limits that may end a run: a main task's. */
+export const RUN_TASK_LIMITS = [
+  "TaskTimeout",
+  "StallLimit",
+  "RunCeiling",
+] as const satisfies readonly TaskLimit[];
 
 /** Every reason that may appear on the LimitExceeded condition. */
-export const LIMIT_REASONS = [...TASK_LIMITS, "PodDeadlineExceeded", "StartTimeout"] as const;
+export const LIMIT_REASONS = [...RUN_TASK_LIMITS, "PodDeadlineExceeded", "StartTimeout"] as const;
 export type LimitReason = (typeof LIMIT_REASONS)[number];
 
 export const TERMINAL_REASONS = [

@@ -26,6 +26,7 @@ export function statusFromReport(
     completionTime: settled.completionTime,
     limits: describeRunLimits(limits),
     tasks: settled.tasks,
+    ...(settled.finally ? { finally: settled.finally } : {}),
     conditions,
   };
   if (observedGeneration !== undefined) status.observedGeneration = observedGeneration;

@@ -5,9 +5,10 @@
 import { z } from "zod";
 import { formatDuration } from "./duration.js";
 import type { EffectiveLimit, ResolvedLimits } from "./limits.js";
-import type { TaskStatus } from "./playbook.js";
+import { MAX_FINALLY_TASKS, type TaskStatus } from "./playbook.js";
 import {
   ENDINGS,
+  RUN_TASK_LIMITS,
   TASK_LIMITS,
   TASK_PHASES,
   type TaskLimit,
@@ -82,6 +83,8 @@ export const RunnerReportSchema = z.strictObject({
   start: z.iso.datetime(),
   end: z.iso.datetime(),
   tasks: z.array(ReportTaskSchema),
+  /** spec.finally's tasks, in order; absent for a run without them */
+  fin: z.array(ReportTaskSchema).max(MAX_FINALLY_TASKS).optional(),
   /** what held the run's processes; absent when the runner did not say */
   ct: z.enum(CONTAINMENTS).optional(),
   /** processes the final kill could not confirm ended, in words: the run did not end clean */
@@ -121,6 +124,8 @@ export interface RunOutcome {
   startTime: Date;
   completionTime: Date;
   tasks: TaskOutcome[];
+  /** spec.finally's tasks; absent for a run without them */
+  finally?: TaskOutcome[];
   /** what held the run's processes (see src/pod-runner/containment.ts) */
   containment?: ContainmentKind;
   /** what the final kill could not confirm ended: the run did not end clean */
@@ -181,36 +186,59 @@ export function encodeReport(outcome: RunOutcome, maxBytes = REPORT_MAX_BYTES): 
     start: outcome.startTime.toISOString(),
     end: outcome.completionTime.toISOString(),
     tasks: outcome.tasks.map((task) => toReportTask(task, start)),
+    ...(outcome.finally ? { fin: outcome.finally.map((task) => toReportTask(task, start)) } : {}),
     ...(outcome.containment ? { ct: outcome.containment } : {}),
     ...(outcome.left ? { left: truncate(outcome.left, 300) } : {}),
   };
   const fits = (report: RunnerReport) => Buffer.byteLength(JSON.stringify(report)) <= maxBytes;
   if (fits(base)) return JSON.stringify(base);
-  const deciding = decidingIndex(base.tasks.map((task) => task.p));
+  // The main tasks and the finally tasks are compacted as one list; the finally task that failed a
+  // run whose main tasks succeeded is the one that decided it.
+  const mainCount = base.tasks.length;
+  const rows = { ...base, tasks: [...base.tasks, ...(base.fin ?? [])] };
+  const split = (report: RunnerReport): RunnerReport =>
+    base.fin
+      ? { ...report, tasks: report.tasks.slice(0, mainCount), fin: report.tasks.slice(mainCount) }
+      : report;
+  const fitsSplit = (report: RunnerReport) => fits(split(report));
+  const deciding = decidingRow(base);
   const steps: ((task: ReportTask, index: number) => ReportTask)[] = [
     (task) => (task.m ? { ...task, m: truncate(task.m, 120) } : task),
     (task, i) => (i === deciding ? task : { ...task, m: undefined }),
     (task, i) => (i === deciding ? task : { ...task, t: undefined, cpu: undefined, mem: undefined }),
   ];
-  let report = base;
+  let report = rows;
   for (const [level, step] of steps.entries()) {
     report = { ...report, c: level + 1, tasks: report.tasks.map(step).map(dropUndefined) };
-    if (fits(report)) return JSON.stringify(report);
+    if (fitsSplit(report)) return JSON.stringify(split(report));
   }
   // Then: shorten the deciding task's message until the whole report fits.
-  const shortened = shortenDecidingMessage(report, deciding, steps.length + 1, fits);
-  if (shortened) return shortened;
+  const shortened = shortenDecidingMessage(report, deciding, steps.length + 1, fitsSplit);
+  if (shortened) return JSON.stringify(split(shortened));
   // Last, rather than no report at all: other tasks' attempt counts (read back as 1). Many
   // retried tasks need this; it keeps each task's phase.
   report = {
     ...report,
     tasks: report.tasks.map((task, i) => (i === deciding ? task : dropUndefined({ ...task, a: undefined }))),
   };
-  const withoutAttempts = shortenDecidingMessage(report, deciding, steps.length + 2, fits);
-  if (withoutAttempts) return withoutAttempts;
+  const withoutAttempts = shortenDecidingMessage(report, deciding, steps.length + 2, fitsSplit);
+  if (withoutAttempts) return JSON.stringify(split(withoutAttempts));
   throw new Error(
     `the report does not fit in ${maxBytes} bytes even without messages (${outcome.tasks.length} tasks)`,
   );
+}
+
+/**
+ * The row (main tasks, then finally tasks, as one list) whose message the report keeps longest:
+ * the main task that ended the run, or the finally task that failed a run whose main tasks succeeded.
+ */
+function decidingRow(report: RunnerReport): number {
+  const main = report.tasks.every((task) => task.p === "Succeeded");
+  const failedFinally = (report.fin ?? []).findIndex(
+    (task) => task.p !== "Succeeded" && task.p !== "Skipped",
+  );
+  if (main && failedFinally >= 0) return report.tasks.length + failedFinally;
+  return decidingIndex(report.tasks.map((task) => task.p));
 }
 
 /** The report at compaction `level`, with the deciding task's message halved until it fits, or null. */
@@ -219,9 +247,9 @@ function shortenDecidingMessage(
   deciding: number,
   level: number,
   fits: (report: RunnerReport) => boolean,
-): string | null {
+): RunnerReport | null {
   const whole: RunnerReport = { ...report, c: level };
-  if (fits(whole)) return JSON.stringify(whole);
+  if (fits(whole)) return whole;
   const last = report.tasks[deciding];
   if (!last?.m) return null;
   let keep = last.m.length;
@@ -230,7 +258,7 @@ function shortenDecidingMessage(
     const tasks = report.tasks.slice();
     tasks[deciding] = dropUndefined({ ...last, m: keep > 0 ? truncate(last.m, keep) : undefined });
     const candidate: RunnerReport = { ...whole, tasks };
-    if (fits(candidate)) return JSON.stringify(candidate);
+    if (fits(candidate)) return candidate;
   }
   return null;
 }
@@ -245,7 +273,7 @@ export class InvalidReportError extends Error {}
  * Parses and validates a report read from a termination message or a file. Messages complete
  * "the report is ...": the controller settles RunnerLost with them.
  */
-export function decodeReport(text: string, taskCount?: number): RunnerReport {
+export function decodeReport(text: string, taskCount?: number, finallyCount = 0): RunnerReport {
   const bytes = Buffer.byteLength(text);
   if (bytes > REPORT_MAX_BYTES) {
     // The runner never writes more; a kubelet would have cut it, so this is not the runner's.
@@ -280,23 +308,59 @@ export function decodeReport(text: string, taskCount?: number): RunnerReport {
       `invalid: it lists ${parsed.data.tasks.length} tasks, the plan has ${taskCount}`,
     );
   }
+  if (taskCount !== undefined && (parsed.data.fin?.length ?? 0) !== finallyCount) {
+    throw new InvalidReportError(
+      `invalid: it lists ${parsed.data.fin?.length ?? 0} finally tasks, the plan has ${finallyCount}`,
+    );
+  }
   const contradiction = contradictionIn(parsed.data);
   if (contradiction) throw new InvalidReportError(`self-contradictory: ${contradiction}`);
   return parsed.data;
 }
 
-const RUNNER_LIMITS: readonly string[] = TASK_LIMITS;
+const RUNNER_LIMITS: readonly string[] = RUN_TASK_LIMITS;
+/** The limits a finally task may end on: its own, or the finally ceiling (never the run's). */
+const FINALLY_LIMITS: readonly string[] = ["TaskTimeout", "StallLimit", "FinallyCeiling"];
 
 /**
  * What the runner never writes: a reason its phase or its tasks do not bear out. The runner runs
- * tasks in order until the first that does not succeed, and that task's phase gives the reason.
+ * tasks in order until the first that does not succeed, and that task's phase gives the reason;
+ * then every finally task in order, which decide the reason only of a run whose main tasks all
+ * succeeded (a failed or timed-out one makes it TaskFailed, a cancelled one Cancelled).
  */
 function contradictionIn(report: RunnerReport): string | undefined {
   const phase = report.reason === "Succeeded" || report.reason === "Cancelled" ? report.reason : "Failed";
   if (report.phase !== phase) return `phase ${report.phase} does not go with reason ${report.reason}`;
   for (const [index, task] of report.tasks.entries()) {
     if (task.l && task.p !== "TimedOut") return `task ${index} names limit ${task.l} but is ${task.p}`;
+    if (task.l && !RUNNER_LIMITS.includes(task.l)) return `task ${index} names limit ${task.l}`;
     if (task.k && task.p !== "Failed") return `task ${index} names lost container ${task.k} but is ${task.p}`;
+  }
+  const fin = report.fin ?? [];
+  for (const [index, task] of fin.entries()) {
+    if (task.l && task.p !== "TimedOut")
+      return `finally task ${index} names limit ${task.l} but is ${task.p}`;
+    if (task.l && !FINALLY_LIMITS.includes(task.l)) return `finally task ${index} names limit ${task.l}`;
+    if (task.k && task.p !== "Failed")
+      return `finally task ${index} names lost container ${task.k} but is ${task.p}`;
+  }
+  const mainSucceeded = report.tasks.every((task) => task.p === "Succeeded");
+  if (mainSucceeded) {
+    const ended = fin.find((task) => task.p !== "Succeeded" && task.p !== "Skipped");
+    const expected = !ended
+      ? "Succeeded"
+      : ended.p === "Cancelled"
+        ? "Cancelled"
+        : ended.p === "Failed" || ended.p === "TimedOut"
+          ? "TaskFailed"
+          : null;
+    if (expected === null) return `a finally task is ${ended?.p} at the run's end`;
+    if (report.reason !== expected) {
+      return ended
+        ? `reason ${report.reason} but the main tasks succeeded and a finally task is ${ended.p}`
+        : `reason ${report.reason} but every task succeeded`;
+    }
+    return undefined;
   }
   if (report.reason === "Succeeded") {
     const index = report.tasks.findIndex((task) => task.p !== "Succeeded");
@@ -317,10 +381,19 @@ function contradictionIn(report: RunnerReport): string | undefined {
   return undefined;
 }
 
-function limitOf(limits: ResolvedLimits, index: number, limit: TaskLimit): EffectiveLimit {
-  const task = limits.tasks[index];
+/** Which list a report row belongs to: its limits and its skip reason differ. */
+type TaskList = "tasks" | "finally";
+
+function limitOf(
+  limits: ResolvedLimits,
+  index: number,
+  limit: TaskLimit,
+  list: TaskList = "tasks",
+): EffectiveLimit {
+  const task = (list === "tasks" ? limits.tasks : limits.finally)[index];
   if (limit === "TaskTimeout" && task?.timeout) return task.timeout;
   if (limit === "StallLimit" && task) return task.stall;
+  if (limit === "FinallyCeiling" || list === "finally") return limits.finallyCeiling;
   return limits.ceiling;
 }
 
@@ -334,6 +407,8 @@ export function describeLimit(limit: TaskLimit, effective: EffectiveLimit): stri
       return `printed nothing for ${value}, its stall limit (${effective.field})`;
     case "RunCeiling":
       return `was stopped by the run's ${value} ceiling (${effective.field})`;
+    case "FinallyCeiling":
+      return `was stopped by the ${value} finally ceiling (${effective.field})`;
   }
 }
 
@@ -356,6 +431,8 @@ function describeEnding(task: ReportTask, killGrace: EffectiveLimit): string {
 export interface ReportContext {
   /** Per task (by index), the image it ran in. */
   images?: readonly (string | undefined)[];
+  /** Per finally task (by index), the image it ran in. */
+  finallyImages?: readonly (string | undefined)[];
   /** A lost task container in words: "container task-1 (image postgres:16) was OOMKilled (exit 137)". */
   describeContainer?: (container: string) => string;
 }
@@ -365,6 +442,7 @@ function describeTask(
   index: number,
   limits: ResolvedLimits,
   context: ReportContext,
+  list: TaskList,
 ): string | undefined {
   const detail = task.m ? `: ${task.m}` : "";
   if (task.p === "Failed" && task.k) {
@@ -372,8 +450,8 @@ function describeTask(
   }
   switch (task.p) {
     case "TimedOut": {
-      const limit = task.l ?? "RunCeiling";
-      return `${describeLimit(limit, limitOf(limits, index, limit))}${describeEnding(task, limits.killGrace)}${detail}`;
+      const limit = task.l ?? (list === "finally" ? "FinallyCeiling" : "RunCeiling");
+      return `${describeLimit(limit, limitOf(limits, index, limit, list))}${describeEnding(task, limits.killGrace)}${detail}`;
     }
     case "Failed": {
       // Neither an exit code nor a signal: it never started, and its message says why.
@@ -385,7 +463,9 @@ function describeTask(
     case "Cancelled":
       return `was cancelled${describeEnding(task, limits.killGrace)}${detail}`;
     case "Skipped":
-      return "not run: an earlier task ended the run";
+      return list === "finally"
+        ? "not run: the finally tasks were stopped (their ceiling passed, or a cancel ended them)"
+        : "not run: an earlier task ended the run";
     default:
       return task.m;
   }
@@ -396,6 +476,8 @@ export const ON_HOST_NOTE = "ran on the host, not in its image (playbook run --o
 
 export interface ExpandedReport {
   tasks: TaskStatus[];
+  /** spec.finally's tasks; absent for a run without them */
+  finally?: TaskStatus[];
   reason: RunnerReason;
   /** The Succeeded condition's message, e.g. "task build exceeded its 10m timeout (spec.tasks[0].timeout)". */
   message: string;
@@ -412,37 +494,42 @@ export function expandReport(
   context: ReportContext = {},
 ): ExpandedReport {
   const start = Date.parse(report.start);
-  const tasks = report.tasks.map((task, index): TaskStatus => {
-    const ran = task.p !== "Skipped" && task.p !== "Pending";
-    const status: TaskStatus = {
-      name: limits.tasks[index]?.name ?? `task-${index}`,
-      phase: task.p,
-      attempts: task.a ?? (ran ? 1 : 0),
+  const row =
+    (list: TaskList) =>
+    (task: ReportTask, index: number): TaskStatus => {
+      const ran = task.p !== "Skipped" && task.p !== "Pending";
+      const named = list === "tasks" ? limits.tasks[index] : limits.finally[index];
+      const status: TaskStatus = {
+        name: named?.name ?? `${list === "tasks" ? "task" : "finally"}-${index}`,
+        phase: task.p,
+        attempts: task.a ?? (ran ? 1 : 0),
+      };
+      const image = (list === "tasks" ? context.images : context.finallyImages)?.[index];
+      if (image !== undefined) status.image = image;
+      if (task.l) {
+        const effective = limitOf(limits, index, task.l, list);
+        status.limit = task.l;
+        status.limitValue = formatDuration(effective.ms);
+        status.limitSource = effective.source;
+      }
+      if (task.e) status.ending = task.e;
+      if (ran) {
+        status.exitCode = task.x ?? (task.p === "Succeeded" ? 0 : null);
+        status.signal = task.sig ?? null;
+      }
+      if (task.t) {
+        status.startTime = new Date(start + task.t[0]).toISOString();
+        status.completionTime = new Date(start + task.t[1]).toISOString();
+      }
+      if (task.cpu !== undefined) status.cpuSeconds = task.cpu / 1000;
+      if (task.mem !== undefined) status.peakMemoryBytes = task.mem * 1024;
+      const described = describeTask(task, index, limits, context, list);
+      const message = task.h ? `${described ? `${described}; ` : ""}${ON_HOST_NOTE}` : described;
+      if (message) status.message = message;
+      return status;
     };
-    const image = context.images?.[index];
-    if (image !== undefined) status.image = image;
-    if (task.l) {
-      const effective = limitOf(limits, index, task.l);
-      status.limit = task.l;
-      status.limitValue = formatDuration(effective.ms);
-      status.limitSource = effective.source;
-    }
-    if (task.e) status.ending = task.e;
-    if (ran) {
-      status.exitCode = task.x ?? (task.p === "Succeeded" ? 0 : null);
-      status.signal = task.sig ?? null;
-    }
-    if (task.t) {
-      status.startTime = new Date(start + task.t[0]).toISOString();
-      status.completionTime = new Date(start + task.t[1]).toISOString();
-    }
-    if (task.cpu !== undefined) status.cpuSeconds = task.cpu / 1000;
-    if (task.mem !== undefined) status.peakMemoryBytes = task.mem * 1024;
-    const described = describeTask(task, index, limits, context);
-    const message = task.h ? `${described ? `${described}; ` : ""}${ON_HOST_NOTE}` : described;
-    if (message) status.message = message;
-    return status;
-  });
+  const tasks = report.tasks.map(row("tasks"));
+  const finallyTasks = report.fin?.map(row("finally"));
   const deciding = decidingIndex(report.tasks.map((task) => task.p));
   const decidingTask = tasks[deciding];
   let message: string;
@@ -454,14 +541,31 @@ export function expandReport(
   } else {
     message = report.reason === "Cancelled" ? "the run was cancelled before any task started" : report.reason;
   }
+  message = withFinallyOutcome(message, report, finallyTasks ?? []);
   // A run that may have left processes behind is not a clean end, whatever its reason: said last.
   if (report.left) message = `${message}; ${report.left}`;
   return {
     tasks,
+    ...(finallyTasks ? { finally: finallyTasks } : {}),
     reason: report.reason,
     message,
     startTime: report.start,
     completionTime: report.end,
     ...(report.left ? { left: report.left } : {}),
   };
+}
+
+/**
+ * The run's message with its finally tasks' part: a finally task that did not succeed is named,
+ * first when it decided the reason (the main tasks succeeded), else after the main tasks' story.
+ */
+function withFinallyOutcome(message: string, report: RunnerReport, finallyTasks: TaskStatus[]): string {
+  const ended = finallyTasks.filter((task) => task.phase !== "Succeeded" && task.phase !== "Skipped");
+  if (ended.length === 0) return message;
+  const told = ended.map((task) => `finally task ${task.name} ${task.message ?? task.phase}`).join("; ");
+  const mainSucceeded = report.tasks.every((task) => task.p === "Succeeded");
+  if (!mainSucceeded) return `${message}; ${told}`;
+  const main =
+    report.tasks.length === 1 ? "the task succeeded" : `all ${report.tasks.length} tasks succeeded`;
+  return `${told}; ${main}`;
 }

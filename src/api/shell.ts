@@ -68,9 +68,10 @@ export function effectiveShell(
   task: { shell?: string | undefined },
   index: number,
   specShell: string | undefined,
+  list: "tasks" | "finally" = "tasks",
 ): TaskShell | undefined {
   if (task.shell !== undefined) {
-    return { words: shellWords(task.shell), field: `spec.tasks[${index}].shell`, value: task.shell };
+    return { words: shellWords(task.shell), field: `spec.${list}[${index}].shell`, value: task.shell };
   }
   if (specShell !== undefined) return { words: shellWords(specShell), field: "spec.shell", value: specShell };
   return undefined;

@@ -49,6 +49,18 @@ export const ImageReference = z
 interface ImagedSpec {
   image?: string | undefined;
   tasks: readonly { image?: string | undefined }[];
+  finally?: readonly { image?: string | undefined }[] | undefined;
+}
+
+/** Every task of a spec, the main ones then spec.finally's, with the field path of each. */
+export function allTasksOf<T>(spec: { tasks: readonly T[]; finally?: readonly T[] | undefined }): {
+  task: T;
+  path: ["tasks" | "finally", number];
+}[] {
+  return [
+    ...spec.tasks.map((task, index) => ({ task, path: ["tasks", index] as ["tasks", number] })),
+    ...(spec.finally ?? []).map((task, index) => ({ task, path: ["finally", index] as ["finally", number] })),
+  ];
 }
 
 /** Where a run's default task image comes from when spec.image is not set and the schema cannot know it. */
@@ -58,16 +70,19 @@ export const UNNAMED_DEFAULT = "the default image";
  * The images a spec's tasks name, in first-use order, as the CRD counts them: a task without an
  * image counts spec.image, or one image more for the default the controller fills in.
  */
-export function namedTaskImages(spec: ImagedSpec): { images: string[]; firstUse: number[] } {
+export function namedTaskImages(spec: ImagedSpec): {
+  images: string[];
+  firstUse: ["tasks" | "finally", number][];
+} {
   const images: string[] = [];
-  const firstUse: number[] = [];
-  spec.tasks.forEach((task, index) => {
+  const firstUse: ["tasks" | "finally", number][] = [];
+  for (const { task, path } of allTasksOf(spec)) {
     const image = task.image ?? spec.image ?? UNNAMED_DEFAULT;
     if (!images.includes(image)) {
       images.push(image);
-      firstUse.push(index);
+      firstUse.push(path);
     }
-  });
+  }
   return { images, firstUse };
 }
 
@@ -80,12 +95,12 @@ export function tooManyImagesMessage(images: readonly string[]): string {
 export function checkTaskImageCount(spec: ImagedSpec, ctx: z.RefinementCtx): void {
   const { images, firstUse } = namedTaskImages(spec);
   if (images.length <= MAX_TASK_IMAGES) return;
-  const index = firstUse[MAX_TASK_IMAGES] ?? 0;
+  const [list, index] = firstUse[MAX_TASK_IMAGES] ?? ["tasks", 0];
   // The field that brings the image: the task's own, else spec.image, else the task (the default).
-  const own = spec.tasks[index]?.image !== undefined;
+  const own = (list === "tasks" ? spec.tasks : (spec.finally ?? []))[index]?.image !== undefined;
   ctx.addIssue({
     code: "custom",
-    path: own ? ["tasks", index, "image"] : spec.image !== undefined ? ["image"] : ["tasks", index],
+    path: own ? [list, index, "image"] : spec.image !== undefined ? ["image"] : [list, index],
     message: tooManyImagesMessage(images),
   });
 }

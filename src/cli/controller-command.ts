@@ -20,6 +20,10 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
     "longest killGrace accepted, so the time from the ceiling to the run's end is bounded too; longer is InvalidSpec (default 5m)",
   defaultStartTimeout:
     "longest a run's pod may take from its creation until its runner starts, when spec.startTimeout is not set (default 5m)",
+  defaultFinallyCeiling:
+    "the finally tasks' ceiling (counted from the main tasks' end) when spec.finallyCeiling is not set (default 5m)",
+  maxFinallyCeiling:
+    "longest finallyCeiling accepted, so the time finally tasks add to a run is bounded too; longer is InvalidSpec (default 1h)",
   ttlSecondsAfterFinished: "keep pods of finished runs this long when the spec does not say (default 3600)",
   runnerImage:
     "image of the runner container and the agent (and of tasks when neither the Playbook nor the policy names an image)",

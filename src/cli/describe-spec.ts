@@ -24,7 +24,7 @@ function describeMaximums(defaults: LimitDefaults, maximums: PolicyMaximums | un
     }
     return own === undefined ? "none" : `${formatDuration(own)} (default)`;
   };
-  return `ceiling ${lower(defaults.maxCeilingMs, maximums?.ceiling)}, killGrace ${lower(defaults.maxKillGrace?.ms, maximums?.killGrace)}`;
+  return `ceiling ${lower(defaults.maxCeilingMs, maximums?.ceiling)}, killGrace ${lower(defaults.maxKillGrace?.ms, maximums?.killGrace)}, finallyCeiling ${lower(defaults.maxFinallyCeiling?.ms, maximums?.finallyCeiling)}`;
 }
 
 /** What validate prints of a Playbook's spec: each effective limit, the maximums, each task. */
@@ -36,22 +36,31 @@ export function describeSpec(
 ): string[] {
   const limits = resolveLimits(spec, defaults);
   // Each task's image: its own, else spec.image, else the policy's default, else the runner's.
-  const imageOf = (index: number) =>
-    spec.tasks[index]?.image ??
+  const imageOf = (own: string | undefined) =>
+    own ??
     spec.image ??
     (defaultImage !== undefined ? `${defaultImage} (the policy's default)` : "the runner image");
   // Each task's shell, as its run is executed, and the level it came from.
-  const shellOf = (index: number) => {
-    const shell = effectiveShell(spec.tasks[index] ?? {}, index, spec.shell);
+  const shellOf = (list: "tasks" | "finally", index: number) => {
+    const shell = effectiveShell(
+      (list === "tasks" ? spec.tasks : (spec.finally ?? []))[index] ?? {},
+      index,
+      spec.shell,
+      list,
+    );
     const source = shell === undefined ? "default" : shell.field === "spec.shell" ? "spec" : "task";
     return `${describeShell(shell)} (${source})`;
   };
   return [
-    `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}`,
+    `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}${limits.finally.length > 0 ? `, finallyCeiling ${showLimit(limits.finallyCeiling)}` : ""}`,
     `  at most: ${describeMaximums(defaults, maximums)}`,
     ...limits.tasks.map(
       (task, index) =>
-        `  task ${task.name}: ${describeTaskLimits(task, limits)}, retries ${task.retries}, shell ${shellOf(index)}, image ${imageOf(index)}`,
+        `  task ${task.name}: ${describeTaskLimits(task, { ceiling: limits.ceiling })}, retries ${task.retries}, shell ${shellOf("tasks", index)}, image ${imageOf(spec.tasks[index]?.image)}`,
+    ),
+    ...limits.finally.map(
+      (task, index) =>
+        `  finally task ${task.name}: ${describeTaskLimits(task, { finallyCeiling: limits.finallyCeiling })}, retries ${task.retries}, shell ${shellOf("finally", index)}, image ${imageOf(spec.finally?.[index]?.image)}`,
     ),
   ];
 }

@@ -34,6 +34,8 @@ export interface ExecuteOptions {
   tasks: readonly TaskSpec[];
   /** spec.shell: the shell of tasks that name none */
   shell?: string | undefined;
+  /** spec.finally: cleanup after the main tasks, however they ended */
+  finally?: readonly TaskSpec[];
   limits: ResolvedLimits;
   runStart?: Date;
   /** What is left of the ceiling now, when known as a duration (a pod's runner): wins over runStart. */
@@ -54,7 +56,7 @@ export interface ExecuteOptions {
    * the agents (src/pod-runner/agent-mode.ts).
    */
   agentMode?: boolean;
-  /** per task (by index), the container the controller resolved for it (the plan's `tasks`) */
+  /** per task (by index, the finally tasks after the main ones), the container the controller resolved for it (the plan's `tasks` and `finally`) */
   taskContainers?: readonly string[];
   /**
    * The pod runner: everything (progress lines, progress records, task output) goes to `output`
@@ -182,14 +184,30 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
   });
   const cancel = new AbortController();
   const hurry = new AbortController();
+  // The finally tasks run after a cancel too: a cancel that comes once they began (or a second
+  // one before) ends them, and one more kills without the grace.
+  const finallyCancel = new AbortController();
+  const hasFinally = (options.finally?.length ?? 0) > 0;
+  let finallyBegan = false;
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals) => {
+    if (hasFinally && !finallyCancel.signal.aborted && (interrupted || finallyBegan)) {
+      progress?.say(
+        `playbook: received ${signal}${interrupted ? " again" : ""}; cancelling the finally tasks (again to kill at once)`,
+      );
+      interrupted = true;
+      cancel.abort();
+      finallyCancel.abort();
+      return;
+    }
     if (interrupted) {
       progress?.say(`playbook: received ${signal} again; killing without waiting for the grace`);
       hurry.abort();
       return;
     }
-    progress?.say(`playbook: received ${signal}; cancelling the run (again to kill at once)`);
+    progress?.say(
+      `playbook: received ${signal}; cancelling the run (${hasFinally ? "the finally tasks still run; again to cancel them too" : "again to kill at once"})`,
+    );
     interrupted = true;
     cancel.abort();
   };
@@ -214,8 +232,10 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       agentRun = await openAgentRun(containers, runDir, helloMs, options.taskContainers, uids);
       if (agentRun.problem) progress.say(`playbook: ${agentRun.problem}; nothing is run`);
     }
+    // The finally tasks count on after the main ones, in the images' lists as in the runner's.
+    const allTasks = [...options.tasks, ...(options.finally ?? [])];
     if (options.images?.mode === "host") {
-      const named = options.tasks.filter((_, index) => options.images?.images[index] !== undefined);
+      const named = allTasks.filter((_, index) => options.images?.images[index] !== undefined);
       progress.say(
         `playbook: --on-host: ${named.map((task) => task.name).join(", ")} run${named.length === 1 ? "s" : ""} on this machine, not in ${named.length === 1 ? "its image" : "their images"}`,
       );
@@ -234,9 +254,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
           limits: containerLimits(options.resources),
           cancelSignal: cancel.signal,
           tasksOf: (container) =>
-            options.tasks
-              .filter((_, index) => images.containerOf[index] === container)
-              .map((task) => task.name),
+            allTasks.filter((_, index) => images.containerOf[index] === container).map((task) => task.name),
           say: (line) => progress?.say(line),
         });
       } catch (error) {
@@ -249,6 +267,9 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       ...(local && images?.mode === "containers" ? local.runOptions(images.containerOf) : {}),
       tasks: options.tasks,
       shell: options.shell,
+      ...(options.finally?.length
+        ? { finally: options.finally, finallyCancelSignal: finallyCancel.signal }
+        : {}),
       limits: options.limits,
       runStart,
       ...(options.ceilingLeftMs !== undefined ? { ceilingLeftMs: options.ceilingLeftMs } : {}),
@@ -257,6 +278,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       cancelSignal: cancel.signal,
       hurrySignal: hurry.signal,
       onEvent: (event) => {
+        if (event.type === "finally-started") finallyBegan = true;
         progress.event(event);
         if (recorder?.event(event)) podLog?.requestRecord(recorder.snapshot());
       },
@@ -264,14 +286,14 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     });
     if (options.images?.mode === "host") {
       const { images } = options.images;
-      for (const [index, task] of outcome.tasks.entries()) {
+      for (const [index, task] of [...outcome.tasks, ...(outcome.finally ?? [])].entries()) {
         if (images[index] !== undefined && task.phase !== "Skipped" && task.phase !== "Pending")
           task.onHost = true;
       }
     }
     const reportText = encodeReport(outcome);
     if (options.reportPath) writeReport(options.reportPath, reportText, (line) => progress?.say(line));
-    const report = decodeReport(reportText, options.tasks.length);
+    const report = decodeReport(reportText, options.tasks.length, options.finally?.length ?? 0);
     progress.end(outcome, expandReport(report, options.limits).message);
     // What the sink still holds goes out before the result: the command may then end the process
     // at once (main.ts), which would drop it.

@@ -7,6 +7,7 @@ import { accessSync, constants, statSync } from "node:fs";
 import { delimiter, join } from "node:path";
 import type { PlaybookSpec } from "../api/playbook.js";
 import { effectiveShell, type TaskShell } from "../api/shell.js";
+import { allTasksOf } from "../api/task-images.js";
 
 function isExecutableFile(path: string): boolean {
   try {
@@ -44,13 +45,14 @@ export function findHostShell(
  * refusal's message; undefined when every one is here. Each field is named once.
  */
 export function hostShellProblem(
-  spec: Pick<PlaybookSpec, "shell" | "tasks">,
+  spec: Pick<PlaybookSpec, "shell" | "tasks" | "finally">,
+  /** by index over the main tasks, then the finally tasks */
   onHost: (index: number) => boolean,
   env: NodeJS.ProcessEnv = process.env,
 ): string | undefined {
   const checked = new Set<string>();
-  for (const [index, task] of spec.tasks.entries()) {
-    const shell: TaskShell | undefined = effectiveShell(task, index, spec.shell);
+  for (const [index, { task, path: place }] of allTasksOf(spec).entries()) {
+    const shell: TaskShell | undefined = effectiveShell(task, place[1], spec.shell, place[0]);
     if (shell === undefined || !onHost(index)) continue;
     const path = task.env.find((variable) => variable.name === "PATH")?.value ?? env.PATH;
     const key = `${shell.field}\0${path}`;

@@ -3,6 +3,7 @@
 // other task does. Decided before anything runs: with neither engine and no --on-host the run is
 // refused (exit 2) naming the first such task, its image and what to install.
 import type { PlaybookSpec, TaskSpec } from "../api/playbook.js";
+import { allTasksOf } from "../api/task-images.js";
 import {
   type AgentFiles,
   findAgentFiles,
@@ -45,19 +46,21 @@ export type LocalImages =
  * when no task names an image: the run is as it always was.
  */
 export async function prepareLocalImages(
-  spec: Pick<PlaybookSpec, "image" | "tasks">,
+  spec: Pick<PlaybookSpec, "image" | "tasks" | "finally">,
   onHost: boolean,
   policyDefault?: string,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<LocalImages | { error: string } | undefined> {
-  const images = spec.tasks.map((task) => effectiveImage(task, spec, policyDefault));
-  const first = spec.tasks.findIndex((_, index) => images[index] !== undefined);
+  // The finally tasks count on after the main ones, as the runner counts them.
+  const all = allTasksOf(spec);
+  const images = all.map(({ task }) => effectiveImage(task, spec, policyDefault));
+  const first = all.findIndex((_, index) => images[index] !== undefined);
   if (first < 0) return undefined;
   if (onHost) return { mode: "host", images };
   const { containers, containerOf } = planTaskContainers(images);
   const choice = await findEngine(env);
-  const task = spec.tasks[first] as TaskSpec;
-  const where = `spec.tasks[${first}]`;
+  const { task, path } = all[first] as { task: TaskSpec; path: [string, number] };
+  const where = `spec.${path[0]}[${path[1]}]`;
   if (!("engine" in choice)) {
     return {
       error:

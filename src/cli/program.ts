@@ -10,6 +10,7 @@ import type { Playbook, TaskSpec } from "../api/playbook.js";
 import type { PolicyMaximums } from "../api/policy.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/report-status.js";
+import { allTasksOf } from "../api/task-images.js";
 import { handedCeilingLeftMs, podAgeMs } from "../pod-runner/pod-age.js";
 import { registerClusterCommands } from "./cluster/commands.js";
 import { describeSpec, validLine } from "./describe-spec.js";
@@ -157,6 +158,7 @@ async function runCommand(flags: unknown): Promise<number> {
     name: playbook.metadata.name,
     tasks: playbook.spec.tasks,
     shell: playbook.spec.shell,
+    ...(playbook.spec.finally?.length ? { finally: playbook.spec.finally } : {}),
     limits,
     output: parsed.output ? process.stderr : process.stdout,
     progressOut: process.stderr,
@@ -168,7 +170,8 @@ async function runCommand(flags: unknown): Promise<number> {
     const status = statusFromReport(result.report, limits, new Date(), [], playbook.metadata.generation);
     // The image each task ran in: in its container (not --on-host, which the message says).
     if (images?.mode === "containers") {
-      for (const [index, task] of (status.tasks ?? []).entries()) {
+      // The finally tasks count on after the main ones in the images' list.
+      for (const [index, task] of [...(status.tasks ?? []), ...(status.finally ?? [])].entries()) {
         const image = images.images[index];
         if (image !== undefined && task.attempts > 0) task.image = image;
       }
@@ -202,7 +205,8 @@ async function validateCommand(flags: { filename?: string; policy?: string }): P
   const shellProblem = hostShellProblem(
     playbook.spec,
     (index) =>
-      effectiveImage(playbook.spec.tasks[index] as TaskSpec, playbook.spec, defaultImage) === undefined,
+      effectiveImage(allTasksOf(playbook.spec)[index]?.task as TaskSpec, playbook.spec, defaultImage) ===
+      undefined,
   );
   if (shellProblem !== undefined) {
     process.stderr.write(
@@ -263,6 +267,7 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
     name: plan.namespace ? `${plan.namespace}/${plan.name}` : plan.name,
     tasks: playbook.spec.tasks,
     shell: playbook.spec.shell,
+    ...(playbook.spec.finally?.length ? { finally: playbook.spec.finally } : {}),
     limits,
     runStart: new Date(plan.runStartTime),
     ...(ceilingLeftMs !== undefined ? { ceilingLeftMs } : {}),
@@ -274,7 +279,10 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
     reportPath: parsed.terminationLog,
     cancelled: playbook.spec.cancel,
     agentMode: true,
-    ...(plan.tasks ? { taskContainers: plan.tasks.map((task) => task.container) } : {}),
+    // The finally tasks' containers count on after the main tasks', as the runner counts them.
+    ...(plan.tasks
+      ? { taskContainers: [...plan.tasks, ...(plan.finally ?? [])].map((task) => task.container) }
+      : {}),
   });
   // By the report's reason alone, interrupted or not (a stop mid-run reports Cancelled, 130): the
   // controller trusts a report only from a runner whose exit code its reason explains.

@@ -6,7 +6,7 @@ import { parseDuration } from "../api/duration.js";
 import type { EffectiveLimit, TaskLimits } from "../api/limits.js";
 import type { LimitSource, TaskLimit, TaskPhase } from "../api/reasons.js";
 import { TASK_LIMITS, TASK_PHASES } from "../api/reasons.js";
-import type { ContainmentKind, RunnerReason, TaskOutcome } from "../api/report.js";
+import { type ContainmentKind, RUNNER_REASONS, type RunnerReason, type TaskOutcome } from "../api/report.js";
 import type { AttemptStop } from "../pod-runner/attempt.js";
 import type { RunEvent } from "../pod-runner/run.js";
 
@@ -30,6 +30,8 @@ export type ProgressLine =
 export interface PlannedTask {
   name: string;
   retries: number;
+  /** one of spec.finally's, listed after the main tasks */
+  finally?: true;
 }
 
 const SOURCES = ["task", "spec", "policy", "default"] as const;
@@ -69,7 +71,10 @@ function parseShownDuration(text: string): number | null {
 const BEGIN =
   /^playbook: running (.+): (\d+) tasks?, ceiling (\S+) \((\w+)\), stall (\S+) \((\w+)\), killGrace (\S+) \((\w+)\), startTimeout (\S+) \((\w+); [^)]*\)$/;
 const STARTED =
-  /^playbook: task (\S+) started(?: .*)? \((?:attempt (\d+)\/(\d+), )?(?:timeout (\S+) \((\w+)\)|no timeout of its own), stall (?:off \((\w+)\)|(\S+) \((\w+)\)), ceiling (\S+) \((\w+)\)\)$/;
+  /^playbook: task (\S+) started(?: .*)? \((?:attempt (\d+)\/(\d+), )?(?:timeout (\S+) \((\w+)\)|no timeout of its own), stall (?:off \((\w+)\)|(\S+) \((\w+)\)), (?:finallyCeiling|ceiling) (\S+) \((\w+)\)\)$/;
+/** progress.ts's line for the finally-started event. */
+const FINALLY_STARTED =
+  /^playbook: the main tasks ended \((\w+)(?:: (\S+))?\); running (\d+) finally tasks? within finallyCeiling (\S+) \((\w+)\)$/;
 const STOPPING = /^playbook: task (\S+) (?:is being cancelled|passed its (\w+) limit): (.+)$/;
 /** What a stop with a grace did: the cancel file, the SIGTERM (progress.ts, describeStop). */
 const STOP_DONE = /^cancel file (not )?written, (SIGTERM .+), SIGKILL in \S+$/;
@@ -113,6 +118,12 @@ export class ProgressLineReader {
 
   private indexOf(name: string): number {
     return this.tasks.findIndex((task) => task.name === name);
+  }
+
+  /** The spec field of the task at `index` (the finally tasks count on after the main ones). */
+  private fieldOf(index: number): string {
+    const mainCount = this.tasks.filter((task) => !task.finally).length;
+    return index < mainCount ? `spec.tasks[${index}]` : `spec.finally[${index - mainCount}]`;
   }
 
   read(line: string): ProgressLine {
@@ -169,20 +180,21 @@ export class ProgressLineReader {
       m as unknown as (string | undefined)[];
     const index = this.indexOf(name as string);
     if (index < 0) return null;
+    const field = this.fieldOf(index);
     const attempt = attemptText === undefined ? 1 : Number(attemptText);
     const retries = tries === undefined ? (this.tasks[index]?.retries ?? 0) : Number(tries) - 1;
     let timeoutLimit: EffectiveLimit | null = null;
     if (timeout !== undefined) {
       const ms = parseShownDuration(timeout);
       if (ms === null || timeoutSource !== "task") return null;
-      timeoutLimit = { ms, source: "task", field: `spec.tasks[${index}].timeout` };
+      timeoutLimit = { ms, source: "task", field: `${field}.timeout` };
     }
     const source = (stallOffSource ?? stallSource) as string;
     const ms = stall === undefined ? 0 : parseShownDuration(stall);
     if (ms === null || !isSource(source)) return null;
     const stallLimit: EffectiveLimit =
       source === "task"
-        ? { ms, source, field: `spec.tasks[${index}].stall` }
+        ? { ms, source, field: `${field}.stall` }
         : this.runStall && this.runStall.ms === ms && this.runStall.source === source
           ? this.runStall
           : (runLimit("stall", stall ?? "0s", source) as EffectiveLimit);
@@ -285,6 +297,41 @@ export class ProgressLineReader {
   }
 
   private misc(line: string): ProgressLine | null {
+    const finallyStarted = FINALLY_STARTED.exec(line);
+    if (finallyStarted) {
+      const [, outcome, endingTask, count, duration, source] = finallyStarted as unknown as (
+        | string
+        | undefined
+      )[];
+      const ms = parseShownDuration(duration as string);
+      if (
+        ms === null ||
+        !isSource(source as string) ||
+        !(RUNNER_REASONS as readonly string[]).includes(outcome as string)
+      )
+        return null;
+      const fieldSource = source as LimitSource;
+      const finallyCeiling: EffectiveLimit = {
+        ms,
+        source: fieldSource,
+        field:
+          fieldSource === "spec"
+            ? "spec.finallyCeiling"
+            : fieldSource === "policy"
+              ? "the namespace policy's default finally ceiling"
+              : "the default finally ceiling",
+      };
+      return {
+        kind: "event",
+        event: {
+          type: "finally-started",
+          count: Number(count),
+          outcome: outcome as RunnerReason,
+          ...(endingTask !== undefined ? { endingTask } : {}),
+          finallyCeiling,
+        },
+      };
+    }
     const containment = CONTAINMENT.exec(line);
     if (containment) {
       const description = containment[1] as string;

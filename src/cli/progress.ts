@@ -20,10 +20,21 @@ export function showStartTimeout(limit: EffectiveLimit, containers = false): str
   return `startTimeout ${formatDuration(limit.ms)} (${limit.source}; ${where})`;
 }
 
-export function describeTaskLimits(task: TaskLimits, run: ResolvedLimits): string {
+/**
+ * "timeout 10m (task), stall 2m (spec), ceiling 30m (spec)"; a finally task's bound is the finally
+ * ceiling: "..., finallyCeiling 5m (default)".
+ */
+export function describeTaskLimits(
+  task: TaskLimits,
+  bound: { ceiling: EffectiveLimit } | { finallyCeiling: EffectiveLimit },
+): string {
   const timeout = task.timeout ? `timeout ${showLimit(task.timeout)}` : "no timeout of its own";
   const stall = task.stall.ms === 0 ? `stall off (${task.stall.source})` : `stall ${showLimit(task.stall)}`;
-  return `${timeout}, ${stall}, ceiling ${showLimit(run.ceiling)}`;
+  const ceiling =
+    "finallyCeiling" in bound
+      ? `finallyCeiling ${showLimit(bound.finallyCeiling)}`
+      : `ceiling ${showLimit(bound.ceiling)}`;
+  return `${timeout}, ${stall}, ${ceiling}`;
 }
 
 const MIB = 1024 * 1024;
@@ -67,7 +78,8 @@ export function describeDrop(name: string, bytes: number, when: "stop" | "end"):
 export interface ProgressOptions {
   out: NodeJS.WritableStream;
   tty: boolean;
-  limits: ResolvedLimits;
+  /** the run-level limits (a watch knows only those its begin line showed) */
+  limits: Pick<ResolvedLimits, "ceiling" | "stall" | "killGrace" | "startTimeout">;
   /** bytes of task output written so far, to know whether a live line can be rewritten */
   outputBytes: () => number;
   /** task output goes to the same terminal, so the live line must make way for it */
@@ -112,6 +124,8 @@ export class Progress {
   private liveLine: { outputMark: number; startedAt: number } | null = null;
   private readonly startedAt = new Map<number, number>();
   private runStart = Date.now();
+  /** when the finally tasks began and their ceiling (null: the main tasks are running) */
+  private finallyPhase: { start: number; ceiling: EffectiveLimit } | null = null;
   private running: RunningAttempt | null = null;
   /** the live line is on the screen (the cursor is at its end) */
   private drawn = false;
@@ -156,8 +170,10 @@ export class Progress {
       stall.ms === 0
         ? "stall off"
         : `stall in ${wholeSeconds(attempt.lastOutputAt + stall.ms - now, Math.ceil)}`;
-    const ceilingLeft = this.runStart + this.options.limits.ceiling.ms - now;
-    return `  \x1b[2m${attempt.name}: ${clock} · ${stallPart} · ceiling ${wholeSeconds(ceilingLeft, Math.ceil)} left\x1b[0m`;
+    const [label, ceilingLeft] = this.finallyPhase
+      ? ["finallyCeiling", this.finallyPhase.start + this.finallyPhase.ceiling.ms - now]
+      : ["ceiling", this.runStart + this.options.limits.ceiling.ms - now];
+    return `  \x1b[2m${attempt.name}: ${clock} · ${stallPart} · ${label} ${wholeSeconds(ceilingLeft, Math.ceil)} left\x1b[0m`;
   }
 
   private drawLive(): void {
@@ -227,7 +243,12 @@ export class Progress {
       case "task-started": {
         if (event.attempt === 1) this.startedAt.set(event.index, at);
         this.stopLive();
-        const limits = describeTaskLimits(event.limits, this.options.limits);
+        const limits = describeTaskLimits(
+          event.limits,
+          this.finallyPhase
+            ? { finallyCeiling: this.finallyPhase.ceiling }
+            : { ceiling: this.options.limits.ceiling },
+        );
         const attempt = event.attempt > 1 ? `attempt ${event.attempt}/${event.limits.retries + 1}, ` : "";
         const where = this.options.where?.[event.index];
         if (this.options.tty) {
@@ -289,6 +310,17 @@ export class Progress {
         this.liveLine = null;
         return;
       }
+      case "finally-started": {
+        this.stopLive();
+        this.liveLine = null;
+        this.finallyPhase = { start: at, ceiling: event.finallyCeiling };
+        // progress-lines.ts reads it back (FINALLY_STARTED).
+        this.write(
+          `playbook: the main tasks ended (${event.outcome}${event.endingTask ? `: ${event.endingTask}` : ""}); ` +
+            `running ${event.count} finally task${event.count === 1 ? "" : "s"} within finallyCeiling ${showLimit(event.finallyCeiling)}`,
+        );
+        return;
+      }
       case "containment":
         for (const notice of event.notices ?? []) this.write(`playbook: ${notice}`);
         this.write(`playbook: containment: ${event.description}`);
@@ -313,6 +345,9 @@ export class Progress {
     this.stopLive();
     const skipped = outcome.tasks.filter((t) => t.phase === "Skipped").map((t) => t.name);
     if (skipped.length > 0) this.write(`playbook: skipped: ${skipped.join(", ")}`);
+    const finallySkipped = (outcome.finally ?? []).filter((t) => t.phase === "Skipped").map((t) => t.name);
+    if (finallySkipped.length > 0)
+      this.write(`playbook: finally tasks skipped: ${finallySkipped.join(", ")}`);
     this.write(`playbook: run ${outcome.phase} (${outcome.reason}): ${message}`);
   }
 }

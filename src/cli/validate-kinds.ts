@@ -56,6 +56,7 @@ function validatePolicy(document: unknown, file: string): string[] {
     { name: policy.metadata.name, spec: policy.spec },
     LOCAL_DEFAULTS.maxCeilingMs,
     LOCAL_DEFAULTS.maxKillGrace?.ms,
+    LOCAL_DEFAULTS.maxFinallyCeiling?.ms,
   );
   if (problems.length > 0) {
     throw invalid(

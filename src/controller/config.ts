@@ -73,6 +73,10 @@ export const ControllerConfigSchema = z
     maxKillGrace: Duration.prefault("5m"),
     /** From a pod's creation until its runner starts, when neither the spec nor a policy says. */
     defaultStartTimeout: Duration.prefault("5m"),
+    /** The finally tasks' ceiling when neither the spec nor a policy says. */
+    defaultFinallyCeiling: Duration.prefault("5m"),
+    /** The longest finallyCeiling accepted: what the finally tasks may add to a run is bounded too. */
+    maxFinallyCeiling: Duration.prefault("1h"),
     ttlSecondsAfterFinished: z.coerce.number().int().min(0).default(3600),
     runnerImage: z.string().min(1).default("ghcr.io/playbook-controller/playbook-controller:0.1.0"),
     /** How the agent reaches task containers: auto picks image-volume where every node can mount one. */
@@ -129,6 +133,16 @@ export const ControllerConfigSchema = z
         message: `${formatDuration(config.defaultKillGrace)} is longer than the maximum killGrace ${formatDuration(config.maxKillGrace)} (--max-kill-grace)`,
       });
     }
+    if (config.defaultFinallyCeiling <= 0) {
+      ctx.addIssue({ code: "custom", path: ["defaultFinallyCeiling"], message: "must be longer than 0s" });
+    }
+    if (config.defaultFinallyCeiling > config.maxFinallyCeiling) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["defaultFinallyCeiling"],
+        message: `${formatDuration(config.defaultFinallyCeiling)} is longer than the maximum finallyCeiling ${formatDuration(config.maxFinallyCeiling)} (--max-finally-ceiling)`,
+      });
+    }
     if (config.watchTimeout <= 2 * WATCH_SECONDS_MIN * 1000) {
       ctx.addIssue({
         code: "custom",
@@ -167,6 +181,8 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   defaultKillGrace: "PLAYBOOK_DEFAULT_KILL_GRACE",
   maxKillGrace: "PLAYBOOK_MAX_KILL_GRACE",
   defaultStartTimeout: "PLAYBOOK_DEFAULT_START_TIMEOUT",
+  defaultFinallyCeiling: "PLAYBOOK_DEFAULT_FINALLY_CEILING",
+  maxFinallyCeiling: "PLAYBOOK_MAX_FINALLY_CEILING",
   ttlSecondsAfterFinished: "PLAYBOOK_TTL_SECONDS_AFTER_FINISHED",
   runnerImage: "PLAYBOOK_RUNNER_IMAGE",
   agentDelivery: "PLAYBOOK_AGENT_DELIVERY",
@@ -230,6 +246,8 @@ export function limitDefaults(config: ControllerConfig): LimitDefaults {
     killGraceMs: config.defaultKillGrace,
     maxKillGrace: { ms: config.maxKillGrace, where: "the controller's --max-kill-grace" },
     startTimeoutMs: config.defaultStartTimeout,
+    finallyCeilingMs: config.defaultFinallyCeiling,
+    maxFinallyCeiling: { ms: config.maxFinallyCeiling, where: "the controller's --max-finally-ceiling" },
   };
 }
 

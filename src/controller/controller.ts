@@ -535,6 +535,7 @@ export class PlaybookController {
       },
       controllerMaxCeilingMs: this.config.maxCeiling,
       controllerMaxKillGraceMs: this.config.maxKillGrace,
+      controllerMaxFinallyCeilingMs: this.config.maxFinallyCeiling,
       watchTimeoutMs: this.config.watchTimeout,
       resyncMs: this.config.resync,
       list: (namespace, cont) =>

@@ -91,6 +91,8 @@ export interface RunState {
   pod: PodSettings;
   /** Per task (by index), the image it runs in. */
   taskImages: readonly string[];
+  /** Per finally task (by index), the image it runs in. */
+  finallyImages: readonly string[];
   /** The Playbook's generation the spec is from. */
   specGeneration: number | undefined;
   /** spec.cancel as the Playbook says now: the one field that may change during a run. */

@@ -15,25 +15,32 @@ type Level = Pick<EffectiveLimit, "ms" | "source">;
 
 /**
  * The defaults a plan carries: the run's resolved limits, each at the level it came from, so that
- * resolving the plan's spec with them gives the same values and sources again.
+ * resolving the plan's spec with them gives the same values and sources again. The finally tasks'
+ * ceiling only for a run that has finally tasks (`finally`, when given, lists them), as its status
+ * shows it only then: the plan of a run without them stays the one it always was.
  */
 export function planDefaults(limits: {
   ceiling: Level;
   stall: Level;
   killGrace: Level;
   startTimeout: Level;
+  finallyCeiling?: Level | undefined;
+  finally?: readonly unknown[];
 }): LimitDefaults {
   const policy: PolicyLimitDefaults = {};
   if (limits.ceiling.source === "policy") policy.ceilingMs = limits.ceiling.ms;
   if (limits.stall.source === "policy") policy.stallMs = limits.stall.ms;
   if (limits.killGrace.source === "policy") policy.killGraceMs = limits.killGrace.ms;
   if (limits.startTimeout.source === "policy") policy.startTimeoutMs = limits.startTimeout.ms;
+  const finallyCeiling = (limits.finally?.length ?? 1) > 0 ? limits.finallyCeiling : undefined;
+  if (finallyCeiling?.source === "policy") policy.finallyCeilingMs = finallyCeiling.ms;
   return {
     ceilingMs: limits.ceiling.ms,
     maxCeilingMs: limits.ceiling.ms,
     stallMs: limits.stall.ms,
     killGraceMs: limits.killGrace.ms,
     startTimeoutMs: limits.startTimeout.ms,
+    ...(finallyCeiling ? { finallyCeilingMs: finallyCeiling.ms } : {}),
     ...(Object.keys(policy).length > 0 ? { policy } : {}),
   };
 }
@@ -52,6 +59,7 @@ export function planDefaultsFromStatus(status: PlaybookStatus): LimitDefaults | 
       stall: level(limits.stall),
       killGrace: level(limits.killGrace),
       startTimeout: level(limits.startTimeout),
+      ...(limits.finallyCeiling ? { finallyCeiling: level(limits.finallyCeiling) } : {}),
     });
   } catch {
     return undefined;

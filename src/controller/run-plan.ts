@@ -96,12 +96,13 @@ function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | 
   if (!status.startTime || !status.limits) return undefined;
   const from = (limit: { value: string; source: string } | undefined) =>
     limit?.source === "policy" ? parseDuration(limit.value) : undefined;
-  const { ceiling, stall, killGrace, startTimeout } = status.limits;
+  const { ceiling, stall, killGrace, startTimeout, finallyCeiling } = status.limits;
   return {
     ceilingMs: from(ceiling),
     stallMs: from(stall),
     killGraceMs: from(killGrace),
     startTimeoutMs: from(startTimeout),
+    finallyCeilingMs: from(finallyCeiling),
   };
 }
 

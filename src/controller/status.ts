@@ -7,6 +7,7 @@ import type { PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import type { RunPhase, TerminalReason } from "../api/reasons.js";
 import { decidingIndex, type ReportContext, type RunnerReport } from "../api/report.js";
 import { statusFromReport } from "../api/report-status.js";
+import { describeFinallyWindow } from "./pods/pod-builder.js";
 
 export { LIMIT_EXCEEDED, SUCCEEDED };
 
@@ -80,10 +81,18 @@ export function createFailedStatus(
   return status;
 }
 
-/** The task that ended the run: the last one that ran, unless every task succeeded. */
-export function endingTask(tasks: readonly TaskStatus[] | undefined): string | undefined {
+/**
+ * The task that ended the run: the last one that ran, unless every task succeeded; then the first
+ * finally task that did not succeed (it failed the run), if one did not.
+ */
+export function endingTask(
+  tasks: readonly TaskStatus[] | undefined,
+  finallyTasks: readonly TaskStatus[] = [],
+): string | undefined {
   const task = tasks?.[decidingIndex(tasks.map((t) => t.phase))];
-  return task && task.phase !== "Succeeded" ? task.name : undefined;
+  if (task && task.phase !== "Succeeded") return task.name;
+  if (!tasks?.length) return undefined;
+  return finallyTasks.find((t) => t.phase !== "Succeeded" && t.phase !== "Skipped")?.name;
 }
 
 /** A finished run the runner reported on. */
@@ -110,7 +119,7 @@ export function runStatusFromReport(
     podName: run.podName,
     podAttempts: run.podAttempts,
   };
-  const ending = endingTask(settled.tasks);
+  const ending = endingTask(settled.tasks, settled.finally);
   if (ending) status.endingTask = ending;
   return withGeneration(status, base.generation);
 }
@@ -123,6 +132,8 @@ export function settledStatus(
     message: string;
     phase?: RunPhase;
     tasks?: TaskStatus[];
+    /** spec.finally's rows of the trusted report the kubelet's deadline overtook, with `tasks`. */
+    finally?: TaskStatus[];
   },
 ): PlaybookStatus {
   const conditions = setFinishedConditions(
@@ -145,6 +156,12 @@ export function settledStatus(
   const reported = (task: TaskStatus) => !fromProgress && task.verified !== false;
   const tasks = known.map((task) => (reported(task) ? unfinishedTask(task) : unreportedTask(task)));
   if (tasks.length > 0) status.tasks = tasks;
+  const finallyTasks = outcome.finally
+    ? outcome.finally.map(unfinishedTask)
+    : tasks.length > 0
+      ? (base.limits?.finally ?? []).map((task) => unreportedFinallyTask(task.name))
+      : [];
+  if (finallyTasks.length > 0) status.finally = finallyTasks;
   // Only a task the report says ended on its own can be named as the one that ended the run.
   const ending = endingTask(
     known.filter((task) => reported(task) && task.phase !== "Pending" && task.phase !== "Running"),
@@ -159,6 +176,22 @@ function unfinishedTask(task: TaskStatus): TaskStatus {
   return task.phase === "Pending" || task.phase === "Running"
     ? { ...task, phase: "Cancelled", message: "the run was stopped" }
     : task;
+}
+
+/**
+ * A finally task once the run ended without the runner's report: progress follows the main tasks
+ * only, so whether it ran is not known. Shown as a main task the progress showed started is
+ * (Cancelled, marked unverified), with no attempt counted, as nothing says one was made.
+ */
+function unreportedFinallyTask(name: string): TaskStatus {
+  return {
+    name,
+    phase: "Cancelled",
+    attempts: 0,
+    message:
+      "not reported: the run ended without the runner's report, and progress does not follow finally tasks, so whether this one ran is not known",
+    verified: false,
+  };
 }
 
 /**
@@ -183,7 +216,12 @@ function unreportedTask(task: TaskStatus): TaskStatus {
 }
 
 export function describeDeadline(limits: ResolvedLimits, seconds: number): string {
-  return `${seconds}s (the ceiling ${formatDuration(limits.ceiling.ms)} from ${limits.ceiling.field}, plus killGrace ${formatDuration(limits.killGrace.ms)} and a margin)`;
+  return `${seconds}s (the ceiling ${formatDuration(limits.ceiling.ms)} from ${limits.ceiling.field}, plus killGrace ${formatDuration(limits.killGrace.ms)}${describeFinallyWindow(limits)} and a margin)`;
+}
+
+/** What the pod's activeDeadlineSeconds covers, in words: "the run's 15s ceiling (spec.ceiling) plus killGrace and a margin". */
+export function describeBackstop(limits: ResolvedLimits): string {
+  return `the run's ${formatDuration(limits.ceiling.ms)} ceiling (${limits.ceiling.field}) plus killGrace${describeFinallyWindow(limits)} and a margin`;
 }
 
 /** Stable comparison of two statuses, so a pass that changes nothing writes nothing. */

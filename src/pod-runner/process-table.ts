@@ -275,7 +275,11 @@ export function killLookDelay(repeats: number): number {
  * value) passes (false). The look is repeated because an escaper may fork between looks; a new
  * process found looks again at once, the same ones found again back off (killLookDelay).
  */
-export async function killUntilGone(find: () => Promise<number[]>, until: number): Promise<boolean> {
+export async function killUntilGone(
+  find: () => Promise<number[]>,
+  until: number,
+  signal: (pid: number, signal: NodeJS.Signals) => unknown = sendSignal,
+): Promise<boolean> {
   const killed = new Set<number>();
   let repeats = 0;
   while (performance.now() < until) {
@@ -284,7 +288,7 @@ export async function killUntilGone(find: () => Promise<number[]>, until: number
     repeats = left.some((pid) => !killed.has(pid)) ? 0 : repeats + 1;
     for (const pid of left) {
       killed.add(pid);
-      sendSignal(pid, "SIGKILL");
+      signal(pid, "SIGKILL");
     }
     await sleep(Math.min(killLookDelay(repeats), Math.max(0, until - performance.now())));
   }

@@ -23,6 +23,8 @@ export class ProgressRecorder {
 
   /** Takes a run event in; says whether it changed a task (a record is due). */
   event(event: RunEvent, now: number = Date.now()): boolean {
+    // The record shows the main tasks (the finally tasks' index counts on after them).
+    if ("index" in event && event.index >= this.tasks.length) return false;
     switch (event.type) {
       case "task-started": {
         const task: ProgressTask = { p: "Running", s: Math.max(0, now - this.start.getTime()) };

@@ -8,7 +8,7 @@ import { performance } from "node:perf_hooks";
 import type { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { formatDuration } from "../api/duration.js";
-import type { ResolvedLimits, TaskLimits } from "../api/limits.js";
+import type { EffectiveLimit, ResolvedLimits, TaskLimits } from "../api/limits.js";
 import type { TaskSpec } from "../api/playbook.js";
 import type { TaskPhase } from "../api/reasons.js";
 import type { ContainmentKind, RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
@@ -65,10 +65,30 @@ export type RunEvent =
    */
   | { type: "output-dropped"; index: number; name: string; bytes: number; when: "stop" | "end" }
   /** The run's sweep: what tasks left running it found, and how many of those it saw end. */
-  | { type: "leftovers-swept"; found: number; ended: number; warnings: string[] };
+  | { type: "leftovers-swept"; found: number; ended: number; warnings: string[] }
+  /**
+   * The main tasks ended (`outcome`, and the task that ended them) and the finally tasks begin;
+   * their events' index counts on after the main tasks' (tasks.length + i).
+   */
+  | {
+      type: "finally-started";
+      count: number;
+      outcome: RunnerReason;
+      endingTask?: string;
+      /** their ceiling, counted from now */
+      finallyCeiling: EffectiveLimit;
+    };
 
 export interface RunOptions {
   tasks: readonly TaskSpec[];
+  /**
+   * spec.finally: run after the main tasks end, however they ended, within limits.finallyCeiling
+   * counted from then. In events, agents' containers and placements a finally task's index is
+   * tasks.length + its own.
+   */
+  finally?: readonly TaskSpec[];
+  /** Ends the finally tasks (a cancel that came once they began, or a second one). */
+  finallyCancelSignal?: AbortSignal;
   /** spec.shell: the shell of tasks that name none (absent: `sh`) */
   shell?: string | undefined;
   limits: ResolvedLimits;
@@ -109,6 +129,10 @@ export interface RunOptions {
    */
   agents?: AgentRun;
 }
+
+/** What a finally task is told of the main tasks: the run's reason so far, and the task that ended them. */
+export const OUTCOME_ENV_VAR = "PLAYBOOK_OUTCOME";
+export const FAILED_TASK_ENV_VAR = "PLAYBOOK_FAILED_TASK";
 
 const DEFAULT_DRAIN_WINDOW_MS = 250;
 const DEFAULT_TAIL_BYTES = 4096;
@@ -184,13 +208,17 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     exitCode: null,
     signal: null,
   }));
+  const finallyTasks = options.finally ?? [];
+  const finallyOutcomes: TaskOutcome[] = finallyTasks.map((task) => ({
+    name: task.name,
+    phase: "Pending",
+    attempts: 0,
+    exitCode: null,
+    signal: null,
+  }));
   let reason: RunnerReason = "Succeeded";
   // Nothing started before the run's first task can be one of its processes.
   let firstStart = Number.POSITIVE_INFINITY;
-
-  /** A cancellation or a passed ceiling that forbids starting another attempt. */
-  const stopBeforeStart = (): "Cancelled" | "RunCeiling" | null =>
-    options.cancelSignal?.aborted ? "Cancelled" : performance.now() >= ceilingAt ? "RunCeiling" : null;
 
   const cancelFileOf = agents
     ? agentCancelFileOf(agents.runDir)
@@ -204,156 +232,222 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   let left: string | undefined;
   // Set when the run was stopped with a grace that leftovers shared: when that grace ends.
   let sharedGraceEndsAt: number | undefined;
-  try {
-    for (const [index, task] of options.tasks.entries()) {
-      const limits = options.limits.tasks[index] as TaskLimits;
-      const outcome = outcomes[index] as TaskOutcome;
-      const container = agents
-        ? agents.local
-          ? agents.local.containerOf(index)
-          : containerOfTask(task, agents.containers, agents.taskContainers?.[index])
-        : null;
-      // Where each container runs under a user of its own, a task waits for its own container's
-      // agent only, not for every agent: the first task starts as soon as the first agent is in.
-      if (container !== null && agents?.arrive) {
-        await agents.arrive(container, Math.max(0, ceilingAt - performance.now()), options.cancelSignal);
-      }
-      const stopped = stopBeforeStart();
-      if (stopped) {
-        // Stopped between tasks: this task is the one it kept from starting.
-        outcome.startTime = new Date();
-        markStopped(outcome, stopped);
-        reason = stopped;
-        emit({ type: "task-finished", index, outcome });
-        break;
-      }
-      outcome.phase = "Running";
+  const sweepOf = (reasonNow: RunnerReason): Sweep => ({
+    runCookie,
+    startedFrom: firstStart,
+    alreadyWarned: sharedGraceEndsAt !== undefined,
+    graceMs:
+      sharedGraceEndsAt === undefined
+        ? options.limits.killGrace.ms
+        : Math.max(0, sharedGraceEndsAt - performance.now()),
+    cancelFileOf,
+    cancelText:
+      reasonNow === "Cancelled"
+        ? "cancelled\n"
+        : `${reasonNow}: the run is over, stop now (grace ${formatDuration(options.limits.killGrace.ms)})\n`,
+    hurry: options.hurrySignal,
+    table,
+  });
+
+  /** Runs one task (its attempts); says how it settled. `index` counts the finally tasks on after the main ones. */
+  const runTask = async (task: TaskSpec, index: number, phase: TaskPhaseRules): Promise<TaskPhase> => {
+    const limits = phase.limits(index);
+    const outcome = phase.outcome(index);
+    const container = agents
+      ? agents.local
+        ? agents.local.containerOf(index)
+        : containerOfTask(task, agents.containers, agents.taskContainers?.[index])
+      : null;
+    // Where each container runs under a user of its own, a task waits for its own container's
+    // agent only, not for every agent: the first task starts as soon as the first agent is in.
+    if (container !== null && agents?.arrive) {
+      await agents.arrive(container, Math.max(0, phase.boundAt - performance.now()), phase.cancelSignal);
+    }
+    const stopped = phase.stopBeforeStart();
+    if (stopped) {
+      // Stopped between tasks: this task is the one it kept from starting.
       outcome.startTime = new Date();
-      const launcher = container !== null ? launcherOf?.(container) : undefined;
-      // An agent that never said hello (the runner waited for every one) fails the run before
-      // anything starts, on its first task, naming the container.
-      const missing =
-        agents?.missing?.[0] ?? (agents && container !== null && !launcher ? container : undefined);
-      if (agents && missing !== undefined) {
-        outcome.attempts = 1;
-        outcome.completionTime = new Date();
-        outcome.phase = "Failed";
-        outcome.lostContainer = missing;
-        outcome.detail = `container ${missing} (image ${agents.containers[missing] ?? "unknown"}): its agent did not connect; ${agents.arrive ? "the task was not run" : "nothing was run"}`;
-        reason = "TaskFailed";
-        emit({ type: "task-finished", index, outcome });
-        break;
-      }
-      const shell = effectiveShell(task, index, options.shell);
-      let result: AttemptResult;
-      let stoppedBeforeRetry: "Cancelled" | "RunCeiling" | null = null;
-      for (;;) {
-        outcome.attempts += 1;
-        emit({ type: "task-started", index, name: task.name, attempt: outcome.attempts, limits });
-        const attemptStart = performance.now();
-        const attemptId = `${runId}.${index}.${outcome.attempts}`;
-        const oomBefore = oom?.read() ?? null;
-        result = await runAttempt({
-          taskName: task.name,
-          run: task.run,
-          ...(shell ? { shell } : {}),
-          command: containment.command,
-          env: {
-            ...(container !== null ? containerEnv(agents, container, baseEnv) : baseEnv),
-            ...Object.fromEntries(task.env.map((v) => [v.name, v.value])),
-          },
-          // In a task container a relative workingDir is the container's (its agent's working
-          // directory, /workspace), not the runner's.
-          cwd: container !== null ? task.workingDir : task.workingDir ? resolve(task.workingDir) : undefined,
-          attemptId,
-          runCookie,
-          runStartedFrom: firstStart,
-          cancelFileOf,
-          deadline: attemptDeadline(attemptStart, limits, ceilingAt),
-          stallMs: limits.stall.ms,
-          killGraceMs: options.limits.killGrace.ms,
-          drainWindowMs: options.drainWindowMs ?? DEFAULT_DRAIN_WINDOW_MS,
-          sink: options.sink,
-          recycleOutput: options.recycleOutput,
-          prefix: options.prefixOutput === false ? "" : `[${task.name}] `,
-          tailBytes: options.tailBytes ?? DEFAULT_TAIL_BYTES,
-          cancelSignal: options.cancelSignal,
-          hurrySignal: options.hurrySignal,
-          onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),
-          processTable: table,
-          ...(launcher ? { launcher } : {}),
-        });
-        const oomAfter = oom?.read() ?? null;
-        if (oom && oomBefore !== null && oomAfter !== null && oomAfter > oomBefore) {
-          result.outOfMemory = `the kernel's OOM killer ended ${oomAfter - oomBefore} process(es) ${oom.scope} during the attempt`;
-        }
-        if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);
-        if (result.pipes) openPipes.push(result.pipes);
-        if (result.droppedBytes) {
-          const drop = { index, name: task.name, bytes: result.droppedBytes, told: result.droppedBytes() };
-          drops.push(drop);
-          if (drop.told > 0) {
-            emit({ type: "output-dropped", index, name: task.name, bytes: drop.told, when: "stop" });
-          }
-        }
-        // A lost container is an ordinary failure: retries apply (a retry in a container that is
-        // gone fails at once).
-        const failedOrdinarily =
-          (result.kind === "exited" && result.exitCode !== 0) || result.kind === "lost";
-        if (!failedOrdinarily || outcome.attempts > limits.retries) break;
-        // A retry is a new start: not after a cancellation or past the ceiling.
-        stoppedBeforeRetry = stopBeforeStart();
-        if (stoppedBeforeRetry) break;
-        emit({
-          type: "task-retrying",
-          index,
-          name: task.name,
-          attempt: outcome.attempts + 1,
-          exitCode: result.exitCode,
-          signal: result.signal,
-        });
-      }
-      runClean = result.runClean === true;
-      sharedGraceEndsAt = result.graceEndsAt;
-      let settled = settleTask(outcome, result);
-      if (stoppedBeforeRetry) {
-        outcome.detail = undefined;
-        settled = markStopped(outcome, stoppedBeforeRetry);
-      }
+      markStopped(outcome, stopped);
       emit({ type: "task-finished", index, outcome });
+      return outcome.phase;
+    }
+    outcome.phase = "Running";
+    outcome.startTime = new Date();
+    const launcher = container !== null ? launcherOf?.(container) : undefined;
+    // An agent that never said hello (the runner waited for every one) fails the run before
+    // anything starts, on its first task, naming the container.
+    const missing =
+      agents?.missing?.[0] ?? (agents && container !== null && !launcher ? container : undefined);
+    if (agents && missing !== undefined) {
+      outcome.attempts = 1;
+      outcome.completionTime = new Date();
+      outcome.phase = "Failed";
+      outcome.lostContainer = missing;
+      outcome.detail = `container ${missing} (image ${agents.containers[missing] ?? "unknown"}): its agent did not connect; ${agents.arrive ? "the task was not run" : "nothing was run"}`;
+      emit({ type: "task-finished", index, outcome });
+      return outcome.phase;
+    }
+    // A finally task's shell is named by its place in spec.finally.
+    const main = index < options.tasks.length;
+    const shell = effectiveShell(
+      task,
+      main ? index : index - options.tasks.length,
+      options.shell,
+      main ? "tasks" : "finally",
+    );
+    let result: AttemptResult;
+    let stoppedBeforeRetry: StopBeforeStart | null = null;
+    for (;;) {
+      outcome.attempts += 1;
+      emit({ type: "task-started", index, name: task.name, attempt: outcome.attempts, limits });
+      const attemptStart = performance.now();
+      const attemptId = `${runId}.${index}.${outcome.attempts}`;
+      const oomBefore = oom?.read() ?? null;
+      result = await runAttempt({
+        taskName: task.name,
+        run: task.run,
+        ...(shell ? { shell } : {}),
+        command: containment.command,
+        env: {
+          ...(container !== null ? containerEnv(agents, container, baseEnv) : baseEnv),
+          ...Object.fromEntries(task.env.map((v) => [v.name, v.value])),
+          ...phase.env,
+        },
+        // In a task container a relative workingDir is the container's (its agent's working
+        // directory, /workspace), not the runner's.
+        cwd: container !== null ? task.workingDir : task.workingDir ? resolve(task.workingDir) : undefined,
+        attemptId,
+        runCookie,
+        runStartedFrom: firstStart,
+        cancelFileOf,
+        deadline: phase.deadline(attemptStart, limits),
+        stallMs: limits.stall.ms,
+        killGraceMs: options.limits.killGrace.ms,
+        drainWindowMs: options.drainWindowMs ?? DEFAULT_DRAIN_WINDOW_MS,
+        sink: options.sink,
+        recycleOutput: options.recycleOutput,
+        prefix: options.prefixOutput === false ? "" : `[${task.name}] `,
+        tailBytes: options.tailBytes ?? DEFAULT_TAIL_BYTES,
+        cancelSignal: phase.cancelSignal,
+        hurrySignal: options.hurrySignal,
+        onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),
+        processTable: table,
+        ...(launcher ? { launcher } : {}),
+      });
+      const oomAfter = oom?.read() ?? null;
+      if (oom && oomBefore !== null && oomAfter !== null && oomAfter > oomBefore) {
+        result.outOfMemory = `the kernel's OOM killer ended ${oomAfter - oomBefore} process(es) ${oom.scope} during the attempt`;
+      }
+      if (result.startedFrom > 0) firstStart = Math.min(firstStart, result.startedFrom);
+      if (result.pipes) openPipes.push(result.pipes);
+      if (result.droppedBytes) {
+        const drop = { index, name: task.name, bytes: result.droppedBytes, told: result.droppedBytes() };
+        drops.push(drop);
+        if (drop.told > 0) {
+          emit({ type: "output-dropped", index, name: task.name, bytes: drop.told, when: "stop" });
+        }
+      }
+      // A lost container is an ordinary failure: retries apply (a retry in a container that is
+      // gone fails at once).
+      const failedOrdinarily = (result.kind === "exited" && result.exitCode !== 0) || result.kind === "lost";
+      if (!failedOrdinarily || outcome.attempts > limits.retries) break;
+      // A retry is a new start: not after a cancellation or past the ceiling.
+      stoppedBeforeRetry = phase.stopBeforeStart();
+      if (stoppedBeforeRetry) break;
+      emit({
+        type: "task-retrying",
+        index,
+        name: task.name,
+        attempt: outcome.attempts + 1,
+        exitCode: result.exitCode,
+        signal: result.signal,
+      });
+    }
+    runClean = result.runClean === true;
+    sharedGraceEndsAt = result.graceEndsAt;
+    let settled = settleTask(outcome, result);
+    if (stoppedBeforeRetry) {
+      outcome.detail = undefined;
+      settled = markStopped(outcome, stoppedBeforeRetry);
+    }
+    emit({ type: "task-finished", index, outcome });
+    return settled;
+  };
+
+  try {
+    const main: TaskPhaseRules = {
+      limits: (index) => options.limits.tasks[index] as TaskLimits,
+      outcome: (index) => outcomes[index] as TaskOutcome,
+      boundAt: ceilingAt,
+      cancelSignal: options.cancelSignal,
+      stopBeforeStart: () =>
+        options.cancelSignal?.aborted ? "Cancelled" : performance.now() >= ceilingAt ? "RunCeiling" : null,
+      deadline: (attemptStart, limits) => attemptDeadline(attemptStart, limits, ceilingAt),
+      env: {},
+    };
+    for (const [index, task] of options.tasks.entries()) {
+      const settled = await runTask(task, index, main);
       if (settled === "Succeeded") continue;
+      const outcome = outcomes[index] as TaskOutcome;
       reason =
         settled === "TimedOut"
-          ? (outcome.limit ?? "RunCeiling")
+          ? ((outcome.limit as RunnerReason | undefined) ?? "RunCeiling")
           : settled === "Cancelled"
             ? "Cancelled"
             : "TaskFailed";
       break;
     }
+    // The finally tasks: once a main task started (a run cancelled before its first has nothing
+    // to clean up), after what the main tasks left is gone, under a ceiling of their own.
+    if (finallyTasks.length > 0 && outcomes.some((outcome) => outcome.attempts > 0)) {
+      const swept =
+        runClean && containment.members().length === 0
+          ? { found: 0, ended: 0, warnings: [] }
+          : await sweepLeftovers(sweepOf(reason), containment, false);
+      if (swept.found > 0) emit({ type: "leftovers-swept", ...swept });
+      sharedGraceEndsAt = undefined;
+      const ending = outcomes.find((outcome) => outcome.phase !== "Succeeded" && outcome.phase !== "Pending");
+      emit({
+        type: "finally-started",
+        count: finallyTasks.length,
+        outcome: reason,
+        ...(ending ? { endingTask: ending.name } : {}),
+        finallyCeiling: options.limits.finallyCeiling,
+      });
+      const finallyCeilingAt = performance.now() + options.limits.finallyCeiling.ms;
+      const cancel = options.finallyCancelSignal;
+      const rules: TaskPhaseRules = {
+        limits: (index) => options.limits.finally[index - options.tasks.length] as TaskLimits,
+        outcome: (index) => finallyOutcomes[index - options.tasks.length] as TaskOutcome,
+        boundAt: finallyCeilingAt,
+        cancelSignal: cancel,
+        stopBeforeStart: () =>
+          cancel?.aborted ? "Cancelled" : performance.now() >= finallyCeilingAt ? "FinallyCeiling" : null,
+        deadline: (attemptStart, limits) =>
+          attemptDeadline(attemptStart, limits, finallyCeilingAt, "FinallyCeiling"),
+        env: { [OUTCOME_ENV_VAR]: reason, [FAILED_TASK_ENV_VAR]: ending?.name ?? "" },
+      };
+      let finallyEnded: TaskPhase | null = null;
+      for (const [offset, task] of finallyTasks.entries()) {
+        const settled = await runTask(task, options.tasks.length + offset, rules);
+        // Each cleanup runs whatever the one before did; only their ceiling or a cancel ends them.
+        const outcome = finallyOutcomes[offset] as TaskOutcome;
+        if (settled !== "Succeeded") finallyEnded ??= settled;
+        if (settled === "Cancelled" || outcome.limit === "FinallyCeiling") break;
+      }
+      // They decide the reason only of a run whose main tasks succeeded.
+      if (reason === "Succeeded" && finallyEnded !== null) {
+        reason = finallyEnded === "Cancelled" ? "Cancelled" : "TaskFailed";
+      }
+    }
   } finally {
     // When a live task was stopped, the leftovers had their cancel file and SIGTERM with its group
     // and share its grace: a second grace here could outlast the pod's termination grace period.
     // Otherwise (the run is over, or was stopped between tasks) they get the whole grace now.
-    const sweep: Sweep = {
-      runCookie,
-      startedFrom: firstStart,
-      alreadyWarned: sharedGraceEndsAt !== undefined,
-      graceMs:
-        sharedGraceEndsAt === undefined
-          ? options.limits.killGrace.ms
-          : Math.max(0, sharedGraceEndsAt - performance.now()),
-      cancelFileOf,
-      cancelText:
-        reason === "Cancelled"
-          ? "cancelled\n"
-          : `${reason}: the run is over, stop now (grace ${formatDuration(options.limits.killGrace.ms)})\n`,
-      hurry: options.hurrySignal,
-      table,
-    };
     const swept =
       runClean && containment.members().length === 0
         ? { found: 0, ended: 0, warnings: [] }
-        : await sweepLeftovers(sweep, containment);
+        : await sweepLeftovers(sweepOf(reason), containment);
     if (swept.found > 0) emit({ type: "leftovers-swept", ...swept });
     // The containment's own (a cgroup's anchor) go too, and with them the cgroup.
     if (!(await containment.killAll(performance.now() + 5000))) {
@@ -371,7 +465,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     rmSync(scratch, { recursive: true, force: true });
   }
 
-  for (const outcome of outcomes) {
+  for (const outcome of [...outcomes, ...finallyOutcomes]) {
     if (outcome.phase === "Pending") outcome.phase = "Skipped";
   }
   const phase = reason === "Succeeded" ? "Succeeded" : reason === "Cancelled" ? "Cancelled" : "Failed";
@@ -381,32 +475,53 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     startTime: runStart,
     completionTime: new Date(),
     tasks: outcomes,
+    ...(finallyTasks.length > 0 ? { finally: finallyOutcomes } : {}),
     containment: containment.kind,
     ...(left !== undefined ? { left } : {}),
   };
 }
 
-/** Deadline of an attempt = min(attempt start + task timeout, run start + ceiling). */
+/** What stops a task from (re)starting: a cancel, or the ceiling of its phase. */
+type StopBeforeStart = "Cancelled" | "RunCeiling" | "FinallyCeiling";
+
+/** How the tasks of one phase (the main tasks, or the finally tasks) run. */
+interface TaskPhaseRules {
+  limits(index: number): TaskLimits;
+  outcome(index: number): TaskOutcome;
+  /** performance.now() past which no task of the phase may run: its ceiling */
+  boundAt: number;
+  cancelSignal: AbortSignal | undefined;
+  stopBeforeStart(): StopBeforeStart | null;
+  deadline(attemptStart: number, limits: TaskLimits): AttemptDeadline;
+  /** what the phase tells its tasks (PLAYBOOK_OUTCOME for the finally tasks) */
+  env: Record<string, string>;
+}
+
+/**
+ * Deadline of an attempt = min(attempt start + task timeout, run start + ceiling); of a finally
+ * task's, min(attempt start + task timeout, finally start + finallyCeiling).
+ */
 export function attemptDeadline(
   attemptStart: number,
   limits: TaskLimits,
   ceilingAt: number,
+  ceiling: "RunCeiling" | "FinallyCeiling" = "RunCeiling",
 ): AttemptDeadline {
   if (limits.timeout) {
     const timeoutAt = attemptStart + limits.timeout.ms;
     if (timeoutAt <= ceilingAt) return { at: timeoutAt, limit: "TaskTimeout" };
   }
-  return { at: ceilingAt, limit: "RunCeiling" };
+  return { at: ceilingAt, limit: ceiling };
 }
 
 /** Settles a task that a cancellation or the ceiling kept from (re)starting. */
-function markStopped(outcome: TaskOutcome, stop: "Cancelled" | "RunCeiling"): TaskPhase {
+function markStopped(outcome: TaskOutcome, stop: StopBeforeStart): TaskPhase {
   outcome.completionTime = new Date();
   if (stop === "Cancelled") {
     outcome.phase = "Cancelled";
   } else {
     outcome.phase = "TimedOut";
-    outcome.limit = "RunCeiling";
+    outcome.limit = stop;
   }
   return outcome.phase;
 }
@@ -486,6 +601,8 @@ interface Sweep {
 async function sweepLeftovers(
   sweep: Sweep,
   containment: Containment,
+  /** false between the main and the finally tasks: the containment must hold the finally tasks too */
+  fence = true,
 ): Promise<{ found: number; ended: number; warnings: string[] }> {
   // By the cookie, and everything the containment holds: what dropped or hid the cookie too.
   const find = async () => [
@@ -508,10 +625,17 @@ async function sweepLeftovers(
   // A second Ctrl-C cuts this grace short as it does a task's.
   while (performance.now() < graceEnds && !sweep.hurry?.aborted && (await find()).length > 0) await sleep(20);
   const killBy = performance.now() + 5000;
-  // Where the runner may not signal the tasks itself (agent mode), the fence below is the kill.
-  if (!containment.signal) await killUntilGone(find, killBy);
-  // The fence: whatever the looks missed (a fork between them) ends with the whole cgroup.
-  if (!(await containment.killAll(killBy))) warnings.push("some of the run's processes could not be ended");
+  if (!fence) {
+    // No fence (a cgroup's would end its anchor too): each process found is killed, through its
+    // agent where the runner may not signal it.
+    if (!(await killUntilGone(find, killBy, containment.signal ?? sendSignal)))
+      warnings.push("some of the main tasks' processes could not be ended before the finally tasks");
+  } else {
+    // Where the runner may not signal the tasks itself (agent mode), the fence below is the kill.
+    if (!containment.signal) await killUntilGone(find, killBy);
+    // The fence: whatever the looks missed (a fork between them) ends with the whole cgroup.
+    if (!(await containment.killAll(killBy))) warnings.push("some of the run's processes could not be ended");
+  }
   // Ended is what is seen gone, not what was told to go: a stopped agent carries out no kill.
   const still = new Set(await find());
   return { found: initial.length, ended: initial.filter((pid) => !still.has(pid)).length, warnings };

@@ -33,6 +33,9 @@ const UNBOUNDED: LimitDefaults = {
   ceilingMs: Number.MAX_SAFE_INTEGER,
   maxCeilingMs: Number.MAX_SAFE_INTEGER,
   maxKillGrace: undefined,
+  // The schema bounds finally timeouts only by a finallyCeiling the spec sets.
+  finallyCeilingMs: Number.MAX_SAFE_INTEGER,
+  maxFinallyCeiling: undefined,
 };
 
 type Verdict = { ok: true; stored: unknown } | { ok: false; message: string; fields: string[] };
@@ -137,9 +140,12 @@ async function checkAgreement(spec: unknown): Promise<void> {
     // What the API server stores (with its defaults) is what the controller then reads.
     expect(judge((verdict.stored as { spec: unknown }).spec, UNBOUNDED)).toEqual({ ok: true });
     if (!controller.ok) {
-      // Only what needs the controller's configuration: its default and maximum ceiling, its maximum killGrace.
+      // Only what needs the controller's configuration: its default and maximum ceiling, its maximum
+      // killGrace, its default and maximum finally ceiling.
       tally.refusedForConfiguration++;
-      expect(controller.text, shown).toMatch(/maximum ceiling|the default ceiling|maximum killGrace/);
+      expect(controller.text, shown).toMatch(
+        /maximum ceiling|the default ceiling|maximum killGrace|the default finally ceiling|maximum finallyCeiling/,
+      );
     }
   }
 }
@@ -325,6 +331,48 @@ describe("admission and the shared schema", () => {
           name: `t${i}`,
           run: "true",
           image: `${"x/".repeat(253)}x:${String(i).padStart(4, "0")}`,
+        })),
+      },
+    ],
+    [
+      "a finally timeout over a finallyCeiling the spec sets: both refuse",
+      {
+        finallyCeiling: "1m",
+        tasks: [{ name: "a", run: "true" }],
+        finally: [{ name: "b", run: "true", timeout: "90s" }],
+      },
+    ],
+    [
+      "a finally timeout over the default finally ceiling: both admit (the controller refuses it)",
+      { tasks: [{ name: "a", run: "true" }], finally: [{ name: "b", run: "true", timeout: "10m" }] },
+    ],
+    [
+      "a finally task named as a main task: both refuse",
+      { tasks: [{ name: "a", run: "true" }], finally: [{ name: "a", run: "true" }] },
+    ],
+    [
+      "a finallyCeiling without finally tasks: both admit",
+      { finallyCeiling: "2h", tasks: [{ name: "a", run: "true" }] },
+    ],
+    [
+      "8 main task images and a ninth in a finally task: both refuse",
+      {
+        tasks: Array.from({ length: 8 }, (_, i) => ({ name: `t${i}`, run: "true", image: `i${i}:1` })),
+        finally: [{ name: "f", run: "true", image: "i8:1" }],
+      },
+    ],
+    [
+      "20 finally tasks beside 200 main tasks, each with its own image: both refuse (9 images)",
+      {
+        tasks: Array.from({ length: 200 }, (_, i) => ({
+          name: `t${i}`,
+          run: "true",
+          image: `${"x/".repeat(253)}x:${String(i).padStart(4, "0")}`,
+        })),
+        finally: Array.from({ length: 20 }, (_, i) => ({
+          name: `f${i}`,
+          run: "true",
+          image: `${"x/".repeat(253)}y:${String(i).padStart(4, "0")}`,
         })),
       },
     ],

@@ -101,6 +101,82 @@ const refusals = [
     says: ["spec.tasks: Invalid value", "spec.tasks is too large to run", "at most 204800 characters"],
   },
   {
+    name: "a finally timeout longer than the finally ceiling",
+    spec: {
+      finallyCeiling: "5m",
+      tasks: [{ name: "build", run: "make" }],
+      finally: [
+        { name: "unlock", run: "unlock", timeout: "1m" },
+        { name: "page", run: "page", timeout: "10m" },
+      ],
+    },
+    says: ["spec.finally: Invalid value: spec.finally[1].timeout: 10m is longer than spec.finallyCeiling 5m"],
+  },
+  {
+    name: "a finally task named as a main task",
+    spec: { tasks: [{ name: "build", run: "make" }], finally: [{ name: "build", run: "make clean" }] },
+    says: [
+      'spec.finally[0].name: "build" is already used by a task of spec.tasks; task names must be unique across spec.tasks and spec.finally',
+    ],
+  },
+  {
+    name: "duplicate finally task names",
+    spec: {
+      tasks: [{ name: "build", run: "make" }],
+      finally: [
+        { name: "clean", run: "a" },
+        { name: "clean", run: "b" },
+      ],
+    },
+    says: ["spec.finally[].name must be unique"],
+  },
+  {
+    name: "a zero finally ceiling",
+    spec: {
+      finallyCeiling: "0s",
+      tasks: [{ name: "a", run: "true" }],
+      finally: [{ name: "b", run: "true" }],
+    },
+    says: ["spec.finallyCeiling must be longer than 0s"],
+  },
+  {
+    name: "a malformed finally ceiling",
+    spec: { finallyCeiling: "5x", tasks: [{ name: "a", run: "true" }] },
+    says: ['spec.finallyCeiling: Invalid value: "5x": spec.finallyCeiling must be a duration'],
+  },
+  {
+    name: "21 finally tasks",
+    spec: {
+      tasks: [{ name: "a", run: "true" }],
+      finally: Array.from({ length: 21 }, (_, i) => ({ name: `f${i}`, run: "true" })),
+    },
+    says: ["spec.finally: Too many: 21: must have at most 20 items"],
+  },
+  {
+    name: "a reserved environment variable in a finally task",
+    spec: {
+      tasks: [{ name: "a", run: "true" }],
+      finally: [{ name: "b", run: "true", env: [{ name: "PLAYBOOK_OUTCOME", value: "Succeeded" }] }],
+    },
+    says: ["spec.finally[0].env[0].name", "spec.finally[].env[].name must not start with PLAYBOOK_"],
+  },
+  {
+    name: "tasks and finally tasks too large together for the plan to reach their pod",
+    spec: {
+      tasks: ["a", "b", "c"].map((name) => ({ name, run: `: ${"x".repeat(65_530)}` })),
+      finally: [{ name: "d", run: `: ${"x".repeat(65_530)}` }],
+    },
+    says: ["spec.tasks: Invalid value", "spec.tasks is too large to run", "spec.finally's included"],
+  },
+  {
+    name: "a ninth distinct image brought by a finally task",
+    spec: {
+      tasks: Array.from({ length: 8 }, (_, i) => ({ name: `t${i}`, run: "true", image: `i${i}:1` })),
+      finally: [{ name: "clean", run: "true", image: "i8:1" }],
+    },
+    says: ["spec.finally's included) may use at most 8 distinct"],
+  },
+  {
     name: "a reserved environment variable",
     spec: { tasks: [{ name: "a", run: "true", env: [{ name: "PLAYBOOK_PLAN", value: "x" }] }] },
     says: ["must not start with PLAYBOOK_"],
@@ -212,6 +288,8 @@ describe("admission", () => {
       { field: "spec.stall", spec: { stall: "1m" } },
       { field: "spec.image", spec: { image: "busybox" } },
       { field: "spec.shell", spec: { shell: "bash -eo pipefail" } },
+      { field: "spec.finally", spec: { finally: [{ name: "clean", run: "true" }] } },
+      { field: "spec.finallyCeiling", spec: { finallyCeiling: "10m" } },
     ])("refuses an edit of $field, naming the field", async ({ field, spec }) => {
       const name = `frozen-${field.replace("spec.", "").toLowerCase()}`;
       await started(name);
@@ -245,5 +323,11 @@ describe("admission", () => {
     expect(await explain("playbook.status.conditions.reason")).toContain("TaskTimeout");
     expect(await explain("pb.spec.cancel")).toContain("cancel the run");
     expect(await explain("pb.spec.tasks.shell")).toContain('WORDS -c RUN ("bash -eo pipefail", "sh -eu")');
+    expect(await explain("playbook.spec.finally")).toContain("after the main tasks end, however they ended");
+    expect(await explain("playbook.spec.finally.timeout")).toContain(
+      "Must not be longer than the finally ceiling",
+    );
+    expect(await explain("playbook.spec.finallyCeiling")).toContain("is not taken from spec.ceiling");
+    expect(await explain("playbook.status.finally.limit")).toContain("FinallyCeiling");
   });
 });

@@ -392,6 +392,8 @@ export interface ReportScript {
   task?: TaskScript;
   /** Overrides by task index, applied last. */
   tasks?: Record<number, TaskScript>;
+  /** Overrides by finally task index; each of the plan's finally tasks succeeded unless told. */
+  finally?: Record<number, TaskScript>;
   startTime?: Date;
   completionTime?: Date;
 }
@@ -454,9 +456,29 @@ export function reportFor(pod: V1Pod, script: ReportScript): string {
     } as TaskOutcome;
     return outcome;
   });
+  const finallyTasks = (read.plan.spec.finally ?? []).map(
+    (task, index): TaskOutcome =>
+      ({
+        name: task.name,
+        phase: "Succeeded",
+        attempts: 1,
+        exitCode: 0,
+        signal: null,
+        startTime,
+        completionTime,
+        ...script.finally?.[index],
+      }) as TaskOutcome,
+  );
   const phase =
     script.reason === "Succeeded" ? "Succeeded" : script.reason === "Cancelled" ? "Cancelled" : "Failed";
-  return encodeReport({ phase, reason: script.reason, startTime: runStart, completionTime, tasks });
+  return encodeReport({
+    phase,
+    reason: script.reason,
+    startTime: runStart,
+    completionTime,
+    tasks,
+    ...(finallyTasks.length > 0 ? { finally: finallyTasks } : {}),
+  });
 }
 
 /**

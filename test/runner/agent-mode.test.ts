@@ -84,6 +84,10 @@ interface Control {
 
 interface PodOptions {
   tasks: object[];
+  /** spec.finally */
+  finally?: object[];
+  /** per finally task, its container (the plan's `finally`) */
+  plannedFinally?: string[];
   /** spec.shell */
   shell?: string;
   ceiling?: string;
@@ -184,8 +188,12 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
       killGrace: options.killGrace ?? "1s",
       ...(options.shell ? { shell: options.shell } : {}),
       tasks: options.tasks,
+      ...(options.finally ? { finally: options.finally } : {}),
     },
     ...(options.planned ? { tasks: options.planned.map((container) => ({ container })) } : {}),
+    ...(options.plannedFinally
+      ? { finally: options.plannedFinally.map((container) => ({ container })) }
+      : {}),
   };
   const child = spawn(
     "unshare",
@@ -315,7 +323,7 @@ async function runPod(options: PodOptions, ws = tempDir("agent-ws-")): Promise<P
   }
   let report: RunnerReport;
   try {
-    report = decodeReport(readFileSync(log, "utf8"), options.tasks.length);
+    report = decodeReport(readFileSync(log, "utf8"), options.tasks.length, options.finally?.length ?? 0);
   } catch (error) {
     throw new Error(
       `no report (exit ${code}): ${(error as Error).message}\nstdout:\n${stdout}\nstderr:\n${stderr}`,
@@ -630,6 +638,44 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.report).toMatchObject({ phase: "Cancelled", reason: "Cancelled", ct: "agents" });
     expect(run.report.tasks[0], run.stderr).toMatchObject({ p: "Cancelled", e: "Exited" });
     expect(run.stdout).toContain("[work] trapped");
+    expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
+  });
+
+  it("as in a pod: after a SIGTERM (pod deletion) the finally task runs in the container the plan names, told the outcome", async () => {
+    let signalled = false;
+    const run = await runPod({
+      ownUsers: true,
+      containers: { "task-1": "playbook.test/debian:1", "task-2": "playbook.test/musl:1" },
+      planned: ["task-1"],
+      plannedFinally: ["task-2"],
+      tasks: [
+        {
+          name: "work",
+          run: 'sleep 300 & while [ "$(cat /proc/$!/comm)" != sleep ]; do :; done; echo up; wait',
+        },
+      ],
+      finally: [
+        {
+          name: "cleanup",
+          run: `echo "cleanup in $(tr '\\0' ' ' < /proc/$PPID/cmdline) as $(id -u): $PLAYBOOK_OUTCOME $PLAYBOOK_FAILED_TASK"`,
+        },
+      ],
+      onStdout: (all, control) => {
+        if (!signalled && all.includes("[work] up")) {
+          signalled = true;
+          control.signalRunner("SIGTERM");
+        }
+      },
+    });
+    expect(run.code).toBe(130);
+    expect(run.report, run.stderr).toMatchObject({
+      phase: "Cancelled",
+      reason: "Cancelled",
+      tasks: [{ p: "Cancelled" }],
+      fin: [{ p: "Succeeded" }],
+    });
+    // task-2's user is 1001 (1000 + K - 1).
+    expect(run.stdout).toMatch(/\[cleanup\] cleanup in \S+ \S+ task-2 +as 1001: Cancelled work/);
     expect(run.stderr).not.toMatch(/ALIVE|AGENT-LEFT/);
   });
 

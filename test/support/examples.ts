@@ -13,6 +13,8 @@ export interface ExampleOutcome {
   reason: string;
   /** Each task's phase, in order. */
   phases: string[];
+  /** Each finally task's phase, in order, where the example has them. */
+  finallyPhases?: string[];
   /** The first task's ending, where the example is about it. */
   ending?: "Exited" | "Killed";
   /** The run waits to be interrupted: send SIGINT (Ctrl-C) once its output holds this line. */
@@ -48,6 +50,13 @@ export const EXAMPLE_OUTCOMES: ExampleOutcome[] = [
     ending: "Exited",
   },
   {
+    file: "examples/cleanup.yaml",
+    code: 1,
+    reason: "TaskFailed",
+    phases: ["Failed", "Skipped"],
+    finallyPhases: ["Succeeded"],
+  },
+  {
     file: "examples/cancel-me.yaml",
     code: 130,
     reason: "Cancelled",
@@ -72,6 +81,7 @@ export interface SeenOutcome {
   code: number | null;
   reason: string | undefined;
   phases: (string | undefined)[];
+  finallyPhases?: (string | undefined)[];
   ending?: string | undefined;
 }
 
@@ -79,12 +89,17 @@ export interface SeenOutcome {
 export function seenOutcome(
   example: ExampleOutcome,
   code: number | null,
-  status: { conditions?: { reason?: string }[]; tasks?: { phase?: string; ending?: string }[] },
+  status: {
+    conditions?: { reason?: string }[];
+    tasks?: { phase?: string; ending?: string }[];
+    finally?: { phase?: string }[];
+  },
 ): SeenOutcome {
   return {
     code,
     reason: status.conditions?.[0]?.reason,
     phases: (status.tasks ?? []).map((t) => t.phase),
+    ...(example.finallyPhases ? { finallyPhases: (status.finally ?? []).map((t) => t.phase) } : {}),
     // The ending is compared only where the example is about it.
     ...(example.ending ? { ending: status.tasks?.[0]?.ending } : {}),
   };
@@ -96,6 +111,7 @@ export function promisedOutcome(example: ExampleOutcome): SeenOutcome {
     code: example.code,
     reason: example.reason,
     phases: example.phases,
+    ...(example.finallyPhases ? { finallyPhases: example.finallyPhases } : {}),
     ...(example.ending ? { ending: example.ending } : {}),
   };
 }

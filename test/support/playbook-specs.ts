@@ -66,6 +66,10 @@ const validTask: fc.Arbitrary<Task> = fc.record(
 const uniqueNames = (tasks: Task[]): Task[] =>
   tasks.map((task, index) => ({ ...task, name: `${String(task.name).slice(0, 55)}-${index}` }));
 
+/** Finally task names made unique, and apart from the main tasks' (which end in -<index>). */
+const finallyNames = (tasks: Task[]): Task[] =>
+  tasks.map((task, index) => ({ ...task, name: `fin-${index}-${String(task.name).slice(0, 50)}` }));
+
 /** Valid specs: every field present or not, limits well inside the controller's defaults. */
 export const validSpecs: fc.Arbitrary<Spec> = fc
   .record(
@@ -85,12 +89,21 @@ export const validSpecs: fc.Arbitrary<Spec> = fc
       ),
       ttlSecondsAfterFinished: fc.integer({ min: 0, max: 1_000_000 }),
       tasks: fc.array(validTask, { minLength: 1, maxLength: 4 }).map(uniqueNames),
+      finallyCeiling: fc.constantFrom("30m", "1h", "5m"),
+      finally: fc.array(validTask, { maxLength: 3 }).map(finallyNames),
     },
     { requiredKeys: ["tasks"] },
   )
   .map((spec) => spec as Spec);
 
 const taskIndex = (spec: Spec, pick: number): number => pick % Math.max(1, (spec.tasks as Task[]).length);
+
+/** The spec's finally tasks, one made when it has none. */
+const finallyOf = (spec: Spec): Task[] => {
+  if (!Array.isArray(spec.finally) || spec.finally.length === 0)
+    spec.finally = [{ name: "fin", run: "true" }];
+  return spec.finally as Task[];
+};
 
 /** One way of breaking a valid spec (some of which still leave it valid: the verdicts must agree either way). */
 const breakages: fc.Arbitrary<(spec: Spec) => void>[] = [
@@ -128,6 +141,42 @@ const breakages: fc.Arbitrary<(spec: Spec) => void>[] = [
   fc.constantFrom("25h", "24h", "24h0m1s", "0s", "1000h").map((ceiling) => (spec) => {
     spec.ceiling = ceiling;
     for (const task of spec.tasks as Task[]) delete task.timeout;
+  }),
+  // Finally tasks: timeouts against their ceiling, a name a main task has, too many, a bad ceiling.
+  fc
+    .tuple(
+      fc.constantFrom("2h", "5m", "5m1ms", "300s", "10m", "0s"),
+      fc.constantFrom("5m", undefined),
+      fc.nat(),
+    )
+    .map(([timeout, ceiling, pick]) => (spec) => {
+      const tasks = finallyOf(spec);
+      if (ceiling === undefined) delete spec.finallyCeiling;
+      else spec.finallyCeiling = ceiling;
+      (tasks[pick % tasks.length] as Task).timeout = timeout;
+    }),
+  fc.nat().map((pick) => (spec) => {
+    const tasks = finallyOf(spec);
+    (tasks[pick % tasks.length] as Task).name = ((spec.tasks as Task[])[taskIndex(spec, pick)] as Task).name;
+  }),
+  fc.nat().map((pick) => (spec) => {
+    const tasks = finallyOf(spec);
+    tasks.push({ ...(tasks[pick % tasks.length] as Task) });
+  }),
+  fc.constantFrom(20, 21).map((count) => (spec) => {
+    spec.finally = Array.from({ length: count }, (_, i) => ({ name: `f${i}`, run: "true" }));
+  }),
+  fc.tuple(malformedDuration, fc.boolean()).map(([value, withTasks]) => (spec) => {
+    spec.finallyCeiling = value;
+    if (withTasks) finallyOf(spec);
+  }),
+  fc
+    .tuple(fc.constantFrom("timeout", "stall", "env", "image", "run"), malformedDuration)
+    .map(([field, value]) => (spec) => {
+      (finallyOf(spec)[0] as Task)[field] = value;
+    }),
+  fc.constantFrom(null, {}, "x", [null]).map((value) => (spec) => {
+    spec.finally = value;
   }),
   // Names: duplicated, malformed, too long.
   fc.nat().map((pick) => (spec) => {

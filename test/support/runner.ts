@@ -48,6 +48,8 @@ export async function runSpec(
     defaults?: LimitDefaults;
     prefixOutput?: boolean;
     cancelSignal?: AbortSignal;
+    /** ends the finally tasks (runPlaybook's finallyCancelSignal) */
+    finallyCancelSignal?: AbortSignal;
     runStart?: Date;
     /** where task output goes instead of the captured buffer (output is then empty) */
     sink?: Writable;
@@ -81,6 +83,8 @@ export async function runSpec(
   const started = performance.now();
   const outcome = await runPlaybook({
     tasks: parsed.tasks,
+    ...(parsed.finally ? { finally: parsed.finally } : {}),
+    ...(options.finallyCancelSignal ? { finallyCancelSignal: options.finallyCancelSignal } : {}),
     shell: parsed.shell,
     limits,
     sink: options.sink ?? sink,

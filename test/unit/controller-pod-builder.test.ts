@@ -500,7 +500,7 @@ describe("the pod's activeDeadlineSeconds under the namespace's maximums", () =>
   const rules = policyRules(
     {
       name: "default",
-      spec: PolicySpecSchema.parse({ maximums: { ceiling: "10m", killGrace: "30s" } }),
+      spec: PolicySpecSchema.parse({ maximums: { ceiling: "10m", killGrace: "30s", finallyCeiling: "2m" } }),
     },
     { runnerImage: "runner:test", allowedServiceAccounts: [], allowedImages: [] },
   );
@@ -508,18 +508,50 @@ describe("the pod's activeDeadlineSeconds under the namespace's maximums", () =>
     playbook({ tasks: [{ name: "a", run: "true" }], ...spec });
   const seconds = (text: string) => parseDuration(text) / 1000;
 
-  it("never passes the maximum ceiling plus the maximum killGrace and the margin; what would is refused", () => {
-    const durations = fc.constantFrom("0s", "1s", "9s", "30s", "31s", "5m", "10m", "10m1s", "1h", "1000h");
+  it("never passes the maximum ceiling plus the maximum killGrace and the margin, and with finally tasks their maximum ceiling and killGrace again; what would is refused", () => {
+    const durations = fc.constantFrom(
+      "0s",
+      "1s",
+      "9s",
+      "30s",
+      "31s",
+      "2m",
+      "2m1s",
+      "5m",
+      "10m",
+      "10m1s",
+      "1h",
+      "1000h",
+    );
+    const finallyCeilings = fc.option(durations, { nil: undefined });
     fc.assert(
-      fc.property(durations, durations, (ceiling, killGrace) => {
-        const checked = validateSpec(stored({ ceiling, killGrace }), controller, rules);
-        const fits = seconds(ceiling) > 0 && seconds(ceiling) <= 600 && seconds(killGrace) <= 30;
-        expect(checked.ok).toBe(fits);
-        if (!checked.ok) return;
-        expect(activeDeadlineSeconds(checked.limits, T0, T0)).toBeLessThanOrEqual(
-          600 + 30 + DEADLINE_MARGIN_SECONDS,
-        );
-      }),
+      fc.property(
+        durations,
+        durations,
+        finallyCeilings,
+        fc.boolean(),
+        (ceiling, killGrace, finallyCeiling, withFinally) => {
+          const spec = {
+            ceiling,
+            killGrace,
+            ...(finallyCeiling !== undefined ? { finallyCeiling } : {}),
+            ...(withFinally ? { finally: [{ name: "clean", run: "true" }] } : {}),
+          };
+          const checked = validateSpec(stored(spec), controller, rules);
+          // Without spec.finallyCeiling, the default 5m: over this namespace's 2m maximum.
+          const finallyMs = finallyCeiling === undefined ? 300 : seconds(finallyCeiling);
+          const finallyFits =
+            finallyCeiling === undefined && !withFinally ? true : finallyMs > 0 && finallyMs <= 120;
+          const fits =
+            seconds(ceiling) > 0 && seconds(ceiling) <= 600 && seconds(killGrace) <= 30 && finallyFits;
+          expect(checked.ok).toBe(fits);
+          if (!checked.ok) return;
+          const finallyWindow = withFinally ? 120 + 30 : 0;
+          expect(activeDeadlineSeconds(checked.limits, T0, T0)).toBeLessThanOrEqual(
+            600 + 30 + finallyWindow + DEADLINE_MARGIN_SECONDS,
+          );
+        },
+      ),
     );
   });
 

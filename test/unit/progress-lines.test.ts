@@ -230,7 +230,7 @@ describe("progress lines read back", () => {
         const shown = new Progress({
           out: again.out,
           tty: false,
-          limits: { ...begin.limits, tasks: [] },
+          limits: begin.limits,
           outputBytes: () => 0,
         });
         let step = 0;

@@ -103,11 +103,11 @@ describe("a task's shell", () => {
     expect(describeShell(effectiveShell({}, 0, "bash -eo pipefail"))).toBe("bash -eo pipefail -c");
   });
 
-  it("is the pattern of both CRDs' shell fields", () => {
+  it("is the pattern of both CRDs' shell fields (spec.shell, tasks[].shell, finally[].shell)", () => {
     for (const file of ["playbook.dev_playbooks.yaml", "playbook.dev_cronplaybooks.yaml"]) {
       const text = readFileSync(join(import.meta.dirname, "../../crds", file), "utf8");
       const patterns = [...text.matchAll(/^ *shell:\n(?: +.*\n)*? +pattern: '(.*)'$/gm)].map((m) => m[1]);
-      expect(patterns, file).toEqual([SHELL_PATTERN, SHELL_PATTERN]);
+      expect(patterns, file).toEqual([SHELL_PATTERN, SHELL_PATTERN, SHELL_PATTERN]);
     }
   });
 

@@ -38,6 +38,9 @@ const SUBMIT_DEFAULTS: LimitDefaults = {
   ceilingMs: Number.MAX_SAFE_INTEGER,
   maxCeilingMs: Number.MAX_SAFE_INTEGER,
   maxKillGrace: undefined,
+  // The cluster's defaults and maximums decide: a finally timeout is not held to this machine's.
+  finallyCeilingMs: Number.MAX_SAFE_INTEGER,
+  maxFinallyCeiling: undefined,
 };
 
 function readManifestText(file: string): string {

@@ -72,14 +72,28 @@ const AttemptsSchema = z.looseObject({
   startTime: z.string().optional(),
 });
 
+const SpecTask = z.looseObject({ name: z.string(), retries: z.number().int().optional() });
 const SpecTasksSchema = z.looseObject({
-  tasks: z.array(z.looseObject({ name: z.string(), retries: z.number().int().optional() })).optional(),
+  tasks: z.array(SpecTask).optional(),
+  finally: z.array(SpecTask).optional(),
 });
 
-/** The run's tasks as its spec names them, with their retries (what the progress lines leave out). */
-export function tasksOfPlaybook(playbook: ClusterPlaybook | undefined): { name: string; retries: number }[] {
-  const tasks = SpecTasksSchema.safeParse(playbook?.spec ?? {}).data?.tasks ?? [];
-  return tasks.map((task) => ({ name: task.name, retries: task.retries ?? 0 }));
+/**
+ * The run's tasks as its spec names them, with their retries (what the progress lines leave out):
+ * the main tasks, then the finally tasks, as the runner counts them.
+ */
+export function tasksOfPlaybook(
+  playbook: ClusterPlaybook | undefined,
+): { name: string; retries: number; finally?: true }[] {
+  const spec = SpecTasksSchema.safeParse(playbook?.spec ?? {}).data;
+  return [
+    ...(spec?.tasks ?? []).map((task) => ({ name: task.name, retries: task.retries ?? 0 })),
+    ...(spec?.finally ?? []).map((task) => ({
+      name: task.name,
+      retries: task.retries ?? 0,
+      finally: true as const,
+    })),
+  ];
 }
 
 /** What the status says of the run's pods: the current one and how many there were. */

@@ -112,7 +112,7 @@ class RunView {
         this.progress = new Progress({
           out: this.options.progressOut,
           tty: this.options.tty,
-          limits: { ...read.limits, tasks: [] },
+          limits: read.limits,
           outputBytes: () => this.outputBytes,
           outputOnTerminal: taskOut === this.options.progressOut || taskOut.isTTY === true,
         });

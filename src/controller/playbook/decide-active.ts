@@ -7,9 +7,9 @@ import { BACKSTOP_SLACK_MS, type Decision, progress, type RunState, settle } fro
 import { type PodView, RUNNER_CONTAINER } from "../objects.js";
 
 import { type NodeSilence, nodeSilenceOf } from "../pods/node-lost.js";
-import { DEADLINE_MARGIN_SECONDS } from "../pods/pod-builder.js";
+import { DEADLINE_MARGIN_SECONDS, finallyWindowSeconds } from "../pods/pod-builder.js";
 import { describeHold, describeWaiting, podStarted } from "../pods/pod-state.js";
-import { progressStatus, settledStatus } from "../status.js";
+import { describeBackstop, progressStatus, settledStatus } from "../status.js";
 import { decideLost, pendingMessage } from "./decide-start.js";
 import { type LiveProgress, liveProgress } from "./live-progress.js";
 
@@ -21,6 +21,9 @@ export function decideActivePod(state: RunState, pod: PodView): Decision {
   // is pending, whatever its phase, and its start timeout counts.
   const running = podStarted(pod);
   const endsAt = Date.parse(startTime) + base.limits.ceiling.ms + base.limits.killGrace.ms;
+  // A started run may go on past its main tasks' end for its finally tasks' window, as its pod's
+  // activeDeadlineSeconds does; a pod that never started runs no finally task.
+  const finallyEndsAt = endsAt + finallyWindowSeconds(base.limits) * 1000;
   // Each pod's own window: a pod re-created after a loss gets a fresh one, not a fresh ceiling.
   const startBy = running ? undefined : startDeadline(base.limits, pod);
   // activeDeadlineSeconds counts from the pod's start on a node: a pod that never starts
@@ -29,7 +32,7 @@ export function decideActivePod(state: RunState, pod: PodView): Decision {
   if (!running && Math.min(startBy ?? endsAt, endsAt) <= now.getTime()) {
     return decideStartTimeout(state, pod, startBy !== undefined && startBy <= endsAt ? "window" : "ceiling");
   }
-  const backstopAt = endsAt + (DEADLINE_MARGIN_SECONDS * 1000 + BACKSTOP_SLACK_MS);
+  const backstopAt = finallyEndsAt + (DEADLINE_MARGIN_SECONDS * 1000 + BACKSTOP_SLACK_MS);
   if (running && backstopAt <= now.getTime()) return decideOutlived(state, pod);
   const silence = running ? nodeSilenceOf(pod) : undefined;
   if (silence && silence.lostAt <= now.getTime()) return decideNodeLost(state, pod, silence);
@@ -130,7 +133,7 @@ function decideStartTimeout(state: RunState, pod: PodView, closedBy: "window" | 
  */
 function decideOutlived(state: RunState, pod: PodView): Decision {
   const { base } = state;
-  const message = `pod ${pod.metadata.name} outlived its activeDeadlineSeconds (the run's ${formatDuration(base.limits.ceiling.ms)} ceiling from ${base.limits.ceiling.field}, plus killGrace and a margin) without its node stopping it; the controller deleted it`;
+  const message = `pod ${pod.metadata.name} outlived its activeDeadlineSeconds (${describeBackstop(base.limits)}) without its node stopping it; the controller deleted it`;
   const next = settledStatus(base, {
     reason: "PodDeadlineExceeded",
     message,

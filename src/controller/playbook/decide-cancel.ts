@@ -12,7 +12,7 @@ import {
   settle,
 } from "../decision.js";
 import type { PodView } from "../objects.js";
-import { terminationGraceSeconds } from "../pods/pod-builder.js";
+import { describeFinallyWindow, terminationGraceSeconds } from "../pods/pod-builder.js";
 import { isPodFinished, podActiveDeadlineSeconds, podDeadline } from "../pods/pod-state.js";
 import { describeStuckTermination, type Termination, terminationOf } from "../pods/terminating.js";
 import { progressStatus, settledStatus } from "../status.js";
@@ -78,7 +78,7 @@ function decideStopPod(state: RunState, pod: PodView, next: PlaybookStatus): Dec
         {
           type: "Normal",
           reason: "Cancelling",
-          message: `Lowered activeDeadlineSeconds of pod ${name} to ${elapsedSeconds}: spec.cancel is true; the kubelet stops it and keeps it for its logs, and the runner gives the running task ${describeKillGrace(base.limits)} between the cancel file and SIGTERM and the SIGKILL`,
+          message: `Lowered activeDeadlineSeconds of pod ${name} to ${elapsedSeconds}: spec.cancel is true; the kubelet stops it and keeps it for its logs, and the runner gives the running task ${describeKillGrace(base.limits)} between the cancel file and SIGTERM and the SIGKILL${base.limits.finally.length > 0 ? `, then runs the finally tasks within their ${formatDuration(base.limits.finallyCeiling.ms)} ceiling (${base.limits.finallyCeiling.field})` : ""}`,
         },
       ],
       requeueAfterMs: grace * 1000 + BACKSTOP_SLACK_MS,
@@ -162,7 +162,10 @@ function describeKillGrace(limits: ResolvedLimits): string {
   return `killGrace ${formatDuration(limits.killGrace.ms)} (${limits.killGrace.field})`;
 }
 
-/** A cancel's deletion: the task's killGrace first, then the pod's grace period that covers it. */
+/**
+ * A cancel's deletion: the task's killGrace first, then the pod's grace period that covers it and
+ * the finally tasks' window, which a cancel leaves them.
+ */
 function describeCancelGrace(limits: ResolvedLimits, graceSeconds: number): string {
-  return `the runner gives the running task ${describeKillGrace(limits)}; the pod's grace period is ${graceSeconds}s, killGrace plus a margin for the report`;
+  return `the runner gives the running task ${describeKillGrace(limits)}; the pod's grace period is ${graceSeconds}s, killGrace${describeFinallyWindow(limits)} plus a margin for the report`;
 }

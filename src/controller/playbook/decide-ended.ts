@@ -1,6 +1,5 @@
 // A pod that ended: the runner's report decides, unless the kubelet's deadline, an eviction or a
 // deletion did, or the run was cancelled.
-import { formatDuration } from "../../api/duration.js";
 import type { ReportContext } from "../../api/report.js";
 import { BACKSTOP_SLACK_MS, type Decision, progress, type RunState, settle } from "../decision.js";
 import type { PodView } from "../objects.js";
@@ -16,13 +15,14 @@ import {
   runnerOomHint,
   settleWaitMs,
 } from "../pods/pod-state.js";
-import { runStatusFromReport, settledStatus } from "../status.js";
+import { describeBackstop, runStatusFromReport, settledStatus } from "../status.js";
 import { decideLost } from "./decide-start.js";
 
 /** The tasks' images and, for a task the runner reports lost with its container, what the kubelet says of it. */
 function reportContext(state: RunState, pod: PodView): ReportContext {
   return {
     images: state.taskImages,
+    finallyImages: state.finallyImages,
     describeContainer: (container) => describeEndedContainer(pod, container),
   };
 }
@@ -60,17 +60,20 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
   const read = readReport(pod, {
     names: spec.tasks.map((task) => task.name),
     images: state.taskImages,
+    finallyNames: (spec.finally ?? []).map((task) => task.name),
+    finallyImages: state.finallyImages,
     runStart: state.startTime,
   });
   if (pod.status?.reason === "DeadlineExceeded" && state.cancel) return decideCancelledPod(state, pod, read);
   if (pod.status?.reason === "DeadlineExceeded" && !reportedBeforeDeadline(read, pod)) {
     // A trusted report's tasks, as far as it got; without one, status shows progress (no outcome).
-    const tasks = read.ok ? runStatusFromReport(base, read.report, run, context).tasks : undefined;
-    const message = `the kubelet stopped pod ${podName} at its activeDeadlineSeconds backstop: the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) plus killGrace and a margin passed before the runner reported`;
+    const reported = read.ok ? runStatusFromReport(base, read.report, run, context) : undefined;
+    const message = `the kubelet stopped pod ${podName} at its activeDeadlineSeconds backstop: ${describeBackstop(base.limits)} passed before the runner reported`;
     const next = settledStatus(base, {
       reason: "PodDeadlineExceeded",
       message,
-      ...(tasks ? { tasks } : {}),
+      ...(reported?.tasks ? { tasks: reported.tasks } : {}),
+      ...(reported?.finally ? { finally: reported.finally } : {}),
     });
     return countingDistrust(
       settle(base, { ...next, podName, podAttempts: state.attempts }, "PodDeadlineExceeded"),

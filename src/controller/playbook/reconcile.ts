@@ -20,7 +20,7 @@ import {
 import { type PodView, podAttemptOf, type StoredPlaybook } from "../objects.js";
 import type { FinishedRun } from "../pods/finished-run.js";
 import { containersOutlivingRunner } from "../pods/outlived-runner.js";
-import { podNameFor } from "../pods/pod-builder.js";
+import { allTaskSpecs, podNameFor } from "../pods/pod-builder.js";
 import type { ForeignPod } from "../pods/pod-identity.js";
 import { isPodFinished } from "../pods/pod-state.js";
 import {
@@ -186,12 +186,18 @@ function runStateOf(
     ? appliedGeneration(playbook, planned.spec, specGeneration, settings)
     : specGeneration;
   const podChoices = podSettings(planned.spec, rulesOf(input));
+  // The finally tasks' images count on after the main tasks', as the pod's containers are resolved.
+  const images = resolveTaskContainers(allTaskSpecs(planned.spec), podChoices.image).tasks.map(
+    (t) => t.image,
+  );
+  const mainCount = planned.spec.tasks.length;
   return {
     base: { previous, generation, now, limits: planned.limits },
     spec: planned.spec,
     defaults: planned.defaults,
     pod: podChoices,
-    taskImages: resolveTaskContainers(planned.spec.tasks, podChoices.image).tasks.map((t) => t.image),
+    taskImages: images.slice(0, mainCount),
+    finallyImages: images.slice(mainCount),
     specGeneration,
     cancel: (playbook.spec as { cancel?: unknown } | undefined)?.cancel === true,
     input,

@@ -36,11 +36,24 @@ export interface TaskResources {
 }
 
 /**
- * The tasks whose rows the runner's trusted report gave: a row its progress gave (marked
- * `verified: false`) is no outcome, and its times and figures are never counted.
+ * The tasks whose rows the runner's trusted report gave, the finally tasks' too: a row its progress
+ * gave (marked `verified: false`) is no outcome, and its times and figures are never counted.
  */
 function reportedTasks(status: PlaybookStatus): TaskStatus[] {
-  return (status.tasks ?? []).filter((task) => task.verified !== false);
+  return [...(status.tasks ?? []), ...(status.finally ?? [])].filter((task) => task.verified !== false);
+}
+
+/**
+ * When the main tasks ended, the end the run's ceiling bounds: the finally tasks' time after it is
+ * not taken from the ceiling. The run's completion for a run without finally rows, or whose main
+ * tasks' rows give no times.
+ */
+function mainTasksEnd(status: PlaybookStatus): string | undefined {
+  if (!status.finally?.length) return status.completionTime;
+  const ends = (status.tasks ?? [])
+    .filter((task) => task.verified !== false && task.completionTime)
+    .map((task) => Date.parse(task.completionTime ?? ""));
+  return ends.length > 0 ? new Date(Math.max(...ends)).toISOString() : status.completionTime;
 }
 
 /** The figures of the report's tasks that have any; a live progress record's never count. */
@@ -79,13 +92,13 @@ function limitUsage(
   const usage: LimitUsage[] = [];
   for (const task of reportedTasks(status)) {
     if (task.phase !== "Succeeded" && task.phase !== "Failed") continue;
-    const timeout = limits.tasks.find((t) => t.name === task.name)?.timeout;
+    const timeout = [...limits.tasks, ...limits.finally].find((t) => t.name === task.name)?.timeout;
     const took = durationMs(task.startTime, task.completionTime);
     if (!timeout || timeout.ms <= 0 || took === undefined) continue;
     // The timeout bounds each attempt: a retried task's span is held against all its attempts.
     usage.push({ limit: "TaskTimeout", ratio: took / (timeout.ms * Math.max(1, task.attempts)) });
   }
-  const took = durationMs(status.startTime, status.completionTime);
+  const took = durationMs(status.startTime, mainTasksEnd(status));
   // A pod that never started ends StartTimeout also when the ceiling came first: then it used all of it.
   const ceilingFired =
     reason === "RunCeiling" ||

@@ -3,7 +3,8 @@
 // deadline as backstop. The runner container runs the plan; each task runs in the container of its
 // image (task-containers.ts), started there by the agent on the runner's word.
 import { createHash } from "node:crypto";
-import type { LimitDefaults, ResolvedLimits } from "../../api/limits.js";
+import { formatDuration } from "../../api/duration.js";
+import { finallyWindowMs, type LimitDefaults, type ResolvedLimits } from "../../api/limits.js";
 import {
   CEILING_LEFT_ENV_VAR,
   PLAN_ANNOTATION,
@@ -99,11 +100,32 @@ export function nameLabelValue(playbookName: string): string {
   return fitName(playbookName, MAX_NAME);
 }
 
-/** Seconds the kubelet lets the pod run: what is left of the ceiling, plus killGrace and a margin. */
+/**
+ * Seconds the kubelet lets the pod run: what is left of the ceiling, plus killGrace and a margin,
+ * plus the finally tasks' window (their ceiling and its killGrace), which begins only when the main
+ * tasks end and is not taken from the ceiling.
+ */
 export function activeDeadlineSeconds(limits: ResolvedLimits, runStart: Date, now: Date): number {
   const remainingMs = runStart.getTime() + limits.ceiling.ms - now.getTime();
   const remaining = Math.max(0, Math.ceil(remainingMs / 1000));
-  return Math.max(1, remaining + Math.ceil(limits.killGrace.ms / 1000) + DEADLINE_MARGIN_SECONDS);
+  return Math.max(
+    1,
+    remaining +
+      Math.ceil(limits.killGrace.ms / 1000) +
+      finallyWindowSeconds(limits) +
+      DEADLINE_MARGIN_SECONDS,
+  );
+}
+
+/** The finally tasks' window in whole seconds: 0 for a run without finally tasks. */
+export function finallyWindowSeconds(limits: ResolvedLimits): number {
+  return Math.ceil(finallyWindowMs(limits) / 1000);
+}
+
+/** ", the finally tasks' 5m ceiling (default) and their killGrace" for a run with finally tasks; else "". */
+export function describeFinallyWindow(limits: ResolvedLimits): string {
+  if (limits.finally.length === 0) return "";
+  return `, the finally tasks' ${formatDuration(limits.finallyCeiling.ms)} ceiling (${limits.finallyCeiling.field}) and their killGrace`;
 }
 
 /** What is left of the run's ceiling at `now`, in whole milliseconds, never below 0. */
@@ -111,8 +133,12 @@ export function ceilingLeftMs(limits: ResolvedLimits, runStart: Date, now: Date)
   return Math.max(0, Math.round(runStart.getTime() + limits.ceiling.ms - now.getTime()));
 }
 
+/**
+ * The pod's grace when the kubelet stops it (a cancel lowers its deadline to now): killGrace for the
+ * running task, then the finally tasks' window, which a cancel leaves them, and a margin for the report.
+ */
 export function terminationGraceSeconds(limits: ResolvedLimits): number {
-  return Math.ceil(limits.killGrace.ms / 1000) + DEADLINE_MARGIN_SECONDS;
+  return Math.ceil(limits.killGrace.ms / 1000) + finallyWindowSeconds(limits) + DEADLINE_MARGIN_SECONDS;
 }
 
 export interface PodRequest {
@@ -154,21 +180,39 @@ function settingsOf(request: PodRequest): PodSettings | Omit<PodSettings, "backo
   );
 }
 
-/** Each task's container and image for the pod `request` builds. */
+/**
+ * Each task's container and image for the pod `request` builds: the main tasks' then spec.finally's
+ * (in `tasks`, counted on after the main ones, as the runner counts them), one container per
+ * distinct image of either.
+ */
 export function podTaskContainers(request: PodRequest): TaskContainers {
-  return resolveTaskContainers(request.spec.tasks, settingsOf(request).image);
+  return resolveTaskContainers(allTaskSpecs(request.spec), settingsOf(request).image);
+}
+
+/** The main tasks then the finally tasks, in the order the pod's containers are resolved in. */
+export function allTaskSpecs(spec: PlaybookSpec): PlaybookSpec["tasks"] {
+  return [...spec.tasks, ...(spec.finally ?? [])];
 }
 
 export function buildPlan(request: PodRequest): RunPlan {
-  // The maximum killGrace is checked when the run starts; the plan carries the limits it resolved.
-  const { maxKillGrace: _checkedAtStart, ...defaults } = request.defaults;
+  // The maximums (killGrace, finallyCeiling) are checked when the run starts; the plan carries the
+  // limits it resolved.
+  const {
+    maxKillGrace: _checkedAtStart,
+    maxFinallyCeiling: _alsoCheckedAtStart,
+    ...defaults
+  } = request.defaults;
+  const placed = podTaskContainers(request).tasks.map((task) => ({ container: task.container }));
+  const mainCount = request.spec.tasks.length;
   return {
     name: request.playbook.name,
     namespace: request.playbook.namespace,
     runStartTime: request.runStart.toISOString(),
     defaults,
     spec: request.spec,
-    tasks: podTaskContainers(request).tasks.map((task) => ({ container: task.container })),
+    tasks: placed.slice(0, mainCount),
+    // Only with finally tasks: the plan of a run without them is the one it always was.
+    ...(request.spec.finally?.length ? { finally: placed.slice(mainCount) } : {}),
   };
 }
 

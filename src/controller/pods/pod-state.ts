@@ -33,14 +33,21 @@ export type ReadReport =
       distrust?: DistrustWhy;
     };
 
+/** The plan's tasks as a report is read against them: names and images, main then finally. */
+export interface PlannedTasks {
+  names: readonly string[];
+  images?: readonly string[];
+  /** spec.finally's tasks, in order (none when absent). */
+  finallyNames?: readonly string[];
+  finallyImages?: readonly string[];
+  runStart?: string;
+}
+
 /**
  * The runner's report, if its container ended on its own and what the pod shows explains it
  * (report-trust.ts). `tasks` names the plan's tasks and their images, for what the report says of them.
  */
-export function readReport(
-  pod: PodView,
-  tasks: { names: readonly string[]; images?: readonly string[]; runStart?: string },
-): ReadReport {
+export function readReport(pod: PodView, tasks: PlannedTasks): ReadReport {
   const terminated = runnerTerminated(pod);
   if (!terminated) return { ok: false, problem: "the runner container has no terminated state" };
   const message = terminated.message?.trim() ?? "";
@@ -55,12 +62,15 @@ export function readReport(
   }
   let report: RunnerReport;
   try {
-    report = decodeReport(message, tasks.names.length);
+    report = decodeReport(message, tasks.names.length, tasks.finallyNames?.length ?? 0);
   } catch (error) {
     if (error instanceof InvalidReportError) return { ok: false, problem: `the report is ${error.message}` };
     throw error;
   }
-  const trust = judgeReport(pod, terminated, report, tasks.names, tasks.images, tasks.runStart);
+  // The finally tasks are judged as the main ones are: their rows count on after the main tasks'.
+  const names = [...tasks.names, ...(tasks.finallyNames ?? [])];
+  const images = tasks.images && [...tasks.images, ...(tasks.finallyImages ?? [])];
+  const trust = judgeReport(pod, terminated, report, names, images, tasks.runStart);
   if (!trust.trusted) return { ok: false, problem: trust.problem, distrust: trust.why };
   return { ok: true, report };
 }

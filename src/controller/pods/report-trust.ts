@@ -128,6 +128,7 @@ export function exitLostByRuntime(terminated: ContainerTerminated): boolean {
  * decoded: the exit code its reason gives, the containers of the tasks it says ran, and its times
  * inside the runner container's life, its start the run's. `taskImages` (per task) names each
  * task's container; a task reported run whose image no single container has is not believed.
+ * The finally tasks' rows count on after the main tasks' (in `taskNames` and `taskImages` too).
  */
 export function judgeReport(
   pod: PodView,
@@ -149,7 +150,8 @@ export function judgeReport(
     };
   }
   const containers = taskContainersOf(pod, taskImages);
-  for (const [index, task] of report.tasks.entries()) {
+  const rows = [...report.tasks, ...(report.fin ?? [])];
+  for (const [index, task] of rows.entries()) {
     const container = containers[index];
     const image = taskImages[index];
     if (container === undefined && image !== undefined && claimsRunIn(task, undefined)) {
@@ -189,7 +191,7 @@ export function judgeReport(
       problem: `the report says the run started at ${time(start)}, after ${runStart !== undefined && Date.parse(runStart) + CLOCK_SLACK_MS < latest ? `the run's start ${runStart}` : `the runner container's life (${life})`}, so the report is not trusted`,
     };
   }
-  for (const [index, task] of report.tasks.entries()) {
+  for (const [index, task] of rows.entries()) {
     if (!task.t) continue;
     const [from, to] = [start + task.t[0], start + task.t[1]];
     if (!outside(from) && !outside(to)) continue;

@@ -5,7 +5,7 @@ import { z } from "zod";
 import { formatDuration } from "../../api/duration.js";
 import type { ResolvedLimits } from "../../api/limits.js";
 import type { PodView } from "../objects.js";
-import { terminationGraceSeconds } from "./pod-builder.js";
+import { describeFinallyWindow, terminationGraceSeconds } from "./pod-builder.js";
 
 /** How long past its grace a terminating pod is waited for: the time a node takes to report. */
 export const TERMINATING_SLACK_MS = 30_000;
@@ -28,7 +28,7 @@ export interface Termination {
 
 /**
  * When a terminating pod of a cancelled run is given up on: the grace the controller gives a
- * cancel (killGrace plus a margin for the report) after the deletion was asked for, or the
+ * cancel (killGrace, the finally tasks' window, a margin for the report) after the deletion was asked for, or the
  * pod's own shorter grace, plus TERMINATING_SLACK_MS. Undefined when the pod is not terminating.
  */
 export function terminationOf(pod: PodView, limits: ResolvedLimits): Termination | undefined {
@@ -57,5 +57,5 @@ export function describeStuckTermination(
     termination.finalizers.length > 0 ? `finalizers ${termination.finalizers.join(", ")}` : undefined,
     `node ${pod.spec?.nodeName || "none"}`,
   ].filter(Boolean);
-  return `the run was cancelled (spec.cancel); pod ${name} did not end in time: it was still terminating ${waited} after its deletion was requested (killGrace ${formatDuration(limits.killGrace.ms)} (${limits.killGrace.field}), a margin for the report and ${formatDuration(TERMINATING_SLACK_MS)} for its node; ${holds.join(", ")}), so the run ended without the runner's report`;
+  return `the run was cancelled (spec.cancel); pod ${name} did not end in time: it was still terminating ${waited} after its deletion was requested (killGrace ${formatDuration(limits.killGrace.ms)} (${limits.killGrace.field})${describeFinallyWindow(limits)}, a margin for the report and ${formatDuration(TERMINATING_SLACK_MS)} for its node; ${holds.join(", ")}), so the run ended without the runner's report`;
 }

@@ -33,6 +33,7 @@ export interface GovernorDeps {
   cluster: ClusterAllowances;
   controllerMaxCeilingMs: number;
   controllerMaxKillGraceMs?: number | undefined;
+  controllerMaxFinallyCeilingMs?: number | undefined;
   watchTimeoutMs: number;
   resyncMs: number;
   /** One page of a namespace's policies ("" for all), from the continue token of the page before. */
@@ -69,6 +70,7 @@ export class PolicyGovernor {
           playbooksIn: deps.playbooksIn,
           controllerMaxCeilingMs: deps.controllerMaxCeilingMs,
           controllerMaxKillGraceMs: deps.controllerMaxKillGraceMs,
+          controllerMaxFinallyCeilingMs: deps.controllerMaxFinallyCeilingMs,
           now: deps.now(),
         }),
     });

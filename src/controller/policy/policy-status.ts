@@ -29,6 +29,8 @@ export interface PolicyStatusFacts {
   controllerMaxCeilingMs: number;
   /** The controller's maximum killGrace: a policy default above it refuses the Playbooks that take it. */
   controllerMaxKillGraceMs?: number | undefined;
+  /** The controller's maximum finallyCeiling: a policy default above it refuses the Playbooks that take it. */
+  controllerMaxFinallyCeilingMs?: number | undefined;
   now: Date;
 }
 
@@ -53,6 +55,7 @@ export function desiredPolicyStatus(policy: StoredPolicy, facts: PolicyStatusFac
       { name: policy.metadata.name, spec: read.spec },
       facts.controllerMaxCeilingMs,
       facts.controllerMaxKillGraceMs,
+      facts.controllerMaxFinallyCeilingMs,
     );
     ready =
       problems.length > 0

@@ -1,0 +1,293 @@
+// spec.finally: cleanup tasks that run after the main tasks however they ended, each under its own
+// limits within a ceiling of their own, told the outcome so far; real processes and signals.
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Writable } from "node:stream";
+import { describe, expect, it } from "vitest";
+import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
+import { PlaybookSpecSchema } from "../../src/api/playbook.js";
+import { decodeReport, encodeReport, expandReport } from "../../src/api/report.js";
+import { tasksOfPlaybook } from "../../src/cli/cluster/run-logs.js";
+import { Progress } from "../../src/cli/progress.js";
+import { ProgressLineReader } from "../../src/cli/progress-lines.js";
+import type { RunEvent } from "../../src/pod-runner/run.js";
+import { startCli } from "../support/cli.js";
+import { checkNothingLeftBehind, MARKER_VAR, runSpec, type TestRun } from "../support/runner.js";
+
+const currentMarker = checkNothingLeftBehind();
+
+const tellOutcome = 'echo "outcome=$PLAYBOOK_OUTCOME failed=$PLAYBOOK_FAILED_TASK"';
+
+/** The report the runner would write, read back as the controller and `-o json` read it. */
+function readBack(spec: unknown, run: TestRun) {
+  const parsed = PlaybookSpecSchema.parse(spec);
+  const report = decodeReport(encodeReport(run.outcome), parsed.tasks.length, parsed.finally?.length ?? 0);
+  return expandReport(report, resolveLimits(parsed, LOCAL_DEFAULTS));
+}
+
+describe("finally tasks", () => {
+  it("run after a failed main task, in order, each whatever the one before did, told the outcome", async () => {
+    const spec = {
+      killGrace: "1s",
+      tasks: [
+        { name: "work", run: "echo working; exit 3" },
+        { name: "never", run: "echo never" },
+      ],
+      finally: [
+        { name: "unlock", run: tellOutcome },
+        { name: "page", run: "echo paging; exit 2" },
+        { name: "last", run: "echo last" },
+      ],
+    };
+    const run = await runSpec(spec, { marker: currentMarker() });
+    expect(run.outcome.reason).toBe("TaskFailed");
+    expect(run.outcome.tasks.map((task) => task.phase)).toEqual(["Failed", "Skipped"]);
+    expect(run.outcome.finally?.map((task) => task.phase)).toEqual(["Succeeded", "Failed", "Succeeded"]);
+    expect(run.output).toContain("[unlock] outcome=TaskFailed failed=work\n");
+    expect(run.output).not.toContain("never");
+    // The finally tasks start after the main task ended, in order.
+    const order = run.events
+      .filter((event) => event.type === "task-started")
+      .map((event) => (event.type === "task-started" ? `${event.index}:${event.name}` : ""));
+    expect(order).toEqual(["0:work", "2:unlock", "3:page", "4:last"]);
+
+    const status = readBack(spec, run);
+    expect(status.reason).toBe("TaskFailed");
+    expect(status.message).toBe(
+      "task work exited with code 3: working; finally task page exited with code 2: paging",
+    );
+    expect(status.finally?.map((task) => [task.name, task.phase])).toEqual([
+      ["unlock", "Succeeded"],
+      ["page", "Failed"],
+      ["last", "Succeeded"],
+    ]);
+  });
+
+  it("turn a success into TaskFailed when one of them fails, naming it", async () => {
+    const spec = {
+      tasks: [{ name: "work", run: "true" }],
+      finally: [
+        { name: "report", run: tellOutcome },
+        { name: "release", run: "echo lock busy >&2; exit 4" },
+      ],
+    };
+    const run = await runSpec(spec, { marker: currentMarker() });
+    expect(run.output).toContain("[report] outcome=Succeeded failed=\n");
+    expect(run.outcome.reason).toBe("TaskFailed");
+    expect(run.outcome.phase).toBe("Failed");
+    const status = readBack(spec, run);
+    expect(status.message).toBe("finally task release exited with code 4: lock busy; the task succeeded");
+  });
+
+  it("run after the run's ceiling, which does not bound them, and keep the main tasks' reason", async () => {
+    const spec = {
+      ceiling: "1s",
+      killGrace: "0s",
+      tasks: [{ name: "slow", run: "sleep 30" }],
+      // Past the run's ceiling by a second and more: only their own ceiling bounds them.
+      finally: [{ name: "cleanup", run: `${tellOutcome}; sleep 1.5; echo cleaned` }],
+    };
+    const run = await runSpec(spec, { marker: currentMarker() });
+    expect(run.outcome.reason).toBe("RunCeiling");
+    expect(run.outcome.finally?.[0]).toMatchObject({ phase: "Succeeded", exitCode: 0 });
+    expect(run.output).toContain("[cleanup] outcome=RunCeiling failed=slow\n");
+    expect(run.output).toContain("[cleanup] cleaned\n");
+  });
+
+  it("end at their own ceiling: the running one TimedOut by FinallyCeiling, the rest Skipped", async () => {
+    const spec = {
+      killGrace: "0s",
+      finallyCeiling: "1s",
+      tasks: [{ name: "work", run: "true" }],
+      finally: [
+        { name: "quick", timeout: "300ms", run: "sleep 30" },
+        { name: "slow", run: "sleep 30" },
+        { name: "after", run: "echo after" },
+      ],
+    };
+    const run = await runSpec(spec, { marker: currentMarker() });
+    expect(run.outcome.finally?.map((task) => [task.phase, task.limit])).toEqual([
+      ["TimedOut", "TaskTimeout"],
+      ["TimedOut", "FinallyCeiling"],
+      ["Skipped", undefined],
+    ]);
+    expect(run.output).not.toContain("after");
+    // Within the finally ceiling and its kill, whatever the tasks wanted.
+    expect(run.elapsedMs).toBeLessThan(10_000);
+    const status = readBack(spec, run);
+    expect(status.reason).toBe("TaskFailed");
+    expect(status.finally?.[1]).toMatchObject({
+      limit: "FinallyCeiling",
+      limitValue: "1s",
+      limitSource: "spec",
+      message: "was stopped by the 1s finally ceiling (spec.finallyCeiling); process group killed at once",
+    });
+    expect(status.finally?.[2]?.message).toBe(
+      "not run: the finally tasks were stopped (their ceiling passed, or a cancel ended them)",
+    );
+  });
+
+  it("start only once what the main tasks left running is gone", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "finally-leftover-"));
+    const spec = {
+      killGrace: "1s",
+      tasks: [
+        // A daemon that left the task's session, and the task fails.
+        { name: "work", run: `setsid sleep 300 & echo $! > ${dir}/pid; exit 1` },
+      ],
+      // Gone: no such process, or a zombie (dead, not yet reaped by whoever adopted it).
+      finally: [
+        {
+          name: "check",
+          run: `state=$(cut -d' ' -f3 /proc/"$(cat ${dir}/pid)"/stat 2>/dev/null); if [ -n "$state" ] && [ "$state" != Z ]; then echo alive; else echo gone; fi`,
+        },
+      ],
+    };
+    const run = await runSpec(spec, { marker: currentMarker() });
+    expect(run.output).toContain("[check] gone\n");
+    expect(run.events.some((event) => event.type === "leftovers-swept")).toBe(true);
+  });
+
+  it("run after a cancel, and a cancel once they began ends them", async () => {
+    const cancel = new AbortController();
+    const finallyCancel = new AbortController();
+    const spec = {
+      killGrace: "1s",
+      tasks: [{ name: "work", run: "echo up; sleep 30" }],
+      finally: [
+        { name: "cleanup", run: `${tellOutcome}; echo cleaning; sleep 30` },
+        { name: "after", run: "echo after" },
+      ],
+    };
+    const run = await runSpec(spec, {
+      marker: currentMarker(),
+      cancelSignal: cancel.signal,
+      finallyCancelSignal: finallyCancel.signal,
+      onOutput: (soFar) => {
+        if (soFar.includes("[work] up\n")) cancel.abort();
+        if (soFar.includes("[cleanup] cleaning\n")) finallyCancel.abort();
+      },
+    });
+    expect(run.output).toContain("[cleanup] outcome=Cancelled failed=work\n");
+    expect(run.outcome.reason).toBe("Cancelled");
+    expect(run.outcome.tasks[0]?.phase).toBe("Cancelled");
+    expect(run.outcome.finally?.map((task) => task.phase)).toEqual(["Cancelled", "Skipped"]);
+    expect(run.output).not.toContain("after");
+  });
+
+  it("do not run when the run was cancelled before its first task: there is nothing to clean up", async () => {
+    const cancel = new AbortController();
+    cancel.abort();
+    const run = await runSpec(
+      { tasks: [{ name: "work", run: "echo work" }], finally: [{ name: "cleanup", run: "echo cleanup" }] },
+      { marker: currentMarker(), cancelSignal: cancel.signal },
+    );
+    expect(run.outcome.reason).toBe("Cancelled");
+    expect(run.outcome.finally?.[0]?.phase).toBe("Skipped");
+    expect(run.output).toBe("");
+  });
+});
+
+describe("finally tasks' progress lines", () => {
+  it("read back into the events they came from (submit --watch), and print the same lines again", async () => {
+    const spec = {
+      killGrace: "0s",
+      finallyCeiling: "2m",
+      tasks: [{ name: "work", run: "exit 1" }],
+      finally: [{ name: "clean", timeout: "1m", stall: "20s", run: "true" }],
+    };
+    const parsed = PlaybookSpecSchema.parse(spec);
+    const limits = resolveLimits(parsed, LOCAL_DEFAULTS);
+    const run = await runSpec(spec, { marker: currentMarker() });
+    const print = (events: RunEvent[]) => {
+      let text = "";
+      const out = new Writable({
+        write(chunk: Buffer, _encoding, callback) {
+          text += chunk.toString();
+          callback();
+        },
+      });
+      const progress = new Progress({ out, tty: false, limits, outputBytes: () => 0 });
+      progress.begin("ns/pb", 1);
+      for (const event of events) progress.event(event, 0);
+      return text;
+    };
+    const shown = run.events.filter((event) => event.type !== "containment");
+    const first = print(shown);
+    expect(first).toContain(
+      "playbook: the main tasks ended (TaskFailed: work); running 1 finally task within finallyCeiling 2m (spec)\n",
+    );
+    expect(first).toContain(
+      "playbook: task clean started (timeout 1m (task), stall 20s (task), finallyCeiling 2m (spec))\n",
+    );
+    const reader = new ProgressLineReader(tasksOfPlaybook({ spec } as never));
+    const read = first
+      .trimEnd()
+      .split("\n")
+      .map((line) => reader.read(line))
+      .flatMap((line) => (line.kind === "event" ? [line.event] : []));
+    expect(read.map((event) => event.type)).toEqual(shown.map((event) => event.type));
+    expect(read.find((event) => event.type === "finally-started")).toEqual(
+      shown.find((event) => event.type === "finally-started"),
+    );
+    expect(read.find((event) => event.type === "task-started" && event.index === 1)).toEqual(
+      shown.find((event) => event.type === "task-started" && event.index === 1),
+    );
+    expect(print(read)).toBe(first);
+  });
+});
+
+describe("playbook run with finally tasks", () => {
+  it("Ctrl-C cancels the main tasks and the finally tasks run; a second Ctrl-C ends them; exit 130", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "finally-cli-"));
+    const file = join(dir, "pb.yaml");
+    writeFileSync(
+      file,
+      [
+        "apiVersion: playbook.dev/v1alpha1",
+        "kind: Playbook",
+        "metadata: {name: cleanup}",
+        "spec:",
+        "  killGrace: 1s",
+        "  tasks:",
+        "    - {name: work, run: 'echo up; sleep 30'}",
+        "  finally:",
+        `    - {name: unlock, run: '${tellOutcome.replaceAll("'", "''")}; echo unlocking; sleep 30'}`,
+        "    - {name: after, run: 'echo after'}",
+        "",
+      ].join("\n"),
+    );
+    const marker = currentMarker();
+    const result = await startCli(["run", "-f", file, "-o", "json"], {
+      env: { [MARKER_VAR]: marker },
+      onSpawn: (child) => {
+        let seen = "";
+        child.stderr?.on("data", (chunk: Buffer) => {
+          const before = seen;
+          seen += chunk.toString();
+          // Each SIGINT once the task it is meant for said it is up: deterministic, not timed.
+          if (!before.includes("[work] up\n") && seen.includes("[work] up\n")) child.kill("SIGINT");
+          if (!before.includes("[unlock] unlocking\n") && seen.includes("[unlock] unlocking\n"))
+            child.kill("SIGINT");
+        });
+      },
+    });
+    expect(result.code).toBe(130);
+    expect(result.stderr).toContain(
+      "cancelling the run (the finally tasks still run; again to cancel them too)",
+    );
+    expect(result.stderr).toContain("[unlock] outcome=Cancelled failed=work\n");
+    expect(result.stderr).toContain("cancelling the finally tasks (again to kill at once)");
+    expect(result.stderr).toContain("playbook: finally tasks skipped: after");
+    const object = JSON.parse(result.stdout) as {
+      status: { tasks: { phase: string }[]; finally: { name: string; phase: string }[]; limits: object };
+    };
+    expect(object.status.tasks.map((task) => task.phase)).toEqual(["Cancelled"]);
+    expect(object.status.finally.map((task) => [task.name, task.phase])).toEqual([
+      ["unlock", "Cancelled"],
+      ["after", "Skipped"],
+    ]);
+    expect(object.status.limits).toMatchObject({ finallyCeiling: { value: "5m", source: "default" } });
+  });
+});
