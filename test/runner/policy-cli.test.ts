@@ -202,7 +202,9 @@ describe("the grace after the ceiling has a maximum", () => {
 
   it("validate shows each maximum with its level", async () => {
     const plain = await cli(["validate", "-f", playbook({ tasks: [{ name: "a", run: "true" }] })]);
-    expect(plain.stdout).toContain("  at most: ceiling 24h (default), killGrace 5m (default), finallyCeiling 1h (default)\n");
+    expect(plain.stdout).toContain(
+      "  at most: ceiling 24h (default), killGrace 5m (default), finallyCeiling 1h (default)\n",
+    );
     const governed = await cli([
       "validate",
       "-f",
@@ -210,6 +212,8 @@ describe("the grace after the ceiling has a maximum", () => {
       "--policy",
       policy({ maximums: { killGrace: "30s" } }),
     ]);
-    expect(governed.stdout).toContain("  at most: ceiling 24h (default), killGrace 30s (policy), finallyCeiling 1h (default)\n");
+    expect(governed.stdout).toContain(
+      "  at most: ceiling 24h (default), killGrace 30s (policy), finallyCeiling 1h (default)\n",
+    );
   });
 });
