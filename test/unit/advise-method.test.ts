@@ -183,7 +183,7 @@ describe("twelve runs of one task, 10s to 120s", () => {
     const near = advise(runs, limitsOf([{ name: "a", timeout: "130s" }]), options());
     // The last five: 80s..120s; over 80% of 130s (104s): 110s and 120s. The worst 120/130 = 92%.
     expect(near.warnings).toContain(
-      "task a (duration): near its limit: 2 of the last 5 used more than 80% of its 2m10s (spec.tasks[0].timeout), up to 2m (92%)",
+      "task a (duration): near its limit: 2 of the last 5 used more than 80% of its 2m10s (spec.tasks[0].timeout), up to 2m (92.3%)",
     );
   });
 

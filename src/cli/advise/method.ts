@@ -186,6 +186,11 @@ export function roundUpReadable(ms: number): number {
 
 const show = (ms: number) => formatDuration(Math.round(ms));
 
+/** A share as a percentage, to a tenth; under a tenth of a percent said so. */
+function percent(share: number): string {
+  return share > 0 && share < 0.001 ? "<0.1%" : `${Math.round(share * 1000) / 10}%`;
+}
+
 /**
  * The proposal from a sample: the weighted quantile at 1 - rate, times the margin, at least the
  * floor; every cut-off attempt shorter than that raises it to at least its length times the
@@ -308,13 +313,13 @@ export function driftWarnings(
     if (near.length > 0) {
       const worst = Math.max(...near);
       warnings.push(
-        `${what}: near its limit: ${near.length} of the last ${recent.length} used more than ${NEAR_LIMIT_RATIO * 100}% of its ${show(current.ms)} (${current.field}), up to ${show(worst)} (${Math.round((worst / current.ms) * 100)}%)`,
+        `${what}: near its limit: ${near.length} of the last ${recent.length} used more than ${NEAR_LIMIT_RATIO * 100}% of its ${show(current.ms)} (${current.field}), up to ${show(worst)} (${percent(worst / current.ms)})`,
       );
     }
     const highest = Math.max(...values);
     if (values.length >= minSample && highest / current.ms < LOOSE_RATIO) {
       warnings.push(
-        `${what}: too loose: no attempt came within ${LOOSE_RATIO * 100}% of its ${show(current.ms)} (${current.field}); the longest was ${show(highest)} (${Math.round((highest / current.ms) * 1000) / 10}%)`,
+        `${what}: too loose: no attempt came within ${LOOSE_RATIO * 100}% of its ${show(current.ms)} (${current.field}); the longest was ${show(highest)} (${percent(highest / current.ms)})`,
       );
     }
   }
