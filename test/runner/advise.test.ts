@@ -223,7 +223,7 @@ describe("playbook advise refuses bad input, naming it", () => {
     ],
     [["--reports", "RUNS", "--floor", "-1s"], 'playbook: --floor -1s: "-1s" must not be negative'],
     [["--reports", "RUNS", "-o", "xml"], "playbook: -o xml: must be table, json or patch"],
-    [[], "playbook: --reports DIR is required"],
+    [[], "playbook: give a source of runs: --reports DIR, cron NAME or -l SELECTOR"],
     [["--reports", "/nonexistent/runs"], "playbook: --reports /nonexistent/runs: no such directory"],
     [
       ["--reports", "REPORT_ONLY"],

@@ -200,7 +200,7 @@ export function readHistory(
       `--reports ${dir}: ${code === "ENOENT" ? "no such directory" : code === "EACCES" ? "permission denied" : (error as Error).message}`,
     );
   }
-  const found: Found[] = [];
+  const documents: { value: unknown; source: string; text: string }[] = [];
   for (const name of names.filter((n) => /\.(json|ya?ml)$/.test(n))) {
     const file = join(dir, name);
     let text: string;
@@ -212,25 +212,38 @@ export function readHistory(
         `${file}: cannot read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
       );
     }
-    for (const value of documentsOf(file, text)) {
-      if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    for (const value of documentsOf(file, text)) documents.push({ value, source: file, text });
+  }
+  return historyOf(documents, manifest);
+}
+
+/**
+ * The history of each Playbook in these documents (a Playbook, a list of them, or a runner
+ * report, whose text is kept as read: the report is checked byte for byte as the controller does).
+ */
+export function historyOf(
+  documents: readonly { value: unknown; source: string; text?: string }[],
+  manifest: { playbook: Playbook; file: string } | null,
+): PlaybookHistory[] {
+  const found: Found[] = [];
+  for (const { value, source: file, text } of documents) {
+    if (value === null || typeof value !== "object" || Array.isArray(value)) {
+      throw new HistoryError(
+        `${file}: neither a Playbook nor a runner report: ${JSON.stringify(value).slice(0, 60)}`,
+      );
+    }
+    if (isReport(value)) {
+      if (!manifest) {
         throw new HistoryError(
-          `${file}: neither a Playbook nor a runner report: ${JSON.stringify(value).slice(0, 60)}`,
+          `${file} is a runner report (--report), which names no task: give the Playbook it ran with -f FILE`,
         );
       }
-      if (isReport(value)) {
-        if (!manifest) {
-          throw new HistoryError(
-            `${file} is a runner report (--report), which names no task: give the Playbook it ran with -f FILE`,
-          );
-        }
-        found.push(reportRun(file, text, manifest.playbook));
-        continue;
-      }
-      for (const { playbook, source } of playbooksIn(value, file)) {
-        const run = playbook.status ? runFromStatus(playbook.metadata.name, playbook.status, source) : null;
-        found.push({ group: groupOf(playbook), playbook, run, source });
-      }
+      found.push(reportRun(file, text ?? JSON.stringify(value), manifest.playbook));
+      continue;
+    }
+    for (const { playbook, source } of playbooksIn(value, file)) {
+      const run = playbook.status ? runFromStatus(playbook.metadata.name, playbook.status, source) : null;
+      found.push({ group: groupOf(playbook), playbook, run, source });
     }
   }
   return grouped(found, manifest);
@@ -287,7 +300,7 @@ function grouped(found: readonly Found[], manifest: { playbook: Playbook } | nul
     return {
       name,
       playbook,
-      limits: limitsOf(playbook, name === manifestGroup ? undefined : newest.playbook.status),
+      limits: limitsOf(playbook, newest.playbook.status),
       runs,
       skipped: entries.filter((e) => !e.run).map((e) => e.source),
     };
@@ -295,8 +308,8 @@ function grouped(found: readonly Found[], manifest: { playbook: Playbook } | nul
 }
 
 /**
- * The limits in force: resolved from the spec; where the newest run's status says what the run
- * level came from on its cluster (a policy's default, the controller's), that is taken.
+ * The limits in force: resolved from the spec; where the spec sets no ceiling or stall, the
+ * newest run's status says what it was on its cluster (a policy's default, the controller's).
  */
 function limitsOf(playbook: Playbook, status: PlaybookStatus | undefined): ResolvedLimits {
   const limits = resolveLimits(playbook.spec, HISTORY_DEFAULTS);
@@ -309,14 +322,21 @@ function limitsOf(playbook: Playbook, status: PlaybookStatus | undefined): Resol
       return null;
     }
   };
-  const ceiling = take(
-    said.ceiling,
-    said.ceiling.source === "spec" ? "spec.ceiling" : `the ${said.ceiling.source} ceiling`,
-  );
-  const stall = take(
-    said.stall,
-    said.stall.source === "spec" ? "spec.stall" : `the ${said.stall.source} stall limit`,
-  );
+  // The spec's own level wins: the run's status says only where a default came from.
+  const ceiling =
+    limits.ceiling.source === "spec"
+      ? null
+      : take(
+          said.ceiling,
+          `the ${said.ceiling.source === "policy" ? "namespace policy's" : "controller's"} default ceiling`,
+        );
+  const stall =
+    limits.stall.source === "spec"
+      ? null
+      : take(
+          said.stall,
+          `the ${said.stall.source === "policy" ? "namespace policy's" : "controller's"} default stall limit`,
+        );
   return {
     ...limits,
     ...(ceiling ? { ceiling } : {}),

@@ -228,13 +228,28 @@ function withoutDefaults(task: PlaybookSpec["tasks"][number]): Partial<PlaybookS
   return { ...rest, ...(retries ? { retries } : {}), ...(env.length > 0 ? { env } : {}) };
 }
 
-export function renderPatch(name: string, playbook: Playbook, advice: Advice): string {
+export function renderPatch(
+  name: string,
+  playbook: Playbook,
+  advice: Advice,
+  target: { kind: "Playbook" } | { kind: "CronPlaybook"; name: string; namespace: string } = {
+    kind: "Playbook",
+  },
+): string {
   const patch = specPatch(playbook, advice);
-  const header = [
-    `# playbook advise: the proposed limits of ${name} as a merge patch (spec.tasks is given whole: a merge patch replaces a list).`,
-    `# A manifest: kubectl patch --local -f playbook.yaml --type=merge --patch-file THIS -o yaml`,
-    `# A Playbook on the cluster runs once: patch the manifest of its next run, or its CronPlaybook's spec.template.`,
-  ];
+  const header =
+    target.kind === "CronPlaybook"
+      ? [
+          `# playbook advise: the proposed limits of CronPlaybook ${target.name} as a merge patch of its template (spec.template.spec.tasks is given whole: a merge patch replaces a list).`,
+          `# kubectl patch cronplaybook ${target.name} -n ${target.namespace} --type=merge --patch-file THIS`,
+          "# Its next run takes them; the runs already made keep theirs.",
+        ]
+      : [
+          `# playbook advise: the proposed limits of ${name} as a merge patch (spec.tasks is given whole: a merge patch replaces a list).`,
+          "# A manifest: kubectl patch --local -f playbook.yaml --type=merge --patch-file THIS -o yaml",
+          "# A Playbook on the cluster runs once: patch the manifest of its next run, or its CronPlaybook's spec.template.",
+        ];
   if (!patch) return `${header.join("\n")}\n# nothing proposed: ${advice.runs} runs are too few\n{}\n`;
-  return `${header.join("\n")}\n${stringify(patch)}`;
+  const body = target.kind === "CronPlaybook" ? { spec: { template: { spec: patch.spec } } } : patch;
+  return `${header.join("\n")}\n${stringify(body)}`;
 }
