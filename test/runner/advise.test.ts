@@ -129,7 +129,7 @@ describe("playbook advise --reports, on 30 real runs", () => {
       /^Playbook variable: 30 runs \(30 succeeded, 0 ended at a limit, 0 other\) from /,
     );
     expect(result.stdout).toMatch(
-      /^timeout work +30 +0 +\S+ +\S+ +\S+ +5m \(task\) +1m +p99\.9=max x1\.3, floor$/m,
+      /^timeout work +30 +0 +\S+ +\S+ +\S+ +\S+ +5m \(task\) +1m +p99\.9=max x1\.3, floor$/m,
     );
     expect(result.stdout).toContain(
       "Backtest: none of the last 30 successful runs would have been killed by the proposal.",

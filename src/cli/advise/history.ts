@@ -10,7 +10,7 @@ import { parseDuration } from "../../api/duration.js";
 import { type LimitDefaults, LOCAL_DEFAULTS, type ResolvedLimits, resolveLimits } from "../../api/limits.js";
 import { InvalidPlaybookError, validatePlaybook } from "../../api/manifest.js";
 import type { Playbook, PlaybookStatus, TaskStatus } from "../../api/playbook.js";
-import { isLimitReason, type TaskLimit } from "../../api/reasons.js";
+import type { TaskLimit } from "../../api/reasons.js";
 import { decodeReport, expandReport, InvalidReportError } from "../../api/report.js";
 import type { RunSample, TaskSample } from "./method.js";
 
@@ -40,6 +40,12 @@ export interface PlaybookHistory {
 }
 
 const CRON_LABEL = "playbook.dev/cron-playbook";
+
+/**
+ * The reasons of a run cut off while its tasks ran: its length is a lower bound. StartTimeout and
+ * QueueTimeout end a run before any task ran: it says nothing of how long they take.
+ */
+const CUT_REASONS: readonly string[] = ["TaskTimeout", "StallLimit", "RunCeiling", "PodDeadlineExceeded"];
 
 /** What the runs are grouped by: a CronPlaybook's runs, a generateName's, else one name. */
 function groupOf(playbook: Playbook): string {
@@ -146,7 +152,7 @@ export function runFromStatus(id: string, status: PlaybookStatus, source: string
   return {
     id,
     startedAt: start,
-    outcome: reason === "Succeeded" ? "succeeded" : isLimitReason(reason) ? "cut" : "other",
+    outcome: reason === "Succeeded" ? "succeeded" : CUT_REASONS.includes(reason) ? "cut" : "other",
     reason,
     durationMs: Math.max(0, end - start),
     tasks,

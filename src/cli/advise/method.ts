@@ -72,6 +72,8 @@ export interface Figure {
   p50: number | null;
   p95: number | null;
   p99: number | null;
+  /** the largest seen: the longest duration, or the longest silence */
+  max: number | null;
   /** the weighted quantile at 1 - rate */
   quantile: number | null;
   /** the sample is too small to tell that quantile from the largest value seen */
@@ -208,6 +210,7 @@ export function proposeFrom(
     p50: weightedQuantile(full, 0.5),
     p95: weightedQuantile(full, 0.95),
     p99: weightedQuantile(full, 0.99),
+    max: full.length > 0 ? Math.max(...full.map((s) => s.value)) : null,
     quantile: null,
     atLargest: false,
     proposalMs: null,
@@ -222,9 +225,8 @@ export function proposeFrom(
   }
   const q = 1 - options.rate;
   const quantile = weightedQuantile(full, q) as number;
-  const largest = Math.max(...full.map((s) => s.value));
   figure.quantile = quantile;
-  figure.atLargest = quantile === largest;
+  figure.atLargest = quantile === figure.max;
   figure.how.push(
     `the weighted ${formatQuantile(q)} quantile of ${full.length} ${what} is ${show(quantile)}${
       figure.atLargest ? " (the largest seen: the sample is too small to read it finer)" : ""

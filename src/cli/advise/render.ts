@@ -40,6 +40,7 @@ function row(label: string, advice: LimitAdvice, options: Advice["options"]): st
     show(f.p50),
     show(f.p95),
     show(f.p99),
+    show(f.max),
     current(advice.current),
     show(f.proposalMs),
     reached(advice, options),
@@ -109,7 +110,7 @@ function backtestLines(advice: Advice): string[] {
 export function renderTable(name: string, advice: Advice, skipped: number): string {
   const o = advice.options;
   const rows = [
-    ["LIMIT", "N", "CUT", "P50", "P95", "P99", "CURRENT", "PROPOSED", "HOW"],
+    ["LIMIT", "N", "CUT", "P50", "P95", "P99", "LONGEST", "CURRENT", "PROPOSED", "HOW"],
     row("ceiling (run)", advice.ceiling, o),
     row("stall (run)", advice.stall, o),
     ...advice.tasks.flatMap((task) => [
@@ -119,7 +120,7 @@ export function renderTable(name: string, advice: Advice, skipped: number): stri
   ];
   const lines = [
     sampleLine(name, advice, skipped),
-    "Durations for the ceiling and timeouts, each attempt's longest silence for the stalls; N successful, CUT ended at a limit.",
+    "Durations for the ceiling and timeouts, each attempt's longest silence for the stalls (LONGEST: the largest seen); N successful, CUT ended at a limit.",
     ...table(rows),
     "",
     ...backtestLines(advice),
