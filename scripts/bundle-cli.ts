@@ -275,8 +275,9 @@ function buildScript(
   });
 }
 // The controller's command and the cluster commands' work are never run from this script.
+// Nor is `advise cron` / `advise -l` (cluster/advise.js): advise starts from the program's modules.
 await buildScript("commands", {
-  external: [/^\.\/actions\.js$/],
+  external: [/^\.\/actions\.js$/, /^\.\/cluster\/advise\.js$/],
   banner:
     "// The playbook command's run, validate and pod-runner: a script that playbook.js runs through node:vm.",
 });
@@ -288,7 +289,7 @@ await buildScript("commands", {
 // again at each start, some 100 ms before the Playbook was created.
 await buildScript("cluster-commands", {
   plugins: [httpWithoutUndici(), supportsColorAbsent(), clusterWorkStatic(), lazyUndici(), lazyBuiltins()],
-  external: ["undici"],
+  external: ["undici", /^\.\/cluster\/advise\.js$/],
   banner:
     "// The playbook command's cluster commands (submit, wait, cancel, logs, cron): a script that playbook.js runs through node:vm.",
 });

@@ -239,6 +239,11 @@ export const TaskStatusSchema = z.looseObject({
   /** the peak resident memory of the task's last attempt (its largest process), in bytes */
   peakMemoryBytes: z.number().int().min(0).optional(),
   /**
+   * The last attempt's longest time with no output, from its start to its end, as a duration
+   * (e.g. "1m2.5s", whole ms): what a stall limit has to allow (`playbook advise`).
+   */
+  longestSilence: z.string().optional(),
+  /**
    * false on a row the runner's progress record gave (its log), not its trusted report: progress,
    * not an outcome. Absent on the report's rows.
    */

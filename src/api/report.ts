@@ -64,6 +64,8 @@ export const ReportTaskSchema = z.strictObject({
   cpu: z.number().int().min(0).optional(),
   /** peak resident memory of the last attempt in KiB (rusage's ru_maxrss: its largest process) */
   mem: z.number().int().min(0).optional(),
+  /** the last attempt's longest silence in ms: the longest time between two outputs, from its start to its end */
+  ls: z.number().int().min(0).max(MAX_TASK_OFFSET_MS).optional(),
 });
 export type ReportTask = z.infer<typeof ReportTaskSchema>;
 
@@ -116,6 +118,8 @@ export interface TaskOutcome {
   cpuSeconds?: number;
   /** peak resident memory of the last attempt in bytes, where the runner could measure it */
   peakMemoryBytes?: number;
+  /** the last attempt's longest time in ms with no output, from its start to its end (advise's stall) */
+  longestSilenceMs?: number;
 }
 
 export interface RunOutcome {
@@ -161,6 +165,9 @@ export function toReportTask(task: TaskOutcome, start: number): ReportTask {
   if (task.lostContainer) out.k = task.lostContainer;
   if (task.cpuSeconds !== undefined) out.cpu = Math.max(0, Math.round(task.cpuSeconds * 1000));
   if (task.peakMemoryBytes !== undefined) out.mem = Math.max(0, Math.round(task.peakMemoryBytes / 1024));
+  if (task.longestSilenceMs !== undefined) {
+    out.ls = Math.min(MAX_TASK_OFFSET_MS, Math.max(0, Math.round(task.longestSilenceMs)));
+  }
   return out;
 }
 
@@ -205,7 +212,8 @@ export function encodeReport(outcome: RunOutcome, maxBytes = REPORT_MAX_BYTES): 
   const steps: ((task: ReportTask, index: number) => ReportTask)[] = [
     (task) => (task.m ? { ...task, m: truncate(task.m, 120) } : task),
     (task, i) => (i === deciding ? task : { ...task, m: undefined }),
-    (task, i) => (i === deciding ? task : { ...task, t: undefined, cpu: undefined, mem: undefined }),
+    (task, i) =>
+      i === deciding ? task : { ...task, t: undefined, cpu: undefined, mem: undefined, ls: undefined },
   ];
   let report = rows;
   for (const [level, step] of steps.entries()) {
@@ -523,6 +531,7 @@ export function expandReport(
       }
       if (task.cpu !== undefined) status.cpuSeconds = task.cpu / 1000;
       if (task.mem !== undefined) status.peakMemoryBytes = task.mem * 1024;
+      if (task.ls !== undefined) status.longestSilence = formatDuration(task.ls);
       const described = describeTask(task, index, limits, context, list);
       const message = task.h ? `${described ? `${described}; ` : ""}${ON_HOST_NOTE}` : described;
       if (message) status.message = message;

@@ -304,6 +304,24 @@ const RUN_TASKS_HELP = `How each task runs:
                   workingDir is taken from there); in a task's image and in a pod: /workspace.
 `;
 
+const adviseHelp = (invokedAs: string) => `
+advise reads; it never changes an object. The method (docs/advise.md, --explain): per task
+and for the whole run, the successful attempts' durations (longest silences for the stall),
+newer runs weighing more, read at 1 - the false-kill rate, times the margin, at least the
+floor, rounded up to a readable duration. Attempts that ended at a limit only push up.
+Then a backtest on the same runs (which would the proposal have killed, and what time it saves
+on runs that hung) and drift warnings (a trend up, a task near its limit, a limit far too loose).
+
+Exit codes: 0 the advice was printed (a Playbook with too few runs gets none, and is told so);
+2 invalid input (a flag's value, a file in --reports that is no run, -f, no such CronPlaybook);
+3 the cluster could not be reached.
+
+  ${invokedAs} advise --reports runs/ -f playbook.yaml -o patch > limits.yaml
+  kubectl patch --local -f playbook.yaml --type=merge --patch-file limits.yaml -o yaml
+  ${invokedAs} advise cron nightly -n ops -o patch > limits.yaml
+  kubectl patch cronplaybook nightly -n ops --type=merge --patch-file limits.yaml
+`;
+
 export const CONTROLLER_DESCRIPTION =
   "reconcile Playbooks into pods on the cluster in KUBECONFIG, or in-cluster";
 
@@ -406,6 +424,72 @@ export function buildProgram(
       process.env.PLAYBOOK_TERMINATION_MESSAGE_PATH ?? "/dev/termination-log",
     )
     .action(async (flags) => setExit(await podRunnerCommand(flags)));
+  program
+    .command("advise")
+    .showHelpAfterError(`See '${invokedAs} advise --help' for usage.`)
+    .description(
+      "propose each task's timeout and stall and the run's ceiling from past runs, with the evidence",
+    )
+    .usage("--reports DIR | cron NAME | -l SELECTOR [options]")
+    .argument("[source]", "cron: the runs of a CronPlaybook on the cluster")
+    .argument("[name]", "the CronPlaybook")
+    .option("--reports <dir>", "a folder of past runs: `playbook run -o json|yaml` output and --report files")
+    .option("-l, --selector <selector>", "the Playbooks on the cluster with these labels (e.g. app=backup)")
+    .option(
+      "-f, --filename <file>",
+      "with --reports: the Playbook manifest they ran (names a report's tasks; what -o patch patches)",
+    )
+    .option(
+      "-o, --output <format>",
+      "table (default), json, or patch: a merge patch of the Playbook's spec (never applied)",
+    )
+    .option("--explain", "print the method with each figure it used")
+    .option(
+      "--rate <share>",
+      "the false-kill rate: the share of successful attempts a limit may kill (default 0.001, or 1/1000)",
+    )
+    .option("--margin <factor>", "times the quantile (default 1.3)")
+    .option(
+      "--half-life <duration>",
+      "a run this much older weighs half as much (default 336h, two weeks; 0: all the same)",
+    )
+    .option("--min-sample <n>", "fewer successful attempts than this: no proposal (default 10)")
+    .option("--floor <duration>", "no limit is proposed under this (default 1m)")
+    .option("--borrow", "a task with too few attempts takes the run's figure (the ceiling, the run's stall)")
+    .option("--backtest <n>", "replay the newest N successful runs (default 0: all)")
+    .option("--kubeconfig <file>", "cron, -l: the kubeconfig file (else KUBECONFIG, else ~/.kube/config)")
+    .option("--context <name>", "cron, -l: the kubeconfig context to use (else its current-context)")
+    .option("-n, --namespace <namespace>", "cron, -l: the namespace (else the context's, else default)")
+    .addHelpText("after", adviseHelp(invokedAs))
+    .action(async (source: string | undefined, name: string | undefined, flags: Record<string, unknown>) => {
+      const { adviseCommand, AdviseInputError } = await import("./advise/command.js");
+      try {
+        if (source !== undefined && source !== "cron") {
+          throw new AdviseInputError(
+            `advise ${source}: unknown source; give cron NAME, -l SELECTOR or --reports DIR`,
+          );
+        }
+        if (source === "cron" && name === undefined)
+          throw new AdviseInputError("advise cron: NAME is required");
+        if (flags.reports !== undefined) {
+          if (source !== undefined || flags.selector !== undefined) {
+            throw new AdviseInputError("give one source of runs: cron NAME, -l SELECTOR or --reports DIR");
+          }
+          setExit(adviseCommand(flags));
+          return;
+        }
+        if (source === undefined && flags.selector === undefined) {
+          throw new AdviseInputError("give a source of runs: --reports DIR, cron NAME or -l SELECTOR");
+        }
+        if (flags.filename !== undefined)
+          throw new AdviseInputError("-f goes with --reports; cron and -l read the cluster's spec");
+        const { adviseClusterCommand } = await import("./cluster/advise.js");
+        setExit(await adviseClusterCommand({ ...flags, ...(name !== undefined ? { cron: name } : {}) }));
+      } catch (error) {
+        if (error instanceof AdviseInputError) throw new UsageError(error.message);
+        throw error;
+      }
+    });
   registerClusterCommands(program, invokedAs, setExit);
   if (controllerCommand) controllerCommand.registerControllerCommand(program);
   else registerControllerPlaceholder(program, CONTROLLER_DESCRIPTION);

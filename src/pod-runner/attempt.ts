@@ -108,6 +108,12 @@ export interface AttemptResult {
   /** what the attempt cost, where its launcher measured it */
   usage?: TaskUsage;
   /**
+   * The longest time in ms with no output (stdout or stderr), from the start to the leader's end
+   * or the stop: what a stall limit has to allow. Time the task spent blocked on our slow reader
+   * is not silence. Absent when the attempt never started.
+   */
+  longestSilenceMs?: number;
+  /**
    * Bytes of its output dropped so far because the runner's stdout was behind once the pipes
    * could no longer be held (agent-launcher.ts): counted on while open pipes are read.
    */
@@ -212,13 +218,17 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   const pgid = task.pgid;
 
   let lastOutput = performance.now();
+  let blockedPipes = 0;
+  // Kept per chunk, not per byte: one subtraction where lastOutput is already read.
+  let longestSilence = 0;
   const onData = (chunk: Buffer) => {
-    lastOutput = performance.now();
+    const now = performance.now();
+    if (blockedPipes === 0) longestSilence = Math.max(longestSilence, now - lastOutput);
+    lastOutput = now;
     tail.push(chunk);
   };
   // While a pipe is paused because our reader is slow, the task is blocked on us, not silent:
   // that time is not a stall.
-  let blockedPipes = 0;
   const onBlocked = (blocked: boolean) => {
     blockedPipes += blocked ? 1 : -1;
     lastOutput = performance.now();
@@ -330,6 +340,9 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   else spec.cancelSignal?.addEventListener("abort", onCancel, { once: true });
 
   await Promise.race([leaderExited, stopped, ...(containerLost ? [containerLost] : [])]);
+  // The silence that ends the attempt counts up to the leader's end or the stop, not the grace.
+  const longestSilenceMs =
+    blockedPipes > 0 ? longestSilence : Math.max(longestSilence, performance.now() - lastOutput);
 
   // Stopped by a limit or cancellation: end the tree. Otherwise the leader is done and the
   // attempt is over; a background process that still holds the pipes (a service for later
@@ -384,6 +397,7 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     startedFrom: task.startedFrom,
     pipes: pipesClosed || lostContainer !== null ? null : pipes,
     ...(usage ? { usage } : {}),
+    longestSilenceMs,
     ...(execFailure !== undefined ? { execFailure } : {}),
     ...(task.droppedBytes ? { droppedBytes: task.droppedBytes } : {}),
   };

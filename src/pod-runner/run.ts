@@ -542,6 +542,8 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
   // The last attempt's cost, where its launcher measured it.
   if (result.usage?.cpuSeconds !== undefined) outcome.cpuSeconds = result.usage.cpuSeconds;
   if (result.usage?.peakMemoryBytes !== undefined) outcome.peakMemoryBytes = result.usage.peakMemoryBytes;
+  if (result.longestSilenceMs !== undefined) outcome.longestSilenceMs = result.longestSilenceMs;
+  else delete outcome.longestSilenceMs;
   switch (result.kind) {
     case "limit":
       outcome.phase = "TimedOut";

@@ -56,6 +56,7 @@ export const EXAMPLE_OUTCOMES: ExampleOutcome[] = [
     phases: ["Failed", "Skipped"],
     finallyPhases: ["Succeeded"],
   },
+  { file: "examples/variable.yaml", code: 0, reason: "Succeeded", phases: ["Succeeded", "Succeeded"] },
   {
     file: "examples/cancel-me.yaml",
     code: 130,

@@ -32,6 +32,7 @@ function outcomeOf(count: number, detail: string): { outcome: RunOutcome; spec: 
     ending: i === count - 1 ? ("Killed" as const) : undefined,
     startTime: new Date(start.getTime() + i * 61_000),
     completionTime: new Date(start.getTime() + i * 61_000 + 60_000),
+    longestSilenceMs: 1234.6,
     detail,
   }));
   const outcome: RunOutcome = {
@@ -60,7 +61,10 @@ describe("the runner's report", () => {
       limitValue: "10m",
       limitSource: "task",
       ending: "Killed",
+      // The longest silence goes with the times: kept for the task that decided the run only.
+      longestSilence: "1.235s",
     });
+    expect(status.tasks[0]?.longestSilence).toBeUndefined();
     expect(status.message).toContain("task task-199 exceeded its 10m timeout (spec.tasks[199].timeout)");
   });
 
@@ -90,7 +94,9 @@ describe("the runner's report", () => {
     expect(status.tasks[0]).toMatchObject({
       startTime: "2026-11-29T10:00:00.000Z",
       completionTime: "2026-11-29T10:01:00.000Z",
+      longestSilence: "1.235s",
     });
+    expect(report.tasks[0]?.ls).toBe(1235);
     expect(status.tasks[2]?.message).toBe(
       "exceeded its 10m timeout (spec.tasks[2].timeout); process group killed after 10s grace: disk full",
     );
