@@ -56,9 +56,9 @@ function runnerOfTask(mark: string): string | undefined {
 const MIB = 1024 * 1024;
 
 /**
- * The last lines the runner container wrote, from the node's own log files. `kubectl logs` reads
- * only the newest file, which the kubelet's rotation of a log gigabytes long may have left empty
- * after the container ended; the files are read newest first until one has lines.
+ * The runner's own last lines ("playbook: ..."), from the node's own log files. `kubectl logs`
+ * reads only the newest file, which the kubelet's rotation of a log gigabytes long may have left
+ * empty after the container ended; the files are read newest first until the finished line is in.
  */
 function runnerLogTail(namespace: string, pod: string, uid: string): string[] {
   const dir = path.join(
@@ -70,9 +70,13 @@ function runnerLogTail(namespace: string, pod: string, uid: string): string[] {
     .filter((file) => !file.endsWith(".gz") && !file.endsWith(".tmp"))
     .map((file) => path.join(dir, file))
     .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
+  // The runner's own lines only: after the finished line the run's end still writes what the
+  // task's streams held (at most 1 MiB each, with prefixes and the runtime's stamps some 3 MiB),
+  // so the end of the newest files, not a fixed count of lines, holds them.
+  let own: string[] = [];
   for (const file of files) {
     const size = statSync(file).size;
-    const length = Math.min(size, 64 * 1024);
+    const length = Math.min(size, 8 * 1024 * 1024);
     const buffer = Buffer.alloc(length);
     const fd = openSync(file, "r");
     try {
@@ -85,10 +89,11 @@ function runnerLogTail(namespace: string, pod: string, uid: string): string[] {
       .toString("utf8")
       .split("\n")
       .map((line) => /^\S+ (?:stdout|stderr) [FP] (.*)$/.exec(line)?.[1])
-      .filter((line): line is string => line !== undefined);
-    if (lines.length > 0) return lines.slice(-100);
+      .filter((line): line is string => line?.startsWith("playbook: ") === true);
+    own = [...lines, ...own];
+    if (own.some((line) => line.startsWith("playbook: task flood TimedOut"))) break;
   }
-  return [];
+  return own.slice(-100);
 }
 
 export function graceOutputSuite({ setting, delivery }: AgentLayout): void {
