@@ -441,6 +441,38 @@ function checkResources(
   return problems;
 }
 
+/**
+ * A duration default within the policy's maximum of the same field and the controller's. With
+ * `positive` (a ceiling, not a grace), the default and the maximum must be longer than 0s too.
+ */
+function defaultWithinMaximums(
+  field: "ceiling" | "killGrace" | "finallyCeiling",
+  defaults: { [K in typeof field]?: string | undefined },
+  maximums: { [K in typeof field]?: string | undefined },
+  controllerMaxMs: number,
+  positive: boolean,
+): string[] {
+  const problems: string[] = [];
+  const value = defaults[field];
+  const max = maximums[field];
+  if (value !== undefined) {
+    const ms = parseDuration(value);
+    if (positive && ms <= 0) problems.push(`spec.defaults.${field}: ${value} must be longer than 0s`);
+    if (max !== undefined && ms > parseDuration(max)) {
+      problems.push(`spec.defaults.${field}: ${value} is longer than spec.maximums.${field} ${max}`);
+    }
+    if (ms > controllerMaxMs) {
+      problems.push(
+        `spec.defaults.${field}: ${value} is longer than the controller's maximum ${field} ${formatDuration(controllerMaxMs)}`,
+      );
+    }
+  }
+  if (positive && max !== undefined && parseDuration(max) <= 0) {
+    problems.push(`spec.maximums.${field}: ${max} must be longer than 0s`);
+  }
+  return problems;
+}
+
 /** Why a policy cannot govern as written, in words for its Ready condition; empty when it can. */
 export function policyProblems(
   policy: { name: string; spec: PolicySpec },
@@ -450,55 +482,11 @@ export function policyProblems(
 ): string[] {
   const problems: string[] = [];
   const { defaults = {}, maximums = {} } = policy.spec;
-  if (defaults.ceiling !== undefined) {
-    const ceiling = parseDuration(defaults.ceiling);
-    if (ceiling <= 0) problems.push(`spec.defaults.ceiling: ${defaults.ceiling} must be longer than 0s`);
-    if (maximums.ceiling !== undefined && ceiling > parseDuration(maximums.ceiling)) {
-      problems.push(
-        `spec.defaults.ceiling: ${defaults.ceiling} is longer than spec.maximums.ceiling ${maximums.ceiling}`,
-      );
-    }
-    if (ceiling > controllerMaxCeilingMs) {
-      problems.push(
-        `spec.defaults.ceiling: ${defaults.ceiling} is longer than the controller's maximum ceiling ${formatDuration(controllerMaxCeilingMs)}`,
-      );
-    }
-  }
-  if (maximums.ceiling !== undefined && parseDuration(maximums.ceiling) <= 0) {
-    problems.push(`spec.maximums.ceiling: ${maximums.ceiling} must be longer than 0s`);
-  }
-  if (defaults.killGrace !== undefined) {
-    const grace = parseDuration(defaults.killGrace);
-    if (maximums.killGrace !== undefined && grace > parseDuration(maximums.killGrace)) {
-      problems.push(
-        `spec.defaults.killGrace: ${defaults.killGrace} is longer than spec.maximums.killGrace ${maximums.killGrace}`,
-      );
-    }
-    if (grace > controllerMaxKillGraceMs) {
-      problems.push(
-        `spec.defaults.killGrace: ${defaults.killGrace} is longer than the controller's maximum killGrace ${formatDuration(controllerMaxKillGraceMs)}`,
-      );
-    }
-  }
-  if (defaults.finallyCeiling !== undefined) {
-    const ceiling = parseDuration(defaults.finallyCeiling);
-    if (ceiling <= 0) {
-      problems.push(`spec.defaults.finallyCeiling: ${defaults.finallyCeiling} must be longer than 0s`);
-    }
-    if (maximums.finallyCeiling !== undefined && ceiling > parseDuration(maximums.finallyCeiling)) {
-      problems.push(
-        `spec.defaults.finallyCeiling: ${defaults.finallyCeiling} is longer than spec.maximums.finallyCeiling ${maximums.finallyCeiling}`,
-      );
-    }
-    if (ceiling > controllerMaxFinallyCeilingMs) {
-      problems.push(
-        `spec.defaults.finallyCeiling: ${defaults.finallyCeiling} is longer than the controller's maximum finallyCeiling ${formatDuration(controllerMaxFinallyCeilingMs)}`,
-      );
-    }
-  }
-  if (maximums.finallyCeiling !== undefined && parseDuration(maximums.finallyCeiling) <= 0) {
-    problems.push(`spec.maximums.finallyCeiling: ${maximums.finallyCeiling} must be longer than 0s`);
-  }
+  problems.push(
+    ...defaultWithinMaximums("ceiling", defaults, maximums, controllerMaxCeilingMs, true),
+    ...defaultWithinMaximums("killGrace", defaults, maximums, controllerMaxKillGraceMs, false),
+    ...defaultWithinMaximums("finallyCeiling", defaults, maximums, controllerMaxFinallyCeilingMs, true),
+  );
   for (const kind of ["limits", "requests"] as const) {
     for (const [name, value] of Object.entries(defaults.resources?.[kind] ?? {})) {
       const max = maximums.resources?.[kind]?.[name] ?? maximums.resources?.limits?.[name];
