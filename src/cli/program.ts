@@ -202,11 +202,10 @@ async function validateCommand(flags: { filename?: string; policy?: string }): P
   // What runs on this machine (no image, as `playbook run` would run it) should find its shell here;
   // on a cluster the same task runs in the runner image, which may have it: a warning, not a refusal.
   const { effectiveImage } = await import("./local-images.js");
+  const all = allTasksOf(playbook.spec);
   const shellProblem = hostShellProblem(
     playbook.spec,
-    (index) =>
-      effectiveImage(allTasksOf(playbook.spec)[index]?.task as TaskSpec, playbook.spec, defaultImage) ===
-      undefined,
+    (index) => effectiveImage(all[index]?.task as TaskSpec, playbook.spec, defaultImage) === undefined,
   );
   if (shellProblem !== undefined) {
     process.stderr.write(

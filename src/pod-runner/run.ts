@@ -251,8 +251,10 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
 
   /** Runs one task (its attempts); says how it settled. `index` counts the finally tasks on after the main ones. */
   const runTask = async (task: TaskSpec, index: number, phase: TaskPhaseRules): Promise<TaskPhase> => {
-    const limits = phase.limits(index);
-    const outcome = phase.outcome(index);
+    // Its place in its own list: spec.tasks or spec.finally.
+    const own = index - phase.first;
+    const limits = phase.limits[own] as TaskLimits;
+    const outcome = phase.outcomes[own] as TaskOutcome;
     const container = agents
       ? agents.local
         ? agents.local.containerOf(index)
@@ -263,7 +265,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     if (container !== null && agents?.arrive) {
       await agents.arrive(container, Math.max(0, phase.boundAt - performance.now()), phase.cancelSignal);
     }
-    const stopped = phase.stopBeforeStart();
+    const stopped = stopBeforeStart(phase);
     if (stopped) {
       // Stopped between tasks: this task is the one it kept from starting.
       outcome.startTime = new Date();
@@ -287,14 +289,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       emit({ type: "task-finished", index, outcome });
       return outcome.phase;
     }
-    // A finally task's shell is named by its place in spec.finally.
-    const main = index < options.tasks.length;
-    const shell = effectiveShell(
-      task,
-      main ? index : index - options.tasks.length,
-      options.shell,
-      main ? "tasks" : "finally",
-    );
+    const shell = effectiveShell(task, own, options.shell, phase.list);
     let result: AttemptResult;
     let stoppedBeforeRetry: StopBeforeStart | null = null;
     for (;;) {
@@ -320,7 +315,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         runCookie,
         runStartedFrom: firstStart,
         cancelFileOf,
-        deadline: phase.deadline(attemptStart, limits),
+        deadline: attemptDeadline(attemptStart, limits, phase.boundAt, phase.ceiling),
         stallMs: limits.stall.ms,
         killGraceMs: options.limits.killGrace.ms,
         drainWindowMs: options.drainWindowMs ?? DEFAULT_DRAIN_WINDOW_MS,
@@ -352,7 +347,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       const failedOrdinarily = (result.kind === "exited" && result.exitCode !== 0) || result.kind === "lost";
       if (!failedOrdinarily || outcome.attempts > limits.retries) break;
       // A retry is a new start: not after a cancellation or past the ceiling.
-      stoppedBeforeRetry = phase.stopBeforeStart();
+      stoppedBeforeRetry = stopBeforeStart(phase);
       if (stoppedBeforeRetry) break;
       emit({
         type: "task-retrying",
@@ -376,13 +371,13 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
 
   try {
     const main: TaskPhaseRules = {
-      limits: (index) => options.limits.tasks[index] as TaskLimits,
-      outcome: (index) => outcomes[index] as TaskOutcome,
+      list: "tasks",
+      first: 0,
+      limits: options.limits.tasks,
+      outcomes,
       boundAt: ceilingAt,
+      ceiling: "RunCeiling",
       cancelSignal: options.cancelSignal,
-      stopBeforeStart: () =>
-        options.cancelSignal?.aborted ? "Cancelled" : performance.now() >= ceilingAt ? "RunCeiling" : null,
-      deadline: (attemptStart, limits) => attemptDeadline(attemptStart, limits, ceilingAt),
       env: {},
     };
     for (const [index, task] of options.tasks.entries()) {
@@ -414,17 +409,14 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         ...(ending ? { endingTask: ending.name } : {}),
         finallyCeiling: options.limits.finallyCeiling,
       });
-      const finallyCeilingAt = performance.now() + options.limits.finallyCeiling.ms;
-      const cancel = options.finallyCancelSignal;
       const rules: TaskPhaseRules = {
-        limits: (index) => options.limits.finally[index - options.tasks.length] as TaskLimits,
-        outcome: (index) => finallyOutcomes[index - options.tasks.length] as TaskOutcome,
-        boundAt: finallyCeilingAt,
-        cancelSignal: cancel,
-        stopBeforeStart: () =>
-          cancel?.aborted ? "Cancelled" : performance.now() >= finallyCeilingAt ? "FinallyCeiling" : null,
-        deadline: (attemptStart, limits) =>
-          attemptDeadline(attemptStart, limits, finallyCeilingAt, "FinallyCeiling"),
+        list: "finally",
+        first: options.tasks.length,
+        limits: options.limits.finally,
+        outcomes: finallyOutcomes,
+        boundAt: performance.now() + options.limits.finallyCeiling.ms,
+        ceiling: "FinallyCeiling",
+        cancelSignal: options.finallyCancelSignal,
         env: { [OUTCOME_ENV_VAR]: reason, [FAILED_TASK_ENV_VAR]: ending?.name ?? "" },
       };
       let finallyEnded: TaskPhase | null = null;
@@ -484,17 +476,28 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
 /** What stops a task from (re)starting: a cancel, or the ceiling of its phase. */
 type StopBeforeStart = "Cancelled" | "RunCeiling" | "FinallyCeiling";
 
-/** How the tasks of one phase (the main tasks, or the finally tasks) run. */
+/**
+ * How the tasks of one phase (the main tasks, or the finally tasks) run: the two differ only in
+ * their list, their ceiling and their cancel.
+ */
 interface TaskPhaseRules {
-  limits(index: number): TaskLimits;
-  outcome(index: number): TaskOutcome;
+  list: "tasks" | "finally";
+  /** the run-wide index (events, containers) of the phase's first task */
+  first: number;
+  limits: readonly TaskLimits[];
+  outcomes: readonly TaskOutcome[];
   /** performance.now() past which no task of the phase may run: its ceiling */
   boundAt: number;
+  ceiling: "RunCeiling" | "FinallyCeiling";
   cancelSignal: AbortSignal | undefined;
-  stopBeforeStart(): StopBeforeStart | null;
-  deadline(attemptStart: number, limits: TaskLimits): AttemptDeadline;
   /** what the phase tells its tasks (PLAYBOOK_OUTCOME for the finally tasks) */
   env: Record<string, string>;
+}
+
+/** A cancellation or the phase's passed ceiling that forbids starting another attempt. */
+function stopBeforeStart(phase: TaskPhaseRules): StopBeforeStart | null {
+  if (phase.cancelSignal?.aborted) return "Cancelled";
+  return performance.now() >= phase.boundAt ? phase.ceiling : null;
 }
 
 /**

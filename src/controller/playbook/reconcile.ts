@@ -6,7 +6,7 @@
 import { canonical } from "../../api/plan.js";
 import type { PlaybookSpec, PlaybookStatus } from "../../api/playbook.js";
 import { podSettings } from "../../api/policy.js";
-import { resolveTaskContainers } from "../../api/task-images.js";
+import { allTasksOf, resolveTaskContainers } from "../../api/task-images.js";
 import type { RecordedEvent } from "../../runtime/events.js";
 import {
   type Action,
@@ -20,7 +20,7 @@ import {
 import { type PodView, podAttemptOf, type StoredPlaybook } from "../objects.js";
 import type { FinishedRun } from "../pods/finished-run.js";
 import { containersOutlivingRunner } from "../pods/outlived-runner.js";
-import { allTaskSpecs, podNameFor } from "../pods/pod-builder.js";
+import { podNameFor } from "../pods/pod-builder.js";
 import type { ForeignPod } from "../pods/pod-identity.js";
 import { isPodFinished } from "../pods/pod-state.js";
 import {
@@ -187,9 +187,10 @@ function runStateOf(
     : specGeneration;
   const podChoices = podSettings(planned.spec, rulesOf(input));
   // The finally tasks' images count on after the main tasks', as the pod's containers are resolved.
-  const images = resolveTaskContainers(allTaskSpecs(planned.spec), podChoices.image).tasks.map(
-    (t) => t.image,
-  );
+  const images = resolveTaskContainers(
+    allTasksOf(planned.spec).map(({ task }) => task),
+    podChoices.image,
+  ).tasks.map((t) => t.image);
   const mainCount = planned.spec.tasks.length;
   return {
     base: { previous, generation, now, limits: planned.limits },

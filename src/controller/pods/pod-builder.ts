@@ -21,6 +21,7 @@ import {
 import { API_VERSION, KIND, type PlaybookSpec } from "../../api/playbook.js";
 import type { PodSettings } from "../../api/policy.js";
 import {
+  allTasksOf,
   resolveTaskContainers,
   TASK_CONTAINERS_ENV_VAR,
   TASK_UIDS_ENV_VAR,
@@ -186,12 +187,8 @@ function settingsOf(request: PodRequest): PodSettings | Omit<PodSettings, "backo
  * distinct image of either.
  */
 export function podTaskContainers(request: PodRequest): TaskContainers {
-  return resolveTaskContainers(allTaskSpecs(request.spec), settingsOf(request).image);
-}
-
-/** The main tasks then the finally tasks, in the order the pod's containers are resolved in. */
-export function allTaskSpecs(spec: PlaybookSpec): PlaybookSpec["tasks"] {
-  return [...spec.tasks, ...(spec.finally ?? [])];
+  const tasks = allTasksOf(request.spec).map(({ task }) => task);
+  return resolveTaskContainers(tasks, settingsOf(request).image);
 }
 
 export function buildPlan(request: PodRequest): RunPlan {
