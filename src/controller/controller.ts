@@ -33,6 +33,7 @@ import {
   withoutUnreadFields,
 } from "./objects.js";
 import type { ProgressLook } from "./playbook/live-progress.js";
+import { passPods } from "./playbook/pass-pods.js";
 import { PROGRESS_LINES, ProgressLooks } from "./playbook/progress-looks.js";
 import { decide, decideRefusedPod } from "./playbook/reconcile.js";
 import { PlaybookWriter } from "./playbook/writer.js";
@@ -687,45 +688,28 @@ export class PlaybookController {
     return (informer?.byIndex(ownerIndex(namespace, uid)) ?? []).filter((pod) => isControlledBy(pod, uid));
   }
 
-  /**
-   * The pods a Playbook controls, from the cache. When the pod its status names is missing there,
-   * a live read confirms it is really gone before the pass acts on its absence: the cache may lag
-   * behind a pod this controller created a moment ago.
-   */
-  private async podsOf(playbook: StoredPlaybook): Promise<PodView[]> {
+  /** The pods a pass on the Playbook decides on (pass-pods.ts): the cache's, and what it may lag behind. */
+  private podsOf(playbook: StoredPlaybook): Promise<PodView[]> {
     const uid = playbook.metadata.uid;
     const namespace = playbook.metadata.namespace ?? "";
-    const cached = this.ownedPods(namespace, uid);
-    const expected = playbook.status?.podName;
-    if (!expected) {
-      // No pod is named yet (the start record after a first create is not in the cache, or was
-      // never written): the writer's memory of its create keeps the next pass from creating it again.
-      if (cached.length > 0 || playbook.status?.startTime) return cached;
-      return this.writer.createdPods(namespace).filter((pod) => isControlledBy(pod, uid));
-    }
-    const recordedUid = playbook.status?.podUID;
-    const named = (pod: PodView) =>
-      pod.metadata.name === expected && (recordedUid === undefined || pod.metadata.uid === recordedUid);
-    if (isFinished(playbook.status) || cached.some(named)) {
-      return cached;
-    }
-    const created = this.writer.createdPod(namespace, expected, uid);
-    if (created) return [...cached, created];
-    try {
-      const live = parsePod(
-        await this.clients.api.readNamespacedPod(
-          { name: expected, namespace },
-          { signal: this.writer.leadingSignal },
-        ),
-      );
-      // The pod the status names, and only the one it recorded: a pod of that name made since is not it.
-      const recorded = playbook.status?.podUID;
-      if (live && isControlledBy(live, uid) && (recorded === undefined || live.metadata.uid === recorded))
-        return [...cached, live];
-    } catch (error) {
-      if (!isNotFound(error)) throw error;
-    }
-    return cached;
+    return passPods(playbook, this.writer.unrecordedStart(uid ?? ""), {
+      cached: this.ownedPods(namespace, uid),
+      created: this.writer.createdPods(namespace).filter((pod) => isControlledBy(pod, uid)),
+      readLive: async (name) => {
+        try {
+          const live = parsePod(
+            await this.clients.api.readNamespacedPod(
+              { name, namespace },
+              { signal: this.writer.leadingSignal },
+            ),
+          );
+          return live && isControlledBy(live, uid) ? live : undefined;
+        } catch (error) {
+          if (isNotFound(error)) return undefined;
+          throw error;
+        }
+      },
+    });
   }
 }
 
