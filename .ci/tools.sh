@@ -2,7 +2,8 @@
 # The cluster binaries of .ci/run, built in the background while the phases before the tests run
 # (the longest phase on a fresh machine, 0.2 s when built), and waited for set by set: npm test
 # needs only the control-plane set (etcd, kube-apiserver and friends, kubectl, helm), built first;
-# the real-node phases need the real-node set (kubelet, kube-proxy, containerd), built right after
+# the real-node phases need the real-node set (kubelet, kube-proxy, containerd, and Kueue's manager
+# for the Kueue tests, which run on the real node), built right after
 # it at the lowest priority (nice 19, and so its session's autogroup where the kernel shares the
 # cores by session), so that npm test's timing-sensitive tests keep the cores while it builds.
 # Sourced, not run: `start_tools_builds`, then `wait_for_tools SET` before a phase that needs SET,

@@ -17,10 +17,13 @@ const log = (message: string): void => {
 // --no-image-build stops when the runner image is missing or stale instead of building it (as
 // `npm run image:build` does; PLAYBOOK_IMAGE_TAG names another tag than the version).
 // --node real, the only node there is now, is still taken, so that older commands work.
+// --with-kueue starts Kueue beside the API server (its CRDs, its webhooks on loopback, pod
+// integration on), for Playbooks with a queueName.
 const Flags = z.object({
   noController: z.boolean(),
   noInstall: z.boolean(),
   noImageBuild: z.boolean(),
+  withKueue: z.boolean(),
   node: z.literal("real", {
     error: (i) =>
       i.input === "process"
@@ -29,18 +32,25 @@ const Flags = z.object({
   }),
 });
 function parseFlags(args: string[]) {
-  const flags = { noController: false, noInstall: false, noImageBuild: false, node: "real" as string };
+  const flags = {
+    noController: false,
+    noInstall: false,
+    noImageBuild: false,
+    withKueue: false,
+    node: "real" as string,
+  };
   for (let i = 0; i < args.length; i += 1) {
     const arg = args[i] ?? "";
     if (arg === "--no-controller") flags.noController = true;
     else if (arg === "--no-install") flags.noInstall = true;
     else if (arg === "--no-image-build") flags.noImageBuild = true;
+    else if (arg === "--with-kueue") flags.withKueue = true;
     else if (arg === "--node") flags.node = args[++i] ?? "";
     else if (arg.startsWith("--node=")) flags.node = arg.slice("--node=".length);
     else
       return {
         success: false as const,
-        message: `unknown flag ${arg} (only --no-controller, --no-install and --no-image-build)`,
+        message: `unknown flag ${arg} (only --no-controller, --no-install, --no-image-build and --with-kueue)`,
       };
   }
   const parsed = Flags.safeParse(flags);
@@ -70,12 +80,17 @@ try {
     // The real node's runner image, before anything starts: built when missing or stale, else a
     // stop naming `npm run image:build`.
     runnerImage: { build: !flags.data.noImageBuild },
+    kueue: flags.data.withKueue,
   });
   log(`Cluster up in ${((Date.now() - t0) / 1000).toFixed(1)}s; logs in ${path.join(stateDir, "logs")}`);
   log(`kubectl, helm and the control-plane binaries are in ${cluster.state.binDir}`);
   if (cluster.realNode)
     log(
       `Real node ${cluster.realNode.name} (containerd ${cluster.realNode.containerdSocket}) has ${cluster.realNode.images.join(", ")}`,
+    );
+  if (cluster.kueue)
+    log(
+      `Kueue ${cluster.kueue.version} (log ${cluster.kueue.logFile}): make a ResourceFlavor, a ClusterQueue and a LocalQueue, then label pods kueue.x-k8s.io/queue-name`,
     );
   if (cluster.controllerUrl)
     log(

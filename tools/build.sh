@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy, etcd, helm and
-# containerd (with its runc shim and ctr, for the real node) from
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy, etcd, helm,
+# containerd (with its runc shim and ctr, for the real node) and Kueue's manager from
 # their Go modules into a per-version cache folder outside the repository, and prints that
 # folder as the only line of stdout. Binaries already present are not rebuilt.
 #
 # The binaries come in two sets, each built under a lock of its own: control-plane (what the
 # cluster, image and bench tests run: kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubectl, etcd, helm) and real-node (kubelet, kube-proxy, containerd, containerd-shim-runc-v2,
-# ctr). PLAYBOOK_TOOLS_SET names the one to build; all (the default) builds both, one after the
+# ctr, and kueue: the tests that run Kueue run on the real node). PLAYBOOK_TOOLS_SET names the one to build; all (the default) builds both, one after the
 # other. A set whose binaries are all present is not locked, so asking for one never waits on
 # a build of the other.
 #
@@ -21,7 +21,7 @@
 #                           ~/.cache, then playbook-controller/bin)
 #   PLAYBOOK_TOOLS_SET      control-plane, real-node or all (the default)
 #   PLAYBOOK_TOOLS_JOBS     modules built at once (default: half the cores, at least 1)
-#   PLAYBOOK_TOOLS_TARGETS  what to build instead of the eleven binaries (for tests): a list of
+#   PLAYBOOK_TOOLS_TARGETS  what to build instead of the twelve binaries (for tests): a list of
 #                           NAME=DIR:PACKAGE, DIR relative to tools/ or absolute; a NAME of a set
 #                           belongs to it, any other NAME only to all
 #   PLAYBOOK_TOOLS_PROGRESS_EVERY  seconds between plain progress lines (default 15)
@@ -38,7 +38,7 @@ die() {
 
 # The sets by binary name; `all` is both, then whatever PLAYBOOK_TOOLS_TARGETS names besides.
 control_plane_names="kube-apiserver kube-controller-manager kube-scheduler kubectl etcd helm"
-real_node_names="kubelet kube-proxy containerd containerd-shim-runc-v2 ctr"
+real_node_names="kubelet kube-proxy containerd containerd-shim-runc-v2 ctr kueue"
 tools_set=${PLAYBOOK_TOOLS_SET:-all}
 case $tools_set in
   control-plane | real-node) parts=("$tools_set") ;;
@@ -61,9 +61,10 @@ k8s_version=$(module_version kubernetes k8s.io/kubernetes)
 etcd_version=$(module_version etcd go.etcd.io/etcd/server/v3)
 helm_version=$(module_version helm helm.sh/helm/v3)
 containerd_version=$(module_version containerd github.com/containerd/containerd/v2)
+kueue_version=$(module_version kueue sigs.k8s.io/kueue)
 
 cache_root=${PLAYBOOK_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/playbook-controller/bin}
-bin_dir="$cache_root/k8s-$k8s_version-etcd-$etcd_version-helm-$helm_version-containerd-$containerd_version"
+bin_dir="$cache_root/k8s-$k8s_version-etcd-$etcd_version-helm-$helm_version-containerd-$containerd_version-kueue-$kueue_version"
 mkdir -p "$bin_dir"
 
 targets=${PLAYBOOK_TOOLS_TARGETS:-"
@@ -78,6 +79,7 @@ targets=${PLAYBOOK_TOOLS_TARGETS:-"
   containerd=containerd:github.com/containerd/containerd/v2/cmd/containerd
   containerd-shim-runc-v2=containerd:github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
   ctr=containerd:github.com/containerd/containerd/v2/cmd/ctr
+  kueue=kueue:sigs.k8s.io/kueue/cmd/kueue
 "}
 
 # Two callers (CI and a test's global setup, say) must not build the same binary at once: each
@@ -202,6 +204,8 @@ module_ldflags() { # module_ldflags <dir>
     helm) printf '%s' "-X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean" ;;
     # The kubelet reports this as the node's containerRuntimeVersion (containerd://2.4.2).
     containerd) printf '%s' "-X github.com/containerd/containerd/v2/version.Version=${containerd_version#v}" ;;
+    # Kueue logs it at start; the module zip carries no commit.
+    kueue) printf '%s' "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version" ;;
     *) ;;
   esac
 }

@@ -21,7 +21,7 @@ export function repoRoot(): string {
 /**
  * The binaries tools/build.sh builds, by what runs them: `control-plane` (etcd, kube-apiserver,
  * kube-controller-manager, kube-scheduler, kubectl, helm), `real-node` (kubelet, kube-proxy,
- * containerd and its shim, ctr), `all` both.
+ * containerd and its shim, ctr, and Kueue's manager, whose tests run on the real node), `all` both.
  */
 export type ToolsSet = "control-plane" | "real-node" | "all";
 

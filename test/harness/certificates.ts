@@ -95,6 +95,26 @@ export function signClientCertificate(
   return signedCertificate(dir, name, subject, clientExtensions, ca.caFile, ca.caKeyFile);
 }
 
+/**
+ * A serving certificate for `subjectAltNames` (e.g. `IP:127.0.0.1`) signed by the cluster's CA:
+ * what a webhook server on loopback shows the API server, which trusts it through the CA as caBundle.
+ */
+export function signServingCertificate(
+  dir: string,
+  name: string,
+  subjectAltNames: string[],
+  ca: { caFile: string; caKeyFile: string },
+): Promise<ClientCertificate> {
+  const extensions = [
+    "basicConstraints=CA:FALSE",
+    "keyUsage=digitalSignature,keyEncipherment",
+    "extendedKeyUsage=serverAuth",
+    `subjectAltName=${subjectAltNames.join(",")}`,
+    "",
+  ].join("\n");
+  return signedCertificate(dir, name, `/CN=${name}`, extensions, ca.caFile, ca.caKeyFile);
+}
+
 /** A fresh CA, the apiserver's serving certificate, client certificates and service-account keys. */
 export async function generateClusterCertificates(dir: string): Promise<ClusterCertificates> {
   await mkdir(dir, { recursive: true, mode: 0o700 });

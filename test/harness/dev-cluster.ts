@@ -6,6 +6,7 @@ import { promisify } from "node:util";
 import { KubeConfig } from "@kubernetes/client-node";
 import { repoRoot, toolsBinDir } from "./binaries.js";
 import { type ClusterState, readClusterState, startControlPlane, stopCluster } from "./control-plane.js";
+import { type Kueue, startKueue } from "./kueue.js";
 import {
   ensurePrerequisites,
   installForbiddenByEnv,
@@ -37,6 +38,8 @@ export type NodeKind = "scripted" | "real";
 export interface DevCluster {
   state: ClusterState;
   nodeKind: NodeKind;
+  /** Kueue, when `kueue: true`. */
+  kueue?: Kueue;
   /** The real node, when `node: "real"`. */
   realNode?: RealNode;
   /** Where the controller serves /metrics, /healthz and /readyz (http://127.0.0.1:PORT), when started. */
@@ -67,6 +70,8 @@ export interface DevClusterOptions {
    * build it when missing or stale (build), else stop naming `npm run image:build`.
    */
   runnerImage?: { build: boolean };
+  /** Start Kueue beside the API server, with its defaults and pod integration (kueue.ts). */
+  kueue?: boolean;
 }
 
 async function installCrds(binDir: string, kubeconfig: string, log: (message: string) => void) {
@@ -146,6 +151,18 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       });
     }
 
+    // After the node: the API server dials Kueue's webhooks from the node's network namespace.
+    const kueue = options.kueue
+      ? await startKueue({
+          binDir,
+          kubeconfig: state.kubeconfig,
+          stateDir: state.stateDir,
+          log,
+          daemon: options.daemon,
+          record: (process, port) => controlPlane.record(process, port),
+        })
+      : undefined;
+
     // The bundle users run (the package's bin and the image's command), not tsc's output.
     const cli = path.join(repoRoot(), "dist", "bin", "playbook.js");
     let controllerUrl: string | undefined;
@@ -197,6 +214,7 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       ...(controllerUrl ? { controllerUrl } : {}),
       ...(scriptedNode ? { scriptedNode } : {}),
       ...(realNode ? { realNode } : {}),
+      ...(kueue ? { kueue } : {}),
       async stop() {
         await scriptedNode?.stop();
         await stopRealNode(state.stateDir, state.processes, log);

@@ -471,6 +471,46 @@ function relayScript(): string {
   return script;
 }
 
+/** One relay (relay.ts), here or in the node's network namespace; returns once it listens. */
+async function startRelay(args: {
+  name: string;
+  dir: string;
+  logDir: string;
+  /** The namespaces' holder, for a relay in the node's network namespace. */
+  holderPid: number | undefined;
+  forwards: string[];
+  extra?: string[];
+  daemon: boolean;
+  /** Called once it is started, before it listens: so that it is stopped whatever happens next. */
+  record: (process: StartedProcess) => Promise<void>;
+}): Promise<StartedProcess> {
+  const { name, dir, logDir, holderPid } = args;
+  const ready = path.join(dir, `${name}.ready`);
+  await rm(ready, { force: true });
+  const argv = [
+    relayScript(),
+    "--ready",
+    ready,
+    ...args.forwards.flatMap((f) => ["--forward", f]),
+    ...(args.extra ?? []),
+  ];
+  const logFile = path.join(logDir, `${name}.log`);
+  const started =
+    holderPid !== undefined
+      ? await startInNamespaces(name, holderPid, ["net"], process.execPath, argv, {
+          logFile,
+          daemon: args.daemon,
+        })
+      : startProcess(name, process.execPath, argv, { logFile, daemon: args.daemon });
+  await args.record(started);
+  await waitFor(`the ${name}`, async () => (existsSync(ready) ? true : undefined), {
+    timeoutMs: 15_000,
+    intervalMs: 20,
+    abortIf: () => (isRunning(started) ? undefined : `${name} exited:\n${logTail(started.logFile)}`),
+  });
+  return started;
+}
+
 /**
  * The two relays between this machine's network namespace and the node's: the API server
  * (127.0.0.1:apiPort here) at 127.0.0.1:apiPort and NODE_API_ADDRESS:apiPort there, and the
@@ -489,39 +529,66 @@ async function startRelays(args: {
   const { dir, logDir, holderPid, apiPort, kubeletPort, options } = args;
   const apiSocket = path.join(dir, "apiserver.sock");
   const kubeletSocket = path.join(dir, "kubelet.sock");
-  const relay = async (name: string, inNodeNamespace: boolean, forwards: string[], extra: string[] = []) => {
-    const ready = path.join(dir, `${name}.ready`);
-    await rm(ready, { force: true });
-    const argv = [relayScript(), "--ready", ready, ...forwards.flatMap((f) => ["--forward", f]), ...extra];
-    const logFile = path.join(logDir, `${name}.log`);
-    const started = inNodeNamespace
-      ? await startInNamespaces(name, holderPid, ["net"], process.execPath, argv, {
-          logFile,
-          daemon: options.daemon,
-        })
-      : startProcess(name, process.execPath, argv, { logFile, daemon: options.daemon });
-    await options.record(started, inNodeNamespace ? undefined : { name: "kubelet", port: kubeletPort });
-    await waitFor(`the ${name}`, async () => (existsSync(ready) ? true : undefined), {
-      timeoutMs: 15_000,
-      intervalMs: 20,
-      abortIf: () => (isRunning(started) ? undefined : `${name} exited:\n${logTail(started.logFile)}`),
-    });
-  };
-  await relay("real-node-relay-host", false, [
-    `unix:${apiSocket}=tcp:127.0.0.1:${apiPort}`,
-    `tcp:127.0.0.1:${kubeletPort}=unix:${kubeletSocket}`,
-  ]);
-  await relay(
-    "real-node-relay-node",
-    true,
-    [
+  const common = { dir, logDir, daemon: options.daemon };
+  await startRelay({
+    ...common,
+    name: "real-node-relay-host",
+    holderPid: undefined,
+    forwards: [
+      `unix:${apiSocket}=tcp:127.0.0.1:${apiPort}`,
+      `tcp:127.0.0.1:${kubeletPort}=unix:${kubeletSocket}`,
+    ],
+    record: (host) => options.record(host, { name: "kubelet", port: kubeletPort }),
+  });
+  await startRelay({
+    ...common,
+    name: "real-node-relay-node",
+    holderPid,
+    record: (node) => options.record(node),
+    forwards: [
       `tcp:127.0.0.1:${apiPort}=unix:${apiSocket}`,
       `tcp:${NODE_API_ADDRESS}:${apiPort}=unix:${apiSocket}`,
       `unix:${kubeletSocket}=tcp:127.0.0.1:${kubeletPort}`,
     ],
     // The API server's connections to the kubelet, pods and Services, dialed from the node's namespace.
-    ["--connect-proxy", `unix:${path.join(dir, "egress.sock")}`],
-  );
+    extra: ["--connect-proxy", `unix:${path.join(dir, "egress.sock")}`],
+  });
+}
+
+/**
+ * Publishes a server of this machine's loopback (127.0.0.1:port) at the same address in the real
+ * node's network namespace, where the API server's `cluster` egress selector dials webhooks
+ * (admission and CRD conversion) from: a pair of relays, recorded in state.json (teardown,
+ * cluster:down and the exit hooks stop them). Returns them, or nothing when `stateDir` holds no
+ * real node (then the API server dials 127.0.0.1 from here itself).
+ */
+export async function publishHostPortOnNode(
+  stateDir: string,
+  name: string,
+  port: number,
+  options: { daemon: boolean; record: (process: RecordedProcess) => Promise<void> },
+): Promise<RecordedProcess[]> {
+  if (!readHostRecord(stateDir)) return [];
+  const state = await readClusterState(stateDir);
+  const holder = runningRecorded(state?.processes ?? [], "real-node-namespaces");
+  if (!holder) throw new Error(`the real node's namespaces are gone from ${stateDir}`);
+  const dir = nodeDir(stateDir);
+  const socket = path.join(dir, `${name}.sock`);
+  await rm(socket, { force: true });
+  const common = { dir, logDir: path.join(stateDir, "logs"), daemon: options.daemon, record: options.record };
+  const host = await startRelay({
+    ...common,
+    name: `${name}-relay-host`,
+    holderPid: undefined,
+    forwards: [`unix:${socket}=tcp:127.0.0.1:${port}`],
+  });
+  const node = await startRelay({
+    ...common,
+    name: `${name}-relay-node`,
+    holderPid: holder.pid,
+    forwards: [`tcp:127.0.0.1:${port}=unix:${socket}`],
+  });
+  return [node, host];
 }
 
 /** kube-proxy's client certificate: CN=system:kube-proxy, bound to system:node-proxier by default. */
