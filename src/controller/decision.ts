@@ -25,6 +25,8 @@ export interface ReconcileSettings {
   /** --allowed-service-accounts and --allowed-images: allowed where no policy says otherwise. */
   allowedServiceAccounts?: readonly string[];
   allowedImages?: readonly string[];
+  /** --default-queue-name: the Kueue LocalQueue where neither the spec nor the policy names one. */
+  defaultQueueName?: string | undefined;
 }
 
 export interface ReconcileInput {
