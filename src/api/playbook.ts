@@ -312,6 +312,24 @@ export const PlaybookStatusSchema = z.looseObject({
   tasks: z.array(TaskStatusSchema).optional(),
   /** spec.finally's tasks, apart from the main ones, in order. */
   finally: z.array(TaskStatusSchema).optional(),
+  /** For a run through Kueue: its queue and what its pod asks of the quota (controller/kueue/kueue-pod.ts). */
+  queue: z
+    .looseObject({
+      name: z.string(),
+      source: z.enum(["spec", "policy", "default"]),
+      priorityClassName: z.string().optional(),
+      requests: z.looseObject({
+        runner: z.record(z.string(), z.string()),
+        task: z.record(
+          z.string(),
+          z.strictObject({ value: z.string(), source: z.enum(["spec", "policy", "default"]) }),
+        ),
+        taskContainers: z.number().int(),
+      }),
+    })
+    .optional(),
+  /** While Kueue holds the run's pod: when that pod was created. */
+  queuedSince: Time.optional(),
   /** While the run goes on: its running task as `index/count name` (e.g. `3/7 migrate`), from the runner's progress record */
   currentTask: z.string().optional(),
   conditions: z.array(ConditionSchema).optional(),
