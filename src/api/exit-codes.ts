@@ -6,14 +6,15 @@ import { isLimitReason } from "./reasons.js";
 export const EXIT = { succeeded: 0, failed: 1, invalid: 2, lost: 3, limit: 124, interrupted: 130 } as const;
 
 /**
- * DESIGN's table: Succeeded 0, TaskFailed 1, InvalidSpec 2, PodLost/RunnerLost 3,
- * TaskTimeout/StallLimit/RunCeiling/PodDeadlineExceeded/StartTimeout 124, Cancelled 130.
+ * DESIGN's table: Succeeded 0, TaskFailed 1, InvalidSpec 2,
+ * PodLost/RunnerLost/Preempted 3, TaskTimeout/StallLimit/RunCeiling/PodDeadlineExceeded/StartTimeout/
+ * QueueTimeout 124, Cancelled 130.
  * A reason outside the vocabulary (a newer controller's) is a failure.
  */
 export function exitCodeForReason(reason: string): number {
   if (reason === "Succeeded") return EXIT.succeeded;
   if (reason === "InvalidSpec") return EXIT.invalid;
-  if (reason === "PodLost" || reason === "RunnerLost") return EXIT.lost;
+  if (reason === "PodLost" || reason === "RunnerLost" || reason === "Preempted") return EXIT.lost;
   if (reason === "Cancelled") return EXIT.interrupted;
   if (isLimitReason(reason)) return EXIT.limit;
   return EXIT.failed;

@@ -21,6 +21,8 @@ export interface LimitDefaults {
   finallyCeilingMs?: number | undefined;
   /** The longest finallyCeiling accepted, and where it is set; absent from a run's plan: no bound. */
   maxFinallyCeiling?: { ms: number; where: string } | undefined;
+  /** From the pod's creation until Kueue admits it; absent: no queue timeout (the controller's default is none). */
+  queueTimeoutMs?: number | undefined;
   /** The namespace policy's defaults: the level between the spec and the controller's defaults. */
   policy?: PolicyLimitDefaults | undefined;
 }
@@ -32,6 +34,7 @@ export interface PolicyLimitDefaults {
   killGraceMs?: number | undefined;
   startTimeoutMs?: number | undefined;
   finallyCeilingMs?: number | undefined;
+  queueTimeoutMs?: number | undefined;
 }
 
 /** The controller's --default-start-timeout when not given, and what a plan without one means. */
@@ -81,6 +84,8 @@ export interface ResolvedLimits {
   finallyCeiling: EffectiveLimit;
   /** spec.finally's tasks, in order (empty without them). */
   finally: TaskLimits[];
+  /** From the pod's creation until Kueue admits it (the controller enforces it); null: none set at any level. */
+  queueTimeout: EffectiveLimit | null;
 }
 
 export interface LimitProblem {
@@ -127,6 +132,17 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
     defaults.finallyCeilingMs ?? DEFAULT_FINALLY_CEILING_MS,
     "finally ceiling",
   );
+  const queueTimeoutMs = policy?.queueTimeoutMs ?? defaults.queueTimeoutMs;
+  const queueTimeout =
+    spec.queueTimeout === undefined && queueTimeoutMs === undefined
+      ? null
+      : pick(
+          spec.queueTimeout,
+          "spec.queueTimeout",
+          policy?.queueTimeoutMs,
+          queueTimeoutMs ?? 0,
+          "queue timeout",
+        );
   const taskLimits =
     (list: "tasks" | "finally") =>
     (task: PlaybookSpec["tasks"][number], index: number): TaskLimits => {
@@ -142,7 +158,16 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
     };
   const tasks = spec.tasks.map(taskLimits("tasks"));
   const finallyTasks = (spec.finally ?? []).map(taskLimits("finally"));
-  return { ceiling, stall, killGrace, startTimeout, tasks, finallyCeiling, finally: finallyTasks };
+  return {
+    ceiling,
+    stall,
+    killGrace,
+    startTimeout,
+    tasks,
+    finallyCeiling,
+    finally: finallyTasks,
+    queueTimeout,
+  };
 }
 
 /** Checks that need the defaults or cross fields: what a schema alone cannot refuse. */
@@ -180,6 +205,9 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
         message: `${spec.startTimeout} is longer than ${ceilingName} ${ceilingText}`,
       });
     }
+  }
+  if (spec.queueTimeout !== undefined && limits.queueTimeout !== null && limits.queueTimeout.ms <= 0) {
+    problems.push({ path: "spec.queueTimeout", message: `${spec.queueTimeout} must be longer than 0s` });
   }
   problems.push(...checkFinallyLimits(spec, limits, defaults));
   const seen = new Map<string, string>();
@@ -273,6 +301,7 @@ export function describeRunLimits(limits: ResolvedLimits) {
     killGrace: show(limits.killGrace),
     startTimeout: show(limits.startTimeout),
     ...(limits.finally.length > 0 ? { finallyCeiling: show(limits.finallyCeiling) } : {}),
+    ...(limits.queueTimeout ? { queueTimeout: show(limits.queueTimeout) } : {}),
   };
 }
 

@@ -47,6 +47,8 @@ export const RunPlanSchema = z
       startTimeoutMs: Millis.optional(),
       // Absent from the plans of an earlier version: DEFAULT_FINALLY_CEILING_MS.
       finallyCeilingMs: Millis.optional(),
+      // Only for a run with a queue timeout from the controller's default.
+      queueTimeoutMs: Millis.optional(),
       // The namespace policy's defaults the run started with: a later edit of the policy changes nothing.
       policy: z
         .strictObject({
@@ -55,6 +57,7 @@ export const RunPlanSchema = z
           killGraceMs: Millis.optional(),
           startTimeoutMs: Millis.optional(),
           finallyCeilingMs: Millis.optional(),
+          queueTimeoutMs: Millis.optional(),
         })
         .optional(),
     }),

@@ -23,6 +23,10 @@ export const ANNOTATION_CANCEL_REASON = "playbook.dev/cancel-reason";
 /** Pods re-created after a loss when neither the Playbook nor its namespace's policy says. */
 export const DEFAULT_BACKOFF_LIMIT = 2;
 
+/** spec.onPreemption: a new pod that queues again, spending no attempt, or the run ends Preempted. */
+export const ON_PREEMPTION = ["Requeue", "Fail"] as const;
+export type OnPreemption = (typeof ON_PREEMPTION)[number];
+
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 export const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const ENV_NAME = /^[-._a-zA-Z][-._a-zA-Z0-9]*$/;
@@ -79,6 +83,15 @@ export const DurationString = z
       });
     }
   });
+
+/**
+ * A Kueue object's name that the pod carries as a label value (a LocalQueue, a
+ * WorkloadPriorityClass): a DNS-1123 subdomain that fits a label value, 63 characters.
+ */
+export const KueueName = z
+  .string()
+  .max(63, "must be at most 63 characters (it is a label value)")
+  .regex(DNS1123_SUBDOMAIN, "must be a DNS-1123 subdomain (lower case letters, digits, '-' and '.')");
 
 const EnvVar = z
   .strictObject({
@@ -198,6 +211,17 @@ export const PlaybookSpecSchema = z
      * default from the policy or the controller.
      */
     finallyCeiling: DurationString.optional(),
+    /**
+     * Kueue's LocalQueue in the Playbook's namespace: the pod carries kueue.x-k8s.io/queue-name and
+     * waits, gated, until Kueue admits it (docs/kueue.md). Default from the policy or the controller.
+     */
+    queueName: KueueName.optional(),
+    /** Kueue's WorkloadPriorityClass for the run's Workload (the kueue.x-k8s.io/priority-class label). */
+    priorityClassName: KueueName.optional(),
+    /** From the pod's creation until Kueue admits it; none unless the spec, the policy or the controller sets one. */
+    queueTimeout: DurationString.optional(),
+    /** What a pod Kueue stops (preemption, eviction) does to the run; absent: Requeue. */
+    onPreemption: z.enum(ON_PREEMPTION, { error: "must be Requeue or Fail" }).optional(),
   })
   .superRefine((spec, ctx) => {
     const size = planTextSize([...spec.tasks, ...(spec.finally ?? [])]);
@@ -281,11 +305,31 @@ export const PlaybookStatusSchema = z.looseObject({
       startTimeout: EffectiveLimitSchema.optional(),
       // Only for a run with spec.finally.
       finallyCeiling: EffectiveLimitSchema.optional(),
+      // Only when a queue timeout is set (spec, policy or controller): none otherwise.
+      queueTimeout: EffectiveLimitSchema.optional(),
     })
     .optional(),
   tasks: z.array(TaskStatusSchema).optional(),
   /** spec.finally's tasks, apart from the main ones, in order. */
   finally: z.array(TaskStatusSchema).optional(),
+  /** For a run through Kueue: its queue and what its pod asks of the quota (controller/kueue/kueue-pod.ts). */
+  queue: z
+    .looseObject({
+      name: z.string(),
+      source: z.enum(["spec", "policy", "default"]),
+      priorityClassName: z.string().optional(),
+      requests: z.looseObject({
+        runner: z.record(z.string(), z.string()),
+        task: z.record(
+          z.string(),
+          z.strictObject({ value: z.string(), source: z.enum(["spec", "policy", "default"]) }),
+        ),
+        taskContainers: z.number().int(),
+      }),
+    })
+    .optional(),
+  /** While Kueue holds the run's pod: when that pod was created. */
+  queuedSince: Time.optional(),
   /** While the run goes on: its running task as `index/count name` (e.g. `3/7 migrate`), from the runner's progress record */
   currentTask: z.string().optional(),
   conditions: z.array(ConditionSchema).optional(),

@@ -10,6 +10,7 @@ import {
   DEFAULT_BACKOFF_LIMIT,
   DNS1123_SUBDOMAIN,
   DurationString,
+  KueueName,
   ObjectMetaSchema,
   type PlaybookSpec,
   Quantity,
@@ -65,6 +66,10 @@ const PolicyDefaultsSchema = z.strictObject({
   /** The image of tasks that name none and whose Playbook sets no spec.image. */
   image: ImageReference.optional(),
   resources: ResourceRequirements.optional(),
+  /** The Kueue LocalQueue of a Playbook that names none (spec.queueName). */
+  queueName: KueueName.optional(),
+  /** The queue timeout of a Playbook that sets no spec.queueTimeout. */
+  queueTimeout: DurationString.optional(),
 });
 export type PolicyDefaults = z.infer<typeof PolicyDefaultsSchema>;
 
@@ -75,6 +80,8 @@ const PolicyMaximumsSchema = z.strictObject({
   /** The longest finallyCeiling: the time the finally tasks may add after the main tasks end. */
   finallyCeiling: DurationString.optional(),
   taskTimeout: DurationString.optional(),
+  /** The longest time a run's pod may wait for Kueue's admission. */
+  queueTimeout: DurationString.optional(),
   runningPlaybooks: z.number().int().min(1).max(100_000).optional(),
   resources: z
     .strictObject({
@@ -116,6 +123,8 @@ export interface ClusterAllowances {
   allowedServiceAccounts: readonly string[];
   /** --allowed-images: allowed in every namespace without a policy, besides the runner image. */
   allowedImages: readonly string[];
+  /** --default-queue-name: the Kueue LocalQueue of a run whose spec and policy name none. */
+  defaultQueueName?: string | undefined;
 }
 
 /** What governs one namespace: its policy named default, or the controller's flags. */
@@ -127,6 +136,8 @@ export interface NamespaceRules {
   allowedServiceAccounts: readonly string[];
   allowedImages: readonly string[];
   runnerImage: string;
+  /** The controller's --default-queue-name, under the policy's defaults.queueName. */
+  defaultQueueName?: string | undefined;
   /** Why the policy named default cannot be applied: every new run is refused until it is fixed. */
   problem?: string | undefined;
 }
@@ -139,6 +150,7 @@ export function clusterRules(cluster: ClusterAllowances): NamespaceRules {
     allowedServiceAccounts: [DEFAULT_SERVICE_ACCOUNT, ...cluster.allowedServiceAccounts],
     allowedImages: [cluster.runnerImage, ...cluster.allowedImages],
     runnerImage: cluster.runnerImage,
+    ...(cluster.defaultQueueName ? { defaultQueueName: cluster.defaultQueueName } : {}),
   };
 }
 
@@ -160,6 +172,7 @@ export function policyRules(
     allowedServiceAccounts: spec.allowedServiceAccounts ?? base.allowedServiceAccounts,
     allowedImages: spec.allowedImages ?? base.allowedImages,
     runnerImage: cluster.runnerImage,
+    ...(base.defaultQueueName ? { defaultQueueName: base.defaultQueueName } : {}),
   };
 }
 
@@ -172,13 +185,14 @@ function where(rules: NamespaceRules, policyField: string, flag: string): string
 export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults | undefined {
   if (!rules.policy) return undefined;
   const ms = (text: string | undefined) => (text === undefined ? undefined : parseDuration(text));
-  const { ceiling, stall, killGrace, startTimeout, finallyCeiling } = rules.defaults;
+  const { ceiling, stall, killGrace, startTimeout, finallyCeiling, queueTimeout } = rules.defaults;
   return {
     ceilingMs: ms(ceiling),
     stallMs: ms(stall),
     killGraceMs: ms(killGrace),
     startTimeoutMs: ms(startTimeout),
     finallyCeilingMs: ms(finallyCeiling),
+    queueTimeoutMs: ms(queueTimeout),
   };
 }
 
@@ -251,10 +265,22 @@ export interface PodSettings {
   resources?: Resources | undefined;
   backoffLimit: number;
   ttlSecondsAfterFinished?: number | undefined;
+  /** Kueue's LocalQueue the pod waits in, and the level it came from; absent: Kueue is not asked. */
+  queue?: { name: string; source: "spec" | "policy" | "default" } | undefined;
+}
+
+/** The run's Kueue LocalQueue: spec.queueName, else the policy's default, else the controller's. */
+export function queueOf(spec: PlaybookSpec, rules: NamespaceRules): PodSettings["queue"] {
+  if (spec.queueName !== undefined) return { name: spec.queueName, source: "spec" };
+  if (rules.defaults.queueName !== undefined) return { name: rules.defaults.queueName, source: "policy" };
+  if (rules.defaultQueueName) return { name: rules.defaultQueueName, source: "default" };
+  return undefined;
 }
 
 export function podSettings(spec: PlaybookSpec, rules: NamespaceRules): PodSettings {
+  const queue = queueOf(spec, rules);
   return {
+    ...(queue ? { queue } : {}),
     image: spec.image ?? rules.defaults.image ?? rules.runnerImage,
     serviceAccountName: spec.serviceAccountName ?? rules.defaults.serviceAccountName,
     resources: effectiveResources(spec, rules),
@@ -268,6 +294,7 @@ export const POLICY_FIELDS = [
   "spec.ceiling",
   "spec.killGrace",
   "spec.finallyCeiling",
+  "spec.queueTimeout",
   "spec.tasks[].timeout",
   "spec.finally[].timeout",
   "spec.serviceAccountName",
@@ -330,6 +357,20 @@ export function checkPolicy(
       path: own ? "spec.finallyCeiling" : "spec",
       field: "spec.finallyCeiling",
       message: `${own ? value : `${value} (${finallyCeiling.field})`} is longer than the namespace's maximum finallyCeiling ${maximums.finallyCeiling} (${where(rules, "spec.maximums.finallyCeiling", "--max-finally-ceiling")})`,
+    });
+  }
+  const queueTimeout = limits.queueTimeout;
+  if (
+    maximums.queueTimeout !== undefined &&
+    queueTimeout !== null &&
+    queueTimeout.ms > parseDuration(maximums.queueTimeout)
+  ) {
+    const value = formatDuration(queueTimeout.ms);
+    const own = queueTimeout.source === "spec";
+    problems.push({
+      path: own ? "spec.queueTimeout" : "spec",
+      field: "spec.queueTimeout",
+      message: `${own ? value : `${value} (${queueTimeout.field})`} is longer than the namespace's maximum queueTimeout ${maximums.queueTimeout} (${where(rules, "spec.maximums.queueTimeout", "configuration")})`,
     });
   }
   if (maximums.taskTimeout !== undefined) {
@@ -446,7 +487,7 @@ function checkResources(
  * `positive` (a ceiling, not a grace), the default and the maximum must be longer than 0s too.
  */
 function defaultWithinMaximums(
-  field: "ceiling" | "killGrace" | "finallyCeiling",
+  field: "ceiling" | "killGrace" | "finallyCeiling" | "queueTimeout",
   defaults: { [K in typeof field]?: string | undefined },
   maximums: { [K in typeof field]?: string | undefined },
   controllerMaxMs: number,
@@ -486,6 +527,8 @@ export function policyProblems(
     ...defaultWithinMaximums("ceiling", defaults, maximums, controllerMaxCeilingMs, true),
     ...defaultWithinMaximums("killGrace", defaults, maximums, controllerMaxKillGraceMs, false),
     ...defaultWithinMaximums("finallyCeiling", defaults, maximums, controllerMaxFinallyCeilingMs, true),
+    // The controller sets no maximum queue timeout: a platform team bounds it per namespace.
+    ...defaultWithinMaximums("queueTimeout", defaults, maximums, Number.POSITIVE_INFINITY, true),
   );
   for (const kind of ["limits", "requests"] as const) {
     for (const [name, value] of Object.entries(defaults.resources?.[kind] ?? {})) {

@@ -28,7 +28,12 @@ export const RUN_TASK_LIMITS = [
 ] as const satisfies readonly TaskLimit[];
 
 /** Every reason that may appear on the LimitExceeded condition. */
-export const LIMIT_REASONS = [...RUN_TASK_LIMITS, "PodDeadlineExceeded", "StartTimeout"] as const;
+export const LIMIT_REASONS = [
+  ...RUN_TASK_LIMITS,
+  "PodDeadlineExceeded",
+  "StartTimeout",
+  "QueueTimeout",
+] as const;
 export type LimitReason = (typeof LIMIT_REASONS)[number];
 
 export const TERMINAL_REASONS = [
@@ -39,8 +44,10 @@ export const TERMINAL_REASONS = [
   "RunCeiling",
   "PodDeadlineExceeded",
   "StartTimeout",
+  "QueueTimeout",
   "Cancelled",
   "PodLost",
+  "Preempted",
   "RunnerLost",
   "InvalidSpec",
 ] as const;
@@ -67,7 +74,11 @@ export const REASON_MEANINGS: Record<TerminalReason, string> = {
   PodDeadlineExceeded: "the kubelet's activeDeadlineSeconds backstop fired; the runner could not report",
   StartTimeout:
     "the pod did not start within startTimeout (unschedulable, image not pulled); the message says why",
+  QueueTimeout:
+    "Kueue did not admit the pod within queueTimeout; the message names the queue and Kueue's last reason",
   Cancelled: "spec.cancel was set, or the runner was interrupted",
+  Preempted:
+    "Kueue evicted the pod (preemption, eviction) and spec.onPreemption is Fail; its reason in the message",
   PodLost: "the pod was lost (evicted, deleted, node gone) more than backoffLimit times",
   RunnerLost: "the pod ended without a valid runner report",
   InvalidSpec: "the spec failed validation the API server could not do",

@@ -24,6 +24,12 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
     "the finally tasks' ceiling (counted from the main tasks' end) when spec.finallyCeiling is not set (default 5m)",
   maxFinallyCeiling:
     "longest finallyCeiling accepted, so the time finally tasks add to a run is bounded too; longer is InvalidSpec (default 1h)",
+  defaultQueueTimeout:
+    "longest a run's pod may wait for Kueue's admission, from its creation, when neither spec.queueTimeout nor the policy says; the run then ends QueueTimeout (default: none)",
+  defaultQueueName:
+    "the Kueue LocalQueue of runs whose spec.queueName and policy name none (default: none, such runs do not go through Kueue)",
+  kueue:
+    "read Kueue's Workloads (workloads.kueue.x-k8s.io, get/list/watch) to show Kueue's words while a run is queued and to name preemptions (default false)",
   ttlSecondsAfterFinished: "keep pods of finished runs this long when the spec does not say (default 3600)",
   runnerImage:
     "image of the runner container and the agent (and of tasks when neither the Playbook nor the policy names an image)",
@@ -58,6 +64,10 @@ export function registerControllerCommand(program: Command): void {
   const command = program.command("controller").description(CONTROLLER_DESCRIPTION);
   for (const [key, help] of Object.entries(FLAG_HELP)) {
     const variable = CONFIG_ENV[key as keyof ControllerConfigInput];
+    if (key === "kueue") {
+      command.option("--kueue [bool]", `${help} [$${variable}]`);
+      continue;
+    }
     if (key === "leaderElection") {
       command.option("--leader-election [bool]", `${help} [$${variable}]`);
       command.option("--no-leader-election", "run without leader election (a single replica)");

@@ -13,10 +13,10 @@ const OUTCOME_ROWS = [
   "  0    Succeeded",
   "  1    TaskFailed",
   "  2    invalid input or InvalidSpec (nothing was run)",
-  "  3    the outcome was lost: PodLost, RunnerLost, or the cluster could not be reached",
+  "  3    the outcome was lost: PodLost, RunnerLost, Preempted, or the cluster could not be reached",
 ];
 const LIMIT_ROWS = [
-  "  124  a limit fired: TaskTimeout, StallLimit, RunCeiling, PodDeadlineExceeded, StartTimeout",
+  "  124  a limit fired: TaskTimeout, StallLimit, RunCeiling, PodDeadlineExceeded, StartTimeout, QueueTimeout",
   "  130  Cancelled, or interrupted (Ctrl-C)",
 ];
 const HEADING = "Exit codes (the run's outcome, condition Succeeded's reason):";

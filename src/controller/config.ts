@@ -77,6 +77,16 @@ export const ControllerConfigSchema = z
     defaultFinallyCeiling: Duration.prefault("5m"),
     /** The longest finallyCeiling accepted: what the finally tasks may add to a run is bounded too. */
     maxFinallyCeiling: Duration.prefault("1h"),
+    /** From a pod's creation until Kueue admits it, when neither the spec nor a policy says; absent: none. */
+    defaultQueueTimeout: Duration.optional(),
+    /** The Kueue LocalQueue of a run whose spec and policy name none; absent: such runs bypass Kueue. */
+    defaultQueueName: z
+      .string()
+      .max(63, "must be at most 63 characters (it is a label value)")
+      .regex(DNS_SUBDOMAIN, "must be a LocalQueue name (a DNS-1123 subdomain)")
+      .optional(),
+    /** Read Kueue's Workloads (the RBAC to get, list and watch them comes with it in the chart). */
+    kueue: Bool.default(false),
     ttlSecondsAfterFinished: z.coerce.number().int().min(0).default(3600),
     runnerImage: z.string().min(1).default("ghcr.io/playbook-controller/playbook-controller:0.1.0"),
     /** How the agent reaches task containers: auto picks image-volume where every node can mount one. */
@@ -153,6 +163,13 @@ export const ControllerConfigSchema = z
     if (config.defaultStartTimeout <= 0) {
       ctx.addIssue({ code: "custom", path: ["defaultStartTimeout"], message: "must be longer than 0s" });
     }
+    if (config.defaultQueueTimeout !== undefined && config.defaultQueueTimeout <= 0) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["defaultQueueTimeout"],
+        message: `${formatDuration(config.defaultQueueTimeout)} must be longer than 0s (leave it unset for no queue timeout)`,
+      });
+    }
     if (config.defaultCeiling <= 0) {
       ctx.addIssue({ code: "custom", path: ["defaultCeiling"], message: "must be longer than 0s" });
     }
@@ -183,6 +200,9 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   defaultStartTimeout: "PLAYBOOK_DEFAULT_START_TIMEOUT",
   defaultFinallyCeiling: "PLAYBOOK_DEFAULT_FINALLY_CEILING",
   maxFinallyCeiling: "PLAYBOOK_MAX_FINALLY_CEILING",
+  defaultQueueTimeout: "PLAYBOOK_DEFAULT_QUEUE_TIMEOUT",
+  defaultQueueName: "PLAYBOOK_DEFAULT_QUEUE_NAME",
+  kueue: "PLAYBOOK_KUEUE",
   ttlSecondsAfterFinished: "PLAYBOOK_TTL_SECONDS_AFTER_FINISHED",
   runnerImage: "PLAYBOOK_RUNNER_IMAGE",
   agentDelivery: "PLAYBOOK_AGENT_DELIVERY",
@@ -248,6 +268,7 @@ export function limitDefaults(config: ControllerConfig): LimitDefaults {
     startTimeoutMs: config.defaultStartTimeout,
     finallyCeilingMs: config.defaultFinallyCeiling,
     maxFinallyCeiling: { ms: config.maxFinallyCeiling, where: "the controller's --max-finally-ceiling" },
+    ...(config.defaultQueueTimeout !== undefined ? { queueTimeoutMs: config.defaultQueueTimeout } : {}),
   };
 }
 

@@ -138,6 +138,7 @@ export class PlaybookController {
       ttlSecondsAfterFinished: deps.config.ttlSecondsAfterFinished,
       allowedServiceAccounts: deps.config.allowedServiceAccounts,
       allowedImages: deps.config.allowedImages,
+      defaultQueueName: deps.config.defaultQueueName,
     };
     const namespaces = deps.config.namespaces.length > 0 ? deps.config.namespaces : [""];
     for (const namespace of namespaces) {
@@ -533,6 +534,7 @@ export class PlaybookController {
         runnerImage: this.config.runnerImage,
         allowedServiceAccounts: this.config.allowedServiceAccounts,
         allowedImages: this.config.allowedImages,
+        defaultQueueName: this.config.defaultQueueName,
       },
       controllerMaxCeilingMs: this.config.maxCeiling,
       controllerMaxKillGraceMs: this.config.maxKillGrace,

@@ -7,6 +7,7 @@ import type { PlaybookSpec, PlaybookStatus } from "../api/playbook.js";
 import type { NamespaceRules, PodSettings } from "../api/policy.js";
 import type { TerminalReason } from "../api/reasons.js";
 import type { RecordedEvent } from "../runtime/events.js";
+import type { WorkloadView } from "./kueue/kueue-hold.js";
 import type { PodView, StoredPlaybook } from "./objects.js";
 import type { ProgressLook } from "./playbook/live-progress.js";
 import type { TakenRecord } from "./playbook/progress-bounds.js";
@@ -25,6 +26,8 @@ export interface ReconcileSettings {
   /** --allowed-service-accounts and --allowed-images: allowed where no policy says otherwise. */
   allowedServiceAccounts?: readonly string[];
   allowedImages?: readonly string[];
+  /** --default-queue-name: the Kueue LocalQueue where neither the spec nor the policy names one. */
+  defaultQueueName?: string | undefined;
 }
 
 export interface ReconcileInput {
@@ -48,6 +51,8 @@ export interface ReconcileInput {
    * written, so a first pod lost before its record still counts, and is the one the run reads.
    */
   unrecordedStart?: StartRecord;
+  /** Kueue's Workloads of the run's pods (kueue/kueue-hold.ts), with --kueue; absent otherwise. */
+  workloads?: readonly WorkloadView[];
   /** What a look at the recorded pod's runner log found this pass (live-progress.ts), when one was due. */
   progress?: ProgressLook;
 }

@@ -86,6 +86,11 @@ export const PodSchema = z.looseObject({
       nodeName: z.string().optional(),
       containers: z.array(z.looseObject({ name: z.string(), image: z.string().optional() })).optional(),
       initContainers: z.array(z.looseObject({ name: z.string(), image: z.string().optional() })).optional(),
+      /** Kueue's admission gate while it holds the pod (kueue/kueue-hold.ts). */
+      schedulingGates: z
+        .array(z.looseObject({ name: z.string() }))
+        .nullable()
+        .optional(),
     })
     .optional(),
   status: z
@@ -103,6 +108,7 @@ export const PodSchema = z.looseObject({
             status: z.string(),
             reason: z.string().nullable().optional(),
             message: z.string().nullable().optional(),
+            lastTransitionTime: z.string().nullable().optional(),
           }),
         )
         .nullable()

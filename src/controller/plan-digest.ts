@@ -26,6 +26,7 @@ export function planDefaults(limits: {
   startTimeout: Level;
   finallyCeiling?: Level | undefined;
   finally?: readonly unknown[];
+  queueTimeout?: Level | null | undefined;
 }): LimitDefaults {
   const policy: PolicyLimitDefaults = {};
   if (limits.ceiling.source === "policy") policy.ceilingMs = limits.ceiling.ms;
@@ -34,6 +35,9 @@ export function planDefaults(limits: {
   if (limits.startTimeout.source === "policy") policy.startTimeoutMs = limits.startTimeout.ms;
   const finallyCeiling = (limits.finally?.length ?? 1) > 0 ? limits.finallyCeiling : undefined;
   if (finallyCeiling?.source === "policy") policy.finallyCeilingMs = finallyCeiling.ms;
+  // A queue timeout only where one is set, so that a run without one keeps the plan it always had.
+  const queueTimeout = limits.queueTimeout ?? undefined;
+  if (queueTimeout?.source === "policy") policy.queueTimeoutMs = queueTimeout.ms;
   return {
     ceilingMs: limits.ceiling.ms,
     maxCeilingMs: limits.ceiling.ms,
@@ -41,6 +45,7 @@ export function planDefaults(limits: {
     killGraceMs: limits.killGrace.ms,
     startTimeoutMs: limits.startTimeout.ms,
     ...(finallyCeiling ? { finallyCeilingMs: finallyCeiling.ms } : {}),
+    ...(queueTimeout?.source === "default" ? { queueTimeoutMs: queueTimeout.ms } : {}),
     ...(Object.keys(policy).length > 0 ? { policy } : {}),
   };
 }
@@ -60,6 +65,7 @@ export function planDefaultsFromStatus(status: PlaybookStatus): LimitDefaults | 
       killGrace: level(limits.killGrace),
       startTimeout: level(limits.startTimeout),
       ...(limits.finallyCeiling ? { finallyCeiling: level(limits.finallyCeiling) } : {}),
+      ...(limits.queueTimeout ? { queueTimeout: level(limits.queueTimeout) } : {}),
     });
   } catch {
     return undefined;

@@ -37,6 +37,7 @@ export function rulesOf(input: {
       runnerImage: input.settings.runnerImage,
       allowedServiceAccounts: input.settings.allowedServiceAccounts ?? [],
       allowedImages: input.settings.allowedImages ?? [],
+      defaultQueueName: input.settings.defaultQueueName,
     })
   );
 }
@@ -96,13 +97,14 @@ function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | 
   if (!status.startTime || !status.limits) return undefined;
   const from = (limit: { value: string; source: string } | undefined) =>
     limit?.source === "policy" ? parseDuration(limit.value) : undefined;
-  const { ceiling, stall, killGrace, startTimeout, finallyCeiling } = status.limits;
+  const { ceiling, stall, killGrace, startTimeout, finallyCeiling, queueTimeout } = status.limits;
   return {
     ceilingMs: from(ceiling),
     stallMs: from(stall),
     killGraceMs: from(killGrace),
     startTimeoutMs: from(startTimeout),
     finallyCeilingMs: from(finallyCeiling),
+    queueTimeoutMs: from(queueTimeout),
   };
 }
 

@@ -181,6 +181,31 @@ const refusals = [
     spec: { tasks: [{ name: "a", run: "true", env: [{ name: "PLAYBOOK_PLAN", value: "x" }] }] },
     says: ["must not start with PLAYBOOK_"],
   },
+  {
+    name: "a queue name that is no label value",
+    spec: { queueName: "Team_A", tasks: [{ name: "a", run: "true" }] },
+    says: ['spec.queueName: Invalid value: "Team_A"'],
+  },
+  {
+    name: "a priority class name longer than a label value",
+    spec: { priorityClassName: "p".repeat(64), tasks: [{ name: "a", run: "true" }] },
+    says: ["spec.priorityClassName: Too long"],
+  },
+  {
+    name: "a zero queue timeout",
+    spec: { queueTimeout: "0s", tasks: [{ name: "a", run: "true" }] },
+    says: ["spec.queueTimeout must be longer than 0s"],
+  },
+  {
+    name: "a malformed queue timeout",
+    spec: { queueTimeout: "soon", tasks: [{ name: "a", run: "true" }] },
+    says: ['spec.queueTimeout: Invalid value: "soon": spec.queueTimeout must be a duration'],
+  },
+  {
+    name: "an unknown onPreemption",
+    spec: { onPreemption: "Retry", tasks: [{ name: "a", run: "true" }] },
+    says: ['spec.onPreemption: Unsupported value: "Retry"', '"Requeue"', '"Fail"'],
+  },
 ];
 
 describe("admission", () => {
@@ -207,6 +232,60 @@ describe("admission", () => {
     expect(result.stderr.trim()).toBe(
       'The PlaybookPolicy "default" is invalid: spec.defaults.ceiling: Invalid value: spec.defaults.ceiling: 2h is longer than spec.maximums.ceiling 1h',
     );
+  });
+
+  it("refuses a policy whose default queue timeout is above its maximum, naming both values", async () => {
+    const policy = {
+      apiVersion: "playbook.dev/v1alpha1",
+      kind: "PlaybookPolicy",
+      metadata: { name: "default" },
+      spec: { defaults: { queueName: "team-a", queueTimeout: "2h" }, maximums: { queueTimeout: "1h" } },
+    };
+    const result = await kubectlResult(["-n", namespace, "create", "-f", "-"], stringify(policy));
+    expect(result.code).not.toBe(0);
+    expect(result.stderr.trim()).toBe(
+      'The PlaybookPolicy "default" is invalid: spec.defaults.queueTimeout: Invalid value: spec.defaults.queueTimeout: 2h is longer than spec.maximums.queueTimeout 1h',
+    );
+  });
+
+  it("keeps a Playbook's Kueue fields and shows its queue timeout in status.limits", async () => {
+    await apply("kueue-fields", {
+      queueName: "team-a",
+      priorityClassName: "high",
+      queueTimeout: "45m",
+      onPreemption: "Fail",
+      tasks: [{ name: "a", run: "true" }],
+    });
+    const limit = { value: "45m", source: "spec" };
+    const queue = {
+      name: "team-a",
+      source: "spec",
+      priorityClassName: "high",
+      requests: {
+        runner: { cpu: "50m", memory: "128Mi" },
+        task: { cpu: { value: "100m", source: "default" }, memory: { value: "1Gi", source: "spec" } },
+        taskContainers: 1,
+      },
+    };
+    await kubectl([
+      ...["-n", namespace, "patch", "pb", "kueue-fields", "--subresource=status", "--type=merge"],
+      ...[
+        "-p",
+        JSON.stringify({
+          status: { limits: { ceiling: limit, stall: limit, killGrace: limit, queueTimeout: limit }, queue },
+        }),
+      ],
+    ]);
+    const stored = await getPlaybook(namespace, "kueue-fields");
+    expect(stored.spec).toMatchObject({
+      queueName: "team-a",
+      priorityClassName: "high",
+      queueTimeout: "45m",
+      onPreemption: "Fail",
+    });
+    expect(stored.status?.limits?.queueTimeout).toEqual(limit);
+    // Not pruned: the CRD's status schema holds what the controller shows of the queue.
+    expect(stored.status?.queue).toEqual(queue);
   });
 
   it("refuses an image pattern whose * is not a path boundary, naming the index and the value", async () => {
@@ -290,6 +369,10 @@ describe("admission", () => {
       { field: "spec.shell", spec: { shell: "bash -eo pipefail" } },
       { field: "spec.finally", spec: { finally: [{ name: "clean", run: "true" }] } },
       { field: "spec.finallyCeiling", spec: { finallyCeiling: "10m" } },
+      { field: "spec.queueName", spec: { queueName: "team-b" } },
+      { field: "spec.priorityClassName", spec: { priorityClassName: "high" } },
+      { field: "spec.queueTimeout", spec: { queueTimeout: "1h" } },
+      { field: "spec.onPreemption", spec: { onPreemption: "Fail" } },
     ])("refuses an edit of $field, naming the field", async ({ field, spec }) => {
       const name = `frozen-${field.replace("spec.", "").toLowerCase()}`;
       await started(name);

@@ -4,8 +4,8 @@ import { formatDuration } from "../../api/duration.js";
 import type { ResolvedLimits } from "../../api/limits.js";
 import type { PlaybookStatus } from "../../api/playbook.js";
 import { BACKSTOP_SLACK_MS, type Decision, progress, type RunState, settle } from "../decision.js";
+import { admittedAt, decideHeldPod, heldByKueue, workloadOf } from "../kueue/kueue-hold.js";
 import { type PodView, RUNNER_CONTAINER } from "../objects.js";
-
 import { type NodeSilence, nodeSilenceOf } from "../pods/node-lost.js";
 import { DEADLINE_MARGIN_SECONDS, finallyWindowSeconds } from "../pods/pod-builder.js";
 import { describeHold, describeWaiting, podStarted } from "../pods/pod-state.js";
@@ -15,17 +15,23 @@ import { type LiveProgress, liveProgress } from "./live-progress.js";
 
 /** A pod that has not ended: report its progress, unless it never started or outlived its deadline. */
 export function decideActivePod(state: RunState, pod: PodView): Decision {
+  // Held by Kueue: only its queue timeout counts until Kueue admits it.
+  if (heldByKueue(pod) && !pod.metadata.deletionTimestamp) return decideHeldPod(state, pod);
   const { base, attempts, startTime } = state;
   const { now } = state.input;
   // Started: every container (the runner and each task image's) is running; until then the pod
   // is pending, whatever its phase, and its start timeout counts.
   const running = podStarted(pod);
-  const endsAt = Date.parse(startTime) + base.limits.ceiling.ms + base.limits.killGrace.ms;
+  const admitted = admittedAt(pod, workloadOf(pod, state.input.workloads));
+  // Time in Kueue's queue is not the run's: its ceiling counts from the admission at the earliest,
+  // as the pod's activeDeadlineSeconds and the runner's clock do.
+  const ceilingFrom = Math.max(Date.parse(startTime), admitted ?? 0);
+  const endsAt = ceilingFrom + base.limits.ceiling.ms + base.limits.killGrace.ms;
   // A started run may go on past its main tasks' end for its finally tasks' window, as its pod's
   // activeDeadlineSeconds does; a pod that never started runs no finally task.
   const finallyEndsAt = endsAt + finallyWindowSeconds(base.limits) * 1000;
   // Each pod's own window: a pod re-created after a loss gets a fresh one, not a fresh ceiling.
-  const startBy = running ? undefined : startDeadline(base.limits, pod);
+  const startBy = running ? undefined : startDeadline(base.limits, pod, admitted);
   // activeDeadlineSeconds counts from the pod's start on a node: a pod that never starts
   // (unschedulable, image never pulled) is bounded by the controller instead, and it ends
   // StartTimeout at whichever comes first, its start window or the run's ceiling.
@@ -96,10 +102,14 @@ function decideNodeLost(state: RunState, pod: PodView, silence: NodeSilence): De
   return { ...decision, actions: [{ type: "deletePod", name, why: "finished" }, ...decision.actions] };
 }
 
-/** When the pod's start window closes; undefined while its creation time is not known yet. */
-export function startDeadline(limits: ResolvedLimits, pod: PodView): number | undefined {
+/**
+ * When the pod's start window closes: startTimeout from Kueue's admission for a pod Kueue held,
+ * else from its creation; undefined while neither time is known.
+ */
+export function startDeadline(limits: ResolvedLimits, pod: PodView, admitted?: number): number | undefined {
   const created = Date.parse(pod.metadata.creationTimestamp ?? "");
-  return Number.isNaN(created) ? undefined : created + limits.startTimeout.ms;
+  const from = admitted ?? created;
+  return Number.isNaN(from) ? undefined : from + limits.startTimeout.ms;
 }
 
 /**

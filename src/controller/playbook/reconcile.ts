@@ -17,10 +17,11 @@ import {
   type RunState,
   settle,
 } from "../decision.js";
+import { queueStatus } from "../kueue/kueue-pod.js";
 import { type PodView, podAttemptOf, type StoredPlaybook } from "../objects.js";
 import type { FinishedRun } from "../pods/finished-run.js";
 import { containersOutlivingRunner } from "../pods/outlived-runner.js";
-import { podNameFor } from "../pods/pod-builder.js";
+import { podNameFor, RUNNER_RESOURCES } from "../pods/pod-builder.js";
 import type { ForeignPod } from "../pods/pod-identity.js";
 import { isPodFinished } from "../pods/pod-state.js";
 import {
@@ -90,8 +91,9 @@ function decideRunOf(
   if (!planned.ok) {
     return pod ? decideUnverifiedPod(input, pod, planned.message) : decideInvalidSpec(input, planned);
   }
+  const state = runStateOf(input, pod, planned);
   const decision = recordPod(
-    deferStartRecord(input, stored, pod, decideRun(runStateOf(input, pod, planned), pod)),
+    deferStartRecord(input, stored, pod, withQueueStatus(state, decideRun(state, pod))),
     pod,
   );
   // An adopted pod's plan goes on record with this pass's status.
@@ -205,6 +207,23 @@ function runStateOf(
     attempts: Math.max(previous.podAttempts ?? 0, pod ? podAttemptOf(pod) : 0),
     startTime: previous.startTime ?? planned.runStart ?? now.toISOString(),
     planDigest: previous.planDigest ?? planned.recordDigest,
+  };
+}
+
+/**
+ * A run through Kueue shows its queue and what its pod asks of the quota on every status it
+ * writes (kueue-pod.ts); a run without a queue shows none.
+ */
+function withQueueStatus(state: RunState, decision: Decision): Decision {
+  const queue = state.pod.queue;
+  if (!queue) return decision;
+  const containers = new Set([...state.taskImages, ...state.finallyImages]).size;
+  const shown = queueStatus(queue, state.spec, state.pod.resources, RUNNER_RESOURCES.requests, containers);
+  const { status, pending } = decision;
+  return {
+    ...decision,
+    status: status ? { ...status, queue: shown } : status,
+    ...(pending ? { pending: { ...pending, queue: shown } } : {}),
   };
 }
 

@@ -7,6 +7,12 @@
 // Pure.
 import { CEILING_LEFT_ENV_VAR } from "../../api/plan.js";
 import { quantityValue } from "../../api/policy.js";
+import {
+  isKueueKey,
+  KUEUE_ADMISSION_GATE,
+  KUEUE_MANAGED_LABEL,
+  KUEUE_QUEUE_LABEL,
+} from "../kueue/kueue-names.js";
 import type { PodManifest } from "./pod-builder.js";
 
 type Json = Record<string, unknown>;
@@ -19,6 +25,8 @@ interface Place {
   shown: string;
   foundParent: Json;
   builtParent: Json;
+  /** A pod Kueue manages: what its webhook and its admission add is allowed (kueueAdded). */
+  kueue?: boolean;
 }
 
 interface FieldRule {
@@ -131,6 +139,29 @@ const RULES: Record<string, FieldRule> = {
   "spec.volumes[].projected.sources[].downwardAPI.items[].fieldRef.apiVersion": { added: (v) => v === "v1" },
 };
 
+/**
+ * What Kueue adds to a pod it manages: its labels and annotations (managed, podset, workload),
+ * its admission gate (removed at admission), and the node selector and tolerations of the
+ * ResourceFlavor it admits the pod to. Where the pod runs, never what it runs: the plan, the
+ * containers and the volumes are compared whole all the same.
+ */
+function kueueAdded(place: Place, key: string, value: unknown): boolean {
+  if (place.pattern === "metadata.labels" || place.pattern === "metadata.annotations") {
+    return isKueueKey(key) && typeof value === "string";
+  }
+  if (place.pattern !== "spec") return false;
+  if (key === "schedulingGates") {
+    return (
+      Array.isArray(value) && value.every((gate) => isObject(gate) && gate.name === KUEUE_ADMISSION_GATE)
+    );
+  }
+  if (key === "nodeSelector") {
+    return isObject(value) && Object.values(value).every((v) => typeof v === "string");
+  }
+  if (key === "tolerations") return Array.isArray(value) && value.every(isObject);
+  return false;
+}
+
 /** The rules whose pattern has a `*`, each compiled once. */
 const WILDCARD_RULES = Object.entries(RULES)
   .filter(([key]) => key.includes("*"))
@@ -197,6 +228,7 @@ function objectDifference(found: Json, built: Json, place: Place, slackMs: numbe
     shown: place.shown ? `${place.shown}.${key}` : key,
     foundParent: found,
     builtParent: built,
+    ...(place.kueue ? { kueue: true } : {}),
   });
   for (const [key, want] of Object.entries(built)) {
     if (want === undefined) continue;
@@ -208,6 +240,7 @@ function objectDifference(found: Json, built: Json, place: Place, slackMs: numbe
   for (const [key, have] of Object.entries(found)) {
     if (have === undefined || (key in built && built[key] !== undefined)) continue;
     const at = child(key);
+    if (place.kueue && kueueAdded(place, key, have)) continue;
     if (!ruleFor(at.pattern)?.added?.(have, at))
       return `${at.shown} is ${quote(have)}, the controller sets none`;
   }
@@ -229,7 +262,16 @@ export function builtPodDifference(
 ): string | undefined {
   const meta = isObject(found.metadata) ? found.metadata : {};
   const { name, namespace, labels, annotations, ownerReferences } = built.metadata;
-  const root = (key: string): Place => ({ pattern: key, shown: key, foundParent: {}, builtParent: {} });
+  const foundLabels = isObject(meta.labels) ? meta.labels : {};
+  // A pod built for a queue, or one Kueue took on its own (manageJobsWithoutQueueName).
+  const kueue = labels[KUEUE_QUEUE_LABEL] !== undefined || foundLabels[KUEUE_MANAGED_LABEL] === "true";
+  const root = (key: string): Place => ({
+    pattern: key,
+    shown: key,
+    foundParent: {},
+    builtParent: {},
+    ...(kueue ? { kueue } : {}),
+  });
   const metadata = differenceAt(
     {
       name: meta.name,

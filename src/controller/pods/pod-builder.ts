@@ -29,6 +29,7 @@ import {
   taskContainersEnv,
   taskUidsEnv,
 } from "../../api/task-images.js";
+import { kueueLabels, queuedTaskResources } from "../kueue/kueue-pod.js";
 import {
   ANNOTATION_RUN_START,
   LABEL_MANAGED_BY,
@@ -177,6 +178,7 @@ function settingsOf(request: PodRequest): PodSettings | Omit<PodSettings, "backo
       image: spec.image ?? request.runnerImage,
       serviceAccountName: spec.serviceAccountName,
       resources: spec.resources,
+      ...(spec.queueName ? { queue: { name: spec.queueName, source: "spec" as const } } : {}),
     }
   );
 }
@@ -226,6 +228,10 @@ export function buildPod(request: PodRequest): PodManifest {
   const agentDelivery = request.agentDelivery ?? "post-start";
   const delivery = runnerAgentDelivery(agentDelivery);
   const withToken = settings.serviceAccountName !== undefined;
+  // Through Kueue, every task container requests something, so the quota counts the whole pod.
+  const taskResources = settings.queue
+    ? queuedTaskResources(request.spec, settings.resources).resources
+    : settings.resources;
   const runner: Record<string, unknown> = {
     name: RUNNER_CONTAINER,
     image: request.runnerImage,
@@ -270,7 +276,7 @@ export function buildPod(request: PodRequest): PodManifest {
       fsGroup: TASK_GID,
       seccompProfile: { type: "RuntimeDefault" },
     },
-    containers: [runner, ...taskContainers(tasks, settings.resources, agentDelivery, withToken)],
+    containers: [runner, ...taskContainers(tasks, taskResources, agentDelivery, withToken)],
     volumes: [
       {
         name: PLAN_VOLUME,
@@ -295,6 +301,7 @@ export function buildPod(request: PodRequest): PodManifest {
         [LABEL_NAME]: nameLabelValue(playbook.name),
         [LABEL_POD_ATTEMPT]: String(request.attempt),
         [LABEL_MANAGED_BY]: MANAGED_BY,
+        ...kueueLabels(settings.queue, request.spec),
       },
       annotations: {
         // `kubectl logs POD` shows the runner's output (every task's, prefixed) without -c.
