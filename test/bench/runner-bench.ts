@@ -3,13 +3,21 @@
 //   (a) kill latency: deadline -> runner returned with the whole tree dead, vs GNU `timeout -s KILL`
 //   (b) per-task overhead over 1000 trivial tasks, vs a bare `sh -c true` spawn
 //   (c) stdout throughput of a task printing 1 GiB through the runner, vs a raw pipe read by Node
+// Each comparison carries the spread of its samples (p10..p90) and the machine's load while it
+// was measured; `--repeat N` runs the whole comparison N times and reports the spread of the ratios.
 import { spawn, spawnSync } from "node:child_process";
-import { appendFileSync } from "node:fs";
+import { appendFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { Writable } from "node:stream";
+import { parseArgs } from "node:util";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { runPlaybook } from "../../src/pod-runner/run.js";
+import { MachineLoad } from "./machine-load.js";
+import { type Comparison, ComparisonSchema, mergeRepeats } from "./results.js";
+import { median, percentile, spread } from "./stats.js";
 
 // Orphans of the killed trees (here and under GNU timeout) must be reaped promptly, as tini does
 // as a pod's PID 1 (see the Dockerfile): where this machine's PID 1 reaps lazily, zombies pile up
@@ -28,26 +36,51 @@ const reaper =
     ? "PID 1 (tini not found: on machines whose PID 1 reaps lazily, install it, e.g. apt-get install tini)"
     : "tini -s";
 
-const args = new Map(process.argv.slice(2).map((a) => a.replace(/^--/, "").split("=") as [string, string]));
-const quick = args.has("quick");
-const KILL_ROUNDS = Number(args.get("kill-rounds") ?? (quick ? 10 : 100));
-const TASKS = Number(args.get("tasks") ?? (quick ? 200 : 1000));
-const BYTES = Number(args.get("bytes") ?? (quick ? 128 : 1024)) * 1024 * 1024;
+const { values: flags } = parseArgs({
+  options: {
+    quick: { type: "boolean", default: false },
+    "kill-rounds": { type: "string" },
+    tasks: { type: "string" },
+    bytes: { type: "string" },
+    "results-file": { type: "string" },
+    section: { type: "string" },
+    repeat: { type: "string", default: "1" },
+  },
+});
+const quick = flags.quick ?? false;
+/** Rounds of the 100-process tree's kill (the issue asks for at least 300); the smaller trees take a third. */
+const KILL_ROUNDS = Number(flags["kill-rounds"] ?? (quick ? 10 : 300));
+const TASKS = Number(flags.tasks ?? (quick ? 200 : 1000));
+const BYTES = Number(flags.bytes ?? (quick ? 128 : 1024)) * 1024 * 1024;
+const REPEAT = Number(flags.repeat);
+if (!Number.isInteger(REPEAT) || REPEAT < 1)
+  throw new Error(`--repeat=${flags.repeat}: must be a whole number of at least 1`);
 const DEADLINE_MS = 300;
 // `npm run bench` folds these results into its own: each section appends its comparisons here,
 // one JSON object a line, in the shape of test/bench/results.ts.
-const RESULTS_FILE = args.get("results-file");
+const RESULTS_FILE = flags["results-file"];
 
-function record(comparison: {
-  name: string;
-  ours: number;
-  reference: number;
-  unit: string;
-  ratio: number;
-  target: string;
-  note: string;
-}): void {
-  if (RESULTS_FILE) appendFileSync(RESULTS_FILE, `${JSON.stringify(comparison)}\n`);
+/** Starts the load sampler for one comparison; record() takes its reading. */
+let load = new MachineLoad();
+const measuring = () => {
+  load.stop();
+  load = new MachineLoad();
+};
+
+function record(
+  comparison: Omit<Comparison, "spread" | "load" | "repeats">,
+  samples: { ours: number[]; reference: number[]; ratios?: number[] },
+): void {
+  const entry = ComparisonSchema.parse({
+    ...comparison,
+    spread: {
+      ours: spread(samples.ours),
+      reference: spread(samples.reference),
+      ...(samples.ratios ? { ratio: spread(samples.ratios) } : {}),
+    },
+    load: load.reading(),
+  });
+  if (RESULTS_FILE) appendFileSync(RESULTS_FILE, `${JSON.stringify(entry)}\n`);
 }
 
 function discard(): Writable & { bytes: number } {
@@ -73,11 +106,6 @@ async function runTasks(spec: object): Promise<number> {
     recycleOutput: true,
   });
   return performance.now() - started;
-}
-
-function percentile(values: number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] as number;
 }
 
 function tree(size: number): string {
@@ -131,30 +159,41 @@ function rawPipe(bytes: number, command: string): Promise<number> {
 }
 
 const fmt = (ms: number) => `${ms.toFixed(1)} ms`;
-const median = (values: number[]) => percentile(values, 50);
 
 /** (a) kill latency, interleaved so both see the same machine load. */
 async function killLatency(): Promise<void> {
   for (const size of [1, 10, 100]) {
+    measuring();
+    const rounds = size === 100 ? KILL_ROUNDS : Math.max(1, Math.ceil(KILL_ROUNDS / 3));
     const gnu: number[] = [];
     const ours: number[] = [];
-    for (let round = 0; round < KILL_ROUNDS; round++) {
+    for (let round = 0; round < rounds; round++) {
       gnu.push(await timeGnuTimeout(size));
       ours.push(await timeRunner(size));
     }
-    const ratio = percentile(ours, 99) / percentile(gnu, 99);
-    record({
-      name: `kill_latency_p99_${size}procs`,
-      ours: percentile(ours, 99),
-      reference: percentile(gnu, 99),
-      unit: "ms",
-      ratio,
-      target: "<= 1.2",
-      note: `deadline to the whole tree dead, against GNU timeout -s KILL; ${KILL_ROUNDS} rounds each, interleaved`,
-    });
+    const note = `deadline to the whole tree dead, against GNU timeout -s KILL; ${rounds} rounds each, interleaved`;
+    const samples = { ours, reference: gnu };
+    for (const [p, target] of [
+      [99, "<= 1.5"],
+      [50, "<= 1.2"],
+    ] as const) {
+      record(
+        {
+          name: `kill_latency_p${p}_${size}procs`,
+          ours: percentile(ours, p),
+          reference: percentile(gnu, p),
+          unit: "ms",
+          ratio: percentile(ours, p) / percentile(gnu, p),
+          target,
+          note,
+        },
+        samples,
+      );
+    }
     console.log(
-      `(a) kill latency, tree of ${String(size).padStart(3)}: runner p50 ${fmt(percentile(ours, 50))} p99 ${fmt(percentile(ours, 99))}; ` +
-        `timeout -s KILL p50 ${fmt(percentile(gnu, 50))} p99 ${fmt(percentile(gnu, 99))}; p99 ratio ${ratio.toFixed(2)}x (target <= 1.2x)`,
+      `(a) kill latency, tree of ${String(size).padStart(3)}, ${rounds} rounds: runner p10 ${fmt(percentile(ours, 10))} p50 ${fmt(percentile(ours, 50))} p90 ${fmt(percentile(ours, 90))} p99 ${fmt(percentile(ours, 99))}; ` +
+        `timeout -s KILL p10 ${fmt(percentile(gnu, 10))} p50 ${fmt(percentile(gnu, 50))} p90 ${fmt(percentile(gnu, 90))} p99 ${fmt(percentile(gnu, 99))}; ` +
+        `ratio p50 ${(percentile(ours, 50) / percentile(gnu, 50)).toFixed(2)}x (target <= 1.2x), p99 ${(percentile(ours, 99) / percentile(gnu, 99)).toFixed(2)}x (target <= 1.5x)`,
     );
   }
 }
@@ -168,6 +207,7 @@ async function perTask(): Promise<void> {
   const perRound = Math.min(200, Math.max(1, Math.floor(TASKS / rounds)));
   const tasks = Array.from({ length: perRound }, (_, i) => ({ name: `t${i}`, run: "true" }));
   await runTasks({ tasks: tasks.slice(0, 20) }); // warm up
+  measuring();
   const bare: number[] = [];
   const ours: number[] = [];
   for (let round = 0; round < rounds; round++) {
@@ -176,19 +216,24 @@ async function perTask(): Promise<void> {
     bare.push((performance.now() - bareStart) / perRound);
     ours.push((await runTasks({ tasks })) / perRound);
   }
-  const ratio = median(ours.map((value, i) => value / (bare[i] as number)));
-  record({
-    name: "task_overhead",
-    ours: median(ours),
-    reference: median(bare),
-    unit: "ms/task",
-    ratio,
-    target: "<= 1.25",
-    note: `${rounds * perRound} trivial tasks against as many bare sh -c spawns; median of the rounds' ratios`,
-  });
+  const ratios = ours.map((value, i) => value / (bare[i] as number));
+  const ratio = median(ratios);
+  record(
+    {
+      name: "task_overhead",
+      ours: median(ours),
+      reference: median(bare),
+      unit: "ms/task",
+      ratio,
+      target: "<= 1.15",
+      note: `${rounds * perRound} trivial tasks against as many bare sh -c spawns; median of the rounds' ratios`,
+    },
+    { ours, reference: bare, ratios },
+  );
+  const s = spread(ratios);
   console.log(
     `(b) per task over ${rounds * perRound} trivial tasks: runner median ${fmt(median(ours))}, bare sh -c spawn ${fmt(median(bare))}; ` +
-      `median ratio ${ratio.toFixed(2)}x (target <= 1.25x)`,
+      `median ratio ${ratio.toFixed(2)}x, p10..p90 ${s.p10.toFixed(2)}..${s.p90.toFixed(2)} (target <= 1.15x)`,
   );
 }
 
@@ -198,48 +243,101 @@ async function throughput(): Promise<void> {
     ["no newlines", `head -c ${BYTES} /dev/zero`],
     ["100-byte lines", `yes '${"x".repeat(99)}' | head -c ${BYTES}`],
   ] as const) {
+    measuring();
     const raw: number[] = [];
     const ours: number[] = [];
     for (let round = 0; round < 5; round++) {
       raw.push(await rawPipe(BYTES, command));
       ours.push(await runTasks({ tasks: [{ name: "flood", run: command }] }));
     }
-    const mibps = (ms: number) => `${(BYTES / 1024 / 1024 / (ms / 1000)).toFixed(0)} MiB/s`;
-    const ratio = median(raw.map((value, i) => value / (ours[i] as number)));
     const perSecond = (ms: number) => BYTES / 1024 / 1024 / (ms / 1000);
-    record({
-      name: label === "100-byte lines" ? "stdout_throughput" : "stdout_throughput_no_newlines",
-      ours: perSecond(median(ours)),
-      reference: perSecond(median(raw)),
-      unit: "MiB/s",
-      ratio,
-      target: ">= 0.7",
-      note: `${BYTES / 1024 / 1024} MiB of ${label} through the runner against a raw pipe read by Node; median of 5 rounds' ratios`,
-    });
+    const ratios = raw.map((value, i) => value / (ours[i] as number));
+    const ratio = median(ratios);
+    const lines = label === "100-byte lines";
+    record(
+      {
+        name: lines ? "stdout_throughput" : "stdout_throughput_no_newlines",
+        ours: perSecond(median(ours)),
+        reference: perSecond(median(raw)),
+        unit: "MiB/s",
+        ratio,
+        target: lines ? ">= 0.9" : ">= 0.7",
+        note: `${BYTES / 1024 / 1024} MiB of ${label} through the runner against a raw pipe read by Node; median of 5 rounds' ratios`,
+      },
+      { ours: ours.map(perSecond), reference: raw.map(perSecond), ratios },
+    );
+    const s = spread(ratios);
     console.log(
-      `(c) throughput, ${label}: runner median ${mibps(median(ours))}, raw pipe ${mibps(median(raw))}; ` +
-        `median ratio ${ratio.toFixed(2)} of raw (target >= 0.70)`,
+      `(c) throughput, ${label}: runner median ${perSecond(median(ours)).toFixed(0)} MiB/s, raw pipe ${perSecond(median(raw)).toFixed(0)} MiB/s; ` +
+        `median ratio ${ratio.toFixed(2)} of raw, p10..p90 ${s.p10.toFixed(2)}..${s.p90.toFixed(2)} (target >= ${lines ? "0.90" : "0.70"})`,
     );
   }
 }
 
 const SECTIONS: Record<string, () => Promise<void>> = { a: killLatency, b: perTask, c: throughput };
-const section = args.get("section");
+
+/** One whole comparison: each section in a Node process of its own; their results from `file`. */
+function runSections(file: string | undefined): void {
+  // As the runner runs one Playbook per process: the heap that 1,000 runs and 2,000 spawns leave
+  // behind slows the next section's output path by up to a third, which no runner process in a
+  // pod ever carries.
+  const passed = [
+    ...(quick ? ["--quick"] : []),
+    ...(["kill-rounds", "tasks", "bytes"] as const).flatMap((name) =>
+      flags[name] !== undefined ? [`--${name}=${flags[name]}`] : [],
+    ),
+  ];
+  for (const name of Object.keys(SECTIONS)) {
+    const child = spawnSync(
+      process.execPath,
+      [
+        process.argv[1] as string,
+        ...passed,
+        `--section=${name}`,
+        ...(file ? [`--results-file=${file}`] : []),
+      ],
+      { stdio: "inherit" },
+    );
+    if (child.status !== 0) process.exit(child.status ?? 1);
+  }
+}
+
+const section = flags.section;
 if (section !== undefined) {
   const measure = SECTIONS[section];
   if (!measure) throw new Error(`--section=${section}: must be one of ${Object.keys(SECTIONS).join(", ")}`);
   await measure();
+  load.stop();
 } else {
   console.log(
-    `runner benchmark: kill rounds ${KILL_ROUNDS}, tasks ${TASKS}, output ${BYTES / 1024 / 1024} MiB; orphans reaped by ${reaper}`,
+    `runner benchmark: kill rounds ${KILL_ROUNDS} (100-process tree; a third for the smaller), tasks ${TASKS}, output ${BYTES / 1024 / 1024} MiB, ` +
+      `${REPEAT} repetition(s); orphans reaped by ${reaper}`,
   );
-  // Each measurement in a Node process of its own, as the runner runs one Playbook per process:
-  // the heap that 1,000 runs and 2,000 spawns leave behind slows the next section's output path
-  // by up to a third, which no runner process in a pod ever carries.
-  for (const name of Object.keys(SECTIONS)) {
-    const child = spawnSync(process.execPath, [...process.argv.slice(1), `--section=${name}`], {
-      stdio: "inherit",
-    });
-    if (child.status !== 0) process.exit(child.status ?? 1);
+  load.stop();
+  if (REPEAT === 1) runSections(RESULTS_FILE);
+  else {
+    const dir = mkdtempSync(path.join(tmpdir(), "bench-runner-repeat-"));
+    const runs: Comparison[][] = [];
+    for (let repetition = 1; repetition <= REPEAT; repetition++) {
+      console.log(`repetition ${repetition} of ${REPEAT}`);
+      const file = path.join(dir, `${repetition}.jsonl`);
+      runSections(file);
+      runs.push(
+        readFileSync(file, "utf8")
+          .split("\n")
+          .filter((line) => line !== "")
+          .map((line) => ComparisonSchema.parse(JSON.parse(line))),
+      );
+    }
+    rmSync(dir, { recursive: true, force: true });
+    const merged = mergeRepeats(runs);
+    console.log(`\nratios over ${REPEAT} repetitions (median, p10..p90, each):`);
+    for (const c of merged) {
+      const s = c.repeats?.spread;
+      console.log(
+        `  ${c.name.padEnd(32)} ${c.ratio?.toFixed(2) ?? "-"}  ${s ? `${s.p10.toFixed(2)}..${s.p90.toFixed(2)}` : ""}  [${c.repeats?.ratios.map((r) => r.toFixed(2)).join(" ") ?? ""}]  target ${c.target}`,
+      );
+    }
+    if (RESULTS_FILE) for (const c of merged) appendFileSync(RESULTS_FILE, `${JSON.stringify(c)}\n`);
   }
 }

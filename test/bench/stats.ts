@@ -36,3 +36,24 @@ export function perMinute(count: number, spanMs: number): number {
   if (!(spanMs > 0)) throw new Error(`span ${spanMs}ms is not positive`);
   return (count * 60_000) / spanMs;
 }
+
+/** A sample's spread: its size and nearest-rank p10, p25, p50, p75 and p90. */
+export interface Spread {
+  n: number;
+  p10: number;
+  p25: number;
+  p50: number;
+  p75: number;
+  p90: number;
+}
+
+export function spread(values: readonly number[]): Spread {
+  return {
+    n: values.length,
+    p10: percentile(values, 10),
+    p25: percentile(values, 25),
+    p50: percentile(values, 50),
+    p75: percentile(values, 75),
+    p90: percentile(values, 90),
+  };
+}

@@ -1,9 +1,12 @@
 import { describe, expect, it } from "vitest";
 import { parseAuditLines, summarizeWrites } from "../bench/audit.js";
+import { parseCpuLine } from "../bench/machine-load.js";
 import {
   type BenchResults,
   BenchResultsSchema,
+  type Comparison,
   formatResults,
+  mergeRepeats,
   REQUIRED_COMPARISONS,
   REQUIRED_FIGURES,
 } from "../bench/results.js";
@@ -90,16 +93,73 @@ describe("benchmark results JSON", () => {
           unit: "MiB/s",
           ratio: 0.9,
           target: ">= 0.7",
+          spread: { ours: SPREAD, reference: SPREAD, ratio: { ...SPREAD, p10: 0.85, p90: 0.95 } },
+          load: { seconds: 40, loadAverage1: { min: 1.5, max: 3.25 }, busyPercent: 80, stealPercent: 0 },
         },
       ],
       figures: [{ name: "cluster_up_seconds", value: 12.5, unit: "s" }],
     });
+    printed.machine.load = {
+      seconds: 300,
+      loadAverage1: { min: 1, max: 4 },
+      busyPercent: 70,
+      stealPercent: null,
+    };
     const lines = formatResults(printed).split("\n");
-    expect(lines[0]).toMatch(/^name\s+ours\s+reference\s+unit\s+ratio\s+target\s+met$/);
+    expect(lines[0]).toMatch(
+      /^name\s+ours\s+reference\s+unit\s+ratio\s+ratio p10..p90\s+target\s+met\s+load$/,
+    );
     expect(lines[1]).toMatch(/^cli_startup\s+410\s+93\.6\s+ms\s+4\.38\s+<= 2\.0\s+NO$/);
-    expect(lines[2]).toMatch(/^stdout_throughput\s+900\s+1000\s+MiB\/s\s+0\.90\s+>= 0\.7\s+yes$/);
+    expect(lines[2]).toMatch(
+      /^stdout_throughput\s+900\s+1000\s+MiB\/s\s+0\.90\s+0\.85\.\.0\.95 \(n 5\)\s+>= 0\.7\s+yes\s+1\.50-3\.25$/,
+    );
+    expect(lines).toContain(
+      "Load over the run: 1-min average 1.00 to 4.00 on 2 cores, busy 70%, steal not shown",
+    );
     expect(lines).toContain("cluster_up_seconds  12.5   s");
     expect(lines).toContain("  cli_startup: playbook --version");
+  });
+});
+
+const SPREAD = { n: 5, p10: 1, p25: 2, p50: 3, p75: 4, p90: 5 };
+
+describe("repeated runs", () => {
+  const run = (ratio: number, ours: number): Comparison => ({
+    name: "task_overhead",
+    ours,
+    reference: 2,
+    unit: "ms/task",
+    ratio,
+    target: "<= 1.15",
+    note: "trivial tasks",
+    load: { seconds: 10, loadAverage1: { min: 1, max: 2 }, busyPercent: 50, stealPercent: null },
+  });
+
+  it("reports the median of the repetitions' ratios, each of them, their spread and the load over all", () => {
+    const [merged] = mergeRepeats([[run(1.3, 2.6)], [run(1.1, 2.2)], [run(1.2, 2.4)]]);
+    expect(merged?.ratio).toBe(1.2);
+    expect(merged?.ours).toBe(2.4);
+    expect(merged?.repeats?.ratios).toEqual([1.3, 1.1, 1.2]);
+    expect(merged?.repeats?.spread).toMatchObject({ n: 3, p10: 1.1, p50: 1.2, p90: 1.3 });
+    expect(merged?.load).toEqual({
+      seconds: 30,
+      loadAverage1: { min: 1, max: 2 },
+      busyPercent: 50,
+      stealPercent: null,
+    });
+    expect(merged?.note).toBe("trivial tasks; 3 repetitions, the median of their ratios");
+  });
+});
+
+describe("machine load", () => {
+  it("reads busy, idle and steal time from /proc/stat's cpu line, and no steal where the kernel shows none", () => {
+    expect(parseCpuLine("cpu  10 0 5 80 5 0 0 3 0 0\ncpu0 1 2 3 4\n")).toEqual({
+      total: 103,
+      idle: 85,
+      steal: 3,
+    });
+    expect(parseCpuLine("cpu  10 0 5 80\n")).toEqual({ total: 95, idle: 80, steal: null });
+    expect(parseCpuLine("intr 5\n")).toBeNull();
   });
 });
 

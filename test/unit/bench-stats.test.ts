@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { median, meetsTarget, percentile, perMinute, ratio } from "../bench/stats.js";
+import { median, meetsTarget, percentile, perMinute, ratio, spread } from "../bench/stats.js";
 
 describe("benchmark statistics", () => {
   it.each([
@@ -56,5 +56,10 @@ describe("benchmark statistics", () => {
   it("turns a count over a span into a rate per minute", () => {
     expect(perMinute(100, 30_000)).toBe(200);
     expect(() => perMinute(1, 0)).toThrow(/not positive/);
+  });
+
+  it("gives a sample's size and nearest-rank p10, p25, p50, p75 and p90", () => {
+    const values = Array.from({ length: 20 }, (_, i) => 20 - i);
+    expect(spread(values)).toEqual({ n: 20, p10: 2, p25: 5, p50: 10, p75: 15, p90: 18 });
   });
 });
