@@ -36,10 +36,10 @@ describe("exitCodeForReason", () => {
     const help = await startCli([command, "--help"]);
     expect(help.code).toBe(0);
     expect(help.stdout).toContain(
-      "  124  a limit fired: TaskTimeout, StallLimit, RunCeiling, PodDeadlineExceeded, StartTimeout\n",
+      "  124  a limit fired: TaskTimeout, StallLimit, RunCeiling, PodDeadlineExceeded, StartTimeout, QueueTimeout\n",
     );
     expect(help.stdout).toContain(
-      "  3    the outcome was lost: PodLost, RunnerLost, or the cluster could not be reached\n",
+      "  3    the outcome was lost: PodLost, RunnerLost, Preempted, or the cluster could not be reached\n",
     );
     // 4 only where the command has a --timeout of its own to run out.
     const four = "  4    the command's own --timeout ran out before the run ended (the run goes on)\n";
