@@ -63,6 +63,8 @@ export class ControllerMetrics extends RuntimeMetrics {
   readonly cron: CronMetrics;
   private readonly playbookLabel: boolean;
   private readonly taskLabel: boolean;
+  /** The histogram series created at 0 so far (as many as the series themselves). */
+  private readonly zeroed = new Set<string>();
 
   constructor(options: MetricsOptions = {}) {
     super(options);
@@ -213,10 +215,22 @@ export class ControllerMetrics extends RuntimeMetrics {
     // A histogram series that first appears holding its first observation hides it from
     // increase(), as a counter's does: the series `playbook advise --prometheus` reads, the ones a
     // successful run fills, start at 0 (the run's, and each task's when the task label is on).
-    this.runDuration.zero({ ...per, reason: "Succeeded" });
+    this.zeroOnce(this.runDuration, "run", { ...per, reason: "Succeeded" });
     const tasks = this.taskLabel ? (labels.tasks ?? []) : [undefined];
     for (const task of tasks)
-      this.taskDuration.zero({ ...this.perTaskDuration(per, task), phase: "Succeeded" });
+      this.zeroOnce(this.taskDuration, "task", { ...this.perTaskDuration(per, task), phase: "Succeeded" });
+  }
+
+  /** Creates a histogram series at 0 unless it exists: prom-client's zero() would reset its counts. */
+  private zeroOnce<T extends string>(
+    histogram: Histogram<T>,
+    which: string,
+    labels: Partial<Record<T, string>>,
+  ): void {
+    const key = `${which}${JSON.stringify(Object.entries(labels).sort())}`;
+    if (this.zeroed.has(key)) return;
+    this.zeroed.add(key);
+    histogram.zero(labels);
   }
 
   /** Counts a run once, when its terminal status was written. */

@@ -224,6 +224,25 @@ describe("the per-task label", () => {
       sample(text, "playbook_run_duration_seconds_bucket", { ...labels, reason: "Succeeded", le: "+Inf" }),
     ).toBe(0);
   });
+
+  it("keeps the earlier runs' counts when the next run of the same Playbook starts", async () => {
+    const metrics = new ControllerMetrics({ defaults: false, playbookLabel: true, taskLabel: true });
+    const labels = { namespace: "ops", playbook: "billing" };
+    const run = nearMiss();
+    const tasks = run.tasks.map((task) => task.name);
+    metrics.recordStarted({ ...labels, tasks });
+    metrics.recordFinished(run, labels);
+    metrics.recordStarted({ ...labels, tasks });
+    const text = await metrics.registry.metrics();
+    expect(sample(text, "playbook_run_duration_seconds_count", { ...labels, reason: "Succeeded" })).toBe(1);
+    expect(
+      sample(text, "playbook_task_duration_seconds_count", {
+        ...labels,
+        task: tasks[0] as string,
+        phase: "Succeeded",
+      }),
+    ).toBe(1);
+  });
 });
 
 describe("a started run's counters", () => {
