@@ -275,9 +275,10 @@ function buildScript(
   });
 }
 // The controller's command and the cluster commands' work are never run from this script.
-// Nor is `advise cron` / `advise -l` (cluster/advise.js): advise starts from the program's modules.
+// Nor is `advise cron` / `advise -l` (cluster/advise.js) or `advise --prometheus`
+// (cluster/advise-prometheus.js): advise starts from the program's modules.
 await buildScript("commands", {
-  external: [/^\.\/actions\.js$/, /^\.\/cluster\/advise\.js$/],
+  external: [/^\.\/actions\.js$/, /^\.\/cluster\/advise\.js$/, /^\.\/cluster\/advise-prometheus\.js$/],
   banner:
     "// The playbook command's run, validate and pod-runner: a script that playbook.js runs through node:vm.",
 });
@@ -289,7 +290,7 @@ await buildScript("commands", {
 // again at each start, some 100 ms before the Playbook was created.
 await buildScript("cluster-commands", {
   plugins: [httpWithoutUndici(), supportsColorAbsent(), clusterWorkStatic(), lazyUndici(), lazyBuiltins()],
-  external: ["undici", /^\.\/cluster\/advise\.js$/],
+  external: ["undici", /^\.\/cluster\/advise\.js$/, /^\.\/cluster\/advise-prometheus\.js$/],
   banner:
     "// The playbook command's cluster commands (submit, wait, cancel, logs, cron): a script that playbook.js runs through node:vm.",
 });

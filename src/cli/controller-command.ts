@@ -55,7 +55,9 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
   logFormat:
     "json (one object per line, for log collectors) | text (one readable line per record) (default json)",
   metricsPlaybookLabel:
-    "a Playbook label (e.g. app.kubernetes.io/name) whose value becomes a `playbook` label on the run, limit, usage and task resource metrics (default: none)",
+    "a Playbook label (e.g. app.kubernetes.io/name) whose value becomes a `playbook` label on the run, limit, usage and task metrics (default: none)",
+  metricsTaskLabel:
+    "true: a `task` label, the task's name, on the task duration and usage metrics, for `playbook advise --prometheus` and the headroom panel (default false)",
   progressInterval:
     "read a running run's progress from its runner's log and write status.tasks and status.currentTask at most this often; 0s turns live progress off (default 10s)",
 };
@@ -73,7 +75,9 @@ export function registerControllerCommand(program: Command): void {
       command.option("--no-leader-election", "run without leader election (a single replica)");
       continue;
     }
-    command.option(`--${kebab(key)} <value>`, `${help} [$${variable}]`);
+    // A switch: bare, or with a value (--metrics-task-label=false).
+    const value = key === "metricsTaskLabel" ? "[bool]" : "<value>";
+    command.option(`--${kebab(key)} ${value}`, `${help} [$${variable}]`);
   }
   command.action(async (flags: Record<string, unknown>) => {
     await runController(flags);

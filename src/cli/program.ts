@@ -319,6 +319,12 @@ Exit codes: 0 the advice was printed (a Playbook with too few runs gets none, an
   kubectl patch --local -f playbook.yaml --type=merge --patch-file limits.yaml -o yaml
   ${invokedAs} advise cron nightly -n ops -o patch > limits.yaml
   kubectl patch cronplaybook nightly -n ops --type=merge --patch-file limits.yaml
+  ${invokedAs} advise cron nightly -n ops --prometheus http://prometheus:9090 --window 2160h
+
+--prometheus reads the controller's histograms (older history than the objects kept): each
+figure is given with the bucket it lies in, and a proposal starts from the bucket's upper bound.
+Per-task figures need the controller's --metrics-task-label; the series of a Playbook, its
+--metrics-playbook-label (docs/advise.md).
 `;
 
 export const CONTROLLER_DESCRIPTION =
@@ -429,7 +435,9 @@ export function buildProgram(
     .description(
       "propose each task's timeout and stall and the run's ceiling from past runs, with the evidence",
     )
-    .usage("--reports DIR | cron NAME | -l SELECTOR [options]")
+    .usage(
+      "--reports DIR | cron NAME | -l SELECTOR [--prometheus URL] | --prometheus URL --playbook VALUE [options]",
+    )
     .argument("[source]", "cron: the runs of a CronPlaybook on the cluster")
     .argument("[name]", "the CronPlaybook")
     .option("--reports <dir>", "a folder of past runs: `playbook run -o json|yaml` output and --report files")
@@ -456,6 +464,19 @@ export function buildProgram(
     .option("--floor <duration>", "no limit is proposed under this (default 1m)")
     .option("--borrow", "a task with too few attempts takes the run's figure (the ceiling, the run's stall)")
     .option("--backtest <n>", "replay the newest N successful runs (default 0: all)")
+    .option(
+      "--prometheus <url>",
+      "read the controller's duration histograms from this Prometheus instead of the objects (with cron NAME, -l or --playbook)",
+    )
+    .option(
+      "--playbook <value>",
+      "with --prometheus: the series whose playbook label is this (the controller's --metrics-playbook-label value)",
+    )
+    .option(
+      "--playbook-label <key>",
+      "with --prometheus, cron and -l: the Playbook label the controller's --metrics-playbook-label names (default app.kubernetes.io/name)",
+    )
+    .option("--window <duration>", "with --prometheus: how far back to read (default 720h, 30 days)")
     .option("--kubeconfig <file>", "cron, -l: the kubeconfig file (else KUBECONFIG, else ~/.kube/config)")
     .option("--context <name>", "cron, -l: the kubeconfig context to use (else its current-context)")
     .option("-n, --namespace <namespace>", "cron, -l: the namespace (else the context's, else default)")
@@ -470,6 +491,19 @@ export function buildProgram(
         }
         if (source === "cron" && name === undefined)
           throw new AdviseInputError("advise cron: NAME is required");
+        if (flags.prometheus !== undefined) {
+          if (flags.reports !== undefined)
+            throw new AdviseInputError("--reports and --prometheus are two sources of runs: give one");
+          const { advisePrometheusCommand } = await import("./cluster/advise-prometheus.js");
+          setExit(await advisePrometheusCommand({ ...flags, ...(name !== undefined ? { cron: name } : {}) }));
+          return;
+        }
+        for (const flag of ["playbook", "playbookLabel", "window"] as const) {
+          if (flags[flag] !== undefined) {
+            const option = flag === "playbookLabel" ? "--playbook-label" : `--${flag}`;
+            throw new AdviseInputError(`${option} goes with --prometheus URL`);
+          }
+        }
         if (flags.reports !== undefined) {
           if (source !== undefined || flags.selector !== undefined) {
             throw new AdviseInputError("give one source of runs: cron NAME, -l SELECTOR or --reports DIR");

@@ -125,6 +125,8 @@ export const ControllerConfigSchema = z
     logFormat: z.enum(["json", "text"]).default("json"),
     /** A Playbook label whose value becomes a `playbook` metric label; empty: no such label. */
     metricsPlaybookLabel: LabelKey.default(""),
+    /** Add a `task` label (the task's name) to the task duration and usage metrics. */
+    metricsTaskLabel: Bool.default(false),
     /** How often a running run's progress is read and written at most; 0s: no live progress. */
     progressInterval: Duration.prefault("10s"),
   })
@@ -223,6 +225,7 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   logLevel: "PLAYBOOK_LOG_LEVEL",
   logFormat: "PLAYBOOK_LOG_FORMAT",
   metricsPlaybookLabel: "PLAYBOOK_METRICS_PLAYBOOK_LABEL",
+  metricsTaskLabel: "PLAYBOOK_METRICS_TASK_LABEL",
   progressInterval: "PLAYBOOK_PROGRESS_INTERVAL",
 };
 

@@ -118,6 +118,7 @@ export class PlaybookController {
         ready: () => this.ready,
         apiThrottled: () => deps.clients.api.throttledAnswers,
         playbookLabel: deps.config.metricsPlaybookLabel !== "",
+        taskLabel: deps.config.metricsTaskLabel,
       });
     this.queue = new WorkQueue({ onDepthChange: (depth) => this.metrics.workqueueDepth.set(depth) });
     this.writer = new PlaybookWriter({

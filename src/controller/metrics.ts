@@ -17,29 +17,38 @@ const CPU_BUCKETS = [0.01, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400];
 // Peak resident memory, 1 MiB to 64 GiB in steps of 4: enough to set a request or a limit by.
 const MEMORY_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536].map((mib) => mib * 1024 * 1024);
 
-/** The optional per-Playbook label, present on the run, limit, usage and task resource metrics only when configured. */
+/** The optional per-Playbook label, present on the run, limit, usage and task metrics only when configured. */
 type PlaybookLabel = "playbook";
+/** The optional per-task label, on the task duration and usage metrics only when configured. */
+type TaskLabel = "task";
 
 export interface MetricsOptions extends RuntimeMetricsOptions {
   activeRuns?: () => Map<string, number>;
   /** Runs waiting for a slot of their namespace's running-Playbooks cap, by namespace. */
   queuedRuns?: () => Map<string, number>;
-  /** Add a `playbook` label to the run, limit and usage metrics (--metrics-playbook-label). */
+  /** Add a `playbook` label to the run, limit, usage and task metrics (--metrics-playbook-label). */
   playbookLabel?: boolean;
+  /**
+   * Add a `task` label, the task's name, to the task duration and usage metrics, and the `playbook`
+   * label (when on) to the task durations (--metrics-task-label).
+   */
+  taskLabel?: boolean;
 }
 
 /** Which run is being counted: its namespace, and its Playbook's label value when that label is on. */
 export interface RunLabels {
   namespace: string;
   playbook?: string;
+  /** The run's task names (main and finally), known when it starts: their series are created at 0 then. */
+  tasks?: readonly string[];
 }
 
 export class ControllerMetrics extends RuntimeMetrics {
   readonly runsTotal: Counter<"namespace" | "reason" | PlaybookLabel>;
   readonly limitFiredTotal: Counter<"namespace" | "limit" | PlaybookLabel>;
   readonly runDuration: Histogram<"namespace" | "reason" | PlaybookLabel>;
-  readonly limitUsage: Histogram<"namespace" | "limit" | PlaybookLabel>;
-  readonly taskDuration: Histogram<"namespace" | "phase">;
+  readonly limitUsage: Histogram<"namespace" | "limit" | PlaybookLabel | TaskLabel>;
+  readonly taskDuration: Histogram<"namespace" | "phase" | PlaybookLabel | TaskLabel>;
   readonly taskCpu: Histogram<"namespace" | PlaybookLabel>;
   readonly taskPeakMemory: Histogram<"namespace" | PlaybookLabel>;
   readonly activeRuns: Gauge<"namespace">;
@@ -53,6 +62,9 @@ export class ControllerMetrics extends RuntimeMetrics {
   /** The CronPlaybook reconciler's series, on the same registry. */
   readonly cron: CronMetrics;
   private readonly playbookLabel: boolean;
+  private readonly taskLabel: boolean;
+  /** The histogram series created at 0 so far (as many as the series themselves). */
+  private readonly zeroed = new Set<string>();
 
   constructor(options: MetricsOptions = {}) {
     super(options);
@@ -60,6 +72,8 @@ export class ControllerMetrics extends RuntimeMetrics {
     this.playbookLabel = options.playbookLabel === true;
     // prom-client fixes label names at construction: without the option the label does not exist.
     const perPlaybook: PlaybookLabel[] = this.playbookLabel ? ["playbook"] : [];
+    this.taskLabel = options.taskLabel === true;
+    const perTask: TaskLabel[] = this.taskLabel ? ["task"] : [];
     this.cron = new CronMetrics(this.registry);
     this.runsTotal = new Counter({
       name: "playbook_runs_total",
@@ -86,14 +100,15 @@ export class ControllerMetrics extends RuntimeMetrics {
         "Duration over the effective limit of finished runs and tasks, for near misses: limit=TaskTimeout per task that " +
         "ended Succeeded or Failed and had a timeout (a retried task: its span over attempts x timeout), " +
         "limit=RunCeiling per run; a limit that fired is left out (its ratio is 1; see playbook_limit_fired_total)",
-      labelNames: ["namespace", "limit", ...perPlaybook],
+      labelNames: ["namespace", "limit", ...perPlaybook, ...perTask],
       buckets: USAGE_BUCKETS,
       registers,
     });
     this.taskDuration = new Histogram({
       name: "playbook_task_duration_seconds",
       help: "Duration of tasks of finished runs, by task phase, as the runner's trusted report gives them (never a progress record)",
-      labelNames: ["namespace", "phase"],
+      // Per task, and then per Playbook too: a task's name alone would mix the Playbooks' tasks.
+      labelNames: ["namespace", "phase", ...(this.taskLabel ? [...perPlaybook, ...perTask] : [])],
       buckets: TASK_BUCKETS,
       registers,
     });
@@ -176,10 +191,20 @@ export class ControllerMetrics extends RuntimeMetrics {
     return this.playbookLabel ? { namespace, playbook: labels.playbook ?? "" } : { namespace };
   }
 
+  /** A task's series labels: the run's, and its name when the task label is on ("" for the run's own ratio). */
+  private perTask(per: { namespace: string; playbook?: string }, task: string | undefined) {
+    return this.taskLabel ? { ...per, task: task ?? "" } : per;
+  }
+
+  /** A task duration's series labels: by namespace only, unless the task label is on. */
+  private perTaskDuration(per: { namespace: string; playbook?: string }, task: string | undefined) {
+    return this.taskLabel ? this.perTask(per, task) : { namespace: per.namespace };
+  }
+
   /**
    * Creates a started run's counter series at 0, one per reason and limit: a counter series that
    * first appears with value 1 is invisible to increase() and rate(), which would miss the first
-   * timeout of every namespace.
+   * timeout of every namespace. Its successful durations' histogram series too.
    */
   recordStarted(labels: RunLabels): void {
     const per = this.perRun(labels);
@@ -187,6 +212,25 @@ export class ControllerMetrics extends RuntimeMetrics {
     for (const limit of LIMIT_REASONS) this.limitFiredTotal.inc({ ...per, limit }, 0);
     for (const field of POLICY_FIELDS) this.policyRefusals.inc({ namespace: labels.namespace, field }, 0);
     for (const why of DISTRUST_WHYS) this.untrustedReports.inc({ namespace: labels.namespace, why }, 0);
+    // A histogram series that first appears holding its first observation hides it from
+    // increase(), as a counter's does: the series `playbook advise --prometheus` reads, the ones a
+    // successful run fills, start at 0 (the run's, and each task's when the task label is on).
+    this.zeroOnce(this.runDuration, "run", { ...per, reason: "Succeeded" });
+    const tasks = this.taskLabel ? (labels.tasks ?? []) : [undefined];
+    for (const task of tasks)
+      this.zeroOnce(this.taskDuration, "task", { ...this.perTaskDuration(per, task), phase: "Succeeded" });
+  }
+
+  /** Creates a histogram series at 0 unless it exists: prom-client's zero() would reset its counts. */
+  private zeroOnce<T extends string>(
+    histogram: Histogram<T>,
+    which: string,
+    labels: Partial<Record<T, string>>,
+  ): void {
+    const key = `${which}${JSON.stringify(Object.entries(labels).sort())}`;
+    if (this.zeroed.has(key)) return;
+    this.zeroed.add(key);
+    histogram.zero(labels);
   }
 
   /** Counts a run once, when its terminal status was written. */
@@ -197,8 +241,12 @@ export class ControllerMetrics extends RuntimeMetrics {
     if (run.limit) this.limitFiredTotal.inc({ ...per, limit: run.limit });
     this.runDuration.observe({ ...per, reason: run.reason }, run.durationSeconds);
     for (const task of run.tasks)
-      this.taskDuration.observe({ namespace, phase: task.phase }, task.durationSeconds);
-    for (const usage of run.usage) this.limitUsage.observe({ ...per, limit: usage.limit }, usage.ratio);
+      this.taskDuration.observe(
+        { ...this.perTaskDuration(per, task.name), phase: task.phase },
+        task.durationSeconds,
+      );
+    for (const usage of run.usage)
+      this.limitUsage.observe({ ...this.perTask(per, usage.task), limit: usage.limit }, usage.ratio);
     for (const task of run.taskResources) {
       if (task.cpuSeconds !== undefined) this.taskCpu.observe(per, task.cpuSeconds);
       if (task.peakMemoryBytes !== undefined) this.taskPeakMemory.observe(per, task.peakMemoryBytes);

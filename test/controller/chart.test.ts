@@ -135,6 +135,7 @@ describe("the Helm chart", () => {
         "extraEnv[0].name=TZ",
         "extraEnv[0].value=UTC",
         "config.metricsPlaybookLabel=app.kubernetes.io/name",
+        "config.metricsTaskLabel=true",
         "config.logFormat=text",
       ],
     ],

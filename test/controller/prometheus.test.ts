@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import type { V1Pod } from "@kubernetes/client-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { z } from "zod";
 import { CRON_PLURAL, scheduledRunName } from "../../src/api/cron-playbook.js";
 import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
@@ -31,6 +31,7 @@ import {
   scriptManually,
   startPod,
 } from "../harness/scripted-node.js";
+import { startCli } from "../support/cli.js";
 import {
   type AlertRule,
   dashboardQueries,
@@ -73,7 +74,11 @@ beforeAll(async () => {
   metricsUrl = `http://127.0.0.1:${metricsPort}`;
   controller = startController(
     [namespace],
-    { metricsAddress: `127.0.0.1:${metricsPort}`, metricsPlaybookLabel: PLAYBOOK_LABEL },
+    {
+      metricsAddress: `127.0.0.1:${metricsPort}`,
+      metricsPlaybookLabel: PLAYBOOK_LABEL,
+      metricsTaskLabel: true,
+    },
     undefined,
     scheduleClock,
   );
@@ -460,5 +465,186 @@ describe("the dashboard and the alerts on a real Prometheus scraping the control
     expect(ceiling?.annotations.description).toContain(
       `Runs of Playbook nightly-ceiling in namespace ${namespace} reached their ceiling in the last 15 minutes (2)`,
     );
+  });
+});
+
+/** Seconds each advised run's tasks took: fetch 4 in (1s, 5s], 7 in (5s, 15s], 1 in (15s, 30s]; build 4 in (30s, 1m], 8 in (1m, 5m]. */
+const FETCH_S = [2, 3, 3.5, 4, 6, 7, 8, 9, 10, 12, 13, 20];
+const BUILD_S = [40, 45, 50, 55, 70, 80, 90, 100, 130, 150, 200, 250];
+const ADVISED = "advised";
+
+/** Run i of the advised Playbook (generateName advised-, so advise -l groups them), to its end. */
+async function advisedRun(i: number): Promise<void> {
+  const created = (await custom.createNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    plural: PLURAL,
+    namespace,
+    body: {
+      ...playbookManifest("unused", {
+        ceiling: "1h",
+        tasks: [
+          { name: "fetch", run: "true", timeout: "2m" },
+          { name: "build", run: "true", timeout: "10m" },
+        ],
+      }),
+      metadata: { generateName: `${ADVISED}-`, labels: { [PLAYBOOK_LABEL]: ADVISED } },
+    },
+  })) as { metadata: { name: string } };
+  const name = created.metadata.name;
+  const pod = await scheduledPod(core, namespace, `${name}-1`);
+  const completionTime = new Date();
+  const buildStart = new Date(completionTime.getTime() - (BUILD_S[i] as number) * 1000);
+  const fetchStart = new Date(buildStart.getTime() - (FETCH_S[i] as number) * 1000);
+  await startPod(core, pod, fetchStart);
+  await reportPod(
+    core,
+    pod,
+    reportFor(pod, {
+      reason: "Succeeded",
+      startTime: fetchStart,
+      completionTime,
+      tasks: {
+        0: { startTime: fetchStart, completionTime: buildStart },
+        1: { startTime: buildStart, completionTime },
+      },
+    }),
+  );
+  const playbook = await waitForFinished(namespace, name, 60_000);
+  expect(condition(playbook, "Succeeded")?.reason, name).toBe("Succeeded");
+}
+
+const Range = z.object({ lowerMs: z.number(), upperMs: z.number().nullable(), interpolatedMs: z.number() });
+const HistogramLimit = z.object({
+  n: z.number(),
+  p50: Range.nullable(),
+  p95: Range.nullable(),
+  p99: Range.nullable(),
+  proposalMs: z.number().nullable(),
+});
+const HistogramJson = z.object({
+  runs: z.number(),
+  ceiling: HistogramLimit,
+  tasks: z.array(z.object({ name: z.string(), timeout: HistogramLimit })),
+  perTask: z.boolean(),
+});
+const ObjectLimit = z.object({
+  n: z.number(),
+  p50: z.number().nullable(),
+  p95: z.number().nullable(),
+  p99: z.number().nullable(),
+  quantile: z.number().nullable(),
+});
+const ObjectsJson = z.object({
+  runs: z.number(),
+  ceiling: ObjectLimit,
+  tasks: z.array(z.object({ name: z.string(), timeout: ObjectLimit })),
+});
+
+describe("playbook advise --prometheus on the controller's histograms of real runs", () => {
+  let kubeconfig: string;
+  const cli = (args: string[]) => startCli(args, { env: { KUBECONFIG: kubeconfig } });
+  const selector = `${PLAYBOOK_LABEL}=${ADVISED}`;
+
+  beforeAll(async () => {
+    kubeconfig = inject("kubeconfig");
+    for (let i = 0; i < FETCH_S.length; i += 4) await Promise.all([0, 1, 2, 3].map((k) => advisedRun(i + k)));
+    const scraped = `playbook_run_duration_seconds_count{namespace="${namespace}", playbook="${ADVISED}"}`;
+    let seen = 0;
+    await waitFor(
+      `Prometheus to have scraped the ${FETCH_S.length} advised runs`,
+      async () => {
+        seen = await sumOf(scraped);
+        return seen >= FETCH_S.length ? true : undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 500 },
+    ).catch(async (error: Error) => {
+      const series = await query(scraped);
+      throw new Error(`${error.message}: ${seen} seen; ${JSON.stringify(series)}`);
+    });
+  }, 300_000);
+
+  it("gives each figure within the bucket the histogram puts it in, and the same sample as the objects", async () => {
+    const common = ["advise", "-l", selector, "-n", namespace, "--half-life", "0", "-o", "json"];
+    const fromObjects = await cli(common);
+    expect(fromObjects.stderr).toBe("");
+    expect(fromObjects.code).toBe(0);
+    const objects = ObjectsJson.parse(JSON.parse(fromObjects.stdout));
+    const fromPrometheus = await cli([...common, "--prometheus", prometheusUrl, "--window", "20m"]);
+    expect(fromPrometheus.stderr).toBe("");
+    expect(fromPrometheus.code).toBe(0);
+    const histograms = HistogramJson.parse(JSON.parse(fromPrometheus.stdout));
+    expect(histograms.perTask).toBe(true);
+    expect(histograms.runs).toBe(FETCH_S.length);
+    expect(objects.runs).toBe(FETCH_S.length);
+    const within = (label: string, value: number | null, range: z.infer<typeof Range> | null) => {
+      expect(value, label).not.toBeNull();
+      expect(range, label).not.toBeNull();
+      expect(value as number, label).toBeGreaterThan(range?.lowerMs as number);
+      expect(value as number, label).toBeLessThanOrEqual(range?.upperMs ?? Number.POSITIVE_INFINITY);
+    };
+    for (const name of ["fetch", "build"]) {
+      const object = objects.tasks.find((t) => t.name === name)?.timeout;
+      const histogram = histograms.tasks.find((t) => t.name === name)?.timeout;
+      expect(histogram?.n, name).toBe(object?.n);
+      for (const p of ["p50", "p95", "p99"] as const)
+        within(`${name} ${p}`, object?.[p] ?? null, histogram?.[p] ?? null);
+      // The proposal starts from the bucket's upper bound: it never lies under the objects' quantile.
+      expect(histogram?.proposalMs ?? 0, name).toBeGreaterThanOrEqual(
+        object?.quantile ?? Number.POSITIVE_INFINITY,
+      );
+    }
+    // By hand: fetch's p50 (rank 6) is the 6th shortest, 7s, in (5s, 15s]; build's p99 the longest, 250s, in (1m, 5m].
+    expect(histograms.tasks.find((t) => t.name === "fetch")?.timeout.p50).toMatchObject({
+      lowerMs: 5000,
+      upperMs: 15_000,
+    });
+    expect(histograms.tasks.find((t) => t.name === "build")?.timeout.p99).toMatchObject({
+      lowerMs: 60_000,
+      upperMs: 300_000,
+    });
+    expect(histograms.ceiling.n).toBe(objects.ceiling.n);
+    for (const p of ["p50", "p95", "p99"] as const)
+      within(`run ${p}`, objects.ceiling[p], histograms.ceiling[p]);
+  });
+
+  it("prints the bucket beside each figure, and --explain says the quantiles are interpolated within a bucket", async () => {
+    const args = [
+      "advise",
+      "-l",
+      selector,
+      "-n",
+      namespace,
+      "--prometheus",
+      prometheusUrl,
+      "--window",
+      "20m",
+    ];
+    const table = await cli(args);
+    expect(table.code).toBe(0);
+    expect(table.stdout).toMatch(/timeout build +12 +0 +\S+ \(1m, 5m\] +\S+ \(1m, 5m\]/);
+    expect(table.stdout).toContain("No stall: the histograms hold no silences");
+    const explain = await cli([...args, "--explain"]);
+    expect(explain.stdout).toContain("histogram_quantile() interpolates linearly inside it");
+    expect(explain.stdout).toMatch(/Task build's timeout: now 10m \(spec.tasks\[1\].timeout\)/);
+  });
+
+  it("names the URL, the namespace and the values there when no series has the Playbook's value", async () => {
+    const result = await cli([
+      "advise",
+      "--prometheus",
+      prometheusUrl,
+      "--playbook",
+      "no-such",
+      "-n",
+      namespace,
+      "--window",
+      "20m",
+    ]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain(
+      `--prometheus ${prometheusUrl}: no finished run of playbook="no-such" in namespace ${namespace} in the last 20m`,
+    );
+    expect(result.stderr).toContain(`"${ADVISED}"`);
   });
 });

@@ -76,13 +76,17 @@ export function dashboardQueries(dashboard: Dashboard = loadDashboard()): PanelQ
   );
 }
 
-/** A dashboard expression as Grafana would send it, with its variables replaced. */
+/**
+ * A dashboard expression as Grafana would send it, with its variables replaced; a panel repeated
+ * per Playbook gets one value of $playbook each (by default all of them at once, as "All" sends).
+ */
 export function substituteVariables(
   expr: string,
-  values: { namespace: string; rateInterval: string; range: string },
+  values: { namespace: string; rateInterval: string; range: string; playbook?: string },
 ): string {
   return expr
     .replaceAll("$namespace", values.namespace)
+    .replaceAll("$playbook", values.playbook ?? ".+")
     .replaceAll("$__rate_interval", values.rateInterval)
     .replaceAll("$interval", values.rateInterval)
     .replaceAll("$__range", values.range);

@@ -21,6 +21,7 @@ describe("the controller's configuration", () => {
       namespaces: [],
       logFormat: "json",
       metricsPlaybookLabel: "",
+      metricsTaskLabel: false,
     });
   });
 
@@ -63,6 +64,16 @@ describe("the controller's configuration", () => {
       ),
     ).toMatchObject({ metricsPlaybookLabel: "app.kubernetes.io/name", logFormat: "text" });
     expect(loadControllerConfig({ metricsPlaybookLabel: "team" }, {}).metricsPlaybookLabel).toBe("team");
+  });
+
+  it("takes the task label switch from env or flags, off by default, and refuses a value that is no boolean", () => {
+    expect(loadControllerConfig({}, {}).metricsTaskLabel).toBe(false);
+    expect(loadControllerConfig({}, { PLAYBOOK_METRICS_TASK_LABEL: "true" }).metricsTaskLabel).toBe(true);
+    // Commander gives a bare --metrics-task-label as true.
+    expect(loadControllerConfig({ metricsTaskLabel: true }, {}).metricsTaskLabel).toBe(true);
+    expect(() => loadControllerConfig({ metricsTaskLabel: "yes" }, {})).toThrow(
+      /metrics-task-label|metricsTaskLabel/,
+    );
   });
 
   it("takes env, and flags over env", () => {

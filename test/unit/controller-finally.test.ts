@@ -332,12 +332,12 @@ describe("a finished run's metrics", () => {
     };
     const run = finishedRun(status, "Succeeded", limits, true);
     expect(run.tasks).toEqual([
-      { phase: "Succeeded", durationSeconds: 25 },
-      { phase: "Succeeded", durationSeconds: 20 },
+      { name: "build", phase: "Succeeded", durationSeconds: 25 },
+      { name: "clean", phase: "Succeeded", durationSeconds: 20 },
     ]);
     expect(run.usage).toEqual([
-      { limit: "TaskTimeout", ratio: 0.5 },
-      { limit: "TaskTimeout", ratio: 0.5 },
+      { limit: "TaskTimeout", ratio: 0.5, task: "build" },
+      { limit: "TaskTimeout", ratio: 0.5, task: "clean" },
       { limit: "RunCeiling", ratio: 0.25 },
     ]);
   });

@@ -175,6 +175,76 @@ describe("the per-Playbook label", () => {
   });
 });
 
+describe("the per-task label", () => {
+  it("does not exist unless configured", async () => {
+    const metrics = new ControllerMetrics({ defaults: false, playbookLabel: true });
+    metrics.recordStarted({ namespace: "ops", playbook: "billing", tasks: ["build"] });
+    metrics.recordFinished(nearMiss(), { namespace: "ops", playbook: "billing" });
+    const text = await metrics.registry.metrics();
+    for (const name of ["playbook_task_duration_seconds", "playbook_task_limit_usage_ratio"])
+      expect(labelNamesOf(text, name), name).not.toContain("task");
+  });
+
+  it("names each task on its durations (with the Playbook's label) and its usage ratio when configured", async () => {
+    const metrics = new ControllerMetrics({ defaults: false, playbookLabel: true, taskLabel: true });
+    const run = nearMiss();
+    const labels = { namespace: "ops", playbook: "billing" };
+    metrics.recordFinished(run, labels);
+    const text = await metrics.registry.metrics();
+    const name = run.tasks[0]?.name as string;
+    expect(name).toBeTruthy();
+    expect(
+      sample(text, "playbook_task_duration_seconds_count", { ...labels, task: name, phase: "Succeeded" }),
+    ).toBe(1);
+    expect(
+      sample(text, "playbook_task_limit_usage_ratio_count", { ...labels, task: name, limit: "TaskTimeout" }),
+    ).toBe(1);
+    // The run's own ratio names no task.
+    expect(
+      sample(text, "playbook_task_limit_usage_ratio_count", { ...labels, task: "", limit: "RunCeiling" }),
+    ).toBe(1);
+  });
+
+  it("creates each task's and the run's successful duration series at 0 when the run starts", async () => {
+    const metrics = new ControllerMetrics({ defaults: false, playbookLabel: true, taskLabel: true });
+    const labels = { namespace: "ops", playbook: "billing" };
+    metrics.recordStarted({ ...labels, tasks: ["build", "test"] });
+    const text = await metrics.registry.metrics();
+    for (const task of ["build", "test"])
+      expect(
+        sample(text, "playbook_task_duration_seconds_bucket", {
+          ...labels,
+          task,
+          phase: "Succeeded",
+          le: "+Inf",
+        }),
+        task,
+      ).toBe(0);
+    expect(
+      sample(text, "playbook_run_duration_seconds_bucket", { ...labels, reason: "Succeeded", le: "+Inf" }),
+    ).toBe(0);
+  });
+
+  it("keeps the earlier runs' counts when the next run of the same Playbook starts", async () => {
+    const metrics = new ControllerMetrics({ defaults: false, playbookLabel: true, taskLabel: true });
+    const labels = { namespace: "ops", playbook: "billing" };
+    const run = nearMiss();
+    const tasks = run.tasks.map((task) => task.name);
+    metrics.recordStarted({ ...labels, tasks });
+    metrics.recordFinished(run, labels);
+    metrics.recordStarted({ ...labels, tasks });
+    const text = await metrics.registry.metrics();
+    expect(sample(text, "playbook_run_duration_seconds_count", { ...labels, reason: "Succeeded" })).toBe(1);
+    expect(
+      sample(text, "playbook_task_duration_seconds_count", {
+        ...labels,
+        task: tasks[0] as string,
+        phase: "Succeeded",
+      }),
+    ).toBe(1);
+  });
+});
+
 describe("a started run's counters", () => {
   it("exist at 0 for every reason and limit before the run ends, so its first timeout counts in increase()", async () => {
     const metrics = new ControllerMetrics({ defaults: false, playbookLabel: true });

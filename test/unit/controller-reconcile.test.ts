@@ -1013,7 +1013,7 @@ describe("how much of its limits a finished run used", () => {
       900,
     );
     expect(decision.finished?.usage).toEqual([
-      { limit: "TaskTimeout", ratio: 0.9 },
+      { limit: "TaskTimeout", ratio: 0.9, task: "build" },
       { limit: "RunCeiling", ratio: 0.5 },
     ]);
   });
@@ -1028,7 +1028,7 @@ describe("how much of its limits a finished run used", () => {
       ],
     });
     expect(decision.finished?.usage).toEqual([
-      { limit: "TaskTimeout", ratio: 0.1 },
+      { limit: "TaskTimeout", ratio: 0.1, task: "build" },
       { limit: "RunCeiling", ratio: 60 / 1800 },
     ]);
   });
@@ -1042,7 +1042,7 @@ describe("how much of its limits a finished run used", () => {
       },
       900,
     );
-    expect(decision.finished?.usage).toContainEqual({ limit: "TaskTimeout", ratio: 0.75 });
+    expect(decision.finished?.usage).toContainEqual({ limit: "TaskTimeout", ratio: 0.75, task: "build" });
   });
 
   it("leaves out a task whose timeout fired: the limit counter has it", () => {

@@ -1,7 +1,10 @@
 // The "Playbooks: timeouts" dashboard as Grafana imports it on its own. That every expression
 // parses and returns data is proven against a real Prometheus in test/controller/prometheus.test.ts.
+
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import {
+  dashboardFile,
   dashboardQueries,
   exportedMetricNames,
   loadDashboard,
@@ -155,7 +158,30 @@ describe("the Playbooks: timeouts dashboard", () => {
     expect(perPlaybook.map((panel) => panel.title)).toEqual([
       "Playbooks that time out most",
       "Playbooks with most near misses",
+      "Task p99 against its timeout: $playbook",
     ]);
     for (const panel of perPlaybook) expect(panel.description).toContain("--metrics-playbook-label");
+  });
+
+  it("repeats the headroom panel per Playbook: each task's p99 against its timeout, from the usage histogram, needing the task label", () => {
+    const raw = JSON.parse(readFileSync(dashboardFile, "utf8")) as {
+      panels: {
+        title: string;
+        repeat?: string;
+        fieldConfig?: { defaults?: { unit?: string; max?: number } };
+      }[];
+    };
+    const headroom = raw.panels.find((panel) => panel.title.startsWith("Task p99 against its timeout"));
+    expect(headroom).toMatchObject({
+      repeat: "playbook",
+      fieldConfig: { defaults: { unit: "percentunit", max: 1 } },
+    });
+    const panel = panels.find((p) => p.title === headroom?.title);
+    expect(panel?.description).toContain("--metrics-task-label");
+    expect(panel?.targets?.[0]?.expr).toMatch(
+      /^histogram_quantile\(0\.99, sum by \(le, task\) \(increase\(playbook_task_limit_usage_ratio_bucket\{.*playbook=~"\$playbook".*limit="TaskTimeout".*\}\[\$__range\]\)\)\)$/,
+    );
+    const variable = dashboard.templating.list.find((v) => v.name === "playbook");
+    expect(variable).toMatchObject({ type: "query", multi: true, includeAll: true, allValue: ".+" });
   });
 });

@@ -199,7 +199,18 @@ export interface SpecPatch {
   spec: { ceiling?: string; stall?: string; tasks?: Partial<PlaybookSpec["tasks"][number]>[] };
 }
 
-export function specPatch(playbook: Playbook, advice: Advice): SpecPatch | null {
+/** What a patch reads of an advice: the proposals (from the runs, or from the histograms). */
+interface Proposed {
+  figure: { proposalMs: number | null };
+}
+export interface PatchableAdvice {
+  runs: number;
+  ceiling: Proposed;
+  stall: Proposed;
+  tasks: readonly { name: string; timeout: Proposed; stall: Proposed }[];
+}
+
+export function specPatch(playbook: Playbook, advice: PatchableAdvice): SpecPatch | null {
   const spec: SpecPatch["spec"] = {};
   const ceiling = advice.ceiling.figure.proposalMs;
   const runStall = advice.stall.figure.proposalMs;
@@ -232,7 +243,7 @@ function withoutDefaults(task: PlaybookSpec["tasks"][number]): Partial<PlaybookS
 export function renderPatch(
   name: string,
   playbook: Playbook,
-  advice: Advice,
+  advice: PatchableAdvice,
   target: { kind: "Playbook" } | { kind: "CronPlaybook"; name: string; namespace: string } = {
     kind: "Playbook",
   },

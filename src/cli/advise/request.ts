@@ -95,6 +95,71 @@ const ClusterAdviseFlags = z.strictObject({
 });
 export type ClusterAdviseFlags = z.infer<typeof ClusterAdviseFlags>;
 
+/** The default Playbook label whose value the controller's --metrics-playbook-label puts on the metrics. */
+export const DEFAULT_PLAYBOOK_LABEL = "app.kubernetes.io/name";
+/** How far back --prometheus reads by default: 30 days. */
+export const DEFAULT_WINDOW_MS = 720 * 3_600_000;
+
+const PrometheusAdviseFlags = z.strictObject({
+  prometheus: z.string().transform((text, ctx) => {
+    let url: URL | undefined;
+    try {
+      url = new URL(text);
+    } catch {
+      url = undefined;
+    }
+    if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) {
+      ctx.addIssue({
+        code: "custom",
+        message: `--prometheus ${text}: must be Prometheus' http(s) address, e.g. http://prometheus:9090`,
+      });
+      return z.NEVER;
+    }
+    return text.replace(/\/+$/, "");
+  }),
+  playbook: z.string().min(1, "--playbook: must be a value of the metrics' playbook label").optional(),
+  playbookLabel: z
+    .string()
+    .regex(/^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/, {
+      error: (i) => `--playbook-label ${String(i.input)}: not a label key, e.g. app.kubernetes.io/name`,
+    })
+    .optional(),
+  window: durationFlag("--window").refine((ms) => ms === undefined || ms >= 60_000, {
+    error: (i) => `--window ${String(i.input)}: must be at least 1m`,
+  }),
+  filename: z.string().min(1).optional(),
+  kubeconfig: z.string().min(1, "--kubeconfig: must name a file").optional(),
+  context: z.string().min(1, "--context: must name a context").optional(),
+  namespace: z.string().min(1, "-n: must name a namespace").optional(),
+  selector: z.string().min(1, "-l: must be a label selector, e.g. app=backup").optional(),
+  cron: ClusterAdviseFlags.shape.cron,
+  ...MethodFlags,
+});
+export type PrometheusAdviseFlags = z.infer<typeof PrometheusAdviseFlags>;
+
+/** --prometheus's flags: one way to choose the series (cron NAME, -l, --playbook), checked before any call. */
+export function prometheusAdviseFlags(flags: unknown): {
+  flags: PrometheusAdviseFlags;
+  request: AdviseRequest;
+} {
+  const f = parsed(PrometheusAdviseFlags, flags);
+  const chosen = [f.cron, f.selector, f.playbook].filter((v) => v !== undefined).length;
+  if (chosen !== 1) {
+    throw new AdviseInputError(
+      "--prometheus: choose the Playbook's series one way: cron NAME, -l SELECTOR or --playbook VALUE",
+    );
+  }
+  if (f.filename !== undefined && f.playbook === undefined)
+    throw new AdviseInputError("-f goes with --playbook; cron and -l read the cluster's spec");
+  const request = requestOf(f);
+  if (request.output === "patch" && f.playbook !== undefined && f.filename === undefined) {
+    throw new AdviseInputError(
+      "-o patch: --playbook reads no spec to patch; give the Playbook's manifest with -f FILE",
+    );
+  }
+  return { flags: f, request };
+}
+
 /** What to print and how the method runs, from the flags every source shares. */
 export interface AdviseRequest {
   options: AdviseOptions;
@@ -102,7 +167,9 @@ export interface AdviseRequest {
   explain: boolean;
 }
 
-export function requestOf(f: z.infer<typeof AdviseFlags> | ClusterAdviseFlags): AdviseRequest {
+export function requestOf(
+  f: z.infer<typeof AdviseFlags> | ClusterAdviseFlags | PrometheusAdviseFlags,
+): AdviseRequest {
   return {
     options: {
       rate: f.rate ?? DEFAULT_ADVISE_OPTIONS.rate,

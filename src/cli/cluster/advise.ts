@@ -20,11 +20,19 @@ const ListSchema = z.looseObject({
 
 const CronSchema = z.looseObject({
   metadata: z.looseObject({ name: z.string() }),
-  spec: z.looseObject({ template: z.looseObject({ spec: z.unknown() }) }),
+  spec: z.looseObject({
+    template: z.looseObject({
+      metadata: z.looseObject({ labels: z.record(z.string(), z.string()).optional() }).optional(),
+      spec: z.unknown(),
+    }),
+  }),
 });
 
 /** Pages through the list, 250 at a time: a CronPlaybook keeps at most 200 runs. */
-async function listPlaybooks(cluster: ReturnType<typeof connect>, labelSelector: string): Promise<unknown[]> {
+export async function listPlaybooks(
+  cluster: ReturnType<typeof connect>,
+  labelSelector: string,
+): Promise<unknown[]> {
   const items: unknown[] = [];
   let token: string | undefined;
   do {
@@ -46,8 +54,14 @@ async function listPlaybooks(cluster: ReturnType<typeof connect>, labelSelector:
   return items;
 }
 
-/** The CronPlaybook's template as a Playbook named after it: the spec its runs are made from. */
-async function cronTemplate(cluster: ReturnType<typeof connect>, name: string): Promise<Playbook> {
+/**
+ * The CronPlaybook's template as a Playbook named after it: the spec its runs are made from, and
+ * the labels they carry.
+ */
+export async function cronTemplate(
+  cluster: ReturnType<typeof connect>,
+  name: string,
+): Promise<{ playbook: Playbook; labels: Record<string, string> }> {
   let raw: unknown;
   try {
     raw = await cluster.api.call({
@@ -65,7 +79,7 @@ async function cronTemplate(cluster: ReturnType<typeof connect>, name: string): 
   if (!cron.success)
     throw new AdviseInputError(`cronplaybook ${name}: the API server's answer has no spec.template`);
   try {
-    return validatePlaybook(
+    const playbook = validatePlaybook(
       {
         apiVersion: API_VERSION,
         kind: KIND,
@@ -75,6 +89,7 @@ async function cronTemplate(cluster: ReturnType<typeof connect>, name: string): 
       { ...LOCAL_DEFAULTS, maxCeilingMs: Number.MAX_SAFE_INTEGER },
       `cronplaybook ${name} spec.template`,
     );
+    return { playbook, labels: cron.data.spec.template.metadata?.labels ?? {} };
   } catch (error) {
     if (error instanceof InvalidPlaybookError) throw new AdviseInputError(error.message);
     throw error;
@@ -86,7 +101,7 @@ export async function adviseClusterCommand(rawFlags: unknown): Promise<number> {
   const cluster = connect(flags);
   const cron = flags.cron;
   const selector = cron !== undefined ? `${LABEL_CRON_PLAYBOOK}=${cron}` : (flags.selector as string);
-  const template = cron !== undefined ? await cronTemplate(cluster, cron) : null;
+  const template = cron !== undefined ? (await cronTemplate(cluster, cron)).playbook : null;
   const items = await listPlaybooks(cluster, selector);
   const where = `namespace ${cluster.namespace} (context ${cluster.context})`;
   let histories: ReturnType<typeof historyOf>;

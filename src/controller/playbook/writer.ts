@@ -34,6 +34,18 @@ const SAID_ONCE_MAX = 10_000;
 
 const WrittenSchema = z.looseObject({ metadata: z.looseObject({ resourceVersion: z.string() }) });
 
+/** The task names of a Playbook's spec, for the series its start creates at 0; the spec is checked elsewhere. */
+const SpecTaskNames = z.looseObject({
+  tasks: z.array(z.looseObject({ name: z.string() })).optional(),
+  finally: z.array(z.looseObject({ name: z.string() })).optional(),
+});
+
+function taskNamesOf(spec: unknown): string[] {
+  const read = SpecTaskNames.safeParse(spec);
+  if (!read.success) return [];
+  return [...(read.data.tasks ?? []), ...(read.data.finally ?? [])].map((task) => task.name);
+}
+
 /** What the controller reads of a ServiceAccount. */
 const ServiceAccountAutomount = z.looseObject({ automountServiceAccountToken: z.boolean().nullish() });
 
@@ -116,6 +128,7 @@ export class PlaybookWriter {
     const labels = {
       namespace: target.namespace,
       ...(label ? { playbook: playbook.metadata.labels?.[label] ?? "" } : {}),
+      tasks: taskNamesOf(playbook.spec),
     };
     // The UID of a pod created now goes on record with the status that names it; a first pod's
     // start record, when no status is written now, with the next one.

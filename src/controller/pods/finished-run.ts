@@ -11,6 +11,8 @@ import type { DistrustWhy } from "./report-trust.js";
 export interface LimitUsage {
   limit: "TaskTimeout" | "RunCeiling";
   ratio: number;
+  /** the task, for a TaskTimeout ratio */
+  task?: string;
 }
 
 /** What a finished run contributes to the metrics, counted when its terminal status is written. */
@@ -18,7 +20,7 @@ export interface FinishedRun {
   reason: TerminalReason;
   limit?: string;
   durationSeconds: number;
-  tasks: { phase: string; durationSeconds: number }[];
+  tasks: { name: string; phase: string; durationSeconds: number }[];
   /** Duration over the effective limit, for tasks and runs that ended before their limit fired. */
   usage: LimitUsage[];
   /** The fields the namespace's policy refused, when it refused the run. */
@@ -96,7 +98,11 @@ function limitUsage(
     const took = durationMs(task.startTime, task.completionTime);
     if (!timeout || timeout.ms <= 0 || took === undefined) continue;
     // The timeout bounds each attempt: a retried task's span is held against all its attempts.
-    usage.push({ limit: "TaskTimeout", ratio: took / (timeout.ms * Math.max(1, task.attempts)) });
+    usage.push({
+      limit: "TaskTimeout",
+      ratio: took / (timeout.ms * Math.max(1, task.attempts)),
+      task: task.name,
+    });
   }
   const took = durationMs(status.startTime, mainTasksEnd(status));
   // A pod that never started ends StartTimeout also when the ceiling came first: then it used all of it.
@@ -122,6 +128,7 @@ export function finishedRun(
     tasks: reportedTasks(status)
       .filter((task) => task.startTime && task.completionTime)
       .map((task) => ({
+        name: task.name,
         phase: task.phase,
         durationSeconds: durationSeconds(task.startTime, task.completionTime),
       })),
