@@ -157,6 +157,19 @@ describe("a run whose pod Kueue preempted, onPreemption Requeue (the default)", 
   });
 });
 
+describe("a run whose pod Kueue is stopping, its runner not ended yet", () => {
+  it("is Running, saying so in Kueue's words", () => {
+    const view = stoppedPod(1);
+    view.status = { ...view.status, phase: "Running", containerStatuses: [] };
+    const running = pod(1, { spec: QUEUED, deleting: true });
+    running.status = { ...running.status, conditions: view.status.conditions };
+    const decision = decide(input(QUEUED, [running]));
+    expect(succeeded(decision.status)?.message).toBe(
+      `pod nightly-1 is running (attempt 1); Kueue is stopping it: WorkloadEvictedDueToPreempted: ${PREEMPTED_MESSAGE}`,
+    );
+  });
+});
+
 describe("a run whose pod Kueue preempted, onPreemption Fail", () => {
   const spec = { ...QUEUED, onPreemption: "Fail" };
   const decision = decide(input(spec, [stoppedPod(1, spec)]));

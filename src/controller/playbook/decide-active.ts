@@ -12,6 +12,7 @@ import {
   queuedMs,
   workloadOf,
 } from "../kueue/kueue-hold.js";
+import { kueueStopOf } from "../kueue/kueue-preemption.js";
 import { type PodView, RUNNER_CONTAINER } from "../objects.js";
 import { type NodeSilence, nodeSilenceOf } from "../pods/node-lost.js";
 import { DEADLINE_MARGIN_SECONDS, finallyWindowSeconds } from "../pods/pod-builder.js";
@@ -54,7 +55,7 @@ export function decideActivePod(state: RunState, pod: PodView): Decision {
   const next = progressStatus(base, {
     phase: running ? "Running" : "Pending",
     message: running
-      ? `pod ${pod.metadata.name} is running (attempt ${attempts})${pod.metadata.deletionTimestamp ? "; it is being deleted" : ""}${silence ? `; its node ${silence.node} stopped reporting` : ""}`
+      ? `pod ${pod.metadata.name} is running (attempt ${attempts})${stopping(pod)}${silence ? `; its node ${silence.node} stopped reporting` : ""}`
       : pendingMessage(pod.metadata.name, attempts, hold),
     startTime,
     podName: pod.metadata.name,
@@ -79,6 +80,13 @@ export function decideActivePod(state: RunState, pod: PodView): Decision {
           progressTaken: { podUID: look.podUID, ...live.taken },
         });
   return admission && decision.status ? { ...decision, admitted: admission } : decision;
+}
+
+/** "; it is being deleted", with Kueue's words when Kueue is stopping it (kueue-preemption.ts). */
+function stopping(pod: PodView): string {
+  const stop = kueueStopOf(pod);
+  if (stop) return `; Kueue is stopping it: ${stop.condition}${stop.message ? `: ${stop.message}` : ""}`;
+  return pod.metadata.deletionTimestamp ? "; it is being deleted" : "";
 }
 
 /**
