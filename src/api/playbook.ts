@@ -294,6 +294,8 @@ export const PlaybookStatusSchema = z.looseObject({
   /** The UID of the pod podName names, as the controller created it: only that pod is read. */
   podUID: z.string().optional(),
   podAttempts: z.number().int().optional(),
+  /** Pods Kueue stopped (preempted, evicted) that were re-created under onPreemption Requeue: no attempt of backoffLimit spent. */
+  preemptions: z.number().int().optional(),
   /** sha256 of the plan the run's pods are built from, written before its first pod is created. */
   planDigest: z.string().optional(),
   limits: z

@@ -4,7 +4,7 @@ import { hostname } from "node:os";
 import { setTimeout as delay } from "node:timers/promises";
 import type { Logger } from "pino";
 import { CRON_PLURAL } from "../api/cron-playbook.js";
-import { GROUP, PLURAL, VERSION } from "../api/playbook.js";
+import { GROUP, KIND, PLURAL, VERSION } from "../api/playbook.js";
 import { POLICY_PLURAL } from "../api/policy.js";
 import { apiErrorMessage, isConflict, isNotFound } from "../runtime/api-errors.js";
 import { type Clock, systemClock } from "../runtime/clock.js";
@@ -19,6 +19,8 @@ import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js"
 import { CronController } from "./cron/cron-controller.js";
 import type { CronMetricsSink } from "./cron/cron-writer.js";
 import type { ReconcileInput, ReconcileSettings } from "./decision.js";
+import { orphanToRelease } from "./kueue/kueue-finalizer.js";
+import { queueBudgetUsed } from "./kueue/kueue-hold.js";
 import { ControllerMetrics } from "./metrics.js";
 import {
   keyOf,
@@ -115,6 +117,7 @@ export class PlaybookController {
       new ControllerMetrics({
         activeRuns: () => this.activeRuns(),
         queuedRuns: () => this.queuedRuns(),
+        queuedBudgets: () => this.queuedBudgets(),
         ready: () => this.ready,
         apiThrottled: () => deps.clients.api.throttledAnswers,
         playbookLabel: deps.config.metricsPlaybookLabel !== "",
@@ -461,6 +464,10 @@ export class PlaybookController {
       if (!index) return;
       const owners = this.informerFor(this.playbooks, pod.metadata.namespace ?? "")?.byIndex(index) ?? [];
       for (const owner of owners) this.queue.add(keyOf(owner.metadata));
+      // Its Playbook is gone: the pass for its name takes the controller's finalizer off.
+      const owner = pod.metadata.ownerReferences?.find((ref) => ref.controller && ref.kind === KIND);
+      if (owner && orphanToRelease(pod, owners.length > 0))
+        this.queue.add(keyOf({ namespace: pod.metadata.namespace ?? "", name: owner.name }));
     };
     informer.addHandlers({
       onUpsert: (pod, old) => {
@@ -524,6 +531,17 @@ export class PlaybookController {
     return counts;
   }
 
+  /** Each run Kueue holds under a queueTimeout, with the share of that budget it has used. */
+  private queuedBudgets(): { namespace: string; queue: string; ratio: number }[] {
+    const now = this.clock.now();
+    const budgets: { namespace: string; queue: string; ratio: number }[] = [];
+    for (const playbook of this.allPlaybooks()) {
+      const used = queueBudgetUsed(playbook.status, now);
+      if (used) budgets.push({ namespace: playbook.metadata.namespace ?? "", ...used });
+    }
+    return budgets;
+  }
+
   private policyGovernor(namespaces: string[]): PolicyGovernor {
     const { api } = this.clients;
     return new PolicyGovernor({
@@ -583,6 +601,7 @@ export class PlaybookController {
     const playbook = this.informerFor(this.playbooks, namespace)?.get(key);
     if (!playbook) {
       this.progress.forget(key);
+      await this.releaseOrphans(namespace, splitKey(key).name);
       return {};
     }
     // The watch event of this controller's own last write re-queues the key when it arrives.
@@ -607,6 +626,18 @@ export class PlaybookController {
         slots,
       });
     });
+  }
+
+  /**
+   * The pods of a deleted Playbook that still carry the controller's finalizer, once the garbage
+   * collector deletes them: nobody is left to read them, so the finalizer comes off.
+   */
+  private async releaseOrphans(namespace: string, name: string): Promise<void> {
+    for (const pod of this.podsIn(namespace)) {
+      const owner = pod.metadata.ownerReferences?.find((ref) => ref.controller && ref.kind === KIND);
+      if (owner?.name !== name || !orphanToRelease(pod, false)) continue;
+      await this.writer.releasePod(namespace, pod.metadata.name);
+    }
   }
 
   private async decideAndApply(input: ReconcileInput): Promise<{ requeueAfterMs?: number }> {

@@ -68,7 +68,9 @@ export type Action =
   | { type: "createPod"; pod: PodManifest; attempt: number; planDigest: string }
   | { type: "deletePod"; name: string; gracePeriodSeconds?: number; why: "cancel" | "ttl" | "finished" }
   /** Cancel: the kubelet stops the pod at its lowered deadline and keeps it for its logs. */
-  | { type: "lowerDeadline"; name: string; activeDeadlineSeconds: number };
+  | { type: "lowerDeadline"; name: string; activeDeadlineSeconds: number }
+  /** The controller is done with the pod: its finalizer comes off (kueue/kueue-finalizer.ts). */
+  | { type: "releasePod"; name: string };
 
 export interface Decision {
   /** The status to write, or null when it would not change. */
@@ -84,6 +86,10 @@ export interface Decision {
   requeueAfterMs?: number;
   /** The progress record the status now shows: an older one of this pod is not news after it. */
   progressTaken?: { podUID: string } & TakenRecord;
+  /** Kueue stopped the run's pod (kueue-preemption.ts): why, as its Workload's Evicted reason. */
+  preempted?: { reason: string };
+  /** Kueue admitted the run's pod this pass: its LocalQueue and how long it waited (kueue-hold.ts). */
+  admitted?: { queue: string; waitSeconds: number };
 }
 
 export interface RunState {

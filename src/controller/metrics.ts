@@ -16,6 +16,8 @@ const USAGE_BUCKETS = [0.1, 0.25, 0.5, 0.75, 0.8, 0.9, 0.95, 0.99, 1];
 const CPU_BUCKETS = [0.01, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400];
 // Peak resident memory, 1 MiB to 64 GiB in steps of 4: enough to set a request or a limit by.
 const MEMORY_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536].map((mib) => mib * 1024 * 1024);
+// Time in Kueue's queue: from an admission at once to a night's wait.
+const QUEUE_WAIT_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400];
 
 /** The optional per-Playbook label, present on the run, limit, usage and task metrics only when configured. */
 type PlaybookLabel = "playbook";
@@ -26,6 +28,8 @@ export interface MetricsOptions extends RuntimeMetricsOptions {
   activeRuns?: () => Map<string, number>;
   /** Runs waiting for a slot of their namespace's running-Playbooks cap, by namespace. */
   queuedRuns?: () => Map<string, number>;
+  /** Each run whose pod Kueue holds and that has a queueTimeout: its queue and the share of that budget used so far. */
+  queuedBudgets?: () => { namespace: string; queue: string; ratio: number }[];
   /** Add a `playbook` label to the run, limit, usage and task metrics (--metrics-playbook-label). */
   playbookLabel?: boolean;
   /**
@@ -59,6 +63,12 @@ export class ControllerMetrics extends RuntimeMetrics {
   readonly untrustedReports: Counter<"namespace" | "why">;
   readonly policyStatusWrites: Counter;
   readonly statusWrites: Counter;
+  /** Each time Kueue stopped a run's pod (kueue/kueue-preemption.ts), by its Workload's Evicted reason. */
+  readonly runsPreempted: Counter<"namespace" | "reason">;
+  /** How long a run's pod waited for Kueue's admission, observed at the admission. */
+  readonly queueWait: Histogram<"namespace" | "queue">;
+  /** Runs whose pod Kueue holds, over their queueTimeout: the share of the budget used, per run. */
+  readonly queueBudgetUsed: Gauge<"namespace" | "queue">;
   /** The CronPlaybook reconciler's series, on the same registry. */
   readonly cron: CronMetrics;
   private readonly playbookLabel: boolean;
@@ -184,6 +194,40 @@ export class ControllerMetrics extends RuntimeMetrics {
       help: "Writes of Playbook status",
       registers,
     });
+    this.runsPreempted = new Counter({
+      name: "playbook_runs_preempted_total",
+      help:
+        "Times Kueue stopped a run's pod (its TerminationTarget condition), by the Workload's Evicted reason " +
+        "(Preempted, PodsReadyTimeout, ClusterQueueStopped...): a run re-created under onPreemption Requeue counts each time",
+      labelNames: ["namespace", "reason"],
+      registers,
+    });
+    this.queueWait = new Histogram({
+      name: "playbook_queue_wait_seconds",
+      help: "Time a run's pod waited for Kueue's admission, from its creation, observed at the admission, by LocalQueue",
+      labelNames: ["namespace", "queue"],
+      buckets: QUEUE_WAIT_BUCKETS,
+      registers,
+    });
+    const queuedBudgets = options.queuedBudgets;
+    this.queueBudgetUsed = new Gauge({
+      name: "playbook_queue_budget_used_ratio",
+      help:
+        "For the run whose pod Kueue has held longest relative to its queueTimeout, in each namespace and LocalQueue: " +
+        "time queued so far over queueTimeout (1 = it ends QueueTimeout); runs without a queueTimeout are left out",
+      labelNames: ["namespace", "queue"],
+      registers,
+      collect() {
+        if (!queuedBudgets) return;
+        this.reset();
+        const most = new Map<string, { namespace: string; queue: string; ratio: number }>();
+        for (const run of queuedBudgets()) {
+          const key = `${run.namespace}/${run.queue}`;
+          if ((most.get(key)?.ratio ?? -1) < run.ratio) most.set(key, run);
+        }
+        for (const { namespace, queue, ratio } of most.values()) this.set({ namespace, queue }, ratio);
+      },
+    });
   }
 
   private perRun(labels: RunLabels): { namespace: string; playbook?: string } {
@@ -212,6 +256,7 @@ export class ControllerMetrics extends RuntimeMetrics {
     for (const limit of LIMIT_REASONS) this.limitFiredTotal.inc({ ...per, limit }, 0);
     for (const field of POLICY_FIELDS) this.policyRefusals.inc({ namespace: labels.namespace, field }, 0);
     for (const why of DISTRUST_WHYS) this.untrustedReports.inc({ namespace: labels.namespace, why }, 0);
+    this.runsPreempted.inc({ namespace: labels.namespace, reason: "Preempted" }, 0);
     // A histogram series that first appears holding its first observation hides it from
     // increase(), as a counter's does: the series `playbook advise --prometheus` reads, the ones a
     // successful run fills, start at 0 (the run's, and each task's when the task label is on).
@@ -231,6 +276,16 @@ export class ControllerMetrics extends RuntimeMetrics {
     if (this.zeroed.has(key)) return;
     this.zeroed.add(key);
     histogram.zero(labels);
+  }
+
+  /** Kueue stopped a run's pod: counted once, with the status write that decided what follows. */
+  recordPreempted(namespace: string, reason: string): void {
+    this.runsPreempted.inc({ namespace, reason });
+  }
+
+  /** Kueue admitted a run's pod after `waitSeconds` in `queue`. */
+  recordAdmitted(namespace: string, queue: string, waitSeconds: number): void {
+    this.queueWait.observe({ namespace, queue }, waitSeconds);
   }
 
   /** Counts a run once, when its terminal status was written. */

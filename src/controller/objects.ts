@@ -36,6 +36,7 @@ export const MetaSchema = z.looseObject({
   labels: z.record(z.string(), z.string()).optional(),
   annotations: z.record(z.string(), z.string()).optional(),
   ownerReferences: z.array(OwnerReferenceSchema).optional(),
+  finalizers: z.array(z.string()).nullable().optional(),
 });
 export type Meta = z.infer<typeof MetaSchema>;
 
@@ -54,6 +55,8 @@ export type OwnedMetadata = {
     controller: true;
     blockOwnerDeletion: true;
   }[];
+  /** The controller's own finalizer on a pod that goes through Kueue (kueue/kueue-finalizer.ts). */
+  finalizers?: string[];
 };
 
 const TerminatedSchema = z.looseObject({

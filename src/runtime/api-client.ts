@@ -22,6 +22,7 @@ export const IDLE_SOCKET_MS = 30_000;
 export const MAX_THROTTLED_RETRIES = 10;
 const USER_AGENT = "playbook-controller";
 const JSON_PATCH = "application/json-patch+json";
+const STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json";
 
 /** Per-call options: the call also ends when the signal aborts (as well as at its deadline). */
 export interface CallOptions {
@@ -137,6 +138,23 @@ export class ApiClient {
       path: podPath(args.namespace, args.name),
       body: args.body,
       contentType: JSON_PATCH,
+      options,
+    });
+  }
+
+  /**
+   * Takes one finalizer off a pod, whatever else its list holds (a strategic merge patch's
+   * $deleteFromPrimitiveList: no index to race with another finalizer's removal).
+   */
+  removePodFinalizer(
+    args: { name: string; namespace: string; finalizer: string },
+    options?: CallOptions,
+  ): Promise<unknown> {
+    return this.call({
+      method: "PATCH",
+      path: podPath(args.namespace, args.name),
+      body: { metadata: { "$deleteFromPrimitiveList/finalizers": [args.finalizer] } },
+      contentType: STRATEGIC_MERGE_PATCH,
       options,
     });
   }

@@ -36,6 +36,9 @@ const NAMESPACED = [
   "playbook_cron_runs_missed_total",
   "playbook_cron_schedule_delay_seconds",
   "playbook_cron_stale",
+  "playbook_runs_preempted_total",
+  "playbook_queue_wait_seconds",
+  "playbook_queue_budget_used_ratio",
 ];
 
 describe("the Playbooks: timeouts dashboard", () => {
@@ -147,6 +150,9 @@ describe("the Playbooks: timeouts dashboard", () => {
       "playbook_cron_runs_missed_total",
       "playbook_cron_schedule_delay_seconds_bucket",
       "playbook_cron_stale",
+      "playbook_runs_preempted_total",
+      "playbook_queue_wait_seconds_bucket",
+      "playbook_queue_budget_used_ratio",
     ])
       expect(used).toContain(name);
   });

@@ -54,6 +54,7 @@ describe("the alert rules", () => {
       "PlaybookRunCeilingHit",
       "PlaybookPodDeadlineExceeded",
       "PlaybookRunsLost",
+      "PlaybookQueuedNearQueueTimeout",
       "PlaybookReportsUntrusted",
       "PlaybookCronMissedRuns",
       "PlaybookCronStale",

@@ -114,6 +114,8 @@ rules:
   - apiGroups: [playbook.dev]
     resources: [playbookpolicies/status]
     verbs: [update]
+  # patch: a cancel lowers a pod's activeDeadlineSeconds; the controller's finalizer on a pod that
+  # goes through Kueue (playbook.dev/read-before-delete) comes off once its end is read.
   - apiGroups: [""]
     resources: [pods]
     verbs: [get, list, watch, create, delete, patch]

@@ -3,12 +3,12 @@
 // when queueTimeout passes it ends QueueTimeout and the pod is deleted, so its Workload leaves the
 // queue. Pure: the Workloads come in with the decision's input (docs/kueue.md).
 import { setCondition } from "../../api/conditions.js";
-import { formatDuration } from "../../api/duration.js";
+import { formatDuration, parseDuration } from "../../api/duration.js";
 import type { PlaybookStatus } from "../../api/playbook.js";
 import { type Decision, progress, type RunState, settle } from "../decision.js";
 import type { PodView } from "../objects.js";
 import { QUEUED_REASON } from "../policy/policy-queue.js";
-import { SUCCEEDED, settledStatus } from "../status.js";
+import { isFinished, SUCCEEDED, settledStatus } from "../status.js";
 import {
   KUEUE_ADMISSION_GATE,
   KUEUE_QUEUE_LABEL,
@@ -174,4 +174,49 @@ function decideQueueTimeout(state: RunState, pod: PodView, workload: WorkloadVie
       ? []
       : [{ type: "deletePod", name: pod.metadata.name, why: "finished" }],
   });
+}
+
+/**
+ * Kueue admitted the run's pod since the status last showed it (Queued with this pod, or a pod the
+ * status does not name yet): its LocalQueue and how long it waited, from its creation to the
+ * admission, for playbook_queue_wait_seconds. Counted with the status write that follows it.
+ */
+export function admissionSeen(
+  previous: PlaybookStatus,
+  pod: PodView,
+  admitted: number | undefined,
+): { queue: string; waitSeconds: number } | undefined {
+  const queue = pod.metadata.labels?.[KUEUE_QUEUE_LABEL];
+  const created = Date.parse(pod.metadata.creationTimestamp ?? "");
+  if (queue === undefined || admitted === undefined || Number.isNaN(created)) return undefined;
+  const shown = previous.conditions?.find((c) => c.type === SUCCEEDED);
+  const wasQueued = previous.podName === pod.metadata.name && shown?.reason === QUEUED_REASON;
+  if (!wasQueued && previous.podName === pod.metadata.name) return undefined;
+  return { queue, waitSeconds: Math.max(0, admitted - created) / 1000 };
+}
+
+/**
+ * How long the pod waited in Kueue's queue (creation to admission), in ms; 0 when it did not go
+ * through Kueue or its admission is not known. The run's ceiling does not count that time.
+ */
+export function queuedMs(pod: PodView, admitted: number | undefined): number {
+  const created = Date.parse(pod.metadata.creationTimestamp ?? "");
+  if (admitted === undefined || Number.isNaN(created)) return 0;
+  return Math.max(0, admitted - created);
+}
+
+/**
+ * For a run whose pod Kueue holds (status.queuedSince) under a queueTimeout: its queue and the
+ * share of that budget used at `now` (playbook_queue_budget_used_ratio); undefined otherwise.
+ */
+export function queueBudgetUsed(
+  status: PlaybookStatus | undefined,
+  now: Date,
+): { queue: string; ratio: number } | undefined {
+  const since = Date.parse(status?.queuedSince ?? "");
+  const budget = status?.limits?.queueTimeout?.value;
+  if (!status || isFinished(status) || Number.isNaN(since) || !budget) return undefined;
+  const budgetMs = parseDuration(budget);
+  if (!(budgetMs > 0)) return undefined;
+  return { queue: status.queue?.name ?? "", ratio: Math.max(0, now.getTime() - since) / budgetMs };
 }

@@ -4,7 +4,15 @@ import { formatDuration } from "../../api/duration.js";
 import type { ResolvedLimits } from "../../api/limits.js";
 import type { PlaybookStatus } from "../../api/playbook.js";
 import { BACKSTOP_SLACK_MS, type Decision, progress, type RunState, settle } from "../decision.js";
-import { admittedAt, decideHeldPod, heldByKueue, workloadOf } from "../kueue/kueue-hold.js";
+import {
+  admissionSeen,
+  admittedAt,
+  decideHeldPod,
+  heldByKueue,
+  queuedMs,
+  workloadOf,
+} from "../kueue/kueue-hold.js";
+import { kueueStopOf } from "../kueue/kueue-preemption.js";
 import { type PodView, RUNNER_CONTAINER } from "../objects.js";
 import { type NodeSilence, nodeSilenceOf } from "../pods/node-lost.js";
 import { DEADLINE_MARGIN_SECONDS, finallyWindowSeconds } from "../pods/pod-builder.js";
@@ -23,9 +31,10 @@ export function decideActivePod(state: RunState, pod: PodView): Decision {
   // is pending, whatever its phase, and its start timeout counts.
   const running = podStarted(pod);
   const admitted = admittedAt(pod, workloadOf(pod, state.input.workloads));
-  // Time in Kueue's queue is not the run's: its ceiling counts from the admission at the earliest,
-  // as the pod's activeDeadlineSeconds and the runner's clock do.
-  const ceilingFrom = Math.max(Date.parse(startTime), admitted ?? 0);
+  // Time in Kueue's queue is not the run's: the runner counts what was left of the ceiling at the
+  // pod's creation from its own start, as the pod's activeDeadlineSeconds does, so this pod's queue
+  // time moves the end. A pod re-created after a preemption does not restart the ceiling.
+  const ceilingFrom = Date.parse(startTime) + queuedMs(pod, admitted);
   const endsAt = ceilingFrom + base.limits.ceiling.ms + base.limits.killGrace.ms;
   // A started run may go on past its main tasks' end for its finally tasks' window, as its pod's
   // activeDeadlineSeconds does; a pod that never started runs no finally task.
@@ -46,7 +55,7 @@ export function decideActivePod(state: RunState, pod: PodView): Decision {
   const next = progressStatus(base, {
     phase: running ? "Running" : "Pending",
     message: running
-      ? `pod ${pod.metadata.name} is running (attempt ${attempts})${pod.metadata.deletionTimestamp ? "; it is being deleted" : ""}${silence ? `; its node ${silence.node} stopped reporting` : ""}`
+      ? `pod ${pod.metadata.name} is running (attempt ${attempts})${stopping(pod)}${silence ? `; its node ${silence.node} stopped reporting` : ""}`
       : pendingMessage(pod.metadata.name, attempts, hold),
     startTime,
     podName: pod.metadata.name,
@@ -55,14 +64,29 @@ export function decideActivePod(state: RunState, pod: PodView): Decision {
   const lookAgainAt = running
     ? Math.min(backstopAt, silence?.lostAt ?? backstopAt)
     : Math.min(endsAt, startBy ?? endsAt);
+  const admission = admissionSeen(base.previous, pod, admitted);
+  if (admission) {
+    // Admitted: the queue time is over (playbook_queue_wait_seconds takes it with this write).
+    delete next.queuedSince;
+  }
   const look = running ? state.input.progress : undefined;
   const known = { runStart: startTime, runnerStartedAt: runnerStartedAt(pod, startTime), now: now.getTime() };
   const live = look ? liveProgress(base.previous, base.limits, look, known, state.taskImages) : undefined;
-  if (!look || !live?.ok) return progress(base, next, { requeueAfterMs: lookAgainAt - now.getTime() });
-  return progress(base, withLiveTasks(next, live), {
-    requeueAfterMs: lookAgainAt - now.getTime(),
-    progressTaken: { podUID: look.podUID, ...live.taken },
-  });
+  const decision =
+    !look || !live?.ok
+      ? progress(base, next, { requeueAfterMs: lookAgainAt - now.getTime() })
+      : progress(base, withLiveTasks(next, live), {
+          requeueAfterMs: lookAgainAt - now.getTime(),
+          progressTaken: { podUID: look.podUID, ...live.taken },
+        });
+  return admission && decision.status ? { ...decision, admitted: admission } : decision;
+}
+
+/** "; it is being deleted", with Kueue's words when Kueue is stopping it (kueue-preemption.ts). */
+function stopping(pod: PodView): string {
+  const stop = kueueStopOf(pod);
+  if (stop) return `; Kueue is stopping it: ${stop.condition}${stop.message ? `: ${stop.message}` : ""}`;
+  return pod.metadata.deletionTimestamp ? "; it is being deleted" : "";
 }
 
 /**

@@ -2,6 +2,7 @@
 // deletion did, or the run was cancelled.
 import type { ReportContext } from "../../api/report.js";
 import { BACKSTOP_SLACK_MS, type Decision, progress, type RunState, settle } from "../decision.js";
+import { decideStoppedByKueue, endedByKueue, kueueStopOf } from "../kueue/kueue-preemption.js";
 import type { PodView } from "../objects.js";
 import { terminationGraceSeconds } from "../pods/pod-builder.js";
 import {
@@ -54,9 +55,6 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
   const podName = pod.metadata.name;
   const run = { startTime: state.startTime, podName, podAttempts: state.attempts };
   const context = reportContext(state, pod);
-  const disruption = disruptionOf(pod);
-  // A cancelled run is not re-created after a disruption: the cancel decides its end.
-  if (disruption && !state.cancel) return decideLost(state, `pod ${podName} ${disruption}`);
   const read = readReport(pod, {
     names: spec.tasks.map((task) => task.name),
     images: state.taskImages,
@@ -64,6 +62,12 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
     finallyImages: state.finallyImages,
     runStart: state.startTime,
   });
+  // Kueue stopped the pod (preemption, eviction): never a task's failure, and the cancel decides a cancelled run.
+  const stop = kueueStopOf(pod);
+  if (stop && !state.cancel && endedByKueue(read)) return decideStoppedByKueue(state, pod, stop, read);
+  const disruption = disruptionOf(pod);
+  // A cancelled run is not re-created after a disruption: the cancel decides its end.
+  if (disruption && !state.cancel) return decideLost(state, `pod ${podName} ${disruption}`);
   if (pod.status?.reason === "DeadlineExceeded" && state.cancel) return decideCancelledPod(state, pod, read);
   if (pod.status?.reason === "DeadlineExceeded" && !reportedBeforeDeadline(read, pod)) {
     // A trusted report's tasks, as far as it got; without one, status shows progress (no outcome).

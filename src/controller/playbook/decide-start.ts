@@ -69,57 +69,78 @@ export function decideFirstPod(state: RunState): Decision {
 export function decideLost(state: RunState, what: string): Decision {
   const { base } = state;
   const { backoffLimit } = state.pod;
-  const ceilingAt = Date.parse(state.startTime) + base.limits.ceiling.ms;
-  if (ceilingAt <= state.input.now.getTime()) {
-    // A new pod would have no time left: the ceiling, not the loss, ends the run.
-    const message = `the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) passed; ${what}`;
-    const next = settledStatus(base, {
-      reason: "RunCeiling",
-      message,
-    });
-    return settle(base, next, "RunCeiling");
+  const ended = ceilingPassed(state, what);
+  if (ended) return ended;
+  // Pods re-created after a preemption spent no attempt of backoffLimit (kueue-preemption.ts).
+  const preemptions = base.previous.preemptions ?? 0;
+  if (state.attempts - 1 - preemptions < backoffLimit) {
+    return nextPod(state, {}, (action, attempt) => [
+      {
+        type: "Warning",
+        reason: "PodLost",
+        message: `${capitalise(what)}; created pod ${action.pod.metadata.name} (attempt ${attempt} of ${backoffLimit + 1 + preemptions}), the ceiling still counts from ${state.startTime}`,
+      },
+    ]);
   }
-  if (state.attempts - 1 < backoffLimit) {
-    const attempt = state.attempts + 1;
-    const name = attemptPodName(state.input, attempt);
-    if (name === undefined) return decideNamesTaken(state, attempt);
-    const refused = policyRefusal(state, attempt);
-    if (refused) return refused;
-    const action = createPodAction(state, attempt, new Date(state.startTime), name);
-    // The new pod runs the plan from its first task: the lost pod's live progress is not its.
-    const { tasks: _tasks, currentTask: _current, ...fresh } = base.previous;
-    const next: PlaybookStatus = {
-      ...progressStatus(
-        { ...base, previous: fresh },
-        {
-          phase: "Pending",
-          message: pendingMessage(action.pod.metadata.name, attempt),
-          startTime: state.startTime,
-          podName: action.pod.metadata.name,
-          podAttempts: attempt,
-        },
-      ),
-      planDigest: action.planDigest,
-    };
-    return progress(base, next, {
-      actions: [action],
-      events: [
-        {
-          type: "Warning",
-          reason: "PodLost",
-          message: `${capitalise(what)}; created pod ${action.pod.metadata.name} (attempt ${attempt} of ${backoffLimit + 1}), the ceiling still counts from ${state.startTime}`,
-        },
-        ...nameTakenEvents(state.input, attempt, name),
-        podCreatedEvent(state, action),
-      ],
-    });
-  }
-  const message = `${what}; the pod was lost ${state.attempts} time${state.attempts === 1 ? "" : "s"}, more than backoffLimit ${backoffLimit} allows`;
+  const losses = state.attempts - preemptions;
+  const message = `${what}; the pod was lost ${losses} time${losses === 1 ? "" : "s"}, more than backoffLimit ${backoffLimit} allows`;
   const next = settledStatus(base, {
     reason: "PodLost",
     message,
   });
   return settle(base, next, "PodLost");
+}
+
+/** The run's ceiling passed: a new pod would have no time left, so the ceiling, not `what`, ends the run. */
+export function ceilingPassed(state: RunState, what: string): Decision | undefined {
+  const { base } = state;
+  const ceilingAt = Date.parse(state.startTime) + base.limits.ceiling.ms;
+  if (ceilingAt > state.input.now.getTime()) return undefined;
+  const message = `the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) passed; ${what}`;
+  return settle(base, settledStatus(base, { reason: "RunCeiling", message }), "RunCeiling");
+}
+
+/**
+ * The run's next pod after its pod was lost or preempted: it runs the plan from its first task,
+ * the ceiling still counting from the run's start. `said` are the events that say why, before the
+ * pod's own; `extra` goes on the status (preemptions).
+ */
+export function nextPod(
+  state: RunState,
+  extra: Pick<PlaybookStatus, "preemptions">,
+  said: (action: Action & { type: "createPod" }, attempt: number) => RecordedEvent[],
+): Decision {
+  const { base } = state;
+  const attempt = state.attempts + 1;
+  const name = attemptPodName(state.input, attempt);
+  if (name === undefined) return decideNamesTaken(state, attempt);
+  const refused = policyRefusal(state, attempt);
+  if (refused) return refused;
+  const action = createPodAction(state, attempt, new Date(state.startTime), name);
+  // The new pod runs the plan from its first task: the lost pod's live progress is not its.
+  const { tasks: _tasks, currentTask: _current, ...fresh } = base.previous;
+  const next: PlaybookStatus = {
+    ...progressStatus(
+      { ...base, previous: fresh },
+      {
+        phase: "Pending",
+        message: pendingMessage(action.pod.metadata.name, attempt),
+        startTime: state.startTime,
+        podName: action.pod.metadata.name,
+        podAttempts: attempt,
+      },
+    ),
+    ...extra,
+    planDigest: action.planDigest,
+  };
+  return progress(base, next, {
+    actions: [action],
+    events: [
+      ...said(action, attempt),
+      ...nameTakenEvents(state.input, attempt, name),
+      podCreatedEvent(state, action),
+    ],
+  });
 }
 
 /**

@@ -17,6 +17,7 @@ import {
   type RunState,
   settle,
 } from "../decision.js";
+import { releaseActions } from "../kueue/kueue-finalizer.js";
 import { queueStatus } from "../kueue/kueue-pod.js";
 import { type PodView, podAttemptOf, type StoredPlaybook } from "../objects.js";
 import type { FinishedRun } from "../pods/finished-run.js";
@@ -47,6 +48,13 @@ export type { Action, Decision, FinishedRun, ReconcileInput, ReconcileSettings }
 
 /** The whole decision for one Playbook: which plan governs its run, then the decision against it. */
 export function decide(stored: ReconcileInput): Decision {
+  const decision = decideOnce(stored);
+  // The finalizer comes off the pods the status on record shows the controller done with.
+  const releases = releaseActions(stored.playbook.status, stored.pods);
+  return releases.length > 0 ? { ...decision, actions: [...decision.actions, ...releases] } : decision;
+}
+
+function decideOnce(stored: ReconcileInput): Decision {
   const input = withUnrecordedStart(stored);
   const previous = input.playbook.status ?? {};
   // A finished run that recorded no pod UID (one finished before the record existed) is not sorted.

@@ -10,6 +10,7 @@ import type { Clock } from "../../runtime/clock.js";
 import { EventRecorder, type EventTarget, eventApiOf } from "../../runtime/events.js";
 import type { KubeClients } from "../../runtime/kube-config.js";
 import type { Action, Decision, StartRecord } from "../decision.js";
+import { PREEMPTION_FINALIZER } from "../kueue/kueue-names.js";
 import type { ControllerMetrics } from "../metrics.js";
 import { type PodView, parsePod, type StoredPlaybook } from "../objects.js";
 import { builtPodDifference } from "../pods/built-pod-difference.js";
@@ -150,6 +151,11 @@ export class PlaybookWriter {
     }
     if (status) {
       await this.writeStatus(playbook, status);
+      if (decision.preempted) this.deps.metrics.recordPreempted(target.namespace, decision.preempted.reason);
+      if (decision.admitted) {
+        const { queue, waitSeconds } = decision.admitted;
+        this.deps.metrics.recordAdmitted(target.namespace, queue, waitSeconds);
+      }
       if (decision.finished) this.deps.metrics.recordFinished(decision.finished, labels);
       else this.deps.metrics.recordStarted(labels);
     } else if (decision.actions.some((action) => action.type === "createPod")) {
@@ -208,6 +214,9 @@ export class PlaybookWriter {
         return this.createPod(action, target);
       case "deletePod":
         return this.deletePod(action, target);
+      case "releasePod":
+        await this.releasePod(target.namespace, action.name);
+        return undefined;
       default:
         await this.lowerDeadline(action, target);
         return undefined;
@@ -357,6 +366,19 @@ export class PlaybookWriter {
     const created = Date.parse(existing.metadata.creationTimestamp ?? "");
     const since = Number.isNaN(created) ? 0 : Math.max(0, this.deps.clock.now().getTime() - created);
     return builtPodDifference(existing, action.pod, since + CREATE_SKEW_MS);
+  }
+
+  /** Takes the controller's finalizer off a pod it is done with (kueue/kueue-finalizer.ts); a pod gone already is fine. */
+  async releasePod(namespace: string, name: string): Promise<void> {
+    try {
+      await this.deps.clients.api.removePodFinalizer(
+        { name, namespace, finalizer: PREEMPTION_FINALIZER },
+        { signal: this.leading.signal },
+      );
+      this.deps.log.info({ namespace, pod: name }, "Released Pod");
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+    }
   }
 
   private async deletePod(action: Action & { type: "deletePod" }, target: EventTarget): Promise<undefined> {

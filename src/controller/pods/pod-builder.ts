@@ -29,6 +29,7 @@ import {
   taskContainersEnv,
   taskUidsEnv,
 } from "../../api/task-images.js";
+import { PREEMPTION_FINALIZER } from "../kueue/kueue-names.js";
 import { kueueLabels, queuedTaskResources } from "../kueue/kueue-pod.js";
 import {
   ANNOTATION_RUN_START,
@@ -322,6 +323,8 @@ export function buildPod(request: PodRequest): PodManifest {
           blockOwnerDeletion: true,
         },
       ],
+      // Through Kueue: kept until the controller has read the pod's end (Kueue deletes a pod it preempts).
+      ...(settings.queue ? { finalizers: [PREEMPTION_FINALIZER] } : {}),
     },
     spec: podSpec,
   };
