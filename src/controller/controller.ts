@@ -96,6 +96,12 @@ export class PlaybookController {
   private readonly agentDelivery: AgentDeliveryWatch;
   private readonly playbooks = new Map<string, Informer<StoredPlaybook>>();
   private readonly pods = new Map<string, Informer<PodView>>();
+  /**
+   * Pods being deleted that hold the controller's finalizer and whose Playbook (by UID) is gone,
+   * by pod key: the pass for the owner's name releases them, whether or not a Playbook of that
+   * name exists again.
+   */
+  private readonly orphans = new Set<string>();
   private readonly governor: PolicyGovernor;
   /** When each running run's progress was last read (--progress-interval). */
   private readonly progress: ProgressLooks;
@@ -466,8 +472,10 @@ export class PlaybookController {
       for (const owner of owners) this.queue.add(keyOf(owner.metadata));
       // Its Playbook is gone: the pass for its name takes the controller's finalizer off.
       const owner = pod.metadata.ownerReferences?.find((ref) => ref.controller && ref.kind === KIND);
-      if (owner && orphanToRelease(pod, owners.length > 0))
+      if (owner && orphanToRelease(pod, owners.length > 0)) {
+        this.orphans.add(keyOf(pod.metadata));
         this.queue.add(keyOf({ namespace: pod.metadata.namespace ?? "", name: owner.name }));
+      }
     };
     informer.addHandlers({
       onUpsert: (pod, old) => {
@@ -599,9 +607,11 @@ export class PlaybookController {
   private async reconcileKey(key: string): Promise<{ requeueAfterMs?: number; waited?: true }> {
     const { namespace } = splitKey(key);
     const playbook = this.informerFor(this.playbooks, namespace)?.get(key);
+    // A deleted Playbook's pods, even when a new Playbook has taken its name.
+    if (this.orphans.size > 0)
+      await this.releaseOrphans(namespace, splitKey(key).name, playbook?.metadata.uid);
     if (!playbook) {
       this.progress.forget(key);
-      await this.releaseOrphans(namespace, splitKey(key).name);
       return {};
     }
     // The watch event of this controller's own last write re-queues the key when it arrives.
@@ -630,13 +640,18 @@ export class PlaybookController {
 
   /**
    * The pods of a deleted Playbook that still carry the controller's finalizer, once the garbage
-   * collector deletes them: nobody is left to read them, so the finalizer comes off.
+   * collector deletes them: nobody is left to read them, so the finalizer comes off. `liveUid`: the
+   * Playbook of that name now, if any, whose own pods are not orphans.
    */
-  private async releaseOrphans(namespace: string, name: string): Promise<void> {
-    for (const pod of this.podsIn(namespace)) {
-      const owner = pod.metadata.ownerReferences?.find((ref) => ref.controller && ref.kind === KIND);
-      if (owner?.name !== name || !orphanToRelease(pod, false)) continue;
-      await this.writer.releasePod(namespace, pod.metadata.name);
+  private async releaseOrphans(namespace: string, name: string, liveUid: string | undefined): Promise<void> {
+    for (const podKey of [...this.orphans]) {
+      const pod = this.informerFor(this.pods, splitKey(podKey).namespace)?.get(podKey);
+      const owner = pod?.metadata.ownerReferences?.find((ref) => ref.controller && ref.kind === KIND);
+      if (pod && (pod.metadata.namespace !== namespace || owner?.name !== name)) continue;
+      // Kept until released: a failed release fails the pass, which is retried.
+      if (pod && owner?.uid !== liveUid && orphanToRelease(pod, false))
+        await this.writer.releasePod(namespace, pod.metadata.name);
+      this.orphans.delete(podKey);
     }
   }
 

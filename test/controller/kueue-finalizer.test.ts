@@ -129,4 +129,25 @@ describe("the controller's finalizer on a pod that goes through Kueue", () => {
       60_000,
     );
   });
+  it("comes off the pods of a deleted Playbook when a new one has taken its name at once", async () => {
+    const ns = await namespaceWithController("pb-kueue-again");
+    const old = await createPlaybook(ns, "app", RUN);
+    await startPod(core, await scheduledPod(core, ns, "app-1"));
+    await waitForPlaybook(ns, "app", "to run", (pb) => pb.status?.phase === "Running");
+    await custom.deleteNamespacedCustomObject({
+      group: "playbook.dev",
+      version: "v1alpha1",
+      namespace: ns,
+      plural: "playbooks",
+      name: "app",
+    });
+    const again = await createPlaybook(ns, "app", RUN);
+    expect(again.metadata.uid).not.toBe(old.metadata.uid);
+    // The old pod is the old Playbook's (by UID): the new one neither reads it nor keeps it.
+    await eventually(
+      "the deleted Playbook's pod to be gone",
+      async () => ((await finalizersOf(ns, "app-1")) === "gone" ? true : undefined),
+      60_000,
+    );
+  });
 });
