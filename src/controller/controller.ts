@@ -19,6 +19,7 @@ import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js"
 import { CronController } from "./cron/cron-controller.js";
 import type { CronMetricsSink } from "./cron/cron-writer.js";
 import type { ReconcileInput, ReconcileSettings } from "./decision.js";
+import { WorkloadCache } from "./kueue/workload-cache.js";
 import { ControllerMetrics } from "./metrics.js";
 import {
   keyOf,
@@ -95,6 +96,8 @@ export class PlaybookController {
   private readonly playbooks = new Map<string, Informer<StoredPlaybook>>();
   private readonly pods = new Map<string, Informer<PodView>>();
   private readonly governor: PolicyGovernor;
+  /** Kueue's Workloads of the runs' pods, with --kueue (kueue/workload-cache.ts). */
+  private readonly workloads: WorkloadCache | undefined;
   /** When each running run's progress was last read (--progress-interval). */
   private readonly progress: ProgressLooks;
   /** CronPlaybooks: their own informer and queue, fed the runs from this controller's Playbook cache. */
@@ -157,6 +160,21 @@ export class PlaybookController {
       },
     });
     this.governor = this.policyGovernor(namespaces);
+    this.workloads = deps.config.kueue
+      ? new WorkloadCache({
+          namespaces,
+          api: deps.clients.api,
+          log: deps.log,
+          watchTimeoutMs: deps.config.watchTimeout,
+          onChange: (namespace, podName) => {
+            const pod = this.informerFor(this.pods, namespace)?.get(keyOf({ namespace, name: podName }));
+            if (pod) this.wakeOwner(pod);
+          },
+          onProblemChange: () => this.noteReadiness(),
+          onReconnect: (cause) => this.metrics.watchReconnects.inc({ resource: "workloads", cause }),
+          onRelist: () => this.metrics.watchRelists.inc({ resource: "workloads" }),
+        })
+      : undefined;
     this.cron = new CronController({
       namespaces,
       clients: deps.clients,
@@ -202,6 +220,7 @@ export class PlaybookController {
     for (const [namespace, informer] of this.governor.informers)
       problems.push(...describeProblem("playbookpolicies", namespace, informer));
     problems.push(...this.cron.problems());
+    problems.push(...(this.workloads?.problems() ?? []));
     return problems.length === 0
       ? { ready: true, reason: "ok" }
       : { ready: false, reason: problems.join("; ") };
@@ -243,6 +262,7 @@ export class PlaybookController {
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
     await this.agentDelivery.start();
+    await this.workloads?.start();
     for (const informer of this.informers()) informer.start();
     const stopped = new Promise<void>((resolve) =>
       this.stopping.signal.addEventListener("abort", () => resolve(), { once: true }),
@@ -252,6 +272,7 @@ export class PlaybookController {
       Promise.all([
         ...this.informers().map((informer) => informer.waitForSync()),
         this.agentDelivery.waitForSync(),
+        this.workloads?.waitForSync(),
       ]),
       stopped,
     ]);
@@ -345,6 +366,7 @@ export class PlaybookController {
     this.metrics.isLeader.set(0);
     await Promise.all(this.informers().map((informer) => informer.stop()));
     await this.agentDelivery.stop();
+    await this.workloads?.stop();
     await this.server?.close();
     this.log.info({}, "Stopped");
   }
@@ -456,10 +478,7 @@ export class PlaybookController {
     });
     const enqueueOwner = (pod: PodView) => {
       this.writer.sawPod(pod);
-      const index = ownerIndexOfPod(pod);
-      if (!index) return;
-      const owners = this.informerFor(this.playbooks, pod.metadata.namespace ?? "")?.byIndex(index) ?? [];
-      for (const owner of owners) this.queue.add(keyOf(owner.metadata));
+      this.wakeOwner(pod);
     };
     informer.addHandlers({
       onUpsert: (pod, old) => {
@@ -473,6 +492,14 @@ export class PlaybookController {
       },
     });
     return informer;
+  }
+
+  /** The Playbook that owns the pod looks again. */
+  private wakeOwner(pod: PodView): void {
+    const index = ownerIndexOfPod(pod);
+    if (!index) return;
+    const owners = this.informerFor(this.playbooks, pod.metadata.namespace ?? "")?.byIndex(index) ?? [];
+    for (const owner of owners) this.queue.add(keyOf(owner.metadata));
   }
 
   private informerFor<T>(map: Map<string, Informer<T>>, namespace: string): Informer<T> | undefined {
@@ -616,6 +643,7 @@ export class PlaybookController {
       ...input,
       rules: this.governor.rulesFor(playbook.metadata.namespace ?? ""),
       takenPodNames: this.takenPodNames(playbook),
+      ...(this.workloads ? { workloads: this.workloads.of(input.pods) } : {}),
       ...(start ? { unrecordedStart: start } : {}),
       ...(look ? { progress: look } : {}),
     };
