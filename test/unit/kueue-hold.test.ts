@@ -109,6 +109,11 @@ describe("a run whose pod Kueue holds", () => {
     });
     expect(decision.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "finished" }]);
     expect(decision.finished?.limit).toBe("QueueTimeout");
+    expect(decision.status).not.toHaveProperty("queuedSince");
+    // The LimitFired event names the limit, its value and its level, as the other limits' do.
+    expect(decision.events.find((e) => e.reason === "LimitFired")?.message).toBe(
+      `QueueTimeout fired: queue timeout 10m (source spec, spec.queueTimeout): ${succeeded(decision)?.message}`,
+    );
   });
 
   it("looks again by its queue deadline, however quiet Kueue is", () => {
@@ -205,6 +210,20 @@ describe("a pod Kueue admitted", () => {
     expect(before.finished).toBeUndefined();
     const after = decideAt(25 * 60, QUEUED_SPEC, [ungated()], [admitted(20 * 60)]);
     expect(succeeded(after)?.reason).toBe("StartTimeout");
+  });
+
+  it("says queuedSince only while queued: it goes once Kueue admits the pod", () => {
+    const queued = decideAt(10, QUEUED_SPEC, [gatedPod()], [NO_QUOTA]);
+    expect(queued.status?.queuedSince).toBe(T0.toISOString());
+    const next = decide({
+      playbook: playbook(QUEUED_SPEC, queued.status ?? undefined),
+      pods: [ungated()],
+      now: at(30),
+      settings: SETTINGS,
+      workloads: [admitted(20)],
+    });
+    expect(next.status?.phase).toBe("Pending");
+    expect(next.status).not.toHaveProperty("queuedSince");
   });
 
   it("is not ended for a ceiling its time in the queue would have used", () => {
