@@ -39,7 +39,7 @@ import { PROGRESS_LINES, ProgressLooks } from "./playbook/progress-looks.js";
 import { decide, decideRefusedPod } from "./playbook/reconcile.js";
 import { PlaybookWriter } from "./playbook/writer.js";
 import { alternatePodName, podNameFor } from "./pods/pod-builder.js";
-import { isPodFinished } from "./pods/pod-state.js";
+import { isPodPhaseTerminal } from "./pods/pod-state.js";
 import { PolicyGovernor } from "./policy/policy-governor.js";
 import { isQueued, slotState } from "./policy/policy-queue.js";
 import {
@@ -483,8 +483,9 @@ export class PlaybookController {
     informer.addHandlers({
       onUpsert: (pod, old) => {
         enqueueOwner(pod);
-        // A pod that ended frees its slot of the namespace's running-Playbooks cap.
-        if (isPodFinished(pod) && !(old && isPodFinished(old))) this.wakeQueued(pod.metadata.namespace ?? "");
+        // A pod whose phase turned terminal frees its slot of the namespace's running-Playbooks cap.
+        if (isPodPhaseTerminal(pod) && !(old && isPodPhaseTerminal(old)))
+          this.wakeQueued(pod.metadata.namespace ?? "");
       },
       onDelete: (pod) => {
         enqueueOwner(pod);
