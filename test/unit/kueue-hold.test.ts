@@ -85,6 +85,22 @@ describe("a run whose pod Kueue holds", () => {
     expect(decision.actions).toEqual([]);
   });
 
+  it("says the quota is reserved in the moment before Kueue writes Admitted", () => {
+    const reserved = workload([
+      {
+        type: "QuotaReserved",
+        status: "True",
+        reason: "QuotaReserved",
+        message: "Quota reserved in ClusterQueue team-a",
+        lastTransitionTime: at(25).toISOString(),
+      },
+    ]);
+    const decision = decideAt(26, QUEUED_SPEC, [gatedPod()], [reserved]);
+    expect(succeeded(decision)?.message).toContain(
+      "in LocalQueue team-a: QuotaReserved: Quota reserved in ClusterQueue team-a; queued 26s",
+    );
+  });
+
   it("says so when Kueue has made no Workload for the pod yet", () => {
     const decision = decideAt(5, QUEUED_SPEC, [gatedPod()]);
     expect(succeeded(decision)?.message).toContain("in LocalQueue team-a: no Workload seen for it yet");

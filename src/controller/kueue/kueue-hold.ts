@@ -57,7 +57,8 @@ export function workloadOf(
 /**
  * Kueue's own words on why the Workload waits: its QuotaReserved condition when it has no quota
  * yet (e.g. "couldn't assign flavors to pod set main: insufficient unused quota for cpu in
- * flavor default, 1 more needed"), else its Admitted one (admission checks pending).
+ * flavor default, 1 more needed"), else its Admitted one (admission checks pending), else the
+ * reservation itself while Kueue has not yet written Admitted.
  */
 export function kueueWords(
   workload: WorkloadView | undefined,
@@ -65,7 +66,9 @@ export function kueueWords(
   const conditions = workload?.status?.conditions ?? [];
   const quota = conditions.find((c) => c.type === WORKLOAD_QUOTA_RESERVED);
   const admitted = conditions.find((c) => c.type === WORKLOAD_ADMITTED);
-  const waiting = quota?.status !== "True" ? quota : admitted?.status !== "True" ? admitted : undefined;
+  // Quota reserved and no Admitted condition yet (the moment before admission): the reservation says it.
+  const waiting =
+    quota?.status !== "True" ? quota : admitted?.status !== "True" ? (admitted ?? quota) : undefined;
   if (!waiting?.reason && !waiting?.message) return undefined;
   return { reason: waiting.reason ?? "Pending", message: waiting.message ?? "" };
 }
