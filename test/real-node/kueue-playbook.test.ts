@@ -155,6 +155,10 @@ describe("Playbooks through Kueue on the real node", () => {
 
     expect(await watch.exited).toBe(0);
     say(`submit --watch printed:\n${watch.output()}`);
+    // Once Kueue has spoken, each later Queued line carries its words (the reservation, the
+    // admission before the gate goes), never "no word from Kueue".
+    const afterWords = watch.output().split("couldn't assign flavors").slice(1).join("");
+    expect(afterWords).not.toContain("has no word from Kueue yet");
     expect(watch.output()).toMatch(
       new RegExp(
         String.raw`playbook: ${namespace}/second Queued: pod second-1 \(attempt 1\) waits for Kueue's admission in LocalQueue ${queue}: Pending: couldn't assign flavors`,

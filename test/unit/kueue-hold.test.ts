@@ -101,6 +101,23 @@ describe("a run whose pod Kueue holds", () => {
     );
   });
 
+  it("says the pod is admitted in the moment before Kueue removes its gate", () => {
+    const admittedStill = workload([
+      {
+        type: "QuotaReserved",
+        status: "True",
+        reason: "QuotaReserved",
+        message: "Quota reserved in ClusterQueue team-a",
+      },
+      { type: "Admitted", status: "True", reason: "Admitted", message: "The workload is admitted" },
+    ]);
+    const decision = decideAt(27, QUEUED_SPEC, [gatedPod()], [admittedStill]);
+    expect(succeeded(decision)).toMatchObject({ status: "Unknown", reason: "Queued" });
+    expect(succeeded(decision)?.message).toBe(
+      `pod nightly-1 (attempt 1) is admitted by Kueue in LocalQueue team-a (Admitted: The workload is admitted); its admission gate is being removed; queued 27s (since ${T0.toISOString()})`,
+    );
+  });
+
   it("says so when Kueue has made no Workload for the pod yet", () => {
     const decision = decideAt(5, QUEUED_SPEC, [gatedPod()]);
     expect(succeeded(decision)?.message).toContain("in LocalQueue team-a: no Workload seen for it yet");
