@@ -330,7 +330,7 @@ export const PlaybookStatusSchema = z.looseObject({
       }),
     })
     .optional(),
-  /** While Kueue holds the run's pod: when that pod was created. */
+  /** While Kueue holds the run's pod: when that pod was created; gone once Kueue admits it or the run ends. */
   queuedSince: Time.optional(),
   /** While the run goes on: its running task as `index/count name` (e.g. `3/7 migrate`), from the runner's progress record */
   currentTask: z.string().optional(),

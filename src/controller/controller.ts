@@ -21,6 +21,7 @@ import type { CronMetricsSink } from "./cron/cron-writer.js";
 import type { ReconcileInput, ReconcileSettings } from "./decision.js";
 import { orphanToRelease } from "./kueue/kueue-finalizer.js";
 import { queueBudgetUsed } from "./kueue/kueue-hold.js";
+import { WorkloadCache } from "./kueue/workload-cache.js";
 import { ControllerMetrics } from "./metrics.js";
 import {
   keyOf,
@@ -40,7 +41,7 @@ import { PROGRESS_LINES, ProgressLooks } from "./playbook/progress-looks.js";
 import { decide, decideRefusedPod } from "./playbook/reconcile.js";
 import { PlaybookWriter } from "./playbook/writer.js";
 import { alternatePodName, podNameFor } from "./pods/pod-builder.js";
-import { isPodFinished } from "./pods/pod-state.js";
+import { isPodPhaseTerminal } from "./pods/pod-state.js";
 import { PolicyGovernor } from "./policy/policy-governor.js";
 import { isQueued, slotState } from "./policy/policy-queue.js";
 import {
@@ -103,6 +104,8 @@ export class PlaybookController {
    */
   private readonly orphans = new Set<string>();
   private readonly governor: PolicyGovernor;
+  /** Kueue's Workloads of the runs' pods, with --kueue (kueue/workload-cache.ts). */
+  private readonly workloads: WorkloadCache | undefined;
   /** When each running run's progress was last read (--progress-interval). */
   private readonly progress: ProgressLooks;
   /** CronPlaybooks: their own informer and queue, fed the runs from this controller's Playbook cache. */
@@ -167,6 +170,21 @@ export class PlaybookController {
       },
     });
     this.governor = this.policyGovernor(namespaces);
+    this.workloads = deps.config.kueue
+      ? new WorkloadCache({
+          namespaces,
+          api: deps.clients.api,
+          log: deps.log,
+          watchTimeoutMs: deps.config.watchTimeout,
+          onChange: (namespace, podName) => {
+            const pod = this.informerFor(this.pods, namespace)?.get(keyOf({ namespace, name: podName }));
+            if (pod) this.wakeOwner(pod);
+          },
+          onProblemChange: () => this.noteReadiness(),
+          onReconnect: (cause) => this.metrics.watchReconnects.inc({ resource: "workloads", cause }),
+          onRelist: () => this.metrics.watchRelists.inc({ resource: "workloads" }),
+        })
+      : undefined;
     this.cron = new CronController({
       namespaces,
       clients: deps.clients,
@@ -212,6 +230,7 @@ export class PlaybookController {
     for (const [namespace, informer] of this.governor.informers)
       problems.push(...describeProblem("playbookpolicies", namespace, informer));
     problems.push(...this.cron.problems());
+    problems.push(...(this.workloads?.problems() ?? []));
     return problems.length === 0
       ? { ready: true, reason: "ok" }
       : { ready: false, reason: problems.join("; ") };
@@ -253,6 +272,7 @@ export class PlaybookController {
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
     await this.agentDelivery.start();
+    await this.workloads?.start();
     for (const informer of this.informers()) informer.start();
     const stopped = new Promise<void>((resolve) =>
       this.stopping.signal.addEventListener("abort", () => resolve(), { once: true }),
@@ -262,6 +282,7 @@ export class PlaybookController {
       Promise.all([
         ...this.informers().map((informer) => informer.waitForSync()),
         this.agentDelivery.waitForSync(),
+        this.workloads?.waitForSync(),
       ]),
       stopped,
     ]);
@@ -355,6 +376,7 @@ export class PlaybookController {
     this.metrics.isLeader.set(0);
     await Promise.all(this.informers().map((informer) => informer.stop()));
     await this.agentDelivery.stop();
+    await this.workloads?.stop();
     await this.server?.close();
     this.log.info({}, "Stopped");
   }
@@ -466,22 +488,14 @@ export class PlaybookController {
     });
     const enqueueOwner = (pod: PodView) => {
       this.writer.sawPod(pod);
-      const index = ownerIndexOfPod(pod);
-      if (!index) return;
-      const owners = this.informerFor(this.playbooks, pod.metadata.namespace ?? "")?.byIndex(index) ?? [];
-      for (const owner of owners) this.queue.add(keyOf(owner.metadata));
-      // Its Playbook is gone: the pass for its name takes the controller's finalizer off.
-      const owner = pod.metadata.ownerReferences?.find((ref) => ref.controller && ref.kind === KIND);
-      if (owner && orphanToRelease(pod, owners.length > 0)) {
-        this.orphans.add(keyOf(pod.metadata));
-        this.queue.add(keyOf({ namespace: pod.metadata.namespace ?? "", name: owner.name }));
-      }
+      this.wakeOwner(pod);
     };
     informer.addHandlers({
       onUpsert: (pod, old) => {
         enqueueOwner(pod);
-        // A pod that ended frees its slot of the namespace's running-Playbooks cap.
-        if (isPodFinished(pod) && !(old && isPodFinished(old))) this.wakeQueued(pod.metadata.namespace ?? "");
+        // A pod whose phase turned terminal frees its slot of the namespace's running-Playbooks cap.
+        if (isPodPhaseTerminal(pod) && !(old && isPodPhaseTerminal(old)))
+          this.wakeQueued(pod.metadata.namespace ?? "");
       },
       onDelete: (pod) => {
         enqueueOwner(pod);
@@ -489,6 +503,20 @@ export class PlaybookController {
       },
     });
     return informer;
+  }
+
+  /** The Playbook that owns the pod looks again. */
+  private wakeOwner(pod: PodView): void {
+    const index = ownerIndexOfPod(pod);
+    if (!index) return;
+    const owners = this.informerFor(this.playbooks, pod.metadata.namespace ?? "")?.byIndex(index) ?? [];
+    for (const owner of owners) this.queue.add(keyOf(owner.metadata));
+    // Its Playbook is gone: the pass for its name takes the controller's finalizer off.
+    const owner = pod.metadata.ownerReferences?.find((ref) => ref.controller && ref.kind === KIND);
+    if (owner && orphanToRelease(pod, owners.length > 0)) {
+      this.orphans.add(keyOf(pod.metadata));
+      this.queue.add(keyOf({ namespace: pod.metadata.namespace ?? "", name: owner.name }));
+    }
   }
 
   private informerFor<T>(map: Map<string, Informer<T>>, namespace: string): Informer<T> | undefined {
@@ -663,6 +691,7 @@ export class PlaybookController {
       ...input,
       rules: this.governor.rulesFor(playbook.metadata.namespace ?? ""),
       takenPodNames: this.takenPodNames(playbook),
+      ...(this.workloads ? { workloads: this.workloads.of(input.pods) } : {}),
       ...(start ? { unrecordedStart: start } : {}),
       ...(look ? { progress: look } : {}),
     };

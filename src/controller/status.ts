@@ -45,8 +45,10 @@ export function progressStatus(
     base.now,
     base.generation,
   );
+  // queuedSince is said only while Kueue holds the pod (kueue-hold.ts): past its admission it goes.
+  const { queuedSince: _admitted, ...previous } = base.previous;
   const status: PlaybookStatus = {
-    ...base.previous,
+    ...previous,
     phase: progress.phase,
     startTime: progress.startTime,
     podName: progress.podName,
@@ -111,7 +113,7 @@ export function runStatusFromReport(
     context,
   );
   // The live progress's current task ends with the run; its tasks give way to the report's.
-  const { currentTask: _current, ...previous } = base.previous;
+  const { currentTask: _current, queuedSince: _queued, ...previous } = base.previous;
   const status: PlaybookStatus = {
     ...previous,
     ...settled,
@@ -142,7 +144,7 @@ export function settledStatus(
     base.now,
     base.generation,
   );
-  const { currentTask: _current, ...previous } = base.previous;
+  const { currentTask: _current, queuedSince: _queued, ...previous } = base.previous;
   const status: PlaybookStatus = {
     ...previous,
     phase: outcome.phase ?? (outcome.reason === "Cancelled" ? "Cancelled" : "Failed"),

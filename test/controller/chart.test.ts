@@ -111,6 +111,9 @@ describe("the Helm chart", () => {
         "metrics.prometheusRule.force=true",
         "dashboards.enabled=true",
         "config.namespaces={a,b}",
+        "config.kueue=true",
+        "config.defaultQueueName=team-a",
+        "config.defaultQueueTimeout=1h",
       ]),
     ]);
     expect(everything.stdout).toContain("1 chart(s) linted, 0 chart(s) failed");
@@ -255,6 +258,59 @@ describe("the Helm chart", () => {
       (o) => o.kind === "ClusterRole" && o.metadata.name.endsWith("-nodes"),
     ) as unknown as { rules: unknown[] };
     expect(nodes.rules).toEqual([{ apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch"] }]);
+  });
+
+  it("reads Kueue's Workloads only with config.kueue: the flags passed on, get/list/watch on workloads in every role", async () => {
+    type Role = Rendered & { rules: { apiGroups: string[]; resources: string[]; verbs: string[] }[] };
+    type Deployment = Rendered & { spec: { template: { spec: { containers: { args: string[] }[] } } } };
+    const workloadRules = (objects: Rendered[]) =>
+      (objects.filter((o) => o.kind === "ClusterRole" || o.kind === "Role") as Role[]).flatMap((role) =>
+        role.rules
+          .filter((rule) => rule.apiGroups.includes("kueue.x-k8s.io"))
+          .map((rule) => ({
+            role: `${role.kind}/${role.metadata.namespace ?? ""}/${role.metadata.name}`,
+            ...rule,
+          })),
+      );
+    const argsOf = (objects: Rendered[]) =>
+      (objects.find((o) => o.kind === "Deployment") as Deployment).spec.template.spec.containers[0]?.args ??
+      [];
+
+    const plain = await template(namespace, []);
+    expect(workloadRules(plain.objects)).toEqual([]);
+    expect(argsOf(plain.objects).filter((arg) => /kueue|queue/.test(arg))).toEqual([]);
+
+    const withKueue = await template(namespace, [
+      "config.kueue=true",
+      "config.defaultQueueName=team-a",
+      "config.defaultQueueTimeout=1h",
+    ]);
+    expect(argsOf(withKueue.objects)).toEqual(
+      expect.arrayContaining(["--kueue=true", "--default-queue-name=team-a", "--default-queue-timeout=1h"]),
+    );
+    const rule = { apiGroups: ["kueue.x-k8s.io"], resources: ["workloads"], verbs: ["get", "list", "watch"] };
+    expect(workloadRules(withKueue.objects)).toEqual([
+      { role: "ClusterRole//pbc-playbook-controller", ...rule },
+    ]);
+
+    const watched = await template(namespace, ["config.kueue=true", "config.namespaces={ns-a,ns-b}"]);
+    expect(workloadRules(watched.objects)).toEqual([
+      { role: "Role/ns-a/pbc-playbook-controller", ...rule },
+      { role: "Role/ns-b/pbc-playbook-controller", ...rule },
+    ]);
+    const applied = await kubectlResult(["apply", "--dry-run=server", "-f", "-"], withKueue.text);
+    expect(applied.code).toBe(0);
+  });
+
+  it("refuses a default queue name that is no LocalQueue name and a queue timeout that is no duration", async () => {
+    for (const [set, field] of [
+      ["config.defaultQueueName=Team_A", "defaultQueueName"],
+      ["config.defaultQueueTimeout=an hour", "defaultQueueTimeout"],
+    ] as const) {
+      const result = await helm(["template", "pbc", chart, "--namespace", namespace, "--set", set]);
+      expect(result.code).not.toBe(0);
+      expect(result.stderr).toContain(field);
+    }
   });
 
   it("runs its pods under the restricted Pod Security Standard", async () => {

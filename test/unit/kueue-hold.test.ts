@@ -85,6 +85,39 @@ describe("a run whose pod Kueue holds", () => {
     expect(decision.actions).toEqual([]);
   });
 
+  it("says the quota is reserved in the moment before Kueue writes Admitted", () => {
+    const reserved = workload([
+      {
+        type: "QuotaReserved",
+        status: "True",
+        reason: "QuotaReserved",
+        message: "Quota reserved in ClusterQueue team-a",
+        lastTransitionTime: at(25).toISOString(),
+      },
+    ]);
+    const decision = decideAt(26, QUEUED_SPEC, [gatedPod()], [reserved]);
+    expect(succeeded(decision)?.message).toContain(
+      "in LocalQueue team-a: QuotaReserved: Quota reserved in ClusterQueue team-a; queued 26s",
+    );
+  });
+
+  it("says the pod is admitted in the moment before Kueue removes its gate", () => {
+    const admittedStill = workload([
+      {
+        type: "QuotaReserved",
+        status: "True",
+        reason: "QuotaReserved",
+        message: "Quota reserved in ClusterQueue team-a",
+      },
+      { type: "Admitted", status: "True", reason: "Admitted", message: "The workload is admitted" },
+    ]);
+    const decision = decideAt(27, QUEUED_SPEC, [gatedPod()], [admittedStill]);
+    expect(succeeded(decision)).toMatchObject({ status: "Unknown", reason: "Queued" });
+    expect(succeeded(decision)?.message).toBe(
+      `pod nightly-1 (attempt 1) is admitted by Kueue in LocalQueue team-a (Admitted: The workload is admitted); its admission gate is being removed; queued 27s (since ${T0.toISOString()})`,
+    );
+  });
+
   it("says so when Kueue has made no Workload for the pod yet", () => {
     const decision = decideAt(5, QUEUED_SPEC, [gatedPod()]);
     expect(succeeded(decision)?.message).toContain("in LocalQueue team-a: no Workload seen for it yet");
@@ -109,6 +142,11 @@ describe("a run whose pod Kueue holds", () => {
     });
     expect(decision.actions).toEqual([{ type: "deletePod", name: "nightly-1", why: "finished" }]);
     expect(decision.finished?.limit).toBe("QueueTimeout");
+    expect(decision.status).not.toHaveProperty("queuedSince");
+    // The LimitFired event names the limit, its value and its level, as the other limits' do.
+    expect(decision.events.find((e) => e.reason === "LimitFired")?.message).toBe(
+      `QueueTimeout fired: queue timeout 10m (source spec, spec.queueTimeout): ${succeeded(decision)?.message}`,
+    );
   });
 
   it("looks again by its queue deadline, however quiet Kueue is", () => {
@@ -205,6 +243,20 @@ describe("a pod Kueue admitted", () => {
     expect(before.finished).toBeUndefined();
     const after = decideAt(25 * 60, QUEUED_SPEC, [ungated()], [admitted(20 * 60)]);
     expect(succeeded(after)?.reason).toBe("StartTimeout");
+  });
+
+  it("says queuedSince only while queued: it goes once Kueue admits the pod", () => {
+    const queued = decideAt(10, QUEUED_SPEC, [gatedPod()], [NO_QUOTA]);
+    expect(queued.status?.queuedSince).toBe(T0.toISOString());
+    const next = decide({
+      playbook: playbook(QUEUED_SPEC, queued.status ?? undefined),
+      pods: [ungated()],
+      now: at(30),
+      settings: SETTINGS,
+      workloads: [admitted(20)],
+    });
+    expect(next.status?.phase).toBe("Pending");
+    expect(next.status).not.toHaveProperty("queuedSince");
   });
 
   it("is not ended for a ceiling its time in the queue would have used", () => {

@@ -305,6 +305,49 @@ describe("the running-Playbooks cap", () => {
     expect(slotState("ops/a", [stored("a", 1)], [foreign], 1, "here")).toMatchObject({ free: true });
   });
 
+  it("holds a finished run's slot until its pod's phase is terminal, not when its runner container ends", () => {
+    // The runner reported and the run is settled, but a task container still stops: the kubelet
+    // keeps the pod Running and the scheduler counts its requests until the phase turns terminal.
+    const pod = (phase: string) => ({
+      metadata: {
+        name: "r-1",
+        namespace: "ops",
+        ownerReferences: [
+          {
+            apiVersion: "playbook.dev/v1alpha1",
+            kind: "Playbook",
+            name: "r",
+            uid: "uid-r",
+            controller: true,
+          },
+        ],
+      },
+      status: {
+        phase,
+        containerStatuses: [{ name: "runner", state: { terminated: { exitCode: 0 } } }],
+      },
+    });
+    const finished: PlaybookStatus = {
+      ...running,
+      phase: "Succeeded",
+      completionTime: T0.toISOString(),
+      conditions: [
+        {
+          type: "Succeeded",
+          status: "True",
+          reason: "Succeeded",
+          message: "",
+          lastTransitionTime: T0.toISOString(),
+        },
+      ],
+    };
+    const all = [stored("r", 0, finished), stored("a", 1)];
+    expect(slotState("ops/a", all, [pod("Running")], 1, "here")).toMatchObject({ running: 1, free: false });
+    expect(slotState("ops/a", all, [pod("Succeeded")], 1, "here")).toMatchObject({ running: 0, free: true });
+    expect(slotState("ops/a", all, [pod("Failed")], 1, "here")).toMatchObject({ running: 0, free: true });
+    expect(slotState("ops/a", all, [], 1, "here")).toMatchObject({ running: 0, free: true });
+  });
+
   it("counts a pod toward its run by its owner's UID, not its name", () => {
     // A pod still running for a deleted Playbook "a" (another UID) holds a slot of its own, not the
     // new "a"'s: the new "a" still waits its turn behind it, not as if it were already running.

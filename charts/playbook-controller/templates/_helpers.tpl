@@ -132,4 +132,10 @@ rules:
   - apiGroups: [""]
     resources: [events]
     verbs: [create, patch]
+{{- if .Values.config.kueue }}
+  # --kueue: Kueue's Workloads of the runs' pods, read from the watch cache for Kueue's words.
+  - apiGroups: [kueue.x-k8s.io]
+    resources: [workloads]
+    verbs: [get, list, watch]
+{{- end }}
 {{- end }}

@@ -57,17 +57,24 @@ export function workloadOf(
 /**
  * Kueue's own words on why the Workload waits: its QuotaReserved condition when it has no quota
  * yet (e.g. "couldn't assign flavors to pod set main: insufficient unused quota for cpu in
- * flavor default, 1 more needed"), else its Admitted one (admission checks pending).
+ * flavor default, 1 more needed"), else its Admitted one (admission checks pending). In the
+ * moments between a reservation and the gate's removal, the reservation or the admission itself
+ * (`admitted`: the Workload is admitted and the gate is about to go).
  */
 export function kueueWords(
   workload: WorkloadView | undefined,
-): { reason: string; message: string } | undefined {
+): { reason: string; message: string; admitted?: true } | undefined {
   const conditions = workload?.status?.conditions ?? [];
   const quota = conditions.find((c) => c.type === WORKLOAD_QUOTA_RESERVED);
   const admitted = conditions.find((c) => c.type === WORKLOAD_ADMITTED);
-  const waiting = quota?.status !== "True" ? quota : admitted?.status !== "True" ? admitted : undefined;
+  const waiting =
+    quota?.status !== "True" ? quota : admitted?.status !== "True" ? (admitted ?? quota) : admitted;
   if (!waiting?.reason && !waiting?.message) return undefined;
-  return { reason: waiting.reason ?? "Pending", message: waiting.message ?? "" };
+  return {
+    reason: waiting.reason ?? "Pending",
+    message: waiting.message ?? "",
+    ...(waiting === admitted && admitted.status === "True" ? { admitted: true as const } : {}),
+  };
 }
 
 /** When Kueue admitted the pod: its Workload's Admitted condition, else when its gate went (PodScheduled changed). */
@@ -110,6 +117,8 @@ export function queuedMessage(
     : workload
       ? `Workload ${workload.metadata.name} has no word from Kueue yet`
       : "no Workload seen for it yet";
+  if (words?.admitted)
+    return `pod ${name} (attempt ${attempts}) is admitted by Kueue in LocalQueue ${queue} (${said}); its admission gate is being removed; ${since}`;
   return `pod ${name} (attempt ${attempts}) waits for Kueue's admission in LocalQueue ${queue}: ${said}; ${since}`;
 }
 

@@ -172,6 +172,10 @@ function describeFiredLimit(status: PlaybookStatus, reason: string, limits: Reso
     const limit = limits.startTimeout;
     return `start timeout ${formatDuration(limit.ms)} (source ${limit.source}, ${limit.field}): ${condition?.message ?? ""}`;
   }
+  if (reason === "QueueTimeout" && limits?.queueTimeout) {
+    const limit = limits.queueTimeout;
+    return `queue timeout ${formatDuration(limit.ms)} (source ${limit.source}, ${limit.field}): ${condition?.message ?? ""}`;
+  }
   if (task?.limitValue && task.limitSource) {
     return `limit ${task.limitValue} (source ${task.limitSource}) on task ${task.name}: ${condition?.message ?? ""}`;
   }

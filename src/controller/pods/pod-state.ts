@@ -10,6 +10,15 @@ import { type DistrustWhy, judgeEnding, judgeReport, killedBy } from "./report-t
 const FINISHED_POD_PHASES = new Set(["Succeeded", "Failed"]);
 
 /** Ended: by its phase, or (restartPolicy Never) by its runner container's terminated state. */
+/**
+ * Whether the kubelet is done with the pod (phase Succeeded or Failed): until then its containers
+ * may still run (task containers after the runner's end, or stopping) and the scheduler counts
+ * its requests on the node.
+ */
+export function isPodPhaseTerminal(pod: PodView): boolean {
+  return FINISHED_POD_PHASES.has(pod.status?.phase ?? "");
+}
+
 export function isPodFinished(pod: PodView): boolean {
   if (FINISHED_POD_PHASES.has(pod.status?.phase ?? "")) return true;
   const statuses = pod.status?.containerStatuses ?? [];

@@ -3,7 +3,7 @@
 // counts the same), and who waits for one, in creation order. The Pending status of a waiting run
 // is decide-queued.ts's.
 import { keyOf, type PodView, type StoredPlaybook } from "../objects.js";
-import { isPodFinished } from "../pods/pod-state.js";
+import { isPodPhaseTerminal } from "../pods/pod-state.js";
 import { isFinished, SUCCEEDED } from "../status.js";
 
 /** The Succeeded condition's reason (status Unknown) of a run waiting for a slot. */
@@ -27,8 +27,10 @@ function hasStarted(playbook: StoredPlaybook): boolean {
 }
 
 /**
- * The Playbooks holding a slot: those started and not finished, and the owners of every pod not
- * ended yet (a pod the status does not show yet, or one still stopping after its run was settled).
+ * The Playbooks holding a slot: those started and not finished, and the owners of every pod whose
+ * phase is not terminal yet (a pod the status does not show yet, or one still stopping after its
+ * run was settled: its runner reported, but its task containers may still run and the scheduler
+ * counts its requests until the kubelet gives it phase Succeeded or Failed).
  */
 export function slotHolders(playbooks: readonly StoredPlaybook[], pods: readonly PodView[]): Set<string> {
   const holders = new Set<string>();
@@ -40,7 +42,7 @@ export function slotHolders(playbooks: readonly StoredPlaybook[], pods: readonly
   const keyByUid = new Map(playbooks.map((p) => [p.metadata.uid, keyOf(p.metadata)]));
   for (const pod of pods) {
     const owner = pod.metadata.ownerReferences?.find((ref) => ref.controller && ref.kind === "Playbook");
-    if (!owner || isPodFinished(pod)) continue;
+    if (!owner || isPodPhaseTerminal(pod)) continue;
     holders.add(keyByUid.get(owner.uid) ?? `uid:${owner.uid}`);
   }
   return holders;
