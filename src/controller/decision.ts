@@ -7,7 +7,7 @@ import type { PlaybookSpec, PlaybookStatus } from "../api/playbook.js";
 import type { NamespaceRules, PodSettings } from "../api/policy.js";
 import type { TerminalReason } from "../api/reasons.js";
 import type { RecordedEvent } from "../runtime/events.js";
-import type { WorkloadView } from "./kueue/kueue-hold.js";
+import type { WorkloadView } from "./kueue/workload-view.js";
 import type { PodView, StoredPlaybook } from "./objects.js";
 import type { ProgressLook } from "./playbook/live-progress.js";
 import type { TakenRecord } from "./playbook/progress-bounds.js";

@@ -5,8 +5,8 @@
 import { describe, expect, it } from "vitest";
 import { exitCodeForReason } from "../../src/api/exit-codes.js";
 import { isLimitReason } from "../../src/api/reasons.js";
-import type { WorkloadView } from "../../src/controller/kueue/kueue-hold.js";
 import { KUEUE_ADMISSION_GATE } from "../../src/controller/kueue/kueue-names.js";
+import type { WorkloadView } from "../../src/controller/kueue/workload-view.js";
 import type { PodView } from "../../src/controller/objects.js";
 import { decide } from "../../src/controller/playbook/reconcile.js";
 import { at, playbook, pod, recordedStatus, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";

@@ -15,26 +15,7 @@ import {
   WORKLOAD_ADMITTED,
   WORKLOAD_QUOTA_RESERVED,
 } from "./kueue-names.js";
-
-/** A Workload as the controller reads it: its owner (the pod) and its conditions. */
-export interface WorkloadView {
-  metadata: {
-    name: string;
-    namespace?: string | undefined;
-    ownerReferences?: readonly { uid: string; kind?: string | undefined }[] | undefined;
-  };
-  status?: {
-    conditions?:
-      | readonly {
-          type: string;
-          status: string;
-          reason?: string | undefined;
-          message?: string | undefined;
-          lastTransitionTime?: string | undefined;
-        }[]
-      | undefined;
-  };
-}
+import type { WorkloadView } from "./workload-view.js";
 
 /** How often a queued run looks again when nothing it watches changes (the Workload's words). */
 export const KUEUE_RECHECK_MS = 30_000;

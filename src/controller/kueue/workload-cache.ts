@@ -8,8 +8,8 @@ import type { ApiClient } from "../../runtime/api-client.js";
 import { describeApiFailure, isNotFound, statusCodeOf } from "../../runtime/api-errors.js";
 import { Informer } from "../../runtime/informer.js";
 import type { PodView } from "../objects.js";
-import type { WorkloadView } from "./kueue-hold.js";
 import { WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION } from "./kueue-names.js";
+import type { WorkloadView } from "./workload-view.js";
 
 const LIST_PAGE = 500;
 /** How often the controller looks again for Workloads it was not allowed or able to list. */
