@@ -314,7 +314,9 @@ export async function startKueue(options: KueueOptions): Promise<Kueue> {
 
   const record = options.record ?? ((process) => recordInClusterState(options.stateDir, process));
   // Where the API server dials webhooks from: the real node's network namespace when it has one.
-  await publishHostPortOnNode(options.stateDir, "kueue-webhook", webhookPort, {
+  // Its relays are stopped with Kueue: the host's end lives outside the node's namespaces and
+  // would outlive the cluster.
+  const relays = await publishHostPortOnNode(options.stateDir, "kueue-webhook", webhookPort, {
     daemon: options.daemon ?? false,
     record: (process) => record(process),
   });
@@ -376,7 +378,8 @@ export async function startKueue(options: KueueOptions): Promise<Kueue> {
         `validatingwebhookconfiguration/${VALIDATING_WEBHOOKS}`,
       ]).catch((error) => log(`Kueue's webhook configurations: ${error}`));
       await stopProcess(kueueProcess);
-      log(`Stopped Kueue (pid ${kueueProcess.pid})`);
+      for (const relay of relays) await stopProcess(relay);
+      log(`Stopped Kueue (pid ${kueueProcess.pid}) and its webhook relays`);
     },
   };
   try {
