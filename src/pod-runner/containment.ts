@@ -26,17 +26,18 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import {
   existsSync,
+  type FSWatcher,
   mkdirSync,
   readdirSync,
   readFileSync,
   rmdirSync,
   statSync,
+  watch,
   writeFileSync,
 } from "node:fs";
 import { dirname } from "node:path";
 import { performance } from "node:perf_hooks";
 import type { Writable } from "node:stream";
-import { setTimeout as sleep } from "node:timers/promises";
 import type { ContainmentKind } from "../api/report.js";
 import { parentPid } from "./proc-tree.js";
 import { sendSignal } from "./process-table.js";
@@ -82,6 +83,8 @@ const RAISE_OOM = `echo ${TASK_OOM_SCORE_ADJ} > /proc/self/oom_score_adj 2>/dev/
 
 /** A task's shell with no containment: only the OOM preference, then the task's shell words. */
 const PLAIN_WRAPPER = `${RAISE_OOM}; exec "$@"`;
+/** The same, as the head of the default shell's own script; `:` leaves $? 0 for the task. */
+const PLAIN_PRELUDE = `${RAISE_OOM}; :; `;
 /**
  * Joins the cgroup whose cgroup.procs is $1 before anything of the task runs, then becomes the
  * task's shell, the words after $1 (same pid, so the group and the pid the runner holds stay the
@@ -91,6 +94,39 @@ const CGROUP_WRAPPER =
   `${RAISE_OOM}; ` +
   `if ! echo $$ 2>/dev/null > "$1"; then echo "playbook: could not join the run's cgroup ($1); the task is not run" >&2; exit 125; fi; ` +
   `shift; exec "$@"`;
+
+/** Words quoted for sh: inside single quotes nothing but the quote itself is special. */
+const quoted = (word: string) => `'${word.replaceAll("'", `'\\''`)}'`;
+
+/**
+ * CGROUP_WRAPPER's work as the head of the default shell's own script, on the task's first line
+ * (its line numbers stay its own), so the task runs in the same `sh` with no second exec. The
+ * task sees what `sh -c RUN` gives it: $0 `sh`, no arguments, $? 0 (an `if` that took no branch).
+ */
+function cgroupPrelude(procs: string): string {
+  const message = `playbook: could not join the run's cgroup (${procs}); the task is not run`;
+  return (
+    `${RAISE_OOM}; ` +
+    `if ! echo $$ 2>/dev/null > ${quoted(procs)}; then echo ${quoted(message)} >&2; exit 125; fi; `
+  );
+}
+
+/**
+ * How a task's shell is started: the default `sh` runs the prelude and then the task in one
+ * process (one exec, as a bare `sh -c`); another shell is exec'd by the wrapper, which is `sh`
+ * whatever the task's shell is. Both raise the OOM preference and join the cgroup before any of
+ * the task runs, in the process that becomes the task's shell (same pid: the group stays the leader's).
+ */
+function wrapped(
+  prelude: string,
+  wrapper: string,
+  wrapperArgs: readonly string[],
+): (run: string, shell: readonly string[]) => { file: string; args: string[] } {
+  return (run, shell) =>
+    shell.length === 1 && shell[0] === "sh"
+      ? { file: "sh", args: ["-c", `${prelude}${run}`] }
+      : { file: "sh", args: ["-c", wrapper, "sh", ...wrapperArgs, ...shell, "-c", run] };
+}
 
 const NONE_DESCRIPTION =
   "none: neither a cgroup v2 sub-group of its own nor a child subreaper, so only the process group kill and the " +
@@ -214,6 +250,47 @@ function untilEmptySync(dir: string, until: number): boolean {
     if (performance.now() >= until) return false;
     Atomics.wait(pause, 0, 0, 10);
   }
+}
+
+/** How often an empty cgroup is looked for where its cgroup.events cannot be watched. */
+const EMPTY_LOOK_MS = 5;
+/** And where it is watched: a notice the kernel merged or lost costs at most this. */
+const EMPTY_WATCHED_LOOK_MS = 50;
+
+/**
+ * Waits for a cgroup to be empty, until `until` (a performance.now() value): woken by the kernel's
+ * change notice on its cgroup.events (inotify), not by a clock, so it answers as soon as the last
+ * process is gone. Where the file cannot be watched, it looks every EMPTY_LOOK_MS. Each wake looks
+ * at the file itself: a notice says something changed, not what.
+ */
+function untilEmpty(events: string, populated: () => boolean, until: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    let watcher: FSWatcher | undefined;
+    let timer: NodeJS.Timeout | undefined;
+    const finish = (empty: boolean) => {
+      watcher?.close();
+      clearTimeout(timer);
+      resolve(empty);
+    };
+    const look = () => {
+      if (!populated()) return finish(true);
+      const left = until - performance.now();
+      if (left <= 0) return finish(false);
+      clearTimeout(timer);
+      timer = setTimeout(look, Math.min(watcher ? EMPTY_WATCHED_LOOK_MS : EMPTY_LOOK_MS, left));
+    };
+    try {
+      watcher = watch(events, { persistent: true }, look);
+      watcher.on("error", () => {
+        watcher?.close();
+        watcher = undefined;
+        look();
+      });
+    } catch {
+      watcher = undefined;
+    }
+    look();
+  });
 }
 
 /**
@@ -349,7 +426,7 @@ export function openContainment(
     return {
       kind: "subreaper",
       description: `a child subreaper (pid ${reaper}; no cgroup: ${made.problem}): every process the tasks orphan is re-parented to it and ended with the run, or as soon as the runner is killed`,
-      command: (run, shell) => ({ file: "sh", args: ["-c", PLAIN_WRAPPER, "sh", ...shell, "-c", run] }),
+      command: wrapped(PLAIN_PRELUDE, PLAIN_WRAPPER, []),
       members,
       // One pass: the sweep has looked and killed until its bound already, and what is left
       // then (another user's, or in D state) the subreaper ends once the runner has exited.
@@ -364,7 +441,7 @@ export function openContainment(
     return {
       kind: "none",
       description: `${NONE_DESCRIPTION} (${made.problem})`,
-      command: (run, shell) => ({ file: "sh", args: ["-c", PLAIN_WRAPPER, "sh", ...shell, "-c", run] }),
+      command: wrapped(PLAIN_PRELUDE, PLAIN_WRAPPER, []),
       members: () => [],
       killAll: async () => true,
       close: () => {},
@@ -393,22 +470,19 @@ export function openContainment(
     kind: "cgroup",
     description: `a cgroup v2 sub-group of its own (${dir}), ended with cgroup.kill when the run ends or its runner is killed`,
     notices,
-    command: (run, shell) => ({ file: "sh", args: ["-c", CGROUP_WRAPPER, "sh", procs, ...shell, "-c", run] }),
+    command: wrapped(cgroupPrelude(procs), CGROUP_WRAPPER, [procs]),
     // Not what this process may not signal: cgroup.kill ends those at the end.
     members: () => readPids(procs).filter((pid) => pid !== anchor.pid && maySignal(pid)),
     async killAll(until) {
       if (!populated()) return true;
+      // Watched before the kill, so the change it makes cannot come before the watch.
+      const emptied = untilEmpty(`${dir}/cgroup.events`, populated, until);
       try {
         writeFileSync(`${dir}/cgroup.kill`, "1");
       } catch {
         // Gone already: nothing inside to kill.
-        return !populated();
       }
-      while (performance.now() < until) {
-        if (!populated()) return true;
-        await sleep(5);
-      }
-      return !populated();
+      return await emptied;
     },
     close() {
       try {

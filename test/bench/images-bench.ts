@@ -7,7 +7,9 @@
 //     what --agent-delivery auto picks on the node's containerd 2.x, and post-start, forced): pod
 //     creation (seen by a watch) -> first line of output of the first task, a Playbook with tasks
 //     in three images, vs a plain pod running the same command (`spin stamp`, which prints the time
-//     it ran) in the same image on the same node. Medians, with the spread (p10..p90).
+//     it ran) in the same image on the same node, and (`_vs_layout`) vs a pod of our pods' shape
+//     with nothing of ours (a sleeping first container and a second running the same command,
+//     both restricted). Medians, with the spread (p10..p90).
 //   task_image_kill_p99_100procs: a 100-process tree in a task container (Debian image), its task
 //     timeout passed -> every process dead, vs GNU `timeout -s KILL` of the same tree in a plain
 //     pod of that image. Each from its own deadline: ours, the task's start in the runner's report
@@ -44,8 +46,10 @@ const START_ROUNDS = Number(args.get("start-rounds") ?? args.get("rounds") ?? (q
 const KILL_ROUNDS = Number(args.get("kill-rounds") ?? args.get("rounds") ?? (quick ? 3 : 200));
 /** The layouts measured, each with its controller setting and its target ratio. */
 const LAYOUTS = [
-  { delivery: "image-volume", setting: "auto", target: "<= 1.2" },
-  { delivery: "post-start", setting: "post-start", target: "<= 1.6" },
+  // layoutTarget: against the two-container restricted pod (issue 45: <= 1.1 for the default
+  // delivery); post-start's copy of the agent is a cost of its own, so its is looser.
+  { delivery: "image-volume", setting: "auto", target: "<= 1.2", layoutTarget: "<= 1.1" },
+  { delivery: "post-start", setting: "post-start", target: "<= 1.6", layoutTarget: "<= 1.5" },
 ] as const;
 
 /** p10..p90 of a sample, for the notes. */
@@ -263,6 +267,48 @@ async function main(): Promise<void> {
           },
         },
       });
+    /**
+     * The layout's own reference: our pods' shape with nothing of ours in it, a sleeping first
+     * container (in the runner's image, where our pods have the runner) and a second running the
+     * task's command, both restricted as our pods are. Against it the start shows what the runner
+     * and the agent cost over the layout itself.
+     */
+    const restricted = { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] } };
+    const layoutPod = (name: string, command: string[]) =>
+      core.createNamespacedPod({
+        namespace,
+        body: {
+          metadata: { name },
+          spec: {
+            restartPolicy: "Never",
+            securityContext: {
+              runAsUser: 1000,
+              runAsGroup: 1000,
+              runAsNonRoot: true,
+              seccompProfile: { type: "RuntimeDefault" },
+            },
+            containers: [
+              {
+                name: "first",
+                image: projectImageName(),
+                command: ["sleep", "600"],
+                securityContext: restricted,
+              },
+              { name: "task", image: TASK_IMAGES.debian, command, securityContext: restricted },
+            ],
+          },
+        },
+      });
+    const containerEnded = (name: string, container: string) =>
+      waitFor(
+        `container ${container} of pod ${name} to end`,
+        async () => {
+          const pod = await core.readNamespacedPod({ namespace, name });
+          const status = pod.status?.containerStatuses?.find((c) => c.name === container);
+          return status?.state?.terminated ? pod : undefined;
+        },
+        { timeoutMs: 180_000, intervalMs: 200 },
+      );
     const stampIn = (logs: string): number => {
       const match = /stamp (\d+)/.exec(logs);
       if (!match) throw new Error(`no stamp line in:\n${logs}`);
@@ -297,6 +343,17 @@ async function main(): Promise<void> {
       await trace(name, created, firstLine);
       return firstLine;
     };
+    const startLayoutReference = async (): Promise<number> => {
+      const name = `layout-start-${++counter}`;
+      await layoutPod(name, [SPIN, "stamp"]);
+      const created = await pods.created(name);
+      await containerEnded(name, "task");
+      const firstLine = stampIn(await logsOf(name, "task")) - created;
+      await trace(name, created, firstLine);
+      // Its first container sleeps on: not left to hold the node's resources.
+      await core.deleteNamespacedPod({ namespace, name, gracePeriodSeconds: 0 });
+      return firstLine;
+    };
     /** The way the agent got into the task containers of a run's pod, from the pod itself. */
     const deliveryOf = async (pod: string): Promise<string> => {
       const read = await core.readNamespacedPod({ namespace, name: pod });
@@ -312,13 +369,16 @@ async function main(): Promise<void> {
         throw new Error(`--agent-delivery ${layout.setting} built a ${seen} pod, not ${layout.delivery}`);
       }
       await startReference();
+      await startLayoutReference();
       const ours: number[] = [];
       const reference: number[] = [];
+      const layoutReference: number[] = [];
       for (let round = 1; round <= START_ROUNDS; round++) {
         ours.push(await startOurs());
         reference.push(await startReference());
+        layoutReference.push(await startLayoutReference());
         log(
-          `task_image_start (${layout.delivery}) round ${round}: ours ${ours.at(-1)} ms, plain pod ${reference.at(-1)} ms`,
+          `task_image_start (${layout.delivery}) round ${round}: ours ${ours.at(-1)} ms, plain pod ${reference.at(-1)} ms, two-container restricted pod ${layoutReference.at(-1)} ms`,
         );
       }
       const startOursMs = median(ours);
@@ -331,6 +391,16 @@ async function main(): Promise<void> {
         ratio: ratio(startOursMs, startRefMs),
         target: layout.target,
         note: `pod creation (watch) -> first task's first line, a Playbook in 3 images (agent by ${layout.delivery}) vs a plain pod running the same command in the same image; median of ${START_ROUNDS} (ours ${spread(ours)}; plain ${spread(reference)})`,
+      });
+      const layoutRefMs = median(layoutReference);
+      record({
+        name: `task_image_start_${layout.delivery.replace("-", "_")}_vs_layout`,
+        ours: startOursMs,
+        reference: layoutRefMs,
+        unit: "ms",
+        ratio: ratio(startOursMs, layoutRefMs),
+        target: layout.layoutTarget,
+        note: `pod creation (watch) -> first task's first line, as above, vs a pod of the same shape with nothing of ours: a sleeping first container (runner image) and a second running the same command in the same image, both restricted; median of ${START_ROUNDS} (ours ${spread(ours)}; two-container ${spread(layoutReference)})`,
       });
     }
     await startController(LAYOUTS[0].setting);
