@@ -199,7 +199,8 @@ export async function advisePrometheusCommand(rawFlags: unknown): Promise<number
   const windowMs = f.window ?? DEFAULT_WINDOW_MS;
   try {
     const { chosen, namespace } = await choose(f, key);
-    const endS = Math.floor(Date.now() / 1000);
+    // Not rounded down: a scrape of the last second holds the runs that just ended.
+    const endS = Date.now() / 1000;
     const parts = [];
     for (const one of chosen) {
       const histograms = await histogramsOf(f.prometheus, namespace, one.value, windowMs, endS);
