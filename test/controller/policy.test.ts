@@ -372,8 +372,12 @@ describe("a policy edited during a run", () => {
   });
 });
 
-/** How long each pod of the burst runs (scripted): long enough for the runs to overlap. */
-const RUN_MS = 500;
+/**
+ * How long each pod of the burst runs (scripted): long enough for the runs to overlap, and for the
+ * burst (about 7 rounds of 3) to outlast the policy's status interval (5 s), so that a write comes
+ * while runs are governed (at 500 ms a burst could end before the first write: CI saw it count none).
+ */
+const RUN_MS = 1500;
 
 /**
  * Plays every pod of the namespace as a kubelet and a runner that succeeds would: Running once
