@@ -1,31 +1,22 @@
-// `playbook advise --reports DIR`: the limits each Playbook's local history supports (method.ts),
-// with the evidence, a backtest and a patch it never applies.
-import { readFileSync } from "node:fs";
 import { LOCAL_DEFAULTS } from "../../api/limits.js";
-import { readManifestDocument, validatePlaybook } from "../../api/manifest.js";
-import type { Playbook } from "../../api/playbook.js";
 import { HistoryError, type PlaybookHistory, readHistory } from "./history.js";
-import { AdviseFlags, AdviseInputError, parsed, printAdvice, requestOf } from "./request.js";
+import {
+  AdviseFlags,
+  AdviseInputError,
+  parsed,
+  printAdvice,
+  readAdviseManifest,
+  requestOf,
+} from "./request.js";
 
 export { AdviseInputError };
-
-function readManifest(file: string): Playbook {
-  let text: string;
-  try {
-    text = readFileSync(file, "utf8");
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    throw new AdviseInputError(
-      `-f ${file}: ${code === "ENOENT" ? "no such file" : (code ?? (error as Error).message)}`,
-    );
-  }
-  return validatePlaybook(readManifestDocument(text, file), LOCAL_DEFAULTS, file, { generateName: true });
-}
 
 export function adviseCommand(flags: unknown): number {
   const f = parsed(AdviseFlags, flags);
   const request = requestOf(f);
-  const manifest = f.filename ? { playbook: readManifest(f.filename), file: f.filename } : null;
+  const manifest = f.filename
+    ? { playbook: readAdviseManifest(f.filename, LOCAL_DEFAULTS), file: f.filename }
+    : null;
   let histories: PlaybookHistory[];
   try {
     histories = readHistory(f.reports, manifest);

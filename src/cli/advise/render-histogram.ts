@@ -4,6 +4,7 @@ import { formatDuration } from "../../api/duration.js";
 import type { EffectiveLimit } from "../../api/limits.js";
 import { type BucketRange, countWord, showRange } from "./histogram.js";
 import type { HistogramAdvice, HistogramLimitAdvice } from "./histogram-advice.js";
+import { table } from "./render.js";
 
 const show = (ms: number | null | undefined) =>
   ms === null || ms === undefined ? "-" : formatDuration(Math.round(ms));
@@ -50,16 +51,6 @@ function row(label: string, advice: HistogramLimitAdvice, options: HistogramAdvi
     show(f.proposalMs),
     reached(advice, options),
   ];
-}
-
-function table(rows: string[][]): string[] {
-  const widths = rows[0]?.map((_, column) => Math.max(...rows.map((r) => (r[column] ?? "").length))) ?? [];
-  return rows.map((r) =>
-    r
-      .map((cell, column) => (column === r.length - 1 ? cell : cell.padEnd(widths[column] ?? 0)))
-      .join("  ")
-      .trimEnd(),
-  );
 }
 
 const when = (ms: number) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z");

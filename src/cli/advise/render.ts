@@ -47,7 +47,8 @@ function row(label: string, advice: LimitAdvice, options: Advice["options"]): st
   ];
 }
 
-function table(rows: string[][]): string[] {
+/** Rows as columns padded to their widest cell, the last left as it is. */
+export function table(rows: string[][]): string[] {
   const widths = rows[0]?.map((_, column) => Math.max(...rows.map((r) => (r[column] ?? "").length))) ?? [];
   return rows.map((r) =>
     r

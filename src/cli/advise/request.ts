@@ -1,7 +1,11 @@
 // What every source of `playbook advise` shares: the method's and the output's flags, checked
 // at the edge (each refusal names the flag and the value), and the printing of the advice.
+import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { DurationError, parseDuration } from "../../api/duration.js";
+import type { LimitDefaults } from "../../api/limits.js";
+import { readManifestDocument, validatePlaybook } from "../../api/manifest.js";
+import type { Playbook } from "../../api/playbook.js";
 import type { PlaybookHistory } from "./history.js";
 import { type AdviseOptions, advise, DEFAULT_ADVISE_OPTIONS } from "./method.js";
 import { adviceJson, renderExplain, renderPatch, renderTable } from "./render.js";
@@ -223,4 +227,18 @@ export function printAdvice(
   });
   process.stdout.write(parts.join(output === "patch" ? "---\n" : "\n"));
   return 0;
+}
+
+/** The Playbook of `-f FILE`, checked against `defaults`; a file that cannot be read says why. */
+export function readAdviseManifest(file: string, defaults: LimitDefaults): Playbook {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    throw new AdviseInputError(
+      `-f ${file}: ${code === "ENOENT" ? "no such file" : (code ?? (error as Error).message)}`,
+    );
+  }
+  return validatePlaybook(readManifestDocument(text, file), defaults, file, { generateName: true });
 }

@@ -1,12 +1,6 @@
-// `playbook advise --prometheus URL`: the history the controller's histograms keep, for runs older
-// than the objects kept. The series are chosen by their `playbook` label, whose value is a
-// Playbook label's (the controller's --metrics-playbook-label): a CronPlaybook's template's, the
-// Playbooks' that -l selects, or --playbook's. The spec (current limits, the patch) comes from the
-// cluster (cron, -l) or -f; with --playbook alone, Prometheus is all that is read.
-import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { LOCAL_DEFAULTS, type ResolvedLimits, resolveLimits } from "../../api/limits.js";
-import { InvalidPlaybookError, readManifestDocument, validatePlaybook } from "../../api/manifest.js";
+import { InvalidPlaybookError, validatePlaybook } from "../../api/manifest.js";
 import { API_VERSION, KIND, type Playbook } from "../../api/playbook.js";
 import { adviseFromHistograms, type PlaybookHistograms } from "../advise/histogram-advice.js";
 import { labelValues, PrometheusError, slicedHistogram, stepTimes } from "../advise/prometheus.js";
@@ -24,6 +18,7 @@ import {
   DEFAULT_WINDOW_MS,
   type PrometheusAdviseFlags,
   prometheusAdviseFlags,
+  readAdviseManifest,
 } from "../advise/request.js";
 import { cronTemplate, listPlaybooks } from "./advise.js";
 import { ClusterError, connect } from "./connection.js";
@@ -47,26 +42,13 @@ const ListedPlaybook = z.looseObject({
   spec: z.unknown(),
 });
 
-function readManifest(file: string): Playbook {
-  let text: string;
-  try {
-    text = readFileSync(file, "utf8");
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    throw new AdviseInputError(
-      `-f ${file}: ${code === "ENOENT" ? "no such file" : (code ?? (error as Error).message)}`,
-    );
-  }
-  return validatePlaybook(readManifestDocument(text, file), SPEC_DEFAULTS, file, { generateName: true });
-}
-
 /** The Playbooks to advise on, and the namespace their series are in. */
 async function choose(
   f: PrometheusAdviseFlags,
   key: string,
 ): Promise<{ chosen: Chosen[]; namespace: string }> {
   if (f.playbook !== undefined) {
-    const playbook = f.filename ? readManifest(f.filename) : null;
+    const playbook = f.filename ? readAdviseManifest(f.filename, SPEC_DEFAULTS) : null;
     return {
       chosen: [{ name: f.playbook, value: f.playbook, playbook }],
       namespace: f.namespace ?? "default",
