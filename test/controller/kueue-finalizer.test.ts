@@ -54,6 +54,29 @@ async function finalizersOf(ns: string, name: string): Promise<string[] | "gone"
   }
 }
 
+/** Playbook app runs on its pod app-1, then is deleted: its pod is left to the garbage collector. */
+async function runThenDelete(ns: string) {
+  const playbook = await createPlaybook(ns, "app", RUN);
+  await startPod(core, await scheduledPod(core, ns, "app-1"));
+  await waitForPlaybook(ns, "app", "to run", (pb) => pb.status?.phase === "Running");
+  await custom.deleteNamespacedCustomObject({
+    group: "playbook.dev",
+    version: "v1alpha1",
+    namespace: ns,
+    plural: "playbooks",
+    name: "app",
+  });
+  return playbook;
+}
+
+async function appPodGone(ns: string): Promise<void> {
+  await eventually(
+    "the deleted Playbook's pod to be gone",
+    async () => ((await finalizersOf(ns, "app-1")) === "gone" ? true : undefined),
+    60_000,
+  );
+}
+
 async function released(ns: string, name: string): Promise<void> {
   await eventually(`pod ${name} to lose the controller's finalizer`, async () => {
     const state = await finalizersOf(ns, name);
@@ -113,41 +136,15 @@ describe("the controller's finalizer on a pod that goes through Kueue", () => {
 
   it("comes off the pods of a deleted Playbook, which the garbage collector then removes", async () => {
     const ns = await namespaceWithController("pb-kueue-gone");
-    await createPlaybook(ns, "app", RUN);
-    await startPod(core, await scheduledPod(core, ns, "app-1"));
-    await waitForPlaybook(ns, "app", "to run", (pb) => pb.status?.phase === "Running");
-    await custom.deleteNamespacedCustomObject({
-      group: "playbook.dev",
-      version: "v1alpha1",
-      namespace: ns,
-      plural: "playbooks",
-      name: "app",
-    });
-    await eventually(
-      "the deleted Playbook's pod to be gone",
-      async () => ((await finalizersOf(ns, "app-1")) === "gone" ? true : undefined),
-      60_000,
-    );
+    await runThenDelete(ns);
+    await appPodGone(ns);
   });
   it("comes off the pods of a deleted Playbook when a new one has taken its name at once", async () => {
     const ns = await namespaceWithController("pb-kueue-again");
-    const old = await createPlaybook(ns, "app", RUN);
-    await startPod(core, await scheduledPod(core, ns, "app-1"));
-    await waitForPlaybook(ns, "app", "to run", (pb) => pb.status?.phase === "Running");
-    await custom.deleteNamespacedCustomObject({
-      group: "playbook.dev",
-      version: "v1alpha1",
-      namespace: ns,
-      plural: "playbooks",
-      name: "app",
-    });
+    const old = await runThenDelete(ns);
     const again = await createPlaybook(ns, "app", RUN);
     expect(again.metadata.uid).not.toBe(old.metadata.uid);
     // The old pod is the old Playbook's (by UID): the new one neither reads it nor keeps it.
-    await eventually(
-      "the deleted Playbook's pod to be gone",
-      async () => ((await finalizersOf(ns, "app-1")) === "gone" ? true : undefined),
-      60_000,
-    );
+    await appPodGone(ns);
   });
 });
