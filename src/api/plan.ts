@@ -38,6 +38,11 @@ export const RunPlanSchema = z
     name: z.string().min(1),
     namespace: z.string().optional(),
     runStartTime: z.iso.datetime(),
+    /**
+     * Time the run's earlier pods waited in Kueue's queue (creation to admission): the ceiling
+     * does not count it, so it starts that much after runStartTime. Absent: none.
+     */
+    queuedMs: Millis.optional(),
     defaults: z.strictObject({
       ceilingMs: Millis,
       maxCeilingMs: Millis,

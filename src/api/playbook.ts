@@ -330,6 +330,8 @@ export const PlaybookStatusSchema = z.looseObject({
       }),
     })
     .optional(),
+  /** Milliseconds the run's earlier pods (before a preemption or a loss) waited in Kueue's queue: the ceiling does not count them. */
+  queuedMs: z.number().int().min(0).optional(),
   /** While Kueue holds the run's pod: when that pod was created; gone once Kueue admits it or the run ends. */
   queuedSince: Time.optional(),
   /** While the run goes on: its running task as `index/count name` (e.g. `3/7 migrate`), from the runner's progress record */

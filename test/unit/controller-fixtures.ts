@@ -56,6 +56,8 @@ export function pod(
     };
     deleting?: boolean;
     runStart?: Date;
+    /** Its plan's queuedMs: the time the run's earlier pods waited in Kueue's queue. */
+    queuedMs?: number;
     /** The spec the pod was started with (its plan); SPEC unless told. */
     spec?: Record<string, unknown>;
     /** When the node started it, and its activeDeadlineSeconds. */
@@ -77,6 +79,7 @@ export function pod(
     defaults: planDefaults(limits),
     attempt,
     runStart: options.runStart ?? T0,
+    queuedMs: options.queuedMs,
     now: T0,
     runnerImage: "runner:test",
   });

@@ -15,6 +15,7 @@ import { kueueStopOf } from "../../src/controller/kueue/kueue-preemption.js";
 import type { PodView } from "../../src/controller/objects.js";
 import { planDefaults } from "../../src/controller/plan-digest.js";
 import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
+import { unbuiltReason } from "../../src/controller/playbook/trusted-pod.js";
 import { builtPodDifference } from "../../src/controller/pods/built-pod-difference.js";
 import { buildPod } from "../../src/controller/pods/pod-builder.js";
 import {
@@ -63,8 +64,10 @@ function stoppedPod(
   spec: Record<string, unknown> = QUEUED,
   outcome: { reason: string; phase: string; tasks: readonly TaskOutcome[] } = CANCELLED,
   reason = "WorkloadEvictedDueToPreempted",
+  queuedMs?: number,
 ): PodView {
   const view = pod(attempt, {
+    queuedMs,
     phase: "Failed",
     deleting: true,
     spec,
@@ -154,6 +157,70 @@ describe("a run whose pod Kueue preempted, onPreemption Requeue (the default)", 
     const ended = decide(late);
     expect(succeeded(ended.status)).toMatchObject({ status: "False", reason: "RunCeiling" });
     expect(ended.actions.some((a) => a.type === "createPod")).toBe(false);
+  });
+});
+
+describe("a run re-created after a preemption is not charged its pods' time in Kueue's queue", () => {
+  /** `stoppedPod(attempt)`, created at `created` and admitted by Kueue (its gate gone) at `admitted`. */
+  function queuedThenStopped(attempt: number, created: number, admitted: number, earlier?: number): PodView {
+    const view = stoppedPod(attempt, QUEUED, CANCELLED, "WorkloadEvictedDueToPreempted", earlier);
+    view.metadata.creationTimestamp = at(created).toISOString();
+    view.status = {
+      ...view.status,
+      conditions: [
+        ...(view.status?.conditions ?? []),
+        { type: "PodScheduled", status: "True", lastTransitionTime: at(admitted).toISOString() },
+      ],
+    };
+    return view;
+  }
+  const envOf = (action: unknown, name: string) => {
+    const pod = (action as { pod: { spec: { containers: { env?: { name: string; value: string }[] }[] } } })
+      .pod;
+    return pod.spec.containers[0]?.env?.find((e) => e.name === name)?.value;
+  };
+  // Pod 1: created at T0, admitted 40s later, preempted at 70s.
+  const decision = decide(input(QUEUED, [queuedThenStopped(1, 0, 40)]));
+  const created = decision.actions.find((a) => a.type === "createPod");
+
+  it("records the wait and moves the next pod's ceiling on by it", () => {
+    if (created?.type !== "createPod") throw new Error("no pod created");
+    expect(decision.status?.queuedMs).toBe(40_000);
+    // 70s since the run's start, 40s of it queued: 30s of the 30m ceiling are gone, not 70s.
+    expect(created.pod.spec.activeDeadlineSeconds).toBe(1800 - 30 + 10 + 5);
+    expect(envOf(created, "PLAYBOOK_CEILING_LEFT_MS")).toBe(String((1800 - 30) * 1000));
+    expect(created.pod.metadata.annotations["playbook.dev/run-start-time"]).toBe(T0.toISOString());
+    expect(decision.events.find((e) => e.reason === "Preempted")?.message).toMatch(
+      /the ceiling still counts from \S+, less the 40s its pods waited in Kueue's queue$/,
+    );
+  });
+
+  it("is the pod the controller would build from its plan (the plan carries the wait)", () => {
+    if (created?.type !== "createPod") throw new Error("no pod created");
+    const view = {
+      ...created.pod,
+      metadata: { ...created.pod.metadata, uid: "pod-uid-2", creationTimestamp: at(70).toISOString() },
+    } as unknown as PodView;
+    const next = input(QUEUED, [view], decision.status as PlaybookStatus);
+    expect(unbuiltReason({ ...next, now: at(71) }, view)).toBeUndefined();
+  });
+
+  it("adds each pod's wait: a second preemption keeps both", () => {
+    const after = { ...(decision.status as PlaybookStatus), podUID: "pod-uid-2" };
+    // Pod 2: created at 70s, admitted at 100s, preempted at 130s.
+    const again = decide({ ...input(QUEUED, [queuedThenStopped(2, 70, 100, 40_000)], after), now: at(130) });
+    const next = again.actions.find((a) => a.type === "createPod");
+    if (next?.type !== "createPod") throw new Error("no pod created");
+    expect(again.status?.queuedMs).toBe(70_000);
+    expect(next.pod.spec.activeDeadlineSeconds).toBe(1800 - 60 + 10 + 5);
+  });
+
+  it("does not end the run RunCeiling while the ceiling, less the wait, has time left", () => {
+    const late = decide({ ...input(QUEUED, [queuedThenStopped(1, 0, 40)]), now: at(1801) });
+    expect(succeeded(late.status)?.reason).not.toBe("RunCeiling");
+    expect(late.actions.some((a) => a.type === "createPod")).toBe(true);
+    const later = decide({ ...input(QUEUED, [queuedThenStopped(1, 0, 40)]), now: at(1841) });
+    expect(succeeded(later.status)).toMatchObject({ status: "False", reason: "RunCeiling" });
   });
 });
 

@@ -91,12 +91,12 @@ export function decideStoppedByKueue(
     );
     return { ...decision, preempted: { reason: stop.reason } };
   }
-  const ended = ceilingPassed(state, `${said}${progressed}`);
+  const ended = ceilingPassed(state, `${said}${progressed}`, pod);
   if (ended) return { ...ended, preempted: { reason: stop.reason } };
   const preemptions = (base.previous.preemptions ?? 0) + 1;
-  const decision = nextPod(state, { preemptions }, (action, attempt) => [
+  const decision = nextPod(state, pod, { preemptions }, (action, attempt, counts) => [
     stopEvent(
-      `${said}${progressed}; created pod ${action.pod.metadata.name} (attempt ${attempt}), which queues again and runs the tasks from the first; no attempt of backoffLimit spent (preemption ${preemptions}), the ceiling still counts from ${state.startTime}`,
+      `${said}${progressed}; created pod ${action.pod.metadata.name} (attempt ${attempt}), which queues again and runs the tasks from the first; no attempt of backoffLimit spent (preemption ${preemptions}), ${counts}`,
     ),
   ]);
   return { ...decision, preempted: { reason: stop.reason } };

@@ -13,6 +13,7 @@ import {
   workloadOf,
 } from "../kueue/kueue-hold.js";
 import { kueueStopOf } from "../kueue/kueue-preemption.js";
+import { ceilingStartMs } from "../kueue/queued-time.js";
 import { type PodView, RUNNER_CONTAINER } from "../objects.js";
 import { type NodeSilence, nodeSilenceOf } from "../pods/node-lost.js";
 import { DEADLINE_MARGIN_SECONDS, finallyWindowSeconds } from "../pods/pod-builder.js";
@@ -33,8 +34,9 @@ export function decideActivePod(state: RunState, pod: PodView): Decision {
   const admitted = admittedAt(pod, workloadOf(pod, state.input.workloads));
   // Time in Kueue's queue is not the run's: the runner counts what was left of the ceiling at the
   // pod's creation from its own start, as the pod's activeDeadlineSeconds does, so this pod's queue
-  // time moves the end. A pod re-created after a preemption does not restart the ceiling.
-  const ceilingFrom = Date.parse(startTime) + queuedMs(pod, admitted);
+  // time moves the end, as its earlier pods' did (status.queuedMs). A pod re-created after a
+  // preemption does not restart the ceiling.
+  const ceilingFrom = ceilingStartMs(startTime, base.previous) + queuedMs(pod, admitted);
   const endsAt = ceilingFrom + base.limits.ceiling.ms + base.limits.killGrace.ms;
   // A started run may go on past its main tasks' end for its finally tasks' window, as its pod's
   // activeDeadlineSeconds does; a pod that never started runs no finally task.
@@ -121,6 +123,7 @@ function decideNodeLost(state: RunState, pod: PodView, silence: NodeSilence): De
   const decision = decideLost(
     state,
     `pod ${name} was lost with its node ${silence.node}, which stopped reporting: the pod was marked not Ready at ${new Date(silence.since).toISOString()} and its node said nothing for ${silent} since`,
+    pod,
   );
   if (pod.metadata.deletionTimestamp) return decision;
   return { ...decision, actions: [{ type: "deletePod", name, why: "finished" }, ...decision.actions] };

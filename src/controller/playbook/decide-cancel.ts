@@ -11,6 +11,7 @@ import {
   type RunState,
   settle,
 } from "../decision.js";
+import { ceilingStartMs } from "../kueue/queued-time.js";
 import type { PodView } from "../objects.js";
 import { describeFinallyWindow, terminationGraceSeconds } from "../pods/pod-builder.js";
 import { isPodFinished, podActiveDeadlineSeconds, podDeadline } from "../pods/pod-state.js";
@@ -111,7 +112,8 @@ function decideStopUnstartedPod(state: RunState, pod: PodView, next: PlaybookSta
   const { now } = state.input;
   const name = pod.metadata.name;
   const grace = terminationGraceSeconds(base.limits);
-  const giveUpAt = Date.parse(state.startTime) + base.limits.ceiling.ms + base.limits.killGrace.ms;
+  const giveUpAt =
+    ceilingStartMs(state.startTime, base.previous) + base.limits.ceiling.ms + base.limits.killGrace.ms;
   if (giveUpAt <= now.getTime()) {
     return progress(base, next, {
       actions: [{ type: "deletePod", name, gracePeriodSeconds: grace, why: "cancel" }],

@@ -67,7 +67,7 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
   if (stop && !state.cancel && endedByKueue(read)) return decideStoppedByKueue(state, pod, stop, read);
   const disruption = disruptionOf(pod);
   // A cancelled run is not re-created after a disruption: the cancel decides its end.
-  if (disruption && !state.cancel) return decideLost(state, `pod ${podName} ${disruption}`);
+  if (disruption && !state.cancel) return decideLost(state, `pod ${podName} ${disruption}`, pod);
   if (pod.status?.reason === "DeadlineExceeded" && state.cancel) return decideCancelledPod(state, pod, read);
   if (pod.status?.reason === "DeadlineExceeded" && !reportedBeforeDeadline(read, pod)) {
     // A trusted report's tasks, as far as it got; without one, status shows progress (no outcome).
@@ -87,7 +87,11 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
   if (read.ok) {
     if (read.report.reason === "Cancelled" && !state.cancel) {
       // The runner was interrupted by someone else than us: a node drain, a deletion.
-      return decideLost(state, `pod ${podName} was stopped from outside (${describeKubeletVerdict(pod)})`);
+      return decideLost(
+        state,
+        `pod ${podName} was stopped from outside (${describeKubeletVerdict(pod)})`,
+        pod,
+      );
     }
     const next = runStatusFromReport(base, read.report, run, context);
     return settle(base, next, read.report.reason, { fromReport: true });
@@ -96,6 +100,7 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
     return decideLost(
       state,
       `pod ${podName} was deleted before the runner reported (${describeKubeletVerdict(pod)})`,
+      pod,
     );
   }
   const waitMs = settleWaitMs(pod, state.input.now);

@@ -14,7 +14,8 @@ import {
   type RunState,
   settle,
 } from "../decision.js";
-
+import { ceilingStartMs, queuedMsAfter } from "../kueue/queued-time.js";
+import type { PodView } from "../objects.js";
 import { alternatePodName, buildPod, podNameFor } from "../pods/pod-builder.js";
 import { rulesOf } from "../run-plan.js";
 import { describeDeadline, progressStatus, settledStatus } from "../status.js";
@@ -66,19 +67,19 @@ export function decideFirstPod(state: RunState): Decision {
 }
 
 /** The pod was lost: create the next attempt while backoffLimit allows, else the run fails PodLost. */
-export function decideLost(state: RunState, what: string): Decision {
+export function decideLost(state: RunState, what: string, lost?: PodView): Decision {
   const { base } = state;
   const { backoffLimit } = state.pod;
-  const ended = ceilingPassed(state, what);
+  const ended = ceilingPassed(state, what, lost);
   if (ended) return ended;
   // Pods re-created after a preemption spent no attempt of backoffLimit (kueue-preemption.ts).
   const preemptions = base.previous.preemptions ?? 0;
   if (state.attempts - 1 - preemptions < backoffLimit) {
-    return nextPod(state, {}, (action, attempt) => [
+    return nextPod(state, lost, {}, (action, attempt, counts) => [
       {
         type: "Warning",
         reason: "PodLost",
-        message: `${capitalise(what)}; created pod ${action.pod.metadata.name} (attempt ${attempt} of ${backoffLimit + 1 + preemptions}), the ceiling still counts from ${state.startTime}`,
+        message: `${capitalise(what)}; created pod ${action.pod.metadata.name} (attempt ${attempt} of ${backoffLimit + 1 + preemptions}), ${counts}`,
       },
     ]);
   }
@@ -91,24 +92,30 @@ export function decideLost(state: RunState, what: string): Decision {
   return settle(base, next, "PodLost");
 }
 
-/** The run's ceiling passed: a new pod would have no time left, so the ceiling, not `what`, ends the run. */
-export function ceilingPassed(state: RunState, what: string): Decision | undefined {
+/**
+ * The run's ceiling passed: a new pod would have no time left, so the ceiling, not `what`, ends the
+ * run. It counts from the run's start, less the time its pods, `ended` the last, waited in Kueue's queue.
+ */
+export function ceilingPassed(state: RunState, what: string, ended?: PodView): Decision | undefined {
   const { base } = state;
-  const ceilingAt = Date.parse(state.startTime) + base.limits.ceiling.ms;
+  const queued = queuedMsAfter(base.previous, ended, state.input.workloads);
+  const ceilingAt = Date.parse(state.startTime) + queued + base.limits.ceiling.ms;
   if (ceilingAt > state.input.now.getTime()) return undefined;
   const message = `the run's ${formatDuration(base.limits.ceiling.ms)} ceiling (${base.limits.ceiling.field}) passed; ${what}`;
   return settle(base, settledStatus(base, { reason: "RunCeiling", message }), "RunCeiling");
 }
 
 /**
- * The run's next pod after its pod was lost or preempted: it runs the plan from its first task,
- * the ceiling still counting from the run's start. `said` are the events that say why, before the
- * pod's own; `extra` goes on the status (preemptions).
+ * The run's next pod after its pod `ended` was lost or preempted: it runs the plan from its first
+ * task, the ceiling still counting from the run's start, less the time its pods waited in Kueue's
+ * queue (status.queuedMs). `said` are the events that say why, before the pod's own, given the
+ * words on the ceiling; `extra` goes on the status (preemptions).
  */
 export function nextPod(
   state: RunState,
+  ended: PodView | undefined,
   extra: Pick<PlaybookStatus, "preemptions">,
-  said: (action: Action & { type: "createPod" }, attempt: number) => RecordedEvent[],
+  said: (action: Action & { type: "createPod" }, attempt: number, ceiling: string) => RecordedEvent[],
 ): Decision {
   const { base } = state;
   const attempt = state.attempts + 1;
@@ -116,7 +123,8 @@ export function nextPod(
   if (name === undefined) return decideNamesTaken(state, attempt);
   const refused = policyRefusal(state, attempt);
   if (refused) return refused;
-  const action = createPodAction(state, attempt, new Date(state.startTime), name);
+  const queued = queuedMsAfter(base.previous, ended, state.input.workloads);
+  const action = createPodAction(state, attempt, new Date(state.startTime), name, queued);
   // The new pod runs the plan from its first task: the lost pod's live progress is not its.
   const { tasks: _tasks, currentTask: _current, ...fresh } = base.previous;
   const next: PlaybookStatus = {
@@ -131,12 +139,14 @@ export function nextPod(
       },
     ),
     ...extra,
+    ...(queued > 0 ? { queuedMs: queued } : {}),
     planDigest: action.planDigest,
   };
+  const counts = `the ceiling still counts from ${state.startTime}${queued > 0 ? `, less the ${formatDuration(queued)} its pods waited in Kueue's queue` : ""}`;
   return progress(base, next, {
     actions: [action],
     events: [
-      ...said(action, attempt),
+      ...said(action, attempt, counts),
       ...nameTakenEvents(state.input, attempt, name),
       podCreatedEvent(state, action),
     ],
@@ -183,7 +193,7 @@ function decideNamesTaken(state: RunState, attempt: number): Decision {
   });
   const next: PlaybookStatus =
     base.previous.podName !== undefined ? { ...rest, podName: base.previous.podName } : rest;
-  const ceilingAt = Date.parse(state.startTime) + base.limits.ceiling.ms;
+  const ceilingAt = ceilingStartMs(state.startTime, base.previous) + base.limits.ceiling.ms;
   return progress(base, next, {
     events: [{ type: "Warning", reason: "PodNameTaken", message: capitalise(message) }],
     requeueAfterMs: Math.max(1, ceilingAt - input.now.getTime()),
@@ -195,6 +205,7 @@ function createPodAction(
   attempt: number,
   runStart: Date,
   name: string,
+  queuedMs?: number,
 ): Action & { type: "createPod" } {
   const { playbook } = state.input;
   const pod = buildPod({
@@ -209,6 +220,7 @@ function createPodAction(
     generation: state.specGeneration,
     attempt,
     runStart,
+    queuedMs,
     now: state.input.now,
     runnerImage: state.input.settings.runnerImage,
     ...(state.input.settings.agentDelivery ? { agentDelivery: state.input.settings.agentDelivery } : {}),

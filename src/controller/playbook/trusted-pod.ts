@@ -52,6 +52,7 @@ export function unbuiltReason(input: ReconcileInput, pod: PodView): string | und
       generation: podPlanGeneration(pod),
       attempt: podAttemptOf(pod),
       runStart,
+      queuedMs: plan.queuedMs,
       now: new Date(created),
       runnerImage: input.settings.runnerImage,
       agentDelivery,

@@ -407,5 +407,6 @@ function ceilingLeftMs(status: PlaybookStatus, now: Date): number | undefined {
   const ceiling = status.limits?.ceiling?.value;
   const start = Date.parse(status.startTime ?? "");
   if (!ceiling || Number.isNaN(start)) return undefined;
-  return Math.max(0, start + parseDuration(ceiling) - now.getTime());
+  // Time its earlier pods waited in Kueue's queue is not the ceiling's.
+  return Math.max(0, start + (status.queuedMs ?? 0) + parseDuration(ceiling) - now.getTime());
 }

@@ -131,6 +131,11 @@ export function describeFinallyWindow(limits: ResolvedLimits): string {
   return `, the finally tasks' ${formatDuration(limits.finallyCeiling.ms)} ceiling (${limits.finallyCeiling.field}) and their killGrace`;
 }
 
+/** When the run's ceiling started counting: its start, moved on by its earlier pods' time in Kueue's queue. */
+function ceilingStart(request: PodRequest): Date {
+  return new Date(request.runStart.getTime() + (request.queuedMs ?? 0));
+}
+
 /** What is left of the run's ceiling at `now`, in whole milliseconds, never below 0. */
 export function ceilingLeftMs(limits: ResolvedLimits, runStart: Date, now: Date): number {
   return Math.max(0, Math.round(runStart.getTime() + limits.ceiling.ms - now.getTime()));
@@ -153,6 +158,8 @@ export interface PodRequest {
   /** The Playbook's generation the spec is from, if known. */
   generation?: number | undefined;
   runStart: Date;
+  /** Time the run's earlier pods waited in Kueue's queue: the ceiling counts from that much after runStart. */
+  queuedMs?: number | undefined;
   now: Date;
   /** The controller's --runner-image: the runner container's and the agent's, never the user's. */
   runnerImage: string;
@@ -208,6 +215,8 @@ export function buildPlan(request: PodRequest): RunPlan {
     name: request.playbook.name,
     namespace: request.playbook.namespace,
     runStartTime: request.runStart.toISOString(),
+    // Only after a pod that queued: the plan of a run without Kueue is the one it always was.
+    ...(request.queuedMs ? { queuedMs: request.queuedMs } : {}),
     defaults,
     spec: request.spec,
     tasks: placed.slice(0, mainCount),
@@ -242,7 +251,10 @@ export function buildPod(request: PodRequest): PodManifest {
       { name: PLAN_DIGEST_ENV_VAR, value: planDigest(read.plan) },
       { name: TASK_CONTAINERS_ENV_VAR, value: taskContainersEnv(tasks.containers) },
       // What is left of the ceiling now: the runner counts it on its node's own clock.
-      { name: CEILING_LEFT_ENV_VAR, value: String(ceilingLeftMs(limits, request.runStart, request.now)) },
+      {
+        name: CEILING_LEFT_ENV_VAR,
+        value: String(ceilingLeftMs(limits, ceilingStart(request), request.now)),
+      },
       { name: TASK_UIDS_ENV_VAR, value: taskUidsEnv(tasks.containers, taskContainerUid) },
     ],
     volumeMounts: [
@@ -259,7 +271,7 @@ export function buildPod(request: PodRequest): PodManifest {
   };
   const podSpec: Record<string, unknown> = {
     restartPolicy: "Never",
-    activeDeadlineSeconds: activeDeadlineSeconds(limits, request.runStart, request.now),
+    activeDeadlineSeconds: activeDeadlineSeconds(limits, ceilingStart(request), request.now),
     terminationGracePeriodSeconds: terminationGraceSeconds(limits),
     enableServiceLinks: false,
     // One process namespace: the runner's word reaches every task through the agents, the fence
