@@ -13,7 +13,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { z } from "zod";
 import { repoRoot } from "../harness/binaries.js";
-import { inPool } from "./api.js";
+import { Api, inPool } from "./api.js";
 import { AuditLog, summarizeWrites } from "./audit.js";
 import {
   type BenchCluster,
@@ -38,7 +38,7 @@ import {
   formatResults,
 } from "./results.js";
 import { median, percentile, perMinute, ratio } from "./stats.js";
-import { finishedPlaybook, JOBS, job, PLAYBOOKS, playbook } from "./workloads.js";
+import { finishedPlaybook, JOBS, job, PLAYBOOKS, playbook, playbookPod } from "./workloads.js";
 
 const { values: flags } = parseArgs({
   options: {
@@ -112,23 +112,36 @@ const names = (prefix: string, count: number) => Array.from({ length: count }, (
 async function launchThroughput(cluster: BenchCluster, observer: Observer): Promise<void> {
   // Pods stay Pending: the node's autopilot writing N pod lives would load the cores measured here.
   await setNodeSchedulable(cluster.api, false);
+  // The bare loop's client: our controller's identity, as the controller is.
+  const bare = await Api.fromFile(cluster.ourKubeconfig);
   try {
     for (const size of LAUNCH_SIZES) {
       const n = Math.max(5, Math.round(size * LAUNCH_SCALE));
-      const trial = async (side: "ours" | "default" | "lifted"): Promise<number> => {
+      const spec = { tasks: [{ name: "work", run: "true" }] };
+      const trial = async (side: "ours" | "default" | "lifted" | "bare"): Promise<number> => {
         const namespace = `launch-${side}-${n}-${rand()}`;
         await createNamespace(cluster.api, namespace);
         const controller =
-          side === "ours"
-            ? await startOurController(cluster, { workers: WORKERS })
-            : await startJobController(cluster, { lifted: side === "lifted", concurrentJobSyncs: WORKERS });
+          side === "bare"
+            ? undefined
+            : side === "ours"
+              ? await startOurController(cluster, { workers: WORKERS })
+              : await startJobController(cluster, { lifted: side === "lifted", concurrentJobSyncs: WORKERS });
         try {
           const t0 = now();
-          const kind = side === "ours" ? "Playbook" : "Job";
-          const spec = { tasks: [{ name: "work", run: "true" }] };
-          await createAll(cluster, namespace, kind, names("run", n), (name) =>
-            kind === "Playbook" ? playbook(name, spec) : job(name, namespace, spec),
-          );
+          if (side === "bare") {
+            // What the API server accepts at all: the very pods, created in a loop as our
+            // controller's identity, as many at once as its workers (it has no QPS limit).
+            const pods = `/api/v1/namespaces/${namespace}/pods`;
+            await inPool(names("run", n), WORKERS, (name) =>
+              bare.request("POST", pods, playbookPod(`${name}-1`, namespace, spec)),
+            );
+          } else {
+            const kind = side === "ours" ? "Playbook" : "Job";
+            await createAll(cluster, namespace, kind, names("run", n), (name) =>
+              kind === "Playbook" ? playbook(name, spec) : job(name, namespace, spec),
+            );
+          }
           await observer.until(`${n} pods in ${namespace}`, () => observer.podCount(namespace) >= n, 900_000);
           const elapsed = now() - t0;
           log(`launch ${n} (${side}): ${(elapsed / 1000).toFixed(2)}s`);
@@ -137,7 +150,7 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
           // Stopped first, so that no controller makes pods while the namespace goes (deleteNamespace
           // takes the Job controller's finalizers off its pods). --quick does not wait: what is left
           // of the namespace is Pending pods, gone with the cluster.
-          await controller.stop();
+          await controller?.stop();
           if (quick) await cluster.api.request("DELETE", `/api/v1/namespaces/${namespace}`);
           else await deleteNamespace(cluster.api, namespace);
         }
@@ -147,10 +160,21 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
       const ours1 = await trial("ours");
       const lifted1 = await trial("lifted");
       const byDefault = await trial("default");
+      const bare1 = await trial("bare");
       const ours2 = quick ? ours1 : await trial("ours");
       const lifted2 = quick ? lifted1 : await trial("lifted");
+      const bare2 = quick ? bare1 : await trial("bare");
       const ours = (ours1 + ours2) / 2;
       const lifted = (lifted1 + lifted2) / 2;
+      const bareLoop = (bare1 + bare2) / 2;
+      addComparison({
+        name: `launch_vs_api_${size}`,
+        ours,
+        reference: bareLoop,
+        unit: "pods/min",
+        target: size === 2000 ? ">= 0.8" : "(>= 0.8 at 2000)",
+        note: `${n} Playbooks created at once, against the same ${n} pods (as our controller builds them) created in a bare loop, ${WORKERS} at a time, as our controller's identity: what the API server accepts at all at the controller's client limits (${WORKERS} workers, no QPS limit); ours also writes each Playbook's status and an event, and the bench creates the Playbooks (see api_writes_per_run)`,
+      });
       addComparison({
         name: `launch_throughput_${size}`,
         ours,
@@ -167,6 +191,7 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
       });
     }
   } finally {
+    bare.close();
     await setNodeSchedulable(cluster.api, true);
   }
 }

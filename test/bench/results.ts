@@ -87,6 +87,7 @@ export const REQUIRED_COMPARISONS = [
   "launch_throughput_100",
   "launch_throughput_500",
   "launch_throughput_2000",
+  "launch_vs_api_2000",
   "settle_latency_p50",
   "settle_latency_p99",
   "deadline_to_condition_p99",

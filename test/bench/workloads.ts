@@ -59,6 +59,30 @@ export function job(
   };
 }
 
+/**
+ * The pod our controller creates for `playbook(name, specInput)`, as it builds it, without its
+ * owner reference (no Playbook stands behind it: the launch bench's bare-loop reference creates
+ * it straight through the API).
+ */
+export function playbookPod(name: string, namespace: string, specInput: object): object {
+  const spec: PlaybookSpec = PlaybookSpecSchema.parse(specInput);
+  const config = loadControllerConfig({}, {});
+  const defaults = limitDefaults(config);
+  const now = new Date();
+  const pod = buildPod({
+    playbook: { name, namespace, uid: "00000000-0000-0000-0000-000000000000" },
+    spec,
+    limits: resolveLimits(spec, defaults),
+    defaults,
+    attempt: 1,
+    runStart: now,
+    now,
+    runnerImage: config.runnerImage,
+  });
+  const { ownerReferences: _none, ...metadata } = pod.metadata;
+  return { ...pod, metadata };
+}
+
 /** A finished run as `kubectl apply` and the controller leave it: three tasks, their times and the conditions. */
 export function finishedPlaybook(name: string, index: number): { object: object; status: object } {
   const start = new Date(Date.UTC(2026, 10, 1, 0, 0, index % 3600));
