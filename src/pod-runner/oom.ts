@@ -2,16 +2,13 @@
 // runner's memory cgroup (a pod's container, which the tasks share), else of the whole machine,
 // read before and after an attempt. The runner outlived the kill (it raised its tasks'
 // oom_score_adj, see containment.ts), so a kill in between was one of the task's.
-import { readFileSync } from "node:fs";
 import { ownCgroupDir, ownCgroupDirOf } from "./containment.js";
+import { fieldIn, readKept } from "./kept-file.js";
 
+// Read before and after every attempt: the file is kept open (kept-file.ts).
 function fieldOf(file: string, name: string): number | null {
-  try {
-    const match = new RegExp(`^${name} (\\d+)$`, "m").exec(readFileSync(file, "latin1"));
-    return match ? Number(match[1]) : null;
-  } catch {
-    return null;
-  }
+  const text = readKept(file);
+  return text === null ? null : fieldIn(text, name);
 }
 
 export interface OomCounter {

@@ -12,6 +12,7 @@
 // its descendants, read at its start, then soon after and every SAMPLE_MS while the attempt runs; a process that lives shorter than a
 // sample is not seen. Agents (a pod, a local image task) send wait4's figures instead.
 import { readdirSync, readFileSync } from "node:fs";
+import { readKept } from "./kept-file.js";
 
 /** What an attempt cost, where it was measured. */
 export interface TaskUsage {
@@ -29,16 +30,14 @@ const MAX_SAMPLED = 256;
 
 /** The runner's reaped children's CPU (cutime + cstime) in clock ticks; null where /proc is not readable. */
 export function childrenCpuTicks(proc = "/proc"): number | null {
-  try {
-    const stat = readFileSync(`${proc}/self/stat`, "latin1");
-    // After "(comm) ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    const cutime = Number(fields[13]);
-    const cstime = Number(fields[14]);
-    return Number.isFinite(cutime) && Number.isFinite(cstime) ? cutime + cstime : null;
-  } catch {
-    return null;
-  }
+  // Read before and after every attempt: the file is kept open (kept-file.ts).
+  const stat = readKept(`${proc}/self/stat`);
+  if (stat === null) return null;
+  // After "(comm) ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const cutime = Number(fields[13]);
+  const cstime = Number(fields[14]);
+  return Number.isFinite(cutime) && Number.isFinite(cstime) ? cutime + cstime : null;
 }
 
 /** A process's peak RSS in KiB (VmHWM), or null when it is gone or shows none (a kernel thread). */

@@ -52,9 +52,11 @@ export class Api {
           ...this.tls,
           agent: this.agent,
           method,
-          headers: payload
-            ? { "content-type": contentType, "content-length": Buffer.byteLength(payload) }
-            : {},
+          // The kubeconfig's own headers (a bearer token) with the body's.
+          headers: {
+            ...(this.tls.headers as Record<string, string> | undefined),
+            ...(payload ? { "content-type": contentType, "content-length": Buffer.byteLength(payload) } : {}),
+          },
           timeout: 60_000,
         },
         (response) => {
