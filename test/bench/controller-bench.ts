@@ -52,6 +52,10 @@ const { values: flags } = parseArgs({
     baseline: { type: "string" },
     // The runner's comparisons, each run this many times whole (bench:runner --repeat).
     repeat: { type: "string", default: "1" },
+    // The launch section's sizes, e.g. "2000" to weigh a change at the largest alone.
+    "launch-sizes": { type: "string", default: "100,500,2000" },
+    // A folder for our controller's CPU profiles (node --cpu-prof) in the launch section.
+    "controller-profile": { type: "string" },
   },
 });
 const quick = flags.quick ?? false;
@@ -62,7 +66,10 @@ const wanted = (section: string) => only.size === 0 || only.has(section);
 // The issue's sizes; --quick (the smoke test, which must end within 5 minutes on 2 cores)
 // measures the same names at a fiftieth of the launch sizes and of the cached counts,
 // and each note says so.
-const LAUNCH_SIZES = [100, 500, 2000] as const;
+const LAUNCH_SIZES = z
+  .array(z.coerce.number().int().min(1))
+  .min(1)
+  .parse((flags["launch-sizes"] ?? "").split(","));
 const LAUNCH_SCALE = quick ? 0.02 : 1;
 const CACHE_SCALE = quick ? 0.02 : 1;
 const SETTLE = quick ? { rounds: 2, batch: 5 } : { rounds: 5, batch: 10 };
@@ -125,7 +132,12 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
           side === "bare"
             ? undefined
             : side === "ours"
-              ? await startOurController(cluster, { workers: WORKERS })
+              ? await startOurController(cluster, {
+                  workers: WORKERS,
+                  ...(flags["controller-profile"]
+                    ? { nodeOptions: ["--cpu-prof", `--cpu-prof-dir=${flags["controller-profile"]}`] }
+                    : {}),
+                })
               : await startJobController(cluster, { lifted: side === "lifted", concurrentJobSyncs: WORKERS });
         try {
           const t0 = now();
@@ -141,6 +153,8 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
             await createAll(cluster, namespace, kind, names("run", n), (name) =>
               kind === "Playbook" ? playbook(name, spec) : job(name, namespace, spec),
             );
+            // The owners' own creates share the server with the pods': when they were all in.
+            log(`launch ${n} (${side}): ${n} ${kind}s created in ${((now() - t0) / 1000).toFixed(2)}s`);
           }
           await observer.until(`${n} pods in ${namespace}`, () => observer.podCount(namespace) >= n, 900_000);
           const elapsed = now() - t0;
