@@ -36,6 +36,7 @@ import { startDevCluster } from "../harness/dev-cluster.js";
 import { waitFor } from "../harness/processes.js";
 import { projectImageArchive, projectImageName } from "../harness/real-node/images.js";
 import { SPIN, TASK_IMAGE_KINDS, TASK_IMAGES, taskImageArchive } from "../harness/task-images.js";
+import { createBenchNamespace } from "./bench-namespace.js";
 import { type ContainerEvents, watchContainerEvents } from "./container-events.js";
 import { median, meetsTarget, percentile, ratio } from "./stats.js";
 
@@ -149,27 +150,7 @@ async function main(): Promise<void> {
     const core = kubeConfig.makeApiClient(CoreV1Api);
     const custom = kubeConfig.makeApiClient(CustomObjectsApi);
     const namespace = "bench-images";
-    await core.createNamespace({ body: { metadata: { name: namespace } } });
-    await waitFor(
-      "the default service account",
-      async () => {
-        await core.readNamespacedServiceAccount({ namespace, name: "default" });
-        return true;
-      },
-      { timeoutMs: 30_000 },
-    );
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace,
-      plural: "playbookpolicies",
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: "PlaybookPolicy",
-        metadata: { name: "default", namespace },
-        spec: { allowedImages: ["playbook.test/*"] },
-      },
-    });
+    await createBenchNamespace(core, custom, namespace);
     /** A controller of its own per layout: the setting is read once, at its start. */
     const startController = async (setting: (typeof LAYOUTS)[number]["setting"]): Promise<void> => {
       controller?.stop();

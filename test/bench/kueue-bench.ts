@@ -22,8 +22,10 @@ import { PlaybookController } from "../../src/controller/controller.js";
 import { makeClients } from "../../src/runtime/kube-config.js";
 import { startDevCluster } from "../harness/dev-cluster.js";
 import {
+  clusterQueue,
   KUEUE_GROUP,
   KUEUE_VERSION,
+  localQueue,
   MANAGED_LABEL,
   QUEUE_NAME_LABEL,
   resourceFlavor,
@@ -31,6 +33,7 @@ import {
 import { waitFor } from "../harness/processes.js";
 import { projectImageArchive, projectImageName } from "../harness/real-node/images.js";
 import { SPIN, TASK_IMAGES, taskImageArchive } from "../harness/task-images.js";
+import { createBenchNamespace } from "./bench-namespace.js";
 import { median, meetsTarget, percentile, ratio } from "./stats.js";
 
 const args = new Map(process.argv.slice(2).map((a) => a.replace(/^--/, "").split("=") as [string, string]));
@@ -122,64 +125,18 @@ async function main(): Promise<void> {
     const core = kubeConfig.makeApiClient(CoreV1Api);
     const custom = kubeConfig.makeApiClient(CustomObjectsApi);
     const namespace = NAMESPACE;
-    await core.createNamespace({ body: { metadata: { name: namespace } } });
-    await waitFor(
-      "the default service account",
-      async () => {
-        await core.readNamespacedServiceAccount({ namespace, name: "default" });
-        return true;
-      },
-      { timeoutMs: 30_000 },
-    );
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace,
-      plural: "playbookpolicies",
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: "PlaybookPolicy",
-        metadata: { name: "default", namespace },
-        spec: { allowedImages: ["playbook.test/*"] },
-      },
-    });
+    await createBenchNamespace(core, custom, namespace);
     // A quota far above what one round's two pods ask (150m and 100m): admission never waits.
     const kueueObject = (plural: string, body: Record<string, unknown>) =>
       custom.createClusterCustomObject({ group: KUEUE_GROUP, version: KUEUE_VERSION, plural, body });
     await kueueObject("resourceflavors", resourceFlavor("bench"));
-    await kueueObject("clusterqueues", {
-      apiVersion: `${KUEUE_GROUP}/${KUEUE_VERSION}`,
-      kind: "ClusterQueue",
-      metadata: { name: "bench" },
-      spec: {
-        namespaceSelector: {},
-        resourceGroups: [
-          {
-            coveredResources: ["cpu", "memory"],
-            flavors: [
-              {
-                name: "bench",
-                resources: [
-                  { name: "cpu", nominalQuota: "16" },
-                  { name: "memory", nominalQuota: "32Gi" },
-                ],
-              },
-            ],
-          },
-        ],
-      },
-    });
+    await kueueObject("clusterqueues", clusterQueue("bench", { flavor: "bench", cpu: "16", memory: "32Gi" }));
     await custom.createNamespacedCustomObject({
       group: KUEUE_GROUP,
       version: KUEUE_VERSION,
       namespace,
       plural: "localqueues",
-      body: {
-        apiVersion: `${KUEUE_GROUP}/${KUEUE_VERSION}`,
-        kind: "LocalQueue",
-        metadata: { name: QUEUE, namespace },
-        spec: { clusterQueue: "bench" },
-      },
+      body: localQueue(QUEUE, namespace, "bench"),
     });
     await waitFor(
       `LocalQueue ${namespace}/${QUEUE} to be Active`,

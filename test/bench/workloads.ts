@@ -4,7 +4,7 @@
 import { resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { limitDefaults, loadControllerConfig } from "../../src/controller/config.js";
-import { buildPod } from "../../src/controller/pods/pod-builder.js";
+import { buildPod, type PodManifest } from "../../src/controller/pods/pod-builder.js";
 
 export const PLAYBOOKS = "/apis/playbook.dev/v1alpha1";
 export const JOBS = "/apis/batch/v1";
@@ -32,19 +32,7 @@ export function job(
   specInput: object,
   activeDeadlineSeconds?: number,
 ): object {
-  const spec: PlaybookSpec = PlaybookSpecSchema.parse(specInput);
-  const defaults = limitDefaults(loadControllerConfig({}, {}));
-  const now = new Date();
-  const pod = buildPod({
-    playbook: { name, namespace, uid: "00000000-0000-0000-0000-000000000000" },
-    spec,
-    limits: resolveLimits(spec, defaults),
-    defaults,
-    attempt: 1,
-    runStart: now,
-    now,
-    runnerImage: loadControllerConfig({}, {}).runnerImage,
-  });
+  const pod = builtPod(name, namespace, specInput);
   // Neither our labels (our controller would take the pod for its own) nor our deadline.
   const { activeDeadlineSeconds: _ours, ...podSpec } = pod.spec;
   return {
@@ -65,11 +53,18 @@ export function job(
  * it straight through the API).
  */
 export function playbookPod(name: string, namespace: string, specInput: object): object {
+  const pod = builtPod(name, namespace, specInput);
+  const { ownerReferences: _none, ...metadata } = pod.metadata;
+  return { ...pod, metadata };
+}
+
+/** The pod our controller builds for a Playbook of this spec, at the controller's defaults, started now. */
+function builtPod(name: string, namespace: string, specInput: object): PodManifest {
   const spec: PlaybookSpec = PlaybookSpecSchema.parse(specInput);
   const config = loadControllerConfig({}, {});
   const defaults = limitDefaults(config);
   const now = new Date();
-  const pod = buildPod({
+  return buildPod({
     playbook: { name, namespace, uid: "00000000-0000-0000-0000-000000000000" },
     spec,
     limits: resolveLimits(spec, defaults),
@@ -79,8 +74,6 @@ export function playbookPod(name: string, namespace: string, specInput: object):
     now,
     runnerImage: config.runnerImage,
   });
-  const { ownerReferences: _none, ...metadata } = pod.metadata;
-  return { ...pod, metadata };
 }
 
 /** A finished run as `kubectl apply` and the controller leave it: three tasks, their times and the conditions. */

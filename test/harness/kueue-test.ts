@@ -7,7 +7,16 @@ import { randomBytes } from "node:crypto";
 import path from "node:path";
 import { ApiException, CustomObjectsApi, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { inject } from "vitest";
-import { KUEUE_GROUP, KUEUE_VERSION, type Kueue, resourceFlavor, startKueue } from "./kueue.js";
+import {
+  type ClusterQueueQuota,
+  clusterQueue,
+  KUEUE_GROUP,
+  KUEUE_VERSION,
+  type Kueue,
+  localQueue,
+  resourceFlavor,
+  startKueue,
+} from "./kueue.js";
 import { waitFor } from "./processes.js";
 
 /** The namespace label a test namespace carries for Kueue's webhooks to act on its pods. */
@@ -38,16 +47,6 @@ export interface Workload {
     admission?: { clusterQueue?: string };
     requeueState?: unknown;
   };
-}
-
-export interface ClusterQueueQuota {
-  /** The ResourceFlavor the quota is in. */
-  flavor: string;
-  /** nominalQuota of cpu and memory, e.g. "500m" and "256Mi". */
-  cpu: string;
-  memory: string;
-  /** spec.preemption, e.g. {withinClusterQueue: "LowerPriority"}; Kueue's default preempts nothing. */
-  preemption?: Record<string, unknown>;
 }
 
 export interface TestKueue {
@@ -166,12 +165,7 @@ export async function startTestKueue(options: TestKueueOptions = {}): Promise<Te
         version: KUEUE_VERSION,
         namespace,
         plural: "localqueues",
-        body: {
-          apiVersion: `${KUEUE_GROUP}/${KUEUE_VERSION}`,
-          kind: "LocalQueue",
-          metadata: { name, namespace },
-          spec: { clusterQueue: clusterQueueName },
-        },
+        body: localQueue(name, namespace, clusterQueueName),
       });
       await waitActive(`LocalQueue ${namespace}/${name}`, () =>
         custom.getNamespacedCustomObject({
@@ -208,33 +202,6 @@ export async function startTestKueue(options: TestKueueOptions = {}): Promise<Te
       } finally {
         await release();
       }
-    },
-  };
-}
-
-/** A ClusterQueue for every namespace, its cpu and memory quota in one flavor. */
-export function clusterQueue(name: string, quota: ClusterQueueQuota): Record<string, unknown> {
-  return {
-    apiVersion: `${KUEUE_GROUP}/${KUEUE_VERSION}`,
-    kind: "ClusterQueue",
-    metadata: { name },
-    spec: {
-      namespaceSelector: {},
-      resourceGroups: [
-        {
-          coveredResources: ["cpu", "memory"],
-          flavors: [
-            {
-              name: quota.flavor,
-              resources: [
-                { name: "cpu", nominalQuota: quota.cpu },
-                { name: "memory", nominalQuota: quota.memory },
-              ],
-            },
-          ],
-        },
-      ],
-      ...(quota.preemption ? { preemption: quota.preemption } : {}),
     },
   };
 }

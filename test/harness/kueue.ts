@@ -435,3 +435,54 @@ async function kueuePorts(): Promise<{ webhookPort: number; healthPort: number; 
 export function resourceFlavor(name: string): Manifest {
   return { apiVersion: `${KUEUE_GROUP}/${KUEUE_VERSION}`, kind: "ResourceFlavor", metadata: { name } };
 }
+
+export interface ClusterQueueQuota {
+  /** The ResourceFlavor the quota is in. */
+  flavor: string;
+  /** nominalQuota of cpu and memory, e.g. "500m" and "256Mi". */
+  cpu: string;
+  memory: string;
+  /** spec.preemption, e.g. {withinClusterQueue: "LowerPriority"}; Kueue's default preempts nothing. */
+  preemption?: Record<string, unknown>;
+}
+
+/** A ClusterQueue for every namespace, its cpu and memory quota in one flavor. */
+export function clusterQueue(name: string, quota: ClusterQueueQuota): Record<string, unknown> {
+  return {
+    apiVersion: `${KUEUE_GROUP}/${KUEUE_VERSION}`,
+    kind: "ClusterQueue",
+    metadata: { name },
+    spec: {
+      namespaceSelector: {},
+      resourceGroups: [
+        {
+          coveredResources: ["cpu", "memory"],
+          flavors: [
+            {
+              name: quota.flavor,
+              resources: [
+                { name: "cpu", nominalQuota: quota.cpu },
+                { name: "memory", nominalQuota: quota.memory },
+              ],
+            },
+          ],
+        },
+      ],
+      ...(quota.preemption ? { preemption: quota.preemption } : {}),
+    },
+  };
+}
+
+/** A LocalQueue in `namespace` that sends its workloads to `clusterQueueName`. */
+export function localQueue(
+  name: string,
+  namespace: string,
+  clusterQueueName: string,
+): Record<string, unknown> {
+  return {
+    apiVersion: `${KUEUE_GROUP}/${KUEUE_VERSION}`,
+    kind: "LocalQueue",
+    metadata: { name, namespace },
+    spec: { clusterQueue: clusterQueueName },
+  };
+}

@@ -11,6 +11,7 @@ import { EventRecorder, type EventTarget, eventApiOf } from "../../runtime/event
 import type { KubeClients } from "../../runtime/kube-config.js";
 import type { Action, Decision, StartRecord } from "../decision.js";
 import { PREEMPTION_FINALIZER } from "../kueue/kueue-names.js";
+import { ceilingStartMs } from "../kueue/queued-time.js";
 import type { ControllerMetrics } from "../metrics.js";
 import { type PodView, parsePod, type StoredPlaybook } from "../objects.js";
 import { builtPodDifference } from "../pods/built-pod-difference.js";
@@ -405,8 +406,8 @@ export class PlaybookWriter {
 /** How long until the run's ceiling passes, counted from its start, when the status says both. */
 function ceilingLeftMs(status: PlaybookStatus, now: Date): number | undefined {
   const ceiling = status.limits?.ceiling?.value;
-  const start = Date.parse(status.startTime ?? "");
+  // Moved on by the time its earlier pods waited in Kueue's queue, which is not the ceiling's.
+  const start = ceilingStartMs(status.startTime ?? "", status);
   if (!ceiling || Number.isNaN(start)) return undefined;
-  // Time its earlier pods waited in Kueue's queue is not the ceiling's.
-  return Math.max(0, start + (status.queuedMs ?? 0) + parseDuration(ceiling) - now.getTime());
+  return Math.max(0, start + parseDuration(ceiling) - now.getTime());
 }
