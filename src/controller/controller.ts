@@ -772,7 +772,7 @@ export class PlaybookController {
     const namespace = playbook.metadata.namespace ?? "";
     return passPods(playbook, this.writer.unrecordedStart(uid ?? ""), {
       cached: this.ownedPods(namespace, uid),
-      created: this.writer.createdPods(namespace).filter((pod) => isControlledBy(pod, uid)),
+      created: uid ? this.writer.createdPodsOf(uid).filter((pod) => isControlledBy(pod, uid)) : [],
       readLive: async (name) => {
         try {
           const live = parsePod(

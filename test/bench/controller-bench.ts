@@ -56,6 +56,10 @@ const { values: flags } = parseArgs({
     "launch-sizes": { type: "string", default: "100,500,2000" },
     // A folder for our controller's CPU profiles (node --cpu-prof) in the launch section.
     "controller-profile": { type: "string" },
+    // The launch section's sides, e.g. "ours,bare" to weigh a change against the API server alone;
+    // "input" is the Playbooks' creates alone, no controller (what ours pays before its pods)
+    // (the Job controller's trials, at its default limits above all, take minutes at 2000).
+    "launch-sides": { type: "string", default: "ours,lifted,default,bare,input" },
   },
 });
 const quick = flags.quick ?? false;
@@ -70,6 +74,16 @@ const LAUNCH_SIZES = z
   .array(z.coerce.number().int().min(1))
   .min(1)
   .parse((flags["launch-sizes"] ?? "").split(","));
+const LaunchSideSchema = z.enum(["ours", "lifted", "default", "bare", "input"]);
+type LaunchSide = z.infer<typeof LaunchSideSchema>;
+const LAUNCH_SIDES = z
+  .array(LaunchSideSchema, {
+    error: (issue) =>
+      `--launch-sides: ${String(issue.input)}: must be some of ${LaunchSideSchema.options.join(", ")}`,
+  })
+  .min(1)
+  .parse((flags["launch-sides"] ?? "").split(",").filter((side) => side !== ""));
+const launchSide = (side: (typeof LAUNCH_SIDES)[number]) => LAUNCH_SIDES.includes(side);
 const LAUNCH_SCALE = quick ? 0.02 : 1;
 const CACHE_SCALE = quick ? 0.02 : 1;
 const SETTLE = quick ? { rounds: 2, batch: 5 } : { rounds: 5, batch: 10 };
@@ -113,6 +127,52 @@ async function createAll(
   await inPool(names, 32, (name) => cluster.api.request("POST", collection, body(name)));
 }
 
+/** CPU milliseconds per run, by process. */
+type CpuShares = Record<string, number>;
+
+/**
+ * Reads the CPU time of the cluster's processes, the controller under test and this bench (which
+ * creates the owners and watches the pods) at the start of a trial; perRun() gives each one's
+ * share of the trial, per run.
+ */
+function cpuMeter(cluster: BenchCluster, controllerPid: number | undefined) {
+  const processes = [
+    ...cluster.state.processes.map(({ name, pid }) => ({ name, pid })),
+    ...(controllerPid === undefined ? [] : [{ name: "controller", pid: controllerPid }]),
+  ];
+  const read = (): CpuShares => {
+    const own = process.cpuUsage();
+    const seconds: CpuShares = { bench: (own.user + own.system) / 1e6 };
+    for (const { name, pid } of processes) {
+      try {
+        seconds[name] = processUsage(pid).cpuSeconds;
+      } catch {
+        // A process gone mid-trial counts for nothing; the trial's own checks say why.
+      }
+    }
+    return seconds;
+  };
+  const start = read();
+  return {
+    perRun(runs: number): CpuShares {
+      const end = read();
+      return Object.fromEntries(
+        Object.entries(end).map(([name, seconds]) => [
+          name,
+          ((seconds - (start[name] ?? seconds)) * 1000) / runs,
+        ]),
+      );
+    },
+  };
+}
+
+function meanShares(trials: CpuShares[]): CpuShares {
+  const names = [...new Set(trials.flatMap((trial) => Object.keys(trial)))];
+  return Object.fromEntries(
+    names.map((name) => [name, trials.reduce((sum, trial) => sum + (trial[name] ?? 0), 0) / trials.length]),
+  );
+}
+
 const names = (prefix: string, count: number) => Array.from({ length: count }, (_, i) => `${prefix}-${i}`);
 
 // 1. Launch throughput: N owners created at once, one controller running, until every pod exists.
@@ -125,11 +185,11 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
     for (const size of LAUNCH_SIZES) {
       const n = Math.max(5, Math.round(size * LAUNCH_SCALE));
       const spec = { tasks: [{ name: "work", run: "true" }] };
-      const trial = async (side: "ours" | "default" | "lifted" | "bare"): Promise<number> => {
+      const trial = async (side: LaunchSide): Promise<number> => {
         const namespace = `launch-${side}-${n}-${rand()}`;
         await createNamespace(cluster.api, namespace);
         const controller =
-          side === "bare"
+          side === "bare" || side === "input"
             ? undefined
             : side === "ours"
               ? await startOurController(cluster, {
@@ -140,6 +200,7 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
                 })
               : await startJobController(cluster, { lifted: side === "lifted", concurrentJobSyncs: WORKERS });
         try {
+          const cpu = cpuMeter(cluster, controller?.process.pid);
           const t0 = now();
           if (side === "bare") {
             // What the API server accepts at all: the very pods, created in a loop as our
@@ -149,15 +210,23 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
               bare.request("POST", pods, playbookPod(`${name}-1`, namespace, spec)),
             );
           } else {
-            const kind = side === "ours" ? "Playbook" : "Job";
+            const kind = side === "ours" || side === "input" ? "Playbook" : "Job";
             await createAll(cluster, namespace, kind, names("run", n), (name) =>
               kind === "Playbook" ? playbook(name, spec) : job(name, namespace, spec),
             );
             // The owners' own creates share the server with the pods': when they were all in.
             log(`launch ${n} (${side}): ${n} ${kind}s created in ${((now() - t0) / 1000).toFixed(2)}s`);
           }
-          await observer.until(`${n} pods in ${namespace}`, () => observer.podCount(namespace) >= n, 900_000);
+          // The input side is the Playbooks' creates alone, with no controller: what ours pays before
+          // any pod of its own.
+          if (side !== "input")
+            await observer.until(
+              `${n} pods in ${namespace}`,
+              () => observer.podCount(namespace) >= n,
+              900_000,
+            );
           const elapsed = now() - t0;
+          cpuPerRun[side].push(cpu.perRun(n));
           log(`launch ${n} (${side}): ${(elapsed / 1000).toFixed(2)}s`);
           return perMinute(n, elapsed);
         } finally {
@@ -169,40 +238,60 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
           else await deleteNamespace(cluster.api, namespace);
         }
       };
-      // Interleaved: ours, the lifted Job controller, the default one; then the lifted one again
-      // and ours again, so drift in the machine's load falls on both sides.
-      const ours1 = await trial("ours");
-      const lifted1 = await trial("lifted");
-      const byDefault = await trial("default");
-      const bare1 = await trial("bare");
-      const ours2 = quick ? ours1 : await trial("ours");
-      const lifted2 = quick ? lifted1 : await trial("lifted");
-      const bare2 = quick ? bare1 : await trial("bare");
-      const ours = (ours1 + ours2) / 2;
-      const lifted = (lifted1 + lifted2) / 2;
-      const bareLoop = (bare1 + bare2) / 2;
-      addComparison({
-        name: `launch_vs_api_${size}`,
-        ours,
-        reference: bareLoop,
-        unit: "pods/min",
-        target: ">= 0.8",
-        note: `${n} Playbooks created at once, against the same ${n} pods (as our controller builds them) created in a bare loop, ${WORKERS} at a time, as our controller's identity: what the API server accepts at all at the controller's client limits (${WORKERS} workers, no QPS limit); ours also writes each Playbook's status and an event, and the bench creates the Playbooks (see api_writes_per_run)`,
-      });
-      addComparison({
-        name: `launch_throughput_${size}`,
-        ours,
-        reference: lifted,
-        unit: "pods/min",
-        target: ">= 1.0",
-        note: `${n} created at once${quick ? ` (--quick: a fiftieth of ${size})` : ""}; reference: kube-controller-manager's Job controller with --kube-api-qps 1000 --kube-api-burst 2000 --concurrent-job-syncs ${WORKERS}; at its default limits ${byDefault.toFixed(0)} pods/min`,
-      });
-      addFigure({
-        name: `launch_throughput_${size}_job_controller_default`,
-        value: byDefault,
-        unit: "pods/min",
-        note: `the Job controller at its default client limits (20 QPS, burst 30, 5 job syncs), ${n} Jobs`,
-      });
+      // Interleaved: ours, the lifted Job controller, the default one, the bare loop; then again
+      // but for the default one (minutes at 2000), so drift in the machine's load falls on all sides.
+      const measured = Object.fromEntries(
+        LaunchSideSchema.options.map((side) => [side, [] as number[]]),
+      ) as Record<LaunchSide, number[]>;
+      const cpuPerRun = Object.fromEntries(
+        LaunchSideSchema.options.map((side) => [side, [] as CpuShares[]]),
+      ) as Record<LaunchSide, CpuShares[]>;
+      for (const round of quick ? [1] : [1, 2])
+        for (const side of LAUNCH_SIDES)
+          if (round === 1 || side !== "default") measured[side].push(await trial(side));
+      const mean = (values: number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
+      const ours = mean(measured.ours);
+      if (launchSide("ours") && launchSide("bare"))
+        addComparison({
+          name: `launch_vs_api_${size}`,
+          ours,
+          reference: mean(measured.bare),
+          unit: "pods/min",
+          target: ">= 0.8",
+          note: `${n} Playbooks created at once, against the same ${n} pods (as our controller builds them) created in a bare loop, ${WORKERS} at a time, as our controller's identity: what the API server accepts at all at the controller's client limits (${WORKERS} workers, no QPS limit); ours also writes each Playbook's status and an event, and the bench creates the Playbooks (see api_writes_per_run)`,
+        });
+      if (launchSide("ours") && launchSide("lifted"))
+        addComparison({
+          name: `launch_throughput_${size}`,
+          ours,
+          reference: mean(measured.lifted),
+          unit: "pods/min",
+          target: ">= 1.0",
+          note: `${n} created at once${quick ? ` (--quick: a fiftieth of ${size})` : ""}; reference: kube-controller-manager's Job controller with --kube-api-qps 1000 --kube-api-burst 2000 --concurrent-job-syncs ${WORKERS}${launchSide("default") ? `; at its default limits ${mean(measured.default).toFixed(0)} pods/min` : ""}`,
+        });
+      // Where the cores went: each process's CPU per run over the trial, summed over the machine.
+      for (const side of LAUNCH_SIDES) {
+        const shares = meanShares(cpuPerRun[side]);
+        const total = Object.values(shares).reduce((sum, ms) => sum + ms, 0);
+        addFigure({
+          name: `launch_cpu_per_run_${size}_${side}`,
+          value: total,
+          unit: "ms/run",
+          note: `CPU per run over the ${side === "input" ? "Playbooks' creates alone (no controller)" : "launch"} of ${n}, by process: ${Object.entries(
+            shares,
+          )
+            .sort(([, a], [, b]) => b - a)
+            .map(([name, ms]) => `${name} ${ms.toFixed(2)}`)
+            .join(", ")}`,
+        });
+      }
+      if (launchSide("default"))
+        addFigure({
+          name: `launch_throughput_${size}_job_controller_default`,
+          value: mean(measured.default),
+          unit: "pods/min",
+          note: `the Job controller at its default client limits (20 QPS, burst 30, 5 job syncs), ${n} Jobs`,
+        });
     }
   } finally {
     bare.close();

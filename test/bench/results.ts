@@ -109,6 +109,11 @@ export const REQUIRED_FIGURES = [
   "events_per_run",
   "controller_cpu_seconds_per_1000_runs",
   "cluster_up_seconds",
+  // Where the cores go at launch (issue 45): each process's CPU per run, ours, the bare loop and
+  // the Playbooks' creates alone.
+  "launch_cpu_per_run_2000_ours",
+  "launch_cpu_per_run_2000_bare",
+  "launch_cpu_per_run_2000_input",
 ] as const;
 
 /**

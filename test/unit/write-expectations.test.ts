@@ -32,6 +32,28 @@ describe("the writer's expectations", () => {
     expect(expectations.createdPod("ops", "b-1", "pb-b")).toBeUndefined();
   });
 
+  it("give a run its own created pods, and forget them as the cache shows them or they expire", () => {
+    let now = 0;
+    vi.spyOn(performance, "now").mockImplementation(() => now);
+    const expectations = new WriteExpectations();
+    expectations.createdNow(podNamed("a-1"), "pb-a");
+    expectations.createdNow(podNamed("b-1"), "pb-b");
+    expectations.createdNow(podNamed("a-2"), "pb-a");
+    expect(expectations.createdPodsOf("pb-a").map((p) => p.metadata.name)).toEqual(["a-1", "a-2"]);
+    expect(expectations.createdPodsOf("pb-c")).toEqual([]);
+    expectations.sawPod(podNamed("a-1"));
+    expect(expectations.createdPodsOf("pb-a").map((p) => p.metadata.name)).toEqual(["a-2"]);
+    // The same name created again for another run (a Playbook deleted and made anew) is that run's.
+    expectations.createdNow(podNamed("a-2"), "pb-a2");
+    expect(expectations.createdPodsOf("pb-a")).toEqual([]);
+    expect(expectations.createdPodsOf("pb-a2").map((p) => p.metadata.name)).toEqual(["a-2"]);
+    now = 30_000;
+    expect(expectations.createdPodsOf("pb-b")).toEqual([]);
+    expectations.createdNow(podNamed("c-1"), "pb-c");
+    expect(expectations.createdPodsOf("pb-c").map((p) => p.metadata.name)).toEqual(["c-1"]);
+    expect(expectations.createdPods("ops").map((p) => p.metadata.name)).toEqual(["c-1"]);
+  });
+
   it("keep a first pod's start record for 10 minutes", () => {
     let now = 0;
     vi.spyOn(performance, "now").mockImplementation(() => now);

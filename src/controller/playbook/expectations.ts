@@ -14,6 +14,8 @@ const UNRECORDED_MS = 10 * 60_000;
 export class WriteExpectations {
   /** Pods created that the cache may not show yet, by pod key. */
   private readonly created = new Map<string, { pod: PodView; uid: string; at: number }>();
+  /** The keys of `created` by owner UID, so a pass on one run does not walk a burst's every create. */
+  private readonly createdByOwner = new Map<string, Set<string>>();
   /**
    * The start records of first pods this writer created, by Playbook UID, until a status write
    * records them: the record rides on the run's next status write.
@@ -38,9 +40,22 @@ export class WriteExpectations {
       .map((c) => c.pod);
   }
 
+  /** The pods this writer created for the Playbook of that UID that the cache may not show yet. */
+  createdPodsOf(ownerUid: string): PodView[] {
+    const keys = this.createdByOwner.get(ownerUid);
+    if (!keys) return [];
+    const now = performance.now();
+    const pods: PodView[] = [];
+    for (const key of keys) {
+      const created = this.created.get(key);
+      if (created && now - created.at < EXPECTATION_MS) pods.push(created.pod);
+    }
+    return pods;
+  }
+
   /** The cache showed the pod: the memory of its create is no longer needed. */
   sawPod(pod: PodView): void {
-    this.created.delete(keyOf(pod.metadata));
+    this.forgetCreated(keyOf(pod.metadata));
   }
 
   /**
@@ -60,11 +75,23 @@ export class WriteExpectations {
   /** The writer created this pod (or found it already its own) for the Playbook of that UID. */
   createdNow(pod: PodView, uid: string): void {
     const now = performance.now();
-    expire(this.created, now - EXPECTATION_MS);
+    expire(this.created, now - EXPECTATION_MS, (key) => this.forgetCreated(key));
     const key = keyOf(pod.metadata);
-    // Deleted first, so the map's order stays the order of `at` (expire stops at the first kept).
-    this.created.delete(key);
+    // Forgotten first, so the map's order stays the order of `at` (expire stops at the first kept).
+    this.forgetCreated(key);
     this.created.set(key, { pod, uid, at: now });
+    const owned = this.createdByOwner.get(uid);
+    if (owned) owned.add(key);
+    else this.createdByOwner.set(uid, new Set([key]));
+  }
+
+  private forgetCreated(key: string): void {
+    const created = this.created.get(key);
+    if (!created) return;
+    this.created.delete(key);
+    const owned = this.createdByOwner.get(created.uid);
+    owned?.delete(key);
+    if (owned?.size === 0) this.createdByOwner.delete(created.uid);
   }
 
   /** The writer created a run's first pod, whose start record no status holds yet. */
@@ -96,9 +123,13 @@ export class WriteExpectations {
  * oldest, stopping at the first kept, so a burst of creates costs each one look, not a walk of
  * every entry (a launch of 2,000 runs spent 0.2 s of CPU in such walks).
  */
-function expire(entries: Map<string, { at: number }>, before: number): void {
+function expire(
+  entries: Map<string, { at: number }>,
+  before: number,
+  forget: (key: string) => void = (key) => entries.delete(key),
+): void {
   for (const [key, entry] of entries) {
     if (entry.at >= before) return;
-    entries.delete(key);
+    forget(key);
   }
 }

@@ -89,6 +89,11 @@ export class PlaybookWriter {
     return this.expectations.createdPods(namespace);
   }
 
+  /** The pods this writer created for the Playbook of that UID that the cache may not show yet. */
+  createdPodsOf(ownerUid: string): PodView[] {
+    return this.expectations.createdPodsOf(ownerUid);
+  }
+
   /** The cache showed the pod: the memory of its create is no longer needed. */
   sawPod(pod: PodView): void {
     this.expectations.sawPod(pod);
