@@ -16,6 +16,7 @@ import { Writable } from "node:stream";
 import { parseArgs } from "node:util";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema } from "../../src/api/playbook.js";
+import { openContainment } from "../../src/pod-runner/containment.js";
 import { type RunEvent, runPlaybook } from "../../src/pod-runner/run.js";
 import { MachineLoad } from "./machine-load.js";
 import { type Comparison, ComparisonSchema, mergeRepeats } from "./results.js";
@@ -177,9 +178,11 @@ async function timeRunner(size: number, fifo: string): Promise<KillTimes> {
   return { dead: dead - deadline, end: (await returned) - deadline };
 }
 
-function spawnBare(): Promise<void> {
+function spawnBare(
+  command: { file: string; args: string[] } = { file: "sh", args: ["-c", "true"] },
+): Promise<void> {
   return new Promise((resolve) => {
-    const child = spawn("sh", ["-c", "true"], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(command.file, command.args, { stdio: ["ignore", "pipe", "pipe"] });
     child.stdout.resume();
     child.stderr.resume();
     child.on("close", () => resolve());
@@ -280,14 +283,26 @@ async function perTask(): Promise<void> {
   const perRound = Math.min(200, Math.max(1, Math.floor(TASKS / rounds)));
   const tasks = Array.from({ length: perRound }, (_, i) => ({ name: `t${i}`, run: "true" }));
   await runTasks({ tasks: tasks.slice(0, 20) }); // warm up
+  // What holding a task costs before any of the runner's own work: the same bare spawn, its shell
+  // started as the runner starts a task's (its oom_score_adj raised, the run's cgroup joined).
+  const containment = openContainment(`bench-${process.pid.toString(16)}`);
+  const contained = containment.command("true", ["sh"]);
   measuring();
   const bare: number[] = [];
+  const held: number[] = [];
   const ours: number[] = [];
-  for (let round = 0; round < rounds; round++) {
-    const bareStart = performance.now();
-    for (let i = 0; i < perRound; i++) await spawnBare();
-    bare.push((performance.now() - bareStart) / perRound);
-    ours.push((await runTasks({ tasks })) / perRound);
+  try {
+    for (let round = 0; round < rounds; round++) {
+      const bareStart = performance.now();
+      for (let i = 0; i < perRound; i++) await spawnBare();
+      bare.push((performance.now() - bareStart) / perRound);
+      const heldStart = performance.now();
+      for (let i = 0; i < perRound; i++) await spawnBare(contained);
+      held.push((performance.now() - heldStart) / perRound);
+      ours.push((await runTasks({ tasks })) / perRound);
+    }
+  } finally {
+    await containment.close();
   }
   const ratios = ours.map((value, i) => value / (bare[i] as number));
   const ratio = median(ratios);
@@ -303,10 +318,29 @@ async function perTask(): Promise<void> {
     },
     { ours, reference: bare, ratios },
   );
+  const heldRatios = held.map((value, i) => value / (bare[i] as number));
+  const ownRatios = ours.map((value, i) => value / (held[i] as number));
+  record(
+    {
+      name: "task_overhead_over_held",
+      ours: median(ours),
+      reference: median(held),
+      unit: "ms/task",
+      ratio: median(ownRatios),
+      target: "<= 1.15",
+      note: `the same tasks against bare spawns of a shell held as the runner holds a task's (${containment.kind}: its oom_score_adj raised${containment.kind === "cgroup" ? ", the run's cgroup joined" : ""}), which cost ${median(heldRatios).toFixed(2)}x a bare sh -c: the runner's own work per task beyond the hold`,
+    },
+    { ours, reference: held, ratios: ownRatios },
+  );
   const s = spread(ratios);
   console.log(
     `(b) per task over ${rounds * perRound} trivial tasks: runner median ${fmt(median(ours))}, bare sh -c spawn ${fmt(median(bare))}; ` +
       `median ratio ${ratio.toFixed(2)}x, p10..p90 ${s.p10.toFixed(2)}..${s.p90.toFixed(2)} (target <= 1.15x)`,
+  );
+  const h = spread(ownRatios);
+  console.log(
+    `(b) the hold alone (${containment.kind}): a held bare spawn ${fmt(median(held))}, ${median(heldRatios).toFixed(2)}x a bare one; ` +
+      `the runner over it ${median(ownRatios).toFixed(2)}x, p10..p90 ${h.p10.toFixed(2)}..${h.p90.toFixed(2)}`,
   );
 }
 
