@@ -14,7 +14,7 @@ import { parseArgs } from "node:util";
 import { z } from "zod";
 import { repoRoot } from "../harness/binaries.js";
 import { Api, inPool } from "./api.js";
-import { AuditLog, summarizeWrites } from "./audit.js";
+import { AuditLog, type AuditRequest, isWrite, summarizeWrites, writeKind } from "./audit.js";
 import {
   type BenchCluster,
   createNamespace,
@@ -166,6 +166,37 @@ function cpuMeter(cluster: BenchCluster, controllerPid: number | undefined) {
   };
 }
 
+/** The requests of a trial per run, by writer and kind ("ours status", "scheduler event", "ours get", ...). */
+function requestsByClient(requests: readonly AuditRequest[], runs: number): CpuShares {
+  const writer = (user: string) =>
+    user === OUR_USER
+      ? "ours"
+      : user === JOB_CONTROLLER_USER
+        ? "job-controller"
+        : user === "system:kube-scheduler"
+          ? "scheduler"
+          : user.startsWith("system:kube-controller-manager") ||
+              user.startsWith("system:serviceaccount:kube-system:")
+            ? "kube-controller-manager"
+            : user === "admin"
+              ? "bench"
+              : user;
+  const counts: CpuShares = {};
+  for (const request of requests) {
+    const key = `${writer(request.user)} ${isWrite(request) ? writeKind(request) : request.verb}`;
+    counts[key] = (counts[key] ?? 0) + 1 / runs;
+  }
+  return counts;
+}
+
+/** "name value, ..." from the largest. */
+function perRunList(values: CpuShares, digits: number): string {
+  return Object.entries(values)
+    .sort(([, a], [, b]) => b - a)
+    .map(([name, value]) => `${name} ${value.toFixed(digits)}`)
+    .join(", ");
+}
+
 function meanShares(trials: CpuShares[]): CpuShares {
   const names = [...new Set(trials.flatMap((trial) => Object.keys(trial)))];
   return Object.fromEntries(
@@ -181,6 +212,8 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
   await setNodeSchedulable(cluster.api, false);
   // The bare loop's client: our controller's identity, as the controller is.
   const bare = await Api.fromFile(cluster.ourKubeconfig);
+  // Who wrote what in each trial: the audit log's requests since the trial began.
+  const audit = new AuditLog(cluster.auditLog);
   try {
     for (const size of LAUNCH_SIZES) {
       const n = Math.max(5, Math.round(size * LAUNCH_SCALE));
@@ -201,6 +234,7 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
               : await startJobController(cluster, { lifted: side === "lifted", concurrentJobSyncs: WORKERS });
         try {
           const cpu = cpuMeter(cluster, controller?.process.pid);
+          const auditMark = audit.mark();
           const t0 = now();
           if (side === "bare") {
             // What the API server accepts at all: the very pods, created in a loop as our
@@ -227,6 +261,7 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
             );
           const elapsed = now() - t0;
           cpuPerRun[side].push(cpu.perRun(n));
+          requestsPerRun[side].push(requestsByClient(audit.since(auditMark), n));
           log(`launch ${n} (${side}): ${(elapsed / 1000).toFixed(2)}s`);
           return perMinute(n, elapsed);
         } finally {
@@ -243,6 +278,9 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
       const measured = Object.fromEntries(
         LaunchSideSchema.options.map((side) => [side, [] as number[]]),
       ) as Record<LaunchSide, number[]>;
+      const requestsPerRun = Object.fromEntries(
+        LaunchSideSchema.options.map((side) => [side, [] as CpuShares[]]),
+      ) as Record<LaunchSide, CpuShares[]>;
       const cpuPerRun = Object.fromEntries(
         LaunchSideSchema.options.map((side) => [side, [] as CpuShares[]]),
       ) as Record<LaunchSide, CpuShares[]>;
@@ -277,12 +315,7 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
           name: `launch_cpu_per_run_${size}_${side}`,
           value: total,
           unit: "ms/run",
-          note: `CPU per run over the ${side === "input" ? "Playbooks' creates alone (no controller)" : "launch"} of ${n}, by process: ${Object.entries(
-            shares,
-          )
-            .sort(([, a], [, b]) => b - a)
-            .map(([name, ms]) => `${name} ${ms.toFixed(2)}`)
-            .join(", ")}`,
+          note: `CPU per run over the ${side === "input" ? "Playbooks' creates alone (no controller)" : "launch"} of ${n}, by process: ${perRunList(shares, 2)}; API requests per run, by client and kind: ${perRunList(meanShares(requestsPerRun[side]), 2)}`,
         });
       }
       if (launchSide("default"))
