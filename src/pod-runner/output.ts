@@ -1,6 +1,7 @@
 // Task output: streamed through with a "[task] " prefix at each line start, bytes untouched
 // (no decoding, so invalid UTF-8 and lines without newlines pass as they are), and a bounded
 // tail kept for the report.
+import { KERNEL_MIN_CHUNK, kernelPrefixed } from "./line-kernel.js";
 
 /**
  * Keeps (at least) the last `limit` bytes written to it. Chunks are held by reference, not
@@ -81,6 +82,8 @@ export class LinePrefixer {
   private readonly owned = new WeakSet<ArrayBufferLike>();
   private readonly recycle: boolean;
 
+  private readonly allocateBound = (size: number) => this.allocate(size);
+
   constructor(prefix: string, recycle = false) {
     this.prefix = Buffer.from(prefix);
     this.recycle = recycle;
@@ -107,7 +110,19 @@ export class LinePrefixer {
     const size = prefix.length;
     if (size === 0 || chunk.length === 0) return chunk;
     const continues = !this.atLineStart;
-    const out = this.prefixed(chunk, prefix, size);
+    // Large chunks with a line end through the SIMD kernel (line-kernel.ts) where it runs, the
+    // rest here (a chunk that goes on with an open line and ends none passes as it is).
+    const viaKernel =
+      chunk.length >= KERNEL_MIN_CHUNK && chunk.indexOf(0x0a) !== -1
+        ? kernelPrefixed(chunk, prefix, this.atLineStart, this.allocateBound)
+        : undefined;
+    let out: Buffer;
+    if (viaKernel) {
+      out = viaKernel;
+      this.atLineStart = chunk[chunk.length - 1] === 0x0a;
+    } else {
+      out = this.prefixed(chunk, prefix, size);
+    }
     chunkLines.set(out, { from: this, continues, leavesOpen: !this.atLineStart });
     return out;
   }

@@ -1,8 +1,13 @@
+import { readFileSync } from "node:fs";
+import path from "node:path";
 import { describe, expect, it } from "vitest";
+import { kernelModuleSource } from "../../scripts/kernel-generate.js";
+import { KERNEL_MIN_CHUNK, kernelPrefixed } from "../../src/pod-runner/line-kernel.js";
 import { LinePrefixer, OutputTail } from "../../src/pod-runner/output.js";
+import { repoRoot } from "../harness/binaries.js";
 
-function prefixAll(chunks: string[]): string {
-  const prefixer = new LinePrefixer("[t] ");
+function prefixAll(chunks: string[], prefix = "[t] ", recycle = false): string {
+  const prefixer = new LinePrefixer(prefix, recycle);
   const out = chunks.map((chunk) => prefixer.push(Buffer.from(chunk, "latin1")).toString("latin1")).join("");
   return out + (prefixer.end()?.toString("latin1") ?? "");
 }
@@ -48,6 +53,61 @@ describe("line prefixes", () => {
           .join("") + (lines.at(-1) ? `[t] ${lines.at(-1)}\n` : "");
       expect(prefixAll(chunks)).toBe(reference);
     }
+  });
+
+  it.each([
+    ["[t] ", false],
+    ["[a-much-longer-task-name-than-sixteen] ", true],
+    [">", true],
+  ])(
+    "matches it too with prefix %j in chunks of up to 70,000 bytes (the SIMD kernel's), recycled: %s",
+    (prefix, recycle) => {
+      // Lines of 0 to 200 bytes and chunks across KERNEL_MIN_CHUNK and a pipe's 64 KiB, so line
+      // ends fall at every offset of the kernel's 16-byte blocks and its tail.
+      let seed = 7;
+      const random = (below: number) => {
+        seed = (seed * 1103515245 + 12345) % 2 ** 31;
+        return seed % below;
+      };
+      for (let round = 0; round < 6; round++) {
+        const bytes: number[] = [];
+        while (bytes.length < 300_000) {
+          for (let n = random(201); n > 0; n--) bytes.push(random(256) === 10 ? 11 : random(256));
+          bytes.push(10);
+        }
+        const text = Buffer.from(bytes.slice(0, 300_000 - random(3))).toString("latin1");
+        const chunks: string[] = [];
+        for (let at = 0; at < text.length; ) {
+          const size = random(2) === 0 ? random(KERNEL_MIN_CHUNK * 2) : random(70_001);
+          chunks.push(text.slice(at, at + size));
+          at += size;
+        }
+        const lines = text.split("\n");
+        const reference =
+          lines
+            .slice(0, -1)
+            .map((line) => `${prefix}${line}\n`)
+            .join("") + (lines.at(-1) ? `${prefix}${lines.at(-1)}\n` : "");
+        expect(prefixAll(chunks, prefix, recycle) === reference).toBe(true);
+      }
+    },
+  );
+
+  it("takes chunks of KERNEL_MIN_CHUNK bytes and more through the kernel where WebAssembly runs", () => {
+    const chunk = Buffer.from(`${"x".repeat(99)}\n`.repeat(10));
+    const out = kernelPrefixed(chunk, Buffer.from("[t] "), true, (size) => Buffer.alloc(size));
+    expect(out?.toString()).toBe(`[t] ${"x".repeat(99)}\n`.repeat(10));
+    expect(
+      kernelPrefixed(chunk.subarray(0, KERNEL_MIN_CHUNK - 1), Buffer.from("[t] "), true, Buffer.alloc),
+    ).toBe(undefined);
+  });
+
+  it("runs the kernel that line-kernel.wat assembles to (npm run kernel:generate)", async () => {
+    const checkedIn = readFileSync(
+      path.join(repoRoot(), "src", "pod-runner", "line-kernel-module.ts"),
+      "utf8",
+    );
+    expect(checkedIn).toBe(await kernelModuleSource());
   });
 
   it("passes chunks through untouched without a prefix", () => {
