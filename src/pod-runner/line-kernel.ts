@@ -12,7 +12,7 @@ export const KERNEL_MIN_CHUNK = 256;
 // need more (a huge chunk of tiny lines under a long prefix) takes the JS path.
 const PREFIX_AREA = 4096;
 const SLACK = 16;
-const MAX_MEMORY = 16 * 1024 * 1024;
+const MAX_MEMORY = 4 * 1024 * 1024;
 const PAGE = 64 * 1024;
 
 /** What of the WebAssembly global this needs (the project's TypeScript libs do not declare it). */

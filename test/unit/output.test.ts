@@ -102,6 +102,13 @@ describe("line prefixes", () => {
     ).toBe(undefined);
   });
 
+  it("leaves to the JS path a chunk whose worst case would grow the kernel's memory past 4 MiB", () => {
+    const prefix = `[${"p".repeat(98)}] `;
+    const chunk = Buffer.from(`${"x".repeat(99)}\n`.repeat(655));
+    expect(kernelPrefixed(chunk, Buffer.from(prefix), true, Buffer.alloc)).toBe(undefined);
+    expect(new LinePrefixer(prefix).push(chunk).toString()).toBe(`${prefix}${"x".repeat(99)}\n`.repeat(655));
+  });
+
   it("runs the kernel that line-kernel.wat assembles to (npm run kernel:generate)", async () => {
     const checkedIn = readFileSync(
       path.join(repoRoot(), "src", "pod-runner", "line-kernel-module.ts"),
