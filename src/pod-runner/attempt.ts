@@ -150,9 +150,6 @@ const PIPE_DRAIN_MAX_MS = 2000;
 /** How often the drain looks again at a pipe that is waiting on the sink. */
 const PIPE_DRAIN_LOOK_MS = 100;
 
-/** The output the sink may hold before a task's pipe is paused: a few pipe chunks. */
-const SINK_QUEUE_MAX = 256 * 1024;
-
 /**
  * Streams a task's pipe into the sink with line prefixes, pausing the pipe while the sink is
  * full so memory stays bounded however much the task prints. Resolves when the pipe ends.
@@ -180,10 +177,7 @@ function forward(
           if (!error) prefixer.release(out);
         })
       : sink.write(out);
-    // A sink past its highWaterMark that still holds little (one that takes a chunk as soon as it
-    // is written, as a fast reader does) is not waited on: pausing and resuming the pipe for each
-    // chunk costs the output path a tenth of its speed. Memory stays bounded by SINK_QUEUE_MAX.
-    if (!accepted && sink.writableLength > SINK_QUEUE_MAX) {
+    if (!accepted) {
       stream.pause();
       // Node resumes a child's paused pipes once when the child exits, so data can come while
       // we are already waiting for "drain": wait for it once, or the blocked count goes wrong.

@@ -110,19 +110,19 @@ export class LinePrefixer {
     const size = prefix.length;
     if (size === 0 || chunk.length === 0) return chunk;
     const continues = !this.atLineStart;
-    // Large chunks with a line end through the SIMD kernel (line-kernel.ts) where it runs, the
-    // rest here (a chunk that goes on with an open line and ends none passes as it is).
-    const viaKernel =
-      chunk.length >= KERNEL_MIN_CHUNK && chunk.indexOf(0x0a) !== -1
-        ? kernelPrefixed(chunk, prefix, this.atLineStart, this.allocateBound)
-        : undefined;
-    let out: Buffer;
-    if (viaKernel) {
-      out = viaKernel;
-      this.atLineStart = chunk[chunk.length - 1] === 0x0a;
-    } else {
-      out = this.prefixed(chunk, prefix, size);
+    let out: Buffer | undefined;
+    if (chunk.length >= KERNEL_MIN_CHUNK) {
+      if (chunk.indexOf(0x0a) === -1) {
+        // No line ends here: only a chunk that starts a line needs a copy (of prefix + chunk).
+        out = this.atLineStart ? Buffer.concat([prefix, chunk]) : chunk;
+        this.atLineStart = false;
+      } else {
+        // Large chunks through the SIMD kernel (line-kernel.ts) where it runs.
+        out = kernelPrefixed(chunk, prefix, this.atLineStart, this.allocateBound);
+        if (out) this.atLineStart = chunk[chunk.length - 1] === 0x0a;
+      }
     }
+    out ??= this.prefixed(chunk, prefix, size);
     chunkLines.set(out, { from: this, continues, leavesOpen: !this.atLineStart });
     return out;
   }
