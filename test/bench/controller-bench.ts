@@ -83,7 +83,7 @@ const LAUNCH_SIDES = z
   })
   .min(1)
   .parse((flags["launch-sides"] ?? "").split(",").filter((side) => side !== ""));
-const launchSide = (side: (typeof LAUNCH_SIDES)[number]) => LAUNCH_SIDES.includes(side);
+const launchSide = (side: LaunchSide) => LAUNCH_SIDES.includes(side);
 const LAUNCH_SCALE = quick ? 0.02 : 1;
 const CACHE_SCALE = quick ? 0.02 : 1;
 const SETTLE = quick ? { rounds: 2, batch: 5 } : { rounds: 5, batch: 10 };
@@ -127,8 +127,16 @@ async function createAll(
   await inPool(names, 32, (name) => cluster.api.request("POST", collection, body(name)));
 }
 
-/** CPU milliseconds per run, by process. */
-type CpuShares = Record<string, number>;
+/** A figure per run, by name: CPU milliseconds by process, requests by client and kind. */
+type PerRun = Record<string, number>;
+
+/** An empty list of each side's trials. */
+function bySide<T>(): Record<LaunchSide, T[]> {
+  return Object.fromEntries(LaunchSideSchema.options.map((side) => [side, [] as T[]])) as Record<
+    LaunchSide,
+    T[]
+  >;
+}
 
 /**
  * Reads the CPU time of the cluster's processes, the controller under test and this bench (which
@@ -140,9 +148,9 @@ function cpuMeter(cluster: BenchCluster, controllerPid: number | undefined) {
     ...cluster.state.processes.map(({ name, pid }) => ({ name, pid })),
     ...(controllerPid === undefined ? [] : [{ name: "controller", pid: controllerPid }]),
   ];
-  const read = (): CpuShares => {
+  const read = (): PerRun => {
     const own = process.cpuUsage();
-    const seconds: CpuShares = { bench: (own.user + own.system) / 1e6 };
+    const seconds: PerRun = { bench: (own.user + own.system) / 1e6 };
     for (const { name, pid } of processes) {
       try {
         seconds[name] = processUsage(pid).cpuSeconds;
@@ -154,7 +162,7 @@ function cpuMeter(cluster: BenchCluster, controllerPid: number | undefined) {
   };
   const start = read();
   return {
-    perRun(runs: number): CpuShares {
+    perRun(runs: number): PerRun {
       const end = read();
       return Object.fromEntries(
         Object.entries(end).map(([name, seconds]) => [
@@ -167,7 +175,7 @@ function cpuMeter(cluster: BenchCluster, controllerPid: number | undefined) {
 }
 
 /** The requests of a trial per run, by writer and kind ("ours status", "scheduler event", "ours get", ...). */
-function requestsByClient(requests: readonly AuditRequest[], runs: number): CpuShares {
+function requestsByClient(requests: readonly AuditRequest[], runs: number): PerRun {
   const writer = (user: string) =>
     user === OUR_USER
       ? "ours"
@@ -181,7 +189,7 @@ function requestsByClient(requests: readonly AuditRequest[], runs: number): CpuS
             : user === "admin"
               ? "bench"
               : user;
-  const counts: CpuShares = {};
+  const counts: PerRun = {};
   for (const request of requests) {
     const key = `${writer(request.user)} ${isWrite(request) ? writeKind(request) : request.verb}`;
     counts[key] = (counts[key] ?? 0) + 1 / runs;
@@ -190,14 +198,14 @@ function requestsByClient(requests: readonly AuditRequest[], runs: number): CpuS
 }
 
 /** "name value, ..." from the largest. */
-function perRunList(values: CpuShares, digits: number): string {
+function perRunList(values: PerRun, digits: number): string {
   return Object.entries(values)
     .sort(([, a], [, b]) => b - a)
     .map(([name, value]) => `${name} ${value.toFixed(digits)}`)
     .join(", ");
 }
 
-function meanShares(trials: CpuShares[]): CpuShares {
+function meanShares(trials: PerRun[]): PerRun {
   const names = [...new Set(trials.flatMap((trial) => Object.keys(trial)))];
   return Object.fromEntries(
     names.map((name) => [name, trials.reduce((sum, trial) => sum + (trial[name] ?? 0), 0) / trials.length]),
@@ -275,15 +283,9 @@ async function launchThroughput(cluster: BenchCluster, observer: Observer): Prom
       };
       // Interleaved: ours, the lifted Job controller, the default one, the bare loop; then again
       // but for the default one (minutes at 2000), so drift in the machine's load falls on all sides.
-      const measured = Object.fromEntries(
-        LaunchSideSchema.options.map((side) => [side, [] as number[]]),
-      ) as Record<LaunchSide, number[]>;
-      const requestsPerRun = Object.fromEntries(
-        LaunchSideSchema.options.map((side) => [side, [] as CpuShares[]]),
-      ) as Record<LaunchSide, CpuShares[]>;
-      const cpuPerRun = Object.fromEntries(
-        LaunchSideSchema.options.map((side) => [side, [] as CpuShares[]]),
-      ) as Record<LaunchSide, CpuShares[]>;
+      const measured = bySide<number>();
+      const requestsPerRun = bySide<PerRun>();
+      const cpuPerRun = bySide<PerRun>();
       for (const round of quick ? [1] : [1, 2])
         for (const side of LAUNCH_SIDES)
           if (round === 1 || side !== "default") measured[side].push(await trial(side));

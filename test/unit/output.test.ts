@@ -12,6 +12,25 @@ function prefixAll(chunks: string[], prefix = "[t] ", recycle = false): string {
   return out + (prefixer.end()?.toString("latin1") ?? "");
 }
 
+/** A seeded generator of whole numbers below `below`: the same cases on every run. */
+function seeded(seed: number): (below: number) => number {
+  return (below) => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed % below;
+  };
+}
+
+/** `text` prefixed line by line, its open last line ended: what the prefixer must give. */
+function referencePrefixed(text: string, prefix: string): string {
+  const lines = text.split("\n");
+  return (
+    lines
+      .slice(0, -1)
+      .map((line) => `${prefix}${line}\n`)
+      .join("") + (lines.at(-1) ? `${prefix}${lines.at(-1)}\n` : "")
+  );
+}
+
 describe("line prefixes", () => {
   it.each([
     [["one\ntwo\n"], "[t] one\n[t] two\n"],
@@ -27,11 +46,7 @@ describe("line prefixes", () => {
   it("matches a line-by-line reference for random bytes cut at random points", () => {
     // Lines of 0-40 bytes, with bytes of every value, in chunks of 0-300 bytes: the output is
     // built with in-place moves, so every offset between prefixes and lines is exercised.
-    let seed = 42;
-    const random = (below: number) => {
-      seed = (seed * 1103515245 + 12345) % 2 ** 31;
-      return seed % below;
-    };
+    const random = seeded(42);
     for (let round = 0; round < 50; round++) {
       const bytes: number[] = [];
       while (bytes.length < 5000) {
@@ -45,13 +60,7 @@ describe("line prefixes", () => {
         chunks.push(text.slice(at, at + size));
         at += size;
       }
-      const lines = text.split("\n");
-      const reference =
-        lines
-          .slice(0, -1)
-          .map((line) => `[t] ${line}\n`)
-          .join("") + (lines.at(-1) ? `[t] ${lines.at(-1)}\n` : "");
-      expect(prefixAll(chunks)).toBe(reference);
+      expect(prefixAll(chunks)).toBe(referencePrefixed(text, "[t] "));
     }
   });
 
@@ -64,11 +73,7 @@ describe("line prefixes", () => {
     (prefix, recycle) => {
       // Lines of 0 to 200 bytes and chunks across KERNEL_MIN_CHUNK and a pipe's 64 KiB, so line
       // ends fall at every offset of the kernel's 16-byte blocks and its tail.
-      let seed = 7;
-      const random = (below: number) => {
-        seed = (seed * 1103515245 + 12345) % 2 ** 31;
-        return seed % below;
-      };
+      const random = seeded(7);
       for (let round = 0; round < 6; round++) {
         const bytes: number[] = [];
         while (bytes.length < 300_000) {
@@ -82,13 +87,7 @@ describe("line prefixes", () => {
           chunks.push(text.slice(at, at + size));
           at += size;
         }
-        const lines = text.split("\n");
-        const reference =
-          lines
-            .slice(0, -1)
-            .map((line) => `${prefix}${line}\n`)
-            .join("") + (lines.at(-1) ? `${prefix}${lines.at(-1)}\n` : "");
-        expect(prefixAll(chunks, prefix, recycle) === reference).toBe(true);
+        expect(prefixAll(chunks, prefix, recycle) === referencePrefixed(text, prefix)).toBe(true);
       }
     },
   );
