@@ -11,6 +11,7 @@ import { writeCancelFile } from "./cancel-file.js";
 import { type Launcher, LOCAL_LAUNCHER, type TermSent, within } from "./launcher.js";
 import { LinePrefixer, OutputTail } from "./output.js";
 import type { ProcessTable } from "./process-table.js";
+import { SpentChunks } from "./spent-chunks.js";
 import type { TaskUsage } from "./task-usage.js";
 
 export interface AttemptDeadline {
@@ -159,6 +160,7 @@ function forward(
   sink: Writable,
   prefix: string,
   recycle: boolean,
+  spent: SpentChunks | null,
   onData: (chunk: Buffer) => void,
   onBlocked: (blocked: boolean) => void,
 ): Promise<void> {
@@ -172,9 +174,14 @@ function forward(
   stream.on("data", (chunk: Buffer) => {
     onData(chunk);
     const out = prefixer.push(chunk);
+    // The sink holds the chunk itself when it was passed on as it is (a line going on, no prefix):
+    // it is freed after the sink called back, and only with a sink that is done with it then.
+    const asItIs = out === chunk;
+    if (spent !== null && (!asItIs || recycle)) spent.passed(chunk, asItIs);
     const accepted = recycle
       ? sink.write(out, (error) => {
-          if (!error) prefixer.release(out);
+          if (asItIs) spent?.release(chunk);
+          else if (!error) prefixer.release(out);
         })
       : sink.write(out);
     if (!accepted) {
@@ -207,7 +214,8 @@ function forward(
 }
 
 export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
-  const tail = new OutputTail(spec.tailBytes);
+  const spent = new SpentChunks();
+  const tail = new OutputTail(spec.tailBytes, (chunk) => spent.release(chunk));
   const startTime = new Date();
   const started = await (spec.launcher ?? LOCAL_LAUNCHER).launch(spec);
   if ("error" in started) {
@@ -235,7 +243,15 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   };
   const streamsClosed = Promise.all(
     task.streams.map((stream) =>
-      forward(stream, spec.sink, spec.prefix, spec.recycleOutput === true, onData, onBlocked),
+      forward(
+        stream,
+        spec.sink,
+        spec.prefix,
+        spec.recycleOutput === true,
+        task.chunksOwned ? spent : null,
+        onData,
+        onBlocked,
+      ),
     ),
   ).then(() => undefined);
 

@@ -57,6 +57,11 @@ export interface Launched {
   startedFrom: number;
   /** the leader's stdout and stderr */
   streams: Readable[];
+  /**
+   * Each chunk of `streams` is a buffer of its own that nothing else holds (a pipe read by Node):
+   * the attempt frees it once it has copied what it keeps (spent-chunks.ts).
+   */
+  chunksOwned?: boolean;
   leaderAlive(): boolean;
   /** resolves once the leader has exited */
   leaderExited: Promise<void>;
@@ -195,6 +200,7 @@ export const LOCAL_LAUNCHER: Launcher = {
         pgid,
         startedFrom,
         streams,
+        chunksOwned: true,
         leaderAlive: () => leaderAlive,
         leaderExited,
         exit: () => ({ code: exitCode, signal: exitSignal }),

@@ -6,19 +6,22 @@ import { KERNEL_MIN_CHUNK, kernelPrefixed } from "./line-kernel.js";
 /**
  * Keeps (at least) the last `limit` bytes written to it. Chunks are held by reference, not
  * copied: a pipe's chunks are not reused once emitted, and at most one chunk beyond the limit
- * is held.
+ * is held. `dropped` hears of each chunk it lets go of (to free it: spent-chunks.ts).
  */
 export class OutputTail {
   private chunks: Buffer[] = [];
   private size = 0;
   private readonly limit: number;
+  private readonly dropped: ((chunk: Buffer) => void) | undefined;
 
-  constructor(limit: number) {
+  constructor(limit: number, dropped?: (chunk: Buffer) => void) {
     this.limit = limit;
+    this.dropped = dropped;
   }
 
   push(chunk: Buffer): void {
     if (chunk.length >= this.limit) {
+      if (this.dropped) for (const old of this.chunks) this.dropped(old);
       this.chunks = [chunk];
       this.size = chunk.length;
       return;
@@ -26,7 +29,9 @@ export class OutputTail {
     this.chunks.push(chunk);
     this.size += chunk.length;
     while (this.size - (this.chunks[0]?.length ?? 0) >= this.limit) {
-      this.size -= this.chunks.shift()?.length ?? 0;
+      const old = this.chunks.shift() as Buffer;
+      this.size -= old.length;
+      this.dropped?.(old);
     }
   }
 

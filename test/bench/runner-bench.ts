@@ -11,7 +11,7 @@ import { appendFileSync, mkdtempSync, open, readFileSync, rmSync } from "node:fs
 import { Socket } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { performance } from "node:perf_hooks";
+import { constants, PerformanceObserver, performance } from "node:perf_hooks";
 import { Writable } from "node:stream";
 import { parseArgs } from "node:util";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
@@ -344,6 +344,31 @@ async function perTask(): Promise<void> {
   );
 }
 
+/**
+ * `measure`, counting the bench process's mark-compacts meanwhile into `counts[side]`: a pipe's
+ * reads left to the GC pile up as external memory and cost one every ~60 ms (spent-chunks.ts).
+ */
+async function countingMajorGcs<T>(
+  counts: { ours: number; reference: number },
+  side: "ours" | "reference",
+  measure: () => Promise<T>,
+): Promise<T> {
+  const observer = new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      if ((entry as { detail?: { kind?: number } }).detail?.kind === constants.NODE_PERFORMANCE_GC_MAJOR)
+        counts[side] += 1;
+    }
+  });
+  observer.observe({ entryTypes: ["gc"] });
+  try {
+    return await measure();
+  } finally {
+    // Entries are handed to the observer a turn late: wait for them before it stops listening.
+    await new Promise((resolve) => setImmediate(resolve));
+    observer.disconnect();
+  }
+}
+
 /** (c) throughput, for output without newlines and for 100-byte lines; 5 interleaved rounds. */
 async function throughput(): Promise<void> {
   for (const [label, command] of [
@@ -353,9 +378,14 @@ async function throughput(): Promise<void> {
     measuring();
     const raw: number[] = [];
     const ours: number[] = [];
+    const majorGcs = { ours: 0, reference: 0 };
     for (let round = 0; round < 5; round++) {
-      raw.push(await rawPipe(BYTES, command));
-      ours.push(await runTasks({ tasks: [{ name: "flood", run: command }] }));
+      raw.push(await countingMajorGcs(majorGcs, "reference", () => rawPipe(BYTES, command)));
+      ours.push(
+        await countingMajorGcs(majorGcs, "ours", () =>
+          runTasks({ tasks: [{ name: "flood", run: command }] }),
+        ),
+      );
     }
     const perSecond = (ms: number) => BYTES / 1024 / 1024 / (ms / 1000);
     const ratios = raw.map((value, i) => value / (ours[i] as number));
@@ -376,7 +406,8 @@ async function throughput(): Promise<void> {
     const s = spread(ratios);
     console.log(
       `(c) throughput, ${label}: runner median ${perSecond(median(ours)).toFixed(0)} MiB/s, raw pipe ${perSecond(median(raw)).toFixed(0)} MiB/s; ` +
-        `median ratio ${ratio.toFixed(2)} of raw, p10..p90 ${s.p10.toFixed(2)}..${s.p90.toFixed(2)} (target >= ${lines ? "0.90" : "0.70"})`,
+        `median ratio ${ratio.toFixed(2)} of raw, p10..p90 ${s.p10.toFixed(2)}..${s.p90.toFixed(2)} (target >= ${lines ? "0.90" : "0.70"}); ` +
+        `mark-compacts in 5 rounds: runner ${majorGcs.ours}, raw pipe ${majorGcs.reference}`,
     );
   }
 }

@@ -152,4 +152,14 @@ describe("the output tail", () => {
     tail.push(Buffer.from(`${"x".repeat(10_000)}\nfinal words\n`));
     expect(tail.lastLine()).toBe("final words");
   });
+
+  it("tells of each chunk it lets go of, and of none it still needs", () => {
+    const dropped: string[] = [];
+    const tail = new OutputTail(8, (chunk) => dropped.push(chunk.toString()));
+    for (const text of ["ab", "cd", "ef", "gh", "ij"]) tail.push(Buffer.from(text));
+    expect(dropped).toEqual(["ab"]);
+    tail.push(Buffer.from("the end\n"));
+    expect(dropped).toEqual(["ab", "cd", "ef", "gh", "ij"]);
+    expect(tail.lastLine()).toBe("the end");
+  });
 });

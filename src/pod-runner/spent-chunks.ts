@@ -1,0 +1,39 @@
+// A pipe's chunk is a fresh ArrayBuffer per read (Node's stream_base), and only a GC frees it. At
+// hundreds of MiB/s they pile up between scavenges as external memory (the runner's own heap grows
+// slowly, so scavenges are rare), and V8 answers with a mark-compact every ~60 ms: 20 to 30 a GiB,
+// with its marking threads on the cores the task needs. Once the runner's tail and its sink are
+// both done with a chunk nothing holds it: detaching the buffer frees it at once.
+
+interface Transferable {
+  transfer?(length: number): ArrayBuffer;
+}
+
+/**
+ * Pipe chunks still held by the tail (always) and by the sink (when it was handed the chunk itself,
+ * not a copy), freed when the last lets go. Only for chunks that are a buffer of their own which
+ * nobody else holds (a pipe read by Node, see Launched.chunksOwned).
+ */
+export class SpentChunks {
+  private readonly holders = new WeakMap<Buffer, number>();
+
+  /** `chunk` went into the tail, and to the sink itself when `bySink` (a copy of it otherwise). */
+  passed(chunk: Buffer, bySink: boolean): void {
+    // A view of a larger buffer (never a pipe's read) is left to the GC: others may share it.
+    if (chunk.byteOffset === 0 && chunk.byteLength === chunk.buffer.byteLength) {
+      this.holders.set(chunk, bySink ? 2 : 1);
+    }
+  }
+
+  /** The tail or the sink let go of `chunk`: freed when it was the last. */
+  release(chunk: Buffer): void {
+    const left = this.holders.get(chunk);
+    if (left === undefined) return;
+    if (left > 1) {
+      this.holders.set(chunk, left - 1);
+      return;
+    }
+    this.holders.delete(chunk);
+    // transfer(0) detaches the buffer and releases its memory; where it is missing, the GC does.
+    (chunk.buffer as Transferable).transfer?.(0);
+  }
+}
