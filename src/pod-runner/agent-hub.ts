@@ -573,6 +573,8 @@ export async function openAgentHub(socketPath: string, options: AgentHubOptions)
           proving = { hello: frame, nonce: newNonce() };
           socket.write(encodeRunnerFrame({ type: "prove", nonce: proving.nonce }));
         }
+        // Every frame of this read is decoded and what it carries copied: the read can go now.
+        reader.release();
       } catch (error) {
         const message = (error as Error).message;
         if (agent === null) refuse(message);

@@ -239,6 +239,8 @@ export function agentLauncher(
         pgid,
         startedFrom,
         streams: [...streams],
+        // Each chunk is the agent frame's copy of the task's bytes (decodeAgentFrame), no one else's.
+        chunksOwned: true,
         leaderAlive: () => leaderAlive,
         leaderExited,
         exit: () => exit,

@@ -4,6 +4,7 @@
 // throws AgentWireError, and the hub treats its agent as broken.
 import { z } from "zod";
 import { shellWords } from "../api/shell.js";
+import { freeChunk } from "./spent-chunks.js";
 
 export const MAX_PAYLOAD = 1 << 20;
 /** The most a peer may send before its hello is taken: a hello with a large image environment. */
@@ -299,8 +300,11 @@ export function decodeAgentFrame(code: string, payload: Buffer): AgentFrame {
     case "E": {
       if (payload.length < 4)
         throw new AgentWireError(`output frame of ${payload.length} bytes has no task id`);
-      // A copy: the reader's buffer is reused.
-      const data = Buffer.from(payload.subarray(4));
+      // A copy in a buffer of its own (not a slice of Node's shared pool): the socket's read is
+      // freed once its frames are decoded (FrameReader.release), and this copy once the attempt
+      // has passed it on (Launched.chunksOwned).
+      const data = Buffer.allocUnsafeSlow(payload.length - 4);
+      payload.copy(data, 0, 4);
       return { type: code === "O" ? "stdout" : "stderr", id: payload.readUInt32BE(0), data };
     }
     case "C": {
@@ -341,6 +345,8 @@ export class FrameReader {
   private chunks: Buffer[] = [];
   private size = 0;
   private need = HEADER;
+  /** The buffers the frames given out and `chunks` are views of, until `release`. */
+  private sources: Buffer[] = [];
 
   /**
    * The largest payload taken: a frame that announces more throws before any of it is kept.
@@ -355,10 +361,12 @@ export class FrameReader {
   /** The whole frames completed by this chunk, as [type code, payload]. */
   push(chunk: Buffer): Array<[string, Buffer]> {
     this.chunks.push(chunk);
+    this.sources.push(chunk);
     this.size += chunk.length;
     if (this.size >= HEADER && this.need === HEADER) this.need = HEADER + this.peekLength();
     if (this.size < this.need) return [];
     const pending = this.chunks.length === 1 ? chunk : Buffer.concat(this.chunks, this.size);
+    if (pending !== chunk) this.sources.push(pending);
     const frames: Array<[string, Buffer]> = [];
     let at = 0;
     while (pending.length - at >= HEADER) {
@@ -373,6 +381,17 @@ export class FrameReader {
     this.size = rest.length;
     this.need = rest.length >= HEADER ? HEADER + readLength(rest, 0, this.limit) : HEADER;
     return frames;
+  }
+
+  /**
+   * The caller is done with the frames `push` returned (decoded, every payload it keeps copied):
+   * the reads they came from are freed now, but for what holds an unfinished frame. A socket's reads
+   * left to the GC pile up as external memory at a task's output rate (spent-chunks.ts).
+   */
+  release(): void {
+    const kept = this.sources.filter((source) => this.chunks.some((chunk) => chunk.buffer === source.buffer));
+    for (const source of this.sources) if (!kept.includes(source)) freeChunk(source);
+    this.sources = kept;
   }
 
   /** Bytes of a frame begun but not finished. */

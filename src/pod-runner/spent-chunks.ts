@@ -9,6 +9,17 @@ interface Transferable {
 }
 
 /**
+ * Frees `chunk` now when it is a buffer of its own (a read of a pipe or socket); a view of a larger
+ * buffer is left to the GC, as others may share it. Only for a chunk nothing else holds.
+ */
+export function freeChunk(chunk: Buffer): void {
+  // transfer(0) detaches the buffer and releases its memory; where it is missing, the GC does.
+  if (chunk.byteOffset === 0 && chunk.byteLength === chunk.buffer.byteLength) {
+    (chunk.buffer as Transferable).transfer?.(0);
+  }
+}
+
+/**
  * Pipe chunks still held by the tail (always) and by the sink (when it was handed the chunk itself,
  * not a copy), freed when the last lets go. Only for chunks that are a buffer of their own which
  * nobody else holds (a pipe read by Node, see Launched.chunksOwned).
@@ -33,7 +44,6 @@ export class SpentChunks {
       return;
     }
     this.holders.delete(chunk);
-    // transfer(0) detaches the buffer and releases its memory; where it is missing, the GC does.
-    (chunk.buffer as Transferable).transfer?.(0);
+    freeChunk(chunk);
   }
 }

@@ -15,6 +15,7 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Writable } from "node:stream";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import {
   type Agent,
@@ -23,6 +24,9 @@ import {
   type AgentTaskSpec,
   openAgentHub,
 } from "../../src/pod-runner/agent-hub.js";
+import { agentLauncher } from "../../src/pod-runner/agent-launcher.js";
+import { runAttempt } from "../../src/pod-runner/attempt.js";
+import type { Launcher } from "../../src/pod-runner/launcher.js";
 import { agentBinary } from "../harness/agent-binary.js";
 
 const root = process.getuid?.() === 0;
@@ -301,6 +305,55 @@ describe("agent", () => {
     expect(task.stderr()).toBe("err1\nerr2\nerr3\nerr4\nerr5\n");
     expect(await task.exited).toEqual({ code: 3, signal: null, ...USAGE });
     expect(await task.started).toBeGreaterThan(1);
+  });
+
+  it("hands an attempt the task's output as chunks of their own, which it frees once passed on", async () => {
+    const { agent } = await startAgent();
+    const launcher = agentLauncher(agent);
+    const seen: Buffer[] = [];
+    // The agent launcher, keeping a reference to every chunk it gives (as a second reader would).
+    const recording: Launcher = {
+      async launch(spec) {
+        const started = await launcher.launch(spec);
+        if ("launched" in started)
+          for (const stream of started.launched.streams)
+            stream.on("data", (chunk: Buffer) => seen.push(chunk));
+        return started;
+      },
+    };
+    const written: Buffer[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, callback) {
+        written.push(Buffer.from(chunk));
+        callback();
+      },
+    });
+    const result = await runAttempt({
+      taskName: "flood",
+      run: "seq 1 1000000",
+      env: { PATH },
+      cwd: work,
+      attemptId: "flood.0.1",
+      runCookie: "flood",
+      cancelFileOf: (id) => join(work, id),
+      deadline: null,
+      stallMs: 0,
+      killGraceMs: 0,
+      drainWindowMs: 2000,
+      sink,
+      prefix: "[flood] ",
+      tailBytes: 4096,
+      launcher: recording,
+    });
+    await new Promise<void>((resolve) => sink.end(resolve));
+    expect(result.exitCode).toBe(0);
+    const lines: string[] = [];
+    for (let i = 1; i <= 1_000_000; i++) lines.push(`[flood] ${i}\n`);
+    expect(Buffer.concat(written).toString("latin1")).toBe(lines.join(""));
+    // 6.9 MB went through: all but what the tail still holds was freed (a freed chunk reads empty).
+    expect(seen.length).toBeGreaterThan(10);
+    const kept = seen.filter((chunk) => chunk.buffer.byteLength > 0);
+    expect(kept.reduce((sum, chunk) => sum + chunk.length, 0)).toBeLessThan(4096 + 256 * 1024);
   });
 
   it("reports the signal that ended the leader by name", async () => {

@@ -120,6 +120,38 @@ describe("agent wire: the bytes of the contract", () => {
     );
   });
 
+  it("frees each read once its frames are taken, but for what holds an unfinished frame", () => {
+    const frames: AgentFrame[] = [
+      { type: "stdout", id: 1, data: Buffer.alloc(70_000, 0x61) },
+      { type: "stderr", id: 1, data: Buffer.alloc(9_000, 0x62) },
+      { type: "closed", id: 1, stream: "out" },
+      { type: "exited", id: 1, code: 0, signal: null },
+    ];
+    const wire = Buffer.concat(frames.map(encodeAgentFrame));
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 1, max: 20_000 }), { minLength: 1, maxLength: 12 }), (sizes) => {
+        const reader = new FrameReader();
+        const decoded: AgentFrame[] = [];
+        const reads: Buffer[] = [];
+        let at = 0;
+        for (let i = 0; at < wire.length; i++) {
+          const size = sizes[i % sizes.length] ?? 1;
+          // As a socket's read: a buffer of its own.
+          const slice = wire.subarray(at, at + size);
+          const read = Buffer.from(slice.buffer.slice(slice.byteOffset, slice.byteOffset + slice.length));
+          reads.push(read);
+          for (const frame of reader.push(read)) decoded.push(decodeAgentFrame(...frame));
+          reader.release();
+          at += size;
+        }
+        expect(Buffer.concat(decoded.map(encodeAgentFrame)).equals(wire)).toBe(true);
+        // All frames are in: every read is freed (a freed buffer reads as empty).
+        expect(reads.filter((read) => read.buffer.byteLength > 0)).toEqual([]);
+      }),
+      { numRuns: 50 },
+    );
+  });
+
   it("refuses a frame over 1 MiB before it arrives whole", () => {
     const head = Buffer.from([0x4f, 0, 0x10, 0, 1]);
     expect(() => new FrameReader().push(head)).toThrow(AgentWireError);
