@@ -347,6 +347,8 @@ export class FrameReader {
   private need = HEADER;
   /** The buffers the frames given out and `chunks` are views of, until `release`. */
   private sources: Buffer[] = [];
+  /** A frame was completed since the last `release`. */
+  private completed = false;
 
   /**
    * The largest payload taken: a frame that announces more throws before any of it is kept.
@@ -367,6 +369,7 @@ export class FrameReader {
     if (this.size < this.need) return [];
     const pending = this.chunks.length === 1 ? chunk : Buffer.concat(this.chunks, this.size);
     if (pending !== chunk) this.sources.push(pending);
+    this.completed = true;
     const frames: Array<[string, Buffer]> = [];
     let at = 0;
     while (pending.length - at >= HEADER) {
@@ -389,9 +392,14 @@ export class FrameReader {
    * left to the GC pile up as external memory at a task's output rate (spent-chunks.ts).
    */
   release(): void {
-    const kept = this.sources.filter((source) => this.chunks.some((chunk) => chunk.buffer === source.buffer));
-    for (const source of this.sources) if (!kept.includes(source)) freeChunk(source);
-    this.sources = kept;
+    // Until a frame is whole every read is still held. After one, what is held is at most the
+    // unfinished frame's start: one pass over the sources once a frame completed, so a frame that
+    // comes a byte at a time stays linear.
+    if (!this.completed) return;
+    this.completed = false;
+    const held = new Set(this.chunks.map((chunk) => chunk.buffer));
+    for (const source of this.sources) if (!held.has(source.buffer)) freeChunk(source);
+    this.sources = this.sources.filter((source) => held.has(source.buffer));
   }
 
   /** Bytes of a frame begun but not finished. */

@@ -148,7 +148,8 @@ describe("agent wire: the bytes of the contract", () => {
         // All frames are in: every read is freed (a freed buffer reads as empty).
         expect(reads.filter((read) => read.buffer.byteLength > 0)).toEqual([]);
       }),
-      { numRuns: 50 },
+      // A byte at a time always among them: 79,000 reads, each released, must stay linear.
+      { numRuns: 50, examples: [[[1]]] },
     );
   });
 
