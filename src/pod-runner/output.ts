@@ -118,9 +118,7 @@ export class LinePrefixer {
     let out: Buffer | undefined;
     if (chunk.length >= KERNEL_MIN_CHUNK) {
       if (chunk.indexOf(0x0a) === -1) {
-        // No line ends here: only a chunk that starts a line needs a copy (of prefix + chunk).
-        out = this.atLineStart ? Buffer.concat([prefix, chunk]) : chunk;
-        this.atLineStart = false;
+        out = this.unended(chunk, prefix);
       } else {
         // Large chunks through the SIMD kernel (line-kernel.ts) where it runs.
         out = kernelPrefixed(chunk, prefix, this.atLineStart, this.allocateBound);
@@ -130,6 +128,13 @@ export class LinePrefixer {
     out ??= this.prefixed(chunk, prefix, size);
     chunkLines.set(out, { from: this, continues, leavesOpen: !this.atLineStart });
     return out;
+  }
+
+  /** A chunk with no line end: only one that starts a line needs a copy (of prefix + chunk). */
+  private unended(chunk: Buffer, prefix: Buffer): Buffer {
+    const starts = this.atLineStart;
+    this.atLineStart = false;
+    return starts ? Buffer.concat([prefix, chunk]) : chunk;
   }
 
   private prefixed(chunk: Buffer, prefix: Buffer, size: number): Buffer {
@@ -146,12 +151,8 @@ export class LinePrefixer {
       }
       positions[count++] = at;
     }
+    if (count === 0) return this.unended(chunk, prefix);
     const starts = this.atLineStart;
-    if (count === 0) {
-      // No line ends here: only a chunk that starts a line needs a copy (of prefix + chunk).
-      this.atLineStart = false;
-      return starts ? Buffer.concat([prefix, chunk]) : chunk;
-    }
     // The chunk is copied once to the end of the output, then each line is moved down to its
     // place behind its prefix with copyWithin: no per-line Buffer objects, which at 100-byte
     // lines cost more than the bytes themselves. The loop keeps everything in locals: at ten

@@ -21,18 +21,15 @@ export function freeChunk(chunk: Buffer): void {
 
 /**
  * Pipe chunks still held by the tail (always) and by the sink (when it was handed the chunk itself,
- * not a copy), freed when the last lets go. Only for chunks that are a buffer of their own which
- * nobody else holds (a pipe read by Node, see Launched.chunksOwned).
+ * not a copy), freed when the last lets go (by freeChunk, which leaves a view of a larger buffer
+ * alone). Only for chunks nobody else holds (a pipe read by Node, see Launched.chunksOwned).
  */
 export class SpentChunks {
   private readonly holders = new WeakMap<Buffer, number>();
 
   /** `chunk` went into the tail, and to the sink itself when `bySink` (a copy of it otherwise). */
   passed(chunk: Buffer, bySink: boolean): void {
-    // A view of a larger buffer (never a pipe's read) is left to the GC: others may share it.
-    if (chunk.byteOffset === 0 && chunk.byteLength === chunk.buffer.byteLength) {
-      this.holders.set(chunk, bySink ? 2 : 1);
-    }
+    this.holders.set(chunk, bySink ? 2 : 1);
   }
 
   /** The tail or the sink let go of `chunk`: freed when it was the last. */

@@ -26,8 +26,8 @@ import {
 } from "../../src/pod-runner/agent-hub.js";
 import { agentLauncher } from "../../src/pod-runner/agent-launcher.js";
 import { runAttempt } from "../../src/pod-runner/attempt.js";
-import type { Launcher } from "../../src/pod-runner/launcher.js";
 import { agentBinary } from "../harness/agent-binary.js";
+import { recordingLauncher, unfreedBytes } from "../support/chunks.js";
 
 const root = process.getuid?.() === 0;
 /** A user no other test or helper on this machine runs as. */
@@ -309,18 +309,7 @@ describe("agent", () => {
 
   it("hands an attempt the task's output as chunks of their own, which it frees once passed on", async () => {
     const { agent } = await startAgent();
-    const launcher = agentLauncher(agent);
     const seen: Buffer[] = [];
-    // The agent launcher, keeping a reference to every chunk it gives (as a second reader would).
-    const recording: Launcher = {
-      async launch(spec) {
-        const started = await launcher.launch(spec);
-        if ("launched" in started)
-          for (const stream of started.launched.streams)
-            stream.on("data", (chunk: Buffer) => seen.push(chunk));
-        return started;
-      },
-    };
     const written: Buffer[] = [];
     const sink = new Writable({
       write(chunk: Buffer, _encoding, callback) {
@@ -343,7 +332,7 @@ describe("agent", () => {
       sink,
       prefix: "[flood] ",
       tailBytes: 4096,
-      launcher: recording,
+      launcher: recordingLauncher(agentLauncher(agent), seen),
     });
     await new Promise<void>((resolve) => sink.end(resolve));
     expect(result.exitCode).toBe(0);
@@ -352,8 +341,7 @@ describe("agent", () => {
     expect(Buffer.concat(written).toString("latin1")).toBe(lines.join(""));
     // 6.9 MB went through: all but what the tail still holds was freed (a freed chunk reads empty).
     expect(seen.length).toBeGreaterThan(10);
-    const kept = seen.filter((chunk) => chunk.buffer.byteLength > 0);
-    expect(kept.reduce((sum, chunk) => sum + chunk.length, 0)).toBeLessThan(4096 + 256 * 1024);
+    expect(unfreedBytes(seen)).toBeLessThan(4096 + 256 * 1024);
   });
 
   it("reports the signal that ended the leader by name", async () => {

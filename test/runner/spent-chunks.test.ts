@@ -6,20 +6,8 @@ import { join } from "node:path";
 import { Writable } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { type AttemptSpec, runAttempt } from "../../src/pod-runner/attempt.js";
-import { type Launcher, LOCAL_LAUNCHER } from "../../src/pod-runner/launcher.js";
-
-/** LOCAL_LAUNCHER, keeping a reference to every chunk its pipes give (as a second reader would). */
-function recordingLauncher(seen: Buffer[]): Launcher {
-  return {
-    async launch(spec) {
-      const started = await LOCAL_LAUNCHER.launch(spec);
-      if ("launched" in started) {
-        for (const stream of started.launched.streams) stream.on("data", (chunk: Buffer) => seen.push(chunk));
-      }
-      return started;
-    },
-  };
-}
+import { LOCAL_LAUNCHER } from "../../src/pod-runner/launcher.js";
+import { recordingLauncher, unfreedBytes } from "../support/chunks.js";
 
 async function attempt(run: string, prefix: string, seen: Buffer[], recycleOutput = false) {
   const written: Buffer[] = [];
@@ -49,7 +37,7 @@ async function attempt(run: string, prefix: string, seen: Buffer[], recycleOutpu
     recycleOutput,
     prefix,
     tailBytes: 4096,
-    launcher: recordingLauncher(seen),
+    launcher: recordingLauncher(LOCAL_LAUNCHER, seen),
   };
   const result = await runAttempt(spec);
   // What the sink still has queued is written out before the output is read.
@@ -75,8 +63,7 @@ describe("the pipe's chunks", () => {
     // Every chunk but those the tail still holds (its 4 KiB, at most one pipe read beyond) is freed:
     // a freed chunk reads as empty.
     expect(seen.length).toBeGreaterThan(10);
-    const kept = seen.filter((chunk) => chunk.buffer.byteLength > 0);
-    expect(kept.reduce((sum, chunk) => sum + chunk.length, 0)).toBeLessThan(4096 + 64 * 1024);
+    expect(unfreedBytes(seen)).toBeLessThan(4096 + 64 * 1024);
   });
 
   it("handed on as they are (no prefix) are not freed under a sink that may keep them", async () => {
@@ -93,7 +80,6 @@ describe("the pipe's chunks", () => {
     const { output } = await attempt("head -c 8388608 /dev/zero | tr '\\0' x", "[flood] ", seen, true);
     expect(output).toBe(`[flood] ${"x".repeat(8 * 1024 * 1024)}\n`);
     expect(seen.length).toBeGreaterThan(10);
-    const kept = seen.filter((chunk) => chunk.buffer.byteLength > 0);
-    expect(kept.reduce((sum, chunk) => sum + chunk.length, 0)).toBeLessThan(4096 + 64 * 1024);
+    expect(unfreedBytes(seen)).toBeLessThan(4096 + 64 * 1024);
   });
 });

@@ -20,6 +20,33 @@ function roundTripRunner(frame: RunnerFrame): RunnerFrame {
   return decodeRunnerFrame(...decoded);
 }
 
+/** Read sizes for the splitting properties: 1 byte to 20,000, cycled. */
+const readSizes = fc.array(fc.integer({ min: 1, max: 20_000 }), { minLength: 1, maxLength: 12 });
+
+/**
+ * `wire` pushed through a FrameReader in reads of `sizes` (cycled), each read's frames decoded.
+ * With `asSocketReads` each read is a buffer of its own, as a socket's is, and released once
+ * its frames are decoded, as the hub does.
+ */
+function readInPieces(wire: Buffer, sizes: number[], options: { asSocketReads?: boolean } = {}) {
+  const reader = new FrameReader();
+  const decoded: AgentFrame[] = [];
+  const reads: Buffer[] = [];
+  let at = 0;
+  for (let i = 0; at < wire.length; i++) {
+    const size = sizes[i % sizes.length] ?? 1;
+    const slice = wire.subarray(at, at + size);
+    const read = options.asSocketReads
+      ? Buffer.from(slice.buffer.slice(slice.byteOffset, slice.byteOffset + slice.length))
+      : slice;
+    reads.push(read);
+    for (const frame of reader.push(read)) decoded.push(decodeAgentFrame(...frame));
+    if (options.asSocketReads) reader.release();
+    at += size;
+  }
+  return { reader, decoded, reads };
+}
+
 describe("agent wire: the bytes of the contract", () => {
   it.each<[string, RunnerFrame, string]>([
     [
@@ -102,16 +129,8 @@ describe("agent wire: the bytes of the contract", () => {
     ];
     const wire = Buffer.concat(frames.map(encodeAgentFrame));
     fc.assert(
-      fc.property(fc.array(fc.integer({ min: 1, max: 20_000 }), { minLength: 1, maxLength: 12 }), (sizes) => {
-        const reader = new FrameReader();
-        const decoded: AgentFrame[] = [];
-        let at = 0;
-        for (let i = 0; at < wire.length; i++) {
-          const size = sizes[i % sizes.length] ?? 1;
-          for (const frame of reader.push(wire.subarray(at, at + size)))
-            decoded.push(decodeAgentFrame(...frame));
-          at += size;
-        }
+      fc.property(readSizes, (sizes) => {
+        const { reader, decoded } = readInPieces(wire, sizes);
         // Compared as bytes: a deep equality over 70,000 buffer elements per run is slow.
         expect(Buffer.concat(decoded.map(encodeAgentFrame)).equals(wire)).toBe(true);
         expect(reader.buffered).toBe(0);
@@ -129,21 +148,8 @@ describe("agent wire: the bytes of the contract", () => {
     ];
     const wire = Buffer.concat(frames.map(encodeAgentFrame));
     fc.assert(
-      fc.property(fc.array(fc.integer({ min: 1, max: 20_000 }), { minLength: 1, maxLength: 12 }), (sizes) => {
-        const reader = new FrameReader();
-        const decoded: AgentFrame[] = [];
-        const reads: Buffer[] = [];
-        let at = 0;
-        for (let i = 0; at < wire.length; i++) {
-          const size = sizes[i % sizes.length] ?? 1;
-          // As a socket's read: a buffer of its own.
-          const slice = wire.subarray(at, at + size);
-          const read = Buffer.from(slice.buffer.slice(slice.byteOffset, slice.byteOffset + slice.length));
-          reads.push(read);
-          for (const frame of reader.push(read)) decoded.push(decodeAgentFrame(...frame));
-          reader.release();
-          at += size;
-        }
+      fc.property(readSizes, (sizes) => {
+        const { decoded, reads } = readInPieces(wire, sizes, { asSocketReads: true });
         expect(Buffer.concat(decoded.map(encodeAgentFrame)).equals(wire)).toBe(true);
         // All frames are in: every read is freed (a freed buffer reads as empty).
         expect(reads.filter((read) => read.buffer.byteLength > 0)).toEqual([]);
