@@ -114,6 +114,24 @@ describe("the runner's own lines show control characters as escapes", () => {
     expect(rawControls(run.stderr)).toEqual([]);
   });
 
+  it("in a pod: a failure before the run quotes its --plan path on one line of the runner's stderr", async () => {
+    const run = await startCli(
+      [
+        "pod-runner",
+        "--termination-log",
+        join(tempDir("runner-lines-pod-"), "log"),
+        "--plan",
+        `/nonexistent\n${FORGED}`,
+      ],
+      { env: { [MARKER_VAR]: currentMarker() } },
+    );
+    expect(run.code).toBe(2);
+    expect(run.stdout).toBe("");
+    const lines = run.stderr.split("\n").slice(0, -1);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^playbook: --plan \/nonexistent\\nplaybook\.dev\/progress \{/);
+  });
+
   it("in a pod: the workingDir's forged record never starts a line of the log, and the report quotes it escaped", async () => {
     const dir = tempDir("runner-lines-pod-");
     const log = join(dir, "termination-log");
