@@ -2,6 +2,7 @@
 // lastTransitionTime moves only when status changes; observedGeneration is always set.
 import type { Condition } from "./playbook.js";
 import { isLimitReason } from "./reasons.js";
+import { escapeControls } from "./visible-text.js";
 
 export const SUCCEEDED = "Succeeded";
 export const LIMIT_EXCEEDED = "LimitExceeded";
@@ -20,8 +21,11 @@ export function setCondition(
   observedGeneration?: number,
 ): Condition[] {
   const existing = conditions.find((c) => c.type === input.type);
+  // A message quotes what a report, a kubelet or a spec said: its control characters show as
+  // escapes, not as line ends or terminal commands in `kubectl describe`.
   const next: Condition = {
     ...input,
+    message: escapeControls(input.message),
     lastTransitionTime:
       existing && existing.status === input.status ? existing.lastTransitionTime : now.toISOString(),
   };

@@ -15,6 +15,7 @@ import {
   type TaskPhase,
   type TerminalReason,
 } from "./reasons.js";
+import { escapeControls } from "./visible-text.js";
 
 export const REPORT_MAX_BYTES = 4096;
 export const REPORT_VERSION = 1;
@@ -160,7 +161,9 @@ export function toReportTask(task: TaskOutcome, start: number): ReportTask {
       Math.max(0, task.completionTime.getTime() - start),
     ];
   }
-  if (task.detail) out.m = task.detail;
+  // A task's last line, an error with a workingDir in it: no control character of it gets into a
+  // status message, a record or the runner's end line as it is.
+  if (task.detail) out.m = escapeControls(task.detail);
   if (task.onHost) out.h = 1;
   if (task.lostContainer) out.k = task.lostContainer;
   if (task.cpuSeconds !== undefined) out.cpu = Math.max(0, Math.round(task.cpuSeconds * 1000));
@@ -195,7 +198,7 @@ export function encodeReport(outcome: RunOutcome, maxBytes = REPORT_MAX_BYTES): 
     tasks: outcome.tasks.map((task) => toReportTask(task, start)),
     ...(outcome.finally ? { fin: outcome.finally.map((task) => toReportTask(task, start)) } : {}),
     ...(outcome.containment ? { ct: outcome.containment } : {}),
-    ...(outcome.left ? { left: truncate(outcome.left, 300) } : {}),
+    ...(outcome.left ? { left: truncate(escapeControls(outcome.left), 300) } : {}),
   };
   const fits = (report: RunnerReport) => Buffer.byteLength(JSON.stringify(report)) <= maxBytes;
   if (fits(base)) return JSON.stringify(base);
@@ -293,7 +296,7 @@ export function decodeReport(text: string, taskCount?: number, finallyCount = 0)
   try {
     json = JSON.parse(text);
   } catch {
-    throw new InvalidReportError(`not JSON: ${truncate(text.trim(), 200) || "(empty)"}`);
+    throw new InvalidReportError(`not JSON: ${truncate(escapeControls(text.trim()), 200) || "(empty)"}`);
   }
   if (json !== null && typeof json === "object" && !Array.isArray(json)) {
     const version = (json as { v?: unknown }).v;
@@ -534,7 +537,9 @@ export function expandReport(
       if (task.ls !== undefined) status.longestSilence = formatDuration(task.ls);
       const described = describeTask(task, index, limits, context, list);
       const message = task.h ? `${described ? `${described}; ` : ""}${ON_HOST_NOTE}` : described;
-      if (message) status.message = message;
+      // A report's messages carry no control character (toReportTask); what the context adds (a
+      // kubelet's message) or an older runner's report might: none reaches the status as it is.
+      if (message) status.message = escapeControls(message);
       return status;
     };
   const tasks = report.tasks.map(row("tasks"));
@@ -557,7 +562,7 @@ export function expandReport(
     tasks,
     ...(finallyTasks ? { finally: finallyTasks } : {}),
     reason: report.reason,
-    message,
+    message: escapeControls(message),
     startTime: report.start,
     completionTime: report.end,
     ...(report.left ? { left: report.left } : {}),

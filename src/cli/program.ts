@@ -11,6 +11,7 @@ import type { PolicyMaximums } from "../api/policy.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/report-status.js";
 import { allTasksOf } from "../api/task-images.js";
+import { escapeControls } from "../api/visible-text.js";
 import { handedCeilingLeftMs, podAgeMs } from "../pod-runner/pod-age.js";
 import { registerClusterCommands } from "./cluster/commands.js";
 import { describeSpec, validLine } from "./describe-spec.js";
@@ -529,10 +530,38 @@ export function buildProgram(
   return program;
 }
 
+/**
+ * An error's stack with its message escaped (src/api/visible-text.ts) and its frames, one a line,
+ * as they are: the message may quote a path or a value with a newline in it.
+ */
+function visibleStack(error: unknown): string {
+  if (!(error instanceof Error)) return escapeControls(String(error));
+  const stack = error.stack ?? "";
+  const header = `${error.name}: ${error.message}`;
+  if (!stack.startsWith(header)) return escapeControls(header);
+  return `${escapeControls(header)}${stack.slice(header.length)}`;
+}
+
+/**
+ * The failure's exit code and its message, one line each: every value a message quotes shows its
+ * control characters as escapes, so none of it starts a line of its own (in a pod, the runner's
+ * stderr is its log, where a line that starts with the progress marker is taken for a record).
+ */
 function describeFailure(error: unknown): { code: number; message: string } {
+  const failure = describeFailureText(error);
+  return failure.lines
+    ? { code: failure.code, message: failure.lines }
+    : { code: failure.code, message: escapeControls(failure.message) };
+}
+
+function describeFailureText(error: unknown): { code: number; message: string; lines?: string } {
   if (error instanceof InvalidPlaybookError) {
-    const helpful = new InvalidPlaybookError(error.source, error.problems.map(helpfulProblem));
-    return { code: EXIT.invalid, message: helpful.message };
+    const problems = error.problems.map(helpfulProblem).map((problem) => ({
+      path: escapeControls(problem.path),
+      message: escapeControls(problem.message),
+    }));
+    const helpful = new InvalidPlaybookError(escapeControls(error.source), problems);
+    return { code: EXIT.invalid, message: "", lines: helpful.message };
   }
   // ClusterError (cluster/connection.ts) and FlagError (cluster/flags.ts), not loaded here: their
   // message is all there is to say, with the exit code the failure calls for.
@@ -557,7 +586,7 @@ function describeFailure(error: unknown): { code: number; message: string } {
       message: `playbook: ${error.issues.map((i) => `${i.path.join(".") || "input"}: ${i.message}`).join("; ")}`,
     };
   }
-  return { code: EXIT.failed, message: `playbook: ${(error as Error).stack ?? String(error)}` };
+  return { code: EXIT.failed, message: "", lines: `playbook: ${visibleStack(error)}` };
 }
 
 /**

@@ -1,9 +1,16 @@
 // Progress on stderr: plain lines for logs and pipes; on a terminal, one line per task that is
 // rewritten in place when the task ends (as long as no task output came in between), and a live
 // line below the task's output with its clock against each limit, redrawn while it runs.
+//
+// Every line goes out through `write`, which shows each control character in it as an escape
+// (src/api/visible-text.ts): the text comes from the spec, the image, the environment and the
+// tasks (a workingDir, a PATH, an error, a task's last line), and a newline in it would start a
+// line that is not the runner's. On a terminal the only control sequences are the styles and
+// cursor moves this file writes itself (`Styled`).
 import { formatDuration } from "../api/duration.js";
 import type { EffectiveLimit, ResolvedLimits, TaskLimits } from "../api/limits.js";
 import type { RunOutcome } from "../api/report.js";
+import { escapeControls } from "../api/visible-text.js";
 import type { AttemptStop } from "../pod-runner/attempt.js";
 import type { RunEvent } from "../pod-runner/run.js";
 
@@ -111,12 +118,32 @@ function wholeSeconds(ms: number, round: (x: number) => number): string {
   return formatDuration(Math.max(0, round(ms / 1000)) * 1000);
 }
 
-const SYMBOLS: Record<string, string> = {
-  Succeeded: "\x1b[32m✓\x1b[0m",
-  Failed: "\x1b[31m✗\x1b[0m",
-  TimedOut: "\x1b[31m⏱\x1b[0m",
-  Cancelled: "\x1b[33m■\x1b[0m",
-  Skipped: "\x1b[2m-\x1b[0m",
+/** A piece of a line on a terminal: text, or text in an SGR style (`["2", text]`: dim). */
+type Piece = string | readonly [sgr: string, text: string];
+
+/** A terminal line from its pieces: each text escaped, the styles around it the only control bytes. */
+function styled(pieces: readonly Piece[]): Styled {
+  const text = pieces
+    .map((piece) =>
+      typeof piece === "string"
+        ? escapeControls(piece)
+        : `\x1b[${piece[0]}m${escapeControls(piece[1])}\x1b[0m`,
+    )
+    .join("");
+  return { styled: text };
+}
+
+/** A line whose control bytes are the styles `styled` put there, and no others. */
+interface Styled {
+  readonly styled: string;
+}
+
+const SYMBOLS: Record<string, readonly [string, string]> = {
+  Succeeded: ["32", "✓"],
+  Failed: ["31", "✗"],
+  TimedOut: ["31", "⏱"],
+  Cancelled: ["33", "■"],
+  Skipped: ["2", "-"],
 };
 
 export class Progress {
@@ -138,10 +165,11 @@ export class Progress {
     this.options = options;
   }
 
-  private write(line: string): void {
+  /** A line of its own: plain text with every control character escaped, or a styled one. */
+  private write(line: string | Styled): void {
     this.clearLive();
     this.lineStart();
-    this.options.out.write(`${line}\n`);
+    this.options.out.write(`${typeof line === "string" ? escapeControls(line) : line.styled}\n`);
   }
 
   /** A line of its own starts here: task output that shares the lines is at a line start after it. */
@@ -173,7 +201,13 @@ export class Progress {
     const [label, ceilingLeft] = this.finallyPhase
       ? ["finallyCeiling", this.finallyPhase.start + this.finallyPhase.ceiling.ms - now]
       : ["ceiling", this.runStart + this.options.limits.ceiling.ms - now];
-    return `  \x1b[2m${attempt.name}: ${clock} · ${stallPart} · ${label} ${wholeSeconds(ceilingLeft, Math.ceil)} left\x1b[0m`;
+    return styled([
+      "  ",
+      [
+        "2",
+        `${attempt.name}: ${clock} · ${stallPart} · ${label} ${wholeSeconds(ceilingLeft, Math.ceil)} left`,
+      ],
+    ]).styled;
   }
 
   private drawLive(): void {
@@ -253,7 +287,11 @@ export class Progress {
         const where = this.options.where?.[event.index];
         if (this.options.tty) {
           this.write(
-            `\x1b[36m▶\x1b[0m ${event.name}${where ? ` ${where}` : ""}  \x1b[2m(${attempt}${limits})\x1b[0m`,
+            styled([
+              ["36", "▶"],
+              ` ${event.name}${where ? ` ${where}` : ""}  `,
+              ["2", `(${attempt}${limits})`],
+            ]),
           );
           this.liveLine = { outputMark: this.options.outputBytes(), startedAt: at };
           this.startLive({ name: event.name, startedAt: at, limits: event.limits, lastOutputAt: at });
@@ -301,7 +339,10 @@ export class Progress {
         const suffix = `${took}${detail ? ` (${detail})` : ""}`;
         if (this.options.tty) {
           const rewrite = this.liveLine !== null && this.liveLine.outputMark === this.options.outputBytes();
-          const line = `${SYMBOLS[outcome.phase] ?? "?"} ${outcome.name}  ${outcome.phase}${suffix}`;
+          const line = styled([
+            SYMBOLS[outcome.phase] ?? "?",
+            ` ${outcome.name}  ${outcome.phase}${suffix}`,
+          ]).styled;
           this.lineStart();
           this.options.out.write(rewrite ? `\x1b[1A\r\x1b[K${line}\n` : `${line}\n`);
         } else {

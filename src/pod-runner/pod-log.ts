@@ -26,10 +26,31 @@ export const RECORD_EVERY_MS = 1000;
 /**
  * The longest task line the log holds, its prefix included, newline not counted: half of
  * containerd's 16 KiB cut (max_container_log_line_size), so that no runtime's cut falls inside one.
- * A longer line is ended here (a UTF-8 character is not cut: up to 3 bytes more) and goes on
- * behind its prefix again.
+ * A longer line is ended here, or up to 3 bytes before where a UTF-8 character would cross it,
+ * and goes on behind its prefix again. Never after, whatever the bytes and however they come.
  */
 export const MAX_LINE_BYTES = 8 * 1024;
+
+/** How many bytes the UTF-8 character that `lead` starts has (1 for a byte that starts none). */
+function utf8Length(lead: number): number {
+  if (lead >= 0xf8) return 1;
+  if (lead >= 0xf0) return 4;
+  if (lead >= 0xe0) return 3;
+  return lead >= 0xc0 ? 2 : 1;
+}
+
+/**
+ * Where in `chunk[from..end)` a character that reaches `end` starts, when its lead byte is among
+ * the last 3 bytes before `end` and the character goes on past `end` (it is not whole before it);
+ * else -1. Invalid UTF-8 (a continuation byte with no lead within 3 bytes) starts none.
+ */
+function characterAcross(chunk: Buffer, from: number, end: number): number {
+  for (let at = end - 1; at >= Math.max(from, end - 3); at--) {
+    const byte = chunk[at] as number;
+    if ((byte & 0xc0) !== 0x80) return utf8Length(byte) > end - at ? at : -1;
+  }
+  return -1;
+}
 
 const NEWLINE = Buffer.from("\n");
 /** More pieces than this from one chunk are written corked (one writev). */
@@ -187,6 +208,12 @@ export class PodLog {
    * Writes the chunk: a line longer than MAX_LINE_BYTES is ended there and goes on behind its
    * prefix, and a record comes right after each line that makes RECORD_EVERY_LINES since the last.
    * The work is per line and per cut, never per byte.
+   *
+   * No line is longer, whatever the bytes: the open line is never longer at a chunk's end, and a
+   * cut is at the limit or before it. It falls before a UTF-8 character that would cross the limit
+   * (its lead is at most 3 bytes back). A character that the chunk's end leaves unfinished and
+   * that would cross the limit is cut before at once: once written, its lead could not be taken
+   * back to the next piece. So valid UTF-8 is never cut inside a character however it comes in.
    */
   private writeLines(chunk: Buffer, lines: ChunkLines, out: Buffer[]): void {
     const prefix = lines.from.prefix;
@@ -198,21 +225,25 @@ export class PodLog {
     for (;;) {
       const end = at === -1 ? chunk.length : at;
       while (end - lineStart > MAX_LINE_BYTES) {
-        let cut = Math.max(from, lineStart + MAX_LINE_BYTES);
-        // Not inside a UTF-8 character: past its continuation bytes (at most 3; invalid UTF-8 is
-        // cut anyway). One that goes on in the next chunk is cut there.
-        for (let step = 0; step < 3 && cut < end && ((chunk[cut] as number) & 0xc0) === 0x80; step++) cut++;
-        if (cut >= end) break;
-        out.push(chunk.subarray(from, cut), NEWLINE);
+        const limit = lineStart + MAX_LINE_BYTES;
+        const across = characterAcross(chunk, from, limit);
+        const cut = across === -1 ? limit : across;
+        this.cut(chunk, from, cut, prefix, out);
         from = cut;
-        this.open = null;
-        this.openBytes = 0;
-        this.linesSinceRecord += 1;
-        if (this.linesSinceRecord >= RECORD_EVERY_LINES) this.record(out);
-        out.push(prefix);
         lineStart = cut - prefix.length;
       }
-      if (at === -1) break;
+      if (at === -1) {
+        // The chunk leaves a character unfinished that would cross the limit: cut before it now.
+        if (end - lineStart > MAX_LINE_BYTES - 3) {
+          const across = characterAcross(chunk, from, end);
+          if (across !== -1 && across + utf8Length(chunk[across] as number) - lineStart > MAX_LINE_BYTES) {
+            this.cut(chunk, from, across, prefix, out);
+            from = across;
+            lineStart = across - prefix.length;
+          }
+        }
+        break;
+      }
       lineStart = at + 1;
       this.linesSinceRecord += 1;
       if (this.linesSinceRecord >= RECORD_EVERY_LINES) {
@@ -226,6 +257,16 @@ export class PodLog {
     if (from < chunk.length) out.push(from === 0 ? chunk : chunk.subarray(from));
     this.open = lines.leavesOpen ? lines.from : null;
     this.openBytes = lines.leavesOpen ? chunk.length - lineStart : 0;
+  }
+
+  /** Ends the open line at `cut` (the chunk's bytes from `from` before it) and opens the next behind `prefix`. */
+  private cut(chunk: Buffer, from: number, cut: number, prefix: Buffer, out: Buffer[]): void {
+    out.push(chunk.subarray(from, cut), NEWLINE);
+    this.open = null;
+    this.openBytes = 0;
+    this.linesSinceRecord += 1;
+    if (this.linesSinceRecord >= RECORD_EVERY_LINES) this.record(out);
+    out.push(prefix);
   }
 
   /** A record RECORD_EVERY_MS after the newest, when output came since and no other came first. */

@@ -9,6 +9,7 @@ import { randomBytes } from "node:crypto";
 import type { CoreV1Event } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { API_VERSION, KIND } from "../api/playbook.js";
+import { escapeControls } from "../api/visible-text.js";
 import type { ApiClient, CallOptions } from "./api-client.js";
 import { apiErrorMessage, isNotFound } from "./api-errors.js";
 
@@ -271,7 +272,9 @@ export class EventRecorder {
   }
 }
 
-function truncated(message: string): string {
+/** The message as the event shows it: control characters as escapes (a kubelet's or a task's text), then cut. */
+function truncated(raw: string): string {
+  const message = escapeControls(raw);
   return message.length > MAX_MESSAGE ? `${message.slice(0, MAX_MESSAGE - 1)}…` : message;
 }
 

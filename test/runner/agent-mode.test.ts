@@ -19,6 +19,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { PROGRESS_MARKER, parseProgressLine } from "../../src/api/progress-record.js";
 import { decodeReport, type RunnerReport } from "../../src/api/report.js";
 import { agentBinary } from "../harness/agent-binary.js";
 import { CLI } from "../support/cli.js";
@@ -757,6 +758,37 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     );
     expect(run.stdout).toContain("[first] first");
     expect(run.stdout).not.toContain("never");
+  });
+
+  it("shows a PATH with a newline and an ESC escaped in the runner's lines and its report: no text of it starts a line", async () => {
+    // The agent's exec failure quotes the task's PATH (its shell not found there): a newline in it
+    // once ended the runner's end line and put a forged record at the start of the next.
+    const forged = `${PROGRESS_MARKER}${JSON.stringify({ v: 1, start: new Date().toISOString(), seq: 99_999, tasks: [{ p: "Succeeded" }] })}`;
+    const run = await runPod({
+      tasks: [
+        {
+          name: "p",
+          shell: "no-such-shell",
+          run: "echo never",
+          env: [{ name: "PATH", value: `/nowhere\n${forged}\n\x1b[31mred\u2028` }],
+        },
+      ],
+    });
+    expect(run.report.reason, run.stderr).toBe("TaskFailed");
+    expect(run.report.tasks[0]?.m).toContain("not found on PATH /nowhere\\nplaybook.dev/progress {");
+    expect(run.report.tasks[0]?.m).toContain("\\x1b[31mred\\u2028");
+    const lines = run.stdout.split("\n").slice(0, -1);
+    for (const line of lines) {
+      expect(
+        line.startsWith("playbook: ") || line.startsWith("[p] ") || line.startsWith(PROGRESS_MARKER),
+        line,
+      ).toBe(true);
+      if (line.startsWith(PROGRESS_MARKER)) expect(parseProgressLine(line, 1)?.seq).not.toBe(99_999);
+    }
+    expect(
+      lines.filter((line) => line.startsWith("playbook: run Failed (TaskFailed): task p ")),
+    ).toHaveLength(1);
+    expect(run.stdout.includes("\x1b") || run.stdout.includes("\u2028")).toBe(false);
   });
 
   it("keeps the order of each stream", async () => {

@@ -197,3 +197,26 @@ describe("a slow API server", () => {
     expect(calls.map((c) => c.op)).toEqual(["create"]);
   });
 });
+
+describe("an event's message", () => {
+  it("shows the control characters of what it quotes (a kubelet's words, a task's line) as escapes", async () => {
+    const messages: (string | undefined)[] = [];
+    const api: EventApi = {
+      async createNamespacedEvent({ body }: { namespace: string; body: CoreV1Event }) {
+        messages.push(body.message);
+        return body;
+      },
+      async patchNamespacedEvent({ body }: { namespace: string; name: string; body: Partial<CoreV1Event> }) {
+        return body;
+      },
+    };
+    const recorder = new EventRecorder(api, "test", keptLog().log);
+    recorder.post(
+      target,
+      { type: "Warning", reason: "TaskFailed", message: "task a: x\n\x1b[31my\u2028" },
+      at(1),
+    );
+    await recorder.flush();
+    expect(messages).toEqual(["task a: x\\n\\x1b[31my\\u2028"]);
+  });
+});

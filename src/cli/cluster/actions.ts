@@ -5,6 +5,7 @@ import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { type LimitDefaults, LOCAL_DEFAULTS } from "../../api/limits.js";
 import { readManifestDocument, validatePlaybook } from "../../api/manifest.js";
+import { escapeControls } from "../../api/visible-text.js";
 import { EXIT, exitCodeForReason } from "../exit-codes.js";
 import { printObject } from "../print-object.js";
 import { type Cluster, ClusterError, connect } from "./connection.js";
@@ -145,7 +146,9 @@ async function waitForEnd(cluster: Cluster, name: string, timeoutMs: number | un
 /** The line a finished wait ends with, on stderr: the outcome in the status's words. */
 function endedLine(playbook: ClusterPlaybook, reason: string): string {
   const message = terminalMessage(playbook);
-  return `playbook: ${playbook.metadata.name} ${playbook.status?.phase ?? "ended"} (${reason})${message ? `: ${message}` : ""}\n`;
+  // One line whatever the status says (an older controller's message may hold a newline).
+  const line = `playbook: ${playbook.metadata.name} ${playbook.status?.phase ?? "ended"} (${reason})${message ? `: ${message}` : ""}`;
+  return `${escapeControls(line)}\n`;
 }
 
 async function settle(

@@ -1,3 +1,4 @@
+import { escapeControls } from "../../api/visible-text.js";
 import { EXIT, exitCodeForReason } from "../exit-codes.js";
 import { printObject } from "../print-object.js";
 import { Progress } from "../progress.js";
@@ -65,7 +66,7 @@ class RunView {
   say(line: string): void {
     if (this.finished) return;
     if (this.progress) this.progress.say(line);
-    else this.options.progressOut.write(`${line}\n`);
+    else this.options.progressOut.write(`${escapeControls(line)}\n`);
   }
 
   /** A change of the controller's words while the run has not ended (queued, pending and why). */
@@ -153,7 +154,8 @@ class RunView {
   /** The last line: no live line stays behind it. */
   finish(line: string): void {
     this.progress?.stop();
-    this.options.progressOut.write(`${line}\n`);
+    // The status's message: one line whatever it holds (an older controller's may hold a newline).
+    this.options.progressOut.write(`${escapeControls(line)}\n`);
     this.finished = true;
   }
 }

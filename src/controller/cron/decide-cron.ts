@@ -24,6 +24,7 @@ import { formatDuration, parseDuration } from "../../api/duration.js";
 import { zodProblems } from "../../api/manifest.js";
 import { ANNOTATION_CANCEL_REASON, API_VERSION, KIND } from "../../api/playbook.js";
 import type { NamespaceRules } from "../../api/policy.js";
+import { escapeControls } from "../../api/visible-text.js";
 import type { RecordedEvent } from "../../runtime/events.js";
 import type { ReconcileSettings } from "../decision.js";
 import type { OwnedMetadata, StoredPlaybook } from "../objects.js";
@@ -120,7 +121,8 @@ export function decideCron(input: CronInput): CronDecision {
   const ready = readyCondition(read);
   status.conditions = setCondition(status.conditions ?? [], ready, now, generation);
   const readyBefore = previous.conditions?.find((c) => c.type === CRON_READY);
-  if (ready.status === "False" && readyBefore?.message !== ready.message) {
+  // setCondition keeps the message with its control characters escaped: compared as kept.
+  if (ready.status === "False" && readyBefore?.message !== escapeControls(ready.message)) {
     decision.events.push({ type: "Warning", reason: ready.reason, message: ready.message });
   }
 
