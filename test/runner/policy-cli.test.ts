@@ -275,7 +275,8 @@ describe("the policy's maximums bound the pod's whole life", () => {
     const result = await cli([
       "run",
       "-f",
-      playbook({ ceiling: "5m", killGrace: "0s", tasks: [{ name: "hang", run: "sleep 300" }] }),
+      // Without the policy's timeout only the 20s ceiling would stop it (RunCeiling).
+      playbook({ ceiling: "20s", killGrace: "0s", tasks: [{ name: "hang", run: "sleep 300" }] }),
       "--policy",
       policy({ maximums: { taskTimeout: "1s" } }),
       "-o",
