@@ -5,11 +5,11 @@ import { describe, expect, it } from "vitest";
 import { resolveLimits } from "../../src/api/limits.js";
 import { PLAN_ANNOTATION, parsePlan } from "../../src/api/plan.js";
 import { PlaybookSpecSchema, type PlaybookStatus } from "../../src/api/playbook.js";
-import { describePodBound } from "../../src/api/pod-bound.js";
+import { describePodBound, startDeadlineSeconds } from "../../src/api/pod-bound.js";
 import { PolicySpecSchema, policyProblems, policyRules } from "../../src/api/policy.js";
 import { limitDefaults, loadControllerConfig } from "../../src/controller/config.js";
 import { type Action, decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
-import { DEADLINE_MARGIN_SECONDS } from "../../src/controller/pods/pod-builder.js";
+import { activeDeadlineSeconds, DEADLINE_MARGIN_SECONDS } from "../../src/controller/pods/pod-builder.js";
 import { attemptDeadline } from "../../src/pod-runner/run.js";
 import { playbook, recordedStatus, SETTINGS, T0 } from "./controller-fixtures.js";
 
@@ -221,6 +221,17 @@ describe("maximums.taskTimeout", () => {
 });
 
 describe("the pod's whole bound, as validate shows it", () => {
+  it("is the activeDeadlineSeconds the controller gives the run's first pod", () => {
+    for (const spec of [
+      { ceiling: "10m" },
+      { ceiling: "90s", killGrace: "1500ms", finally: CLEANUP },
+      { ceiling: "7m", killGrace: "0s", finallyCeiling: "2m", finally: CLEANUP },
+    ]) {
+      const limits = resolveLimits(PlaybookSpecSchema.parse({ ...ONE_TASK, ...spec }), CONTROLLER.defaults);
+      expect(startDeadlineSeconds(limits)).toBe(activeDeadlineSeconds(limits, T0, T0));
+    }
+  });
+
   const defaults = {
     ...CONTROLLER.defaults,
     policy: { killGraceMs: 30_000 },
