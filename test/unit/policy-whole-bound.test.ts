@@ -113,6 +113,21 @@ describe("a policy that bounds the ceiling and says nothing of finally tasks", (
   });
 });
 
+describe("the PodCreated event (kubectl describe pb)", () => {
+  it("names each part of the pod's deadline and where it is set", () => {
+    const rules = governed({ ...ISSUE_POLICY, defaults: { killGrace: "30s" } });
+    const decision = decide(
+      input({
+        playbook: playbook({ ...ONE_TASK, ceiling: "7m", finallyCeiling: "2m", finally: CLEANUP }),
+        rules,
+      }),
+    );
+    expect(decision.events.find((e) => e.reason === "PodCreated")?.message).toBe(
+      "Created pod nightly-1 (attempt 1) with activeDeadlineSeconds 605s (what is left of the ceiling 7m (spec.ceiling) + killGrace 30s (the namespace policy's default kill grace) + finallyCeiling 2m (spec.finallyCeiling) + killGrace 30s (the namespace policy's default kill grace) + margin 5s)",
+    );
+  });
+});
+
 describe("where the finally window has a maximum of its own", () => {
   it("takes the policy's maximums.finallyCeiling as it says: the window is added past the ceiling", () => {
     const rules = governed({ maximums: { ...ISSUE_POLICY.maximums, finallyCeiling: "15m" } });
