@@ -35,7 +35,15 @@ export interface PolicyLimitDefaults {
   startTimeoutMs?: number | undefined;
   finallyCeilingMs?: number | undefined;
   queueTimeoutMs?: number | undefined;
+  /**
+   * The policy's maximums.taskTimeout: it bounds every task, so a task (main or finally) without a
+   * timeout of its own takes it as its timeout.
+   */
+  taskTimeoutMs?: number | undefined;
 }
+
+/** Where a task's timeout from the policy's maximums.taskTimeout is set, in its EffectiveLimit's field. */
+export const POLICY_TASK_TIMEOUT_FIELD = "the namespace policy's maximum task timeout";
 
 /** The controller's --default-start-timeout when not given, and what a plan without one means. */
 export const DEFAULT_START_TIMEOUT_MS = 300_000;
@@ -66,7 +74,10 @@ export interface EffectiveLimit {
 
 export interface TaskLimits {
   name: string;
-  /** The task's own timeout; null when only the run's ceiling bounds it. */
+  /**
+   * The task's own timeout, else the policy's maximums.taskTimeout (source policy); null when only
+   * the run's ceiling (a finally task's: finallyCeiling) bounds it.
+   */
   timeout: EffectiveLimit | null;
   /** 0 disables the stall limit. */
   stall: EffectiveLimit;
@@ -86,6 +97,8 @@ export interface ResolvedLimits {
   finally: TaskLimits[];
   /** From the pod's creation until Kueue admits it (the controller enforces it); null: none set at any level. */
   queueTimeout: EffectiveLimit | null;
+  /** The timeout of a task that sets none: the policy's maximums.taskTimeout; null without one. */
+  taskTimeout: EffectiveLimit | null;
 }
 
 export interface LimitProblem {
@@ -143,12 +156,16 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
           queueTimeoutMs ?? 0,
           "queue timeout",
         );
+  const taskTimeout: EffectiveLimit | null =
+    policy?.taskTimeoutMs === undefined
+      ? null
+      : { ms: policy.taskTimeoutMs, source: "policy", field: POLICY_TASK_TIMEOUT_FIELD };
   const taskLimits =
     (list: "tasks" | "finally") =>
     (task: PlaybookSpec["tasks"][number], index: number): TaskLimits => {
       const timeout: EffectiveLimit | null =
         task.timeout === undefined
-          ? null
+          ? taskTimeout
           : { ms: parseDuration(task.timeout), source: "task", field: `spec.${list}[${index}].timeout` };
       const taskStall: EffectiveLimit =
         task.stall === undefined
@@ -167,6 +184,7 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
     finallyCeiling,
     finally: finallyTasks,
     queueTimeout,
+    taskTimeout,
   };
 }
 
@@ -231,7 +249,8 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
     } else {
       seen.set(task.name, `spec.tasks[${index}]`);
     }
-    const timeout = limits.tasks[index]?.timeout;
+    // Only the task's own: the policy's maximum needs no room under the ceiling, which bounds it anyway.
+    const timeout = task.timeout === undefined ? null : limits.tasks[index]?.timeout;
     if (timeout && timeout.ms > limits.ceiling.ms) {
       const ceilingName = limits.ceiling.source === "spec" ? "spec.ceiling" : limits.ceiling.field;
       problems.push({
@@ -275,7 +294,7 @@ function checkFinallyLimits(
   }
   const ceilingName = fromSpec ? "spec.finallyCeiling" : ceiling.field;
   (spec.finally ?? []).forEach((task, index) => {
-    const timeout = limits.finally[index]?.timeout;
+    const timeout = task.timeout === undefined ? null : limits.finally[index]?.timeout;
     if (!timeout) return;
     if (timeout.ms <= 0) {
       problems.push({
@@ -292,7 +311,10 @@ function checkFinallyLimits(
   return problems;
 }
 
-/** The status.limits shape of docs/design.md; finallyCeiling only for a run with finally tasks. */
+/**
+ * The status.limits shape of docs/design.md; finallyCeiling only for a run with finally tasks,
+ * taskTimeout only under a policy's maximums.taskTimeout.
+ */
 export function describeRunLimits(limits: ResolvedLimits) {
   const show = (limit: EffectiveLimit) => ({ value: formatDuration(limit.ms), source: limit.source });
   return {
@@ -302,6 +324,7 @@ export function describeRunLimits(limits: ResolvedLimits) {
     startTimeout: show(limits.startTimeout),
     ...(limits.finally.length > 0 ? { finallyCeiling: show(limits.finallyCeiling) } : {}),
     ...(limits.queueTimeout ? { queueTimeout: show(limits.queueTimeout) } : {}),
+    ...(limits.taskTimeout ? { taskTimeout: show(limits.taskTimeout) } : {}),
   };
 }
 

@@ -63,6 +63,8 @@ export const RunPlanSchema = z
           startTimeoutMs: Millis.optional(),
           finallyCeilingMs: Millis.optional(),
           queueTimeoutMs: Millis.optional(),
+          // The policy's maximums.taskTimeout: the timeout of a task that sets none.
+          taskTimeoutMs: Millis.optional(),
         })
         .optional(),
     }),

@@ -309,6 +309,8 @@ export const PlaybookStatusSchema = z.looseObject({
       finallyCeiling: EffectiveLimitSchema.optional(),
       // Only when a queue timeout is set (spec, policy or controller): none otherwise.
       queueTimeout: EffectiveLimitSchema.optional(),
+      // Only under a policy's maximums.taskTimeout: the timeout of a task that sets none.
+      taskTimeout: EffectiveLimitSchema.optional(),
     })
     .optional(),
   tasks: z.array(TaskStatusSchema).optional(),

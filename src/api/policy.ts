@@ -3,7 +3,12 @@
 // it the controller's flags do. The checks are pure functions shared by the controller and the CLI.
 import { z } from "zod";
 import { formatDuration, parseDuration } from "./duration.js";
-import type { LimitProblem, PolicyLimitDefaults, ResolvedLimits } from "./limits.js";
+import {
+  finallyWindowMs,
+  type LimitProblem,
+  type PolicyLimitDefaults,
+  type ResolvedLimits,
+} from "./limits.js";
 import {
   API_VERSION,
   ConditionSchema,
@@ -181,7 +186,10 @@ function where(rules: NamespaceRules, policyField: string, flag: string): string
   return rules.policy ? `PlaybookPolicy ${rules.policy.name}, ${policyField}` : `the controller's ${flag}`;
 }
 
-/** The policy's limit defaults in milliseconds, for resolveLimits; undefined without a policy. */
+/**
+ * The policy's limit defaults in milliseconds, and its maximums.taskTimeout, for resolveLimits;
+ * undefined without a policy.
+ */
 export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults | undefined {
   if (!rules.policy) return undefined;
   const ms = (text: string | undefined) => (text === undefined ? undefined : parseDuration(text));
@@ -193,6 +201,8 @@ export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults 
     startTimeoutMs: ms(startTimeout),
     finallyCeilingMs: ms(finallyCeiling),
     queueTimeoutMs: ms(queueTimeout),
+    // A maximum, not a default: it bounds every task, so a task without a timeout takes it.
+    taskTimeoutMs: ms(rules.maximums.taskTimeout),
   };
 }
 
@@ -359,6 +369,7 @@ export function checkPolicy(
       message: `${own ? value : `${value} (${finallyCeiling.field})`} is longer than the namespace's maximum finallyCeiling ${maximums.finallyCeiling} (${where(rules, "spec.maximums.finallyCeiling", "--max-finally-ceiling")})`,
     });
   }
+  problems.push(...checkFinallyWithinCeiling(limits, rules));
   const queueTimeout = limits.queueTimeout;
   if (
     maximums.queueTimeout !== undefined &&
@@ -408,6 +419,34 @@ export function checkPolicy(
   problems.push(...checkImages(spec, rules));
   problems.push(...checkResources(effectiveResources(spec, rules), spec.resources, rules));
   return problems;
+}
+
+/** "1h (spec.finallyCeiling)": a limit's value and where it is set. */
+const shownAt = (limit: { ms: number; source: string; field: string }, specField: string) =>
+  `${formatDuration(limit.ms)} (${limit.source === "spec" ? specField : limit.field})`;
+
+/**
+ * A policy that bounds the ceiling (maximums.ceiling) and says nothing of finally tasks (no
+ * maximums.finallyCeiling) bounds their window too: the ceiling plus the finally window
+ * (finallyCeiling plus killGrace) must fit in maximums.ceiling, so the pod's whole life stays
+ * within maximums.ceiling plus killGrace, the bound such a policy gave before finally tasks existed.
+ */
+function checkFinallyWithinCeiling(limits: ResolvedLimits, rules: NamespaceRules): PolicyProblem[] {
+  const { maximums } = rules;
+  if (maximums.ceiling === undefined || maximums.finallyCeiling !== undefined) return [];
+  const maxMs = parseDuration(maximums.ceiling);
+  // A ceiling over the maximum on its own is refused as such.
+  if (limits.finally.length === 0 || limits.ceiling.ms > maxMs) return [];
+  const wholeMs = limits.ceiling.ms + finallyWindowMs(limits);
+  if (wholeMs <= maxMs) return [];
+  const finallyCeiling = limits.finallyCeiling;
+  return [
+    {
+      path: finallyCeiling.source === "spec" ? "spec.finallyCeiling" : "spec",
+      field: "spec.finallyCeiling",
+      message: `the ceiling ${shownAt(limits.ceiling, "spec.ceiling")} plus the finally tasks' window, finallyCeiling ${shownAt(finallyCeiling, "spec.finallyCeiling")} and killGrace ${shownAt(limits.killGrace, "spec.killGrace")}, is ${formatDuration(wholeMs)}, longer than the namespace's maximum ceiling ${maximums.ceiling} (${where(rules, "spec.maximums.ceiling", "--max-ceiling")}), which bounds the finally tasks too: the policy sets no spec.maximums.finallyCeiling`,
+    },
+  ];
 }
 
 /**
@@ -530,6 +569,10 @@ export function policyProblems(
     // The controller sets no maximum queue timeout: a platform team bounds it per namespace.
     ...defaultWithinMaximums("queueTimeout", defaults, maximums, Number.POSITIVE_INFINITY, true),
   );
+  // A task without a timeout of its own takes maximums.taskTimeout: 0s would stop it at once.
+  if (maximums.taskTimeout !== undefined && parseDuration(maximums.taskTimeout) <= 0) {
+    problems.push(`spec.maximums.taskTimeout: ${maximums.taskTimeout} must be longer than 0s`);
+  }
   for (const kind of ["limits", "requests"] as const) {
     for (const [name, value] of Object.entries(defaults.resources?.[kind] ?? {})) {
       const max = maximums.resources?.[kind]?.[name] ?? maximums.resources?.limits?.[name];

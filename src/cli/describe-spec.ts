@@ -3,6 +3,7 @@
 import { formatDuration, parseDuration } from "../api/duration.js";
 import { type LimitDefaults, resolveLimits } from "../api/limits.js";
 import type { Playbook } from "../api/playbook.js";
+import { describePodBound } from "../api/pod-bound.js";
 import type { PolicyMaximums } from "../api/policy.js";
 import { describeShell, effectiveShell } from "../api/shell.js";
 import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
@@ -24,7 +25,12 @@ function describeMaximums(defaults: LimitDefaults, maximums: PolicyMaximums | un
     }
     return own === undefined ? "none" : `${formatDuration(own)} (default)`;
   };
-  return `ceiling ${lower(defaults.maxCeilingMs, maximums?.ceiling)}, killGrace ${lower(defaults.maxKillGrace?.ms, maximums?.killGrace)}, finallyCeiling ${lower(defaults.maxFinallyCeiling?.ms, maximums?.finallyCeiling)}`;
+  // A policy that bounds the ceiling and not the finally window holds that window within its ceiling.
+  const finallyCeiling =
+    maximums?.ceiling !== undefined && maximums.finallyCeiling === undefined
+      ? "within the ceiling's maximum (policy)"
+      : lower(defaults.maxFinallyCeiling?.ms, maximums?.finallyCeiling);
+  return `ceiling ${lower(defaults.maxCeilingMs, maximums?.ceiling)}, killGrace ${lower(defaults.maxKillGrace?.ms, maximums?.killGrace)}, finallyCeiling ${finallyCeiling}`;
 }
 
 /** What validate prints of a Playbook's spec: each effective limit, the maximums, each task. */
@@ -54,6 +60,7 @@ export function describeSpec(
   return [
     `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}${limits.finally.length > 0 ? `, finallyCeiling ${showLimit(limits.finallyCeiling)}` : ""}`,
     `  at most: ${describeMaximums(defaults, maximums)}`,
+    `  ${describePodBound(limits, defaults, maximums)}`,
     ...limits.tasks.map(
       (task, index) =>
         `  task ${task.name}: ${describeTaskLimits(task, { ceiling: limits.ceiling })}, retries ${task.retries}, shell ${shellOf("tasks", index)}, image ${imageOf(spec.tasks[index]?.image)}`,

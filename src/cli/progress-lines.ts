@@ -3,7 +3,7 @@
 // stderr is no terminal), so `submit --watch` reads them from the pod's log and feeds a local
 // Progress, which shows the same lines and the same live clock a local run shows.
 import { parseDuration } from "../api/duration.js";
-import type { EffectiveLimit, TaskLimits } from "../api/limits.js";
+import { type EffectiveLimit, POLICY_TASK_TIMEOUT_FIELD, type TaskLimits } from "../api/limits.js";
 import type { LimitSource, TaskLimit, TaskPhase } from "../api/reasons.js";
 import { TASK_LIMITS, TASK_PHASES } from "../api/reasons.js";
 import { type ContainmentKind, RUNNER_REASONS, type RunnerReason, type TaskOutcome } from "../api/report.js";
@@ -186,8 +186,11 @@ export class ProgressLineReader {
     let timeoutLimit: EffectiveLimit | null = null;
     if (timeout !== undefined) {
       const ms = parseShownDuration(timeout);
-      if (ms === null || timeoutSource !== "task") return null;
-      timeoutLimit = { ms, source: "task", field: `${field}.timeout` };
+      if (ms === null) return null;
+      if (timeoutSource === "task") timeoutLimit = { ms, source: "task", field: `${field}.timeout` };
+      else if (timeoutSource === "policy") {
+        timeoutLimit = { ms, source: "policy", field: POLICY_TASK_TIMEOUT_FIELD };
+      } else return null;
     }
     const source = (stallOffSource ?? stallSource) as string;
     const ms = stall === undefined ? 0 : parseShownDuration(stall);

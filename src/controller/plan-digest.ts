@@ -27,6 +27,7 @@ export function planDefaults(limits: {
   finallyCeiling?: Level | undefined;
   finally?: readonly unknown[];
   queueTimeout?: Level | null | undefined;
+  taskTimeout?: Level | null | undefined;
 }): LimitDefaults {
   const policy: PolicyLimitDefaults = {};
   if (limits.ceiling.source === "policy") policy.ceilingMs = limits.ceiling.ms;
@@ -38,6 +39,8 @@ export function planDefaults(limits: {
   // A queue timeout only where one is set, so that a run without one keeps the plan it always had.
   const queueTimeout = limits.queueTimeout ?? undefined;
   if (queueTimeout?.source === "policy") policy.queueTimeoutMs = queueTimeout.ms;
+  // Only under a policy's maximums.taskTimeout, so that a run without one keeps the plan it always had.
+  if (limits.taskTimeout?.source === "policy") policy.taskTimeoutMs = limits.taskTimeout.ms;
   return {
     ceilingMs: limits.ceiling.ms,
     maxCeilingMs: limits.ceiling.ms,
@@ -66,6 +69,7 @@ export function planDefaultsFromStatus(status: PlaybookStatus): LimitDefaults | 
       startTimeout: level(limits.startTimeout),
       ...(limits.finallyCeiling ? { finallyCeiling: level(limits.finallyCeiling) } : {}),
       ...(limits.queueTimeout ? { queueTimeout: level(limits.queueTimeout) } : {}),
+      ...(limits.taskTimeout ? { taskTimeout: level(limits.taskTimeout) } : {}),
     });
   } catch {
     return undefined;

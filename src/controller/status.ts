@@ -7,7 +7,7 @@ import type { PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import type { RunPhase, TerminalReason } from "../api/reasons.js";
 import { decidingIndex, type ReportContext, type RunnerReport } from "../api/report.js";
 import { statusFromReport } from "../api/report-status.js";
-import { describeFinallyWindow } from "./pods/pod-builder.js";
+import { DEADLINE_MARGIN_SECONDS, describeFinallyWindow } from "./pods/pod-builder.js";
 
 export { LIMIT_EXCEEDED, SUCCEEDED };
 
@@ -217,8 +217,16 @@ function unreportedTask(task: TaskStatus): TaskStatus {
   };
 }
 
+/**
+ * "250s (what is left of the ceiling 3m (spec.ceiling) + killGrace 5s (spec.killGrace) +
+ * finallyCeiling 1m (spec.finallyCeiling) + killGrace 5s (spec.killGrace) + margin 5s)": each part
+ * of the pod's whole life and where it is set.
+ */
 export function describeDeadline(limits: ResolvedLimits, seconds: number): string {
-  return `${seconds}s (the ceiling ${formatDuration(limits.ceiling.ms)} from ${limits.ceiling.field}, plus killGrace ${formatDuration(limits.killGrace.ms)}${describeFinallyWindow(limits)} and a margin)`;
+  const at = (limit: { ms: number; field: string }) => `${formatDuration(limit.ms)} (${limit.field})`;
+  const grace = `killGrace ${at(limits.killGrace)}`;
+  const window = limits.finally.length > 0 ? ` + finallyCeiling ${at(limits.finallyCeiling)} + ${grace}` : "";
+  return `${seconds}s (what is left of the ceiling ${at(limits.ceiling)} + ${grace}${window} + margin ${DEADLINE_MARGIN_SECONDS}s)`;
 }
 
 /** What the pod's activeDeadlineSeconds covers, in words: "the run's 15s ceiling (spec.ceiling) plus killGrace and a margin". */

@@ -147,7 +147,13 @@ describe("a namespace with a PlaybookPolicy", () => {
     await createPlaybook(ns, "quiet", { tasks: [{ name: "silent", run: "sleep 30" }] });
     const pod = await scheduledPod(core, ns, "quiet-1");
     // The runner is handed the policy's defaults in its plan; it stops the silent task at the stall.
-    expect(planOf(pod).defaults.policy).toEqual({ ceilingMs: 120_000, stallMs: 2_000, killGraceMs: 1_000 });
+    // maximums.taskTimeout is the timeout of its task, which sets none.
+    expect(planOf(pod).defaults.policy).toEqual({
+      ceilingMs: 120_000,
+      stallMs: 2_000,
+      killGraceMs: 1_000,
+      taskTimeoutMs: 60_000,
+    });
     await startPod(core, pod);
     await reportPod(core, pod, reportFor(pod, { reason: "StallLimit", at: 0 }));
     const playbook = await waitForFinished(ns, "quiet", 30_000);
@@ -184,6 +190,13 @@ describe("a namespace with a PlaybookPolicy", () => {
       spec: { ceiling: "5m", tasks: [{ name: "a", run: "true", timeout: "2m" }] },
       says: "spec.tasks[0].timeout: 2m is longer than the namespace's maximum task timeout 1m",
       field: "spec.tasks[].timeout",
+    },
+    {
+      // The policy sets no maximums.finallyCeiling: its maximum ceiling holds the finally window too.
+      name: "over-whole-bound",
+      spec: { ceiling: "5m", finallyCeiling: "1h", finally: [{ name: "cleanup", run: "true" }] },
+      says: "spec.finallyCeiling: the ceiling 5m (spec.ceiling) plus the finally tasks' window, finallyCeiling 1h (spec.finallyCeiling) and killGrace 1s (the namespace policy's default kill grace), is 1h5m1s, longer than the namespace's maximum ceiling 5m (PlaybookPolicy default, spec.maximums.ceiling), which bounds the finally tasks too: the policy sets no spec.maximums.finallyCeiling",
+      field: "spec.finallyCeiling",
     },
     {
       name: "other-account",
@@ -250,6 +263,36 @@ describe("a namespace with a PlaybookPolicy", () => {
     await startPod(core, pod);
     await reportPod(core, pod, reportFor(pod, { reason: "Succeeded" }));
     await waitForFinished(ns, "at-maximums", 30_000);
+  });
+
+  it("gives a pod with finally tasks an activeDeadlineSeconds within the maximum ceiling, the maximum grace and the margin, and a task without a timeout the maximum task timeout", async () => {
+    await createPlaybook(ns, "finally-within", {
+      ceiling: "3m",
+      killGrace: "5s",
+      finallyCeiling: "1m",
+      tasks: [{ name: "wait", run: "sleep 600" }],
+      finally: [{ name: "cleanup", run: "true" }],
+    });
+    const pod = await scheduledPod(core, ns, "finally-within-1");
+    expect(pod.spec?.activeDeadlineSeconds).toBe(180 + 5 + 60 + 5 + DEADLINE_MARGIN_SECONDS);
+    expect(pod.spec?.activeDeadlineSeconds).toBeLessThanOrEqual(300 + 5 + DEADLINE_MARGIN_SECONDS);
+    expect(planOf(pod).defaults.policy).toMatchObject({ taskTimeoutMs: 60_000 });
+    await startPod(core, pod);
+    await reportPod(core, pod, reportFor(pod, { reason: "TaskTimeout", at: 0 }));
+    const playbook = await waitForFinished(ns, "finally-within", 30_000);
+    expect(condition(playbook, "Succeeded")).toMatchObject({ status: "False", reason: "TaskTimeout" });
+    expect(condition(playbook, "Succeeded")?.message).toContain(
+      "exceeded its 1m timeout (the namespace policy's maximum task timeout)",
+    );
+    // Kept by the API server (the CRD names it), so a pod re-created after a loss rebuilds the plan.
+    expect(playbook.status?.limits?.taskTimeout).toEqual({ value: "1m", source: "policy" });
+    expect(playbook.status?.tasks?.[0]).toMatchObject({
+      name: "wait",
+      phase: "TimedOut",
+      limit: "TaskTimeout",
+      limitValue: "1m",
+      limitSource: "policy",
+    });
   });
 
   it("is refused by the API server with a default killGrace over its own maximum", async () => {

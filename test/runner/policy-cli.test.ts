@@ -217,3 +217,82 @@ describe("the grace after the ceiling has a maximum", () => {
     );
   });
 });
+
+describe("the policy's maximums bound the pod's whole life", () => {
+  // Written before finally tasks existed: it says nothing of them.
+  const BEFORE_FINALLY = { maximums: { ceiling: "10m", killGrace: "30s", taskTimeout: "10m" } };
+
+  it.each([["validate"], ["run"]])(
+    "%s --policy refuses a finally window that does not fit in maximums.ceiling with exit 2, running nothing",
+    async (command) => {
+      const marker = join(mkdtempSync(join(tmpdir(), "policy-cli-")), "started");
+      const result = await cli([
+        command,
+        "-f",
+        playbook({
+          ceiling: "10m",
+          killGrace: "30s",
+          finallyCeiling: "1h",
+          tasks: [{ name: "build", run: `touch ${marker}` }],
+          finally: [{ name: "cleanup", run: `touch ${marker}` }],
+        }),
+        "--policy",
+        policy(BEFORE_FINALLY),
+      ]);
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain(
+        "spec.finallyCeiling: the ceiling 10m (spec.ceiling) plus the finally tasks' window, finallyCeiling 1h (spec.finallyCeiling) and killGrace 30s (spec.killGrace), is 1h10m30s, longer than the namespace's maximum ceiling 10m (PlaybookPolicy default, spec.maximums.ceiling), which bounds the finally tasks too: the policy sets no spec.maximums.finallyCeiling",
+      );
+      expect(existsSync(marker)).toBe(false);
+    },
+  );
+
+  it("validate --policy shows the pod's whole bound, each part with its level, and the namespace's", async () => {
+    const result = await cli([
+      "validate",
+      "-f",
+      playbook({
+        ceiling: "7m",
+        finallyCeiling: "2m",
+        tasks: [{ name: "build", run: "make" }],
+        finally: [{ name: "cleanup", run: "./cleanup" }],
+      }),
+      "--policy",
+      policy({ ...BEFORE_FINALLY, defaults: { killGrace: "30s" } }),
+    ]);
+    expect(result.stderr).toBe("");
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain(
+      "  at most: ceiling 10m (policy), killGrace 30s (policy), finallyCeiling within the ceiling's maximum (policy)\n" +
+        "  pod bound 10m5s (activeDeadlineSeconds 605): ceiling 7m (spec) + killGrace 30s (policy) + finallyCeiling 2m (spec) + killGrace 30s (policy) + margin 5s; at most 10m35s: ceiling 10m (policy) + killGrace 30s (policy) + margin 5s (the finally tasks' window within the ceiling's maximum: the policy sets no maximums.finallyCeiling)\n",
+    );
+    // maximums.taskTimeout bounds the tasks that set no timeout, main or finally.
+    expect(result.stdout).toContain("  task build: timeout 10m (policy), stall");
+    expect(result.stdout).toContain("  finally task cleanup: timeout 10m (policy), stall");
+  });
+
+  it("run --policy stops a task without a timeout of its own at maximums.taskTimeout", async () => {
+    const result = await cli([
+      "run",
+      "-f",
+      // Without the policy's timeout only the 20s ceiling would stop it (RunCeiling).
+      playbook({ ceiling: "20s", killGrace: "0s", tasks: [{ name: "hang", run: "sleep 300" }] }),
+      "--policy",
+      policy({ maximums: { taskTimeout: "1s" } }),
+      "-o",
+      "json",
+    ]);
+    expect(result.code).toBe(124);
+    const object = JSON.parse(result.stdout) as {
+      status: { limits: Record<string, unknown>; tasks: Record<string, unknown>[] };
+    };
+    expect(object.status.limits.taskTimeout).toEqual({ value: "1s", source: "policy" });
+    expect(object.status.tasks[0]).toMatchObject({
+      name: "hang",
+      phase: "TimedOut",
+      limit: "TaskTimeout",
+      limitValue: "1s",
+      limitSource: "policy",
+    });
+  });
+});

@@ -67,6 +67,8 @@ describe("a Playbook under its namespace's policy", () => {
       stall: { value: "2m", source: "policy" },
       killGrace: { value: "3s", source: "policy" },
       startTimeout: { value: "1m30s", source: "policy" },
+      // maximums.taskTimeout: the timeout of the fixture's task that sets none.
+      taskTimeout: { value: "15m", source: "policy" },
     });
     const pod = createdPod(decision.actions);
     expect(pod.spec).toMatchObject({

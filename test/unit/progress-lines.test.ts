@@ -33,7 +33,11 @@ const specArb = fc.record({
   killGrace: fc.option(fc.constantFrom("0s", "2s", "10s"), { nil: undefined }),
   tasks: fc.array(taskArb, { minLength: 1, maxLength: 4 }),
   policy: fc.option(
-    fc.record({ stallMs: fc.option(fc.constantFrom(0, 5000, 300_000), { nil: undefined }) }),
+    fc.record({
+      stallMs: fc.option(fc.constantFrom(0, 5000, 300_000), { nil: undefined }),
+      // maximums.taskTimeout: the timeout (source policy) of a task that sets none.
+      taskTimeoutMs: fc.option(fc.constantFrom(1000, 600_000), { nil: undefined }),
+    }),
     { nil: undefined },
   ),
 });

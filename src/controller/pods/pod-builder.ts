@@ -19,6 +19,7 @@ import {
   serializePlan,
 } from "../../api/plan.js";
 import { API_VERSION, KIND, type PlaybookSpec } from "../../api/playbook.js";
+import { DEADLINE_MARGIN_SECONDS } from "../../api/pod-bound.js";
 import type { PodSettings } from "../../api/policy.js";
 import {
   allTasksOf,
@@ -53,8 +54,8 @@ import {
   taskVolumes,
 } from "./task-containers.js";
 
-/** Slack on top of the remaining ceiling and killGrace, so the runner's own limit fires first. */
-export const DEADLINE_MARGIN_SECONDS = 5;
+// Slack on top of the remaining ceiling and killGrace, so the runner's own limit fires first.
+export { DEADLINE_MARGIN_SECONDS } from "../../api/pod-bound.js";
 /** The runner's own user: not the tasks', so no task can signal, trace or overwrite it. */
 export const RUNNER_UID = 65532;
 /**
