@@ -93,6 +93,39 @@ describe("the backtest with nothing proposed", () => {
   });
 });
 
+describe("the backtest with some limits proposed", () => {
+  it("replays only those: a run over a limit the proposal leaves as it is is not cited", () => {
+    // Task a's timeout is 30s now; run 3 took 45s under an older spec. Task a ran in 9 runs,
+    // under the minimum sample: its timeout is not proposed. The ceiling is (from 12 runs).
+    const spec = PlaybookSpecSchema.parse({
+      tasks: [
+        { name: "a", run: "true", timeout: "30s" },
+        { name: "b", run: "true" },
+      ],
+    });
+    const twoTasks = resolveLimits(spec, LOCAL_DEFAULTS);
+    const history: RunSample[] = Array.from({ length: 12 }, (_, i) => {
+      const a =
+        i < 9
+          ? [{ name: "a", outcome: "succeeded" as const, startMs: 0, durationMs: i === 3 ? 45 * S : 10 * S }]
+          : [];
+      return {
+        id: `runs/${i}.json`,
+        startedAt: T0 + i * 3_600_000,
+        outcome: "succeeded",
+        reason: "Succeeded",
+        durationMs: 60 * S,
+        tasks: [...a, { name: "b", outcome: "succeeded", startMs: 0, durationMs: 5 * S }],
+      };
+    });
+    const advice = advise(history, twoTasks, DEFAULT_ADVISE_OPTIONS);
+    expect(advice.tasks[0]?.timeout.figure.proposalMs).toBeNull();
+    expect(advice.ceiling.figure.proposalMs).not.toBeNull();
+    expect(advice.backtest.changes).toBe(true);
+    expect(advice.backtest.kills).toEqual([]);
+  });
+});
+
 describe("the runs the backtest cites", () => {
   it("are named by their files when local runs of one manifest share a name", () => {
     const file = (i: number, ends: "Succeeded" | "StallLimit", seconds: number) => {

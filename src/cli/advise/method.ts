@@ -651,7 +651,11 @@ export function backtest(
   const replayed = options.backtestRuns > 0 ? succeeded.slice(-options.backtestRuns) : succeeded;
   const kills: BacktestKill[] = [];
   for (const run of replayed) {
-    if (proposal.ceilingMs !== null && run.durationMs > proposal.ceilingMs) {
+    if (
+      proposal.ceilingMs !== null &&
+      proposal.ceilingMs !== now.ceilingMs &&
+      run.durationMs > proposal.ceilingMs
+    ) {
       kills.push({
         run: run.id,
         limit: "RunCeiling",
@@ -662,7 +666,14 @@ export function backtest(
     for (const task of run.tasks) {
       const limits = proposal.tasks.find((t) => t.name === task.name);
       if (!limits || task.outcome !== "succeeded") continue;
-      if (limits.timeoutMs !== null && task.durationMs !== undefined && task.durationMs > limits.timeoutMs) {
+      // Only a limit the proposal changes is replayed: the others stay as the runs had them.
+      const before = now.tasks.find((t) => t.name === task.name);
+      if (
+        limits.timeoutMs !== null &&
+        limits.timeoutMs !== before?.timeoutMs &&
+        task.durationMs !== undefined &&
+        task.durationMs > limits.timeoutMs
+      ) {
         kills.push({
           run: run.id,
           task: task.name,
@@ -673,6 +684,7 @@ export function backtest(
       }
       if (
         limits.stallMs !== null &&
+        limits.stallMs !== before?.stallMs &&
         task.longestSilenceMs !== undefined &&
         task.longestSilenceMs > limits.stallMs
       ) {
