@@ -80,6 +80,52 @@ describe("a stall limit that caught real hangs", () => {
   });
 });
 
+describe("a timeout that cut runs", () => {
+  const timed = resolveLimits(
+    PlaybookSpecSchema.parse({ tasks: [{ name: "sync", run: "true", timeout: "30s" }] }),
+    LOCAL_DEFAULTS,
+  );
+  /** Twelve runs of 5s, never silent over 1s; runs 4 and 9 cut at the 30s timeout, silent up to `silenceMs`. */
+  const history = (silenceMs: number): RunSample[] =>
+    Array.from({ length: 14 }, (_, i) => {
+      const cut = i === 4 || i === 9;
+      return {
+        id: `runs/${i}.json`,
+        startedAt: T0 + i * 3_600_000,
+        outcome: cut ? "cut" : "succeeded",
+        reason: cut ? "TaskTimeout" : "Succeeded",
+        durationMs: cut ? 30 * S : 5 * S,
+        tasks: [
+          cut
+            ? {
+                name: "sync",
+                outcome: "cut",
+                limit: "TaskTimeout",
+                startMs: 0,
+                durationMs: 30 * S,
+                longestSilenceMs: silenceMs,
+              }
+            : { name: "sync", outcome: "succeeded", startMs: 0, durationMs: 5 * S, longestSilenceMs: S },
+        ],
+      };
+    });
+
+  it("is held against the floor when the runs it cut made no progress: silent longer than any good one", () => {
+    const timeout = advise(history(25 * S), timed, DEFAULT_ADVISE_OPTIONS).tasks[0]?.timeout;
+    expect(timeout?.figure.proposalMs).toBe(30 * S);
+    expect(timeout?.figure.held?.runs).toEqual(["runs/4.json", "runs/9.json"]);
+    expect(timeout?.figure.held?.evidence).toBe(
+      "no output for up to 25s before it: no progress; no successful attempt was silent over 1s",
+    );
+  });
+
+  it("takes the floor when the runs it cut went on printing: they may have been work", () => {
+    const timeout = advise(history(S), timed, DEFAULT_ADVISE_OPTIONS).tasks[0]?.timeout;
+    expect(timeout?.figure.proposalMs).toBe(60 * S);
+    expect(timeout?.figure.held).toBeUndefined();
+  });
+});
+
 describe("the backtest with nothing proposed", () => {
   it("says nothing changes, and cites no run", () => {
     // Nine runs are under the minimum sample of 10: nothing is proposed.
