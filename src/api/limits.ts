@@ -188,6 +188,11 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
   };
 }
 
+/** A limit of no time: it would end its run or task at once. `value` as the spec says it. */
+function noTime(value: string, what: string, ends: "run" | "task" | "finally tasks", hint = ""): string {
+  return `${value} would end the ${ends} at once: ${what} must be longer than 0s${hint}`;
+}
+
 /** Checks that need the defaults or cross fields: what a schema alone cannot refuse. */
 export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitProblem[] {
   const limits = resolveLimits(spec, defaults);
@@ -196,7 +201,11 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
   if (limits.ceiling.ms <= 0) {
     problems.push({
       path: limits.ceiling.source === "spec" ? "spec.ceiling" : "spec",
-      message: `${ceilingText} must be longer than 0s${limits.ceiling.source === "spec" ? "" : ` (${limits.ceiling.field})`}`,
+      message: noTime(
+        `${ceilingText}${limits.ceiling.source === "spec" ? "" : ` (${limits.ceiling.field})`}`,
+        "the ceiling",
+        "run",
+      ),
     });
   }
   if (limits.ceiling.ms > defaults.maxCeilingMs) {
@@ -215,7 +224,10 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
   }
   if (spec.startTimeout !== undefined) {
     if (limits.startTimeout.ms <= 0) {
-      problems.push({ path: "spec.startTimeout", message: `${spec.startTimeout} must be longer than 0s` });
+      problems.push({
+        path: "spec.startTimeout",
+        message: noTime(spec.startTimeout, "a start timeout", "run"),
+      });
     } else if (limits.startTimeout.ms > limits.ceiling.ms) {
       const ceilingName = limits.ceiling.source === "spec" ? "spec.ceiling" : limits.ceiling.field;
       problems.push({
@@ -225,7 +237,10 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
     }
   }
   if (spec.queueTimeout !== undefined && limits.queueTimeout !== null && limits.queueTimeout.ms <= 0) {
-    problems.push({ path: "spec.queueTimeout", message: `${spec.queueTimeout} must be longer than 0s` });
+    problems.push({
+      path: "spec.queueTimeout",
+      message: noTime(spec.queueTimeout, "a queue timeout", "run"),
+    });
   }
   problems.push(...checkFinallyLimits(spec, limits, defaults));
   const seen = new Map<string, string>();
@@ -261,7 +276,12 @@ export function checkLimits(spec: PlaybookSpec, defaults: LimitDefaults): LimitP
     if (timeout && timeout.ms <= 0) {
       problems.push({
         path: `spec.tasks[${index}].timeout`,
-        message: `${task.timeout} must be longer than 0s`,
+        message: noTime(
+          String(task.timeout),
+          "a timeout",
+          "task",
+          "; leave it out for no timeout of its own",
+        ),
       });
     }
   });
@@ -284,7 +304,8 @@ function checkFinallyLimits(
   const path = fromSpec ? "spec.finallyCeiling" : "spec";
   // A ceiling nobody uses is not refused for its value unless the spec set it.
   if (!fromSpec && !spec.finally?.length) return problems;
-  if (ceiling.ms <= 0) problems.push({ path, message: `${shown} must be longer than 0s` });
+  if (ceiling.ms <= 0)
+    problems.push({ path, message: noTime(shown, "the finally ceiling", "finally tasks") });
   const max = defaults.maxFinallyCeiling;
   if (max !== undefined && ceiling.ms > max.ms) {
     problems.push({
@@ -299,7 +320,12 @@ function checkFinallyLimits(
     if (timeout.ms <= 0) {
       problems.push({
         path: `spec.finally[${index}].timeout`,
-        message: `${task.timeout} must be longer than 0s`,
+        message: noTime(
+          String(task.timeout),
+          "a timeout",
+          "task",
+          "; leave it out for no timeout of its own",
+        ),
       });
     } else if (timeout.ms > ceiling.ms) {
       problems.push({

@@ -45,6 +45,49 @@ function showValue(value: unknown): string {
   return text.length > 60 ? `${text.slice(0, 57)}...` : text;
 }
 
+const EXPECTED: Record<string, string> = {
+  number: "a number",
+  int: "a whole number",
+  string: "a string",
+  boolean: "true or false",
+  array: "a list",
+  object: "an object",
+};
+
+const plural = (count: number | bigint, one: string) => `${count} ${one}${Number(count) === 1 ? "" : "s"}`;
+
+/**
+ * What zod's own messages ("Invalid input: expected number, received string", "Too small:
+ * expected number to be >=0") say, in the words of the project's other messages: what the field
+ * must be. A message a schema wrote itself is kept as it is.
+ */
+function plainMessage(issue: z.core.$ZodIssue): string | null {
+  if (!/^(Invalid input|Too small|Too big|Invalid option)/.test(issue.message)) return null;
+  switch (issue.code) {
+    case "invalid_type": {
+      const expected = EXPECTED[issue.expected];
+      return expected ? `must be ${expected}` : null;
+    }
+    case "too_small": {
+      const { minimum: min, inclusive } = issue;
+      if (issue.origin === "string")
+        return Number(min) <= 1 ? "must not be empty" : `must have at least ${plural(min, "character")}`;
+      if (issue.origin === "array") return `must have at least ${plural(min, "item")}`;
+      return inclusive ? `must be at least ${min}` : `must be more than ${min}`;
+    }
+    case "too_big": {
+      const { maximum: max, inclusive } = issue;
+      if (issue.origin === "string") return `must have at most ${plural(max, "character")}`;
+      if (issue.origin === "array") return `must have at most ${plural(max, "item")}`;
+      return inclusive ? `must be at most ${max}` : `must be less than ${max}`;
+    }
+    case "invalid_value":
+      return `must be ${issue.values.length === 1 ? "" : "one of "}${issue.values.map((v) => JSON.stringify(v)).join(", ")}`;
+    default:
+      return null;
+  }
+}
+
 export function zodProblems(error: z.ZodError, input: unknown): ManifestProblem[] {
   const problems: ManifestProblem[] = [];
   for (const issue of error.issues) {
@@ -56,7 +99,7 @@ export function zodProblems(error: z.ZodError, input: unknown): ManifestProblem[
     }
     const value = valueAt(input, issue.path);
     const custom = issue.code === "custom";
-    let message = issue.message;
+    let message = plainMessage(issue) ?? issue.message;
     if (value === undefined && issue.code === "invalid_type") message = "is required";
     else if (!custom && value !== undefined && typeof value !== "object")
       message = `${showValue(value)} ${message}`;

@@ -156,7 +156,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
   // tasks' process groups. The listener stays for the life of the process.
   progressOut.on("error", () => {});
   let progress: Progress | undefined;
-  const taskLines = new TaskLines();
+  const taskLines = new TaskLines((options.output as { isTTY?: boolean }).isTTY === true);
   const { sink, bytes } = podLog
     ? { sink: podLog.sink, bytes: () => podLog.outputBytes() }
     : countingSink(options.output, taskLines, {

@@ -342,18 +342,16 @@ function registerControllerPlaceholder(program: Command, description: string): v
 }
 
 /**
- * -f is required, as kubectl's is; a manifest named without it (`playbook run pb.yaml`) gets
- * the command that was probably meant, in commander's words and with its pointer to --help.
+ * The manifest, as `-f FILE` (kubectl's way) or as `FILE`: users try both. Both at once, or
+ * neither, is refused in commander's words and with its pointer to --help.
  */
-function requireFilename(command: Command, file: string | undefined, flags: { filename?: string }): void {
-  const name = command.name();
+function manifestFile(command: Command, file: string | undefined, flags: { filename?: string }): string {
   if (flags.filename && file) {
     command.error(`error: unexpected argument '${file}': the manifest is -f ${flags.filename}`);
   }
-  if (flags.filename) return;
-  const missing = "error: required option '-f, --filename <file>' not specified";
-  const invokedAs = command.parent?.name() ?? "playbook";
-  command.error(file ? `${missing}; did you mean '${invokedAs} ${name} -f ${file}'?` : missing);
+  const named = flags.filename ?? file;
+  if (!named) command.error("error: no manifest: give it as -f FILE or FILE");
+  return named as string;
 }
 
 export function buildProgram(
@@ -372,10 +370,9 @@ export function buildProgram(
     .command("run")
     .showHelpAfterError(`See '${invokedAs} run --help' for usage.`)
     .description("run a Playbook manifest on this machine with the pod runner")
-    .usage("[options]")
-    // Not a way to name the manifest: there only to point at -f when it is given bare.
-    .argument("[file]")
-    .option("-f, --filename <file>", "the Playbook manifest (YAML or JSON; - for stdin) (required)")
+    .usage("[options] -f FILE | FILE")
+    .argument("[file]", "the Playbook manifest, as -f gives it")
+    .option("-f, --filename <file>", "the Playbook manifest (YAML or JSON; - for stdin)")
     .addOption(
       new Option("-o, --output <format>", "print the Playbook with its final status").choices([
         "json",
@@ -396,8 +393,7 @@ export function buildProgram(
     )
     .addHelpText("after", `\n${RUN_TASKS_HELP}\n${EXIT_CODES_HELP}\n${reasonsHelp()}`)
     .action(async (file: string | undefined, flags: { filename?: string }, command: Command) => {
-      requireFilename(command, file, flags);
-      setExit(await runCommand(flags));
+      setExit(await runCommand({ ...flags, filename: manifestFile(command, file, flags) }));
     });
   program
     .command("validate")
@@ -405,19 +401,18 @@ export function buildProgram(
     .description(
       "check a manifest (a Playbook, PlaybookPolicy or CronPlaybook) and show each effective limit with its source",
     )
-    .usage("[options]")
-    .argument("[file]")
+    .usage("[options] -f FILE | FILE")
+    .argument("[file]", "the manifest, as -f gives it")
     .option(
       "-f, --filename <file>",
-      "the manifest: a Playbook, PlaybookPolicy or CronPlaybook (YAML or JSON; - for stdin) (required)",
+      "the manifest: a Playbook, PlaybookPolicy or CronPlaybook (YAML or JSON; - for stdin)",
     )
     .option(
       "--policy <file>",
       "a PlaybookPolicy manifest: check the Playbook against it and show its defaults (source policy)",
     )
     .action(async (file: string | undefined, flags: { filename?: string }, command: Command) => {
-      requireFilename(command, file, flags);
-      setExit(await validateCommand(flags));
+      setExit(await validateCommand({ ...flags, filename: manifestFile(command, file, flags) }));
     });
   program
     .command("pod-runner")

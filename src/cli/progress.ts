@@ -154,8 +154,11 @@ export class Progress {
   /** when the finally tasks began and their ceiling (null: the main tasks are running) */
   private finallyPhase: { start: number; ceiling: EffectiveLimit } | null = null;
   private running: RunningAttempt | null = null;
-  /** the live line is on the screen (the cursor is at its end) */
-  private drawn = false;
+  /**
+   * Where the live line is on the screen: "here" (the cursor is at its end), "below" (on the
+   * line under a task's open line, the cursor back at that line's end), or not drawn.
+   */
+  private drawn: "here" | "below" | false = false;
   /** the task's output ended with a newline, so a line drawn now stands on its own */
   private outputAtLineStart = true;
   private redrawTimer: NodeJS.Timeout | undefined;
@@ -212,17 +215,24 @@ export class Progress {
 
   private drawLive(): void {
     if (!this.options.tty || this.running === null) return;
-    // A partial line of task output on the same terminal would be joined by the live line.
-    if (this.options.outputOnTerminal && !this.outputAtLineStart) return;
     const text = this.liveText(Date.now());
     if (text === null) return;
-    this.options.out.write(`${this.drawn ? "\r\x1b[K" : ""}${text}`);
-    this.drawn = true;
+    if (this.options.outputOnTerminal && !this.outputAtLineStart) {
+      // A partial line of task output (a progress bar) is open on the same terminal: the live
+      // line goes on the line under it, and the cursor back where the task left it. Down and up
+      // one line first (IND, RI: the column kept), so that at the screen's foot the scroll
+      // happens before the cursor is saved (DECSC) and restored (DECRC).
+      this.options.out.write(`\x1bD\x1bM\x1b7\x1bD\r\x1b[K${text}\x1b8`);
+      this.drawn = "below";
+      return;
+    }
+    this.options.out.write(`${this.drawn === "here" ? "\r\x1b[K" : ""}${text}`);
+    this.drawn = "here";
   }
 
   private clearLive(): void {
     if (!this.drawn) return;
-    this.options.out.write("\r\x1b[K");
+    this.options.out.write(this.drawn === "here" ? "\r\x1b[K" : "\x1b7\x1bD\r\x1b[K\x1b8");
     this.drawn = false;
   }
 

@@ -31,11 +31,36 @@ export function placeTaskChunk(open: unknown, lines: ChunkLines, chunk: Uint8Arr
 const UNTOLD = Symbol("untold");
 
 /**
+ * A chunk for a terminal: a carriage return that is no line end (a progress bar's redraw) sends
+ * the cursor back over the prefix, so the prefix goes again after it. Pieces of the chunk, no
+ * copy; a chunk without "\r" is one native search and passes as it is.
+ */
+export function prefixAfterReturns(chunk: Buffer, prefix: Buffer): Buffer[] {
+  let at = chunk.indexOf(0x0d);
+  if (at === -1) return [chunk];
+  const pieces: Buffer[] = [];
+  let from = 0;
+  for (; at !== -1; at = chunk.indexOf(0x0d, at + 1)) {
+    if (chunk[at + 1] === 0x0a) continue;
+    pieces.push(chunk.subarray(from, at + 1), prefix);
+    from = at + 1;
+  }
+  if (from < chunk.length) pieces.push(chunk.subarray(from));
+  return pieces;
+}
+
+/**
  * The open line at one target, kept as the bytes are written to it (in the target's order): the
  * caller asks before each write what to put in front of it.
  */
 export class TaskLines {
   private open: LinePrefixer | typeof UNTOLD | null = null;
+  /** the target is a terminal: a task's "\r" redraw carries its prefix again */
+  private readonly terminal: boolean;
+
+  constructor(terminal = false) {
+    this.terminal = terminal;
+  }
 
   /** The pieces that put a task's chunk (from a LinePrefixer) at the target; none: nothing to write. */
   task(chunk: Buffer): Buffer[] {
@@ -49,9 +74,17 @@ export class TaskLines {
     if (place === "skip") return [];
     const endOpen = this.open !== null;
     this.open = lines.leavesOpen ? lines.from : null;
-    if (place === "as-is") return [chunk];
-    if (place === "after-newline") return [NEWLINE, chunk];
-    return endOpen ? [NEWLINE, lines.from.prefix, chunk] : [lines.from.prefix, chunk];
+    const pieces =
+      place === "as-is"
+        ? [chunk]
+        : place === "after-newline"
+          ? [NEWLINE, chunk]
+          : endOpen
+            ? [NEWLINE, lines.from.prefix, chunk]
+            : [lines.from.prefix, chunk];
+    if (!this.terminal) return pieces;
+    // On a terminal only: the chunk, the last piece, with its prefix again after each redraw.
+    return [...pieces.slice(0, -1), ...prefixAfterReturns(chunk, lines.from.prefix)];
   }
 
   /** Before the runner's own whole line(s): "\n" to end an open task line first, or null. */

@@ -791,10 +791,16 @@ describe("errors that say what to do next", () => {
     expect(result.stderr.match(/90x/g)).toHaveLength(1);
   });
 
-  it("points a manifest named without -f to -f for validate too", async () => {
-    const result = await startCli(["validate", "pb.yaml"]);
-    expect(result.code).toBe(2);
-    expect(result.stderr).toContain("did you mean 'playbook validate -f pb.yaml'?");
+  it("takes the manifest as an argument as well as with -f, as --help shows it", async () => {
+    const file = manifest({ tasks: [{ name: "a", run: "echo from-the-argument" }] });
+    const run = await startCli(["run", file]);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toBe("[a] from-the-argument\n");
+    const validate = await startCli(["validate", file]);
+    expect(validate.code).toBe(0);
+    expect(validate.stdout).toContain(`${file}: Playbook cli-test is valid`);
+    const help = await startCli(["--help"]);
+    expect(help.stdout).toMatch(/^ {2}run \[options\] \[file\] /m);
   });
 
   it("gives a YAML error's position once and does not end it with a colon", async () => {
@@ -810,12 +816,7 @@ describe("errors that say what to do next", () => {
   });
 
   it.each([
-    ["a missing -f", ["run"], "error: required option '-f, --filename <file>' not specified"],
-    [
-      "a manifest named without -f",
-      ["run", "pb.yaml"],
-      "error: required option '-f, --filename <file>' not specified; did you mean 'playbook run -f pb.yaml'?",
-    ],
+    ["no manifest", ["run"], "error: no manifest: give it as -f FILE or FILE"],
     [
       "a second manifest beside -f",
       ["run", "-f", "a.yaml", "b.yaml"],

@@ -1,7 +1,7 @@
 // The live line `playbook run` draws on a terminal while a task runs: the CLI under a real
 // pseudo-terminal (util-linux `script`), as a user at a terminal sees it.
 import { spawn } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -39,16 +39,20 @@ function runOnTerminal(args: string[]): Promise<{ code: number | null; screen: s
   return new Promise((resolve) => child.on("close", (code) => resolve({ code, screen })));
 }
 
-function runOnPipes(args: string[]): Promise<{ code: number | null; stderr: string }> {
+function runOnPipes(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const child = spawn(process.execPath, [CLI, ...args], {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, [MARKER_VAR]: currentMarker() },
     stdio: ["ignore", "pipe", "pipe"],
   });
+  let stdout = "";
   let stderr = "";
+  child.stdout.on("data", (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
   child.stderr.on("data", (chunk: Buffer) => {
     stderr += chunk.toString();
   });
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stderr })));
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
 }
 
 const LIVE = /quiet: (\d+)s of 1m timeout · stall in (\S+) · ceiling (\S+) left/;
@@ -117,5 +121,73 @@ describe("the live line on a terminal", () => {
     expect(stderr).toContain("playbook: task quiet started (timeout 1m (task)");
     expect(stderr).not.toMatch(LIVE);
     expect(stderr).not.toContain(`${ESC}[`);
+  });
+
+  describe("a task that draws a progress bar with \\r", () => {
+    // Three redraws of one line, then a line of its own.
+    const bar = () =>
+      manifest({
+        tasks: [
+          {
+            name: "fetch",
+            run: "for i in 0 50 100; do printf '\\rdownloading %3d%% [%s]' $i $i; done; echo; echo done",
+            timeout: "1m",
+          },
+        ],
+      });
+
+    it("carries the task's label after each redraw on a terminal", async () => {
+      const { code, screen } = await runOnTerminal(["run", "-f", bar()]);
+      expect(code).toBe(0);
+      for (const percent of ["  0", " 50", "100"]) {
+        expect(screen).toContain(`\r[fetch] downloading ${percent}% [${percent.trim()}]`);
+      }
+      // No redraw without its label: every carriage return that is no line end is followed by it.
+      const redraws = screen.split("\r").slice(1);
+      const unlabelled = redraws.filter((rest) => !/^(\n|\[fetch\] )/.test(rest) && !rest.startsWith(ESC));
+      expect(unlabelled).toEqual([]);
+      expect(screen).toContain("[fetch] done\r\n");
+    });
+
+    it("keeps one label per line in a pipe, as the bytes came", async () => {
+      const { code, stdout } = await runOnPipes(["run", "-f", bar()]);
+      expect(code).toBe(0);
+      expect(stdout).toBe(
+        "[fetch] \rdownloading   0% [0]\rdownloading  50% [50]\rdownloading 100% [100]\n[fetch] done\n",
+      );
+    });
+  });
+
+  it("shows what the README's sample output shows, line for line", async () => {
+    const readme = readFileSync(join(import.meta.dirname, "../../README.md"), "utf8");
+    const sample = /On a terminal the run shows[\s\S]*?```text\n([\s\S]*?)```/.exec(readme)?.[1];
+    if (sample === undefined)
+      throw new Error("README.md: no sample output after 'On a terminal the run shows'");
+    // Its first two lines are each one line, wrapped there.
+    const wrapped = sample.trimEnd().split("\n");
+    const shown = [`${wrapped[0]} ${wrapped[1]}`, `${wrapped[2]} ${wrapped[3]}`, ...wrapped.slice(4)];
+    const { code, screen } = await runOnTerminal([
+      "run",
+      "-f",
+      join(import.meta.dirname, "../../examples/hello.yaml"),
+    ]);
+    expect(code).toBe(0);
+    // What stays on the screen of each line: what follows its last clear, without the styles.
+    const lines = screen
+      .split("\r\n")
+      .map((line) => {
+        const cleared = line.lastIndexOf(`${ESC}[K`);
+        return cleared === -1 ? line : line.slice(cleared + `${ESC}[K`.length);
+      })
+      .map((line) => line.replaceAll(new RegExp(`${ESC}\\[[0-9;]*m`, "g"), ""))
+      .filter((line) => line !== "")
+      // What the run cleaned up after an earlier one on this machine, said only when there was one.
+      .filter((line) => !/^playbook: (removed )?the cgroup of an earlier run/.test(line));
+    // Times, CPU and memory vary from run to run, and what contains the run from machine to machine.
+    const same = (line: string) =>
+      line
+        .replace(/in \d+(\.\d+)?m?s \(cpu \d+\.\d\ds, peak \d+ [KMG]iB\)/, "in T (cpu C, peak P)")
+        .replace(/^playbook: containment: .*/, "playbook: containment: ...");
+    expect(lines.map(same)).toEqual(shown.map(same));
   });
 });

@@ -77,7 +77,11 @@ describe("a Playbook's Kueue fields", () => {
       'spec.onPreemption: "Retry" must be Requeue or Fail',
     ],
     ["a malformed queue timeout", "  queueTimeout: soon\n", 'spec.queueTimeout: "soon" is not a duration'],
-    ["a queue timeout of 0s", "  queueTimeout: 0s\n", "spec.queueTimeout: 0s must be longer than 0s"],
+    [
+      "a queue timeout of 0s",
+      "  queueTimeout: 0s\n",
+      "spec.queueTimeout: 0s would end the run at once: a queue timeout must be longer than 0s",
+    ],
   ])("refuses %s, naming the field and the value", (_name, lines, expected) => {
     const problems = problemsOf(lines);
     expect(

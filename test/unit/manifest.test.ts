@@ -88,9 +88,38 @@ describe("reading a Playbook manifest", () => {
       'spec:\n  tasks:\n    - {name: a, run: "true", workingDir: "/tmp\\0x"}\n',
       'spec.tasks[0].workingDir: "/tmp\\u0000x" must not contain a NUL byte',
     ],
+    [
+      "a task timeout of 0s, which would end the task at once",
+      "spec:\n  tasks:\n    - {name: a, run: 'true', timeout: 0s}\n",
+      "spec.tasks[0].timeout: 0s would end the task at once: a timeout must be longer than 0s; leave it out for no timeout of its own",
+    ],
+    [
+      "a ceiling of 0s",
+      "spec:\n  ceiling: 0s\n  tasks:\n    - {name: a, run: 'true'}\n",
+      "spec.ceiling: 0s would end the run at once: the ceiling must be longer than 0s",
+    ],
+    [
+      "a word where a number goes, in the words of the other messages",
+      "spec:\n  backoffLimit: two\n  tasks:\n    - {name: a, run: 'true'}\n",
+      'spec.backoffLimit: "two" must be a number',
+    ],
+    [
+      "a negative number of retries, in the words of the other messages",
+      "spec:\n  tasks:\n    - {name: a, run: 'true', retries: -1}\n",
+      "spec.tasks[0].retries: -1 must be at least 0",
+    ],
+    [
+      "a fraction where a whole number goes",
+      "spec:\n  tasks:\n    - {name: a, run: 'true', retries: 1.5}\n",
+      "spec.tasks[0].retries: 1.5 must be a whole number",
+    ],
   ])("refuses %s, naming the field and value", (_name, spec, expected) => {
     const problems = problemsOf(header + spec);
     expect(problems.join("\n")).toContain(expected);
+    // zod's own words are not shown: each message reads like the others.
+    expect(problems.join("\n")).not.toMatch(
+      /Invalid input|Too small|Too big|Invalid option|expected \w+, received/,
+    );
   });
 
   it.each([

@@ -1,5 +1,5 @@
 import { PassThrough } from "node:stream";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { Progress } from "../../src/cli/progress.js";
@@ -114,5 +114,52 @@ describe("what the runner's log says a stop and the sweep did", () => {
     expect(lines([{ type: "output-dropped", index: 0, name: "build", bytes: 123456, when: "stop" }])).toBe(
       "playbook: task build: dropped 123456 bytes of its output that came after its stop faster than the runner's stdout took it\n",
     );
+  });
+});
+
+describe("the live clock under a task's open line on a terminal", () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  /** A task that draws a bar with no newline, then nothing for `quietMs`: what the terminal got after the bar. */
+  function afterBar(quietMs: number): string {
+    vi.useFakeTimers({ now: Date.parse("2026-12-01T00:00:00Z") });
+    const spec = PlaybookSpecSchema.parse({ tasks: [{ name: "fetch", run: "x", timeout: "10m" }] });
+    const limits = resolveLimits(spec, LOCAL_DEFAULTS);
+    const out = new PassThrough();
+    let text = "";
+    out.on("data", (chunk: Buffer) => {
+      text += chunk.toString();
+    });
+    const progress = new Progress({ out, tty: true, limits, outputBytes: () => 0, outputOnTerminal: true });
+    progress.event({
+      type: "task-started",
+      index: 0,
+      name: "fetch",
+      attempt: 1,
+      limits: limits.tasks[0] as never,
+    });
+    progress.beforeOutput();
+    text = "";
+    progress.afterOutput(Buffer.from("[fetch] \r[fetch] downloading 50%"));
+    vi.advanceTimersByTime(quietMs);
+    progress.stop();
+    return text;
+  }
+
+  it("goes on: redrawn on the line below each second, the cursor back at the bar's end", () => {
+    const text = afterBar(2_600);
+    // Down and up (room at the screen's foot), save, down, the clock, restore.
+    const draws = text.split("\x1bD\x1bM\x1b7\x1bD\r\x1b[K");
+    expect(draws.length - 1).toBeGreaterThanOrEqual(5);
+    expect(text).toContain("fetch: 0s of 10m timeout");
+    expect(text).toContain("fetch: 2s of 10m timeout");
+    for (const draw of draws.slice(1)) expect(draw).toContain("left\x1b[0m\x1b8");
+  });
+
+  it("is cleared from under the line when the task's output or a line of the runner's comes", () => {
+    // stop(): the line below is cleared and the cursor put back, nothing written over the bar.
+    expect(afterBar(600).endsWith("\x1b7\x1bD\r\x1b[K\x1b8")).toBe(true);
   });
 });

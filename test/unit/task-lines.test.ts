@@ -5,8 +5,8 @@ import { LinePrefixer } from "../../src/pod-runner/output.js";
 import { TaskLines } from "../../src/pod-runner/task-lines.js";
 
 /** Writes each step to one target through TaskLines; what the target holds. */
-function target(steps: ((lines: TaskLines) => Buffer[])[]): string {
-  const lines = new TaskLines();
+function target(steps: ((lines: TaskLines) => Buffer[])[], terminal = false): string {
+  const lines = new TaskLines(terminal);
   return Buffer.concat(steps.flatMap((step) => step(lines))).toString();
 }
 
@@ -50,5 +50,31 @@ describe("TaskLines", () => {
   it("passes bytes no prefixer wrote as they are (a run without prefixes)", () => {
     const written = target([(t) => t.task(Buffer.from("raw ")), (t) => t.task(Buffer.from("bytes\n"))]);
     expect(written).toBe("raw bytes\n");
+  });
+});
+
+describe("a progress bar drawn with \\r", () => {
+  const bar = (terminal: boolean) => {
+    const out = new LinePrefixer("[fetch] ");
+    return target(
+      [
+        (t) => t.task(out.push(Buffer.from("\rdownloading   0% [    ]"))),
+        (t) => t.task(out.push(Buffer.from("\rdownloading  50% [##  ]\rdownloading 100% [####]"))),
+        (t) => t.task(out.push(Buffer.from("\r\ndone\r\n"))),
+      ],
+      terminal,
+    );
+  };
+
+  it("carries the task's prefix after each redraw on a terminal", () => {
+    expect(bar(true)).toBe(
+      "[fetch] \r[fetch] downloading   0% [    ]\r[fetch] downloading  50% [##  ]\r[fetch] downloading 100% [####]\r\n[fetch] done\r\n",
+    );
+  });
+
+  it("keeps one label per line in a pipe or a file, as it came", () => {
+    expect(bar(false)).toBe(
+      "[fetch] \rdownloading   0% [    ]\rdownloading  50% [##  ]\rdownloading 100% [####]\r\n[fetch] done\r\n",
+    );
   });
 });

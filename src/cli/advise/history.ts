@@ -230,6 +230,11 @@ export function readHistory(
 export function historyOf(
   documents: readonly { value: unknown; source: string; text?: string }[],
   manifest: { playbook: Playbook; file: string } | null,
+  /**
+   * What names each run where the backtest cites it: a cluster's Playbook by its name (unique
+   * there); a file's by the file, as local runs of one manifest share their name.
+   */
+  runIds: "name" | "source" = "source",
 ): PlaybookHistory[] {
   const found: Found[] = [];
   for (const { value, source: file, text } of documents) {
@@ -248,7 +253,8 @@ export function historyOf(
       continue;
     }
     for (const { playbook, source } of playbooksIn(value, file)) {
-      const run = playbook.status ? runFromStatus(playbook.metadata.name, playbook.status, source) : null;
+      const id = runIds === "name" ? playbook.metadata.name : source;
+      const run = playbook.status ? runFromStatus(id, playbook.status, source) : null;
       found.push({ group: groupOf(playbook), playbook, run, source });
     }
   }

@@ -83,6 +83,26 @@ export interface Figure {
   how: string[];
   /** cut-off attempts longer than the proposal: taken as hung (no successful one took that long) */
   hung: number[];
+  /**
+   * The floor was not let pass the current limit: that limit cut runs the history shows hung.
+   * The proposal is then the current limit (or the figures' own, where that is higher).
+   */
+  held?: Hold;
+}
+
+/**
+ * The current limit and the runs it cut that the history shows hung: silent to the end (the
+ * stall fired), or silent longer than any successful attempt ever was (no progress). The floor
+ * may not raise a proposal past such a limit: that would let those hangs run on.
+ */
+export interface Hold {
+  currentMs: number;
+  /** the runs it cut that hung, as the backtest names them */
+  runs: string[];
+  /** the cut attempts' values (durations or silences) in this figure */
+  values: number[];
+  /** what shows them hung, in words */
+  evidence: string;
 }
 
 export interface LimitAdvice {
@@ -117,6 +137,8 @@ export interface BacktestSaving {
 }
 
 export interface Backtest {
+  /** the proposal changes a limit in force; without a change nothing is replayed: every run ends as it did */
+  changes: boolean;
   /** successful runs replayed */
   runs: number;
   kills: BacktestKill[];
@@ -203,6 +225,7 @@ export function proposeFrom(
   cut: readonly number[],
   options: AdviseOptions,
   what: string,
+  hold?: Hold,
 ): Figure {
   const figure: Figure = {
     n: full.length,
@@ -234,13 +257,35 @@ export function proposeFrom(
   );
   let proposal = quantile * options.margin;
   figure.how.push(`times the margin ${options.margin}: ${show(proposal)}`);
+  let pushing = cut;
   if (proposal < options.floorMs) {
-    proposal = options.floorMs;
-    figure.how.push(`raised to the floor: ${show(proposal)}`);
+    if (hold && hold.runs.length > 0 && options.floorMs > hold.currentMs) {
+      // A floor above a limit that caught real hangs would let them run on: it stops there.
+      const count = `${hold.runs.length} ${hold.runs.length === 1 ? "run" : "runs"}`;
+      figure.how.push(
+        `the floor ${show(options.floorMs)} would pass the current ${show(hold.currentMs)}, which cut ${count} that hung (${hold.evidence}): ${hold.runs.join(", ")}`,
+      );
+      if (proposal < hold.currentMs) {
+        proposal = hold.currentMs;
+        figure.how.push(`held at the current limit: ${show(proposal)}`);
+      }
+      figure.held = hold;
+      // Those runs were hangs, not work cut short: they do not push the proposal up.
+      const hung = [...hold.values];
+      pushing = cut.filter((c) => {
+        const at = hung.indexOf(c);
+        if (at < 0) return true;
+        hung.splice(at, 1);
+        return false;
+      });
+    } else {
+      proposal = options.floorMs;
+      figure.how.push(`raised to the floor: ${show(proposal)}`);
+    }
   }
   // Cut-off attempts push up, never down: one the rounded proposal would let run on must get at
   // least the margin over where it was cut. Those above it are taken as hung.
-  const sortedCut = [...cut].sort((a, b) => a - b);
+  const sortedCut = [...pushing].sort((a, b) => a - b);
   for (;;) {
     const rounded = roundUpReadable(proposal);
     const below = sortedCut.filter((c) => c < rounded && c * options.margin > proposal);
@@ -254,7 +299,7 @@ export function proposeFrom(
   const rounded = roundUpReadable(proposal);
   if (rounded !== proposal) figure.how.push(`rounded up to ${show(rounded)}`);
   figure.proposalMs = rounded;
-  figure.hung = sortedCut.filter((c) => c >= rounded);
+  figure.hung = [...cut].sort((a, b) => a - b).filter((c) => c >= rounded);
   if (figure.hung.length > 0) {
     figure.how.push(
       `${figure.hung.length} cut-off ${figure.hung.length === 1 ? "attempt" : "attempts"} ran longer than that (${figure.hung.map(show).join(", ")}): taken as hung, not as work`,
@@ -342,19 +387,44 @@ export function advise(runs: readonly RunSample[], limits: ResolvedLimits, optio
   // The run level: the ceiling from whole runs, the run's stall from each run's longest silence.
   const succeeded = byTime.filter((run) => run.outcome === "succeeded");
   const runCut = byTime.filter((run) => run.outcome === "cut");
+  const runSilence = (run: RunSample) => Math.max(0, ...run.tasks.map((t) => t.longestSilenceMs ?? 0));
+  const hasSilences = (run: RunSample) => run.tasks.some((t) => t.longestSilenceMs !== undefined);
+  const goodRunSilence = Math.max(0, ...succeeded.filter(hasSilences).map(runSilence));
+  const cutBy = (run: RunSample, limit: TaskLimit) =>
+    run.tasks.some((t) => t.outcome === "cut" && t.limit === limit);
   const ceilingFigure = proposeFrom(
     succeeded.map((run) => weighted(run, run.durationMs)),
     runCut.map((run) => run.durationMs),
     options,
     "successful runs' durations",
+    holdOf(
+      limits.ceiling,
+      runCut
+        .filter((run) => run.reason === "PodDeadlineExceeded" || cutBy(run, "RunCeiling"))
+        .map((run) => ({
+          run,
+          value: run.durationMs,
+          silenceMs: hasSilences(run) ? runSilence(run) : undefined,
+        })),
+      goodRunSilence,
+      "run",
+      false,
+    ),
   );
-  const runSilence = (run: RunSample) => Math.max(0, ...run.tasks.map((t) => t.longestSilenceMs ?? 0));
-  const hasSilences = (run: RunSample) => run.tasks.some((t) => t.longestSilenceMs !== undefined);
   const stallFigure = proposeFrom(
     succeeded.filter(hasSilences).map((run) => weighted(run, runSilence(run))),
     runCut.filter(hasSilences).map(runSilence),
     options,
     "successful runs' longest silences (any task)",
+    holdOf(
+      limits.stall,
+      runCut
+        .filter((run) => hasSilences(run) && cutBy(run, "StallLimit"))
+        .map((run) => ({ run, value: runSilence(run), silenceMs: runSilence(run) })),
+      goodRunSilence,
+      "run",
+      true,
+    ),
   );
 
   const tasks: TaskAdvice[] = limits.tasks.map((taskLimits) => {
@@ -364,6 +434,7 @@ export function advise(runs: readonly RunSample[], limits: ResolvedLimits, optio
     });
     const full = samples.filter((s) => s.task.outcome === "succeeded");
     const cut = samples.filter((s) => s.task.outcome === "cut");
+    const goodSilence = Math.max(0, ...full.map((s) => s.task.longestSilenceMs ?? 0));
     const timeout = proposeFrom(
       full
         .filter((s) => s.task.durationMs !== undefined)
@@ -371,6 +442,17 @@ export function advise(runs: readonly RunSample[], limits: ResolvedLimits, optio
       cut.flatMap((s) => (s.task.durationMs === undefined ? [] : [s.task.durationMs])),
       options,
       "successful attempts' durations",
+      holdOf(
+        taskLimits.timeout,
+        cut.flatMap((s) =>
+          s.task.limit === "TaskTimeout" && s.task.durationMs !== undefined
+            ? [{ run: s.run, value: s.task.durationMs, silenceMs: s.task.longestSilenceMs }]
+            : [],
+        ),
+        goodSilence,
+        "attempt",
+        false,
+      ),
     );
     const stall = proposeFrom(
       full
@@ -379,6 +461,17 @@ export function advise(runs: readonly RunSample[], limits: ResolvedLimits, optio
       cut.flatMap((s) => (s.task.longestSilenceMs === undefined ? [] : [s.task.longestSilenceMs])),
       options,
       "successful attempts' longest silences",
+      holdOf(
+        taskLimits.stall,
+        cut.flatMap((s) =>
+          s.task.limit === "StallLimit" && s.task.longestSilenceMs !== undefined
+            ? [{ run: s.run, value: s.task.longestSilenceMs, silenceMs: s.task.longestSilenceMs }]
+            : [],
+        ),
+        goodSilence,
+        "attempt",
+        true,
+      ),
     );
     return {
       name: taskLimits.name,
@@ -448,6 +541,33 @@ export function advise(runs: readonly RunSample[], limits: ResolvedLimits, optio
   return { ...advice, backtest: backtest(byTime, advice, options) };
 }
 
+/**
+ * What holds a limit against the floor: the runs it cut (`cut`, each with the value the figure
+ * reads and its longest silence) that hung, silent longer than any successful one ever was
+ * (`goodSilenceMs`). For a stall, that silence ran to the end: the stall fired on it.
+ */
+function holdOf(
+  current: EffectiveLimit | null,
+  cut: readonly { run: RunSample; value: number; silenceMs: number | undefined }[],
+  goodSilenceMs: number,
+  unit: "run" | "attempt",
+  stall: boolean,
+): Hold | undefined {
+  if (!current || current.ms <= 0) return undefined;
+  const hung = cut.filter((c) => c.silenceMs !== undefined && c.silenceMs > goodSilenceMs);
+  if (hung.length === 0) return undefined;
+  const longest = Math.max(...hung.map((c) => c.silenceMs as number));
+  const none = `no successful ${unit} was silent over ${show(goodSilenceMs)}`;
+  return {
+    currentMs: current.ms,
+    runs: hung.map((c) => c.run.id),
+    values: hung.map((c) => c.value),
+    evidence: stall
+      ? `silent to the end, up to ${show(longest)}; ${none}`
+      : `no output for up to ${show(longest)} before it: no progress; ${none}`,
+  };
+}
+
 function borrowed(
   own: Figure,
   runLevel: Figure,
@@ -479,9 +599,13 @@ export interface ProposedLimits {
   tasks: { name: string; timeoutMs: number | null; stallMs: number | null }[];
 }
 
-export function proposedLimits(advice: Pick<Advice, "ceiling" | "stall" | "tasks">): ProposedLimits {
+export function proposedLimits(
+  advice: Pick<Advice, "ceiling" | "stall" | "tasks">,
+  proposal: "taken" | "not taken" = "taken",
+): ProposedLimits {
+  const proposed = (limit: LimitAdvice) => (proposal === "taken" ? limit.figure.proposalMs : null);
   const inForce = (limit: LimitAdvice): number | null => {
-    const ms = limit.figure.proposalMs ?? limit.current?.ms ?? null;
+    const ms = proposed(limit) ?? limit.current?.ms ?? null;
     return ms === 0 ? null : ms;
   };
   const runStall = inForce(advice.stall);
@@ -491,8 +615,7 @@ export function proposedLimits(advice: Pick<Advice, "ceiling" | "stall" | "tasks
     tasks: advice.tasks.map((task) => {
       // A task without a stall of its own (proposed or set) takes the run's, as spec.stall gives it.
       const own =
-        task.stall.figure.proposalMs ??
-        (task.stall.current?.source === "task" ? task.stall.current.ms : null);
+        proposed(task.stall) ?? (task.stall.current?.source === "task" ? task.stall.current.ms : null);
       return {
         name: task.name,
         timeoutMs: inForce(task.timeout),
@@ -505,8 +628,10 @@ export function proposedLimits(advice: Pick<Advice, "ceiling" | "stall" | "tasks
 /**
  * Replays the newest successful runs under the proposal (which would it have killed, and by what),
  * and the runs that ended at a limit: when the proposal would have ended each (its cut task's
- * start plus the proposed timeout, or the proposed ceiling, whichever comes first; the stall is
- * left out, as when a silence began is not recorded), and the time that saves.
+ * start plus the proposed timeout, or the proposed ceiling, whichever comes first; a stall
+ * tightened ends it that much sooner, as its last silence ran to the end), and the time that
+ * saves. Only what the proposal changes is replayed: a run cut by a limit it leaves as it is ends
+ * as it did, and with nothing changed there is nothing to replay.
  */
 export function backtest(
   byTime: readonly RunSample[],
@@ -514,11 +639,23 @@ export function backtest(
   options: AdviseOptions,
 ): Backtest {
   const proposal = proposedLimits(advice);
+  const now = proposedLimits(advice, "not taken");
+  const changes =
+    proposal.ceilingMs !== now.ceilingMs ||
+    proposal.stallMs !== now.stallMs ||
+    proposal.tasks.some(
+      (t, i) => t.timeoutMs !== now.tasks[i]?.timeoutMs || t.stallMs !== now.tasks[i]?.stallMs,
+    );
+  if (!changes) return { changes, runs: 0, kills: [], savings: [], savedMs: 0, ranOn: [] };
   const succeeded = byTime.filter((run) => run.outcome === "succeeded");
   const replayed = options.backtestRuns > 0 ? succeeded.slice(-options.backtestRuns) : succeeded;
   const kills: BacktestKill[] = [];
   for (const run of replayed) {
-    if (proposal.ceilingMs !== null && run.durationMs > proposal.ceilingMs) {
+    if (
+      proposal.ceilingMs !== null &&
+      proposal.ceilingMs !== now.ceilingMs &&
+      run.durationMs > proposal.ceilingMs
+    ) {
       kills.push({
         run: run.id,
         limit: "RunCeiling",
@@ -529,7 +666,14 @@ export function backtest(
     for (const task of run.tasks) {
       const limits = proposal.tasks.find((t) => t.name === task.name);
       if (!limits || task.outcome !== "succeeded") continue;
-      if (limits.timeoutMs !== null && task.durationMs !== undefined && task.durationMs > limits.timeoutMs) {
+      // Only a limit the proposal changes is replayed: the others stay as the runs had them.
+      const before = now.tasks.find((t) => t.name === task.name);
+      if (
+        limits.timeoutMs !== null &&
+        limits.timeoutMs !== before?.timeoutMs &&
+        task.durationMs !== undefined &&
+        task.durationMs > limits.timeoutMs
+      ) {
         kills.push({
           run: run.id,
           task: task.name,
@@ -540,6 +684,7 @@ export function backtest(
       }
       if (
         limits.stallMs !== null &&
+        limits.stallMs !== before?.stallMs &&
         task.longestSilenceMs !== undefined &&
         task.longestSilenceMs > limits.stallMs
       ) {
@@ -558,15 +703,30 @@ export function backtest(
   for (const run of byTime.filter((r) => r.outcome === "cut")) {
     const cutTask = run.tasks.find((t) => t.outcome === "cut");
     const limits = proposal.tasks.find((t) => t.name === cutTask?.name);
+    const before = now.tasks.find((t) => t.name === cutTask?.name);
     let endsAfter = proposal.ceilingMs ?? Number.POSITIVE_INFINITY;
     if (cutTask?.startMs !== undefined && limits && limits.timeoutMs !== null) {
       endsAfter = Math.min(endsAfter, cutTask.startMs + limits.timeoutMs);
     }
+    // The limit that cut it, now and under the proposal: left as it is, it cuts the run again.
+    const cutBy = cutTask?.limit ?? "RunCeiling";
+    const [was, will] =
+      cutBy === "TaskTimeout"
+        ? [before?.timeoutMs, limits?.timeoutMs]
+        : cutBy === "StallLimit"
+          ? [before?.stallMs, limits?.stallMs]
+          : [now.ceilingMs, proposal.ceilingMs];
+    if (cutBy === "StallLimit" && was != null && will != null && will < was) {
+      // Its last silence ran to the end: a shorter stall fires that much sooner.
+      const end = (cutTask?.startMs ?? 0) + (cutTask?.durationMs ?? run.durationMs);
+      endsAfter = Math.min(endsAfter, end - (was - will));
+    }
     if (endsAfter < run.durationMs) {
       savings.push({ run: run.id, reason: run.reason, tookMs: run.durationMs, endsAfterMs: endsAfter });
-    } else ranOn.push(run.id);
+    } else if (was !== will) ranOn.push(run.id);
   }
   return {
+    changes,
     runs: replayed.length,
     kills,
     savings,

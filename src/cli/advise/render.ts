@@ -27,8 +27,29 @@ function reached(advice: LimitAdvice, options: Advice["options"]): string {
   if (figure.how.some((h) => h.startsWith("raised above an attempt cut off"))) parts.push("above cut-off");
   if (figure.how.some((h) => h.startsWith("raised to the largest task timeout")))
     parts.push("raised to a task's timeout");
+  if (figure.held) parts.push("floor held at the current limit");
   if (figure.hung.length > 0) parts.push(`${figure.hung.length} hung`);
   return parts.join(", ");
+}
+
+/** Each limit kept at its current value against the floor, with the runs that show it caught hangs. */
+function heldLines(advice: Advice): string[] {
+  const held: [string, LimitAdvice][] = [
+    ["the ceiling", advice.ceiling],
+    ["the run's stall", advice.stall],
+    ...advice.tasks.flatMap((task): [string, LimitAdvice][] => [
+      [`task ${task.name}'s timeout`, task.timeout],
+      [`task ${task.name}'s stall`, task.stall],
+    ]),
+  ];
+  return held.flatMap(([label, limit]) => {
+    const hold = limit.figure.held;
+    if (!hold) return [];
+    const runs = `${hold.runs.length} ${hold.runs.length === 1 ? "run" : "runs"}`;
+    return [
+      `Held: ${label} is not raised to the floor ${show(advice.options.floorMs)} past its current ${show(hold.currentMs)}, which cut ${runs} that hung (${hold.evidence}): ${hold.runs.join(", ")}`,
+    ];
+  });
 }
 
 function row(label: string, advice: LimitAdvice, options: Advice["options"]): string[] {
@@ -74,6 +95,12 @@ function sampleLine(name: string, advice: Advice, skipped: number): string {
 function backtestLines(advice: Advice): string[] {
   const bt = advice.backtest;
   const lines: string[] = [];
+  if (!bt.changes) {
+    lines.push(
+      `Backtest: nothing is proposed to change; each of the ${advice.runs} runs would end as it did.`,
+    );
+    return lines;
+  }
   if (bt.kills.length === 0) {
     lines.push(
       `Backtest: none of the last ${bt.runs} successful runs would have been killed by the proposal.`,
@@ -124,6 +151,7 @@ export function renderTable(name: string, advice: Advice, skipped: number): stri
     "Durations for the ceiling and timeouts, each attempt's longest silence for the stalls (LONGEST: the largest seen); N successful, CUT ended at a limit.",
     ...table(rows),
     "",
+    ...heldLines(advice),
     ...backtestLines(advice),
   ];
   if (advice.warnings.length > 0) lines.push("", "Warnings:", ...advice.warnings.map((w) => `  ${w}`));

@@ -112,6 +112,7 @@ export async function adviseClusterCommand(rawFlags: unknown): Promise<number> {
         source: `playbook ${(value as { metadata?: { name?: string } }).metadata?.name ?? `#${index}`}`,
       })),
       template ? { playbook: template, file: `cronplaybook ${cron}` } : null,
+      "name",
     );
   } catch (error) {
     if (error instanceof HistoryError) throw new AdviseInputError(error.message);
