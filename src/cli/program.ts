@@ -127,11 +127,24 @@ async function runCommand(flags: unknown): Promise<number> {
   const parsed = RunFlags.parse(flags);
   if (parsed.report !== undefined) checkReportPath(parsed.report);
   // Where the run cannot have a cgroup of its own, it starts again under a child subreaper, before
-  // anything is read (a manifest on stdin too).
+  // anything is read from stdin. As root, a manifest from a file whose tasks all run on this
+  // machine is read first: such a run starts again in a PID namespace of its own (an image
+  // task's container is the engine's, which the runner must see from the host's /proc).
   const { cgroupAvailable } = await import("../pod-runner/containment.js");
   const { relaunchUnderSubreaper } = await import("../pod-runner/subreaper.js");
-  relaunchUnderSubreaper(cgroupAvailable);
-  const checked = await readChecked(readDocument(parsed.filename), parsed.filename, parsed.policy);
+  const early =
+    parsed.filename !== "-" && process.geteuid?.() === 0
+      ? await readChecked(readDocument(parsed.filename), parsed.filename, parsed.policy)
+      : undefined;
+  const { effectiveImage } = await import("./local-images.js");
+  const onHostOnly =
+    early !== undefined &&
+    (parsed.onHost === true ||
+      allTasksOf(early.playbook.spec).every(
+        ({ task }) => effectiveImage(task, early.playbook.spec, early.defaultImage) === undefined,
+      ));
+  relaunchUnderSubreaper(cgroupAvailable, onHostOnly);
+  const checked = early ?? (await readChecked(readDocument(parsed.filename), parsed.filename, parsed.policy));
   const { defaults, defaultImage } = checked;
   const playbook = {
     ...checked.playbook,

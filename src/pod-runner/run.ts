@@ -31,6 +31,7 @@ import {
 } from "./attempt.js";
 import { writeCancelFiles, writeCancelFilesOf } from "./cancel-file.js";
 import { type Containment, openContainment } from "./containment.js";
+import { namespaceKeeper } from "./subreaper.js";
 import { oomCounter } from "./oom.js";
 import { killUntilGone, PROC, type ProcessTable, sendSignal } from "./process-table.js";
 
@@ -163,7 +164,9 @@ function containerEnv(
  */
 function newRunId(): string {
   const random = Math.floor(Math.random() * 2 ** 32);
-  return `${process.pid.toString(16)}-${random.toString(16).padStart(8, "0")}`;
+  // In a PID namespace of its own the runner is pid 2: its keeper's pid, as the host numbers it, names the run.
+  const pid = namespaceKeeper() ?? process.pid;
+  return `${pid.toString(16)}-${random.toString(16).padStart(8, "0")}`;
 }
 
 export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
