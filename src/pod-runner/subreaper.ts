@@ -102,7 +102,7 @@ if ($runner == 0 && $inside) {
   my $status;
   until (defined $status) { my $pid = waitpid(-1, 0); $status = $? if $pid == $child; last if $pid < 0 && !$!{EINTR}; }
   my $said = defined $status ? $status : 127 << 8;
-  print $tell "$said\\n";
+  syswrite($tell, "$said\\n");
   POSIX::_exit(0);
 }
 if ($runner == 0) { POSIX::setpgid(0, $group); POSIX::sigprocmask(POSIX::SIG_UNBLOCK(), $held_back); exec { $ARGV[0] } @ARGV or POSIX::_exit(127); }
