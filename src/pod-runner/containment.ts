@@ -214,8 +214,13 @@ function readPids(file: string): number[] {
   }
 }
 
-/** The name of a run's cgroup: `playbook-<run id>`, whose first part is its runner's pid in hex (a probe's is not one). */
-const RUN_CGROUP = /^playbook-([0-9a-f]+)-[0-9a-f]{8}$/;
+/**
+ * The name of a run's cgroup: `playbook-<run id>`, whose first part is its runner's pid in hex (a
+ * probe's is not one), or `ns` and its keeper's, where the runner has a PID namespace of its own:
+ * a build that knows only the first form leaves such a cgroup alone rather than take it for a dead
+ * run's (its anchor is not the keeper's child).
+ */
+const RUN_CGROUP = /^playbook-(?:ns)?([0-9a-f]+)-[0-9a-f]{8}$/;
 
 /**
  * How long a run's cgroup may be empty before another run takes it for a dead runner's: between

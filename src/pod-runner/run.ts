@@ -164,9 +164,11 @@ function containerEnv(
  */
 function newRunId(): string {
   const random = Math.floor(Math.random() * 2 ** 32);
-  // In a PID namespace of its own the runner is pid 2: its keeper's pid, as the host numbers it, names the run.
-  const pid = namespaceKeeper() ?? process.pid;
-  return `${pid.toString(16)}-${random.toString(16).padStart(8, "0")}`;
+  // In a PID namespace of its own the runner is pid 2: its keeper's pid, as the host numbers it,
+  // names the run, marked `ns` (containment.ts, RUN_CGROUP).
+  const keeper = namespaceKeeper();
+  const pid = keeper === null ? process.pid.toString(16) : `ns${keeper.toString(16)}`;
+  return `${pid}-${random.toString(16).padStart(8, "0")}`;
 }
 
 export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
