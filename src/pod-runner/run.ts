@@ -31,9 +31,9 @@ import {
 } from "./attempt.js";
 import { writeCancelFiles, writeCancelFilesOf } from "./cancel-file.js";
 import { type Containment, openContainment } from "./containment.js";
-import { namespaceKeeper } from "./subreaper.js";
 import { oomCounter } from "./oom.js";
 import { killUntilGone, PROC, type ProcessTable, sendSignal } from "./process-table.js";
+import { namespaceKeeper } from "./subreaper.js";
 
 export type RunEvent =
   | {
