@@ -432,7 +432,9 @@ export function cgroupAvailable(): boolean {
 
 /**
  * What holds this run's processes. `PLAYBOOK_CONTAINMENT=none` (read from the runner's own
- * environment, never a task's) turns the cgroup off, to see how a machine without one behaves.
+ * environment, never a task's) turns the cgroup off, to see how a machine without one behaves;
+ * `=cgroup` keeps the runner out of a PID namespace of its own (subreaper.ts), as it is where
+ * it may not make one.
  */
 export function openContainment(
   runId: string,
