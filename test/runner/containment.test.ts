@@ -286,6 +286,10 @@ describe("containment of a local run", () => {
         /playbook: containment: a child subreaper \(pid \d+; no cgroup: (cannot make \S+: EACCES|no cgroup v2 hierarchy is mounted)\): every process the tasks orphan is re-parented to it and ended with the run/,
       );
       expect(run.report?.ct).toBe("subreaper");
+      // Not root: no PID namespace, and the run says what a hostile task can do.
+      expect(run.result.stderr).toContain(
+        "what holds them runs as the tasks' user, so a task that stops or kills it and then the runner outlives the run",
+      );
     },
   );
 
