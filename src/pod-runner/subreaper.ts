@@ -201,7 +201,7 @@ export function relaunchUnderSubreaper(preferred: () => boolean, isolate = false
 
 /**
  * The keeper that holds this runner's PID namespace (its pid, as the host numbers it), or null
- * where the runner has none: its parent is then the namespace's pid 1.
+ * where the runner has none. In one, the runner's parent is the namespace's pid 1.
  */
 export function namespaceKeeper(env: NodeJS.ProcessEnv = process.env): number | null {
   const pid = Number(env[NAMESPACE_VAR]);
