@@ -774,4 +774,19 @@ describe("a task that turns on what holds the run", () => {
     },
     60_000,
   );
+
+  // Skipped as the one above. Stdin is read once: the command keeps it for itself started again.
+  it.skipIf(!canIsolate)("holds a run whose manifest comes on stdin in its namespace too", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "hostile-"));
+    const text = readFileSync(manifest(dir, [{ name: "ns", run: "readlink /proc/self/ns/pid" }]), "utf8");
+    const kept = () => readdirSync(tmpdir()).filter((name) => name.startsWith("playbook-stdin-"));
+    const before = kept();
+    const result = await startCli(["run", "-f", "-"], { stdin: text });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain("in a PID namespace of its own, held by a keeper outside it");
+    expect(result.stdout).toMatch(/\[ns\] pid:\[\d+\]/);
+    expect(result.stdout).not.toContain(`[ns] ${OWN_NAMESPACE}`);
+    // What it kept of stdin is gone.
+    expect(kept().filter((name) => !before.includes(name))).toEqual([]);
+  });
 });
