@@ -165,7 +165,7 @@ function onPath(name: string, path = process.env.PATH ?? ""): string | null {
 
 /**
  * Starts this command again as the child of a subreaper, in place (process.execve: same pid, same
- * terminal, nothing read from stdin yet). With `isolate` (the runner is root and may make
+ * terminal; nothing read from stdin yet, or what was kept for it). With `isolate` (the runner is root and may make
  * namespaces), the runner and its tasks get a PID namespace of their own, whether or not the run
  * has a cgroup. Returns only when it does not: there is one already, the run is told to have no
  * containment (PLAYBOOK_CONTAINMENT=none) or no namespace (=cgroup, the machine's containment as
