@@ -1,6 +1,7 @@
 // The `playbook` command: run | validate | pod-runner | controller (main.ts loads it and runs it).
-import { closeSync, existsSync, openSync, readFileSync, rmSync } from "node:fs";
-import { basename, resolve } from "node:path";
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { basename, dirname, join, resolve } from "node:path";
 import { Command, CommanderError, Option } from "commander";
 import { z } from "zod";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../api/limits.js";
@@ -58,15 +59,54 @@ async function readChecked(
   return { playbook, defaults, defaultImage: rules.defaults.image, maximums: rules.maximums };
 }
 
+/**
+ * Where `playbook run -f -` as root keeps the manifest it read from stdin for itself, started
+ * again in a PID namespace: a file in a folder of its own that only root may read, removed once read.
+ */
+const STDIN_MANIFEST_VAR = "PLAYBOOK_STDIN_MANIFEST";
+
+/** The text of `-f -`: stdin, or what this command read from it before it started again. */
+function readStdin(): string {
+  const kept = process.env[STDIN_MANIFEST_VAR];
+  if (kept === undefined) return readFileSync(0, "utf8");
+  delete process.env[STDIN_MANIFEST_VAR];
+  try {
+    return readFileSync(kept, "utf8");
+  } finally {
+    rmSync(dirname(kept), { recursive: true, force: true });
+  }
+}
+
 /** The manifest's one document as its YAML or JSON says it, unchecked. */
 function readDocument(file: string): unknown {
   let text: string;
   try {
-    text = file === "-" ? readFileSync(0, "utf8") : readFileSync(file, "utf8");
+    text = file === "-" ? readStdin() : readFileSync(file, "utf8");
   } catch (error) {
     throw new UsageError(`-f ${file}: ${describeReadError(error, file)}`);
   }
   return readManifestDocument(text, file);
+}
+
+/** Stdin's text, or the usage error `-f -` gives when it cannot be read. */
+function readStdinOrRefuse(): string {
+  try {
+    return readFileSync(0, "utf8");
+  } catch (error) {
+    throw new UsageError(`-f -: ${describeReadError(error, "-")}`);
+  }
+}
+
+/** Keeps the text read from stdin for this command started again; returns how to forget it. */
+function keepStdin(text: string): () => void {
+  const dir = mkdtempSync(join(tmpdir(), "playbook-stdin-"));
+  const file = join(dir, "manifest");
+  writeFileSync(file, text, { mode: 0o600 });
+  process.env[STDIN_MANIFEST_VAR] = file;
+  return () => {
+    delete process.env[STDIN_MANIFEST_VAR];
+    rmSync(dir, { recursive: true, force: true });
+  };
 }
 
 /** The Playbook checked; one with only metadata.generateName is taken, as `submit` takes it. */
@@ -128,11 +168,42 @@ async function runCommand(flags: unknown): Promise<number> {
   const parsed = RunFlags.parse(flags);
   if (parsed.report !== undefined) checkReportPath(parsed.report);
   // Where the run cannot have a cgroup of its own, it starts again under a child subreaper, before
-  // anything is read (a manifest on stdin too).
+  // anything is read from stdin. As root, the manifest is read first: a run whose tasks all run
+  // on this machine starts again in a PID namespace of its own (an image task's container is the
+  // engine's, which the runner must see from the host's /proc), and one read from stdin is kept
+  // in a file for it.
   const { cgroupAvailable } = await import("../pod-runner/containment.js");
   const { relaunchUnderSubreaper } = await import("../pod-runner/subreaper.js");
-  relaunchUnderSubreaper(cgroupAvailable);
-  const checked = await readChecked(readDocument(parsed.filename), parsed.filename, parsed.policy);
+  const root = process.geteuid?.() === 0;
+  const stdinText =
+    root && parsed.filename === "-" && process.env[STDIN_MANIFEST_VAR] === undefined
+      ? readStdinOrRefuse()
+      : undefined;
+  const early = root
+    ? await readChecked(
+        stdinText === undefined ? readDocument(parsed.filename) : readManifestDocument(stdinText, "-"),
+        parsed.filename,
+        parsed.policy,
+      )
+    : undefined;
+  const { effectiveImage } = await import("./local-images.js");
+  const onHostOnly =
+    early !== undefined &&
+    (parsed.onHost === true ||
+      allTasksOf(early.playbook.spec).every(
+        ({ task }) => effectiveImage(task, early.playbook.spec, early.defaultImage) === undefined,
+      ));
+  // Where stdin cannot be kept (no writable temp folder), the run goes on here as it is.
+  let forget: (() => void) | undefined;
+  try {
+    forget = stdinText === undefined ? undefined : keepStdin(stdinText);
+    relaunchUnderSubreaper(cgroupAvailable, onHostOnly);
+  } catch {
+    // not kept: not started again
+  }
+  // Not started again: the manifest was read here.
+  forget?.();
+  const checked = early ?? (await readChecked(readDocument(parsed.filename), parsed.filename, parsed.policy));
   const { defaults, defaultImage } = checked;
   const playbook = {
     ...checked.playbook,

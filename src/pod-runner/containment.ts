@@ -41,7 +41,7 @@ import type { Writable } from "node:stream";
 import type { ContainmentKind } from "../api/report.js";
 import { parentPid } from "./proc-tree.js";
 import { sendSignal } from "./process-table.js";
-import { descendantsOf, maySignal, subreaperPid } from "./subreaper.js";
+import { descendantsOf, maySignal, namespaceKeeper, subreaperPid } from "./subreaper.js";
 
 export type { ContainmentKind };
 
@@ -128,6 +128,15 @@ function wrapped(
       : { file: "sh", args: ["-c", wrapper, "sh", ...wrapperArgs, ...shell, "-c", run] };
 }
 
+/** What a task can do to a containment that runs as its own user, outside a PID namespace. */
+const REACHABLE =
+  "; what holds them runs as the tasks' user, so a task that stops or kills it and then the runner outlives the run";
+
+/** What the keeper of the runner's PID namespace adds, where it has one. */
+function namespaceDescription(keeper: number): string {
+  return `; in a PID namespace of its own, held by a keeper outside it (pid ${keeper}): no task can signal the keeper or the namespace's init, and every process in the namespace ends with the runner, however it ends`;
+}
+
 const NONE_DESCRIPTION =
   "none: neither a cgroup v2 sub-group of its own nor a child subreaper, so only the process group kill and the " +
   "PLAYBOOK_ATTEMPT_ID sweep end what tasks leave; a process that leaves its group and drops " +
@@ -205,8 +214,13 @@ function readPids(file: string): number[] {
   }
 }
 
-/** The name of a run's cgroup: `playbook-<run id>`, whose first part is its runner's pid in hex (a probe's is not one). */
-const RUN_CGROUP = /^playbook-([0-9a-f]+)-[0-9a-f]{8}$/;
+/**
+ * The name of a run's cgroup: `playbook-<run id>`, whose first part is its runner's pid in hex (a
+ * probe's is not one), or `ns` and its keeper's, where the runner has a PID namespace of its own:
+ * a build that knows only the first form leaves such a cgroup alone rather than take it for a dead
+ * run's (its anchor is not the keeper's child).
+ */
+const RUN_CGROUP = /^playbook-(?:ns)?([0-9a-f]+)-[0-9a-f]{8}$/;
 
 /**
  * How long a run's cgroup may be empty before another run takes it for a dead runner's: between
@@ -218,11 +232,13 @@ const STALE_AFTER_MS = 10_000;
 const STALE_KILL_WAIT_MS = 1000;
 
 /**
- * Whether a run's cgroup belongs to a live run. A live run's anchor, its runner's child, is in it
- * from its first moments to the run's end, so a cgroup with processes but none whose parent is
- * the runner its name holds is a dead run's, whatever runs there now under that pid. A process
- * this one cannot see (another PID namespace: cgroup.procs says 0) or whose parent it may not
- * read may be a live run's anchor: such a cgroup is left alone. An empty one is a dead run's once it is older than a start takes.
+ * Whether a run's cgroup belongs to a live run. A live run's anchor, a descendant of the process
+ * its name holds (its runner's child, or, where the runner has a PID namespace of its own, the
+ * great-grandchild of the namespace's keeper), is in it from its first moments to the run's end,
+ * so a cgroup with processes but none below that pid is a dead run's, whatever runs there now
+ * under that pid. A process this one cannot see (another PID namespace: cgroup.procs says 0) or
+ * whose parent it may not read may be a live run's anchor: such a cgroup is left alone. An empty
+ * one is a dead run's once it is older than a start takes.
  */
 function runIsOver(dir: string, runnerPid: number): boolean {
   const pids = readPids(`${dir}/cgroup.procs`);
@@ -230,10 +246,19 @@ function runIsOver(dir: string, runnerPid: number): boolean {
   if (pids.includes(0)) return false;
   // One whose stat this process may not read (/proc mounted with hidepid) may be the anchor.
   return !pids.some((pid) => {
-    const parent = parentPid(pid);
-    return parent === null ? existsSync(`/proc/${pid}`) : parent === runnerPid;
+    for (let at = pid, depth = 0; depth < RUN_DEPTH; depth++) {
+      const parent = parentPid(at);
+      if (parent === null) return existsSync(`/proc/${at}`);
+      if (parent === runnerPid) return true;
+      if (parent <= 1) return false;
+      at = parent;
+    }
+    return false;
   });
 }
+
+/** How far above a run's anchor the pid its cgroup's name holds may be: keeper, pid 1, runner, anchor. */
+const RUN_DEPTH = 3;
 
 /**
  * Waits, blocking, for a cgroup to be empty: only a stale cgroup's kill is waited for so, before
@@ -298,7 +323,7 @@ function untilEmpty(events: string, populated: () => boolean, until: number): Pr
  * outright (SIGKILL) cannot remove its own, and where its anchor was killed with it (or it was an
  * older build's), its tasks' processes are still in it. Returns a sentence for each it found.
  */
-function cleanStaleRunCgroups(parent: string): string[] {
+function cleanStaleRunCgroups(parent: string, own: string): string[] {
   let names: string[];
   try {
     names = readdirSync(parent);
@@ -308,8 +333,9 @@ function cleanStaleRunCgroups(parent: string): string[] {
   const notices: string[] = [];
   for (const name of names) {
     const runner = RUN_CGROUP.exec(name)?.[1];
-    if (runner === undefined) continue;
     const dir = `${parent}/${name}`;
+    // Its own, whose name holds its keeper where the runner has a PID namespace: not seen from inside.
+    if (runner === undefined || dir === own) continue;
     try {
       if (!runIsOver(dir, Number.parseInt(runner, 16))) continue;
       const left = readPids(`${dir}/cgroup.procs`).length;
@@ -406,7 +432,9 @@ export function cgroupAvailable(): boolean {
 
 /**
  * What holds this run's processes. `PLAYBOOK_CONTAINMENT=none` (read from the runner's own
- * environment, never a task's) turns the cgroup off, to see how a machine without one behaves.
+ * environment, never a task's) turns the cgroup off, to see how a machine without one behaves;
+ * `=cgroup` keeps the runner out of a PID namespace of its own (subreaper.ts), as it is where
+ * it may not make one.
  */
 export function openContainment(
   runId: string,
@@ -421,11 +449,13 @@ export function openContainment(
         ? { problem: "PLAYBOOK_CONTAINMENT=none" }
         : makeRunCgroup(runId);
   const reaper = wanted === "none" ? null : subreaperPid(env);
+  const keeper = wanted === "none" ? null : namespaceKeeper(env);
+  const held = keeper === null ? REACHABLE : namespaceDescription(keeper);
   if ("problem" in made && reaper !== null) {
     const members = () => descendantsOf(reaper, process.pid);
     return {
       kind: "subreaper",
-      description: `a child subreaper (pid ${reaper}; no cgroup: ${made.problem}): every process the tasks orphan is re-parented to it and ended with the run, or as soon as the runner is killed`,
+      description: `a child subreaper (pid ${reaper}; no cgroup: ${made.problem}): every process the tasks orphan is re-parented to it and ended with the run, or as soon as the runner is killed${held}`,
       command: wrapped(PLAIN_PRELUDE, PLAIN_WRAPPER, []),
       members,
       // One pass: the sweep has looked and killed until its bound already, and what is left
@@ -458,7 +488,7 @@ export function openContainment(
     }
     return openContainment(runId, env, `could not hold ${dir} (its anchor did not start or join)`);
   }
-  const notices = cleanStaleRunCgroups(dirname(dir));
+  const notices = cleanStaleRunCgroups(dirname(dir), dir);
   const populated = () => {
     try {
       return /^populated 1$/m.test(readFileSync(`${dir}/cgroup.events`, "latin1"));
@@ -468,7 +498,7 @@ export function openContainment(
   };
   return {
     kind: "cgroup",
-    description: `a cgroup v2 sub-group of its own (${dir}), ended with cgroup.kill when the run ends or its runner is killed`,
+    description: `a cgroup v2 sub-group of its own (${dir}), ended with cgroup.kill when the run ends or its runner is killed${held}`,
     notices,
     command: wrapped(cgroupPrelude(procs), CGROUP_WRAPPER, [procs]),
     // Not what this process may not signal: cgroup.kill ends those at the end.

@@ -33,6 +33,7 @@ import { writeCancelFiles, writeCancelFilesOf } from "./cancel-file.js";
 import { type Containment, openContainment } from "./containment.js";
 import { oomCounter } from "./oom.js";
 import { killUntilGone, PROC, type ProcessTable, sendSignal } from "./process-table.js";
+import { namespaceKeeper } from "./subreaper.js";
 
 export type RunEvent =
   | {
@@ -163,7 +164,11 @@ function containerEnv(
  */
 function newRunId(): string {
   const random = Math.floor(Math.random() * 2 ** 32);
-  return `${process.pid.toString(16)}-${random.toString(16).padStart(8, "0")}`;
+  // In a PID namespace of its own the runner is pid 2: its keeper's pid, as the host numbers it,
+  // names the run, marked `ns` (containment.ts, RUN_CGROUP).
+  const keeper = namespaceKeeper();
+  const pid = keeper === null ? process.pid.toString(16) : `ns${keeper.toString(16)}`;
+  return `${pid}-${random.toString(16).padStart(8, "0")}`;
 }
 
 export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {

@@ -16,11 +16,26 @@
 //   command holds: a SIGKILL of the command alone), and kills the runner first in that case;
 // - the runner, its child, back in the command's process group: a Ctrl-C at the terminal reaches
 //   it as before, and it reads the terminal as the foreground job.
+//
+// All three run as the tasks' user: a task may stop or kill the keeper (or a cgroup's anchor),
+// then the runner. Where the runner is root, `playbook run` starts under the keeper also when
+// the run has a cgroup, and the keeper puts the runner and its tasks in a PID namespace of their
+// own (and a mount namespace whose /proc shows it), which no task can leave: its first process
+// (pid 1, a few more lines of the same perl) starts the runner, reaps the orphans, and exits
+// with the runner, and the kernel then ends every process in the namespace. No task can signal
+// the keeper or the command (they have no pid in the namespace) nor pid 1 (the kernel lets no
+// process of a namespace send its init a signal the init does not handle: SIGKILL and SIGSTOP
+// never reach it from inside); a task that kills the runner ends the namespace with it.
 import { accessSync, constants, readdirSync, readFileSync } from "node:fs";
 import { delimiter, join } from "node:path";
 
 /** Set by the subreaper to its pid for the runner it starts; never passed on to tasks (PLAYBOOK_*). */
 export const SUBREAPER_VAR = "PLAYBOOK_SUBREAPER";
+/**
+ * Set by the keeper to its own pid, as the host numbers it, for a runner it started in a PID
+ * namespace of its own (where the runner is pid 2, and its pid 1 the namespace's init).
+ */
+export const NAMESPACE_VAR = "PLAYBOOK_PID_NAMESPACE";
 
 // PR_SET_CHILD_SUBREAPER is 36; prctl's syscall number depends on the architecture. A signal the
 // kernel sends (Ctrl-C, a closed terminal: si_code SI_KERNEL) reaches the runner itself, which is
@@ -31,8 +46,12 @@ export const SUBREAPER_VAR = "PLAYBOOK_SUBREAPER";
 // (a SIGCHLD wakes it at once): a signal that comes just before it sleeps is seen at the next look.
 const SCRIPT = `
 use strict; use warnings; use POSIX ();
+my $arch = (POSIX::uname())[4];
 my %nr = (x86_64 => 157, aarch64 => 167, riscv64 => 167, loongarch64 => 167);
-my $nr = $nr{(POSIX::uname())[4]};
+my %unshare_nr = (x86_64 => 272, aarch64 => 97, riscv64 => 97, loongarch64 => 97);
+my %mount_nr = (x86_64 => 165, aarch64 => 40, riscv64 => 40, loongarch64 => 40);
+my $nr = $nr{$arch};
+my $isolate = shift(@ARGV) eq "pidns";
 sub runner { exec { $ARGV[0] } @ARGV or die "playbook: exec $ARGV[0]: $!\\n"; }
 # Only whether prctl works here: the keeper becomes the subreaper.
 runner() if !defined $nr || syscall($nr, 36, 1, 0, 0, 0) != 0;
@@ -53,9 +72,41 @@ close $held;
 POSIX::setpgid(0, 0);
 syscall($nr, 36, 1, 0, 0, 0);
 $ENV{${SUBREAPER_VAR}} = $$;
+# CLONE_NEWPID: the keeper's next child is pid 1 of a new PID namespace.
+my $inside = $isolate && defined $unshare_nr{$arch} && syscall($unshare_nr{$arch}, 0x20000000) == 0;
+my ($go, $went, $told, $tell);
+if ($inside) { pipe($go, $went) && pipe($told, $tell) or die "playbook: pipe: $!\\n"; $ENV{${NAMESPACE_VAR}} = $$; }
 my $runner = fork;
 die "playbook: fork: $!\\n" unless defined $runner;
+if ($runner == 0 && $inside) {
+  # Pid 1 of the run's namespace: once the keeper has put it in the command's process group (a
+  # group outside the namespace, which it cannot name itself), a mount namespace whose /proc is
+  # this namespace's, then the runner; it reaps every orphan and exits with the runner, whose
+  # status it tells the keeper. Its exit ends every process in the namespace.
+  close $went; close $told;
+  1 while !defined sysread($go, my $byte, 1) && $!{EINTR};
+  close $go;
+  # syscall takes its strings as buffers it may write: variables, not constants. MS_REC | MS_SLAVE:
+  # the host's mounts still reach the run, the run's own do not leave it.
+  my ($none, $root, $proc, $at, $type) = ("none", "/", "proc", "/proc", "proc");
+  if (syscall($unshare_nr{$arch}, 0x00020000) != 0 || syscall($mount_nr{$arch}, $none, $root, 0, 0x80000 | 0x4000, 0) != 0 || syscall($mount_nr{$arch}, $proc, $at, $type, 2 | 4 | 8, 0) != 0) {
+    print STDERR "playbook: could not mount /proc for the run's PID namespace ($!); PLAYBOOK_CONTAINMENT=cgroup runs without one\\n";
+    POSIX::_exit(125);
+  }
+  $ENV{${SUBREAPER_VAR}} = 1;
+  my $child = fork;
+  die "playbook: fork: $!\\n" unless defined $child;
+  if ($child == 0) { POSIX::sigprocmask(POSIX::SIG_UNBLOCK(), $held_back); close $tell; exec { $ARGV[0] } @ARGV or POSIX::_exit(127); }
+  pass_to($child);
+  POSIX::sigprocmask(POSIX::SIG_UNBLOCK(), $held_back);
+  my $status;
+  until (defined $status) { my $pid = waitpid(-1, 0); $status = $? if $pid == $child; last if $pid < 0 && !$!{EINTR}; }
+  my $said = defined $status ? $status : 127 << 8;
+  syswrite($tell, "$said\\n");
+  POSIX::_exit(0);
+}
 if ($runner == 0) { POSIX::setpgid(0, $group); POSIX::sigprocmask(POSIX::SIG_UNBLOCK(), $held_back); exec { $ARGV[0] } @ARGV or POSIX::_exit(127); }
+if ($inside) { POSIX::setpgid($runner, $group); close $go; close $went; close $tell; }
 delete $ENV{${SUBREAPER_VAR}};
 pass_to($runner);
 POSIX::sigprocmask(POSIX::SIG_UNBLOCK(), $held_back);
@@ -68,6 +119,8 @@ until (defined $status) {
   # Readable only at its end: the command is gone, killed outright. So is the runner, then.
   if (select(my $ready = $watch, undef, undef, 0.2) > 0) { kill "KILL", $runner; $status = reap($runner); }
 }
+# In a namespace the runner's status is its pid 1's word; none when pid 1 was killed.
+if ($inside) { my $said = <$told>; $status = $1 if defined $said && $said =~ /^(\\d+)$/; }
 sub left {
   my (%children, %state);
   opendir(my $d, "/proc") or return ();
@@ -112,20 +165,32 @@ function onPath(name: string, path = process.env.PATH ?? ""): string | null {
 
 /**
  * Starts this command again as the child of a subreaper, in place (process.execve: same pid, same
- * terminal, nothing read from stdin yet). Returns only when it does not: there is one already,
- * the run is told to have no containment, `preferred()` says another containment holds, or there
- * is no perl.
+ * terminal; nothing read from stdin yet, or what was kept for it). With `isolate` (the runner is root and may make
+ * namespaces), the runner and its tasks get a PID namespace of their own, whether or not the run
+ * has a cgroup. Returns only when it does not: there is one already, the run is told to have no
+ * containment (PLAYBOOK_CONTAINMENT=none) or no namespace (=cgroup, the machine's containment as
+ * it is without one), `preferred()` says another containment holds and none is wanted, or there is no perl.
  */
-export function relaunchUnderSubreaper(preferred: () => boolean): void {
+export function relaunchUnderSubreaper(preferred: () => boolean, isolate = false): void {
   const env = process.env;
   if (env[SUBREAPER_VAR] !== undefined || env.PLAYBOOK_CONTAINMENT === "none") return;
-  if (preferred()) return;
+  const inNamespace = isolate && env.PLAYBOOK_CONTAINMENT !== "cgroup" && process.geteuid?.() === 0;
+  if (!inNamespace && preferred()) return;
   const perl = onPath("perl");
   if (perl === null || typeof process.execve !== "function") return;
   try {
     process.execve(
       perl,
-      ["perl", "-e", SCRIPT, "--", process.execPath, ...process.execArgv, ...process.argv.slice(1)],
+      [
+        "perl",
+        "-e",
+        SCRIPT,
+        "--",
+        inNamespace ? "pidns" : "plain",
+        process.execPath,
+        ...process.execArgv,
+        ...process.argv.slice(1),
+      ],
       // Marks the relaunched runner as one that has had its chance, even if the subreaper fails.
       { ...env, [SUBREAPER_VAR]: "" },
     );
@@ -134,10 +199,20 @@ export function relaunchUnderSubreaper(preferred: () => boolean): void {
   }
 }
 
+/**
+ * The keeper that holds this runner's PID namespace (its pid, as the host numbers it), or null
+ * where the runner has none. In one, the runner's parent is the namespace's pid 1.
+ */
+export function namespaceKeeper(env: NodeJS.ProcessEnv = process.env): number | null {
+  const pid = Number(env[NAMESPACE_VAR]);
+  return pid > 1 && process.ppid === 1 && process.pid !== 1 ? pid : null;
+}
+
 /** The subreaper this runner was started under (its pid), or null. */
 export function subreaperPid(env: NodeJS.ProcessEnv = process.env): number | null {
   const pid = Number(env[SUBREAPER_VAR]);
-  return pid > 1 && pid === process.ppid ? pid : null;
+  // 1: the init of the runner's own PID namespace, which every orphan of the run is re-parented to.
+  return (pid > 1 || (pid === 1 && namespaceKeeper(env) !== null)) && pid === process.ppid ? pid : null;
 }
 
 /**
