@@ -44,7 +44,8 @@ export function readPolicyFile(file: string): NamespaceRules {
   if (!parsed.success) {
     const problems = zodProblems(parsed.error, values[0]);
     throw new InvalidPolicyFileError(
-      `${where}: invalid PlaybookPolicy\n${problems.map((p) => `  ${p.path}: ${p.message}`).join("\n")}`,
+      `${where}: invalid PlaybookPolicy`,
+      ...problems.map((p) => `  ${p.path}: ${p.message}`),
     );
   }
   const policy = parsed.data;

@@ -640,11 +640,10 @@ function describeFailureText(error: unknown): { code: number; message: string; l
     };
   }
   // LocalStartError (src/pod-runner/local-run.ts, not loaded here): the task containers did not start.
-  if (
-    error instanceof UsageError ||
-    error instanceof InvalidPolicyFileError ||
-    (error as Error | undefined)?.name === "LocalStartError"
-  )
+  // Its lines are escaped one by one where it is made (policy-file-error.ts).
+  if (error instanceof InvalidPolicyFileError)
+    return { code: EXIT.invalid, message: "", lines: `playbook: ${error.message}` };
+  if (error instanceof UsageError || (error as Error | undefined)?.name === "LocalStartError")
     return { code: EXIT.invalid, message: `playbook: ${error instanceof Error ? error.message : ""}` };
   if (error instanceof z.ZodError) {
     return {

@@ -43,7 +43,8 @@ export async function validateOtherKind(
 
 function invalid(file: string, kind: string, problems: ManifestProblem[]): InvalidPolicyFileError {
   return new InvalidPolicyFileError(
-    `${file}: invalid ${kind}\n${problems.map((p) => `  ${p.path}: ${p.message}`).join("\n")}`,
+    `${file}: invalid ${kind}`,
+    ...problems.map((p) => `  ${p.path}: ${p.message}`),
   );
 }
 

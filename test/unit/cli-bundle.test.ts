@@ -146,7 +146,11 @@ describe("the playbook bundle", () => {
     const run = playbook(["run", "-f", manifest]);
     expect(run.status, run.stderr).toBe(0);
     expect(run.stdout).toContain("hello");
-    expect(run.names).toEqual(["playbook.js", "commands.js"]);
+    // As root the run starts Node a second time, under its keeper in a PID namespace of its own
+    // (src/pod-runner/containment.ts): each start loads the same two files.
+    const starts = run.names.length / 2;
+    expect([1, 2]).toContain(starts);
+    expect(run.names).toEqual(Array.from({ length: starts }, () => ["playbook.js", "commands.js"]).flat());
     expect(sourcesOf(run.loaded)).toContain("src/pod-runner/run.ts");
     expect(sourcesOf(run.loaded).filter((source) => CONTROLLER_ONLY.test(source))).toEqual([]);
     const validate = playbook(["validate", "-f", manifest]);
@@ -173,7 +177,9 @@ describe("the playbook bundle", () => {
     const steady = (stderr: string) =>
       stderr
         .replace(/\d+ms/g, "")
-        .replace(/playbook-[0-9a-f]+-[0-9a-f]+/g, "playbook-ID")
+        .replace(/playbook-(?:ns)?[0-9a-f]+-[0-9a-f]+/g, "playbook-ID")
+        // The keeper of a run in a PID namespace of its own is a process of its own each run.
+        .replace(/\(pid \d+\)/g, "(pid N)")
         // What the task cost differs run to run (its peak is a sample).
         .replace(/ \(cpu [^)]*\)/g, "");
     expect(steady(second.stderr)).toBe(steady(first.stderr));
