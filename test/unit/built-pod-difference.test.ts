@@ -91,7 +91,7 @@ function asServed(pod: PodManifest): Json {
   return served;
 }
 
-/** The node the served pod names, as the controller's cache shows it: no taint, no label it needs. */
+/** The node the served pod names, as the controller reads it: no taint, no label it needs. */
 const NODE_A = { name: "node-a", labels: { "kubernetes.io/hostname": "node-a" }, taints: [] };
 const OBSERVED: ObservedPlacement = { node: NODE_A };
 

@@ -22,7 +22,7 @@ export interface NodeTaint {
   effect: string;
 }
 
-/** A node as the controller's cache shows it: what the scheduler placed a pod there by. */
+/** A node as the controller reads it: what the scheduler placed a pod there by. */
 export interface ObservedNode {
   name: string;
   labels: Readonly<Record<string, string>>;
