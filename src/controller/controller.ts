@@ -44,6 +44,7 @@ import { PlaybookWriter } from "./playbook/writer.js";
 import type { ObservedPlacement } from "./pods/built-pod-difference.js";
 import { admittedFlavors, observePlacement } from "./pods/observed-placement.js";
 import { alternatePodName, podNameFor } from "./pods/pod-builder.js";
+import { sortRunPods } from "./pods/pod-identity.js";
 import { isPodPhaseTerminal } from "./pods/pod-state.js";
 import { PolicyGovernor } from "./policy/policy-governor.js";
 import { isQueued, slotState } from "./policy/policy-queue.js";
@@ -697,8 +698,11 @@ export class PlaybookController {
     input: ReconcileInput,
     workloads: readonly WorkloadView[] | undefined,
   ): Promise<Record<string, ObservedPlacement> | undefined> {
-    if (input.playbook.status?.podUID !== undefined) return undefined;
-    const placed = input.pods.filter(
+    const status = input.playbook.status ?? {};
+    if (status.podUID !== undefined) return undefined;
+    const { name, uid = "" } = input.playbook.metadata;
+    // Only the pods named for an attempt are candidates (pod-identity.ts): no read for the others.
+    const placed = sortRunPods(status, input.pods, { name, uid }).unrecorded.filter(
       (pod) => pod.metadata.uid && (pod.spec?.nodeName || admittedFlavors(workloadOf(pod, workloads))),
     );
     if (placed.length === 0) return undefined;
