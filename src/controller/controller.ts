@@ -20,8 +20,9 @@ import { CronController } from "./cron/cron-controller.js";
 import type { CronMetricsSink } from "./cron/cron-writer.js";
 import type { ReconcileInput, ReconcileSettings } from "./decision.js";
 import { orphanToRelease } from "./kueue/kueue-finalizer.js";
-import { queueBudgetUsed } from "./kueue/kueue-hold.js";
+import { queueBudgetUsed, workloadOf } from "./kueue/kueue-hold.js";
 import { WorkloadCache } from "./kueue/workload-cache.js";
+import type { WorkloadView } from "./kueue/workload-view.js";
 import { ControllerMetrics } from "./metrics.js";
 import {
   keyOf,
@@ -40,7 +41,10 @@ import { passPods } from "./playbook/pass-pods.js";
 import { PROGRESS_LINES, ProgressLooks } from "./playbook/progress-looks.js";
 import { decide, decideRefusedPod } from "./playbook/reconcile.js";
 import { PlaybookWriter } from "./playbook/writer.js";
+import type { ObservedPlacement } from "./pods/built-pod-difference.js";
+import { admittedFlavors, observePlacement } from "./pods/observed-placement.js";
 import { alternatePodName, podNameFor } from "./pods/pod-builder.js";
+import { sortRunPods } from "./pods/pod-identity.js";
 import { isPodPhaseTerminal } from "./pods/pod-state.js";
 import { PolicyGovernor } from "./policy/policy-governor.js";
 import { isQueued, slotState } from "./policy/policy-queue.js";
@@ -140,6 +144,8 @@ export class PlaybookController {
       metrics: this.metrics,
       identity: this.identity,
       metricsPlaybookLabel: deps.config.metricsPlaybookLabel,
+      observePlacement: (pod, signal) =>
+        observePlacement(deps.clients.api, pod, workloadOf(pod, this.workloads?.of([pod])), { signal }),
     });
     this.progress = new ProgressLooks(
       deps.config.progressInterval,
@@ -683,15 +689,42 @@ export class PlaybookController {
     }
   }
 
+  /**
+   * Where the run's pods were placed, read for a run whose status records no pod yet: a pod found
+   * then is adopted only as what the controller builds, placed where the controller sees it was
+   * (pods/observed-placement.ts). Nothing is read for a pod that carries no placement.
+   */
+  private async placementsBeforeRecord(
+    input: ReconcileInput,
+    workloads: readonly WorkloadView[] | undefined,
+  ): Promise<Record<string, ObservedPlacement> | undefined> {
+    const status = input.playbook.status ?? {};
+    if (status.podUID !== undefined) return undefined;
+    const { name, uid = "" } = input.playbook.metadata;
+    // Only the pods named for an attempt are candidates (pod-identity.ts): no read for the others.
+    const placed = sortRunPods(status, input.pods, { name, uid }).unrecorded.filter(
+      (pod) => pod.metadata.uid && (pod.spec?.nodeName || admittedFlavors(workloadOf(pod, workloads))),
+    );
+    if (placed.length === 0) return undefined;
+    const signal = this.writer.leadingSignal;
+    const seen = await Promise.all(
+      placed.map((pod) => observePlacement(this.clients.api, pod, workloadOf(pod, workloads), { signal })),
+    );
+    return Object.fromEntries(placed.map((pod, i) => [pod.metadata.uid ?? "", seen[i] ?? {}]));
+  }
+
   private async decideAndApply(input: ReconcileInput): Promise<{ requeueAfterMs?: number }> {
     const { playbook } = input;
     const start = this.writer.unrecordedStart(playbook.metadata.uid ?? "");
     const look = await this.lookAtProgress(input);
+    const workloads = this.workloads?.of(input.pods);
+    const placements = start ? undefined : await this.placementsBeforeRecord(input, workloads);
     let withRules: ReconcileInput = {
       ...input,
       rules: this.governor.rulesFor(playbook.metadata.namespace ?? ""),
       takenPodNames: this.takenPodNames(playbook),
-      ...(this.workloads ? { workloads: this.workloads.of(input.pods) } : {}),
+      ...(workloads ? { workloads } : {}),
+      ...(placements ? { placements } : {}),
       ...(start ? { unrecordedStart: start } : {}),
       ...(look ? { progress: look } : {}),
     };

@@ -12,6 +12,7 @@ import type { PodView, StoredPlaybook } from "./objects.js";
 import type { ProgressLook } from "./playbook/live-progress.js";
 import type { TakenRecord } from "./playbook/progress-bounds.js";
 import type { AgentDelivery } from "./pods/agent-delivery.js";
+import type { ObservedPlacement } from "./pods/built-pod-difference.js";
 import { type FinishedRun, finishEvents, finishedRun } from "./pods/finished-run.js";
 import type { PodManifest } from "./pods/pod-builder.js";
 import type { SlotState } from "./policy/policy-queue.js";
@@ -53,6 +54,12 @@ export interface ReconcileInput {
   unrecordedStart?: StartRecord;
   /** Kueue's Workloads of the run's pods (kueue/kueue-hold.ts), with --kueue; absent otherwise. */
   workloads?: readonly WorkloadView[];
+  /**
+   * Where the run's pods found before its record were placed, by pod UID, as the controller read
+   * it (pods/observed-placement.ts): their node, their Workload's admitted flavors. A pod absent
+   * here may carry no placement that is not the builder's (playbook/trusted-pod.ts).
+   */
+  placements?: Readonly<Record<string, ObservedPlacement>>;
   /** What a look at the recorded pod's runner log found this pass (live-progress.ts), when one was due. */
   progress?: ProgressLook;
 }

@@ -247,9 +247,13 @@ describe("the Helm chart", () => {
     expect(applied.code).toBe(0);
   });
 
-  it("reads nodes only for --agent-delivery auto: a fixed way is passed on and grants nothing on nodes", async () => {
+  it("watches nodes only for --agent-delivery auto: a fixed way is passed on and grants only get on nodes (adoption reads a found pod's node)", async () => {
     const { objects } = await template(namespace, ["config.agentDelivery=post-start"]);
-    expect(kinds(objects).filter((k) => k.includes("-nodes"))).toEqual([]);
+    const nodesRole = (list: Rendered[]) =>
+      list.find((o) => o.kind === "ClusterRole" && o.metadata.name.endsWith("-nodes")) as unknown as {
+        rules: unknown[];
+      };
+    expect(nodesRole(objects).rules).toEqual([{ apiGroups: [""], resources: ["nodes"], verbs: ["get"] }]);
     const deployment = objects.find((o) => o.kind === "Deployment") as unknown as {
       spec: { template: { spec: { containers: { args: string[] }[] } } };
     };
@@ -289,12 +293,21 @@ describe("the Helm chart", () => {
       expect.arrayContaining(["--kueue=true", "--default-queue-name=team-a", "--default-queue-timeout=1h"]),
     );
     const rule = { apiGroups: ["kueue.x-k8s.io"], resources: ["workloads"], verbs: ["get", "list", "watch"] };
+    // The flavors a found pod's Workload was admitted with: cluster-scoped, read one by one.
+    const flavors = {
+      role: "ClusterRole//pbc-playbook-controller-nodes",
+      apiGroups: ["kueue.x-k8s.io"],
+      resources: ["resourceflavors"],
+      verbs: ["get"],
+    };
     expect(workloadRules(withKueue.objects)).toEqual([
       { role: "ClusterRole//pbc-playbook-controller", ...rule },
+      flavors,
     ]);
 
     const watched = await template(namespace, ["config.kueue=true", "config.namespaces={ns-a,ns-b}"]);
     expect(workloadRules(watched.objects)).toEqual([
+      flavors,
       { role: "Role/ns-a/pbc-playbook-controller", ...rule },
       { role: "Role/ns-b/pbc-playbook-controller", ...rule },
     ]);

@@ -7,12 +7,20 @@
 // pod or a task container as root. Such a pod is foreign: named in a Warning, never read (its
 // runner's report of success decides nothing), and the run takes its alternate name. The
 // controller's own pod, left unrecorded by a controller stopped between its create and its
-// record, is still adopted.
-import type { V1Pod } from "@kubernetes/client-node";
-import { afterAll, describe, expect, it } from "vitest";
+// record, is still adopted. Nor does anything the pod's creator chose widen what may differ
+// (issue 53 item 1): Kueue's label on a run with no queue, a nodeName that skipped the scheduler,
+// a priority class, a GPU, a CPU limit on the runner.
+import { SchedulingV1Api, type V1Pod } from "@kubernetes/client-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GROUP, VERSION } from "../../src/api/playbook.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
-import { reportFor, reportPod, scheduledPod, startPod } from "../harness/scripted-node.js";
+import {
+  reportFor,
+  reportPod,
+  SCRIPTED_NODE_NAME,
+  scheduledPod,
+  startPod,
+} from "../harness/scripted-node.js";
 import { controllerInputs, podTheControllerBuilds, startedControllerSettings } from "./built-pods.js";
 import {
   clients,
@@ -27,13 +35,35 @@ import {
   waitForPlaybook,
 } from "./support.js";
 
-const { core } = clients();
+const { core, kubeConfig } = clients();
 const namespaces: string[] = [];
 const controllers: RunningController[] = [];
+
+/** A node the scheduler places no run's pod on: its taint, which the run's pod does not tolerate. */
+const TAINTED_NODE = `pb-foreign-tainted-${process.pid}`;
+/** A PriorityClass above every run's pod, which the controller never names. */
+const HIGH_PRIORITY = `pb-foreign-high-${process.pid}`;
+
+beforeAll(async () => {
+  await core.createNode({
+    body: {
+      metadata: { name: TAINTED_NODE, labels: { "kubernetes.io/hostname": TAINTED_NODE } },
+      spec: { taints: [{ key: "dedicated", value: "secure", effect: "NoSchedule" }] },
+    },
+  });
+  await kubeConfig
+    .makeApiClient(SchedulingV1Api)
+    .createPriorityClass({ body: { metadata: { name: HIGH_PRIORITY }, value: 1_000_000 } });
+});
 
 afterAll(async () => {
   await Promise.all(controllers.map((c) => c.stop()));
   await Promise.all(namespaces.map((n) => deleteTestNamespace(core, n)));
+  await core.deleteNode({ name: TAINTED_NODE }).catch(() => {});
+  await kubeConfig
+    .makeApiClient(SchedulingV1Api)
+    .deletePriorityClass({ name: HIGH_PRIORITY })
+    .catch(() => {});
 });
 
 const DELIVERY = { agentDelivery: "image-volume" } as const;
@@ -76,6 +106,48 @@ const FOREIGN: { kind: string; change: (pod: Json) => void; says: string }[] = [
       pod.spec.securityContext = { ...(pod.spec.securityContext as Json), runAsNonRoot: false, runAsUser: 0 };
     },
     says: "spec.securityContext.runAsNonRoot is false, the controller builds true",
+  },
+  {
+    kind: "Kueue's managed label and a node selector, though the run names no queue",
+    change: (pod) => {
+      (pod.metadata as { labels: Record<string, string> }).labels["kueue.x-k8s.io/managed"] = "true";
+      pod.spec.nodeSelector = { "kubernetes.io/os": "linux" };
+    },
+    says: 'metadata.labels.kueue.x-k8s.io/managed is "true", the controller sets none',
+  },
+  {
+    kind: "a nodeName that skipped the scheduler, on a node whose taint keeps the run's pods off",
+    change: (pod) => {
+      pod.spec.nodeName = TAINTED_NODE;
+    },
+    says: `spec.nodeName is "${TAINTED_NODE}", the controller sets none`,
+  },
+  {
+    kind: "a priority class",
+    change: (pod) => {
+      pod.spec.priorityClassName = HIGH_PRIORITY;
+    },
+    says: `spec.priorityClassName is "${HIGH_PRIORITY}", the controller sets none`,
+  },
+  {
+    kind: "eight GPUs on a task container (placed on the node by hand: no node has GPUs to schedule it)",
+    change: (pod) => {
+      pod.spec.nodeName = SCRIPTED_NODE_NAME;
+      const task = pod.spec.containers.find((c) => c.name === "task-1") as Json;
+      task.resources = { limits: { "nvidia.com/gpu": "8" } };
+    },
+    says: 'spec.containers[task-1].resources is {"limits":{"nvidia.com/gpu":"8"}',
+  },
+  {
+    kind: "a CPU limit on the runner, which throttles it to its request",
+    change: (pod) => {
+      const runner = pod.spec.containers.find((c) => c.name === "runner") as Json & { resources: Json };
+      runner.resources = {
+        ...runner.resources,
+        limits: { ...(runner.resources.limits as Json), cpu: "50m" },
+      };
+    },
+    says: 'spec.containers[runner].resources.limits.cpu is "50m", the controller sets none',
   },
   {
     kind: "a task container's security context as root",

@@ -7,7 +7,11 @@
 // attacker's choosing. The run never reads it: it stays Queued while the holder runs, a Warning
 // names the pod and the field, and once the slot frees it runs on its alternate name and ends with
 // its true outcome (its task exits 7: TaskFailed), the foreign pod left as it was. The
-// controller's own pod, made before its record by a controller no longer running, is adopted.
+// controller's own pod, made before its record by a controller no longer running, is adopted, and
+// it is so on its node as the scheduler bound it. Nor does a choice of the pod's creator widen what
+// may differ (issue 53 item 1): Kueue's label with a node selector on a run that names no queue, a
+// CPU limit that throttles the runner; each such pod runs the run's true task, and is still never
+// the run's.
 // Every namespace enforces restricted Pod Security, as the controller's pods pass it: each change
 // passes it too (no root, no added capability), so what refuses the pod is the controller's
 // comparison, not admission. Run once per agent layout (foreign-pod-image-volume.test.ts,
@@ -165,6 +169,32 @@ export function foreignPodSuite({ setting, delivery }: AgentLayout): void {
         expect(report.tasks[0]?.m).toBe(
           `container task-1 (image ${inject("runnerImage")}): its agent did not connect; the task was not run`,
         );
+      },
+    },
+    {
+      kind: "Kueue's managed label and a node selector, though the run names no queue",
+      change: (pod) => {
+        (pod.metadata as { labels: Record<string, string> }).labels["kueue.x-k8s.io/managed"] = "true";
+        pod.spec.nodeSelector = { "kubernetes.io/os": "linux" };
+      },
+      says: 'metadata.labels.kueue.x-k8s.io/managed is "true", the controller sets none',
+      forged: (pod) => {
+        // It ran the run's own task, where its creator chose: the outcome is true, the pod not the run's.
+        expect(decodeReport(runnerOfPod(pod)?.state?.terminated?.message ?? "", 1).reason).toBe("TaskFailed");
+      },
+    },
+    {
+      kind: "a CPU limit on the runner, which throttles it to its request",
+      change: (pod) => {
+        const runner = pod.spec.containers.find((c) => c.name === "runner") as Json & { resources: Json };
+        runner.resources = {
+          ...runner.resources,
+          limits: { ...(runner.resources.limits as Json), cpu: "50m" },
+        };
+      },
+      says: 'spec.containers[runner].resources.limits.cpu is "50m", the controller sets none',
+      forged: (pod) => {
+        expect(decodeReport(runnerOfPod(pod)?.state?.terminated?.message ?? "", 1).reason).toBe("TaskFailed");
       },
     },
   ];

@@ -1,12 +1,18 @@
 // The comparison adoption rests on (issue 41 item 5): a pod found under the run's name before its
 // UID is recorded is the run's only when it is, field for field, the pod pod-builder builds, with
-// nothing added but what the API server and its default admission add.
+// nothing added but what the API server and its default admission add. What is allowed follows
+// from the run's plan and what the controller observed, never from the found pod (issue 53 item 1):
+// no placement, priority or resource of the pod creator's choosing passes.
 import { describe, expect, it } from "vitest";
 import { resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { planDefaults } from "../../src/controller/plan-digest.js";
 import type { AgentDelivery } from "../../src/controller/pods/agent-delivery.js";
-import { builtPodDifference, defaultPullPolicy } from "../../src/controller/pods/built-pod-difference.js";
+import {
+  builtPodDifference,
+  defaultPullPolicy,
+  type ObservedPlacement,
+} from "../../src/controller/pods/built-pod-difference.js";
 import { buildPod, type PodManifest } from "../../src/controller/pods/pod-builder.js";
 import { SPEC, T0 } from "./controller-fixtures.js";
 
@@ -84,6 +90,10 @@ function asServed(pod: PodManifest): Json {
   served.status = { phase: "Pending" };
   return served;
 }
+
+/** The node the served pod names, as the controller reads it: no taint, no label it needs. */
+const NODE_A = { name: "node-a", labels: { "kubernetes.io/hostname": "node-a" }, taints: [] };
+const OBSERVED: ObservedPlacement = { node: NODE_A };
 
 const container = (pod: Json, name: string) => pod.spec.containers.find((c: Json) => c.name === name);
 const volume = (pod: Json, name: string) => pod.spec.volumes.find((v: Json) => v.name === name);
@@ -232,7 +242,9 @@ describe("a pod compared with the one pod-builder builds", () => {
   for (const delivery of ["image-volume", "post-start"] as const) {
     describe(`(${delivery})`, () => {
       it("is the pod built when the API server only added its defaults", () => {
-        expect(builtPodDifference(asServed(built(delivery)), built(delivery), 2000)).toBeUndefined();
+        expect(
+          builtPodDifference(asServed(built(delivery)), built(delivery), 2000, OBSERVED),
+        ).toBeUndefined();
       });
 
       it.each(CHANGES.filter((c) => delivery === "image-volume" || !c.name.includes("image volume")))(
@@ -240,7 +252,7 @@ describe("a pod compared with the one pod-builder builds", () => {
         ({ change, says }) => {
           const pod = asServed(built(delivery));
           change(pod);
-          const difference = builtPodDifference(pod, built(delivery), 2000);
+          const difference = builtPodDifference(pod, built(delivery), 2000, OBSERVED);
           if (typeof says === "string") expect(difference).toBe(says);
           else expect(difference).toMatch(says);
         },
@@ -253,12 +265,12 @@ describe("a pod compared with the one pod-builder builds", () => {
     const env = container(pod, "runner").env.find((e: Json) => e.name === "PLAYBOOK_CEILING_LEFT_MS");
     env.value = String(Number(env.value) + 1500);
     pod.spec.activeDeadlineSeconds += 2;
-    expect(builtPodDifference(pod, built("post-start"), 2000)).toBeUndefined();
+    expect(builtPodDifference(pod, built("post-start"), 2000, OBSERVED)).toBeUndefined();
     env.value = "0";
     pod.spec.activeDeadlineSeconds = 1;
-    expect(builtPodDifference(pod, built("post-start"), 2000)).toBeUndefined();
+    expect(builtPodDifference(pod, built("post-start"), 2000, OBSERVED)).toBeUndefined();
     env.value = "-1";
-    expect(builtPodDifference(pod, built("post-start"), 2000)).toMatch(
+    expect(builtPodDifference(pod, built("post-start"), 2000, OBSERVED)).toMatch(
       /PLAYBOOK_CEILING_LEFT_MS\]\.value is "-1"/,
     );
   });
@@ -268,9 +280,9 @@ describe("a pod compared with the one pod-builder builds", () => {
     const pod = asServed(built("post-start", spec));
     const task = container(pod, "task-1");
     task.resources = { limits: { cpu: "1", memory: "1Gi" }, requests: { cpu: "1", memory: "1Gi" } };
-    expect(builtPodDifference(pod, built("post-start", spec), 2000)).toBeUndefined();
+    expect(builtPodDifference(pod, built("post-start", spec), 2000, OBSERVED)).toBeUndefined();
     task.resources.limits.memory = "2Gi";
-    expect(builtPodDifference(pod, built("post-start", spec), 2000)).toBe(
+    expect(builtPodDifference(pod, built("post-start", spec), 2000, OBSERVED)).toBe(
       'spec.containers[task-1].resources.limits.memory is "2Gi", the controller builds "1024Mi"',
     );
   });
@@ -284,5 +296,113 @@ describe("a pod compared with the one pod-builder builds", () => {
     ["app:latest@sha256:0123", "Always"],
   ])("gives %s the default pull policy %s", (image, policy) => {
     expect(defaultPullPolicy(image)).toBe(policy);
+  });
+});
+
+/** A pod creator's choices that widen what the run may use or where it runs (issue 53 item 1). */
+const CHOSEN: { name: string; change: (pod: Json) => void; says: string | RegExp }[] = [
+  {
+    name: "Kueue's managed label and gate on a run with no queue",
+    change: (pod) => {
+      pod.metadata.labels["kueue.x-k8s.io/managed"] = "true";
+      pod.spec.schedulingGates = [{ name: "kueue.x-k8s.io/admission" }];
+    },
+    says: 'metadata.labels.kueue.x-k8s.io/managed is "true", the controller sets none',
+  },
+  {
+    name: "a node selector on a run with no queue",
+    change: (pod) => {
+      delete pod.spec.nodeName;
+      pod.spec.nodeSelector = { "node-role.kubernetes.io/control-plane": "" };
+    },
+    says: 'spec.nodeSelector is {"node-role.kubernetes.io/control-plane":""}, the controller sets none',
+  },
+  {
+    name: "a node the controller has not seen",
+    change: (pod) => {
+      pod.spec.nodeName = "node-b";
+    },
+    says: 'spec.nodeName is "node-b", the controller sets none',
+  },
+  {
+    name: "a priority class",
+    change: (pod) => {
+      pod.spec.priorityClassName = "system-node-critical";
+      pod.spec.priority = 2000001000;
+    },
+    says: /^spec\.(priority is 2000001000|priorityClassName is "system-node-critical"), the controller sets none$/,
+  },
+  {
+    name: "a GPU on a task container",
+    change: (pod) => {
+      container(pod, "task-1").resources = { limits: { "nvidia.com/gpu": "8" } };
+    },
+    says: 'spec.containers[task-1].resources is {"limits":{"nvidia.com/gpu":"8"}}, the controller sets none',
+  },
+  {
+    name: "a CPU limit that starves the runner",
+    change: (pod) => {
+      container(pod, "runner").resources.limits.cpu = "1m";
+    },
+    says: 'spec.containers[runner].resources.limits.cpu is "1m", the controller sets none',
+  },
+  {
+    name: "ephemeral storage on the runner",
+    change: (pod) => {
+      container(pod, "runner").resources.requests["ephemeral-storage"] = "1Gi";
+    },
+    says: 'spec.containers[runner].resources.requests.ephemeral-storage is "1Gi", the controller sets none',
+  },
+];
+
+describe("what the pod's creator chose, never allowed by the comparison", () => {
+  it.each(CHOSEN)("refuses $name", ({ change, says }) => {
+    const pod = asServed(built("image-volume"));
+    change(pod);
+    const difference = builtPodDifference(pod, built("image-volume"), 2000, OBSERVED);
+    if (typeof says === "string") expect(difference).toBe(says);
+    else expect(difference).toMatch(says);
+  });
+
+  it("refuses a request other than the limit the API server defaults it to", () => {
+    const spec = { ...SPEC, resources: { limits: { cpu: "1" } } };
+    const pod = asServed(built("post-start", spec));
+    container(pod, "task-1").resources = { limits: { cpu: "1" }, requests: { cpu: "500m" } };
+    expect(builtPodDifference(pod, built("post-start", spec), 2000, OBSERVED)).toBe(
+      'spec.containers[task-1].resources.requests is {"cpu":"500m"}, the controller sets none',
+    );
+  });
+
+  it("takes a LimitRange's defaults on a task container", () => {
+    const pod = asServed(built("post-start"));
+    container(pod, "task-1").resources = {
+      limits: { cpu: "500m", memory: "512Mi", "ephemeral-storage": "1Gi" },
+      requests: { cpu: "100m", memory: "256Mi" },
+    };
+    expect(builtPodDifference(pod, built("post-start"), 2000, OBSERVED)).toBeUndefined();
+  });
+
+  it("takes a nodeName only for a node seen, where the scheduler could have bound the pod", () => {
+    const pod = asServed(built("post-start"));
+    const tainted = (effect: string) => ({
+      node: { ...NODE_A, taints: [{ key: "node-role.kubernetes.io/control-plane", effect }] },
+    });
+    expect(builtPodDifference(pod, built("post-start"), 2000, tainted("PreferNoSchedule"))).toBeUndefined();
+    for (const effect of ["NoSchedule", "NoExecute"]) {
+      expect(builtPodDifference(pod, built("post-start"), 2000, tainted(effect))).toBe(
+        'spec.nodeName is "node-a", the controller sets none',
+      );
+    }
+    // The node lifecycle controller's taint of a node gone silent, which the default toleration takes.
+    const silent = {
+      node: { ...NODE_A, taints: [{ key: "node.kubernetes.io/unreachable", effect: "NoExecute" }] },
+    };
+    expect(builtPodDifference(pod, built("post-start"), 2000, silent)).toBeUndefined();
+    expect(builtPodDifference(pod, built("post-start"), 2000, {})).toBe(
+      'spec.nodeName is "node-a", the controller sets none',
+    );
+    const unscheduled = asServed(built("post-start"));
+    delete unscheduled.spec.nodeName;
+    expect(builtPodDifference(unscheduled, built("post-start"), 2000, {})).toBeUndefined();
   });
 });

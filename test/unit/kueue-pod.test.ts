@@ -142,6 +142,13 @@ describe("the pod of a run without a queue", () => {
 });
 
 describe("what Kueue adds to a pod", () => {
+  /** The flavor the pod's Workload was admitted with, as the controller observed it. */
+  const FLAVOR = {
+    nodeSelector: { "cloud.example/pool": "batch" },
+    tolerations: [{ key: "batch", operator: "Exists", effect: "NoSchedule" }],
+  };
+  const ADMITTED = { kueue: FLAVOR };
+
   /** The pod as Kueue's webhook and its admission leave it. */
   function asKueueLeftIt(pod: PodManifest): Json {
     const served = JSON.parse(JSON.stringify(pod)) as Json;
@@ -154,24 +161,61 @@ describe("what Kueue adds to a pod", () => {
     return served;
   }
 
-  it("is the controller's pod still: labels, annotations, the admission gate, the flavor's node selector and tolerations", () => {
+  it("is the controller's pod still: labels, annotations, the admission gate, the admitted flavor's node selector and tolerations", () => {
     const pod = podFor({ ...SPEC, queueName: "team-a" });
-    expect(builtPodDifference(asKueueLeftIt(pod), pod, 0)).toBeUndefined();
+    expect(builtPodDifference(asKueueLeftIt(pod), pod, 0, ADMITTED)).toBeUndefined();
+    // Gated, before the admission: nothing of the flavor yet.
+    const gated = asKueueLeftIt(pod);
+    delete gated.spec.nodeSelector;
+    delete gated.spec.tolerations;
+    expect(builtPodDifference(gated, pod, 0)).toBeUndefined();
   });
 
-  it("is allowed on a pod Kueue took without a queue name (manageJobsWithoutQueueName)", () => {
+  it("is refused on a pod whose run names no queue, whatever the pod's labels say (manageJobsWithoutQueueName)", () => {
     const pod = podFor(SPEC);
-    expect(builtPodDifference(asKueueLeftIt(pod), pod, 0)).toBeUndefined();
+    expect(builtPodDifference(asKueueLeftIt(pod), pod, 0, ADMITTED)).toBe(
+      'metadata.labels.kueue.x-k8s.io/managed is "true", the controller sets none',
+    );
+  });
+
+  it("takes placement only as the Workload's admitted flavor gives it", () => {
+    const pod = podFor({ ...SPEC, queueName: "team-a" });
+    expect(builtPodDifference(asKueueLeftIt(pod), pod, 0)).toBe(
+      'spec.nodeSelector is {"cloud.example/pool":"batch"}, the controller sets none',
+    );
+    const other = { kueue: { ...FLAVOR, nodeSelector: { "cloud.example/pool": "gpu" } } };
+    expect(builtPodDifference(asKueueLeftIt(pod), pod, 0, other)).toBe(
+      'spec.nodeSelector is {"cloud.example/pool":"batch"}, the controller sets none',
+    );
+    const wider = asKueueLeftIt(pod);
+    wider.spec.nodeSelector["kubernetes.io/hostname"] = "gpu-1";
+    expect(builtPodDifference(wider, pod, 0, ADMITTED)).toMatch(/^spec\.nodeSelector is /);
+    const tolerant = asKueueLeftIt(pod);
+    tolerant.spec.tolerations.push({ operator: "Exists" });
+    expect(builtPodDifference(tolerant, pod, 0, ADMITTED)).toMatch(/^spec\.tolerations is /);
   });
 
   it("does not let anything else through on a Kueue pod", () => {
     const pod = podFor({ ...SPEC, queueName: "team-a" });
     const found = asKueueLeftIt(pod);
     found.metadata.labels["example.com/owner"] = "me";
-    expect(builtPodDifference(found, pod, 0)).toMatch(/^metadata\.labels\.example\.com\/owner is "me"/);
+    expect(builtPodDifference(found, pod, 0, ADMITTED)).toMatch(
+      /^metadata\.labels\.example\.com\/owner is "me"/,
+    );
     const gated = asKueueLeftIt(pod);
     gated.spec.schedulingGates.push({ name: "example.com/hold" });
-    expect(builtPodDifference(gated, pod, 0)).toMatch(/^spec\.schedulingGates is /);
+    expect(builtPodDifference(gated, pod, 0, ADMITTED)).toMatch(/^spec\.schedulingGates is /);
+    // A key Kueue reads as the pod's own choice: a priority class the run did not ask for.
+    const ranked = asKueueLeftIt(pod);
+    ranked.metadata.labels[KUEUE_PRIORITY_LABEL] = "critical";
+    expect(builtPodDifference(ranked, pod, 0, ADMITTED)).toBe(
+      'metadata.labels.kueue.x-k8s.io/priority-class is "critical", the controller sets none',
+    );
+    const gpu = asKueueLeftIt(pod);
+    gpu.spec.containers[1].resources.requests["nvidia.com/gpu"] = "8";
+    expect(builtPodDifference(gpu, pod, 0, ADMITTED)).toBe(
+      'spec.containers[task-1].resources.requests.nvidia.com/gpu is "8", the controller sets none',
+    );
   });
 
   it("is refused on a pod neither built for a queue nor managed by Kueue", () => {

@@ -37,12 +37,22 @@ const WorkloadSchema = z.looseObject({
           }),
         )
         .optional(),
+      admission: z
+        .looseObject({
+          podSetAssignments: z
+            .array(z.looseObject({ name: z.string(), flavors: z.record(z.string(), z.string()).optional() }))
+            .optional(),
+        })
+        .optional(),
     })
     .optional(),
 });
 type CachedWorkload = z.infer<typeof WorkloadSchema>;
 
-/** Only what the controller reads is cached: a Workload also holds its pod sets' whole templates. */
+/**
+ * Only what the controller reads is cached (its owner, its conditions, the flavors it was admitted
+ * with): a Workload also holds its pod sets' whole templates.
+ */
 function ownersAndConditions(raw: unknown): unknown {
   const workload = WorkloadSchema.safeParse(raw);
   if (!workload.success) return raw;
@@ -54,7 +64,18 @@ function ownersAndConditions(raw: unknown): unknown {
       resourceVersion,
       ownerReferences: ownerReferences?.map(({ uid, kind, name }) => ({ uid, kind, name })),
     },
-    status: { conditions: workload.data.status?.conditions },
+    status: {
+      conditions: workload.data.status?.conditions,
+      ...(workload.data.status?.admission
+        ? {
+            admission: {
+              podSetAssignments: workload.data.status.admission.podSetAssignments?.map(
+                ({ name, flavors }) => ({ name, flavors }),
+              ),
+            },
+          }
+        : {}),
+    },
   };
 }
 

@@ -42,6 +42,7 @@ export function unbuiltReason(input: ReconcileInput, pod: PodView): string | und
   const limits = resolveLimits(plan.spec, plan.defaults);
   const runStart = new Date(plan.runStartTime);
   const current = input.settings.agentDelivery ?? "post-start";
+  const observed = input.placements?.[pod.metadata.uid ?? ""] ?? {};
   let first: string | undefined;
   for (const agentDelivery of [current, ...DELIVERIES.filter((d) => d !== current)]) {
     const built = buildPod({
@@ -62,7 +63,7 @@ export function unbuiltReason(input: ReconcileInput, pod: PodView): string | und
     // Created without the token when its service account refuses automounting (writer.ts).
     const variants = podServiceAccountToken(built) ? [built, withoutServiceAccountToken(built)] : [built];
     for (const variant of variants) {
-      const difference = builtPodDifference(pod, variant, CREATE_SKEW_MS);
+      const difference = builtPodDifference(pod, variant, CREATE_SKEW_MS, observed);
       if (difference === undefined) return undefined;
       first ??= difference;
     }

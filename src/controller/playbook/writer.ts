@@ -14,7 +14,7 @@ import { PREEMPTION_FINALIZER } from "../kueue/kueue-names.js";
 import { ceilingStartMs } from "../kueue/queued-time.js";
 import type { ControllerMetrics } from "../metrics.js";
 import { type PodView, parsePod, type StoredPlaybook } from "../objects.js";
-import { builtPodDifference } from "../pods/built-pod-difference.js";
+import { builtPodDifference, type ObservedPlacement } from "../pods/built-pod-difference.js";
 import type { PodManifest } from "../pods/pod-builder.js";
 import { CREATE_SKEW_MS } from "../pods/pod-identity.js";
 import { podServiceAccountToken, withoutServiceAccountToken } from "../pods/service-account-token.js";
@@ -30,6 +30,8 @@ export interface WriterDeps {
   identity: string;
   /** The Playbook label whose value becomes the metrics' playbook label; "" for none. */
   metricsPlaybookLabel: string;
+  /** Where a pod found at a create was placed, as the API server shows it (pods/observed-placement.ts). */
+  observePlacement?: (pod: PodView, signal: AbortSignal) => Promise<ObservedPlacement>;
 }
 
 const SAID_ONCE_MAX = 10_000;
@@ -349,7 +351,7 @@ export class PlaybookWriter {
       throw error;
     }
     const owner = existing?.metadata.ownerReferences?.find((ref) => ref.controller);
-    const unbuilt = existing ? this.unbuilt(existing, action) : undefined;
+    const unbuilt = existing ? await this.unbuilt(existing, action) : undefined;
     if (existing && owner?.kind === KIND && owner.uid === uid && unbuilt === undefined) {
       this.expectations.createdNow(existing, uid);
       this.deps.log.debug(
@@ -368,10 +370,14 @@ export class PlaybookWriter {
   }
 
   /** What makes an existing pod other than this create built it; undefined when it is the same. */
-  private unbuilt(existing: PodView, action: Action & { type: "createPod" }): string | undefined {
+  private async unbuilt(
+    existing: PodView,
+    action: Action & { type: "createPod" },
+  ): Promise<string | undefined> {
     const created = Date.parse(existing.metadata.creationTimestamp ?? "");
     const since = Number.isNaN(created) ? 0 : Math.max(0, this.deps.clock.now().getTime() - created);
-    return builtPodDifference(existing, action.pod, since + CREATE_SKEW_MS);
+    const observed = (await this.deps.observePlacement?.(existing, this.leading.signal)) ?? {};
+    return builtPodDifference(existing, action.pod, since + CREATE_SKEW_MS, observed);
   }
 
   /** Takes the controller's finalizer off a pod it is done with (kueue/kueue-finalizer.ts); a pod gone already is fine. */

@@ -4,18 +4,50 @@
 // Every field the builder sets must read back the same; a field it does not set is allowed only
 // where the API server's defaulting or its default admission plugins add it, with the value they
 // give. Generic over what buildPod returns: a field the builder starts to set is compared at once.
-// Pure.
+// What the pod's creator chose never widens what is allowed: whether Kueue manages the pod comes
+// from the built pod (its run's queue), where Kueue and the scheduler placed it from what the
+// controller observed of them (the Workload's admitted flavors, the node), each passed in. Pure.
 import { CEILING_LEFT_ENV_VAR } from "../../api/plan.js";
 import { quantityValue } from "../../api/policy.js";
-import {
-  isKueueKey,
-  KUEUE_ADMISSION_GATE,
-  KUEUE_MANAGED_LABEL,
-  KUEUE_QUEUE_LABEL,
-} from "../kueue/kueue-names.js";
+import { KUEUE_ADMISSION_GATE, KUEUE_MANAGED_LABEL, KUEUE_QUEUE_LABEL } from "../kueue/kueue-names.js";
+import { RUNNER_CONTAINER } from "../objects.js";
 import type { PodManifest } from "./pod-builder.js";
 
 type Json = Record<string, unknown>;
+
+/** A node's taint, as the Node object shows it. */
+export interface NodeTaint {
+  key: string;
+  value?: string | undefined;
+  effect: string;
+}
+
+/** A node as the controller reads it: what the scheduler placed a pod there by. */
+export interface ObservedNode {
+  name: string;
+  labels: Readonly<Record<string, string>>;
+  taints: readonly NodeTaint[];
+}
+
+/**
+ * What Kueue gives a pod when it admits it: the node labels (as a node selector) and the
+ * tolerations of the ResourceFlavors its Workload was admitted with.
+ */
+export interface KueuePlacement {
+  nodeSelector: Readonly<Record<string, string>>;
+  tolerations: readonly Json[];
+}
+
+/**
+ * Where the scheduler and Kueue placed the pod, as the controller observed them, never as the
+ * pod says. Each absent when not observed: then the pod may carry nothing of it.
+ */
+export interface ObservedPlacement {
+  /** The node the found pod's nodeName names. */
+  node?: ObservedNode | undefined;
+  /** Kueue's admission of the pod's Workload (with a queue only). */
+  kueue?: KueuePlacement | undefined;
+}
 
 /** What the comparison of one field sees: its place, and its parent objects in both pods. */
 interface Place {
@@ -25,8 +57,12 @@ interface Place {
   shown: string;
   foundParent: Json;
   builtParent: Json;
-  /** A pod Kueue manages: what its webhook and its admission add is allowed (kueueAdded). */
+  /** A pod built for a queue: what Kueue's webhook and its admission add is allowed (kueueAdded). */
   kueue?: boolean;
+  observed: ObservedPlacement;
+  /** Both pods' specs, for the rules that weigh one field against another (nodeName, requests). */
+  foundSpec: Json;
+  builtSpec: Json;
 }
 
 interface FieldRule {
@@ -87,6 +123,101 @@ function atMost(found: unknown, built: unknown, slack: number): boolean {
   );
 }
 
+/** The resources LimitRanger gives a container defaults for: a LimitRange's default and defaultRequest. */
+const LIMIT_RANGER_RESOURCES = new Set(["cpu", "memory", "ephemeral-storage"]);
+
+/** The container a place under spec.containers is in, by the name the shown path gives it. */
+const containerOf = (place: Place) => /^spec\.containers\[([^\]]+)\]/.exec(place.shown)?.[1];
+/** requests or limits, for a place under spec.containers[].resources.KIND.NAME. */
+const kindOf = (place: Place) => /\.resources\.([^.]+)\.[^.]+$/.exec(place.shown)?.[1] ?? "";
+/** The built limits of the container a place under spec.containers is in. */
+function builtLimits(place: Place): Json {
+  const name = containerOf(place);
+  const containers = Array.isArray(place.builtSpec.containers) ? place.builtSpec.containers : [];
+  const container = containers.find((c) => isObject(c) && c.name === name);
+  const resources = isObject(container) && isObject(container.resources) ? container.resources : {};
+  return isObject(resources.limits) ? resources.limits : {};
+}
+
+/**
+ * Whether quantities the builder does not set in a container's `kind` (requests or limits) are
+ * what the API server and LimitRanger add: never on the runner (its figures are the builder's
+ * alone: a lower limit starves it), never an extended resource (nvidia.com/gpu), only cpu, memory
+ * and ephemeral-storage, the resources a LimitRange gives defaults for; a request where the
+ * builder sets a limit of that resource is the API server's default, that limit.
+ */
+function addedQuantities(value: unknown, kind: string, place: Place): boolean {
+  if (!isObject(value) || !isQuantities(value)) return false;
+  if (containerOf(place) === RUNNER_CONTAINER) return false;
+  if (kind !== "requests" && kind !== "limits") return false;
+  const limits = builtLimits(place);
+  return Object.entries(value).every(
+    ([name, quantity]) =>
+      LIMIT_RANGER_RESOURCES.has(name) &&
+      (kind === "limits" || limits[name] === undefined || sameQuantity(quantity, limits[name])),
+  );
+}
+
+/** A toleration's keys in one order, to compare tolerations as values. */
+const tolerationText = (t: unknown) =>
+  isObject(t)
+    ? JSON.stringify(Object.fromEntries(Object.entries(t).sort(([a], [b]) => a.localeCompare(b))))
+    : "";
+
+/**
+ * Tolerations the builder does not set: DefaultTolerationSeconds' two, and on a pod built for a
+ * queue either none else or exactly those of the flavors its Workload was admitted with.
+ */
+function addedTolerations(value: unknown, place: Place): boolean {
+  if (!Array.isArray(value)) return false;
+  const own = value.filter((t) => !isDefaultToleration(t));
+  if (own.length === 0) return true;
+  const admitted = place.kueue ? place.observed.kueue?.tolerations : undefined;
+  if (!admitted) return false;
+  const want = new Set(admitted.map(tolerationText));
+  const have = new Set(own.map(tolerationText));
+  return have.size === want.size && [...have].every((t) => want.has(t));
+}
+
+/** Whether a toleration tolerates a taint (Kubernetes' ToleratesTaint). */
+function tolerates(toleration: unknown, taint: NodeTaint): boolean {
+  if (!isObject(toleration)) return false;
+  const { key, operator, value, effect } = toleration;
+  if (effect !== undefined && effect !== "" && effect !== taint.effect) return false;
+  if (key !== undefined && key !== "" && key !== taint.key) return false;
+  if (operator === "Exists") return true;
+  if (key === undefined || key === "") return false;
+  return (operator === undefined || operator === "Equal") && (value ?? "") === (taint.value ?? "");
+}
+
+/**
+ * nodeName, which the builder never sets: only the node the controller sees under that name,
+ * and only where the scheduler could have bound the pod, by what it carries (its node selector,
+ * its tolerations, both checked above). A pod created with nodeName skips the scheduler, and its
+ * object cannot show which it was (managedFields are its writer's to rewrite): a node the pod
+ * could not be scheduled to (a taint it does not tolerate, a label it selects that the node lacks)
+ * is a pod placed by hand.
+ */
+function scheduledThere(value: unknown, place: Place): boolean {
+  const node = place.observed.node;
+  if (typeof value !== "string" || node?.name !== value) return false;
+  const selector = isObject(place.foundSpec.nodeSelector) ? place.foundSpec.nodeSelector : {};
+  if (!Object.entries(selector).every(([key, want]) => node.labels[key] === want)) return false;
+  const tolerations = Array.isArray(place.foundSpec.tolerations) ? place.foundSpec.tolerations : [];
+  return node.taints.every(
+    (taint) =>
+      (taint.effect !== "NoSchedule" && taint.effect !== "NoExecute") ||
+      tolerations.some((t) => tolerates(t, taint)),
+  );
+}
+
+/** Two string maps with the same entries. */
+function sameStrings(found: unknown, want: Readonly<Record<string, string>>): boolean {
+  if (!isObject(found)) return false;
+  const keys = Object.keys(found);
+  return keys.length === Object.keys(want).length && keys.every((k) => found[k] === want[k]);
+}
+
 /**
  * The fields that are not simply the same JSON on both sides. Patterns name list items `[]` and
  * any key `*`. The additions are the API server's (Kubernetes' SetDefaults_Pod and friends) and
@@ -97,11 +228,12 @@ function atMost(found: unknown, built: unknown, slack: number): boolean {
 const RULES: Record<string, FieldRule> = {
   "spec.dnsPolicy": { added: (v) => v === "ClusterFirst" },
   "spec.schedulerName": { added: (v) => v === "default-scheduler" },
-  "spec.nodeName": { added: (v) => typeof v === "string" },
-  "spec.priority": { added: (v) => Number.isInteger(v) },
-  "spec.priorityClassName": { added: (v) => typeof v === "string" },
-  "spec.preemptionPolicy": { added: (v) => v === "PreemptLowerPriority" || v === "Never" },
-  "spec.tolerations": { added: (v) => Array.isArray(v) && v.every(isDefaultToleration) },
+  "spec.nodeName": { added: (v, place) => scheduledThere(v, place) },
+  // Priority admission without a PriorityClass (the builder names none; a cluster's
+  // globalDefault class would name itself in priorityClassName, which is never allowed).
+  "spec.priority": { added: (v) => v === 0 },
+  "spec.preemptionPolicy": { added: (v) => v === "PreemptLowerPriority" },
+  "spec.tolerations": { added: (v, place) => addedTolerations(v, place) },
   "spec.serviceAccountName": { added: (v) => v === "default" },
   // The deprecated twin of serviceAccountName, filled in from it.
   "spec.serviceAccount": { added: (v, place) => v === place.foundParent.serviceAccountName },
@@ -122,14 +254,19 @@ const RULES: Record<string, FieldRule> = {
     added: (v, place) => v === defaultPullPolicy(place.foundParent.image),
   },
   "spec.containers[].resources": {
-    added: (v) =>
+    added: (v, place) =>
       isObject(v) &&
-      Object.entries(v).every(([k, q]) => (k === "requests" || k === "limits") && isQuantities(q)),
+      Object.entries(v).every(
+        ([k, q]) => (k === "requests" || k === "limits") && addedQuantities(q, k, place),
+      ),
   },
   "spec.containers[].resources.*": {
-    added: (v, place) => ["requests", "limits"].includes(lastKey(place)) && isQuantities(v),
+    added: (v, place) => addedQuantities(v, lastKey(place), place),
   },
-  "spec.containers[].resources.*.*": { same: sameQuantity, added: isQuantity },
+  "spec.containers[].resources.*.*": {
+    same: sameQuantity,
+    added: (v, place) => addedQuantities({ [lastKey(place)]: v }, kindOf(place), place),
+  },
   "spec.volumes[].emptyDir.sizeLimit": { same: sameQuantity },
   "spec.volumes[].image.pullPolicy": {
     added: (v, place) => v === defaultPullPolicy(place.foundParent.reference),
@@ -139,16 +276,31 @@ const RULES: Record<string, FieldRule> = {
   "spec.volumes[].projected.sources[].downwardAPI.items[].fieldRef.apiVersion": { added: (v) => v === "v1" },
 };
 
+/** The labels and annotations Kueue's webhook and its admission put on a pod it manages, and their values. */
+const KUEUE_LABELS: Record<string, (value: string) => boolean> = {
+  [KUEUE_MANAGED_LABEL]: (v) => v === "true",
+  "kueue.x-k8s.io/podset": () => true,
+};
+const KUEUE_ANNOTATIONS: Record<string, (value: string) => boolean> = {
+  "kueue.x-k8s.io/workload": () => true,
+};
+
 /**
- * What Kueue adds to a pod it manages: its labels and annotations (managed, podset, workload),
- * its admission gate (removed at admission), and the node selector and tolerations of the
- * ResourceFlavor it admits the pod to. Where the pod runs, never what it runs: the plan, the
- * containers and the volumes are compared whole all the same.
+ * What Kueue adds to a pod built for a queue: its labels and annotations (managed, podset,
+ * workload: never one Kueue reads as the pod's choice, such as a priority class or a prebuilt
+ * workload), its admission gate (removed at admission), and at admission the node selector of
+ * the flavors its Workload was admitted with (their tolerations: addedTolerations). Where the
+ * pod runs, never what it runs: the plan, the containers and the volumes are compared whole all
+ * the same.
  */
 function kueueAdded(place: Place, key: string, value: unknown): boolean {
-  if (place.pattern === "metadata.labels" || place.pattern === "metadata.annotations") {
-    return isKueueKey(key) && typeof value === "string";
-  }
+  const known =
+    place.pattern === "metadata.labels"
+      ? KUEUE_LABELS[key]
+      : place.pattern === "metadata.annotations"
+        ? KUEUE_ANNOTATIONS[key]
+        : undefined;
+  if (known) return typeof value === "string" && known(value);
   if (place.pattern !== "spec") return false;
   if (key === "schedulingGates") {
     return (
@@ -156,9 +308,9 @@ function kueueAdded(place: Place, key: string, value: unknown): boolean {
     );
   }
   if (key === "nodeSelector") {
-    return isObject(value) && Object.values(value).every((v) => typeof v === "string");
+    const admitted = place.observed.kueue?.nodeSelector;
+    return admitted !== undefined && Object.keys(admitted).length > 0 && sameStrings(value, admitted);
   }
-  if (key === "tolerations") return Array.isArray(value) && value.every(isObject);
   return false;
 }
 
@@ -229,6 +381,9 @@ function objectDifference(found: Json, built: Json, place: Place, slackMs: numbe
     foundParent: found,
     builtParent: built,
     ...(place.kueue ? { kueue: true } : {}),
+    observed: place.observed,
+    foundSpec: place.foundSpec,
+    builtSpec: place.builtSpec,
   });
   for (const [key, want] of Object.entries(built)) {
     if (want === undefined) continue;
@@ -254,23 +409,29 @@ function objectDifference(found: Json, built: Json, place: Place, slackMs: numbe
  * API server keeps of its own (uid, resourceVersion, times, status) is not. The remaining times
  * fixed at the create (activeDeadlineSeconds, the runner's remaining ceiling) may be lower than
  * the build's, and higher by at most `slackMs` (the pod was built a little before its create).
+ * Kueue's additions are allowed only on a pod built for a queue, and its placement only as
+ * `observed` shows Kueue's admission; a nodeName only as `observed` shows that node.
  */
 export function builtPodDifference(
   found: { metadata?: unknown; spec?: unknown },
   built: PodManifest,
   slackMs: number,
+  observed: ObservedPlacement = {},
 ): string | undefined {
   const meta = isObject(found.metadata) ? found.metadata : {};
   const { name, namespace, labels, annotations, ownerReferences } = built.metadata;
-  const foundLabels = isObject(meta.labels) ? meta.labels : {};
-  // A pod built for a queue, or one Kueue took on its own (manageJobsWithoutQueueName).
-  const kueue = labels[KUEUE_QUEUE_LABEL] !== undefined || foundLabels[KUEUE_MANAGED_LABEL] === "true";
+  const foundSpec = isObject(found.spec) ? found.spec : {};
+  // From the run's own plan, never from the found pod's labels: its creator chose those.
+  const kueue = labels[KUEUE_QUEUE_LABEL] !== undefined;
   const root = (key: string): Place => ({
     pattern: key,
     shown: key,
     foundParent: {},
     builtParent: {},
     ...(kueue ? { kueue } : {}),
+    observed,
+    foundSpec,
+    builtSpec: built.spec,
   });
   const metadata = differenceAt(
     {
