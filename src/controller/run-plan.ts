@@ -97,7 +97,8 @@ function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | 
   if (!status.startTime || !status.limits) return undefined;
   const from = (limit: { value: string; source: string } | undefined) =>
     limit?.source === "policy" ? parseDuration(limit.value) : undefined;
-  const { ceiling, stall, killGrace, startTimeout, finallyCeiling, queueTimeout } = status.limits;
+  const { ceiling, stall, killGrace, startTimeout, finallyCeiling, queueTimeout, maxPreemptions } =
+    status.limits;
   return {
     ceilingMs: from(ceiling),
     stallMs: from(stall),
@@ -105,6 +106,7 @@ function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | 
     startTimeoutMs: from(startTimeout),
     finallyCeilingMs: from(finallyCeiling),
     queueTimeoutMs: from(queueTimeout),
+    maxPreemptions: maxPreemptions?.source === "policy" ? maxPreemptions.value : undefined,
   };
 }
 
