@@ -225,7 +225,7 @@ describe("a higher-priority run preempts a lower one under a quota that fits one
     expect(succeeded).toMatchObject({ status: "False", reason: "Preempted" });
     expect(succeeded?.message).toMatch(
       new RegExp(
-        String.raw`^Kueue stopped pod ${name}-2 \(attempt 2\): WorkloadEvictedDueToPreempted: Preempted to accommodate a workload .*; 1 of 2 tasks had succeeded; preempted 2 times, past maxPreemptions 1 \(spec\)$`,
+        String.raw`^Kueue stopped pod ${name}-2 \(attempt 2\): WorkloadEvictedDueToPreempted: Preempted to accommodate a workload .*; [01] of 2 tasks had succeeded; preempted 2 times, past maxPreemptions 1 \(spec\)$`,
       ),
     );
     expect(ended.status).toMatchObject({ phase: "Failed", podAttempts: 2, preemptions: 1 });
