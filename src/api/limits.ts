@@ -80,7 +80,7 @@ export interface EffectiveLimit {
   field: string;
 }
 
-/** A limit that is a count, not a time (maxPreemptions). */
+/** A limit that is a count, not a time (maxPreemptions), with the level it came from. */
 export interface CountLimit {
   value: number;
   source: LimitSource;
@@ -164,11 +164,13 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
   const queueTimeout: EffectiveLimit | null =
     spec.queueTimeout !== undefined
       ? { ms: parseDuration(spec.queueTimeout), source: "spec", field: "spec.queueTimeout" }
-      : withinPolicyMaximum(
-          policy?.queueTimeoutMs,
-          defaults.queueTimeoutMs,
-          policy?.maximumQueueTimeoutMs,
-          "queue timeout",
+      : asDuration(
+          withinPolicyMaximum(
+            policy?.queueTimeoutMs,
+            defaults.queueTimeoutMs,
+            policy?.maximumQueueTimeoutMs,
+            "queue timeout",
+          ),
         );
   const maxPreemptions = resolveMaxPreemptions(spec, defaults);
   const taskLimits =
@@ -202,28 +204,31 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
 /**
  * A limit the spec does not set, where the policy may give a default and a maximum: the policy's
  * default, else the controller's when within the policy's maximum, else that maximum; null when no
- * level sets one. `value` is in the limit's own unit.
+ * level sets one. `value` is in the limit's own unit (milliseconds, or a count).
  */
 function withinPolicyMaximum(
   policyDefault: number | undefined,
   controllerDefault: number | undefined,
   policyMaximum: number | undefined,
   what: string,
-): { ms: number; source: LimitSource; field: string } | null {
+): CountLimit | null {
   if (policyDefault !== undefined) {
-    return { ms: policyDefault, source: "policy", field: `the namespace policy's default ${what}` };
+    return { value: policyDefault, source: "policy", field: `the namespace policy's default ${what}` };
   }
   if (
     controllerDefault !== undefined &&
     (policyMaximum === undefined || controllerDefault <= policyMaximum)
   ) {
-    return { ms: controllerDefault, source: "default", field: `the default ${what}` };
+    return { value: controllerDefault, source: "default", field: `the default ${what}` };
   }
   if (policyMaximum !== undefined) {
-    return { ms: policyMaximum, source: "policy", field: `the namespace policy's maximum ${what}` };
+    return { value: policyMaximum, source: "policy", field: `the namespace policy's maximum ${what}` };
   }
   return null;
 }
+
+const asDuration = (limit: CountLimit | null): EffectiveLimit | null =>
+  limit && { ms: limit.value, source: limit.source, field: limit.field };
 
 /** spec.maxPreemptions, else the policy's default, else the controller's within the policy's maximum. */
 function resolveMaxPreemptions(spec: PlaybookSpec, defaults: LimitDefaults): CountLimit | null {
@@ -231,13 +236,12 @@ function resolveMaxPreemptions(spec: PlaybookSpec, defaults: LimitDefaults): Cou
     return { value: spec.maxPreemptions, source: "spec", field: "spec.maxPreemptions" };
   }
   const policy = defaults.policy;
-  const found = withinPolicyMaximum(
+  return withinPolicyMaximum(
     policy?.maxPreemptions,
     defaults.maxPreemptions,
     policy?.maximumMaxPreemptions,
     "maxPreemptions",
   );
-  return found && { value: found.ms, source: found.source, field: found.field };
 }
 
 /** The cap a run is held to: its resolved maxPreemptions, else (a plan of an earlier version) the default's. */
