@@ -241,4 +241,37 @@ describe("a higher-priority run preempts a lower one under a quota that fits one
       expect(condition(done, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
     }
   });
+
+  it("a stopped pod's finally tasks run told Cancelled, and end at finallyCeiling however they hold on", async () => {
+    const name = "low-finally";
+    await createPlaybook(
+      namespace,
+      name,
+      lowRun("Fail", {
+        killGrace: "1s",
+        finallyCeiling: "3s",
+        tasks: [{ name: "hold", run: "echo up; sleep 300" }],
+        // A cleanup deaf to SIGTERM that would keep the stopped pod, and its quota, for 5 minutes.
+        finally: [
+          { name: "unlock", run: `echo "outcome=$PLAYBOOK_OUTCOME"; trap '' TERM; sleep 300` },
+          { name: "after", run: "echo after" },
+        ],
+      }),
+    );
+    await waitForPlaybook(namespace, name, "to run", (pb) => pb.status?.phase === "Running", 120_000);
+    await createPlaybook(namespace, `${name}-high`, highRun());
+    // Well before the cleanup's 300 s: the pod's grace (killGrace + finallyCeiling + killGrace + 5 s) ends it.
+    const ended = await waitForFinished(namespace, name, 120_000);
+    const succeeded = condition(ended, "Succeeded");
+    say(`ended: ${succeeded?.reason}: ${succeeded?.message}`);
+    expect(succeeded).toMatchObject({ status: "False", reason: "Preempted" });
+    expect(ended.status?.tasks?.map((task) => task.phase)).toEqual(["Cancelled"]);
+    expect(ended.status?.finally?.map((task) => [task.name, task.phase, task.limit])).toEqual([
+      ["unlock", "TimedOut", "FinallyCeiling"],
+      ["after", "Skipped", undefined],
+    ]);
+    await podGone(`${name}-1`);
+    const highDone = await waitForFinished(namespace, `${name}-high`, 120_000);
+    expect(condition(highDone, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+  });
 });
