@@ -301,6 +301,14 @@ describe("the controller's Kueue flags", () => {
     expect(limitDefaults(config)).not.toHaveProperty("queueTimeoutMs");
   });
 
+  it("caps requeues at 5 unless told, and takes --default-max-preemptions", () => {
+    expect(limitDefaults(loadControllerConfig({}, {})).maxPreemptions).toBe(5);
+    expect(limitDefaults(loadControllerConfig({ defaultMaxPreemptions: "0" }, {})).maxPreemptions).toBe(0);
+    expect(
+      limitDefaults(loadControllerConfig({}, { PLAYBOOK_DEFAULT_MAX_PREEMPTIONS: "2" })).maxPreemptions,
+    ).toBe(2);
+  });
+
   it("takes a default queue timeout and queue name", () => {
     const config = loadControllerConfig(
       { defaultQueueTimeout: "45m", defaultQueueName: "shared", kueue: "true" },
@@ -316,6 +324,7 @@ describe("the controller's Kueue flags", () => {
       { defaultQueueTimeout: "0s" },
       "--default-queue-timeout ($PLAYBOOK_DEFAULT_QUEUE_TIMEOUT): 0s must be longer than 0s",
     ],
+    [{ defaultMaxPreemptions: "101" }, "--default-max-preemptions ($PLAYBOOK_DEFAULT_MAX_PREEMPTIONS): "],
     [
       { defaultQueueName: "Shared_Q" },
       "--default-queue-name ($PLAYBOOK_DEFAULT_QUEUE_NAME): must be a LocalQueue name",
