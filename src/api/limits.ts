@@ -23,6 +23,12 @@ export interface LimitDefaults {
   maxFinallyCeiling?: { ms: number; where: string } | undefined;
   /** From the pod's creation until Kueue admits it; absent: no queue timeout (the controller's default is none). */
   queueTimeoutMs?: number | undefined;
+  /**
+   * Pods Kueue stops that a run re-creates before the next stop ends it Preempted (the controller's
+   * --default-max-preemptions); absent: a local run, or the plan of an earlier version
+   * (DEFAULT_MAX_PREEMPTIONS applies, unshown).
+   */
+  maxPreemptions?: number | undefined;
   /** The namespace policy's defaults: the level between the spec and the controller's defaults. */
   policy?: PolicyLimitDefaults | undefined;
 }
@@ -40,6 +46,13 @@ export interface PolicyLimitDefaults {
    * timeout of its own takes it as its timeout.
    */
   taskTimeoutMs?: number | undefined;
+  maxPreemptions?: number | undefined;
+  /**
+   * The policy's maximums that also give a value: a Playbook that sets none, under no default
+   * within them, takes the maximum, so a bounded limit is never "none". Never in a run's plan.
+   */
+  maximumQueueTimeoutMs?: number | undefined;
+  maximumMaxPreemptions?: number | undefined;
 }
 
 /** Where a task's timeout from the policy's maximums.taskTimeout is set, in its EffectiveLimit's field. */
@@ -51,6 +64,9 @@ export const DEFAULT_START_TIMEOUT_MS = 300_000;
 export const DEFAULT_FINALLY_CEILING_MS = 300_000;
 /** The controller's --max-finally-ceiling when not given, and `playbook run`'s. */
 export const DEFAULT_MAX_FINALLY_CEILING_MS = 3_600_000;
+
+/** The controller's --default-max-preemptions when not given, and the cap of a plan without one. */
+export const DEFAULT_MAX_PREEMPTIONS = 5;
 
 /** Defaults for `playbook run` on a laptop; the controller takes its own from its configuration. */
 export const LOCAL_DEFAULTS: LimitDefaults = {
@@ -69,6 +85,14 @@ export interface EffectiveLimit {
   ms: number;
   source: LimitSource;
   /** Where an operator would change it, e.g. "spec.tasks[0].timeout" or "the default ceiling". */
+  field: string;
+}
+
+/** A limit that is a count, not a time (maxPreemptions), with the level it came from. */
+export interface CountLimit {
+  value: number;
+  source: LimitSource;
+  /** Where an operator would change it, e.g. "spec.maxPreemptions". */
   field: string;
 }
 
@@ -99,6 +123,11 @@ export interface ResolvedLimits {
   queueTimeout: EffectiveLimit | null;
   /** The timeout of a task that sets none: the policy's maximums.taskTimeout; null without one. */
   taskTimeout: EffectiveLimit | null;
+  /**
+   * Pods Kueue stops that the run re-creates (onPreemption Requeue) before the next stop ends it
+   * Preempted; null: set at no level (a local run, a plan of an earlier version: DEFAULT_MAX_PREEMPTIONS).
+   */
+  maxPreemptions: CountLimit | null;
 }
 
 export interface LimitProblem {
@@ -145,21 +174,22 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
     defaults.finallyCeilingMs ?? DEFAULT_FINALLY_CEILING_MS,
     "finally ceiling",
   );
-  const queueTimeoutMs = policy?.queueTimeoutMs ?? defaults.queueTimeoutMs;
-  const queueTimeout =
-    spec.queueTimeout === undefined && queueTimeoutMs === undefined
-      ? null
-      : pick(
-          spec.queueTimeout,
-          "spec.queueTimeout",
-          policy?.queueTimeoutMs,
-          queueTimeoutMs ?? 0,
-          "queue timeout",
+  const queueTimeout: EffectiveLimit | null =
+    spec.queueTimeout !== undefined
+      ? { ms: parseDuration(spec.queueTimeout), source: "spec", field: "spec.queueTimeout" }
+      : asDuration(
+          withinPolicyMaximum(
+            policy?.queueTimeoutMs,
+            defaults.queueTimeoutMs,
+            policy?.maximumQueueTimeoutMs,
+            "queue timeout",
+          ),
         );
   const taskTimeout: EffectiveLimit | null =
     policy?.taskTimeoutMs === undefined
       ? null
       : { ms: policy.taskTimeoutMs, source: "policy", field: POLICY_TASK_TIMEOUT_FIELD };
+  const maxPreemptions = resolveMaxPreemptions(spec, defaults);
   const taskLimits =
     (list: "tasks" | "finally") =>
     (task: PlaybookSpec["tasks"][number], index: number): TaskLimits => {
@@ -185,7 +215,62 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
     finally: finallyTasks,
     queueTimeout,
     taskTimeout,
+    maxPreemptions,
   };
+}
+
+/**
+ * A limit the spec does not set, where the policy may give a default and a maximum: the policy's
+ * default, else the controller's when within the policy's maximum, else that maximum; null when no
+ * level sets one. `value` is in the limit's own unit (milliseconds, or a count).
+ */
+function withinPolicyMaximum(
+  policyDefault: number | undefined,
+  controllerDefault: number | undefined,
+  policyMaximum: number | undefined,
+  what: string,
+): CountLimit | null {
+  if (policyDefault !== undefined) {
+    return { value: policyDefault, source: "policy", field: `the namespace policy's default ${what}` };
+  }
+  if (
+    controllerDefault !== undefined &&
+    (policyMaximum === undefined || controllerDefault <= policyMaximum)
+  ) {
+    return { value: controllerDefault, source: "default", field: `the default ${what}` };
+  }
+  if (policyMaximum !== undefined) {
+    return { value: policyMaximum, source: "policy", field: `the namespace policy's maximum ${what}` };
+  }
+  return null;
+}
+
+const asDuration = (limit: CountLimit | null): EffectiveLimit | null =>
+  limit && { ms: limit.value, source: limit.source, field: limit.field };
+
+/** spec.maxPreemptions, else the policy's default, else the controller's within the policy's maximum. */
+function resolveMaxPreemptions(spec: PlaybookSpec, defaults: LimitDefaults): CountLimit | null {
+  if (spec.maxPreemptions !== undefined) {
+    return { value: spec.maxPreemptions, source: "spec", field: "spec.maxPreemptions" };
+  }
+  const policy = defaults.policy;
+  return withinPolicyMaximum(
+    policy?.maxPreemptions,
+    defaults.maxPreemptions,
+    policy?.maximumMaxPreemptions,
+    "maxPreemptions",
+  );
+}
+
+/** The cap a run is held to: its resolved maxPreemptions, else (a plan of an earlier version) the default's. */
+export function preemptionCap(limits: ResolvedLimits): CountLimit {
+  return (
+    limits.maxPreemptions ?? {
+      value: DEFAULT_MAX_PREEMPTIONS,
+      source: "default",
+      field: "the default maxPreemptions",
+    }
+  );
 }
 
 /** A limit of no time: it would end its run or task at once. `value` as the spec says it. */
@@ -351,6 +436,9 @@ export function describeRunLimits(limits: ResolvedLimits) {
     ...(limits.finally.length > 0 ? { finallyCeiling: show(limits.finallyCeiling) } : {}),
     ...(limits.queueTimeout ? { queueTimeout: show(limits.queueTimeout) } : {}),
     ...(limits.taskTimeout ? { taskTimeout: show(limits.taskTimeout) } : {}),
+    ...(limits.maxPreemptions
+      ? { maxPreemptions: { value: limits.maxPreemptions.value, source: limits.maxPreemptions.source } }
+      : {}),
   };
 }
 

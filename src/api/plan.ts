@@ -54,6 +54,8 @@ export const RunPlanSchema = z
       finallyCeilingMs: Millis.optional(),
       // Only for a run with a queue timeout from the controller's default.
       queueTimeoutMs: Millis.optional(),
+      // Only for a run whose maxPreemptions is the controller's default (absent from earlier plans).
+      maxPreemptions: z.number().int().min(0).optional(),
       // The namespace policy's defaults the run started with: a later edit of the policy changes nothing.
       policy: z
         .strictObject({
@@ -65,6 +67,7 @@ export const RunPlanSchema = z
           queueTimeoutMs: Millis.optional(),
           // The policy's maximums.taskTimeout: the timeout of a task that sets none.
           taskTimeoutMs: Millis.optional(),
+          maxPreemptions: z.number().int().min(0).optional(),
         })
         .optional(),
     }),

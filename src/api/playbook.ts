@@ -26,6 +26,8 @@ export const DEFAULT_BACKOFF_LIMIT = 2;
 /** spec.onPreemption: a new pod that queues again, spending no attempt, or the run ends Preempted. */
 export const ON_PREEMPTION = ["Requeue", "Fail"] as const;
 export type OnPreemption = (typeof ON_PREEMPTION)[number];
+/** The most spec.maxPreemptions (and a policy's default or maximum) may be. */
+export const MAX_PREEMPTIONS_LIMIT = 100;
 
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 export const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
@@ -222,6 +224,11 @@ export const PlaybookSpecSchema = z
     queueTimeout: DurationString.optional(),
     /** What a pod Kueue stops (preemption, eviction) does to the run; absent: Requeue. */
     onPreemption: z.enum(ON_PREEMPTION, { error: "must be Requeue or Fail" }).optional(),
+    /**
+     * Pods Kueue may stop that the run re-creates (onPreemption Requeue): past it the run ends
+     * Preempted. Absent: the policy's default, else the controller's.
+     */
+    maxPreemptions: z.number().int().min(0).max(MAX_PREEMPTIONS_LIMIT).optional(),
   })
   .superRefine((spec, ctx) => {
     const size = planTextSize([...spec.tasks, ...(spec.finally ?? [])]);
@@ -240,6 +247,12 @@ const Time = z.string();
 
 export const EffectiveLimitSchema = z.strictObject({
   value: z.string(),
+  source: z.enum(LIMIT_SOURCES),
+});
+
+/** A limit that is a count (maxPreemptions), with the level it came from. */
+export const CountLimitSchema = z.strictObject({
+  value: z.number().int().min(0),
   source: z.enum(LIMIT_SOURCES),
 });
 
@@ -311,6 +324,8 @@ export const PlaybookStatusSchema = z.looseObject({
       queueTimeout: EffectiveLimitSchema.optional(),
       // Only under a policy's maximums.taskTimeout: the timeout of a task that sets none.
       taskTimeout: EffectiveLimitSchema.optional(),
+      // Absent from the status of a run started by an earlier version (it has the default's cap).
+      maxPreemptions: CountLimitSchema.optional(),
     })
     .optional(),
   tasks: z.array(TaskStatusSchema).optional(),

@@ -16,6 +16,7 @@ import {
   DNS1123_SUBDOMAIN,
   DurationString,
   KueueName,
+  MAX_PREEMPTIONS_LIMIT,
   ObjectMetaSchema,
   type PlaybookSpec,
   Quantity,
@@ -75,6 +76,8 @@ const PolicyDefaultsSchema = z.strictObject({
   queueName: KueueName.optional(),
   /** The queue timeout of a Playbook that sets no spec.queueTimeout. */
   queueTimeout: DurationString.optional(),
+  /** The maxPreemptions of a Playbook that sets no spec.maxPreemptions. */
+  maxPreemptions: z.number().int().min(0).max(MAX_PREEMPTIONS_LIMIT).optional(),
 });
 export type PolicyDefaults = z.infer<typeof PolicyDefaultsSchema>;
 
@@ -85,8 +88,10 @@ const PolicyMaximumsSchema = z.strictObject({
   /** The longest finallyCeiling: the time the finally tasks may add after the main tasks end. */
   finallyCeiling: DurationString.optional(),
   taskTimeout: DurationString.optional(),
-  /** The longest time a run's pod may wait for Kueue's admission. */
+  /** The longest time a run's pod may wait for Kueue's admission; also the value of a Playbook that sets none. */
   queueTimeout: DurationString.optional(),
+  /** The most pods Kueue stops that a run may re-create; bounds the default as queueTimeout's does. */
+  maxPreemptions: z.number().int().min(0).max(MAX_PREEMPTIONS_LIMIT).optional(),
   runningPlaybooks: z.number().int().min(1).max(100_000).optional(),
   resources: z
     .strictObject({
@@ -193,7 +198,8 @@ function where(rules: NamespaceRules, policyField: string, flag: string): string
 export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults | undefined {
   if (!rules.policy) return undefined;
   const ms = (text: string | undefined) => (text === undefined ? undefined : parseDuration(text));
-  const { ceiling, stall, killGrace, startTimeout, finallyCeiling, queueTimeout } = rules.defaults;
+  const { ceiling, stall, killGrace, startTimeout, finallyCeiling, queueTimeout, maxPreemptions } =
+    rules.defaults;
   return {
     ceilingMs: ms(ceiling),
     stallMs: ms(stall),
@@ -203,6 +209,9 @@ export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults 
     queueTimeoutMs: ms(queueTimeout),
     // A maximum, not a default: it bounds every task, so a task without a timeout takes it.
     taskTimeoutMs: ms(rules.maximums.taskTimeout),
+    maxPreemptions,
+    maximumQueueTimeoutMs: ms(rules.maximums.queueTimeout),
+    maximumMaxPreemptions: rules.maximums.maxPreemptions,
   };
 }
 
@@ -305,6 +314,7 @@ export const POLICY_FIELDS = [
   "spec.killGrace",
   "spec.finallyCeiling",
   "spec.queueTimeout",
+  "spec.maxPreemptions",
   "spec.tasks[].timeout",
   "spec.finally[].timeout",
   "spec.serviceAccountName",
@@ -382,6 +392,19 @@ export function checkPolicy(
       path: own ? "spec.queueTimeout" : "spec",
       field: "spec.queueTimeout",
       message: `${own ? value : `${value} (${queueTimeout.field})`} is longer than the namespace's maximum queueTimeout ${maximums.queueTimeout} (${where(rules, "spec.maximums.queueTimeout", "configuration")})`,
+    });
+  }
+  const maxPreemptions = limits.maxPreemptions;
+  if (
+    maximums.maxPreemptions !== undefined &&
+    maxPreemptions !== null &&
+    maxPreemptions.value > maximums.maxPreemptions
+  ) {
+    const own = maxPreemptions.source === "spec";
+    problems.push({
+      path: own ? "spec.maxPreemptions" : "spec",
+      field: "spec.maxPreemptions",
+      message: `${own ? maxPreemptions.value : `${maxPreemptions.value} (${maxPreemptions.field})`} is more than the namespace's maximum maxPreemptions ${maximums.maxPreemptions} (${where(rules, "spec.maximums.maxPreemptions", "configuration")})`,
     });
   }
   if (maximums.taskTimeout !== undefined) {
@@ -572,6 +595,15 @@ export function policyProblems(
   // A task without a timeout of its own takes maximums.taskTimeout: 0s would stop it at once.
   if (maximums.taskTimeout !== undefined && parseDuration(maximums.taskTimeout) <= 0) {
     problems.push(`spec.maximums.taskTimeout: ${maximums.taskTimeout} must be longer than 0s`);
+  }
+  if (
+    defaults.maxPreemptions !== undefined &&
+    maximums.maxPreemptions !== undefined &&
+    defaults.maxPreemptions > maximums.maxPreemptions
+  ) {
+    problems.push(
+      `spec.defaults.maxPreemptions: ${defaults.maxPreemptions} is more than spec.maximums.maxPreemptions ${maximums.maxPreemptions}`,
+    );
   }
   for (const kind of ["limits", "requests"] as const) {
     for (const [name, value] of Object.entries(defaults.resources?.[kind] ?? {})) {

@@ -78,7 +78,7 @@ export const REASON_MEANINGS: Record<TerminalReason, string> = {
     "Kueue did not admit the pod within queueTimeout; the message names the queue and Kueue's last reason",
   Cancelled: "spec.cancel was set, or the runner was interrupted",
   Preempted:
-    "Kueue evicted the pod (preemption, eviction) and spec.onPreemption is Fail; its reason in the message",
+    "Kueue evicted the pod (preemption, eviction) and spec.onPreemption is Fail, or maxPreemptions is spent; its reason and the count in the message",
   PodLost: "the pod was lost (evicted, deleted, node gone) more than backoffLimit times",
   RunnerLost: "the pod ended without a valid runner report",
   InvalidSpec: "the spec failed validation the API server could not do",

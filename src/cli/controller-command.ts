@@ -26,6 +26,8 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
     "longest finallyCeiling accepted, so the time finally tasks add to a run is bounded too; longer is InvalidSpec (default 1h)",
   defaultQueueTimeout:
     "longest a run's pod may wait for Kueue's admission, from its creation, when neither spec.queueTimeout nor the policy says; the run then ends QueueTimeout (default: none)",
+  defaultMaxPreemptions:
+    "pods Kueue stops (preemption, eviction) that a run re-creates under onPreemption Requeue when neither spec.maxPreemptions nor the policy says; the next stop ends the run Preempted (default 5)",
   defaultQueueName:
     "the Kueue LocalQueue of runs whose spec.queueName and policy name none (default: none, such runs do not go through Kueue)",
   kueue:

@@ -1,10 +1,11 @@
 // What `playbook validate` prints of a Playbook's spec (and of a CronPlaybook's template): each
 // effective limit and the maximums, each with the level it came from, and each task.
 import { formatDuration, parseDuration } from "../api/duration.js";
-import { type LimitDefaults, resolveLimits } from "../api/limits.js";
-import type { Playbook } from "../api/playbook.js";
+import { type LimitDefaults, preemptionCap, resolveLimits } from "../api/limits.js";
+import { describeLongestRun } from "../api/longest-run.js";
+import { DEFAULT_BACKOFF_LIMIT, type Playbook } from "../api/playbook.js";
 import { describePodBound } from "../api/pod-bound.js";
-import type { PolicyMaximums } from "../api/policy.js";
+import type { PolicyDefaults, PolicyMaximums } from "../api/policy.js";
 import { describeShell, effectiveShell } from "../api/shell.js";
 import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
 
@@ -30,7 +31,17 @@ function describeMaximums(defaults: LimitDefaults, maximums: PolicyMaximums | un
     maximums?.ceiling !== undefined && maximums.finallyCeiling === undefined
       ? "within the ceiling's maximum (policy)"
       : lower(defaults.maxFinallyCeiling?.ms, maximums?.finallyCeiling);
-  return `ceiling ${lower(defaults.maxCeilingMs, maximums?.ceiling)}, killGrace ${lower(defaults.maxKillGrace?.ms, maximums?.killGrace)}, finallyCeiling ${finallyCeiling}`;
+  // The Kueue bounds only where a policy sets them: the controller sets none of its own.
+  const queueBounds = [
+    ...(maximums?.queueTimeout !== undefined ? [`queueTimeout ${maximums.queueTimeout} (policy)`] : []),
+    ...(maximums?.maxPreemptions !== undefined ? [`maxPreemptions ${maximums.maxPreemptions} (policy)`] : []),
+  ];
+  return [
+    `ceiling ${lower(defaults.maxCeilingMs, maximums?.ceiling)}`,
+    `killGrace ${lower(defaults.maxKillGrace?.ms, maximums?.killGrace)}`,
+    `finallyCeiling ${finallyCeiling}`,
+    ...queueBounds,
+  ].join(", ");
 }
 
 /** What validate prints of a Playbook's spec: each effective limit, the maximums, each task. */
@@ -39,6 +50,7 @@ export function describeSpec(
   defaults: LimitDefaults,
   defaultImage: string | undefined,
   maximums: PolicyMaximums | undefined,
+  policyDefaults?: PolicyDefaults,
 ): string[] {
   const limits = resolveLimits(spec, defaults);
   // Each task's image: its own, else spec.image, else the policy's default, else the runner's.
@@ -61,6 +73,7 @@ export function describeSpec(
     `  ceiling ${showLimit(limits.ceiling)}, stall ${showLimit(limits.stall)}, killGrace ${showLimit(limits.killGrace)}, ${showStartTimeout(limits.startTimeout)}${limits.finally.length > 0 ? `, finallyCeiling ${showLimit(limits.finallyCeiling)}` : ""}`,
     `  at most: ${describeMaximums(defaults, maximums)}`,
     `  ${describePodBound(limits, defaults, maximums)}`,
+    ...describeQueue(spec, limits, policyDefaults),
     ...limits.tasks.map(
       (task, index) =>
         `  task ${task.name}: ${describeTaskLimits(task, { ceiling: limits.ceiling })}, retries ${task.retries}, shell ${shellOf("tasks", index)}, image ${imageOf(spec.tasks[index]?.image)}`,
@@ -69,5 +82,45 @@ export function describeSpec(
       (task, index) =>
         `  finally task ${task.name}: ${describeTaskLimits(task, { finallyCeiling: limits.finallyCeiling })}, retries ${task.retries}, shell ${shellOf("finally", index)}, image ${imageOf(spec.finally?.[index]?.image)}`,
     ),
+  ];
+}
+
+/**
+ * The run's queue and what bounds its time there, then the longest the whole run can take
+ * (longest-run.ts). The controller's own --default-queue-name is not known here: a spec and policy
+ * that name no queue are shown without one.
+ */
+function describeQueue(
+  spec: Playbook["spec"],
+  limits: ReturnType<typeof resolveLimits>,
+  policy: PolicyDefaults | undefined,
+): string[] {
+  const queue =
+    spec.queueName !== undefined
+      ? `${spec.queueName} (spec)`
+      : policy?.queueName !== undefined
+        ? `${policy.queueName} (policy)`
+        : undefined;
+  const backoffLimit =
+    spec.backoffLimit !== undefined
+      ? { value: spec.backoffLimit, source: "spec" }
+      : policy?.backoffLimit !== undefined
+        ? { value: policy.backoffLimit, source: "policy" }
+        : { value: DEFAULT_BACKOFF_LIMIT, source: "default" };
+  const onPreemption = spec.onPreemption ?? "Requeue";
+  const maxPreemptions = preemptionCap(limits);
+  const longest = describeLongestRun(limits, {
+    queued: queue !== undefined,
+    backoffLimit,
+    onPreemption,
+    maxPreemptions,
+  });
+  return [
+    ...(queue === undefined
+      ? []
+      : [
+          `  queue ${queue}: queueTimeout ${limits.queueTimeout ? showLimit(limits.queueTimeout) : "none"} per pod, onPreemption ${onPreemption}${onPreemption === "Requeue" ? `, maxPreemptions ${maxPreemptions.value} (${maxPreemptions.source})` : ""}`,
+        ]),
+    `  longest run: ${longest}`,
   ];
 }

@@ -8,7 +8,7 @@ import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../api/limits
 import { InvalidPlaybookError, readManifestDocument, validatePlaybook } from "../api/manifest.js";
 import { PLAN_DIGEST_ENV_VAR, PLAN_ENV_VAR, planDigest, RunPlanSchema } from "../api/plan.js";
 import type { Playbook, TaskSpec } from "../api/playbook.js";
-import type { PolicyMaximums } from "../api/policy.js";
+import type { PolicyDefaults, PolicyMaximums } from "../api/policy.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/report-status.js";
 import { allTasksOf } from "../api/task-images.js";
@@ -47,6 +47,7 @@ async function readChecked(
   defaults: LimitDefaults;
   defaultImage?: string | undefined;
   maximums?: PolicyMaximums | undefined;
+  policyDefaults?: PolicyDefaults | undefined;
 }> {
   if (policyFile === undefined)
     return { playbook: checkManifest(document, file, LOCAL_DEFAULTS), defaults: LOCAL_DEFAULTS };
@@ -56,7 +57,13 @@ async function readChecked(
   const defaults = defaultsUnder(rules, LOCAL_DEFAULTS);
   const playbook = checkManifest(document, file, defaults);
   enforcePolicy(playbook, rules, defaults, file);
-  return { playbook, defaults, defaultImage: rules.defaults.image, maximums: rules.maximums };
+  return {
+    playbook,
+    defaults,
+    defaultImage: rules.defaults.image,
+    maximums: rules.maximums,
+    policyDefaults: rules.defaults,
+  };
 }
 
 /**
@@ -266,7 +273,7 @@ async function validateCommand(flags: { filename?: string; policy?: string }): P
     process.stdout.write(`${lines.join("\n")}\n`);
     return EXIT.succeeded;
   }
-  const { playbook, defaults, defaultImage, maximums } = await readChecked(
+  const { playbook, defaults, defaultImage, maximums, policyDefaults } = await readChecked(
     document,
     flags.filename,
     flags.policy,
@@ -288,7 +295,7 @@ async function validateCommand(flags: { filename?: string; policy?: string }): P
   const named = name ?? `${generateName}<generated>`;
   const lines = [
     validLine(flags.filename, "Playbook", named),
-    ...describeSpec(playbook.spec, defaults, defaultImage, maximums),
+    ...describeSpec(playbook.spec, defaults, defaultImage, maximums, policyDefaults),
   ];
   process.stdout.write(`${lines.join("\n")}\n`);
   return EXIT.succeeded;

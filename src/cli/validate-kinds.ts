@@ -140,8 +140,12 @@ async function validateCron(
     validLine(file, CRON_KIND, cron.metadata.name),
     `  schedule ${JSON.stringify(schedule)} (${timeZone}), concurrencyPolicy ${concurrencyPolicy}${suspend ? ", suspended" : ""}, next run ${next ? next.toISOString() : "never"}`,
     "  each run:",
-    ...describeSpec(cron.spec.template.spec, defaults, rules?.defaults.image, rules?.maximums).map(
-      (line) => `  ${line}`,
-    ),
+    ...describeSpec(
+      cron.spec.template.spec,
+      defaults,
+      rules?.defaults.image,
+      rules?.maximums,
+      rules?.defaults,
+    ).map((line) => `  ${line}`),
   ];
 }

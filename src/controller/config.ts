@@ -4,7 +4,8 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { formatDuration, parseDuration } from "../api/duration.js";
-import type { LimitDefaults } from "../api/limits.js";
+import { DEFAULT_MAX_PREEMPTIONS, type LimitDefaults } from "../api/limits.js";
+import { MAX_PREEMPTIONS_LIMIT } from "../api/playbook.js";
 import { imagePatternMessage, isImagePattern } from "../api/policy.js";
 import { WATCH_SECONDS_MIN } from "../runtime/informer.js";
 import { AGENT_DELIVERY_SETTINGS } from "./pods/agent-delivery.js";
@@ -79,6 +80,13 @@ export const ControllerConfigSchema = z
     maxFinallyCeiling: Duration.prefault("1h"),
     /** From a pod's creation until Kueue admits it, when neither the spec nor a policy says; absent: none. */
     defaultQueueTimeout: Duration.optional(),
+    /** Pods Kueue stops that a run re-creates before the next stop ends it Preempted, when neither the spec nor a policy says. */
+    defaultMaxPreemptions: z.coerce
+      .number()
+      .int()
+      .min(0)
+      .max(MAX_PREEMPTIONS_LIMIT)
+      .default(DEFAULT_MAX_PREEMPTIONS),
     /** The Kueue LocalQueue of a run whose spec and policy name none; absent: such runs bypass Kueue. */
     defaultQueueName: z
       .string()
@@ -203,6 +211,7 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   defaultFinallyCeiling: "PLAYBOOK_DEFAULT_FINALLY_CEILING",
   maxFinallyCeiling: "PLAYBOOK_MAX_FINALLY_CEILING",
   defaultQueueTimeout: "PLAYBOOK_DEFAULT_QUEUE_TIMEOUT",
+  defaultMaxPreemptions: "PLAYBOOK_DEFAULT_MAX_PREEMPTIONS",
   defaultQueueName: "PLAYBOOK_DEFAULT_QUEUE_NAME",
   kueue: "PLAYBOOK_KUEUE",
   ttlSecondsAfterFinished: "PLAYBOOK_TTL_SECONDS_AFTER_FINISHED",
@@ -272,6 +281,7 @@ export function limitDefaults(config: ControllerConfig): LimitDefaults {
     finallyCeilingMs: config.defaultFinallyCeiling,
     maxFinallyCeiling: { ms: config.maxFinallyCeiling, where: "the controller's --max-finally-ceiling" },
     ...(config.defaultQueueTimeout !== undefined ? { queueTimeoutMs: config.defaultQueueTimeout } : {}),
+    maxPreemptions: config.defaultMaxPreemptions,
   };
 }
 

@@ -6,7 +6,7 @@
 // so that the spec and status.limits are enough to rebuild it, whatever the controller's
 // configuration or the namespace's policy say by then.
 import { parseDuration } from "../api/duration.js";
-import type { EffectiveLimit, LimitDefaults, PolicyLimitDefaults } from "../api/limits.js";
+import type { CountLimit, EffectiveLimit, LimitDefaults, PolicyLimitDefaults } from "../api/limits.js";
 import { PLAN_ANNOTATION, parsePlan, planDigest, type RunPlan } from "../api/plan.js";
 import type { PlaybookStatus } from "../api/playbook.js";
 import type { PodView } from "./objects.js";
@@ -28,6 +28,7 @@ export function planDefaults(limits: {
   finally?: readonly unknown[];
   queueTimeout?: Level | null | undefined;
   taskTimeout?: Level | null | undefined;
+  maxPreemptions?: Pick<CountLimit, "value" | "source"> | null | undefined;
 }): LimitDefaults {
   const policy: PolicyLimitDefaults = {};
   if (limits.ceiling.source === "policy") policy.ceilingMs = limits.ceiling.ms;
@@ -41,6 +42,9 @@ export function planDefaults(limits: {
   if (queueTimeout?.source === "policy") policy.queueTimeoutMs = queueTimeout.ms;
   // Only under a policy's maximums.taskTimeout, so that a run without one keeps the plan it always had.
   if (limits.taskTimeout?.source === "policy") policy.taskTimeoutMs = limits.taskTimeout.ms;
+  // As the queue timeout: only where one is set, so that a plan of an earlier version is rebuilt as it was.
+  const maxPreemptions = limits.maxPreemptions ?? undefined;
+  if (maxPreemptions?.source === "policy") policy.maxPreemptions = maxPreemptions.value;
   return {
     ceilingMs: limits.ceiling.ms,
     maxCeilingMs: limits.ceiling.ms,
@@ -49,6 +53,7 @@ export function planDefaults(limits: {
     startTimeoutMs: limits.startTimeout.ms,
     ...(finallyCeiling ? { finallyCeilingMs: finallyCeiling.ms } : {}),
     ...(queueTimeout?.source === "default" ? { queueTimeoutMs: queueTimeout.ms } : {}),
+    ...(maxPreemptions?.source === "default" ? { maxPreemptions: maxPreemptions.value } : {}),
     ...(Object.keys(policy).length > 0 ? { policy } : {}),
   };
 }
@@ -70,6 +75,14 @@ export function planDefaultsFromStatus(status: PlaybookStatus): LimitDefaults | 
       ...(limits.finallyCeiling ? { finallyCeiling: level(limits.finallyCeiling) } : {}),
       ...(limits.queueTimeout ? { queueTimeout: level(limits.queueTimeout) } : {}),
       ...(limits.taskTimeout ? { taskTimeout: level(limits.taskTimeout) } : {}),
+      ...(limits.maxPreemptions
+        ? {
+            maxPreemptions: {
+              value: limits.maxPreemptions.value,
+              source: limits.maxPreemptions.source as CountLimit["source"],
+            },
+          }
+        : {}),
     });
   } catch {
     return undefined;

@@ -97,7 +97,7 @@ function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | 
   if (!status.startTime || !status.limits) return undefined;
   const from = (limit: { value: string; source: string } | undefined) =>
     limit?.source === "policy" ? parseDuration(limit.value) : undefined;
-  const { ceiling, stall, killGrace, startTimeout, finallyCeiling, queueTimeout, taskTimeout } =
+  const { ceiling, stall, killGrace, startTimeout, finallyCeiling, queueTimeout, taskTimeout, maxPreemptions } =
     status.limits;
   return {
     ceilingMs: from(ceiling),
@@ -107,6 +107,7 @@ function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | 
     finallyCeilingMs: from(finallyCeiling),
     queueTimeoutMs: from(queueTimeout),
     taskTimeoutMs: from(taskTimeout),
+    maxPreemptions: maxPreemptions?.source === "policy" ? maxPreemptions.value : undefined,
   };
 }
 

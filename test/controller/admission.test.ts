@@ -206,6 +206,13 @@ const refusals = [
     spec: { onPreemption: "Retry", tasks: [{ name: "a", run: "true" }] },
     says: ['spec.onPreemption: Unsupported value: "Retry"', '"Requeue"', '"Fail"'],
   },
+  {
+    name: "a maxPreemptions above 100",
+    spec: { maxPreemptions: 101, tasks: [{ name: "a", run: "true" }] },
+    says: [
+      "spec.maxPreemptions: Invalid value: 101: spec.maxPreemptions in body should be less than or equal to 100",
+    ],
+  },
 ];
 
 describe("admission", () => {
@@ -248,15 +255,31 @@ describe("admission", () => {
     );
   });
 
+  it("refuses a policy whose default maxPreemptions is above its maximum, naming both values", async () => {
+    const policy = {
+      apiVersion: "playbook.dev/v1alpha1",
+      kind: "PlaybookPolicy",
+      metadata: { name: "default" },
+      spec: { defaults: { maxPreemptions: 4 }, maximums: { maxPreemptions: 2 } },
+    };
+    const result = await kubectlResult(["-n", namespace, "create", "-f", "-"], stringify(policy));
+    expect(result.code).not.toBe(0);
+    expect(result.stderr.trim()).toBe(
+      'The PlaybookPolicy "default" is invalid: spec.defaults.maxPreemptions: Invalid value: spec.defaults.maxPreemptions: 4 is more than spec.maximums.maxPreemptions 2',
+    );
+  });
+
   it("keeps a Playbook's Kueue fields and shows its queue timeout in status.limits", async () => {
     await apply("kueue-fields", {
       queueName: "team-a",
       priorityClassName: "high",
       queueTimeout: "45m",
       onPreemption: "Fail",
+      maxPreemptions: 2,
       tasks: [{ name: "a", run: "true" }],
     });
     const limit = { value: "45m", source: "spec" };
+    const maxPreemptions = { value: 2, source: "spec" };
     const queue = {
       name: "team-a",
       source: "spec",
@@ -272,7 +295,10 @@ describe("admission", () => {
       ...[
         "-p",
         JSON.stringify({
-          status: { limits: { ceiling: limit, stall: limit, killGrace: limit, queueTimeout: limit }, queue },
+          status: {
+            limits: { ceiling: limit, stall: limit, killGrace: limit, queueTimeout: limit, maxPreemptions },
+            queue,
+          },
         }),
       ],
     ]);
@@ -282,8 +308,10 @@ describe("admission", () => {
       priorityClassName: "high",
       queueTimeout: "45m",
       onPreemption: "Fail",
+      maxPreemptions: 2,
     });
     expect(stored.status?.limits?.queueTimeout).toEqual(limit);
+    expect(stored.status?.limits?.maxPreemptions).toEqual(maxPreemptions);
     // Not pruned: the CRD's status schema holds what the controller shows of the queue.
     expect(stored.status?.queue).toEqual(queue);
   });
@@ -373,6 +401,7 @@ describe("admission", () => {
       { field: "spec.priorityClassName", spec: { priorityClassName: "high" } },
       { field: "spec.queueTimeout", spec: { queueTimeout: "1h" } },
       { field: "spec.onPreemption", spec: { onPreemption: "Fail" } },
+      { field: "spec.maxPreemptions", spec: { maxPreemptions: 1 } },
     ])("refuses an edit of $field, naming the field", async ({ field, spec }) => {
       const name = `frozen-${field.replace("spec.", "").toLowerCase()}`;
       await started(name);

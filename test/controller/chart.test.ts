@@ -283,14 +283,21 @@ describe("the Helm chart", () => {
     const plain = await template(namespace, []);
     expect(workloadRules(plain.objects)).toEqual([]);
     expect(argsOf(plain.objects).filter((arg) => /kueue|queue/.test(arg))).toEqual([]);
+    expect(argsOf(plain.objects)).toContain("--default-max-preemptions=5");
 
     const withKueue = await template(namespace, [
       "config.kueue=true",
       "config.defaultQueueName=team-a",
       "config.defaultQueueTimeout=1h",
+      "config.defaultMaxPreemptions=2",
     ]);
     expect(argsOf(withKueue.objects)).toEqual(
-      expect.arrayContaining(["--kueue=true", "--default-queue-name=team-a", "--default-queue-timeout=1h"]),
+      expect.arrayContaining([
+        "--kueue=true",
+        "--default-queue-name=team-a",
+        "--default-queue-timeout=1h",
+        "--default-max-preemptions=2",
+      ]),
     );
     const rule = { apiGroups: ["kueue.x-k8s.io"], resources: ["workloads"], verbs: ["get", "list", "watch"] };
     // The flavors a found pod's Workload was admitted with: cluster-scoped, read one by one.
@@ -319,6 +326,7 @@ describe("the Helm chart", () => {
     for (const [set, field] of [
       ["config.defaultQueueName=Team_A", "defaultQueueName"],
       ["config.defaultQueueTimeout=an hour", "defaultQueueTimeout"],
+      ["config.defaultMaxPreemptions=101", "defaultMaxPreemptions"],
     ] as const) {
       const result = await helm(["template", "pbc", chart, "--namespace", namespace, "--set", set]);
       expect(result.code).not.toBe(0);

@@ -123,6 +123,56 @@ describe("the controller's finalizer on a pod that goes through Kueue", () => {
     );
   });
 
+  it("ends the run Preempted at the stop past maxPreemptions, naming the count, and frees that pod too", async () => {
+    const ns = await namespaceWithController("pb-kueue-cap");
+    await createPlaybook(ns, "app", { ...RUN, maxPreemptions: 1 });
+    /** Kueue's part on the run's pod `name`: its condition, then its deletion. */
+    const stop = async (name: string) => {
+      const pod = await startPod(core, await scheduledPod(core, ns, name));
+      await waitForPlaybook(
+        ns,
+        "app",
+        `to run in ${name}`,
+        (pb) => pb.status?.podName === name && pb.status?.phase === "Running",
+      );
+      await writePodStatus(core, pod, (current: V1Pod) => ({
+        ...current.status,
+        conditions: [
+          ...(current.status?.conditions ?? []),
+          {
+            type: "TerminationTarget",
+            status: "True",
+            reason: "WorkloadEvictedDueToPreempted",
+            message: "Preempted",
+          },
+        ],
+      }));
+      await core.deleteNamespacedPod({ namespace: ns, name });
+    };
+    await stop("app-1");
+    const requeued = await waitForPlaybook(
+      ns,
+      "app",
+      "to go on in a second pod",
+      (pb) => pb.status?.podName === "app-2",
+    );
+    expect(requeued.status?.limits?.maxPreemptions).toEqual({ value: 1, source: "spec" });
+    await stop("app-2");
+    const ended = await waitForFinished(ns, "app");
+    expect(condition(ended, "Succeeded")).toMatchObject({ status: "False", reason: "Preempted" });
+    expect(condition(ended, "Succeeded")?.message).toMatch(
+      /^Kueue stopped pod app-2 \(attempt 2\): WorkloadEvictedDueToPreempted: Preempted; .*; preempted 2 times, past maxPreemptions 1 \(spec\)$/,
+    );
+    expect(ended.status).toMatchObject({ podAttempts: 2, preemptions: 1 });
+    const events = await eventsOf(ns, "app", ["Preempted"]);
+    expect(events.map((e) => e.message)).toContainEqual(
+      expect.stringMatching(/; the run ends Preempted: preempted 2 times, past maxPreemptions 1 \(spec\)$/),
+    );
+    await eventually("pod app-2 to be gone", async () =>
+      (await finalizersOf(ns, "app-2")) === "gone" ? true : undefined,
+    );
+  });
+
   it("comes off a finished run's pod at once, which is kept for its logs until its TTL", async () => {
     const ns = await namespaceWithController("pb-kueue-done");
     await createPlaybook(ns, "app", RUN);

@@ -4,7 +4,8 @@
 // controller's finalizer keeps the pod until the controller has read that, then comes off.
 // onPreemption Requeue: the lower run queues again in a new pod that spends no attempt of
 // backoffLimit (0 here: a lost pod would end it PodLost), runs again and succeeds. Fail: it ends
-// Preempted with Kueue's reason and message. No pod is left terminating.
+// Preempted with Kueue's reason and message. maxPreemptions 1: the second stop ends the run
+// Preempted, naming the count. No pod is left terminating.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { realNode } from "../controller/reason-cases.js";
 import {
@@ -57,7 +58,7 @@ afterAll(async () => {
 });
 
 /** A low-priority run: a first task, then one that holds long enough to be preempted. */
-function lowRun(onPreemption: "Requeue" | "Fail") {
+function lowRun(onPreemption: "Requeue" | "Fail", extra: Record<string, unknown> = {}) {
   return {
     queueName: localQueue,
     priorityClassName: low,
@@ -68,6 +69,7 @@ function lowRun(onPreemption: "Requeue" | "Fail") {
       { name: "first", run: "echo first done" },
       { name: "hold", run: "sleep 20; echo held" },
     ],
+    ...extra,
   };
 }
 
@@ -182,6 +184,93 @@ describe("a higher-priority run preempts a lower one under a quota that fits one
     expect(event?.message).toMatch(/the run ends Preempted \(spec\.onPreemption: Fail\)$/);
     await podGone(`${name}-1`);
     expect(finalizers).toContain(FINALIZER);
+    const highDone = await waitForFinished(namespace, `${name}-high`, 120_000);
+    expect(condition(highDone, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+  });
+
+  it("maxPreemptions 1: the lower run requeues once, and the second stop ends it Preempted, naming the count", async () => {
+    const name = "low-capped";
+    // The held task outlasts both preemptions whatever the machine's load: they end it, not its sleep.
+    await createPlaybook(
+      namespace,
+      name,
+      lowRun("Requeue", {
+        maxPreemptions: 1,
+        tasks: [
+          { name: "first", run: "echo first done" },
+          { name: "hold", run: "sleep 240; echo held" },
+        ],
+      }),
+    );
+    const runningIn = async (pod: string) =>
+      waitForPlaybook(
+        namespace,
+        name,
+        `to run in pod ${pod}`,
+        (pb) =>
+          (pb.status?.podName === pod && pb.status?.phase === "Running") ||
+          condition(pb, "Succeeded")?.status === "False",
+        180_000,
+      );
+    const first = await runningIn(`${name}-1`);
+    expect(first.status?.limits?.maxPreemptions).toEqual({ value: 1, source: "spec" });
+    await createPlaybook(namespace, `${name}-high-1`, highRun());
+    const second = await runningIn(`${name}-2`);
+    say(`requeued: ${condition(second, "Succeeded")?.message}`);
+    expect(second.status).toMatchObject({ podAttempts: 2, preemptions: 1, phase: "Running" });
+    await createPlaybook(namespace, `${name}-high-2`, highRun());
+    const ended = await waitForFinished(namespace, name, 120_000);
+    const succeeded = condition(ended, "Succeeded");
+    say(`ended: ${succeeded?.reason}: ${succeeded?.message}`);
+    expect(succeeded).toMatchObject({ status: "False", reason: "Preempted" });
+    expect(succeeded?.message).toMatch(
+      new RegExp(
+        String.raw`^Kueue stopped pod ${name}-2 \(attempt 2\): WorkloadEvictedDueToPreempted: Preempted to accommodate a workload .*; [01] of 2 tasks had succeeded; preempted 2 times, past maxPreemptions 1 \(spec\)$`,
+      ),
+    );
+    expect(ended.status).toMatchObject({ phase: "Failed", podAttempts: 2, preemptions: 1 });
+    const events = (await eventsOf(namespace, name, ["Preempted"])).filter((e) => e.reason === "Preempted");
+    expect(events.map((e) => e.message)).toContainEqual(
+      expect.stringMatching(/; the run ends Preempted: preempted 2 times, past maxPreemptions 1 \(spec\)$/),
+    );
+    // No third pod: the cap ended the run.
+    expect((await podsOf(namespace, name)).map((pod) => pod.metadata?.name)).not.toContain(`${name}-3`);
+    await podGone(`${name}-2`);
+    for (const high of [`${name}-high-1`, `${name}-high-2`]) {
+      const done = await waitForFinished(namespace, high, 120_000);
+      expect(condition(done, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    }
+  });
+
+  it("a stopped pod's finally tasks run told Cancelled, and end at finallyCeiling however they hold on", async () => {
+    const name = "low-finally";
+    await createPlaybook(
+      namespace,
+      name,
+      lowRun("Fail", {
+        killGrace: "1s",
+        finallyCeiling: "3s",
+        tasks: [{ name: "hold", run: "echo up; sleep 300" }],
+        // A cleanup deaf to SIGTERM that would keep the stopped pod, and its quota, for 5 minutes.
+        finally: [
+          { name: "unlock", run: `echo "outcome=$PLAYBOOK_OUTCOME"; trap '' TERM; sleep 300` },
+          { name: "after", run: "echo after" },
+        ],
+      }),
+    );
+    await waitForPlaybook(namespace, name, "to run", (pb) => pb.status?.phase === "Running", 120_000);
+    await createPlaybook(namespace, `${name}-high`, highRun());
+    // Well before the cleanup's 300 s: the pod's grace (killGrace + finallyCeiling + killGrace + 5 s) ends it.
+    const ended = await waitForFinished(namespace, name, 120_000);
+    const succeeded = condition(ended, "Succeeded");
+    say(`ended: ${succeeded?.reason}: ${succeeded?.message}`);
+    expect(succeeded).toMatchObject({ status: "False", reason: "Preempted" });
+    expect(ended.status?.tasks?.map((task) => task.phase)).toEqual(["Cancelled"]);
+    expect(ended.status?.finally?.map((task) => [task.name, task.phase, task.limit])).toEqual([
+      ["unlock", "TimedOut", "FinallyCeiling"],
+      ["after", "Skipped", undefined],
+    ]);
+    await podGone(`${name}-1`);
     const highDone = await waitForFinished(namespace, `${name}-high`, 120_000);
     expect(condition(highDone, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
   });

@@ -1,6 +1,7 @@
 // spec.finally: cleanup tasks that run after the main tasks however they ended, each under its own
 // limits within a ceiling of their own, told the outcome so far; real processes and signals.
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
@@ -12,7 +13,7 @@ import { tasksOfPlaybook } from "../../src/cli/cluster/run-logs.js";
 import { Progress } from "../../src/cli/progress.js";
 import { ProgressLineReader } from "../../src/cli/progress-lines.js";
 import type { RunEvent } from "../../src/pod-runner/run.js";
-import { startCli } from "../support/cli.js";
+import { CLI, startCli } from "../support/cli.js";
 import { checkNothingLeftBehind, MARKER_VAR, runSpec, type TestRun } from "../support/runner.js";
 
 const currentMarker = checkNothingLeftBehind();
@@ -289,5 +290,62 @@ describe("playbook run with finally tasks", () => {
       ["after", "Skipped"],
     ]);
     expect(object.status.limits).toMatchObject({ finallyCeiling: { value: "5m", source: "default" } });
+  });
+});
+
+describe("a pod's runner stopped by SIGTERM (Kueue's preemption, a deletion)", () => {
+  // What a pod Kueue preempts gets: one SIGTERM, then SIGKILL after terminationGracePeriodSeconds
+  // (killGrace + finallyCeiling + killGrace + 5 s, pod-builder.ts). The finally tasks run as after a
+  // cancel, told so, and only within finallyCeiling: the pod gives its quota back on time.
+  it("cancels the main tasks, runs the finally tasks told Cancelled, and ends one at finallyCeiling however it holds on", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "finally-pod-"));
+    const log = join(dir, "termination-log");
+    const plan = {
+      name: "nightly",
+      runStartTime: new Date().toISOString(),
+      defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
+      spec: {
+        killGrace: "1s",
+        finallyCeiling: "2s",
+        tasks: [{ name: "work", run: "echo up; sleep 300" }],
+        finally: [
+          // A cleanup that would hold the preempted pod (and its quota) for five minutes, deaf to SIGTERM.
+          { name: "unlock", run: `${tellOutcome}; trap '' TERM; echo holding; sleep 300` },
+          { name: "after", run: "echo after" },
+        ],
+      },
+    };
+    const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
+      env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker(), PLAYBOOK_PLAN: JSON.stringify(plan) },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let signalledAt = 0;
+    child.stdout.on("data", (chunk: Buffer) => {
+      const before = stdout;
+      stdout += chunk.toString();
+      // The one SIGTERM of the pod's deletion, once the main task is up: deterministic, not timed.
+      if (!before.includes("[work] up\n") && stdout.includes("[work] up\n")) {
+        signalledAt = performance.now();
+        child.kill("SIGTERM");
+      }
+    });
+    const code = await new Promise((resolve) => child.on("close", resolve));
+    const took = performance.now() - signalledAt;
+    expect(signalledAt).toBeGreaterThan(0);
+    expect(code).toBe(130);
+    expect(stdout).toContain("[unlock] outcome=Cancelled failed=work\n");
+    expect(stdout).toContain("[unlock] holding\n");
+    expect(stdout).not.toContain("[after] after");
+    const report = decodeReport(readFileSync(log, "utf8"), 1, 2);
+    expect(report).toMatchObject({ phase: "Cancelled", reason: "Cancelled" });
+    expect(report.tasks[0]).toMatchObject({ p: "Cancelled" });
+    expect(report.fin?.map((task) => [task.p, task.l])).toEqual([
+      ["TimedOut", "FinallyCeiling"],
+      ["Skipped", undefined],
+    ]);
+    // killGrace 1s + finallyCeiling 2s + killGrace 1s, far inside the pod's 9 s grace (and its 300 s sleep):
+    // a bound on the clock's side only, never a minimum, so a loaded machine cannot fail it early.
+    expect(took).toBeLessThan(9_000);
   });
 });

@@ -200,6 +200,62 @@ describe("the grace after the ceiling has a maximum", () => {
     },
   );
 
+  it("validate states the longest a run can take: each pod's queue wait, the requeues and the run's own limits", async () => {
+    const queued = {
+      queueName: "team-a",
+      ceiling: "1h",
+      tasks: [{ name: "a", run: "true" }],
+      finally: [{ name: "tidy", run: "true" }],
+    };
+    const governed = await cli([
+      "validate",
+      "-f",
+      playbook(queued),
+      "--policy",
+      policy({ defaults: { maxPreemptions: 2 }, maximums: { queueTimeout: "30m", maxPreemptions: 3 } }),
+    ]);
+    expect(governed.stderr).toBe("");
+    expect(governed.code).toBe(0);
+    expect(governed.stdout).toContain(
+      "  at most: ceiling 24h (default), killGrace 5m (default), finallyCeiling 1h (default), queueTimeout 30m (policy), maxPreemptions 3 (policy)\n",
+    );
+    expect(governed.stdout).toContain(
+      "  queue team-a (spec): queueTimeout 30m (policy) per pod, onPreemption Requeue, maxPreemptions 2 (policy)\n",
+    );
+    // 5 pods × 30m + startTimeout 5m + ceiling 1h + killGrace 10s + finallyCeiling 5m and its killGrace 10s.
+    expect(governed.stdout).toContain(
+      "  longest run: 3h40m20s from its first pod's creation: up to 5 pods (1 + backoffLimit 2 (default) + maxPreemptions 2 (policy)) each waiting up to queueTimeout 30m (policy) for Kueue, then startTimeout 5m (default) + ceiling 1h (spec) + killGrace 10s (default) + finally tasks 5m10s (finallyCeiling 5m (default) and its killGrace)\n",
+    );
+    const unbounded = await cli(["validate", "-f", playbook(queued)]);
+    expect(unbounded.stdout).toContain("  queue team-a (spec): queueTimeout none per pod");
+    expect(unbounded.stdout).toMatch(
+      /\n {2}longest run: no bound: up to 8 pods \(1 \+ backoffLimit 2 \(default\) \+ maxPreemptions 5 \(default\)\) each wait for Kueue's admission with no queueTimeout/,
+    );
+    const plain = await cli([
+      "validate",
+      "-f",
+      playbook({ ceiling: "1h", onPreemption: "Fail", tasks: [{ name: "a", run: "true" }] }),
+    ]);
+    expect(plain.stdout).not.toContain("  queue ");
+    expect(plain.stdout).toContain(
+      "  longest run: 1h5m10s from its first pod's creation: startTimeout 5m (default) + ceiling 1h (spec) + killGrace 10s (default); up to 3 pods (1 + backoffLimit 2 (default)) share the ceiling\n",
+    );
+  });
+
+  it("validate refuses a maxPreemptions past the policy's maximum", async () => {
+    const result = await cli([
+      "validate",
+      "-f",
+      playbook({ queueName: "team-a", maxPreemptions: 4, tasks: [{ name: "a", run: "true" }] }),
+      "--policy",
+      policy({ maximums: { maxPreemptions: 3 } }),
+    ]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain(
+      "spec.maxPreemptions: 4 is more than the namespace's maximum maxPreemptions 3 (PlaybookPolicy default, spec.maximums.maxPreemptions)",
+    );
+  });
+
   it("validate shows each maximum with its level", async () => {
     const plain = await cli(["validate", "-f", playbook({ tasks: [{ name: "a", run: "true" }] })]);
     expect(plain.stdout).toContain(

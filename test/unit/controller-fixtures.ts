@@ -1,6 +1,6 @@
 // Playbooks and pods as the API server would hand them to the controller, for table tests.
 import { exitCodeForReason } from "../../src/api/exit-codes.js";
-import { resolveLimits } from "../../src/api/limits.js";
+import { type LimitDefaults, resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema, type PlaybookStatus } from "../../src/api/playbook.js";
 import { encodeReport, type RunOutcome } from "../../src/api/report.js";
 import type { Decision } from "../../src/controller/decision.js";
@@ -67,10 +67,12 @@ export function pod(
     nodeName?: string;
     /** Its creationTimestamp, which a pod the run has not recorded yet is checked with. */
     created?: Date;
+    /** The defaults its limits resolved with (a policy's among them); SETTINGS' unless told. */
+    defaults?: LimitDefaults;
   } = {},
 ): PodView {
   const spec = PlaybookSpecSchema.parse(options.spec ?? SPEC);
-  const limits = resolveLimits(spec, SETTINGS.defaults);
+  const limits = resolveLimits(spec, options.defaults ?? SETTINGS.defaults);
   const manifest = buildPod({
     playbook: { name: "nightly", namespace: "ops", uid: "uid-1" },
     spec,

@@ -82,6 +82,9 @@ describe("a Playbook's Kueue fields", () => {
       "  queueTimeout: 0s\n",
       "spec.queueTimeout: 0s would end the run at once: a queue timeout must be longer than 0s",
     ],
+    ["a negative maxPreemptions", "  maxPreemptions: -1\n", "spec.maxPreemptions: "],
+    ["a maxPreemptions above 100", "  maxPreemptions: 101\n", "spec.maxPreemptions: "],
+    ["a maxPreemptions that is no whole number", "  maxPreemptions: 1.5\n", "spec.maxPreemptions: "],
   ])("refuses %s, naming the field and the value", (_name, lines, expected) => {
     const problems = problemsOf(lines);
     expect(
@@ -139,6 +142,65 @@ describe("the queue timeout's levels", () => {
   });
 });
 
+describe("maxPreemptions' levels", () => {
+  const spec = (lines: string) => parse(lines).spec;
+  const controller = { ...LOCAL_DEFAULTS, maxPreemptions: 5 };
+
+  it("is unset for a local run, which no queue stops", () => {
+    expect(resolveLimits(spec(""), LOCAL_DEFAULTS).maxPreemptions).toBeNull();
+    expect(describeRunLimits(resolveLimits(spec(""), LOCAL_DEFAULTS))).not.toHaveProperty("maxPreemptions");
+  });
+
+  it("comes from the spec, else the policy's default, else the controller's within the policy's maximum", () => {
+    const shown = (lines: string, policy?: Record<string, number>) =>
+      describeRunLimits(resolveLimits(spec(lines), { ...controller, ...(policy ? { policy } : {}) }))
+        .maxPreemptions;
+    expect(shown("  maxPreemptions: 1\n", { maxPreemptions: 2 })).toEqual({ value: 1, source: "spec" });
+    expect(shown("", { maxPreemptions: 2, maximumMaxPreemptions: 3 })).toEqual({
+      value: 2,
+      source: "policy",
+    });
+    expect(shown("")).toEqual({ value: 5, source: "default" });
+    expect(shown("", { maximumMaxPreemptions: 8 })).toEqual({ value: 5, source: "default" });
+    expect(shown("", { maximumMaxPreemptions: 3 })).toEqual({ value: 3, source: "policy" });
+  });
+
+  it("rebuilds from status.limits the plan defaults it was resolved with", () => {
+    for (const defaults of [
+      controller,
+      { ...controller, policy: { maxPreemptions: 2 } },
+      { ...controller, policy: { maximumMaxPreemptions: 1 } },
+    ]) {
+      const limits = resolveLimits(spec(""), defaults);
+      const fromPlan = planDefaults(limits);
+      expect(planDefaultsFromStatus({ limits: describeRunLimits(limits) })).toEqual(fromPlan);
+      expect(resolveLimits(spec(""), fromPlan).maxPreemptions).toMatchObject({
+        value: limits.maxPreemptions?.value,
+        source: limits.maxPreemptions?.source,
+      });
+    }
+  });
+
+  it("is refused past the policy's maximum, naming the value, the bound and where it is set", () => {
+    const rules = governed({ maximums: { maxPreemptions: 2 } });
+    const own = spec("  maxPreemptions: 3\n");
+    expect(checkPolicy(own, resolveLimits(own, controller), rules)).toEqual([
+      {
+        path: "spec.maxPreemptions",
+        field: "spec.maxPreemptions",
+        message:
+          "3 is more than the namespace's maximum maxPreemptions 2 (PlaybookPolicy default, spec.maximums.maxPreemptions)",
+      },
+    ]);
+    expect(
+      policyProblems(
+        { name: "default", spec: { defaults: { maxPreemptions: 4 }, maximums: { maxPreemptions: 2 } } },
+        86_400_000,
+      ),
+    ).toEqual(["spec.defaults.maxPreemptions: 4 is more than spec.maximums.maxPreemptions 2"]);
+  });
+});
+
 describe("the namespace policy's Kueue fields", () => {
   const playbook = (lines: string) => parse(lines).spec;
 
@@ -186,6 +248,34 @@ describe("the namespace policy's Kueue fields", () => {
     ]);
   });
 
+  it("bounds a Playbook that sets no queue timeout by its maximum: never none under a maximum", () => {
+    const rules = governed({ maximums: { queueTimeout: "1h" } });
+    const spec = playbook("");
+    const resolved = (controller: typeof LOCAL_DEFAULTS) =>
+      resolveLimits(spec, { ...controller, policy: policyLimitDefaults(rules) });
+    // No default at any level: the maximum.
+    expect(resolved(LOCAL_DEFAULTS).queueTimeout).toMatchObject({ ms: 3_600_000, source: "policy" });
+    expect(describeRunLimits(resolved(LOCAL_DEFAULTS)).queueTimeout).toEqual({
+      value: "1h",
+      source: "policy",
+    });
+    // The controller's default within the maximum stays; one past it gives way to the maximum, unrefused.
+    expect(resolved({ ...LOCAL_DEFAULTS, queueTimeoutMs: 600_000 }).queueTimeout).toMatchObject({
+      ms: 600_000,
+      source: "default",
+    });
+    const above = resolved({ ...LOCAL_DEFAULTS, queueTimeoutMs: 7_200_000 });
+    expect(above.queueTimeout).toMatchObject({ ms: 3_600_000, source: "policy" });
+    expect(checkPolicy(spec, above, rules)).toEqual([]);
+    // The run's plan carries it as the policy's: rebuilt from status.limits, it resolves the same.
+    const fromStatus = planDefaultsFromStatus({ limits: describeRunLimits(above) });
+    expect(fromStatus && resolveLimits(spec, fromStatus).queueTimeout).toEqual({
+      ms: 3_600_000,
+      source: "policy",
+      field: "the namespace policy's default queue timeout",
+    });
+  });
+
   it("reports a default queue timeout above its own maximum", () => {
     expect(
       policyProblems(
@@ -215,6 +305,14 @@ describe("the controller's Kueue flags", () => {
     expect(limitDefaults(config)).not.toHaveProperty("queueTimeoutMs");
   });
 
+  it("caps requeues at 5 unless told, and takes --default-max-preemptions", () => {
+    expect(limitDefaults(loadControllerConfig({}, {})).maxPreemptions).toBe(5);
+    expect(limitDefaults(loadControllerConfig({ defaultMaxPreemptions: "0" }, {})).maxPreemptions).toBe(0);
+    expect(
+      limitDefaults(loadControllerConfig({}, { PLAYBOOK_DEFAULT_MAX_PREEMPTIONS: "2" })).maxPreemptions,
+    ).toBe(2);
+  });
+
   it("takes a default queue timeout and queue name", () => {
     const config = loadControllerConfig(
       { defaultQueueTimeout: "45m", defaultQueueName: "shared", kueue: "true" },
@@ -230,6 +328,7 @@ describe("the controller's Kueue flags", () => {
       { defaultQueueTimeout: "0s" },
       "--default-queue-timeout ($PLAYBOOK_DEFAULT_QUEUE_TIMEOUT): 0s must be longer than 0s",
     ],
+    [{ defaultMaxPreemptions: "101" }, "--default-max-preemptions ($PLAYBOOK_DEFAULT_MAX_PREEMPTIONS): "],
     [
       { defaultQueueName: "Shared_Q" },
       "--default-queue-name ($PLAYBOOK_DEFAULT_QUEUE_NAME): must be a LocalQueue name",

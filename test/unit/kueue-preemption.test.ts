@@ -5,8 +5,9 @@
 // status records what followed it, and comes off at once after. Pure decisions.
 import { describe, expect, it } from "vitest";
 import { exitCodeForReason } from "../../src/api/exit-codes.js";
-import { resolveLimits } from "../../src/api/limits.js";
+import { type LimitDefaults, resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema, type PlaybookStatus } from "../../src/api/playbook.js";
+import { PolicySpecSchema, policyLimitDefaults, policyRules } from "../../src/api/policy.js";
 import type { TaskOutcome } from "../../src/api/report.js";
 import { releaseActions } from "../../src/controller/kueue/kueue-finalizer.js";
 import { admissionSeen, queueBudgetUsed } from "../../src/controller/kueue/kueue-hold.js";
@@ -65,9 +66,11 @@ function stoppedPod(
   outcome: { reason: string; phase: string; tasks: readonly TaskOutcome[] } = CANCELLED,
   reason = "WorkloadEvictedDueToPreempted",
   queuedMs?: number,
+  defaults?: LimitDefaults,
 ): PodView {
   const view = pod(attempt, {
     queuedMs,
+    ...(defaults ? { defaults } : {}),
     phase: "Failed",
     deleting: true,
     spec,
@@ -137,7 +140,7 @@ describe("a run whose pod Kueue preempted, onPreemption Requeue (the default)", 
     const event = decision.events.find((e) => e.reason === "Preempted");
     expect(event?.type).toBe("Warning");
     expect(event?.message).toBe(
-      `Kueue stopped pod nightly-1 (attempt 1): WorkloadEvictedDueToPreempted: ${PREEMPTED_MESSAGE}; 1 of 2 tasks had succeeded; created pod nightly-2 (attempt 2), which queues again and runs the tasks from the first; no attempt of backoffLimit spent (preemption 1), the ceiling still counts from ${T0.toISOString()}`,
+      `Kueue stopped pod nightly-1 (attempt 1): WorkloadEvictedDueToPreempted: ${PREEMPTED_MESSAGE}; 1 of 2 tasks had succeeded; created pod nightly-2 (attempt 2), which queues again and runs the tasks from the first; no attempt of backoffLimit spent (preemption 1 of maxPreemptions 5), the ceiling still counts from ${T0.toISOString()}`,
     );
   });
 
@@ -262,6 +265,114 @@ describe("a run whose pod Kueue preempted, onPreemption Fail", () => {
     const event = decision.events.find((e) => e.reason === "Preempted");
     expect(event).toMatchObject({ type: "Warning" });
     expect(event?.message).toMatch(/the run ends Preempted \(spec\.onPreemption: Fail\)$/);
+  });
+});
+
+describe("a run preempted past its maxPreemptions", () => {
+  const CLUSTER = { runnerImage: "runner:test", allowedServiceAccounts: [], allowedImages: [] };
+  const governed = (policy: Record<string, unknown>) =>
+    policyRules({ name: "default", generation: 1, spec: PolicySpecSchema.parse(policy) }, CLUSTER);
+  /** Each preemption of the run, in turn: the decision on its `count`th stopped pod. */
+  function preemptUntilEnded(spec: Record<string, unknown>, base: Partial<ReconcileInput> = {}) {
+    const first = decide({ playbook: playbook(spec), pods: [], now: T0, settings: SETTINGS, ...base });
+    let status = { ...(recordedStatus(first) as PlaybookStatus) };
+    const decisions = [];
+    for (let attempt = 1; attempt <= 10; attempt += 1) {
+      const decision = decide({
+        ...base,
+        playbook: playbook(spec, status),
+        pods: [
+          stoppedPod(attempt, spec, CANCELLED, "WorkloadEvictedDueToPreempted", undefined, {
+            ...(base.settings ?? SETTINGS).defaults,
+            ...(base.rules ? { policy: policyLimitDefaults(base.rules) } : {}),
+          }),
+        ],
+        now: at(70 * attempt),
+        settings: base.settings ?? SETTINGS,
+      });
+      decisions.push(decision);
+      if (decision.finished) return { decisions, status: first.pending ?? first.status };
+      status = { ...(decision.status as PlaybookStatus), podUID: `pod-uid-${attempt + 1}` };
+    }
+    throw new Error("the run never ended");
+  }
+
+  it("requeues maxPreemptions times, then ends Preempted naming the count (spec.maxPreemptions 1)", () => {
+    const { decisions } = preemptUntilEnded({ ...QUEUED, maxPreemptions: 1 });
+    expect(decisions).toHaveLength(2);
+    expect(decisions[0]?.status).toMatchObject({ podName: "nightly-2", preemptions: 1 });
+    const last = decisions[1];
+    expect(succeeded(last?.status)).toMatchObject({ status: "False", reason: "Preempted" });
+    expect(succeeded(last?.status)?.message).toBe(
+      `Kueue stopped pod nightly-2 (attempt 2): WorkloadEvictedDueToPreempted: ${PREEMPTED_MESSAGE}; 1 of 2 tasks had succeeded; preempted 2 times, past maxPreemptions 1 (spec)`,
+    );
+    expect(last?.status?.conditions?.find((c) => c.type === "LimitExceeded")).toBeUndefined();
+    expect(last?.finished?.reason).toBe("Preempted");
+    expect(last?.preempted).toEqual({ reason: "Preempted" });
+    expect(last?.actions.some((a) => a.type === "createPod")).toBe(false);
+    expect(last?.events.find((e) => e.reason === "Preempted")).toMatchObject({
+      type: "Warning",
+      message: expect.stringMatching(
+        /; the run ends Preempted: preempted 2 times, past maxPreemptions 1 \(spec\)$/,
+      ),
+    });
+  });
+
+  it("ends at the first stop with maxPreemptions 0", () => {
+    const { decisions } = preemptUntilEnded({ ...QUEUED, maxPreemptions: 0 });
+    expect(decisions).toHaveLength(1);
+    expect(succeeded(decisions[0]?.status)?.message).toMatch(
+      /; preempted 1 time, past maxPreemptions 0 \(spec\)$/,
+    );
+  });
+
+  it("takes the controller's default, 5, when neither the spec nor a policy says, and shows it", () => {
+    const settings = { ...SETTINGS, defaults: { ...SETTINGS.defaults, maxPreemptions: 5 } };
+    const { decisions } = preemptUntilEnded(QUEUED, { settings });
+    expect(decisions).toHaveLength(6);
+    expect(decisions[0]?.status?.limits?.maxPreemptions).toEqual({ value: 5, source: "default" });
+    expect(succeeded(decisions[5]?.status)?.message).toMatch(
+      /; preempted 6 times, past maxPreemptions 5 \(default\)$/,
+    );
+  });
+
+  it("holds a run of an earlier version, whose plan has no maxPreemptions, to the default's 5", () => {
+    const { decisions } = preemptUntilEnded(QUEUED);
+    expect(decisions).toHaveLength(6);
+    expect(decisions[0]?.status?.limits?.maxPreemptions).toBeUndefined();
+  });
+
+  it("takes the policy's default, then the policy's maximum, over the controller's", () => {
+    const settings = { ...SETTINGS, defaults: { ...SETTINGS.defaults, maxPreemptions: 5 } };
+    const byDefault = preemptUntilEnded(QUEUED, {
+      settings,
+      rules: governed({ defaults: { maxPreemptions: 2 } }),
+    });
+    expect(byDefault.decisions).toHaveLength(3);
+    expect(byDefault.decisions[0]?.status?.limits?.maxPreemptions).toEqual({ value: 2, source: "policy" });
+    expect(succeeded(byDefault.decisions[2]?.status)?.message).toMatch(
+      /; preempted 3 times, past maxPreemptions 2 \(policy\)$/,
+    );
+    const byMaximum = preemptUntilEnded(QUEUED, {
+      settings,
+      rules: governed({ maximums: { maxPreemptions: 1 } }),
+    });
+    expect(byMaximum.decisions).toHaveLength(2);
+    expect(byMaximum.decisions[0]?.status?.limits?.maxPreemptions).toEqual({ value: 1, source: "policy" });
+  });
+
+  it("refuses a spec past the policy's maximum before a pod exists", () => {
+    const decision = decide({
+      playbook: playbook({ ...QUEUED, maxPreemptions: 3 }),
+      pods: [],
+      now: T0,
+      settings: SETTINGS,
+      rules: governed({ maximums: { maxPreemptions: 2 } }),
+    });
+    expect(succeeded(decision.status)).toMatchObject({ status: "False", reason: "InvalidSpec" });
+    expect(succeeded(decision.status)?.message).toBe(
+      "spec.maxPreemptions: 3 is more than the namespace's maximum maxPreemptions 2 (PlaybookPolicy default, spec.maximums.maxPreemptions)",
+    );
   });
 });
 

@@ -3,7 +3,9 @@
 // a task's failure. The runner takes the SIGTERM as a cancel and reports; the controller reads the
 // report and Kueue's words (its finalizer keeps the pod until then, kueue-finalizer.ts), then
 // either starts a new pod that queues again, spending no attempt of backoffLimit
-// (onPreemption: Requeue), or ends the run Preempted (Fail). Pure (docs/design.md, "Kueue").
+// (onPreemption: Requeue) while maxPreemptions allows, or ends the run Preempted (Fail, or the
+// cap spent). Pure (docs/design.md, "Kueue").
+import { preemptionCap } from "../../api/limits.js";
 import type { RecordedEvent } from "../../runtime/events.js";
 import { capitalise, type Decision, type RunState, settle } from "../decision.js";
 import type { PodView } from "../objects.js";
@@ -54,7 +56,8 @@ export function endedByKueue(read: ReadReport): boolean {
 /**
  * The run's pod ended because Kueue stopped it. Requeue (the default): a new pod that queues
  * again, the tasks from the first (a Playbook is one script), the ceiling still counting from the
- * run's start, no attempt of backoffLimit spent. Fail: the run ends Preempted with Kueue's
+ * run's start, no attempt of backoffLimit spent, while the run's maxPreemptions allows; the stop
+ * past it ends the run Preempted, naming the count. Fail: the run ends Preempted with Kueue's
  * reason and message, its tasks as the runner reported them. Either way a Warning event says
  * what Kueue said.
  */
@@ -68,37 +71,71 @@ export function decideStoppedByKueue(
   const said = describeStop(pod, state.attempts, stop);
   const progressed = progressOf(state, pod, read);
   if ((state.spec.onPreemption ?? "Requeue") === "Fail") {
-    const message = `${said}; spec.onPreemption is Fail${progressed}`;
-    const reported = read.ok
-      ? runStatusFromReport(
-          base,
-          read.report,
-          { startTime: state.startTime, podName: pod.metadata.name, podAttempts: state.attempts },
-          { images: state.taskImages, finallyImages: state.finallyImages },
-        )
-      : undefined;
-    const next = settledStatus(base, {
-      reason: "Preempted",
-      message,
-      ...(reported?.tasks ? { tasks: reported.tasks } : {}),
-      ...(reported?.finally ? { finally: reported.finally } : {}),
-    });
-    const decision = settle(
-      base,
-      { ...next, podName: pod.metadata.name, podAttempts: state.attempts },
-      "Preempted",
-      { events: [stopEvent(`${said}${progressed}; the run ends Preempted (spec.onPreemption: Fail)`)] },
+    return endPreempted(
+      state,
+      pod,
+      stop,
+      read,
+      `${said}; spec.onPreemption is Fail${progressed}`,
+      `${said}${progressed}; the run ends Preempted (spec.onPreemption: Fail)`,
     );
-    return { ...decision, preempted: { reason: stop.reason } };
   }
   const ended = ceilingPassed(state, `${said}${progressed}`, pod);
   if (ended) return { ...ended, preempted: { reason: stop.reason } };
   const preemptions = (base.previous.preemptions ?? 0) + 1;
+  const cap = preemptionCap(base.limits);
+  if (preemptions > cap.value) {
+    const past = `preempted ${preemptions} time${preemptions === 1 ? "" : "s"}, past maxPreemptions ${cap.value} (${cap.source})`;
+    return endPreempted(
+      state,
+      pod,
+      stop,
+      read,
+      `${said}${progressed}; ${past}`,
+      `${said}${progressed}; the run ends Preempted: ${past}`,
+    );
+  }
   const decision = nextPod(state, pod, { preemptions }, (action, attempt, counts) => [
     stopEvent(
-      `${said}${progressed}; created pod ${action.pod.metadata.name} (attempt ${attempt}), which queues again and runs the tasks from the first; no attempt of backoffLimit spent (preemption ${preemptions}), ${counts}`,
+      `${said}${progressed}; created pod ${action.pod.metadata.name} (attempt ${attempt}), which queues again and runs the tasks from the first; no attempt of backoffLimit spent (preemption ${preemptions} of maxPreemptions ${cap.value}), ${counts}`,
     ),
   ]);
+  return { ...decision, preempted: { reason: stop.reason } };
+}
+
+/**
+ * The run ends Preempted (onPreemption Fail, or maxPreemptions spent): `message` on its condition,
+ * its tasks as the stopped pod's runner reported them, `event` in a Warning.
+ */
+function endPreempted(
+  state: RunState,
+  pod: PodView,
+  stop: KueueStop,
+  read: ReadReport,
+  message: string,
+  event: string,
+): Decision {
+  const { base } = state;
+  const reported = read.ok
+    ? runStatusFromReport(
+        base,
+        read.report,
+        { startTime: state.startTime, podName: pod.metadata.name, podAttempts: state.attempts },
+        { images: state.taskImages, finallyImages: state.finallyImages },
+      )
+    : undefined;
+  const next = settledStatus(base, {
+    reason: "Preempted",
+    message,
+    ...(reported?.tasks ? { tasks: reported.tasks } : {}),
+    ...(reported?.finally ? { finally: reported.finally } : {}),
+  });
+  const decision = settle(
+    base,
+    { ...next, podName: pod.metadata.name, podAttempts: state.attempts },
+    "Preempted",
+    { events: [stopEvent(event)] },
+  );
   return { ...decision, preempted: { reason: stop.reason } };
 }
 
