@@ -474,6 +474,8 @@ function describeTask(
     case "Cancelled":
       return `was cancelled${describeEnding(task, limits.killGrace)}${detail}`;
     case "Skipped":
+      // A finally task the finally window left no time for says so (the runner's words).
+      if (task.m) return task.m;
       return list === "finally"
         ? "not run: the finally tasks were stopped (their ceiling passed, or a cancel ended them)"
         : "not run: an earlier task ended the run";
@@ -574,7 +576,12 @@ export function expandReport(
  * first when it decided the reason (the main tasks succeeded), else after the main tasks' story.
  */
 function withFinallyOutcome(message: string, report: RunnerReport, finallyTasks: TaskStatus[]): string {
-  const ended = finallyTasks.filter((task) => task.phase !== "Succeeded" && task.phase !== "Skipped");
+  const stopped = finallyTasks.filter((task) => task.phase !== "Succeeded" && task.phase !== "Skipped");
+  // With none stopped, a cleanup the finally window left no time for is still told: it never ran.
+  const ended =
+    stopped.length > 0
+      ? stopped
+      : finallyTasks.filter((task, index) => task.phase === "Skipped" && report.fin?.[index]?.m);
   if (ended.length === 0) return message;
   const told = ended.map((task) => `finally task ${task.name} ${task.message ?? task.phase}`).join("; ");
   const mainSucceeded = report.tasks.every((task) => task.p === "Succeeded");

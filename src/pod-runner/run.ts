@@ -266,6 +266,11 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       await agents.arrive(container, Math.max(0, phase.boundAt - performance.now()), phase.cancelSignal);
     }
     const stopped = stopBeforeStart(phase);
+    if (stopped === "FinallyCeiling") {
+      // A cleanup the finally window left no time for never ran: Skipped, saying why.
+      markWindowPassed(outcome, options.limits.finallyCeiling);
+      return outcome.phase;
+    }
     if (stopped) {
       // Stopped between tasks: this task is the one it kept from starting.
       outcome.startTime = new Date();
@@ -424,8 +429,14 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         const settled = await runTask(task, options.tasks.length + offset, rules);
         // Each cleanup runs whatever the one before did; only their ceiling or a cancel ends them.
         const outcome = finallyOutcomes[offset] as TaskOutcome;
-        if (settled !== "Succeeded") finallyEnded ??= settled;
-        if (settled === "Cancelled" || outcome.limit === "FinallyCeiling") break;
+        if (settled !== "Succeeded" && settled !== "Skipped") finallyEnded ??= settled;
+        if (settled === "Cancelled") break;
+        if (settled === "Skipped" || outcome.limit === "FinallyCeiling") {
+          for (const rest of finallyOutcomes.slice(offset + 1)) {
+            markWindowPassed(rest, options.limits.finallyCeiling);
+          }
+          break;
+        }
       }
       // They decide the reason only of a run whose main tasks succeeded.
       if (reason === "Succeeded" && finallyEnded !== null) {
@@ -515,6 +526,12 @@ export function attemptDeadline(
     if (timeoutAt <= ceilingAt) return { at: timeoutAt, limit: "TaskTimeout" };
   }
   return { at: ceilingAt, limit: ceiling };
+}
+
+/** A finally task that did not start because the finally window had passed: it never ran. */
+function markWindowPassed(outcome: TaskOutcome, finallyCeiling: EffectiveLimit): void {
+  outcome.phase = "Skipped";
+  outcome.detail = `not started: the finally window ${formatDuration(finallyCeiling.ms)} (${finallyCeiling.field}) had passed`;
 }
 
 /** Settles a task that a cancellation or the ceiling kept from (re)starting. */
