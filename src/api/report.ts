@@ -448,6 +448,15 @@ export interface ReportContext {
   describeContainer?: (container: string) => string;
 }
 
+/**
+ * A failed task's last line as the runner puts it in the report (`m`), naming its stream:
+ * `stderr: "curl: (6) Could not resolve host"`. Its message reads `exited with code 6 (stderr: "...")`.
+ */
+export function quoteLastLine(last: { stream: "stdout" | "stderr"; line: string }): string {
+  return `${last.stream}: "${last.line}"`;
+}
+const QUOTED_LAST_LINE = /^std(?:out|err): "/;
+
 function describeTask(
   task: ReportTask,
   index: number,
@@ -469,6 +478,7 @@ function describeTask(
       if (task.x === undefined && !task.sig && task.m) return task.m;
       const how = task.sig ? `was killed by ${task.sig}` : `exited with code ${task.x ?? "unknown"}`;
       const tries = (task.a ?? 1) > 1 ? ` after ${task.a} attempts` : "";
+      if (task.m && QUOTED_LAST_LINE.test(task.m)) return `${how}${tries} (${task.m})`;
       return `${how}${tries}${detail}`;
     }
     case "Cancelled":

@@ -11,7 +11,13 @@ import { formatDuration } from "../api/duration.js";
 import type { EffectiveLimit, ResolvedLimits, TaskLimits } from "../api/limits.js";
 import type { TaskSpec } from "../api/playbook.js";
 import type { TaskPhase } from "../api/reasons.js";
-import type { ContainmentKind, RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
+import {
+  type ContainmentKind,
+  quoteLastLine,
+  type RunnerReason,
+  type RunOutcome,
+  type TaskOutcome,
+} from "../api/report.js";
 import { effectiveShell } from "../api/shell.js";
 import {
   type AgentRun,
@@ -584,7 +590,7 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
       const last = result.tail.lastLine();
       outcome.detail = result.spawnError
         ? result.spawnError
-        : `container ${result.lostContainer} ended while the task ran (its agent's connection closed)${last ? `; last output: ${last}` : ""}`;
+        : `container ${result.lostContainer} ended while the task ran (its agent's connection closed)${last ? `; last output on ${quoteLastLine(last)}` : ""}`;
       break;
     }
     case "exited": {
@@ -593,8 +599,8 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
       if (outcome.phase === "Failed" && result.execFailure) outcome.detail = result.execFailure;
       else if (outcome.phase === "Failed" && result.outOfMemory) {
         // Named first: the report keeps the start of a message it has to shorten.
-        outcome.detail = `out of memory: ${result.outOfMemory} (SIGKILL)${last ? `; last output: ${last}` : ""}`;
-      } else if (outcome.phase === "Failed" && last) outcome.detail = last;
+        outcome.detail = `out of memory: ${result.outOfMemory} (SIGKILL)${last ? `; last output on ${quoteLastLine(last)}` : ""}`;
+      } else if (outcome.phase === "Failed" && last) outcome.detail = quoteLastLine(last);
       break;
     }
   }

@@ -55,7 +55,7 @@ describe("finally tasks", () => {
     const status = readBack(spec, run);
     expect(status.reason).toBe("TaskFailed");
     expect(status.message).toBe(
-      "task work exited with code 3: working; finally task page exited with code 2: paging",
+      'task work exited with code 3 (stdout: "working"); finally task page exited with code 2 (stdout: "paging")',
     );
     expect(status.finally?.map((task) => [task.name, task.phase])).toEqual([
       ["unlock", "Succeeded"],
@@ -77,7 +77,9 @@ describe("finally tasks", () => {
     expect(run.outcome.reason).toBe("TaskFailed");
     expect(run.outcome.phase).toBe("Failed");
     const status = readBack(spec, run);
-    expect(status.message).toBe("finally task release exited with code 4: lock busy; the task succeeded");
+    expect(status.message).toBe(
+      'finally task release exited with code 4 (stderr: "lock busy"); the task succeeded',
+    );
   });
 
   it("run after the run's ceiling, which does not bound them, and keep the main tasks' reason", async () => {
