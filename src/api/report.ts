@@ -448,6 +448,15 @@ export interface ReportContext {
   describeContainer?: (container: string) => string;
 }
 
+/**
+ * A failed task's last line as the runner puts it in the report (`m`), naming its stream:
+ * `stderr: "curl: (6) Could not resolve host"`. Its message reads `exited with code 6 (stderr: "...")`.
+ */
+export function quoteLastLine(last: { stream: "stdout" | "stderr"; line: string }): string {
+  return `${last.stream}: "${last.line}"`;
+}
+const QUOTED_LAST_LINE = /^std(?:out|err): "/;
+
 function describeTask(
   task: ReportTask,
   index: number,
@@ -469,11 +478,14 @@ function describeTask(
       if (task.x === undefined && !task.sig && task.m) return task.m;
       const how = task.sig ? `was killed by ${task.sig}` : `exited with code ${task.x ?? "unknown"}`;
       const tries = (task.a ?? 1) > 1 ? ` after ${task.a} attempts` : "";
+      if (task.m && QUOTED_LAST_LINE.test(task.m)) return `${how}${tries} (${task.m})`;
       return `${how}${tries}${detail}`;
     }
     case "Cancelled":
       return `was cancelled${describeEnding(task, limits.killGrace)}${detail}`;
     case "Skipped":
+      // A finally task the finally window left no time for says so (the runner's words).
+      if (task.m) return task.m;
       return list === "finally"
         ? "not run: the finally tasks were stopped (their ceiling passed, or a cancel ended them)"
         : "not run: an earlier task ended the run";
@@ -574,7 +586,12 @@ export function expandReport(
  * first when it decided the reason (the main tasks succeeded), else after the main tasks' story.
  */
 function withFinallyOutcome(message: string, report: RunnerReport, finallyTasks: TaskStatus[]): string {
-  const ended = finallyTasks.filter((task) => task.phase !== "Succeeded" && task.phase !== "Skipped");
+  const stopped = finallyTasks.filter((task) => task.phase !== "Succeeded" && task.phase !== "Skipped");
+  // With none stopped, a cleanup the finally window left no time for is still told: it never ran.
+  const ended =
+    stopped.length > 0
+      ? stopped
+      : finallyTasks.filter((task, index) => task.phase === "Skipped" && report.fin?.[index]?.m);
   if (ended.length === 0) return message;
   const told = ended.map((task) => `finally task ${task.name} ${task.message ?? task.phase}`).join("; ");
   const mainSucceeded = report.tasks.every((task) => task.p === "Succeeded");

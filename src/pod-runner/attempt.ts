@@ -9,7 +9,7 @@ import type { Ending, TaskLimit } from "../api/reasons.js";
 import type { TaskShell } from "../api/shell.js";
 import { writeCancelFile } from "./cancel-file.js";
 import { type Launcher, LOCAL_LAUNCHER, type TermSent, within } from "./launcher.js";
-import { LinePrefixer, OutputTail } from "./output.js";
+import { LinePrefixer, type OutputStream, TaskOutputTails } from "./output.js";
 import type { ProcessTable } from "./process-table.js";
 import { SpentChunks } from "./spent-chunks.js";
 import type { TaskUsage } from "./task-usage.js";
@@ -93,7 +93,8 @@ export interface AttemptResult {
   signal: string | null;
   startTime: Date;
   completionTime: Date;
-  tail: OutputTail;
+  /** the last bytes of its stdout and stderr, apart, for a failure message */
+  tail: TaskOutputTails;
   pgid: number | null;
   /** the leader's start in clock ticks (0 if it never started) */
   startedFrom: number;
@@ -215,7 +216,7 @@ function forward(
 
 export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   const spent = new SpentChunks();
-  const tail = new OutputTail(spec.tailBytes, (chunk) => spent.release(chunk));
+  const tail = new TaskOutputTails(spec.tailBytes, (chunk) => spent.release(chunk));
   const startTime = new Date();
   const started = await (spec.launcher ?? LOCAL_LAUNCHER).launch(spec);
   if ("error" in started) {
@@ -229,11 +230,11 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   let blockedPipes = 0;
   // Kept per chunk, not per byte: one subtraction where lastOutput is already read.
   let longestSilence = 0;
-  const onData = (chunk: Buffer) => {
+  const onData = (stream: OutputStream, chunk: Buffer) => {
     const now = performance.now();
     if (blockedPipes === 0) longestSilence = Math.max(longestSilence, now - lastOutput);
     lastOutput = now;
-    tail.push(chunk);
+    tail.push(stream, chunk);
   };
   // While a pipe is paused because our reader is slow, the task is blocked on us, not silent:
   // that time is not a stall.
@@ -242,17 +243,18 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
     lastOutput = performance.now();
   };
   const streamsClosed = Promise.all(
-    task.streams.map((stream) =>
-      forward(
+    task.streams.map((stream, index) => {
+      const name: OutputStream = index === 1 ? "stderr" : "stdout";
+      return forward(
         stream,
         spec.sink,
         spec.prefix,
         spec.recycleOutput === true,
         task.chunksOwned ? spent : null,
-        onData,
+        (chunk) => onData(name, chunk),
         onBlocked,
-      ),
-    ),
+      );
+    }),
   ).then(() => undefined);
 
   const { leaderExited } = task;
@@ -452,7 +454,7 @@ export async function drainPipes(open: readonly OpenPipes[], hurry?: AbortSignal
   );
 }
 
-function spawnFailure(spawnError: string, startTime: Date, tail: OutputTail): AttemptResult {
+function spawnFailure(spawnError: string, startTime: Date, tail: TaskOutputTails): AttemptResult {
   return {
     kind: "spawn-error",
     exitCode: null,

@@ -55,7 +55,7 @@ export interface Launched {
   pgid: number;
   /** the leader's start in clock ticks (0 if unknown) */
   startedFrom: number;
-  /** the leader's stdout and stderr */
+  /** the leader's stdout and stderr, in that order (a failure message quotes stderr first) */
   streams: Readable[];
   /**
    * Each chunk of `streams` is a buffer of its own that nothing else holds (a pipe read by Node):

@@ -47,6 +47,35 @@ export class OutputTail {
   }
 }
 
+/** Which of a task's streams a line came from. */
+export type OutputStream = "stdout" | "stderr";
+
+/**
+ * A task's stdout and stderr tails, apart: a failure message quotes stderr's last line, where the
+ * error usually is, before stdout's (a version banner, a progress line). Each chunk goes into one
+ * tail by reference: no per-byte work while the task prints; lines are looked for at the end.
+ */
+export class TaskOutputTails {
+  private readonly tails: Record<OutputStream, OutputTail>;
+
+  constructor(limit: number, dropped?: (chunk: Buffer) => void) {
+    this.tails = { stdout: new OutputTail(limit, dropped), stderr: new OutputTail(limit, dropped) };
+  }
+
+  push(stream: OutputStream, chunk: Buffer): void {
+    this.tails[stream].push(chunk);
+  }
+
+  /** stderr's last non-empty line, else stdout's, with the stream it came from. */
+  lastLine(maxChars = 200): { stream: OutputStream; line: string } | undefined {
+    for (const stream of ["stderr", "stdout"] as const) {
+      const line = this.tails[stream].lastLine(maxChars);
+      if (line) return { stream, line };
+    }
+    return undefined;
+  }
+}
+
 /**
  * How a chunk of LinePrefixer's output sits on its lines: what a writer that puts lines of its own
  * between task chunks (the pod's log, pod-log.ts) needs to keep every line start a prefix or its own.

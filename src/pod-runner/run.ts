@@ -11,7 +11,13 @@ import { formatDuration } from "../api/duration.js";
 import type { EffectiveLimit, ResolvedLimits, TaskLimits } from "../api/limits.js";
 import type { TaskSpec } from "../api/playbook.js";
 import type { TaskPhase } from "../api/reasons.js";
-import type { ContainmentKind, RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
+import {
+  type ContainmentKind,
+  quoteLastLine,
+  type RunnerReason,
+  type RunOutcome,
+  type TaskOutcome,
+} from "../api/report.js";
 import { effectiveShell } from "../api/shell.js";
 import {
   type AgentRun,
@@ -271,6 +277,11 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       await agents.arrive(container, Math.max(0, phase.boundAt - performance.now()), phase.cancelSignal);
     }
     const stopped = stopBeforeStart(phase);
+    if (stopped === "FinallyCeiling") {
+      // A cleanup the finally window left no time for never ran: Skipped, saying why.
+      markWindowPassed(outcome, options.limits.finallyCeiling);
+      return outcome.phase;
+    }
     if (stopped) {
       // Stopped between tasks: this task is the one it kept from starting.
       outcome.startTime = new Date();
@@ -429,8 +440,14 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         const settled = await runTask(task, options.tasks.length + offset, rules);
         // Each cleanup runs whatever the one before did; only their ceiling or a cancel ends them.
         const outcome = finallyOutcomes[offset] as TaskOutcome;
-        if (settled !== "Succeeded") finallyEnded ??= settled;
-        if (settled === "Cancelled" || outcome.limit === "FinallyCeiling") break;
+        if (settled !== "Succeeded" && settled !== "Skipped") finallyEnded ??= settled;
+        if (settled === "Cancelled") break;
+        if (settled === "Skipped" || outcome.limit === "FinallyCeiling") {
+          for (const rest of finallyOutcomes.slice(offset + 1)) {
+            markWindowPassed(rest, options.limits.finallyCeiling);
+          }
+          break;
+        }
       }
       // They decide the reason only of a run whose main tasks succeeded.
       if (reason === "Succeeded" && finallyEnded !== null) {
@@ -522,6 +539,12 @@ export function attemptDeadline(
   return { at: ceilingAt, limit: ceiling };
 }
 
+/** A finally task that did not start because the finally window had passed: it never ran. */
+function markWindowPassed(outcome: TaskOutcome, finallyCeiling: EffectiveLimit): void {
+  outcome.phase = "Skipped";
+  outcome.detail = `not started: the finally window ${formatDuration(finallyCeiling.ms)} (${finallyCeiling.field}) had passed`;
+}
+
 /** Settles a task that a cancellation or the ceiling kept from (re)starting. */
 function markStopped(outcome: TaskOutcome, stop: StopBeforeStart): TaskPhase {
   outcome.completionTime = new Date();
@@ -572,7 +595,7 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
       const last = result.tail.lastLine();
       outcome.detail = result.spawnError
         ? result.spawnError
-        : `container ${result.lostContainer} ended while the task ran (its agent's connection closed)${last ? `; last output: ${last}` : ""}`;
+        : `container ${result.lostContainer} ended while the task ran (its agent's connection closed)${last ? `; last output on ${quoteLastLine(last)}` : ""}`;
       break;
     }
     case "exited": {
@@ -581,8 +604,8 @@ function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
       if (outcome.phase === "Failed" && result.execFailure) outcome.detail = result.execFailure;
       else if (outcome.phase === "Failed" && result.outOfMemory) {
         // Named first: the report keeps the start of a message it has to shorten.
-        outcome.detail = `out of memory: ${result.outOfMemory} (SIGKILL)${last ? `; last output: ${last}` : ""}`;
-      } else if (outcome.phase === "Failed" && last) outcome.detail = last;
+        outcome.detail = `out of memory: ${result.outOfMemory} (SIGKILL)${last ? `; last output on ${quoteLastLine(last)}` : ""}`;
+      } else if (outcome.phase === "Failed" && last) outcome.detail = quoteLastLine(last);
       break;
     }
   }

@@ -85,6 +85,20 @@ async function installCrds(binDir: string, kubeconfig: string, log: (message: st
 }
 
 /**
+ * The dev cluster's controller command line. With Kueue running, the controller watches its
+ * Workloads (`--kueue`), so a queued run carries Kueue's words as docs/kueue.md says.
+ */
+export function devControllerArgs(options: { cli: string; metricsPort: number; kueue: boolean }): string[] {
+  return [
+    options.cli,
+    "controller",
+    "--metrics-address",
+    `127.0.0.1:${options.metricsPort}`,
+    ...(options.kueue ? ["--kueue"] : []),
+  ];
+}
+
+/**
  * The control plane, the CRDs, a node and (optionally) the controller: what `npm run cluster:up`
  * (a real node, as daemons) and the tests' global setups start.
  */
@@ -177,7 +191,7 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       const controller = startProcess(
         "controller",
         process.execPath,
-        [cli, "controller", "--metrics-address", `127.0.0.1:${metricsPort}`],
+        devControllerArgs({ cli, metricsPort, kueue: kueue !== undefined }),
         {
           logFile: path.join(state.stateDir, "logs", "controller.log"),
           env: {

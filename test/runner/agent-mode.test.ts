@@ -791,6 +791,26 @@ describe.skipIf(AGENT === null)("pod runner in agent mode (real agents in a pid 
     expect(run.stdout.includes("\x1b") || run.stdout.includes("\u2028")).toBe(false);
   });
 
+  it("quotes a failed task's last stderr line, from the agent's E frames, before a later stdout line", async () => {
+    const run = await runPod({
+      tasks: [
+        {
+          name: "fetch",
+          run: "echo 'curl: (6) Could not resolve host' >&2; echo 'bash 5.2.15(1)-release'; exit 6",
+        },
+      ],
+    });
+    expect(run.report.reason, run.stderr).toBe("TaskFailed");
+    expect(run.report.tasks[0]).toMatchObject({
+      p: "Failed",
+      x: 6,
+      m: 'stderr: "curl: (6) Could not resolve host"',
+    });
+    expect(run.stdout).toContain(
+      'playbook: run Failed (TaskFailed): task fetch exited with code 6 (stderr: "curl: (6) Could not resolve host")',
+    );
+  });
+
   it("keeps the order of each stream", async () => {
     const run = await runPod({
       tasks: [

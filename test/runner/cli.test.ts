@@ -443,7 +443,7 @@ describe("playbook run", () => {
       name: "step-199",
       phase: "Failed",
       exitCode: 1,
-      message: "exited with code 1: boom",
+      message: 'exited with code 1 (stderr: "boom")',
     });
   });
 

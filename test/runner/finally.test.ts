@@ -56,7 +56,7 @@ describe("finally tasks", () => {
     const status = readBack(spec, run);
     expect(status.reason).toBe("TaskFailed");
     expect(status.message).toBe(
-      "task work exited with code 3: working; finally task page exited with code 2: paging",
+      'task work exited with code 3 (stdout: "working"); finally task page exited with code 2 (stdout: "paging")',
     );
     expect(status.finally?.map((task) => [task.name, task.phase])).toEqual([
       ["unlock", "Succeeded"],
@@ -78,7 +78,9 @@ describe("finally tasks", () => {
     expect(run.outcome.reason).toBe("TaskFailed");
     expect(run.outcome.phase).toBe("Failed");
     const status = readBack(spec, run);
-    expect(status.message).toBe("finally task release exited with code 4: lock busy; the task succeeded");
+    expect(status.message).toBe(
+      'finally task release exited with code 4 (stderr: "lock busy"); the task succeeded',
+    );
   });
 
   it("run after the run's ceiling, which does not bound them, and keep the main tasks' reason", async () => {
@@ -125,8 +127,44 @@ describe("finally tasks", () => {
       message: "was stopped by the 1s finally ceiling (spec.finallyCeiling); process group killed at once",
     });
     expect(status.finally?.[2]?.message).toBe(
-      "not run: the finally tasks were stopped (their ceiling passed, or a cancel ended them)",
+      "not started: the finally window 1s (spec.finallyCeiling) had passed",
     );
+  });
+
+  it("that the finally window left no time to start are Skipped, never run, saying why", async () => {
+    // The first one's timeout fires inside the window, and its grace (it ignores SIGTERM) runs
+    // past the window's end: the next ones find the window passed and do not start. A slower
+    // machine only ends the grace later.
+    const spec = {
+      killGrace: "2s",
+      finallyCeiling: "1s",
+      tasks: [{ name: "work", run: "true" }],
+      finally: [
+        { name: "deaf", timeout: "300ms", run: "trap '' TERM; sleep 30" },
+        { name: "release", run: "echo release" },
+        { name: "page", run: "echo page" },
+      ],
+    };
+    const run = await runSpec(spec, { marker: currentMarker() });
+    expect(run.outcome.finally?.[0]?.phase).toBe("TimedOut");
+    for (const task of run.outcome.finally?.slice(1) ?? []) {
+      expect(task).toMatchObject({ phase: "Skipped", attempts: 0 });
+      expect(task.limit).toBeUndefined();
+    }
+    expect(run.output).not.toContain("[release]");
+    expect(run.output).not.toContain("[page]");
+    const started = run.events.filter((event) => event.type === "task-started").map((event) => event.index);
+    expect(started).toEqual([0, 1]);
+    const status = readBack(spec, run);
+    expect(status.reason).toBe("TaskFailed");
+    for (const task of status.finally?.slice(1) ?? []) {
+      expect(task).toEqual({
+        name: task.name,
+        phase: "Skipped",
+        attempts: 0,
+        message: "not started: the finally window 1s (spec.finallyCeiling) had passed",
+      });
+    }
   });
 
   it("start only once what the main tasks left running is gone", async () => {

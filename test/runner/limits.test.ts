@@ -142,7 +142,7 @@ describe("task limits", () => {
       phase: "Failed",
       attempts: 3,
       exitCode: 1,
-      detail: "attempt failed",
+      detail: 'stderr: "attempt failed"',
     });
     expect(readFileSync(counter, "utf8").trim().split("\n")).toHaveLength(3);
     expect(failing.outcome.reason).toBe("TaskFailed");

@@ -4,6 +4,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { describe, expect, it } from "vitest";
+import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
+import { PlaybookSpecSchema } from "../../src/api/playbook.js";
+import { decodeReport, encodeReport, expandReport } from "../../src/api/report.js";
 import { checkNothingLeftBehind, runSpec } from "../support/runner.js";
 
 const currentMarker = checkNothingLeftBehind();
@@ -47,7 +50,37 @@ describe("task output", () => {
       { tasks: [{ name: "noisy", run: "seq 1 100000; echo 'fatal: disk full' >&2; exit 4" }] },
       { marker: currentMarker() },
     );
-    expect(run.outcome.tasks[0]).toMatchObject({ phase: "Failed", exitCode: 4, detail: "fatal: disk full" });
+    expect(run.outcome.tasks[0]).toMatchObject({
+      phase: "Failed",
+      exitCode: 4,
+      detail: 'stderr: "fatal: disk full"',
+    });
+  });
+
+  it.each([
+    {
+      name: "stderr's last line, not a banner printed last on stdout",
+      run: "echo 'curl: (6) Could not resolve host' >&2; echo 'bash 5.2.15(1)-release'; exit 6",
+      message: 'exited with code 6 (stderr: "curl: (6) Could not resolve host")',
+    },
+    {
+      name: "stderr's last line, though 600 KB of stdout came after it",
+      run: "echo 'error: lock held by pid 42' >&2; echo >&2; seq 1 100000; exit 1",
+      message: 'exited with code 1 (stderr: "error: lock held by pid 42")',
+    },
+    {
+      name: "stdout's last line when stderr holds none, saying so",
+      run: "echo 'step 3 of 5 failed'; printf '\\n\\n' >&2; exit 2",
+      message: 'exited with code 2 (stdout: "step 3 of 5 failed")',
+    },
+    { name: "no line when it printed none", run: "exit 3", message: "exited with code 3" },
+  ])("a failed task's message quotes $name", async ({ run: script, message }) => {
+    const spec = { tasks: [{ name: "t", run: script }] };
+    const run = await runSpec(spec, { marker: currentMarker() });
+    const report = decodeReport(encodeReport(run.outcome), 1, 0);
+    const status = expandReport(report, resolveLimits(PlaybookSpecSchema.parse(spec), LOCAL_DEFAULTS));
+    expect(status.tasks[0]).toMatchObject({ phase: "Failed", message });
+    expect(status.message).toBe(`task t ${message}`);
   });
 
   it("hands on everything a finished task's background child queued before the run returns", async () => {

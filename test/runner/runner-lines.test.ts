@@ -109,7 +109,7 @@ describe("the runner's own lines show control characters as escapes", () => {
     expect(run.code).toBe(1);
     const end = run.stderr.split("\n").filter((line) => line.startsWith("playbook: run Failed"));
     expect(end).toEqual([
-      "playbook: run Failed (TaskFailed): task a exited with code 3: fail\\r\\x1b[2J\\x7f\\u0085\\u2029 end",
+      'playbook: run Failed (TaskFailed): task a exited with code 3 (stdout: "fail\\r\\x1b[2J\\x7f\\u0085\\u2029 end")',
     ]);
     expect(rawControls(run.stderr)).toEqual([]);
   });
@@ -158,7 +158,7 @@ describe("the runner's own lines show control characters as escapes", () => {
     expect(report.tasks[0]?.m).toBe(
       `could not start: workingDir /nonexistent\\n${FORGED}\\n\\x1b[31mred\\u2028 does not exist`,
     );
-    expect(report.fin?.[0]?.m).toBe("fail\\r\\x1b[2J\\x7f\\u0085\\u2029 end");
+    expect(report.fin?.[0]?.m).toBe('stdout: "fail\\r\\x1b[2J\\x7f\\u0085\\u2029 end"');
     // The runner's lines (the task's own go through as they are: "[b] " and its bytes).
     expect(rawControls(lines.filter((line) => !line.startsWith("[b] ")).join("\n"))).toEqual([]);
   });

@@ -59,7 +59,7 @@ describe("the pipe's chunks", () => {
     const { result, output } = await attempt(FLOOD, "[flood] ", seen);
     expect(output).toBe(expected("[flood] "));
     expect(result.exitCode).toBe(3);
-    expect(result.tail.lastLine()).toBe("fatal: the last words");
+    expect(result.tail.lastLine()).toEqual({ stream: "stdout", line: "fatal: the last words" });
     // Every chunk but those the tail still holds (its 4 KiB, at most one pipe read beyond) is freed:
     // a freed chunk reads as empty.
     expect(seen.length).toBeGreaterThan(10);

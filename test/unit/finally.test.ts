@@ -176,6 +176,27 @@ describe("the report's finally rows", () => {
     expect(report.fin?.[0]?.m).toMatch(/^lock busy x+/);
   });
 
+  it("name one the finally window left no time to start, though it does not decide the reason", () => {
+    const parsed = spec({
+      finallyCeiling: "5m",
+      finally: [
+        { name: "clean", run: "true" },
+        { name: "release", run: "true" },
+      ],
+    });
+    const why = "not started: the finally window 5m (spec.finallyCeiling) had passed";
+    const run = outcome({
+      finally: [task("clean", "Succeeded"), task("release", "Skipped", { detail: why })],
+    });
+    const expanded = expandReport(
+      decodeReport(encodeReport(run), 1, 2),
+      resolveLimits(parsed, LOCAL_DEFAULTS),
+    );
+    expect(expanded.reason).toBe("Succeeded");
+    expect(expanded.finally?.[1]).toEqual({ name: "release", phase: "Skipped", attempts: 0, message: why });
+    expect(expanded.message).toBe(`finally task release ${why}; the task succeeded`);
+  });
+
   it("expand into status.finally with their limits and sources, apart from the main tasks", () => {
     const parsed = spec({
       finallyCeiling: "2m",
