@@ -97,8 +97,16 @@ function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | 
   if (!status.startTime || !status.limits) return undefined;
   const from = (limit: { value: string; source: string } | undefined) =>
     limit?.source === "policy" ? parseDuration(limit.value) : undefined;
-  const { ceiling, stall, killGrace, startTimeout, finallyCeiling, queueTimeout, taskTimeout, maxPreemptions } =
-    status.limits;
+  const {
+    ceiling,
+    stall,
+    killGrace,
+    startTimeout,
+    finallyCeiling,
+    queueTimeout,
+    taskTimeout,
+    maxPreemptions,
+  } = status.limits;
   return {
     ceilingMs: from(ceiling),
     stallMs: from(stall),
