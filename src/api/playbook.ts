@@ -112,6 +112,14 @@ const EnvVar = z
   })
   .superRefine((env, ctx) => execStringTooLong(`${env.name}=${env.value}`, `${env.name}=… `, ctx, ["value"]));
 
+/** How much each wait between a task's attempts grows: 1 keeps it, 2 doubles it. */
+export const RetryBackoff = z
+  .number({ error: (issue) => `${JSON.stringify(issue.input)} must be a number such as 2` })
+  .refine((n) => Number.isFinite(n) && n >= 1 && n <= 10, {
+    error: (issue) =>
+      `${JSON.stringify(issue.input)} must be a factor from 1 (the same wait each time) to 10`,
+  });
+
 export const TaskSpecSchema = z.strictObject({
   name: z.string().max(63, "must be at most 63 characters").regex(DNS1123_LABEL, "must be a DNS-1123 label"),
   run: z
@@ -123,6 +131,12 @@ export const TaskSpecSchema = z.strictObject({
   timeout: DurationString.optional(),
   stall: DurationString.optional(),
   retries: z.number().int().min(0).max(100).default(0),
+  /** The wait before the first retry; default spec.retryDelay, the policy's, else 1s (limits.ts). */
+  retryDelay: DurationString.optional(),
+  /** The factor each further wait grows by; default spec.retryBackoff, the policy's, else 2. */
+  retryBackoff: RetryBackoff.optional(),
+  /** The longest wait between two attempts, before jitter; default spec.retryMaxDelay, the policy's, else 1m. */
+  retryMaxDelay: DurationString.optional(),
   env: z.array(EnvVar).max(128, "must list at most 128 variables").default([]),
   workingDir: z
     .string()
@@ -181,6 +195,10 @@ export const PlaybookSpecSchema = z
     /** From the pod's creation until its runner starts; default from the policy or the controller. */
     startTimeout: DurationString.optional(),
     cancel: z.boolean().default(false),
+    /** The retry waits of tasks that set none: the first wait, its factor, the longest (limits.ts). */
+    retryDelay: DurationString.optional(),
+    retryBackoff: RetryBackoff.optional(),
+    retryMaxDelay: DurationString.optional(),
     /** Absent: the namespace policy's default, else the controller's (DEFAULT_BACKOFF_LIMIT). */
     backoffLimit: z.number().int().min(0).max(100).optional(),
     /** The image of tasks that name none; default the policy's, else the runner image. */

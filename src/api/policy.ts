@@ -20,6 +20,7 @@ import {
   type PlaybookSpec,
   Quantity,
   ResourceRequirements,
+  RetryBackoff,
 } from "./playbook.js";
 import { allTasksOf, ImageReference } from "./task-images.js";
 
@@ -75,6 +76,10 @@ const PolicyDefaultsSchema = z.strictObject({
   queueName: KueueName.optional(),
   /** The queue timeout of a Playbook that sets no spec.queueTimeout. */
   queueTimeout: DurationString.optional(),
+  /** The retry waits of tasks whose task and Playbook set none. */
+  retryDelay: DurationString.optional(),
+  retryBackoff: RetryBackoff.optional(),
+  retryMaxDelay: DurationString.optional(),
 });
 export type PolicyDefaults = z.infer<typeof PolicyDefaultsSchema>;
 
@@ -194,6 +199,7 @@ export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults 
   if (!rules.policy) return undefined;
   const ms = (text: string | undefined) => (text === undefined ? undefined : parseDuration(text));
   const { ceiling, stall, killGrace, startTimeout, finallyCeiling, queueTimeout } = rules.defaults;
+  const { retryDelay, retryBackoff, retryMaxDelay } = rules.defaults;
   return {
     ceilingMs: ms(ceiling),
     stallMs: ms(stall),
@@ -201,6 +207,9 @@ export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults 
     startTimeoutMs: ms(startTimeout),
     finallyCeilingMs: ms(finallyCeiling),
     queueTimeoutMs: ms(queueTimeout),
+    retryDelayMs: ms(retryDelay),
+    retryBackoff,
+    retryMaxDelayMs: ms(retryMaxDelay),
     // A maximum, not a default: it bounds every task, so a task without a timeout takes it.
     taskTimeoutMs: ms(rules.maximums.taskTimeout),
   };

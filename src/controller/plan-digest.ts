@@ -6,7 +6,7 @@
 // so that the spec and status.limits are enough to rebuild it, whatever the controller's
 // configuration or the namespace's policy say by then.
 import { parseDuration } from "../api/duration.js";
-import type { EffectiveLimit, LimitDefaults, PolicyLimitDefaults } from "../api/limits.js";
+import type { EffectiveLimit, LimitDefaults, PolicyLimitDefaults, RetryWaits } from "../api/limits.js";
 import { PLAN_ANNOTATION, parsePlan, planDigest, type RunPlan } from "../api/plan.js";
 import type { PlaybookStatus } from "../api/playbook.js";
 import type { PodView } from "./objects.js";
@@ -28,6 +28,7 @@ export function planDefaults(limits: {
   finally?: readonly unknown[];
   queueTimeout?: Level | null | undefined;
   taskTimeout?: Level | null | undefined;
+  retryWaits?: RetryWaits | undefined;
 }): LimitDefaults {
   const policy: PolicyLimitDefaults = {};
   if (limits.ceiling.source === "policy") policy.ceilingMs = limits.ceiling.ms;
@@ -41,6 +42,11 @@ export function planDefaults(limits: {
   if (queueTimeout?.source === "policy") policy.queueTimeoutMs = queueTimeout.ms;
   // Only under a policy's maximums.taskTimeout, so that a run without one keeps the plan it always had.
   if (limits.taskTimeout?.source === "policy") policy.taskTimeoutMs = limits.taskTimeout.ms;
+  // The policy's retry waits only where it sets them; the controller's are constants (limits.ts).
+  const waits = limits.retryWaits;
+  if (waits?.delay.source === "policy") policy.retryDelayMs = waits.delay.ms;
+  if (waits?.backoff.source === "policy") policy.retryBackoff = waits.backoff.value;
+  if (waits?.maxDelay.source === "policy") policy.retryMaxDelayMs = waits.maxDelay.ms;
   return {
     ceilingMs: limits.ceiling.ms,
     maxCeilingMs: limits.ceiling.ms,
