@@ -114,7 +114,7 @@ const EnvVar = z
 
 /** How much each wait between a task's attempts grows: 1 keeps it, 2 doubles it. */
 export const RetryBackoff = z
-  .number({ error: (issue) => `${JSON.stringify(issue.input)} must be a number such as 2` })
+  .number({ error: "must be a number such as 2" })
   .refine((n) => Number.isFinite(n) && n >= 1 && n <= 10, {
     error: (issue) =>
       `${JSON.stringify(issue.input)} must be a factor from 1 (the same wait each time) to 10`,
