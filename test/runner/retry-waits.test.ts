@@ -79,7 +79,8 @@ describe("waits between a task's attempts", () => {
         random: () => 1,
         cancelSignal: cancel.signal,
         onEvent: (event: RunEvent) => {
-          if (event.type === "task-retrying") cancel.abort();
+          // Once the wait has begun: a cancel that came before it would keep it from starting.
+          if (event.type === "task-retrying") setTimeout(() => cancel.abort(), 100);
         },
       },
     );
