@@ -274,6 +274,8 @@ export const TaskStatusSchema = z.looseObject({
   exitCode: z.number().int().nullable().optional(),
   signal: z.string().nullable().optional(),
   startTime: Time.optional(),
+  /** A retried task's last attempt's start: what its timeout and advise count from. */
+  lastAttemptStartTime: Time.optional(),
   completionTime: Time.optional(),
   message: z.string().optional(),
   /** CPU seconds (user + system) the task's last attempt used, as the runner measured them */

@@ -305,6 +305,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       outcome.attempts += 1;
       emit({ type: "task-started", index, name: task.name, attempt: outcome.attempts, limits });
       const attemptStart = performance.now();
+      outcome.lastAttemptStartTime = new Date();
       const attemptId = `${runId}.${index}.${outcome.attempts}`;
       const oomBefore = oom?.read() ?? null;
       result = await runAttempt({

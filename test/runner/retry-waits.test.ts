@@ -36,6 +36,9 @@ describe("waits between a task's attempts", () => {
     expect(run.outcome.reason).toBe("Succeeded");
     expect(run.outcome.tasks[0]).toMatchObject({ phase: "Succeeded", attempts: 3 });
     expect(readFileSync(join(dir, "count"), "utf8").trim().split("\n")).toHaveLength(3);
+    // The report's first and last attempt starts lie at least both waits apart.
+    const { startTime, lastAttemptStartTime } = run.outcome.tasks[0] ?? {};
+    expect((lastAttemptStartTime?.getTime() ?? 0) - (startTime?.getTime() ?? 0)).toBeGreaterThanOrEqual(600);
     const retrying = run.events.filter((e) => e.type === "task-retrying");
     expect(retrying.map((e) => [e.attempt, e.attempts, e.delayMs])).toEqual([
       [2, 4, 200],
