@@ -560,10 +560,10 @@ function describeCutWait(
   stop: StopBeforeStart,
   attempts: number,
 ): string {
-  const what = `its wait of ${showWait(cut.ms)} to retry (attempt ${cut.attempt}/${attempts})`;
+  const retry = `to retry (attempt ${cut.attempt}/${attempts})`;
   return stop === "Cancelled"
-    ? `cancelled during ${what}`
-    : `${what} would have outlasted it (${showWait(cut.leftMs)} was left)`;
+    ? `it was waiting ${showWait(cut.ms)} ${retry}`
+    : `its wait of ${showWait(cut.ms)} ${retry} would have outlasted it (${showWait(cut.leftMs)} was left)`;
 }
 
 /** Settles a task that a cancellation or the ceiling kept from (re)starting. */

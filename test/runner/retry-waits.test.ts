@@ -90,7 +90,7 @@ describe("waits between a task's attempts", () => {
     expect(run.outcome.reason).toBe("Cancelled");
     const task = run.outcome.tasks[0];
     expect(task).toMatchObject({ phase: "Cancelled", attempts: 1 });
-    expect(task?.detail).toBe("cancelled during its wait of 10m to retry (attempt 2/3)");
+    expect(task?.detail).toBe("it was waiting 10m to retry (attempt 2/3)");
     expect(readFileSync(join(dir, "count"), "utf8").trim().split("\n")).toHaveLength(1);
   });
 
