@@ -407,10 +407,12 @@ function checkFinallyLimits(
 
 /**
  * The status.limits shape of docs/design.md; finallyCeiling only for a run with finally tasks,
- * taskTimeout only under a policy's maximums.taskTimeout.
+ * taskTimeout only under a policy's maximums.taskTimeout, the retry waits only where the policy
+ * gave them (what a lost pod's plan is rebuilt from).
  */
 export function describeRunLimits(limits: ResolvedLimits) {
   const show = (limit: EffectiveLimit) => ({ value: formatDuration(limit.ms), source: limit.source });
+  const waits = limits.retryWaits;
   return {
     ceiling: show(limits.ceiling),
     stall: show(limits.stall),
@@ -419,6 +421,11 @@ export function describeRunLimits(limits: ResolvedLimits) {
     ...(limits.finally.length > 0 ? { finallyCeiling: show(limits.finallyCeiling) } : {}),
     ...(limits.queueTimeout ? { queueTimeout: show(limits.queueTimeout) } : {}),
     ...(limits.taskTimeout ? { taskTimeout: show(limits.taskTimeout) } : {}),
+    ...(waits.delay.source === "policy" ? { retryDelay: show(waits.delay) } : {}),
+    ...(waits.backoff.source === "policy"
+      ? { retryBackoff: { value: String(waits.backoff.value), source: waits.backoff.source } }
+      : {}),
+    ...(waits.maxDelay.source === "policy" ? { retryMaxDelay: show(waits.maxDelay) } : {}),
   };
 }
 

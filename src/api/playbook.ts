@@ -331,6 +331,10 @@ export const PlaybookStatusSchema = z.looseObject({
       queueTimeout: EffectiveLimitSchema.optional(),
       // Only under a policy's maximums.taskTimeout: the timeout of a task that sets none.
       taskTimeout: EffectiveLimitSchema.optional(),
+      // Only where the namespace policy gave them (the spec shows its own; the defaults are constants).
+      retryDelay: EffectiveLimitSchema.optional(),
+      retryBackoff: EffectiveLimitSchema.optional(),
+      retryMaxDelay: EffectiveLimitSchema.optional(),
     })
     .optional(),
   tasks: z.array(TaskStatusSchema).optional(),

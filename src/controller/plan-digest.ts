@@ -67,7 +67,15 @@ export function planDefaultsFromStatus(status: PlaybookStatus): LimitDefaults | 
     ms: parseDuration(limit.value),
     source: limit.source as EffectiveLimit["source"],
   });
+  const policyLevel = (limit: { value: string; source: string } | undefined, field: string) =>
+    limit?.source === "policy"
+      ? { ms: parseDuration(limit.value), source: "policy" as const, field }
+      : undefined;
   try {
+    const retryDelay = policyLevel(limits.retryDelay, "");
+    const retryMaxDelay = policyLevel(limits.retryMaxDelay, "");
+    const backoff = limits.retryBackoff?.source === "policy" ? Number(limits.retryBackoff.value) : undefined;
+    const fallback = { ms: 0, source: "default" as const, field: "" };
     return planDefaults({
       ceiling: level(limits.ceiling),
       stall: level(limits.stall),
@@ -76,6 +84,15 @@ export function planDefaultsFromStatus(status: PlaybookStatus): LimitDefaults | 
       ...(limits.finallyCeiling ? { finallyCeiling: level(limits.finallyCeiling) } : {}),
       ...(limits.queueTimeout ? { queueTimeout: level(limits.queueTimeout) } : {}),
       ...(limits.taskTimeout ? { taskTimeout: level(limits.taskTimeout) } : {}),
+      // Only the policy's levels matter to the plan: the rest are the spec's or constants.
+      retryWaits: {
+        delay: retryDelay ?? fallback,
+        backoff:
+          backoff !== undefined && Number.isFinite(backoff)
+            ? { value: backoff, source: "policy", field: "" }
+            : { value: 0, source: "default", field: "" },
+        maxDelay: retryMaxDelay ?? fallback,
+      },
     });
   } catch {
     return undefined;

@@ -99,6 +99,7 @@ function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | 
     limit?.source === "policy" ? parseDuration(limit.value) : undefined;
   const { ceiling, stall, killGrace, startTimeout, finallyCeiling, queueTimeout, taskTimeout } =
     status.limits;
+  const { retryDelay, retryBackoff, retryMaxDelay } = status.limits;
   return {
     ceilingMs: from(ceiling),
     stallMs: from(stall),
@@ -107,6 +108,9 @@ function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | 
     finallyCeilingMs: from(finallyCeiling),
     queueTimeoutMs: from(queueTimeout),
     taskTimeoutMs: from(taskTimeout),
+    retryDelayMs: from(retryDelay),
+    retryBackoff: retryBackoff?.source === "policy" ? Number(retryBackoff.value) : undefined,
+    retryMaxDelayMs: from(retryMaxDelay),
   };
 }
 

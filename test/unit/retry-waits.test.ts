@@ -1,7 +1,7 @@
 // The retry waits: where each comes from (task → spec → policy → default), what the schema refuses,
 // the sequence of waits with a fixed random source, and how progress shows a wait.
 import { describe, expect, it } from "vitest";
-import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
+import { describeRunLimits, LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { InvalidPlaybookError, parsePlaybookManifest } from "../../src/api/manifest.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { PolicySpecSchema, policyLimitDefaults, policyRules } from "../../src/api/policy.js";
@@ -9,6 +9,7 @@ import { parseProgressLine } from "../../src/api/progress-record.js";
 import { expandReport } from "../../src/api/report.js";
 import { Progress } from "../../src/cli/progress.js";
 import { ProgressLineReader } from "../../src/cli/progress-lines.js";
+import { planDefaults, planDefaultsFromStatus } from "../../src/controller/plan-digest.js";
 import { ProgressRecorder } from "../../src/pod-runner/progress-recorder.js";
 import { retryCapMs, retryWaitMs } from "../../src/pod-runner/retry-wait.js";
 import type { RunEvent } from "../../src/pod-runner/run.js";
@@ -91,6 +92,31 @@ describe("retry waits resolved", () => {
     ],
   ])("refuses %s, naming the field and the value", (_name, yaml, expected) => {
     expect(problemsOf(yaml).join("\n")).toContain(expected);
+  });
+});
+
+describe("the policy's retry waits in a run's plan", () => {
+  const spec = PlaybookSpecSchema.parse({ tasks: [{ name: "a", run: "true", retries: 1 }] });
+
+  it("are carried by the plan and by status.limits, so a lost pod's plan is rebuilt the same", () => {
+    const policy = { retryDelayMs: 5000, retryBackoff: 3, retryMaxDelayMs: 120_000 };
+    const limits = resolveLimits(spec, { ...LOCAL_DEFAULTS, policy });
+    const fromPlan = planDefaults(limits);
+    expect(fromPlan.policy).toEqual(policy);
+    const status = describeRunLimits(limits);
+    expect(status).toMatchObject({
+      retryDelay: { value: "5s", source: "policy" },
+      retryBackoff: { value: "3", source: "policy" },
+      retryMaxDelay: { value: "2m", source: "policy" },
+    });
+    expect(planDefaultsFromStatus({ limits: status })).toEqual(fromPlan);
+    expect(resolveLimits(spec, fromPlan).tasks[0]?.retryWaits).toEqual(limits.tasks[0]?.retryWaits);
+  });
+
+  it("leave the plan and status.limits of a run without them as they were", () => {
+    const limits = resolveLimits(spec, LOCAL_DEFAULTS);
+    expect(planDefaults(limits).policy).toBeUndefined();
+    expect(Object.keys(describeRunLimits(limits))).not.toContain("retryDelay");
   });
 });
 
