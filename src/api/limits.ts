@@ -29,6 +29,12 @@ export interface LimitDefaults {
    * (DEFAULT_MAX_PREEMPTIONS applies, unshown).
    */
   maxPreemptions?: number | undefined;
+  /** The wait before a task's first retry; absent (a plan of an earlier version): DEFAULT_RETRY_DELAY_MS. */
+  retryDelayMs?: number | undefined;
+  /** Its factor for each further retry; absent: DEFAULT_RETRY_BACKOFF. */
+  retryBackoff?: number | undefined;
+  /** The longest wait before jitter; absent: DEFAULT_RETRY_MAX_DELAY_MS. */
+  retryMaxDelayMs?: number | undefined;
   /** The namespace policy's defaults: the level between the spec and the controller's defaults. */
   policy?: PolicyLimitDefaults | undefined;
 }
@@ -41,6 +47,9 @@ export interface PolicyLimitDefaults {
   startTimeoutMs?: number | undefined;
   finallyCeilingMs?: number | undefined;
   queueTimeoutMs?: number | undefined;
+  retryDelayMs?: number | undefined;
+  retryBackoff?: number | undefined;
+  retryMaxDelayMs?: number | undefined;
   /**
    * The policy's maximums.taskTimeout: it bounds every task, so a task (main or finally) without a
    * timeout of its own takes it as its timeout.
@@ -67,6 +76,12 @@ export const DEFAULT_MAX_FINALLY_CEILING_MS = 3_600_000;
 
 /** The controller's --default-max-preemptions when not given, and the cap of a plan without one. */
 export const DEFAULT_MAX_PREEMPTIONS = 5;
+/** The controller's default wait before a task's first retry, and what a plan without one means. */
+export const DEFAULT_RETRY_DELAY_MS = 1000;
+/** The controller's default factor of each further wait. */
+export const DEFAULT_RETRY_BACKOFF = 2;
+/** The controller's default longest wait between two attempts (before jitter). */
+export const DEFAULT_RETRY_MAX_DELAY_MS = 60_000;
 
 /** Defaults for `playbook run` on a laptop; the controller takes its own from its configuration. */
 export const LOCAL_DEFAULTS: LimitDefaults = {
@@ -106,6 +121,15 @@ export interface TaskLimits {
   /** 0 disables the stall limit. */
   stall: EffectiveLimit;
   retries: number;
+  /** The waits between its attempts; absent (limits read back from progress lines): the defaults. */
+  retryWaits?: RetryWaits;
+}
+
+/** How long a task waits before each retry: delay × backoff^(n-1), at most maxDelay, jittered (retry-wait.ts). */
+export interface RetryWaits {
+  delay: EffectiveLimit;
+  backoff: { value: number; source: LimitSource; field: string };
+  maxDelay: EffectiveLimit;
 }
 
 export interface ResolvedLimits {
@@ -128,6 +152,8 @@ export interface ResolvedLimits {
    * Preempted; null: set at no level (a local run, a plan of an earlier version: DEFAULT_MAX_PREEMPTIONS).
    */
   maxPreemptions: CountLimit | null;
+  /** The retry waits of a task that sets none (spec, policy or default). */
+  retryWaits: RetryWaits;
 }
 
 export interface LimitProblem {
@@ -190,6 +216,34 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
       ? null
       : { ms: policy.taskTimeoutMs, source: "policy", field: POLICY_TASK_TIMEOUT_FIELD };
   const maxPreemptions = resolveMaxPreemptions(spec, defaults);
+  const retryDelay = pick(
+    spec.retryDelay,
+    "spec.retryDelay",
+    policy?.retryDelayMs,
+    defaults.retryDelayMs ?? DEFAULT_RETRY_DELAY_MS,
+    "retry delay",
+  );
+  const retryMaxDelay = pick(
+    spec.retryMaxDelay,
+    "spec.retryMaxDelay",
+    policy?.retryMaxDelayMs,
+    defaults.retryMaxDelayMs ?? DEFAULT_RETRY_MAX_DELAY_MS,
+    "retry max delay",
+  );
+  const retryBackoff: RetryWaits["backoff"] =
+    spec.retryBackoff !== undefined
+      ? { value: spec.retryBackoff, source: "spec", field: "spec.retryBackoff" }
+      : policy?.retryBackoff !== undefined
+        ? {
+            value: policy.retryBackoff,
+            source: "policy",
+            field: "the namespace policy's default retry backoff",
+          }
+        : {
+            value: defaults.retryBackoff ?? DEFAULT_RETRY_BACKOFF,
+            source: "default",
+            field: "the default retry backoff",
+          };
   const taskLimits =
     (list: "tasks" | "finally") =>
     (task: PlaybookSpec["tasks"][number], index: number): TaskLimits => {
@@ -201,7 +255,19 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
         task.stall === undefined
           ? stall
           : { ms: parseDuration(task.stall), source: "task", field: `spec.${list}[${index}].stall` };
-      return { name: task.name, timeout, stall: taskStall, retries: task.retries };
+      const own = (value: string | undefined, name: string, fallback: EffectiveLimit): EffectiveLimit =>
+        value === undefined
+          ? fallback
+          : { ms: parseDuration(value), source: "task", field: `spec.${list}[${index}].${name}` };
+      const retryWaits: RetryWaits = {
+        delay: own(task.retryDelay, "retryDelay", retryDelay),
+        backoff:
+          task.retryBackoff === undefined
+            ? retryBackoff
+            : { value: task.retryBackoff, source: "task", field: `spec.${list}[${index}].retryBackoff` },
+        maxDelay: own(task.retryMaxDelay, "retryMaxDelay", retryMaxDelay),
+      };
+      return { name: task.name, timeout, stall: taskStall, retries: task.retries, retryWaits };
     };
   const tasks = spec.tasks.map(taskLimits("tasks"));
   const finallyTasks = (spec.finally ?? []).map(taskLimits("finally"));
@@ -216,6 +282,7 @@ export function resolveLimits(spec: PlaybookSpec, defaults: LimitDefaults): Reso
     queueTimeout,
     taskTimeout,
     maxPreemptions,
+    retryWaits: { delay: retryDelay, backoff: retryBackoff, maxDelay: retryMaxDelay },
   };
 }
 
@@ -424,10 +491,12 @@ function checkFinallyLimits(
 
 /**
  * The status.limits shape of docs/design.md; finallyCeiling only for a run with finally tasks,
- * taskTimeout only under a policy's maximums.taskTimeout.
+ * taskTimeout only under a policy's maximums.taskTimeout, the retry waits only where the policy
+ * gave them (what a lost pod's plan is rebuilt from).
  */
 export function describeRunLimits(limits: ResolvedLimits) {
   const show = (limit: EffectiveLimit) => ({ value: formatDuration(limit.ms), source: limit.source });
+  const waits = limits.retryWaits;
   return {
     ceiling: show(limits.ceiling),
     stall: show(limits.stall),
@@ -439,6 +508,11 @@ export function describeRunLimits(limits: ResolvedLimits) {
     ...(limits.maxPreemptions
       ? { maxPreemptions: { value: limits.maxPreemptions.value, source: limits.maxPreemptions.source } }
       : {}),
+    ...(waits.delay.source === "policy" ? { retryDelay: show(waits.delay) } : {}),
+    ...(waits.backoff.source === "policy"
+      ? { retryBackoff: { value: String(waits.backoff.value), source: waits.backoff.source } }
+      : {}),
+    ...(waits.maxDelay.source === "policy" ? { retryMaxDelay: show(waits.maxDelay) } : {}),
   };
 }
 

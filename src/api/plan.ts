@@ -56,6 +56,10 @@ export const RunPlanSchema = z
       queueTimeoutMs: Millis.optional(),
       // Only for a run whose maxPreemptions is the controller's default (absent from earlier plans).
       maxPreemptions: z.number().int().min(0).optional(),
+      // Absent from the plans of an earlier version: the controller's defaults (limits.ts).
+      retryDelayMs: Millis.optional(),
+      retryBackoff: z.number().min(1).max(10).optional(),
+      retryMaxDelayMs: Millis.optional(),
       // The namespace policy's defaults the run started with: a later edit of the policy changes nothing.
       policy: z
         .strictObject({
@@ -65,6 +69,9 @@ export const RunPlanSchema = z
           startTimeoutMs: Millis.optional(),
           finallyCeilingMs: Millis.optional(),
           queueTimeoutMs: Millis.optional(),
+          retryDelayMs: Millis.optional(),
+          retryBackoff: z.number().min(1).max(10).optional(),
+          retryMaxDelayMs: Millis.optional(),
           // The policy's maximums.taskTimeout: the timeout of a task that sets none.
           taskTimeoutMs: Millis.optional(),
           maxPreemptions: z.number().int().min(0).optional(),

@@ -114,6 +114,14 @@ const EnvVar = z
   })
   .superRefine((env, ctx) => execStringTooLong(`${env.name}=${env.value}`, `${env.name}=… `, ctx, ["value"]));
 
+/** How much each wait between a task's attempts grows: 1 keeps it, 2 doubles it. */
+export const RetryBackoff = z
+  .number({ error: "must be a number such as 2" })
+  .refine((n) => Number.isFinite(n) && n >= 1 && n <= 10, {
+    error: (issue) =>
+      `${JSON.stringify(issue.input)} must be a factor from 1 (the same wait each time) to 10`,
+  });
+
 export const TaskSpecSchema = z.strictObject({
   name: z.string().max(63, "must be at most 63 characters").regex(DNS1123_LABEL, "must be a DNS-1123 label"),
   run: z
@@ -125,6 +133,12 @@ export const TaskSpecSchema = z.strictObject({
   timeout: DurationString.optional(),
   stall: DurationString.optional(),
   retries: z.number().int().min(0).max(100).default(0),
+  /** The wait before the first retry; default spec.retryDelay, the policy's, else 1s (limits.ts). */
+  retryDelay: DurationString.optional(),
+  /** The factor each further wait grows by; default spec.retryBackoff, the policy's, else 2. */
+  retryBackoff: RetryBackoff.optional(),
+  /** The longest wait between two attempts, before jitter; default spec.retryMaxDelay, the policy's, else 1m. */
+  retryMaxDelay: DurationString.optional(),
   env: z.array(EnvVar).max(128, "must list at most 128 variables").default([]),
   workingDir: z
     .string()
@@ -183,6 +197,10 @@ export const PlaybookSpecSchema = z
     /** From the pod's creation until its runner starts; default from the policy or the controller. */
     startTimeout: DurationString.optional(),
     cancel: z.boolean().default(false),
+    /** The retry waits of tasks that set none: the first wait, its factor, the longest (limits.ts). */
+    retryDelay: DurationString.optional(),
+    retryBackoff: RetryBackoff.optional(),
+    retryMaxDelay: DurationString.optional(),
     /** Absent: the namespace policy's default, else the controller's (DEFAULT_BACKOFF_LIMIT). */
     backoffLimit: z.number().int().min(0).max(100).optional(),
     /** The image of tasks that name none; default the policy's, else the runner image. */
@@ -269,6 +287,8 @@ export const TaskStatusSchema = z.looseObject({
   exitCode: z.number().int().nullable().optional(),
   signal: z.string().nullable().optional(),
   startTime: Time.optional(),
+  /** A retried task's last attempt's start: what its timeout and advise count from. */
+  lastAttemptStartTime: Time.optional(),
   completionTime: Time.optional(),
   message: z.string().optional(),
   /** CPU seconds (user + system) the task's last attempt used, as the runner measured them */
@@ -326,6 +346,10 @@ export const PlaybookStatusSchema = z.looseObject({
       taskTimeout: EffectiveLimitSchema.optional(),
       // Absent from the status of a run started by an earlier version (it has the default's cap).
       maxPreemptions: CountLimitSchema.optional(),
+      // Only where the namespace policy gave them (the spec shows its own; the defaults are constants).
+      retryDelay: EffectiveLimitSchema.optional(),
+      retryBackoff: EffectiveLimitSchema.optional(),
+      retryMaxDelay: EffectiveLimitSchema.optional(),
     })
     .optional(),
   tasks: z.array(TaskStatusSchema).optional(),

@@ -21,6 +21,7 @@ import {
   type PlaybookSpec,
   Quantity,
   ResourceRequirements,
+  RetryBackoff,
 } from "./playbook.js";
 import { allTasksOf, ImageReference } from "./task-images.js";
 
@@ -78,6 +79,10 @@ const PolicyDefaultsSchema = z.strictObject({
   queueTimeout: DurationString.optional(),
   /** The maxPreemptions of a Playbook that sets no spec.maxPreemptions. */
   maxPreemptions: z.number().int().min(0).max(MAX_PREEMPTIONS_LIMIT).optional(),
+  /** The retry waits of tasks whose task and Playbook set none. */
+  retryDelay: DurationString.optional(),
+  retryBackoff: RetryBackoff.optional(),
+  retryMaxDelay: DurationString.optional(),
 });
 export type PolicyDefaults = z.infer<typeof PolicyDefaultsSchema>;
 
@@ -200,6 +205,7 @@ export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults 
   const ms = (text: string | undefined) => (text === undefined ? undefined : parseDuration(text));
   const { ceiling, stall, killGrace, startTimeout, finallyCeiling, queueTimeout, maxPreemptions } =
     rules.defaults;
+  const { retryDelay, retryBackoff, retryMaxDelay } = rules.defaults;
   return {
     ceilingMs: ms(ceiling),
     stallMs: ms(stall),
@@ -207,6 +213,9 @@ export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults 
     startTimeoutMs: ms(startTimeout),
     finallyCeilingMs: ms(finallyCeiling),
     queueTimeoutMs: ms(queueTimeout),
+    retryDelayMs: ms(retryDelay),
+    retryBackoff,
+    retryMaxDelayMs: ms(retryMaxDelay),
     // A maximum, not a default: it bounds every task, so a task without a timeout takes it.
     taskTimeoutMs: ms(rules.maximums.taskTimeout),
     maxPreemptions,

@@ -53,7 +53,7 @@ export function encodeProgressRecord(record: ProgressRecord): string {
   if (Buffer.byteLength(text) <= PROGRESS_MAX_BYTES) return text;
   const bare = {
     ...withoutMessages,
-    tasks: withoutMessages.tasks.map(({ t: _t, cpu: _c, mem: _k, ls: _l, ...task }) => task),
+    tasks: withoutMessages.tasks.map(({ t: _t, cpu: _c, mem: _k, ls: _l, la: _a, ...task }) => task),
   };
   return line(bare);
 }

@@ -67,6 +67,8 @@ export const ReportTaskSchema = z.strictObject({
   mem: z.number().int().min(0).optional(),
   /** the last attempt's longest silence in ms: the longest time between two outputs, from its start to its end */
   ls: z.number().int().min(0).max(MAX_TASK_OFFSET_MS).optional(),
+  /** a retried task's last attempt's start, in ms after the report's start (t[0] is its first's) */
+  la: z.number().int().min(0).max(MAX_TASK_OFFSET_MS).optional(),
 });
 export type ReportTask = z.infer<typeof ReportTaskSchema>;
 
@@ -109,6 +111,8 @@ export interface TaskOutcome {
   /** set when a second interrupt cut the grace short: how much of it the group had, in ms */
   graceCutAfterMs?: number;
   startTime?: Date;
+  /** when its last attempt started (reported for a task of more than one attempt) */
+  lastAttemptStartTime?: Date;
   completionTime?: Date;
   detail?: string;
   /** it names an image but ran on the host (`playbook run --on-host`) */
@@ -160,6 +164,9 @@ export function toReportTask(task: TaskOutcome, start: number): ReportTask {
       Math.max(0, task.startTime.getTime() - start),
       Math.max(0, task.completionTime.getTime() - start),
     ];
+  }
+  if (task.attempts > 1 && task.lastAttemptStartTime) {
+    out.la = Math.min(MAX_TASK_OFFSET_MS, Math.max(0, task.lastAttemptStartTime.getTime() - start));
   }
   // A task's last line, an error with a workingDir in it: no control character of it gets into a
   // status message, a record or the runner's end line as it is.
@@ -216,7 +223,9 @@ export function encodeReport(outcome: RunOutcome, maxBytes = REPORT_MAX_BYTES): 
     (task) => (task.m ? { ...task, m: truncate(task.m, 120) } : task),
     (task, i) => (i === deciding ? task : { ...task, m: undefined }),
     (task, i) =>
-      i === deciding ? task : { ...task, t: undefined, cpu: undefined, mem: undefined, ls: undefined },
+      i === deciding
+        ? task
+        : { ...task, t: undefined, cpu: undefined, mem: undefined, ls: undefined, la: undefined },
   ];
   let report = rows;
   for (const [level, step] of steps.entries()) {
@@ -544,6 +553,7 @@ export function expandReport(
         status.startTime = new Date(start + task.t[0]).toISOString();
         status.completionTime = new Date(start + task.t[1]).toISOString();
       }
+      if (task.la !== undefined) status.lastAttemptStartTime = new Date(start + task.la).toISOString();
       if (task.cpu !== undefined) status.cpuSeconds = task.cpu / 1000;
       if (task.mem !== undefined) status.peakMemoryBytes = task.mem * 1024;
       if (task.ls !== undefined) status.longestSilence = formatDuration(task.ls);

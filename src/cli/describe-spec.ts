@@ -1,13 +1,20 @@
 // What `playbook validate` prints of a Playbook's spec (and of a CronPlaybook's template): each
 // effective limit and the maximums, each with the level it came from, and each task.
 import { formatDuration, parseDuration } from "../api/duration.js";
-import { type LimitDefaults, preemptionCap, resolveLimits } from "../api/limits.js";
+import { type LimitDefaults, preemptionCap, resolveLimits, type TaskLimits } from "../api/limits.js";
 import { describeLongestRun } from "../api/longest-run.js";
 import { DEFAULT_BACKOFF_LIMIT, type Playbook } from "../api/playbook.js";
 import { describePodBound } from "../api/pod-bound.js";
 import type { PolicyDefaults, PolicyMaximums } from "../api/policy.js";
 import { describeShell, effectiveShell } from "../api/shell.js";
 import { describeTaskLimits, showLimit, showStartTimeout } from "./progress.js";
+
+/** "retries 0", or with its waits: "retries 2 (waiting 1s (default), ×2 (default), at most 1m (default))". */
+function describeRetries(task: TaskLimits): string {
+  const waits = task.retryWaits;
+  if (task.retries === 0 || !waits) return `retries ${task.retries}`;
+  return `retries ${task.retries} (waiting ${showLimit(waits.delay)}, ×${waits.backoff.value} (${waits.backoff.source}), at most ${showLimit(waits.maxDelay)})`;
+}
 
 /** validate's first line for a manifest it found valid: "pb.yaml: Playbook nightly is valid". */
 export function validLine(file: string, kind: string, name: string): string {
@@ -76,11 +83,11 @@ export function describeSpec(
     ...describeQueue(spec, limits, policyDefaults),
     ...limits.tasks.map(
       (task, index) =>
-        `  task ${task.name}: ${describeTaskLimits(task, { ceiling: limits.ceiling })}, retries ${task.retries}, shell ${shellOf("tasks", index)}, image ${imageOf(spec.tasks[index]?.image)}`,
+        `  task ${task.name}: ${describeTaskLimits(task, { ceiling: limits.ceiling })}, ${describeRetries(task)}, shell ${shellOf("tasks", index)}, image ${imageOf(spec.tasks[index]?.image)}`,
     ),
     ...limits.finally.map(
       (task, index) =>
-        `  finally task ${task.name}: ${describeTaskLimits(task, { finallyCeiling: limits.finallyCeiling })}, retries ${task.retries}, shell ${shellOf("finally", index)}, image ${imageOf(spec.finally?.[index]?.image)}`,
+        `  finally task ${task.name}: ${describeTaskLimits(task, { finallyCeiling: limits.finallyCeiling })}, ${describeRetries(task)}, shell ${shellOf("finally", index)}, image ${imageOf(spec.finally?.[index]?.image)}`,
     ),
   ];
 }

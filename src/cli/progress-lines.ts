@@ -81,7 +81,7 @@ const STOP_DONE = /^cancel file (not )?written, (SIGTERM .+), SIGKILL in \S+$/;
 const DROPPED =
   /^playbook: task (\S+): dropped (\d+) bytes of its output that came (after its stop|at the run's end) faster than the runner's stdout took it$/;
 const RETRYING =
-  /^playbook: task (\S+) (?:was killed by (\S+)|exited with code (-?\d+|null)); retrying \(attempt (\d+)\)$/;
+  /^playbook: task (\S+) (?:was killed by (\S+)|exited with code (-?\d+|null)); retrying(?: in (\S+))? \(attempt (\d+)(?:\/(\d+))?\)$/;
 const FINISHED = /^playbook: task (\S+) (\w+)(?: in (\S+))?(?: \((.+)\))?$/;
 const UNIT_BYTES: Record<string, number> = { KiB: 1024, MiB: 1024 ** 2, GiB: 1024 ** 3 };
 const CONTAINMENT = /^playbook: containment: (.+)$/;
@@ -89,6 +89,15 @@ const LEFTOVERS =
   /^playbook: (?:ended (\d+) process\(es\) that tasks left running|found (\d+) process\(es\) that tasks left running and ended (\d+): \d+ still ran after the kill)$/;
 const SKIPPED = /^playbook: skipped: (.+)$/;
 const END = /^playbook: run (\w+) \((\w+)\): (.*)$/;
+
+/** A duration the runner wrote, or 0 for one it did not (a line a task could not have written anyway). */
+function parseDurationOr0(text: string): number {
+  try {
+    return parseDuration(text);
+  } catch {
+    return 0;
+  }
+}
 
 function containmentKind(description: string): ContainmentKind {
   if (description.startsWith("a cgroup")) return "cgroup";
@@ -230,7 +239,7 @@ export class ProgressLineReader {
   private retrying(line: string): ProgressLine | null {
     const m = RETRYING.exec(line);
     if (!m) return null;
-    const [, name, signal, code, attempt] = m as unknown as (string | undefined)[];
+    const [, name, signal, code, wait, attempt, attempts] = m as unknown as (string | undefined)[];
     const index = this.indexOf(name as string);
     if (index < 0) return null;
     return {
@@ -240,6 +249,9 @@ export class ProgressLineReader {
         index,
         name: name as string,
         attempt: Number(attempt),
+        // A line of an earlier runner names neither: no wait, and the spec's retries.
+        attempts: attempts === undefined ? (this.tasks[index]?.retries ?? 0) + 1 : Number(attempts),
+        delayMs: wait === undefined ? 0 : parseDurationOr0(wait),
         exitCode: signal !== undefined || code === "null" ? null : Number(code),
         signal: signal ?? null,
       },

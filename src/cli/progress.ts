@@ -12,6 +12,7 @@ import type { EffectiveLimit, ResolvedLimits, TaskLimits } from "../api/limits.j
 import type { RunOutcome } from "../api/report.js";
 import { escapeControls } from "../api/visible-text.js";
 import type { AttemptStop } from "../pod-runner/attempt.js";
+import { showWait } from "../pod-runner/retry-wait.js";
 import type { RunEvent } from "../pod-runner/run.js";
 
 export function showLimit(limit: EffectiveLimit): string {
@@ -328,7 +329,7 @@ export class Progress {
         this.liveLine = null;
         this.write(
           `playbook: task ${event.name} ${event.signal ? `was killed by ${event.signal}` : `exited with code ${event.exitCode}`}; ` +
-            `retrying (attempt ${event.attempt})`,
+            `retrying in ${showWait(event.delayMs)} (attempt ${event.attempt}/${event.attempts})`,
         );
         return;
       case "task-finished": {

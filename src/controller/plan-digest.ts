@@ -6,7 +6,13 @@
 // so that the spec and status.limits are enough to rebuild it, whatever the controller's
 // configuration or the namespace's policy say by then.
 import { parseDuration } from "../api/duration.js";
-import type { CountLimit, EffectiveLimit, LimitDefaults, PolicyLimitDefaults } from "../api/limits.js";
+import type {
+  CountLimit,
+  EffectiveLimit,
+  LimitDefaults,
+  PolicyLimitDefaults,
+  RetryWaits,
+} from "../api/limits.js";
 import { PLAN_ANNOTATION, parsePlan, planDigest, type RunPlan } from "../api/plan.js";
 import type { PlaybookStatus } from "../api/playbook.js";
 import type { PodView } from "./objects.js";
@@ -29,6 +35,7 @@ export function planDefaults(limits: {
   queueTimeout?: Level | null | undefined;
   taskTimeout?: Level | null | undefined;
   maxPreemptions?: Pick<CountLimit, "value" | "source"> | null | undefined;
+  retryWaits?: RetryWaits | undefined;
 }): LimitDefaults {
   const policy: PolicyLimitDefaults = {};
   if (limits.ceiling.source === "policy") policy.ceilingMs = limits.ceiling.ms;
@@ -45,6 +52,11 @@ export function planDefaults(limits: {
   // As the queue timeout: only where one is set, so that a plan of an earlier version is rebuilt as it was.
   const maxPreemptions = limits.maxPreemptions ?? undefined;
   if (maxPreemptions?.source === "policy") policy.maxPreemptions = maxPreemptions.value;
+  // The policy's retry waits only where it sets them; the controller's are constants (limits.ts).
+  const waits = limits.retryWaits;
+  if (waits?.delay.source === "policy") policy.retryDelayMs = waits.delay.ms;
+  if (waits?.backoff.source === "policy") policy.retryBackoff = waits.backoff.value;
+  if (waits?.maxDelay.source === "policy") policy.retryMaxDelayMs = waits.maxDelay.ms;
   return {
     ceilingMs: limits.ceiling.ms,
     maxCeilingMs: limits.ceiling.ms,
@@ -66,7 +78,15 @@ export function planDefaultsFromStatus(status: PlaybookStatus): LimitDefaults | 
     ms: parseDuration(limit.value),
     source: limit.source as EffectiveLimit["source"],
   });
+  const policyLevel = (limit: { value: string; source: string } | undefined, field: string) =>
+    limit?.source === "policy"
+      ? { ms: parseDuration(limit.value), source: "policy" as const, field }
+      : undefined;
   try {
+    const retryDelay = policyLevel(limits.retryDelay, "");
+    const retryMaxDelay = policyLevel(limits.retryMaxDelay, "");
+    const backoff = limits.retryBackoff?.source === "policy" ? Number(limits.retryBackoff.value) : undefined;
+    const fallback = { ms: 0, source: "default" as const, field: "" };
     return planDefaults({
       ceiling: level(limits.ceiling),
       stall: level(limits.stall),
@@ -83,6 +103,15 @@ export function planDefaultsFromStatus(status: PlaybookStatus): LimitDefaults | 
             },
           }
         : {}),
+      // Only the policy's levels matter to the plan: the rest are the spec's or constants.
+      retryWaits: {
+        delay: retryDelay ?? fallback,
+        backoff:
+          backoff !== undefined && Number.isFinite(backoff)
+            ? { value: backoff, source: "policy", field: "" }
+            : { value: 0, source: "default", field: "" },
+        maxDelay: retryMaxDelay ?? fallback,
+      },
     });
   } catch {
     return undefined;

@@ -107,6 +107,7 @@ function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | 
     taskTimeout,
     maxPreemptions,
   } = status.limits;
+  const { retryDelay, retryBackoff, retryMaxDelay } = status.limits;
   return {
     ceilingMs: from(ceiling),
     stallMs: from(stall),
@@ -116,6 +117,9 @@ function policyLimitsStartedWith(status: PlaybookStatus): PolicyLimitDefaults | 
     queueTimeoutMs: from(queueTimeout),
     taskTimeoutMs: from(taskTimeout),
     maxPreemptions: maxPreemptions?.source === "policy" ? maxPreemptions.value : undefined,
+    retryDelayMs: from(retryDelay),
+    retryBackoff: retryBackoff?.source === "policy" ? Number(retryBackoff.value) : undefined,
+    retryMaxDelayMs: from(retryMaxDelay),
   };
 }
 

@@ -8,6 +8,7 @@ import {
   type ProgressTask,
 } from "../api/progress-record.js";
 import { toReportTask } from "../api/report.js";
+import { showWait } from "./retry-wait.js";
 import type { RunEvent } from "./run.js";
 
 export class ProgressRecorder {
@@ -29,6 +30,17 @@ export class ProgressRecorder {
       case "task-started": {
         const task: ProgressTask = { p: "Running", s: Math.max(0, now - this.start.getTime()) };
         if (event.attempt !== 1) task.a = event.attempt;
+        this.tasks[event.index] = task;
+        return true;
+      }
+      case "task-retrying": {
+        // Still its own: Running between two attempts, saying when the next one starts.
+        const task: ProgressTask = {
+          ...this.tasks[event.index],
+          p: "Running",
+          m: `retrying in ${showWait(event.delayMs)} (attempt ${event.attempt}/${event.attempts})`,
+        };
+        if (event.attempt - 1 !== 1) task.a = event.attempt - 1;
         this.tasks[event.index] = task;
         return true;
       }

@@ -39,6 +39,7 @@ import { writeCancelFiles, writeCancelFilesOf } from "./cancel-file.js";
 import { type Containment, openContainment } from "./containment.js";
 import { oomCounter } from "./oom.js";
 import { killUntilGone, PROC, type ProcessTable, sendSignal } from "./process-table.js";
+import { DEFAULT_RETRY_WAITS, retryWaitMs, showWait } from "./retry-wait.js";
 import { namespaceKeeper } from "./subreaper.js";
 
 export type RunEvent =
@@ -55,9 +56,13 @@ export type RunEvent =
       type: "task-retrying";
       index: number;
       name: string;
+      /** the attempt about to start, and how many the task may make */
       attempt: number;
+      attempts: number;
       exitCode: number | null;
       signal: string | null;
+      /** how long the runner waits before it (retry-wait.ts) */
+      delayMs: number;
     }
   | {
       type: "task-finished";
@@ -135,6 +140,8 @@ export interface RunOptions {
    * agents hold the run's processes (agent-mode.ts).
    */
   agents?: AgentRun;
+  /** The jitter of the waits between a task's attempts, in [0, 1) (default Math.random; tests fix it). */
+  random?: () => number;
 }
 
 /** What a finally task is told of the main tasks: the run's reason so far, and the task that ended them. */
@@ -308,10 +315,13 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     const shell = effectiveShell(task, own, options.shell, phase.list);
     let result: AttemptResult;
     let stoppedBeforeRetry: StopBeforeStart | null = null;
+    /** what a stop between attempts cut: the wait before attempt `attempt` */
+    let cutWait: { ms: number; leftMs: number; attempt: number } | null = null;
     for (;;) {
       outcome.attempts += 1;
       emit({ type: "task-started", index, name: task.name, attempt: outcome.attempts, limits });
       const attemptStart = performance.now();
+      outcome.lastAttemptStartTime = new Date();
       const attemptId = `${runId}.${index}.${outcome.attempts}`;
       const oomBefore = oom?.read() ?? null;
       result = await runAttempt({
@@ -365,14 +375,30 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       // A retry is a new start: not after a cancellation or past the ceiling.
       stoppedBeforeRetry = stopBeforeStart(phase);
       if (stoppedBeforeRetry) break;
+      // The wait is not the attempt's: the task's timeout counts each attempt from its own start,
+      // while the ceiling counts it all. A wait the ceiling would cut ends the task now: no retry
+      // could start after it.
+      const delayMs = retryWaitMs(limits.retryWaits ?? DEFAULT_RETRY_WAITS, outcome.attempts, options.random);
+      const leftMs = phase.boundAt - performance.now();
+      cutWait = { ms: delayMs, leftMs: Math.max(0, leftMs), attempt: outcome.attempts + 1 };
+      if (delayMs >= leftMs) {
+        stoppedBeforeRetry = phase.ceiling;
+        break;
+      }
       emit({
         type: "task-retrying",
         index,
         name: task.name,
         attempt: outcome.attempts + 1,
+        attempts: limits.retries + 1,
         exitCode: result.exitCode,
         signal: result.signal,
+        delayMs,
       });
+      if (delayMs > 0) await waitUnlessCancelled(delayMs, phase.cancelSignal);
+      stoppedBeforeRetry = stopBeforeStart(phase);
+      if (stoppedBeforeRetry) break;
+      cutWait = null;
     }
     runClean = result.runClean === true;
     sharedGraceEndsAt = result.graceEndsAt;
@@ -380,6 +406,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     if (stoppedBeforeRetry) {
       outcome.detail = undefined;
       settled = markStopped(outcome, stoppedBeforeRetry);
+      if (cutWait) outcome.detail = describeCutWait(cutWait, stoppedBeforeRetry, limits.retries + 1);
     }
     emit({ type: "task-finished", index, outcome });
     return settled;
@@ -543,6 +570,28 @@ export function attemptDeadline(
 function markWindowPassed(outcome: TaskOutcome, finallyCeiling: EffectiveLimit): void {
   outcome.phase = "Skipped";
   outcome.detail = `not started: the finally window ${formatDuration(finallyCeiling.ms)} (${finallyCeiling.field}) had passed`;
+}
+
+/** Waits `ms`, or until the cancel comes. */
+async function waitUnlessCancelled(ms: number, cancel: AbortSignal | undefined): Promise<void> {
+  if (cancel?.aborted) return;
+  try {
+    await sleep(ms, undefined, cancel ? { signal: cancel } : {});
+  } catch {
+    // aborted: the caller sees the cancel
+  }
+}
+
+/** What a stop between two attempts cut short: the task's wait to retry. */
+function describeCutWait(
+  cut: { ms: number; leftMs: number; attempt: number },
+  stop: StopBeforeStart,
+  attempts: number,
+): string {
+  const retry = `to retry (attempt ${cut.attempt}/${attempts})`;
+  return stop === "Cancelled"
+    ? `it was waiting ${showWait(cut.ms)} ${retry}`
+    : `its wait of ${showWait(cut.ms)} ${retry} would have outlasted it (${showWait(cut.leftMs)} was left)`;
 }
 
 /** Settles a task that a cancellation or the ceiling kept from (re)starting. */

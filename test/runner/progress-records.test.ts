@@ -38,7 +38,7 @@ interface PodLog {
   report: RunnerReport;
 }
 
-async function podRunner(tasks: { name: string; run: string }[]): Promise<PodLog> {
+async function podRunner(tasks: { name: string; run: string; [field: string]: unknown }[]): Promise<PodLog> {
   const dir = mkdtempSync(join(tmpdir(), "records-"));
   made.push(dir);
   const log = join(dir, "termination-log");
@@ -120,6 +120,38 @@ describe("pod runner progress records", () => {
       // Locally the CPU is always measured; the peak is a sample a short task may end before.
       expect(task.cpu).toEqual(expect.any(Number));
     }
+  });
+
+  it("records a task waiting to retry as Running, saying when its next attempt starts, right behind the retry line", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "records-retry-"));
+    made.push(dir);
+    const count = join(dir, "count");
+    const run = await podRunner([
+      {
+        name: "fetch",
+        retries: 2,
+        retryDelay: "300ms",
+        retryMaxDelay: "300ms",
+        run: `echo x >> ${count}; [ "$(wc -l < ${count})" -gt 1 ]`,
+      },
+    ]);
+    expect(run.code).toBe(0);
+    const records = recordsOf(run, 1);
+    expectSeqIntact(records);
+    const retrying = run.lines.findIndex((line) =>
+      /^playbook: task fetch exited with code 1; retrying in \S+ \(attempt 2\/3\)$/.test(line),
+    );
+    expect(retrying).toBeGreaterThan(0);
+    const wait = /retrying in (\S+) /.exec(run.lines[retrying] ?? "")?.[1];
+    const next = parseProgressLine(
+      run.lines.slice(retrying).find((line) => line.startsWith(PROGRESS_MARKER)) ?? "",
+      1,
+    );
+    expect(next?.tasks[0]).toMatchObject({ p: "Running", m: `retrying in ${wait} (attempt 2/3)` });
+    // The report: two attempts, the last one's start after the first's by at least the wait's half.
+    const task = run.report.tasks[0];
+    expect(task).toMatchObject({ p: "Succeeded", a: 2 });
+    expect((task?.la ?? 0) - (task?.t?.[0] ?? 0)).toBeGreaterThanOrEqual(150);
   });
 
   it("after a task's 100 000 lines, no more than 50 task lines and never 1 s of output go without a record after them", async () => {

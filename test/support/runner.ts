@@ -66,6 +66,8 @@ export async function runSpec(
     processTable?: ProcessTable;
     /** what holds the run's processes (default: the best this machine offers) */
     containment?: (runId: string) => Containment;
+    /** the jitter of the retry waits (runPlaybook's random) */
+    random?: () => number;
   },
 ): Promise<TestRun> {
   const parsed: PlaybookSpec = PlaybookSpecSchema.parse(spec);
@@ -99,6 +101,7 @@ export async function runSpec(
     drainWindowMs: options.drainWindowMs,
     processTable: options.processTable,
     ...(options.containment ? { containment: options.containment } : {}),
+    ...(options.random ? { random: options.random } : {}),
     baseEnv: { PATH: process.env.PATH, [MARKER_VAR]: options.marker },
   });
   const elapsedMs = performance.now() - started;

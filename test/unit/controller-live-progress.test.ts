@@ -69,6 +69,21 @@ describe("live progress in a running run's status", () => {
     expect(decision.progressTaken).toEqual({ podUID: "pod-uid-1", seq: 1, writtenAfter: at(3).getTime() });
   });
 
+  it("shows a task waiting to retry as Running, its message saying when the next attempt starts", () => {
+    const waiting = line(2, [{ p: "Running", s: 3000, m: "retrying in 4s (attempt 2/3)" }, { p: "Pending" }]);
+    const decision = passWith(runningStatus(), look([BUILD_RUNNING, waiting]));
+    expect(decision.status?.currentTask).toBe("1/2 build");
+    expect(decision.status?.tasks?.[0]).toEqual({
+      name: "build",
+      phase: "Running",
+      attempts: 1,
+      image: "runner:test",
+      startTime: at(3).toISOString(),
+      message: "retrying in 4s (attempt 2/3)",
+      verified: false,
+    });
+  });
+
   it("fills in a finished task as the report would: exit code, times, CPU seconds and peak memory", () => {
     const decision = passWith(runningStatus(), look([BUILD_RUNNING, TEST_RUNNING]));
     expect(decision.status?.currentTask).toBe("2/2 test");

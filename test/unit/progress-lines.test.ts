@@ -86,7 +86,9 @@ function eventsFor(limits: ResolvedLimits, choices: number[]): Step[] {
             index,
             name: task.name,
             attempt: attempt + 1,
+            attempts: task.retries + 1,
             exitCode: killed ? null : 1 + (next() % 200),
+            delayMs: (next() % 50) * 100,
             signal: killed ? "SIGKILL" : null,
           },
           at,
@@ -221,7 +223,13 @@ describe("progress lines read back", () => {
           expect(tookMs).toEqual(expect.any(Number));
           return rest;
         });
-        expect(withoutTook).toEqual(steps.map((s) => s.event));
+        // A started task's line says its limits, not its retry waits (those are the runner's to keep).
+        const withoutWaits = steps.map(({ event }) => {
+          if (event.type !== "task-started") return event;
+          const { retryWaits: _waits, ...limits } = event.limits;
+          return { ...event, limits };
+        });
+        expect(withoutTook).toEqual(withoutWaits);
         expect(read.at(-1)).toEqual({
           kind: "end",
           phase: outcome.phase,

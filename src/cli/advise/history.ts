@@ -90,10 +90,21 @@ function playbookOf(value: unknown, source: string): Playbook {
   }
 }
 
-/** A task's duration from its times, or undefined. */
+/**
+ * When a task's last attempt started: a retried task's startTime is its first attempt's, and the
+ * attempts and waits before the last are no part of what its timeout bounds. Undefined for a
+ * retried task whose status does not say (a runner before lastAttemptStartTime).
+ */
+function lastAttemptStartOf(task: TaskStatus): string | undefined {
+  if (task.attempts > 1) return task.lastAttemptStartTime;
+  return task.startTime;
+}
+
+/** A task's last attempt's duration from its times, or undefined. */
 function spanOf(task: TaskStatus): number | undefined {
-  if (!task.startTime || !task.completionTime) return undefined;
-  const ms = Date.parse(task.completionTime) - Date.parse(task.startTime);
+  const started = lastAttemptStartOf(task);
+  if (!started || !task.completionTime) return undefined;
+  const ms = Date.parse(task.completionTime) - Date.parse(started);
   return Number.isFinite(ms) && ms >= 0 ? ms : undefined;
 }
 
@@ -119,7 +130,8 @@ function taskSample(task: TaskStatus, runStart: number, source: string): TaskSam
           : "other";
   const durationMs = spanOf(task);
   const longestSilenceMs = silenceOf(task, source);
-  const startMs = task.startTime ? Date.parse(task.startTime) - runStart : undefined;
+  const started = lastAttemptStartOf(task);
+  const startMs = started ? Date.parse(started) - runStart : undefined;
   return {
     name: task.name,
     outcome,
