@@ -272,13 +272,16 @@ describe("judgePodChanges", () => {
     const judged = judgePodChanges(ended, at(10).toISOString());
     expect(judged.verdict).toBe(verdict);
     if (judged.verdict === "changed") expect(judged.change.what).toMatch(what ?? /./);
-    if (judged.verdict === "unverified") expect(judged.changes.map((c) => c.what).join("; ")).toMatch(what ?? /./);
+    if (judged.verdict === "unverified")
+      expect(judged.changes.map((c) => c.what).join("; ")).toMatch(what ?? /./);
   });
 
   it("compares the runner's image with the agent's image volume, where the agent comes that way", () => {
     const ended = endedPod();
     const volumes = [
-      ...((ended.spec?.volumes as Record<string, unknown>[]) ?? []).filter((v) => v.name !== "playbook-agent"),
+      ...((ended.spec?.volumes as Record<string, unknown>[]) ?? []).filter(
+        (v) => v.name !== "playbook-agent",
+      ),
       { name: "playbook-agent", image: { reference: "runner:test" } },
     ];
     const imaged = { ...ended, spec: { ...ended.spec, volumes } };
@@ -303,7 +306,9 @@ describe("a run whose pod was changed", () => {
     decide(input({ playbook: playbook(SPEC, started()), pods: [ended], now: at(20) }));
 
   it("ends RunnerLost, not with the report's Succeeded, naming the debug container that runs as the runner's uid", () => {
-    const decision = decideEnded(endedPod({ debug: [{ securityContext: { ...RESTRICTED, runAsUser: 65532 } }] }));
+    const decision = decideEnded(
+      endedPod({ debug: [{ securityContext: { ...RESTRICTED, runAsUser: 65532 } }] }),
+    );
     const condition = decision.status?.conditions?.find((c) => c.type === "Succeeded");
     expect(condition).toMatchObject({ status: "False", reason: "RunnerLost" });
     expect(condition?.message).toBe(
@@ -348,7 +353,9 @@ describe("a run whose pod was changed", () => {
   });
 
   it("keeps the report's outcome for a debug container that cannot reach the runner or a task", () => {
-    const decision = decideEnded(endedPod({ debug: [{ securityContext: { ...RESTRICTED, runAsUser: 4242 } }] }));
+    const decision = decideEnded(
+      endedPod({ debug: [{ securityContext: { ...RESTRICTED, runAsUser: 4242 } }] }),
+    );
     const condition = decision.status?.conditions?.find((c) => c.type === "Succeeded");
     expect(condition).toMatchObject({ status: "True", reason: "Succeeded" });
     expect(condition?.message ?? "").not.toMatch(/unverified/);
@@ -357,7 +364,9 @@ describe("a run whose pod was changed", () => {
   });
 
   it("keeps the report's outcome, marked unverified, for a debug container as a task's uid", () => {
-    const decision = decideEnded(endedPod({ debug: [{ securityContext: { ...RESTRICTED, runAsUser: 1000 } }] }));
+    const decision = decideEnded(
+      endedPod({ debug: [{ securityContext: { ...RESTRICTED, runAsUser: 1000 } }] }),
+    );
     const condition = decision.status?.conditions?.find((c) => c.type === "Succeeded");
     expect(condition).toMatchObject({ status: "True", reason: "Succeeded" });
     expect(condition?.message).toMatch(

@@ -5,7 +5,6 @@ import type { ReportContext } from "../../api/report.js";
 import { BACKSTOP_SLACK_MS, type Decision, progress, type RunState, settle } from "../decision.js";
 import { decideStoppedByKueue, endedByKueue, kueueStopOf } from "../kueue/kueue-preemption.js";
 import type { PodView } from "../objects.js";
-import type { PodChange } from "../pods/changed-pod.js";
 import { terminationGraceSeconds } from "../pods/pod-builder.js";
 import {
   describeEndedContainer,
@@ -161,7 +160,12 @@ function decideCancelledPod(state: RunState, pod: PodView, read: ReadReport): De
   const podName = pod.metadata.name;
   const run = { startTime: state.startTime, podName, podAttempts: state.attempts };
   if (read.ok) {
-    return settleReported(state, pod, runStatusFromReport(base, read.report, run, reportContext(state, pod)), read);
+    return settleReported(
+      state,
+      pod,
+      runStatusFromReport(base, read.report, run, reportContext(state, pod)),
+      read,
+    );
   }
   const deadline = podDeadline(pod);
   const waitUntil = (deadline?.at ?? 0) + terminationGraceSeconds(base.limits) * 1000 + BACKSTOP_SLACK_MS;

@@ -64,7 +64,10 @@ const ContainerSchema = z.looseObject({
 });
 type Container = z.infer<typeof ContainerSchema>;
 
-const Time = z.union([z.string(), z.date().transform((d) => d.toISOString())]).nullable().optional();
+const Time = z
+  .union([z.string(), z.date().transform((d) => d.toISOString())])
+  .nullable()
+  .optional();
 
 const StatusSchema = z.looseObject({
   name: z.string(),
