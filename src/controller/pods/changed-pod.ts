@@ -208,21 +208,22 @@ const secondOf = (time: string | null | undefined) => {
 };
 
 /**
- * Whether an ephemeral container cannot have run while the runner did: the pod status that shows
- * the runner ended shows it never started, or started in a later second than the runner's end
- * (the kubelet writes the whole status at once, from one look at the runtime).
+ * Whether an ephemeral container has run while the runner did, as far as the pod's status shows:
+ * it started, and (once the runner ended at `runnerEnd`) not in a later second than that end. The
+ * kubelet writes the pod's status whole, from one look at the runtime, so a status that shows the
+ * runner ended and this container never started means it had not started by then.
  */
-function startedAfter(pod: ChangeablePod, name: string, runnerEnd: string | null | undefined): boolean {
-  const end = secondOf(runnerEnd);
-  if (end === undefined) return false;
+function ranWithRunner(pod: ChangeablePod, name: string, runnerEnd: string | null | undefined): boolean {
   const status = pod.status?.ephemeralContainerStatuses?.find((s) => s.name === name);
   const start =
     status?.state?.running?.startedAt ??
     status?.state?.terminated?.startedAt ??
     status?.lastState?.terminated?.startedAt;
-  if (start === undefined || start === null) return true;
+  if (start === undefined || start === null) return false;
+  if (runnerEnd === undefined) return true;
+  const end = secondOf(runnerEnd);
   const second = secondOf(start);
-  return second !== undefined && second > end;
+  return end === undefined || second === undefined || second <= end;
 }
 
 /** The task containers' images as the runner's environment (fixed at creation) names them. */
@@ -273,8 +274,9 @@ function imageChanges(pod: ChangeablePod): PodChange[] {
 
 /**
  * Every change of the pod since its creation that reaches the runner or a task: its containers'
- * images, and its ephemeral containers. With `runnerEnd` (the runner container's finishedAt), an
- * ephemeral container that cannot have run before it is left out: it came too late to reach it.
+ * images, and its ephemeral containers that have run while the runner did (`runnerEnd`: the
+ * runner container's finishedAt once it ended, null when it ended at a time the pod does not say).
+ * One that never started, or started after the runner ended, came too late to reach it.
  */
 export function podChanges(raw: PodView, runnerEnd?: string | null): PodChange[] {
   const parsed = ChangeablePodSchema.safeParse(raw);
@@ -285,7 +287,7 @@ export function podChanges(raw: PodView, runnerEnd?: string | null): PodChange[]
   const users = usersOf(pod);
   const changes = imageChanges(pod);
   for (const container of pod.spec?.ephemeralContainers ?? []) {
-    if (runnerEnd !== undefined && startedAfter(pod, container.name, runnerEnd)) continue;
+    if (!ranWithRunner(pod, container.name, runnerEnd)) continue;
     const reach = ephemeralReach(container, users);
     if (!reach) continue;
     const target = container.targetContainerName ? ` (target ${container.targetContainerName})` : "";
