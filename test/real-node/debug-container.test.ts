@@ -23,9 +23,11 @@ import {
   createPlaybook,
   eventsOf,
   eventually,
+  HOLD_FINALIZER,
   kubectl,
   podsOf,
   type RunningController,
+  releaseHeldPods,
   startController,
   waitForFinished,
 } from "../controller/support.js";
@@ -35,6 +37,7 @@ const { core } = clients();
 let namespace = "";
 let controller: RunningController | undefined;
 let customDir = "";
+const held: { namespace: string; name: string }[] = [];
 
 /** The word in the debug container's command line the task waits on. */
 const PROBE = "debug-probe";
@@ -61,7 +64,8 @@ const WAIT_FOR_PROBE = [
  */
 const FORGER = `
 const fs = require("fs");
-const say = (line) => console.log(line);
+const lines = [];
+const say = (line) => { console.log(line); lines.push(line); };
 (async () => {
   let runner;
   for (const p of fs.readdirSync("/proc")) {
@@ -71,7 +75,7 @@ const say = (line) => console.log(line);
     } catch {}
   }
   say("uid " + process.getuid() + " runner pid " + runner);
-  if (!runner) process.exit(2);
+  if (!runner) return;
   const root = "/proc/" + runner + "/root";
   try {
     const plan = JSON.parse(fs.readFileSync(root + "/run/playbook/plan.json", "utf8"));
@@ -102,7 +106,11 @@ const say = (line) => console.log(line);
     params: { expression: "process.reallyExit(0)" } }));
   for (let i = 0; i < 600 && fs.existsSync("/proc/" + runner); i++) await new Promise((r) => setTimeout(r, 100));
   say(fs.existsSync("/proc/" + runner) ? "the runner still runs" : "the runner exited");
-})().then(() => process.exit(0));
+})().finally(() => {
+  // Its own termination message, read from the pod's status however soon the pod goes.
+  fs.writeFileSync("/dev/termination-log", lines.join("\n"));
+  process.exit(0);
+});
 `;
 
 /** `kubectl debug` of the run's pod: an ephemeral container of the runner image as `uid`. */
@@ -142,19 +150,37 @@ async function running(name: string): Promise<V1Pod> {
   );
 }
 
-/** What the debug container printed, once it ended. */
+/** What the debug container said (its termination message), once it and the runner ended. */
 async function debugLines(name: string, container: string): Promise<{ lines: string[]; pod: V1Pod }> {
   const pod = await eventually(
-    `debug container ${container} to end`,
+    `debug container ${container} and the runner to end`,
     async () => {
       const [pod] = await podsOf(namespace, name);
-      const status = pod?.status?.ephemeralContainerStatuses?.find((s) => s.name === container);
-      return status?.state?.terminated ? pod : undefined;
+      const ended = [terminatedOf(pod, container), terminatedOf(pod, "runner")].every(Boolean);
+      return ended ? pod : undefined;
     },
     realNode.finishMs,
   );
-  const logs = (await kubectl(["-n", namespace, "logs", `${name}-1`, "-c", container])).stdout;
-  return { lines: logs.split("\n").filter((line) => line !== ""), pod };
+  const message = terminatedOf(pod, container)?.message ?? "";
+  return { lines: message.split("\n").filter((line) => line !== ""), pod };
+}
+
+/**
+ * Holds the run's pod (a finalizer) so that its status can be read after the run: the controller
+ * deletes a pod whose task container outlived its runner.
+ */
+async function hold(name: string): Promise<void> {
+  await kubectl([
+    "-n",
+    namespace,
+    "patch",
+    "pod",
+    `${name}-1`,
+    "--type=merge",
+    "-p",
+    JSON.stringify({ metadata: { finalizers: [HOLD_FINALIZER] } }),
+  ]);
+  held.push({ namespace, name: `${name}-1` });
 }
 
 const terminatedOf = (pod: V1Pod | undefined, container: string) =>
@@ -172,6 +198,7 @@ describe("a debug container against the run's outcome, on the real kubelet", () 
     controller = startController([namespace], realNode.controller);
   });
   afterAll(async () => {
+    await releaseHeldPods(held);
     await controller?.stop();
     if (namespace) await deleteTestNamespace(core, namespace);
     if (customDir) rmSync(customDir, { recursive: true, force: true });
@@ -181,6 +208,7 @@ describe("a debug container against the run's outcome, on the real kubelet", () 
     const name = "forged";
     await createPlaybook(namespace, name, { ceiling: "3m", tasks: [{ name: "wait", run: WAIT_FOR_PROBE }] });
     await running(name);
+    await hold(name);
     await debug(`${name}-1`, "forger", 65532);
     const playbook = await waitForFinished(namespace, name, realNode.finishMs);
     const { lines, pod } = await debugLines(name, "forger");
@@ -215,6 +243,7 @@ describe("a debug container against the run's outcome, on the real kubelet", () 
     const name = "debugged";
     await createPlaybook(namespace, name, { ceiling: "3m", tasks: [{ name: "wait", run: WAIT_FOR_PROBE }] });
     await running(name);
+    await hold(name);
     await debug(`${name}-1`, "debugger", 4242);
     const playbook = await waitForFinished(namespace, name, realNode.finishMs);
     const { lines, pod } = await debugLines(name, "debugger");
