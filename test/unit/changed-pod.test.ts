@@ -341,6 +341,16 @@ describe("a run whose pod was changed", () => {
     const decision = decide(input({ playbook: playbook(SPEC, started()), pods: [live], now: at(6) }));
     expect(decision.finished).toBeUndefined();
     expect(decision.events.filter((e) => e.reason === "PodChanged")).toHaveLength(1);
+    // Not before it started: one still pulling its image reaches nothing yet.
+    const pulling: PodView = {
+      ...live,
+      status: {
+        ...live.status,
+        ephemeralContainerStatuses: [{ name: "debugger-0", state: { waiting: { reason: "ErrImagePull" } } }],
+      },
+    };
+    const waiting = decide(input({ playbook: playbook(SPEC, started()), pods: [pulling], now: at(6) }));
+    expect(waiting.events.filter((e) => e.reason === "PodChanged")).toEqual([]);
   });
 
   it("ends RunnerLost for a task image changed on the live pod", () => {
