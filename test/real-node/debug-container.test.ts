@@ -101,9 +101,13 @@ const say = (line) => { console.log(line); lines.push(line); };
   if (!target) { say("no inspector"); return; }
   const socket = new WebSocket(target.webSocketDebuggerUrl);
   await new Promise((resolve) => socket.addEventListener("open", resolve));
-  // Exits without the runner's exit handlers: its file keeps what was written there.
+  // Exits without the runner's exit handlers (its file keeps what was written there), once this
+  // session is gone: a process that exits with a debugger attached waits for it to leave.
+  const answered = new Promise((resolve) => socket.addEventListener("message", resolve));
   socket.send(JSON.stringify({ id: 1, method: "Runtime.evaluate",
-    params: { expression: "process.reallyExit(0)" } }));
+    params: { expression: "setTimeout(() => process.reallyExit(0), 500); 0" } }));
+  await answered;
+  socket.close();
   for (let i = 0; i < 600 && fs.existsSync("/proc/" + runner); i++) await new Promise((r) => setTimeout(r, 100));
   say(fs.existsSync("/proc/" + runner) ? "the runner still runs" : "the runner exited");
 })().finally(() => {
