@@ -110,9 +110,10 @@ const say = (line) => { console.log(line); lines.push(line); };
   socket.close();
   for (let i = 0; i < 600 && fs.existsSync("/proc/" + runner); i++) await new Promise((r) => setTimeout(r, 100));
   say(fs.existsSync("/proc/" + runner) ? "the runner still runs" : "the runner exited");
-})().finally(() => {
+})().catch((error) => say("failed: " + error.stack)).finally(() => {
   // Its own termination message, read from the pod's status however soon the pod goes.
-  fs.writeFileSync("/dev/termination-log", lines.join("\n"));
+  try { fs.writeFileSync("/dev/termination-log", lines.join("\n")); }
+  catch (error) { console.log("no termination message: " + error.code); }
   process.exit(0);
 });
 `;
@@ -165,8 +166,16 @@ async function debugLines(name: string, container: string): Promise<{ lines: str
     },
     realNode.finishMs,
   );
-  const message = terminatedOf(pod, container)?.message ?? "";
-  return { lines: message.split("\n").filter((line) => line !== ""), pod };
+  // Its termination message, else its log (while the pod is still there).
+  let text = terminatedOf(pod, container)?.message ?? "";
+  if (text === "") {
+    const logs = await kubectl(["-n", namespace, "logs", `${name}-1`, "-c", container]).catch(
+      (error: Error) => ({ stdout: `no log: ${error.message}` }),
+    );
+    const status = pod.status?.ephemeralContainerStatuses?.find((s) => s.name === container);
+    text = `${logs.stdout}\nstatus: ${JSON.stringify(status)}`;
+  }
+  return { lines: text.split("\n").filter((line) => line !== ""), pod };
 }
 
 /**
