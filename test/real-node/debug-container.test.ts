@@ -112,7 +112,7 @@ const say = (line) => { console.log(line); lines.push(line); };
   say(fs.existsSync("/proc/" + runner) ? "the runner still runs" : "the runner exited");
 })().catch((error) => say("failed: " + error.stack)).finally(() => {
   // Its own termination message, read from the pod's status however soon the pod goes.
-  try { fs.writeFileSync("/dev/termination-log", lines.join("\n")); }
+  try { fs.writeFileSync("/dev/termination-log", lines.join("\\n")); }
   catch (error) { console.log("no termination message: " + error.code); }
   process.exit(0);
 });
