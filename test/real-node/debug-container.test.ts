@@ -118,10 +118,14 @@ const say = (line) => { console.log(line); lines.push(line); };
 });
 `;
 
-/** `kubectl debug` of the run's pod: an ephemeral container of the runner image as `uid`. */
-async function debug(pod: string, container: string, uid: number): Promise<void> {
+/**
+ * `kubectl debug` of the run's pod: an ephemeral container of the runner image as `uid` and `gid`.
+ * /proc/PID/root asks the kernel's ptrace access check, which wants the group too: the forger
+ * takes the runner's (1000, the pod's spec says it); a signal wants the user alone.
+ */
+async function debug(pod: string, container: string, uid: number, gid: number): Promise<void> {
   const custom = path.join(customDir, `${container}.json`);
-  writeFileSync(custom, JSON.stringify({ securityContext: { runAsUser: uid, runAsGroup: uid } }));
+  writeFileSync(custom, JSON.stringify({ securityContext: { runAsUser: uid, runAsGroup: gid } }));
   await kubectl([
     "-n",
     namespace,
@@ -222,7 +226,7 @@ describe("a debug container against the run's outcome, on the real kubelet", () 
     await createPlaybook(namespace, name, { ceiling: "3m", tasks: [{ name: "wait", run: WAIT_FOR_PROBE }] });
     await running(name);
     await hold(name);
-    await debug(`${name}-1`, "forger", 65532);
+    await debug(`${name}-1`, "forger", 65532, 1000);
     const playbook = await waitForFinished(namespace, name, realNode.finishMs);
     const { lines, pod } = await debugLines(name, "forger");
     // The forge reached the runner: its file, its signal, its exit.
@@ -257,7 +261,7 @@ describe("a debug container against the run's outcome, on the real kubelet", () 
     await createPlaybook(namespace, name, { ceiling: "3m", tasks: [{ name: "wait", run: WAIT_FOR_PROBE }] });
     await running(name);
     await hold(name);
-    await debug(`${name}-1`, "debugger", 4242);
+    await debug(`${name}-1`, "debugger", 4242, 4242);
     const playbook = await waitForFinished(namespace, name, realNode.finishMs);
     const { lines, pod } = await debugLines(name, "debugger");
     expect(lines, lines.join("\n")).toEqual([
