@@ -43,15 +43,21 @@ const held: { namespace: string; name: string }[] = [];
 const PROBE = "debug-probe";
 
 /**
- * The task: wait until a process whose command line holds PROBE came and went, then exit 7. Its
- * own command line never holds the word whole (it is put together at run time), nor does `tr`'s.
+ * The task: wait until a process whose command line holds PROBE came, say so with a process whose
+ * argument is SEEN (the debug container waits for it before it acts, so it cannot come and go
+ * unseen), wait until it went, then exit 7. Its own command line never holds either word whole
+ * (they are put together at run time), nor does `tr`'s.
  */
+const SEEN = "probe-seen";
 const WAIT_FOR_PROBE = [
-  'm=debug-; m=$m"probe"',
+  'm=debug-; m=$m"probe"; s=probe-; s=$s"seen"',
   'seen() { for p in /proc/[0-9]*; do case "$(tr "\\0" " " < $p/cmdline 2>/dev/null)" in *"$m"*) return 0;; esac; done; return 1; }',
   "until seen; do sleep 0.2; done",
   "echo probe came",
+  // A shell with a loop stays (its argument with it); its output is not the task's to drain.
+  "sh -c 'while :; do sleep 1; done' \"$s\" >/dev/null 2>&1 &",
   "while seen; do sleep 0.2; done",
+  'kill "$!"',
   "echo probe went",
   "exit 7",
 ].join("\n");
@@ -76,6 +82,12 @@ const say = (line) => { console.log(line); lines.push(line); };
   }
   say("uid " + process.getuid() + " runner pid " + runner);
   if (!runner) return;
+  // Not before the task saw this process.
+  const seen = () => fs.readdirSync("/proc").some((p) => {
+    try { return fs.readFileSync("/proc/" + p + "/cmdline", "utf8").split("\\0").includes("${SEEN}"); }
+    catch { return false; }
+  });
+  for (let i = 0; i < 600 && !seen(); i++) await new Promise((resolve) => setTimeout(resolve, 100));
   const root = "/proc/" + runner + "/root";
   try {
     const plan = JSON.parse(fs.readFileSync(root + "/run/playbook/plan.json", "utf8"));
