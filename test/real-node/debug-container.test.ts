@@ -51,7 +51,7 @@ const PROBE = "debug-probe";
 const SEEN = "probe-seen";
 const WAIT_FOR_PROBE = [
   'm=debug-; m=$m"probe"; s=probe-; s=$s"seen"',
-  'seen() { for p in /proc/[0-9]*; do case "$(tr "\\0" " " < $p/cmdline 2>/dev/null)" in *"$m"*) return 0;; esac; done; return 1; }',
+  'seen() { for p in /proc/[0-9]*; do case "$(tr "\\0" " " 2>/dev/null < $p/cmdline)" in *"$m"*) return 0;; esac; done; return 1; }',
   "until seen; do sleep 0.2; done",
   "echo probe came",
   // A shell with a loop stays (its argument with it); its output is not the task's to drain.
