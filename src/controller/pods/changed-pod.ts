@@ -5,7 +5,8 @@
 // subresource). The pod shares one process namespace, so an ephemeral container sees the runner's
 // pid whatever its targetContainerName; what the kernel lets it do there depends on its user and
 // capabilities alone: a signal needs the target's user (or CAP_KILL), /proc/PID/root, ptrace and
-// the like need ptrace access (the same user, or CAP_SYS_PTRACE).
+// the like need ptrace access (the same user and group, or CAP_SYS_PTRACE). The runner's user is
+// enough: a signal opens the Node runner's inspector.
 // Pure readers of the pod as the API server shows it.
 import { z } from "zod";
 import { TASK_CONTAINERS_ENV_VAR } from "../../api/task-images.js";
