@@ -1,5 +1,6 @@
 // A pod that ended: the runner's report decides, unless the kubelet's deadline, an eviction or a
 // deletion did, or the run was cancelled.
+import type { PlaybookStatus } from "../../api/playbook.js";
 import type { ReportContext } from "../../api/report.js";
 import { BACKSTOP_SLACK_MS, type Decision, progress, type RunState, settle } from "../decision.js";
 import { decideStoppedByKueue, endedByKueue, kueueStopOf } from "../kueue/kueue-preemption.js";
@@ -32,6 +33,35 @@ function reportContext(state: RunState, pod: PodView): ReportContext {
 function countingDistrust(decision: Decision, read: ReadReport): Decision {
   if (!read.ok && read.distrust && decision.finished) decision.finished.distrust = read.distrust;
   return decision;
+}
+
+/**
+ * A trusted report's outcome, marked unverified when the pod was changed in a way that could
+ * reach its tasks but not its runner (changed-pod.ts): the Succeeded condition's message ends
+ * saying what changed, and a Warning event says it too.
+ */
+function settleReported(
+  state: RunState,
+  pod: PodView,
+  next: PlaybookStatus,
+  read: ReadReport & { ok: true },
+): Decision {
+  const changes = read.unverified ?? [];
+  if (changes.length === 0) return settle(state.base, next, read.report.reason, { fromReport: true });
+  const note = `unverified: the pod was changed after its creation: ${changes.map((c) => c.what).join("; ")}`;
+  const conditions = (next.conditions ?? []).map((c) =>
+    c.type === "Succeeded" ? { ...c, message: c.message ? `${c.message} (${note})` : note } : c,
+  );
+  return settle(state.base, { ...next, conditions }, read.report.reason, {
+    fromReport: true,
+    events: [
+      {
+        type: "Warning",
+        reason: "OutcomeUnverified",
+        message: `The runner's report of pod ${pod.metadata.name} decides the run, ${note}`,
+      },
+    ],
+  });
 }
 
 /**
@@ -93,8 +123,7 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
         pod,
       );
     }
-    const next = runStatusFromReport(base, read.report, run, context);
-    return settle(base, next, read.report.reason, { fromReport: true });
+    return settleReported(state, pod, runStatusFromReport(base, read.report, run, context), read);
   }
   if (pod.metadata.deletionTimestamp && !state.cancel) {
     return decideLost(
@@ -131,11 +160,11 @@ function decideCancelledPod(state: RunState, pod: PodView, read: ReadReport): De
   const podName = pod.metadata.name;
   const run = { startTime: state.startTime, podName, podAttempts: state.attempts };
   if (read.ok) {
-    return settle(
-      base,
+    return settleReported(
+      state,
+      pod,
       runStatusFromReport(base, read.report, run, reportContext(state, pod)),
-      read.report.reason,
-      { fromReport: true },
+      read,
     );
   }
   const deadline = podDeadline(pod);

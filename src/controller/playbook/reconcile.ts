@@ -41,7 +41,7 @@ import { decideCancel } from "./decide-cancel.js";
 import { decideEndedPod } from "./decide-ended.js";
 import { queuedDecision } from "./decide-queued.js";
 import { decideFirstPod, decideLost, pendingMessage } from "./decide-start.js";
-import { foreignPodEvents, type TrustedPods, trustedPods } from "./trusted-pod.js";
+import { foreignPodEvents, podChangeEvents, type TrustedPods, trustedPods } from "./trusted-pod.js";
 
 // decide's input and output, named where its callers and tests look for it.
 export type { Action, Decision, FinishedRun, ReconcileInput, ReconcileSettings };
@@ -64,7 +64,10 @@ function decideOnce(stored: ReconcileInput): Decision {
   const decision = isFinished(previous)
     ? decideFinished(input, trusted.foreign)
     : decideRunOf({ ...input, pods: trustedOnly(input.pods, trusted) }, trusted, stored.playbook.status);
-  const events = foreignPodEvents(trusted.foreign);
+  const events = [
+    ...foreignPodEvents(trusted.foreign),
+    ...(trusted.pod && !isFinished(previous) ? podChangeEvents(trusted.pod) : []),
+  ];
   return withCancelReason(
     input.playbook,
     events.length > 0 ? { ...decision, events: [...decision.events, ...events] } : decision,

@@ -11,9 +11,10 @@ import type { ReconcileInput } from "../decision.js";
 import { type PodView, podAttemptOf } from "../objects.js";
 import type { AgentDelivery } from "../pods/agent-delivery.js";
 import { builtPodDifference } from "../pods/built-pod-difference.js";
+import { podChanges } from "../pods/changed-pod.js";
 import { buildPod } from "../pods/pod-builder.js";
 import { CREATE_SKEW_MS, type ForeignPod, sortRunPods } from "../pods/pod-identity.js";
-import { podPlanGeneration } from "../pods/pod-state.js";
+import { podPlanGeneration, runnerEndOf } from "../pods/pod-state.js";
 import { podServiceAccountToken, withoutServiceAccountToken } from "../pods/service-account-token.js";
 import { rulesOf } from "../run-plan.js";
 
@@ -98,5 +99,22 @@ export function foreignPodEvents(foreign: readonly ForeignPod[]): RecordedEvent[
     reason: "ForeignPod",
     message: `Pod ${pod.metadata.name} carries this Playbook's controller reference, but the controller did not create it (${why}): it is not read, adopted or counted`,
     once: `foreign-pod/${pod.metadata.uid ?? pod.metadata.name}`,
+  }));
+}
+
+/**
+ * One Warning per change of the run's pod since its creation that could reach its runner or its
+ * tasks (changed-pod.ts), said once, as soon as a pass sees it: what comes of it for the run.
+ */
+export function podChangeEvents(pod: PodView): RecordedEvent[] {
+  const name = pod.metadata.name;
+  return podChanges(pod, runnerEndOf(pod)).map((change) => ({
+    type: "Warning",
+    reason: "PodChanged",
+    message:
+      change.reach === "runner"
+        ? `Pod ${name} was changed after its creation: ${change.what}: its runner's report is not trusted, and the run ends RunnerLost`
+        : `Pod ${name} was changed after its creation: ${change.what}: the runner's report still decides the run, marked unverified`,
+    once: `pod-changed/${pod.metadata.uid ?? name}/${change.key}`,
   }));
 }

@@ -4,6 +4,7 @@ import { z } from "zod";
 import { PLAN_GENERATION_ANNOTATION } from "../../api/plan.js";
 import { decodeReport, InvalidReportError, type RunnerReport } from "../../api/report.js";
 import { type ContainerTerminated, type PodView, podAttemptOf, RUNNER_CONTAINER } from "../objects.js";
+import { describeChange, judgePodChanges, type PodChange } from "./changed-pod.js";
 import { RUNNER_RESOURCES } from "./pod-builder.js";
 import { type DistrustWhy, judgeEnding, judgeReport, killedBy } from "./report-trust.js";
 
@@ -34,7 +35,12 @@ function runnerTerminated(pod: PodView): ContainerTerminated | undefined {
 }
 
 export type ReadReport =
-  | { ok: true; report: RunnerReport }
+  | {
+      ok: true;
+      report: RunnerReport;
+      /** Changes of the pod that could reach its tasks, not its runner: the outcome is unverified. */
+      unverified?: PodChange[];
+    }
   | {
       ok: false;
       problem: string;
@@ -52,14 +58,50 @@ export interface PlannedTasks {
   runStart?: string;
 }
 
+/** When the runner container ended (its finishedAt), if it did. */
+export function runnerEndOf(pod: PodView): string | null | undefined {
+  const terminated = runnerTerminated(pod);
+  return terminated ? (terminated.finishedAt ?? null) : undefined;
+}
+
 /**
- * The runner's report, if its container ended on its own and what the pod shows explains it
- * (report-trust.ts). `tasks` names the plan's tasks and their images, for what the report says of them.
+ * The runner container's terminationMessagePolicy when it is not File (a pod made before the
+ * runner's policy became File): FallbackToLogsOnError. The API server defaults an unset one to File.
+ */
+function runnerMessagePolicy(pod: PodView): string | undefined {
+  const runner = pod.spec?.containers?.find((c) => c.name === RUNNER_CONTAINER);
+  const policy = runner?.terminationMessagePolicy;
+  return typeof policy === "string" && policy !== "File" ? policy : undefined;
+}
+
+/**
+ * The runner's report, if its pod is still the one built (changed-pod.ts), its container ended on
+ * its own and what the pod shows explains it (report-trust.ts). `tasks` names the plan's tasks and
+ * their images, for what the report says of them.
  */
 export function readReport(pod: PodView, tasks: PlannedTasks): ReadReport {
   const terminated = runnerTerminated(pod);
   if (!terminated) return { ok: false, problem: "the runner container has no terminated state" };
   const message = terminated.message?.trim() ?? "";
+  // What changed the pod may have written the message, or made the runner write it.
+  const changes = judgePodChanges(pod, terminated.finishedAt);
+  if (changes.verdict === "changed") {
+    return {
+      ok: false,
+      problem: `${describeChange(changes.change)}, so the runner's termination message is not trusted as its report`,
+      ...(message !== "" ? { distrust: "changed" as const } : {}),
+    };
+  }
+  // With FallbackToLogsOnError, the kubelet takes a runner that failed with an empty file at its
+  // log's last lines, which task output fills: only a runner that exited 0 surely wrote its message.
+  const policy = runnerMessagePolicy(pod);
+  if (policy !== undefined && terminated.exitCode !== 0 && message !== "") {
+    return {
+      ok: false,
+      problem: `the runner container's terminationMessagePolicy is ${policy} (the pod was made before it was File) and it exited ${terminated.exitCode}, so its termination message may be its log's tail, which task output fills, and is not read`,
+      distrust: "log-tail",
+    };
+  }
   // OOMKilled first: the kernel ended it, so whatever its file holds is not its last word.
   if (message === "" && terminated.reason !== "OOMKilled") {
     return { ok: false, problem: "the termination message is empty" };
@@ -81,7 +123,7 @@ export function readReport(pod: PodView, tasks: PlannedTasks): ReadReport {
   const images = tasks.images && [...tasks.images, ...(tasks.finallyImages ?? [])];
   const trust = judgeReport(pod, terminated, report, names, images, tasks.runStart);
   if (!trust.trusted) return { ok: false, problem: trust.problem, distrust: trust.why };
-  return { ok: true, report };
+  return { ok: true, report, ...(changes.verdict === "unverified" ? { unverified: changes.changes } : {}) };
 }
 
 /** What the kubelet said about a pod that ended: "OOMKilled, exit code 137". */

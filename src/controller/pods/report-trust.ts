@@ -10,7 +10,14 @@ import type { RunnerReport } from "../../api/report.js";
 import { type ContainerTerminated, type PodView, RUNNER_CONTAINER } from "../objects.js";
 
 /** Why a report was not trusted: the `why` of playbook_untrusted_reports_total. */
-export const DISTRUST_WHYS = ["killed", "exit-code", "never-started", "times"] as const;
+export const DISTRUST_WHYS = [
+  "killed",
+  "exit-code",
+  "never-started",
+  "times",
+  "changed",
+  "log-tail",
+] as const;
 export type DistrustWhy = (typeof DISTRUST_WHYS)[number];
 
 export type Trust = { trusted: true } | { trusted: false; why: DistrustWhy; problem: string };
