@@ -80,13 +80,15 @@ describe("task limits", () => {
   });
 
   it("counts the ceiling from the run's start, not from this runner's start", async () => {
-    // As when the controller re-creates a lost pod: 1.5s of a 2s ceiling are already spent.
+    // As when the controller re-creates a lost pod: 19.5s of a 20s ceiling are already spent. The
+    // run ends half a second in; counted from this runner's start it would take 20s, a margin no
+    // load on the machine closes.
     const run = await runSpec(
-      { ceiling: "2s", killGrace: "0s", tasks: [{ name: "endless", run: "sleep 30" }] },
-      { marker: currentMarker(), runStart: new Date(Date.now() - 1500) },
+      { ceiling: "20s", killGrace: "0s", tasks: [{ name: "endless", run: "sleep 60" }] },
+      { marker: currentMarker(), runStart: new Date(Date.now() - 19_500) },
     );
     expect(run.outcome.tasks[0]).toMatchObject({ phase: "TimedOut", limit: "RunCeiling" });
-    expect(run.elapsedMs).toBeLessThan(1500);
+    expect(run.elapsedMs).toBeLessThan(15_000);
   });
 
   it("does not count the time a task is blocked on a slow reader of its output as a stall", async () => {
