@@ -2,9 +2,9 @@
 // outcome, each limit it is held to with its level, the pod's whole bound, the longest run, and
 // its tasks. Pure: the API reads are cluster/describe.ts's.
 import { SUCCEEDED } from "../api/conditions.js";
-import type { LimitDefaults } from "../api/limits.js";
+import { type LimitDefaults, resolveLimits } from "../api/limits.js";
 import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
-import type { NamespaceRules } from "../api/policy.js";
+import { checkPolicy, type NamespaceRules } from "../api/policy.js";
 import { escapeControls } from "../api/visible-text.js";
 import { planDefaultsFromStatus } from "../controller/plan-digest.js";
 import { describeSpec } from "./describe-spec.js";
@@ -86,6 +86,12 @@ export function describePlaybook(
     held
       ? "Limits:     as the run is held to them (status.limits)"
       : "Limits:     not started: as the controller would resolve it now (with its built-in defaults; its flags may set others)",
+    // What the policy would refuse in a run not yet started: the controller ends it InvalidSpec.
+    ...(rules && !held
+      ? checkPolicy(playbook.spec, resolveLimits(playbook.spec, now), rules).map(
+          (problem) => `  the policy refuses ${problem.path}: ${problem.message}`,
+        )
+      : []),
     ...describeSpec(playbook.spec, defaults, rules?.defaults.image, rules?.maximums, rules?.defaults),
     tasks.length > 0 ? "Tasks:" : "Tasks:      none reported yet",
     ...tasks,
