@@ -91,7 +91,7 @@ describe("playbook describe", () => {
         {
           name: "build",
           phase: "TimedOut",
-          limit: "timeout",
+          limit: "TaskTimeout",
           limitValue: "5m",
           limitSource: "task",
           attempts: 1,
@@ -99,7 +99,7 @@ describe("playbook describe", () => {
         },
         { name: "test", phase: "Skipped", attempts: 0 },
       ],
-    } as PlaybookStatus;
+    };
     const lines = described(spec, status, underCeiling);
     expect(lines.slice(2, 7)).toEqual([
       "Phase:      Failed",
@@ -113,7 +113,7 @@ describe("playbook describe", () => {
     );
     expect(lines.slice(-3)).toEqual([
       "Tasks:",
-      "  build  TimedOut  timeout 5m (task)  attempts 1: exceeded its timeout 5m",
+      "  build  TimedOut  TaskTimeout 5m (task)  attempts 1: exceeded its timeout 5m",
       "  test  Skipped  attempts 0",
     ]);
   });
