@@ -5,6 +5,7 @@ import { z } from "zod";
 import { formatDuration, parseDuration } from "./duration.js";
 import {
   finallyWindowMs,
+  type LimitDefaults,
   type LimitProblem,
   type PolicyLimitDefaults,
   type ResolvedLimits,
@@ -222,6 +223,12 @@ export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults 
     maximumQueueTimeoutMs: ms(rules.maximums.queueTimeout),
     maximumMaxPreemptions: rules.maximums.maxPreemptions,
   };
+}
+
+/** The given defaults (the controller's, or `playbook run`'s) with the policy's level between the Playbook's and them. */
+export function defaultsUnder(rules: NamespaceRules | undefined, local: LimitDefaults): LimitDefaults {
+  const policy = rules ? policyLimitDefaults(rules) : undefined;
+  return policy ? { ...local, policy } : local;
 }
 
 /**

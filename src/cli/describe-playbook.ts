@@ -4,11 +4,10 @@
 import { SUCCEEDED } from "../api/conditions.js";
 import { type LimitDefaults, resolveLimits } from "../api/limits.js";
 import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
-import { checkPolicy, type NamespaceRules } from "../api/policy.js";
+import { checkPolicy, defaultsUnder, type NamespaceRules } from "../api/policy.js";
 import { escapeControls } from "../api/visible-text.js";
 import { planDefaultsFromStatus } from "../controller/plan-digest.js";
 import { describeSpec } from "./describe-spec.js";
-import { defaultsUnder } from "./policy-file.js";
 
 /** The namespace's PlaybookPolicy `default` as it could be read. */
 export type PolicyRead =

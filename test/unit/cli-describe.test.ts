@@ -4,9 +4,8 @@
 import { describe, expect, it } from "vitest";
 import { describeRunLimits, resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema, type PlaybookStatus } from "../../src/api/playbook.js";
-import { PolicySpecSchema, policyRules } from "../../src/api/policy.js";
+import { defaultsUnder, PolicySpecSchema, policyRules } from "../../src/api/policy.js";
 import { describePlaybook, type PolicyRead } from "../../src/cli/describe-playbook.js";
-import { defaultsUnder } from "../../src/cli/policy-file.js";
 import { limitDefaults, loadControllerConfig } from "../../src/controller/config.js";
 
 const CONTROLLER = limitDefaults(loadControllerConfig({}, {}));
