@@ -192,6 +192,18 @@ export function policyRules(
   };
 }
 
+/**
+ * A policy's rules as the `playbook` command applies them (validate --policy, describe): the
+ * cluster's runner image and allowances are the controller's, not known there; only the policy's
+ * lists allow images.
+ */
+export function policyRulesOf(policy: Pick<PlaybookPolicy, "metadata" | "spec">): NamespaceRules {
+  return policyRules(
+    { name: policy.metadata.name, generation: policy.metadata.generation, spec: policy.spec },
+    { runnerImage: "", allowedServiceAccounts: [], allowedImages: [] },
+  );
+}
+
 /** "PlaybookPolicy default, spec.maximums.ceiling", or the controller flag it came from. */
 function where(rules: NamespaceRules, policyField: string, flag: string): string {
   return rules.policy ? `PlaybookPolicy ${rules.policy.name}, ${policyField}` : `the controller's ${flag}`;

@@ -6,7 +6,7 @@ import { parseAllDocuments } from "yaml";
 import { type LimitDefaults, resolveLimits } from "../api/limits.js";
 import { InvalidPlaybookError, zodProblems } from "../api/manifest.js";
 import type { Playbook } from "../api/playbook.js";
-import { checkPolicy, type NamespaceRules, PlaybookPolicySchema, policyRules } from "../api/policy.js";
+import { checkPolicy, type NamespaceRules, PlaybookPolicySchema, policyRulesOf } from "../api/policy.js";
 import { InvalidPolicyFileError } from "./policy-file-error.js";
 
 // In a module of its own, so that program.ts can tell it without loading this one.
@@ -42,12 +42,7 @@ export function readPolicyFile(file: string): NamespaceRules {
       ...problems.map((p) => `  ${p.path}: ${p.message}`),
     );
   }
-  const policy = parsed.data;
-  // The cluster's runner image is not known here: only the policy's lists allow images.
-  return policyRules(
-    { name: policy.metadata.name, generation: policy.metadata.generation, spec: policy.spec },
-    { runnerImage: "", allowedServiceAccounts: [], allowedImages: [] },
-  );
+  return policyRulesOf(parsed.data);
 }
 
 // Also `playbook describe`'s (describe-playbook.ts), which reads no policy file: in policy.ts.

@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { describeRunLimits, resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema, type PlaybookStatus } from "../../src/api/playbook.js";
-import { defaultsUnder, PolicySpecSchema, policyRules } from "../../src/api/policy.js";
+import { defaultsUnder, PolicySpecSchema, policyRulesOf } from "../../src/api/policy.js";
 import { describePlaybook, type PolicyRead } from "../../src/cli/describe-playbook.js";
 import { limitDefaults, loadControllerConfig } from "../../src/controller/config.js";
 
@@ -21,11 +21,10 @@ const specOf = (ceiling?: string) =>
   });
 
 function policy(spec: unknown): PolicyRead {
-  const rules = policyRules(
-    { name: "default", spec: PolicySpecSchema.parse(spec) },
-    { runnerImage: "", allowedServiceAccounts: [], allowedImages: [] },
-  );
-  return { kind: "found", rules };
+  return {
+    kind: "found",
+    rules: policyRulesOf({ metadata: { name: "default" }, spec: PolicySpecSchema.parse(spec) }),
+  };
 }
 const underCeiling = policy({ maximums: { ceiling: "30m" }, defaults: { killGrace: "20s" } });
 

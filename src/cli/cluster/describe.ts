@@ -1,7 +1,12 @@
 // `playbook describe NAME`: reads the Playbook and its namespace's PlaybookPolicy default (a policy
 // that is missing or that RBAC hides is said, not an error) and prints describe-playbook.ts's lines.
 import { GROUP, PlaybookSpecSchema, PlaybookStatusSchema, VERSION } from "../../api/playbook.js";
-import { GOVERNING_POLICY_NAME, PlaybookPolicySchema, POLICY_PLURAL, policyRules } from "../../api/policy.js";
+import {
+  GOVERNING_POLICY_NAME,
+  PlaybookPolicySchema,
+  POLICY_PLURAL,
+  policyRulesOf,
+} from "../../api/policy.js";
 import { limitDefaults, loadControllerConfig } from "../../controller/config.js";
 import { ApiError } from "../../runtime/api-client.js";
 import { describePlaybook, type PolicyRead } from "../describe-playbook.js";
@@ -31,13 +36,7 @@ async function readPolicy(cluster: Cluster): Promise<PolicyRead> {
   }
   const parsed = PlaybookPolicySchema.safeParse(raw);
   if (!parsed.success) return { kind: "unreadable", why: "the API server's answer is not a PlaybookPolicy" };
-  const policy = parsed.data;
-  // As the controller applies it; the cluster's runner image and allowances are not known here.
-  const rules = policyRules(
-    { name: policy.metadata.name, generation: policy.metadata.generation, spec: policy.spec },
-    { runnerImage: "", allowedServiceAccounts: [], allowedImages: [] },
-  );
-  return { kind: "found", rules };
+  return { kind: "found", rules: policyRulesOf(parsed.data) };
 }
 
 export async function showDescription(rawFlags: unknown): Promise<number> {
