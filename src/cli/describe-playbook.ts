@@ -2,11 +2,11 @@
 // outcome, each limit it is held to with its level, the pod's whole bound, the longest run, and
 // its tasks. Pure: the API reads are cluster/describe.ts's.
 import { SUCCEEDED } from "../api/conditions.js";
+import { planDefaultsFromStatus } from "../api/held-limits.js";
 import { type LimitDefaults, resolveLimits } from "../api/limits.js";
 import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import { checkPolicy, defaultsUnder, type NamespaceRules } from "../api/policy.js";
 import { escapeControls } from "../api/visible-text.js";
-import { planDefaultsFromStatus } from "../controller/plan-digest.js";
 import { describeSpec } from "./describe-spec.js";
 
 /** The namespace's PlaybookPolicy `default` as it could be read. */

@@ -2,6 +2,7 @@
 // limits as the controller would resolve them under the namespace's policy; once started, what
 // status.limits holds it to; the pod's whole bound and the longest run with their sources; the tasks.
 import { describe, expect, it } from "vitest";
+import { builtInControllerDefaults } from "../../src/api/controller-limits.js";
 import { describeRunLimits, resolveLimits } from "../../src/api/limits.js";
 import { type PlaybookSpec, PlaybookSpecSchema, type PlaybookStatus } from "../../src/api/playbook.js";
 import { defaultsUnder, PolicySpecSchema, policyRulesOf } from "../../src/api/policy.js";
@@ -56,6 +57,10 @@ describe("playbook describe", () => {
     );
     expect(lines.some((line) => line.includes("refuses"))).toBe(false);
     expect(lines.at(-1)).toBe("Tasks:      none reported yet");
+  });
+
+  it("takes the controller's built-in defaults, as a controller started without its limit flags has them", () => {
+    expect(builtInControllerDefaults()).toEqual(CONTROLLER);
   });
 
   it("says what the policy would refuse in a run not started", () => {

@@ -1,5 +1,7 @@
 // `playbook describe NAME`: reads the Playbook and its namespace's PlaybookPolicy default (a policy
 // that is missing or that RBAC hides is said, not an error) and prints describe-playbook.ts's lines.
+
+import { builtInControllerDefaults } from "../../api/controller-limits.js";
 import { GROUP, PlaybookSpecSchema, PlaybookStatusSchema, VERSION } from "../../api/playbook.js";
 import {
   GOVERNING_POLICY_NAME,
@@ -7,7 +9,6 @@ import {
   POLICY_PLURAL,
   policyRulesOf,
 } from "../../api/policy.js";
-import { limitDefaults, loadControllerConfig } from "../../controller/config.js";
 import { ApiError } from "../../runtime/api-client.js";
 import { describePlaybook, type PolicyRead } from "../describe-playbook.js";
 import { EXIT } from "../exit-codes.js";
@@ -53,7 +54,7 @@ export async function showDescription(rawFlags: unknown): Promise<number> {
   const status = PlaybookStatusSchema.safeParse(playbook.status ?? {});
   const policy = await readPolicy(cluster);
   // The controller's built-in defaults: its flags (not readable from here) may set others.
-  const controllerDefaults = limitDefaults(loadControllerConfig({}, {}));
+  const controllerDefaults = builtInControllerDefaults();
   const lines = describePlaybook(
     {
       name: playbook.metadata.name,
