@@ -5,6 +5,7 @@ import { z } from "zod";
 import { formatDuration, parseDuration } from "./duration.js";
 import {
   finallyWindowMs,
+  type LimitDefaults,
   type LimitProblem,
   type PolicyLimitDefaults,
   type ResolvedLimits,
@@ -191,6 +192,18 @@ export function policyRules(
   };
 }
 
+/**
+ * A policy's rules as the `playbook` command applies them (validate --policy, describe): the
+ * cluster's runner image and allowances are the controller's, not known there; only the policy's
+ * lists allow images.
+ */
+export function policyRulesOf(policy: Pick<PlaybookPolicy, "metadata" | "spec">): NamespaceRules {
+  return policyRules(
+    { name: policy.metadata.name, generation: policy.metadata.generation, spec: policy.spec },
+    { runnerImage: "", allowedServiceAccounts: [], allowedImages: [] },
+  );
+}
+
 /** "PlaybookPolicy default, spec.maximums.ceiling", or the controller flag it came from. */
 function where(rules: NamespaceRules, policyField: string, flag: string): string {
   return rules.policy ? `PlaybookPolicy ${rules.policy.name}, ${policyField}` : `the controller's ${flag}`;
@@ -222,6 +235,12 @@ export function policyLimitDefaults(rules: NamespaceRules): PolicyLimitDefaults 
     maximumQueueTimeoutMs: ms(rules.maximums.queueTimeout),
     maximumMaxPreemptions: rules.maximums.maxPreemptions,
   };
+}
+
+/** The given defaults (the controller's, or `playbook run`'s) with the policy's level between the Playbook's and them. */
+export function defaultsUnder(rules: NamespaceRules | undefined, local: LimitDefaults): LimitDefaults {
+  const policy = rules ? policyLimitDefaults(rules) : undefined;
+  return policy ? { ...local, policy } : local;
 }
 
 /**

@@ -2,7 +2,7 @@
 // The `playbook` command's entry. It loads only what the command in argv needs: `--version` alone
 // is answered here, before commander, zod and yaml are loaded; run, validate and pod-runner load
 // the commands' script (commands.js) with a code cache of everything they ran (code-cache.ts),
-// and the cluster commands (submit, wait, cancel, logs, cron) the cluster commands' script
+// and the cluster commands (submit, wait, cancel, logs, describe, cron) the cluster commands' script
 // (cluster-commands.js) likewise; anything else (help, the controller, a mistyped command) loads
 // the program's modules, and the controller's modules load only when `playbook controller` runs.
 //
@@ -39,6 +39,7 @@ const SCRIPTS: Record<string, { script: string | undefined; cache: string }> = {
   wait: { script: CLUSTER_COMMANDS_SCRIPT, cache: "follow" },
   cancel: { script: CLUSTER_COMMANDS_SCRIPT, cache: "follow" },
   logs: { script: CLUSTER_COMMANDS_SCRIPT, cache: "follow" },
+  describe: { script: CLUSTER_COMMANDS_SCRIPT, cache: "follow" },
   cron: { script: CLUSTER_COMMANDS_SCRIPT, cache: "follow" },
 };
 

@@ -6,13 +6,7 @@ import { parseAllDocuments } from "yaml";
 import { type LimitDefaults, resolveLimits } from "../api/limits.js";
 import { InvalidPlaybookError, zodProblems } from "../api/manifest.js";
 import type { Playbook } from "../api/playbook.js";
-import {
-  checkPolicy,
-  type NamespaceRules,
-  PlaybookPolicySchema,
-  policyLimitDefaults,
-  policyRules,
-} from "../api/policy.js";
+import { checkPolicy, type NamespaceRules, PlaybookPolicySchema, policyRulesOf } from "../api/policy.js";
 import { InvalidPolicyFileError } from "./policy-file-error.js";
 
 // In a module of its own, so that program.ts can tell it without loading this one.
@@ -48,19 +42,11 @@ export function readPolicyFile(file: string): NamespaceRules {
       ...problems.map((p) => `  ${p.path}: ${p.message}`),
     );
   }
-  const policy = parsed.data;
-  // The cluster's runner image is not known here: only the policy's lists allow images.
-  return policyRules(
-    { name: policy.metadata.name, generation: policy.metadata.generation, spec: policy.spec },
-    { runnerImage: "", allowedServiceAccounts: [], allowedImages: [] },
-  );
+  return policyRulesOf(parsed.data);
 }
 
-/** The local defaults with the policy's level between the Playbook's and them. */
-export function defaultsUnder(rules: NamespaceRules | undefined, local: LimitDefaults): LimitDefaults {
-  const policy = rules ? policyLimitDefaults(rules) : undefined;
-  return policy ? { ...local, policy } : local;
-}
+// Also `playbook describe`'s (describe-playbook.ts), which reads no policy file: in policy.ts.
+export { defaultsUnder } from "../api/policy.js";
 
 /** Throws InvalidPlaybookError with what the policy refuses in the Playbook, as the controller would. */
 export function enforcePolicy(

@@ -3,8 +3,9 @@
 
 import { readFileSync } from "node:fs";
 import { z } from "zod";
+import { CONTROLLER_LIMIT_FLAGS } from "../api/controller-limits.js";
 import { formatDuration, parseDuration } from "../api/duration.js";
-import { DEFAULT_MAX_PREEMPTIONS, type LimitDefaults } from "../api/limits.js";
+import { DEFAULT_MAX_PREEMPTIONS } from "../api/limits.js";
 import { MAX_PREEMPTIONS_LIMIT } from "../api/playbook.js";
 import { imagePatternMessage, isImagePattern } from "../api/policy.js";
 import { WATCH_SECONDS_MIN } from "../runtime/informer.js";
@@ -66,18 +67,18 @@ const Bool = z.union([
 
 export const ControllerConfigSchema = z
   .strictObject({
-    defaultCeiling: Duration.prefault("1h"),
-    maxCeiling: Duration.prefault("24h"),
-    defaultStall: Duration.prefault("10m"),
-    defaultKillGrace: Duration.prefault("10s"),
+    defaultCeiling: Duration.prefault(CONTROLLER_LIMIT_FLAGS.defaultCeiling),
+    maxCeiling: Duration.prefault(CONTROLLER_LIMIT_FLAGS.maxCeiling),
+    defaultStall: Duration.prefault(CONTROLLER_LIMIT_FLAGS.defaultStall),
+    defaultKillGrace: Duration.prefault(CONTROLLER_LIMIT_FLAGS.defaultKillGrace),
     /** The longest killGrace accepted: what a run may take after its ceiling is bounded too. */
-    maxKillGrace: Duration.prefault("5m"),
+    maxKillGrace: Duration.prefault(CONTROLLER_LIMIT_FLAGS.maxKillGrace),
     /** From a pod's creation until its runner starts, when neither the spec nor a policy says. */
-    defaultStartTimeout: Duration.prefault("5m"),
+    defaultStartTimeout: Duration.prefault(CONTROLLER_LIMIT_FLAGS.defaultStartTimeout),
     /** The finally tasks' ceiling when neither the spec nor a policy says. */
-    defaultFinallyCeiling: Duration.prefault("5m"),
+    defaultFinallyCeiling: Duration.prefault(CONTROLLER_LIMIT_FLAGS.defaultFinallyCeiling),
     /** The longest finallyCeiling accepted: what the finally tasks may add to a run is bounded too. */
-    maxFinallyCeiling: Duration.prefault("1h"),
+    maxFinallyCeiling: Duration.prefault(CONTROLLER_LIMIT_FLAGS.maxFinallyCeiling),
     /** From a pod's creation until Kueue admits it, when neither the spec nor a policy says; absent: none. */
     defaultQueueTimeout: Duration.optional(),
     /** Pods Kueue stops that a run re-creates before the next stop ends it Preempted, when neither the spec nor a policy says. */
@@ -266,23 +267,10 @@ export function loadControllerConfig(
   return parsed.data;
 }
 
+export { limitDefaults } from "../api/controller-limits.js";
+
 export function kebab(key: string): string {
   return key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
-}
-
-export function limitDefaults(config: ControllerConfig): LimitDefaults {
-  return {
-    ceilingMs: config.defaultCeiling,
-    maxCeilingMs: config.maxCeiling,
-    stallMs: config.defaultStall,
-    killGraceMs: config.defaultKillGrace,
-    maxKillGrace: { ms: config.maxKillGrace, where: "the controller's --max-kill-grace" },
-    startTimeoutMs: config.defaultStartTimeout,
-    finallyCeilingMs: config.defaultFinallyCeiling,
-    maxFinallyCeiling: { ms: config.maxFinallyCeiling, where: "the controller's --max-finally-ceiling" },
-    ...(config.defaultQueueTimeout !== undefined ? { queueTimeoutMs: config.defaultQueueTimeout } : {}),
-    maxPreemptions: config.defaultMaxPreemptions,
-  };
 }
 
 export function parseAddress(address: string): { host: string; port: number } {

@@ -230,16 +230,19 @@ describe("the playbook bundle", () => {
     expect(run.status).toBe(1);
   });
 
-  it("runs playbook wait from the cluster commands' script, without the controller's modules", () => {
-    const run = playbook(["wait", "nightly", "--kubeconfig", path.join(scratch, "no-such-kubeconfig")]);
-    expect(run.stderr).toContain("no-such-kubeconfig: no such file");
-    expect(run.status).toBe(2);
-    expect(run.names).toEqual(["playbook.js", "cluster-commands.js"]);
-    expect(sourcesOf(run.loaded)).toContain("src/cli/cluster/connection.ts");
-    // client-node's KubeConfig it needs; the controller, its logger and its metrics it does not.
-    const controllers = /^(src\/controller\/|node_modules\/(pino|prom-client)\/)/;
-    expect(sourcesOf(run.loaded).filter((source) => controllers.test(source))).toEqual([]);
-  });
+  it.each(["wait", "describe"])(
+    "runs playbook %s from the cluster commands' script, without the controller's modules",
+    (command) => {
+      const run = playbook([command, "nightly", "--kubeconfig", path.join(scratch, "no-such-kubeconfig")]);
+      expect(run.stderr).toContain("no-such-kubeconfig: no such file");
+      expect(run.status).toBe(2);
+      expect(run.names).toEqual(["playbook.js", "cluster-commands.js"]);
+      expect(sourcesOf(run.loaded)).toContain("src/cli/cluster/connection.ts");
+      // client-node's KubeConfig it needs; the controller, its logger and its metrics it does not.
+      const controllers = /^(src\/controller\/|node_modules\/(pino|prom-client)\/)/;
+      expect(sourcesOf(run.loaded).filter((source) => controllers.test(source))).toEqual([]);
+    },
+  );
 
   it("starts the cluster commands from code caches of their script that their first runs wrote", () => {
     const cacheRoot = path.join(scratch, "cache-cluster");

@@ -1,4 +1,4 @@
-// What submit, wait, cancel, logs and cron trigger do: connect as kubectl would, call the API server, and end
+// What submit, wait, cancel, logs, describe and cron trigger do: connect as kubectl would, call the API server, and end
 // with the outcome's exit code (exit-codes.ts). Every failure is a ClusterError or FlagError whose
 // message is all the user sees (program.ts prints it).
 import { readFileSync } from "node:fs";
@@ -222,6 +222,11 @@ export async function logsCommand(rawFlags: unknown): Promise<number> {
     task: flags.task,
     out: process.stdout,
   });
+}
+
+export async function describeCommand(rawFlags: unknown): Promise<number> {
+  const { showDescription } = await import("./describe.js");
+  return showDescription(rawFlags);
 }
 
 /** How long `cron trigger` waits for the controller's answer without --timeout. */

@@ -1,4 +1,4 @@
-// The cluster commands' definitions: submit, wait, cancel, logs and cron trigger, each with kubectl's
+// The cluster commands' definitions: submit, wait, cancel, logs, describe and cron trigger, each with kubectl's
 // --kubeconfig, --context and -n. Their work (client-node, the API client) is loaded only when
 // one of them runs: actions.js, which the run/validate script leaves out (scripts/bundle-cli.ts).
 import { type Command, Option } from "commander";
@@ -71,6 +71,33 @@ export function registerClusterCommands(program: Command, name: string, setExit:
   ).action(async (playbook: string, flags: object) =>
     setExit(await (await actions()).logsCommand({ ...flags, name: playbook })),
   );
+  withConnectionFlags(
+    program
+      .command("describe")
+      .showHelpAfterError(help("describe"))
+      .description(
+        "show a Playbook's outcome, each limit with its level, the pod's whole bound, the longest run and its tasks",
+      )
+      .argument("<NAME>", "the Playbook"),
+  )
+    .addHelpText(
+      "after",
+      [
+        "",
+        "The limits are the run's status.limits once it has started (what it is held to); before,",
+        "they are resolved from the spec and the namespace's PlaybookPolicy default as the controller",
+        "would resolve them now, with its built-in defaults.",
+        "",
+        "Exit codes:",
+        "  0    described",
+        "  2    invalid input, no such Playbook, or refused by RBAC",
+        "  3    the cluster could not be reached",
+        "",
+      ].join("\n"),
+    )
+    .action(async (playbook: string, flags: object) =>
+      setExit(await (await actions()).describeCommand({ ...flags, name: playbook })),
+    );
   const cron = program
     .command("cron")
     .showHelpAfterError(help("cron"))

@@ -92,6 +92,12 @@ export const LogsFlags = z.strictObject({
 });
 export type LogsFlags = z.infer<typeof LogsFlags>;
 
+export const DescribeFlags = z.strictObject({
+  ...ConnectionFlags,
+  name: PlaybookName,
+});
+export type DescribeFlags = z.infer<typeof DescribeFlags>;
+
 /** Flags whose problems read as one line each: "--timeout "x" is not a duration ...". */
 export function parseFlags<T extends z.ZodType>(schema: T, flags: unknown): z.infer<T> {
   const parsed = schema.safeParse(flags);
