@@ -639,17 +639,17 @@ function describeFailureText(error: unknown): { code: number; message: string; l
   // ClusterError (cluster/connection.ts) and FlagError (cluster/flags.ts), not loaded here: their
   // message is all there is to say, with the exit code the failure calls for.
   const name = (error as Error | undefined)?.name;
+  // Its lines (what failed, then what the connection or the API server said, indented) are escaped
+  // one by one: a cluster command never writes to a pod's log.
   if (name === "ClusterError" || name === "FlagError") {
     const code = (error as { exitCode?: unknown }).exitCode;
-    return {
-      code: typeof code === "number" ? code : EXIT.invalid,
-      message: `playbook: ${(error as Error).message}`,
-    };
+    const lines = (error as Error).message.split("\n").map(escapeControls).join("\n");
+    return { code: typeof code === "number" ? code : EXIT.invalid, message: "", lines: `playbook: ${lines}` };
   }
-  // LocalStartError (src/pod-runner/local-run.ts, not loaded here): the task containers did not start.
   // Its lines are escaped one by one where it is made (policy-file-error.ts).
   if (error instanceof InvalidPolicyFileError)
     return { code: EXIT.invalid, message: "", lines: `playbook: ${error.message}` };
+  // LocalStartError (src/pod-runner/local-run.ts, not loaded here): the task containers did not start.
   if (error instanceof UsageError || (error as Error | undefined)?.name === "LocalStartError")
     return { code: EXIT.invalid, message: `playbook: ${error instanceof Error ? error.message : ""}` };
   if (error instanceof z.ZodError) {
