@@ -1,41 +1,30 @@
 // The `playbook` command: run | validate | pod-runner | controller (main.ts loads it and runs it).
-import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { basename, dirname, join, resolve } from "node:path";
+import { closeSync, existsSync, openSync, readFileSync, rmSync } from "node:fs";
+import { basename, resolve } from "node:path";
 import { Command, CommanderError, Option } from "commander";
 import { z } from "zod";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../api/limits.js";
-import { InvalidPlaybookError, readManifestDocument, validatePlaybook } from "../api/manifest.js";
+import { readManifestDocument, validatePlaybook } from "../api/manifest.js";
 import { PLAN_DIGEST_ENV_VAR, PLAN_ENV_VAR, planDigest, RunPlanSchema } from "../api/plan.js";
 import type { Playbook, TaskSpec } from "../api/playbook.js";
 import type { PolicyDefaults, PolicyMaximums } from "../api/policy.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/report-status.js";
 import { allTasksOf } from "../api/task-images.js";
-import { escapeControls } from "../api/visible-text.js";
 import { handedCeilingLeftMs, podAgeMs } from "../pod-runner/pod-age.js";
 import { registerClusterCommands } from "./cluster/commands.js";
 import { describeSpec, validLine } from "./describe-spec.js";
 import { EXIT, EXIT_CODES_HELP, exitCodeForReason } from "./exit-codes.js";
+import { describeFailure, UsageError } from "./failure-message.js";
 import { hostShellProblem } from "./host-shells.js";
-import { InvalidPolicyFileError } from "./policy-file-error.js";
+import {
+  describeReadError,
+  keepStdin,
+  readDocument,
+  readStdinOrRefuse,
+  STDIN_MANIFEST_VAR,
+} from "./manifest-input.js";
 import { printObject } from "./print-object.js";
-import { helpfulProblem } from "./problems.js";
-
-class UsageError extends Error {}
-
-/** What went wrong reading a file, in words, with the path it looked at. */
-function describeReadError(error: unknown, file: string): string {
-  const code = (error as NodeJS.ErrnoException).code;
-  const words: Record<string, string> = {
-    ENOENT: "no such file",
-    EACCES: "permission denied",
-    EISDIR: "is a directory",
-    ENOTDIR: "a folder on the path is a file",
-  };
-  const what = (code && words[code]) ?? `cannot read: ${code ?? (error as Error).message}`;
-  return file === "-" ? what : `${what} (${resolve(file)})`;
-}
 
 /** The manifest, checked against the --policy file when one is given, and the defaults it runs with. */
 async function readChecked(
@@ -63,56 +52,6 @@ async function readChecked(
     defaultImage: rules.defaults.image,
     maximums: rules.maximums,
     policyDefaults: rules.defaults,
-  };
-}
-
-/**
- * Where `playbook run -f -` as root keeps the manifest it read from stdin for itself, started
- * again in a PID namespace: a file in a folder of its own that only root may read, removed once read.
- */
-const STDIN_MANIFEST_VAR = "PLAYBOOK_STDIN_MANIFEST";
-
-/** The text of `-f -`: stdin, or what this command read from it before it started again. */
-function readStdin(): string {
-  const kept = process.env[STDIN_MANIFEST_VAR];
-  if (kept === undefined) return readFileSync(0, "utf8");
-  delete process.env[STDIN_MANIFEST_VAR];
-  try {
-    return readFileSync(kept, "utf8");
-  } finally {
-    rmSync(dirname(kept), { recursive: true, force: true });
-  }
-}
-
-/** The manifest's one document as its YAML or JSON says it, unchecked. */
-function readDocument(file: string): unknown {
-  let text: string;
-  try {
-    text = file === "-" ? readStdin() : readFileSync(file, "utf8");
-  } catch (error) {
-    throw new UsageError(`-f ${file}: ${describeReadError(error, file)}`);
-  }
-  return readManifestDocument(text, file);
-}
-
-/** Stdin's text, or the usage error `-f -` gives when it cannot be read. */
-function readStdinOrRefuse(): string {
-  try {
-    return readFileSync(0, "utf8");
-  } catch (error) {
-    throw new UsageError(`-f -: ${describeReadError(error, "-")}`);
-  }
-}
-
-/** Keeps the text read from stdin for this command started again; returns how to forget it. */
-function keepStdin(text: string): () => void {
-  const dir = mkdtempSync(join(tmpdir(), "playbook-stdin-"));
-  const file = join(dir, "manifest");
-  writeFileSync(file, text, { mode: 0o600 });
-  process.env[STDIN_MANIFEST_VAR] = file;
-  return () => {
-    delete process.env[STDIN_MANIFEST_VAR];
-    rmSync(dir, { recursive: true, force: true });
   };
 }
 
@@ -601,64 +540,6 @@ export function buildProgram(
   if (controllerCommand) controllerCommand.registerControllerCommand(program);
   else registerControllerPlaceholder(program, CONTROLLER_DESCRIPTION);
   return program;
-}
-
-/**
- * An error's stack with its message escaped (src/api/visible-text.ts) and its frames, one a line,
- * as they are: the message may quote a path or a value with a newline in it.
- */
-function visibleStack(error: unknown): string {
-  if (!(error instanceof Error)) return escapeControls(String(error));
-  const stack = error.stack ?? "";
-  const header = `${error.name}: ${error.message}`;
-  if (!stack.startsWith(header)) return escapeControls(header);
-  return `${escapeControls(header)}${stack.slice(header.length)}`;
-}
-
-/**
- * The failure's exit code and its message, one line each: every value a message quotes shows its
- * control characters as escapes, so none of it starts a line of its own (in a pod, the runner's
- * stderr is its log, where a line that starts with the progress marker is taken for a record).
- */
-function describeFailure(error: unknown): { code: number; message: string } {
-  const failure = describeFailureText(error);
-  return failure.lines
-    ? { code: failure.code, message: failure.lines }
-    : { code: failure.code, message: escapeControls(failure.message) };
-}
-
-function describeFailureText(error: unknown): { code: number; message: string; lines?: string } {
-  if (error instanceof InvalidPlaybookError) {
-    const problems = error.problems.map(helpfulProblem).map((problem) => ({
-      path: escapeControls(problem.path),
-      message: escapeControls(problem.message),
-    }));
-    const helpful = new InvalidPlaybookError(escapeControls(error.source), problems);
-    return { code: EXIT.invalid, message: "", lines: helpful.message };
-  }
-  // ClusterError (cluster/connection.ts) and FlagError (cluster/flags.ts), not loaded here: their
-  // message is all there is to say, with the exit code the failure calls for.
-  const name = (error as Error | undefined)?.name;
-  // Its lines (what failed, then what the connection or the API server said, indented) are escaped
-  // one by one: a cluster command never writes to a pod's log.
-  if (name === "ClusterError" || name === "FlagError") {
-    const code = (error as { exitCode?: unknown }).exitCode;
-    const lines = (error as Error).message.split("\n").map(escapeControls).join("\n");
-    return { code: typeof code === "number" ? code : EXIT.invalid, message: "", lines: `playbook: ${lines}` };
-  }
-  // Its lines are escaped one by one where it is made (policy-file-error.ts).
-  if (error instanceof InvalidPolicyFileError)
-    return { code: EXIT.invalid, message: "", lines: `playbook: ${error.message}` };
-  // LocalStartError (src/pod-runner/local-run.ts, not loaded here): the task containers did not start.
-  if (error instanceof UsageError || (error as Error | undefined)?.name === "LocalStartError")
-    return { code: EXIT.invalid, message: `playbook: ${error instanceof Error ? error.message : ""}` };
-  if (error instanceof z.ZodError) {
-    return {
-      code: EXIT.invalid,
-      message: `playbook: ${error.issues.map((i) => `${i.path.join(".") || "input"}: ${i.message}`).join("; ")}`,
-    };
-  }
-  return { code: EXIT.failed, message: "", lines: `playbook: ${visibleStack(error)}` };
 }
 
 /**

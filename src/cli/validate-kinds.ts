@@ -9,7 +9,8 @@ import {
   zodProblems,
 } from "../api/manifest.js";
 import { API_VERSION, KIND } from "../api/playbook.js";
-import { GOVERNING_POLICY_NAME, PlaybookPolicySchema, POLICY_KIND, policyProblems } from "../api/policy.js";
+import { GOVERNING_POLICY_NAME, PlaybookPolicySchema, POLICY_KIND } from "../api/policy.js";
+import { policyProblems } from "../api/policy-consistency.js";
 import { describeSpec, validLine } from "./describe-spec.js";
 import { InvalidPolicyFileError } from "./policy-file-error.js";
 

@@ -9,9 +9,9 @@ import {
   PolicySpecSchema,
   podSettings,
   policyLimitDefaults,
-  policyProblems,
   policyRules,
 } from "../../src/api/policy.js";
+import { policyProblems } from "../../src/api/policy-consistency.js";
 import { limitDefaults, loadControllerConfig } from "../../src/controller/config.js";
 import { planDefaults, planDefaultsFromStatus } from "../../src/controller/plan-digest.js";
 

@@ -8,10 +8,10 @@ import {
   imageAllowed,
   type PolicySpec,
   PolicySpecSchema,
-  policyProblems,
   policyRules,
   quantityValue,
 } from "../../src/api/policy.js";
+import { policyProblems } from "../../src/api/policy-consistency.js";
 import { loadControllerConfig } from "../../src/controller/config.js";
 import { ControllerMetrics } from "../../src/controller/metrics.js";
 import type { StoredPlaybook } from "../../src/controller/objects.js";

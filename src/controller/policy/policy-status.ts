@@ -4,13 +4,8 @@
 import type { Logger } from "pino";
 import { setCondition } from "../../api/conditions.js";
 import { API_VERSION, GROUP, VERSION } from "../../api/playbook.js";
-import {
-  GOVERNING_POLICY_NAME,
-  POLICY_KIND,
-  POLICY_PLURAL,
-  type PolicyStatus,
-  policyProblems,
-} from "../../api/policy.js";
+import { GOVERNING_POLICY_NAME, POLICY_KIND, POLICY_PLURAL, type PolicyStatus } from "../../api/policy.js";
+import { policyProblems } from "../../api/policy-consistency.js";
 import { apiErrorMessage, isConflict, isNotFound } from "../../runtime/api-errors.js";
 import type { KubeClients } from "../../runtime/kube-config.js";
 import type { ControllerMetrics } from "../metrics.js";
