@@ -3,7 +3,8 @@
 import { setFinishedConditions } from "./conditions.js";
 import { describeRunLimits, type ResolvedLimits } from "./limits.js";
 import type { Condition, PlaybookStatus } from "./playbook.js";
-import { expandReport, type ReportContext, type RunnerReport } from "./report.js";
+import type { RunnerReport } from "./report.js";
+import { expandReport, type ReportContext } from "./report-expand.js";
 
 export function statusFromReport(
   report: RunnerReport,

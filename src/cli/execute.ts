@@ -4,13 +4,8 @@ import { fstatSync, writeFileSync } from "node:fs";
 import { Writable } from "node:stream";
 import type { ResolvedLimits } from "../api/limits.js";
 import type { TaskSpec } from "../api/playbook.js";
-import {
-  decodeReport,
-  encodeReport,
-  expandReport,
-  type RunnerReport,
-  type RunOutcome,
-} from "../api/report.js";
+import { decodeReport, encodeReport, type RunnerReport, type RunOutcome } from "../api/report.js";
+import { expandReport } from "../api/report-expand.js";
 import {
   AGENT_HELLO_VAR,
   DEFAULT_AGENT_HELLO_MS,

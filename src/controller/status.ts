@@ -5,7 +5,8 @@ import { formatDuration } from "../api/duration.js";
 import { describeRunLimits, type ResolvedLimits } from "../api/limits.js";
 import type { PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import type { RunPhase, TerminalReason } from "../api/reasons.js";
-import { decidingIndex, type ReportContext, type RunnerReport } from "../api/report.js";
+import { decidingIndex, type RunnerReport } from "../api/report.js";
+import type { ReportContext } from "../api/report-expand.js";
 import { statusFromReport } from "../api/report-status.js";
 import { DEADLINE_MARGIN_SECONDS, describeFinallyWindow } from "./pods/pod-builder.js";
 

@@ -11,13 +11,7 @@ import { formatDuration } from "../api/duration.js";
 import type { EffectiveLimit, ResolvedLimits, TaskLimits } from "../api/limits.js";
 import type { TaskSpec } from "../api/playbook.js";
 import type { TaskPhase } from "../api/reasons.js";
-import {
-  type ContainmentKind,
-  quoteLastLine,
-  type RunnerReason,
-  type RunOutcome,
-  type TaskOutcome,
-} from "../api/report.js";
+import type { ContainmentKind, RunnerReason, RunOutcome, TaskOutcome } from "../api/report.js";
 import { effectiveShell } from "../api/shell.js";
 import {
   type AgentRun,
@@ -35,12 +29,13 @@ import {
   type OpenPipes,
   runAttempt,
 } from "./attempt.js";
-import { writeCancelFiles, writeCancelFilesOf } from "./cancel-file.js";
 import { type Containment, openContainment } from "./containment.js";
+import { type Sweep, sweepLeftovers } from "./leftover-sweep.js";
 import { oomCounter } from "./oom.js";
-import { killUntilGone, PROC, type ProcessTable, sendSignal } from "./process-table.js";
+import { PROC, type ProcessTable } from "./process-table.js";
 import { DEFAULT_RETRY_WAITS, retryWaitMs, showWait } from "./retry-wait.js";
 import { namespaceKeeper } from "./subreaper.js";
+import { markStopped, markWindowPassed, type StopBeforeStart, settleTask } from "./task-settle.js";
 
 export type RunEvent =
   | {
@@ -522,9 +517,6 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   };
 }
 
-/** What stops a task from (re)starting: a cancel, or the ceiling of its phase. */
-type StopBeforeStart = "Cancelled" | "RunCeiling" | "FinallyCeiling";
-
 /**
  * How the tasks of one phase (the main tasks, or the finally tasks) run: the two differ only in
  * their list, their ceiling and their cancel.
@@ -566,12 +558,6 @@ export function attemptDeadline(
   return { at: ceilingAt, limit: ceiling };
 }
 
-/** A finally task that did not start because the finally window had passed: it never ran. */
-function markWindowPassed(outcome: TaskOutcome, finallyCeiling: EffectiveLimit): void {
-  outcome.phase = "Skipped";
-  outcome.detail = `not started: the finally window ${formatDuration(finallyCeiling.ms)} (${finallyCeiling.field}) had passed`;
-}
-
 /** Waits `ms`, or until the cancel comes. */
 async function waitUnlessCancelled(ms: number, cancel: AbortSignal | undefined): Promise<void> {
   if (cancel?.aborted) return;
@@ -592,133 +578,4 @@ function describeCutWait(
   return stop === "Cancelled"
     ? `it was waiting ${showWait(cut.ms)} ${retry}`
     : `its wait of ${showWait(cut.ms)} ${retry} would have outlasted it (${showWait(cut.leftMs)} was left)`;
-}
-
-/** Settles a task that a cancellation or the ceiling kept from (re)starting. */
-function markStopped(outcome: TaskOutcome, stop: StopBeforeStart): TaskPhase {
-  outcome.completionTime = new Date();
-  if (stop === "Cancelled") {
-    outcome.phase = "Cancelled";
-  } else {
-    outcome.phase = "TimedOut";
-    outcome.limit = stop;
-  }
-  return outcome.phase;
-}
-
-/** Turns the last attempt's result into the task's outcome; only the limit's firer decides TimedOut. */
-/** How a stopped attempt ended; one the kill did not end has no ending, and says what was left. */
-function settleEnding(outcome: TaskOutcome, result: AttemptResult): void {
-  if (result.ending !== undefined) outcome.ending = result.ending;
-  else delete outcome.ending;
-  if (result.unended !== undefined) outcome.detail = result.unended;
-  if (result.graceCutAfterMs !== undefined) outcome.graceCutAfterMs = result.graceCutAfterMs;
-}
-
-function settleTask(outcome: TaskOutcome, result: AttemptResult): TaskPhase {
-  outcome.completionTime = result.completionTime;
-  outcome.exitCode = result.exitCode;
-  outcome.signal = result.signal;
-  // The last attempt's cost, where its launcher measured it.
-  if (result.usage?.cpuSeconds !== undefined) outcome.cpuSeconds = result.usage.cpuSeconds;
-  if (result.usage?.peakMemoryBytes !== undefined) outcome.peakMemoryBytes = result.usage.peakMemoryBytes;
-  if (result.longestSilenceMs !== undefined) outcome.longestSilenceMs = result.longestSilenceMs;
-  else delete outcome.longestSilenceMs;
-  switch (result.kind) {
-    case "limit":
-      outcome.phase = "TimedOut";
-      outcome.limit = result.limit;
-      settleEnding(outcome, result);
-      break;
-    case "cancelled":
-      outcome.phase = "Cancelled";
-      settleEnding(outcome, result);
-      break;
-    case "spawn-error":
-      outcome.phase = "Failed";
-      outcome.detail = result.spawnError;
-      break;
-    case "lost": {
-      outcome.phase = "Failed";
-      outcome.lostContainer = result.lostContainer;
-      const last = result.tail.lastLine();
-      outcome.detail = result.spawnError
-        ? result.spawnError
-        : `container ${result.lostContainer} ended while the task ran (its agent's connection closed)${last ? `; last output on ${quoteLastLine(last)}` : ""}`;
-      break;
-    }
-    case "exited": {
-      outcome.phase = result.exitCode === 0 ? "Succeeded" : "Failed";
-      const last = result.tail.lastLine();
-      if (outcome.phase === "Failed" && result.execFailure) outcome.detail = result.execFailure;
-      else if (outcome.phase === "Failed" && result.outOfMemory) {
-        // Named first: the report keeps the start of a message it has to shorten.
-        outcome.detail = `out of memory: ${result.outOfMemory} (SIGKILL)${last ? `; last output on ${quoteLastLine(last)}` : ""}`;
-      } else if (outcome.phase === "Failed" && last) outcome.detail = quoteLastLine(last);
-      break;
-    }
-  }
-  return outcome.phase;
-}
-
-interface Sweep {
-  runCookie: string;
-  /** nothing started before the run's first process can be one of its processes */
-  startedFrom: number;
-  /** the leftovers were given their cancel file and SIGTERM with a stopped task */
-  alreadyWarned: boolean;
-  graceMs: number;
-  cancelFileOf: (attemptId: string) => string;
-  cancelText: string;
-  hurry?: AbortSignal;
-  table: ProcessTable;
-}
-
-/**
- * Ends whatever the run's tasks left running: the cancel file of each attempt that left one,
- * SIGTERM, the grace window, then SIGKILL. They are found by the run's cookie only: the groups
- * of earlier attempts may be empty by now and their ids taken by unrelated processes, so a group
- * id alone is no proof of ownership here.
- */
-async function sweepLeftovers(
-  sweep: Sweep,
-  containment: Containment,
-  /** false between the main and the finally tasks: the containment must hold the finally tasks too */
-  fence = true,
-): Promise<{ found: number; ended: number; warnings: string[] }> {
-  // By the cookie, and everything the containment holds: what dropped or hid the cookie too.
-  const find = async () => [
-    ...new Set([
-      ...(await sweep.table.scan({ cookiePrefix: sweep.runCookie, startedFrom: sweep.startedFrom })),
-      ...containment.members(),
-    ]),
-  ];
-  const initial = await find();
-  if (initial.length === 0) return { found: 0, ended: 0, warnings: [] };
-  let warnings: string[] = [];
-  // Warned already means they were told with the task that stopped the run: no second SIGTERM.
-  if (!sweep.alreadyWarned && sweep.graceMs > 0) {
-    warnings = containment.liveAttempts
-      ? writeCancelFiles(containment.liveAttempts(), sweep.cancelFileOf, sweep.cancelText)
-      : await writeCancelFilesOf(sweep.table, initial, sweep.runCookie, sweep.cancelFileOf, sweep.cancelText);
-    for (const pid of initial) (containment.signal ?? sendSignal)(pid, "SIGTERM");
-  }
-  const graceEnds = performance.now() + sweep.graceMs;
-  // A second Ctrl-C cuts this grace short as it does a task's.
-  while (performance.now() < graceEnds && !sweep.hurry?.aborted && (await find()).length > 0) await sleep(20);
-  const killBy = performance.now() + 5000;
-  if (!fence) {
-    // No fence (a cgroup's would end its anchor too): each process found is killed, through its
-    // agent where the runner may not signal it.
-    if (!(await killUntilGone(find, killBy, containment.signal ?? sendSignal)))
-      warnings.push("some of the main tasks' processes could not be ended before the finally tasks");
-  } else {
-    // Where the runner may not signal the tasks itself (agent mode), the fence below is the kill.
-    if (!containment.signal) await killUntilGone(find, killBy);
-    // The fence: whatever the looks missed (a fork between them) ends with the whole cgroup.
-    if (!(await containment.killAll(killBy))) warnings.push("some of the run's processes could not be ended");
-  }
-  // Ended is what is seen gone, not what was told to go: a stopped agent carries out no kill.
-  const still = new Set(await find());
-  return { found: initial.length, ended: initial.filter((pid) => !still.has(pid)).length, warnings };
 }

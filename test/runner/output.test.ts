@@ -6,7 +6,8 @@ import { Writable } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
-import { decodeReport, encodeReport, expandReport } from "../../src/api/report.js";
+import { decodeReport, encodeReport } from "../../src/api/report.js";
+import { expandReport } from "../../src/api/report-expand.js";
 import { checkNothingLeftBehind, runSpec } from "../support/runner.js";
 
 const currentMarker = checkNothingLeftBehind();

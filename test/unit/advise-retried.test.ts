@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
-import { expandReport } from "../../src/api/report.js";
+import { expandReport } from "../../src/api/report-expand.js";
 import { runFromStatus } from "../../src/cli/advise/history.js";
 
 const start = Date.parse("2026-01-01T00:00:00Z");

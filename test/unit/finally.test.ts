@@ -7,11 +7,11 @@ import { PlaybookSpecSchema } from "../../src/api/playbook.js";
 import {
   decodeReport,
   encodeReport,
-  expandReport,
   InvalidReportError,
   type RunOutcome,
   type TaskOutcome,
 } from "../../src/api/report.js";
+import { expandReport } from "../../src/api/report-expand.js";
 import { MAX_TASK_IMAGES } from "../../src/api/task-images.js";
 
 const spec = (fields: object) =>

@@ -1,13 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import type { PlaybookSpec } from "../../src/api/playbook.js";
-import {
-  decodeReport,
-  encodeReport,
-  expandReport,
-  REPORT_MAX_BYTES,
-  type RunOutcome,
-} from "../../src/api/report.js";
+import { decodeReport, encodeReport, REPORT_MAX_BYTES, type RunOutcome } from "../../src/api/report.js";
+import { expandReport } from "../../src/api/report-expand.js";
 
 function outcomeOf(count: number, detail: string): { outcome: RunOutcome; spec: PlaybookSpec } {
   const start = new Date("2026-11-29T10:00:00.000Z");

@@ -6,7 +6,7 @@ import { InvalidPlaybookError, parsePlaybookManifest } from "../../src/api/manif
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { PolicySpecSchema, policyLimitDefaults, policyRules } from "../../src/api/policy.js";
 import { parseProgressLine } from "../../src/api/progress-record.js";
-import { expandReport } from "../../src/api/report.js";
+import { expandReport } from "../../src/api/report-expand.js";
 import { Progress } from "../../src/cli/progress.js";
 import { ProgressLineReader } from "../../src/cli/progress-lines.js";
 import { planDefaults, planDefaultsFromStatus } from "../../src/controller/plan-digest.js";

@@ -7,7 +7,8 @@ import { parse } from "yaml";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { InvalidPlaybookError, parsePlaybookManifest } from "../../src/api/manifest.js";
 import { PlaybookPolicySchema } from "../../src/api/policy.js";
-import { decodeReport, encodeReport, expandReport } from "../../src/api/report.js";
+import { decodeReport, encodeReport } from "../../src/api/report.js";
+import { expandReport } from "../../src/api/report-expand.js";
 import {
   IMAGE_REFERENCE_PATTERN,
   isImageReference,

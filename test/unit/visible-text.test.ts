@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { setCondition } from "../../src/api/conditions.js";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
-import { expandReport } from "../../src/api/report.js";
+import { expandReport } from "../../src/api/report-expand.js";
 import { escapeControls, hasControls } from "../../src/api/visible-text.js";
 import { Progress } from "../../src/cli/progress.js";
 

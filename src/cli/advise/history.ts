@@ -11,7 +11,8 @@ import { type LimitDefaults, LOCAL_DEFAULTS, type ResolvedLimits, resolveLimits 
 import { InvalidPlaybookError, validatePlaybook } from "../../api/manifest.js";
 import type { Playbook, PlaybookStatus, TaskStatus } from "../../api/playbook.js";
 import type { TaskLimit } from "../../api/reasons.js";
-import { decodeReport, expandReport, InvalidReportError } from "../../api/report.js";
+import { decodeReport, InvalidReportError } from "../../api/report.js";
+import { expandReport } from "../../api/report-expand.js";
 import type { RunSample, TaskSample } from "./method.js";
 
 export class HistoryError extends Error {}

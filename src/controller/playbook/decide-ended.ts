@@ -1,7 +1,7 @@
 // A pod that ended: the runner's report decides, unless the kubelet's deadline, an eviction or a
 // deletion did, or the run was cancelled.
 import type { PlaybookStatus } from "../../api/playbook.js";
-import type { ReportContext } from "../../api/report.js";
+import type { ReportContext } from "../../api/report-expand.js";
 import { BACKSTOP_SLACK_MS, type Decision, progress, type RunState, settle } from "../decision.js";
 import { decideStoppedByKueue, endedByKueue, kueueStopOf } from "../kueue/kueue-preemption.js";
 import type { PodView } from "../objects.js";

@@ -9,7 +9,8 @@ import type { ResolvedLimits } from "../../api/limits.js";
 import type { PlaybookStatus, TaskStatus } from "../../api/playbook.js";
 import { type ProgressRecord, type ProgressTask, parseProgressLine } from "../../api/progress-record.js";
 import type { TaskPhase } from "../../api/reasons.js";
-import { expandReport, type RunnerReport } from "../../api/report.js";
+import type { RunnerReport } from "../../api/report.js";
+import { expandReport } from "../../api/report-expand.js";
 import { CLOCK_SLACK_MS } from "../pods/report-trust.js";
 import {
   eventRecordsOf,
