@@ -22,6 +22,7 @@ import {
   startPod,
 } from "../harness/scripted-node.js";
 import { controllerInputs, podTheControllerBuilds, startedControllerSettings } from "./built-pods.js";
+import { type Json, RUNNER_CPU_LIMIT } from "./foreign-changes.js";
 import {
   clients,
   condition,
@@ -82,8 +83,6 @@ async function capNamespace(prefix: string): Promise<string> {
   return ns;
 }
 
-type Json = Record<string, unknown> & { spec: { containers: Json[]; volumes: Json[] } & Json };
-
 const FOREIGN: { kind: string; change: (pod: Json) => void; says: string }[] = [
   {
     kind: "its agent volume from another image",
@@ -138,17 +137,7 @@ const FOREIGN: { kind: string; change: (pod: Json) => void; says: string }[] = [
     },
     says: 'spec.containers[task-1].resources is {"limits":{"nvidia.com/gpu":"8"}',
   },
-  {
-    kind: "a CPU limit on the runner, which throttles it to its request",
-    change: (pod) => {
-      const runner = pod.spec.containers.find((c) => c.name === "runner") as Json & { resources: Json };
-      runner.resources = {
-        ...runner.resources,
-        limits: { ...(runner.resources.limits as Json), cpu: "50m" },
-      };
-    },
-    says: 'spec.containers[runner].resources.limits.cpu is "50m", the controller sets none',
-  },
+  RUNNER_CPU_LIMIT,
   {
     kind: "a task container's security context as root",
     change: (pod) => {

@@ -26,6 +26,7 @@ import {
   podTheControllerBuilds,
   startedControllerSettings,
 } from "../controller/built-pods.js";
+import { type Json, RUNNER_CPU_LIMIT } from "../controller/foreign-changes.js";
 import { realNode } from "../controller/reason-cases.js";
 import {
   clients,
@@ -78,8 +79,6 @@ const GATE = {
 };
 /** Keeps the namespace's one slot until the test cancels it. */
 const HOLDER = { ceiling: "10m", tasks: [{ name: "hold", run: "sleep 600" }] };
-
-type Json = Record<string, unknown> & { spec: { containers: Json[]; volumes: Json[] } & Json };
 
 interface ForeignCase {
   kind: string;
@@ -184,15 +183,7 @@ export function foreignPodSuite({ setting, delivery }: AgentLayout): void {
       },
     },
     {
-      kind: "a CPU limit on the runner, which throttles it to its request",
-      change: (pod) => {
-        const runner = pod.spec.containers.find((c) => c.name === "runner") as Json & { resources: Json };
-        runner.resources = {
-          ...runner.resources,
-          limits: { ...(runner.resources.limits as Json), cpu: "50m" },
-        };
-      },
-      says: 'spec.containers[runner].resources.limits.cpu is "50m", the controller sets none',
+      ...RUNNER_CPU_LIMIT,
       forged: (pod) => {
         expect(decodeReport(runnerOfPod(pod)?.state?.terminated?.message ?? "", 1).reason).toBe("TaskFailed");
       },

@@ -111,6 +111,21 @@ async function podGone(name: string): Promise<void> {
   );
 }
 
+/** Waits (2 min at most) for the run `run` to finish, and expects it Succeeded. */
+async function endsSucceeded(run: string): Promise<void> {
+  const done = await waitForFinished(namespace, run, 120_000);
+  expect(condition(done, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+}
+
+/** Waits (2 min at most) for the run `run` to finish, says how, and expects it ended Preempted. */
+async function endsPreempted(run: string) {
+  const ended = await waitForFinished(namespace, run, 120_000);
+  const succeeded = condition(ended, "Succeeded");
+  say(`ended: ${succeeded?.reason}: ${succeeded?.message}`);
+  expect(succeeded).toMatchObject({ status: "False", reason: "Preempted" });
+  return { ended, succeeded };
+}
+
 describe("a higher-priority run preempts a lower one under a quota that fits one, on the real node", () => {
   it("Requeue: the lower run queues again in a new pod, spending no attempt, then runs again and succeeds", async () => {
     const name = "low-requeue";
@@ -141,8 +156,7 @@ describe("a higher-priority run preempts a lower one under a quota that fits one
     // The controller's finalizer was on the pod while it ran.
     expect(finalizers).toContain(FINALIZER);
 
-    const highDone = await waitForFinished(namespace, `${name}-high`, 120_000);
-    expect(condition(highDone, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    await endsSucceeded(`${name}-high`);
     const done: PlaybookObject = await waitForFinished(namespace, name, 180_000);
     say(`ended: ${condition(done, "Succeeded")?.reason}: ${condition(done, "Succeeded")?.message}`);
     expect(condition(done, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
@@ -165,10 +179,7 @@ describe("a higher-priority run preempts a lower one under a quota that fits one
   it("Fail: the lower run ends Preempted with Kueue's reason and message, its tasks as far as they got", async () => {
     const name = "low-fail";
     const finalizers = await preemptLow(name, "Fail");
-    const ended = await waitForFinished(namespace, name, 120_000);
-    const succeeded = condition(ended, "Succeeded");
-    say(`ended: ${succeeded?.reason}: ${succeeded?.message}`);
-    expect(succeeded).toMatchObject({ status: "False", reason: "Preempted" });
+    const { ended, succeeded } = await endsPreempted(name);
     expect(succeeded?.message).toMatch(
       new RegExp(
         String.raw`^Kueue stopped pod ${name}-1 \(attempt 1\): WorkloadEvictedDueToPreempted: Preempted to accommodate a workload \(UID: [^)]*\) due to prioritization in the ClusterQueue.*; spec\.onPreemption is Fail; 1 of 2 tasks had succeeded$`,
@@ -184,8 +195,7 @@ describe("a higher-priority run preempts a lower one under a quota that fits one
     expect(event?.message).toMatch(/the run ends Preempted \(spec\.onPreemption: Fail\)$/);
     await podGone(`${name}-1`);
     expect(finalizers).toContain(FINALIZER);
-    const highDone = await waitForFinished(namespace, `${name}-high`, 120_000);
-    expect(condition(highDone, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    await endsSucceeded(`${name}-high`);
   });
 
   it("maxPreemptions 1: the lower run requeues once, and the second stop ends it Preempted, naming the count", async () => {
@@ -219,10 +229,7 @@ describe("a higher-priority run preempts a lower one under a quota that fits one
     say(`requeued: ${condition(second, "Succeeded")?.message}`);
     expect(second.status).toMatchObject({ podAttempts: 2, preemptions: 1, phase: "Running" });
     await createPlaybook(namespace, `${name}-high-2`, highRun());
-    const ended = await waitForFinished(namespace, name, 120_000);
-    const succeeded = condition(ended, "Succeeded");
-    say(`ended: ${succeeded?.reason}: ${succeeded?.message}`);
-    expect(succeeded).toMatchObject({ status: "False", reason: "Preempted" });
+    const { ended, succeeded } = await endsPreempted(name);
     expect(succeeded?.message).toMatch(
       new RegExp(
         String.raw`^Kueue stopped pod ${name}-2 \(attempt 2\): WorkloadEvictedDueToPreempted: Preempted to accommodate a workload .*; [01] of 2 tasks had succeeded; preempted 2 times, past maxPreemptions 1 \(spec\)$`,
@@ -236,10 +243,7 @@ describe("a higher-priority run preempts a lower one under a quota that fits one
     // No third pod: the cap ended the run.
     expect((await podsOf(namespace, name)).map((pod) => pod.metadata?.name)).not.toContain(`${name}-3`);
     await podGone(`${name}-2`);
-    for (const high of [`${name}-high-1`, `${name}-high-2`]) {
-      const done = await waitForFinished(namespace, high, 120_000);
-      expect(condition(done, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
-    }
+    for (const high of [`${name}-high-1`, `${name}-high-2`]) await endsSucceeded(high);
   });
 
   it("a stopped pod's finally tasks run told Cancelled, and end at finallyCeiling however they hold on", async () => {
@@ -261,17 +265,13 @@ describe("a higher-priority run preempts a lower one under a quota that fits one
     await waitForPlaybook(namespace, name, "to run", (pb) => pb.status?.phase === "Running", 120_000);
     await createPlaybook(namespace, `${name}-high`, highRun());
     // Well before the cleanup's 300 s: the pod's grace (killGrace + finallyCeiling + killGrace + 5 s) ends it.
-    const ended = await waitForFinished(namespace, name, 120_000);
-    const succeeded = condition(ended, "Succeeded");
-    say(`ended: ${succeeded?.reason}: ${succeeded?.message}`);
-    expect(succeeded).toMatchObject({ status: "False", reason: "Preempted" });
+    const { ended } = await endsPreempted(name);
     expect(ended.status?.tasks?.map((task) => task.phase)).toEqual(["Cancelled"]);
     expect(ended.status?.finally?.map((task) => [task.name, task.phase, task.limit])).toEqual([
       ["unlock", "TimedOut", "FinallyCeiling"],
       ["after", "Skipped", undefined],
     ]);
     await podGone(`${name}-1`);
-    const highDone = await waitForFinished(namespace, `${name}-high`, 120_000);
-    expect(condition(highDone, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    await endsSucceeded(`${name}-high`);
   });
 });
