@@ -15,7 +15,14 @@ import { describe, expect, it } from "vitest";
 import { parse, stringify } from "yaml";
 import { planDigest, RunPlanSchema } from "../../src/api/plan.js";
 import { decodeReport } from "../../src/api/report.js";
-import { CLI, type CliResult, startCli as startCliProcess } from "../support/cli.js";
+import {
+  CLI,
+  type CliResult,
+  POD_PLAN_DEFAULTS,
+  spawnPodRunner,
+  startCli as startCliProcess,
+  terminationLog,
+} from "../support/cli.js";
 import { killAndWaitGone } from "../support/processes.js";
 import { checkNothingLeftBehind, MARKER_VAR, processesWithEnv } from "../support/runner.js";
 
@@ -567,20 +574,16 @@ describe("a task that ignores SIGTERM and prints through a 20 s grace, run local
 
 describe("playbook pod-runner", () => {
   it("runs the plan from $PLAYBOOK_PLAN, counts the ceiling from the run's start, and writes the report", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "pod-"));
-    const log = join(dir, "termination-log");
+    const log = terminationLog("pod-");
     const plan = {
       name: "nightly",
       namespace: "team-a",
       // The first pod was lost 1.5s into a 3s ceiling; this pod has what is left.
       runStartTime: new Date(Date.now() - 1500).toISOString(),
-      defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
+      defaults: POD_PLAN_DEFAULTS,
       spec: { ceiling: "3s", killGrace: "0s", tasks: [{ name: "soak", run: "echo soaking; sleep 30" }] },
     };
-    const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
-      env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker(), PLAYBOOK_PLAN: JSON.stringify(plan) },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const child = spawnPodRunner(log, plan, { [MARKER_VAR]: currentMarker() });
     let stdout = "";
     child.stdout.on("data", (chunk: Buffer) => {
       stdout += chunk.toString();
@@ -601,24 +604,18 @@ describe("playbook pod-runner", () => {
   ])(
     "counts the ceiling from the duration the pod was handed, not a run start stamp %s (a skewed node clock)",
     async (_skew, offsetMs) => {
-      const dir = mkdtempSync(join(tmpdir(), "pod-"));
-      const log = join(dir, "termination-log");
+      const log = terminationLog("pod-");
       const plan = {
         name: "nightly",
         // As a node whose clock is an hour off reads the controller's stamp.
         runStartTime: new Date(Date.now() + offsetMs).toISOString(),
-        defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
+        defaults: POD_PLAN_DEFAULTS,
         spec: { ceiling: "10m", killGrace: "0s", tasks: [{ name: "soak", run: "echo soaking; sleep 30" }] },
       };
-      const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
-        env: {
-          PATH: process.env.PATH,
-          [MARKER_VAR]: currentMarker(),
-          PLAYBOOK_PLAN: JSON.stringify(plan),
-          // 2 s of the ceiling were left when the controller built the pod.
-          PLAYBOOK_CEILING_LEFT_MS: "2000",
-        },
-        stdio: ["ignore", "pipe", "pipe"],
+      const child = spawnPodRunner(log, plan, {
+        [MARKER_VAR]: currentMarker(),
+        // 2 s of the ceiling were left when the controller built the pod.
+        PLAYBOOK_CEILING_LEFT_MS: "2000",
       });
       let stdout = "";
       child.stdout.on("data", (chunk: Buffer) => {
@@ -640,12 +637,11 @@ describe("playbook pod-runner", () => {
   );
 
   it("on SIGTERM (pod deletion) cancels, reports Cancelled and exits 130", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "pod-"));
-    const log = join(dir, "termination-log");
+    const log = terminationLog("pod-");
     const plan = {
       name: "nightly",
       runStartTime: new Date().toISOString(),
-      defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
+      defaults: POD_PLAN_DEFAULTS,
       spec: {
         killGrace: "15s",
         // "up" comes once sleep has exec'd: a SIGTERM to the group between dash's fork and the
@@ -736,8 +732,7 @@ describe("playbook pod-runner", () => {
   });
 
   it("holds a task to the stall its namespace's policy gave the run (the plan's defaults.policy), not the controller's", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "pod-"));
-    const log = join(dir, "termination-log");
+    const log = terminationLog("pod-");
     const plan = {
       name: "quiet",
       runStartTime: new Date().toISOString(),

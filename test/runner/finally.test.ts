@@ -1,6 +1,3 @@
-// spec.finally: cleanup tasks that run after the main tasks however they ended, each under its own
-// limits within a ceiling of their own, told the outcome so far; real processes and signals.
-import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -14,7 +11,7 @@ import { tasksOfPlaybook } from "../../src/cli/cluster/run-logs.js";
 import { Progress } from "../../src/cli/progress.js";
 import { ProgressLineReader } from "../../src/cli/progress-lines.js";
 import type { RunEvent } from "../../src/pod-runner/run.js";
-import { CLI, startCli } from "../support/cli.js";
+import { POD_PLAN_DEFAULTS, spawnPodRunner, startCli, terminationLog } from "../support/cli.js";
 import { checkNothingLeftBehind, MARKER_VAR, runSpec, type TestRun } from "../support/runner.js";
 
 const currentMarker = checkNothingLeftBehind();
@@ -342,12 +339,11 @@ describe("a pod's runner stopped by SIGTERM (Kueue's preemption, a deletion)", (
   // (killGrace + finallyCeiling + killGrace + 5 s, pod-builder.ts). The finally tasks run as after a
   // cancel, told so, and only within finallyCeiling: the pod gives its quota back on time.
   it("cancels the main tasks, runs the finally tasks told Cancelled, and ends one at finallyCeiling however it holds on", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "finally-pod-"));
-    const log = join(dir, "termination-log");
+    const log = terminationLog("finally-pod-");
     const plan = {
       name: "nightly",
       runStartTime: new Date().toISOString(),
-      defaults: { ceilingMs: 3_600_000, maxCeilingMs: 86_400_000, stallMs: 600_000, killGraceMs: 10_000 },
+      defaults: POD_PLAN_DEFAULTS,
       spec: {
         killGrace: "1s",
         finallyCeiling: "2s",
@@ -359,10 +355,7 @@ describe("a pod's runner stopped by SIGTERM (Kueue's preemption, a deletion)", (
         ],
       },
     };
-    const child = spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
-      env: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker(), PLAYBOOK_PLAN: JSON.stringify(plan) },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const child = spawnPodRunner(log, plan, { [MARKER_VAR]: currentMarker() });
     let stdout = "";
     let signalledAt = 0;
     child.stdout.on("data", (chunk: Buffer) => {

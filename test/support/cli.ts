@@ -1,5 +1,7 @@
 // The built `playbook` command in a real process, as a user starts it: its exit code and output.
 import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 // The bundle `npm run build` makes, which package.json's bin and the image run.
@@ -32,4 +34,26 @@ export function startCli(
     stderr += c.toString();
   });
   return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
+
+/** The plan's defaults the controller hands a pod when its own flags are at their defaults. */
+export const POD_PLAN_DEFAULTS = {
+  ceilingMs: 3_600_000,
+  maxCeilingMs: 86_400_000,
+  stallMs: 600_000,
+  killGraceMs: 10_000,
+};
+
+/** A termination log's path, in a new temporary folder named from `prefix`. */
+export function terminationLog(prefix: string): string {
+  return join(mkdtempSync(join(tmpdir(), prefix)), "termination-log");
+}
+
+/** Starts `playbook pod-runner --termination-log <log>` on `plan` (as $PLAYBOOK_PLAN), with only PATH
+ * and `env` besides; stdin ignored, stdout and stderr piped. */
+export function spawnPodRunner(log: string, plan: object, env: NodeJS.ProcessEnv = {}) {
+  return spawn(process.execPath, [CLI, "pod-runner", "--termination-log", log], {
+    env: { PATH: process.env.PATH, ...env, PLAYBOOK_PLAN: JSON.stringify(plan) },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
 }

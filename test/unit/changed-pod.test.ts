@@ -4,37 +4,24 @@
 // unverified; one that can reach neither (another user, no capability it could gain) changes
 // nothing. And a runner whose terminationMessagePolicy is not File is never read from its log's tail.
 import { describe, expect, it } from "vitest";
-import type { PlaybookStatus } from "../../src/api/playbook.js";
-import type { RunOutcome, TaskOutcome } from "../../src/api/report.js";
 import type { PodView } from "../../src/controller/objects.js";
-import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
+import { decide } from "../../src/controller/playbook/reconcile.js";
 import { judgePodChanges } from "../../src/controller/pods/changed-pod.js";
-import { at, playbook, pod, recordedStatus, report, SETTINGS, T0 } from "./controller-fixtures.js";
+import {
+  at,
+  playbook,
+  pod,
+  RAN_TASK,
+  ran,
+  report,
+  SUCCEEDED,
+  T0,
+  TWO_IMAGE_SPEC,
+  twoImageInput,
+  twoImageStarted,
+} from "./controller-fixtures.js";
 
-const POSTGRES = "postgres:16";
-/** build runs in the runner image (task-1, uid 1000), test in postgres (task-2, uid 1001). */
-const SPEC = {
-  ceiling: "30m",
-  tasks: [
-    { name: "build", run: "make" },
-    { name: "test", run: "psql -c 'select 1'", image: POSTGRES },
-  ],
-};
-
-const ran = (name: string, from: number, to: number): TaskOutcome => ({
-  name,
-  phase: "Succeeded",
-  attempts: 1,
-  exitCode: 0,
-  signal: null,
-  startTime: at(from),
-  completionTime: at(to),
-});
-const SUCCEEDED: Pick<RunOutcome, "phase" | "reason" | "tasks"> = {
-  phase: "Succeeded",
-  reason: "Succeeded",
-  tasks: [ran("build", 2, 5), ran("test", 5, 9)],
-};
+const SPEC = TWO_IMAGE_SPEC;
 
 /** What `kubectl debug` adds: an ephemeral container, and its status once the kubelet ran it. */
 interface Debug {
@@ -56,14 +43,6 @@ function endedPod(
   } = {},
 ): PodView {
   const base = pod(1, { phase: "Failed", spec: SPEC, startedAt: at(1) });
-  const ranTask = {
-    terminated: {
-      exitCode: 0,
-      reason: "Completed",
-      startedAt: at(1).toISOString(),
-      finishedAt: at(10).toISOString(),
-    },
-  };
   const debug = options.debug ?? [];
   const ended: PodView = {
     ...base,
@@ -98,8 +77,8 @@ function endedPod(
             },
           },
         },
-        { name: "task-1", restartCount: 0, state: ranTask },
-        { name: "task-2", restartCount: 0, state: ranTask },
+        { name: "task-1", restartCount: 0, state: RAN_TASK },
+        { name: "task-2", restartCount: 0, state: RAN_TASK },
       ],
       ephemeralContainerStatuses: debug.map((d, i) => {
         const started = d.startedAt === undefined ? 5 : d.startedAt;
@@ -297,11 +276,8 @@ describe("judgePodChanges", () => {
 });
 
 describe("a run whose pod was changed", () => {
-  function input(partial: Partial<ReconcileInput>): ReconcileInput {
-    const settings = { ...SETTINGS, allowedImages: [POSTGRES] };
-    return { playbook: playbook(SPEC), pods: [], now: T0, settings, ...partial };
-  }
-  const started = (): PlaybookStatus => recordedStatus(decide(input({})));
+  const input = twoImageInput;
+  const started = twoImageStarted;
   const decideEnded = (ended: PodView) =>
     decide(input({ playbook: playbook(SPEC, started()), pods: [ended], now: at(20) }));
 

@@ -5,33 +5,31 @@ import { describe, expect, it } from "vitest";
 import { resolveLimits } from "../../src/api/limits.js";
 import { PLAN_ANNOTATION, parsePlan } from "../../src/api/plan.js";
 import { PlaybookSpecSchema, type PlaybookStatus } from "../../src/api/playbook.js";
-import { PolicySpecSchema, policyRules } from "../../src/api/policy.js";
+import { PolicySpecSchema } from "../../src/api/policy.js";
 import { policyProblems } from "../../src/api/policy-consistency.js";
 import type { TaskOutcome } from "../../src/api/report.js";
 import { limitDefaults, loadControllerConfig } from "../../src/controller/config.js";
-import { type Action, decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
+import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
 import { finishedRun } from "../../src/controller/pods/finished-run.js";
 import { buildPod, DEADLINE_MARGIN_SECONDS } from "../../src/controller/pods/pod-builder.js";
-import { at, playbook, pod, recordedStatus, report, SETTINGS, T0 } from "./controller-fixtures.js";
-
-const CLUSTER = { runnerImage: "runner:test", allowedServiceAccounts: [], allowedImages: [] };
-const governed = (spec: Record<string, unknown>) =>
-  policyRules({ name: "default", generation: 1, spec: PolicySpecSchema.parse(spec) }, CLUSTER);
+import {
+  at,
+  createdPod,
+  governed,
+  playbook,
+  pod,
+  recordedStatus,
+  report,
+  SETTINGS,
+  succeeded,
+  T0,
+} from "./controller-fixtures.js";
 
 /** The controller's settings, with the finally tasks' own image allowed where no policy says. */
 const ALLOWING = { ...SETTINGS, allowedImages: ["registry.example/*"] };
 
 function input(partial: Partial<ReconcileInput>): ReconcileInput {
   return { playbook: playbook(), pods: [], now: T0, settings: ALLOWING, ...partial };
-}
-
-const succeeded = (status: PlaybookStatus | null | undefined) =>
-  status?.conditions?.find((c) => c.type === "Succeeded");
-
-function createdPod(actions: Action[]) {
-  const action = actions.find((a) => a.type === "createPod");
-  if (action?.type !== "createPod") throw new Error("no pod created");
-  return action.pod;
 }
 
 const FINALLY = {

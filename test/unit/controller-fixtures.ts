@@ -2,11 +2,17 @@
 import { exitCodeForReason } from "../../src/api/exit-codes.js";
 import { type LimitDefaults, resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema, type PlaybookStatus } from "../../src/api/playbook.js";
-import { encodeReport, type RunOutcome } from "../../src/api/report.js";
+import { type PolicySpec, PolicySpecSchema, policyRules } from "../../src/api/policy.js";
+import { encodeReport, type RunOutcome, type TaskOutcome } from "../../src/api/report.js";
 import type { Decision } from "../../src/controller/decision.js";
 import type { PodView, StoredPlaybook } from "../../src/controller/objects.js";
 import { planDefaults } from "../../src/controller/plan-digest.js";
-import type { ReconcileSettings } from "../../src/controller/playbook/reconcile.js";
+import {
+  type Action,
+  decide,
+  type ReconcileInput,
+  type ReconcileSettings,
+} from "../../src/controller/playbook/reconcile.js";
 import { buildPod } from "../../src/controller/pods/pod-builder.js";
 
 export const T0 = new Date("2026-01-01T00:00:00.000Z");
@@ -132,4 +138,71 @@ export function recordedStatus(first: Decision, attempts = 1): PlaybookStatus {
     podName: `nightly-${attempts}`,
     podUID: `pod-uid-${attempts}`,
   };
+}
+
+export const POSTGRES = "postgres:16";
+/** build runs in the runner image (task-1, uid 1000), test in postgres (task-2, uid 1001). */
+export const TWO_IMAGE_SPEC = {
+  ceiling: "30m",
+  tasks: [
+    { name: "build", run: "make" },
+    { name: "test", run: "psql -c 'select 1'", image: POSTGRES },
+  ],
+};
+
+/** A task the report says ran from `from`s to `to`s after T0, Succeeded unless `outcome` says otherwise. */
+export const ran = (
+  name: string,
+  from: number,
+  to: number,
+  outcome: Partial<TaskOutcome> = {},
+): TaskOutcome => ({
+  name,
+  phase: "Succeeded",
+  attempts: 1,
+  exitCode: 0,
+  signal: null,
+  startTime: at(from),
+  completionTime: at(to),
+  ...outcome,
+});
+export const SUCCEEDED: Pick<RunOutcome, "phase" | "reason" | "tasks"> = {
+  phase: "Succeeded",
+  reason: "Succeeded",
+  tasks: [ran("build", 2, 5), ran("test", 5, 9)],
+};
+
+/** A task container's state: ran 1s..10s and exited 0. */
+export const RAN_TASK = {
+  terminated: {
+    exitCode: 0,
+    reason: "Completed",
+    startedAt: at(1).toISOString(),
+    finishedAt: at(10).toISOString(),
+  },
+};
+
+/** The reconcile input of TWO_IMAGE_SPEC, postgres allowed, at T0 with no pods unless `partial` says. */
+export function twoImageInput(partial: Partial<ReconcileInput>): ReconcileInput {
+  const settings = { ...SETTINGS, allowedImages: [POSTGRES] };
+  return { playbook: playbook(TWO_IMAGE_SPEC), pods: [], now: T0, settings, ...partial };
+}
+/** The status recorded after TWO_IMAGE_SPEC's first decision: its run started. */
+export const twoImageStarted = (): PlaybookStatus => recordedStatus(decide(twoImageInput({})));
+
+/** The cluster's own rules where a namespace policy governs: the runner image, nothing else allowed. */
+export const CLUSTER = { runnerImage: "runner:test", allowedServiceAccounts: [], allowedImages: [] };
+/** The rules of a namespace policy named default (generation 1) with `spec`, over CLUSTER. */
+export const governed = (spec: PolicySpec | Record<string, unknown>) =>
+  policyRules({ name: "default", generation: 1, spec: PolicySpecSchema.parse(spec) }, CLUSTER);
+
+/** The Succeeded condition of `status`, if it has one. */
+export const succeeded = (status: PlaybookStatus | null | undefined) =>
+  status?.conditions?.find((c) => c.type === "Succeeded");
+
+/** The pod of the createPod action among `actions`; throws when there is none. */
+export function createdPod(actions: Action[]) {
+  const action = actions.find((a) => a.type === "createPod");
+  if (action?.type !== "createPod") throw new Error("no pod created");
+  return action.pod;
 }

@@ -4,33 +4,29 @@
 import { describe, expect, it } from "vitest";
 import { resolveLimits } from "../../src/api/limits.js";
 import { PLAN_ANNOTATION, parsePlan } from "../../src/api/plan.js";
-import { PlaybookSpecSchema, type PlaybookStatus } from "../../src/api/playbook.js";
+import { PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { describePodBound, startDeadlineSeconds } from "../../src/api/pod-bound.js";
-import { PolicySpecSchema, policyRules } from "../../src/api/policy.js";
+import { PolicySpecSchema } from "../../src/api/policy.js";
 import { policyProblems } from "../../src/api/policy-consistency.js";
 import { limitDefaults, loadControllerConfig } from "../../src/controller/config.js";
 import { type Action, decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
 import { activeDeadlineSeconds, DEADLINE_MARGIN_SECONDS } from "../../src/controller/pods/pod-builder.js";
 import { attemptDeadline } from "../../src/pod-runner/run.js";
-import { playbook, recordedStatus, SETTINGS, T0 } from "./controller-fixtures.js";
+import {
+  createdPod,
+  governed,
+  playbook,
+  recordedStatus,
+  SETTINGS,
+  succeeded,
+  T0,
+} from "./controller-fixtures.js";
 
-const CLUSTER = { runnerImage: "runner:test", allowedServiceAccounts: [], allowedImages: [] };
-const governed = (spec: Record<string, unknown>) =>
-  policyRules({ name: "default", generation: 1, spec: PolicySpecSchema.parse(spec) }, CLUSTER);
 /** The controller's own flags as they are by default: --max-finally-ceiling 1h, --max-kill-grace 5m. */
 const CONTROLLER = { ...SETTINGS, defaults: limitDefaults(loadControllerConfig({}, {})) };
 
 function input(partial: Partial<ReconcileInput>): ReconcileInput {
   return { playbook: playbook(), pods: [], now: T0, settings: CONTROLLER, ...partial };
-}
-
-const succeeded = (status: PlaybookStatus | null | undefined) =>
-  status?.conditions?.find((c) => c.type === "Succeeded");
-
-function createdPod(actions: Action[]) {
-  const action = actions.find((a) => a.type === "createPod");
-  if (action?.type !== "createPod") throw new Error("no pod created");
-  return action.pod;
 }
 
 const planOf = (actions: Action[]) => {

@@ -3,39 +3,26 @@
 import { describe, expect, it } from "vitest";
 import { PLAN_ANNOTATION, parsePlan } from "../../src/api/plan.js";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
-import {
-  clusterRules,
-  imageAllowed,
-  type PolicySpec,
-  PolicySpecSchema,
-  policyRules,
-  quantityValue,
-} from "../../src/api/policy.js";
+import { clusterRules, imageAllowed, PolicySpecSchema, quantityValue } from "../../src/api/policy.js";
 import { policyProblems } from "../../src/api/policy-consistency.js";
 import { loadControllerConfig } from "../../src/controller/config.js";
 import { ControllerMetrics } from "../../src/controller/metrics.js";
 import type { StoredPlaybook } from "../../src/controller/objects.js";
-import { type Action, decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
+import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
 import { slotState } from "../../src/controller/policy/policy-queue.js";
-import { playbook, recordedStatus, SETTINGS, T0 } from "./controller-fixtures.js";
-
-const CLUSTER = { runnerImage: "runner:test", allowedServiceAccounts: [], allowedImages: [] };
-
-function governed(spec: PolicySpec) {
-  return policyRules({ name: "default", generation: 1, spec: PolicySpecSchema.parse(spec) }, CLUSTER);
-}
+import {
+  CLUSTER,
+  createdPod,
+  governed,
+  playbook,
+  recordedStatus,
+  SETTINGS,
+  succeeded,
+  T0,
+} from "./controller-fixtures.js";
 
 function input(partial: Partial<ReconcileInput>): ReconcileInput {
   return { playbook: playbook(), pods: [], now: T0, settings: SETTINGS, ...partial };
-}
-
-const succeeded = (status: PlaybookStatus | null | undefined) =>
-  status?.conditions?.find((c) => c.type === "Succeeded");
-
-function createdPod(actions: Action[]) {
-  const action = actions.find((a) => a.type === "createPod");
-  if (action?.type !== "createPod") throw new Error("no pod created");
-  return action.pod;
 }
 
 describe("a Playbook under its namespace's policy", () => {

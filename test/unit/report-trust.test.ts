@@ -3,38 +3,32 @@
 // whose containers ran and times inside the runner container's life. The forge of issue 23 (a
 // report claiming success written into the runner's file, then SIGKILL) is the first row.
 import { describe, expect, it } from "vitest";
-import type { PlaybookStatus } from "../../src/api/playbook.js";
 import type { RunOutcome, TaskOutcome } from "../../src/api/report.js";
 import { decodeReport } from "../../src/api/report.js";
 import { ControllerMetrics } from "../../src/controller/metrics.js";
 import type { ContainerTerminated, PodView } from "../../src/controller/objects.js";
-import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
+import { decide } from "../../src/controller/playbook/reconcile.js";
 import { CLOCK_SLACK_MS, type DistrustWhy, judgeReport } from "../../src/controller/pods/report-trust.js";
-import { at, playbook, pod, recordedStatus, report, SETTINGS, T0 } from "./controller-fixtures.js";
+import {
+  at,
+  POSTGRES,
+  playbook,
+  pod,
+  RAN_TASK,
+  ran,
+  report,
+  SUCCEEDED,
+  T0,
+  TWO_IMAGE_SPEC,
+  twoImageInput,
+  twoImageStarted,
+} from "./controller-fixtures.js";
 import { sample } from "./metrics-text.js";
 
-const POSTGRES = "postgres:16";
-/** build runs in the runner image (task-1), test in postgres (task-2). */
-const SPEC = {
-  ceiling: "30m",
-  tasks: [
-    { name: "build", run: "make" },
-    { name: "test", run: "psql -c 'select 1'", image: POSTGRES },
-  ],
-};
+const SPEC = TWO_IMAGE_SPEC;
 const NAMES = ["build", "test"];
 const IMAGES = ["runner:test", POSTGRES];
 
-const ran = (name: string, from: number, to: number, outcome: Partial<TaskOutcome> = {}): TaskOutcome => ({
-  name,
-  phase: "Succeeded",
-  attempts: 1,
-  exitCode: 0,
-  signal: null,
-  startTime: at(from),
-  completionTime: at(to),
-  ...outcome,
-});
 const skipped = (name: string): TaskOutcome => ({
   name,
   phase: "Skipped",
@@ -43,11 +37,6 @@ const skipped = (name: string): TaskOutcome => ({
   signal: null,
 });
 
-const SUCCEEDED: Pick<RunOutcome, "phase" | "reason" | "tasks"> = {
-  phase: "Succeeded",
-  reason: "Succeeded",
-  tasks: [ran("build", 2, 5), ran("test", 5, 9)],
-};
 const FAILED: Pick<RunOutcome, "phase" | "reason" | "tasks"> = {
   phase: "Failed",
   reason: "TaskFailed",
@@ -240,22 +229,14 @@ function endedPod(c: Pick<Case, "runner" | "task2"> & { message?: string }): Pod
     ...(c.message !== undefined ? { message: c.message } : {}),
     ...c.runner,
   };
-  const ranTask = {
-    terminated: {
-      exitCode: 0,
-      reason: "Completed",
-      startedAt: at(1).toISOString(),
-      finishedAt: at(10).toISOString(),
-    },
-  };
   return {
     ...base,
     status: {
       ...base.status,
       containerStatuses: [
         { name: "runner", state: { terminated: runner } },
-        { name: "task-1", state: ranTask },
-        { name: "task-2", state: c.task2 ?? ranTask },
+        { name: "task-1", state: RAN_TASK },
+        { name: "task-2", state: c.task2 ?? RAN_TASK },
       ],
     },
   };
@@ -317,14 +298,8 @@ describe("judgeReport on issue 33's checks", () => {
 });
 
 describe("a report the controller does not trust", () => {
-  function input(partial: Partial<ReconcileInput>): ReconcileInput {
-    const settings = { ...SETTINGS, allowedImages: [POSTGRES] };
-    return { playbook: playbook(SPEC), pods: [], now: T0, settings, ...partial };
-  }
-  const started = (): PlaybookStatus => {
-    const first = decide(input({}));
-    return recordedStatus(first);
-  };
+  const input = twoImageInput;
+  const started = twoImageStarted;
   const decideEnded = (c: Pick<Case, "runner" | "task2" | "outcome">) =>
     decide(
       input({
