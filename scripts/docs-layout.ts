@@ -91,6 +91,15 @@ export function undescribedFolders(
   return layoutFolders(root).filter((folder) => !descriptions[folder]);
 }
 
+/** Lines of `descriptions` for folders the layout no longer lists (gone, or moved). */
+export function staleDescriptions(
+  root: string,
+  descriptions: Readonly<Record<string, string>> = FOLDER_DESCRIPTIONS,
+): string[] {
+  const listed = new Set(layoutFolders(root));
+  return Object.keys(descriptions).filter((folder) => !listed.has(folder));
+}
+
 /** The layout block: one line per folder, its path then its description, in a fenced block. */
 export function renderLayout(
   root: string,

@@ -10,6 +10,7 @@ import {
   LAYOUT_START,
   layoutFolders,
   renderLayout,
+  staleDescriptions,
   undescribedFolders,
   withLayout,
 } from "../../scripts/docs-layout.js";
@@ -31,6 +32,7 @@ describe("docs/development.md's layout", () => {
 
   it("describes every folder under src/ and test/, and every top-level folder", () => {
     expect(undescribedFolders(repoRoot())).toEqual([]);
+    expect(staleDescriptions(repoRoot())).toEqual([]);
     expect(layoutFolders(repoRoot())).toEqual(
       expect.arrayContaining(["src/api", "src/pod-runner", "test/unit"]),
     );
@@ -51,6 +53,13 @@ describe("docs/development.md's layout", () => {
     const grown = generatedLayoutDoc(root, { ...descriptions, "src/queue": "the queue" });
     expect(grown.generated).not.toBe(grown.current);
     expect(grown.generated).toContain("src/queue/  the queue");
+  });
+
+  it("names a description left for a folder that is gone", () => {
+    const root = checkout(["src/api"]);
+    expect(
+      staleDescriptions(root, { docs: "docs", src: "source", "src/api": "the API", "src/old": "gone" }),
+    ).toEqual(["src/old"]);
   });
 
   it("lists folders, not files, so a new file changes nothing", () => {
