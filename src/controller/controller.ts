@@ -1,12 +1,13 @@
-// The manager: start-up, the leader Lease, the informers and the workers. Informers feed keys into
-// the work queue; a worker reconciles one key at a time and hands the decision to the writer.
+// The manager: start-up, the leader Lease, the informers and the workers, wired together. Informers
+// feed keys into the work queue; a worker hands each key to the Playbook's reconciler
+// (playbook/playbook-reconciler.ts), which reads these caches through the listers it is given and
+// applies its decision with the writer; the CronPlaybook's controller (cron/) runs beside it.
 import { hostname } from "node:os";
 import { setTimeout as delay } from "node:timers/promises";
 import type { Logger } from "pino";
 import { CRON_PLURAL } from "../api/cron-playbook.js";
-import { GROUP, KIND, PLURAL, VERSION } from "../api/playbook.js";
+import { GROUP, PLURAL, VERSION } from "../api/playbook.js";
 import { POLICY_PLURAL } from "../api/policy.js";
-import { apiErrorMessage, isConflict, isNotFound } from "../runtime/api-errors.js";
 import { type Clock, systemClock } from "../runtime/clock.js";
 import { Informer } from "../runtime/informer.js";
 import type { KubeClients } from "../runtime/kube-config.js";
@@ -18,11 +19,9 @@ import { AgentDeliveryWatch } from "./agent-delivery-watch.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
 import { CronController } from "./cron/cron-controller.js";
 import type { CronMetricsSink } from "./cron/cron-writer.js";
-import type { ReconcileInput, ReconcileSettings } from "./decision.js";
-import { orphanToRelease } from "./kueue/kueue-finalizer.js";
-import { queueBudgetUsed, workloadOf } from "./kueue/kueue-hold.js";
+import type { ReconcileSettings } from "./decision.js";
+import { workloadOf } from "./kueue/kueue-hold.js";
 import { WorkloadCache } from "./kueue/workload-cache.js";
-import type { WorkloadView } from "./kueue/workload-view.js";
 import { ControllerMetrics } from "./metrics.js";
 import {
   keyOf,
@@ -36,24 +35,15 @@ import {
   splitKey,
   withoutUnreadFields,
 } from "./objects.js";
-import type { ProgressLook } from "./playbook/live-progress.js";
-import { passPods } from "./playbook/pass-pods.js";
+import { type PlaybookListers, PlaybookReconciler } from "./playbook/playbook-reconciler.js";
+import { workPlaybookQueue } from "./playbook/playbook-worker.js";
 import { PROGRESS_LINES, ProgressLooks } from "./playbook/progress-looks.js";
-import { decide, decideRefusedPod } from "./playbook/reconcile.js";
+import { activeRuns, queuedBudgets, queuedRuns } from "./playbook/run-gauges.js";
 import { PlaybookWriter } from "./playbook/writer.js";
-import type { ObservedPlacement } from "./pods/built-pod-difference.js";
-import { admittedFlavors, observePlacement } from "./pods/observed-placement.js";
-import { alternatePodName, podNameFor } from "./pods/pod-builder.js";
-import { sortRunPods } from "./pods/pod-identity.js";
+import { observePlacement } from "./pods/observed-placement.js";
 import { isPodPhaseTerminal } from "./pods/pod-state.js";
 import { PolicyGovernor } from "./policy/policy-governor.js";
-import { isQueued, slotState } from "./policy/policy-queue.js";
-import {
-  PodCreateFailedError,
-  PodNameTakenError,
-  PodRefusedError,
-  TerminalReconcileError,
-} from "./reconcile-errors.js";
+import { isQueued } from "./policy/policy-queue.js";
 import { isFinished } from "./status.js";
 
 export type { Clock };
@@ -83,9 +73,6 @@ export class LeaseLostError extends Error {
 }
 
 const LIST_PAGE = 500;
-// When to look again at a Playbook whose cache has not shown this controller's last status write
-// yet, should the watch event that normally brings it be lost.
-const BEHIND_RETRY_MS = 5_000;
 
 export class PlaybookController {
   readonly metrics: ControllerMetrics;
@@ -101,17 +88,11 @@ export class PlaybookController {
   private readonly agentDelivery: AgentDeliveryWatch;
   private readonly playbooks = new Map<string, Informer<StoredPlaybook>>();
   private readonly pods = new Map<string, Informer<PodView>>();
-  /**
-   * Pods being deleted that hold the controller's finalizer and whose Playbook (by UID) is gone,
-   * by pod key: the pass for the owner's name releases them, whether or not a Playbook of that
-   * name exists again.
-   */
-  private readonly orphans = new Set<string>();
   private readonly governor: PolicyGovernor;
   /** Kueue's Workloads of the runs' pods, with --kueue (kueue/workload-cache.ts). */
   private readonly workloads: WorkloadCache | undefined;
-  /** When each running run's progress was last read (--progress-interval). */
-  private readonly progress: ProgressLooks;
+  /** The Playbook's reconcile: one pass per key, on the caches below. */
+  private readonly reconciler: PlaybookReconciler;
   /** CronPlaybooks: their own informer and queue, fed the runs from this controller's Playbook cache. */
   readonly cron: CronController;
   private readonly stopping = new AbortController();
@@ -128,9 +109,14 @@ export class PlaybookController {
     this.metrics =
       deps.metrics ??
       new ControllerMetrics({
-        activeRuns: () => this.activeRuns(),
-        queuedRuns: () => this.queuedRuns(),
-        queuedBudgets: () => this.queuedBudgets(),
+        activeRuns: () =>
+          activeRuns(
+            this.allPlaybooks(),
+            (playbook) =>
+              this.reconciler.ownedPods(playbook.metadata.namespace ?? "", playbook.metadata.uid).length > 0,
+          ),
+        queuedRuns: () => queuedRuns(this.allPlaybooks()),
+        queuedBudgets: () => queuedBudgets(this.allPlaybooks(), this.clock.now()),
         ready: () => this.ready,
         apiThrottled: () => deps.clients.api.throttledAnswers,
         playbookLabel: deps.config.metricsPlaybookLabel !== "",
@@ -147,10 +133,6 @@ export class PlaybookController {
       observePlacement: (pod, signal) =>
         observePlacement(deps.clients.api, pod, workloadOf(pod, this.workloads?.of([pod])), { signal }),
     });
-    this.progress = new ProgressLooks(
-      deps.config.progressInterval,
-      deps.podLogs ?? apiPodLogSource(deps.clients.api, PROGRESS_LINES.prefix, PROGRESS_LINES.maxLineBytes),
-    );
     this.settings = {
       defaults: limitDefaults(deps.config),
       runnerImage: deps.config.runnerImage,
@@ -191,6 +173,20 @@ export class PlaybookController {
           onRelist: () => this.metrics.watchRelists.inc({ resource: "workloads" }),
         })
       : undefined;
+    this.reconciler = new PlaybookReconciler({
+      listers: this.listers(),
+      writer: this.writer,
+      api: deps.clients.api,
+      log: deps.log,
+      clock: this.clock,
+      settings: this.settings,
+      governor: this.governor,
+      workloads: this.workloads,
+      progress: new ProgressLooks(
+        deps.config.progressInterval,
+        deps.podLogs ?? apiPodLogSource(deps.clients.api, PROGRESS_LINES.prefix, PROGRESS_LINES.maxLineBytes),
+      ),
+    });
     this.cron = new CronController({
       namespaces,
       clients: deps.clients,
@@ -390,44 +386,17 @@ export class PlaybookController {
   private startWorkers(): void {
     this.log.info({ workers: this.config.workers, identity: this.identity }, "Started workers");
     for (const playbook of this.allPlaybooks()) this.queue.add(keyOf(playbook.metadata));
-    for (let i = 0; i < this.config.workers; i++) this.workers.push(this.work());
+    for (let i = 0; i < this.config.workers; i++)
+      this.workers.push(
+        workPlaybookQueue({
+          queue: this.queue,
+          reconciler: this.reconciler,
+          metrics: this.metrics,
+          log: this.log,
+        }),
+      );
     this.governor.startWriting(this.writer.leadingSignal);
     this.cron.startWorkers(1, this.writer.leadingSignal);
-  }
-
-  private async work(): Promise<void> {
-    for (;;) {
-      const key = await this.queue.get();
-      if (key === undefined) return;
-      const end = this.metrics.reconcileDuration.startTimer();
-      try {
-        const pass = await this.reconcileKey(key);
-        // A pass that only waited for the cache decided nothing: the key keeps its backoff.
-        if (!pass.waited) this.queue.forget(key);
-        if (pass.requeueAfterMs !== undefined) this.queue.addAfter(key, pass.requeueAfterMs);
-      } catch (error) {
-        this.metrics.reconcileErrors.inc();
-        if (error instanceof PodCreateFailedError) {
-          const delay = this.queue.addRateLimited(key);
-          // Back off, but look again when the ceiling passes: the run ends then.
-          if (error.retryWithinMs !== undefined) this.queue.addAfter(key, error.retryWithinMs);
-          this.log.warn({ key, err: error.message, retryInMs: Math.round(delay) }, "Failed to create Pod");
-        } else if (error instanceof TerminalReconcileError) {
-          this.log.error({ key, err: error.message }, "Reconcile failed, not retrying");
-          this.queue.forget(key);
-        } else {
-          const delay = this.queue.addRateLimited(key);
-          const level = isConflict(error) ? "debug" : "warn";
-          this.log[level](
-            { key, err: apiErrorMessage(error), retryInMs: Math.round(delay) },
-            "Reconcile failed",
-          );
-        }
-      } finally {
-        end();
-        this.queue.done(key);
-      }
-    }
   }
 
   private playbookInformer(namespace: string): Informer<StoredPlaybook> {
@@ -518,15 +487,27 @@ export class PlaybookController {
     const owners = this.informerFor(this.playbooks, pod.metadata.namespace ?? "")?.byIndex(index) ?? [];
     for (const owner of owners) this.queue.add(keyOf(owner.metadata));
     // Its Playbook is gone: the pass for its name takes the controller's finalizer off.
-    const owner = pod.metadata.ownerReferences?.find((ref) => ref.controller && ref.kind === KIND);
-    if (owner && orphanToRelease(pod, owners.length > 0)) {
-      this.orphans.add(keyOf(pod.metadata));
-      this.queue.add(keyOf({ namespace: pod.metadata.namespace ?? "", name: owner.name }));
-    }
+    const orphanOf = this.reconciler.noteOrphan(pod, owners.length > 0);
+    if (orphanOf) this.queue.add(orphanOf);
   }
 
   private informerFor<T>(map: Map<string, Informer<T>>, namespace: string): Informer<T> | undefined {
     return map.get(namespace) ?? map.get("");
+  }
+
+  /** What the reconciler reads: the caches of the namespace a key names. */
+  private listers(): PlaybookListers {
+    return {
+      playbook: (key) => this.informerFor(this.playbooks, splitKey(key).namespace)?.get(key),
+      playbooksIn: (namespace) => this.playbooksIn(namespace),
+      pod: (key) => this.informerFor(this.pods, splitKey(key).namespace)?.get(key),
+      podsNaming: (namespace, uid) =>
+        this.informerFor(this.pods, namespace)?.byIndex(ownerIndex(namespace, uid)) ?? [],
+      podsIn: (namespace) =>
+        (this.informerFor(this.pods, namespace)?.list() ?? []).filter(
+          (pod) => (pod.metadata.namespace ?? "") === namespace,
+        ),
+    };
   }
 
   private *allPlaybooks(): Generator<StoredPlaybook> {
@@ -536,14 +517,6 @@ export class PlaybookController {
   private playbooksIn(namespace: string): StoredPlaybook[] {
     const informer = this.informerFor(this.playbooks, namespace);
     return (informer?.list() ?? []).filter((p) => (p.metadata.namespace ?? "") === namespace);
-  }
-
-  /** The namespace's pods, with those created but not yet in the cache. */
-  private podsIn(namespace: string): PodView[] {
-    const informer = this.informerFor(this.pods, namespace);
-    const cached = (informer?.list() ?? []).filter((p) => (p.metadata.namespace ?? "") === namespace);
-    const seen = new Set(cached.map((p) => p.metadata.name));
-    return [...cached, ...this.writer.createdPods(namespace).filter((p) => !seen.has(p.metadata.name))];
   }
 
   /** A slot may have freed: the namespace's queued runs look again, first created first. */
@@ -561,27 +534,6 @@ export class PlaybookController {
       if (!playbook.status?.startTime && !isFinished(playbook.status))
         this.queue.add(keyOf(playbook.metadata));
     }
-  }
-
-  private queuedRuns(): Map<string, number> {
-    const counts = new Map<string, number>();
-    for (const playbook of this.allPlaybooks()) {
-      const namespace = playbook.metadata.namespace ?? "";
-      if (!counts.has(namespace)) counts.set(namespace, 0);
-      if (isQueued(playbook)) counts.set(namespace, (counts.get(namespace) ?? 0) + 1);
-    }
-    return counts;
-  }
-
-  /** Each run Kueue holds under a queueTimeout, with the share of that budget it has used. */
-  private queuedBudgets(): { namespace: string; queue: string; ratio: number }[] {
-    const now = this.clock.now();
-    const budgets: { namespace: string; queue: string; ratio: number }[] = [];
-    for (const playbook of this.allPlaybooks()) {
-      const used = queueBudgetUsed(playbook.status, now);
-      if (used) budgets.push({ namespace: playbook.metadata.namespace ?? "", ...used });
-    }
-    return budgets;
   }
 
   private policyGovernor(namespaces: string[]): PolicyGovernor {
@@ -617,211 +569,6 @@ export class PlaybookController {
       now: () => this.clock.now(),
     });
   }
-
-  private activeRuns(): Map<string, number> {
-    const counts = new Map<string, number>();
-    for (const playbook of this.allPlaybooks()) {
-      const namespace = playbook.metadata.namespace ?? "";
-      if (!counts.has(namespace)) counts.set(namespace, 0);
-      // A run counts from its first pod's create; its status shows the start right after it.
-      const started =
-        playbook.status?.startTime !== undefined ||
-        this.ownedPods(namespace, playbook.metadata.uid).length > 0;
-      if (started && !isFinished(playbook.status)) {
-        counts.set(namespace, (counts.get(namespace) ?? 0) + 1);
-      }
-    }
-    return counts;
-  }
-
-  /**
-   * One pass for one key. Returns when to look again, if time alone will change the answer, and
-   * whether the pass only waited for the cache to show this controller's last write.
-   */
-  private async reconcileKey(key: string): Promise<{ requeueAfterMs?: number; waited?: true }> {
-    const { namespace } = splitKey(key);
-    const playbook = this.informerFor(this.playbooks, namespace)?.get(key);
-    // A deleted Playbook's pods, even when a new Playbook has taken its name.
-    if (this.orphans.size > 0)
-      await this.releaseOrphans(namespace, splitKey(key).name, playbook?.metadata.uid);
-    if (!playbook) {
-      this.progress.forget(key);
-      return {};
-    }
-    // The watch event of this controller's own last write re-queues the key when it arrives.
-    if (this.writer.isBehind(playbook)) return { requeueAfterMs: BEHIND_RETRY_MS, waited: true };
-    const pods = await this.podsOf(playbook);
-    const cap = this.governor.capOf(namespace);
-    // A run with pods but no start record waits too: its pods may all be foreign (pod-identity.ts),
-    // and a pod of someone else's making does not let a run pass the queue.
-    const waits = cap && !playbook.status?.startTime && !isFinished(playbook.status);
-    if (!waits)
-      return this.decideAndApply({ playbook, pods, now: this.clock.now(), settings: this.settings });
-    // One start at a time per capped namespace, counted from the caches and this writer's own
-    // creates: two workers never take the same slot, and a restarted controller counts the same.
-    return this.governor.withNamespaceLock(namespace, async () => {
-      const current = this.informerFor(this.playbooks, namespace)?.get(key) ?? playbook;
-      const slots = slotState(key, this.playbooksIn(namespace), this.podsIn(namespace), cap.cap, cap.where);
-      return this.decideAndApply({
-        playbook: current,
-        pods,
-        now: this.clock.now(),
-        settings: this.settings,
-        slots,
-      });
-    });
-  }
-
-  /**
-   * The pods of a deleted Playbook that still carry the controller's finalizer, once the garbage
-   * collector deletes them: nobody is left to read them, so the finalizer comes off. `liveUid`: the
-   * Playbook of that name now, if any, whose own pods are not orphans.
-   */
-  private async releaseOrphans(namespace: string, name: string, liveUid: string | undefined): Promise<void> {
-    for (const podKey of [...this.orphans]) {
-      const pod = this.informerFor(this.pods, splitKey(podKey).namespace)?.get(podKey);
-      const owner = pod?.metadata.ownerReferences?.find((ref) => ref.controller && ref.kind === KIND);
-      if (pod && (pod.metadata.namespace !== namespace || owner?.name !== name)) continue;
-      // Kept until released: a failed release fails the pass, which is retried.
-      if (pod && owner?.uid !== liveUid && orphanToRelease(pod, false))
-        await this.writer.releasePod(namespace, pod.metadata.name);
-      this.orphans.delete(podKey);
-    }
-  }
-
-  /**
-   * Where the run's pods were placed, read for a run whose status records no pod yet: a pod found
-   * then is adopted only as what the controller builds, placed where the controller sees it was
-   * (pods/observed-placement.ts). Nothing is read for a pod that carries no placement.
-   */
-  private async placementsBeforeRecord(
-    input: ReconcileInput,
-    workloads: readonly WorkloadView[] | undefined,
-  ): Promise<Record<string, ObservedPlacement> | undefined> {
-    const status = input.playbook.status ?? {};
-    if (status.podUID !== undefined) return undefined;
-    const { name, uid = "" } = input.playbook.metadata;
-    // Only the pods named for an attempt are candidates (pod-identity.ts): no read for the others.
-    const placed = sortRunPods(status, input.pods, { name, uid }).unrecorded.filter(
-      (pod) => pod.metadata.uid && (pod.spec?.nodeName || admittedFlavors(workloadOf(pod, workloads))),
-    );
-    if (placed.length === 0) return undefined;
-    const signal = this.writer.leadingSignal;
-    const seen = await Promise.all(
-      placed.map((pod) => observePlacement(this.clients.api, pod, workloadOf(pod, workloads), { signal })),
-    );
-    return Object.fromEntries(placed.map((pod, i) => [pod.metadata.uid ?? "", seen[i] ?? {}]));
-  }
-
-  private async decideAndApply(input: ReconcileInput): Promise<{ requeueAfterMs?: number }> {
-    const { playbook } = input;
-    const start = this.writer.unrecordedStart(playbook.metadata.uid ?? "");
-    const look = await this.lookAtProgress(input);
-    const workloads = this.workloads?.of(input.pods);
-    const placements = start ? undefined : await this.placementsBeforeRecord(input, workloads);
-    let withRules: ReconcileInput = {
-      ...input,
-      rules: this.governor.rulesFor(playbook.metadata.namespace ?? ""),
-      takenPodNames: this.takenPodNames(playbook),
-      ...(workloads ? { workloads } : {}),
-      ...(placements ? { placements } : {}),
-      ...(start ? { unrecordedStart: start } : {}),
-      ...(look ? { progress: look } : {}),
-    };
-    for (;;) {
-      const decision = decide(withRules);
-      try {
-        await this.writer.apply(playbook, decision);
-      } catch (error) {
-        if (error instanceof PodNameTakenError && !withRules.takenPodNames?.includes(error.podName)) {
-          // Someone else's pod holds the name: decide again knowing it (the alternate name, or
-          // a Pending run that says which pods hold both). At most twice: each name once.
-          this.log.info({ key: keyOf(playbook.metadata), err: error.message }, "Pod name taken");
-          withRules = { ...withRules, takenPodNames: [...(withRules.takenPodNames ?? []), error.podName] };
-          continue;
-        }
-        if (!(error instanceof PodRefusedError)) throw error;
-        await this.writer.apply(playbook, decideRefusedPod(withRules, error.message));
-        return {};
-      }
-      const taken = decision.progressTaken;
-      if (taken) this.progress.took(playbook, taken.podUID, taken);
-      const requeueAfterMs = earliest(decision.requeueAfterMs, this.nextProgressLookInMs(input));
-      return requeueAfterMs === undefined ? {} : { requeueAfterMs };
-    }
-  }
-
-  /**
-   * Reads the runner log of the pod the run's status records when a look at its progress is due
-   * (ProgressLooks); a read that fails leaves the status as it is until the next one.
-   */
-  private async lookAtProgress(input: ReconcileInput): Promise<ProgressLook | undefined> {
-    try {
-      return await this.progress.look(input.playbook, input.pods, input.now, {
-        signal: this.writer.leadingSignal,
-      });
-    } catch (error) {
-      const { namespace, name } = input.playbook.metadata;
-      this.log.debug({ namespace, name, err: apiErrorMessage(error) }, "Could not read runner log");
-      return undefined;
-    }
-  }
-
-  /** How long until the run's next progress look, while its runner runs. */
-  private nextProgressLookInMs(input: ReconcileInput): number | undefined {
-    const due = this.progress.dueAt(input.playbook, input.pods);
-    return due === undefined ? undefined : Math.max(0, due - this.clock.now().getTime());
-  }
-
-  /**
-   * The names of the run's current and next attempt held by pods it does not control (a deleted
-   * Playbook's of the same name, still terminating, or anyone's that carries the managed-by label).
-   */
-  private takenPodNames(playbook: StoredPlaybook): string[] {
-    const namespace = playbook.metadata.namespace ?? "";
-    const { name, uid = "" } = playbook.metadata;
-    const informer = this.informerFor(this.pods, namespace);
-    const attempts = playbook.status?.podAttempts ?? 0;
-    const names = [Math.max(1, attempts), attempts + 1].flatMap((attempt) => [
-      podNameFor(name, attempt),
-      alternatePodName(name, attempt, uid),
-    ]);
-    return [...new Set(names)].filter((podName) => {
-      const pod = informer?.get(keyOf({ namespace, name: podName }));
-      return pod !== undefined && !isControlledBy(pod, uid);
-    });
-  }
-
-  /** The pods the cache shows controlled by the Playbook of this UID (never by its name). */
-  private ownedPods(namespace: string, uid: string | undefined): PodView[] {
-    if (!uid) return [];
-    const informer = this.informerFor(this.pods, namespace);
-    return (informer?.byIndex(ownerIndex(namespace, uid)) ?? []).filter((pod) => isControlledBy(pod, uid));
-  }
-
-  /** The pods a pass on the Playbook decides on (pass-pods.ts): the cache's, and what it may lag behind. */
-  private podsOf(playbook: StoredPlaybook): Promise<PodView[]> {
-    const uid = playbook.metadata.uid;
-    const namespace = playbook.metadata.namespace ?? "";
-    return passPods(playbook, this.writer.unrecordedStart(uid ?? ""), {
-      cached: this.ownedPods(namespace, uid),
-      created: uid ? this.writer.createdPodsOf(uid).filter((pod) => isControlledBy(pod, uid)) : [],
-      readLive: async (name) => {
-        try {
-          const live = parsePod(
-            await this.clients.api.readNamespacedPod(
-              { name, namespace },
-              { signal: this.writer.leadingSignal },
-            ),
-          );
-          return live && isControlledBy(live, uid) ? live : undefined;
-        } catch (error) {
-          if (isNotFound(error)) return undefined;
-          throw error;
-        }
-      },
-    });
-  }
 }
 
 function describeProblem(
@@ -832,13 +579,4 @@ function describeProblem(
   const problem = informer.problem;
   if (problem === undefined) return [];
   return [`${resource}${namespace ? ` in ${namespace}` : ""}: ${problem}`];
-}
-
-function earliest(a: number | undefined, b: number | undefined): number | undefined {
-  if (a === undefined) return b;
-  return b === undefined ? a : Math.min(a, b);
-}
-
-function isControlledBy(pod: PodView, uid: string | undefined): boolean {
-  return pod.metadata.ownerReferences?.some((ref) => ref.controller && ref.uid === uid) ?? false;
 }

@@ -5,8 +5,9 @@
 import { describe, expect, it } from "vitest";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
+import { DEFAULT_ADVISE_OPTIONS, type RunSample } from "../../src/cli/advise/advice-model.js";
 import { historyOf } from "../../src/cli/advise/history.js";
-import { advise, DEFAULT_ADVISE_OPTIONS, type RunSample } from "../../src/cli/advise/method.js";
+import { advise } from "../../src/cli/advise/method.js";
 import { renderExplain, renderTable } from "../../src/cli/advise/render.js";
 
 const S = 1000;

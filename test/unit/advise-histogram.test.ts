@@ -7,6 +7,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { validatePlaybook } from "../../src/api/manifest.js";
+import { DEFAULT_ADVISE_OPTIONS } from "../../src/cli/advise/advice-model.js";
 import {
   type Bucket,
   bucketQuantile,
@@ -16,7 +17,6 @@ import {
   sliceIncreases,
 } from "../../src/cli/advise/histogram.js";
 import { adviseFromHistograms } from "../../src/cli/advise/histogram-advice.js";
-import { DEFAULT_ADVISE_OPTIONS } from "../../src/cli/advise/method.js";
 import { PrometheusError, SLICES, slicedHistogram, stepTimes } from "../../src/cli/advise/prometheus.js";
 import { renderHistogramExplain, renderHistogramTable } from "../../src/cli/advise/render-histogram.js";
 

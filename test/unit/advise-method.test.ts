@@ -5,14 +5,12 @@ import { LOCAL_DEFAULTS, type ResolvedLimits, resolveLimits } from "../../src/ap
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
 import {
   type AdviseOptions,
-  advise,
   DEFAULT_ADVISE_OPTIONS,
   type RunSample,
-  recencyWeight,
-  roundUpReadable,
   type TaskSample,
-  weightedQuantile,
-} from "../../src/cli/advise/method.js";
+} from "../../src/cli/advise/advice-model.js";
+import { advise } from "../../src/cli/advise/method.js";
+import { recencyWeight, roundUpReadable, weightedQuantile } from "../../src/cli/advise/proposal.js";
 
 const S = 1000;
 const DAY = 24 * 3_600_000;

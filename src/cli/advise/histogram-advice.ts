@@ -4,6 +4,7 @@
 // usage ratios. The histograms hold no silences: no stall is proposed from them. Pure.
 import { formatDuration } from "../../api/duration.js";
 import type { EffectiveLimit, ResolvedLimits } from "../../api/limits.js";
+import type { AdviseOptions } from "./advice-model.js";
 import {
   type Bucket,
   type HistogramFigure,
@@ -11,8 +12,8 @@ import {
   proposeFromHistogram,
   weightedSum,
 } from "./histogram.js";
-import { type AdviseOptions, recencyWeight } from "./method.js";
 import type { SlicedHistogram } from "./prometheus.js";
+import { recencyWeight } from "./proposal.js";
 
 /** What a run's reason says of its length: StartTimeout and QueueTimeout ended it before any task ran. */
 const CUT_REASONS: readonly string[] = ["TaskTimeout", "StallLimit", "RunCeiling", "PodDeadlineExceeded"];

@@ -6,7 +6,9 @@
 // histogram can show kills none of the attempts at or below the quantile. Pure functions.
 import { formatDuration } from "../../api/duration.js";
 import type { EffectiveLimit } from "../../api/limits.js";
-import { type AdviseOptions, LOOSE_RATIO, NEAR_LIMIT_RATIO, roundUpReadable, TREND_RISE } from "./method.js";
+import type { AdviseOptions } from "./advice-model.js";
+import { LOOSE_RATIO, NEAR_LIMIT_RATIO, TREND_RISE } from "./drift.js";
+import { roundUpReadable } from "./proposal.js";
 
 /** One bucket: how many observations were at or below `le` (cumulative); `le` Infinity is +Inf. */
 export interface Bucket {

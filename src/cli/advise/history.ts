@@ -13,7 +13,7 @@ import type { Playbook, PlaybookStatus, TaskStatus } from "../../api/playbook.js
 import type { TaskLimit } from "../../api/reasons.js";
 import { decodeReport, InvalidReportError } from "../../api/report.js";
 import { expandReport } from "../../api/report-expand.js";
-import type { RunSample, TaskSample } from "./method.js";
+import type { RunSample, TaskSample } from "./advice-model.js";
 
 export class HistoryError extends Error {}
 

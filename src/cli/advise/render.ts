@@ -4,7 +4,7 @@ import { stringify } from "yaml";
 import { formatDuration } from "../../api/duration.js";
 import type { EffectiveLimit } from "../../api/limits.js";
 import type { Playbook, PlaybookSpec } from "../../api/playbook.js";
-import type { Advice, Figure, LimitAdvice } from "./method.js";
+import type { Advice, Figure, LimitAdvice } from "./advice-model.js";
 
 const show = (ms: number | null | undefined) =>
   ms === null || ms === undefined ? "-" : formatDuration(Math.round(ms));

@@ -6,8 +6,9 @@ import { DurationError, parseDuration } from "../../api/duration.js";
 import type { LimitDefaults } from "../../api/limits.js";
 import { readManifestDocument, validatePlaybook } from "../../api/manifest.js";
 import type { Playbook } from "../../api/playbook.js";
+import { type AdviseOptions, DEFAULT_ADVISE_OPTIONS } from "./advice-model.js";
 import type { PlaybookHistory } from "./history.js";
-import { type AdviseOptions, advise, DEFAULT_ADVISE_OPTIONS } from "./method.js";
+import { advise } from "./method.js";
 import { adviceJson, renderExplain, renderPatch, renderTable } from "./render.js";
 
 export class AdviseInputError extends Error {}
