@@ -73,7 +73,7 @@ class RunnerLogs {
       };
       this.looks.set(tail.pod, [...(this.looks.get(tail.pod) ?? []), look]);
       // The controller's looks at a run come one at a time, each in a pass that writes what it
-      // took before the pass ends (controller.ts decideAndApply): status read here, while the
+      // took before the pass ends (playbook-reconciler.ts decideAndApply): status read here, while the
       // look waits for its lines, is what the looks before this one wrote.
       look.before = (await getPlaybook(tail.namespace, tail.pod.replace(/-\d+$/, ""))).status?.currentTask;
       look.read = true;
