@@ -6,10 +6,14 @@
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Writable } from "node:stream";
 import { afterAll, describe, expect, it } from "vitest";
 import { stringify } from "yaml";
+import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
+import { PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { decodeReport } from "../../src/api/report.js";
 import { MAX_LINE_BYTES } from "../../src/pod-runner/pod-log.js";
+import { runPlaybook } from "../../src/pod-runner/run.js";
 import { POD_PLAN_DEFAULTS, startCli, terminationLog } from "../support/cli.js";
 import { checkNothingLeftBehind, MARKER_VAR } from "../support/runner.js";
 
@@ -138,5 +142,30 @@ describe("secret values in a run's output", () => {
     expect(lines.filter((line) => line.startsWith("playbook.dev/progress")).length).toBeGreaterThan(1);
     const report = decodeReport(readFileSync(log, "utf8"), 3, 0);
     expect(report.tasks[2]?.m).toBe('stderr: "***"');
+  });
+});
+
+describe("the stall clock beside the mask", () => {
+  it("counts the bytes the mask holds back as output: a value printed slowly is no stall", async () => {
+    // Ten bytes of the value, 0.3 s apart: all held (they are its start) for longer than the 2 s
+    // stall limit, while the task never goes 2 s without printing.
+    const run = `v='${VALUE}'; for i in 1 2 3 4 5 6 7 8 9 10; do printf %s "$(echo "$v" | cut -c$i)"; sleep 0.3; done; echo "$v" | cut -c11-`;
+    const spec = PlaybookSpecSchema.parse({ stall: "2s", tasks: [{ name: "slow", run }] });
+    const written: Buffer[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, callback) {
+        written.push(Buffer.from(chunk));
+        callback();
+      },
+    });
+    const outcome = await runPlaybook({
+      tasks: spec.tasks,
+      limits: resolveLimits(spec, LOCAL_DEFAULTS),
+      sink,
+      maskValues: [VALUE],
+      baseEnv: { PATH: process.env.PATH, [MARKER_VAR]: currentMarker() },
+    });
+    expect(outcome.tasks[0]).toMatchObject({ phase: "Succeeded" });
+    expect(Buffer.concat(written).toString()).toBe("[slow] ***\n");
   });
 });
