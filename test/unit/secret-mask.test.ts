@@ -61,7 +61,7 @@ describe("secret mask", () => {
 
   it("masks overlapping values as one, however they are cut", () => {
     const values = ["abcdef", "defghi", "ghijkl"];
-    const text = "<abcdefghijkl> <defghi> <abcdefX>\n";
+    const text = "<abcdefghijkl> <abcdefghi> <abcdefX>\n";
     const whole = through(createSecretMask(values).stream(), [text]);
     expect(whole).toBe("<***> <***> <***X>\n");
     for (let a = 0; a <= text.length; a++) {
