@@ -179,6 +179,17 @@ class ValueMask implements StreamMask {
   }
 }
 
+/** A mask directory that cannot be read: the run does not start (the CLI exits 2, naming it). */
+export class MaskDirError extends Error {
+  override name = "MaskDirError";
+}
+
+/** What a failed read says: its code (ENOENT, EACCES), else its message. */
+function why(error: unknown): string {
+  const code = (error as { code?: unknown }).code;
+  return typeof code === "string" ? code : String((error as Error).message ?? error);
+}
+
 /**
  * The values in the files under `dirs`: each regular file of at most MAX_MASK_FILE_BYTES (symbolic
  * links are not followed; a secret volume's files are found where they are). A directory that
@@ -192,8 +203,8 @@ export function readMaskDirs(dirs: readonly string[]): string[] {
     try {
       names = readdirSync(dir);
     } catch (error) {
-      throw new Error(
-        `${MASK_DIRS_ENV_VAR}: cannot read the directory ${JSON.stringify(dir)}: ${(error as Error).message}`,
+      throw new MaskDirError(
+        `${MASK_DIRS_ENV_VAR}: cannot read the directory ${JSON.stringify(dir)} (${why(error)})`,
       );
     }
     for (const name of names.sort()) {
@@ -202,7 +213,9 @@ export function readMaskDirs(dirs: readonly string[]): string[] {
       if (stat?.isDirectory() && depth < MAX_DEPTH) walk(path, depth + 1);
       if (!stat?.isFile() || stat.size > MAX_MASK_FILE_BYTES) continue;
       if (++files > MAX_FILES) {
-        throw new Error(`${MASK_DIRS_ENV_VAR}: more than ${MAX_FILES} files under ${JSON.stringify(dir)}`);
+        throw new MaskDirError(
+          `${MASK_DIRS_ENV_VAR}: more than ${MAX_FILES} files under ${JSON.stringify(dir)}`,
+        );
       }
       values.push(readFileSync(path, "utf8"));
     }

@@ -95,6 +95,20 @@ describe("secret values in a run's output", () => {
     expect(run.stderr).toContain('task fails exited with code 3 (stderr: "***")');
   });
 
+  it("locally: a mask directory that cannot be read runs nothing, exits 2 and names it", async () => {
+    const secret = secretDir();
+    const missing = join(secret, "..", "gone");
+    const run = await startCli(["run", "-f", manifest(secret)], {
+      env: { [MARKER_VAR]: currentMarker(), PLAYBOOK_MASK_DIRS: `${secret}:${missing}` },
+    });
+    expect(run.code).toBe(2);
+    expect(run.stdout).toBe("");
+    expect(run.stderr).toContain(
+      `playbook: PLAYBOOK_MASK_DIRS: cannot read the directory "${missing}" (ENOENT)\n`,
+    );
+    expect(run.stderr).not.toContain("task pieces started");
+  });
+
   it("locally with -o json: the status quotes the failure's last line masked", async () => {
     const secret = secretDir();
     const run = await startCli(["run", "-o", "json", "-f", manifest(secret)], {
