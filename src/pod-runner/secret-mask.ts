@@ -175,7 +175,10 @@ class ValueMask implements StreamMask {
     this.heldCovered = heldCovered;
     // A copy: the chunk it was cut from may be freed or reused once given out.
     this.held = upTo < data.length ? Buffer.from(data.subarray(upTo)) : EMPTY;
-    return pieces.length === 1 ? (pieces[0] as Buffer) : Buffer.concat(pieces);
+    // Never the shared MASK itself: what is given out is the caller's to free, and is told apart
+    // by identity downstream (output.ts's linesOf).
+    const only = pieces.length === 1 ? (pieces[0] as Buffer) : null;
+    return only !== null && only !== MASK ? only : Buffer.concat(pieces);
   }
 }
 

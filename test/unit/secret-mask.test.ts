@@ -94,6 +94,17 @@ describe("secret mask", () => {
     expect(none.stream().push(chunk)).toBe(chunk);
   });
 
+  it("gives out a buffer of its own for each masked chunk, never one shared between them", () => {
+    // Downstream a chunk is told apart by identity (output.ts's linesOf) and may be freed.
+    const stream = createSecretMask([secret]).stream();
+    const first = stream.push(Buffer.from(`${secret}\n`).subarray(0, secret.length));
+    const second = stream.push(Buffer.from(`\n${secret}`));
+    expect([first.toString(), second.toString()]).toEqual(["***", "\n***"]);
+    const again = createSecretMask([secret]).stream().push(Buffer.from(secret));
+    expect(again.toString()).toBe("***");
+    expect(again).not.toBe(first);
+  });
+
   it("holds back no more than a value's start, and nothing past a byte no value has", () => {
     const stream = createSecretMask([secret]).stream();
     expect(stream.push(Buffer.from("line one\ns3cr3t-Va")).toString()).toBe("line one\n");
