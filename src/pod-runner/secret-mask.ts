@@ -122,19 +122,39 @@ class ValueMask implements StreamMask {
 
   /** Every place a value covers in `data`, merged where they overlap or touch, in order. */
   private covered(data: Buffer): number[] {
-    const places: number[] = [];
+    let places: number[] = [];
     if (this.heldCovered > 0) places.push(0, this.heldCovered);
+    let found = 0;
     for (const value of this.values) {
+      // One value's places come in order: overlapping ones ("aaaa" in a run of "a") are merged
+      // as they come, so a long run costs one place, not one per byte.
+      let start = -1;
+      let end = -1;
       for (let at = data.indexOf(value); at !== -1; at = data.indexOf(value, at + 1)) {
-        places.push(at, at + value.length);
+        if (start !== -1 && at <= end) {
+          end = at + value.length;
+          continue;
+        }
+        if (start !== -1) places.push(start, end);
+        start = at;
+        end = at + value.length;
       }
+      if (start === -1) continue;
+      places.push(start, end);
+      found += 1;
     }
     if (places.length <= 2) return places;
-    const pairs: [number, number][] = [];
-    for (let i = 0; i < places.length; i += 2) pairs.push([places[i] as number, places[i + 1] as number]);
-    pairs.sort((a, b) => a[0] - b[0]);
+    // Places of several values: in order of their starts (the held place starts at 0, first).
+    if (found > 1) {
+      const pairs: [number, number][] = [];
+      for (let i = 0; i < places.length; i += 2) pairs.push([places[i] as number, places[i + 1] as number]);
+      pairs.sort((a, b) => a[0] - b[0]);
+      places = pairs.flat();
+    }
     const merged: number[] = [];
-    for (const [start, end] of pairs) {
+    for (let i = 0; i < places.length; i += 2) {
+      const start = places[i] as number;
+      const end = places[i + 1] as number;
       const last = merged.length - 1;
       if (last > 0 && start <= (merged[last] as number)) merged[last] = Math.max(merged[last] as number, end);
       else merged.push(start, end);

@@ -73,6 +73,17 @@ describe("secret mask", () => {
     }
   });
 
+  it("masks a run of a repeating value as one, however it is cut", () => {
+    const text = `x${"a".repeat(70_000)}y aaa\n`;
+    const whole = through(createSecretMask(["aaaa", "aaab"]).stream(), [text]);
+    expect(whole).toBe("x***y aaa\n");
+    for (const at of [1, 2, 3, 4, 5, 65_536, 70_000, 70_001, 70_002]) {
+      expect(through(createSecretMask(["aaaa", "aaab"]).stream(), cut(text, [at])), `cut at ${at}`).toBe(
+        whole,
+      );
+    }
+  });
+
   it("masks the longest value where a shorter one is its start, leaving none of it shown", () => {
     const mask = createSecretMask(["pass", "password1"]);
     expect(mask.text("pass password1 password2\n")).toBe("*** *** ***word2\n");
