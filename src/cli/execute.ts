@@ -58,6 +58,8 @@ export interface ExecuteOptions {
    * through one ordered writer, the pod's log (src/pod-runner/pod-log.ts); `progressOut` is not used.
    */
   podLog?: boolean;
+  /** secret values printed as `***` in the tasks' output (runPlaybook's maskValues) */
+  maskValues?: readonly string[];
 }
 
 export interface ExecuteResult {
@@ -278,6 +280,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
         if (recorder?.event(event)) podLog?.requestRecord(recorder.snapshot());
       },
       ...(agentRun ? { agents: agentRun.run } : {}),
+      ...(options.maskValues ? { maskValues: options.maskValues } : {}),
     });
     if (options.images?.mode === "host") {
       const { images } = options.images;

@@ -55,8 +55,9 @@ function describeFailureText(error: unknown): { code: number; message: string; l
   // Its lines are escaped one by one where it is made (policy-file-error.ts).
   if (error instanceof InvalidPolicyFileError)
     return { code: EXIT.invalid, message: "", lines: `playbook: ${error.message}` };
-  // LocalStartError (src/pod-runner/local-run.ts, not loaded here): the task containers did not start.
-  if (error instanceof UsageError || (error as Error | undefined)?.name === "LocalStartError")
+  // LocalStartError (src/pod-runner/local-run.ts, not loaded here): the task containers did not
+  // start; MaskDirError (src/pod-runner/secret-mask.ts): the secrets to mask could not be read.
+  if (error instanceof UsageError || name === "LocalStartError" || name === "MaskDirError")
     return { code: EXIT.invalid, message: `playbook: ${error instanceof Error ? error.message : ""}` };
   if (error instanceof z.ZodError) {
     return {

@@ -11,7 +11,8 @@ import { writeCancelFile } from "./cancel-file.js";
 import { type Launcher, LOCAL_LAUNCHER, type TermSent, within } from "./launcher.js";
 import { LinePrefixer, type OutputStream, TaskOutputTails } from "./output.js";
 import type { ProcessTable } from "./process-table.js";
-import { SpentChunks } from "./spent-chunks.js";
+import type { SecretMask, StreamMask } from "./secret-mask.js";
+import { freeChunk, SpentChunks } from "./spent-chunks.js";
 import type { TaskUsage } from "./task-usage.js";
 
 export interface AttemptDeadline {
@@ -50,6 +51,8 @@ export interface AttemptSpec {
   recycleOutput?: boolean;
   prefix: string;
   tailBytes: number;
+  /** the run's secret values: output and tail show each as `***` (secret-mask.ts) */
+  mask?: SecretMask;
   cancelSignal?: AbortSignal;
   /** aborted to cut a running grace window short (a second Ctrl-C) */
   hurrySignal?: AbortSignal;
@@ -162,7 +165,9 @@ function forward(
   prefix: string,
   recycle: boolean,
   spent: SpentChunks | null,
+  mask: StreamMask | null,
   onData: (chunk: Buffer) => void,
+  onKept: (chunk: Buffer) => void,
   onBlocked: (blocked: boolean) => void,
 ): Promise<void> {
   const prefixer = new LinePrefixer(prefix, recycle);
@@ -172,8 +177,10 @@ function forward(
     onBlocked(false);
     stream.resume();
   };
-  stream.on("data", (chunk: Buffer) => {
-    onData(chunk);
+  /** the stream's bytes, masked: to the tail and the sink */
+  const pass = (chunk: Buffer) => {
+    if (chunk.length === 0) return;
+    onKept(chunk);
     const out = prefixer.push(chunk);
     // The sink holds the chunk itself when it was passed on as it is (a line going on, no prefix):
     // it is freed after the sink called back, and only with a sink that is done with it then.
@@ -195,12 +202,25 @@ function forward(
         sink.once("drain", resume);
       }
     }
+  };
+  stream.on("data", (chunk: Buffer) => {
+    // Every byte resets the stall clock, also one the mask holds back for now.
+    onData(chunk);
+    if (mask === null) {
+      pass(chunk);
+      return;
+    }
+    const masked = mask.push(chunk);
+    // A masked copy of its own was made: nothing holds the pipe's chunk any more.
+    if (spent !== null && masked.buffer !== chunk.buffer) freeChunk(chunk);
+    pass(masked);
   });
   return new Promise((resolve) => {
     let ended = false;
     const done = () => {
       if (ended) return;
       ended = true;
+      if (mask !== null) pass(mask.end());
       const tail = prefixer.end();
       if (tail) sink.write(tail);
       sink.off("drain", resume);
@@ -230,11 +250,10 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
   let blockedPipes = 0;
   // Kept per chunk, not per byte: one subtraction where lastOutput is already read.
   let longestSilence = 0;
-  const onData = (stream: OutputStream, chunk: Buffer) => {
+  const onData = () => {
     const now = performance.now();
     if (blockedPipes === 0) longestSilence = Math.max(longestSilence, now - lastOutput);
     lastOutput = now;
-    tail.push(stream, chunk);
   };
   // While a pipe is paused because our reader is slow, the task is blocked on us, not silent:
   // that time is not a stall.
@@ -251,7 +270,9 @@ export async function runAttempt(spec: AttemptSpec): Promise<AttemptResult> {
         spec.prefix,
         spec.recycleOutput === true,
         task.chunksOwned ? spent : null,
-        (chunk) => onData(name, chunk),
+        spec.mask?.active ? spec.mask.stream() : null,
+        onData,
+        (chunk) => tail.push(name, chunk),
         onBlocked,
       );
     }),

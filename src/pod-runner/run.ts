@@ -34,6 +34,7 @@ import { type Sweep, sweepLeftovers } from "./leftover-sweep.js";
 import { oomCounter } from "./oom.js";
 import { PROC, type ProcessTable } from "./process-table.js";
 import { DEFAULT_RETRY_WAITS, retryWaitMs, showWait } from "./retry-wait.js";
+import { createSecretMask, maskDirsOf, readMaskDirs } from "./secret-mask.js";
 import { namespaceKeeper } from "./subreaper.js";
 import { markStopped, markWindowPassed, type StopBeforeStart, settleTask } from "./task-settle.js";
 
@@ -135,6 +136,11 @@ export interface RunOptions {
    * agents hold the run's processes (agent-mode.ts).
    */
   agents?: AgentRun;
+  /**
+   * Secret values to print as `***` in every task's output (a local run's `--secret` files), with
+   * those in the files under $PLAYBOOK_MASK_DIRS (the pod's). Never logged or reported.
+   */
+  maskValues?: readonly string[];
   /** The jitter of the waits between a task's attempts, in [0, 1) (default Math.random; tests fix it). */
   random?: () => number;
 }
@@ -184,6 +190,8 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const startedAt = performance.now();
   const ceilingAt =
     startedAt + (options.ceilingLeftMs ?? runStart.getTime() + options.limits.ceiling.ms - Date.now());
+  // Before anything is started: a mask directory that cannot be read ends the run here.
+  const mask = createSecretMask([...(options.maskValues ?? []), ...readMaskDirs(maskDirsOf(process.env))]);
   const runId = newRunId();
   // Every attempt's PLAYBOOK_ATTEMPT_ID starts with this, so the whole run can be found at once.
   const runCookie = `${runId}.`;
@@ -344,6 +352,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         recycleOutput: options.recycleOutput,
         prefix: options.prefixOutput === false ? "" : `[${task.name}] `,
         tailBytes: options.tailBytes ?? DEFAULT_TAIL_BYTES,
+        mask,
         cancelSignal: phase.cancelSignal,
         hurrySignal: options.hurrySignal,
         onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),

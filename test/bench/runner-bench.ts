@@ -4,6 +4,7 @@
 //       `timeout -s KILL`
 //   (b) per-task overhead over 1000 trivial tasks, vs a bare `sh -c true` spawn
 //   (c) stdout throughput of a task printing 1 GiB through the runner, vs a raw pipe read by Node
+//   (d) stdout throughput with secret masking on (one 32-byte value), vs the runner with it off
 // Each comparison carries the spread of its samples (p10..p90) and the machine's load while it
 // was measured; `--repeat N` runs the whole comparison N times and reports the spread of the ratios.
 import { spawn, spawnSync } from "node:child_process";
@@ -98,7 +99,11 @@ function discard(): Writable & { bytes: number } {
   return sink;
 }
 
-async function runTasks(spec: object, onEvent?: (event: RunEvent) => void): Promise<number> {
+async function runTasks(
+  spec: object,
+  onEvent?: (event: RunEvent) => void,
+  maskValues?: readonly string[],
+): Promise<number> {
   const parsed: PlaybookSpec = PlaybookSpecSchema.parse(spec);
   const started = performance.now();
   // The discard sink is done with a chunk when it calls back, as the runner's stdout is.
@@ -108,6 +113,7 @@ async function runTasks(spec: object, onEvent?: (event: RunEvent) => void): Prom
     sink: discard(),
     recycleOutput: true,
     ...(onEvent ? { onEvent } : {}),
+    ...(maskValues ? { maskValues } : {}),
   });
   return performance.now() - started;
 }
@@ -412,7 +418,67 @@ async function throughput(): Promise<void> {
   }
 }
 
-const SECTIONS: Record<string, () => Promise<void>> = { a: killLatency, b: perTask, c: throughput };
+/**
+ * (d) the secret mask's cost: 100-byte lines through the runner with one 32-byte value to mask
+ * (which the output never holds: every chunk is searched, none is cut), against the runner with
+ * no value; 5 interleaved rounds, the median round's ratio of throughputs.
+ */
+async function maskedThroughput(): Promise<void> {
+  measuring();
+  const command = `yes '${"x".repeat(99)}' | head -c ${BYTES}`;
+  const value = "Zq7-pW2x9LmN4vB8kR3tY6uH1sD5fG0j";
+  const off: number[] = [];
+  const on: number[] = [];
+  // The runner's own CPU (it runs in this process; the task's do not count): what the mask costs,
+  // whatever the machine's load does to the wall clock.
+  const cpu = { off: [] as number[], on: [] as number[] };
+  const cpuMs = () => {
+    const used = process.cpuUsage();
+    return (used.user + used.system) / 1000;
+  };
+  for (let round = 0; round < 5; round++) {
+    // Each side goes first in turn: the second run of a pair pays for the first's garbage.
+    for (const side of round % 2 === 0 ? (["off", "on"] as const) : (["on", "off"] as const)) {
+      const before = cpuMs();
+      const ms = await runTasks(
+        { tasks: [{ name: "flood", run: command }] },
+        undefined,
+        side === "on" ? [value] : [],
+      );
+      cpu[side].push(cpuMs() - before);
+      (side === "on" ? on : off).push(ms);
+    }
+  }
+  const cpuRatio = median(cpu.off.map((ms, i) => ms / (cpu.on[i] as number)));
+  const perSecond = (ms: number) => BYTES / 1024 / 1024 / (ms / 1000);
+  const ratios = off.map((value, i) => value / (on[i] as number));
+  const ratio = median(ratios);
+  record(
+    {
+      name: "stdout_throughput_masked",
+      ours: perSecond(median(on)),
+      reference: perSecond(median(off)),
+      unit: "MiB/s",
+      ratio,
+      target: ">= 0.9",
+      note: `${BYTES / 1024 / 1024} MiB of 100-byte lines through the runner masking one 32-byte value against the runner masking none; median of 5 rounds' ratios; the runner's CPU, unmasked over masked: ${cpuRatio.toFixed(2)}`,
+    },
+    { ours: on.map(perSecond), reference: off.map(perSecond), ratios },
+  );
+  const s = spread(ratios);
+  console.log(
+    `(d) throughput with masking, 100-byte lines: masked median ${perSecond(median(on)).toFixed(0)} MiB/s, unmasked ${perSecond(median(off)).toFixed(0)} MiB/s; ` +
+      `median ratio ${ratio.toFixed(2)} of unmasked, p10..p90 ${s.p10.toFixed(2)}..${s.p90.toFixed(2)} (target >= 0.90); ` +
+      `the runner's CPU a GiB: masked ${(median(cpu.on) / (BYTES / 2 ** 30)).toFixed(0)} ms, unmasked ${(median(cpu.off) / (BYTES / 2 ** 30)).toFixed(0)} ms, ratio ${cpuRatio.toFixed(2)}`,
+  );
+}
+
+const SECTIONS: Record<string, () => Promise<void>> = {
+  a: killLatency,
+  b: perTask,
+  c: throughput,
+  d: maskedThroughput,
+};
 
 /** One whole comparison: each section in a Node process of its own; their results from `file`. */
 function runSections(file: string | undefined): void {
