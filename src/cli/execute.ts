@@ -15,6 +15,7 @@ import {
   taskContainersFrom,
   taskUidsFrom,
 } from "../pod-runner/agent-mode.js";
+import { decideInterrupt } from "../pod-runner/interrupts.js";
 import type { LocalRun } from "../pod-runner/local-run.js";
 import { writeThenRelease } from "../pod-runner/output.js";
 import { PodLog } from "../pod-runner/pod-log.js";
@@ -177,34 +178,39 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     where: describePlacement(options.images),
     startsContainers: options.images?.mode === "containers",
   });
+  // Each signal acts on what runs at that moment (interrupts.ts): the main tasks' cancel and
+  // grace, then the finally tasks' own.
   const cancel = new AbortController();
   const hurry = new AbortController();
-  // The finally tasks run after a cancel too: a cancel that comes once they began (or a second
-  // one before) ends them, and one more kills without the grace.
   const finallyCancel = new AbortController();
+  const finallyHurry = new AbortController();
   const hasFinally = (options.finally?.length ?? 0) > 0;
   let finallyBegan = false;
+  let finallyTask: string | undefined;
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals) => {
-    if (hasFinally && !finallyCancel.signal.aborted && (interrupted || finallyBegan)) {
-      progress?.say(
-        `playbook: received ${signal}${interrupted ? " again" : ""}; cancelling the finally tasks (again to kill at once)`,
-      );
-      interrupted = true;
+    const decision = decideInterrupt(
+      {
+        phase: finallyBegan ? "finally" : "main",
+        hasFinally,
+        cancelled: cancel.signal.aborted,
+        hurried: hurry.signal.aborted,
+        finallyCancelled: finallyCancel.signal.aborted,
+        finallyHurried: finallyHurry.signal.aborted,
+        finallyTask,
+        again: interrupted,
+      },
+      signal,
+    );
+    progress?.say(decision.message);
+    interrupted = true;
+    if (decision.action === "cancel") cancel.abort();
+    if (decision.action === "hurry") hurry.abort();
+    if (decision.action === "cancel-finally") {
       cancel.abort();
       finallyCancel.abort();
-      return;
     }
-    if (interrupted) {
-      progress?.say(`playbook: received ${signal} again; killing without waiting for the grace`);
-      hurry.abort();
-      return;
-    }
-    progress?.say(
-      `playbook: received ${signal}; cancelling the run (${hasFinally ? "the finally tasks still run; again to cancel them too" : "again to kill at once"})`,
-    );
-    interrupted = true;
-    cancel.abort();
+    if (decision.action === "hurry-finally") finallyHurry.abort();
   };
   // SIGHUP too: a closed terminal would otherwise kill the runner, and the tasks, which live in
   // sessions of their own and never see the hangup, would be left running.
@@ -263,7 +269,11 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       tasks: options.tasks,
       shell: options.shell,
       ...(options.finally?.length
-        ? { finally: options.finally, finallyCancelSignal: finallyCancel.signal }
+        ? {
+            finally: options.finally,
+            finallyCancelSignal: finallyCancel.signal,
+            finallyHurrySignal: finallyHurry.signal,
+          }
         : {}),
       limits: options.limits,
       runStart,
@@ -274,6 +284,8 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       hurrySignal: hurry.signal,
       onEvent: (event) => {
         if (event.type === "finally-started") finallyBegan = true;
+        if (event.type === "task-started" && event.index >= options.tasks.length) finallyTask = event.name;
+        if (event.type === "task-finished" && event.index >= options.tasks.length) finallyTask = undefined;
         progress.event(event);
         if (recorder?.event(event)) podLog?.requestRecord(recorder.snapshot());
       },

@@ -11,6 +11,7 @@ import type { PolicyDefaults, PolicyMaximums } from "../api/policy.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/report-status.js";
 import { allTasksOf } from "../api/task-images.js";
+import { INTERRUPTS_HELP } from "../pod-runner/interrupts.js";
 import { handedCeilingLeftMs, podAgeMs } from "../pod-runner/pod-age.js";
 import { registerClusterCommands } from "./cluster/commands.js";
 import { describeSpec, validLine } from "./describe-spec.js";
@@ -408,7 +409,7 @@ export function buildProgram(
       "--on-host",
       "run the tasks that name an image on this machine instead of in their image (podman or docker)",
     )
-    .addHelpText("after", `\n${RUN_TASKS_HELP}\n${EXIT_CODES_HELP}\n${reasonsHelp()}`)
+    .addHelpText("after", `\n${RUN_TASKS_HELP}\n${INTERRUPTS_HELP}\n${EXIT_CODES_HELP}\n${reasonsHelp()}`)
     .action(async (file: string | undefined, flags: { filename?: string }, command: Command) => {
       setExit(await runCommand({ ...flags, filename: manifestFile(command, file, flags) }));
     });
