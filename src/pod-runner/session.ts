@@ -1,7 +1,6 @@
-// What `playbook run` and `playbook pod-runner` share: run the tasks with progress, turn
-// SIGINT/SIGTERM/SIGHUP into a cancellation that still reports, and encode the report.
-import { fstatSync, writeFileSync } from "node:fs";
-import { Writable } from "node:stream";
+// The core both entries share (local-entry.ts, pod-entry.ts): run the tasks with progress, turn
+// SIGINT/SIGTERM/SIGHUP into a cancellation that still reports, and encode and write the report.
+import { writeFileSync } from "node:fs";
 import type { ResolvedLimits } from "../api/limits.js";
 import type { TaskSpec } from "../api/playbook.js";
 import { decodeReport, encodeReport, type RunnerReport, type RunOutcome } from "../api/report.js";
@@ -14,18 +13,18 @@ import {
   RUN_DIR_VAR,
   taskContainersFrom,
   taskUidsFrom,
-} from "../pod-runner/agent-mode.js";
-import { decideInterrupt } from "../pod-runner/interrupts.js";
-import type { LocalRun } from "../pod-runner/local-run.js";
-import { writeThenRelease } from "../pod-runner/output.js";
-import { PodLog } from "../pod-runner/pod-log.js";
-import { ProgressRecorder } from "../pod-runner/progress-recorder.js";
-import { runPlaybook } from "../pod-runner/run.js";
-import { TaskLines } from "../pod-runner/task-lines.js";
-import type { LocalImages } from "./local-images.js";
-import { Progress } from "./progress.js";
+} from "./agent-mode.js";
+import { decideInterrupt } from "./interrupts.js";
+import { containerLimits, describePlacement, type LocalImages } from "./local-images.js";
+import { type LocalRun, localRunId } from "./local-run.js";
+import { countingSink, sameTarget } from "./output-sink.js";
+import { PodLog } from "./pod-log.js";
+import { ProgressRecorder } from "./progress-recorder.js";
+import type { DrawProgress, ProgressSink } from "./progress-sink.js";
+import { runPlaybook } from "./run.js";
+import { TaskLines } from "./task-lines.js";
 
-export interface ExecuteOptions {
+export interface SessionOptions {
   name: string;
   tasks: readonly TaskSpec[];
   /** spec.shell: the shell of tasks that name none */
@@ -40,9 +39,11 @@ export interface ExecuteOptions {
   output: NodeJS.WritableStream;
   progressOut: NodeJS.WritableStream;
   tty: boolean;
-  reportPath?: string;
+  /** who draws the progress (the CLI's live lines) */
+  draw: DrawProgress;
+  reportPath?: string | undefined;
   /** spec.cancel: the run is cancelled before its first task, as the controller cancels it before its pod */
-  cancelled?: boolean;
+  cancelled?: boolean | undefined;
   /** `playbook run`: how the tasks that name an image run (local-images.ts) */
   images?: LocalImages;
   /** spec.resources: its limits apply to each local task container */
@@ -61,40 +62,11 @@ export interface ExecuteOptions {
   podLog?: boolean;
 }
 
-export interface ExecuteResult {
+export interface SessionResult {
   outcome: RunOutcome;
   report: RunnerReport;
   reportText: string;
   interrupted: boolean;
-}
-
-/**
- * A sink that counts what passes and survives a closed reader (EPIPE) without losing the run.
- * `lines` keeps each stream's partial line apart from the others' (task-lines.ts).
- */
-function countingSink(
-  target: NodeJS.WritableStream,
-  lines: TaskLines,
-  around: { before: () => void; after: (chunk: Buffer) => void },
-): { sink: Writable; bytes: () => number } {
-  let bytes = 0;
-  let broken = false;
-  target.on("error", () => {
-    broken = true;
-  });
-  const sink = new Writable({
-    highWaterMark: 1 << 16,
-    write(chunk: Buffer, _encoding, callback) {
-      bytes += chunk.length;
-      if (broken) return callback();
-      around.before();
-      const pieces = lines.task(chunk);
-      writeThenRelease(target, pieces, callback);
-      // The chunk is the last piece written; none (a line's "\n" that was ended already) changes nothing.
-      if (pieces.length > 0) around.after(chunk);
-    },
-  });
-  return { sink, bytes: () => bytes };
 }
 
 /** A report that cannot be written must not cost the run its outcome: say so and go on. */
@@ -107,36 +79,7 @@ function writeReport(path: string, text: string, say: (line: string) => void): v
   }
 }
 
-/**
- * Whether two streams end in the same place: the same stream (`-o json` puts task output on
- * stderr), or the same terminal, pipe or file (`2>&1`). There the runner's lines and the tasks'
- * share lines, and a task's open line is ended before one of the runner's.
- */
-function sameTarget(a: NodeJS.WritableStream, b: NodeJS.WritableStream): boolean {
-  if (a === b) return true;
-  const fdA = (a as { fd?: unknown }).fd;
-  const fdB = (b as { fd?: unknown }).fd;
-  if (typeof fdA !== "number" || typeof fdB !== "number") return false;
-  try {
-    const [statA, statB] = [fstatSync(fdA), fstatSync(fdB)];
-    return statA.dev === statB.dev && statA.ino === statB.ino && statA.rdev === statB.rdev;
-  } catch {
-    return false;
-  }
-}
-
-/** Where each task that names an image runs, as the progress says it. */
-function describePlacement(images: LocalImages | undefined): (string | undefined)[] | undefined {
-  if (!images) return undefined;
-  if (images.mode === "host") {
-    return images.images.map((image) => (image ? `on the host, not in ${image} (--on-host)` : undefined));
-  }
-  return images.images.map((image, index) =>
-    image ? `in ${image} (${images.engine.kind}, container ${images.containerOf[index]})` : undefined,
-  );
-}
-
-export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult> {
+export async function runSession(options: SessionOptions): Promise<SessionResult> {
   // The report's start: a record's offsets count from it too.
   const runStart = options.runStart ?? new Date();
   const recorder = options.podLog ? new ProgressRecorder(options.tasks.length, runStart) : undefined;
@@ -151,7 +94,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
   // Progress is best effort: a closed reader (EPIPE) must not crash the runner and orphan the
   // tasks' process groups. The listener stays for the life of the process.
   progressOut.on("error", () => {});
-  let progress: Progress | undefined;
+  let progress: ProgressSink | undefined;
   const taskLines = new TaskLines((options.output as { isTTY?: boolean }).isTTY === true);
   const { sink, bytes } = podLog
     ? { sink: podLog.sink, bytes: () => podLog.outputBytes() }
@@ -160,7 +103,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
         after: (chunk) => progress?.afterOutput(chunk),
       });
   const sharesLines = !podLog && sameTarget(options.output, progressOut);
-  progress = new Progress({
+  progress = options.draw({
     out: progressOut,
     ...(sharesLines
       ? {
@@ -315,20 +258,4 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     podLog?.close();
     for (const signal of signals) process.off(signal, onSignal);
   }
-}
-
-/** Names the run's containers apart from any other run's on this machine. */
-function localRunId(): string {
-  return `${process.pid.toString(16)}-${Math.floor(Math.random() * 2 ** 32)
-    .toString(16)
-    .padStart(8, "0")}`;
-}
-
-/** spec.resources.limits as the engines take them (--memory, --cpus). */
-function containerLimits(resources: ExecuteOptions["resources"]): { memory?: string; cpu?: string } {
-  const limits = resources?.limits ?? {};
-  return {
-    ...(limits.memory !== undefined ? { memory: String(limits.memory) } : {}),
-    ...(limits.cpu !== undefined ? { cpu: String(limits.cpu) } : {}),
-  };
 }
