@@ -71,6 +71,7 @@ export async function runInPod(input: PodRunInput): Promise<PodRunResult> {
     reportPath: input.terminationLog,
     cancelled: playbook.spec.cancel,
     agentMode: true,
+    env: input.env,
     // The finally tasks' containers count on after the main tasks', as the runner counts them.
     ...(plan.tasks
       ? { taskContainers: [...plan.tasks, ...(plan.finally ?? [])].map((task) => task.container) }

@@ -53,6 +53,8 @@ export interface SessionOptions {
    * the agents (src/pod-runner/agent-mode.ts).
    */
   agentMode?: boolean;
+  /** the environment that names the task containers, the run dir and the agents' users (default: this process's) */
+  env?: NodeJS.ProcessEnv;
   /** per task (by index, the finally tasks after the main ones), the container the controller resolved for it (the plan's `tasks` and `finally`) */
   taskContainers?: readonly string[];
   /**
@@ -163,16 +165,17 @@ export async function runSession(options: SessionOptions): Promise<SessionResult
     progress.say("playbook: spec.cancel is true; the run is cancelled before its first task");
     cancel.abort();
   }
-  const containers = options.agentMode ? taskContainersFrom(process.env) : null;
+  const env = options.env ?? process.env;
+  const containers = options.agentMode ? taskContainersFrom(env) : null;
   let agentRun: Awaited<ReturnType<typeof openAgentRun>> | null = null;
   let local: LocalRun | undefined;
   try {
     progress.begin(options.name, options.tasks.length, runStart);
     if (recorder) podLog?.requestRecord(recorder.snapshot());
     if (containers) {
-      const runDir = process.env[RUN_DIR_VAR] || DEFAULT_RUN_DIR;
-      const helloMs = Number(process.env[AGENT_HELLO_VAR]) || DEFAULT_AGENT_HELLO_MS;
-      const uids = taskUidsFrom(process.env, containers) ?? undefined;
+      const runDir = env[RUN_DIR_VAR] || DEFAULT_RUN_DIR;
+      const helloMs = Number(env[AGENT_HELLO_VAR]) || DEFAULT_AGENT_HELLO_MS;
+      const uids = taskUidsFrom(env, containers) ?? undefined;
       agentRun = await openAgentRun(containers, runDir, helloMs, options.taskContainers, uids);
       if (agentRun.problem) progress.say(`playbook: ${agentRun.problem}; nothing is run`);
     }
