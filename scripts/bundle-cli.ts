@@ -1,11 +1,12 @@
 // `npm run build`'s second step: the whole `playbook` command bundled with every npm dependency,
 // so that a start reads a few files instead of resolving and compiling some 200 modules. The
 // entry, dist/bin/playbook.js, answers --version alone; the chunks beside it are loaded by
-// dynamic imports when a command needs them: cli.js (the commands, commander, zod, yaml),
-// execute.js (the runner, for run and pod-runner) and controller.js (the controller with
-// client-node, pino and prom-client, for `playbook controller` alone). run, validate and
-// pod-runner start from a script of their own (commands.js), and the cluster commands from
-// another (cluster-commands.js), each run with a code cache (see below).
+// dynamic imports when a command needs them: cli.js (the commands, commander, zod, yaml), the
+// runner's (src/pod-runner: local-entry.js, pod-entry.js, session.js, for run and pod-runner)
+// and controller.js (the controller with client-node, pino and prom-client, for `playbook
+// controller` alone). run, validate and pod-runner start from a script of their own
+// (commands.js), and the cluster commands from another (cluster-commands.js), each run with a
+// code cache (see below).
 import { createHash } from "node:crypto";
 import { appendFileSync, chmodSync, readFileSync, renameSync, rmSync } from "node:fs";
 import path from "node:path";
@@ -24,8 +25,8 @@ const { name, version } = z
 
 /** The entry's own modules: in no chunk, or the entry would import that chunk statically. */
 const ENTRY = /[\\/]src[\\/]cli[\\/](main|version|code-cache)\.ts$/;
-/** What only the commands that run tasks load: the runner (execute.js). */
-const RUNNER = /[\\/]src[\\/](pod-runner[\\/]|cli[\\/]execute\.ts$)/;
+/** What only the commands that run tasks load: the runner (src/pod-runner). */
+const RUNNER = /[\\/]src[\\/]pod-runner[\\/]/;
 /** The controller command, and its start, which imports the controller. */
 const CONTROLLER_START = /[\\/]src[\\/]cli[\\/]controller-(command|run)\.ts$/;
 /**
@@ -233,7 +234,7 @@ await build({
           priority: 3,
         },
         { name: "cluster", test: (id) => CLUSTER.test(id), priority: 2 },
-        // The runner's modules are left to the dynamic import that loads them, as execute.js.
+        // The runner's modules are left to the dynamic imports that load them (its entries).
         { name: "controller", test: (id) => !ENTRY.test(id) && !RUNNER.test(id), priority: 1 },
       ],
     },

@@ -41,9 +41,9 @@ function describeEnding(task: ReportTask, killGrace: EffectiveLimit): string {
   const grace = formatDuration(killGrace.ms);
   if (task.e === "Exited") return `; process group stopped within the ${grace} grace`;
   if (task.e === "Killed" && task.g !== undefined && killGrace.ms > 0) {
-    // A second interrupt (Ctrl-C) ended the grace before its time.
+    // A later interrupt (Ctrl-C) ended the grace before its time.
     const when = task.g < 1000 ? "at once" : `after ${formatDuration(Math.floor(task.g / 100) * 100)}`;
-    return `; process group killed ${when}: a second interrupt cut its ${grace} grace short`;
+    return `; process group killed ${when}: another interrupt cut its ${grace} grace short`;
   }
   if (task.e === "Killed")
     return killGrace.ms === 0

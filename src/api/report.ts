@@ -44,7 +44,7 @@ export const ReportTaskSchema = z.strictObject({
   l: z.enum(TASK_LIMITS).optional(),
   /** how the group ended after a limit or cancellation */
   e: z.enum(ENDINGS).optional(),
-  /** ms of killGrace the group had before a second interrupt cut it short (Killed only) */
+  /** ms of killGrace the group had before a later interrupt cut it short (Killed only) */
   g: z.number().int().min(0).max(MAX_TASK_OFFSET_MS).optional(),
   /** [start, end] in ms after the report's start; bounded so that start + t stays a date */
   t: z
@@ -106,7 +106,7 @@ export interface TaskOutcome {
   signal: string | null;
   limit?: TaskLimit;
   ending?: "Exited" | "Killed";
-  /** set when a second interrupt cut the grace short: how much of it the group had, in ms */
+  /** set when a later interrupt cut the grace short: how much of it the group had, in ms */
   graceCutAfterMs?: number;
   startTime?: Date;
   /** when its last attempt started (reported for a task of more than one attempt) */

@@ -60,8 +60,9 @@ if (args.length === 1 && (args[0] === "--version" || args[0] === "-V")) {
   // a refused one (2, invalid input) would lack most of it.
   if (code !== 2) script.saveCache();
   // The command is over: its tasks' processes are gone and what they printed was handed to stdout
-  // (execute.ts waits for that). When stdout and stderr hold nothing either, exiting now spares
-  // tearing the process down, some milliseconds of every run; otherwise it ends once they are out.
+  // (src/pod-runner/session.ts waits for that). When stdout and stderr hold nothing either,
+  // exiting now spares tearing the process down, some milliseconds of every run; otherwise it
+  // ends once they are out.
   if (process.stdout.writableLength === 0 && process.stderr.writableLength === 0) process.exit(code);
 } else {
   // NODE_COMPILE_CACHE, when set, has Node's cache on already. Otherwise not in the temporary

@@ -5,16 +5,16 @@ import { Command, CommanderError, Option } from "commander";
 import { z } from "zod";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../api/limits.js";
 import { readManifestDocument, validatePlaybook } from "../api/manifest.js";
-import { PLAN_DIGEST_ENV_VAR, PLAN_ENV_VAR, planDigest, RunPlanSchema } from "../api/plan.js";
+import { PLAN_ENV_VAR } from "../api/plan.js";
 import type { Playbook, TaskSpec } from "../api/playbook.js";
 import type { PolicyDefaults, PolicyMaximums } from "../api/policy.js";
 import { REASON_MEANINGS } from "../api/reasons.js";
 import { statusFromReport } from "../api/report-status.js";
 import { allTasksOf } from "../api/task-images.js";
-import { handedCeilingLeftMs, podAgeMs } from "../pod-runner/pod-age.js";
+import { INTERRUPTS_HELP } from "../pod-runner/interrupts.js";
 import { registerClusterCommands } from "./cluster/commands.js";
 import { describeSpec, validLine } from "./describe-spec.js";
-import { EXIT, EXIT_CODES_HELP, exitCodeForReason } from "./exit-codes.js";
+import { EXIT, EXIT_CODES_HELP } from "./exit-codes.js";
 import { describeFailure, UsageError } from "./failure-message.js";
 import { hostShellProblem } from "./host-shells.js";
 import {
@@ -132,7 +132,7 @@ async function runCommand(flags: unknown): Promise<number> {
         parsed.policy,
       )
     : undefined;
-  const { effectiveImage } = await import("./local-images.js");
+  const { effectiveImage } = await import("../pod-runner/local-images.js");
   const onHostOnly =
     early !== undefined &&
     (parsed.onHost === true ||
@@ -158,7 +158,7 @@ async function runCommand(flags: unknown): Promise<number> {
   const limits = resolveLimits(playbook.spec, defaults);
   // Tasks that name an image (or whose policy's default does): their engine, or --on-host, is
   // settled before anything runs.
-  const { prepareLocalImages } = await import("./local-images.js");
+  const { prepareLocalImages } = await import("../pod-runner/local-images.js");
   const images = await prepareLocalImages(playbook.spec, parsed.onHost === true, defaultImage);
   if (images && "error" in images) throw new UsageError(images.error);
   // A task on this machine whose shell is not here: refused before anything runs. A task in a
@@ -169,20 +169,18 @@ async function runCommand(flags: unknown): Promise<number> {
   );
   if (shellProblem !== undefined) throw new UsageError(`${shellProblem}; nothing was run`);
   // The runner (and node:crypto, node:child_process) only for the commands that run tasks.
-  const { executeRun } = await import("./execute.js");
-  const result = await executeRun({
-    images,
-    resources: playbook.spec.resources,
+  const { runLocal } = await import("../pod-runner/local-entry.js");
+  const { Progress } = await import("./progress.js");
+  const result = await runLocal({
     name: playbook.metadata.name,
-    tasks: playbook.spec.tasks,
-    shell: playbook.spec.shell,
-    ...(playbook.spec.finally?.length ? { finally: playbook.spec.finally } : {}),
+    spec: playbook.spec,
     limits,
+    images,
     output: parsed.output ? process.stderr : process.stdout,
     progressOut: process.stderr,
     tty: Boolean(process.stderr.isTTY),
+    draw: (view) => new Progress(view),
     reportPath: parsed.report,
-    cancelled: playbook.spec.cancel,
   });
   if (parsed.output) {
     const status = statusFromReport(result.report, limits, new Date(), [], playbook.metadata.generation);
@@ -197,8 +195,7 @@ async function runCommand(flags: unknown): Promise<number> {
     const object = { ...playbook, status };
     printObject(object, parsed.output);
   }
-  if (result.interrupted) return EXIT.interrupted;
-  return exitCodeForReason(result.report.reason);
+  return result.exitCode;
 }
 
 async function validateCommand(flags: { filename?: string; policy?: string }): Promise<number> {
@@ -219,7 +216,7 @@ async function validateCommand(flags: { filename?: string; policy?: string }): P
   );
   // What runs on this machine (no image, as `playbook run` would run it) should find its shell here;
   // on a cluster the same task runs in the runner image, which may have it: a warning, not a refusal.
-  const { effectiveImage } = await import("./local-images.js");
+  const { effectiveImage } = await import("../pod-runner/local-images.js");
   const all = allTasksOf(playbook.spec);
   const shellProblem = hostShellProblem(
     playbook.spec,
@@ -254,56 +251,22 @@ async function podRunnerCommand(flags: unknown): Promise<number> {
     throw new UsageError(`--plan ${parsed.plan}: ${describeReadError(error, parsed.plan ?? "")}`);
   }
   if (!planText) throw new UsageError(`no plan: set ${PLAN_ENV_VAR} or pass --plan FILE`);
-  let planJson: unknown;
+  const { runInPod, PlanError } = await import("../pod-runner/pod-entry.js");
+  const { Progress } = await import("./progress.js");
   try {
-    planJson = JSON.parse(planText);
-  } catch {
-    throw new UsageError(`the plan is not JSON (${parsed.plan ?? PLAN_ENV_VAR})`);
-  }
-  const plan = RunPlanSchema.parse(planJson);
-  const expected = process.env[PLAN_DIGEST_ENV_VAR];
-  if (expected !== undefined && planDigest(plan) !== expected) {
-    throw new UsageError(
-      `the plan (${parsed.plan ?? PLAN_ENV_VAR}) hashes to ${planDigest(plan)}, not to $${PLAN_DIGEST_ENV_VAR} ${expected}: it was changed after the pod was created; nothing was run`,
-    );
-  }
-  const playbook = validatePlaybook(
-    { apiVersion: "playbook.dev/v1alpha1", kind: "Playbook", metadata: { name: plan.name }, spec: plan.spec },
-    plan.defaults,
-    "plan",
-  );
-  const limits = resolveLimits(playbook.spec, plan.defaults);
-  let ceilingLeftMs: number | undefined;
-  try {
-    ceilingLeftMs = handedCeilingLeftMs(process.env, podAgeMs());
+    const result = await runInPod({
+      planText,
+      planSource: parsed.plan ?? PLAN_ENV_VAR,
+      env: process.env,
+      terminationLog: parsed.terminationLog,
+      output: process.stdout,
+      draw: (view) => new Progress(view),
+    });
+    return result.exitCode;
   } catch (error) {
-    throw new UsageError((error as Error).message);
+    if (error instanceof PlanError) throw new UsageError(error.message);
+    throw error;
   }
-  const { executeRun } = await import("./execute.js");
-  const result = await executeRun({
-    name: plan.namespace ? `${plan.namespace}/${plan.name}` : plan.name,
-    tasks: playbook.spec.tasks,
-    shell: playbook.spec.shell,
-    ...(playbook.spec.finally?.length ? { finally: playbook.spec.finally } : {}),
-    limits,
-    runStart: new Date(plan.runStartTime),
-    ...(ceilingLeftMs !== undefined ? { ceilingLeftMs } : {}),
-    // One stream, one ordered writer: the runner's log is what the controller reads progress from.
-    output: process.stdout,
-    progressOut: process.stdout,
-    podLog: true,
-    tty: false,
-    reportPath: parsed.terminationLog,
-    cancelled: playbook.spec.cancel,
-    agentMode: true,
-    // The finally tasks' containers count on after the main tasks', as the runner counts them.
-    ...(plan.tasks
-      ? { taskContainers: [...plan.tasks, ...(plan.finally ?? [])].map((task) => task.container) }
-      : {}),
-  });
-  // By the report's reason alone, interrupted or not (a stop mid-run reports Cancelled, 130): the
-  // controller trusts a report only from a runner whose exit code its reason explains.
-  return exitCodeForReason(result.report.reason);
 }
 
 function reasonsHelp(): string {
@@ -408,7 +371,7 @@ export function buildProgram(
       "--on-host",
       "run the tasks that name an image on this machine instead of in their image (podman or docker)",
     )
-    .addHelpText("after", `\n${RUN_TASKS_HELP}\n${EXIT_CODES_HELP}\n${reasonsHelp()}`)
+    .addHelpText("after", `\n${RUN_TASKS_HELP}\n${INTERRUPTS_HELP}\n${EXIT_CODES_HELP}\n${reasonsHelp()}`)
     .action(async (file: string | undefined, flags: { filename?: string }, command: Command) => {
       setExit(await runCommand({ ...flags, filename: manifestFile(command, file, flags) }));
     });

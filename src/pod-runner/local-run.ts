@@ -303,3 +303,10 @@ export async function startLocalRun(options: LocalRunOptions): Promise<LocalRun>
 }
 
 export { listRunContainers, WORKSPACE_MOUNT };
+
+/** Names the run's containers apart from any other run's on this machine. */
+export function localRunId(): string {
+  return `${process.pid.toString(16)}-${Math.floor(Math.random() * 2 ** 32)
+    .toString(16)
+    .padStart(8, "0")}`;
+}

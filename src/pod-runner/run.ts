@@ -95,8 +95,10 @@ export interface RunOptions {
    * tasks.length + its own.
    */
   finally?: readonly TaskSpec[];
-  /** Ends the finally tasks (a cancel that came once they began, or a second one). */
+  /** Ends the finally tasks (a cancel that came once they began). */
   finallyCancelSignal?: AbortSignal;
+  /** aborted to skip what is left of a finally task's grace (default: hurrySignal) */
+  finallyHurrySignal?: AbortSignal;
   /** spec.shell: the shell of tasks that name none (absent: `sh`) */
   shell?: string | undefined;
   limits: ResolvedLimits;
@@ -119,7 +121,7 @@ export interface RunOptions {
   /** Prefix each output line with "[task] ". */
   prefixOutput?: boolean;
   cancelSignal?: AbortSignal;
-  /** aborted to skip what is left of a grace window */
+  /** aborted to skip what is left of a main task's grace window */
   hurrySignal?: AbortSignal;
   onEvent?: (event: RunEvent) => void;
   /** how long a task's pipes may stay open after its shell exits before the next task starts */
@@ -253,6 +255,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   let left: string | undefined;
   // Set when the run was stopped with a grace that leftovers shared: when that grace ends.
   let sharedGraceEndsAt: number | undefined;
+  const finallyHurry = options.finallyHurrySignal ?? options.hurrySignal;
+  // The grace a signal cuts is the grace of the phase that runs: the finally tasks' once they began.
+  let hurryNow = options.hurrySignal;
   const sweepOf = (reasonNow: RunnerReason): Sweep => ({
     runCookie,
     startedFrom: firstStart,
@@ -266,7 +271,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       reasonNow === "Cancelled"
         ? "cancelled\n"
         : `${reasonNow}: the run is over, stop now (grace ${formatDuration(options.limits.killGrace.ms)})\n`,
-    hurry: options.hurrySignal,
+    hurry: hurryNow,
     table,
   });
 
@@ -354,7 +359,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         tailBytes: options.tailBytes ?? DEFAULT_TAIL_BYTES,
         mask,
         cancelSignal: phase.cancelSignal,
-        hurrySignal: options.hurrySignal,
+        hurrySignal: phase.hurrySignal,
         onStop: (stop) => emit({ type: "task-stopping", index, name: task.name, stop }),
         processTable: table,
         ...(launcher ? { launcher } : {}),
@@ -425,6 +430,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
       boundAt: ceilingAt,
       ceiling: "RunCeiling",
       cancelSignal: options.cancelSignal,
+      hurrySignal: options.hurrySignal,
       env: {},
     };
     for (const [index, task] of options.tasks.entries()) {
@@ -448,6 +454,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
           : await sweepLeftovers(sweepOf(reason), containment, false);
       if (swept.found > 0) emit({ type: "leftovers-swept", ...swept });
       sharedGraceEndsAt = undefined;
+      hurryNow = finallyHurry;
       const ending = outcomes.find((outcome) => outcome.phase !== "Succeeded" && outcome.phase !== "Pending");
       emit({
         type: "finally-started",
@@ -464,6 +471,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         boundAt: performance.now() + options.limits.finallyCeiling.ms,
         ceiling: "FinallyCeiling",
         cancelSignal: options.finallyCancelSignal,
+        hurrySignal: finallyHurry,
         env: { [OUTCOME_ENV_VAR]: reason, [FAILED_TASK_ENV_VAR]: ending?.name ?? "" },
       };
       let finallyEnded: TaskPhase | null = null;
@@ -501,7 +509,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
     }
     await containment.close();
     // Everything that could hold a pipe is dead now: what it queued comes out before the report.
-    await drainPipes(openPipes, options.hurrySignal);
+    await drainPipes(openPipes, hurryNow);
     for (const drop of drops) {
       const more = drop.bytes() - drop.told;
       if (more > 0)
@@ -540,6 +548,8 @@ interface TaskPhaseRules {
   boundAt: number;
   ceiling: "RunCeiling" | "FinallyCeiling";
   cancelSignal: AbortSignal | undefined;
+  /** cuts the grace of the phase's live task */
+  hurrySignal: AbortSignal | undefined;
   /** what the phase tells its tasks (PLAYBOOK_OUTCOME for the finally tasks) */
   env: Record<string, string>;
 }

@@ -251,7 +251,7 @@ describe("playbook run", () => {
     const task = JSON.parse(result.stdout).status.tasks[0];
     expect(task).toMatchObject({ phase: "Cancelled", ending: "Killed" });
     // What happened, not the grace it would have had.
-    const cut = /process group killed (at once|after \d+(\.\d)?s): a second interrupt cut its 1m grace short/;
+    const cut = /process group killed (at once|after \d+(\.\d)?s): another interrupt cut its 1m grace short/;
     expect(task.message).toMatch(cut);
     expect(result.stderr).toMatch(cut);
     expect(result.stderr).not.toContain("killed after 1m grace");

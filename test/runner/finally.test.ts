@@ -1,3 +1,4 @@
+import type { ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -280,57 +281,125 @@ describe("finally tasks' progress lines", () => {
   });
 });
 
-describe("playbook run with finally tasks", () => {
-  it("Ctrl-C cancels the main tasks and the finally tasks run; a second Ctrl-C ends them; exit 130", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "finally-cli-"));
-    const file = join(dir, "pb.yaml");
-    writeFileSync(
-      file,
-      [
-        "apiVersion: playbook.dev/v1alpha1",
-        "kind: Playbook",
-        "metadata: {name: cleanup}",
-        "spec:",
-        "  killGrace: 1s",
-        "  tasks:",
-        "    - {name: work, run: 'echo up; sleep 30'}",
-        "  finally:",
-        `    - {name: unlock, run: '${tellOutcome.replaceAll("'", "''")}; echo unlocking; sleep 30'}`,
-        "    - {name: after, run: 'echo after'}",
-        "",
-      ].join("\n"),
-    );
-    const marker = currentMarker();
+/** A Playbook manifest with finally tasks, in a file of its own. */
+function finallyManifest(killGrace: string, work: string, unlock: string): string {
+  const file = join(mkdtempSync(join(tmpdir(), "finally-cli-")), "pb.yaml");
+  const quote = (run: string) => `'${run.replaceAll("'", "''")}'`;
+  writeFileSync(
+    file,
+    [
+      "apiVersion: playbook.dev/v1alpha1",
+      "kind: Playbook",
+      "metadata: {name: cleanup}",
+      "spec:",
+      `  killGrace: ${killGrace}`,
+      "  tasks:",
+      `    - {name: work, run: ${quote(work)}}`,
+      "  finally:",
+      `    - {name: unlock, run: ${quote(unlock)}}`,
+      "    - {name: after, run: 'echo after'}",
+      "",
+    ].join("\n"),
+  );
+  return file;
+}
+
+/** Sends SIGINT once each of `cues` shows on stderr, in order: deterministic, not timed. */
+function interruptOn(cues: readonly string[]) {
+  return (child: ChildProcess) => {
+    let seen = "";
+    let next = 0;
+    child.stderr?.on("data", (chunk: Buffer) => {
+      seen += chunk.toString();
+      while (next < cues.length && seen.includes(cues[next] as string)) {
+        next += 1;
+        child.kill("SIGINT");
+      }
+    });
+  };
+}
+
+interface ShownRun {
+  status: {
+    tasks: { phase: string; ending?: string; message?: string }[];
+    finally: { name: string; phase: string; ending?: string; message?: string }[];
+  };
+}
+
+// A task that says it got its SIGTERM and holds on: only a SIGKILL ends it.
+const holdOn = (name: string) =>
+  `trap 'echo ${name} got TERM' TERM; echo ${name} up; while :; do sleep 0.1; done`;
+
+describe("playbook run with finally tasks: each Ctrl-C acts on what runs then", () => {
+  it("during a main task's grace a second Ctrl-C cuts that grace, and the finally tasks still run", async () => {
+    const file = finallyManifest("5m", holdOn("work"), `${tellOutcome}; echo cleaned`);
     const result = await startCli(["run", "-f", file, "-o", "json"], {
-      env: { [MARKER_VAR]: marker },
-      onSpawn: (child) => {
-        let seen = "";
-        child.stderr?.on("data", (chunk: Buffer) => {
-          const before = seen;
-          seen += chunk.toString();
-          // Each SIGINT once the task it is meant for said it is up: deterministic, not timed.
-          if (!before.includes("[work] up\n") && seen.includes("[work] up\n")) child.kill("SIGINT");
-          if (!before.includes("[unlock] unlocking\n") && seen.includes("[unlock] unlocking\n"))
-            child.kill("SIGINT");
-        });
-      },
+      env: { [MARKER_VAR]: currentMarker() },
+      onSpawn: interruptOn(["[work] work up\n", "[work] work got TERM\n"]),
     });
     expect(result.code).toBe(130);
     expect(result.stderr).toContain(
-      "cancelling the run (the finally tasks still run; again to cancel them too)",
+      "playbook: received SIGINT; cancelling the run; the finally tasks still run (again to kill the live task without waiting for the grace)",
+    );
+    expect(result.stderr).toContain(
+      "playbook: received SIGINT again; killing the live task without waiting for the grace; the finally tasks still run (again, once they run, to cancel them)",
     );
     expect(result.stderr).toContain("[unlock] outcome=Cancelled failed=work\n");
-    expect(result.stderr).toContain("cancelling the finally tasks (again to kill at once)");
+    expect(result.stderr).toContain("[unlock] cleaned\n");
+    expect(result.stderr).toContain("[after] after\n");
+    const shown = JSON.parse(result.stdout) as ShownRun;
+    expect(shown.status.tasks[0]).toMatchObject({ phase: "Cancelled", ending: "Killed" });
+    expect(shown.status.tasks[0]?.message).toMatch(
+      /killed (at once|after [\d.]+s): another interrupt cut its 5m grace short/,
+    );
+    expect(shown.status.finally.map((task) => [task.name, task.phase])).toEqual([
+      ["unlock", "Succeeded"],
+      ["after", "Succeeded"],
+    ]);
+  });
+
+  it("during a finally task Ctrl-C cancels it with its own grace, and one more kills it at once", async () => {
+    const file = finallyManifest("5m", "echo work up; sleep 300", `${tellOutcome}; ${holdOn("unlock")}`);
+    const result = await startCli(["run", "-f", file, "-o", "json"], {
+      env: { [MARKER_VAR]: currentMarker() },
+      onSpawn: interruptOn(["[work] work up\n", "[unlock] unlock up\n", "[unlock] unlock got TERM\n"]),
+    });
+    expect(result.code).toBe(130);
+    expect(result.stderr).toContain("[unlock] outcome=Cancelled failed=work\n");
+    expect(result.stderr).toContain(
+      "playbook: received SIGINT again; cancelling the finally task unlock: it gets its grace to stop (again to kill it at once)",
+    );
+    expect(result.stderr).toContain(
+      "playbook: received SIGINT again; killing the finally task unlock without waiting for the grace",
+    );
     expect(result.stderr).toContain("playbook: finally tasks skipped: after");
-    const object = JSON.parse(result.stdout) as {
-      status: { tasks: { phase: string }[]; finally: { name: string; phase: string }[]; limits: object };
-    };
-    expect(object.status.tasks.map((task) => task.phase)).toEqual(["Cancelled"]);
-    expect(object.status.finally.map((task) => [task.name, task.phase])).toEqual([
+    const shown = JSON.parse(result.stdout) as ShownRun;
+    expect(shown.status.tasks.map((task) => task.phase)).toEqual(["Cancelled"]);
+    expect(shown.status.finally.map((task) => [task.name, task.phase])).toEqual([
       ["unlock", "Cancelled"],
       ["after", "Skipped"],
     ]);
-    expect(object.status.limits).toMatchObject({ finallyCeiling: { value: "5m", source: "default" } });
+    expect(shown.status.finally[0]).toMatchObject({ ending: "Killed" });
+    expect(shown.status.finally[0]?.message).toMatch(/another interrupt cut its 5m grace short/);
+  });
+
+  it("a first Ctrl-C during a finally task cancels that task, and the run is Cancelled", async () => {
+    const file = finallyManifest("1s", "echo work done", holdOn("unlock"));
+    const result = await startCli(["run", "-f", file, "-o", "json"], {
+      env: { [MARKER_VAR]: currentMarker() },
+      onSpawn: interruptOn(["[unlock] unlock up\n"]),
+    });
+    expect(result.code).toBe(130);
+    expect(result.stderr).toContain(
+      "playbook: received SIGINT; cancelling the finally task unlock: it gets its grace to stop (again to kill it at once)",
+    );
+    expect(result.stderr).toContain("[unlock] unlock got TERM\n");
+    const shown = JSON.parse(result.stdout) as ShownRun;
+    expect(shown.status.tasks.map((task) => task.phase)).toEqual(["Succeeded"]);
+    expect(shown.status.finally.map((task) => [task.name, task.phase])).toEqual([
+      ["unlock", "Cancelled"],
+      ["after", "Skipped"],
+    ]);
   });
 });
 

@@ -166,8 +166,8 @@ describe("a kill a second interrupt hurried", () => {
     expandReport(decodeReport(encodeReport(outcome), 1), limits).tasks[0]?.message;
 
   it.each([
-    [0, "killed at once: a second interrupt cut its 10s grace short"],
-    [2345, "killed after 2.3s: a second interrupt cut its 10s grace short"],
+    [0, "killed at once: another interrupt cut its 10s grace short"],
+    [2345, "killed after 2.3s: another interrupt cut its 10s grace short"],
   ])("after %i ms of the grace says so, not the whole grace", (ms, says) => {
     expect(messageOf(cancelled(ms))).toContain(says);
     expect(messageOf(cancelled(ms))).not.toContain("after 10s grace");

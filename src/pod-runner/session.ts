@@ -1,7 +1,6 @@
-// What `playbook run` and `playbook pod-runner` share: run the tasks with progress, turn
-// SIGINT/SIGTERM/SIGHUP into a cancellation that still reports, and encode the report.
-import { fstatSync, writeFileSync } from "node:fs";
-import { Writable } from "node:stream";
+// The core both entries share (local-entry.ts, pod-entry.ts): run the tasks with progress, turn
+// SIGINT/SIGTERM/SIGHUP into a cancellation that still reports, and encode and write the report.
+import { writeFileSync } from "node:fs";
 import type { ResolvedLimits } from "../api/limits.js";
 import type { TaskSpec } from "../api/playbook.js";
 import { decodeReport, encodeReport, type RunnerReport, type RunOutcome } from "../api/report.js";
@@ -14,17 +13,18 @@ import {
   RUN_DIR_VAR,
   taskContainersFrom,
   taskUidsFrom,
-} from "../pod-runner/agent-mode.js";
-import type { LocalRun } from "../pod-runner/local-run.js";
-import { writeThenRelease } from "../pod-runner/output.js";
-import { PodLog } from "../pod-runner/pod-log.js";
-import { ProgressRecorder } from "../pod-runner/progress-recorder.js";
-import { runPlaybook } from "../pod-runner/run.js";
-import { TaskLines } from "../pod-runner/task-lines.js";
-import type { LocalImages } from "./local-images.js";
-import { Progress } from "./progress.js";
+} from "./agent-mode.js";
+import { decideInterrupt } from "./interrupts.js";
+import { containerLimits, describePlacement, type LocalImages } from "./local-images.js";
+import { type LocalRun, localRunId } from "./local-run.js";
+import { countingSink, sameTarget } from "./output-sink.js";
+import { PodLog } from "./pod-log.js";
+import { ProgressRecorder } from "./progress-recorder.js";
+import type { DrawProgress, ProgressSink } from "./progress-sink.js";
+import { runPlaybook } from "./run.js";
+import { TaskLines } from "./task-lines.js";
 
-export interface ExecuteOptions {
+export interface SessionOptions {
   name: string;
   tasks: readonly TaskSpec[];
   /** spec.shell: the shell of tasks that name none */
@@ -39,9 +39,11 @@ export interface ExecuteOptions {
   output: NodeJS.WritableStream;
   progressOut: NodeJS.WritableStream;
   tty: boolean;
-  reportPath?: string;
+  /** who draws the progress (the CLI's live lines) */
+  draw: DrawProgress;
+  reportPath?: string | undefined;
   /** spec.cancel: the run is cancelled before its first task, as the controller cancels it before its pod */
-  cancelled?: boolean;
+  cancelled?: boolean | undefined;
   /** `playbook run`: how the tasks that name an image run (local-images.ts) */
   images?: LocalImages;
   /** spec.resources: its limits apply to each local task container */
@@ -51,6 +53,8 @@ export interface ExecuteOptions {
    * the agents (src/pod-runner/agent-mode.ts).
    */
   agentMode?: boolean;
+  /** the environment that names the task containers, the run dir and the agents' users (default: this process's) */
+  env?: NodeJS.ProcessEnv;
   /** per task (by index, the finally tasks after the main ones), the container the controller resolved for it (the plan's `tasks` and `finally`) */
   taskContainers?: readonly string[];
   /**
@@ -62,40 +66,11 @@ export interface ExecuteOptions {
   maskValues?: readonly string[];
 }
 
-export interface ExecuteResult {
+export interface SessionResult {
   outcome: RunOutcome;
   report: RunnerReport;
   reportText: string;
   interrupted: boolean;
-}
-
-/**
- * A sink that counts what passes and survives a closed reader (EPIPE) without losing the run.
- * `lines` keeps each stream's partial line apart from the others' (task-lines.ts).
- */
-function countingSink(
-  target: NodeJS.WritableStream,
-  lines: TaskLines,
-  around: { before: () => void; after: (chunk: Buffer) => void },
-): { sink: Writable; bytes: () => number } {
-  let bytes = 0;
-  let broken = false;
-  target.on("error", () => {
-    broken = true;
-  });
-  const sink = new Writable({
-    highWaterMark: 1 << 16,
-    write(chunk: Buffer, _encoding, callback) {
-      bytes += chunk.length;
-      if (broken) return callback();
-      around.before();
-      const pieces = lines.task(chunk);
-      writeThenRelease(target, pieces, callback);
-      // The chunk is the last piece written; none (a line's "\n" that was ended already) changes nothing.
-      if (pieces.length > 0) around.after(chunk);
-    },
-  });
-  return { sink, bytes: () => bytes };
 }
 
 /** A report that cannot be written must not cost the run its outcome: say so and go on. */
@@ -108,36 +83,7 @@ function writeReport(path: string, text: string, say: (line: string) => void): v
   }
 }
 
-/**
- * Whether two streams end in the same place: the same stream (`-o json` puts task output on
- * stderr), or the same terminal, pipe or file (`2>&1`). There the runner's lines and the tasks'
- * share lines, and a task's open line is ended before one of the runner's.
- */
-function sameTarget(a: NodeJS.WritableStream, b: NodeJS.WritableStream): boolean {
-  if (a === b) return true;
-  const fdA = (a as { fd?: unknown }).fd;
-  const fdB = (b as { fd?: unknown }).fd;
-  if (typeof fdA !== "number" || typeof fdB !== "number") return false;
-  try {
-    const [statA, statB] = [fstatSync(fdA), fstatSync(fdB)];
-    return statA.dev === statB.dev && statA.ino === statB.ino && statA.rdev === statB.rdev;
-  } catch {
-    return false;
-  }
-}
-
-/** Where each task that names an image runs, as the progress says it. */
-function describePlacement(images: LocalImages | undefined): (string | undefined)[] | undefined {
-  if (!images) return undefined;
-  if (images.mode === "host") {
-    return images.images.map((image) => (image ? `on the host, not in ${image} (--on-host)` : undefined));
-  }
-  return images.images.map((image, index) =>
-    image ? `in ${image} (${images.engine.kind}, container ${images.containerOf[index]})` : undefined,
-  );
-}
-
-export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult> {
+export async function runSession(options: SessionOptions): Promise<SessionResult> {
   // The report's start: a record's offsets count from it too.
   const runStart = options.runStart ?? new Date();
   const recorder = options.podLog ? new ProgressRecorder(options.tasks.length, runStart) : undefined;
@@ -152,7 +98,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
   // Progress is best effort: a closed reader (EPIPE) must not crash the runner and orphan the
   // tasks' process groups. The listener stays for the life of the process.
   progressOut.on("error", () => {});
-  let progress: Progress | undefined;
+  let progress: ProgressSink | undefined;
   const taskLines = new TaskLines((options.output as { isTTY?: boolean }).isTTY === true);
   const { sink, bytes } = podLog
     ? { sink: podLog.sink, bytes: () => podLog.outputBytes() }
@@ -161,7 +107,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
         after: (chunk) => progress?.afterOutput(chunk),
       });
   const sharesLines = !podLog && sameTarget(options.output, progressOut);
-  progress = new Progress({
+  progress = options.draw({
     out: progressOut,
     ...(sharesLines
       ? {
@@ -179,34 +125,39 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     where: describePlacement(options.images),
     startsContainers: options.images?.mode === "containers",
   });
+  // Each signal acts on what runs at that moment (interrupts.ts): the main tasks' cancel and
+  // grace, then the finally tasks' own.
   const cancel = new AbortController();
   const hurry = new AbortController();
-  // The finally tasks run after a cancel too: a cancel that comes once they began (or a second
-  // one before) ends them, and one more kills without the grace.
   const finallyCancel = new AbortController();
+  const finallyHurry = new AbortController();
   const hasFinally = (options.finally?.length ?? 0) > 0;
   let finallyBegan = false;
+  let finallyTask: string | undefined;
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals) => {
-    if (hasFinally && !finallyCancel.signal.aborted && (interrupted || finallyBegan)) {
-      progress?.say(
-        `playbook: received ${signal}${interrupted ? " again" : ""}; cancelling the finally tasks (again to kill at once)`,
-      );
-      interrupted = true;
+    const decision = decideInterrupt(
+      {
+        phase: finallyBegan ? "finally" : "main",
+        hasFinally,
+        cancelled: cancel.signal.aborted,
+        hurried: hurry.signal.aborted,
+        finallyCancelled: finallyCancel.signal.aborted,
+        finallyHurried: finallyHurry.signal.aborted,
+        finallyTask,
+        again: interrupted,
+      },
+      signal,
+    );
+    progress?.say(decision.message);
+    interrupted = true;
+    if (decision.action === "cancel") cancel.abort();
+    if (decision.action === "hurry") hurry.abort();
+    if (decision.action === "cancel-finally") {
       cancel.abort();
       finallyCancel.abort();
-      return;
     }
-    if (interrupted) {
-      progress?.say(`playbook: received ${signal} again; killing without waiting for the grace`);
-      hurry.abort();
-      return;
-    }
-    progress?.say(
-      `playbook: received ${signal}; cancelling the run (${hasFinally ? "the finally tasks still run; again to cancel them too" : "again to kill at once"})`,
-    );
-    interrupted = true;
-    cancel.abort();
+    if (decision.action === "hurry-finally") finallyHurry.abort();
   };
   // SIGHUP too: a closed terminal would otherwise kill the runner, and the tasks, which live in
   // sessions of their own and never see the hangup, would be left running.
@@ -216,16 +167,17 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     progress.say("playbook: spec.cancel is true; the run is cancelled before its first task");
     cancel.abort();
   }
-  const containers = options.agentMode ? taskContainersFrom(process.env) : null;
+  const env = options.env ?? process.env;
+  const containers = options.agentMode ? taskContainersFrom(env) : null;
   let agentRun: Awaited<ReturnType<typeof openAgentRun>> | null = null;
   let local: LocalRun | undefined;
   try {
     progress.begin(options.name, options.tasks.length, runStart);
     if (recorder) podLog?.requestRecord(recorder.snapshot());
     if (containers) {
-      const runDir = process.env[RUN_DIR_VAR] || DEFAULT_RUN_DIR;
-      const helloMs = Number(process.env[AGENT_HELLO_VAR]) || DEFAULT_AGENT_HELLO_MS;
-      const uids = taskUidsFrom(process.env, containers) ?? undefined;
+      const runDir = env[RUN_DIR_VAR] || DEFAULT_RUN_DIR;
+      const helloMs = Number(env[AGENT_HELLO_VAR]) || DEFAULT_AGENT_HELLO_MS;
+      const uids = taskUidsFrom(env, containers) ?? undefined;
       agentRun = await openAgentRun(containers, runDir, helloMs, options.taskContainers, uids);
       if (agentRun.problem) progress.say(`playbook: ${agentRun.problem}; nothing is run`);
     }
@@ -265,7 +217,11 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       tasks: options.tasks,
       shell: options.shell,
       ...(options.finally?.length
-        ? { finally: options.finally, finallyCancelSignal: finallyCancel.signal }
+        ? {
+            finally: options.finally,
+            finallyCancelSignal: finallyCancel.signal,
+            finallyHurrySignal: finallyHurry.signal,
+          }
         : {}),
       limits: options.limits,
       runStart,
@@ -276,6 +232,8 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
       hurrySignal: hurry.signal,
       onEvent: (event) => {
         if (event.type === "finally-started") finallyBegan = true;
+        if (event.type === "task-started" && event.index >= options.tasks.length) finallyTask = event.name;
+        if (event.type === "task-finished" && event.index >= options.tasks.length) finallyTask = undefined;
         progress.event(event);
         if (recorder?.event(event)) podLog?.requestRecord(recorder.snapshot());
       },
@@ -306,20 +264,4 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     podLog?.close();
     for (const signal of signals) process.off(signal, onSignal);
   }
-}
-
-/** Names the run's containers apart from any other run's on this machine. */
-function localRunId(): string {
-  return `${process.pid.toString(16)}-${Math.floor(Math.random() * 2 ** 32)
-    .toString(16)
-    .padStart(8, "0")}`;
-}
-
-/** spec.resources.limits as the engines take them (--memory, --cpus). */
-function containerLimits(resources: ExecuteOptions["resources"]): { memory?: string; cpu?: string } {
-  const limits = resources?.limits ?? {};
-  return {
-    ...(limits.memory !== undefined ? { memory: String(limits.memory) } : {}),
-    ...(limits.cpu !== undefined ? { cpu: String(limits.cpu) } : {}),
-  };
 }

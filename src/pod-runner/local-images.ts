@@ -9,8 +9,8 @@ import {
   findAgentFiles,
   planTaskContainers,
   type TaskContainer,
-} from "../pod-runner/local-containers.js";
-import { describeLooks, findEngine, type LocalEngine, whatToInstall } from "../pod-runner/local-engine.js";
+} from "./local-containers.js";
+import { describeLooks, findEngine, type LocalEngine, whatToInstall } from "./local-engine.js";
 
 /**
  * A task's effective image: its own, else spec.image, else the --policy file's default;
@@ -76,4 +76,27 @@ export async function prepareLocalImages(
     };
   }
   return { mode: "containers", engine: choice.engine, agent, containers, containerOf, images };
+}
+
+/** Where each task that names an image runs, as the progress says it. */
+export function describePlacement(images: LocalImages | undefined): (string | undefined)[] | undefined {
+  if (!images) return undefined;
+  if (images.mode === "host") {
+    return images.images.map((image) => (image ? `on the host, not in ${image} (--on-host)` : undefined));
+  }
+  return images.images.map((image, index) =>
+    image ? `in ${image} (${images.engine.kind}, container ${images.containerOf[index]})` : undefined,
+  );
+}
+
+/** spec.resources.limits as the engines take them (--memory, --cpus). */
+export function containerLimits(resources: { limits?: Record<string, string | number> } | undefined): {
+  memory?: string;
+  cpu?: string;
+} {
+  const limits = resources?.limits ?? {};
+  return {
+    ...(limits.memory !== undefined ? { memory: String(limits.memory) } : {}),
+    ...(limits.cpu !== undefined ? { cpu: String(limits.cpu) } : {}),
+  };
 }
