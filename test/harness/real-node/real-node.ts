@@ -229,24 +229,32 @@ async function writeCniPlugins(dir: string): Promise<void> {
     await symlink(path.join(debian, plugin), path.join(binDir, plugin));
 }
 
-/** The node's containerd: tools/build.sh's (2.x, for image volumes) where it built one, else Debian's. */
+/**
+ * The node's containerd: tools/build.sh's (2.x, for image volumes) where it built one, else
+ * Debian's; and its runc: tools/build-runc.sh's (1.2+, for the idmapped mounts of pods with their
+ * own user namespace), linked into the same folder, else Debian's.
+ */
 function containerdBinaries(binDir: string): {
   containerd: string;
   ctr: string;
   shim?: string;
+  runc: string;
   major: number;
 } {
+  const builtRunc = path.join(binDir, "runc");
+  const runc = existsSync(builtRunc) ? builtRunc : (which("runc") ?? "runc");
   const built = path.join(binDir, "containerd");
   if (existsSync(built)) {
     return {
       containerd: built,
       ctr: path.join(binDir, "ctr"),
       shim: path.join(binDir, "containerd-shim-runc-v2"),
+      runc,
       major: containerdMajor(built),
     };
   }
   const debian = which("containerd") ?? "/usr/bin/containerd";
-  return { containerd: debian, ctr: which("ctr") ?? "ctr", major: containerdMajor(debian) };
+  return { containerd: debian, ctr: which("ctr") ?? "ctr", runc, major: containerdMajor(debian) };
 }
 
 function containerdMajor(binary: string): number {
@@ -295,7 +303,7 @@ const UNUSED_PLUGINS = [
   "io.containerd.internal.v1.tracing",
 ];
 
-function containerdConfigV3(dir: string, socket: string, shim: string | undefined): string {
+function containerdConfigV3(dir: string, socket: string, shim: string | undefined, runc: string): string {
   const lines = containerdHead(3, dir, socket, [...UNUSED_PLUGINS, "io.containerd.nri.v1.nri"]);
   tomlTable(lines, `plugins."io.containerd.cri.v1.runtime"`, {
     restrict_oom_score_adj: true,
@@ -311,7 +319,7 @@ function containerdConfigV3(dir: string, socket: string, shim: string | undefine
         runc: {
           runtime_type: "io.containerd.runc.v2",
           ...(shim ? { runtime_path: shim } : {}),
-          options: { SystemdCgroup: false, BinaryName: which("runc") ?? "runc" },
+          options: { SystemdCgroup: false, BinaryName: runc },
         },
       },
     },
@@ -333,7 +341,7 @@ function containerdConfigV3(dir: string, socket: string, shim: string | undefine
   return `${lines.join("\n")}\n`;
 }
 
-function containerdConfig(dir: string, socket: string): string {
+function containerdConfig(dir: string, socket: string, runc: string): string {
   const cri = {
     restrict_oom_score_adj: true,
     sandbox_image: PAUSE_IMAGE,
@@ -351,7 +359,7 @@ function containerdConfig(dir: string, socket: string): string {
       runtimes: {
         runc: {
           runtime_type: "io.containerd.runc.v2",
-          options: { SystemdCgroup: false, BinaryName: which("runc") ?? "runc" },
+          options: { SystemdCgroup: false, BinaryName: runc },
         },
       },
     },
@@ -717,7 +725,9 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
   const binaries = containerdBinaries(options.binDir);
   await writeFile(
     path.join(dir, "containerd.toml"),
-    binaries.major >= 2 ? containerdConfigV3(dir, socket, binaries.shim) : containerdConfig(dir, socket),
+    binaries.major >= 2
+      ? containerdConfigV3(dir, socket, binaries.shim, binaries.runc)
+      : containerdConfig(dir, socket, binaries.runc),
   );
   await writeFile(path.join(dir, "cni", "net.d", "10-playbook-dev.conflist"), cniConfig(dir));
 
