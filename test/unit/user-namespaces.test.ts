@@ -4,6 +4,9 @@
 // adoption rests on takes a pod built under either choice (the controller may have switched since
 // the create) and nothing else.
 import { describe, expect, it } from "vitest";
+import { PlaybookSpecSchema } from "../../src/api/playbook.js";
+import { describePlaybook } from "../../src/cli/describe-playbook.js";
+import { podUsersLine } from "../../src/cli/describe-pod-users.js";
 import { ControllerConfigSchema } from "../../src/controller/config.js";
 import type { PodView } from "../../src/controller/objects.js";
 import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
@@ -160,5 +163,34 @@ describe("the run's pod and its user namespace", () => {
     );
     const explicit = { ...on.pod, spec: { ...on.pod.spec, hostUsers: true } } as PodView;
     expect(unbuiltReason(on.input, explicit)).toMatch(/hostUsers/);
+  });
+});
+
+describe("playbook describe's line on the run pod's user namespace", () => {
+  it.each([
+    [
+      { kind: "found", name: "nightly-1", hostUsers: false },
+      "Users:      own user namespace (pod nightly-1 has hostUsers: false): its users are unmapped on the node",
+    ],
+    [
+      { kind: "found", name: "nightly-1", hostUsers: undefined },
+      "Users:      the node's user namespace (pod nightly-1): the controller's --user-namespaces is off, or the cluster did not support them when it was created",
+    ],
+    [
+      { kind: "none" },
+      "Users:      no pod now: the controller's --user-namespaces (auto|on|off) decides when it creates one",
+    ],
+    [
+      { kind: "unreadable", name: "nightly-1", why: "get pods forbidden by RBAC" },
+      "Users:      pod nightly-1 not readable (get pods forbidden by RBAC)",
+    ],
+  ] as const)("%j: %s", (pod, line) => {
+    expect(podUsersLine(pod)).toBe(line);
+    const lines = describePlaybook(
+      { name: "nightly", namespace: "ops", spec: PlaybookSpecSchema.parse(SPEC), status: undefined, pod },
+      { kind: "none" },
+      SETTINGS.defaults,
+    );
+    expect(lines[5]).toBe(line);
   });
 });
