@@ -24,7 +24,7 @@
 import { execFile, spawnSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync, readdirSync, readFileSync, readlinkSync, rmdirSync, writeFileSync } from "node:fs";
-import { mkdir, rm, symlink, writeFile } from "node:fs/promises";
+import { chmod, mkdir, rm, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
@@ -707,6 +707,11 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
   const logDir = path.join(stateDir, "logs");
   await mkdir(path.join(dir, "cni", "net.d"), { recursive: true });
   await mkdir(path.join(dir, "pod-logs"), { recursive: true });
+  // Traversable by every user, as /var/lib/containerd and /run/containerd are: the init of a pod
+  // with its own user namespace (hostUsers: false) runs as a mapped, non-root user of the node and
+  // reaches its rootfs under containerd's state folder (else: "remount-private ... permission denied").
+  await mkdir(path.join(dir, "containerd"), { recursive: true });
+  await chmod(path.join(dir, "containerd"), 0o711);
   const t0 = Date.now();
   const images = [await pauseImageArchive(), await busyboxImageArchive(log), ...(options.extraImages ?? [])];
   log(`Image archives ready after ${Date.now() - t0}ms`);
