@@ -3,9 +3,10 @@
 // handler, so `--user-namespaces auto` (the default) creates every pod with `hostUsers: false`.
 // A task then sees a uid_map that is not the identity, and seen from the node (this machine's
 // /proc: containerd runs the pod's processes here) its processes run as host UIDs outside
-// 0-65535. `off` keeps the node's user namespace: the same task sees the
-// identity map and runs as its own UID on the node (what the checks would find without the choice).
-import { readFileSync } from "node:fs";
+// 0-65535, as does its runner; `playbook describe` says which. `off` keeps the node's user
+// namespace: the same task sees the identity map and runs as its own UID on the node (what the
+// checks would find without the choice).
+import { readFileSync, readlinkSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { GROUP, VERSION } from "../../src/api/playbook.js";
 import { realNode } from "../controller/reason-cases.js";
@@ -29,6 +30,8 @@ import {
   processesWithMarker,
 } from "../harness/cluster-test.js";
 import { importTaskImages, TASK_IMAGES } from "../harness/task-images.js";
+import { startCli } from "../support/cli.js";
+import { liveProcesses } from "../support/processes.js";
 
 const IDENTITY = /^\s*0\s+0\s+4294967295\s*$/;
 /** The UIDs a pod without its own user namespace may run as on the node. */
@@ -106,6 +109,15 @@ describe.each([
         realNode.taskStartMs,
       );
       const uids = pids.map(hostUid);
+      // The runner of the same pod: the pod-runner process in the task's process namespace.
+      const pidNamespace = (pid: number | string) => readlinkSync(`/proc/${pid}/ns/pid`);
+      const runners = liveProcesses(
+        (pid) =>
+          readFileSync(`/proc/${pid}/cmdline`, "latin1").includes("pod-runner") &&
+          pidNamespace(pid) === pidNamespace(pids[0] ?? 0),
+      );
+      expect(runners.length).toBeGreaterThan(0);
+      uids.push(...runners.map(hostUid));
       if (ownNamespace) {
         for (const uid of uids) expect(uid, `${label}: host UID of the task`).toBeGreaterThan(HOST_RANGE_END);
       } else {
@@ -120,6 +132,15 @@ describe.each([
       if (ownNamespace) expect(map).not.toMatch(IDENTITY);
       else expect(map).toMatch(IDENTITY);
       // Inside, the task is the user the pod names, whatever the node maps it to.
+      const described = await startCli(["describe", name, "-n", namespace], {
+        env: { KUBECONFIG: inject("kubeconfig") },
+      });
+      expect(described.code, described.stderr).toBe(0);
+      expect(described.stdout).toContain(
+        ownNamespace
+          ? `Users:      own user namespace (pod ${name}-1 has hostUsers: false)`
+          : `Users:      the node's user namespace (pod ${name}-1)`,
+      );
       const inside = Number(lines[1]);
       if (!ownNamespace) expect(uids).toContain(inside);
       else expect(uids).not.toContain(inside);
