@@ -7,7 +7,8 @@
 # The binaries come in two sets, each built under a lock of its own: control-plane (what the
 # cluster, image and bench tests run: kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubectl, etcd, helm) and real-node (kubelet, kube-proxy, containerd, containerd-shim-runc-v2,
-# ctr, and kueue: the tests that run Kueue run on the real node). PLAYBOOK_TOOLS_SET names the one to build; all (the default) builds both, one after the
+# ctr, and kueue: the tests that run Kueue run on the real node; and runc, built by
+# tools/build-runc.sh into a folder of its own and linked here). PLAYBOOK_TOOLS_SET names the one to build; all (the default) builds both, one after the
 # other. A set whose binaries are all present is not locked, so asking for one never waits on
 # a build of the other.
 #
@@ -429,6 +430,13 @@ for part in "${parts[@]}"; do
   fi
   exec 9>&-
 done
+
+# The real node's runc (tools/build-runc.sh) lives in a cache folder of its own, keyed by its own
+# version; the folder here links to it, so that the real node finds every binary in one place.
+if [[ -z ${PLAYBOOK_TOOLS_TARGETS:-} && " ${parts[*]} " == *" real-node "* ]]; then
+  runc_binary=$(bash "$tools_dir/build-runc.sh") || die "runc could not be built; see above"
+  [[ $(readlink "$bin_dir/runc" 2>/dev/null) == "$runc_binary" ]] || ln -sfn "$runc_binary" "$bin_dir/runc"
+fi
 
 if $built; then
   what="everything missing"

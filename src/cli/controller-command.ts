@@ -37,6 +37,8 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
     "image of the runner container and the agent (and of tasks when neither the Playbook nor the policy names an image)",
   agentDelivery:
     "how the agent reaches task containers: image-volume (the runner image mounted, Kubernetes 1.35+ with containerd 2.1+ or CRI-O 1.31+), post-start (placed by the runner container's postStart hook) or auto (image-volume where the API server and every node's runtime support it) (default auto)",
+  userNamespaces:
+    "whether run pods get their own user namespace (hostUsers: false): on, off or auto (on where the API server is 1.33+ and every node's runtime reports user namespaces: containerd 2.0+ or CRI-O 1.25+ with runc 1.2+ or crun 1.9+) (default auto)",
   allowedServiceAccounts:
     "comma-separated service accounts Playbooks may name where no PlaybookPolicy says, besides default (default: none)",
   allowedImages:

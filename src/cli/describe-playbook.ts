@@ -7,6 +7,7 @@ import { type LimitDefaults, resolveLimits } from "../api/limits.js";
 import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import { checkPolicy, defaultsUnder, type NamespaceRules } from "../api/policy.js";
 import { escapeControls } from "../api/visible-text.js";
+import { podUsersLine, type RunPodRead } from "./describe-pod-users.js";
 import { describeSpec } from "./describe-spec.js";
 
 /** The namespace's PlaybookPolicy `default` as it could be read. */
@@ -20,6 +21,8 @@ export interface DescribedPlaybook {
   namespace: string;
   spec: PlaybookSpec;
   status: PlaybookStatus | undefined;
+  /** The run's pod (status.podName) as it could be read; no line when not read. */
+  pod?: RunPodRead;
 }
 
 function policyLine(policy: PolicyRead, namespace: string): string {
@@ -82,6 +85,7 @@ export function describePlaybook(
         )
       : "Succeeded:  not yet set",
     policyLine(policy, playbook.namespace),
+    ...(playbook.pod ? [podUsersLine(playbook.pod)] : []),
     held
       ? "Limits:     as the run is held to them (status.limits)"
       : "Limits:     not started: as the controller would resolve it now (with its built-in defaults; its flags may set others)",

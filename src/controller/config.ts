@@ -10,6 +10,7 @@ import { MAX_PREEMPTIONS_LIMIT } from "../api/playbook.js";
 import { imagePatternMessage, isImagePattern } from "../api/policy.js";
 import { WATCH_SECONDS_MIN } from "../runtime/informer.js";
 import { AGENT_DELIVERY_SETTINGS } from "./pods/agent-delivery.js";
+import { USER_NAMESPACES_SETTINGS } from "./pods/user-namespaces.js";
 
 /** The shortest --progress-interval: a read of every running run's log more often than this is no news. */
 const MIN_PROGRESS_INTERVAL_MS = 1000;
@@ -100,6 +101,8 @@ export const ControllerConfigSchema = z
     runnerImage: z.string().min(1).default("ghcr.io/playbook-controller/playbook-controller:0.1.0"),
     /** How the agent reaches task containers: auto picks image-volume where every node can mount one. */
     agentDelivery: z.enum(AGENT_DELIVERY_SETTINGS).default("auto"),
+    /** Whether run pods get their own user namespace: auto where the API server and every node support it. */
+    userNamespaces: z.enum(USER_NAMESPACES_SETTINGS).default("auto"),
     /** Service accounts Playbooks may name in namespaces without a PlaybookPolicy, besides `default`. */
     allowedServiceAccounts: List.pipe(
       z.array(z.string().regex(DNS_SUBDOMAIN, "must list service account names (DNS-1123 subdomains)")),
@@ -218,6 +221,7 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   ttlSecondsAfterFinished: "PLAYBOOK_TTL_SECONDS_AFTER_FINISHED",
   runnerImage: "PLAYBOOK_RUNNER_IMAGE",
   agentDelivery: "PLAYBOOK_AGENT_DELIVERY",
+  userNamespaces: "PLAYBOOK_USER_NAMESPACES",
   allowedServiceAccounts: "PLAYBOOK_ALLOWED_SERVICE_ACCOUNTS",
   allowedImages: "PLAYBOOK_ALLOWED_IMAGES",
   namespaces: "PLAYBOOK_NAMESPACES",

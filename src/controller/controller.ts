@@ -45,6 +45,7 @@ import { isPodPhaseTerminal } from "./pods/pod-state.js";
 import { PolicyGovernor } from "./policy/policy-governor.js";
 import { isQueued } from "./policy/policy-queue.js";
 import { isFinished } from "./status.js";
+import { UserNamespacesWatch } from "./user-namespaces-watch.js";
 
 export type { Clock };
 
@@ -86,6 +87,8 @@ export class PlaybookController {
   private readonly settings: ReconcileSettings;
   /** How task containers get the agent in the pods created now (--agent-delivery). */
   private readonly agentDelivery: AgentDeliveryWatch;
+  /** Whether the pods created now get their own user namespace (--user-namespaces). */
+  private readonly userNamespaces: UserNamespacesWatch;
   private readonly playbooks = new Map<string, Informer<StoredPlaybook>>();
   private readonly pods = new Map<string, Informer<PodView>>();
   private readonly governor: PolicyGovernor;
@@ -155,6 +158,16 @@ export class PlaybookController {
       // The settings object is the controller's own: each pod built from now on takes the choice.
       onChoice: (delivery) => {
         this.settings.agentDelivery = delivery;
+      },
+    });
+    this.userNamespaces = new UserNamespacesWatch({
+      setting: deps.config.userNamespaces,
+      api: deps.clients.api,
+      log: deps.log,
+      metrics: this.metrics,
+      watchTimeoutMs: deps.config.watchTimeout,
+      onChoice: (enabled) => {
+        this.settings.userNamespaces = enabled;
       },
     });
     this.governor = this.policyGovernor(namespaces);
@@ -274,6 +287,7 @@ export class PlaybookController {
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
     await this.agentDelivery.start();
+    await this.userNamespaces.start();
     await this.workloads?.start();
     for (const informer of this.informers()) informer.start();
     const stopped = new Promise<void>((resolve) =>
@@ -284,6 +298,7 @@ export class PlaybookController {
       Promise.all([
         ...this.informers().map((informer) => informer.waitForSync()),
         this.agentDelivery.waitForSync(),
+        this.userNamespaces.waitForSync(),
         this.workloads?.waitForSync(),
       ]),
       stopped,
@@ -378,6 +393,7 @@ export class PlaybookController {
     this.metrics.isLeader.set(0);
     await Promise.all(this.informers().map((informer) => informer.stop()));
     await this.agentDelivery.stop();
+    await this.userNamespaces.stop();
     await this.workloads?.stop();
     await this.server?.close();
     this.log.info({}, "Stopped");

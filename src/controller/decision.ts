@@ -23,6 +23,8 @@ export interface ReconcileSettings {
   runnerImage: string;
   /** How the pods created now get the agent (the controller's current choice); post-start unless set. */
   agentDelivery?: AgentDelivery;
+  /** Whether the pods created now get their own user namespace (hostUsers: false); off unless set. */
+  userNamespaces?: boolean;
   ttlSecondsAfterFinished: number;
   /** --allowed-service-accounts and --allowed-images: allowed where no policy says otherwise. */
   allowedServiceAccounts?: readonly string[];

@@ -59,6 +59,7 @@ export class ControllerMetrics extends RuntimeMetrics {
   readonly queuedRuns: Gauge<"namespace">;
   /** 1 for the way the agent reaches task containers in the pods created now, 0 for the other. */
   readonly agentDelivery: Gauge<"delivery">;
+  readonly userNamespaces: Gauge;
   readonly policyRefusals: Counter<"namespace" | "field">;
   readonly untrustedReports: Counter<"namespace" | "why">;
   readonly policyStatusWrites: Counter;
@@ -166,6 +167,13 @@ export class ControllerMetrics extends RuntimeMetrics {
         "How the agent reaches the task containers of the pods created now: 1 for image-volume (the runner image " +
         "mounted as an image volume) or post-start (placed by the runner container's postStart hook), 0 for the other",
       labelNames: ["delivery"],
+      registers,
+    });
+    this.userNamespaces = new Gauge({
+      name: "playbook_user_namespaces",
+      help:
+        "Whether the pods created now get their own user namespace (hostUsers: false): 1 for on, 0 for off " +
+        "(--user-namespaces, under auto what the API server and every node's runtime support)",
       registers,
     });
     this.policyRefusals = new Counter({

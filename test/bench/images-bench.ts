@@ -1,5 +1,5 @@
 // `npm run bench:images [-- --quick] [-- --rounds=N] [-- --start-rounds=N] [-- --kill-rounds=N (0: none)]
-// [-- --trace] [-- --restricted-reference] [-- --results-file=F]`: tasks in their own
+// [-- --trace] [-- --restricted-reference] [-- --user-namespaces-only] [-- --results-file=F]`: tasks in their own
 // images (issue 20) on a real node of their own (containerd under Kubernetes' kubelet; root, and no
 // other real node running: take /tmp/playbook-real-node.lock), each against a reference measured
 // in the same run, printed as ratios:
@@ -10,6 +10,10 @@
 //     it ran) in the same image on the same node, and (`_vs_layout`) vs a pod of our pods' shape
 //     with nothing of ours (a sleeping first container and a second running the same command,
 //     both restricted). Medians, with the spread (p10..p90).
+//   task_image_start_user_namespaces (issue 56): the same start of the same Playbook (agent by
+//     image-volume), its pod in a user namespace of its own (--user-namespaces auto, which takes
+//     them on the node's containerd 2.x with runc 1.2+; the bench checks hostUsers) vs in the
+//     node's (--user-namespaces off), rounds interleaved. Medians, with the spread.
 //   task_image_kill_p99_100procs: a 100-process tree in a task container (Debian image), its task
 //     timeout passed -> every process dead, vs GNU `timeout -s KILL` of the same tree in a plain
 //     pod of that image. Each from its own deadline: ours, the task's start in the runner's report
@@ -44,7 +48,11 @@ const run = promisify(execFile);
 const args = new Map(process.argv.slice(2).map((a) => a.replace(/^--/, "").split("=") as [string, string]));
 const quick = args.has("quick");
 const START_ROUNDS = Number(args.get("start-rounds") ?? args.get("rounds") ?? (quick ? 2 : 30));
-const KILL_ROUNDS = Number(args.get("kill-rounds") ?? args.get("rounds") ?? (quick ? 3 : 200));
+/** `--user-namespaces-only`: task_image_start_user_namespaces alone (no layouts, no kills). */
+const USER_NAMESPACES_ONLY = args.has("user-namespaces-only");
+const KILL_ROUNDS = USER_NAMESPACES_ONLY
+  ? 0
+  : Number(args.get("kill-rounds") ?? args.get("rounds") ?? (quick ? 3 : 200));
 /** The layouts measured, each with its controller setting and its target ratio. */
 const LAYOUTS = [
   // layoutTarget: against the two-container restricted pod (issue 45: <= 1.1 for the default
@@ -52,6 +60,9 @@ const LAYOUTS = [
   { delivery: "image-volume", setting: "auto", target: "<= 1.2", layoutTarget: "<= 1.1" },
   { delivery: "post-start", setting: "post-start", target: "<= 1.6", layoutTarget: "<= 1.5" },
 ] as const;
+
+/** The start with the pod in a user namespace of its own against without it (issue 56). */
+const USER_NAMESPACES_TARGET = "<= 1.1";
 
 /** p10..p90 of a sample, for the notes. */
 const spread = (values: number[]) => `p10 ${percentile(values, 10)}, p90 ${percentile(values, 90)}`;
@@ -152,7 +163,10 @@ async function main(): Promise<void> {
     const namespace = "bench-images";
     await createBenchNamespace(core, custom, namespace);
     /** A controller of its own per layout: the setting is read once, at its start. */
-    const startController = async (setting: (typeof LAYOUTS)[number]["setting"]): Promise<void> => {
+    const startController = async (
+      setting: (typeof LAYOUTS)[number]["setting"],
+      userNamespaces: "auto" | "off" = "auto",
+    ): Promise<void> => {
       controller?.stop();
       await done?.catch(() => {});
       const config = loadControllerConfig(
@@ -161,8 +175,9 @@ async function main(): Promise<void> {
           metricsAddress: "127.0.0.1:0",
           leaderElection: false,
           runnerImage: projectImageName(),
-          identity: `bench-images-${setting}`,
+          identity: `bench-images-${setting}-${userNamespaces}`,
           agentDelivery: setting,
+          userNamespaces,
         },
         {},
       );
@@ -341,7 +356,7 @@ async function main(): Promise<void> {
       const volume = read.spec?.volumes?.find((v) => v.name === "playbook-agent");
       return volume?.image ? "image-volume" : volume?.emptyDir ? "post-start" : "none";
     };
-    for (const layout of LAYOUTS) {
+    for (const layout of USER_NAMESPACES_ONLY ? [] : LAYOUTS) {
       await startController(layout.setting);
       log(`warming up (${layout.delivery})`);
       await startOurs();
@@ -382,6 +397,44 @@ async function main(): Promise<void> {
         ratio: ratio(startOursMs, layoutRefMs),
         target: layout.layoutTarget,
         note: `pod creation (watch) -> first task's first line, as above, vs a pod of the same shape with nothing of ours: a sleeping first container (runner image) and a second running the same command in the same image, both restricted; median of ${START_ROUNDS} (ours ${spread(ours)}; two-container ${spread(layoutReference)})`,
+      });
+    }
+    /** Whether the run's pod was created in a user namespace of its own. */
+    const ownUserNamespace = async (pod: string): Promise<boolean> =>
+      (await core.readNamespacedPod({ namespace, name: pod })).spec?.hostUsers === false;
+    /** One start under each choice, each from a controller started for it: the pod shows which it got. */
+    const startUnder = async (userNamespaces: "auto" | "off"): Promise<number> => {
+      await startController(LAYOUTS[0].setting, userNamespaces);
+      const ms = await startOurs();
+      const own = await ownUserNamespace(`start-${counter}-1`);
+      if (own !== (userNamespaces === "auto")) {
+        throw new Error(
+          `--user-namespaces ${userNamespaces} built a pod ${own ? "with" : "without"} hostUsers: false (does the node's runtime report user namespaces?)`,
+        );
+      }
+      return ms;
+    };
+    if (START_ROUNDS > 0) {
+      log("warming up (user namespaces on and off)");
+      await startUnder("auto");
+      await startUnder("off");
+      const own: number[] = [];
+      const host: number[] = [];
+      for (let round = 1; round <= START_ROUNDS; round++) {
+        own.push(await startUnder("auto"));
+        host.push(await startUnder("off"));
+        log(
+          `task_image_start_user_namespaces round ${round}: own user namespace ${own.at(-1)} ms, the node's ${host.at(-1)} ms`,
+        );
+      }
+      record({
+        name: "task_image_start_user_namespaces",
+        ours: median(own),
+        reference: median(host),
+        unit: "ms",
+        ratio: ratio(median(own), median(host)),
+        target: USER_NAMESPACES_TARGET,
+        note: `pod creation (watch) -> first task's first line, a Playbook in 3 images (agent by image-volume) in a user namespace of its own (hostUsers: false) vs in the node's, rounds interleaved; median of ${START_ROUNDS} (own ${spread(own)}; node's ${spread(host)})`,
       });
     }
     await startController(LAYOUTS[0].setting);

@@ -53,44 +53,62 @@ describe("--log-format", () => {
   it("json prints one object per start-up line, for log collectors", async () => {
     const lines = await startUpLines("json");
     const records = lines.map((line) => JSON.parse(line) as Record<string, unknown>);
+    // The two choices made from the nodes' list are said in the order their lists came.
+    const chose = (start: string) => records.find((r) => String(r.msg).startsWith(start));
     expect(
-      records.map((r) => r.msg),
+      records.map((r) => (String(r.msg).startsWith("Chose ") ? "Chose ..." : r.msg)),
       lines.join("\n"),
     ).toEqual([
       "Serving metrics and health",
-      "Chose how task containers get the agent",
+      "Chose ...",
+      "Chose ...",
       "Caches synced",
       "Started workers",
       "Stopping: finishing in-flight reconciles and releasing the Lease",
       "Stopped",
     ]);
     expect(records[0]).toMatchObject({ level: 30, component: "playbook-controller" });
-    expect(records[1]).toMatchObject({ delivery: expect.stringMatching(/^(image-volume|post-start)$/) });
-    expect(records[1]?.why).toMatch(/^auto: /);
-    expect(records[2]).toMatchObject({ namespaces: [namespace] });
-    expect(records[3]).toMatchObject({ workers: 2, identity: "options-test" });
+    const agent = chose("Chose how task containers get the agent");
+    expect(agent).toMatchObject({ delivery: expect.stringMatching(/^(image-volume|post-start)$/) });
+    expect(agent?.why).toMatch(/^auto: /);
+    // The scripted node's runtime (scripted://) runs no pod in a user namespace of its own.
+    expect(chose("Chose whether run pods get their own user namespace")).toMatchObject({
+      userNamespaces: "off",
+      why: expect.stringMatching(
+        /^auto: (node \S+ runs scripted:\/\/ \(user namespaces need containerd 2\.0\+ or CRI-O 1\.25\+\)|no node has reported its container runtime yet)$/,
+      ),
+    });
+    expect(records[3]).toMatchObject({ namespaces: [namespace] });
+    expect(records[4]).toMatchObject({ workers: 2, identity: "options-test" });
   });
 
   it("text prints time, level, message and key=value fields, one line each", async () => {
     const lines = await startUpLines("text");
     const time = String.raw`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z`;
-    expect(lines).toHaveLength(6);
+    expect(lines).toHaveLength(7);
     expect(lines[0]).toMatch(
       new RegExp(`^${time} INFO  Serving metrics and health address=127\\.0\\.0\\.1:\\d+$`),
     );
-    expect(lines[1]).toMatch(
+    // The two choices made from the nodes' list, in the order their lists came.
+    const chose = lines.slice(1, 3).sort();
+    expect(chose[0]).toMatch(
       new RegExp(
         `^${time} INFO  Chose how task containers get the agent delivery=(image-volume|post-start) why=`,
       ),
     );
-    expect(lines[2]).toMatch(new RegExp(`^${time} INFO  Caches synced namespaces=\\["${namespace}"\\]$`));
-    expect(lines[3]).toMatch(new RegExp(`^${time} INFO  Started workers workers=2 identity=options-test$`));
-    expect(lines[4]).toMatch(
+    expect(chose[1]).toMatch(
+      new RegExp(
+        `^${time} INFO  Chose whether run pods get their own user namespace userNamespaces=off why=`,
+      ),
+    );
+    expect(lines[3]).toMatch(new RegExp(`^${time} INFO  Caches synced namespaces=\\["${namespace}"\\]$`));
+    expect(lines[4]).toMatch(new RegExp(`^${time} INFO  Started workers workers=2 identity=options-test$`));
+    expect(lines[5]).toMatch(
       new RegExp(
         `^${time} INFO  Stopping: finishing in-flight reconciles and releasing the Lease signal=SIGTERM$`,
       ),
     );
-    expect(lines[5]).toMatch(new RegExp(`^${time} INFO  Stopped$`));
+    expect(lines[6]).toMatch(new RegExp(`^${time} INFO  Stopped$`));
   });
 });
 
@@ -134,6 +152,8 @@ describe("--metrics-playbook-label", () => {
           : undefined;
       });
       expect(sample(text, "playbook_run_duration_seconds_count", { ...labels, reason: "Succeeded" })).toBe(1);
+      // The scripted node's runtime runs no pod in a user namespace of its own.
+      expect(sample(text, "playbook_user_namespaces", {})).toBe(0);
       // Without leader election the single replica reconciles, so it reports itself the leader.
       expect(sample(text, "playbook_leader", {})).toBe(1);
       expect(sample(text, "playbook_task_limit_usage_ratio_count", { ...labels, limit: "TaskTimeout" })).toBe(

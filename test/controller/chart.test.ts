@@ -247,21 +247,31 @@ describe("the Helm chart", () => {
     expect(applied.code).toBe(0);
   });
 
-  it("watches nodes only for --agent-delivery auto: a fixed way is passed on and grants only get on nodes (adoption reads a found pod's node)", async () => {
-    const { objects } = await template(namespace, ["config.agentDelivery=post-start"]);
+  it("watches nodes only for --agent-delivery auto or --user-namespaces auto: fixed settings are passed on and grant only get on nodes (adoption reads a found pod's node)", async () => {
     const nodesRole = (list: Rendered[]) =>
       list.find((o) => o.kind === "ClusterRole" && o.metadata.name.endsWith("-nodes")) as unknown as {
         rules: unknown[];
       };
-    expect(nodesRole(objects).rules).toEqual([{ apiGroups: [""], resources: ["nodes"], verbs: ["get"] }]);
-    const deployment = objects.find((o) => o.kind === "Deployment") as unknown as {
-      spec: { template: { spec: { containers: { args: string[] }[] } } };
-    };
-    expect(deployment.spec.template.spec.containers[0]?.args).toContain("--agent-delivery=post-start");
-    const nodes = (await template(namespace, [])).objects.find(
-      (o) => o.kind === "ClusterRole" && o.metadata.name.endsWith("-nodes"),
-    ) as unknown as { rules: unknown[] };
-    expect(nodes.rules).toEqual([{ apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch"] }]);
+    const argsOf = (list: Rendered[]) =>
+      (
+        list.find((o) => o.kind === "Deployment") as unknown as {
+          spec: { template: { spec: { containers: { args: string[] }[] } } };
+        }
+      ).spec.template.spec.containers[0]?.args;
+    const fixed = (await template(namespace, ["config.agentDelivery=post-start", "config.userNamespaces=on"]))
+      .objects;
+    expect(nodesRole(fixed).rules).toEqual([{ apiGroups: [""], resources: ["nodes"], verbs: ["get"] }]);
+    expect(argsOf(fixed)).toEqual(
+      expect.arrayContaining(["--agent-delivery=post-start", "--user-namespaces=on"]),
+    );
+    const watching = [["config.agentDelivery=post-start"], ["config.userNamespaces=off"], []];
+    for (const values of watching) {
+      const { objects } = await template(namespace, values);
+      expect(nodesRole(objects).rules, values.join(" ")).toEqual([
+        { apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch"] },
+      ]);
+    }
+    expect(argsOf((await template(namespace, [])).objects)).toContain("--user-namespaces=auto");
   });
 
   it("reads Kueue's Workloads only with config.kueue: the flags passed on, get/list/watch on workloads in every role", async () => {

@@ -48,13 +48,14 @@ describe("playbook describe", () => {
     expect(result.code, result.stderr).toBe(0);
     expect(result.stderr).toBe("");
     const lines = result.stdout.split("\n");
-    expect(lines.slice(0, 6)).toEqual([
+    expect(lines.slice(0, 7)).toEqual([
       "Name:       nightly",
       `Namespace:  ${namespace}`,
       "Phase:      Pending",
       // The CRD's default status, before the controller has seen the run.
       "Succeeded:  Unknown (Pending): the run has not started yet",
       "Policy:     default",
+      "Users:      no pod now: the controller's --user-namespaces (auto|on|off) decides when it creates one",
       "Limits:     not started: as the controller would resolve it now (with its built-in defaults; its flags may set others)",
     ]);
     expect(lines).toContain(

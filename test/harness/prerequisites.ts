@@ -116,8 +116,9 @@ export const IMAGE_PREREQUISITES: readonly Prerequisite[] = [
 /**
  * What `cluster:up` (a real node) needs: Debian's containerd with runc, the CNI bridge plugin for
  * the pods' network, util-linux and iproute2 for the node's own mount and network namespaces,
- * nftables for kube-proxy, openssl for the cluster's certificates, and a C compiler with a static
- * libc for the locally built pause image (test/harness/real-node/pause.c).
+ * nftables for kube-proxy, openssl for the cluster's certificates, a C compiler with a static
+ * libc for the locally built pause image (test/harness/real-node/pause.c), and libseccomp's
+ * headers for the node's runc (tools/build-runc.sh).
  */
 export const REAL_NODE_PREREQUISITES: readonly Prerequisite[] = [
   {
@@ -189,6 +190,16 @@ export const REAL_NODE_PREREQUISITES: readonly Prerequisite[] = [
           stdio: "ignore",
         },
       ).status === 0,
+  },
+  {
+    command: "/usr/include/seccomp.h",
+    debianPackage: "libseccomp-dev",
+    purpose: "the headers tools/build-runc.sh builds the node's runc with seccomp against (cgo)",
+    optional: false,
+    present: () =>
+      spawnSync("sh", ["-c", "echo '#include <seccomp.h>' | cc -E -x c - >/dev/null 2>&1"], {
+        stdio: "ignore",
+      }).status === 0,
   },
 ];
 

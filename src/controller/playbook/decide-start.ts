@@ -224,6 +224,7 @@ function createPodAction(
     now: state.input.now,
     runnerImage: state.input.settings.runnerImage,
     ...(state.input.settings.agentDelivery ? { agentDelivery: state.input.settings.agentDelivery } : {}),
+    ...(state.input.settings.userNamespaces ? { userNamespaces: true } : {}),
     pod: state.pod,
     name,
   });

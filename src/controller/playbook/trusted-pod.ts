@@ -25,11 +25,14 @@ export interface TrustedPods {
 }
 
 const DELIVERIES: readonly AgentDelivery[] = ["post-start", "image-volume"];
+/** The controller's current delivery first: the pod most likely built with it. */
+const deliveriesFirst = (current: AgentDelivery) => [current, ...DELIVERIES.filter((d) => d !== current)];
 
 /**
  * What makes the pod other than the controller builds it for its attempt, from the plan it
  * carries, at its creation; undefined when it is that pod, field for field (under either agent
- * delivery, which the controller may have switched since the create, with or without the token).
+ * delivery and either user-namespace choice, which the controller may have switched since the
+ * create, with or without the token).
  */
 export function unbuiltReason(input: ReconcileInput, pod: PodView): string | undefined {
   const text = pod.metadata.annotations?.[PLAN_ANNOTATION];
@@ -44,8 +47,13 @@ export function unbuiltReason(input: ReconcileInput, pod: PodView): string | und
   const runStart = new Date(plan.runStartTime);
   const current = input.settings.agentDelivery ?? "post-start";
   const observed = input.placements?.[pod.metadata.uid ?? ""] ?? {};
+  // The controller may have switched its user-namespace choice since the create too.
+  const userNamespaces = input.settings.userNamespaces ?? false;
+  const choices = deliveriesFirst(current).flatMap((agentDelivery) =>
+    [userNamespaces, !userNamespaces].map((withUserNamespace) => ({ agentDelivery, withUserNamespace })),
+  );
   let first: string | undefined;
-  for (const agentDelivery of [current, ...DELIVERIES.filter((d) => d !== current)]) {
+  for (const { agentDelivery, withUserNamespace } of choices) {
     const built = buildPod({
       playbook: { name, namespace, uid },
       spec: plan.spec,
@@ -58,6 +66,7 @@ export function unbuiltReason(input: ReconcileInput, pod: PodView): string | und
       now: new Date(created),
       runnerImage: input.settings.runnerImage,
       agentDelivery,
+      userNamespaces: withUserNamespace,
       pod: podSettings(plan.spec, rulesOf(input)),
       name: pod.metadata.name,
     });

@@ -166,6 +166,8 @@ export interface PodRequest {
   runnerImage: string;
   /** How the agent reaches the task containers (agent-delivery.ts); post-start unless told. */
   agentDelivery?: AgentDelivery;
+  /** true: the pod gets its own user namespace (`hostUsers: false`, user-namespaces.ts); the node's unless told. */
+  userNamespaces?: boolean;
   /** Default task image, service account and resources as the namespace's policy fills them in; the spec's alone when absent. */
   pod?: PodSettings | undefined;
   /** The pod's name: `<playbook>-<attempt>` when not given. */
@@ -282,6 +284,9 @@ export function buildPod(request: PodRequest): PodManifest {
     // The token lets tasks act as the service account: only one named for that gets it, and
     // only in the task containers (service-account-token.ts), never in the runner's.
     automountServiceAccountToken: false,
+    // Its own user namespace: a task that escapes its container is an unmapped user on the node.
+    // Never set to true: a cluster too old for the field would drop it, and the pod would differ.
+    ...(request.userNamespaces ? { hostUsers: false } : {}),
     // The pod-level user and group are the sandbox's alone: every container names its own.
     securityContext: {
       runAsNonRoot: true,

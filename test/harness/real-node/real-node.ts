@@ -24,7 +24,7 @@
 import { execFile, spawnSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync, readdirSync, readFileSync, readlinkSync, rmdirSync, writeFileSync } from "node:fs";
-import { mkdir, rm, symlink, writeFile } from "node:fs/promises";
+import { chmod, mkdir, rm, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
@@ -229,24 +229,32 @@ async function writeCniPlugins(dir: string): Promise<void> {
     await symlink(path.join(debian, plugin), path.join(binDir, plugin));
 }
 
-/** The node's containerd: tools/build.sh's (2.x, for image volumes) where it built one, else Debian's. */
+/**
+ * The node's containerd: tools/build.sh's (2.x, for image volumes) where it built one, else
+ * Debian's; and its runc: tools/build-runc.sh's (1.2+, for the idmapped mounts of pods with their
+ * own user namespace), linked into the same folder, else Debian's.
+ */
 function containerdBinaries(binDir: string): {
   containerd: string;
   ctr: string;
   shim?: string;
+  runc: string;
   major: number;
 } {
+  const builtRunc = path.join(binDir, "runc");
+  const runc = existsSync(builtRunc) ? builtRunc : (which("runc") ?? "runc");
   const built = path.join(binDir, "containerd");
   if (existsSync(built)) {
     return {
       containerd: built,
       ctr: path.join(binDir, "ctr"),
       shim: path.join(binDir, "containerd-shim-runc-v2"),
+      runc,
       major: containerdMajor(built),
     };
   }
   const debian = which("containerd") ?? "/usr/bin/containerd";
-  return { containerd: debian, ctr: which("ctr") ?? "ctr", major: containerdMajor(debian) };
+  return { containerd: debian, ctr: which("ctr") ?? "ctr", runc, major: containerdMajor(debian) };
 }
 
 function containerdMajor(binary: string): number {
@@ -295,7 +303,7 @@ const UNUSED_PLUGINS = [
   "io.containerd.internal.v1.tracing",
 ];
 
-function containerdConfigV3(dir: string, socket: string, shim: string | undefined): string {
+function containerdConfigV3(dir: string, socket: string, shim: string | undefined, runc: string): string {
   const lines = containerdHead(3, dir, socket, [...UNUSED_PLUGINS, "io.containerd.nri.v1.nri"]);
   tomlTable(lines, `plugins."io.containerd.cri.v1.runtime"`, {
     restrict_oom_score_adj: true,
@@ -311,7 +319,7 @@ function containerdConfigV3(dir: string, socket: string, shim: string | undefine
         runc: {
           runtime_type: "io.containerd.runc.v2",
           ...(shim ? { runtime_path: shim } : {}),
-          options: { SystemdCgroup: false, BinaryName: which("runc") ?? "runc" },
+          options: { SystemdCgroup: false, BinaryName: runc },
         },
       },
     },
@@ -333,7 +341,7 @@ function containerdConfigV3(dir: string, socket: string, shim: string | undefine
   return `${lines.join("\n")}\n`;
 }
 
-function containerdConfig(dir: string, socket: string): string {
+function containerdConfig(dir: string, socket: string, runc: string): string {
   const cri = {
     restrict_oom_score_adj: true,
     sandbox_image: PAUSE_IMAGE,
@@ -351,7 +359,7 @@ function containerdConfig(dir: string, socket: string): string {
       runtimes: {
         runc: {
           runtime_type: "io.containerd.runc.v2",
-          options: { SystemdCgroup: false, BinaryName: which("runc") ?? "runc" },
+          options: { SystemdCgroup: false, BinaryName: runc },
         },
       },
     },
@@ -699,6 +707,11 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
   const logDir = path.join(stateDir, "logs");
   await mkdir(path.join(dir, "cni", "net.d"), { recursive: true });
   await mkdir(path.join(dir, "pod-logs"), { recursive: true });
+  // Traversable by every user, as /var/lib/containerd and /run/containerd are: the init of a pod
+  // with its own user namespace (hostUsers: false) runs as a mapped, non-root user of the node and
+  // reaches its rootfs under containerd's state folder (else: "remount-private ... permission denied").
+  await mkdir(path.join(dir, "containerd"), { recursive: true });
+  await chmod(path.join(dir, "containerd"), 0o711);
   const t0 = Date.now();
   const images = [await pauseImageArchive(), await busyboxImageArchive(log), ...(options.extraImages ?? [])];
   log(`Image archives ready after ${Date.now() - t0}ms`);
@@ -717,7 +730,9 @@ export async function startRealNode(options: RealNodeOptions): Promise<RealNode>
   const binaries = containerdBinaries(options.binDir);
   await writeFile(
     path.join(dir, "containerd.toml"),
-    binaries.major >= 2 ? containerdConfigV3(dir, socket, binaries.shim) : containerdConfig(dir, socket),
+    binaries.major >= 2
+      ? containerdConfigV3(dir, socket, binaries.shim, binaries.runc)
+      : containerdConfig(dir, socket, binaries.runc),
   );
   await writeFile(path.join(dir, "cni", "net.d", "10-playbook-dev.conflist"), cniConfig(dir));
 
