@@ -66,6 +66,8 @@ interface Place {
 }
 
 interface FieldRule {
+  /** How a list or object the builder sets may read back whole, when not as the same JSON. */
+  whole?: (found: unknown, built: unknown, place: Place) => boolean;
   /** How a value the builder sets may read back, when not as the same JSON. */
   same?: (found: unknown, built: unknown, place: Place, slackMs: number) => boolean;
   /** Whether a value the builder does not set is what the API server adds there. */
@@ -179,6 +181,31 @@ function addedTolerations(value: unknown, place: Place): boolean {
   return have.size === want.size && [...have].every((t) => want.has(t));
 }
 
+/**
+ * Tolerations the builder sets (the spec's, the policy's), as they read back: those, plus
+ * DefaultTolerationSeconds' two where the builder has none of theirs, plus on a pod built for a
+ * queue exactly the tolerations of the flavors its Workload was admitted with, which Kueue appends.
+ */
+function sameTolerations(found: unknown, built: unknown, place: Place): boolean {
+  if (!Array.isArray(found) || !Array.isArray(built)) return false;
+  const want = new Set(built.map(tolerationText));
+  const admitted = place.kueue ? (place.observed.kueue?.tolerations ?? []) : [];
+  for (const t of admitted) want.add(tolerationText(t));
+  const have = new Set(
+    found.filter((t) => want.has(tolerationText(t)) || !isDefaultToleration(t)).map(tolerationText),
+  );
+  return have.size === want.size && [...have].every((t) => want.has(t));
+}
+
+/** The node selector the builder sets, as it reads back: the same, or on a pod built for a queue merged with its admitted flavors' node labels. */
+function sameNodeSelector(found: unknown, built: unknown, place: Place): boolean {
+  if (!isObject(built)) return false;
+  const own = built as Record<string, string>;
+  if (sameStrings(found, own)) return true;
+  const admitted = place.kueue ? place.observed.kueue?.nodeSelector : undefined;
+  return admitted !== undefined && sameStrings(found, { ...own, ...admitted });
+}
+
 /** Whether a toleration tolerates a taint (Kubernetes' ToleratesTaint). */
 function tolerates(toleration: unknown, taint: NodeTaint): boolean {
   if (!isObject(toleration)) return false;
@@ -233,7 +260,8 @@ const RULES: Record<string, FieldRule> = {
   // globalDefault class would name itself in priorityClassName, which is never allowed).
   "spec.priority": { added: (v) => v === 0 },
   "spec.preemptionPolicy": { added: (v) => v === "PreemptLowerPriority" },
-  "spec.tolerations": { added: (v, place) => addedTolerations(v, place) },
+  "spec.tolerations": { added: (v, place) => addedTolerations(v, place), whole: sameTolerations },
+  "spec.nodeSelector": { whole: sameNodeSelector },
   "spec.serviceAccountName": { added: (v) => v === "default" },
   // The deprecated twin of serviceAccountName, filled in from it.
   "spec.serviceAccount": { added: (v, place) => v === place.foundParent.serviceAccountName },
@@ -338,6 +366,11 @@ function itemName(item: unknown, index: number): string {
 /** The first difference under one field, in words; undefined when the found value is as built. */
 function differenceAt(found: unknown, built: unknown, place: Place, slackMs: number): string | undefined {
   const rule = ruleFor(place.pattern);
+  if (rule?.whole && built !== undefined) {
+    return rule.whole(found, built, place)
+      ? undefined
+      : `${place.shown} is ${quote(found)}, the controller builds ${quote(built)}`;
+  }
   if (rule?.same) {
     if (!isObject(built) && !Array.isArray(built))
       return rule.same(found, built, place, slackMs)
