@@ -253,7 +253,12 @@ describe("the Helm chart", () => {
       list.find((o) => o.kind === "ClusterRole" && o.metadata.name.endsWith("-nodes")) as unknown as {
         rules: unknown[];
       };
-    expect(nodesRole(objects).rules).toEqual([{ apiGroups: [""], resources: ["nodes"], verbs: ["get"] }]);
+    // The RuntimeClass a found pod names: its admission's additions (overhead, scheduling) are allowed as read.
+    const runtimeClasses = { apiGroups: ["node.k8s.io"], resources: ["runtimeclasses"], verbs: ["get"] };
+    expect(nodesRole(objects).rules).toEqual([
+      { apiGroups: [""], resources: ["nodes"], verbs: ["get"] },
+      runtimeClasses,
+    ]);
     const deployment = objects.find((o) => o.kind === "Deployment") as unknown as {
       spec: { template: { spec: { containers: { args: string[] }[] } } };
     };
@@ -261,7 +266,10 @@ describe("the Helm chart", () => {
     const nodes = (await template(namespace, [])).objects.find(
       (o) => o.kind === "ClusterRole" && o.metadata.name.endsWith("-nodes"),
     ) as unknown as { rules: unknown[] };
-    expect(nodes.rules).toEqual([{ apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch"] }]);
+    expect(nodes.rules).toEqual([
+      { apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch"] },
+      runtimeClasses,
+    ]);
   });
 
   it("reads Kueue's Workloads only with config.kueue: the flags passed on, get/list/watch on workloads in every role", async () => {

@@ -194,4 +194,46 @@ describe("placement on the real API server", () => {
     const { items } = await core.listNamespacedEvent({ namespace: ns, fieldSelector: "reason=ForeignPod" });
     expect(items).toEqual([]);
   });
+
+  it("adopts the controller's own pod under a RuntimeClass whose overhead and scheduling the API server added", async () => {
+    const ns = await namespace("pb-place-adopt-rc");
+    const nodeApi = kubeConfig.makeApiClient(NodeV1Api);
+    const name = `pb-place-overhead-${process.pid}`;
+    await nodeApi.createRuntimeClass({
+      body: {
+        metadata: { name },
+        handler: "runc",
+        overhead: { podFixed: { cpu: "100m", memory: "32Mi" } },
+        scheduling: {
+          nodeSelector: ON_SCRIPTED_NODE,
+          tolerations: [{ key: "sandbox", operator: "Exists", effect: "NoSchedule" }],
+        },
+      },
+    });
+    try {
+      await createPlaybook(ns, "gate", { ...RUN, runtimeClassName: name });
+      const settings = startedControllerSettings([ns], "image-volume");
+      const made = await core.createNamespacedPod({
+        namespace: ns,
+        body: (await podTheControllerBuilds(ns, "gate", settings)) as unknown as V1Pod,
+      });
+      // What the RuntimeClass admission added to the pod the controller built.
+      expect(made.spec?.overhead).toEqual({ cpu: "100m", memory: "32Mi" });
+      expect(made.spec?.nodeSelector).toEqual(ON_SCRIPTED_NODE);
+      controllers.push(startController([ns], { agentDelivery: "image-volume" }));
+      const pod = await startPod(core, await scheduledPod(core, ns, "gate-1"));
+      const adopted = await waitForPlaybook(
+        ns,
+        "gate",
+        "to run on its pod",
+        (p) => p.status?.phase === "Running",
+      );
+      expect(adopted.status).toMatchObject({ podName: "gate-1", podUID: made.metadata?.uid, podAttempts: 1 });
+      await reportPod(core, pod, reportFor(pod, { reason: "Succeeded" }));
+      const finished = await waitForFinished(ns, "gate", 30_000);
+      expect(condition(finished, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    } finally {
+      await nodeApi.deleteRuntimeClass({ name }).catch(() => {});
+    }
+  });
 });

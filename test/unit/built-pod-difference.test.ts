@@ -530,4 +530,34 @@ describe("the placement and pod metadata the builder sets (issue 56)", () => {
       /^spec\.(nodeSelector|tolerations) is /,
     );
   });
+
+  it("takes the RuntimeClass admission's overhead, node selector and tolerations, only as the class read shows them", () => {
+    const runtimeClass = {
+      name: "gvisor",
+      overhead: { cpu: "250m", memory: "120Mi" },
+      nodeSelector: { "sandbox.example/gvisor": "true" },
+      tolerations: [{ key: "sandbox", operator: "Exists", effect: "NoSchedule" }],
+    };
+    const pod = asServed(placed());
+    pod.spec.overhead = { cpu: "250m", memory: "120Mi" };
+    pod.spec.nodeSelector = { ...pod.spec.nodeSelector, ...runtimeClass.nodeSelector };
+    pod.spec.tolerations.push(...runtimeClass.tolerations);
+    const node = {
+      ...NODE_BATCH.node,
+      labels: { ...NODE_BATCH.node.labels, "sandbox.example/gvisor": "true" },
+    };
+    expect(builtPodDifference(pod, placed(), 2000, { node, runtimeClass })).toBeUndefined();
+    // Not read, or another class than the run's: the same additions are the creator's.
+    expect(builtPodDifference(pod, placed(), 2000, { node })).toMatch(
+      /^spec\.(nodeSelector|tolerations|overhead) is /,
+    );
+    expect(
+      builtPodDifference(pod, placed(), 2000, { node, runtimeClass: { ...runtimeClass, name: "kata" } }),
+    ).toMatch(/^spec\.(nodeSelector|tolerations|overhead) is /);
+    // More overhead than the class gives is not the admission's.
+    pod.spec.overhead.cpu = "8";
+    expect(builtPodDifference(pod, placed(), 2000, { node, runtimeClass })).toBe(
+      'spec.overhead is {"cpu":"8","memory":"120Mi"}, the controller sets none',
+    );
+  });
 });
