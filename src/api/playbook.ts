@@ -2,6 +2,7 @@
 // a file given to the CLI, an object read from the API server, the plan handed to the pod runner.
 import { z } from "zod";
 import { parseDuration } from "./duration.js";
+import { PLACEMENT_FIELDS_SHAPE } from "./placement.js";
 import { ENDINGS, LIMIT_SOURCES, RUN_PHASES, TASK_LIMITS, TASK_PHASES } from "./reasons.js";
 import { ShellCommand } from "./shell.js";
 import { checkTaskImageCount, ImageReference } from "./task-images.js";
@@ -247,6 +248,12 @@ export const PlaybookSpecSchema = z
      * Preempted. Absent: the policy's default, else the controller's.
      */
     maxPreemptions: z.number().int().min(0).max(MAX_PREEMPTIONS_LIMIT).optional(),
+    /**
+     * Placement and pod metadata, as in a Pod (placement.ts): nodeSelector, tolerations, affinity,
+     * runtimeClassName, imagePullSecrets, podMetadata; the namespace policy's defaults and enforced
+     * entries apply (placement-policy.ts). `playbook run` ignores them.
+     */
+    ...PLACEMENT_FIELDS_SHAPE,
   })
   .superRefine((spec, ctx) => {
     const size = planTextSize([...spec.tasks, ...(spec.finally ?? [])]);

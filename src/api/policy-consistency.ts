@@ -1,5 +1,6 @@
 // A policy's own consistency: do its defaults fit its maximums and the controller's (its Ready condition).
 import { formatDuration, parseDuration } from "./duration.js";
+import { placementPolicyProblems, placementRulesOf } from "./placement-policy.js";
 import { type PolicySpec, quantityValue } from "./policy.js";
 
 /**
@@ -63,6 +64,7 @@ export function policyProblems(
       `spec.defaults.maxPreemptions: ${defaults.maxPreemptions} is more than spec.maximums.maxPreemptions ${maximums.maxPreemptions}`,
     );
   }
+  problems.push(...placementPolicyProblems(placementRulesOf(policy.name, policy.spec)));
   for (const kind of ["limits", "requests"] as const) {
     for (const [name, value] of Object.entries(defaults.resources?.[kind] ?? {})) {
       const max = maximums.resources?.[kind]?.[name] ?? maximums.resources?.limits?.[name];

@@ -10,6 +10,15 @@ import {
   type PolicyLimitDefaults,
   type ResolvedLimits,
 } from "./limits.js";
+import { PLACEMENT_FIELDS_SHAPE } from "./placement.js";
+import {
+  checkPlacement,
+  PLACEMENT_POLICY_SHAPE,
+  type PlacementRules,
+  type PodPlacement,
+  placementRulesOf,
+  resolvePlacement,
+} from "./placement-policy.js";
 import {
   API_VERSION,
   ConditionSchema,
@@ -84,6 +93,8 @@ const PolicyDefaultsSchema = z.strictObject({
   retryDelay: DurationString.optional(),
   retryBackoff: RetryBackoff.optional(),
   retryMaxDelay: DurationString.optional(),
+  /** The placement and pod metadata of a Playbook that sets none of a field (placement-policy.ts). */
+  ...PLACEMENT_FIELDS_SHAPE,
 });
 export type PolicyDefaults = z.infer<typeof PolicyDefaultsSchema>;
 
@@ -113,6 +124,8 @@ export const PolicySpecSchema = z.strictObject({
   maximums: PolicyMaximumsSchema.optional(),
   allowedServiceAccounts: z.array(ServiceAccountName).max(256, "must list at most 256 names").optional(),
   allowedImages: z.array(ImagePattern).max(256, "must list at most 256 images").optional(),
+  /** enforced, allowedRuntimeClasses, allowedTolerations, forbidden label and annotation keys. */
+  ...PLACEMENT_POLICY_SHAPE,
 });
 export type PolicySpec = z.infer<typeof PolicySpecSchema>;
 
@@ -156,6 +169,8 @@ export interface NamespaceRules {
   defaultQueueName?: string | undefined;
   /** Why the policy named default cannot be applied: every new run is refused until it is fixed. */
   problem?: string | undefined;
+  /** The policy's placement rules (placement-policy.ts); absent without a policy: the spec's alone. */
+  placement?: PlacementRules | undefined;
 }
 
 export function clusterRules(cluster: ClusterAllowances): NamespaceRules {
@@ -189,6 +204,7 @@ export function policyRules(
     allowedImages: spec.allowedImages ?? base.allowedImages,
     runnerImage: cluster.runnerImage,
     ...(base.defaultQueueName ? { defaultQueueName: base.defaultQueueName } : {}),
+    placement: placementRulesOf(policy.name, spec),
   };
 }
 
@@ -314,6 +330,8 @@ export interface PodSettings {
   ttlSecondsAfterFinished?: number | undefined;
   /** Kueue's LocalQueue the pod waits in, and the level it came from; absent: Kueue is not asked. */
   queue?: { name: string; source: "spec" | "policy" | "default" } | undefined;
+  /** Where the pod goes and its own labels and annotations: the spec's, the policy's defaults and enforced entries. */
+  placement?: PodPlacement | undefined;
 }
 
 /** The run's Kueue LocalQueue: spec.queueName, else the policy's default, else the controller's. */
@@ -333,6 +351,7 @@ export function podSettings(spec: PlaybookSpec, rules: NamespaceRules): PodSetti
     resources: effectiveResources(spec, rules),
     backoffLimit: spec.backoffLimit ?? rules.defaults.backoffLimit ?? DEFAULT_BACKOFF_LIMIT,
     ttlSecondsAfterFinished: spec.ttlSecondsAfterFinished ?? rules.defaults.ttlSecondsAfterFinished,
+    placement: resolvePlacement(spec, rules.placement).pod,
   };
 }
 
@@ -350,6 +369,10 @@ export const POLICY_FIELDS = [
   "spec.tasks[].image",
   "spec.finally[].image",
   "spec.resources",
+  "spec.nodeSelector",
+  "spec.tolerations",
+  "spec.runtimeClassName",
+  "spec.podMetadata",
   "policy",
 ] as const;
 
@@ -469,6 +492,7 @@ export function checkPolicy(
   }
   problems.push(...checkImages(spec, rules));
   problems.push(...checkResources(effectiveResources(spec, rules), spec.resources, rules));
+  problems.push(...checkPlacement(spec, rules.placement));
   return problems;
 }
 

@@ -4,6 +4,7 @@
 import { SUCCEEDED } from "../api/conditions.js";
 import { planDefaultsFromStatus } from "../api/held-limits.js";
 import { type LimitDefaults, resolveLimits } from "../api/limits.js";
+import { type PlacementRules, resolvePlacement } from "../api/placement-policy.js";
 import type { PlaybookSpec, PlaybookStatus, TaskStatus } from "../api/playbook.js";
 import { checkPolicy, defaultsUnder, type NamespaceRules } from "../api/policy.js";
 import { escapeControls } from "../api/visible-text.js";
@@ -45,6 +46,20 @@ function taskLine(task: TaskStatus, finallyTask: boolean): string {
   return escapeControls(
     `  ${finallyTask ? "finally " : ""}${task.name}  ${task.phase}${fired}  attempts ${task.attempts}${message}`,
   );
+}
+
+/** Each placement field (or entry) the pod carries, with its level: spec, policy default, policy enforced. */
+function placementLines(
+  spec: PlaybookSpec,
+  placement: PlacementRules | undefined,
+  started: boolean,
+): string[] {
+  const { shown } = resolvePlacement(spec, placement);
+  if (shown.length === 0) return [];
+  return [
+    `Placement:  ${started ? "the spec's, with the policy's defaults and enforced entries as it reads now" : "as the controller would build the pod now"}`,
+    ...shown.map((entry) => escapeControls(`  ${entry.field}  ${entry.value}  (${entry.source})`)),
+  ];
 }
 
 /**
@@ -96,6 +111,7 @@ export function describePlaybook(
         )
       : []),
     ...describeSpec(playbook.spec, defaults, rules?.defaults.image, rules?.maximums, rules?.defaults),
+    ...placementLines(playbook.spec, rules?.placement, held !== undefined),
     tasks.length > 0 ? "Tasks:" : "Tasks:      none reported yet",
     ...tasks,
   ];

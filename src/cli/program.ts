@@ -5,6 +5,7 @@ import { Command, CommanderError, Option } from "commander";
 import { z } from "zod";
 import { type LimitDefaults, LOCAL_DEFAULTS, resolveLimits } from "../api/limits.js";
 import { readManifestDocument, validatePlaybook } from "../api/manifest.js";
+import { placementFieldsSet } from "../api/placement.js";
 import { PLAN_ENV_VAR } from "../api/plan.js";
 import type { Playbook, TaskSpec } from "../api/playbook.js";
 import type { PolicyDefaults, PolicyMaximums } from "../api/policy.js";
@@ -168,6 +169,13 @@ async function runCommand(flags: unknown): Promise<number> {
     (index) => images?.mode !== "containers" || images.containerOf[index] === undefined,
   );
   if (shellProblem !== undefined) throw new UsageError(`${shellProblem}; nothing was run`);
+  // Placement needs a scheduler and a pod: said once, before anything runs.
+  const placement = placementFieldsSet(playbook.spec);
+  if (placement.length > 0) {
+    process.stderr.write(
+      `playbook: ${placement.map((field) => `spec.${field}`).join(", ")} ignored: they place a cluster's pod, and this run is on this machine\n`,
+    );
+  }
   // The runner (and node:crypto, node:child_process) only for the commands that run tasks.
   const { runLocal } = await import("../pod-runner/local-entry.js");
   const { Progress } = await import("./progress.js");

@@ -87,6 +87,8 @@ export const PodSchema = z.looseObject({
   spec: z
     .looseObject({
       nodeName: z.string().optional(),
+      /** The RuntimeClass whose admission additions the exact-pod comparison reads (observed-placement.ts). */
+      runtimeClassName: z.string().optional(),
       containers: z.array(z.looseObject({ name: z.string(), image: z.string().optional() })).optional(),
       initContainers: z.array(z.looseObject({ name: z.string(), image: z.string().optional() })).optional(),
       /** Kueue's admission gate while it holds the pod (kueue/kueue-hold.ts). */

@@ -260,7 +260,12 @@ describe("the Helm chart", () => {
       ).spec.template.spec.containers[0]?.args;
     const fixed = (await template(namespace, ["config.agentDelivery=post-start", "config.userNamespaces=on"]))
       .objects;
-    expect(nodesRole(fixed).rules).toEqual([{ apiGroups: [""], resources: ["nodes"], verbs: ["get"] }]);
+    // The RuntimeClass a found pod names: its admission's additions (overhead, scheduling) are allowed as read.
+    const runtimeClasses = { apiGroups: ["node.k8s.io"], resources: ["runtimeclasses"], verbs: ["get"] };
+    expect(nodesRole(fixed).rules).toEqual([
+      { apiGroups: [""], resources: ["nodes"], verbs: ["get"] },
+      runtimeClasses,
+    ]);
     expect(argsOf(fixed)).toEqual(
       expect.arrayContaining(["--agent-delivery=post-start", "--user-namespaces=on"]),
     );
@@ -269,6 +274,7 @@ describe("the Helm chart", () => {
       const { objects } = await template(namespace, values);
       expect(nodesRole(objects).rules, values.join(" ")).toEqual([
         { apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch"] },
+        runtimeClasses,
       ]);
     }
     expect(argsOf((await template(namespace, [])).objects)).toContain("--user-namespaces=auto");

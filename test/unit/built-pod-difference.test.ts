@@ -60,6 +60,7 @@ function asServed(pod: PodManifest): Json {
     preemptionPolicy: "PreemptLowerPriority",
     nodeName: "node-a",
     tolerations: [
+      ...(spec.tolerations ?? []),
       {
         key: "node.kubernetes.io/not-ready",
         operator: "Exists",
@@ -404,5 +405,159 @@ describe("what the pod's creator chose, never allowed by the comparison", () => 
     const unscheduled = asServed(built("post-start"));
     delete unscheduled.spec.nodeName;
     expect(builtPodDifference(unscheduled, built("post-start"), 2000, {})).toBeUndefined();
+  });
+});
+
+describe("the placement and pod metadata the builder sets (issue 56)", () => {
+  const PLACED = {
+    ...SPEC,
+    nodeSelector: { pool: "batch" },
+    tolerations: [{ key: "dedicated", operator: "Equal", value: "batch", effect: "NoSchedule" }],
+    affinity: {
+      nodeAffinity: {
+        requiredDuringSchedulingIgnoredDuringExecution: {
+          nodeSelectorTerms: [{ matchExpressions: [{ key: "zone", operator: "In", values: ["a"] }] }],
+        },
+      },
+    },
+    runtimeClassName: "gvisor",
+    imagePullSecrets: [{ name: "registry-cred" }],
+    podMetadata: { labels: { team: "payments" }, annotations: { "sidecar.istio.io/inject": "false" } },
+  };
+  const placed = () => built("post-start", PLACED);
+  const NODE_BATCH = {
+    node: { ...NODE_A, labels: { ...NODE_A.labels, pool: "batch", zone: "a" } },
+  };
+
+  it("puts every field on the pod", () => {
+    const pod = placed() as Json;
+    expect(pod.spec.nodeSelector).toEqual({ pool: "batch" });
+    expect(pod.spec.tolerations).toEqual(PLACED.tolerations);
+    expect(pod.spec.affinity).toEqual(PLACED.affinity);
+    expect(pod.spec.runtimeClassName).toBe("gvisor");
+    expect(pod.spec.imagePullSecrets).toEqual([{ name: "registry-cred" }]);
+    expect(pod.metadata.labels.team).toBe("payments");
+    expect(pod.metadata.labels["playbook.dev/name"]).toBe("nightly");
+    expect(pod.metadata.annotations["sidecar.istio.io/inject"]).toBe("false");
+  });
+
+  it("is the pod built when the API server added its default tolerations after the run's", () => {
+    expect(builtPodDifference(asServed(placed()), placed(), 2000, NODE_BATCH)).toBeUndefined();
+  });
+
+  it.each([
+    {
+      name: "a node selector entry changed",
+      change: (pod: Json) => {
+        pod.spec.nodeSelector.pool = "gpu";
+      },
+      says: /^spec\.nodeSelector is \{"pool":"gpu"\}, the controller builds \{"pool":"batch"\}$/,
+    },
+    {
+      name: "the run's toleration dropped",
+      change: (pod: Json) => {
+        pod.spec.tolerations.shift();
+      },
+      says: /^spec\.tolerations is .*, the controller builds \[\{"key":"dedicated"/,
+    },
+    {
+      name: "a toleration added",
+      change: (pod: Json) => {
+        pod.spec.tolerations.push({ operator: "Exists" });
+      },
+      says: /^spec\.tolerations is /,
+    },
+    {
+      name: "the affinity removed",
+      change: (pod: Json) => {
+        delete pod.spec.affinity;
+      },
+      says: /^spec\.affinity is not set, the controller builds/,
+    },
+    {
+      name: "another runtime class",
+      change: (pod: Json) => {
+        pod.spec.runtimeClassName = "runc-privileged";
+      },
+      says: 'spec.runtimeClassName is "runc-privileged", the controller builds "gvisor"',
+    },
+    {
+      name: "another pull secret",
+      change: (pod: Json) => {
+        pod.spec.imagePullSecrets = [{ name: "stolen" }];
+      },
+      says: "spec.imagePullSecrets[0] is stolen, the controller builds registry-cred",
+    },
+    {
+      name: "a team label changed",
+      change: (pod: Json) => {
+        pod.metadata.labels.team = "other";
+      },
+      says: 'metadata.labels.team is "other", the controller builds "payments"',
+    },
+    {
+      name: "a team annotation changed",
+      change: (pod: Json) => {
+        pod.metadata.annotations["sidecar.istio.io/inject"] = "true";
+      },
+      says: 'metadata.annotations.sidecar.istio.io/inject is "true", the controller builds "false"',
+    },
+  ])("refuses $name", ({ change, says }) => {
+    const pod = asServed(placed());
+    change(pod);
+    const difference = builtPodDifference(pod, placed(), 2000, NODE_BATCH);
+    if (typeof says === "string") expect(difference).toBe(says);
+    else expect(difference).toMatch(says);
+  });
+
+  it("takes Kueue's flavor node selector and tolerations merged into the run's, only as its admission shows them", () => {
+    const queued = { ...PLACED, queueName: "team-a" };
+    const flavor = {
+      nodeSelector: { "cloud.example/spot": "true" },
+      tolerations: [{ key: "spot", operator: "Exists", effect: "NoSchedule" }],
+    };
+    const pod = asServed(built("post-start", queued));
+    pod.spec.nodeSelector = { ...pod.spec.nodeSelector, ...flavor.nodeSelector };
+    pod.spec.tolerations.push(...flavor.tolerations);
+    pod.metadata.labels["kueue.x-k8s.io/managed"] = "true";
+    const node = { ...NODE_BATCH.node, labels: { ...NODE_BATCH.node.labels, "cloud.example/spot": "true" } };
+    node.taints = [];
+    expect(
+      builtPodDifference(pod, built("post-start", queued), 2000, { node, kueue: flavor }),
+    ).toBeUndefined();
+    // Without the admission observed, or on a run with no queue, the same additions are the creator's.
+    expect(builtPodDifference(pod, built("post-start", queued), 2000, { node })).toMatch(
+      /^spec\.(nodeSelector|tolerations) is /,
+    );
+  });
+
+  it("takes the RuntimeClass admission's overhead, node selector and tolerations, only as the class read shows them", () => {
+    const runtimeClass = {
+      name: "gvisor",
+      overhead: { cpu: "250m", memory: "120Mi" },
+      nodeSelector: { "sandbox.example/gvisor": "true" },
+      tolerations: [{ key: "sandbox", operator: "Exists", effect: "NoSchedule" }],
+    };
+    const pod = asServed(placed());
+    pod.spec.overhead = { cpu: "250m", memory: "120Mi" };
+    pod.spec.nodeSelector = { ...pod.spec.nodeSelector, ...runtimeClass.nodeSelector };
+    pod.spec.tolerations.push(...runtimeClass.tolerations);
+    const node = {
+      ...NODE_BATCH.node,
+      labels: { ...NODE_BATCH.node.labels, "sandbox.example/gvisor": "true" },
+    };
+    expect(builtPodDifference(pod, placed(), 2000, { node, runtimeClass })).toBeUndefined();
+    // Not read, or another class than the run's: the same additions are the creator's.
+    expect(builtPodDifference(pod, placed(), 2000, { node })).toMatch(
+      /^spec\.(nodeSelector|tolerations|overhead) is /,
+    );
+    expect(
+      builtPodDifference(pod, placed(), 2000, { node, runtimeClass: { ...runtimeClass, name: "kata" } }),
+    ).toMatch(/^spec\.(nodeSelector|tolerations|overhead) is /);
+    // More overhead than the class gives is not the admission's.
+    pod.spec.overhead.cpu = "8";
+    expect(builtPodDifference(pod, placed(), 2000, { node, runtimeClass })).toBe(
+      'spec.overhead is {"cpu":"8","memory":"120Mi"}, the controller sets none',
+    );
   });
 });

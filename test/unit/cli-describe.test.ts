@@ -129,4 +129,27 @@ describe("playbook describe", () => {
       "Policy:     not readable (forbidden by RBAC): shown without it",
     );
   });
+
+  it("shows each placement field the pod carries with its level: spec, policy default, policy enforced", () => {
+    const spec = PlaybookSpecSchema.parse({
+      tasks: [{ name: "build", run: "make" }],
+      nodeSelector: { pool: "batch" },
+      runtimeClassName: "gvisor",
+      podMetadata: { annotations: { "sidecar.istio.io/inject": "false" } },
+    });
+    const read = policy({
+      defaults: { tolerations: [{ key: "spot", operator: "Exists", effect: "NoSchedule" }] },
+      enforced: { nodeSelector: { "example.com/tenant": "team-a" } },
+    });
+    const lines = described(spec, undefined, read);
+    const start = lines.indexOf("Placement:  as the controller would build the pod now");
+    expect(start).toBeGreaterThan(0);
+    expect(lines.slice(start + 1, start + 6)).toEqual([
+      "  nodeSelector  pool=batch  (spec)",
+      "  nodeSelector  example.com/tenant=team-a  (policy enforced)",
+      "  tolerations  spot exists:NoSchedule  (policy default)",
+      "  runtimeClassName  gvisor  (spec)",
+      "  podMetadata.annotations  sidecar.istio.io/inject=false  (spec)",
+    ]);
+  });
 });

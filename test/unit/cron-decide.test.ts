@@ -1,6 +1,7 @@
 // The CronPlaybook scheduling decision as a table with an injected clock, as the CronJob
 // controller's tests are: every concurrency policy, starting deadlines, downtime, DST, suspend,
 // history, "run now" and the namespace policy.
+
 import { describe, expect, it } from "vitest";
 import {
   ANNOTATION_SCHEDULED_AT,
@@ -16,7 +17,7 @@ import { clusterRules } from "../../src/api/policy.js";
 import type { StoredCronPlaybook } from "../../src/controller/cron/cron-objects.js";
 import { type CronDecision, type CronInput, decideCron } from "../../src/controller/cron/decide-cron.js";
 import type { StoredPlaybook } from "../../src/controller/objects.js";
-import { SETTINGS } from "./controller-fixtures.js";
+import { governed, SETTINGS } from "./controller-fixtures.js";
 
 const CREATED = "2026-01-01T00:00:00Z";
 const TEMPLATE = { spec: { tasks: [{ name: "backup", run: "backup.sh" }] } };
@@ -498,6 +499,18 @@ describe("decideCron: the namespace policy", () => {
     expect(ready?.message).toContain("deployer");
     expect(decision.events.map((e) => e.reason)).toEqual(["PolicyViolation", "RunSkipped"]);
     expect(decision.status?.lastScheduleTime).toBe("2026-01-01T03:00:00Z");
+  });
+
+  it("refuses a template whose placement the policy does not allow, naming the field and value (issue 56)", () => {
+    const placed = governed({ allowedRuntimeClasses: ["gvisor"] });
+    const spec = { template: { spec: { ...TEMPLATE.spec, runtimeClassName: "runc-privileged" } } };
+    const decision = decideAt("2026-01-01T03:00:00Z", { cron: cron(spec), rules: placed });
+    expect(decision.create).toEqual([]);
+    const ready = condition(decision, "Ready");
+    expect(ready).toMatchObject({ status: "False", reason: "PolicyViolation" });
+    expect(ready?.message).toContain(
+      'spec.template.spec.runtimeClassName: "runc-privileged" is not an allowed runtime class',
+    );
   });
 
   it("allows a template the policy allows", () => {

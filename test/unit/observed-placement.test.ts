@@ -10,6 +10,7 @@ import {
   admittedFlavors,
   kueuePlacement,
   observedNode,
+  observedRuntimeClass,
 } from "../../src/controller/pods/observed-placement.js";
 import { at, playbook, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
 
@@ -20,6 +21,31 @@ const workload = (admission?: unknown): WorkloadView =>
   }) as WorkloadView;
 
 describe("what the controller reads of a found pod's placement", () => {
+  it("takes a RuntimeClass's overhead and scheduling", () => {
+    expect(
+      observedRuntimeClass({
+        metadata: { name: "gvisor" },
+        handler: "runsc",
+        overhead: { podFixed: { cpu: "250m" } },
+        scheduling: {
+          nodeSelector: { sandbox: "gvisor" },
+          tolerations: [{ key: "sandbox", operator: "Exists" }],
+        },
+      }),
+    ).toEqual({
+      name: "gvisor",
+      overhead: { cpu: "250m" },
+      nodeSelector: { sandbox: "gvisor" },
+      tolerations: [{ key: "sandbox", operator: "Exists" }],
+    });
+    expect(observedRuntimeClass({ metadata: { name: "runc" }, handler: "runc" })).toEqual({
+      name: "runc",
+      nodeSelector: {},
+      tolerations: [],
+    });
+    expect(observedRuntimeClass({ kind: "Status", code: 404 })).toBeUndefined();
+  });
+
   it("takes a node's labels and taints", () => {
     expect(
       observedNode({

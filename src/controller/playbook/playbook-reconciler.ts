@@ -190,7 +190,9 @@ export class PlaybookReconciler {
     const { name, uid = "" } = input.playbook.metadata;
     // Only the pods named for an attempt are candidates (pod-identity.ts): no read for the others.
     const placed = sortRunPods(status, input.pods, { name, uid }).unrecorded.filter(
-      (pod) => pod.metadata.uid && (pod.spec?.nodeName || admittedFlavors(workloadOf(pod, workloads))),
+      (pod) =>
+        pod.metadata.uid &&
+        (pod.spec?.nodeName || pod.spec?.runtimeClassName || admittedFlavors(workloadOf(pod, workloads))),
     );
     if (placed.length === 0) return undefined;
     const signal = this.writer.leadingSignal;

@@ -39,6 +39,17 @@ export interface KueuePlacement {
 }
 
 /**
+ * What the RuntimeClass admission plugin adds to a pod that names the class: its fixed overhead,
+ * and its scheduling's node selector and tolerations.
+ */
+export interface RuntimeClassPlacement {
+  name: string;
+  overhead?: Readonly<Record<string, string | number>> | undefined;
+  nodeSelector: Readonly<Record<string, string>>;
+  tolerations: readonly Json[];
+}
+
+/**
  * Where the scheduler and Kueue placed the pod, as the controller observed them, never as the
  * pod says. Each absent when not observed: then the pod may carry nothing of it.
  */
@@ -47,6 +58,8 @@ export interface ObservedPlacement {
   node?: ObservedNode | undefined;
   /** Kueue's admission of the pod's Workload (with a queue only). */
   kueue?: KueuePlacement | undefined;
+  /** The RuntimeClass the pod names, as the API server shows it now. */
+  runtimeClass?: RuntimeClassPlacement | undefined;
 }
 
 /** What the comparison of one field sees: its place, and its parent objects in both pods. */
@@ -66,6 +79,8 @@ interface Place {
 }
 
 interface FieldRule {
+  /** How a list or object the builder sets may read back whole, when not as the same JSON. */
+  whole?: (found: unknown, built: unknown, place: Place) => boolean;
   /** How a value the builder sets may read back, when not as the same JSON. */
   same?: (found: unknown, built: unknown, place: Place, slackMs: number) => boolean;
   /** Whether a value the builder does not set is what the API server adds there. */
@@ -173,10 +188,62 @@ function addedTolerations(value: unknown, place: Place): boolean {
   const own = value.filter((t) => !isDefaultToleration(t));
   if (own.length === 0) return true;
   const admitted = place.kueue ? place.observed.kueue?.tolerations : undefined;
-  if (!admitted) return false;
-  const want = new Set(admitted.map(tolerationText));
+  const runtimeClass = runtimeClassOf(place)?.tolerations;
+  if (!admitted && !runtimeClass?.length) return false;
+  const want = new Set([...(admitted ?? []), ...(runtimeClass ?? [])].map(tolerationText));
   const have = new Set(own.map(tolerationText));
   return have.size === want.size && [...have].every((t) => want.has(t));
+}
+
+/**
+ * Tolerations the builder sets (the spec's, the policy's), as they read back: those, plus
+ * DefaultTolerationSeconds' two where the builder has none of theirs, plus on a pod built for a
+ * queue exactly the tolerations of the flavors its Workload was admitted with, which Kueue appends.
+ */
+function sameTolerations(found: unknown, built: unknown, place: Place): boolean {
+  if (!Array.isArray(found) || !Array.isArray(built)) return false;
+  const want = new Set(built.map(tolerationText));
+  const admitted = place.kueue ? (place.observed.kueue?.tolerations ?? []) : [];
+  for (const t of [...admitted, ...(runtimeClassOf(place)?.tolerations ?? [])]) want.add(tolerationText(t));
+  const have = new Set(
+    found.filter((t) => want.has(tolerationText(t)) || !isDefaultToleration(t)).map(tolerationText),
+  );
+  return have.size === want.size && [...have].every((t) => want.has(t));
+}
+
+/** The node selector the builder sets, as it reads back: the same, or on a pod built for a queue merged with its admitted flavors' node labels. */
+function sameNodeSelector(found: unknown, built: unknown, place: Place): boolean {
+  if (!isObject(built)) return false;
+  const own = { ...(built as Record<string, string>), ...runtimeClassOf(place)?.nodeSelector };
+  if (sameStrings(found, own)) return true;
+  const admitted = place.kueue ? place.observed.kueue?.nodeSelector : undefined;
+  return admitted !== undefined && sameStrings(found, { ...own, ...admitted });
+}
+
+/** The RuntimeClass observed for the pod, when it is the one the builder names. */
+function runtimeClassOf(place: Place): RuntimeClassPlacement | undefined {
+  const observed = place.observed.runtimeClass;
+  return observed && place.builtSpec.runtimeClassName === observed.name ? observed : undefined;
+}
+
+/** A node selector the builder does not set: the observed RuntimeClass's (with Kueue's flavors on a queued pod). */
+function addedNodeSelector(value: unknown, place: Place): boolean {
+  const own = runtimeClassOf(place)?.nodeSelector ?? {};
+  if (Object.keys(own).length === 0) return false;
+  if (sameStrings(value, own)) return true;
+  const admitted = place.kueue ? place.observed.kueue?.nodeSelector : undefined;
+  return admitted !== undefined && sameStrings(value, { ...own, ...admitted });
+}
+
+/** The overhead the RuntimeClass admission copies from the observed class. */
+function addedOverhead(value: unknown, place: Place): boolean {
+  const overhead = runtimeClassOf(place)?.overhead;
+  if (!overhead || !isObject(value)) return false;
+  const keys = Object.keys(value);
+  return (
+    keys.length === Object.keys(overhead).length &&
+    keys.every((k) => overhead[k] !== undefined && sameQuantity(value[k], overhead[k]))
+  );
 }
 
 /** Whether a toleration tolerates a taint (Kubernetes' ToleratesTaint). */
@@ -233,7 +300,9 @@ const RULES: Record<string, FieldRule> = {
   // globalDefault class would name itself in priorityClassName, which is never allowed).
   "spec.priority": { added: (v) => v === 0 },
   "spec.preemptionPolicy": { added: (v) => v === "PreemptLowerPriority" },
-  "spec.tolerations": { added: (v, place) => addedTolerations(v, place) },
+  "spec.tolerations": { added: (v, place) => addedTolerations(v, place), whole: sameTolerations },
+  "spec.nodeSelector": { whole: sameNodeSelector, added: addedNodeSelector },
+  "spec.overhead": { added: addedOverhead },
   "spec.serviceAccountName": { added: (v) => v === "default" },
   // The deprecated twin of serviceAccountName, filled in from it.
   "spec.serviceAccount": { added: (v, place) => v === place.foundParent.serviceAccountName },
@@ -338,6 +407,11 @@ function itemName(item: unknown, index: number): string {
 /** The first difference under one field, in words; undefined when the found value is as built. */
 function differenceAt(found: unknown, built: unknown, place: Place, slackMs: number): string | undefined {
   const rule = ruleFor(place.pattern);
+  if (rule?.whole && built !== undefined) {
+    return rule.whole(found, built, place)
+      ? undefined
+      : `${place.shown} is ${quote(found)}, the controller builds ${quote(built)}`;
+  }
   if (rule?.same) {
     if (!isObject(built) && !Array.isArray(built))
       return rule.same(found, built, place, slackMs)

@@ -8,7 +8,12 @@ import type { ApiClient, CallOptions } from "../../runtime/api-client.js";
 import { WORKLOAD_GROUP, WORKLOAD_VERSION } from "../kueue/kueue-names.js";
 import type { WorkloadView } from "../kueue/workload-view.js";
 import type { PodView } from "../objects.js";
-import type { KueuePlacement, ObservedNode, ObservedPlacement } from "./built-pod-difference.js";
+import type {
+  KueuePlacement,
+  ObservedNode,
+  ObservedPlacement,
+  RuntimeClassPlacement,
+} from "./built-pod-difference.js";
 
 const Labels = z.record(z.string(), z.string());
 
@@ -32,6 +37,29 @@ const FlavorSchema = z.looseObject({
     })
     .optional(),
 });
+
+const RuntimeClassSchema = z.looseObject({
+  metadata: z.looseObject({ name: z.string() }),
+  overhead: z
+    .looseObject({ podFixed: z.record(z.string(), z.union([z.string(), z.number()])).optional() })
+    .optional(),
+  scheduling: z
+    .looseObject({ nodeSelector: Labels.optional(), tolerations: z.array(z.looseObject({})).optional() })
+    .optional(),
+});
+
+/** A RuntimeClass as its admission plugin applies it to a pod; undefined when it is not one. */
+export function observedRuntimeClass(raw: unknown): RuntimeClassPlacement | undefined {
+  const read = RuntimeClassSchema.safeParse(raw);
+  if (!read.success) return undefined;
+  const { metadata, overhead, scheduling } = read.data;
+  return {
+    name: metadata.name,
+    ...(overhead?.podFixed ? { overhead: overhead.podFixed } : {}),
+    nodeSelector: scheduling?.nodeSelector ?? {},
+    tolerations: scheduling?.tolerations ?? [],
+  };
+}
 
 /** A Node object as the comparison weighs it: its labels and taints; undefined when it is not a Node. */
 export function observedNode(raw: unknown): ObservedNode | undefined {
@@ -81,7 +109,8 @@ export async function observePlacement(
   const read = (path: string) => api.call({ method: "GET", path, options }).catch(() => undefined);
   const nodeName = pod.spec?.nodeName;
   const flavors = admittedFlavors(workload);
-  const [node, admitted] = await Promise.all([
+  const className = pod.spec?.runtimeClassName;
+  const [node, admitted, runtimeClass] = await Promise.all([
     nodeName ? read(`/api/v1/nodes/${encodeURIComponent(nodeName)}`).then(observedNode) : undefined,
     flavors
       ? Promise.all(
@@ -90,6 +119,15 @@ export async function observePlacement(
           ),
         ).then(kueuePlacement)
       : undefined,
+    className
+      ? read(`/apis/node.k8s.io/v1/runtimeclasses/${encodeURIComponent(className)}`).then(
+          observedRuntimeClass,
+        )
+      : undefined,
   ]);
-  return { ...(node ? { node } : {}), ...(admitted ? { kueue: admitted } : {}) };
+  return {
+    ...(node ? { node } : {}),
+    ...(admitted ? { kueue: admitted } : {}),
+    ...(runtimeClass ? { runtimeClass } : {}),
+  };
 }

@@ -5,6 +5,7 @@
 import { createHash } from "node:crypto";
 import { formatDuration } from "../../api/duration.js";
 import { finallyWindowMs, type LimitDefaults, type ResolvedLimits } from "../../api/limits.js";
+import { resolvePlacement } from "../../api/placement-policy.js";
 import {
   CEILING_LEFT_ENV_VAR,
   PLAN_ANNOTATION,
@@ -190,6 +191,7 @@ function settingsOf(request: PodRequest): PodSettings | Omit<PodSettings, "backo
       serviceAccountName: spec.serviceAccountName,
       resources: spec.resources,
       ...(spec.queueName ? { queue: { name: spec.queueName, source: "spec" as const } } : {}),
+      placement: resolvePlacement(spec, undefined).pod,
     }
   );
 }
@@ -310,6 +312,13 @@ export function buildPod(request: PodRequest): PodManifest {
     ],
   };
   if (settings.serviceAccountName) podSpec.serviceAccountName = settings.serviceAccountName;
+  // Placement, as the spec and the namespace's policy give it (placement-policy.ts).
+  const placement = settings.placement;
+  if (placement?.nodeSelector) podSpec.nodeSelector = placement.nodeSelector;
+  if (placement?.tolerations) podSpec.tolerations = placement.tolerations;
+  if (placement?.affinity) podSpec.affinity = placement.affinity;
+  if (placement?.runtimeClassName) podSpec.runtimeClassName = placement.runtimeClassName;
+  if (placement?.imagePullSecrets) podSpec.imagePullSecrets = placement.imagePullSecrets;
   return {
     apiVersion: "v1",
     kind: "Pod",
@@ -317,12 +326,15 @@ export function buildPod(request: PodRequest): PodManifest {
       name: request.name ?? podNameFor(playbook.name, request.attempt),
       namespace: playbook.namespace,
       labels: {
+        // The team's first: no reserved key passes validation, and the controller's win all the same.
+        ...placement?.labels,
         [LABEL_NAME]: nameLabelValue(playbook.name),
         [LABEL_POD_ATTEMPT]: String(request.attempt),
         [LABEL_MANAGED_BY]: MANAGED_BY,
         ...kueueLabels(settings.queue, request.spec),
       },
       annotations: {
+        ...placement?.annotations,
         // `kubectl logs POD` shows the runner's output (every task's, prefixed) without -c.
         "kubectl.kubernetes.io/default-container": RUNNER_CONTAINER,
         [ANNOTATION_RUN_START]: request.runStart.toISOString(),
