@@ -43,7 +43,7 @@ export const RESERVED_MOUNT_PATHS = [
 export const RESERVED_VOLUME_NAMES = ["plan", "workspace", "serviceaccount-token"] as const;
 export const RESERVED_VOLUME_PREFIX = "playbook-";
 export const MAX_VOLUMES = 32;
-export const MAX_VOLUME_MOUNTS = 32;
+export const MAX_VOLUME_MOUNTS = 16;
 export const MAX_ENV_FROM = 32;
 
 const ObjectName = z
@@ -111,7 +111,7 @@ export function reservedPathProblem(path: string): string | undefined {
 const MountPath = z
   .string({ error: "is required" })
   .min(1, "must not be empty")
-  .max(4096, "must be at most 4096 characters")
+  .max(512, "must be at most 512 characters")
   .superRefine((path, ctx) => {
     if (!path.startsWith("/")) {
       ctx.addIssue({ code: "custom", message: `${JSON.stringify(path)} must be an absolute path` });
@@ -131,7 +131,7 @@ export const VolumeMount = z.strictObject({
   readOnly: z.boolean().optional(),
   subPath: z
     .string()
-    .max(4096)
+    .max(512, "must be at most 512 characters")
     .refine((sub) => !sub.startsWith("/") && !sub.split("/").includes(".."), {
       error: (issue) => `${JSON.stringify(issue.input)} must be a relative path without '..'`,
     })
