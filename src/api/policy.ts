@@ -24,6 +24,7 @@ import {
   ResourceRequirements,
   RetryBackoff,
 } from "./playbook.js";
+import { AllowedVolumes, checkVolumes } from "./policy-volumes.js";
 import { allTasksOf, ImageReference } from "./task-images.js";
 
 export const POLICY_KIND = "PlaybookPolicy";
@@ -113,6 +114,8 @@ export const PolicySpecSchema = z.strictObject({
   maximums: PolicyMaximumsSchema.optional(),
   allowedServiceAccounts: z.array(ServiceAccountName).max(256, "must list at most 256 names").optional(),
   allowedImages: z.array(ImagePattern).max(256, "must list at most 256 images").optional(),
+  /** The volume types the namespace's Playbooks may name; absent: all of them (policy-volumes.ts). */
+  allowedVolumes: AllowedVolumes.optional(),
 });
 export type PolicySpec = z.infer<typeof PolicySpecSchema>;
 
@@ -151,6 +154,8 @@ export interface NamespaceRules {
   maximums: PolicyMaximums;
   allowedServiceAccounts: readonly string[];
   allowedImages: readonly string[];
+  /** spec.allowedVolumes; absent: every type a Playbook may name. */
+  allowedVolumes?: readonly string[] | undefined;
   runnerImage: string;
   /** The controller's --default-queue-name, under the policy's defaults.queueName. */
   defaultQueueName?: string | undefined;
@@ -187,6 +192,7 @@ export function policyRules(
     maximums: spec.maximums ?? {},
     allowedServiceAccounts: spec.allowedServiceAccounts ?? base.allowedServiceAccounts,
     allowedImages: spec.allowedImages ?? base.allowedImages,
+    ...(spec.allowedVolumes ? { allowedVolumes: spec.allowedVolumes } : {}),
     runnerImage: cluster.runnerImage,
     ...(base.defaultQueueName ? { defaultQueueName: base.defaultQueueName } : {}),
   };
@@ -350,6 +356,7 @@ export const POLICY_FIELDS = [
   "spec.tasks[].image",
   "spec.finally[].image",
   "spec.resources",
+  "spec.volumes",
   "policy",
 ] as const;
 
@@ -468,6 +475,7 @@ export function checkPolicy(
     });
   }
   problems.push(...checkImages(spec, rules));
+  problems.push(...checkVolumes(spec, rules));
   problems.push(...checkResources(effectiveResources(spec, rules), spec.resources, rules));
   return problems;
 }

@@ -4,6 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
+import { checkPolicy, PolicySpecSchema, policyRules } from "../../src/api/policy.js";
 import { builtPodDifference } from "../../src/controller/pods/built-pod-difference.js";
 import { buildPod } from "../../src/controller/pods/pod-builder.js";
 import { SETTINGS, T0 } from "./controller-fixtures.js";
@@ -283,6 +284,44 @@ describe("the pod of a run whose tasks name Secrets, ConfigMaps and volumes", ()
     mounted.spec.containers[2]?.volumeMounts?.push({ name: "s3", mountPath: "/s3" });
     expect(builtPodDifference(mounted, pod, 0)).toBe(
       "spec.containers[task-2].volumeMounts is [playbook-agent, playbook-run, workspace, s3], the controller builds [playbook-agent, playbook-run, workspace]",
+    );
+  });
+});
+
+describe("PlaybookPolicy.allowedVolumes", () => {
+  const spec = PlaybookSpecSchema.parse(SPEC);
+  const limits = resolveLimits(spec, SETTINGS.defaults);
+  const cluster = { runnerImage: "runner:1", allowedServiceAccounts: [], allowedImages: [] };
+  const volumeProblems = (allowedVolumes?: string[]) =>
+    checkPolicy(
+      spec,
+      limits,
+      policyRules(
+        { name: "default", spec: PolicySpecSchema.parse(allowedVolumes ? { allowedVolumes } : {}) },
+        cluster,
+      ),
+    ).filter((p) => p.field === "spec.volumes");
+
+  it("allows every type a Playbook may name when it lists none", () => {
+    expect(volumeProblems()).toEqual([]);
+  });
+
+  it("refuses a volume of a type it does not list, naming the volume, its type and the allowed ones", () => {
+    expect(volumeProblems(["secret", "emptyDir"])).toEqual([
+      {
+        path: "spec.volumes[0].persistentVolumeClaim",
+        field: "spec.volumes",
+        message:
+          'volume "dumps" is of type persistentVolumeClaim, which the namespace does not allow: PlaybookPolicy default allows secret, emptyDir (spec.allowedVolumes)',
+      },
+    ]);
+  });
+
+  it("takes only the types a Playbook may name", () => {
+    const parsed = PolicySpecSchema.safeParse({ allowedVolumes: ["hostPath"] });
+    expect(parsed.success).toBe(false);
+    expect(parsed.error?.issues[0]?.message).toBe(
+      "must be one of secret, configMap, persistentVolumeClaim, emptyDir, projected, downwardAPI, ephemeral, csi",
     );
   });
 });
