@@ -44,6 +44,8 @@ export interface ExecuteOptions {
   cancelled?: boolean;
   /** `playbook run`: how the tasks that name an image run (local-images.ts) */
   images?: LocalImages;
+  /** `playbook run --secret`: the values the runner prints as *** (src/pod-runner/secret-mask.ts) */
+  maskValues?: readonly string[];
   /** spec.resources: its limits apply to each local task container */
   resources?: { limits?: Record<string, string | number> };
   /**
@@ -261,6 +263,7 @@ export async function executeRun(options: ExecuteOptions): Promise<ExecuteResult
     const outcome = await runPlaybook({
       ...(local && images?.mode === "containers" ? local.runOptions(images.containerOf) : {}),
       tasks: options.tasks,
+      ...(options.maskValues ? { maskValues: [...options.maskValues] } : {}),
       shell: options.shell,
       ...(options.finally?.length
         ? { finally: options.finally, finallyCancelSignal: finallyCancel.signal }

@@ -108,7 +108,11 @@ const RunFlags = z.strictObject({
   report: z.string().min(1).optional(),
   policy: z.string().min(1).optional(),
   onHost: z.boolean().optional(),
+  secret: z.array(z.string()).default([]),
+  configMap: z.array(z.string()).default([]),
 });
+
+const collectFlag = (value: string, previous: string[]) => [...previous, value];
 
 async function runCommand(flags: unknown): Promise<number> {
   const parsed = RunFlags.parse(flags);
@@ -170,13 +174,23 @@ async function runCommand(flags: unknown): Promise<number> {
   if (shellProblem !== undefined) throw new UsageError(`${shellProblem}; nothing was run`);
   // The runner (and node:crypto, node:child_process) only for the commands that run tasks.
   const { executeRun } = await import("./execute.js");
+  const { resolveLocalSources, sourceFolders } = await import("./local-sources.js");
+  const run = { name: playbook.metadata.name, namespace: playbook.metadata.namespace ?? "default" };
+  const secrets = sourceFolders("--secret", parsed.secret);
+  const sources = resolveLocalSources(
+    playbook.spec,
+    run,
+    secrets,
+    sourceFolders("--config-map", parsed.configMap),
+  );
   const result = await executeRun({
     images,
     resources: playbook.spec.resources,
     name: playbook.metadata.name,
-    tasks: playbook.spec.tasks,
+    tasks: sources.tasks,
     shell: playbook.spec.shell,
-    ...(playbook.spec.finally?.length ? { finally: playbook.spec.finally } : {}),
+    ...(sources.finally.length ? { finally: sources.finally } : {}),
+    ...(sources.maskValues.length ? { maskValues: sources.maskValues } : {}),
     limits,
     output: parsed.output ? process.stderr : process.stdout,
     progressOut: process.stderr,
@@ -403,6 +417,13 @@ export function buildProgram(
     .option(
       "--policy <file>",
       "a PlaybookPolicy manifest: refuse what it refuses and take its defaults, as in its namespace",
+    )
+    .option("--secret <NAME=DIR>", "a Secret the tasks name, one file per key (repeat)", collectFlag, [])
+    .option(
+      "--config-map <NAME=DIR>",
+      "a ConfigMap the tasks name, one file per key (repeat)",
+      collectFlag,
+      [],
     )
     .option(
       "--on-host",
