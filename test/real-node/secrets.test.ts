@@ -1,7 +1,11 @@
 // A task's Secret on a real kubelet, under both ways the agent reaches the task containers: the task
 // naming it reads it through env and a volume; another task, in the same image and in another,
 // cannot read it by its env, a file or another container's /proc; the value is nowhere in the
-// Playbook or its events; a missing key ends the run in seconds, naming the key.
+// Playbook or its events; a missing key ends the run in seconds, naming the key; a claim on a
+// `local` PersistentVolume keeps what one run wrote for the next.
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { stringify } from "yaml";
 import { realNode } from "../controller/reason-cases.js";
@@ -121,5 +125,80 @@ describe.each(AGENT_LAYOUTS)("with the agent delivered by $delivery", ({ setting
     expect(succeeded).toMatchObject({ status: "False", reason: "InvalidSpec" });
     expect(succeeded?.message).toContain("CreateContainerConfigError");
     expect(succeeded?.message).toContain("nope");
+  });
+});
+
+describe("a PersistentVolumeClaim", () => {
+  // The dev cluster has no provisioner: the test makes a `local` PersistentVolume on this node's
+  // disk (docs/secrets.md, "On the dev cluster"), open to the tasks' users.
+  let dir = "";
+  let pv = "";
+  beforeAll(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), "pb-pv-"));
+    pv = `pb-pv-${path
+      .basename(dir)
+      .slice(6)
+      .toLowerCase()
+      .replace(/[^a-z0-9]/g, "")}`;
+    chmodSync(dir, 0o777);
+    await Promise.all(controllers.splice(0).map((c) => c.stop()));
+    controllers.push(startController([namespace], { ...realNode.controller }));
+    await kubectl(["apply", "-f", "-"], {
+      input: stringify({
+        apiVersion: "v1",
+        kind: "PersistentVolume",
+        metadata: { name: pv },
+        spec: {
+          capacity: { storage: "64Mi" },
+          accessModes: ["ReadWriteOnce"],
+          storageClassName: "local-test",
+          claimRef: { namespace, name: "dumps" },
+          local: { path: dir },
+          nodeAffinity: {
+            required: {
+              nodeSelectorTerms: [
+                { matchExpressions: [{ key: "kubernetes.io/hostname", operator: "Exists" }] },
+              ],
+            },
+          },
+        },
+      }),
+    });
+    await kubectl(["-n", namespace, "apply", "-f", "-"], {
+      input: stringify({
+        apiVersion: "v1",
+        kind: "PersistentVolumeClaim",
+        metadata: { name: "dumps" },
+        spec: {
+          accessModes: ["ReadWriteOnce"],
+          storageClassName: "local-test",
+          resources: { requests: { storage: "64Mi" } },
+        },
+      }),
+    });
+  });
+  afterAll(async () => {
+    if (pv) await kubectlResult(["delete", "pv", pv, "--ignore-not-found", "--wait=false"]);
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("is written by one run and read by the next", async () => {
+    const volumes = [{ name: "dumps", persistentVolumeClaim: { claimName: "dumps" } }];
+    const volumeMounts = [{ name: "dumps", mountPath: "/dumps" }];
+    await createPlaybook(namespace, "pv-write", {
+      ceiling: "3m",
+      volumes,
+      tasks: [{ name: "write", run: "echo from-the-first-run > /dumps/note", volumeMounts }],
+    });
+    const written = await waitForFinished(namespace, "pv-write", realNode.finishMs);
+    expect(condition(written, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    await createPlaybook(namespace, "pv-read", {
+      ceiling: "3m",
+      volumes,
+      tasks: [{ name: "read", run: "cat /dumps/note", volumeMounts }],
+    });
+    const read = await waitForFinished(namespace, "pv-read", realNode.finishMs);
+    expect(condition(read, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    expect(taskLines(await runnerLogs(namespace, "pv-read"), "read")).toEqual(["from-the-first-run"]);
   });
 });
