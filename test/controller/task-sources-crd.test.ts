@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
-import { clients, getPlaybook, kubectlResult, playbookManifest } from "./support.js";
+import { clients, getPlaybook, kubectl, kubectlResult, playbookManifest } from "./support.js";
 
 const { core } = clients();
 let namespace: string;
@@ -156,5 +156,19 @@ describe("a Playbook naming Secrets, ConfigMaps and volumes", () => {
     });
     expect(refused.code).not.toBe(0);
     expect(refused.stderr).toContain('unknown field "spec.volumes[0].nfs"');
+  });
+
+  it("is explained field by field", async () => {
+    const explain = async (field: string) => (await kubectl(["explain", field])).stdout.replace(/\s+/g, " ");
+    expect(await explain("playbook.spec.tasks.env.valueFrom")).toContain(
+      "set by the kubelet on this task's container only",
+    );
+    expect(await explain("playbook.spec.tasks.volumeMounts")).toContain(
+      "mounted in this task's container only",
+    );
+    expect(await explain("cronplaybook.spec.template.spec.volumes")).toContain("(never hostPath;");
+    expect(await explain("playbookpolicy.spec.allowedVolumes")).toContain(
+      "Volume types the namespace's Playbooks may name",
+    );
   });
 });
