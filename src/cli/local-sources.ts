@@ -143,3 +143,18 @@ export function resolveLocalSources(
     maskValues: [...maskValues].filter((value) => value.length >= 4),
   };
 }
+
+/** `playbook run`'s --secret and --config-map values resolved for a Playbook's run. */
+export function localSources(
+  playbook: { metadata: { name: string; namespace?: string | undefined }; spec: PlaybookSpec },
+  secret: readonly string[],
+  configMap: readonly string[],
+): LocalSources {
+  const run = { name: playbook.metadata.name, namespace: playbook.metadata.namespace ?? "default" };
+  return resolveLocalSources(
+    playbook.spec,
+    run,
+    sourceFolders("--secret", secret),
+    sourceFolders("--config-map", configMap),
+  );
+}

@@ -112,7 +112,7 @@ const RunFlags = z.strictObject({
   configMap: z.array(z.string()).default([]),
 });
 
-const collectFlag = (value: string, previous: string[]) => [...previous, value];
+const collect = (value: string, previous: string[]) => [...previous, value];
 
 async function runCommand(flags: unknown): Promise<number> {
   const parsed = RunFlags.parse(flags);
@@ -174,14 +174,10 @@ async function runCommand(flags: unknown): Promise<number> {
   if (shellProblem !== undefined) throw new UsageError(`${shellProblem}; nothing was run`);
   // The runner (and node:crypto, node:child_process) only for the commands that run tasks.
   const { executeRun } = await import("./execute.js");
-  const { resolveLocalSources, sourceFolders } = await import("./local-sources.js");
-  const run = { name: playbook.metadata.name, namespace: playbook.metadata.namespace ?? "default" };
-  const secrets = sourceFolders("--secret", parsed.secret);
-  const sources = resolveLocalSources(
-    playbook.spec,
-    run,
-    secrets,
-    sourceFolders("--config-map", parsed.configMap),
+  const sources = (await import("./local-sources.js")).localSources(
+    playbook,
+    parsed.secret,
+    parsed.configMap,
   );
   const result = await executeRun({
     images,
@@ -418,13 +414,8 @@ export function buildProgram(
       "--policy <file>",
       "a PlaybookPolicy manifest: refuse what it refuses and take its defaults, as in its namespace",
     )
-    .option("--secret <NAME=DIR>", "a Secret the tasks name, one file per key (repeat)", collectFlag, [])
-    .option(
-      "--config-map <NAME=DIR>",
-      "a ConfigMap the tasks name, one file per key (repeat)",
-      collectFlag,
-      [],
-    )
+    .option("--secret <NAME=DIR>", "a Secret the tasks name, one file per key (repeat)", collect, [])
+    .option("--config-map <NAME=DIR>", "a ConfigMap the tasks name, one file per key (repeat)", collect, [])
     .option(
       "--on-host",
       "run the tasks that name an image on this machine instead of in their image (podman or docker)",
