@@ -172,6 +172,11 @@ export function generatedFiles(root: string = repoRoot()): Map<string, string> {
   for (const name of readdirSync(path.join(root, "crds")).filter((f) => /\.ya?ml$/.test(f))) {
     files.set(path.join(chart, "files", "crds", name), readFileSync(path.join(root, "crds", name), "utf8"));
   }
+  // The admission policy of the plain install (deploy/), which the chart renders with its own service account.
+  files.set(
+    path.join(chart, "files", "admission-policy.yaml"),
+    readFileSync(path.join(root, "deploy", "admission-policy.yaml"), "utf8"),
+  );
   const version = z
     .object({ version: z.string() })
     .parse(JSON.parse(readFileSync(path.join(root, "package.json"), "utf8"))).version;

@@ -5,7 +5,17 @@ import { parseDuration } from "./duration.js";
 import { PLACEMENT_FIELDS_SHAPE } from "./placement.js";
 import { ENDINGS, LIMIT_SOURCES, RUN_PHASES, TASK_LIMITS, TASK_PHASES } from "./reasons.js";
 import { ShellCommand } from "./shell.js";
-import { checkTaskImageCount, ImageReference } from "./task-images.js";
+import { checkTaskContainerCount, checkTaskImageCount, ImageReference } from "./task-images.js";
+import {
+  checkTaskSources,
+  EnvFromSource,
+  EnvVarSource,
+  MAX_ENV_FROM,
+  MAX_VOLUME_MOUNTS,
+  MAX_VOLUMES,
+  Volume,
+  VolumeMount,
+} from "./task-sources.js";
 
 /** The API group, version and resource the Playbook is served as (crds/playbook.dev_playbooks.yaml). */
 export const GROUP = "playbook.dev";
@@ -112,8 +122,15 @@ const EnvVar = z
       .refine(...maxCharacters(32_000))
       .regex(NO_NUL, NO_NUL_MESSAGE)
       .default(""),
+    /** The value from a Secret's or ConfigMap's key or the pod's own fields: set on the task's container. */
+    valueFrom: EnvVarSource.optional(),
   })
-  .superRefine((env, ctx) => execStringTooLong(`${env.name}=${env.value}`, `${env.name}=… `, ctx, ["value"]));
+  .superRefine((env, ctx) => execStringTooLong(`${env.name}=${env.value}`, `${env.name}=… `, ctx, ["value"]))
+  .superRefine((env, ctx) => {
+    if (env.valueFrom && env.value !== "") {
+      ctx.addIssue({ code: "custom", path: ["valueFrom"], message: "must not be set together with value" });
+    }
+  });
 
 /** How much each wait between a task's attempts grows: 1 keeps it, 2 doubles it. */
 export const RetryBackoff = z
@@ -151,6 +168,13 @@ export const TaskSpecSchema = z.strictObject({
   image: ImageReference.optional(),
   /** The shell its run goes to, as `WORDS -c RUN`; default spec.shell, else `sh` (shell.ts). */
   shell: ShellCommand.optional(),
+  /** Whole Secrets and ConfigMaps as env, on this task's container only (task-sources.ts). */
+  envFrom: z.array(EnvFromSource).max(MAX_ENV_FROM, `must list at most ${MAX_ENV_FROM} sources`).optional(),
+  /** spec.volumes this task's container mounts; no other task's container does. */
+  volumeMounts: z
+    .array(VolumeMount)
+    .max(MAX_VOLUME_MOUNTS, `must list at most ${MAX_VOLUME_MOUNTS} mounts`)
+    .optional(),
 });
 export type TaskSpec = z.infer<typeof TaskSpecSchema>;
 
@@ -254,7 +278,10 @@ export const PlaybookSpecSchema = z
      * entries apply (placement-policy.ts). `playbook run` ignores them.
      */
     ...PLACEMENT_FIELDS_SHAPE,
+    /** Volumes the tasks' volumeMounts name, as in a Pod (task-sources.ts VOLUME_TYPES; never hostPath). */
+    volumes: z.array(Volume).max(MAX_VOLUMES, `must list at most ${MAX_VOLUMES} volumes`).optional(),
   })
+  .superRefine((spec, ctx) => checkTaskSources(spec, ctx))
   .superRefine((spec, ctx) => {
     const size = planTextSize([...spec.tasks, ...(spec.finally ?? [])]);
     if (size > MAX_PLAN_TEXT) {
@@ -265,7 +292,8 @@ export const PlaybookSpecSchema = z
       });
     }
   })
-  .superRefine((spec, ctx) => checkTaskImageCount(spec, ctx));
+  .superRefine((spec, ctx) => checkTaskImageCount(spec, ctx))
+  .superRefine((spec, ctx) => checkTaskContainerCount(spec, ctx));
 export type PlaybookSpec = z.infer<typeof PlaybookSpecSchema>;
 
 const Time = z.string();

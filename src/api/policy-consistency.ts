@@ -1,7 +1,8 @@
 // A policy's own consistency: do its defaults fit its maximums and the controller's (its Ready condition).
 import { formatDuration, parseDuration } from "./duration.js";
 import { placementPolicyProblems, placementRulesOf } from "./placement-policy.js";
-import { type PolicySpec, quantityValue } from "./policy.js";
+import type { PolicySpec } from "./policy.js";
+import { quantityValue } from "./quantity.js";
 
 /**
  * A duration default within the policy's maximum of the same field and the controller's. With

@@ -33,6 +33,8 @@ import {
   ResourceRequirements,
   RetryBackoff,
 } from "./playbook.js";
+import { AllowedVolumes, checkVolumes } from "./policy-volumes.js";
+import { quantityValue } from "./quantity.js";
 import { allTasksOf, ImageReference } from "./task-images.js";
 
 export const POLICY_KIND = "PlaybookPolicy";
@@ -126,6 +128,8 @@ export const PolicySpecSchema = z.strictObject({
   allowedImages: z.array(ImagePattern).max(256, "must list at most 256 images").optional(),
   /** enforced, allowedRuntimeClasses, allowedTolerations, forbidden label and annotation keys. */
   ...PLACEMENT_POLICY_SHAPE,
+  /** The volume types the namespace's Playbooks may name; absent: all of them (policy-volumes.ts). */
+  allowedVolumes: AllowedVolumes.optional(),
 });
 export type PolicySpec = z.infer<typeof PolicySpecSchema>;
 
@@ -164,6 +168,8 @@ export interface NamespaceRules {
   maximums: PolicyMaximums;
   allowedServiceAccounts: readonly string[];
   allowedImages: readonly string[];
+  /** spec.allowedVolumes; absent: every type a Playbook may name. */
+  allowedVolumes?: readonly string[] | undefined;
   runnerImage: string;
   /** The controller's --default-queue-name, under the policy's defaults.queueName. */
   defaultQueueName?: string | undefined;
@@ -202,6 +208,7 @@ export function policyRules(
     maximums: spec.maximums ?? {},
     allowedServiceAccounts: spec.allowedServiceAccounts ?? base.allowedServiceAccounts,
     allowedImages: spec.allowedImages ?? base.allowedImages,
+    ...(spec.allowedVolumes ? { allowedVolumes: spec.allowedVolumes } : {}),
     runnerImage: cluster.runnerImage,
     ...(base.defaultQueueName ? { defaultQueueName: base.defaultQueueName } : {}),
     placement: placementRulesOf(policy.name, spec),
@@ -273,38 +280,6 @@ export function imageAllowed(image: string, patterns: readonly string[]): boolea
   });
 }
 
-const QUANTITY_SUFFIX: Record<string, number> = {
-  n: 1e-9,
-  u: 1e-6,
-  m: 1e-3,
-  "": 1,
-  k: 1e3,
-  M: 1e6,
-  G: 1e9,
-  T: 1e12,
-  P: 1e15,
-  E: 1e18,
-  Ki: 2 ** 10,
-  Mi: 2 ** 20,
-  Gi: 2 ** 30,
-  Ti: 2 ** 40,
-  Pi: 2 ** 50,
-  Ei: 2 ** 60,
-};
-
-/** A resource quantity as a number, for comparing against a maximum ("500m" is 0.5, "1Gi" 2^30). */
-export function quantityValue(quantity: string | number): number {
-  if (typeof quantity === "number") return quantity;
-  const match = /^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9.]+|[KMGTPE]i|[numkMGTPE])?$/.exec(
-    quantity,
-  );
-  if (!match) return Number.NaN;
-  const number = Number(match[1]);
-  const suffix = match[2] ?? "";
-  if (/^[eE]/.test(suffix)) return number * 10 ** Number(suffix.slice(1));
-  return number * (QUANTITY_SUFFIX[suffix] ?? Number.NaN);
-}
-
 type Resources = NonNullable<PlaybookSpec["resources"]>;
 
 /** The container's resources: the Playbook's, each map filled in from the policy's default. */
@@ -373,6 +348,7 @@ export const POLICY_FIELDS = [
   "spec.tolerations",
   "spec.runtimeClassName",
   "spec.podMetadata",
+  "spec.volumes",
   "policy",
 ] as const;
 
@@ -491,6 +467,7 @@ export function checkPolicy(
     });
   }
   problems.push(...checkImages(spec, rules));
+  problems.push(...checkVolumes(spec, rules));
   problems.push(...checkResources(effectiveResources(spec, rules), spec.resources, rules));
   problems.push(...checkPlacement(spec, rules.placement));
   return problems;

@@ -4,6 +4,14 @@
 // may use at most MAX_TASK_IMAGES of them. The CRD checks the same syntax, length and count
 // (crds/playbook.dev_playbooks.yaml).
 import { z } from "zod";
+import {
+  type EnvFromSource,
+  type EnvVarSource,
+  sourcesKey,
+  type TaskSources,
+  taskSourcesOf,
+  type VolumeMount,
+} from "./task-sources.js";
 
 /** Distinct task images a Playbook may use: each is a container of the run's pod, pulled and started with it. */
 export const MAX_TASK_IMAGES = 8;
@@ -107,25 +115,37 @@ export function checkTaskImageCount(spec: ImagedSpec, ctx: z.RefinementCtx): voi
 
 export const taskContainerName = (k: number) => `${TASK_CONTAINER_PREFIX}${k}`;
 
-/** The run's task containers: one per distinct effective image, and each task's container. */
+/** The run's task containers: one per distinct effective image and set of sources, and each task's container. */
 export interface TaskContainers {
-  /** task-K → image, in first-use order. */
-  containers: { name: string; image: string }[];
+  /** task-K → image, in first-use order, with the env and mounts from sources its tasks name (task-sources.ts). */
+  containers: { name: string; image: string; sources?: TaskSources }[];
   /** Per task (by index), the container it runs in. */
   tasks: { container: string; image: string }[];
 }
 
-/** Each task's effective image and container, `defaultImage` for tasks that name none (spec.image resolved). */
-export function resolveTaskContainers(
-  tasks: readonly { image?: string | undefined }[],
-  defaultImage: string,
-): TaskContainers {
-  const containers: { name: string; image: string }[] = [];
+/** What a task names that its container must carry (task-sources.ts): its sources decide its container too. */
+interface SourcedTask {
+  image?: string | undefined;
+  env?: readonly { name: string; valueFrom?: EnvVarSource | undefined }[] | undefined;
+  envFrom?: readonly EnvFromSource[] | undefined;
+  volumeMounts?: readonly VolumeMount[] | undefined;
+}
+
+/**
+ * Each task's effective image and container, `defaultImage` for tasks that name none (spec.image
+ * resolved). Containers are keyed by image and by the sources (Secrets, ConfigMaps, volumes) the
+ * task names: a task shares a container only with tasks that name exactly the same, so a Secret
+ * reaches no container of a task that does not name it (docs/secrets.md).
+ */
+export function resolveTaskContainers(tasks: readonly SourcedTask[], defaultImage: string): TaskContainers {
+  const containers: TaskContainers["containers"] = [];
   const resolved = tasks.map((task) => {
     const image = task.image ?? defaultImage;
-    let container = containers.find((c) => c.image === image);
+    const sources = taskSourcesOf(task);
+    const key = sourcesKey(sources);
+    let container = containers.find((c) => c.image === image && sourcesKey(c.sources) === key);
     if (!container) {
-      container = { name: taskContainerName(containers.length + 1), image };
+      container = { name: taskContainerName(containers.length + 1), image, ...(sources ? { sources } : {}) };
       containers.push(container);
     }
     return { container: container.name, image };
@@ -149,4 +169,31 @@ export function taskUidsEnv(
 /** The images the run's tasks use, for `playbook validate` and the status. */
 export function describeTaskImage(image: string, runnerImage: string | undefined): string {
   return image === runnerImage ? `${image} (the runner image)` : image;
+}
+
+/** Task containers a pod may hold: images times the distinct sets of sources their tasks name. */
+export const MAX_TASK_CONTAINERS = 16;
+
+/** The zod check of the spec: at most MAX_TASK_CONTAINERS containers, the issue at the task that brings one too many. */
+export function checkTaskContainerCount(
+  spec: {
+    image?: string | undefined;
+    tasks: readonly SourcedTask[];
+    finally?: readonly SourcedTask[] | undefined;
+  },
+  ctx: z.RefinementCtx,
+): void {
+  const keys: string[] = [];
+  for (const { task, path } of allTasksOf(spec)) {
+    const key = `${task.image ?? spec.image ?? UNNAMED_DEFAULT}\n${sourcesKey(taskSourcesOf(task))}`;
+    if (keys.includes(key)) continue;
+    keys.push(key);
+    if (keys.length === MAX_TASK_CONTAINERS + 1) {
+      ctx.addIssue({
+        code: "custom",
+        path,
+        message: `the tasks need ${MAX_TASK_CONTAINERS + 1} or more containers (one per image and set of Secrets, ConfigMaps and volumes named); a pod holds at most ${MAX_TASK_CONTAINERS} task containers`,
+      });
+    }
+  }
 }

@@ -109,7 +109,11 @@ const RunFlags = z.strictObject({
   report: z.string().min(1).optional(),
   policy: z.string().min(1).optional(),
   onHost: z.boolean().optional(),
+  secret: z.array(z.string()).default([]),
+  configMap: z.array(z.string()).default([]),
 });
+
+const collect = (value: string, previous: string[]) => [...previous, value];
 
 async function runCommand(flags: unknown): Promise<number> {
   const parsed = RunFlags.parse(flags);
@@ -179,9 +183,21 @@ async function runCommand(flags: unknown): Promise<number> {
   // The runner (and node:crypto, node:child_process) only for the commands that run tasks.
   const { runLocal } = await import("../pod-runner/local-entry.js");
   const { Progress } = await import("./progress.js");
+  // --secret and --config-map: env values resolved from the folders into the tasks run, never
+  // into the Playbook printed with -o; the Secrets' values masked in the output.
+  const sources = (await import("./local-sources.js")).localSources(
+    playbook,
+    parsed.secret,
+    parsed.configMap,
+  );
   const result = await runLocal({
     name: playbook.metadata.name,
-    spec: playbook.spec,
+    spec: {
+      ...playbook.spec,
+      tasks: sources.tasks,
+      ...(sources.finally.length ? { finally: sources.finally } : {}),
+    },
+    ...(sources.maskValues.length ? { maskValues: sources.maskValues } : {}),
     limits,
     images,
     output: parsed.output ? process.stderr : process.stdout,
@@ -375,6 +391,8 @@ export function buildProgram(
       "--policy <file>",
       "a PlaybookPolicy manifest: refuse what it refuses and take its defaults, as in its namespace",
     )
+    .option("--secret <NAME=DIR>", "a Secret the tasks name, one file per key (repeat)", collect, [])
+    .option("--config-map <NAME=DIR>", "a ConfigMap the tasks name, one file per key (repeat)", collect, [])
     .option(
       "--on-host",
       "run the tasks that name an image on this machine instead of in their image (podman or docker)",

@@ -113,6 +113,8 @@ export interface RunState {
   taskImages: readonly string[];
   /** Per finally task (by index), the image it runs in. */
   finallyImages: readonly string[];
+  /** Per task, main then finally, the container it runs in (task-K): several may share an image. */
+  taskContainers?: readonly string[];
   /** The Playbook's generation the spec is from. */
   specGeneration: number | undefined;
   /** spec.cancel as the Playbook says now: the one field that may change during a run. */

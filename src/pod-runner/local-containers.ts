@@ -13,7 +13,7 @@ import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { quantityValue } from "../api/policy.js";
+import { quantityValue } from "../api/quantity.js";
 import type { LocalEngine } from "./local-engine.js";
 
 /** Where the task containers see what the run shares with them (the same paths as in a pod). */

@@ -20,6 +20,8 @@ export interface LocalRunOptions {
   draw: DrawProgress;
   /** --report FILE */
   reportPath?: string | undefined;
+  /** the values of the Secrets given with --secret, printed as `***` (secret-mask.ts) */
+  maskValues?: readonly string[];
 }
 
 export interface LocalRunResult extends SessionResult {
@@ -43,6 +45,7 @@ export async function runLocal(options: LocalRunOptions): Promise<LocalRunResult
     draw: options.draw,
     reportPath: options.reportPath,
     cancelled: spec.cancel,
+    ...(options.maskValues?.length ? { maskValues: options.maskValues } : {}),
   });
   const exitCode = result.interrupted ? EXIT.interrupted : exitCodeForReason(result.report.reason);
   return { ...result, exitCode };

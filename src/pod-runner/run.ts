@@ -339,7 +339,9 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         command: containment.command,
         env: {
           ...(container !== null ? containerEnv(agents, container, baseEnv) : baseEnv),
-          ...Object.fromEntries(task.env.map((v) => [v.name, v.value])),
+          // An env from a source (valueFrom) is its container's, set by the kubelet (or a local run's
+          // --secret/--config-map): the plan holds its name only.
+          ...Object.fromEntries(task.env.flatMap((v) => (v.valueFrom ? [] : [[v.name, v.value]]))),
           ...phase.env,
         },
         // In a task container a relative workingDir is the container's (its agent's working

@@ -203,6 +203,8 @@ describe("the Helm chart", () => {
       "RoleBinding/pbc-playbook-controller-leader-election",
       "Service/pbc-playbook-controller-metrics",
       "ServiceAccount/pbc-playbook-controller",
+      "ValidatingAdmissionPolicy/pbc-playbook-controller.playbook.dev",
+      "ValidatingAdmissionPolicyBinding/pbc-playbook-controller.playbook.dev",
     ]);
     const deployment = objects.find((o) => o.kind === "Deployment");
     expect(deployment?.spec).toMatchObject({ replicas: 2 });
@@ -218,6 +220,25 @@ describe("the Helm chart", () => {
       expect(crd?.metadata.annotations).toMatchObject({ "helm.sh/resource-policy": "keep" });
       expect(crd?.spec).toEqual(source.spec);
     }
+  });
+
+  it("lets the release's controller through its admission policy, grants it no read of Secrets, and renders no policy with admissionPolicy.enabled false", async () => {
+    const { objects } = await template(namespace, []);
+    const policy = objects.find((o) => o.kind === "ValidatingAdmissionPolicy") as
+      | (Rendered & { spec: { matchConditions: { expression: string }[] } })
+      | undefined;
+    expect(policy?.spec.matchConditions).toEqual([
+      {
+        name: "not-the-controller",
+        expression: `request.userInfo.username != 'system:serviceaccount:${namespace}:pbc-playbook-controller'`,
+      },
+    ]);
+    const rules = objects
+      .filter((o) => o.kind === "ClusterRole" && o.metadata.name.startsWith("pbc-"))
+      .flatMap((o) => (o as unknown as { rules: { resources: string[]; verbs: string[] }[] }).rules);
+    expect(rules.filter((r) => r.resources.includes("secrets") || r.resources.includes("*"))).toEqual([]);
+    const off = await template(namespace, ["admissionPolicy.enabled=false"]);
+    expect(off.objects.filter((o) => o.kind.startsWith("ValidatingAdmissionPolicy"))).toEqual([]);
   });
 
   it("grants a Role in each watched namespace instead of a ClusterRole when config.namespaces is set", async () => {

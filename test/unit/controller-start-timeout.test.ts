@@ -83,7 +83,7 @@ describe("a pod that does not start", () => {
   it.each([
     ["ErrImagePull", "failed to pull image registry.example/tools:1: not found"],
     ["ImagePullBackOff", 'Back-off pulling image "registry.example/tools:1"'],
-    ["CreateContainerConfigError", 'secret "tokens" not found'],
+    ["RunContainerError", "failed to create containerd task"],
   ])("names the kubelet's waiting reason %s in the message", (reason, message) => {
     const decision = decide(
       input({
@@ -305,11 +305,6 @@ describe("a pending run says what holds its pod", () => {
       name: "no node for it (Unschedulable, in the scheduler's words)",
       status: UNSCHEDULABLE,
       says: "pod nightly-1 is pending (attempt 1): Unschedulable: 0/1 nodes are available: 1 Insufficient cpu.",
-    },
-    {
-      name: "a missing Secret (CreateContainerConfigError)",
-      status: waitingFor("CreateContainerConfigError", 'secret "db" not found'),
-      says: 'pod nightly-1 is pending (attempt 1): container runner (image runner:test): CreateContainerConfigError: secret "db" not found',
     },
     {
       name: "its init container's image (naming the container)",

@@ -3,8 +3,9 @@
 import { describe, expect, it } from "vitest";
 import { PLAN_ANNOTATION, parsePlan } from "../../src/api/plan.js";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
-import { clusterRules, imageAllowed, PolicySpecSchema, quantityValue } from "../../src/api/policy.js";
+import { clusterRules, imageAllowed, PolicySpecSchema } from "../../src/api/policy.js";
 import { policyProblems } from "../../src/api/policy-consistency.js";
+import { quantityValue } from "../../src/api/quantity.js";
 import { loadControllerConfig } from "../../src/controller/config.js";
 import { ControllerMetrics } from "../../src/controller/metrics.js";
 import type { StoredPlaybook } from "../../src/controller/objects.js";

@@ -402,3 +402,40 @@ describe("a report the controller does not trust", () => {
     });
   });
 });
+
+describe("judgeReport of tasks in two containers of one image (tasks naming different Secrets)", () => {
+  const SAME = ["runner:test", "runner:test"];
+  const sameImagePod = (task2?: Case["task2"]): { ended: PodView; message: string } => {
+    const message = messageOf(SUCCEEDED);
+    const ended = endedPod({ message, ...(task2 ? { task2 } : {}) });
+    const containers = (ended.spec?.containers ?? []).map((c) => ({ ...c, image: "runner:test" }));
+    return { ended: { ...ended, spec: { ...ended.spec, containers } }, message };
+  };
+  const judgeSame = (ended: PodView, message: string, placed?: string[]) =>
+    judgeReport(
+      ended,
+      ended.status?.containerStatuses?.[0]?.state?.terminated as ContainerTerminated,
+      decodeReport(message, 2),
+      NAMES,
+      SAME,
+      undefined,
+      placed,
+    );
+
+  it("believes the report by the container the plan placed each task in", () => {
+    const { ended, message } = sameImagePod();
+    expect(judgeSame(ended, message, ["task-1", "task-2"])).toEqual({ trusted: true });
+  });
+
+  it("cannot tell the containers apart by image alone", () => {
+    const { ended, message } = sameImagePod();
+    expect(judgeSame(ended, message)).toMatchObject({ trusted: false, why: "never-started" });
+  });
+
+  it("distrusts a task reported run whose own container never started, though another of its image did", () => {
+    const { ended, message } = sameImagePod({ waiting: { reason: "CreateContainerConfigError" } });
+    const trust = judgeSame(ended, message, ["task-1", "task-2"]);
+    expect(trust).toMatchObject({ trusted: false, why: "never-started" });
+    if (!trust.trusted) expect(trust.problem).toContain("its container task-2 never started");
+  });
+});

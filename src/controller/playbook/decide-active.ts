@@ -15,6 +15,7 @@ import {
 import { kueueStopOf } from "../kueue/kueue-preemption.js";
 import { ceilingStartMs } from "../kueue/queued-time.js";
 import { type PodView, RUNNER_CONTAINER } from "../objects.js";
+import { missingSourceOf } from "../pods/missing-source.js";
 import { type NodeSilence, nodeSilenceOf } from "../pods/node-lost.js";
 import { DEADLINE_MARGIN_SECONDS, finallyWindowSeconds } from "../pods/pod-builder.js";
 import { describeHold, describeWaiting, podStarted } from "../pods/pod-state.js";
@@ -46,6 +47,9 @@ export function decideActivePod(state: RunState, pod: PodView): Decision {
   // activeDeadlineSeconds counts from the pod's start on a node: a pod that never starts
   // (unschedulable, image never pulled) is bounded by the controller instead, and it ends
   // StartTimeout at whichever comes first, its start window or the run's ceiling.
+  // A Secret, ConfigMap or key a task names is missing: no wait makes it appear (missing-source.ts).
+  const missing = running ? undefined : missingSourceOf(pod);
+  if (missing) return decideMissingSource(state, pod, missing);
   if (!running && Math.min(startBy ?? endsAt, endsAt) <= now.getTime()) {
     return decideStartTimeout(state, pod, startBy !== undefined && startBy <= endsAt ? "window" : "ceiling");
   }
@@ -157,6 +161,21 @@ function decideStartTimeout(state: RunState, pod: PodView, closedBy: "window" | 
   const message = `pod ${pod.metadata.name} (attempt ${state.attempts}) never started: ${when}; ${why}`;
   const next = settledStatus(base, { reason: "StartTimeout", message });
   return settle(base, { ...next, podName: pod.metadata.name, podAttempts: state.attempts }, "StartTimeout", {
+    actions: pod.metadata.deletionTimestamp
+      ? []
+      : [{ type: "deletePod", name: pod.metadata.name, why: "finished" }],
+  });
+}
+
+/**
+ * A task's container cannot be created for a Secret, ConfigMap or key it names that does not
+ * exist: the run ends InvalidSpec in the kubelet's words, and the pod is removed.
+ */
+function decideMissingSource(state: RunState, pod: PodView, missing: string): Decision {
+  const { base } = state;
+  const message = `pod ${pod.metadata.name} (attempt ${state.attempts}) cannot start: ${missing} (a Secret, ConfigMap or key the tasks name that does not exist; mark the reference optional: true where it may be missing)`;
+  const next = settledStatus(base, { reason: "InvalidSpec", message });
+  return settle(base, { ...next, podName: pod.metadata.name, podAttempts: state.attempts }, "InvalidSpec", {
     actions: pod.metadata.deletionTimestamp
       ? []
       : [{ type: "deletePod", name: pod.metadata.name, why: "finished" }],

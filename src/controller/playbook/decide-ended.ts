@@ -90,6 +90,7 @@ export function decideEndedPod(state: RunState, pod: PodView): Decision {
     images: state.taskImages,
     finallyNames: (spec.finally ?? []).map((task) => task.name),
     finallyImages: state.finallyImages,
+    ...(state.taskContainers ? { containers: state.taskContainers } : {}),
     runStart: state.startTime,
   });
   // Kueue stopped the pod (preemption, eviction): never a task's failure, and the cancel decides a cancelled run.

@@ -200,10 +200,11 @@ function runStateOf(
     : specGeneration;
   const podChoices = podSettings(planned.spec, rulesOf(input));
   // The finally tasks' images count on after the main tasks', as the pod's containers are resolved.
-  const images = resolveTaskContainers(
+  const placed = resolveTaskContainers(
     allTasksOf(planned.spec).map(({ task }) => task),
     podChoices.image,
-  ).tasks.map((t) => t.image);
+  ).tasks;
+  const images = placed.map((t) => t.image);
   const mainCount = planned.spec.tasks.length;
   return {
     base: { previous, generation, now, limits: planned.limits },
@@ -212,6 +213,7 @@ function runStateOf(
     pod: podChoices,
     taskImages: images.slice(0, mainCount),
     finallyImages: images.slice(mainCount),
+    taskContainers: placed.map((t) => t.container),
     specGeneration,
     cancel: (playbook.spec as { cancel?: unknown } | undefined)?.cancel === true,
     input,

@@ -8,7 +8,7 @@
 // from the built pod (its run's queue), where Kueue and the scheduler placed it from what the
 // controller observed of them (the Workload's admitted flavors, the node), each passed in. Pure.
 import { CEILING_LEFT_ENV_VAR } from "../../api/plan.js";
-import { quantityValue } from "../../api/policy.js";
+import { quantityValue } from "../../api/quantity.js";
 import { KUEUE_ADMISSION_GATE, KUEUE_MANAGED_LABEL, KUEUE_QUEUE_LABEL } from "../kueue/kueue-names.js";
 import { RUNNER_CONTAINER } from "../objects.js";
 import type { PodManifest } from "./pod-builder.js";
@@ -343,6 +343,13 @@ const RULES: Record<string, FieldRule> = {
   "spec.volumes[].downwardAPI.defaultMode": { added: (v) => v === 0o644 },
   "spec.volumes[].downwardAPI.items[].fieldRef.apiVersion": { added: (v) => v === "v1" },
   "spec.volumes[].projected.sources[].downwardAPI.items[].fieldRef.apiVersion": { added: (v) => v === "v1" },
+  // The defaults of a Playbook's own volumes and env sources (task-sources.ts), as SetDefaults_* give them.
+  "spec.volumes[].secret.defaultMode": { added: (v) => v === 0o644 },
+  "spec.volumes[].configMap.defaultMode": { added: (v) => v === 0o644 },
+  "spec.volumes[].projected.defaultMode": { added: (v) => v === 0o644 },
+  "spec.volumes[].projected.sources[].serviceAccountToken.expirationSeconds": { added: (v) => v === 3600 },
+  "spec.volumes[].ephemeral.volumeClaimTemplate.spec.volumeMode": { added: (v) => v === "Filesystem" },
+  "spec.containers[].env[].valueFrom.fieldRef.apiVersion": { added: (v) => v === "v1" },
 };
 
 /** The labels and annotations Kueue's webhook and its admission put on a pod it manages, and their values. */

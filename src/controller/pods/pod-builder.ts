@@ -43,6 +43,7 @@ import {
   RUNNER_CONTAINER,
 } from "../objects.js";
 import type { AgentDelivery } from "./agent-delivery.js";
+import { maskMounts } from "./mask-volumes.js";
 import { serviceAccountTokenVolume } from "./service-account-token.js";
 import {
   RESTRICTED_CONTAINER,
@@ -247,6 +248,7 @@ export function buildPod(request: PodRequest): PodManifest {
   const taskResources = settings.queue
     ? queuedTaskResources(request.spec, settings.resources).resources
     : settings.resources;
+  const masks = maskMounts(request.spec);
   const runner: Record<string, unknown> = {
     name: RUNNER_CONTAINER,
     image: request.runnerImage,
@@ -261,11 +263,13 @@ export function buildPod(request: PodRequest): PodManifest {
         value: String(ceilingLeftMs(limits, ceilingStart(request), request.now)),
       },
       { name: TASK_UIDS_ENV_VAR, value: taskUidsEnv(tasks.containers, taskContainerUid) },
+      ...masks.env,
     ],
     volumeMounts: [
       { name: PLAN_VOLUME, mountPath: PLAN_MOUNT_DIR, readOnly: true },
       { name: RUN_VOLUME, mountPath: RUN_DIR },
       ...delivery.volumeMounts,
+      ...masks.volumeMounts,
     ],
     ...(delivery.lifecycle ? { lifecycle: delivery.lifecycle } : {}),
     // The report comes only from the file the runner writes, never from its log's tail, which
@@ -309,6 +313,9 @@ export function buildPod(request: PodRequest): PodManifest {
       },
       ...taskVolumes(agentDelivery, request.runnerImage),
       ...(withToken ? [serviceAccountTokenVolume()] : []),
+      // The Playbook's own volumes (task-sources.ts), then the runner's Secrets to mask.
+      ...(request.spec.volumes ?? []),
+      ...masks.volumes,
     ],
   };
   if (settings.serviceAccountName) podSpec.serviceAccountName = settings.serviceAccountName;

@@ -55,6 +55,8 @@ export interface PlannedTasks {
   /** spec.finally's tasks, in order (none when absent). */
   finallyNames?: readonly string[];
   finallyImages?: readonly string[];
+  /** Per task, main then finally, the container the plan placed it in (several may share an image). */
+  containers?: readonly string[];
   runStart?: string;
 }
 
@@ -121,7 +123,7 @@ export function readReport(pod: PodView, tasks: PlannedTasks): ReadReport {
   // The finally tasks are judged as the main ones are: their rows count on after the main tasks'.
   const names = [...tasks.names, ...(tasks.finallyNames ?? [])];
   const images = tasks.images && [...tasks.images, ...(tasks.finallyImages ?? [])];
-  const trust = judgeReport(pod, terminated, report, names, images, tasks.runStart);
+  const trust = judgeReport(pod, terminated, report, names, images, tasks.runStart, tasks.containers);
   if (!trust.trusted) return { ok: false, problem: trust.problem, distrust: trust.why };
   return { ok: true, report, ...(changes.verdict === "unverified" ? { unverified: changes.changes } : {}) };
 }

@@ -89,11 +89,20 @@ function startedAtOf(status: NonNullable<NonNullable<PodView["status"]>["contain
   );
 }
 
-/** Per task (by index), the task container of its image, when the pod names exactly one. */
-function taskContainersOf(pod: PodView, taskImages: readonly string[]): (string | undefined)[] {
+/**
+ * Per task (by index), the task container of its image: the one the plan placed it in where it
+ * says (tasks naming different Secrets run in different containers of one image), else the one
+ * container of that image, when the pod names exactly one.
+ */
+function taskContainersOf(
+  pod: PodView,
+  taskImages: readonly string[],
+  placed: readonly string[] = [],
+): (string | undefined)[] {
   const containers = (pod.spec?.containers ?? []).filter((c) => c.name !== RUNNER_CONTAINER);
-  return taskImages.map((image) => {
-    const matching = containers.filter((c) => c.image === image);
+  return taskImages.map((image, index) => {
+    const name = placed[index];
+    const matching = containers.filter((c) => c.image === image && (name === undefined || c.name === name));
     return matching.length === 1 ? matching[0]?.name : undefined;
   });
 }
@@ -145,6 +154,8 @@ export function judgeReport(
   taskImages: readonly string[] = [],
   /** The run's start the runner was handed (its plan's runStartTime), when known. */
   runStart?: string,
+  /** Per task, the container the plan placed it in (task-K), when known. */
+  taskContainers: readonly string[] = [],
 ): Trust {
   const ending = judgeEnding(terminated);
   if (!ending.trusted) return ending;
@@ -156,7 +167,7 @@ export function judgeReport(
       problem: `the runner exited with code ${terminated.exitCode}, which its report does not explain (a runner that reports ${report.reason} exits ${expected}), so its termination message is not trusted`,
     };
   }
-  const containers = taskContainersOf(pod, taskImages);
+  const containers = taskContainersOf(pod, taskImages, taskContainers);
   const rows = [...report.tasks, ...(report.fin ?? [])];
   for (const [index, task] of rows.entries()) {
     const container = containers[index];

@@ -77,12 +77,17 @@ export function taskContainers(
     image: container.image,
     command: [agentPath(delivery), RUNNER_SOCKET, container.name],
     workingDir: WORKSPACE_DIR,
+    // The env and envFrom from sources its tasks name: the kubelet sets them, the agent's hello
+    // hands them to the runner, which starts this container's tasks from them (task-sources.ts).
+    ...(container.sources?.env.length ? { env: container.sources.env } : {}),
+    ...(container.sources?.envFrom.length ? { envFrom: container.sources.envFrom } : {}),
     volumeMounts: [
       { name: AGENT_VOLUME, mountPath: AGENT_DIR, readOnly: true },
       // connect() to a unix socket works on a read-only mount; the cancel files stay the runner's.
       { name: RUN_VOLUME, mountPath: RUN_DIR, readOnly: true },
       { name: WORKSPACE_VOLUME, mountPath: WORKSPACE_DIR },
       ...(withToken ? [serviceAccountTokenMount()] : []),
+      ...(container.sources?.volumeMounts ?? []),
     ],
     securityContext: { ...RESTRICTED_CONTAINER, runAsUser: taskContainerUid(index), runAsGroup: TASK_GID },
     ...(resources ? { resources } : {}),

@@ -1,0 +1,153 @@
+// The ValidatingAdmissionPolicy of the plain install (deploy/admission-policy.yaml) on the real
+// API server: a user who may create Playbooks but not read a Secret is refused a Playbook or
+// CronPlaybook naming it, with a message naming the Secret and the permission; one who may read it
+// is not; the controller's own creates pass.
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { stringify } from "yaml";
+import { repoRoot } from "../harness/binaries.js";
+import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { clients, eventually, kubectl, kubectlResult, playbookManifest } from "./support.js";
+
+const { core } = clients();
+const POLICY_FILE = path.join(repoRoot(), "deploy", "admission-policy.yaml");
+const CONTROLLER = "system:serviceaccount:playbook-system:playbook-controller";
+let namespace: string;
+
+const author = {
+  apiVersion: "rbac.authorization.k8s.io/v1",
+  kind: "Role",
+  metadata: { name: "playbook-author" },
+  rules: [{ apiGroups: ["playbook.dev"], resources: ["playbooks", "cronplaybooks"], verbs: ["*"] }],
+};
+const readsDb = {
+  apiVersion: "rbac.authorization.k8s.io/v1",
+  kind: "Role",
+  metadata: { name: "reads-db" },
+  rules: [
+    { apiGroups: [""], resources: ["secrets"], resourceNames: ["db"], verbs: ["get"] },
+    { apiGroups: [""], resources: ["configmaps", "persistentvolumeclaims"], verbs: ["get"] },
+  ],
+};
+const binding = (role: string, user: string) => ({
+  apiVersion: "rbac.authorization.k8s.io/v1",
+  kind: "RoleBinding",
+  metadata: { name: `${role}-${user.replace(/[^a-z0-9]/g, "-")}` },
+  roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: role },
+  subjects: [{ apiGroup: "rbac.authorization.k8s.io", kind: "User", name: user }],
+});
+
+beforeAll(async () => {
+  namespace = await createTestNamespace(core, "pb-vap");
+  const objects = [
+    author,
+    readsDb,
+    binding("playbook-author", "alice"),
+    binding("playbook-author", "bob"),
+    binding("reads-db", "bob"),
+    binding("playbook-author", CONTROLLER),
+    {
+      apiVersion: "v1",
+      kind: "Secret",
+      metadata: { name: "db" },
+      stringData: { password: "hunter2-not-shown" },
+    },
+  ];
+  await kubectl(["-n", namespace, "apply", "-f", "-"], {
+    input: objects.map((o) => stringify(o)).join("---\n"),
+  });
+  await kubectl(["apply", "-f", POLICY_FILE]);
+});
+afterAll(async () => {
+  await kubectlResult(["delete", "--ignore-not-found", "-f", POLICY_FILE]);
+  await deleteTestNamespace(core, namespace);
+});
+
+const namingDb = {
+  tasks: [
+    {
+      name: "dump",
+      run: "pg_dump",
+      env: [{ name: "PGPASSWORD", valueFrom: { secretKeyRef: { name: "db", key: "password" } } }],
+    },
+  ],
+};
+const asUser = (user: string, manifest: unknown, ...flags: string[]) =>
+  kubectlResult(["--as", user, "-n", namespace, "create", ...flags, "-f", "-"], stringify(manifest));
+
+describe("the admission policy", () => {
+  it("refuses a Playbook naming a Secret its author cannot get, naming the Secret and the permission", async () => {
+    // The API server loads a new policy within a second or so: tried without being stored until then.
+    await eventually("the policy to be in force", async () => {
+      const result = await asUser("alice", playbookManifest("alice-dump", namingDb), "--dry-run=server");
+      return result.code !== 0 ? result : undefined;
+    });
+    const refused = await asUser("alice", playbookManifest("alice-dump", namingDb));
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toContain(
+      `alice may not get every one of the secrets db in namespace ${namespace} (RBAC: get on secrets), so a Playbook of theirs may not name them`,
+    );
+  });
+
+  it("refuses a CronPlaybook's template naming a Secret in a volume, a ConfigMap or a claim its author cannot get", async () => {
+    const cron = {
+      apiVersion: "playbook.dev/v1alpha1",
+      kind: "CronPlaybook",
+      metadata: { name: "alice-nightly" },
+      spec: {
+        schedule: "0 3 * * *",
+        template: {
+          spec: {
+            volumes: [
+              { name: "creds", secret: { secretName: "db" } },
+              { name: "dumps", persistentVolumeClaim: { claimName: "dumps" } },
+            ],
+            tasks: [
+              {
+                name: "up",
+                run: "true",
+                envFrom: [{ configMapRef: { name: "cfg" } }],
+                volumeMounts: [{ name: "creds", mountPath: "/creds" }],
+              },
+            ],
+          },
+        },
+      },
+    };
+    const refused = await asUser("alice", cron);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toContain(
+      `alice may not get every one of the secrets db in namespace ${namespace}`,
+    );
+    // One message at a time, the first rule refused: with the Secret readable the others show.
+    const cfgOnly = structuredClone(cron);
+    cfgOnly.metadata.name = "alice-cfg";
+    cfgOnly.spec.template.spec.volumes = [
+      cron.spec.template.spec.volumes[1] as (typeof cron.spec.template.spec.volumes)[0],
+    ];
+    cfgOnly.spec.template.spec.tasks = [
+      { name: "up", run: "true", envFrom: [{ configMapRef: { name: "cfg" } }], volumeMounts: [] },
+    ];
+    const cfg = await asUser("alice", cfgOnly);
+    expect(cfg.stderr).toMatch(
+      new RegExp(
+        `alice may not get every one of the (configmaps cfg|persistentvolumeclaims dumps) in namespace ${namespace}`,
+      ),
+    );
+  });
+
+  it("admits the same Playbook from a user who may get the Secret, and any Playbook naming none", async () => {
+    const bob = await asUser("bob", playbookManifest("bob-dump", namingDb));
+    expect(bob.stderr).toBe("");
+    const plain = await asUser(
+      "alice",
+      playbookManifest("alice-plain", { tasks: [{ name: "a", run: "true" }] }),
+    );
+    expect(plain.stderr).toBe("");
+  });
+
+  it("admits the controller's own creates (a CronPlaybook's runs)", async () => {
+    const created = await asUser(CONTROLLER, playbookManifest("nightly-29000000", namingDb));
+    expect(created.stderr).toBe("");
+  });
+});
