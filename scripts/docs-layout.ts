@@ -21,6 +21,8 @@ export const FOLDER_DESCRIPTIONS: Readonly<Record<string, string>> = {
   charts: "the Helm chart: templates, values and their schema, dashboards, alerts, RUNBOOK.md",
   crds: "the Playbook, PlaybookPolicy and CronPlaybook CRDs (the one source; the chart carries a checked copy)",
   docs: "the user's and the developer's documents (this one, architecture.md, design.md, ...)",
+  deploy:
+    "what the plain `kubectl apply` install adds beside the CRDs: the ValidatingAdmissionPolicy and its binding",
   examples: "Playbooks to try, a PlaybookPolicy (policy.yaml) and a CronPlaybook (nightly-backup.yaml)",
   scripts:
     "npm run scripts: cluster:up/down, chart:generate, docs:layout, kernel:generate, image:build/base, the bundler and its notices and SBOM",
