@@ -138,10 +138,7 @@ export interface RunOptions {
    * agents hold the run's processes (agent-mode.ts).
    */
   agents?: AgentRun;
-  /**
-   * Secret values to print as `***` in every task's output (a local run's `--secret` files), with
-   * those in the files under $PLAYBOOK_MASK_DIRS (the pod's). Never logged or reported.
-   */
+  /** Secret values printed as `***` (--secret's), beside $PLAYBOOK_MASK_DIRS' files; never logged. */
   maskValues?: readonly string[];
   /** The jitter of the waits between a task's attempts, in [0, 1) (default Math.random; tests fix it). */
   random?: () => number;
@@ -339,8 +336,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
         command: containment.command,
         env: {
           ...(container !== null ? containerEnv(agents, container, baseEnv) : baseEnv),
-          // An env from a source (valueFrom) is its container's, set by the kubelet (or a local run's
-          // --secret/--config-map): the plan holds its name only.
+          // A valueFrom env is set by the kubelet (or --secret/--config-map): the plan has its name only.
           ...Object.fromEntries(task.env.flatMap((v) => (v.valueFrom ? [] : [[v.name, v.value]]))),
           ...phase.env,
         },

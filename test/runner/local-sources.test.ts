@@ -53,7 +53,8 @@ describe("playbook run with --secret and --config-map", () => {
       manifest([
         {
           ...dump,
-          run: 'echo "user=$DB_user region=$region pod=$POD optional=[$OPT]"',
+          // The Secret's user reached the task (it compares) and prints masked (secret-mask.ts).
+          run: 'test "$DB_user" = backup && echo "user=$DB_user region=$region pod=$POD optional=[$OPT]"',
           env: dump.env.slice(1),
         },
       ]),
@@ -64,7 +65,8 @@ describe("playbook run with --secret and --config-map", () => {
       "-o",
       "json",
     ]);
-    expect(result.stderr).toContain("[dump] user=backup region=eu-west pod=local optional=[]");
+    expect(result.stderr).toContain("[dump] user=*** region=eu-west pod=local optional=[]");
+    expect(result.stderr).not.toContain("backup");
     expect(result.code).toBe(0);
     expect(result.stdout).not.toContain(SECRET_VALUE);
     expect(JSON.parse(result.stdout).spec.tasks[0].env[0]).toEqual({
