@@ -1,5 +1,5 @@
 // A task's Secret on a real kubelet, under both ways the agent reaches the task containers: the task
-// naming it reads it through env and a volume; another task, in the same image and in another,
+// naming it reads it through env and a volume, and what it prints of it shows as ***; another task, in the same image and in another,
 // cannot read it by its env, a file or another container's /proc; the value is nowhere in the
 // Playbook or its events; a missing key ends the run in seconds, naming the key; a claim on a
 // `local` PersistentVolume keeps what one run wrote for the next.
@@ -85,8 +85,9 @@ describe.each(AGENT_LAYOUTS)("with the agent delivered by $delivery", ({ setting
       tasks: [
         {
           name: "reader",
-          // Both reads compared in the task: the test sees whether they matched, not the value.
-          run: `test "$PGPASSWORD" = "$(cat /secret/password)" && test -n "$PGPASSWORD" && echo same`,
+          // Both reads compared in the task, then printed: the pod's log shows each only as ***.
+          run: `test "$PGPASSWORD" = "$(cat /secret/password)" && test -n "$PGPASSWORD" && echo same
+echo "env=$PGPASSWORD"; cat /secret/password; echo`,
           env: [{ name: "PGPASSWORD", valueFrom: { secretKeyRef: { name: "db", key: "password" } } }],
           volumeMounts: [{ name: "secret", mountPath: "/secret", readOnly: true }],
         },
@@ -97,7 +98,8 @@ describe.each(AGENT_LAYOUTS)("with the agent delivered by $delivery", ({ setting
     const ended = await waitForFinished(namespace, name, realNode.finishMs);
     expect(condition(ended, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
     const logs = await runnerLogs(namespace, name);
-    expect(taskLines(logs, "reader")).toEqual(["same"]);
+    expect(taskLines(logs, "reader")).toEqual(["same", "env=***", "***"]);
+    expect(logs).not.toContain(PART);
     expect(taskLines(logs, "same-image")).toEqual(["env:none", "pried"]);
     expect(taskLines(logs, "other-image")).toEqual(["env:none", "pried"]);
     const shown = await kubectlResult(["-n", namespace, "get", "pb", name, "-o", "yaml"]);
