@@ -84,6 +84,8 @@ describe("helm install's ServiceAccount", () => {
         "pods/log [get]",
         // A Playbook's service account, before its pod: one that disallows its token gets none.
         "serviceaccounts [get]",
+        // The RuntimeClass a found pod names: its admission's additions are accepted only as read.
+        "runtimeclasses.node.k8s.io [get]",
       ].sort(),
     );
     const own = (await granted(system))
