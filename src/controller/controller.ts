@@ -15,7 +15,6 @@ import { LeaderElector } from "../runtime/leader-election.js";
 import { apiPodLogSource, type PodLogSource } from "../runtime/pod-log.js";
 import { HealthServer } from "../runtime/server.js";
 import { WorkQueue } from "../runtime/work-queue.js";
-import { AgentDeliveryWatch } from "./agent-delivery-watch.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
 import { CronController } from "./cron/cron-controller.js";
 import type { CronMetricsSink } from "./cron/cron-writer.js";
@@ -23,6 +22,7 @@ import type { ReconcileSettings } from "./decision.js";
 import { workloadOf } from "./kueue/kueue-hold.js";
 import { WorkloadCache } from "./kueue/workload-cache.js";
 import { ControllerMetrics } from "./metrics.js";
+import { NodeRuntimesWatch } from "./node-runtimes-watch.js";
 import {
   keyOf,
   ownerIndex,
@@ -45,7 +45,6 @@ import { isPodPhaseTerminal } from "./pods/pod-state.js";
 import { PolicyGovernor } from "./policy/policy-governor.js";
 import { isQueued } from "./policy/policy-queue.js";
 import { isFinished } from "./status.js";
-import { UserNamespacesWatch } from "./user-namespaces-watch.js";
 
 export type { Clock };
 
@@ -85,10 +84,8 @@ export class PlaybookController {
   private readonly identity: string;
   private readonly writer: PlaybookWriter;
   private readonly settings: ReconcileSettings;
-  /** How task containers get the agent in the pods created now (--agent-delivery). */
-  private readonly agentDelivery: AgentDeliveryWatch;
-  /** Whether the pods created now get their own user namespace (--user-namespaces). */
-  private readonly userNamespaces: UserNamespacesWatch;
+  /** How task containers get the agent, and whether they get their own user namespace, in the pods created now. */
+  private readonly nodeRuntimes: NodeRuntimesWatch;
   private readonly playbooks = new Map<string, Informer<StoredPlaybook>>();
   private readonly pods = new Map<string, Informer<PodView>>();
   private readonly governor: PolicyGovernor;
@@ -149,24 +146,18 @@ export class PlaybookController {
       this.playbooks.set(namespace, this.playbookInformer(namespace));
       this.pods.set(namespace, this.podInformer(namespace));
     }
-    this.agentDelivery = new AgentDeliveryWatch({
-      setting: deps.config.agentDelivery,
+    this.nodeRuntimes = new NodeRuntimesWatch({
+      agentDelivery: deps.config.agentDelivery,
+      userNamespaces: deps.config.userNamespaces,
       api: deps.clients.api,
       log: deps.log,
       metrics: this.metrics,
       watchTimeoutMs: deps.config.watchTimeout,
-      // The settings object is the controller's own: each pod built from now on takes the choice.
-      onChoice: (delivery) => {
+      // The settings object is the controller's own: each pod built from now on takes the choices.
+      onAgentDelivery: (delivery) => {
         this.settings.agentDelivery = delivery;
       },
-    });
-    this.userNamespaces = new UserNamespacesWatch({
-      setting: deps.config.userNamespaces,
-      api: deps.clients.api,
-      log: deps.log,
-      metrics: this.metrics,
-      watchTimeoutMs: deps.config.watchTimeout,
-      onChoice: (enabled) => {
+      onUserNamespaces: (enabled) => {
         this.settings.userNamespaces = enabled;
       },
     });
@@ -286,8 +277,7 @@ export class PlaybookController {
     });
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
-    await this.agentDelivery.start();
-    await this.userNamespaces.start();
+    await this.nodeRuntimes.start();
     await this.workloads?.start();
     for (const informer of this.informers()) informer.start();
     const stopped = new Promise<void>((resolve) =>
@@ -297,8 +287,7 @@ export class PlaybookController {
     await Promise.race([
       Promise.all([
         ...this.informers().map((informer) => informer.waitForSync()),
-        this.agentDelivery.waitForSync(),
-        this.userNamespaces.waitForSync(),
+        this.nodeRuntimes.waitForSync(),
         this.workloads?.waitForSync(),
       ]),
       stopped,
@@ -392,8 +381,7 @@ export class PlaybookController {
     await this.elector?.release();
     this.metrics.isLeader.set(0);
     await Promise.all(this.informers().map((informer) => informer.stop()));
-    await this.agentDelivery.stop();
-    await this.userNamespaces.stop();
+    await this.nodeRuntimes.stop();
     await this.workloads?.stop();
     await this.server?.close();
     this.log.info({}, "Stopped");
