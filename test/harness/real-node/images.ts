@@ -10,7 +10,7 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { repoRoot } from "../binaries.js";
 import { type ContainerEngine, containerEngine, engineRun, imageExists } from "../container-engine.js";
-import { imageName } from "../image.js";
+import { imageName, imageTag } from "../image.js";
 import { aptCouldNotFetch, aptUpdate, updateStaleAptLists } from "../prerequisites.js";
 
 const run = promisify(execFile);
@@ -254,9 +254,11 @@ export async function projectImageArchive(log: (message: string) => void): Promi
     return undefined;
   }
   const id = (await engineRun(engine, ["image", "inspect", "--format", "{{.Id}}", name])).trim();
+  // Keyed by the tag as well as the id: the same build under two tags (PLAYBOOK_IMAGE_TAG's and the
+  // version's) has one id, and an archive carries the one name it was saved under.
   const archive = path.join(
     imageCacheDir(),
-    `playbook-controller-${id.replace(/^sha256:/, "").slice(0, 16)}.oci.tar`,
+    `playbook-controller-${imageTag()}-${id.replace(/^sha256:/, "").slice(0, 16)}.oci.tar`,
   );
   if (existsSync(archive)) return archive;
   await mkdir(path.dirname(archive), { recursive: true });
@@ -267,7 +269,7 @@ export async function projectImageArchive(log: (message: string) => void): Promi
   // Archives of earlier builds are never imported again.
   for (const entry of await readdir(path.dirname(archive)))
     if (
-      /^playbook-controller-[0-9a-f]+\.oci\.tar$/.test(entry) &&
+      /^playbook-controller-(.+-)?[0-9a-f]+\.oci\.tar$/.test(entry) &&
       path.join(path.dirname(archive), entry) !== archive
     )
       await rm(path.join(path.dirname(archive), entry), { force: true });
