@@ -5,8 +5,7 @@ import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { stringify } from "yaml";
-import { startCli } from "../support/cli.js";
+import { startCli, writePlaybook } from "../support/cli.js";
 
 const dir = mkdtempSync(path.join(tmpdir(), "pb-sources-"));
 const folder = (name: string, files: Record<string, string>) => {
@@ -19,19 +18,8 @@ const SECRET_VALUE = "s3cr3t-only-in-the-folder";
 const db = folder("db", { password: SECRET_VALUE, user: "backup" });
 const cfg = folder("cfg", { region: "eu-west" });
 
-const manifest = (tasks: unknown[]) => {
-  const file = path.join(dir, `pb-${Math.random().toString(36).slice(2)}.yaml`);
-  writeFileSync(
-    file,
-    stringify({
-      apiVersion: "playbook.dev/v1alpha1",
-      kind: "Playbook",
-      metadata: { name: "local" },
-      spec: { tasks },
-    }),
-  );
-  return file;
-};
+const manifest = (tasks: unknown[]) =>
+  writePlaybook(path.join(dir, `pb-${Math.random().toString(36).slice(2)}.yaml`), "local", tasks);
 
 const dump = {
   name: "dump",

@@ -8,13 +8,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { afterAll, describe, expect, it } from "vitest";
-import { stringify } from "yaml";
 import { LOCAL_DEFAULTS, resolveLimits } from "../../src/api/limits.js";
 import { PlaybookSpecSchema } from "../../src/api/playbook.js";
 import { decodeReport } from "../../src/api/report.js";
 import { MAX_LINE_BYTES } from "../../src/pod-runner/pod-log.js";
 import { runPlaybook } from "../../src/pod-runner/run.js";
-import { POD_PLAN_DEFAULTS, startCli, terminationLog } from "../support/cli.js";
+import { POD_PLAN_DEFAULTS, startCli, terminationLog, writePlaybook } from "../support/cli.js";
 import { checkNothingLeftBehind, MARKER_VAR } from "../support/runner.js";
 
 const currentMarker = checkNothingLeftBehind();
@@ -59,18 +58,8 @@ const TASKS = [
 ];
 
 function manifest(secret: string): string {
-  const file = join(secret, "..", "playbook.yaml");
   const tasks = TASKS.map((task) => ({ ...task, env: [{ name: "SECRET", value: secret }] }));
-  writeFileSync(
-    file,
-    stringify({
-      apiVersion: "playbook.dev/v1alpha1",
-      kind: "Playbook",
-      metadata: { name: "mask" },
-      spec: { tasks },
-    }),
-  );
-  return file;
+  return writePlaybook(join(secret, "..", "playbook.yaml"), "mask", tasks);
 }
 
 const shown = (text: string) => ({

@@ -1,8 +1,9 @@
 // The built `playbook` command in a real process, as a user starts it: its exit code and output.
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { stringify } from "yaml";
 
 // The bundle `npm run build` makes, which package.json's bin and the image run.
 export const CLI = join(import.meta.dirname, "../../dist/bin/playbook.js");
@@ -34,6 +35,15 @@ export function startCli(
     stderr += c.toString();
   });
   return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
+
+/** Writes `file`: a Playbook named `name` whose spec has `tasks`, as `playbook run -f` reads it. */
+export function writePlaybook(file: string, name: string, tasks: unknown[]): string {
+  writeFileSync(
+    file,
+    stringify({ apiVersion: "playbook.dev/v1alpha1", kind: "Playbook", metadata: { name }, spec: { tasks } }),
+  );
+  return file;
 }
 
 /** The plan's defaults the controller hands a pod when its own flags are at their defaults. */

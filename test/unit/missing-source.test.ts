@@ -3,7 +3,16 @@
 import { describe, expect, it } from "vitest";
 import type { PodView } from "../../src/controller/objects.js";
 import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
-import { at, SPEC as BASE, playbook, pod, recordedStatus, SETTINGS, T0 } from "./controller-fixtures.js";
+import {
+  at,
+  SPEC as BASE,
+  playbook,
+  pod,
+  recordedStatus,
+  SETTINGS,
+  succeeded,
+  T0,
+} from "./controller-fixtures.js";
 
 const SPEC = {
   tasks: [
@@ -39,17 +48,20 @@ function heldPod(reason: string, message: string): PodView {
 
 describe("a task naming a Secret or key that does not exist", () => {
   const status = recordedStatus(decide(input({})));
-
-  it("ends the run InvalidSpec seconds after the kubelet says so, naming the object and key, and removes the pod", () => {
-    const decision = decide(
+  /** The decision 3s after T0 on the started run, its pod's dump container waiting for `reason`. */
+  const decideHeld = (reason: string, message: string) =>
+    decide(
       input({
         playbook: playbook(SPEC, structuredClone(status)),
-        pods: [heldPod("CreateContainerConfigError", "couldn't find key password in Secret ops/db")],
+        pods: [heldPod(reason, message)],
         now: at(3),
       }),
     );
+
+  it("ends the run InvalidSpec seconds after the kubelet says so, naming the object and key, and removes the pod", () => {
+    const decision = decideHeld("CreateContainerConfigError", "couldn't find key password in Secret ops/db");
     expect(decision.status?.phase).toBe("Failed");
-    const condition = decision.status?.conditions?.find((c) => c.type === "Succeeded");
+    const condition = succeeded(decision.status);
     expect(condition).toMatchObject({ status: "False", reason: "InvalidSpec" });
     expect(condition?.message).toBe(
       "pod nightly-1 (attempt 1) cannot start: container task-2 (image runner:test): CreateContainerConfigError: couldn't find key password in Secret ops/db (a Secret, ConfigMap or key the tasks name that does not exist; mark the reference optional: true where it may be missing)",
@@ -58,13 +70,7 @@ describe("a task naming a Secret or key that does not exist", () => {
   });
 
   it("keeps waiting on any other reason, within the start timeout", () => {
-    const decision = decide(
-      input({
-        playbook: playbook(SPEC, structuredClone(status)),
-        pods: [heldPod("ContainerCreating", "")],
-        now: at(3),
-      }),
-    );
+    const decision = decideHeld("ContainerCreating", "");
     expect(decision.finished).toBeUndefined();
     expect(decision.actions).toEqual([]);
   });

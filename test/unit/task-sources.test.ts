@@ -8,6 +8,12 @@ import { checkPolicy, PolicySpecSchema, policyRules } from "../../src/api/policy
 import { builtPodDifference } from "../../src/controller/pods/built-pod-difference.js";
 import { buildPod } from "../../src/controller/pods/pod-builder.js";
 import { SETTINGS, T0 } from "./controller-fixtures.js";
+import {
+  ENV_FROM_OF_BOTH_KINDS,
+  FIELD_THE_POD_DOES_NOT_GIVE,
+  VALUE_FROM_OF_TWO_SOURCES,
+  VOLUME_OF_TWO_TYPES,
+} from "./refused-task-sources.js";
 
 type Container = {
   name: string;
@@ -80,10 +86,7 @@ describe("a task's env, envFrom and volumeMounts", () => {
     ],
     [
       "two types in one volume",
-      {
-        volumes: [{ name: "v", emptyDir: {}, secret: { secretName: "x" } }],
-        tasks: [{ name: "a", run: "true" }],
-      },
+      VOLUME_OF_TWO_TYPES,
       "volumes.0: must name exactly one volume type (one of secret, configMap, persistentVolumeClaim, emptyDir, projected, downwardAPI, ephemeral, csi); it names emptyDir, secret",
     ],
     [
@@ -144,23 +147,7 @@ describe("a task's env, envFrom and volumeMounts", () => {
     ],
     [
       "a valueFrom naming two sources",
-      {
-        tasks: [
-          {
-            name: "a",
-            run: "true",
-            env: [
-              {
-                name: "P",
-                valueFrom: {
-                  secretKeyRef: { name: "db", key: "p" },
-                  configMapKeyRef: { name: "c", key: "p" },
-                },
-              },
-            ],
-          },
-        ],
-      },
+      VALUE_FROM_OF_TWO_SOURCES,
       "tasks.0.env.0.valueFrom: must name exactly one of secretKeyRef, configMapKeyRef and fieldRef (it names 2)",
     ],
     [
@@ -178,24 +165,12 @@ describe("a task's env, envFrom and volumeMounts", () => {
     ],
     [
       "a field the pod does not give",
-      {
-        tasks: [
-          {
-            name: "a",
-            run: "true",
-            env: [{ name: "N", valueFrom: { fieldRef: { fieldPath: "spec.nodeName" } } }],
-          },
-        ],
-      },
+      FIELD_THE_POD_DOES_NOT_GIVE,
       "tasks.0.env.0.valueFrom.fieldRef.fieldPath: must be metadata.name, metadata.namespace, metadata.uid, metadata.labels['KEY'] or metadata.annotations['KEY']",
     ],
     [
       "an envFrom naming both",
-      {
-        tasks: [
-          { name: "a", run: "true", envFrom: [{ secretRef: { name: "s" }, configMapRef: { name: "c" } }] },
-        ],
-      },
+      ENV_FROM_OF_BOTH_KINDS,
       "tasks.0.envFrom.0: must name exactly one of secretRef and configMapRef",
     ],
   ])("refuses %s, naming the field and value", (_case, spec, message) => {
