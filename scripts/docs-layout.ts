@@ -107,13 +107,14 @@ export function renderLayout(
   root: string,
   descriptions: Readonly<Record<string, string>> = FOLDER_DESCRIPTIONS,
 ): string {
-  const missing = undescribedFolders(root, descriptions);
+  // One walk of the tree: the folders listed are those checked for a line.
+  const folders = layoutFolders(root);
+  const missing = folders.filter((folder) => !descriptions[folder]);
   if (missing.length > 0) {
     throw new Error(
       `docs:layout: no description for ${missing.map((folder) => `${folder}/`).join(", ")}: add a line for each to FOLDER_DESCRIPTIONS in scripts/docs-layout.ts`,
     );
   }
-  const folders = layoutFolders(root);
   const width = Math.max(...folders.map((folder) => folder.length + 1)) + 2;
   const lines = folders.map((folder) => `${`${folder}/`.padEnd(width)}${descriptions[folder]}`.trimEnd());
   return ["```text", ...lines, "```"].join("\n");

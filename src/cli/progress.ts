@@ -8,10 +8,11 @@
 // line that is not the runner's. On a terminal the only control sequences are the styles and
 // cursor moves this file writes itself (`Styled`).
 import { formatDuration } from "../api/duration.js";
-import type { EffectiveLimit, ResolvedLimits, TaskLimits } from "../api/limits.js";
+import type { EffectiveLimit, TaskLimits } from "../api/limits.js";
 import type { RunOutcome } from "../api/report.js";
 import { escapeControls } from "../api/visible-text.js";
 import type { AttemptStop } from "../pod-runner/attempt.js";
+import type { ProgressView } from "../pod-runner/progress-sink.js";
 import { showWait } from "../pod-runner/retry-wait.js";
 import type { RunEvent } from "../pod-runner/run.js";
 
@@ -83,26 +84,6 @@ export function describeDrop(name: string, bytes: number, when: "stop" | "end"):
   return `playbook: task ${name}: dropped ${bytes} bytes of its output that came ${phase} faster than the runner's stdout took it`;
 }
 
-export interface ProgressOptions {
-  out: NodeJS.WritableStream;
-  tty: boolean;
-  /** the run-level limits (a watch knows only those its begin line showed) */
-  limits: Pick<ResolvedLimits, "ceiling" | "stall" | "killGrace" | "startTimeout">;
-  /** bytes of task output written so far, to know whether a live line can be rewritten */
-  outputBytes: () => number;
-  /** task output goes to the same terminal, so the live line must make way for it */
-  outputOnTerminal?: boolean;
-  /** the run starts task containers (the start timeout bounds their start) */
-  startsContainers?: boolean;
-  /** where each task runs when it names an image: "in postgres:16 (podman)", "on the host, not in ..." */
-  where?: readonly (string | undefined)[];
-  /**
-   * Called before each line of its own goes out: where task output shares the lines, it ends a
-   * task's open line first, so the line is not joined to it (task-lines.ts).
-   */
-  beforeLine?: () => void;
-}
-
 /** How often the live line is redrawn: twice a second, so no whole second is ever skipped. */
 const LIVE_REDRAW_MS = 500;
 /** After task output, the live line comes back at most this often, so long output is not slowed. */
@@ -148,7 +129,7 @@ const SYMBOLS: Record<string, readonly [string, string]> = {
 };
 
 export class Progress {
-  private readonly options: ProgressOptions;
+  private readonly options: ProgressView;
   private liveLine: { outputMark: number; startedAt: number } | null = null;
   private readonly startedAt = new Map<number, number>();
   private runStart = Date.now();
@@ -165,7 +146,7 @@ export class Progress {
   private redrawTimer: NodeJS.Timeout | undefined;
   private afterOutputTimer: NodeJS.Timeout | undefined;
 
-  constructor(options: ProgressOptions) {
+  constructor(options: ProgressView) {
     this.options = options;
   }
 

@@ -8,16 +8,20 @@ import type { RunEvent } from "./run.js";
 export interface ProgressView {
   out: NodeJS.WritableStream;
   tty: boolean;
+  /** the run-level limits (a watch knows only those its begin line showed) */
   limits: Pick<ResolvedLimits, "ceiling" | "stall" | "killGrace" | "startTimeout">;
-  /** bytes of task output written so far */
+  /** bytes of task output written so far, to know whether a live line can be rewritten */
   outputBytes: () => number;
-  /** task output goes to the same terminal */
+  /** task output goes to the same terminal, so the live line must make way for it */
   outputOnTerminal?: boolean;
-  /** the run starts task containers */
+  /** the run starts task containers (the start timeout bounds their start) */
   startsContainers?: boolean;
-  /** where each task runs when it names an image */
+  /** where each task runs when it names an image: "in postgres:16 (podman)", "on the host, not in ..." */
   where?: readonly (string | undefined)[] | undefined;
-  /** called before each progress line where task output shares the lines: ends a task's open line */
+  /**
+   * Called before each line of its own goes out: where task output shares the lines, it ends a
+   * task's open line first, so the line is not joined to it (task-lines.ts).
+   */
   beforeLine?: () => void;
 }
 
