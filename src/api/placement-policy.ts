@@ -6,6 +6,8 @@
 import { z } from "zod";
 import {
   type Affinity,
+  MAX_TOLERATIONS,
+  PLACEMENT_FIELDS_SHAPE,
   type PodMetadata,
   qualifiedNameProblem,
   SubdomainName,
@@ -27,7 +29,7 @@ export const KeyPattern = z.string().superRefine((pattern, ctx) => {
 });
 
 const NodeSelectorEntries = z.record(z.string(), z.string()).superRefine((labels, ctx) => {
-  for (const [key] of Object.entries(labels)) {
+  for (const key of Object.keys(labels)) {
     const problem = qualifiedNameProblem(key);
     if (problem) ctx.addIssue({ code: "custom", path: [key], message: problem });
   }
@@ -39,13 +41,19 @@ export const PLACEMENT_POLICY_SHAPE = {
   enforced: z
     .strictObject({
       nodeSelector: NodeSelectorEntries.optional(),
-      tolerations: z.array(TolerationSchema).max(64, "must list at most 64 tolerations").optional(),
+      tolerations: z
+        .array(TolerationSchema)
+        .max(MAX_TOLERATIONS, `must list at most ${MAX_TOLERATIONS} tolerations`)
+        .optional(),
     })
     .optional(),
   /** The RuntimeClasses a Playbook may name (its default is allowed too); absent: any. */
   allowedRuntimeClasses: z.array(SubdomainName).max(64, "must list at most 64 names").optional(),
   /** The tolerations a Playbook may carry (the enforced and default ones are allowed too); absent: any. */
-  allowedTolerations: z.array(TolerationSchema).max(64, "must list at most 64 tolerations").optional(),
+  allowedTolerations: z
+    .array(TolerationSchema)
+    .max(MAX_TOLERATIONS, `must list at most ${MAX_TOLERATIONS} tolerations`)
+    .optional(),
   /** Label keys a Playbook's podMetadata may not set, beside the reserved ones. */
   forbiddenLabelKeys: z.array(KeyPattern).max(64, "must list at most 64 keys").optional(),
   /** Annotation keys a Playbook's podMetadata may not set, beside the reserved ones. */
@@ -302,12 +310,14 @@ export function placementRulesOf(
   name: string | undefined,
   spec: Partial<PlacementPolicyShape> & { defaults?: PlacementRules["defaults"] | undefined },
 ): PlacementRules {
-  const { nodeSelector, tolerations, affinity, runtimeClassName, imagePullSecrets, podMetadata } =
-    spec.defaults ?? {};
-  const defaults = { nodeSelector, tolerations, affinity, runtimeClassName, imagePullSecrets, podMetadata };
+  const defaults: Record<string, unknown> = spec.defaults ?? {};
   return {
     policy: name,
-    defaults: Object.fromEntries(Object.entries(defaults).filter(([, v]) => v !== undefined)),
+    defaults: Object.fromEntries(
+      Object.keys(PLACEMENT_FIELDS_SHAPE)
+        .filter((key) => defaults[key] !== undefined)
+        .map((key) => [key, defaults[key]]),
+    ),
     ...Object.fromEntries(
       (Object.keys(PLACEMENT_POLICY_SHAPE) as (keyof PlacementPolicyShape)[])
         .filter((key) => spec[key] !== undefined)

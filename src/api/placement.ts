@@ -3,9 +3,8 @@
 // validates a Pod's fields (ValidatePodSpec, ValidateObjectMeta), each error naming the field and
 // the value. The policy's defaults and enforced entries over them: placement-policy.ts.
 import { z } from "zod";
+import { DNS1123_SUBDOMAIN } from "./dns-names.js";
 
-/** A DNS-1123 subdomain: a label key's prefix, a RuntimeClass's or a Secret's name. */
-const SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 /** A qualified name's name part, and a label value's form (IsQualifiedName, IsValidLabelValue). */
 const NAME_PART = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
 
@@ -16,7 +15,7 @@ export function qualifiedNameProblem(key: string): string | undefined {
   const name = slash < 0 ? key : key.slice(slash + 1);
   if (prefix !== undefined) {
     if (prefix.length === 0) return `${JSON.stringify(key)}: the prefix before "/" must not be empty`;
-    if (prefix.length > 253 || !SUBDOMAIN.test(prefix))
+    if (prefix.length > 253 || !DNS1123_SUBDOMAIN.test(prefix))
       return `${JSON.stringify(key)}: the prefix ${JSON.stringify(prefix)} must be a DNS-1123 subdomain of at most 253 characters`;
   }
   if (name.length === 0 || name.length > 63 || !NAME_PART.test(name))
@@ -59,7 +58,7 @@ const AnnotationMap = z.record(z.string(), z.string()).superRefine((annotations,
 export const SubdomainName = z
   .string()
   .max(253, "must be at most 253 characters")
-  .refine((name) => SUBDOMAIN.test(name), {
+  .refine((name) => DNS1123_SUBDOMAIN.test(name), {
     error: (issue) =>
       `${JSON.stringify(issue.input)} must be a DNS-1123 subdomain (lower case letters, digits, '-' and '.')`,
   });

@@ -1,6 +1,7 @@
 // The Playbook API object (playbook.dev/v1alpha1), parsed with zod wherever one enters a process:
 // a file given to the CLI, an object read from the API server, the plan handed to the pod runner.
 import { z } from "zod";
+import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from "./dns-names.js";
 import { parseDuration } from "./duration.js";
 import { PLACEMENT_FIELDS_SHAPE } from "./placement.js";
 import { ENDINGS, LIMIT_SOURCES, RUN_PHASES, TASK_LIMITS, TASK_PHASES } from "./reasons.js";
@@ -40,8 +41,6 @@ export type OnPreemption = (typeof ON_PREEMPTION)[number];
 /** The most spec.maxPreemptions (and a policy's default or maximum) may be. */
 export const MAX_PREEMPTIONS_LIMIT = 100;
 
-const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-export const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const ENV_NAME = /^[-._a-zA-Z][-._a-zA-Z0-9]*$/;
 /** The CRD's pattern for a quantity (its exponent may have a fraction, as the API server's has). */
 const QUANTITY =

@@ -2,6 +2,7 @@
 // by default and what they may ask for. Only the one named `default` governs its namespace; without
 // it the controller's flags do. The checks are pure functions shared by the controller and the CLI.
 import { z } from "zod";
+import { DNS1123_SUBDOMAIN } from "./dns-names.js";
 import { formatDuration, parseDuration } from "./duration.js";
 import {
   finallyWindowMs,
@@ -23,7 +24,6 @@ import {
   API_VERSION,
   ConditionSchema,
   DEFAULT_BACKOFF_LIMIT,
-  DNS1123_SUBDOMAIN,
   DurationString,
   KueueName,
   MAX_PREEMPTIONS_LIMIT,

@@ -5,9 +5,8 @@
 // directory, the service account's token) kept out of every mount. The CRD checks the same
 // (crds/playbook.dev_playbooks.yaml).
 import { z } from "zod";
+import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from "./dns-names.js";
 
-const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 /** A Secret's or ConfigMap's key, as the API server checks it (IsConfigMapKey). */
 const CONFIG_KEY = /^[-._a-zA-Z0-9]+$/;
 const ENV_PREFIX = /^[-._a-zA-Z][-._a-zA-Z0-9]*$/;

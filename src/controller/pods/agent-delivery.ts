@@ -4,6 +4,7 @@
 // the runner container's postStart hook. `--agent-delivery auto` decides from the API server's
 // version and every node's `status.nodeInfo.containerRuntimeVersion`, again as nodes change; a
 // pod is built for one of them, never both. Pure: the controller passes what it observed.
+import { type MajorMinor, runtimeAtLeast, serverAtLeast } from "./runtime-versions.js";
 
 export const AGENT_DELIVERY_SETTINGS = ["auto", "image-volume", "post-start"] as const;
 export type AgentDeliverySetting = (typeof AGENT_DELIVERY_SETTINGS)[number];
@@ -24,26 +25,15 @@ export interface DeliveryChoice {
 }
 
 /** The first version of each runtime that mounts image volumes. */
-const IMAGE_VOLUME_RUNTIMES: Record<string, readonly [number, number]> = {
+const IMAGE_VOLUME_RUNTIMES: Record<string, MajorMinor> = {
   containerd: [2, 1],
   "cri-o": [1, 31],
 };
-const IMAGE_VOLUME_SERVER: readonly [number, number] = [1, 35];
-
-function majorMinor(version: string): [number, number] | null {
-  const match = /^v?(\d+)\.(\d+)/.exec(version);
-  return match ? [Number(match[1]), Number(match[2])] : null;
-}
-
-const atLeast = (have: readonly [number, number], need: readonly [number, number]) =>
-  have[0] > need[0] || (have[0] === need[0] && have[1] >= need[1]);
+const IMAGE_VOLUME_SERVER: MajorMinor = [1, 35];
 
 /** Why a node's runtime cannot mount image volumes; undefined when it can. */
 export function runtimeProblem(runtime: string): string | undefined {
-  const [name = "", version = ""] = runtime.split("://");
-  const need = IMAGE_VOLUME_RUNTIMES[name];
-  const have = majorMinor(version);
-  if (need && have && atLeast(have, need)) return undefined;
+  if (runtimeAtLeast(runtime, IMAGE_VOLUME_RUNTIMES)) return undefined;
   return `runs ${runtime || "an unreported runtime"} (image volumes need containerd 2.1+ or CRI-O 1.31+)`;
 }
 
@@ -51,8 +41,7 @@ export function runtimeProblem(runtime: string): string | undefined {
 export function chooseAgentDelivery(setting: AgentDeliverySetting, cluster: ClusterRuntimes): DeliveryChoice {
   if (setting !== "auto") return { delivery: setting, why: `--agent-delivery ${setting}` };
   const server = cluster.serverVersion;
-  const serverVersion = server === undefined ? null : majorMinor(server);
-  if (serverVersion === null || !atLeast(serverVersion, IMAGE_VOLUME_SERVER)) {
+  if (!serverAtLeast(server, IMAGE_VOLUME_SERVER)) {
     return {
       delivery: "post-start",
       why: `auto: the API server is ${server ?? "of an unknown version"}, image volumes need Kubernetes 1.35+`,

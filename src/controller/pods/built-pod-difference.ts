@@ -187,12 +187,20 @@ function addedTolerations(value: unknown, place: Place): boolean {
   if (!Array.isArray(value)) return false;
   const own = value.filter((t) => !isDefaultToleration(t));
   if (own.length === 0) return true;
-  const admitted = place.kueue ? place.observed.kueue?.tolerations : undefined;
-  const runtimeClass = runtimeClassOf(place)?.tolerations;
-  if (!admitted && !runtimeClass?.length) return false;
-  const want = new Set([...(admitted ?? []), ...(runtimeClass ?? [])].map(tolerationText));
-  const have = new Set(own.map(tolerationText));
-  return have.size === want.size && [...have].every((t) => want.has(t));
+  return sameTolerationSet(own, placedTolerations(place));
+}
+
+/** The tolerations others append to the pod: its admitted flavors' (on a pod built for a queue) and its RuntimeClass's. */
+function placedTolerations(place: Place): readonly unknown[] {
+  const admitted = place.kueue ? (place.observed.kueue?.tolerations ?? []) : [];
+  return [...admitted, ...(runtimeClassOf(place)?.tolerations ?? [])];
+}
+
+/** Whether two lists hold the same tolerations, as values and in any order. */
+function sameTolerationSet(have: readonly unknown[], want: readonly unknown[]): boolean {
+  const haveTexts = new Set(have.map(tolerationText));
+  const wantTexts = new Set(want.map(tolerationText));
+  return haveTexts.size === wantTexts.size && [...haveTexts].every((t) => wantTexts.has(t));
 }
 
 /**
@@ -202,13 +210,12 @@ function addedTolerations(value: unknown, place: Place): boolean {
  */
 function sameTolerations(found: unknown, built: unknown, place: Place): boolean {
   if (!Array.isArray(found) || !Array.isArray(built)) return false;
-  const want = new Set(built.map(tolerationText));
-  const admitted = place.kueue ? (place.observed.kueue?.tolerations ?? []) : [];
-  for (const t of [...admitted, ...(runtimeClassOf(place)?.tolerations ?? [])]) want.add(tolerationText(t));
-  const have = new Set(
-    found.filter((t) => want.has(tolerationText(t)) || !isDefaultToleration(t)).map(tolerationText),
+  const want = [...built, ...placedTolerations(place)];
+  const wanted = new Set(want.map(tolerationText));
+  return sameTolerationSet(
+    found.filter((t) => wanted.has(tolerationText(t)) || !isDefaultToleration(t)),
+    want,
   );
-  return have.size === want.size && [...have].every((t) => want.has(t));
 }
 
 /** The node selector the builder sets, as it reads back: the same, or on a pod built for a queue merged with its admitted flavors' node labels. */
@@ -229,10 +236,7 @@ function runtimeClassOf(place: Place): RuntimeClassPlacement | undefined {
 /** A node selector the builder does not set: the observed RuntimeClass's (with Kueue's flavors on a queued pod). */
 function addedNodeSelector(value: unknown, place: Place): boolean {
   const own = runtimeClassOf(place)?.nodeSelector ?? {};
-  if (Object.keys(own).length === 0) return false;
-  if (sameStrings(value, own)) return true;
-  const admitted = place.kueue ? place.observed.kueue?.nodeSelector : undefined;
-  return admitted !== undefined && sameStrings(value, { ...own, ...admitted });
+  return Object.keys(own).length > 0 && sameNodeSelector(value, {}, place);
 }
 
 /** The overhead the RuntimeClass admission copies from the observed class. */

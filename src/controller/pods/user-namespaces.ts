@@ -8,6 +8,7 @@
 // containerd works out from the OCI runtime's `features` (user namespaces and idmapped mounts).
 // `--user-namespaces auto` decides from these, again as nodes change. Pure: the controller passes
 // what it observed.
+import { type MajorMinor, runtimeAtLeast, serverAtLeast } from "./runtime-versions.js";
 
 export const USER_NAMESPACES_SETTINGS = ["auto", "on", "off"] as const;
 export type UserNamespacesSetting = (typeof USER_NAMESPACES_SETTINGS)[number];
@@ -38,26 +39,15 @@ export interface UserNamespacesChoice {
 }
 
 /** The first version of each container runtime that creates pods in user namespaces. */
-const USER_NAMESPACE_RUNTIMES: Record<string, readonly [number, number]> = {
+const USER_NAMESPACE_RUNTIMES: Record<string, MajorMinor> = {
   containerd: [2, 0],
   "cri-o": [1, 25],
 };
-const USER_NAMESPACE_SERVER: readonly [number, number] = [1, 33];
-
-function majorMinor(version: string): [number, number] | null {
-  const match = /^v?(\d+)\.(\d+)/.exec(version);
-  return match ? [Number(match[1]), Number(match[2])] : null;
-}
-
-const atLeast = (have: readonly [number, number], need: readonly [number, number]) =>
-  have[0] > need[0] || (have[0] === need[0] && have[1] >= need[1]);
+const USER_NAMESPACE_SERVER: MajorMinor = [1, 33];
 
 /** Why a node cannot run pods in user namespaces; undefined when it can. */
 export function userNamespacesProblem(node: UserNamespacesNode): string | undefined {
-  const [name = "", version = ""] = node.runtime.split("://");
-  const need = USER_NAMESPACE_RUNTIMES[name];
-  const have = majorMinor(version);
-  if (!need || !have || !atLeast(have, need)) {
+  if (!runtimeAtLeast(node.runtime, USER_NAMESPACE_RUNTIMES)) {
     return `runs ${node.runtime || "an unreported runtime"} (user namespaces need containerd 2.0+ or CRI-O 1.25+)`;
   }
   if (node.userNamespaces === undefined) {
@@ -76,8 +66,7 @@ export function chooseUserNamespaces(
 ): UserNamespacesChoice {
   if (setting !== "auto") return { enabled: setting === "on", why: `--user-namespaces ${setting}` };
   const server = cluster.serverVersion;
-  const serverVersion = server === undefined ? null : majorMinor(server);
-  if (serverVersion === null || !atLeast(serverVersion, USER_NAMESPACE_SERVER)) {
+  if (!serverAtLeast(server, USER_NAMESPACE_SERVER)) {
     return {
       enabled: false,
       why: `auto: the API server is ${server ?? "of an unknown version"}, user namespaces need Kubernetes 1.33+`,
