@@ -438,6 +438,13 @@ if [[ -z ${PLAYBOOK_TOOLS_TARGETS:-} && " ${parts[*]} " == *" real-node "* ]]; t
   [[ $(readlink "$bin_dir/runc" 2>/dev/null) == "$runc_binary" ]] || ln -sfn "$runc_binary" "$bin_dir/runc"
 fi
 
+# SeaweedFS's weed (tools/build-seaweedfs.sh), the log archive's S3 server in the tests and in
+# `cluster:up --with-object-store`: a cache folder of its own too, linked here with the control plane.
+if [[ -z ${PLAYBOOK_TOOLS_TARGETS:-} && " ${parts[*]} " == *" control-plane "* ]]; then
+  weed_binary=$(bash "$tools_dir/build-seaweedfs.sh") || die "SeaweedFS could not be built; see above"
+  [[ $(readlink "$bin_dir/weed" 2>/dev/null) == "$weed_binary" ]] || ln -sfn "$weed_binary" "$bin_dir/weed"
+fi
+
 if $built; then
   what="everything missing"
   [[ $tools_set == all ]] || what="the $tools_set set's missing binaries"

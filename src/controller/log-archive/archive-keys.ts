@@ -1,0 +1,27 @@
+// Where a run's archived output lives in the bucket. One folder per run (the Playbook's UID keeps
+// a re-created Playbook of the same name apart), one object per attempt (pod) and its report:
+//   <prefix><namespace>/<name>/<uid>/attempt-<K>.log
+//   <prefix><namespace>/<name>/<uid>/attempt-<K>.report.json
+// Every key is made here from the Playbook the controller reads, never from what a pod wrote, so
+// no run's output can land in another run's folder.
+
+export interface RunIdentity {
+  namespace: string;
+  name: string;
+  uid: string;
+}
+
+/** The run's folder: everything under it is deleted with the Playbook. */
+export function runPrefix(prefix: string, run: RunIdentity): string {
+  return `${prefix}${run.namespace}/${run.name}/${run.uid}/`;
+}
+
+/** The attempt's log object (attempt counts from 1, as status.podAttempts). */
+export function attemptLogKey(prefix: string, run: RunIdentity, attempt: number): string {
+  return `${runPrefix(prefix, run)}attempt-${attempt}.log`;
+}
+
+/** The attempt's report, as the runner wrote it to its termination message. */
+export function attemptReportKey(prefix: string, run: RunIdentity, attempt: number): string {
+  return `${runPrefix(prefix, run)}attempt-${attempt}.report.json`;
+}

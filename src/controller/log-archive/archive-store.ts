@@ -1,0 +1,206 @@
+// The log archive's S3 store: the few calls the archive makes, over @aws-sdk/client-s3 (any S3
+// API: AWS, MinIO, SeaweedFS, Ceph RGW, R2). Only the controller holds the credentials (the
+// SDK's default chain: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from the chart's
+// credentialsSecret). Every call is bounded by a deadline of its own, so that a store that does
+// not answer never holds a reconcile or a run; the caller decides what a failure means.
+
+import type { Readable } from "node:stream";
+import {
+  AbortMultipartUploadCommand,
+  CompleteMultipartUploadCommand,
+  CreateMultipartUploadCommand,
+  DeleteObjectsCommand,
+  GetObjectCommand,
+  HeadObjectCommand,
+  ListMultipartUploadsCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  S3Client,
+  UploadPartCommand,
+} from "@aws-sdk/client-s3";
+
+export interface ArchiveStoreSettings {
+  /** e.g. https://s3.eu-west-1.amazonaws.com or http://127.0.0.1:8333; unset: AWS's own. */
+  endpoint?: string | undefined;
+  bucket: string;
+  region: string;
+  /** Key prefix of every object (e.g. "playbooks/"); "" for the bucket's root. */
+  prefix: string;
+  /** http://HOST/BUCKET/KEY rather than http://BUCKET.HOST/KEY (MinIO, SeaweedFS). */
+  forcePathStyle: boolean;
+  /** Explicit keys (tests); unset: the SDK's default chain (env, files). */
+  credentials?: { accessKeyId: string; secretAccessKey: string } | undefined;
+  /** Each call's deadline. */
+  callTimeoutMs?: number | undefined;
+}
+
+export interface StoredObject {
+  body: Readable;
+  bytes: number;
+}
+
+export interface UploadedPart {
+  PartNumber: number;
+  ETag: string;
+}
+
+const DEFAULT_CALL_TIMEOUT_MS = 15_000;
+
+export class ArchiveStore {
+  readonly bucket: string;
+  readonly prefix: string;
+  private readonly client: S3Client;
+  private readonly callTimeoutMs: number;
+
+  constructor(settings: ArchiveStoreSettings) {
+    this.bucket = settings.bucket;
+    this.prefix = settings.prefix;
+    this.callTimeoutMs = settings.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    this.client = new S3Client({
+      ...(settings.endpoint === undefined ? {} : { endpoint: settings.endpoint }),
+      region: settings.region,
+      forcePathStyle: settings.forcePathStyle,
+      ...(settings.credentials === undefined ? {} : { credentials: settings.credentials }),
+      // The archive retries on its own schedule (the next reconcile, the next part); one SDK
+      // retry covers a dropped connection.
+      maxAttempts: 2,
+      requestHandler: { connectionTimeout: Math.min(5000, this.callTimeoutMs) },
+    });
+  }
+
+  private signal(): AbortSignal {
+    return AbortSignal.timeout(this.callTimeoutMs);
+  }
+
+  async putObject(key: string, body: Buffer | string, contentType: string): Promise<void> {
+    await this.client.send(
+      new PutObjectCommand({ Bucket: this.bucket, Key: key, Body: body, ContentType: contentType }),
+      { abortSignal: this.signal() },
+    );
+  }
+
+  async startUpload(key: string, contentType: string): Promise<string> {
+    const out = await this.client.send(
+      new CreateMultipartUploadCommand({ Bucket: this.bucket, Key: key, ContentType: contentType }),
+      { abortSignal: this.signal() },
+    );
+    if (!out.UploadId) throw new Error(`the store returned no upload id for ${key}`);
+    return out.UploadId;
+  }
+
+  async uploadPart(key: string, uploadId: string, partNumber: number, body: Buffer): Promise<UploadedPart> {
+    const out = await this.client.send(
+      new UploadPartCommand({
+        Bucket: this.bucket,
+        Key: key,
+        UploadId: uploadId,
+        PartNumber: partNumber,
+        Body: body,
+        ContentLength: body.length,
+      }),
+      { abortSignal: this.signal() },
+    );
+    if (!out.ETag) throw new Error(`the store returned no ETag for part ${partNumber} of ${key}`);
+    return { PartNumber: partNumber, ETag: out.ETag };
+  }
+
+  async completeUpload(key: string, uploadId: string, parts: UploadedPart[]): Promise<void> {
+    await this.client.send(
+      new CompleteMultipartUploadCommand({
+        Bucket: this.bucket,
+        Key: key,
+        UploadId: uploadId,
+        MultipartUpload: { Parts: parts },
+      }),
+      { abortSignal: this.signal() },
+    );
+  }
+
+  async abortUpload(key: string, uploadId: string): Promise<void> {
+    await this.client.send(new AbortMultipartUploadCommand({ Bucket: this.bucket, Key: key, UploadId: uploadId }), {
+      abortSignal: this.signal(),
+    });
+  }
+
+  /** The object's body as a stream (the caller reads it to the end or destroys it); undefined when absent. */
+  async getObject(key: string, signal?: AbortSignal): Promise<StoredObject | undefined> {
+    try {
+      const out = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: key }), {
+        abortSignal: signal ?? this.signal(),
+      });
+      return { body: out.Body as Readable, bytes: out.ContentLength ?? 0 };
+    } catch (error) {
+      if (isNotFound(error)) return undefined;
+      throw error;
+    }
+  }
+
+  async headObject(key: string): Promise<{ bytes: number } | undefined> {
+    try {
+      const out = await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: key }), {
+        abortSignal: this.signal(),
+      });
+      return { bytes: out.ContentLength ?? 0 };
+    } catch (error) {
+      if (isNotFound(error)) return undefined;
+      throw error;
+    }
+  }
+
+  /** Every key under a prefix (objects only, not uploads in progress). */
+  async listKeys(prefix: string): Promise<string[]> {
+    const keys: string[] = [];
+    let token: string | undefined;
+    do {
+      const out = await this.client.send(
+        new ListObjectsV2Command({ Bucket: this.bucket, Prefix: prefix, ContinuationToken: token }),
+        { abortSignal: this.signal() },
+      );
+      for (const item of out.Contents ?? []) if (item.Key) keys.push(item.Key);
+      token = out.IsTruncated ? out.NextContinuationToken : undefined;
+    } while (token);
+    return keys;
+  }
+
+  /** The multipart uploads begun and not ended under a prefix. */
+  async listUploads(prefix: string): Promise<{ key: string; uploadId: string }[]> {
+    const out = await this.client.send(new ListMultipartUploadsCommand({ Bucket: this.bucket, Prefix: prefix }), {
+      abortSignal: this.signal(),
+    });
+    return (out.Uploads ?? []).flatMap((u) => (u.Key && u.UploadId ? [{ key: u.Key, uploadId: u.UploadId }] : []));
+  }
+
+  /**
+   * Deletes every object and aborts every upload under a prefix; returns how many objects went.
+   * Safe to repeat: what is already gone is no error.
+   */
+  async deletePrefix(prefix: string): Promise<number> {
+    for (const upload of await this.listUploads(prefix)) await this.abortUpload(upload.key, upload.uploadId);
+    const keys = await this.listKeys(prefix);
+    for (let i = 0; i < keys.length; i += 1000) {
+      const batch = keys.slice(i, i + 1000);
+      const out = await this.client.send(
+        new DeleteObjectsCommand({
+          Bucket: this.bucket,
+          Delete: { Objects: batch.map((Key) => ({ Key })), Quiet: true },
+        }),
+        { abortSignal: this.signal() },
+      );
+      const failed = out.Errors ?? [];
+      if (failed.length > 0)
+        throw new Error(
+          `the store refused to delete ${failed.length} object(s) under ${prefix}, first ${failed[0]?.Key}: ${failed[0]?.Code} ${failed[0]?.Message}`,
+        );
+    }
+    return keys.length;
+  }
+
+  destroy(): void {
+    this.client.destroy();
+  }
+}
+
+function isNotFound(error: unknown): boolean {
+  const e = error as { name?: string; $metadata?: { httpStatusCode?: number } };
+  return e?.name === "NoSuchKey" || e?.name === "NotFound" || e?.$metadata?.httpStatusCode === 404;
+}
