@@ -117,9 +117,12 @@ export class ArchiveStore {
   }
 
   async abortUpload(key: string, uploadId: string): Promise<void> {
-    await this.client.send(new AbortMultipartUploadCommand({ Bucket: this.bucket, Key: key, UploadId: uploadId }), {
-      abortSignal: this.signal(),
-    });
+    await this.client.send(
+      new AbortMultipartUploadCommand({ Bucket: this.bucket, Key: key, UploadId: uploadId }),
+      {
+        abortSignal: this.signal(),
+      },
+    );
   }
 
   /** The object's body as a stream (the caller reads it to the end or destroys it); undefined when absent. */
@@ -164,10 +167,15 @@ export class ArchiveStore {
 
   /** The multipart uploads begun and not ended under a prefix. */
   async listUploads(prefix: string): Promise<{ key: string; uploadId: string }[]> {
-    const out = await this.client.send(new ListMultipartUploadsCommand({ Bucket: this.bucket, Prefix: prefix }), {
-      abortSignal: this.signal(),
-    });
-    return (out.Uploads ?? []).flatMap((u) => (u.Key && u.UploadId ? [{ key: u.Key, uploadId: u.UploadId }] : []));
+    const out = await this.client.send(
+      new ListMultipartUploadsCommand({ Bucket: this.bucket, Prefix: prefix }),
+      {
+        abortSignal: this.signal(),
+      },
+    );
+    return (out.Uploads ?? []).flatMap((u) =>
+      u.Key && u.UploadId ? [{ key: u.Key, uploadId: u.UploadId }] : [],
+    );
   }
 
   /**

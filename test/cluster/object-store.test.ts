@@ -1,0 +1,77 @@
+// The log archive's store (src/controller/log-archive/archive-store.ts) against SeaweedFS's S3
+// server as the tests and the dev cluster run it (test/harness/object-store.ts): an attempt's
+// multipart upload, the run's folder deleted with its uploads in progress, a key not the
+// archive's refused, and a store that goes away answered within the call's deadline.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { attemptLogKey, runPrefix } from "../../src/controller/log-archive/archive-keys.js";
+import { ArchiveStore } from "../../src/controller/log-archive/archive-store.js";
+import { type ObjectStore, startObjectStore } from "../harness/object-store.js";
+
+let stateDir = "";
+let store: ObjectStore;
+const run = { namespace: "team-a", name: "nightly", uid: "0b9c6f2e-1111-4a4a-9c9c-000000000001" };
+
+beforeAll(async () => {
+  stateDir = mkdtempSync(path.join(tmpdir(), "object-store-"));
+  store = await startObjectStore({ binDir: inject("binDir"), stateDir });
+});
+afterAll(async () => {
+  await store?.stop();
+  if (stateDir) rmSync(stateDir, { recursive: true, force: true });
+});
+
+describe("the archive's store on SeaweedFS", () => {
+  it("keeps an attempt's parts as one object, and deletes the run's folder with its uploads in progress", async () => {
+    const client = store.client("logs/");
+    const key = attemptLogKey(client.prefix, run, 1);
+    const upload = await client.startUpload(key, "text/plain");
+    const head = Buffer.alloc(5 << 20, "a");
+    const parts = [
+      await client.uploadPart(key, upload, 1, head),
+      await client.uploadPart(key, upload, 2, Buffer.from("end\n")),
+    ];
+    await client.completeUpload(key, upload, parts);
+    expect(await client.headObject(key)).toEqual({ bytes: head.length + 4 });
+
+    const second = attemptLogKey(client.prefix, run, 2);
+    await client.startUpload(second, "text/plain");
+    expect((await client.listUploads(runPrefix(client.prefix, run))).map((u) => u.key)).toEqual([second]);
+
+    expect(await client.deletePrefix(runPrefix(client.prefix, run))).toBe(1);
+    expect(await client.listKeys(runPrefix(client.prefix, run))).toEqual([]);
+    expect(await client.listUploads(runPrefix(client.prefix, run))).toEqual([]);
+    client.destroy();
+  });
+
+  it("refuses a key that is not the archive's", async () => {
+    const stranger = new ArchiveStore({
+      endpoint: store.endpoint,
+      bucket: store.bucket,
+      region: store.region,
+      prefix: "",
+      forcePathStyle: true,
+      credentials: { accessKeyId: "AKSTRANGER", secretAccessKey: "not-the-archive-key" },
+    });
+    await expect(
+      stranger.putObject("team-b/other/x/attempt-1.log", "overwritten", "text/plain"),
+    ).rejects.toMatchObject({
+      $metadata: { httpStatusCode: 403 },
+    });
+    stranger.destroy();
+  });
+
+  it("answers within the call's deadline while the store is down, and works again once it is back", async () => {
+    const client = store.client();
+    await store.stop();
+    const down = Date.now();
+    await expect(client.putObject("probe", Buffer.from("x"), "text/plain")).rejects.toThrow();
+    expect(Date.now() - down).toBeLessThan(5000 + 2000);
+    await store.start();
+    await client.putObject("probe", Buffer.from("x"), "text/plain");
+    expect(await client.headObject("probe")).toEqual({ bytes: 1 });
+    client.destroy();
+  });
+});
