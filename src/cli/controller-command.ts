@@ -64,6 +64,15 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
     "true: a `task` label, the task's name, on the task duration and usage metrics, for `playbook advise --prometheus` and the headroom panel (default false)",
   progressInterval:
     "read a running run's progress from its runner's log and write status.tasks and status.currentTask at most this often; 0s turns live progress off (default 10s)",
+  logArchiveBucket:
+    "archive every run's output to this S3 bucket (docs/log-archive.md); credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (default: no archive)",
+  logArchiveEndpoint:
+    "the S3 endpoint, e.g. http://seaweedfs.storage:8333 (default: AWS's own for the region)",
+  logArchiveRegion: "the bucket's region (default us-east-1)",
+  logArchivePrefix:
+    "prefix of every archived key, ending in '/', e.g. playbooks/ (default: the bucket's root)",
+  logArchiveForcePathStyle:
+    "true: path-style URLs (http://HOST/BUCKET/KEY), as MinIO, SeaweedFS and Ceph RGW take them (default false)",
 };
 
 export function registerControllerCommand(program: Command): void {
@@ -80,7 +89,7 @@ export function registerControllerCommand(program: Command): void {
       continue;
     }
     // A switch: bare, or with a value (--metrics-task-label=false).
-    const value = key === "metricsTaskLabel" ? "[bool]" : "<value>";
+    const value = key === "metricsTaskLabel" || key === "logArchiveForcePathStyle" ? "[bool]" : "<value>";
     command.option(`--${kebab(key)} ${value}`, `${help} [$${variable}]`);
   }
   command.action(async (flags: Record<string, unknown>) => {

@@ -141,6 +141,32 @@ export const ControllerConfigSchema = z
     metricsTaskLabel: Bool.default(false),
     /** How often a running run's progress is read and written at most; 0s: no live progress. */
     progressInterval: Duration.prefault("10s"),
+    /**
+     * The log archive (docs/log-archive.md): set the bucket to turn it on. Credentials come from
+     * the SDK's own env (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), never from a flag.
+     */
+    logArchiveBucket: z
+      .string()
+      .regex(
+        /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/,
+        "must be an S3 bucket name (3 to 63 lower-case letters, digits, '.' or '-')",
+      )
+      .optional(),
+    /** The S3 endpoint, e.g. http://seaweedfs.storage:8333; unset: AWS's own for the region. */
+    logArchiveEndpoint: z
+      .url({ protocol: /^https?$/, error: "must be an http:// or https:// URL" })
+      .optional(),
+    logArchiveRegion: z.string().min(1).default("us-east-1"),
+    /** Prefix of every key the archive writes, e.g. "playbooks/"; empty: the bucket's root. */
+    logArchivePrefix: z
+      .string()
+      .refine(
+        (p) => p === "" || (p.endsWith("/") && !p.startsWith("/")),
+        "must be empty or end with '/' (and not start with one)",
+      )
+      .default(""),
+    /** Path-style URLs (http://HOST/BUCKET/KEY): MinIO, SeaweedFS, Ceph RGW. */
+    logArchiveForcePathStyle: Bool.default(false),
   })
   .superRefine((config, ctx) => {
     if (config.defaultCeiling > config.maxCeiling) {
@@ -241,6 +267,11 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   metricsPlaybookLabel: "PLAYBOOK_METRICS_PLAYBOOK_LABEL",
   metricsTaskLabel: "PLAYBOOK_METRICS_TASK_LABEL",
   progressInterval: "PLAYBOOK_PROGRESS_INTERVAL",
+  logArchiveBucket: "PLAYBOOK_LOG_ARCHIVE_BUCKET",
+  logArchiveEndpoint: "PLAYBOOK_LOG_ARCHIVE_ENDPOINT",
+  logArchiveRegion: "PLAYBOOK_LOG_ARCHIVE_REGION",
+  logArchivePrefix: "PLAYBOOK_LOG_ARCHIVE_PREFIX",
+  logArchiveForcePathStyle: "PLAYBOOK_LOG_ARCHIVE_FORCE_PATH_STYLE",
 };
 
 export class InvalidConfigError extends Error {}

@@ -212,3 +212,21 @@ function isNotFound(error: unknown): boolean {
   const e = error as { name?: string; $metadata?: { httpStatusCode?: number } };
   return e?.name === "NoSuchKey" || e?.name === "NotFound" || e?.$metadata?.httpStatusCode === 404;
 }
+
+/** The store the controller's settings name, or undefined when the archive is off (no bucket). */
+export function archiveStoreFromConfig(config: {
+  logArchiveBucket?: string | undefined;
+  logArchiveEndpoint?: string | undefined;
+  logArchiveRegion: string;
+  logArchivePrefix: string;
+  logArchiveForcePathStyle: boolean;
+}): ArchiveStore | undefined {
+  if (config.logArchiveBucket === undefined) return undefined;
+  return new ArchiveStore({
+    endpoint: config.logArchiveEndpoint,
+    bucket: config.logArchiveBucket,
+    region: config.logArchiveRegion,
+    prefix: config.logArchivePrefix,
+    forcePathStyle: config.logArchiveForcePathStyle,
+  });
+}
