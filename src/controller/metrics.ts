@@ -1,6 +1,7 @@
 // docs/design.md's metrics of runs, limits and policies, on the registry that src/runtime's
 // metrics-registry.ts keeps with the plumbing's own (work queue, watches, leader, readiness).
 import { Counter, Gauge, Histogram } from "prom-client";
+import { LOG_ARCHIVE_FAILURES } from "../api/log-archive.js";
 import { POLICY_FIELDS } from "../api/policy.js";
 import { LIMIT_REASONS, TERMINAL_REASONS } from "../api/reasons.js";
 import { RuntimeMetrics, type RuntimeMetricsOptions } from "../runtime/metrics-registry.js";
@@ -70,6 +71,8 @@ export class ControllerMetrics extends RuntimeMetrics {
   readonly queueWait: Histogram<"namespace" | "queue">;
   /** Runs whose pod Kueue holds, over their queueTimeout: the share of the budget used, per run. */
   readonly queueBudgetUsed: Gauge<"namespace" | "queue">;
+  /** Log archive failures (docs/log-archive.md), by reason: the attempt's LogArchived reason, or delete. */
+  readonly logArchiveFailures: Counter<"reason">;
   /** The CronPlaybook reconciler's series, on the same registry. */
   readonly cron: CronMetrics;
   private readonly playbookLabel: boolean;
@@ -218,6 +221,15 @@ export class ControllerMetrics extends RuntimeMetrics {
       registers,
     });
     const queuedBudgets = options.queuedBudgets;
+    this.logArchiveFailures = new Counter({
+      name: "playbook_log_archive_failures_total",
+      help:
+        "Attempts whose log archive is not whole (store_unreachable, cap_reached, node_lost, incomplete), and runs " +
+        "whose archived objects could not be deleted within the bound (delete)",
+      labelNames: ["reason"],
+      registers,
+    });
+    for (const reason of LOG_ARCHIVE_FAILURES) this.logArchiveFailures.inc({ reason }, 0);
     this.queueBudgetUsed = new Gauge({
       name: "playbook_queue_budget_used_ratio",
       help:
