@@ -21,6 +21,8 @@ import type { CronMetricsSink } from "./cron/cron-writer.js";
 import type { ReconcileSettings } from "./decision.js";
 import { workloadOf } from "./kueue/kueue-hold.js";
 import { WorkloadCache } from "./kueue/workload-cache.js";
+import { type ArchiveStore, archiveStoreFromConfig } from "./log-archive/archive-store.js";
+import { type LogArchiver, logArchiverOf } from "./log-archive/log-archiver.js";
 import { ControllerMetrics } from "./metrics.js";
 import { NodeRuntimesWatch } from "./node-runtimes-watch.js";
 import {
@@ -62,6 +64,8 @@ export interface ControllerDeps {
    * control-plane tests have no kubelet to answer it and serve a runner's lines themselves).
    */
   podLogs?: PodLogSource;
+  /** The log archive's store; by default the one the config names (none without --log-archive-bucket). */
+  archiveStore?: ArchiveStore;
 }
 
 /** The Lease went unrenewed for the renew deadline: another replica may lead now. */
@@ -93,6 +97,7 @@ export class PlaybookController {
   private readonly workloads: WorkloadCache | undefined;
   /** The Playbook's reconcile: one pass per key, on the caches below. */
   private readonly reconciler: PlaybookReconciler;
+  private readonly archive: LogArchiver | undefined; // log-archive/, with --log-archive-bucket
   /** CronPlaybooks: their own informer and queue, fed the runs from this controller's Playbook cache. */
   readonly cron: CronController;
   private readonly stopping = new AbortController();
@@ -177,7 +182,15 @@ export class PlaybookController {
           onRelist: () => this.metrics.watchRelists.inc({ resource: "workloads" }),
         })
       : undefined;
+    this.archive = logArchiverOf(deps.archiveStore ?? archiveStoreFromConfig(deps.config), {
+      api: deps.clients.api,
+      log: deps.log,
+      countFailure: (reason) => this.metrics.logArchiveFailures.inc({ reason }),
+      onChange: (key) => this.queue.add(key),
+      podOf: (namespace, name) => this.informerFor(this.pods, namespace)?.get(keyOf({ namespace, name })),
+    });
     this.reconciler = new PlaybookReconciler({
+      archive: this.archive,
       listers: this.listers(),
       writer: this.writer,
       api: deps.clients.api,
@@ -383,6 +396,7 @@ export class PlaybookController {
     await Promise.all(this.informers().map((informer) => informer.stop()));
     await this.nodeRuntimes.stop();
     await this.workloads?.stop();
+    await this.archive?.stop();
     await this.server?.close();
     this.log.info({}, "Stopped");
   }

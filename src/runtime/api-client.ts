@@ -229,6 +229,24 @@ export class ApiClient {
     });
   }
 
+  /**
+   * A container's whole log as a byte stream (pods/log, with follow=true as `kubectl logs -f`: it
+   * ends when the container does). No deadline past the answer's head: the caller's signal ends it.
+   */
+  async openPodLog(
+    args: { namespace: string; name: string; container: string; follow: boolean },
+    options?: CallOptions,
+  ): Promise<http.IncomingMessage> {
+    const url = this.url(`${podPath(args.namespace, args.name)}/log`, {
+      container: args.container,
+      follow: args.follow ? "true" : undefined,
+    });
+    const response = await this.send("GET", url, undefined, "application/json", options?.signal, "watch");
+    const status = response.statusCode ?? 0;
+    if (status < 200 || status >= 300) throw errorOf("GET", url, status, await readText(response));
+    return response;
+  }
+
   /** PUT of a custom object's status subresource. */
   replaceNamespacedCustomObjectStatus(
     args: { group: string; version: string; plural: string; namespace: string; name: string; body: object },

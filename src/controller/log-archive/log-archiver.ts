@@ -1,0 +1,261 @@
+// The archive's runtime: per attempt (pod), the runner container's log followed through the API
+// server (pods/log, follow=true: the kubelet's reader goes on across its rotation) into an
+// AttemptUpload, and what came of it kept in memory for the reconcile (archive-status.ts). The
+// keys are built here from the Playbook the controller reads; the store's credentials never
+// leave the controller. A small record (attempt-<K>.log.json) beside each completed object lets a
+// restarted controller say what it holds without reading it again.
+import type { Logger } from "pino";
+import { z } from "zod";
+import { LOG_ARCHIVE_REASONS, type LogArchiveFailure, type LogArchiveReason } from "../../api/log-archive.js";
+import type { ApiClient } from "../../runtime/api-client.js";
+import { apiErrorMessage, isNotFound } from "../../runtime/api-errors.js";
+import { type PodView, RUNNER_CONTAINER } from "../objects.js";
+import { nodeSilenceOf } from "../pods/node-lost.js";
+import { attemptLogKey, type RunIdentity } from "./archive-keys.js";
+import type { AttemptArchive } from "./archive-status.js";
+import type { ArchiveStore } from "./archive-store.js";
+import { ArchiveStoreError, AttemptUpload, type RetryBound } from "./attempt-upload.js";
+
+/** One attempt to follow: the run, its attempt number and its pod. */
+export interface AttemptRef {
+  run: RunIdentity;
+  attempt: number;
+  pod: string;
+  podUID: string;
+  /** maximums.archivedLogBytes for the run. */
+  capBytes: number;
+  /** The status said an archive of this attempt was under way: a controller before this one began it. */
+  resumed: boolean;
+}
+
+export interface LogArchiverDeps {
+  store: ArchiveStore;
+  api: Pick<ApiClient, "openPodLog" | "readNamespacedPod">;
+  log: Logger;
+  /** Counts an attempt whose archive is not whole. */
+  countFailure: (reason: LogArchiveFailure) => void;
+  /** The run of this key looks again: its attempt's archive changed. */
+  onChange: (key: string) => void;
+  /** The pod as the cache shows it: gone, or its node stopped reporting (pods/node-lost.ts), is a lost node. */
+  podOf: (namespace: string, pod: string) => PodView | undefined;
+  partBytes?: number;
+  retry?: RetryBound;
+}
+
+const RecordSchema = z.object({
+  v: z.literal(1),
+  bytes: z.number().int().min(0),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  reason: z.enum(Object.values(LOG_ARCHIVE_REASONS) as [LogArchiveReason, ...LogArchiveReason[]]),
+  message: z.string(),
+});
+
+const FAILURE_OF: Partial<Record<LogArchiveReason, LogArchiveFailure>> = {
+  [LOG_ARCHIVE_REASONS.storeUnreachable]: "store_unreachable",
+  [LOG_ARCHIVE_REASONS.capReached]: "cap_reached",
+  [LOG_ARCHIVE_REASONS.nodeLost]: "node_lost",
+  [LOG_ARCHIVE_REASONS.incomplete]: "incomplete",
+};
+
+/** The record beside the attempt's object: what it holds, as the controller completed it. */
+export function recordKey(logKey: string): string {
+  return `${logKey}.json`;
+}
+
+export class LogArchiver {
+  private readonly deps: LogArchiverDeps;
+  private readonly attempts = new Map<string, AttemptArchive>();
+  private readonly running = new Map<string, Promise<void>>();
+  private readonly stopping = new AbortController();
+
+  constructor(deps: LogArchiverDeps) {
+    this.deps = deps;
+  }
+
+  get bucket(): string {
+    return this.deps.store.bucket;
+  }
+
+  /** What is known of the attempt whose pod has this UID. */
+  resultOf(podUID: string): AttemptArchive | undefined {
+    return this.attempts.get(podUID);
+  }
+
+  /** Begins archiving the attempt unless it is already archived or being archived. */
+  follow(ref: AttemptRef): void {
+    if (this.attempts.has(ref.podUID) || this.stopping.signal.aborted) return;
+    const key = attemptLogKey(this.deps.store.prefix, ref.run, ref.attempt);
+    this.attempts.set(ref.podUID, { podUID: ref.podUID, attempt: ref.attempt, state: "archiving", key });
+    const work = this.archive(ref, key)
+      .catch((error: unknown) => {
+        this.deps.log.error({ ...where(ref), err: String(error) }, "Log archive failed");
+      })
+      .finally(() => this.running.delete(ref.podUID));
+    this.running.set(ref.podUID, work);
+  }
+
+  /** The Playbook is gone: nothing more to remember of its attempts. */
+  forget(podUIDs: readonly string[]): void {
+    for (const uid of podUIDs) if (!this.running.has(uid)) this.attempts.delete(uid);
+  }
+
+  /** Ends every follow; their uploads are aborted (the next leader begins them again). */
+  async stop(): Promise<void> {
+    this.stopping.abort();
+    await Promise.all(this.running.values());
+    this.deps.store.destroy();
+  }
+
+  private async archive(ref: AttemptRef, key: string): Promise<void> {
+    const signal = this.stopping.signal;
+    const recorded = await this.readRecord(key).catch(() => undefined);
+    if (recorded) {
+      this.end(
+        ref,
+        recorded.reason,
+        recorded.message,
+        { key, bytes: recorded.bytes, sha256: recorded.sha256 },
+        false,
+      );
+      return;
+    }
+    const upload = new AttemptUpload({
+      store: this.deps.store,
+      key,
+      capBytes: ref.capBytes,
+      ...(this.deps.partBytes ? { partBytes: this.deps.partBytes } : {}),
+      ...(this.deps.retry ? { retry: this.deps.retry } : {}),
+      signal,
+    });
+    try {
+      // A controller before this one may have left an upload of this attempt: it goes.
+      for (const stray of await this.deps.store.listUploads(key))
+        if (stray.key === key) await this.deps.store.abortUpload(stray.key, stray.uploadId);
+      await this.deps.store.deletePrefix(upload.segmentPrefix);
+    } catch (error) {
+      this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${messageOf(error)}`);
+      return;
+    }
+    let broke: string | undefined;
+    try {
+      const stream = await this.deps.api.openPodLog(
+        { namespace: ref.run.namespace, name: ref.pod, container: RUNNER_CONTAINER, follow: true },
+        { signal },
+      );
+      try {
+        for await (const chunk of stream) await upload.write(chunk as Buffer);
+      } finally {
+        stream.destroy();
+      }
+    } catch (error) {
+      if (error instanceof ArchiveStoreError) {
+        await upload.abort();
+        this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${error.message}`);
+        return;
+      }
+      if (signal.aborted) {
+        await upload.abort();
+        return;
+      }
+      broke = isNotFound(error) ? "the pod was gone" : `the log stream broke: ${apiErrorMessage(error)}`;
+    }
+    let outcome: Awaited<ReturnType<AttemptUpload["finish"]>>;
+    try {
+      outcome = await upload.finish();
+    } catch (error) {
+      await upload.abort();
+      this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${messageOf(error)}`);
+      return;
+    }
+    const [reason, message] = this.verdict(ref, outcome, broke);
+    const log = { key, bytes: outcome.bytes, sha256: outcome.sha256 };
+    try {
+      await this.deps.store.putObject(
+        recordKey(key),
+        JSON.stringify({ v: 1, bytes: outcome.bytes, sha256: outcome.sha256, reason, message }),
+        "application/json",
+      );
+    } catch (error) {
+      // The object is whole; only a restart's recovery would miss it.
+      this.deps.log.warn({ ...where(ref), err: messageOf(error) }, "Could not write log archive record");
+    }
+    this.end(ref, reason, message, log);
+  }
+
+  private verdict(
+    ref: AttemptRef,
+    outcome: { bytes: number; leftOut: number; received: number },
+    broke: string | undefined,
+  ): [LogArchiveReason, string] {
+    const kept = `${outcome.bytes} bytes archived`;
+    if (broke !== undefined) {
+      const pod = this.deps.podOf(ref.run.namespace, ref.pod);
+      const lost = pod === undefined || nodeSilenceOf(pod) !== undefined;
+      return lost
+        ? [
+            LOG_ARCHIVE_REASONS.nodeLost,
+            `${kept}; the pod's node stopped reporting (${broke}): output the kubelet had not sent is not in it`,
+          ]
+        : [LOG_ARCHIVE_REASONS.incomplete, `${kept}; ${broke}: output after that is not in it`];
+    }
+    if (ref.resumed)
+      return [
+        LOG_ARCHIVE_REASONS.incomplete,
+        `${kept}; the controller restarted while the attempt ran: the archive begins at what the kubelet still kept`,
+      ];
+    if (outcome.leftOut > 0)
+      return [
+        LOG_ARCHIVE_REASONS.capReached,
+        `${kept} of ${outcome.received}: ${outcome.leftOut} bytes past maximums.archivedLogBytes (${ref.capBytes}) were left out between the head and the tail`,
+      ];
+    return [LOG_ARCHIVE_REASONS.archived, kept];
+  }
+
+  private end(
+    ref: AttemptRef,
+    reason: LogArchiveReason,
+    message: string,
+    log?: { key: string; bytes: number; sha256: string },
+    count = true,
+  ): void {
+    this.attempts.set(ref.podUID, {
+      podUID: ref.podUID,
+      attempt: ref.attempt,
+      state: "ended",
+      reason,
+      message,
+      ...(log ? { log: { bucket: this.deps.store.bucket, ...log } } : {}),
+    });
+    const failure = FAILURE_OF[reason];
+    if (failure && count) this.deps.countFailure(failure);
+    const fields = { ...where(ref), reason, message };
+    if (failure) this.deps.log.warn(fields, "Archived log not whole");
+    else this.deps.log.info(fields, "Archived log");
+    this.deps.onChange(`${ref.run.namespace}/${ref.run.name}`);
+  }
+
+  private async readRecord(key: string): Promise<z.infer<typeof RecordSchema> | undefined> {
+    const object = await this.deps.store.getObject(recordKey(key));
+    if (!object) return undefined;
+    const chunks: Buffer[] = [];
+    for await (const chunk of object.body) chunks.push(chunk as Buffer);
+    const parsed = RecordSchema.safeParse(JSON.parse(Buffer.concat(chunks).toString("utf8")));
+    return parsed.success ? parsed.data : undefined;
+  }
+}
+
+function where(ref: AttemptRef): Record<string, unknown> {
+  return { namespace: ref.run.namespace, name: ref.run.name, pod: ref.pod, attempt: ref.attempt };
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** The controller's archiver over its store, or undefined when the archive is off (no store). */
+export function logArchiverOf(
+  store: ArchiveStore | undefined,
+  deps: Omit<LogArchiverDeps, "store">,
+): LogArchiver | undefined {
+  return store ? new LogArchiver({ store, ...deps }) : undefined;
+}
