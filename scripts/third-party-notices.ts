@@ -79,6 +79,16 @@ function licenseAllowed(expression: string): boolean {
   return ALLOWED_LICENSES.has(bare);
 }
 
+/**
+ * A few packages of AWS's SDK (one monorepo, one Apache-2.0 licence) are published without their
+ * LICENSE file: theirs is the text @aws-sdk/client-s3 carries, when the licence ids agree.
+ */
+function monorepoLicense(name: string, license: string, packageDir: string): string | undefined {
+  if (!name.startsWith("@aws-sdk/") || license !== "Apache-2.0") return undefined;
+  const sibling = path.join(path.dirname(packageDir), "client-s3", "LICENSE");
+  return existsSync(sibling) ? sibling : undefined;
+}
+
 /** The packages whose modules the bundle in `dir` contains, sorted by name; throws on a bad licence. */
 export function bundledPackages(dir: string): BundledPackage[] {
   const dirs = new Set(bundledSources(dir).flatMap((source) => packageDirOf(source) ?? []));
@@ -102,13 +112,17 @@ export function bundledPackages(dir: string): BundledPackage[] {
       );
       continue;
     }
-    const licenseFile = readdirSync(packageDir)
+    const ownFile = readdirSync(packageDir)
       .filter((file) => /^(licen[cs]e|copying)(\b|[-_.])/i.test(file))
       .sort()[0];
-    if (licenseFile === undefined) {
+    const licensePath = ownFile
+      ? path.join(packageDir, ownFile)
+      : monorepoLicense(name, manifest.license, packageDir);
+    if (licensePath === undefined) {
       problems.push(`${name}@${manifest.version}: no LICENSE file in ${packageDir}`);
       continue;
     }
+    const licenseFile = path.relative(packageDir, licensePath);
     const noticeFile = readdirSync(packageDir).find((file) => /^notice(\.(txt|md))?$/i.test(file));
     packages.push({
       name,
@@ -116,7 +130,7 @@ export function bundledPackages(dir: string): BundledPackage[] {
       license: manifest.license,
       dir: packageDir,
       licenseFile,
-      licenseText: readText(path.join(packageDir, licenseFile)),
+      licenseText: readText(licensePath),
       ...(noticeFile === undefined ? {} : { noticeText: readText(path.join(packageDir, noticeFile)) }),
     });
   }
