@@ -229,18 +229,13 @@ export class ApiClient {
     });
   }
 
-  /**
-   * A container's whole log as a byte stream (pods/log, with follow=true as `kubectl logs -f`: it
-   * ends when the container does). No deadline past the answer's head: the caller's signal ends it.
-   */
+  /** A container's log as bytes (pods/log; follow=true ends with the container): only the caller's signal ends it. */
   async openPodLog(
     args: { namespace: string; name: string; container: string; follow: boolean },
     options?: CallOptions,
   ): Promise<http.IncomingMessage> {
-    const url = this.url(`${podPath(args.namespace, args.name)}/log`, {
-      container: args.container,
-      follow: args.follow ? "true" : undefined,
-    });
+    const { namespace, name, container, follow } = args;
+    const url = this.url(`${podPath(namespace, name)}/log`, { container, follow });
     const response = await this.send("GET", url, undefined, "application/json", options?.signal, "watch");
     const status = response.statusCode ?? 0;
     if (status < 200 || status >= 300) throw errorOf("GET", url, status, await readText(response));
