@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { GROUP, VERSION } from "../../src/api/playbook.js";
-import { attemptLogKey } from "../../src/controller/log-archive/archive-keys.js";
+import { attemptLogKey, attemptReportKey } from "../../src/controller/log-archive/archive-keys.js";
 import { ArchiveStore } from "../../src/controller/log-archive/archive-store.js";
 import { realNode } from "../controller/reason-cases.js";
 import {
@@ -125,6 +125,9 @@ describe("the log archive on a real node", () => {
     // Every line the task printed, in order, behind the runner's prefix: nothing lost to rotation.
     const text = object.toString("utf8");
     expect(taskLines(text, "gen")).toEqual(generated(40));
+    // The report that decided the run, beside the log.
+    const reportKey = attemptReportKey("", { namespace, name, uid: done.metadata.uid as string }, 1);
+    expect(JSON.parse((await readObject(reportKey)).toString("utf8"))).toMatchObject({ phase: "Succeeded" });
     // What `kubectl logs` still shows (the newest file only, after rotation) is the archive's end.
     const shown = await runnerLogs(namespace, name);
     expect(shown.length).toBeLessThan(object.length);

@@ -7,11 +7,13 @@
 import type { Logger } from "pino";
 import { z } from "zod";
 import { LOG_ARCHIVE_REASONS, type LogArchiveFailure, type LogArchiveReason } from "../../api/log-archive.js";
+import type { PlaybookStatus } from "../../api/playbook.js";
+import type { RunnerReport } from "../../api/report.js";
 import type { ApiClient } from "../../runtime/api-client.js";
 import { apiErrorMessage, isNotFound } from "../../runtime/api-errors.js";
-import { type PodView, RUNNER_CONTAINER } from "../objects.js";
+import { type PodView, RUNNER_CONTAINER, type StoredPlaybook } from "../objects.js";
 import { nodeSilenceOf } from "../pods/node-lost.js";
-import { attemptLogKey, type RunIdentity } from "./archive-keys.js";
+import { attemptLogKey, attemptReportKey, type RunIdentity } from "./archive-keys.js";
 import type { AttemptArchive } from "./archive-status.js";
 import type { ArchiveStore } from "./archive-store.js";
 import { ArchiveStoreError, AttemptUpload, type RetryBound } from "./attempt-upload.js";
@@ -92,6 +94,29 @@ export class LogArchiver {
       })
       .finally(() => this.running.delete(ref.podUID));
     this.running.set(ref.podUID, work);
+  }
+
+  /**
+   * Puts the runner's report that decided the run (trusted: decide-ended.ts) beside its
+   * attempt's log, as attempt-<K>.report.json; a failure is logged, never the run's.
+   */
+  keepReport(
+    playbook: StoredPlaybook,
+    status: PlaybookStatus,
+    trusted: { podUID: string; report: RunnerReport },
+  ): void {
+    const { namespace = "", name, uid } = playbook.metadata;
+    if (!uid || !status.podAttempts || trusted.podUID !== status.podUID || this.stopping.signal.aborted)
+      return;
+    const key = attemptReportKey(this.deps.store.prefix, { namespace, name, uid }, status.podAttempts);
+    this.deps.store
+      .putObject(key, JSON.stringify(trusted.report), "application/json")
+      .catch((error: unknown) => {
+        this.deps.log.warn(
+          { namespace, name, key, err: messageOf(error) },
+          "Could not archive runner report",
+        );
+      });
   }
 
   /** The Playbook is gone: nothing more to remember of its attempts. */

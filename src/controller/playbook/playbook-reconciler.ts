@@ -244,6 +244,8 @@ export class PlaybookReconciler {
         const alone = archiveStatus(playbook.status ?? {}, archived, input.now, playbook.metadata.generation);
         if (alone) await this.writer.writeArchiveStatus(playbook, alone);
       }
+      if (decision.trustedReport && decision.status)
+        this.deps.archive?.keepReport(playbook, decision.status, decision.trustedReport);
       const taken = decision.progressTaken;
       if (taken) this.deps.progress.took(playbook, taken.podUID, taken);
       const requeueAfterMs = earliest(decision.requeueAfterMs, this.nextProgressLookInMs(input));
