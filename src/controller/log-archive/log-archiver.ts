@@ -68,6 +68,8 @@ export class LogArchiver {
   private readonly deps: LogArchiverDeps;
   private readonly attempts = new Map<string, AttemptArchive>();
   private readonly running = new Map<string, Promise<void>>();
+  /** The `namespace/name` of each attempt's run, by pod UID. */
+  private readonly runOf = new Map<string, string>();
   private readonly stopping = new AbortController();
 
   constructor(deps: LogArchiverDeps) {
@@ -88,6 +90,7 @@ export class LogArchiver {
     if (this.attempts.has(ref.podUID) || this.stopping.signal.aborted) return;
     const key = attemptLogKey(this.deps.store.prefix, ref.run, ref.attempt);
     this.attempts.set(ref.podUID, { podUID: ref.podUID, attempt: ref.attempt, state: "archiving", key });
+    this.runOf.set(ref.podUID, `${ref.run.namespace}/${ref.run.name}`);
     const work = this.archive(ref, key)
       .catch((error: unknown) => {
         this.deps.log.error({ ...where(ref), err: String(error) }, "Log archive failed");
@@ -119,9 +122,13 @@ export class LogArchiver {
       });
   }
 
-  /** The Playbook is gone: nothing more to remember of its attempts. */
-  forget(podUIDs: readonly string[]): void {
-    for (const uid of podUIDs) if (!this.running.has(uid)) this.attempts.delete(uid);
+  /** The Playbook of this key is gone: nothing more to remember of its attempts. */
+  forgetRun(key: string): void {
+    for (const [uid, runKey] of this.runOf)
+      if (runKey === key && !this.running.has(uid)) {
+        this.attempts.delete(uid);
+        this.runOf.delete(uid);
+      }
   }
 
   /** Ends every follow; their uploads are aborted (the next leader begins them again). */
@@ -173,13 +180,14 @@ export class LogArchiver {
         stream.destroy();
       }
     } catch (error) {
+      // Stopping (the lead lost, or a shutdown): the next leader begins the attempt again.
+      if (signal.aborted) {
+        await upload.abort();
+        return;
+      }
       if (error instanceof ArchiveStoreError) {
         await upload.abort();
         this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${error.message}`);
-        return;
-      }
-      if (signal.aborted) {
-        await upload.abort();
         return;
       }
       broke = isNotFound(error) ? "the pod was gone" : `the log stream broke: ${apiErrorMessage(error)}`;

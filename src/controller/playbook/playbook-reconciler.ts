@@ -114,6 +114,7 @@ export class PlaybookReconciler {
       await this.releaseOrphans(namespace, splitKey(key).name, playbook?.metadata.uid);
     if (!playbook) {
       this.deps.progress.forget(key);
+      this.deps.archive?.forgetRun(key);
       return {};
     }
     // The watch event of this controller's own last write re-queues the key when it arrives.
