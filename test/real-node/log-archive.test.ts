@@ -82,6 +82,18 @@ async function archived(ns: string, name: string, timeoutMs = 180_000): Promise<
   }
 }
 
+/** Waits until the run's LogArchived says Archiving. */
+async function archivingOf(name: string): Promise<void> {
+  const deadline = Date.now() + realNode.taskStartMs + 60_000;
+  for (;;) {
+    const playbook = await getPlaybook(namespace, name);
+    if (condition(playbook, "LogArchived")?.reason === "Archiving") return;
+    if (Date.now() > deadline)
+      throw new Error(`${name} never began archiving: ${JSON.stringify(playbook.status)}`);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}
+
 beforeAll(async () => {
   stateDir = mkdtempSync(path.join(tmpdir(), "rn-log-archive-"));
   store = await startObjectStore({ binDir: inject("binDir"), stateDir });
@@ -215,6 +227,40 @@ describe("the log archive on a real node", () => {
     }
   }, 420_000);
 
+  it("begins again from what the kubelet still holds after a controller restart, and says Incomplete", async () => {
+    const name = "restarted";
+    await createPlaybook(namespace, name, {
+      ceiling: "5m",
+      tasks: [{ name: "gen", run: generator(12, 1500) }],
+    });
+    await archivingOf(name);
+    await controller?.stop();
+    // The next controller finds the attempt's upload left behind and the status saying Archiving.
+    controller = startController([namespace], {
+      ...realNode.controller,
+      logArchiveBucket: store.bucket,
+      logArchiveEndpoint: store.endpoint,
+      logArchiveRegion: store.region,
+      logArchiveForcePathStyle: true,
+    });
+    const ended = await waitForFinished(namespace, name, 240_000);
+    expect(condition(ended, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    const done = await archived(namespace, name);
+    const said = condition(done, "LogArchived");
+    expect(said).toMatchObject({ status: "False", reason: "Incomplete" });
+    expect(said?.message).toMatch(/the controller restarted while the attempt ran/);
+    const log = logOf(done) as StatusLog;
+    const object = await readObject(log.key);
+    expect(sha256(object)).toBe(log.sha256);
+    // The end of the output is there, in order.
+    const lines = taskLines(object.toString("utf8"), "gen");
+    const all = generated(12);
+    expect(lines.slice(1)).toEqual(all.slice(all.length - lines.length + 1));
+    const client = store.client();
+    expect(await client.listUploads(log.key)).toEqual([]);
+    client.destroy();
+  }, 420_000);
+
   it("ends a run with its true outcome when the store stops mid-run: LogArchived False StoreUnreachable", async () => {
     const name = "store-down";
     await createPlaybook(namespace, name, {
@@ -222,14 +268,7 @@ describe("the log archive on a real node", () => {
       tasks: [{ name: "gen", run: generator(30, 1000) }],
     });
     // Once the first part is in flight the store goes away for longer than the retries' bound.
-    const deadline = Date.now() + realNode.taskStartMs + 60_000;
-    for (;;) {
-      const playbook = await getPlaybook(namespace, name);
-      if (condition(playbook, "LogArchived")?.reason === "Archiving") break;
-      if (Date.now() > deadline)
-        throw new Error(`${name} never began archiving: ${JSON.stringify(playbook.status)}`);
-      await new Promise((resolve) => setTimeout(resolve, 500));
-    }
+    await archivingOf(name);
     await new Promise((resolve) => setTimeout(resolve, 10_000));
     await store.stop();
     try {
