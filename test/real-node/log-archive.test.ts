@@ -5,7 +5,7 @@
 // maximums.archivedLogBytes the head, one left-out line and the tail are kept; and no pod holds
 // the store's credentials, whose bucket refuses a PUT that is not signed with them.
 import { createHash } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
@@ -28,6 +28,7 @@ import {
 } from "../controller/support.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { type ObjectStore, startObjectStore } from "../harness/object-store.js";
+import { realNodePodLogsDir } from "../harness/real-node/real-node.js";
 
 const MiB = 1024 * 1024;
 const { core } = clients();
@@ -140,6 +141,17 @@ describe("the log archive on a real node", () => {
     // The report that decided the run, beside the log.
     const reportKey = attemptReportKey("", { namespace, name, uid: done.metadata.uid as string }, 1);
     expect(JSON.parse((await readObject(reportKey)).toString("utf8"))).toMatchObject({ phase: "Succeeded" });
+    // The node no longer holds all of it: its rotation dropped files the archive has the bytes of.
+    const pod = JSON.parse(
+      (await kubectl(["-n", namespace, "get", "pod", `${name}-1`, "-o", "json"])).stdout,
+    );
+    const dir = path.join(
+      realNodePodLogsDir(path.dirname(inject("kubeconfig"))),
+      `${namespace}_${name}-1_${pod.metadata.uid}`,
+      "runner",
+    );
+    const held = readdirSync(dir).reduce((sum, file) => sum + statSync(path.join(dir, file)).size, 0);
+    expect(held).toBeLessThan(object.length / 2);
     // What `kubectl logs` still shows (the newest file only, after rotation) is the archive's end.
     const shown = (await kubectl(["-n", namespace, "logs", `${name}-1`, "-c", "runner", "--tail=2000"]))
       .stdout;
