@@ -3,7 +3,7 @@
 import { describe, expect, it } from "vitest";
 import { LOG_ARCHIVED } from "../../src/api/log-archive.js";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
-import { clusterRules } from "../../src/api/policy.js";
+import { clusterRules, PolicySpecSchema } from "../../src/api/policy.js";
 import {
   capPlan,
   LEFT_OUT_LINE_RESERVE,
@@ -57,6 +57,13 @@ describe("the cap", () => {
   it("starts the tail where the last tailBytes begin", () => {
     expect(tailSkip(30, 16)).toBe(14);
     expect(tailSkip(10, 16)).toBe(0);
+  });
+
+  it("refuses a policy's archivedLogBytes under 16Mi, naming the field", () => {
+    const under = PolicySpecSchema.safeParse({ maximums: { archivedLogBytes: "8Mi" } });
+    expect(under.success).toBe(false);
+    expect(under.error?.issues[0]?.message).toMatch(/at least 16Mi \(spec\.maximums\.archivedLogBytes\)/);
+    expect(PolicySpecSchema.safeParse({ maximums: { archivedLogBytes: "16Mi" } }).success).toBe(true);
   });
 
   it("takes maximums.archivedLogBytes from the policy, else 1Gi", () => {
