@@ -1,7 +1,8 @@
 // The ValidatingAdmissionPolicy of the plain install (deploy/admission-policy.yaml) on the real
 // API server: a user who may create Playbooks but not read a Secret is refused a Playbook or
 // CronPlaybook naming it, with a message naming that Secret alone (not the ones they may read) and
-// the permission; one who may read it is not; the controller's own creates pass.
+// the permission; one who may read it is not, up to 8 names of each kind; the controller's own
+// creates pass.
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { stringify } from "yaml";
@@ -59,6 +60,9 @@ beforeAll(async () => {
     readsPublic,
     binding("playbook-author", "alice"),
     binding("reads-public", "alice"),
+    binding("playbook-author", "carol"),
+    binding("reads-public", "carol"),
+    binding("reads-db", "carol"),
     binding("playbook-author", "bob"),
     binding("reads-db", "bob"),
     binding("playbook-author", CONTROLLER),
@@ -141,6 +145,25 @@ describe("the admission policy", () => {
     expect(nine.stderr).toContain(
       `a Playbook may name at most 8 secrets, each checked against its author's RBAC; this one names 9: "p0", "p1"`,
     );
+  });
+
+  it("admits 8 names of each kind its author may get, within the API server's cost limits", async () => {
+    const volumes = EIGHT.flatMap((n) => [
+      { name: `c-${n}`, configMap: { name: `cfg-${n}` } },
+      { name: `v-${n}`, persistentVolumeClaim: { claimName: `claim-${n}` } },
+    ]);
+    const manifest = playbookManifest("carol-all", {
+      volumes,
+      tasks: [
+        {
+          name: "all",
+          run: "true",
+          env: EIGHT.map((n, i) => ({ name: `S${i}`, valueFrom: { secretKeyRef: { name: n, key: "k" } } })),
+        },
+      ],
+    });
+    const admitted = await asUser("carol", manifest, "--dry-run=server");
+    expect(admitted.stderr).toBe("");
   });
 
   it("refuses a CronPlaybook's template naming a Secret in a volume, a ConfigMap or a claim its author cannot get", async () => {
