@@ -128,10 +128,11 @@ rules:
   - apiGroups: [""]
     resources: [serviceaccounts]
     verbs: [get]
-  # A repeat of an event patches its count and lastTimestamp.
+  # A repeat of an event patches its count and lastTimestamp; a pod waiting for its volumes has
+  # its FailedMount events listed (a missing Secret or ConfigMap volume is said there alone).
   - apiGroups: [""]
     resources: [events]
-    verbs: [create, patch]
+    verbs: [create, patch, list]
 {{- if .Values.config.kueue }}
   # --kueue: Kueue's Workloads of the runs' pods, read from the watch cache for Kueue's words.
   - apiGroups: [kueue.x-k8s.io]

@@ -14,6 +14,8 @@ import type { WorkloadCache } from "../kueue/workload-cache.js";
 import type { WorkloadView } from "../kueue/workload-view.js";
 import { keyOf, type PodView, parsePod, type StoredPlaybook, splitKey } from "../objects.js";
 import type { ObservedPlacement } from "../pods/built-pod-difference.js";
+import { type MountEvent, mountEventsDue } from "../pods/missing-source.js";
+import { readMountEvents } from "../pods/mount-events.js";
 import { admittedFlavors, observePlacement } from "../pods/observed-placement.js";
 import { alternatePodName, podNameFor } from "../pods/pod-builder.js";
 import { sortRunPods } from "../pods/pod-identity.js";
@@ -208,6 +210,7 @@ export class PlaybookReconciler {
     const look = await this.lookAtProgress(input);
     const workloads = this.deps.workloads?.of(input.pods);
     const placements = start ? undefined : await this.placementsBeforeRecord(input, workloads);
+    const mountEvents = await this.mountEventsOf(input);
     let withRules: ReconcileInput = {
       ...input,
       rules: this.deps.governor.rulesFor(playbook.metadata.namespace ?? ""),
@@ -216,6 +219,7 @@ export class PlaybookReconciler {
       ...(placements ? { placements } : {}),
       ...(start ? { unrecordedStart: start } : {}),
       ...(look ? { progress: look } : {}),
+      ...(mountEvents ? { mountEvents } : {}),
     };
     for (;;) {
       const decision = decide(withRules);
@@ -238,6 +242,30 @@ export class PlaybookReconciler {
       const requeueAfterMs = earliest(decision.requeueAfterMs, this.nextProgressLookInMs(input));
       return requeueAfterMs === undefined ? {} : { requeueAfterMs };
     }
+  }
+
+  /**
+   * The kubelet's FailedMount events of the run's pods that wait for their volumes
+   * (pods/missing-source.ts), by pod UID; undefined when none waits. A read that fails leaves that
+   * pod to its start timeout until the next pass.
+   */
+  private async mountEventsOf(input: ReconcileInput): Promise<Record<string, MountEvent[]> | undefined> {
+    const waiting = input.pods.filter((pod) => pod.metadata.uid && mountEventsDue(pod));
+    if (waiting.length === 0) return undefined;
+    const signal = this.writer.leadingSignal;
+    const read = await Promise.all(
+      waiting.map((pod) =>
+        readMountEvents(this.deps.api, pod, { signal }).catch((error: unknown) => {
+          const { namespace, name } = pod.metadata;
+          this.deps.log.debug(
+            { namespace, pod: name, err: apiErrorMessage(error) },
+            "Could not read pod events",
+          );
+          return [];
+        }),
+      ),
+    );
+    return Object.fromEntries(waiting.map((pod, i) => [pod.metadata.uid ?? "", read[i] ?? []]));
   }
 
   /**
