@@ -40,6 +40,7 @@ import { workPlaybookQueue } from "./playbook/playbook-worker.js";
 import { PROGRESS_LINES, ProgressLooks } from "./playbook/progress-looks.js";
 import { activeRuns, queuedBudgets, queuedRuns } from "./playbook/run-gauges.js";
 import { PlaybookWriter } from "./playbook/writer.js";
+import { runRetentionFor } from "./log-archive/run-retention.js";
 import { observePlacement } from "./pods/observed-placement.js";
 import { isPodPhaseTerminal } from "./pods/pod-state.js";
 import { PolicyGovernor } from "./policy/policy-governor.js";
@@ -190,6 +191,12 @@ export class PlaybookController {
         deps.config.progressInterval,
         deps.podLogs ?? apiPodLogSource(deps.clients.api, PROGRESS_LINES.prefix, PROGRESS_LINES.maxLineBytes),
       ),
+      retention: runRetentionFor(deps.config, {
+        writer: this.writer,
+        metrics: this.metrics,
+        clock: this.clock,
+        log: deps.log,
+      }),
     });
     this.cron = new CronController({
       namespaces,
