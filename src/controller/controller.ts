@@ -21,6 +21,7 @@ import type { CronMetricsSink } from "./cron/cron-writer.js";
 import type { ReconcileSettings } from "./decision.js";
 import { workloadOf } from "./kueue/kueue-hold.js";
 import { WorkloadCache } from "./kueue/workload-cache.js";
+import { runRetentionFor } from "./log-archive/run-retention.js";
 import { ControllerMetrics } from "./metrics.js";
 import { NodeRuntimesWatch } from "./node-runtimes-watch.js";
 import {
@@ -40,7 +41,6 @@ import { workPlaybookQueue } from "./playbook/playbook-worker.js";
 import { PROGRESS_LINES, ProgressLooks } from "./playbook/progress-looks.js";
 import { activeRuns, queuedBudgets, queuedRuns } from "./playbook/run-gauges.js";
 import { PlaybookWriter } from "./playbook/writer.js";
-import { runRetentionFor } from "./log-archive/run-retention.js";
 import { observePlacement } from "./pods/observed-placement.js";
 import { isPodPhaseTerminal } from "./pods/pod-state.js";
 import { PolicyGovernor } from "./policy/policy-governor.js";

@@ -27,7 +27,12 @@ describe("retention's step for a Playbook", () => {
   it.each([
     ["a new Playbook, archive on: the finalizer first", {}, ON, { type: "addFinalizer" }],
     ["a new Playbook, archive off: nothing", {}, OFF, { type: "none" }],
-    ["one with the finalizer, archive on: nothing", { finalizers: [LOG_ARCHIVE_FINALIZER] }, ON, { type: "none" }],
+    [
+      "one with the finalizer, archive on: nothing",
+      { finalizers: [LOG_ARCHIVE_FINALIZER] },
+      ON,
+      { type: "none" },
+    ],
     [
       "deleted with the finalizer, archive on: its run folder is deleted",
       { finalizers: ["other", LOG_ARCHIVE_FINALIZER], deletionTimestamp: DELETED },
