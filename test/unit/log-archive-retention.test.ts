@@ -46,10 +46,10 @@ describe("retention's step for a Playbook", () => {
       { type: "release", leftPrefix: "logs/team-a/nightly/u-1/" },
     ],
     [
-      "deleted without the finalizer: no pass (no pod for a Playbook that is going)",
+      "deleted without the finalizer: nothing (the pass goes on as before)",
       { finalizers: ["other"], deletionTimestamp: DELETED },
       ON,
-      { type: "deleting" },
+      { type: "none" },
     ],
   ])("%s", (_name, meta, settings, step) => {
     expect(decideRetention(playbook(meta), settings)).toEqual(step);

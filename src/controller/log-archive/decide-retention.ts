@@ -26,9 +26,7 @@ export type RetentionStep =
   /** Deleted with the finalizer: delete the run's folder, then release. */
   | { type: "deleteObjects"; prefix: string }
   /** Deleted, with the archive off now: let it go at once, saying its objects (if any) were left. */
-  | { type: "release"; leftPrefix: string }
-  /** Deleted, and not ours to hold (no finalizer of ours): no pass on a Playbook that is going. */
-  | { type: "deleting" };
+  | { type: "release"; leftPrefix: string };
 
 function hasFinalizer(playbook: StoredPlaybook): boolean {
   return playbook.metadata.finalizers?.includes(LOG_ARCHIVE_FINALIZER) ?? false;
@@ -39,7 +37,8 @@ export function decideRetention(playbook: StoredPlaybook, settings: RetentionSet
   const { namespace = "", name, uid = "" } = playbook.metadata;
   const prefix = runPrefix(settings.prefix, { namespace, name, uid });
   if (playbook.metadata.deletionTimestamp) {
-    if (!hasFinalizer(playbook)) return { type: "deleting" };
+    // Not ours to hold: the pass goes on as for any Playbook being deleted.
+    if (!hasFinalizer(playbook)) return { type: "none" };
     return settings.archiveOn ? { type: "deleteObjects", prefix } : { type: "release", leftPrefix: prefix };
   }
   if (settings.archiveOn && !hasFinalizer(playbook)) return { type: "addFinalizer" };

@@ -1,7 +1,7 @@
 // Carries out retention's step (decide-retention.ts) in a Playbook's pass: the finalizer put on
 // or taken off through the writer, the run's folder deleted from the store, and the Warning and
 // metric when the store stayed down past the bound. Runs before any run decision: a Playbook
-// being deleted gets no pod, no status and no other pass.
+// whose objects are being deleted gets no pod and no status write meanwhile.
 
 import type { Logger } from "pino";
 import { LOG_ARCHIVE_FINALIZER } from "../../api/log-archive.js";
@@ -41,8 +41,6 @@ export class RunRetention {
     switch (step.type) {
       case "none":
         return { done: false };
-      case "deleting":
-        return { done: true };
       case "addFinalizer":
         await writer.patchPlaybookFinalizer(playbook, LOG_ARCHIVE_FINALIZER, true);
         return { done: true };
