@@ -37,6 +37,8 @@ export const FOLDER_DESCRIPTIONS: Readonly<Record<string, string>> = {
     "the domain: the manager (controller.ts), its config, and what the kinds share: decisions, run plans, status, metrics",
   "src/controller/cron":
     "the CronPlaybook's reconcile: its decision, triggers, concurrency, writer and metrics",
+  "src/controller/log-archive":
+    "the log archive: its S3 store, its key layout, and retention (the finalizer that deletes a run's objects with it)",
   "src/controller/kueue":
     "runs through Kueue: the pod's queue labels, the hold, Workloads, preemption, queued time",
   "src/controller/playbook":

@@ -21,6 +21,7 @@ import type { CronMetricsSink } from "./cron/cron-writer.js";
 import type { ReconcileSettings } from "./decision.js";
 import { workloadOf } from "./kueue/kueue-hold.js";
 import { WorkloadCache } from "./kueue/workload-cache.js";
+import { runRetentionFor } from "./log-archive/run-retention.js";
 import { ControllerMetrics } from "./metrics.js";
 import { NodeRuntimesWatch } from "./node-runtimes-watch.js";
 import {
@@ -190,6 +191,12 @@ export class PlaybookController {
         deps.config.progressInterval,
         deps.podLogs ?? apiPodLogSource(deps.clients.api, PROGRESS_LINES.prefix, PROGRESS_LINES.maxLineBytes),
       ),
+      retention: runRetentionFor(deps.config, {
+        writer: this.writer,
+        metrics: this.metrics,
+        clock: this.clock,
+        log: deps.log,
+      }),
     });
     this.cron = new CronController({
       namespaces,

@@ -90,7 +90,8 @@ rules:
   - apiGroups: [playbook.dev]
     resources: [playbooks]
     # Read from the watch cache; CronPlaybook runs are created, read after an AlreadyExists,
-    # cancelled (concurrencyPolicy Replace) and deleted past their history limits.
+    # cancelled (concurrencyPolicy Replace) and deleted past their history limits; patch also puts
+    # the log archive's finalizer (playbook.dev/log-archive) on and takes it off.
     verbs: [list, watch, get, create, patch, delete]
   - apiGroups: [playbook.dev]
     resources: [playbooks/status]

@@ -12,6 +12,7 @@ import { orphanToRelease } from "../kueue/kueue-finalizer.js";
 import { workloadOf } from "../kueue/kueue-hold.js";
 import type { WorkloadCache } from "../kueue/workload-cache.js";
 import type { WorkloadView } from "../kueue/workload-view.js";
+import type { RunRetention } from "../log-archive/run-retention.js";
 import { keyOf, type PodView, parsePod, type StoredPlaybook, splitKey } from "../objects.js";
 import type { ObservedPlacement } from "../pods/built-pod-difference.js";
 import { type MountEvent, mountEventsDue } from "../pods/missing-source.js";
@@ -57,6 +58,8 @@ export interface PlaybookReconcilerDeps {
   workloads: Pick<WorkloadCache, "of"> | undefined;
   /** When each running run's progress was last read (--progress-interval). */
   progress: ProgressLooks;
+  /** The log archive's finalizer and the deletion of a deleted run's objects (log-archive/run-retention.ts). */
+  retention?: Pick<RunRetention, "pass">;
 }
 
 /** What one pass returns to the worker that ran it. */
@@ -115,6 +118,10 @@ export class PlaybookReconciler {
     }
     // The watch event of this controller's own last write re-queues the key when it arrives.
     if (this.writer.isBehind(playbook)) return { requeueAfterMs: BEHIND_RETRY_MS, waited: true };
+    // The archive's finalizer before the first pod; a deleted run's objects before it goes.
+    const retained = await this.deps.retention?.pass(playbook);
+    if (retained?.done)
+      return retained.requeueAfterMs === undefined ? {} : { requeueAfterMs: retained.requeueAfterMs };
     const pods = await this.podsOf(playbook);
     const cap = this.deps.governor.capOf(namespace);
     // A run with pods but no start record waits too: its pods may all be foreign (pod-identity.ts),
