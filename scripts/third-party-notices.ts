@@ -41,7 +41,40 @@ const PackageJson = z.object({
   name: z.string().min(1).optional(),
   version: z.string().min(1).optional(),
   license: z.string().min(1).optional(),
+  repository: z.union([z.string(), z.looseObject({ url: z.string() })]).optional(),
 });
+
+/** The package's repository URL, for a package of a monorepo whose own folder ships no licence file. */
+function repositoryOf(manifest: z.infer<typeof PackageJson>): string | undefined {
+  const repo = manifest.repository;
+  return typeof repo === "string" ? repo : repo?.url;
+}
+
+const LICENSE_FILE = /^(licen[cs]e|copying)(\b|[-_.])/i;
+
+/**
+ * The licence file of another bundled package from the same repository under the same licence
+ * id: a few packages of a monorepo (@aws-sdk's internal ones) are published without the
+ * repository's LICENSE, which covers them as it covers their siblings.
+ */
+function siblingLicense(
+  dirs: Iterable<string>,
+  repository: string | undefined,
+  license: string,
+): { dir: string; file: string; name?: string } | undefined {
+  if (repository === undefined) return undefined;
+  for (const dir of dirs) {
+    const manifestPath = path.join(dir, "package.json");
+    if (!existsSync(manifestPath)) continue;
+    const sibling = PackageJson.safeParse(JSON.parse(readFileSync(manifestPath, "utf8"))).data;
+    if (!sibling || sibling.license !== license || repositoryOf(sibling) !== repository) continue;
+    const file = readdirSync(dir)
+      .filter((f) => LICENSE_FILE.test(f))
+      .sort()[0];
+    if (file !== undefined) return { dir, file, name: sibling.name ?? path.basename(dir) };
+  }
+  return undefined;
+}
 
 /** A file's text without the blank lines around it (a first line's indent stays). */
 function readText(file: string): string {
@@ -79,16 +112,6 @@ function licenseAllowed(expression: string): boolean {
   return ALLOWED_LICENSES.has(bare);
 }
 
-/**
- * A few packages of AWS's SDK (one monorepo, one Apache-2.0 licence) are published without their
- * LICENSE file: theirs is the text @aws-sdk/client-s3 carries, when the licence ids agree.
- */
-function monorepoLicense(name: string, license: string, packageDir: string): string | undefined {
-  if (!name.startsWith("@aws-sdk/") || license !== "Apache-2.0") return undefined;
-  const sibling = path.join(path.dirname(packageDir), "client-s3", "LICENSE");
-  return existsSync(sibling) ? sibling : undefined;
-}
-
 /** The packages whose modules the bundle in `dir` contains, sorted by name; throws on a bad licence. */
 export function bundledPackages(dir: string): BundledPackage[] {
   const dirs = new Set(bundledSources(dir).flatMap((source) => packageDirOf(source) ?? []));
@@ -112,17 +135,19 @@ export function bundledPackages(dir: string): BundledPackage[] {
       );
       continue;
     }
-    const ownFile = readdirSync(packageDir)
-      .filter((file) => /^(licen[cs]e|copying)(\b|[-_.])/i.test(file))
+    const own = readdirSync(packageDir)
+      .filter((file) => LICENSE_FILE.test(file))
       .sort()[0];
-    const licensePath = ownFile
-      ? path.join(packageDir, ownFile)
-      : monorepoLicense(name, manifest.license, packageDir);
-    if (licensePath === undefined) {
+    const found =
+      own === undefined
+        ? siblingLicense(dirs, repositoryOf(manifest), manifest.license)
+        : { dir: packageDir, file: own };
+    if (found === undefined) {
       problems.push(`${name}@${manifest.version}: no LICENSE file in ${packageDir}`);
       continue;
     }
-    const licenseFile = path.relative(packageDir, licensePath);
+    const licenseFile =
+      found.dir === packageDir ? found.file : `${found.file} of ${found.name} (the same repository)`;
     const noticeFile = readdirSync(packageDir).find((file) => /^notice(\.(txt|md))?$/i.test(file));
     packages.push({
       name,
@@ -130,7 +155,7 @@ export function bundledPackages(dir: string): BundledPackage[] {
       license: manifest.license,
       dir: packageDir,
       licenseFile,
-      licenseText: readText(licensePath),
+      licenseText: readText(path.join(found.dir, found.file)),
       ...(noticeFile === undefined ? {} : { noticeText: readText(path.join(packageDir, noticeFile)) }),
     });
   }

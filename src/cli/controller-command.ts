@@ -73,6 +73,8 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
     "prefix of every archived key, ending in '/', e.g. playbooks/ (default: the bucket's root)",
   logArchiveForcePathStyle:
     "true: path-style URLs (http://HOST/BUCKET/KEY), as MinIO, SeaweedFS and Ceph RGW take them (default false)",
+  logArchiveDeleteTimeout:
+    "how long a deleted Playbook's archived objects are retried; then it goes with a Warning and its objects left (default 10m)",
 };
 
 export function registerControllerCommand(program: Command): void {

@@ -167,6 +167,8 @@ export const ControllerConfigSchema = z
       .default(""),
     /** Path-style URLs (http://HOST/BUCKET/KEY): MinIO, SeaweedFS, Ceph RGW. */
     logArchiveForcePathStyle: Bool.default(false),
+    /** How long a deleted Playbook's archived objects are retried before it is let go with them left. */
+    logArchiveDeleteTimeout: Duration.prefault("10m"),
   })
   .superRefine((config, ctx) => {
     if (config.defaultCeiling > config.maxCeiling) {
@@ -272,6 +274,7 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   logArchiveRegion: "PLAYBOOK_LOG_ARCHIVE_REGION",
   logArchivePrefix: "PLAYBOOK_LOG_ARCHIVE_PREFIX",
   logArchiveForcePathStyle: "PLAYBOOK_LOG_ARCHIVE_FORCE_PATH_STYLE",
+  logArchiveDeleteTimeout: "PLAYBOOK_LOG_ARCHIVE_DELETE_TIMEOUT",
 };
 
 export class InvalidConfigError extends Error {}

@@ -21,8 +21,8 @@ import type { CronMetricsSink } from "./cron/cron-writer.js";
 import type { ReconcileSettings } from "./decision.js";
 import { workloadOf } from "./kueue/kueue-hold.js";
 import { WorkloadCache } from "./kueue/workload-cache.js";
-import { type ArchiveStore, archiveStoreFromConfig } from "./log-archive/archive-store.js";
 import { type LogArchiver, logArchiverOf } from "./log-archive/log-archiver.js";
+import { runRetentionFor } from "./log-archive/run-retention.js";
 import { ControllerMetrics } from "./metrics.js";
 import { NodeRuntimesWatch } from "./node-runtimes-watch.js";
 import {
@@ -64,8 +64,6 @@ export interface ControllerDeps {
    * control-plane tests have no kubelet to answer it and serve a runner's lines themselves).
    */
   podLogs?: PodLogSource;
-  /** The log archive's store; by default the one the config names (none without --log-archive-bucket). */
-  archiveStore?: ArchiveStore;
 }
 
 /** The Lease went unrenewed for the renew deadline: another replica may lead now. */
@@ -182,11 +180,8 @@ export class PlaybookController {
           onRelist: () => this.metrics.watchRelists.inc({ resource: "workloads" }),
         })
       : undefined;
-    this.archive = logArchiverOf(deps.archiveStore ?? archiveStoreFromConfig(deps.config), {
-      api: deps.clients.api,
-      log: deps.log,
-      countFailure: (reason) => this.metrics.logArchiveFailures.inc({ reason }),
-      onChange: (key) => this.queue.add(key),
+    this.archive = logArchiverOf(deps.config, {
+      ...{ api: deps.clients.api, log: deps.log, metrics: this.metrics, queue: this.queue },
       podOf: (namespace, name) => this.informerFor(this.pods, namespace)?.get(keyOf({ namespace, name })),
     });
     this.reconciler = new PlaybookReconciler({
@@ -203,6 +198,12 @@ export class PlaybookController {
         deps.config.progressInterval,
         deps.podLogs ?? apiPodLogSource(deps.clients.api, PROGRESS_LINES.prefix, PROGRESS_LINES.maxLineBytes),
       ),
+      retention: runRetentionFor(deps.config, {
+        writer: this.writer,
+        metrics: this.metrics,
+        clock: this.clock,
+        log: deps.log,
+      }),
     });
     this.cron = new CronController({
       namespaces,
@@ -395,8 +396,7 @@ export class PlaybookController {
     this.metrics.isLeader.set(0);
     await Promise.all(this.informers().map((informer) => informer.stop()));
     await this.nodeRuntimes.stop();
-    await this.workloads?.stop();
-    await this.archive?.stop();
+    await Promise.all([this.workloads?.stop(), this.archive?.stop()]);
     await this.server?.close();
     this.log.info({}, "Stopped");
   }

@@ -11,11 +11,12 @@ import type { PlaybookStatus } from "../../api/playbook.js";
 import type { RunnerReport } from "../../api/report.js";
 import type { ApiClient } from "../../runtime/api-client.js";
 import { apiErrorMessage, isNotFound } from "../../runtime/api-errors.js";
+import type { ControllerMetrics } from "../metrics.js";
 import { type PodView, RUNNER_CONTAINER, type StoredPlaybook } from "../objects.js";
 import { nodeSilenceOf } from "../pods/node-lost.js";
 import { attemptLogKey, attemptReportKey, type RunIdentity } from "./archive-keys.js";
 import type { AttemptArchive } from "./archive-status.js";
-import type { ArchiveStore } from "./archive-store.js";
+import { type ArchiveStore, archiveStoreFromConfig } from "./archive-store.js";
 import { ArchiveStoreError, AttemptUpload, type RetryBound } from "./attempt-upload.js";
 
 /** One attempt to follow: the run, its attempt number and its pod. */
@@ -285,10 +286,22 @@ function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-/** The controller's archiver over its store, or undefined when the archive is off (no store). */
+/** The controller's archiver over the store its config names, or undefined when the archive is off (no bucket). */
 export function logArchiverOf(
-  store: ArchiveStore | undefined,
-  deps: Omit<LogArchiverDeps, "store">,
+  config: Parameters<typeof archiveStoreFromConfig>[0],
+  deps: Pick<LogArchiverDeps, "api" | "log" | "podOf"> & {
+    metrics: Pick<ControllerMetrics, "logArchiveFailures">;
+    queue: { add(key: string): void };
+  },
 ): LogArchiver | undefined {
-  return store ? new LogArchiver({ store, ...deps }) : undefined;
+  const store = archiveStoreFromConfig(config);
+  if (!store) return undefined;
+  return new LogArchiver({
+    store,
+    api: deps.api,
+    log: deps.log,
+    podOf: deps.podOf,
+    countFailure: (reason) => deps.metrics.logArchiveFailures.inc({ reason }),
+    onChange: (key) => deps.queue.add(key),
+  });
 }
