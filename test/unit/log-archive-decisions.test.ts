@@ -178,6 +178,12 @@ describe("which attempt a pass follows", () => {
     expect(attemptToFollow(playbook(status), [], 1)?.resumed).toBe(true);
   });
 
+  it("begins nothing for a Playbook being deleted: its folder is being emptied", () => {
+    const deleted = playbook(recorded);
+    deleted.metadata.deletionTimestamp = now.toISOString();
+    expect(attemptToFollow(deleted, [pod({ running: {} })], 1)).toBeUndefined();
+  });
+
   it("leaves an attempt whose archive the status has settled", () => {
     const status = {
       ...recorded,

@@ -27,6 +27,8 @@ export function attemptToFollow(
   const status = playbook.status;
   const { namespace = "", name, uid } = playbook.metadata;
   if (!status || !uid || !status.podName || !status.podUID || !status.podAttempts) return undefined;
+  // A deleted run's folder is being emptied: nothing new goes into it.
+  if (playbook.metadata.deletionTimestamp) return undefined;
   const attempt = status.podAttempts;
   if (archiveSettled(status, attempt)) return undefined;
   const resumed = wasArchiving(status, attempt);

@@ -69,6 +69,8 @@ export class LogArchiver {
   private readonly deps: LogArchiverDeps;
   private readonly attempts = new Map<string, AttemptArchive>();
   private readonly running = new Map<string, Promise<void>>();
+  /** Ends one attempt's follow (its run is deleted), by pod UID. */
+  private readonly stopOf = new Map<string, AbortController>();
   /** The `namespace/name` of each attempt's run, by pod UID. */
   private readonly runOf = new Map<string, string>();
   private readonly stopping = new AbortController();
@@ -92,11 +94,16 @@ export class LogArchiver {
     const key = attemptLogKey(this.deps.store.prefix, ref.run, ref.attempt);
     this.attempts.set(ref.podUID, { podUID: ref.podUID, attempt: ref.attempt, state: "archiving", key });
     this.runOf.set(ref.podUID, `${ref.run.namespace}/${ref.run.name}`);
-    const work = this.archive(ref, key)
+    const stop = new AbortController();
+    this.stopOf.set(ref.podUID, stop);
+    const work = this.archive(ref, key, AbortSignal.any([this.stopping.signal, stop.signal]))
       .catch((error: unknown) => {
         this.deps.log.error({ ...where(ref), err: String(error) }, "Log archive failed");
       })
-      .finally(() => this.running.delete(ref.podUID));
+      .finally(() => {
+        this.running.delete(ref.podUID);
+        this.stopOf.delete(ref.podUID);
+      });
     this.running.set(ref.podUID, work);
   }
 
@@ -123,6 +130,22 @@ export class LogArchiver {
       });
   }
 
+  /**
+   * The Playbook of this key is being deleted: its follows end, their uploads aborted, and none
+   * begins again (archive-pass.ts starts none for a deleted Playbook), so nothing lands in its
+   * folder once retention has emptied it.
+   */
+  async stopRun(key: string): Promise<void> {
+    const ending: Promise<void>[] = [];
+    for (const [uid, runKey] of this.runOf) {
+      if (runKey !== key) continue;
+      this.stopOf.get(uid)?.abort();
+      const work = this.running.get(uid);
+      if (work) ending.push(work);
+    }
+    await Promise.all(ending);
+  }
+
   /** The Playbook of this key is gone: nothing more to remember of its attempts. */
   forgetRun(key: string): void {
     for (const [uid, runKey] of this.runOf)
@@ -139,8 +162,7 @@ export class LogArchiver {
     this.deps.store.destroy();
   }
 
-  private async archive(ref: AttemptRef, key: string): Promise<void> {
-    const signal = this.stopping.signal;
+  private async archive(ref: AttemptRef, key: string, signal: AbortSignal): Promise<void> {
     const recorded = await this.readRecord(key).catch(() => undefined);
     if (recorded) {
       this.end(
@@ -198,6 +220,7 @@ export class LogArchiver {
       outcome = await upload.finish();
     } catch (error) {
       await upload.abort();
+      if (signal.aborted) return;
       this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${messageOf(error)}`);
       return;
     }

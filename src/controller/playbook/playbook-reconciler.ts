@@ -124,6 +124,8 @@ export class PlaybookReconciler {
     }
     // The watch event of this controller's own last write re-queues the key when it arrives.
     if (this.writer.isBehind(playbook)) return { requeueAfterMs: BEHIND_RETRY_MS, waited: true };
+    // A deleted run's follows end (their uploads aborted) before its folder is emptied.
+    if (playbook.metadata.deletionTimestamp) await this.deps.archive?.stopRun(key);
     // The archive's finalizer before the first pod; a deleted run's objects before it goes.
     const retained = await this.deps.retention?.pass(playbook);
     if (retained?.done)
