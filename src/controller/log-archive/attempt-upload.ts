@@ -87,6 +87,11 @@ export class AttemptUpload {
     this.signal = args.signal;
   }
 
+  /** Bytes taken from the stream so far. */
+  get receivedBytes(): number {
+    return this.received;
+  }
+
   /** The temporary tail segments' keys start with this (deleted with the upload's end). */
   get segmentPrefix(): string {
     return `${this.key}.tail/`;

@@ -215,6 +215,13 @@ export class LogArchiver {
       }
       broke = isNotFound(error) ? "the pod was gone" : `the log stream broke: ${apiErrorMessage(error)}`;
     }
+    if (broke !== undefined && upload.receivedBytes === 0) {
+      // Nothing arrived (no kubelet answered, the pod was gone): no empty object.
+      await upload.abort();
+      const [reason, message] = this.verdict(ref, { bytes: 0, leftOut: 0, received: 0 }, broke);
+      this.end(ref, reason, message);
+      return;
+    }
     let outcome: Awaited<ReturnType<AttemptUpload["finish"]>>;
     try {
       outcome = await upload.finish();
