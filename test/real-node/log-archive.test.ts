@@ -152,10 +152,10 @@ describe("the log archive on a real node", () => {
     );
     const held = readdirSync(dir).reduce((sum, file) => sum + statSync(path.join(dir, file)).size, 0);
     expect(held).toBeLessThan(object.length / 2);
-    // What `kubectl logs` still shows (the newest file only, after rotation) is the archive's end.
+    // What `kubectl logs` still shows (the newest file only, after rotation; it may be empty right
+    // after one) is the archive's end.
     const shown = (await kubectl(["-n", namespace, "logs", `${name}-1`, "-c", "runner", "--tail=2000"]))
       .stdout;
-    expect(shown.length).toBeGreaterThan(0);
     expect(text.endsWith(shown)).toBe(true);
   }, 420_000);
 
