@@ -21,6 +21,8 @@ import type { CronMetricsSink } from "./cron/cron-writer.js";
 import type { ReconcileSettings } from "./decision.js";
 import { workloadOf } from "./kueue/kueue-hold.js";
 import { WorkloadCache } from "./kueue/workload-cache.js";
+import { archiveStoreFromConfig } from "./log-archive/archive-store.js";
+import { type LogApiServer, startLogApi } from "./log-archive/log-api.js";
 import { ControllerMetrics } from "./metrics.js";
 import { NodeRuntimesWatch } from "./node-runtimes-watch.js";
 import {
@@ -99,6 +101,8 @@ export class PlaybookController {
   private workers: Promise<void>[] = [];
   private elector: LeaderElector | undefined;
   private server: HealthServer | undefined;
+  /** Archived logs read back through the API server (log-archive/log-api.ts), while the archive is on. */
+  private logApi: LogApiServer | undefined;
 
   constructor(deps: ControllerDeps) {
     this.config = deps.config;
@@ -277,6 +281,15 @@ export class PlaybookController {
     });
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
+    const { api } = this.clients;
+    const store = archiveStoreFromConfig(this.config);
+    this.logApi = await startLogApi({
+      config: this.config,
+      store,
+      api,
+      log: this.log,
+      now: this.clock.now(),
+    });
     await this.nodeRuntimes.start();
     await this.workloads?.start();
     for (const informer of this.informers()) informer.start();
@@ -384,6 +397,7 @@ export class PlaybookController {
     await this.nodeRuntimes.stop();
     await this.workloads?.stop();
     await this.server?.close();
+    await this.logApi?.close();
     this.log.info({}, "Stopped");
   }
 
