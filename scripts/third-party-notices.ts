@@ -41,7 +41,28 @@ const PackageJson = z.object({
   name: z.string().min(1).optional(),
   version: z.string().min(1).optional(),
   license: z.string().min(1).optional(),
+  repository: z.union([z.string(), z.looseObject({ url: z.string().optional() })]).optional(),
 });
+
+/**
+ * Monorepos some of whose published packages carry no licence file of their own: such a package
+ * takes the licence file of a sibling from the same repository (the aws-sdk-js-v3 packages the
+ * log archive's S3 client pulls in, e.g. @aws-sdk/nested-clients, are Apache-2.0 as the
+ * repository is, and ship no LICENSE).
+ */
+const MONOREPO_LICENSE_FROM: Record<string, string> = {
+  "https://github.com/aws/aws-sdk-js-v3.git": "@aws-sdk/client-s3",
+};
+
+/** The sibling folder whose licence file a package of a listed monorepo takes, if any. */
+function monorepoLicenseDir(packageDir: string, manifest: z.infer<typeof PackageJson>): string | undefined {
+  const url = typeof manifest.repository === "string" ? manifest.repository : manifest.repository?.url;
+  const sibling = url === undefined ? undefined : MONOREPO_LICENSE_FROM[url];
+  if (sibling === undefined) return undefined;
+  const parts = packageDir.split(path.sep);
+  const at = parts.lastIndexOf("node_modules");
+  return path.join(parts.slice(0, at + 1).join(path.sep), ...sibling.split("/"));
+}
 
 /** A file's text without the blank lines around it (a first line's indent stays). */
 function readText(file: string): string {
@@ -102,9 +123,17 @@ export function bundledPackages(dir: string): BundledPackage[] {
       );
       continue;
     }
-    const licenseFile = readdirSync(packageDir)
-      .filter((file) => /^(licen[cs]e|copying)(\b|[-_.])/i.test(file))
-      .sort()[0];
+    const licenseFileIn = (folder: string) =>
+      readdirSync(folder)
+        .filter((file) => /^(licen[cs]e|copying)(\b|[-_.])/i.test(file))
+        .sort()[0];
+    let licenseDir = packageDir;
+    let licenseFile = licenseFileIn(packageDir);
+    const sibling = licenseFile === undefined ? monorepoLicenseDir(packageDir, manifest) : undefined;
+    if (sibling !== undefined && existsSync(sibling)) {
+      licenseDir = sibling;
+      licenseFile = licenseFileIn(sibling);
+    }
     if (licenseFile === undefined) {
       problems.push(`${name}@${manifest.version}: no LICENSE file in ${packageDir}`);
       continue;
@@ -116,7 +145,7 @@ export function bundledPackages(dir: string): BundledPackage[] {
       license: manifest.license,
       dir: packageDir,
       licenseFile,
-      licenseText: readText(path.join(packageDir, licenseFile)),
+      licenseText: readText(path.join(licenseDir, licenseFile)),
       ...(noticeFile === undefined ? {} : { noticeText: readText(path.join(packageDir, noticeFile)) }),
     });
   }
