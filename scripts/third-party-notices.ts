@@ -55,7 +55,10 @@ const MONOREPO_LICENSE_FROM: Record<string, string> = {
 };
 
 /** The sibling folder whose licence file a package of a listed monorepo takes, if any. */
-function monorepoLicenseDir(packageDir: string, manifest: z.infer<typeof PackageJson>): string | undefined {
+export function monorepoLicenseDir(
+  packageDir: string,
+  manifest: z.infer<typeof PackageJson>,
+): string | undefined {
   const url = typeof manifest.repository === "string" ? manifest.repository : manifest.repository?.url;
   const sibling = url === undefined ? undefined : MONOREPO_LICENSE_FROM[url];
   if (sibling === undefined) return undefined;

@@ -7,7 +7,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { bundledPackages } from "../../scripts/third-party-notices.js";
+import { bundledPackages, monorepoLicenseDir } from "../../scripts/third-party-notices.js";
 import { CLI } from "../support/cli.js";
 
 const ROOT = path.join(import.meta.dirname, "../..");
@@ -53,11 +53,15 @@ describe("the bundle's third-party notices", () => {
       const manifest = JSON.parse(readFileSync(path.join(dir, "package.json"), "utf8")) as {
         version: string;
         license: string;
+        repository?: string | { url?: string };
       };
       expect(notices, name).toContain(`\n  ${name}@${manifest.version} (${manifest.license})\n`);
-      const licenseFile = readdirSync(dir).find((file) => /^licen[cs]e/i.test(file));
+      // A package of a monorepo that ships no licence file carries its repository's (a sibling's).
+      const licenseIn = (folder: string) => readdirSync(folder).find((file) => /^licen[cs]e/i.test(file));
+      const licenseDir = licenseIn(dir) ? dir : (monorepoLicenseDir(dir, manifest) ?? dir);
+      const licenseFile = licenseIn(licenseDir);
       expect(licenseFile, `${name} has a licence file`).toBeDefined();
-      const text = readFileSync(path.join(dir, licenseFile ?? ""), "utf8").trim();
+      const text = readFileSync(path.join(licenseDir, licenseFile ?? ""), "utf8").trim();
       expect(text.length, name).toBeGreaterThan(100);
       // The text is in the package's own section: from its heading to the next one.
       const start = notices.indexOf(`\n${name}@${manifest.version}\nLicense: `);

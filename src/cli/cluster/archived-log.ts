@@ -14,11 +14,14 @@ export function archivePermission(namespace: string): string {
   return `get ${LOG_API_RESOURCE}.${LOG_API_GROUP} in namespace ${namespace}`;
 }
 
-/** The archive has no log of this attempt, or the cluster serves no archive. */
+/** The archive has no log of this attempt, or the cluster serves no archive (`served` false). */
 export class ArchiveUnavailable extends Error {
-  constructor(message: string) {
+  readonly served: boolean;
+
+  constructor(message: string, served: boolean) {
     super(message);
     this.name = "ArchiveUnavailable";
+    this.served = served;
   }
 }
 
@@ -78,11 +81,15 @@ export async function readArchivedLog(
         `the log of ${RESOURCE} ${name} is in the log archive, which you may not read: it takes ${archivePermission(cluster.namespace)} (the chart's view, edit and admin roles grant it) ${where}\n  the API server said: ${serverMessage(error)}`,
         EXIT.invalid,
       );
-    // 404: no such attempt archived, or no archive served at all (no APIService).
-    if (error.code === 404) throw new ArchiveUnavailable(serverMessage(error));
+    // 404: no such attempt archived (the log API names the run), or no archive served at all
+    // (no APIService: the API server's Status names nothing).
+    if (error.code === 404) {
+      const named = (error.body as { details?: { name?: unknown } } | null)?.details?.name;
+      throw new ArchiveUnavailable(serverMessage(error), typeof named === "string");
+    }
     // 503: the APIService is registered and its controller does not answer.
     if (error.code === 503)
-      throw new ArchiveUnavailable(`the log archive's API does not answer: ${serverMessage(error)}`);
+      throw new ArchiveUnavailable(`the log archive's API does not answer: ${serverMessage(error)}`, true);
     throw describeApiFailure(
       error,
       { verb: "get", resource: `${LOG_API_RESOURCE}.${LOG_API_GROUP}`, name },

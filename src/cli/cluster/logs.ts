@@ -124,19 +124,19 @@ async function printLogs(
     const archived = await readArchive(options, pod, write);
     if (archived !== true) {
       gone.push(pod);
-      archiveSaid = archived;
+      archiveSaid ??= archived;
     }
   }
   if (gone.length > 0) throw goneError(options, gone, archiveSaid);
   return EXIT.succeeded;
 }
 
-/** A gone pod's log from the archive: true once printed, else what the archive said. */
+/** A gone pod's log from the archive: true once printed, else what the archive said (undefined: no archive). */
 async function readArchive(
   options: LogsOptions,
   pod: RunPod,
   write: (text: string) => void,
-): Promise<true | string> {
+): Promise<true | string | undefined> {
   try {
     await readArchivedLog(options.cluster, options.name, {
       attempt: pod.attempt,
@@ -149,7 +149,7 @@ async function readArchive(
     });
     return true;
   } catch (error) {
-    if (error instanceof ArchiveUnavailable) return error.message;
+    if (error instanceof ArchiveUnavailable) return error.served ? error.message : undefined;
     throw error;
   }
 }
@@ -237,7 +237,7 @@ async function followLogs(
     const archived = await readArchive(options, pod, write);
     if (archived === true) continue;
     unread.push(pod);
-    archiveSaid = archived;
+    archiveSaid ??= archived;
   }
   if (unread.length > 0) throw goneError(options, unread, archiveSaid);
   return EXIT.succeeded;

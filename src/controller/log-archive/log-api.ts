@@ -101,10 +101,13 @@ const REASONS: Record<number, string> = {
 
 class Refusal extends Error {
   readonly code: number;
+  /** The object refused or not found, as a Status's details name it. */
+  readonly object: string | undefined;
 
-  constructor(code: number, message: string) {
+  constructor(code: number, message: string, object?: string) {
     super(message);
     this.code = code;
+    this.object = object;
   }
 }
 
@@ -192,7 +195,7 @@ export class LogApiServer {
     } catch (error) {
       // A deleted Playbook's objects went with it: there is nothing to read.
       if (statusCodeOf(error) === 404)
-        throw new Refusal(404, `${PLURAL}.${GROUP} "${name}" not found in namespace "${namespace}"`);
+        throw new Refusal(404, `${PLURAL}.${GROUP} "${name}" not found in namespace "${namespace}"`, name);
       throw error;
     }
   }
@@ -207,12 +210,16 @@ export class LogApiServer {
     const run = await this.runOf(target.namespace, target.name);
     const attempt = asked ?? (await latestAttempt(store, run));
     if (attempt === undefined)
-      throw new Refusal(404, `${PLURAL}.${GROUP} "${run.name}" has no archived log yet`);
+      throw new Refusal(404, `${PLURAL}.${GROUP} "${run.name}" has no archived log yet`, run.name);
     const reading = new AbortController();
     response.on("close", () => reading.abort());
     const object = await store.getObject(attemptLogKey(store.prefix, run, attempt), reading.signal);
     if (!object)
-      throw new Refusal(404, `attempt ${attempt} of ${PLURAL}.${GROUP} "${run.name}" has no archived log`);
+      throw new Refusal(
+        404,
+        `attempt ${attempt} of ${PLURAL}.${GROUP} "${run.name}" has no archived log`,
+        run.name,
+      );
     log.debug(
       { namespace: run.namespace, name: run.name, attempt, bytes: object.bytes },
       "Served an archived log",
@@ -242,7 +249,15 @@ export class LogApiServer {
       return;
     }
     if (error instanceof Refusal) {
-      json(response, error.code, status(error.code, REASONS[error.code] ?? "Unknown", error.message));
+      const details =
+        error.name === undefined
+          ? undefined
+          : { name: error.name, group: LOG_API_GROUP, kind: LOG_API_RESOURCE };
+      json(
+        response,
+        error.code,
+        status(error.code, REASONS[error.code] ?? "Unknown", error.message, details),
+      );
       return;
     }
     this.options.log.warn({ error: String(error) }, "Failed to serve the log API");
