@@ -20,7 +20,7 @@ import { signClientCertificate } from "../harness/certificates.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import {
   frontProxyClientOf,
-  logApiHostAddress,
+  logApiEndpoint,
   logApiServingCertificate,
   registerLogApi,
 } from "../harness/log-api.js";
@@ -43,6 +43,7 @@ let controller: RunningController;
 let address = "";
 let port = 0;
 let unregister: (() => Promise<void>) | undefined;
+let stopRelays: (() => Promise<void>) | undefined;
 const kubeconfigOf: Record<string, string> = {};
 /** Each attempt's archived bytes. */
 const archived: Record<number, Buffer> = {};
@@ -164,8 +165,10 @@ beforeAll(async () => {
     await archive.putObject(attemptLogKey(PREFIX, run, attempt), archived[attempt] as Buffer, "text/plain");
 
   const serving = await logApiServingCertificate(dir, controllerNamespace);
-  address = await logApiHostAddress();
   port = await freePort();
+  const endpoint = await logApiEndpoint(path.dirname(inject("kubeconfig")), port);
+  address = endpoint.listen;
+  stopRelays = endpoint.stop;
   // Watching another namespace: nothing reconciles the run above, which only the archive holds.
   controller = startController([controllerNamespace], {
     logArchiveBucket: objectStore.bucket,
@@ -179,7 +182,7 @@ beforeAll(async () => {
   });
   unregister = await registerLogApi(api, {
     namespace: controllerNamespace,
-    address,
+    address: endpoint.endpoint,
     port,
     caBundle: readFileSync(serving.caFile),
   });
@@ -192,6 +195,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await unregister?.();
   await controller?.stop();
+  await stopRelays?.();
   archive?.destroy();
   await objectStore?.stop();
   if (namespace) await deleteTestNamespace(core, namespace);

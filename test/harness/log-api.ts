@@ -15,7 +15,8 @@ import { LOG_API_GROUP, LOG_API_VERSION } from "../../src/api/log-archive.js";
 import type { ApiClient } from "../../src/runtime/api-client.js";
 import { statusCodeOf } from "../../src/runtime/api-errors.js";
 import { type ClientCertificate, generateCa, signServingCertificate } from "./certificates.js";
-import { waitFor } from "./processes.js";
+import { type RecordedProcess, stopProcess, waitFor } from "./processes.js";
+import { NODE_API_ADDRESS, publishHostPortOnNode } from "./real-node/real-node.js";
 
 const run = promisify(execFile);
 
@@ -45,6 +46,32 @@ export async function logApiHostAddress(): Promise<string> {
   throw new Error(
     "this machine has no address the API server could dial as an endpoint (and no root to make one)",
   );
+}
+
+/**
+ * Where a test controller's log API listens and the address its EndpointSlice names. With a real
+ * node the API server dials out of the node's network namespace (its cluster egress): a relay
+ * there listens on NODE_API_ADDRESS (the node's non-loopback address of its own) and forwards to
+ * the controller on this machine's loopback. Without one, logApiHostAddress(). `stop` ends the relays.
+ */
+export async function logApiEndpoint(
+  stateDir: string,
+  port: number,
+): Promise<{ listen: string; endpoint: string; stop: () => Promise<void> }> {
+  const relays: RecordedProcess[] = [];
+  const published = await publishHostPortOnNode(stateDir, `log-api-${port}`, port, {
+    daemon: false,
+    record: async (process) => {
+      relays.push(process);
+    },
+    nodeAddress: NODE_API_ADDRESS,
+  });
+  const stop = async () => {
+    for (const relay of relays) await stopProcess(relay).catch(() => undefined);
+  };
+  if (published.length > 0) return { listen: "127.0.0.1", endpoint: NODE_API_ADDRESS, stop };
+  const address = await logApiHostAddress();
+  return { listen: address, endpoint: address, stop };
 }
 
 /** A serving certificate for the log API's Service name, from a CA of its own (the caBundle). */

@@ -64,6 +64,8 @@ const LOG_PATH = new RegExp(
 const AttemptQuery = z.object({ attempt: z.coerce.number().int().min(1).max(10_000).optional() });
 const StoredPlaybookIdentity = z.looseObject({ metadata: z.looseObject({ uid: z.string().min(1) }) });
 const ATTEMPT_KEY = /\/attempt-(\d+)\.log$/;
+/** How often the API server's front-proxy CA and names are read again (they rotate). */
+const REQUEST_HEADER_REFRESH_MS = 5 * 60_000;
 
 export interface LogApiOptions {
   host: string;
@@ -114,23 +116,53 @@ class Refusal extends Error {
 export class LogApiServer {
   private readonly server: Server;
   private readonly options: LogApiOptions;
+  private requestHeader: RequestHeaderSettings;
+  private refresh: NodeJS.Timeout | undefined;
 
   constructor(options: LogApiOptions) {
     this.options = options;
-    this.server = createServer(
-      {
-        cert: options.tls.cert,
-        key: options.tls.key,
-        // Any client may connect (the health probes); only a front-proxy certificate the
-        // requestheader CA signed is believed (log-api-access.ts).
-        ca: options.requestHeader.clientCa,
-        requestCert: true,
-        rejectUnauthorized: false,
-      },
-      (request, response) => {
-        this.serve(request, response).catch((error: unknown) => this.fail(response, error));
-      },
-    );
+    this.requestHeader = options.requestHeader;
+    this.server = createServer(this.tlsOptions(), (request, response) => {
+      this.serve(request, response).catch((error: unknown) => this.fail(response, error));
+    });
+  }
+
+  private tlsOptions() {
+    return {
+      cert: this.options.tls.cert,
+      key: this.options.tls.key,
+      // Any client may connect (the health probes); only a front-proxy certificate the
+      // requestheader CA signed is believed (log-api-access.ts).
+      ca: this.requestHeader.clientCa,
+      requestCert: true,
+      rejectUnauthorized: false,
+    };
+  }
+
+  /** The API server's front-proxy settings changed (its CA rotated): new connections take them. */
+  updateRequestHeader(settings: RequestHeaderSettings): void {
+    this.requestHeader = settings;
+    this.server.setSecureContext(this.tlsOptions());
+  }
+
+  /** Reads the front-proxy settings again every `intervalMs`, until close. */
+  refreshEvery(intervalMs: number): void {
+    this.refresh = setInterval(() => {
+      readRequestHeaderSettings(this.options.api).then(
+        (settings) => {
+          if (JSON.stringify(settings) !== JSON.stringify(this.requestHeader)) {
+            this.updateRequestHeader(settings);
+            this.options.log.info({}, "Took the API server's new front-proxy settings for the log API");
+          }
+        },
+        (error: unknown) =>
+          this.options.log.warn(
+            { error: String(error) },
+            "Failed to read the API server's front-proxy settings",
+          ),
+      );
+    }, intervalMs);
+    this.refresh.unref();
   }
 
   listen(): Promise<AddressInfo> {
@@ -143,6 +175,7 @@ export class LogApiServer {
   }
 
   close(): Promise<void> {
+    clearInterval(this.refresh);
     return new Promise((resolve) => {
       this.server.close(() => resolve());
       this.server.closeAllConnections();
@@ -155,7 +188,7 @@ export class LogApiServer {
       response.writeHead(200, { "content-type": "text/plain" }).end("ok\n");
       return;
     }
-    const caller = remoteUserOf(request.socket as TLSSocket, request.headers, this.options.requestHeader);
+    const caller = remoteUserOf(request.socket as TLSSocket, request.headers, this.requestHeader);
     if ("refused" in caller) throw new Refusal(401, `Unauthorized: ${caller.refused}`);
     if (request.method !== "GET") throw new Refusal(405, `${request.method} is not served: only get`);
     const discovery = DISCOVERY[url.pathname.replace(/\/$/, "")];
@@ -319,6 +352,7 @@ export async function startLogApi(deps: {
     const requestHeader = await readRequestHeaderSettings(api);
     const server = new LogApiServer({ host, port, tls, requestHeader, store, api, log });
     const address = await server.listen();
+    server.refreshEvery(REQUEST_HEADER_REFRESH_MS);
     log.info(
       { address: `${address.address}:${address.port}`, selfSigned: config.logApiCertFile === undefined },
       "Serving the log API",
