@@ -108,8 +108,14 @@ async function printLogs(
   const gone: RunPod[] = [];
   let archiveSaid: string | undefined;
   for (const pod of chosen) {
-    if (chosen.length > 1) header(pod);
+    // Each attempt's header once, before the first of its lines that can be read.
+    let headed = false;
+    const headOnce = () => {
+      if (chosen.length > 1 && !headed) header(pod);
+      headed = true;
+    };
     if (pods.includes(pod)) {
+      headOnce();
       try {
         await readPodLog(cluster, pod.name, { follow: false, signal, onLine: (line) => write(line.text) });
         continue;
@@ -121,7 +127,7 @@ async function printLogs(
         }
       }
     }
-    const archived = await readArchive(options, pod, write);
+    const archived = await readArchive(options, pod, write, headOnce);
     if (archived !== true) {
       gone.push(pod);
       archiveSaid ??= archived;
@@ -136,15 +142,18 @@ async function readArchive(
   options: LogsOptions,
   pod: RunPod,
   write: (text: string) => void,
+  onOpen: () => void,
 ): Promise<true | string | undefined> {
   try {
     await readArchivedLog(options.cluster, options.name, {
       attempt: pod.attempt,
       signal: new AbortController().signal,
-      onOpen: (read) =>
+      onOpen: (read) => {
+        onOpen();
         process.stderr.write(
           `playbook: from the log archive: attempt ${read.attempt}, ${read.bytes} bytes\n`,
-        ),
+        );
+      },
       onLine: write,
     });
     return true;
@@ -233,8 +242,7 @@ async function followLogs(
   const unread: RunPod[] = [];
   let archiveSaid: string | undefined;
   for (const pod of gone.sort((a, b) => a.attempt - b.attempt)) {
-    header(pod);
-    const archived = await readArchive(options, pod, write);
+    const archived = await readArchive(options, pod, write, () => header(pod));
     if (archived === true) continue;
     unread.push(pod);
     archiveSaid ??= archived;

@@ -204,7 +204,7 @@ export class LogApiServer {
     if (!query.success)
       throw new Refusal(400, `attempt must be a whole number from 1: ${url.searchParams.get("attempt")}`);
     await this.authorize(caller.user, namespace, name);
-    await this.sendLog(request, response, { namespace, name }, query.data.attempt);
+    await this.sendLog(response, { namespace, name }, query.data.attempt);
   }
 
   /** Defence in depth: the API server checked RBAC before proxying; the controller asks it again. */
@@ -234,7 +234,6 @@ export class LogApiServer {
   }
 
   private async sendLog(
-    request: IncomingMessage,
     response: ServerResponse,
     target: { namespace: string; name: string },
     asked: number | undefined,
@@ -262,11 +261,6 @@ export class LogApiServer {
       "content-length": String(object.bytes),
       [ATTEMPT_HEADER]: String(attempt),
     });
-    if (request.method === "HEAD") {
-      object.body.destroy();
-      response.end();
-      return;
-    }
     await pipeline(object.body, response).catch((error: unknown) => {
       if (!reading.signal.aborted)
         log.warn(
