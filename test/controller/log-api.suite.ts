@@ -18,6 +18,7 @@ import { LOG_API_GROUP, LOG_API_RESOURCE, LOG_API_VERSION } from "../../src/api/
 import { GROUP, PLURAL } from "../../src/api/playbook.js";
 import { attemptLogKey } from "../../src/controller/log-archive/archive-keys.js";
 import type { ArchiveStore } from "../../src/controller/log-archive/archive-store.js";
+import { REFUSED_BY_LOG_API } from "../../src/controller/log-archive/log-api.js";
 import { makeClients } from "../../src/runtime/kube-config.js";
 import { signClientCertificate } from "../harness/certificates.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
@@ -268,6 +269,8 @@ export function logApiSuite(): void {
       const refused = await getRaw("stranger", logPath(NAME)).catch((error: { stderr: string }) => error);
       expect(refused).not.toBeInstanceOf(Buffer);
       expect((refused as { stderr: string }).stderr).toMatch(/Forbidden|forbidden/);
+      // The API server refused it before proxying: the controller never saw it.
+      expect((refused as { stderr: string }).stderr).not.toContain(REFUSED_BY_LOG_API);
 
       const result = await logs("stranger", []);
       expect(result.code).toBe(2);
@@ -301,6 +304,7 @@ export function logApiSuite(): void {
         });
       const stranger = await direct("stranger");
       expect(stranger.status).toBe(403);
+      expect(JSON.parse(stranger.body).message).toContain(REFUSED_BY_LOG_API);
       expect(JSON.parse(stranger.body)).toMatchObject({
         reason: "Forbidden",
         message: expect.stringContaining(`User "stranger" cannot get resource "playbooklogs"`),

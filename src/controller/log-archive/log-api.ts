@@ -31,6 +31,8 @@ import {
 import { selfSignedCertificate } from "./self-signed.js";
 
 export const LOG_API_KIND = "PlaybookLog";
+/** What the log API's own refusal says, apart from the API server's. */
+export const REFUSED_BY_LOG_API = "refused by the log API's SubjectAccessReview";
 /** The header that says which attempt's log the answer is. */
 export const ATTEMPT_HEADER = "x-playbook-log-attempt";
 
@@ -214,7 +216,7 @@ export class LogApiServer {
     this.options.log.info({ user: user.name, namespace, name }, "Refused an archived log");
     throw new Refusal(
       403,
-      `${LOG_API_RESOURCE}.${LOG_API_GROUP} "${name}" is forbidden: User "${user.name}" cannot get resource "${LOG_API_RESOURCE}" in API group "${LOG_API_GROUP}" in the namespace "${namespace}"${reason ? `: ${reason}` : ""}`,
+      `${LOG_API_RESOURCE}.${LOG_API_GROUP} "${name}" is forbidden: User "${user.name}" cannot get resource "${LOG_API_RESOURCE}" in API group "${LOG_API_GROUP}" in the namespace "${namespace}" (${REFUSED_BY_LOG_API})${reason ? `: ${reason}` : ""}`,
     );
   }
 
