@@ -21,7 +21,6 @@ import type { CronMetricsSink } from "./cron/cron-writer.js";
 import type { ReconcileSettings } from "./decision.js";
 import { workloadOf } from "./kueue/kueue-hold.js";
 import { WorkloadCache } from "./kueue/workload-cache.js";
-import { archiveStoreFromConfig } from "./log-archive/archive-store.js";
 import { type LogApiServer, startLogApi } from "./log-archive/log-api.js";
 import { ControllerMetrics } from "./metrics.js";
 import { NodeRuntimesWatch } from "./node-runtimes-watch.js";
@@ -281,12 +280,9 @@ export class PlaybookController {
     });
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
-    const { api } = this.clients;
-    const store = archiveStoreFromConfig(this.config);
     this.logApi = await startLogApi({
       config: this.config,
-      store,
-      api,
+      api: this.clients.api,
       log: this.log,
       now: this.clock.now(),
     });

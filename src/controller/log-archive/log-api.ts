@@ -20,7 +20,7 @@ import type { ApiClient } from "../../runtime/api-client.js";
 import { statusCodeOf } from "../../runtime/api-errors.js";
 import { parseAddress } from "../config.js";
 import { attemptLogKey, type RunIdentity, runPrefix } from "./archive-keys.js";
-import type { ArchiveStore } from "./archive-store.js";
+import { type ArchiveStore, archiveStoreFromConfig } from "./archive-store.js";
 import {
   mayGetPlaybookLog,
   type RemoteUser,
@@ -322,19 +322,20 @@ async function latestAttempt(store: ArchiveStore, run: RunIdentity): Promise<num
  * archive is off.
  */
 export async function startLogApi(deps: {
-  config: {
-    logArchiveBucket?: string | undefined;
+  config: Parameters<typeof archiveStoreFromConfig>[0] & {
     logApiAddress: string;
     logApiCertFile?: string | undefined;
     logApiKeyFile?: string | undefined;
   };
-  store: ArchiveStore | undefined;
+  /** The archive's store; by default the one the config names (none without --log-archive-bucket). */
+  store?: ArchiveStore | undefined;
   api: ApiClient;
   log: Logger;
   now: Date;
 }): Promise<LogApiServer | undefined> {
-  const { config, store, api, log } = deps;
-  if (config.logArchiveBucket === undefined || store === undefined) return undefined;
+  const { config, api, log } = deps;
+  const store = deps.store ?? archiveStoreFromConfig(config);
+  if (store === undefined) return undefined;
   // The runs and their archiving go on without it: the log says why reading back fails.
   try {
     const tls =
