@@ -19,11 +19,14 @@ const log = (message: string): void => {
 // --node real, the only node there is now, is still taken, so that older commands work.
 // --with-kueue starts Kueue beside the API server (its CRDs, its webhooks on loopback, pod
 // integration on), for Playbooks with a queueName.
+// --with-object-store starts SeaweedFS's S3 server (the log archive's store, docs/log-archive.md),
+// makes its bucket and the credentials Secret, and turns the controller's archive on with it.
 const Flags = z.object({
   noController: z.boolean(),
   noInstall: z.boolean(),
   noImageBuild: z.boolean(),
   withKueue: z.boolean(),
+  withObjectStore: z.boolean(),
   node: z.literal("real", {
     error: (i) =>
       i.input === "process"
@@ -37,6 +40,7 @@ function parseFlags(args: string[]) {
     noInstall: false,
     noImageBuild: false,
     withKueue: false,
+    withObjectStore: false,
     node: "real" as string,
   };
   for (let i = 0; i < args.length; i += 1) {
@@ -45,12 +49,13 @@ function parseFlags(args: string[]) {
     else if (arg === "--no-install") flags.noInstall = true;
     else if (arg === "--no-image-build") flags.noImageBuild = true;
     else if (arg === "--with-kueue") flags.withKueue = true;
+    else if (arg === "--with-object-store") flags.withObjectStore = true;
     else if (arg === "--node") flags.node = args[++i] ?? "";
     else if (arg.startsWith("--node=")) flags.node = arg.slice("--node=".length);
     else
       return {
         success: false as const,
-        message: `unknown flag ${arg} (only --no-controller, --no-install, --no-image-build and --with-kueue)`,
+        message: `unknown flag ${arg} (only --no-controller, --no-install, --no-image-build, --with-kueue and --with-object-store)`,
       };
   }
   const parsed = Flags.safeParse(flags);
@@ -81,6 +86,7 @@ try {
     // stop naming `npm run image:build`.
     runnerImage: { build: !flags.data.noImageBuild },
     kueue: flags.data.withKueue,
+    objectStore: flags.data.withObjectStore,
   });
   log(`Cluster up in ${((Date.now() - t0) / 1000).toFixed(1)}s; logs in ${path.join(stateDir, "logs")}`);
   log(`kubectl, helm and the control-plane binaries are in ${cluster.state.binDir}`);
@@ -91,6 +97,10 @@ try {
   if (cluster.kueue)
     log(
       `Kueue ${cluster.kueue.version} (log ${cluster.kueue.logFile}): make a ResourceFlavor, a ClusterQueue and a LocalQueue, then label pods kueue.x-k8s.io/queue-name`,
+    );
+  if (cluster.objectStore)
+    log(
+      `Log archive store (SeaweedFS S3) at ${cluster.objectStore.endpoint}, bucket ${cluster.objectStore.bucket}, path-style; its keys in Secret playbook-system/playbook-log-archive (log ${cluster.objectStore.logFile})`,
     );
   if (cluster.controllerUrl)
     log(

@@ -41,30 +41,39 @@ const PackageJson = z.object({
   name: z.string().min(1).optional(),
   version: z.string().min(1).optional(),
   license: z.string().min(1).optional(),
-  repository: z.union([z.string(), z.looseObject({ url: z.string().optional() })]).optional(),
+  repository: z.union([z.string(), z.looseObject({ url: z.string() })]).optional(),
 });
 
-/**
- * Monorepos some of whose published packages carry no licence file of their own: such a package
- * takes the licence file of a sibling from the same repository (the aws-sdk-js-v3 packages the
- * log archive's S3 client pulls in, e.g. @aws-sdk/nested-clients, are Apache-2.0 as the
- * repository is, and ship no LICENSE).
- */
-const MONOREPO_LICENSE_FROM: Record<string, string> = {
-  "https://github.com/aws/aws-sdk-js-v3.git": "@aws-sdk/client-s3",
-};
+/** The package's repository URL, for a package of a monorepo whose own folder ships no licence file. */
+function repositoryOf(manifest: z.infer<typeof PackageJson>): string | undefined {
+  const repo = manifest.repository;
+  return typeof repo === "string" ? repo : repo?.url;
+}
 
-/** The sibling folder whose licence file a package of a listed monorepo takes, if any. */
-export function monorepoLicenseDir(
-  packageDir: string,
-  manifest: z.infer<typeof PackageJson>,
-): string | undefined {
-  const url = typeof manifest.repository === "string" ? manifest.repository : manifest.repository?.url;
-  const sibling = url === undefined ? undefined : MONOREPO_LICENSE_FROM[url];
-  if (sibling === undefined) return undefined;
-  const parts = packageDir.split(path.sep);
-  const at = parts.lastIndexOf("node_modules");
-  return path.join(parts.slice(0, at + 1).join(path.sep), ...sibling.split("/"));
+const LICENSE_FILE = /^(licen[cs]e|copying)(\b|[-_.])/i;
+
+/**
+ * The licence file of another bundled package from the same repository under the same licence
+ * id: a few packages of a monorepo (@aws-sdk's internal ones) are published without the
+ * repository's LICENSE, which covers them as it covers their siblings.
+ */
+function siblingLicense(
+  dirs: Iterable<string>,
+  repository: string | undefined,
+  license: string,
+): { dir: string; file: string; name?: string } | undefined {
+  if (repository === undefined) return undefined;
+  for (const dir of dirs) {
+    const manifestPath = path.join(dir, "package.json");
+    if (!existsSync(manifestPath)) continue;
+    const sibling = PackageJson.safeParse(JSON.parse(readFileSync(manifestPath, "utf8"))).data;
+    if (!sibling || sibling.license !== license || repositoryOf(sibling) !== repository) continue;
+    const file = readdirSync(dir)
+      .filter((f) => LICENSE_FILE.test(f))
+      .sort()[0];
+    if (file !== undefined) return { dir, file, name: sibling.name ?? path.basename(dir) };
+  }
+  return undefined;
 }
 
 /** A file's text without the blank lines around it (a first line's indent stays). */
@@ -126,21 +135,19 @@ export function bundledPackages(dir: string): BundledPackage[] {
       );
       continue;
     }
-    const licenseFileIn = (folder: string) =>
-      readdirSync(folder)
-        .filter((file) => /^(licen[cs]e|copying)(\b|[-_.])/i.test(file))
-        .sort()[0];
-    let licenseDir = packageDir;
-    let licenseFile = licenseFileIn(packageDir);
-    const sibling = licenseFile === undefined ? monorepoLicenseDir(packageDir, manifest) : undefined;
-    if (sibling !== undefined && existsSync(sibling)) {
-      licenseDir = sibling;
-      licenseFile = licenseFileIn(sibling);
-    }
-    if (licenseFile === undefined) {
+    const own = readdirSync(packageDir)
+      .filter((file) => LICENSE_FILE.test(file))
+      .sort()[0];
+    const found =
+      own === undefined
+        ? siblingLicense(dirs, repositoryOf(manifest), manifest.license)
+        : { dir: packageDir, file: own };
+    if (found === undefined) {
       problems.push(`${name}@${manifest.version}: no LICENSE file in ${packageDir}`);
       continue;
     }
+    const licenseFile =
+      found.dir === packageDir ? found.file : `${found.file} of ${found.name} (the same repository)`;
     const noticeFile = readdirSync(packageDir).find((file) => /^notice(\.(txt|md))?$/i.test(file));
     packages.push({
       name,
@@ -148,7 +155,7 @@ export function bundledPackages(dir: string): BundledPackage[] {
       license: manifest.license,
       dir: packageDir,
       licenseFile,
-      licenseText: readText(path.join(licenseDir, licenseFile)),
+      licenseText: readText(path.join(found.dir, found.file)),
       ...(noticeFile === undefined ? {} : { noticeText: readText(path.join(packageDir, noticeFile)) }),
     });
   }

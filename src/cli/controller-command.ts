@@ -77,6 +77,8 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
     "HOST:PORT of the log API, archived logs served to the API server as the aggregated group logs.playbook.dev, while the archive is on (default :8443)",
   logApiCertFile: "the log API's serving certificate, PEM (default: a self-signed one made at start)",
   logApiKeyFile: "the log API's serving key, PEM (with --log-api-cert-file)",
+  logArchiveDeleteTimeout:
+    "how long a deleted Playbook's archived objects are retried; then it goes with a Warning and its objects left (default 10m)",
 };
 
 export function registerControllerCommand(program: Command): void {

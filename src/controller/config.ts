@@ -175,6 +175,8 @@ export const ControllerConfigSchema = z
     logApiAddress: Address.default(":8443"),
     logApiCertFile: z.string().min(1).optional(),
     logApiKeyFile: z.string().min(1).optional(),
+    /** How long a deleted Playbook's archived objects are retried before it is let go with them left. */
+    logArchiveDeleteTimeout: Duration.prefault("10m"),
   })
   .superRefine((config, ctx) => {
     if (config.defaultCeiling > config.maxCeiling) {
@@ -291,6 +293,7 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   logApiAddress: "PLAYBOOK_LOG_API_ADDRESS",
   logApiCertFile: "PLAYBOOK_LOG_API_CERT_FILE",
   logApiKeyFile: "PLAYBOOK_LOG_API_KEY_FILE",
+  logArchiveDeleteTimeout: "PLAYBOOK_LOG_ARCHIVE_DELETE_TIMEOUT",
 };
 
 export class InvalidConfigError extends Error {}

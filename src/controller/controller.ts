@@ -22,6 +22,7 @@ import type { ReconcileSettings } from "./decision.js";
 import { workloadOf } from "./kueue/kueue-hold.js";
 import { WorkloadCache } from "./kueue/workload-cache.js";
 import { type LogApiServer, startLogApi } from "./log-archive/log-api.js";
+import { runRetentionFor } from "./log-archive/run-retention.js";
 import { ControllerMetrics } from "./metrics.js";
 import { NodeRuntimesWatch } from "./node-runtimes-watch.js";
 import {
@@ -193,6 +194,12 @@ export class PlaybookController {
         deps.config.progressInterval,
         deps.podLogs ?? apiPodLogSource(deps.clients.api, PROGRESS_LINES.prefix, PROGRESS_LINES.maxLineBytes),
       ),
+      retention: runRetentionFor(deps.config, {
+        writer: this.writer,
+        metrics: this.metrics,
+        clock: this.clock,
+        log: deps.log,
+      }),
     });
     this.cron = new CronController({
       namespaces,
@@ -280,12 +287,7 @@ export class PlaybookController {
     });
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
-    this.logApi = await startLogApi({
-      config: this.config,
-      api: this.clients.api,
-      log: this.log,
-      now: this.clock.now(),
-    });
+    this.logApi = await startLogApi({ config: this.config, api: this.clients.api, log: this.log });
     await this.nodeRuntimes.start();
     await this.workloads?.start();
     for (const informer of this.informers()) informer.start();

@@ -14,6 +14,7 @@ import type { TakenRecord } from "./playbook/progress-bounds.js";
 import type { AgentDelivery } from "./pods/agent-delivery.js";
 import type { ObservedPlacement } from "./pods/built-pod-difference.js";
 import { type FinishedRun, finishEvents, finishedRun } from "./pods/finished-run.js";
+import type { MountEvent } from "./pods/missing-source.js";
 import type { PodManifest } from "./pods/pod-builder.js";
 import type { SlotState } from "./policy/policy-queue.js";
 import { type StatusBase, sameStatus } from "./status.js";
@@ -64,6 +65,11 @@ export interface ReconcileInput {
   placements?: Readonly<Record<string, ObservedPlacement>>;
   /** What a look at the recorded pod's runner log found this pass (live-progress.ts), when one was due. */
   progress?: ProgressLook;
+  /**
+   * The kubelet's FailedMount events, by pod UID, read this pass for the pods waiting for their
+   * volumes (pods/missing-source.ts): a missing secret or configMap volume is said there alone.
+   */
+  mountEvents?: Readonly<Record<string, readonly MountEvent[]>>;
 }
 
 /** What a first pod's create puts on record: the run's start, its pod and its plan. */

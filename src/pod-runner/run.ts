@@ -34,7 +34,7 @@ import { type Sweep, sweepLeftovers } from "./leftover-sweep.js";
 import { oomCounter } from "./oom.js";
 import { PROC, type ProcessTable } from "./process-table.js";
 import { DEFAULT_RETRY_WAITS, retryWaitMs, showWait } from "./retry-wait.js";
-import { createSecretMask, maskDirsOf, readMaskDirs } from "./secret-mask.js";
+import { createSecretMask, readMaskDirs } from "./secret-mask.js";
 import { namespaceKeeper } from "./subreaper.js";
 import { markStopped, markWindowPassed, type StopBeforeStart, settleTask } from "./task-settle.js";
 
@@ -138,8 +138,10 @@ export interface RunOptions {
    * agents hold the run's processes (agent-mode.ts).
    */
   agents?: AgentRun;
-  /** Secret values printed as `***` (--secret's), beside $PLAYBOOK_MASK_DIRS' files; never logged. */
+  /** Secret values printed as `***` (--secret's), beside the mask directories' files; never logged. */
   maskValues?: readonly string[];
+  /** Directories of secret files whose contents are masked ($PLAYBOOK_MASK_DIRS, read by the session). */
+  maskDirs?: readonly string[];
   /** The jitter of the waits between a task's attempts, in [0, 1) (default Math.random; tests fix it). */
   random?: () => number;
 }
@@ -190,7 +192,7 @@ export async function runPlaybook(options: RunOptions): Promise<RunOutcome> {
   const ceilingAt =
     startedAt + (options.ceilingLeftMs ?? runStart.getTime() + options.limits.ceiling.ms - Date.now());
   // Before anything is started: a mask directory that cannot be read ends the run here.
-  const mask = createSecretMask([...(options.maskValues ?? []), ...readMaskDirs(maskDirsOf(process.env))]);
+  const mask = createSecretMask([...(options.maskValues ?? []), ...readMaskDirs(options.maskDirs ?? [])]);
   const runId = newRunId();
   // Every attempt's PLAYBOOK_ATTEMPT_ID starts with this, so the whole run can be found at once.
   const runCookie = `${runId}.`;

@@ -1,5 +1,6 @@
 // The core both entries share (local-entry.ts, pod-entry.ts): run the tasks with progress, turn
 // SIGINT/SIGTERM/SIGHUP into a cancellation that still reports, and encode and write the report.
+
 import { writeFileSync } from "node:fs";
 import type { ResolvedLimits } from "../api/limits.js";
 import type { TaskSpec } from "../api/playbook.js";
@@ -22,6 +23,7 @@ import { PodLog } from "./pod-log.js";
 import { ProgressRecorder } from "./progress-recorder.js";
 import type { DrawProgress, ProgressSink } from "./progress-sink.js";
 import { runPlaybook } from "./run.js";
+import { maskDirsOf } from "./secret-mask.js";
 import { TaskLines } from "./task-lines.js";
 
 export interface SessionOptions {
@@ -239,6 +241,7 @@ export async function runSession(options: SessionOptions): Promise<SessionResult
       },
       ...(agentRun ? { agents: agentRun.run } : {}),
       ...(options.maskValues ? { maskValues: options.maskValues } : {}),
+      maskDirs: maskDirsOf(env),
     });
     if (options.images?.mode === "host") {
       const { images } = options.images;

@@ -14,6 +14,7 @@ import { parseArgs } from "node:util";
 import { z } from "zod";
 import { repoRoot } from "../harness/binaries.js";
 import { Api, inPool } from "./api.js";
+import { archiveOrphans } from "./archive-bench.js";
 import { AuditLog, type AuditRequest, isWrite, summarizeWrites, writeKind } from "./audit.js";
 import {
   type BenchCluster,
@@ -793,7 +794,7 @@ async function main(): Promise<void> {
   };
   await timed("cli", cliStartup);
   await timed("runner", runnerBench);
-  const clusterSections = ["launch", "settle", "deadline", "footprint"].filter(wanted);
+  const clusterSections = ["launch", "settle", "deadline", "footprint", "archive"].filter(wanted);
   if (clusterSections.length > 0) {
     const stateDir = mkdtempSync(path.join(tmpdir(), "playbook-bench-"));
     const cluster = await startBenchCluster(stateDir, log);
@@ -818,6 +819,12 @@ async function main(): Promise<void> {
       await timed("settle", () => commonRuns(cluster, observer));
       await timed("deadline", () => deadlineAccuracy(cluster, observer));
       await timed("footprint", () => footprint(cluster));
+      // The log archive's orphans after runs created and deleted (archive-bench.ts); --quick: 50.
+      await timed("archive", async () => {
+        const runs = quick ? 50 : 1000;
+        for (const figure of await archiveOrphans(cluster, { runs, quick, workers: WORKERS, log }))
+          addFigure(figure);
+      });
     } finally {
       await observer.stop();
       if (flags["keep-cluster"]) log(`Cluster left running: KUBECONFIG=${cluster.state.kubeconfig}`);

@@ -114,6 +114,8 @@ export const REQUIRED_FIGURES = [
   "launch_cpu_per_run_2000_ours",
   "launch_cpu_per_run_2000_bare",
   "launch_cpu_per_run_2000_input",
+  // The log archive's retention (issue 58): objects left after runs created and deleted, target 0.
+  "log_archive_orphans_1000",
 ] as const;
 
 /**

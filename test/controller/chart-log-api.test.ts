@@ -56,7 +56,7 @@ const find = (objects: Rendered[], kind: string, name: string) =>
 
 describe("the chart's log API", () => {
   it("registers the APIService with the CA of the controller's certificate, and grants get playbooklogs to view, edit and admin", async () => {
-    const { text, objects } = await template(["logArchive.enabled=true"]);
+    const { text, objects } = await template(["logArchive.enabled=true", "logArchive.bucket=playbook-logs"]);
     const apiService = find(objects, "APIService", "v1alpha1.logs.playbook.dev");
     expect(apiService?.spec).toMatchObject({
       group: "logs.playbook.dev",

@@ -68,7 +68,7 @@ describe("helm install's ServiceAccount", () => {
       .sort();
     expect(rows).toEqual(
       [
-        "events [create patch]",
+        "events [create patch list]",
         // --agent-delivery auto (the default) reads each node's container runtime.
         "nodes [get list watch]",
         "playbookpolicies.playbook.dev [list watch]",

@@ -4,10 +4,11 @@
 import { execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import path from "node:path";
+import { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { CoreV1Api, CustomObjectsApi, KubeConfig, type V1Pod } from "@kubernetes/client-node";
-import { pino } from "pino";
+import { type Logger, pino } from "pino";
 import { inject } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
 import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
@@ -80,9 +81,40 @@ export function startController(
   /** Runner logs for live progress: no kubelet answers pods/log here (test/controller/live-progress.test.ts). */
   podLogs?: PodLogSource,
 ): RunningController {
+  const log = pino({ level: process.env.CONTROLLER_TEST_LOG ?? "silent" }, pino.destination(2));
+  return runController(namespaces, overrides, log, kubeConfig, scheduleClock, podLogs);
+}
+
+/**
+ * startController, its whole log (debug and up, as JSON lines) kept in memory for the test to
+ * read: what the controller says of a run, e.g. that it never says a Secret's value.
+ */
+export function startLoggedController(
+  namespaces: string[],
+  overrides: Record<string, string | boolean> = {},
+): RunningController & { log(): string } {
+  const lines: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      lines.push(chunk.toString("utf8"));
+      if (process.env.CONTROLLER_TEST_LOG) process.stderr.write(chunk);
+      done();
+    },
+  });
+  const running = runController(namespaces, overrides, pino({ level: "debug" }, sink));
+  return { ...running, log: () => lines.join("") };
+}
+
+function runController(
+  namespaces: string[],
+  overrides: Record<string, string | boolean>,
+  log: Logger,
+  kubeConfig?: KubeConfig,
+  scheduleClock?: Clock,
+  podLogs?: PodLogSource,
+): RunningController {
   const identity = `test-${randomBytes(3).toString("hex")}`;
   const config = testControllerConfig(namespaces, overrides, identity);
-  const log = pino({ level: process.env.CONTROLLER_TEST_LOG ?? "silent" }, pino.destination(2));
   const controller = new PlaybookController({
     config,
     clients: makeClients(kubeConfig ?? clients().kubeConfig),

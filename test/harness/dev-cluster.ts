@@ -7,6 +7,7 @@ import { KubeConfig } from "@kubernetes/client-node";
 import { repoRoot, toolsBinDir } from "./binaries.js";
 import { type ClusterState, readClusterState, startControlPlane, stopCluster } from "./control-plane.js";
 import { type Kueue, startKueue } from "./kueue.js";
+import { type ObjectStore, startObjectStore } from "./object-store.js";
 import {
   ensurePrerequisites,
   installForbiddenByEnv,
@@ -42,6 +43,8 @@ export interface DevCluster {
   kueue?: Kueue;
   /** The real node, when `node: "real"`. */
   realNode?: RealNode;
+  /** SeaweedFS's S3 server, the log archive's store, when `objectStore: true`. */
+  objectStore?: ObjectStore;
   /** Where the controller serves /metrics, /healthz and /readyz (http://127.0.0.1:PORT), when started. */
   controllerUrl?: string;
   /** The scripted node, when `node: "scripted"`. */
@@ -72,6 +75,56 @@ export interface DevClusterOptions {
   runnerImage?: { build: boolean };
   /** Start Kueue beside the API server, with its defaults and pod integration (kueue.ts). */
   kueue?: boolean;
+  /**
+   * Start SeaweedFS's S3 server (object-store.ts) with its bucket and the credentials Secret the
+   * chart's logArchive.credentialsSecret names, and turn the controller's log archive on with it.
+   */
+  objectStore?: boolean;
+}
+
+/** The namespace and name of the dev cluster's archive credentials, as the chart's defaults name them. */
+export const DEV_ARCHIVE_SECRET = { namespace: "playbook-system", name: "playbook-log-archive" };
+
+/** The flags and env that turn the dev controller's log archive on against the dev store. */
+export function devArchiveSettings(store: ObjectStore): { args: string[]; env: Record<string, string> } {
+  return {
+    args: [
+      `--log-archive-bucket=${store.bucket}`,
+      `--log-archive-endpoint=${store.endpoint}`,
+      `--log-archive-region=${store.region}`,
+      "--log-archive-force-path-style",
+    ],
+    env: { AWS_ACCESS_KEY_ID: store.accessKeyId, AWS_SECRET_ACCESS_KEY: store.secretAccessKey },
+  };
+}
+
+/** The store's keys as the Secret the chart's controller reads them from (kubectl apply'd). */
+async function applyArchiveSecret(binDir: string, kubeconfig: string, store: ObjectStore): Promise<void> {
+  const kubectl = path.join(binDir, "kubectl");
+  const env = { ...process.env, KUBECONFIG: kubeconfig };
+  const { namespace, name } = DEV_ARCHIVE_SECRET;
+  const objects = {
+    apiVersion: "v1",
+    kind: "List",
+    items: [
+      { apiVersion: "v1", kind: "Namespace", metadata: { name: namespace } },
+      {
+        apiVersion: "v1",
+        kind: "Secret",
+        metadata: { name, namespace },
+        type: "Opaque",
+        stringData: { AWS_ACCESS_KEY_ID: store.accessKeyId, AWS_SECRET_ACCESS_KEY: store.secretAccessKey },
+      },
+    ],
+  };
+  const child = execFile(kubectl, ["apply", "-f", "-"], { env });
+  child.stdin?.end(JSON.stringify(objects));
+  await new Promise<void>((resolve, reject) => {
+    child.on("error", reject);
+    child.on("exit", (code) =>
+      code === 0 ? resolve() : reject(new Error(`kubectl apply of the archive Secret exited ${code}`)),
+    );
+  });
 }
 
 async function installCrds(binDir: string, kubeconfig: string, log: (message: string) => void) {
@@ -177,6 +230,21 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
         })
       : undefined;
 
+    const objectStore = options.objectStore
+      ? await startObjectStore({
+          binDir,
+          stateDir: state.stateDir,
+          daemon: options.daemon,
+          log,
+          record: (process) => controlPlane.record(process),
+        })
+      : undefined;
+    if (objectStore) {
+      await applyArchiveSecret(binDir, state.kubeconfig, objectStore);
+      log(`Made Secret ${DEV_ARCHIVE_SECRET.namespace}/${DEV_ARCHIVE_SECRET.name} with the store's keys`);
+    }
+    const archive = objectStore ? devArchiveSettings(objectStore) : undefined;
+
     // The bundle users run (the package's bin and the image's command), not tsc's output.
     const cli = path.join(repoRoot(), "dist", "bin", "playbook.js");
     let controllerUrl: string | undefined;
@@ -191,13 +259,14 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       const controller = startProcess(
         "controller",
         process.execPath,
-        devControllerArgs({ cli, metricsPort, kueue: kueue !== undefined }),
+        [...devControllerArgs({ cli, metricsPort, kueue: kueue !== undefined }), ...(archive?.args ?? [])],
         {
           logFile: path.join(state.stateDir, "logs", "controller.log"),
           env: {
             // A real node has only the images imported into it: the project's is the runner image.
             ...(nodeKind === "real" ? { PLAYBOOK_RUNNER_IMAGE: projectImageName() } : {}),
             ...process.env,
+            ...archive?.env,
             KUBECONFIG: state.kubeconfig,
           },
           daemon: options.daemon,
@@ -229,6 +298,7 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       ...(scriptedNode ? { scriptedNode } : {}),
       ...(realNode ? { realNode } : {}),
       ...(kueue ? { kueue } : {}),
+      ...(objectStore ? { objectStore } : {}),
       async stop() {
         await scriptedNode?.stop();
         await stopRealNode(state.stateDir, state.processes, log);

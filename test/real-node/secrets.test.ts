@@ -1,8 +1,9 @@
 // A task's Secret on a real kubelet, under both ways the agent reaches the task containers: the task
 // naming it reads it through env and a volume, and what it prints of it shows as ***; another task, in the same image and in another,
 // cannot read it by its env, a file or another container's /proc; the value is nowhere in the
-// Playbook or its events; a missing key ends the run in seconds, naming the key; a claim on a
-// `local` PersistentVolume keeps what one run wrote for the next.
+// Playbook, its events or the controller's log; a missing key, a secret volume naming a missing
+// Secret and a missing claim each end the run in seconds, naming it, and a missing optional
+// volume is no error; a claim on a `local` PersistentVolume keeps what one run wrote for the next.
 import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -18,6 +19,7 @@ import {
   type RunningController,
   runnerLogs,
   startController,
+  startLoggedController,
   taskLines,
   waitForFinished,
 } from "../controller/support.js";
@@ -72,9 +74,12 @@ const PRY = [
 ].join("\n");
 
 describe.each(AGENT_LAYOUTS)("with the agent delivered by $delivery", ({ setting, delivery }) => {
+  let controllerLog = () => "";
   beforeAll(async () => {
     await Promise.all(controllers.splice(0).map((c) => c.stop()));
-    controllers.push(startController([namespace], { ...realNode.controller, agentDelivery: setting }));
+    const controller = startLoggedController([namespace], { ...realNode.controller, agentDelivery: setting });
+    controllerLog = controller.log;
+    controllers.push(controller);
   });
 
   it("gives the Secret to the task naming it alone, and shows its value nowhere in the Playbook", async () => {
@@ -106,6 +111,9 @@ echo "env=$PGPASSWORD"; cat /secret/password; echo`,
     const events = await kubectlResult(["-n", namespace, "get", "events", "-o", "yaml"]);
     expect(shown.stdout).not.toContain(VALUE);
     expect(events.stdout).not.toContain(VALUE);
+    // The controller's own log, every level: it speaks of this run, and never of the value.
+    expect(controllerLog()).toContain(name);
+    expect(controllerLog()).not.toContain(PART);
   });
 
   it("ends a run naming a key the Secret lacks within seconds, naming the key", async () => {
@@ -127,6 +135,65 @@ echo "env=$PGPASSWORD"; cat /secret/password; echo`,
     expect(succeeded).toMatchObject({ status: "False", reason: "InvalidSpec" });
     expect(succeeded?.message).toContain("CreateContainerConfigError");
     expect(succeeded?.message).toContain("nope");
+  });
+});
+
+describe("a volume naming what does not exist", () => {
+  beforeAll(async () => {
+    await Promise.all(controllers.splice(0).map((c) => c.stop()));
+    controllers.push(startController([namespace], { ...realNode.controller }));
+  });
+
+  it("ends a run whose secret volume names a missing Secret within seconds, in the kubelet's words", async () => {
+    await createPlaybook(namespace, "novolume", {
+      ceiling: "3m",
+      startTimeout: "2m",
+      volumes: [{ name: "creds", secret: { secretName: "absent" } }],
+      tasks: [
+        {
+          name: "reader",
+          run: "true",
+          volumeMounts: [{ name: "creds", mountPath: "/creds", readOnly: true }],
+        },
+      ],
+    });
+    // Well inside the 2m start timeout: the kubelet's FailedMount event ends it.
+    const ended = await waitForFinished(namespace, "novolume", 60_000);
+    const succeeded = condition(ended, "Succeeded");
+    expect(succeeded).toMatchObject({ status: "False", reason: "InvalidSpec" });
+    expect(succeeded?.message).toContain(
+      'FailedMount: MountVolume.SetUp failed for volume "creds" : secret "absent" not found',
+    );
+  });
+
+  it("ends a run naming a missing claim within seconds, in the scheduler's words", async () => {
+    await createPlaybook(namespace, "noclaim", {
+      ceiling: "3m",
+      startTimeout: "2m",
+      volumes: [{ name: "data", persistentVolumeClaim: { claimName: "no-such-claim" } }],
+      tasks: [{ name: "writer", run: "true", volumeMounts: [{ name: "data", mountPath: "/data" }] }],
+    });
+    const ended = await waitForFinished(namespace, "noclaim", 60_000);
+    const succeeded = condition(ended, "Succeeded");
+    expect(succeeded).toMatchObject({ status: "False", reason: "InvalidSpec" });
+    expect(succeeded?.message).toContain('persistentvolumeclaim "no-such-claim" not found');
+  });
+
+  it("runs with a missing optional secret volume", async () => {
+    await createPlaybook(namespace, "optional", {
+      ceiling: "3m",
+      volumes: [{ name: "maybe", secret: { secretName: "absent", optional: true } }],
+      tasks: [
+        {
+          name: "reader",
+          run: "ls /maybe | wc -l",
+          volumeMounts: [{ name: "maybe", mountPath: "/maybe", readOnly: true }],
+        },
+      ],
+    });
+    const ended = await waitForFinished(namespace, "optional", realNode.finishMs);
+    expect(condition(ended, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    expect(taskLines(await runnerLogs(namespace, "optional"), "reader")).toEqual(["0"]);
   });
 });
 

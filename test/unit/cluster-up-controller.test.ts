@@ -7,7 +7,8 @@ import { Command } from "commander";
 import { describe, expect, it } from "vitest";
 import { registerControllerCommand } from "../../src/cli/controller-command.js";
 import { loadControllerConfig } from "../../src/controller/config.js";
-import { devControllerArgs } from "../harness/dev-cluster.js";
+import { devArchiveSettings, devControllerArgs } from "../harness/dev-cluster.js";
+import type { ObjectStore } from "../harness/object-store.js";
 
 /** The controller's configuration from a command line, as `playbook controller` reads it. */
 async function configFrom(args: string[]) {
@@ -34,5 +35,28 @@ describe("the dev cluster's controller command line", () => {
     const config = await configFrom(args.slice(1));
     expect(config.kueue).toBe(kueue);
     expect(config.metricsAddress).toBe("127.0.0.1:43369");
+  });
+});
+
+describe("the dev cluster's controller with --with-object-store", () => {
+  it("archives to the dev store: its bucket, endpoint and path-style, with the store's keys in the env only", async () => {
+    const store = {
+      endpoint: "http://127.0.0.1:40111",
+      bucket: "playbook-logs",
+      region: "us-east-1",
+      accessKeyId: "AKDEV",
+      secretAccessKey: "dev-secret",
+    } as ObjectStore;
+    const archive = devArchiveSettings(store);
+    const args = [
+      ...devControllerArgs({ cli: "/x/dist/bin/playbook.js", metricsPort: 1, kueue: false }),
+      ...archive.args,
+    ];
+    const config = await configFrom(args.slice(1));
+    expect(config.logArchiveBucket).toBe("playbook-logs");
+    expect(config.logArchiveEndpoint).toBe("http://127.0.0.1:40111");
+    expect(config.logArchiveForcePathStyle).toBe(true);
+    expect(args.join(" ")).not.toContain("dev-secret");
+    expect(archive.env).toEqual({ AWS_ACCESS_KEY_ID: "AKDEV", AWS_SECRET_ACCESS_KEY: "dev-secret" });
   });
 });

@@ -58,6 +58,7 @@ describe("the alert rules", () => {
       "PlaybookReportsUntrusted",
       "PlaybookCronMissedRuns",
       "PlaybookCronStale",
+      "PlaybookLogArchiveFailing",
       "PlaybookControllerAbsent",
       "PlaybookControllerNotReady",
       "PlaybookControllerNoLeader",

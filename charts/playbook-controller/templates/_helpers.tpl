@@ -90,7 +90,8 @@ rules:
   - apiGroups: [playbook.dev]
     resources: [playbooks]
     # Read from the watch cache; CronPlaybook runs are created, read after an AlreadyExists,
-    # cancelled (concurrencyPolicy Replace) and deleted past their history limits.
+    # cancelled (concurrencyPolicy Replace) and deleted past their history limits; patch also puts
+    # the log archive's finalizer (playbook.dev/log-archive) on and takes it off.
     verbs: [list, watch, get, create, patch, delete]
   - apiGroups: [playbook.dev]
     resources: [playbooks/status]
@@ -128,10 +129,11 @@ rules:
   - apiGroups: [""]
     resources: [serviceaccounts]
     verbs: [get]
-  # A repeat of an event patches its count and lastTimestamp.
+  # A repeat of an event patches its count and lastTimestamp; a pod waiting for its volumes has
+  # its FailedMount events listed (a missing Secret or ConfigMap volume is said there alone).
   - apiGroups: [""]
     resources: [events]
-    verbs: [create, patch]
+    verbs: [create, patch, list]
 {{- if .Values.config.kueue }}
   # --kueue: Kueue's Workloads of the runs' pods, read from the watch cache for Kueue's words.
   - apiGroups: [kueue.x-k8s.io]

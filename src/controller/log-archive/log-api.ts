@@ -331,7 +331,6 @@ export async function startLogApi(deps: {
   store?: ArchiveStore | undefined;
   api: ApiClient;
   log: Logger;
-  now: Date;
 }): Promise<LogApiServer | undefined> {
   const { config, api, log } = deps;
   const store = deps.store ?? archiveStoreFromConfig(config);
@@ -344,7 +343,8 @@ export async function startLogApi(deps: {
             cert: await readFile(config.logApiCertFile, "utf8"),
             key: await readFile(config.logApiKeyFile, "utf8"),
           }
-        : selfSignedCertificate(["playbook-controller-log-api", "localhost"], deps.now);
+        : // Valid from the real time, whatever clock the controller's decisions read.
+          selfSignedCertificate(["playbook-controller-log-api", "localhost"], new Date());
     const { host, port } = parseAddress(config.logApiAddress);
     const requestHeader = await readRequestHeaderSettings(api);
     const server = new LogApiServer({ host, port, tls, requestHeader, store, api, log });

@@ -15,7 +15,13 @@ import {
 import { kueueStopOf } from "../kueue/kueue-preemption.js";
 import { ceilingStartMs } from "../kueue/queued-time.js";
 import { type PodView, RUNNER_CONTAINER } from "../objects.js";
-import { missingSourceOf } from "../pods/missing-source.js";
+import {
+  MOUNT_LOOK_INTERVAL_MS,
+  missingClaimOf,
+  missingSourceOf,
+  missingVolumeSourceOf,
+  mountEventsDue,
+} from "../pods/missing-source.js";
 import { type NodeSilence, nodeSilenceOf } from "../pods/node-lost.js";
 import { DEADLINE_MARGIN_SECONDS, finallyWindowSeconds } from "../pods/pod-builder.js";
 import { describeHold, describeWaiting, podStarted } from "../pods/pod-state.js";
@@ -47,8 +53,14 @@ export function decideActivePod(state: RunState, pod: PodView): Decision {
   // activeDeadlineSeconds counts from the pod's start on a node: a pod that never starts
   // (unschedulable, image never pulled) is bounded by the controller instead, and it ends
   // StartTimeout at whichever comes first, its start window or the run's ceiling.
-  // A Secret, ConfigMap or key a task names is missing: no wait makes it appear (missing-source.ts).
-  const missing = running ? undefined : missingSourceOf(pod);
+  // A Secret, ConfigMap, claim or key a task names is missing: no wait makes it appear
+  // (missing-source.ts), whether the kubelet says so in the pod's status, in its FailedMount
+  // events, or the scheduler in the pod's condition.
+  const missing = running
+    ? undefined
+    : (missingSourceOf(pod) ??
+      missingClaimOf(pod) ??
+      missingVolumeSourceOf(pod, state.input.mountEvents?.[pod.metadata.uid ?? ""]));
   if (missing) return decideMissingSource(state, pod, missing);
   if (!running && Math.min(startBy ?? endsAt, endsAt) <= now.getTime()) {
     return decideStartTimeout(state, pod, startBy !== undefined && startBy <= endsAt ? "window" : "ceiling");
@@ -67,9 +79,12 @@ export function decideActivePod(state: RunState, pod: PodView): Decision {
     podName: pod.metadata.name,
     podAttempts: attempts,
   });
+  // The kubelet's FailedMount events change no pod: while the pod waits for its volumes they are
+  // read again shortly.
+  const mountLookAt = !running && mountEventsDue(pod) ? now.getTime() + MOUNT_LOOK_INTERVAL_MS : endsAt;
   const lookAgainAt = running
     ? Math.min(backstopAt, silence?.lostAt ?? backstopAt)
-    : Math.min(endsAt, startBy ?? endsAt);
+    : Math.min(endsAt, startBy ?? endsAt, mountLookAt);
   const admission = admissionSeen(base.previous, pod, admitted);
   if (admission) {
     // Admitted: the queue time is over (playbook_queue_wait_seconds takes it with this write).
@@ -168,12 +183,13 @@ function decideStartTimeout(state: RunState, pod: PodView, closedBy: "window" | 
 }
 
 /**
- * A task's container cannot be created for a Secret, ConfigMap or key it names that does not
- * exist: the run ends InvalidSpec in the kubelet's words, and the pod is removed.
+ * A task's container cannot be created for a Secret, ConfigMap, claim or key it names that does
+ * not exist: the run ends InvalidSpec in the kubelet's or the scheduler's words, and the pod is
+ * removed.
  */
 function decideMissingSource(state: RunState, pod: PodView, missing: string): Decision {
   const { base } = state;
-  const message = `pod ${pod.metadata.name} (attempt ${state.attempts}) cannot start: ${missing} (a Secret, ConfigMap or key the tasks name that does not exist; mark the reference optional: true where it may be missing)`;
+  const message = `pod ${pod.metadata.name} (attempt ${state.attempts}) cannot start: ${missing} (a Secret, ConfigMap, PersistentVolumeClaim or key the tasks name that does not exist; mark a Secret or ConfigMap reference optional: true where it may be missing)`;
   const next = settledStatus(base, { reason: "InvalidSpec", message });
   return settle(base, { ...next, podName: pod.metadata.name, podAttempts: state.attempts }, "InvalidSpec", {
     actions: pod.metadata.deletionTimestamp

@@ -12,8 +12,11 @@ import { orphanToRelease } from "../kueue/kueue-finalizer.js";
 import { workloadOf } from "../kueue/kueue-hold.js";
 import type { WorkloadCache } from "../kueue/workload-cache.js";
 import type { WorkloadView } from "../kueue/workload-view.js";
+import type { RunRetention } from "../log-archive/run-retention.js";
 import { keyOf, type PodView, parsePod, type StoredPlaybook, splitKey } from "../objects.js";
 import type { ObservedPlacement } from "../pods/built-pod-difference.js";
+import { type MountEvent, mountEventsDue } from "../pods/missing-source.js";
+import { readMountEvents } from "../pods/mount-events.js";
 import { admittedFlavors, observePlacement } from "../pods/observed-placement.js";
 import { alternatePodName, podNameFor } from "../pods/pod-builder.js";
 import { sortRunPods } from "../pods/pod-identity.js";
@@ -55,6 +58,8 @@ export interface PlaybookReconcilerDeps {
   workloads: Pick<WorkloadCache, "of"> | undefined;
   /** When each running run's progress was last read (--progress-interval). */
   progress: ProgressLooks;
+  /** The log archive's finalizer and the deletion of a deleted run's objects (log-archive/run-retention.ts). */
+  retention?: Pick<RunRetention, "pass">;
 }
 
 /** What one pass returns to the worker that ran it. */
@@ -113,6 +118,10 @@ export class PlaybookReconciler {
     }
     // The watch event of this controller's own last write re-queues the key when it arrives.
     if (this.writer.isBehind(playbook)) return { requeueAfterMs: BEHIND_RETRY_MS, waited: true };
+    // The archive's finalizer before the first pod; a deleted run's objects before it goes.
+    const retained = await this.deps.retention?.pass(playbook);
+    if (retained?.done)
+      return retained.requeueAfterMs === undefined ? {} : { requeueAfterMs: retained.requeueAfterMs };
     const pods = await this.podsOf(playbook);
     const cap = this.deps.governor.capOf(namespace);
     // A run with pods but no start record waits too: its pods may all be foreign (pod-identity.ts),
@@ -208,6 +217,7 @@ export class PlaybookReconciler {
     const look = await this.lookAtProgress(input);
     const workloads = this.deps.workloads?.of(input.pods);
     const placements = start ? undefined : await this.placementsBeforeRecord(input, workloads);
+    const mountEvents = await this.mountEventsOf(input);
     let withRules: ReconcileInput = {
       ...input,
       rules: this.deps.governor.rulesFor(playbook.metadata.namespace ?? ""),
@@ -216,6 +226,7 @@ export class PlaybookReconciler {
       ...(placements ? { placements } : {}),
       ...(start ? { unrecordedStart: start } : {}),
       ...(look ? { progress: look } : {}),
+      ...(mountEvents ? { mountEvents } : {}),
     };
     for (;;) {
       const decision = decide(withRules);
@@ -238,6 +249,30 @@ export class PlaybookReconciler {
       const requeueAfterMs = earliest(decision.requeueAfterMs, this.nextProgressLookInMs(input));
       return requeueAfterMs === undefined ? {} : { requeueAfterMs };
     }
+  }
+
+  /**
+   * The kubelet's FailedMount events of the run's pods that wait for their volumes
+   * (pods/missing-source.ts), by pod UID; undefined when none waits. A read that fails leaves that
+   * pod to its start timeout until the next pass.
+   */
+  private async mountEventsOf(input: ReconcileInput): Promise<Record<string, MountEvent[]> | undefined> {
+    const waiting = input.pods.filter((pod) => pod.metadata.uid && mountEventsDue(pod));
+    if (waiting.length === 0) return undefined;
+    const signal = this.writer.leadingSignal;
+    const read = await Promise.all(
+      waiting.map((pod) =>
+        readMountEvents(this.deps.api, pod, { signal }).catch((error: unknown) => {
+          const { namespace, name } = pod.metadata;
+          this.deps.log.debug(
+            { namespace, pod: name, err: apiErrorMessage(error) },
+            "Could not read pod events",
+          );
+          return [];
+        }),
+      ),
+    );
+    return Object.fromEntries(waiting.map((pod, i) => [pod.metadata.uid ?? "", read[i] ?? []]));
   }
 
   /**

@@ -380,6 +380,29 @@ export class PlaybookWriter {
     return builtPodDifference(existing, action.pod, since + CREATE_SKEW_MS, observed);
   }
 
+  /**
+   * Sets a Playbook's finalizers to its list with `finalizer` added or taken off (log-archive/
+   * run-retention.ts): a merge patch that names the resourceVersion read, so a list another
+   * writer changed since is refused (409) and the pass retried, never overwritten. A Playbook
+   * gone already is fine.
+   */
+  async patchPlaybookFinalizer(playbook: StoredPlaybook, finalizer: string, present: boolean): Promise<void> {
+    const { namespace = "", name, resourceVersion } = playbook.metadata;
+    const others = (playbook.metadata.finalizers ?? []).filter((f) => f !== finalizer);
+    try {
+      await this.deps.clients.api.call({
+        method: "PATCH",
+        path: `/apis/${GROUP}/${VERSION}/namespaces/${encodeURIComponent(namespace)}/${PLURAL}/${encodeURIComponent(name)}`,
+        body: { metadata: { resourceVersion, finalizers: present ? [...others, finalizer] : others } },
+        contentType: "application/merge-patch+json",
+        options: { signal: this.leading.signal },
+      });
+      this.deps.log.info({ namespace, name, finalizer }, present ? "Added finalizer" : "Removed finalizer");
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+    }
+  }
+
   /** Takes the controller's finalizer off a pod it is done with (kueue/kueue-finalizer.ts); a pod gone already is fine. */
   async releasePod(namespace: string, name: string): Promise<void> {
     try {
