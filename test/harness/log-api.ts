@@ -57,12 +57,15 @@ export async function logApiHostAddress(): Promise<string> {
 export async function logApiEndpoint(
   stateDir: string,
   port: number,
+  /** The dev cluster's: relays that outlive this process, recorded in its state. */
+  options: { daemon?: boolean; record?: (process: RecordedProcess) => Promise<void> } = {},
 ): Promise<{ listen: string; endpoint: string; stop: () => Promise<void> }> {
   const relays: RecordedProcess[] = [];
   const published = await publishHostPortOnNode(stateDir, `log-api-${port}`, port, {
-    daemon: false,
+    daemon: options.daemon ?? false,
     record: async (process) => {
       relays.push(process);
+      await options.record?.(process);
     },
     nodeAddress: NODE_API_ADDRESS,
   });
