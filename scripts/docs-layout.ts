@@ -38,7 +38,7 @@ export const FOLDER_DESCRIPTIONS: Readonly<Record<string, string>> = {
   "src/controller/cron":
     "the CronPlaybook's reconcile: its decision, triggers, concurrency, writer and metrics",
   "src/controller/log-archive":
-    "the log archive: its S3 store, its key layout, and retention (the finalizer that deletes a run's objects with it)",
+    "the log archive: its S3 store, its key layout, retention (the finalizer that deletes a run's objects with it), and the log API that reads it back through the API server",
   "src/controller/kueue":
     "runs through Kueue: the pod's queue labels, the hold, Workloads, preemption, queued time",
   "src/controller/playbook":

@@ -21,6 +21,7 @@ import type { CronMetricsSink } from "./cron/cron-writer.js";
 import type { ReconcileSettings } from "./decision.js";
 import { workloadOf } from "./kueue/kueue-hold.js";
 import { WorkloadCache } from "./kueue/workload-cache.js";
+import { type LogApiServer, startLogApi } from "./log-archive/log-api.js";
 import { runRetentionFor } from "./log-archive/run-retention.js";
 import { ControllerMetrics } from "./metrics.js";
 import { NodeRuntimesWatch } from "./node-runtimes-watch.js";
@@ -100,6 +101,8 @@ export class PlaybookController {
   private workers: Promise<void>[] = [];
   private elector: LeaderElector | undefined;
   private server: HealthServer | undefined;
+  /** Archived logs read back through the API server (log-archive/log-api.ts), while the archive is on. */
+  private logApi: LogApiServer | undefined;
 
   constructor(deps: ControllerDeps) {
     this.config = deps.config;
@@ -284,6 +287,7 @@ export class PlaybookController {
     });
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
+    this.logApi = await startLogApi({ config: this.config, api: this.clients.api, log: this.log });
     await this.nodeRuntimes.start();
     await this.workloads?.start();
     for (const informer of this.informers()) informer.start();
@@ -391,6 +395,7 @@ export class PlaybookController {
     await this.nodeRuntimes.stop();
     await this.workloads?.stop();
     await this.server?.close();
+    await this.logApi?.close();
     this.log.info({}, "Stopped");
   }
 
