@@ -73,6 +73,10 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
     "prefix of every archived key, ending in '/', e.g. playbooks/ (default: the bucket's root)",
   logArchiveForcePathStyle:
     "true: path-style URLs (http://HOST/BUCKET/KEY), as MinIO, SeaweedFS and Ceph RGW take them (default false)",
+  logApiAddress:
+    "HOST:PORT of the log API, archived logs served to the API server as the aggregated group logs.playbook.dev, while the archive is on (default :8443)",
+  logApiCertFile: "the log API's serving certificate, PEM (default: a self-signed one made at start)",
+  logApiKeyFile: "the log API's serving key, PEM (with --log-api-cert-file)",
   logArchiveDeleteTimeout:
     "how long a deleted Playbook's archived objects are retried; then it goes with a Warning and its objects left (default 10m)",
 };

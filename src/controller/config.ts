@@ -167,6 +167,14 @@ export const ControllerConfigSchema = z
       .default(""),
     /** Path-style URLs (http://HOST/BUCKET/KEY): MinIO, SeaweedFS, Ceph RGW. */
     logArchiveForcePathStyle: Bool.default(false),
+    /**
+     * The log API (docs/log-archive.md#reading-an-archived-log): archived logs served to the API
+     * server as the aggregated group logs.playbook.dev, while the archive is on. Its serving
+     * certificate and key (PEM files); unset: a self-signed one made at start.
+     */
+    logApiAddress: Address.default(":8443"),
+    logApiCertFile: z.string().min(1).optional(),
+    logApiKeyFile: z.string().min(1).optional(),
     /** How long a deleted Playbook's archived objects are retried before it is let go with them left. */
     logArchiveDeleteTimeout: Duration.prefault("10m"),
   })
@@ -222,6 +230,14 @@ export const ControllerConfigSchema = z
         message: `${formatDuration(config.progressInterval)} is shorter than 1s: give 1s or more, or 0s to turn live progress off`,
       });
     }
+    if ((config.logApiCertFile === undefined) !== (config.logApiKeyFile === undefined)) {
+      ctx.addIssue({
+        code: "custom",
+        path: [config.logApiCertFile === undefined ? "logApiCertFile" : "logApiKeyFile"],
+        message:
+          "give both --log-api-cert-file and --log-api-key-file, or neither (a self-signed certificate)",
+      });
+    }
     if (config.leaseDuration <= config.renewDeadline) {
       ctx.addIssue({ code: "custom", path: ["leaseDuration"], message: "must be longer than renewDeadline" });
     }
@@ -274,6 +290,9 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   logArchiveRegion: "PLAYBOOK_LOG_ARCHIVE_REGION",
   logArchivePrefix: "PLAYBOOK_LOG_ARCHIVE_PREFIX",
   logArchiveForcePathStyle: "PLAYBOOK_LOG_ARCHIVE_FORCE_PATH_STYLE",
+  logApiAddress: "PLAYBOOK_LOG_API_ADDRESS",
+  logApiCertFile: "PLAYBOOK_LOG_API_CERT_FILE",
+  logApiKeyFile: "PLAYBOOK_LOG_API_KEY_FILE",
   logArchiveDeleteTimeout: "PLAYBOOK_LOG_ARCHIVE_DELETE_TIMEOUT",
 };
 

@@ -21,7 +21,8 @@ import type { CronMetricsSink } from "./cron/cron-writer.js";
 import type { ReconcileSettings } from "./decision.js";
 import { workloadOf } from "./kueue/kueue-hold.js";
 import { WorkloadCache } from "./kueue/workload-cache.js";
-import { type LogArchiver, logArchiverOf } from "./log-archive/log-archiver.js";
+import { type LogApiServer, startLogApi } from "./log-archive/log-api.js";
+import { logArchiverOf } from "./log-archive/log-archiver.js";
 import { runRetentionFor } from "./log-archive/run-retention.js";
 import { ControllerMetrics } from "./metrics.js";
 import { NodeRuntimesWatch } from "./node-runtimes-watch.js";
@@ -95,13 +96,14 @@ export class PlaybookController {
   private readonly workloads: WorkloadCache | undefined;
   /** The Playbook's reconcile: one pass per key, on the caches below. */
   private readonly reconciler: PlaybookReconciler;
-  private readonly archive: LogArchiver | undefined; // log-archive/, with --log-archive-bucket
   /** CronPlaybooks: their own informer and queue, fed the runs from this controller's Playbook cache. */
   readonly cron: CronController;
   private readonly stopping = new AbortController();
   private workers: Promise<void>[] = [];
   private elector: LeaderElector | undefined;
   private server: HealthServer | undefined;
+  /** Archived logs read back through the API server (log-archive/log-api.ts), while the archive is on. */
+  private logApi: LogApiServer | undefined;
 
   constructor(deps: ControllerDeps) {
     this.config = deps.config;
@@ -180,12 +182,8 @@ export class PlaybookController {
           onRelist: () => this.metrics.watchRelists.inc({ resource: "workloads" }),
         })
       : undefined;
-    this.archive = logArchiverOf(deps.config, {
-      ...{ api: deps.clients.api, log: deps.log, metrics: this.metrics, queue: this.queue },
-      podOf: (namespace, name) => this.informerFor(this.pods, namespace)?.get(keyOf({ namespace, name })),
-    });
     this.reconciler = new PlaybookReconciler({
-      archive: this.archive,
+      archive: logArchiverOf(deps.config, deps, this.metrics, this.queue, this.listers()),
       listers: this.listers(),
       writer: this.writer,
       api: deps.clients.api,
@@ -291,6 +289,7 @@ export class PlaybookController {
     });
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
+    this.logApi = await startLogApi({ config: this.config, api: this.clients.api, log: this.log });
     await this.nodeRuntimes.start();
     await this.workloads?.start();
     for (const informer of this.informers()) informer.start();
@@ -396,8 +395,9 @@ export class PlaybookController {
     this.metrics.isLeader.set(0);
     await Promise.all(this.informers().map((informer) => informer.stop()));
     await this.nodeRuntimes.stop();
-    await Promise.all([this.workloads?.stop(), this.archive?.stop()]);
+    await Promise.all([this.workloads?.stop(), this.reconciler.stopArchive()]);
     await this.server?.close();
+    await this.logApi?.close();
     this.log.info({}, "Stopped");
   }
 

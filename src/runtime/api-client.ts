@@ -305,7 +305,8 @@ export class ApiClient {
   async streamLines(
     path: string,
     query: Query,
-    handlers: { onOpen: () => void; onLine: (line: string) => void },
+    /** onOpen is handed the answer's headers (an archived log's attempt and length). */
+    handlers: { onOpen: (headers: http.IncomingHttpHeaders) => void; onLine: (line: string) => void },
     options: CallOptions & { signal: AbortSignal },
   ): Promise<void> {
     const url = this.url(path, query);
@@ -313,7 +314,7 @@ export class ApiClient {
     if (response.statusCode !== 200) {
       throw errorOf("GET", url, response.statusCode ?? 0, await readText(response));
     }
-    handlers.onOpen();
+    handlers.onOpen(response.headers);
     await new Promise<void>((resolve, reject) => {
       // An aborted or reset stream errors here; the first settlement wins.
       response.on("error", reject);

@@ -19,7 +19,7 @@ import {
   stopDevCluster,
 } from "../harness/dev-cluster.js";
 import { keepOrRemoveClusterState, suiteOutcome, whyKeepLogs } from "../harness/log-retention.js";
-import { isRunning, waitFor } from "../harness/processes.js";
+import { isRunning, runClusterTool, waitFor } from "../harness/processes.js";
 
 const stateDir = path.join(repoRoot(), ".cluster", `object-store-${randomBytes(3).toString("hex")}`);
 let cluster: DevCluster | undefined;
@@ -91,6 +91,13 @@ describe("cluster:up --with-object-store", () => {
     const client = store.client();
     const run = { namespace: "archived", name: "run", uid: created.metadata.uid };
     await client.putObject(attemptLogKey("", run, 1), "[a] done\n", "text/plain");
+    // Read back through the API server, as `playbook logs` reads it once the pod is gone.
+    const raw = await runClusterTool(
+      path.join(cluster?.state.binDir ?? "", "kubectl"),
+      ["get", "--raw", "/apis/logs.playbook.dev/v1alpha1/namespaces/archived/playbooklogs/run?attempt=1"],
+      cluster?.state.kubeconfig ?? "",
+    );
+    expect(raw).toMatchObject({ code: 0, stdout: "[a] done\n" });
     await custom.deleteNamespacedCustomObject({
       group: GROUP,
       version: VERSION,

@@ -88,7 +88,8 @@ describe("the chart's logArchive values", () => {
     ]);
     // Nothing else the chart renders names the Secret: no other pod, no role reading Secrets.
     expect(on.stdout.split("playbook-log-archive").length - 1).toBe(2);
-    const applied = await kubectlResult(["apply", "--dry-run=server", "-n", namespace, "-f", "-"], on.stdout);
+    // Every object names its namespace (the log API's reader binding is in kube-system): no -n.
+    const applied = await kubectlResult(["apply", "--dry-run=server", "-f", "-"], on.stdout);
     expect(applied.code, applied.stderr).toBe(0);
 
     const chain = controllerOf((await render([...ON, "logArchive.credentialsSecret="])).objects);

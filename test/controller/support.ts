@@ -50,6 +50,8 @@ export function testControllerConfig(
     {
       namespaces: namespaces.join(","),
       metricsAddress: "127.0.0.1:0",
+      // With the log archive on: no port of the shared machine's every address taken (log-api.suite.ts sets its own).
+      logApiAddress: "127.0.0.1:0",
       leaderElectionNamespace: namespaces[0],
       leaderElectionId: `playbook-controller-${namespaces[0]}`,
       leaseDuration: "4s",

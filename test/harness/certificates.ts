@@ -24,7 +24,16 @@ export interface ClusterCertificates {
   kubeletClient: ClientCertificate;
   serviceAccountKeyFile: string;
   serviceAccountPublicKeyFile: string;
+  /**
+   * The aggregation layer's: a CA of its own (the requestheader client CA an aggregated API
+   * server trusts) and the client certificate the API server shows it when it proxies a request.
+   */
+  frontProxyCaFile: string;
+  frontProxyClient: ClientCertificate;
 }
+
+/** The name the API server's front-proxy client certificate carries (--requestheader-allowed-names). */
+export const FRONT_PROXY_CLIENT_NAME = "front-proxy-client";
 
 /** Runs openssl; a failure carries its stderr. */
 export async function openssl(args: string[]): Promise<void> {
@@ -115,11 +124,14 @@ export function signServingCertificate(
   return signedCertificate(dir, name, `/CN=${name}`, extensions, ca.caFile, ca.caKeyFile);
 }
 
-/** A fresh CA, the apiserver's serving certificate, client certificates and service-account keys. */
-export async function generateClusterCertificates(dir: string): Promise<ClusterCertificates> {
-  await mkdir(dir, { recursive: true, mode: 0o700 });
-  const caKeyFile = path.join(dir, "ca.key");
-  const caFile = path.join(dir, "ca.crt");
+/** A self-signed CA (`ca.crt` and `ca.key` under `name`) in `dir`. */
+export async function generateCa(
+  dir: string,
+  name: string,
+  commonName: string,
+): Promise<{ caFile: string; caKeyFile: string }> {
+  const caKeyFile = path.join(dir, `${name}.key`);
+  const caFile = path.join(dir, `${name}.crt`);
   await newKey(caKeyFile);
   await openssl([
     "req",
@@ -128,7 +140,7 @@ export async function generateClusterCertificates(dir: string): Promise<ClusterC
     "-key",
     caKeyFile,
     "-subj",
-    "/CN=playbook-controller-dev-ca",
+    `/CN=${commonName}`,
     "-days",
     "30",
     "-sha256",
@@ -139,6 +151,16 @@ export async function generateClusterCertificates(dir: string): Promise<ClusterC
     "-out",
     caFile,
   ]);
+  return { caFile, caKeyFile };
+}
+
+/** A fresh CA, the apiserver's serving certificate, client certificates and service-account keys. */
+export async function generateClusterCertificates(dir: string): Promise<ClusterCertificates> {
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  const [{ caFile, caKeyFile }, frontProxyCa] = await Promise.all([
+    generateCa(dir, "ca", "playbook-controller-dev-ca"),
+    generateCa(dir, "front-proxy-ca", "playbook-controller-dev-front-proxy-ca"),
+  ]);
 
   const servingExtensions = [
     "basicConstraints=CA:FALSE",
@@ -148,35 +170,44 @@ export async function generateClusterCertificates(dir: string): Promise<ClusterC
     "",
   ].join("\n");
 
-  const [serving, admin, controllerManager, scheduler, node, kubeletClient] = await Promise.all([
-    signedCertificate(dir, "apiserver", "/CN=kube-apiserver", servingExtensions, caFile, caKeyFile),
-    signedCertificate(dir, "admin", "/O=system:masters/CN=admin", clientExtensions, caFile, caKeyFile),
-    signedCertificate(
-      dir,
-      "controller-manager",
-      "/CN=system:kube-controller-manager",
-      clientExtensions,
-      caFile,
-      caKeyFile,
-    ),
-    signedCertificate(dir, "scheduler", "/CN=system:kube-scheduler", clientExtensions, caFile, caKeyFile),
-    signedCertificate(
-      dir,
-      "node",
-      `/O=system:nodes/CN=system:node:${NODE_NAME}`,
-      clientExtensions,
-      caFile,
-      caKeyFile,
-    ),
-    signedCertificate(
-      dir,
-      "kubelet-client",
-      "/O=system:masters/CN=kube-apiserver-kubelet-client",
-      clientExtensions,
-      caFile,
-      caKeyFile,
-    ),
-  ]);
+  const [serving, admin, controllerManager, scheduler, node, kubeletClient, frontProxyClient] =
+    await Promise.all([
+      signedCertificate(dir, "apiserver", "/CN=kube-apiserver", servingExtensions, caFile, caKeyFile),
+      signedCertificate(dir, "admin", "/O=system:masters/CN=admin", clientExtensions, caFile, caKeyFile),
+      signedCertificate(
+        dir,
+        "controller-manager",
+        "/CN=system:kube-controller-manager",
+        clientExtensions,
+        caFile,
+        caKeyFile,
+      ),
+      signedCertificate(dir, "scheduler", "/CN=system:kube-scheduler", clientExtensions, caFile, caKeyFile),
+      signedCertificate(
+        dir,
+        "node",
+        `/O=system:nodes/CN=system:node:${NODE_NAME}`,
+        clientExtensions,
+        caFile,
+        caKeyFile,
+      ),
+      signedCertificate(
+        dir,
+        "kubelet-client",
+        "/O=system:masters/CN=kube-apiserver-kubelet-client",
+        clientExtensions,
+        caFile,
+        caKeyFile,
+      ),
+      signedCertificate(
+        dir,
+        FRONT_PROXY_CLIENT_NAME,
+        `/CN=${FRONT_PROXY_CLIENT_NAME}`,
+        clientExtensions,
+        frontProxyCa.caFile,
+        frontProxyCa.caKeyFile,
+      ),
+    ]);
 
   const serviceAccountKeyFile = path.join(dir, "service-account.key");
   const serviceAccountPublicKeyFile = path.join(dir, "service-account.pub");
@@ -194,5 +225,7 @@ export async function generateClusterCertificates(dir: string): Promise<ClusterC
     kubeletClient,
     serviceAccountKeyFile,
     serviceAccountPublicKeyFile,
+    frontProxyCaFile: frontProxyCa.caFile,
+    frontProxyClient,
   };
 }

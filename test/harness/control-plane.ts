@@ -4,7 +4,11 @@ import https from "node:https";
 import path from "node:path";
 import { stringify } from "yaml";
 import { z } from "zod";
-import { type ClusterCertificates, generateClusterCertificates } from "./certificates.js";
+import {
+  type ClusterCertificates,
+  FRONT_PROXY_CLIENT_NAME,
+  generateClusterCertificates,
+} from "./certificates.js";
 import {
   freePort,
   isListening,
@@ -285,6 +289,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       // A node is reached at its InternalIP for `kubectl logs` and exec; its hostname resolves nowhere.
       "--kubelet-preferred-address-types=InternalIP",
       "--profiling=false",
+      ...aggregationArgs(certs),
       ...(await auditArgs(options, stateDir)),
       ...(await egressArgs(options, stateDir)),
     ]);
@@ -358,6 +363,25 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       await writeState(state);
     },
   };
+}
+
+/**
+ * The aggregation layer, as kubeadm sets it up: the API server proxies an aggregated group's
+ * requests (the controller's log API, logs.playbook.dev) with its front-proxy client certificate
+ * and the caller in X-Remote-* headers, to an endpoint of the APIService's Service (not its
+ * ClusterIP: nothing here routes Service IPs).
+ */
+function aggregationArgs(certs: ClusterCertificates): string[] {
+  return [
+    `--requestheader-client-ca-file=${certs.frontProxyCaFile}`,
+    `--requestheader-allowed-names=${FRONT_PROXY_CLIENT_NAME}`,
+    "--requestheader-username-headers=X-Remote-User",
+    "--requestheader-group-headers=X-Remote-Group",
+    "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+    `--proxy-client-cert-file=${certs.frontProxyClient.certFile}`,
+    `--proxy-client-key-file=${certs.frontProxyClient.keyFile}`,
+    "--enable-aggregator-routing=true",
+  ];
 }
 
 async function egressArgs(options: ControlPlaneOptions, stateDir: string): Promise<string[]> {

@@ -1,12 +1,14 @@
 import { execFile } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
-import { rm } from "node:fs/promises";
+import { mkdir, readFile, rm } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
 import { KubeConfig } from "@kubernetes/client-node";
+import { loadKubeConfig, makeClients } from "../../src/runtime/kube-config.js";
 import { repoRoot, toolsBinDir } from "./binaries.js";
 import { type ClusterState, readClusterState, startControlPlane, stopCluster } from "./control-plane.js";
 import { type Kueue, startKueue } from "./kueue.js";
+import { APISERVICE_NAME, logApiEndpoint, logApiServingCertificate, registerLogApi } from "./log-api.js";
 import { type ObjectStore, startObjectStore } from "./object-store.js";
 import {
   ensurePrerequisites,
@@ -15,7 +17,7 @@ import {
   REAL_NODE_PREREQUISITES,
   realNodeHostProblem,
 } from "./prerequisites.js";
-import { freePort, isRunning, logTail, startProcess, waitFor } from "./processes.js";
+import { freePort, isRunning, logTail, type RecordedProcess, startProcess, waitFor } from "./processes.js";
 import { projectImageArchive, projectImageName } from "./real-node/images.js";
 import {
   killRealNodeSync,
@@ -95,6 +97,38 @@ export function devArchiveSettings(store: ObjectStore): { args: string[]; env: R
       "--log-archive-force-path-style",
     ],
     env: { AWS_ACCESS_KEY_ID: store.accessKeyId, AWS_SECRET_ACCESS_KEY: store.secretAccessKey },
+  };
+}
+
+/**
+ * The dev controller's log API (test/harness/log-api.ts): where it listens, its certificate, and
+ * what registers its APIService once it serves, so that `playbook logs` reads the archive.
+ */
+async function devLogApi(
+  stateDir: string,
+  options: { daemon: boolean; record: (process: RecordedProcess) => Promise<void> },
+): Promise<{ args: string[]; register: (kubeconfig: string) => Promise<void> }> {
+  const port = await freePort();
+  const dir = path.join(stateDir, "log-api");
+  await mkdir(dir, { recursive: true });
+  const { namespace } = DEV_ARCHIVE_SECRET;
+  const serving = await logApiServingCertificate(dir, namespace);
+  const endpoint = await logApiEndpoint(stateDir, port, options);
+  return {
+    args: [
+      `--log-api-address=${endpoint.listen}:${port}`,
+      `--log-api-cert-file=${serving.certFile}`,
+      `--log-api-key-file=${serving.keyFile}`,
+    ],
+    register: async (kubeconfig) => {
+      const { api } = makeClients(loadKubeConfig(kubeconfig));
+      await registerLogApi(api, {
+        namespace,
+        address: endpoint.endpoint,
+        port,
+        caBundle: await readFile(serving.caFile),
+      });
+    },
   };
 }
 
@@ -256,10 +290,20 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       // A port chosen here rather than :0, so that it can be printed and recorded (cluster:down
       // and the tests check that it is closed afterwards).
       const metricsPort = await freePort();
+      const logApi = archive
+        ? await devLogApi(state.stateDir, {
+            daemon: options.daemon ?? false,
+            record: (process) => controlPlane.record(process),
+          })
+        : undefined;
       const controller = startProcess(
         "controller",
         process.execPath,
-        [...devControllerArgs({ cli, metricsPort, kueue: kueue !== undefined }), ...(archive?.args ?? [])],
+        [
+          ...devControllerArgs({ cli, metricsPort, kueue: kueue !== undefined }),
+          ...(archive?.args ?? []),
+          ...(logApi?.args ?? []),
+        ],
         {
           logFile: path.join(state.stateDir, "logs", "controller.log"),
           env: {
@@ -287,6 +331,10 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
         },
       );
       log(`Started the controller (log ${controller.logFile})`);
+      if (logApi) {
+        await logApi.register(state.kubeconfig);
+        log(`Registered the log API (APIService ${APISERVICE_NAME}): playbook logs reads the archive`);
+      }
     } else if (options.startController) {
       log("No controller in this checkout yet (src/controller and dist/bin/playbook.js); not started");
     }

@@ -157,6 +157,25 @@ describe("the Playbooks: timeouts dashboard", () => {
       expect(used).toContain(name);
   });
 
+  it("links the runs that time out to the way to read their logs, from the pod or the log archive", () => {
+    const raw = JSON.parse(readFileSync(dashboardFile, "utf8")) as {
+      links: { title: string; url: string; tooltip?: string }[];
+      panels: { title: string; fieldConfig?: { defaults?: { links?: { title: string; url: string }[] } } }[];
+    };
+    const reading = "docs/log-archive.md#reading-an-archived-log";
+    expect(raw.links.find((link) => link.url.endsWith(reading))?.tooltip).toContain(
+      "kubectl playbook logs NAME -n NAMESPACE",
+    );
+    for (const title of ["Namespaces that time out most", "Playbooks that time out most"]) {
+      const links = raw.panels.find((panel) => panel.title === title)?.fieldConfig?.defaults?.links ?? [];
+      expect(links.map((link) => link.title).join(" "), title).toContain(
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: Grafana's field label, not a JavaScript template
+        "kubectl playbook logs NAME -n ${__field.labels.namespace}",
+      );
+      for (const link of links) expect(link.url, title).toMatch(new RegExp(`${reading}$`));
+    }
+  });
+
   it("says on the per-Playbook panels that they need --metrics-playbook-label", () => {
     const perPlaybook = panels.filter((panel) =>
       panel.targets?.some((target) => target.expr.includes("playbook!=")),

@@ -220,6 +220,7 @@ export async function logsCommand(rawFlags: unknown): Promise<number> {
     name: flags.name,
     follow: flags.follow === true,
     task: flags.task,
+    attempt: flags.attempt,
     out: process.stdout,
   });
 }

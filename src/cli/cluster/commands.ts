@@ -64,10 +64,13 @@ export function registerClusterCommands(program: Command, name: string, setExit:
     program
       .command("logs")
       .showHelpAfterError(help("logs"))
-      .description("print a run's output by task, while it runs and after (as long as its pod is kept)")
+      .description(
+        "print a run's output by task, while it runs and after: from its pods while they are kept, then from the log archive (where the cluster keeps one)",
+      )
       .argument("<NAME>", "the Playbook")
       .option("-f, --follow", "keep printing until the run ends")
-      .option("--task <name>", "only this task's output"),
+      .option("--task <name>", "only this task's output")
+      .option("--attempt <K>", "only this attempt's output (its pod's, or its archived log)"),
   ).action(async (playbook: string, flags: object) =>
     setExit(await (await actions()).logsCommand({ ...flags, name: playbook })),
   );

@@ -89,6 +89,11 @@ export const LogsFlags = z.strictObject({
   name: PlaybookName,
   follow: z.boolean().optional(),
   task: z.string().min(1, "--task: must name a task").optional(),
+  attempt: z.coerce
+    .number({ error: "--attempt: must be a whole number from 1" })
+    .int("--attempt: must be a whole number from 1")
+    .min(1, "--attempt: must be a whole number from 1")
+    .optional(),
 });
 export type LogsFlags = z.infer<typeof LogsFlags>;
 

@@ -319,19 +319,19 @@ function messageOf(error: unknown): string {
 /** The controller's archiver over the store its config names, or undefined when the archive is off (no bucket). */
 export function logArchiverOf(
   config: Parameters<typeof archiveStoreFromConfig>[0],
-  deps: Pick<LogArchiverDeps, "api" | "log" | "podOf"> & {
-    metrics: Pick<ControllerMetrics, "logArchiveFailures">;
-    queue: { add(key: string): void };
-  },
+  deps: { clients: { api: LogArchiverDeps["api"] }; log: Logger },
+  metrics: Pick<ControllerMetrics, "logArchiveFailures">,
+  queue: { add(key: string): void },
+  cache: { pod(key: string): PodView | undefined },
 ): LogArchiver | undefined {
   const store = archiveStoreFromConfig(config);
   if (!store) return undefined;
   return new LogArchiver({
     store,
-    api: deps.api,
+    api: deps.clients.api,
     log: deps.log,
-    podOf: deps.podOf,
-    countFailure: (reason) => deps.metrics.logArchiveFailures.inc({ reason }),
-    onChange: (key) => deps.queue.add(key),
+    podOf: (namespace, name) => cache.pod(`${namespace}/${name}`),
+    countFailure: (reason) => metrics.logArchiveFailures.inc({ reason }),
+    onChange: (key) => queue.add(key),
   });
 }

@@ -163,6 +163,11 @@ export class PlaybookReconciler {
     });
   }
 
+  /** Ends the log archive's follows (their uploads aborted: the next leader begins them again). */
+  async stopArchive(): Promise<void> {
+    await this.deps.archive?.stop();
+  }
+
   /** The pods the cache shows controlled by the Playbook of this UID (never by its name). */
   ownedPods(namespace: string, uid: string | undefined): PodView[] {
     if (!uid) return [];

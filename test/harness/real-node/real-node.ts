@@ -579,7 +579,12 @@ export async function publishHostPortOnNode(
   stateDir: string,
   name: string,
   port: number,
-  options: { daemon: boolean; record: (process: RecordedProcess) => Promise<void> },
+  options: {
+    daemon: boolean;
+    record: (process: RecordedProcess) => Promise<void>;
+    /** Where the node's end listens (default 127.0.0.1; an APIService's endpoint may not be loopback). */
+    nodeAddress?: string;
+  },
 ): Promise<RecordedProcess[]> {
   if (!readHostRecord(stateDir)) return [];
   const state = await readClusterState(stateDir);
@@ -599,7 +604,7 @@ export async function publishHostPortOnNode(
     ...common,
     name: `${name}-relay-node`,
     holderPid: holder.pid,
-    forwards: [`tcp:127.0.0.1:${port}=unix:${socket}`],
+    forwards: [`tcp:${options.nodeAddress ?? "127.0.0.1"}:${port}=unix:${socket}`],
   });
   return [node, host];
 }

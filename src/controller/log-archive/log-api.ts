@@ -1,0 +1,362 @@
+// The log API: archived logs served to the API server as the aggregated group logs.playbook.dev
+// (as metrics-server serves metrics.k8s.io), so that reading one takes a Kubernetes permission
+// the API server checks (`get playbooklogs`) and the store's credentials never leave the
+// controller. One verb on one resource:
+//   GET /apis/logs.playbook.dev/v1alpha1/namespaces/NS/playbooklogs/NAME[?attempt=K]
+// answers the attempt's archived log as text/plain (default: the latest attempt archived), its
+// attempt in X-Playbook-Log-Attempt. Discovery (/apis, the group, the version) makes the
+// APIService Available. Who may call: log-api-access.ts.
+import { readFile } from "node:fs/promises";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { createServer, type Server } from "node:https";
+import type { AddressInfo } from "node:net";
+import { pipeline } from "node:stream/promises";
+import type { TLSSocket } from "node:tls";
+import type { Logger } from "pino";
+import { z } from "zod";
+import { LOG_API_GROUP, LOG_API_RESOURCE, LOG_API_VERSION } from "../../api/log-archive.js";
+import { GROUP, PLURAL, VERSION } from "../../api/playbook.js";
+import type { ApiClient } from "../../runtime/api-client.js";
+import { statusCodeOf } from "../../runtime/api-errors.js";
+import { parseAddress } from "../config.js";
+import { attemptLogKey, type RunIdentity, runPrefix } from "./archive-keys.js";
+import { type ArchiveStore, archiveStoreFromConfig } from "./archive-store.js";
+import {
+  mayGetPlaybookLog,
+  type RemoteUser,
+  type RequestHeaderSettings,
+  readRequestHeaderSettings,
+  remoteUserOf,
+} from "./log-api-access.js";
+import { selfSignedCertificate } from "./self-signed.js";
+
+export const LOG_API_KIND = "PlaybookLog";
+/** What the log API's own refusal says, apart from the API server's. */
+export const REFUSED_BY_LOG_API = "refused by the log API's SubjectAccessReview";
+/** The header that says which attempt's log the answer is. */
+export const ATTEMPT_HEADER = "x-playbook-log-attempt";
+
+const GROUP_VERSION = `${LOG_API_GROUP}/${LOG_API_VERSION}`;
+const API_GROUP = {
+  name: LOG_API_GROUP,
+  versions: [{ groupVersion: GROUP_VERSION, version: LOG_API_VERSION }],
+  preferredVersion: { groupVersion: GROUP_VERSION, version: LOG_API_VERSION },
+};
+const DISCOVERY: Record<string, object> = {
+  "/apis": { kind: "APIGroupList", apiVersion: "v1", groups: [API_GROUP] },
+  [`/apis/${LOG_API_GROUP}`]: { kind: "APIGroup", apiVersion: "v1", ...API_GROUP },
+  [`/apis/${GROUP_VERSION}`]: {
+    kind: "APIResourceList",
+    apiVersion: "v1",
+    groupVersion: GROUP_VERSION,
+    resources: [
+      {
+        name: LOG_API_RESOURCE,
+        singularName: "playbooklog",
+        namespaced: true,
+        kind: LOG_API_KIND,
+        verbs: ["get"],
+      },
+    ],
+  },
+};
+const LOG_PATH = new RegExp(
+  `^/apis/${LOG_API_GROUP.replaceAll(".", "\\.")}/${LOG_API_VERSION}/namespaces/([^/]+)/${LOG_API_RESOURCE}/([^/]+)$`,
+);
+const AttemptQuery = z.object({ attempt: z.coerce.number().int().min(1).max(10_000).optional() });
+const StoredPlaybookIdentity = z.looseObject({ metadata: z.looseObject({ uid: z.string().min(1) }) });
+const ATTEMPT_KEY = /\/attempt-(\d+)\.log$/;
+/** How often the API server's front-proxy CA and names are read again (they rotate). */
+const REQUEST_HEADER_REFRESH_MS = 5 * 60_000;
+
+export interface LogApiOptions {
+  host: string;
+  port: number;
+  /** PEM serving certificate and key. */
+  tls: { cert: string; key: string };
+  requestHeader: RequestHeaderSettings;
+  store: ArchiveStore;
+  api: ApiClient;
+  log: Logger;
+}
+
+/** A Kubernetes Status, as the API server answers an error. */
+function status(code: number, reason: string, message: string, details?: object): object {
+  return {
+    kind: "Status",
+    apiVersion: "v1",
+    metadata: {},
+    status: "Failure",
+    message,
+    reason,
+    code,
+    details,
+  };
+}
+
+const REASONS: Record<number, string> = {
+  400: "BadRequest",
+  401: "Unauthorized",
+  403: "Forbidden",
+  404: "NotFound",
+  405: "MethodNotAllowed",
+  503: "ServiceUnavailable",
+};
+
+class Refusal extends Error {
+  readonly code: number;
+  /** The object refused or not found, as a Status's details name it. */
+  readonly object: string | undefined;
+
+  constructor(code: number, message: string, object?: string) {
+    super(message);
+    this.code = code;
+    this.object = object;
+  }
+}
+
+export class LogApiServer {
+  private readonly server: Server;
+  private readonly options: LogApiOptions;
+  private requestHeader: RequestHeaderSettings;
+  private refresh: NodeJS.Timeout | undefined;
+
+  constructor(options: LogApiOptions) {
+    this.options = options;
+    this.requestHeader = options.requestHeader;
+    this.server = createServer(this.tlsOptions(), (request, response) => {
+      this.serve(request, response).catch((error: unknown) => this.fail(response, error));
+    });
+  }
+
+  private tlsOptions() {
+    return {
+      cert: this.options.tls.cert,
+      key: this.options.tls.key,
+      // Any client may connect (the health probes); only a front-proxy certificate the
+      // requestheader CA signed is believed (log-api-access.ts).
+      ca: this.requestHeader.clientCa,
+      requestCert: true,
+      rejectUnauthorized: false,
+    };
+  }
+
+  /** The API server's front-proxy settings changed (its CA rotated): new connections take them. */
+  updateRequestHeader(settings: RequestHeaderSettings): void {
+    this.requestHeader = settings;
+    this.server.setSecureContext(this.tlsOptions());
+  }
+
+  /** Reads the front-proxy settings again every `intervalMs`, until close. */
+  refreshEvery(intervalMs: number): void {
+    this.refresh = setInterval(() => {
+      readRequestHeaderSettings(this.options.api).then(
+        (settings) => {
+          if (JSON.stringify(settings) !== JSON.stringify(this.requestHeader)) {
+            this.updateRequestHeader(settings);
+            this.options.log.info({}, "Took the API server's new front-proxy settings for the log API");
+          }
+        },
+        (error: unknown) =>
+          this.options.log.warn(
+            { error: String(error) },
+            "Failed to read the API server's front-proxy settings",
+          ),
+      );
+    }, intervalMs);
+    this.refresh.unref();
+  }
+
+  listen(): Promise<AddressInfo> {
+    return new Promise((resolve, reject) => {
+      this.server.once("error", reject);
+      this.server.listen(this.options.port, this.options.host, () =>
+        resolve(this.server.address() as AddressInfo),
+      );
+    });
+  }
+
+  close(): Promise<void> {
+    clearInterval(this.refresh);
+    return new Promise((resolve) => {
+      this.server.close(() => resolve());
+      this.server.closeAllConnections();
+    });
+  }
+
+  private async serve(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    const url = new URL(request.url ?? "/", "https://log-api");
+    if (url.pathname === "/healthz" || url.pathname === "/livez" || url.pathname === "/readyz") {
+      response.writeHead(200, { "content-type": "text/plain" }).end("ok\n");
+      return;
+    }
+    const caller = remoteUserOf(request.socket as TLSSocket, request.headers, this.requestHeader);
+    if ("refused" in caller) throw new Refusal(401, `Unauthorized: ${caller.refused}`);
+    if (request.method !== "GET") throw new Refusal(405, `${request.method} is not served: only get`);
+    const discovery = DISCOVERY[url.pathname.replace(/\/$/, "")];
+    if (discovery) {
+      json(response, 200, discovery);
+      return;
+    }
+    const match = LOG_PATH.exec(url.pathname);
+    if (!match) throw new Refusal(404, "the server could not find the requested resource");
+    const namespace = decodeURIComponent(match[1] ?? "");
+    const name = decodeURIComponent(match[2] ?? "");
+    const query = AttemptQuery.safeParse({ attempt: url.searchParams.get("attempt") ?? undefined });
+    if (!query.success)
+      throw new Refusal(400, `attempt must be a whole number from 1: ${url.searchParams.get("attempt")}`);
+    await this.authorize(caller.user, namespace, name);
+    await this.sendLog(response, { namespace, name }, query.data.attempt);
+  }
+
+  /** Defence in depth: the API server checked RBAC before proxying; the controller asks it again. */
+  private async authorize(user: RemoteUser, namespace: string, name: string): Promise<void> {
+    const { allowed, reason } = await mayGetPlaybookLog(this.options.api, user, { namespace, name });
+    if (allowed) return;
+    this.options.log.info({ user: user.name, namespace, name }, "Refused an archived log");
+    throw new Refusal(
+      403,
+      `${LOG_API_RESOURCE}.${LOG_API_GROUP} "${name}" is forbidden: User "${user.name}" cannot get resource "${LOG_API_RESOURCE}" in API group "${LOG_API_GROUP}" in the namespace "${namespace}" (${REFUSED_BY_LOG_API})${reason ? `: ${reason}` : ""}`,
+    );
+  }
+
+  private async runOf(namespace: string, name: string): Promise<RunIdentity> {
+    try {
+      const raw = await this.options.api.call({
+        method: "GET",
+        path: `/apis/${GROUP}/${VERSION}/namespaces/${encodeURIComponent(namespace)}/${PLURAL}/${encodeURIComponent(name)}`,
+      });
+      return { namespace, name, uid: StoredPlaybookIdentity.parse(raw).metadata.uid };
+    } catch (error) {
+      // A deleted Playbook's objects went with it: there is nothing to read.
+      if (statusCodeOf(error) === 404)
+        throw new Refusal(404, `${PLURAL}.${GROUP} "${name}" not found in namespace "${namespace}"`, name);
+      throw error;
+    }
+  }
+
+  private async sendLog(
+    response: ServerResponse,
+    target: { namespace: string; name: string },
+    asked: number | undefined,
+  ): Promise<void> {
+    const { store, log } = this.options;
+    const run = await this.runOf(target.namespace, target.name);
+    const attempt = asked ?? (await latestAttempt(store, run));
+    if (attempt === undefined)
+      throw new Refusal(404, `${PLURAL}.${GROUP} "${run.name}" has no archived log yet`, run.name);
+    const reading = new AbortController();
+    response.on("close", () => reading.abort());
+    const object = await store.getObject(attemptLogKey(store.prefix, run, attempt), reading.signal);
+    if (!object)
+      throw new Refusal(
+        404,
+        `attempt ${attempt} of ${PLURAL}.${GROUP} "${run.name}" has no archived log`,
+        run.name,
+      );
+    log.debug(
+      { namespace: run.namespace, name: run.name, attempt, bytes: object.bytes },
+      "Served an archived log",
+    );
+    response.writeHead(200, {
+      "content-type": "text/plain; charset=utf-8",
+      "content-length": String(object.bytes),
+      [ATTEMPT_HEADER]: String(attempt),
+    });
+    await pipeline(object.body, response).catch((error: unknown) => {
+      if (!reading.signal.aborted)
+        log.warn(
+          { namespace: run.namespace, name: run.name, attempt, error: String(error) },
+          "Failed to send an archived log",
+        );
+    });
+  }
+
+  private fail(response: ServerResponse, error: unknown): void {
+    if (response.headersSent) {
+      response.destroy();
+      return;
+    }
+    if (error instanceof Refusal) {
+      const details =
+        error.name === undefined
+          ? undefined
+          : { name: error.name, group: LOG_API_GROUP, kind: LOG_API_RESOURCE };
+      json(
+        response,
+        error.code,
+        status(error.code, REASONS[error.code] ?? "Unknown", error.message, details),
+      );
+      return;
+    }
+    this.options.log.warn({ error: String(error) }, "Failed to serve the log API");
+    json(
+      response,
+      503,
+      status(
+        503,
+        "ServiceUnavailable",
+        `the log archive cannot be read now: ${(error as Error)?.message ?? error}`,
+      ),
+    );
+  }
+}
+
+function json(response: ServerResponse, code: number, body: object): void {
+  response.writeHead(code, { "content-type": "application/json" }).end(JSON.stringify(body));
+}
+
+/** The highest attempt with a log in the run's folder. */
+async function latestAttempt(store: ArchiveStore, run: RunIdentity): Promise<number | undefined> {
+  let latest: number | undefined;
+  for (const key of await store.listKeys(runPrefix(store.prefix, run))) {
+    const attempt = Number(ATTEMPT_KEY.exec(key)?.[1]);
+    if (Number.isInteger(attempt) && (latest === undefined || attempt > latest)) latest = attempt;
+  }
+  return latest;
+}
+
+/**
+ * The log API the controller's settings ask for, started: its certificate from the files given
+ * (or self-signed), the aggregation layer's settings from the API server. Undefined while the
+ * archive is off.
+ */
+export async function startLogApi(deps: {
+  config: Parameters<typeof archiveStoreFromConfig>[0] & {
+    logApiAddress: string;
+    logApiCertFile?: string | undefined;
+    logApiKeyFile?: string | undefined;
+  };
+  /** The archive's store; by default the one the config names (none without --log-archive-bucket). */
+  store?: ArchiveStore | undefined;
+  api: ApiClient;
+  log: Logger;
+}): Promise<LogApiServer | undefined> {
+  const { config, api, log } = deps;
+  const store = deps.store ?? archiveStoreFromConfig(config);
+  if (store === undefined) return undefined;
+  // The runs and their archiving go on without it: the log says why reading back fails.
+  try {
+    const tls =
+      config.logApiCertFile !== undefined && config.logApiKeyFile !== undefined
+        ? {
+            cert: await readFile(config.logApiCertFile, "utf8"),
+            key: await readFile(config.logApiKeyFile, "utf8"),
+          }
+        : // Valid from the real time, whatever clock the controller's decisions read.
+          selfSignedCertificate(["playbook-controller-log-api", "localhost"], new Date());
+    const { host, port } = parseAddress(config.logApiAddress);
+    const requestHeader = await readRequestHeaderSettings(api);
+    const server = new LogApiServer({ host, port, tls, requestHeader, store, api, log });
+    const address = await server.listen();
+    server.refreshEvery(REQUEST_HEADER_REFRESH_MS);
+    log.info(
+      { address: `${address.address}:${address.port}`, selfSigned: config.logApiCertFile === undefined },
+      "Serving the log API",
+    );
+    return server;
+  } catch (error) {
+    log.error({ error: String(error) }, "Failed to start the log API: archived logs cannot be read back");
+    return undefined;
+  }
+}
