@@ -37,10 +37,10 @@ export const FOLDER_DESCRIPTIONS: Readonly<Record<string, string>> = {
     "the domain: the manager (controller.ts), its config, and what the kinds share: decisions, run plans, status, metrics",
   "src/controller/cron":
     "the CronPlaybook's reconcile: its decision, triggers, concurrency, writer and metrics",
-  "src/controller/log-archive":
-    "the log archive: its S3 store, its key layout, retention (the finalizer that deletes a run's objects with it), and the log API that reads it back through the API server",
   "src/controller/kueue":
     "runs through Kueue: the pod's queue labels, the hold, Workloads, preemption, queued time",
+  "src/controller/log-archive":
+    "the log archive: its S3 store and key layout, each attempt's log followed into an upload (the cap, LogArchived), retention (the finalizer), and the log API that reads it back through the API server",
   "src/controller/playbook":
     "the Playbook's reconcile: start, active, cancel, ended and queued decisions, live progress, the writer",
   "src/controller/pods":

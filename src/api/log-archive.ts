@@ -42,3 +42,6 @@ export const LOG_API_RESOURCE = "playbooklogs";
 
 /** maximums.archivedLogBytes when no policy says: 1 GiB. */
 export const DEFAULT_ARCHIVED_LOG_BYTES = 1024 ** 3;
+
+/** The least maximums.archivedLogBytes a policy may set: two parts of the upload and room for the tail. */
+export const MIN_ARCHIVED_LOG_BYTES = 16 * 1024 ** 2;

@@ -411,6 +411,15 @@ export const PlaybookStatusSchema = z.looseObject({
   queuedSince: Time.optional(),
   /** While the run goes on: its running task as `index/count name` (e.g. `3/7 migrate`), from the runner's progress record */
   currentTask: z.string().optional(),
+  /** The recorded attempt's output in the log archive (docs/log-archive.md), once its upload completed. */
+  log: z
+    .looseObject({
+      bucket: z.string(),
+      key: z.string(),
+      bytes: z.number().int().min(0),
+      sha256: z.string(),
+    })
+    .optional(),
   conditions: z.array(ConditionSchema).optional(),
 });
 export type PlaybookStatus = z.infer<typeof PlaybookStatusSchema>;

@@ -11,6 +11,7 @@ import {
   type PolicyLimitDefaults,
   type ResolvedLimits,
 } from "./limits.js";
+import { MIN_ARCHIVED_LOG_BYTES } from "./log-archive.js";
 import { PLACEMENT_FIELDS_SHAPE } from "./placement.js";
 import {
   checkPlacement,
@@ -112,6 +113,11 @@ const PolicyMaximumsSchema = z.strictObject({
   /** The most pods Kueue stops that a run may re-create; bounds the default as queueTimeout's does. */
   maxPreemptions: z.number().int().min(0).max(MAX_PREEMPTIONS_LIMIT).optional(),
   runningPlaybooks: z.number().int().min(1).max(100_000).optional(),
+  /** The most bytes of one attempt's output the log archive keeps (head and tail past it); default 1Gi. */
+  archivedLogBytes: Quantity.refine(
+    (q) => quantityValue(q) >= MIN_ARCHIVED_LOG_BYTES,
+    `must be at least ${MIN_ARCHIVED_LOG_BYTES / 1024 ** 2}Mi (spec.maximums.archivedLogBytes)`,
+  ).optional(),
   resources: z
     .strictObject({
       limits: z.record(z.string(), Quantity).optional(),

@@ -22,6 +22,7 @@ import type { ReconcileSettings } from "./decision.js";
 import { workloadOf } from "./kueue/kueue-hold.js";
 import { WorkloadCache } from "./kueue/workload-cache.js";
 import { type LogApiServer, startLogApi } from "./log-archive/log-api.js";
+import { logArchiverOf } from "./log-archive/log-archiver.js";
 import { runRetentionFor } from "./log-archive/run-retention.js";
 import { ControllerMetrics } from "./metrics.js";
 import { NodeRuntimesWatch } from "./node-runtimes-watch.js";
@@ -182,6 +183,7 @@ export class PlaybookController {
         })
       : undefined;
     this.reconciler = new PlaybookReconciler({
+      archive: logArchiverOf(deps.config, deps, this.metrics, this.queue, this.listers()),
       listers: this.listers(),
       writer: this.writer,
       api: deps.clients.api,
@@ -393,7 +395,7 @@ export class PlaybookController {
     this.metrics.isLeader.set(0);
     await Promise.all(this.informers().map((informer) => informer.stop()));
     await this.nodeRuntimes.stop();
-    await this.workloads?.stop();
+    await Promise.all([this.workloads?.stop(), this.reconciler.stopArchive()]);
     await this.server?.close();
     await this.logApi?.close();
     this.log.info({}, "Stopped");

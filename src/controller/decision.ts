@@ -6,6 +6,7 @@ import type { LimitDefaults, ResolvedLimits } from "../api/limits.js";
 import type { PlaybookSpec, PlaybookStatus } from "../api/playbook.js";
 import type { NamespaceRules, PodSettings } from "../api/policy.js";
 import type { TerminalReason } from "../api/reasons.js";
+import type { RunnerReport } from "../api/report.js";
 import type { RecordedEvent } from "../runtime/events.js";
 import type { WorkloadView } from "./kueue/workload-view.js";
 import type { PodView, StoredPlaybook } from "./objects.js";
@@ -105,6 +106,8 @@ export interface Decision {
   preempted?: { reason: string };
   /** Kueue admitted the run's pod this pass: its LocalQueue and how long it waited (kueue-hold.ts). */
   admitted?: { queue: string; waitSeconds: number };
+  /** The runner's report that decided the run, trusted: the log archive keeps it beside the log. */
+  trustedReport?: { podUID: string; report: RunnerReport };
 }
 
 export interface RunState {

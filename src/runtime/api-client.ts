@@ -229,6 +229,19 @@ export class ApiClient {
     });
   }
 
+  /** A container's log as bytes (pods/log; follow=true ends with the container): only the caller's signal ends it. */
+  async openPodLog(
+    args: { namespace: string; name: string; container: string; follow: boolean },
+    options?: CallOptions,
+  ): Promise<http.IncomingMessage> {
+    const { namespace, name, container, follow } = args;
+    const url = this.url(`${podPath(namespace, name)}/log`, { container, follow });
+    const response = await this.send("GET", url, undefined, "application/json", options?.signal, "watch");
+    const status = response.statusCode ?? 0;
+    if (status < 200 || status >= 300) throw errorOf("GET", url, status, await readText(response));
+    return response;
+  }
+
   /** PUT of a custom object's status subresource. */
   replaceNamespacedCustomObjectStatus(
     args: { group: string; version: string; plural: string; namespace: string; name: string; body: object },

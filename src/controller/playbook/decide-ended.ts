@@ -46,13 +46,15 @@ function settleReported(
   next: PlaybookStatus,
   read: ReadReport & { ok: true },
 ): Decision {
+  const trustedReport = { podUID: pod.metadata.uid ?? "", report: read.report };
   const changes = read.unverified ?? [];
-  if (changes.length === 0) return settle(state.base, next, read.report.reason, { fromReport: true });
+  if (changes.length === 0)
+    return { ...settle(state.base, next, read.report.reason, { fromReport: true }), trustedReport };
   const note = `unverified: the pod was changed after its creation: ${changes.map((c) => c.what).join("; ")}`;
   const conditions = (next.conditions ?? []).map((c) =>
     c.type === "Succeeded" ? { ...c, message: c.message ? `${c.message} (${note})` : note } : c,
   );
-  return settle(state.base, { ...next, conditions }, read.report.reason, {
+  const unverified = settle(state.base, { ...next, conditions }, read.report.reason, {
     fromReport: true,
     events: [
       {
@@ -62,6 +64,7 @@ function settleReported(
       },
     ],
   });
+  return { ...unverified, trustedReport };
 }
 
 /**

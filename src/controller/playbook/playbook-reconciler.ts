@@ -7,11 +7,14 @@ import { KIND } from "../../api/playbook.js";
 import type { ApiClient } from "../../runtime/api-client.js";
 import { apiErrorMessage, isNotFound } from "../../runtime/api-errors.js";
 import type { Clock } from "../../runtime/clock.js";
-import type { ReconcileInput, ReconcileSettings } from "../decision.js";
+import type { Decision, ReconcileInput, ReconcileSettings } from "../decision.js";
 import { orphanToRelease } from "../kueue/kueue-finalizer.js";
 import { workloadOf } from "../kueue/kueue-hold.js";
 import type { WorkloadCache } from "../kueue/workload-cache.js";
 import type { WorkloadView } from "../kueue/workload-view.js";
+import { archivedLogCap, attemptToFollow } from "../log-archive/archive-pass.js";
+import { type AttemptArchive, archiveStatus } from "../log-archive/archive-status.js";
+import type { LogArchiver } from "../log-archive/log-archiver.js";
 import type { RunRetention } from "../log-archive/run-retention.js";
 import { keyOf, type PodView, parsePod, type StoredPlaybook, splitKey } from "../objects.js";
 import type { ObservedPlacement } from "../pods/built-pod-difference.js";
@@ -58,6 +61,8 @@ export interface PlaybookReconcilerDeps {
   workloads: Pick<WorkloadCache, "of"> | undefined;
   /** When each running run's progress was last read (--progress-interval). */
   progress: ProgressLooks;
+  /** The log archive, when --log-archive-bucket turns it on (docs/log-archive.md). */
+  archive?: LogArchiver | undefined;
   /** The log archive's finalizer and the deletion of a deleted run's objects (log-archive/run-retention.ts). */
   retention?: Pick<RunRetention, "pass">;
 }
@@ -114,10 +119,13 @@ export class PlaybookReconciler {
       await this.releaseOrphans(namespace, splitKey(key).name, playbook?.metadata.uid);
     if (!playbook) {
       this.deps.progress.forget(key);
+      this.deps.archive?.forgetRun(key);
       return {};
     }
     // The watch event of this controller's own last write re-queues the key when it arrives.
     if (this.writer.isBehind(playbook)) return { requeueAfterMs: BEHIND_RETRY_MS, waited: true };
+    // A deleted run's follows end (their uploads aborted) before its folder is emptied.
+    if (playbook.metadata.deletionTimestamp) await this.deps.archive?.stopRun(key);
     // The archive's finalizer before the first pod; a deleted run's objects before it goes.
     const retained = await this.deps.retention?.pass(playbook);
     if (retained?.done)
@@ -153,6 +161,11 @@ export class PlaybookReconciler {
         slots,
       });
     });
+  }
+
+  /** Ends the log archive's follows (their uploads aborted: the next leader begins them again). */
+  async stopArchive(): Promise<void> {
+    await this.deps.archive?.stop();
   }
 
   /** The pods the cache shows controlled by the Playbook of this UID (never by its name). */
@@ -228,8 +241,9 @@ export class PlaybookReconciler {
       ...(look ? { progress: look } : {}),
       ...(mountEvents ? { mountEvents } : {}),
     };
+    const archived = this.followLog(withRules);
     for (;;) {
-      const decision = decide(withRules);
+      const decision = withArchive(decide(withRules), archived, input);
       try {
         await this.writer.apply(playbook, decision);
       } catch (error) {
@@ -244,11 +258,28 @@ export class PlaybookReconciler {
         await this.writer.apply(playbook, decideRefusedPod(withRules, error.message));
         return {};
       }
+      if (decision.status === null && !decision.actions.some((action) => action.type === "createPod")) {
+        // The archive's result alone: written apart from the run's outcome, finished or not.
+        const alone = archiveStatus(playbook.status ?? {}, archived, input.now, playbook.metadata.generation);
+        if (alone) await this.writer.writeArchiveStatus(playbook, alone);
+      }
+      if (decision.trustedReport && decision.status)
+        this.deps.archive?.keepReport(playbook, decision.status, decision.trustedReport);
       const taken = decision.progressTaken;
       if (taken) this.deps.progress.took(playbook, taken.podUID, taken);
       const requeueAfterMs = earliest(decision.requeueAfterMs, this.nextProgressLookInMs(input));
       return requeueAfterMs === undefined ? {} : { requeueAfterMs };
     }
+  }
+
+  /** Begins archiving the recorded attempt's log when it is due; what the archive knows of it. */
+  private followLog(input: ReconcileInput): AttemptArchive | undefined {
+    const archive = this.deps.archive;
+    const podUID = input.playbook.status?.podUID;
+    if (!archive || podUID === undefined) return undefined;
+    const ref = attemptToFollow(input.playbook, input.pods, archivedLogCap(input.rules));
+    if (ref) archive.follow(ref);
+    return archive.resultOf(podUID);
   }
 
   /**
@@ -335,6 +366,17 @@ export class PlaybookReconciler {
       },
     });
   }
+}
+
+/** The decision's status with the archive's result in it, when it writes one. */
+function withArchive(
+  decision: Decision,
+  archived: AttemptArchive | undefined,
+  input: ReconcileInput,
+): Decision {
+  if (!decision.status || !archived) return decision;
+  const status = archiveStatus(decision.status, archived, input.now, input.playbook.metadata.generation);
+  return status ? { ...decision, status } : decision;
 }
 
 function earliest(a: number | undefined, b: number | undefined): number | undefined {

@@ -190,6 +190,11 @@ export class PlaybookWriter {
     };
   }
 
+  /** The log archive's condition and status.log alone (log-archive/archive-status.ts). */
+  writeArchiveStatus(playbook: StoredPlaybook, status: PlaybookStatus): Promise<void> {
+    return this.writeStatus(playbook, status);
+  }
+
   private async writeStatus(playbook: StoredPlaybook, status: PlaybookStatus): Promise<void> {
     const { namespace = "", name, resourceVersion } = playbook.metadata;
     const body = {

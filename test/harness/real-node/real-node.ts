@@ -430,6 +430,11 @@ function kubeletConfig(options: {
     failSwapOn: false,
     makeIPTablesUtilChains: false,
     podLogsDir: path.join(options.dir, "pod-logs"),
+    // Small, often checked: a run printing tens of MiB is rotated under the log archive's follow
+    // (test/real-node/log-archive.test.ts), as a long run's log is on a production node.
+    containerLogMaxSize: "4Mi",
+    containerLogMaxFiles: 2,
+    containerLogMonitorInterval: "3s",
     // Imported images cannot be pulled again: never collect them.
     imageGCHighThresholdPercent: 100,
     imageGCLowThresholdPercent: 99,

@@ -1,0 +1,337 @@
+// The archive's runtime: per attempt (pod), the runner container's log followed through the API
+// server (pods/log, follow=true: the kubelet's reader goes on across its rotation) into an
+// AttemptUpload, and what came of it kept in memory for the reconcile (archive-status.ts). The
+// keys are built here from the Playbook the controller reads; the store's credentials never
+// leave the controller. A small record (attempt-<K>.log.json) beside each completed object lets a
+// restarted controller say what it holds without reading it again.
+import type { Logger } from "pino";
+import { z } from "zod";
+import { LOG_ARCHIVE_REASONS, type LogArchiveFailure, type LogArchiveReason } from "../../api/log-archive.js";
+import type { PlaybookStatus } from "../../api/playbook.js";
+import type { RunnerReport } from "../../api/report.js";
+import type { ApiClient } from "../../runtime/api-client.js";
+import { apiErrorMessage, isNotFound } from "../../runtime/api-errors.js";
+import type { ControllerMetrics } from "../metrics.js";
+import { type PodView, RUNNER_CONTAINER, type StoredPlaybook } from "../objects.js";
+import { nodeSilenceOf } from "../pods/node-lost.js";
+import { attemptLogKey, attemptReportKey, type RunIdentity } from "./archive-keys.js";
+import type { AttemptArchive } from "./archive-status.js";
+import { type ArchiveStore, archiveStoreFromConfig } from "./archive-store.js";
+import { ArchiveStoreError, AttemptUpload, type RetryBound } from "./attempt-upload.js";
+
+/** One attempt to follow: the run, its attempt number and its pod. */
+export interface AttemptRef {
+  run: RunIdentity;
+  attempt: number;
+  pod: string;
+  podUID: string;
+  /** maximums.archivedLogBytes for the run. */
+  capBytes: number;
+  /** The status said an archive of this attempt was under way: a controller before this one began it. */
+  resumed: boolean;
+}
+
+export interface LogArchiverDeps {
+  store: ArchiveStore;
+  api: Pick<ApiClient, "openPodLog" | "readNamespacedPod">;
+  log: Logger;
+  /** Counts an attempt whose archive is not whole. */
+  countFailure: (reason: LogArchiveFailure) => void;
+  /** The run of this key looks again: its attempt's archive changed. */
+  onChange: (key: string) => void;
+  /** The pod as the cache shows it: gone, or its node stopped reporting (pods/node-lost.ts), is a lost node. */
+  podOf: (namespace: string, pod: string) => PodView | undefined;
+  partBytes?: number;
+  retry?: RetryBound;
+}
+
+const RecordSchema = z.object({
+  v: z.literal(1),
+  bytes: z.number().int().min(0),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  reason: z.enum(Object.values(LOG_ARCHIVE_REASONS) as [LogArchiveReason, ...LogArchiveReason[]]),
+  message: z.string(),
+});
+
+const FAILURE_OF: Partial<Record<LogArchiveReason, LogArchiveFailure>> = {
+  [LOG_ARCHIVE_REASONS.storeUnreachable]: "store_unreachable",
+  [LOG_ARCHIVE_REASONS.capReached]: "cap_reached",
+  [LOG_ARCHIVE_REASONS.nodeLost]: "node_lost",
+  [LOG_ARCHIVE_REASONS.incomplete]: "incomplete",
+};
+
+/** The record beside the attempt's object: what it holds, as the controller completed it. */
+export function recordKey(logKey: string): string {
+  return `${logKey}.json`;
+}
+
+export class LogArchiver {
+  private readonly deps: LogArchiverDeps;
+  private readonly attempts = new Map<string, AttemptArchive>();
+  private readonly running = new Map<string, Promise<void>>();
+  /** Ends one attempt's follow (its run is deleted), by pod UID. */
+  private readonly stopOf = new Map<string, AbortController>();
+  /** The `namespace/name` of each attempt's run, by pod UID. */
+  private readonly runOf = new Map<string, string>();
+  private readonly stopping = new AbortController();
+
+  constructor(deps: LogArchiverDeps) {
+    this.deps = deps;
+  }
+
+  get bucket(): string {
+    return this.deps.store.bucket;
+  }
+
+  /** What is known of the attempt whose pod has this UID. */
+  resultOf(podUID: string): AttemptArchive | undefined {
+    return this.attempts.get(podUID);
+  }
+
+  /** Begins archiving the attempt unless it is already archived or being archived. */
+  follow(ref: AttemptRef): void {
+    if (this.attempts.has(ref.podUID) || this.stopping.signal.aborted) return;
+    const key = attemptLogKey(this.deps.store.prefix, ref.run, ref.attempt);
+    this.attempts.set(ref.podUID, { podUID: ref.podUID, attempt: ref.attempt, state: "archiving", key });
+    this.runOf.set(ref.podUID, `${ref.run.namespace}/${ref.run.name}`);
+    const stop = new AbortController();
+    this.stopOf.set(ref.podUID, stop);
+    const work = this.archive(ref, key, AbortSignal.any([this.stopping.signal, stop.signal]))
+      .catch((error: unknown) => {
+        this.deps.log.error({ ...where(ref), err: String(error) }, "Log archive failed");
+      })
+      .finally(() => {
+        this.running.delete(ref.podUID);
+        this.stopOf.delete(ref.podUID);
+      });
+    this.running.set(ref.podUID, work);
+  }
+
+  /**
+   * Puts the runner's report that decided the run (trusted: decide-ended.ts) beside its
+   * attempt's log, as attempt-<K>.report.json; a failure is logged, never the run's.
+   */
+  keepReport(
+    playbook: StoredPlaybook,
+    status: PlaybookStatus,
+    trusted: { podUID: string; report: RunnerReport },
+  ): void {
+    const { namespace = "", name, uid } = playbook.metadata;
+    if (!uid || !status.podAttempts || trusted.podUID !== status.podUID || this.stopping.signal.aborted)
+      return;
+    const key = attemptReportKey(this.deps.store.prefix, { namespace, name, uid }, status.podAttempts);
+    this.deps.store
+      .putObject(key, JSON.stringify(trusted.report), "application/json")
+      .catch((error: unknown) => {
+        this.deps.log.warn(
+          { namespace, name, key, err: messageOf(error) },
+          "Could not archive runner report",
+        );
+      });
+  }
+
+  /**
+   * The Playbook of this key is being deleted: its follows end, their uploads aborted, and none
+   * begins again (archive-pass.ts starts none for a deleted Playbook), so nothing lands in its
+   * folder once retention has emptied it.
+   */
+  async stopRun(key: string): Promise<void> {
+    const ending: Promise<void>[] = [];
+    for (const [uid, runKey] of this.runOf) {
+      if (runKey !== key) continue;
+      this.stopOf.get(uid)?.abort();
+      const work = this.running.get(uid);
+      if (work) ending.push(work);
+    }
+    await Promise.all(ending);
+  }
+
+  /** The Playbook of this key is gone: nothing more to remember of its attempts. */
+  forgetRun(key: string): void {
+    for (const [uid, runKey] of this.runOf)
+      if (runKey === key && !this.running.has(uid)) {
+        this.attempts.delete(uid);
+        this.runOf.delete(uid);
+      }
+  }
+
+  /** Ends every follow; their uploads are aborted (the next leader begins them again). */
+  async stop(): Promise<void> {
+    this.stopping.abort();
+    await Promise.all(this.running.values());
+    this.deps.store.destroy();
+  }
+
+  private async archive(ref: AttemptRef, key: string, signal: AbortSignal): Promise<void> {
+    const recorded = await this.readRecord(key).catch(() => undefined);
+    if (recorded) {
+      this.end(
+        ref,
+        recorded.reason,
+        recorded.message,
+        { key, bytes: recorded.bytes, sha256: recorded.sha256 },
+        false,
+      );
+      return;
+    }
+    const upload = new AttemptUpload({
+      store: this.deps.store,
+      key,
+      capBytes: ref.capBytes,
+      ...(this.deps.partBytes ? { partBytes: this.deps.partBytes } : {}),
+      ...(this.deps.retry ? { retry: this.deps.retry } : {}),
+      signal,
+    });
+    try {
+      // A controller before this one may have left an upload of this attempt: it goes.
+      for (const stray of await this.deps.store.listUploads(key))
+        if (stray.key === key) await this.deps.store.abortUpload(stray.key, stray.uploadId);
+      await this.deps.store.deletePrefix(upload.segmentPrefix);
+    } catch (error) {
+      this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${messageOf(error)}`);
+      return;
+    }
+    let broke: string | undefined;
+    try {
+      const stream = await this.deps.api.openPodLog(
+        { namespace: ref.run.namespace, name: ref.pod, container: RUNNER_CONTAINER, follow: true },
+        { signal },
+      );
+      try {
+        for await (const chunk of stream) await upload.write(chunk as Buffer);
+      } finally {
+        stream.destroy();
+      }
+    } catch (error) {
+      // Stopping (the lead lost, or a shutdown): the next leader begins the attempt again.
+      if (signal.aborted) {
+        await upload.abort();
+        return;
+      }
+      if (error instanceof ArchiveStoreError) {
+        await upload.abort();
+        this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${error.message}`);
+        return;
+      }
+      broke = isNotFound(error) ? "the pod was gone" : `the log stream broke: ${apiErrorMessage(error)}`;
+    }
+    if (broke !== undefined && upload.receivedBytes === 0) {
+      // Nothing arrived (no kubelet answered, the pod was gone): no empty object.
+      await upload.abort();
+      const [reason, message] = this.verdict(ref, { bytes: 0, leftOut: 0, received: 0 }, broke);
+      this.end(ref, reason, message);
+      return;
+    }
+    let outcome: Awaited<ReturnType<AttemptUpload["finish"]>>;
+    try {
+      outcome = await upload.finish();
+    } catch (error) {
+      await upload.abort();
+      if (signal.aborted) return;
+      this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${messageOf(error)}`);
+      return;
+    }
+    const [reason, message] = this.verdict(ref, outcome, broke);
+    const log = { key, bytes: outcome.bytes, sha256: outcome.sha256 };
+    try {
+      await this.deps.store.putObject(
+        recordKey(key),
+        JSON.stringify({ v: 1, bytes: outcome.bytes, sha256: outcome.sha256, reason, message }),
+        "application/json",
+      );
+    } catch (error) {
+      // The object is whole; only a restart's recovery would miss it.
+      this.deps.log.warn({ ...where(ref), err: messageOf(error) }, "Could not write log archive record");
+    }
+    this.end(ref, reason, message, log);
+  }
+
+  private verdict(
+    ref: AttemptRef,
+    outcome: { bytes: number; leftOut: number; received: number },
+    broke: string | undefined,
+  ): [LogArchiveReason, string] {
+    const kept = `${outcome.bytes} bytes archived`;
+    if (broke !== undefined) {
+      const pod = this.deps.podOf(ref.run.namespace, ref.pod);
+      const lost = pod === undefined || nodeSilenceOf(pod) !== undefined;
+      return lost
+        ? [
+            LOG_ARCHIVE_REASONS.nodeLost,
+            `${kept}; the pod's node stopped reporting (${broke}): output the kubelet had not sent is not in it`,
+          ]
+        : [LOG_ARCHIVE_REASONS.incomplete, `${kept}; ${broke}: output after that is not in it`];
+    }
+    if (ref.resumed)
+      return [
+        LOG_ARCHIVE_REASONS.incomplete,
+        `${kept}; the controller restarted while the attempt ran: the archive begins at what the kubelet still kept`,
+      ];
+    if (outcome.leftOut > 0)
+      return [
+        LOG_ARCHIVE_REASONS.capReached,
+        `${kept} of ${outcome.received}: ${outcome.leftOut} bytes past maximums.archivedLogBytes (${ref.capBytes}) were left out between the head and the tail`,
+      ];
+    return [LOG_ARCHIVE_REASONS.archived, kept];
+  }
+
+  private end(
+    ref: AttemptRef,
+    reason: LogArchiveReason,
+    message: string,
+    log?: { key: string; bytes: number; sha256: string },
+    count = true,
+  ): void {
+    this.attempts.set(ref.podUID, {
+      podUID: ref.podUID,
+      attempt: ref.attempt,
+      state: "ended",
+      reason,
+      message,
+      ...(log ? { log: { bucket: this.deps.store.bucket, ...log } } : {}),
+    });
+    const failure = FAILURE_OF[reason];
+    if (failure && count) this.deps.countFailure(failure);
+    const fields = { ...where(ref), reason, message };
+    if (failure) this.deps.log.warn(fields, "Archived log not whole");
+    else this.deps.log.info(fields, "Archived log");
+    this.deps.onChange(`${ref.run.namespace}/${ref.run.name}`);
+  }
+
+  private async readRecord(key: string): Promise<z.infer<typeof RecordSchema> | undefined> {
+    const object = await this.deps.store.getObject(recordKey(key));
+    if (!object) return undefined;
+    const chunks: Buffer[] = [];
+    for await (const chunk of object.body) chunks.push(chunk as Buffer);
+    const parsed = RecordSchema.safeParse(JSON.parse(Buffer.concat(chunks).toString("utf8")));
+    return parsed.success ? parsed.data : undefined;
+  }
+}
+
+function where(ref: AttemptRef): Record<string, unknown> {
+  return { namespace: ref.run.namespace, name: ref.run.name, pod: ref.pod, attempt: ref.attempt };
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** The controller's archiver over the store its config names, or undefined when the archive is off (no bucket). */
+export function logArchiverOf(
+  config: Parameters<typeof archiveStoreFromConfig>[0],
+  deps: { clients: { api: LogArchiverDeps["api"] }; log: Logger },
+  metrics: Pick<ControllerMetrics, "logArchiveFailures">,
+  queue: { add(key: string): void },
+  cache: { pod(key: string): PodView | undefined },
+): LogArchiver | undefined {
+  const store = archiveStoreFromConfig(config);
+  if (!store) return undefined;
+  return new LogArchiver({
+    store,
+    api: deps.clients.api,
+    log: deps.log,
+    podOf: (namespace, name) => cache.pod(`${namespace}/${name}`),
+    countFailure: (reason) => metrics.logArchiveFailures.inc({ reason }),
+    onChange: (key) => queue.add(key),
+  });
+}

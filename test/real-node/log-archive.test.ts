@@ -1,0 +1,308 @@
+// The log archive on a real kubelet (issue 58): the controller follows the runner's log through
+// the API server (pods/log, follow=true) while the kubelet rotates it (4Mi x 2 on this node), and
+// the object holds every byte the runner printed, with status.log's sha256; a store that stops
+// mid-run never changes the run's outcome (LogArchived False StoreUnreachable); past the policy's
+// maximums.archivedLogBytes the head, one left-out line and the tail are kept; and no pod holds
+// the store's credentials, whose bucket refuses a PUT that is not signed with them.
+import { createHash } from "node:crypto";
+import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { GROUP, VERSION } from "../../src/api/playbook.js";
+import { attemptLogKey, attemptReportKey } from "../../src/controller/log-archive/archive-keys.js";
+import { ArchiveStore } from "../../src/controller/log-archive/archive-store.js";
+import { realNode } from "../controller/reason-cases.js";
+import {
+  clients,
+  condition,
+  createPlaybook,
+  getPlaybook,
+  kubectl,
+  type PlaybookObject,
+  type RunningController,
+  runnerLogs,
+  startController,
+  taskLines,
+  waitForFinished,
+} from "../controller/support.js";
+import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { type ObjectStore, startObjectStore } from "../harness/object-store.js";
+import { realNodePodLogsDir } from "../harness/real-node/real-node.js";
+
+const MiB = 1024 * 1024;
+const { core } = clients();
+let namespace = "";
+let stateDir = "";
+let store: ObjectStore;
+let controller: RunningController | undefined;
+
+/** `blocks` MiB of numbered 1 KiB lines, a MiB every `pauseMs`: the runner prefixes each with [gen]. */
+function generator(blocks: number, pauseMs: number): string {
+  const script =
+    "const pad='x'.repeat(1014); let i=0;" +
+    "function step(){ let s=''; for(let j=0;j<1024;j++,i++) s+=String(i).padStart(8,'0')+' '+pad+'\\n';" +
+    ` process.stdout.write(s, () => { if (i < ${blocks * 1024}) setTimeout(step, ${pauseMs}); }); }` +
+    " step();";
+  return `node -e "${script}"`;
+}
+
+/** The lines generator() prints, as the task printed them. */
+function generated(blocks: number): string[] {
+  const pad = "x".repeat(1014);
+  return Array.from({ length: blocks * 1024 }, (_, i) => `${String(i).padStart(8, "0")} ${pad}`);
+}
+
+const sha256 = (bytes: Buffer) => createHash("sha256").update(bytes).digest("hex");
+
+async function readObject(key: string): Promise<Buffer> {
+  const client = store.client();
+  try {
+    const object = await client.getObject(key);
+    const chunks: Buffer[] = [];
+    for await (const chunk of object?.body ?? []) chunks.push(chunk as Buffer);
+    return Buffer.concat(chunks);
+  } finally {
+    client.destroy();
+  }
+}
+
+type StatusLog = { bucket: string; key: string; bytes: number; sha256: string };
+const logOf = (playbook: PlaybookObject) => (playbook.status as { log?: StatusLog } | undefined)?.log;
+
+/** The Playbook once its LogArchived condition is settled (True or False). */
+async function archived(ns: string, name: string, timeoutMs = 180_000): Promise<PlaybookObject> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const playbook = await getPlaybook(ns, name);
+    const said = condition(playbook, "LogArchived");
+    if (said && said.status !== "Unknown") return playbook;
+    if (Date.now() > deadline)
+      throw new Error(`${name}'s log archive did not settle: ${JSON.stringify(playbook.status)}`);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}
+
+/** Waits until the run's LogArchived says Archiving. */
+async function archivingOf(name: string): Promise<void> {
+  const deadline = Date.now() + realNode.taskStartMs + 60_000;
+  for (;;) {
+    const playbook = await getPlaybook(namespace, name);
+    if (condition(playbook, "LogArchived")?.reason === "Archiving") return;
+    if (Date.now() > deadline)
+      throw new Error(`${name} never began archiving: ${JSON.stringify(playbook.status)}`);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}
+
+beforeAll(async () => {
+  stateDir = mkdtempSync(path.join(tmpdir(), "rn-log-archive-"));
+  store = await startObjectStore({ binDir: inject("binDir"), stateDir });
+  // The controller's credentials, as the chart gives them: the SDK's env, in the controller only.
+  process.env.AWS_ACCESS_KEY_ID = store.accessKeyId;
+  process.env.AWS_SECRET_ACCESS_KEY = store.secretAccessKey;
+  namespace = await createTestNamespace(core, "rn-log-archive", {
+    "pod-security.kubernetes.io/enforce": "restricted",
+  });
+  controller = startController([namespace], {
+    ...realNode.controller,
+    logArchiveBucket: store.bucket,
+    logArchiveEndpoint: store.endpoint,
+    logArchiveRegion: store.region,
+    logArchiveForcePathStyle: true,
+  });
+}, 120_000);
+afterAll(async () => {
+  await controller?.stop();
+  if (namespace) await deleteTestNamespace(core, namespace);
+  await store?.stop();
+  if (stateDir) rmSync(stateDir, { recursive: true, force: true });
+});
+
+describe("the log archive on a real node", () => {
+  it("archives 40 MiB the kubelet rotated under it, every byte, with status.log's sha256", async () => {
+    const name = "forty";
+    await createPlaybook(namespace, name, {
+      ceiling: "5m",
+      tasks: [{ name: "gen", run: generator(40, 300) }],
+    });
+    const ended = await waitForFinished(namespace, name, realNode.taskStartMs + 240_000);
+    expect(condition(ended, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    const done = await archived(namespace, name);
+    expect(condition(done, "LogArchived")).toMatchObject({ status: "True", reason: "Archived" });
+    const log = logOf(done) as StatusLog;
+    expect(log.key).toBe(attemptLogKey("", { namespace, name, uid: done.metadata.uid as string }, 1));
+    const object = await readObject(log.key);
+    expect(object.length).toBe(log.bytes);
+    expect(sha256(object)).toBe(log.sha256);
+    // Every line the task printed, in order, behind the runner's prefix: nothing lost to rotation.
+    const text = object.toString("utf8");
+    expect(taskLines(text, "gen")).toEqual(generated(40));
+    // The report that decided the run, beside the log.
+    const reportKey = attemptReportKey("", { namespace, name, uid: done.metadata.uid as string }, 1);
+    expect(JSON.parse((await readObject(reportKey)).toString("utf8"))).toMatchObject({ phase: "Succeeded" });
+    // The node no longer holds all of it: its rotation dropped files the archive has the bytes of.
+    const pod = JSON.parse(
+      (await kubectl(["-n", namespace, "get", "pod", `${name}-1`, "-o", "json"])).stdout,
+    );
+    const dir = path.join(
+      realNodePodLogsDir(path.dirname(inject("kubeconfig"))),
+      `${namespace}_${name}-1_${pod.metadata.uid}`,
+      "runner",
+    );
+    const held = readdirSync(dir).reduce((sum, file) => sum + statSync(path.join(dir, file)).size, 0);
+    expect(held).toBeLessThan(object.length / 2);
+    // What `kubectl logs` still shows (the newest file only, after rotation; it may be empty right
+    // after one) is the archive's end.
+    const shown = (await kubectl(["-n", namespace, "logs", `${name}-1`, "-c", "runner", "--tail=2000"]))
+      .stdout;
+    expect(text.endsWith(shown)).toBe(true);
+  }, 420_000);
+
+  it("holds no credential of the store in the pod, and the bucket refuses a PUT not signed with the controller's keys", async () => {
+    const name = "no-keys";
+    await createPlaybook(namespace, name, { ceiling: "2m", tasks: [{ name: "env", run: "env | sort" }] });
+    const ended = await waitForFinished(namespace, name, realNode.taskStartMs + realNode.finishMs);
+    const pod = JSON.parse(
+      (await kubectl(["-n", namespace, "get", "pod", `${name}-1`, "-o", "json"])).stdout,
+    );
+    const text = JSON.stringify(pod);
+    expect(text).not.toContain(store.secretAccessKey);
+    expect(text).not.toContain(store.accessKeyId);
+    expect(text).not.toMatch(/AWS_/);
+    const printed = taskLines(await runnerLogs(namespace, name), "env");
+    expect(printed.some((line) => line.startsWith("AWS_"))).toBe(false);
+    // Another run's object: an unsigned PUT and one signed with keys not the controller's are refused.
+    const done = await archived(namespace, name);
+    const target = logOf(done)?.key as string;
+    expect(target).toBeDefined();
+    const unsigned = await fetch(`${store.endpoint}/${store.bucket}/${target}`, {
+      method: "PUT",
+      body: "forged",
+    });
+    expect(unsigned.status).toBe(403);
+    const stranger = new ArchiveStore({
+      endpoint: store.endpoint,
+      bucket: store.bucket,
+      region: store.region,
+      prefix: "",
+      forcePathStyle: true,
+      credentials: { accessKeyId: "AKFOREIGN", secretAccessKey: "not-the-controllers" },
+    });
+    await expect(stranger.putObject(target, "forged", "text/plain")).rejects.toMatchObject({
+      $metadata: { httpStatusCode: 403 },
+    });
+    stranger.destroy();
+    expect(sha256(await readObject(target))).toBe(logOf(done)?.sha256);
+    expect(condition(ended, "Succeeded")).toMatchObject({ status: "True" });
+  }, 300_000);
+
+  it("keeps the head, one left-out line and the tail past the policy's archivedLogBytes", async () => {
+    const policy = {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: "PlaybookPolicy",
+      metadata: { name: "default", namespace },
+      spec: { maximums: { archivedLogBytes: "16Mi" } },
+    };
+    const applied = await kubectl(["apply", "--server-side", "-f", "-"], { input: JSON.stringify(policy) });
+    expect(applied.stderr).toBe("");
+    try {
+      const name = "capped";
+      await createPlaybook(namespace, name, {
+        ceiling: "5m",
+        tasks: [{ name: "gen", run: generator(40, 100) }],
+      });
+      const ended = await waitForFinished(namespace, name, realNode.taskStartMs + 240_000);
+      expect(condition(ended, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+      const done = await archived(namespace, name);
+      const said = condition(done, "LogArchived");
+      expect(said).toMatchObject({ status: "False", reason: "CapReached" });
+      expect(said?.message).toMatch(/bytes past maximums\.archivedLogBytes \(16777216\) were left out/);
+      const log = logOf(done) as StatusLog;
+      const object = await readObject(log.key);
+      expect(object.length).toBe(log.bytes);
+      expect(object.length).toBeLessThanOrEqual(16 * MiB);
+      expect(sha256(object)).toBe(log.sha256);
+      const text = object.toString("utf8");
+      const marks = text.split("\n").filter((line) => line.includes("bytes of output left out here"));
+      expect(marks).toHaveLength(1);
+      const [head, tail] = text.split(marks[0] as string);
+      const lines = generated(40);
+      const headLines = taskLines(head as string, "gen");
+      const tailLines = taskLines(tail as string, "gen");
+      // The head from the first line on, the tail to the last, each in order (the lines at the
+      // cut are partial).
+      expect(headLines.slice(0, -1)).toEqual(lines.slice(0, headLines.length - 1));
+      expect(tailLines.slice(1)).toEqual(lines.slice(lines.length - tailLines.length + 1));
+      expect(headLines.length + tailLines.length).toBeLessThan(lines.length);
+    } finally {
+      await kubectl(["-n", namespace, "delete", "playbookpolicy", "default"]);
+    }
+  }, 420_000);
+
+  it("begins again from what the kubelet still holds after a controller restart, and says Incomplete", async () => {
+    const name = "restarted";
+    await createPlaybook(namespace, name, {
+      ceiling: "5m",
+      tasks: [{ name: "gen", run: generator(12, 1500) }],
+    });
+    await archivingOf(name);
+    await controller?.stop();
+    // The next controller finds the attempt's upload left behind and the status saying Archiving.
+    controller = startController([namespace], {
+      ...realNode.controller,
+      logArchiveBucket: store.bucket,
+      logArchiveEndpoint: store.endpoint,
+      logArchiveRegion: store.region,
+      logArchiveForcePathStyle: true,
+    });
+    const ended = await waitForFinished(namespace, name, 240_000);
+    expect(condition(ended, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    const done = await archived(namespace, name);
+    const said = condition(done, "LogArchived");
+    expect(said).toMatchObject({ status: "False", reason: "Incomplete" });
+    expect(said?.message).toMatch(/the controller restarted while the attempt ran/);
+    const log = logOf(done) as StatusLog;
+    const object = await readObject(log.key);
+    expect(sha256(object)).toBe(log.sha256);
+    // The end of the output is there, in order.
+    const lines = taskLines(object.toString("utf8"), "gen");
+    const all = generated(12);
+    expect(lines.slice(1)).toEqual(all.slice(all.length - lines.length + 1));
+    const client = store.client();
+    expect(await client.listUploads(log.key)).toEqual([]);
+    client.destroy();
+  }, 420_000);
+
+  it("ends a run with its true outcome when the store stops mid-run: LogArchived False StoreUnreachable", async () => {
+    const name = "store-down";
+    await createPlaybook(namespace, name, {
+      ceiling: "5m",
+      tasks: [{ name: "gen", run: generator(30, 1000) }],
+    });
+    // Once the first part is in flight the store goes away for longer than the retries' bound.
+    await archivingOf(name);
+    await new Promise((resolve) => setTimeout(resolve, 10_000));
+    await store.stop();
+    try {
+      const ended = await waitForFinished(namespace, name, 240_000);
+      expect(condition(ended, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+      const done = await archived(namespace, name);
+      const said = condition(done, "LogArchived");
+      expect(said).toMatchObject({ status: "False", reason: "StoreUnreachable" });
+      expect(said?.message).toMatch(/the store did not answer: .+ failed 3 times/);
+      expect(logOf(done)).toBeUndefined();
+      const pod = JSON.parse(
+        (await kubectl(["-n", namespace, "get", "pod", `${name}-1`, "-o", "json"])).stdout,
+      );
+      const runner = pod.status.containerStatuses.find((c: { name: string }) => c.name === "runner");
+      expect(runner.state.terminated.reason).not.toBe("OOMKilled");
+      expect(runner.state.terminated.exitCode).toBe(0);
+      expect(await controller?.controller.metrics.registry.metrics()).toMatch(
+        /playbook_log_archive_failures_total\{reason="store_unreachable"\} [1-9]/,
+      );
+    } finally {
+      await store.start();
+    }
+  }, 420_000);
+});
