@@ -3,15 +3,20 @@
 // the object holds every byte the runner printed, with status.log's sha256; a store that stops
 // mid-run never changes the run's outcome (LogArchived False StoreUnreachable); past the policy's
 // maximums.archivedLogBytes the head, one left-out line and the tail are kept; and no pod holds
-// the store's credentials, whose bucket refuses a PUT that is not signed with them.
+// the store's credentials, whose bucket refuses a PUT that is not signed with them. Once a run's
+// pod is deleted, `playbook logs` reads its archived log back through the aggregated API the
+// controller serves (test/harness/log-api.ts) and prints the same bytes as from the pod.
+import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { GROUP, VERSION } from "../../src/api/playbook.js";
+import { isProgressRecord } from "../../src/cli/cluster/run-logs.js";
 import { attemptLogKey, attemptReportKey } from "../../src/controller/log-archive/archive-keys.js";
 import { ArchiveStore } from "../../src/controller/log-archive/archive-store.js";
+import { makeClients } from "../../src/runtime/kube-config.js";
 import { realNode } from "../controller/reason-cases.js";
 import {
   clients,
@@ -27,8 +32,11 @@ import {
   waitForFinished,
 } from "../controller/support.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import { logApiEndpoint, logApiServingCertificate, registerLogApi } from "../harness/log-api.js";
 import { type ObjectStore, startObjectStore } from "../harness/object-store.js";
+import { freePort } from "../harness/processes.js";
 import { realNodePodLogsDir } from "../harness/real-node/real-node.js";
+import { CLI } from "../support/cli.js";
 
 const MiB = 1024 * 1024;
 const { core } = clients();
@@ -36,6 +44,10 @@ let namespace = "";
 let stateDir = "";
 let store: ObjectStore;
 let controller: RunningController | undefined;
+/** The controller's settings: the archive in SeaweedFS, and the log API the APIService names. */
+let controllerOptions: Record<string, string | boolean> = {};
+let unregisterLogApi: (() => Promise<void>) | undefined;
+let stopRelays: (() => Promise<void>) | undefined;
 
 /** `blocks` MiB of numbered 1 KiB lines, a MiB every `pauseMs`: the runner prefixes each with [gen]. */
 function generator(blocks: number, pauseMs: number): string {
@@ -65,6 +77,24 @@ async function readObject(key: string): Promise<Buffer> {
   } finally {
     client.destroy();
   }
+}
+
+/** `playbook logs NAME -n NAMESPACE` as the cluster's admin: its exit code, stdout as bytes, stderr. */
+function playbookLogs(name: string): Promise<{ code: number | null; stdout: Buffer; stderr: string }> {
+  const child = spawn(process.execPath, [CLI, "logs", name, "-n", namespace], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, KUBECONFIG: inject("kubeconfig") },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  child.stdout.on("data", (chunk: Buffer) => out.push(chunk));
+  child.stderr.on("data", (chunk: Buffer) => err.push(chunk));
+  return new Promise((resolve, reject) => {
+    child.on("error", reject);
+    child.on("close", (code) =>
+      resolve({ code, stdout: Buffer.concat(out), stderr: Buffer.concat(err).toString() }),
+    );
+  });
 }
 
 type StatusLog = { bucket: string; key: string; bytes: number; sha256: string };
@@ -104,16 +134,33 @@ beforeAll(async () => {
   namespace = await createTestNamespace(core, "rn-log-archive", {
     "pod-security.kubernetes.io/enforce": "restricted",
   });
-  controller = startController([namespace], {
+  // The log API the archive is read back through, behind the APIService as the chart registers it.
+  const serving = await logApiServingCertificate(stateDir, namespace);
+  const port = await freePort();
+  const endpoint = await logApiEndpoint(path.dirname(inject("kubeconfig")), port);
+  stopRelays = endpoint.stop;
+  controllerOptions = {
     ...realNode.controller,
     logArchiveBucket: store.bucket,
     logArchiveEndpoint: store.endpoint,
     logArchiveRegion: store.region,
     logArchiveForcePathStyle: true,
+    logApiAddress: `${endpoint.listen}:${port}`,
+    logApiCertFile: serving.certFile,
+    logApiKeyFile: serving.keyFile,
+  };
+  controller = startController([namespace], controllerOptions);
+  unregisterLogApi = await registerLogApi(makeClients(clients().kubeConfig).api, {
+    namespace,
+    address: endpoint.endpoint,
+    port,
+    caBundle: readFileSync(serving.caFile),
   });
-}, 120_000);
+}, 180_000);
 afterAll(async () => {
+  await unregisterLogApi?.();
   await controller?.stop();
+  await stopRelays?.();
   if (namespace) await deleteTestNamespace(core, namespace);
   await store?.stop();
   if (stateDir) rmSync(stateDir, { recursive: true, force: true });
@@ -157,6 +204,67 @@ describe("the log archive on a real node", () => {
     const shown = (await kubectl(["-n", namespace, "logs", `${name}-1`, "-c", "runner", "--tail=2000"]))
       .stdout;
     expect(text.endsWith(shown)).toBe(true);
+  }, 420_000);
+
+  it("prints the same bytes with playbook logs once the pod is deleted, from the archive", async () => {
+    const name = "read-back";
+    await createPlaybook(namespace, name, {
+      ceiling: "3m",
+      tasks: [
+        { name: "gen", run: generator(2, 100) },
+        { name: "utf8", run: "printf 'caf\\303\\251 \\342\\234\\223 tab\\there\\n'" },
+      ],
+    });
+    const ended = await waitForFinished(namespace, name, realNode.taskStartMs + realNode.finishMs + 60_000);
+    expect(condition(ended, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    const done = await archived(namespace, name);
+    expect(condition(done, "LogArchived")).toMatchObject({ status: "True", reason: "Archived" });
+    const log = logOf(done) as StatusLog;
+    const object = await readObject(log.key);
+    expect(object.length).toBe(log.bytes);
+    expect(sha256(object)).toBe(log.sha256);
+
+    // While the pod is there: its log, not the archive's.
+    const fromPod = await playbookLogs(name);
+    expect(fromPod.code, fromPod.stderr).toBe(0);
+    expect(fromPod.stderr).not.toContain("from the log archive");
+    expect(taskLines(fromPod.stdout.toString("utf8"), "gen")).toEqual(generated(2));
+    expect(fromPod.stdout.toString("utf8")).toContain("[utf8] café ✓ tab\there\n");
+
+    const deleted = await kubectl(["-n", namespace, "delete", "pod", `${name}-1`, "--wait=true"]);
+    expect(deleted.stderr).toBe("");
+    const gone = await kubectl([
+      "-n",
+      namespace,
+      "get",
+      "pod",
+      `${name}-1`,
+      "--ignore-not-found",
+      "-o",
+      "name",
+    ]);
+    expect(gone.stdout).toBe("");
+
+    // The pod gone: the archive's, byte for byte what the pod's log printed.
+    const fromArchive = await playbookLogs(name);
+    expect(fromArchive.code, fromArchive.stderr).toBe(0);
+    expect(fromArchive.stderr).toContain(`playbook: from the log archive: attempt 1, ${log.bytes} bytes`);
+    expect(fromArchive.stdout.length).toBe(fromPod.stdout.length);
+    expect(sha256(fromArchive.stdout)).toBe(sha256(fromPod.stdout));
+    // The object is what the runner container printed, status.log's sha256, and holds the
+    // runner's progress records (at each task's start and end), which `playbook logs` leaves out
+    // from a pod as from the archive: what a user sees is the object's other lines, every byte.
+    const lines = object.toString("utf8").split("\n");
+    expect(lines.pop()).toBe("");
+    expect(lines.filter(isProgressRecord).length).toBeGreaterThanOrEqual(4);
+    const shown = Buffer.from(
+      lines
+        .filter((line) => !isProgressRecord(line))
+        .map((line) => `${line}\n`)
+        .join(""),
+    );
+    expect(fromArchive.stdout.length).toBe(shown.length);
+    expect(sha256(fromArchive.stdout)).toBe(sha256(shown));
   }, 420_000);
 
   it("holds no credential of the store in the pod, and the bucket refuses a PUT not signed with the controller's keys", async () => {
@@ -249,13 +357,7 @@ describe("the log archive on a real node", () => {
     await archivingOf(name);
     await controller?.stop();
     // The next controller finds the attempt's upload left behind and the status saying Archiving.
-    controller = startController([namespace], {
-      ...realNode.controller,
-      logArchiveBucket: store.bucket,
-      logArchiveEndpoint: store.endpoint,
-      logArchiveRegion: store.region,
-      logArchiveForcePathStyle: true,
-    });
+    controller = startController([namespace], controllerOptions);
     const ended = await waitForFinished(namespace, name, 240_000);
     expect(condition(ended, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
     const done = await archived(namespace, name);
