@@ -4,6 +4,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import {
+  ENV_FROM_OF_BOTH_KINDS,
+  FIELD_THE_POD_DOES_NOT_GIVE,
+  VALUE_FROM_OF_TWO_SOURCES,
+  VOLUME_OF_TWO_TYPES,
+} from "../unit/refused-task-sources.js";
 import { clients, getPlaybook, kubectl, kubectlResult, playbookManifest } from "./support.js";
 
 const { core } = clients();
@@ -67,10 +73,7 @@ describe("a Playbook naming Secrets, ConfigMaps and volumes", () => {
     ],
     [
       "a volume of two types",
-      {
-        volumes: [{ name: "v", emptyDir: {}, secret: { secretName: "x" } }],
-        tasks: [{ name: "a", run: "true" }],
-      },
+      VOLUME_OF_TWO_TYPES,
       "spec.volumes[0]: Invalid value: spec.volumes[] must name exactly one volume type",
     ],
     [
@@ -102,45 +105,17 @@ describe("a Playbook naming Secrets, ConfigMaps and volumes", () => {
     ],
     [
       "a valueFrom of two sources",
-      {
-        tasks: [
-          {
-            name: "a",
-            run: "true",
-            env: [
-              {
-                name: "P",
-                valueFrom: {
-                  secretKeyRef: { name: "db", key: "p" },
-                  configMapKeyRef: { name: "c", key: "p" },
-                },
-              },
-            ],
-          },
-        ],
-      },
+      VALUE_FROM_OF_TWO_SOURCES,
       "spec.tasks[0].env[0].valueFrom: Invalid value: spec.tasks[].env[].valueFrom must name exactly one of secretKeyRef, configMapKeyRef and fieldRef",
     ],
     [
       "a field the pod does not give",
-      {
-        tasks: [
-          {
-            name: "a",
-            run: "true",
-            env: [{ name: "N", valueFrom: { fieldRef: { fieldPath: "spec.nodeName" } } }],
-          },
-        ],
-      },
+      FIELD_THE_POD_DOES_NOT_GIVE,
       'spec.tasks[0].env[0].valueFrom.fieldRef.fieldPath: Invalid value: "spec.nodeName"',
     ],
     [
       "an envFrom of both kinds",
-      {
-        tasks: [
-          { name: "a", run: "true", envFrom: [{ secretRef: { name: "s" }, configMapRef: { name: "c" } }] },
-        ],
-      },
+      ENV_FROM_OF_BOTH_KINDS,
       "spec.tasks[0].envFrom[0]: Invalid value: spec.tasks[].envFrom[] must name exactly one of secretRef and configMapRef",
     ],
   ])("refuses %s, naming the field", async (_case, spec, says) => {

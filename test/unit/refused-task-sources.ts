@@ -1,6 +1,6 @@
 // Playbook specs whose task sources are refused, both by the schema (test/unit/task-sources.test.ts)
-// and by the CRD's validation on a cluster (test/controller/task-sources-crd.test.ts could take
-// these same specs in its it.each rows, each with the API server's message for it).
+// and by the CRD's validation on a cluster (test/controller/task-sources-crd.test.ts, each with the
+// API server's message for it).
 
 /** A volume naming two volume types. */
 export const VOLUME_OF_TWO_TYPES = {

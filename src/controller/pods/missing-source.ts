@@ -141,9 +141,10 @@ export function missingVolumeSourceOf(
   pod: PodView,
   events: readonly MountEvent[] | undefined,
 ): string | undefined {
-  if (!events || !mountEventsDue(pod)) return undefined;
+  if (!events || !awaitingVolumes(pod)) return undefined;
   const uid = pod.metadata.uid;
   const volumes = new Set(mountSourceVolumes(pod));
+  if (volumes.size === 0) return undefined;
   for (const event of events) {
     if (event.reason !== FAILED_MOUNT_REASON || !uid || event.involvedObject?.uid !== uid) continue;
     if ((event.source?.component ?? event.reportingComponent) !== "kubelet") continue;
