@@ -39,6 +39,8 @@ export const LOG_ARCHIVE_FINALIZER = "playbook.dev/log-archive";
 export const LOG_API_GROUP = "logs.playbook.dev";
 export const LOG_API_VERSION = "v1alpha1";
 export const LOG_API_RESOURCE = "playbooklogs";
+/** The header of the log API's answer that says which attempt's log it is. */
+export const LOG_API_ATTEMPT_HEADER = "x-playbook-log-attempt";
 
 /** maximums.archivedLogBytes when no policy says: 1 GiB. */
 export const DEFAULT_ARCHIVED_LOG_BYTES = 1024 ** 3;

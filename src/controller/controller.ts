@@ -21,6 +21,7 @@ import type { CronMetricsSink } from "./cron/cron-writer.js";
 import type { ReconcileSettings } from "./decision.js";
 import { workloadOf } from "./kueue/kueue-hold.js";
 import { WorkloadCache } from "./kueue/workload-cache.js";
+import { type ArchiveStore, archiveStoreFromConfig } from "./log-archive/archive-store.js";
 import { type LogApiServer, startLogApi } from "./log-archive/log-api.js";
 import { logArchiverOf } from "./log-archive/log-archiver.js";
 import { runRetentionFor } from "./log-archive/run-retention.js";
@@ -102,7 +103,8 @@ export class PlaybookController {
   private workers: Promise<void>[] = [];
   private elector: LeaderElector | undefined;
   private server: HealthServer | undefined;
-  /** Archived logs read back through the API server (log-archive/log-api.ts), while the archive is on. */
+  /** The log archive's one store (S3 client), for its writer, retention and the log API; none while off. */
+  private readonly archiveStore: ArchiveStore | undefined;
   private logApi: LogApiServer | undefined;
 
   constructor(deps: ControllerDeps) {
@@ -182,8 +184,10 @@ export class PlaybookController {
           onRelist: () => this.metrics.watchRelists.inc({ resource: "workloads" }),
         })
       : undefined;
+    this.archiveStore = archiveStoreFromConfig(deps.config);
+    const retentionDeps = { writer: this.writer, metrics: this.metrics, clock: this.clock, log: deps.log };
     this.reconciler = new PlaybookReconciler({
-      archive: logArchiverOf(deps.config, deps, this.metrics, this.queue, this.listers()),
+      archive: logArchiverOf(this.archiveStore, deps, this.metrics, this.queue, this.listers()),
       listers: this.listers(),
       writer: this.writer,
       api: deps.clients.api,
@@ -196,12 +200,7 @@ export class PlaybookController {
         deps.config.progressInterval,
         deps.podLogs ?? apiPodLogSource(deps.clients.api, PROGRESS_LINES.prefix, PROGRESS_LINES.maxLineBytes),
       ),
-      retention: runRetentionFor(deps.config, {
-        writer: this.writer,
-        metrics: this.metrics,
-        clock: this.clock,
-        log: deps.log,
-      }),
+      retention: runRetentionFor(deps.config, this.archiveStore, retentionDeps),
     });
     this.cron = new CronController({
       namespaces,
@@ -289,7 +288,8 @@ export class PlaybookController {
     });
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
-    this.logApi = await startLogApi({ config: this.config, api: this.clients.api, log: this.log });
+    const { config, archiveStore: store } = this;
+    this.logApi = await startLogApi({ config, api: this.clients.api, log: this.log, store });
     await this.nodeRuntimes.start();
     await this.workloads?.start();
     for (const informer of this.informers()) informer.start();
@@ -355,9 +355,8 @@ export class PlaybookController {
       await held;
       return;
     }
-    // Another replica may lead now: stop at once rather than reconcile beside it, ending the
-    // writes in flight too. A worker stuck in a call that never answers does not hold the
-    // error up past the renew deadline.
+    // Another replica may lead now: stop at once rather than reconcile beside it, ending the writes in
+    // flight too. A worker stuck in a call that never answers does not hold the error up past the renew deadline.
     this.writer.stopWriting();
     this.metrics.isLeader.set(0);
     await Promise.race([this.shutDown(), delay(this.config.renewDeadline, undefined, { ref: false })]);
@@ -398,6 +397,7 @@ export class PlaybookController {
     await Promise.all([this.workloads?.stop(), this.reconciler.stopArchive()]);
     await this.server?.close();
     await this.logApi?.close();
+    this.archiveStore?.destroy();
     this.log.info({}, "Stopped");
   }
 

@@ -2,7 +2,12 @@
 // the controller serves (GET /apis/logs.playbook.dev/v1alpha1/namespaces/NS/playbooklogs/NAME),
 // with the user's own credentials: the API server checks `get playbooklogs` before the controller
 // reads the store, whose credentials never leave the controller (docs/log-archive.md).
-import { LOG_API_GROUP, LOG_API_RESOURCE, LOG_API_VERSION } from "../../api/log-archive.js";
+import {
+  LOG_API_ATTEMPT_HEADER,
+  LOG_API_GROUP,
+  LOG_API_RESOURCE,
+  LOG_API_VERSION,
+} from "../../api/log-archive.js";
 import { ApiError } from "../../runtime/api-client.js";
 import { EXIT } from "../exit-codes.js";
 import { type Cluster, ClusterError, describeApiFailure } from "./connection.js";
@@ -60,7 +65,7 @@ export async function readArchivedLog(
       {
         onOpen: (headers) => {
           read = {
-            attempt: Number(headers["x-playbook-log-attempt"] ?? options.attempt ?? 0),
+            attempt: Number(headers[LOG_API_ATTEMPT_HEADER] ?? options.attempt ?? 0),
             bytes: Number(headers["content-length"] ?? 0),
           };
           options.onOpen(read);

@@ -171,7 +171,8 @@ async function followLogs(
 ): Promise<number> {
   const { cluster, name } = options;
   const state = new RunState();
-  state.update(playbook, terminalReason(playbook) !== undefined);
+  // Only a run that has not ended is followed (showLogs).
+  state.update(playbook, false);
   const { podAttempts } = podsInStatus(playbook);
   const gone = (
     podAttempts > 1 ? missingAttempts(name, await podsOfRun(cluster, playbook), podAttempts) : []
@@ -186,14 +187,12 @@ async function followLogs(
   };
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
-  const watched = state.ended
-    ? Promise.resolve()
-    : watchPlaybook(
-        cluster,
-        name,
-        (latest) => state.update(latest, latest !== null && terminalReason(latest) !== undefined),
-        watching.signal,
-      );
+  const watched = watchPlaybook(
+    cluster,
+    name,
+    (latest) => state.update(latest, latest !== null && terminalReason(latest) !== undefined),
+    watching.signal,
+  );
   let pods = 0;
   const skipped = (pod: RunPod) => options.attempt !== undefined && pod.attempt !== options.attempt;
   try {

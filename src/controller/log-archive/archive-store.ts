@@ -9,6 +9,7 @@ import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
   CreateMultipartUploadCommand,
+  DeleteObjectCommand,
   DeleteObjectsCommand,
   GetObjectCommand,
   HeadObjectCommand,
@@ -150,6 +151,13 @@ export class ArchiveStore {
     }
   }
 
+  /** Deletes one object; one already gone is no error. */
+  async deleteObject(key: string): Promise<void> {
+    await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: key }), {
+      abortSignal: this.signal(),
+    });
+  }
+
   /** Every key under a prefix (objects only, not uploads in progress). */
   async listKeys(prefix: string): Promise<string[]> {
     const keys: string[] = [];
@@ -179,11 +187,14 @@ export class ArchiveStore {
   }
 
   /**
-   * Deletes every object and aborts every upload under a prefix; returns how many objects went.
-   * Safe to repeat: what is already gone is no error.
+   * Deletes every object and aborts every upload under a prefix (`uploads: false`: objects only,
+   * where no upload can be); returns how many objects went. Safe to repeat: what is already gone
+   * is no error.
    */
-  async deletePrefix(prefix: string): Promise<number> {
-    for (const upload of await this.listUploads(prefix)) await this.abortUpload(upload.key, upload.uploadId);
+  async deletePrefix(prefix: string, options: { uploads?: boolean } = {}): Promise<number> {
+    if (options.uploads !== false)
+      for (const upload of await this.listUploads(prefix))
+        await this.abortUpload(upload.key, upload.uploadId);
     const keys = await this.listKeys(prefix);
     for (let i = 0; i < keys.length; i += 1000) {
       const batch = keys.slice(i, i + 1000);

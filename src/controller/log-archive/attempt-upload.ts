@@ -138,7 +138,7 @@ export class AttemptUpload {
     const uploadId = this.uploadId;
     this.uploadId = undefined;
     if (uploadId !== undefined) await this.store.abortUpload(this.key, uploadId).catch(() => undefined);
-    await this.store.deletePrefix(this.segmentPrefix).catch(() => undefined);
+    await this.store.deletePrefix(this.segmentPrefix, { uploads: false }).catch(() => undefined);
   }
 
   private leftOutLineBytes = 0;
@@ -187,7 +187,7 @@ export class AttemptUpload {
     );
     for (const segment of this.segments.splice(0, drop)) {
       this.dropped += segment.bytes;
-      await this.call(`delete ${segment.key}`, () => this.store.deletePrefix(segment.key));
+      await this.call(`delete ${segment.key}`, () => this.store.deleteObject(segment.key));
     }
   }
 
@@ -213,7 +213,7 @@ export class AttemptUpload {
       await this.pushFinal(body.subarray(from));
     }
     await this.pushFinal(pending.subarray(Math.min(skip, pending.length)));
-    await this.store.deletePrefix(this.segmentPrefix).catch(() => undefined);
+    await this.store.deletePrefix(this.segmentPrefix, { uploads: false }).catch(() => undefined);
     this.segments.length = 0;
   }
 

@@ -14,13 +14,18 @@ import { pipeline } from "node:stream/promises";
 import type { TLSSocket } from "node:tls";
 import type { Logger } from "pino";
 import { z } from "zod";
-import { LOG_API_GROUP, LOG_API_RESOURCE, LOG_API_VERSION } from "../../api/log-archive.js";
+import {
+  LOG_API_ATTEMPT_HEADER,
+  LOG_API_GROUP,
+  LOG_API_RESOURCE,
+  LOG_API_VERSION,
+} from "../../api/log-archive.js";
 import { GROUP, PLURAL, VERSION } from "../../api/playbook.js";
 import type { ApiClient } from "../../runtime/api-client.js";
 import { statusCodeOf } from "../../runtime/api-errors.js";
 import { parseAddress } from "../config.js";
 import { attemptLogKey, type RunIdentity, runPrefix } from "./archive-keys.js";
-import { type ArchiveStore, archiveStoreFromConfig } from "./archive-store.js";
+import type { ArchiveStore } from "./archive-store.js";
 import {
   mayGetPlaybookLog,
   type RemoteUser,
@@ -33,8 +38,6 @@ import { selfSignedCertificate } from "./self-signed.js";
 export const LOG_API_KIND = "PlaybookLog";
 /** What the log API's own refusal says, apart from the API server's. */
 export const REFUSED_BY_LOG_API = "refused by the log API's SubjectAccessReview";
-/** The header that says which attempt's log the answer is. */
-export const ATTEMPT_HEADER = "x-playbook-log-attempt";
 
 const GROUP_VERSION = `${LOG_API_GROUP}/${LOG_API_VERSION}`;
 const API_GROUP = {
@@ -261,7 +264,7 @@ export class LogApiServer {
     response.writeHead(200, {
       "content-type": "text/plain; charset=utf-8",
       "content-length": String(object.bytes),
-      [ATTEMPT_HEADER]: String(attempt),
+      [LOG_API_ATTEMPT_HEADER]: String(attempt),
     });
     await pipeline(object.body, response).catch((error: unknown) => {
       if (!reading.signal.aborted)
@@ -322,18 +325,17 @@ async function latestAttempt(store: ArchiveStore, run: RunIdentity): Promise<num
  * archive is off.
  */
 export async function startLogApi(deps: {
-  config: Parameters<typeof archiveStoreFromConfig>[0] & {
+  config: {
     logApiAddress: string;
     logApiCertFile?: string | undefined;
     logApiKeyFile?: string | undefined;
   };
-  /** The archive's store; by default the one the config names (none without --log-archive-bucket). */
-  store?: ArchiveStore | undefined;
+  /** The controller's archive store; none without --log-archive-bucket. */
+  store: ArchiveStore | undefined;
   api: ApiClient;
   log: Logger;
 }): Promise<LogApiServer | undefined> {
-  const { config, api, log } = deps;
-  const store = deps.store ?? archiveStoreFromConfig(config);
+  const { config, store, api, log } = deps;
   if (store === undefined) return undefined;
   // The runs and their archiving go on without it: the log says why reading back fails.
   try {

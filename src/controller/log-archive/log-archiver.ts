@@ -16,7 +16,7 @@ import { type PodView, RUNNER_CONTAINER, type StoredPlaybook } from "../objects.
 import { nodeSilenceOf } from "../pods/node-lost.js";
 import { attemptLogKey, attemptReportKey, type RunIdentity } from "./archive-keys.js";
 import type { AttemptArchive } from "./archive-status.js";
-import { type ArchiveStore, archiveStoreFromConfig } from "./archive-store.js";
+import type { ArchiveStore } from "./archive-store.js";
 import { ArchiveStoreError, AttemptUpload, type RetryBound } from "./attempt-upload.js";
 
 /** One attempt to follow: the run, its attempt number and its pod. */
@@ -159,7 +159,6 @@ export class LogArchiver {
   async stop(): Promise<void> {
     this.stopping.abort();
     await Promise.all(this.running.values());
-    this.deps.store.destroy();
   }
 
   private async archive(ref: AttemptRef, key: string, signal: AbortSignal): Promise<void> {
@@ -186,7 +185,7 @@ export class LogArchiver {
       // A controller before this one may have left an upload of this attempt: it goes.
       for (const stray of await this.deps.store.listUploads(key))
         if (stray.key === key) await this.deps.store.abortUpload(stray.key, stray.uploadId);
-      await this.deps.store.deletePrefix(upload.segmentPrefix);
+      await this.deps.store.deletePrefix(upload.segmentPrefix, { uploads: false });
     } catch (error) {
       this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${messageOf(error)}`);
       return;
@@ -318,13 +317,12 @@ function messageOf(error: unknown): string {
 
 /** The controller's archiver over the store its config names, or undefined when the archive is off (no bucket). */
 export function logArchiverOf(
-  config: Parameters<typeof archiveStoreFromConfig>[0],
+  store: ArchiveStore | undefined,
   deps: { clients: { api: LogArchiverDeps["api"] }; log: Logger },
   metrics: Pick<ControllerMetrics, "logArchiveFailures">,
   queue: { add(key: string): void },
   cache: { pod(key: string): PodView | undefined },
 ): LogArchiver | undefined {
-  const store = archiveStoreFromConfig(config);
   if (!store) return undefined;
   return new LogArchiver({
     store,

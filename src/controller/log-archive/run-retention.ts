@@ -9,7 +9,7 @@ import type { Clock } from "../../runtime/clock.js";
 import type { EventRecorder } from "../../runtime/events.js";
 import type { ControllerMetrics } from "../metrics.js";
 import type { StoredPlaybook } from "../objects.js";
-import { type ArchiveStore, archiveStoreFromConfig } from "./archive-store.js";
+import type { ArchiveStore } from "./archive-store.js";
 import { afterDeleteFailed, decideRetention, type RetentionSettings } from "./decide-retention.js";
 
 export interface RunRetentionDeps {
@@ -105,11 +105,15 @@ export class RunRetention {
   }
 }
 
-/** Retention as the controller's settings make it: the store from --log-archive-*, the bound from --log-archive-delete-timeout. */
+/** Retention as the controller's settings make it: the controller's store, the bound from --log-archive-delete-timeout. */
 export function runRetentionFor(
-  config: Parameters<typeof archiveStoreFromConfig>[0] & { logArchiveDeleteTimeout: number },
+  config: {
+    logArchiveBucket?: string | undefined;
+    logArchivePrefix: string;
+    logArchiveDeleteTimeout: number;
+  },
+  store: RunRetentionDeps["store"],
   deps: Omit<RunRetentionDeps, "store" | "settings">,
-  store: RunRetentionDeps["store"] = archiveStoreFromConfig(config),
 ): RunRetention {
   return new RunRetention({
     ...deps,
