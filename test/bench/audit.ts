@@ -8,7 +8,11 @@ const AuditEventSchema = z.looseObject({
   verb: z.string(),
   user: z.looseObject({ username: z.string() }),
   objectRef: z
-    .looseObject({ resource: z.string().optional(), subresource: z.string().optional() })
+    .looseObject({
+      resource: z.string().optional(),
+      subresource: z.string().optional(),
+      namespace: z.string().optional(),
+    })
     .optional(),
   responseStatus: z.looseObject({ code: z.number().int().optional() }).optional(),
 });
@@ -18,6 +22,8 @@ export interface AuditRequest {
   verb: string;
   /** `pods`, `playbooks/status`, ... */
   resource: string;
+  /** The object's namespace; undefined for a cluster-scoped one. */
+  namespace: string | undefined;
   code: number;
 }
 
@@ -41,11 +47,12 @@ export function parseAuditLines(text: string): AuditRequest[] {
     }
     const event = AuditEventSchema.safeParse(json);
     if (!event.success || event.data.stage !== "ResponseComplete") continue;
-    const { resource, subresource } = event.data.objectRef ?? {};
+    const { resource, subresource, namespace } = event.data.objectRef ?? {};
     requests.push({
       user: event.data.user.username,
       verb: event.data.verb,
       resource: resource === undefined ? "-" : subresource ? `${resource}/${subresource}` : resource,
+      namespace,
       code: event.data.responseStatus?.code ?? 0,
     });
   }
@@ -78,8 +85,18 @@ export interface WriteSummary {
   byVerbAndResource: Record<string, number>;
 }
 
-export function summarizeWrites(requests: readonly AuditRequest[], user: string): WriteSummary {
-  const mine = requests.filter((r) => r.user === user);
+/**
+ * A user's writes; with `namespace`, only those in it, so that what the user does elsewhere at the
+ * same time (finalizers of another measurement's namespace being deleted) is not counted.
+ */
+export function summarizeWrites(
+  requests: readonly AuditRequest[],
+  user: string,
+  namespace?: string,
+): WriteSummary {
+  const mine = requests.filter(
+    (r) => r.user === user && (namespace === undefined || r.namespace === namespace),
+  );
   const byVerbAndResource: Record<string, number> = {};
   for (const r of mine.filter(isWrite)) {
     const key = `${r.verb} ${r.resource}${r.code >= 400 ? ` ${r.code}` : ""}`;

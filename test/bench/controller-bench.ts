@@ -397,10 +397,10 @@ async function commonRuns(cluster: BenchCluster, observer: Observer): Promise<vo
         const requests = audit.since(mark);
         if (kind === "Playbook") {
           ourCpu += processUsage(ours.process.pid).cpuSeconds - cpu0;
-          ourWrites = add(ourWrites, summarizeWrites(requests, OUR_USER));
+          ourWrites = add(ourWrites, summarizeWrites(requests, OUR_USER, namespace));
           latencies(kind, batch, ourLatency);
         } else {
-          jobWrites = add(jobWrites, summarizeWrites(requests, JOB_CONTROLLER_USER));
+          jobWrites = add(jobWrites, summarizeWrites(requests, JOB_CONTROLLER_USER, namespace));
           latencies(kind, batch, jobLatency);
         }
       }

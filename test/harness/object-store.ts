@@ -148,7 +148,12 @@ export async function startObjectStore(options: ObjectStoreOptions): Promise<Obj
 
   let current: StartedProcess | undefined;
   const start = async () => {
-    current = startProcess("object-store", weed, args, { logFile, daemon: options.daemon ?? false });
+    current = startProcess("object-store", weed, args, {
+      logFile,
+      daemon: options.daemon ?? false,
+      // Not in any cluster's state.json: a test run killed before its teardown leaves none behind.
+      diesWithParent: true,
+    });
     const started = current;
     await options.record?.(started);
     const s3 = new S3Client({ endpoint, region: OBJECT_STORE_REGION, forcePathStyle: true, credentials });

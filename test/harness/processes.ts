@@ -26,11 +26,17 @@ export function startProcess(
   name: string,
   executable: string,
   args: string[],
-  options: { logFile: string; env?: NodeJS.ProcessEnv; daemon?: boolean },
+  options: { logFile: string; env?: NodeJS.ProcessEnv; daemon?: boolean; diesWithParent?: boolean },
 ): StartedProcess {
   const log = openSync(options.logFile, "a");
+  // setpriv (util-linux) sets the parent-death signal and execs the executable: the process is
+  // killed with the test worker that started it, even when the worker is killed before teardown.
+  const [command, argv] =
+    options.diesWithParent && !options.daemon
+      ? ["setpriv", ["--pdeathsig", "KILL", "--", executable, ...args]]
+      : [executable, args];
   try {
-    const child = spawn(executable, args, {
+    const child = spawn(command, argv, {
       detached: true,
       stdio: ["ignore", log, log],
       env: options.env ?? process.env,
@@ -53,8 +59,10 @@ export function isRunning(recorded: Pick<RecordedProcess, "pid" | "executable">)
     const stat = readFileSync(`/proc/${recorded.pid}/stat`, "utf8");
     const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
     if (state === "Z" || state === "X") return false;
-    const argv0 = readFileSync(`/proc/${recorded.pid}/cmdline`, "utf8").split("\0")[0] ?? "";
-    return argv0 === recorded.executable;
+    const argv = readFileSync(`/proc/${recorded.pid}/cmdline`, "utf8").split("\0");
+    // startProcess's setpriv (diesWithParent) until it has exec'd the executable.
+    if (argv[0] === "setpriv") return argv[argv.indexOf("--") + 1] === recorded.executable;
+    return argv[0] === recorded.executable;
   } catch {
     return false;
   }

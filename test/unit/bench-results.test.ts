@@ -164,14 +164,21 @@ describe("machine load", () => {
 });
 
 describe("audit log counts", () => {
-  const line = (user: string, verb: string, resource: string, code: number, subresource?: string) =>
+  const line = (
+    user: string,
+    verb: string,
+    resource: string,
+    code: number,
+    subresource?: string,
+    namespace = "ns",
+  ) =>
     JSON.stringify({
       kind: "Event",
       level: "Metadata",
       stage: "ResponseComplete",
       verb,
       user: { username: user },
-      objectRef: { resource, namespace: "ns", ...(subresource ? { subresource } : {}) },
+      objectRef: { resource, namespace, ...(subresource ? { subresource } : {}) },
       responseStatus: { code },
     });
 
@@ -204,5 +211,20 @@ describe("audit log counts", () => {
         "create events": 1,
       },
     });
+  });
+
+  it("counts only the writes in the namespace asked for, when one is", () => {
+    const text = [
+      line("ours", "create", "pods", 201),
+      // Another measurement's namespace, being deleted while this one runs.
+      line("ours", "patch", "playbooks", 200, undefined, "launch-1"),
+      line("ours", "create", "events", 201, undefined, "launch-1"),
+    ].join("\n");
+    expect(summarizeWrites(parseAuditLines(text), "ours", "ns")).toMatchObject({
+      objectWrites: 1,
+      events: 0,
+      byVerbAndResource: { "create pods": 1 },
+    });
+    expect(summarizeWrites(parseAuditLines(text), "ours").objectWrites).toBe(2);
   });
 });
