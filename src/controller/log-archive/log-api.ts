@@ -94,6 +94,8 @@ export interface LogApiOptions {
   store: ArchiveStore;
   api: ApiClient;
   log: Logger;
+  /** The Playbook from the controller's cache by `namespace/name`; undefined: not cached (read from the API). */
+  cached?: ((key: string) => { metadata: { uid?: string | undefined } } | undefined) | undefined;
 }
 
 /** A Kubernetes Status, as the API server answers an error. */
@@ -252,6 +254,9 @@ export class LogApiServer {
   }
 
   private async runOf(namespace: string, name: string): Promise<RunIdentity> {
+    // The cache the controller keeps of the namespaces it watches; others are read from the API.
+    const uid = this.options.cached?.(`${namespace}/${name}`)?.metadata.uid;
+    if (uid) return { namespace, name, uid };
     try {
       const raw = await this.options.api.call({
         method: "GET",
@@ -342,17 +347,21 @@ function json(response: ServerResponse, code: number, body: object): void {
  * (or self-signed), the aggregation layer's settings from the API server. Undefined while the
  * archive is off.
  */
-export async function startLogApi(deps: {
-  config: {
-    logApiAddress: string;
-    logApiCertFile?: string | undefined;
-    logApiKeyFile?: string | undefined;
-  };
-  /** The controller's archive store; none without --log-archive-bucket. */
-  store: ArchiveStore | undefined;
-  api: ApiClient;
-  log: Logger;
-}): Promise<LogApiServer | undefined> {
+export async function startLogApi(
+  deps: {
+    config: {
+      logApiAddress: string;
+      logApiCertFile?: string | undefined;
+      logApiKeyFile?: string | undefined;
+    };
+    /** The controller's archive store; none without --log-archive-bucket. */
+    store: ArchiveStore | undefined;
+    api: ApiClient;
+    log: Logger;
+  },
+  /** The controller's cache of Playbooks (LogApiOptions.cached). */
+  cached?: LogApiOptions["cached"],
+): Promise<LogApiServer | undefined> {
   const { config, store, api, log } = deps;
   if (store === undefined) return undefined;
   // The runs and their archiving go on without it: the log says why reading back fails.
@@ -367,7 +376,7 @@ export async function startLogApi(deps: {
           selfSignedCertificate(["playbook-controller-log-api", "localhost"], new Date());
     const { host, port } = parseAddress(config.logApiAddress);
     const requestHeader = await readRequestHeaderSettings(api);
-    const server = new LogApiServer({ host, port, tls, requestHeader, store, api, log });
+    const server = new LogApiServer({ host, port, tls, requestHeader, store, api, log, cached });
     const address = await server.listen();
     server.refreshEvery(REQUEST_HEADER_REFRESH_MS);
     log.info(
