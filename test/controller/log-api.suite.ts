@@ -383,6 +383,9 @@ export function logApiSuite(): void {
           { attempt: 2, ...records[2] },
         ]);
       }
+      // Without -o, kubectl's own columns.
+      const table = (await kubectlAs("lister", ["-n", namespace, "get", LOG_API_RESOURCE, NAME])).toString();
+      expect(table).toMatch(new RegExp(`^NAME\\s.*\\n${NAME}\\s`));
       // Discovery names the subresource, as the API server's names pods/log.
       const resources = JSON.parse(
         (await getRaw("reader", `/apis/${LOG_API_GROUP}/${LOG_API_VERSION}`)).toString(),
