@@ -1,6 +1,6 @@
 // The log API: archived logs served to the API server as the aggregated group logs.playbook.dev
 // (as metrics-server serves metrics.k8s.io), so that reading one takes a Kubernetes permission
-// the API server checks (`get playbooklogs`) and the store's credentials never leave the
+// the API server checks (`get playbooklogs/log`) and the store's credentials never leave the
 // controller. One verb on one resource and its `log` subresource:
 //   GET /apis/logs.playbook.dev/v1alpha1/namespaces/NS/playbooklogs/NAME
 // answers a PlaybookLog object listing the run's archived attempts (playbook-log-object.ts);
