@@ -39,6 +39,11 @@ export const LOG_ARCHIVE_FINALIZER = "playbook.dev/log-archive";
 export const LOG_API_GROUP = "logs.playbook.dev";
 export const LOG_API_VERSION = "v1alpha1";
 export const LOG_API_RESOURCE = "playbooklogs";
+/**
+ * The subresource that answers an attempt's log bytes. A `log` subresource is long-running to
+ * the API server (as pods/log), so its request timeout does not cut a slow read.
+ */
+export const LOG_API_SUBRESOURCE = "log";
 /** The header of the log API's answer that says which attempt's log it is. */
 export const LOG_API_ATTEMPT_HEADER = "x-playbook-log-attempt";
 

@@ -288,8 +288,8 @@ export class PlaybookController {
     });
     const address = await this.server.listen();
     this.log.info({ address: `${address.address}:${address.port}` }, "Serving metrics and health");
-    const { config, archiveStore: store } = this;
-    this.logApi = await startLogApi({ config, api: this.clients.api, log: this.log, store });
+    const { config, archiveStore: store, log } = this;
+    this.logApi = await startLogApi({ config, api: this.clients.api, log, store }, this.listers().playbook);
     await this.nodeRuntimes.start();
     await this.workloads?.start();
     for (const informer of this.informers()) informer.start();

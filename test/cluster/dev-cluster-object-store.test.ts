@@ -94,7 +94,7 @@ describe("cluster:up --with-object-store", () => {
     // Read back through the API server, as `playbook logs` reads it once the pod is gone.
     const raw = await runClusterTool(
       path.join(cluster?.state.binDir ?? "", "kubectl"),
-      ["get", "--raw", "/apis/logs.playbook.dev/v1alpha1/namespaces/archived/playbooklogs/run?attempt=1"],
+      ["get", "--raw", "/apis/logs.playbook.dev/v1alpha1/namespaces/archived/playbooklogs/run/log?attempt=1"],
       cluster?.state.kubeconfig ?? "",
     );
     expect(raw).toMatchObject({ code: 0, stdout: "[a] done\n" });

@@ -1,7 +1,7 @@
 // The chart's log API (templates/log-api.yaml) with the real helm and API server: with the archive
 // on, the APIService trusts the CA that signed the controller's serving certificate for the
 // Service's name, the controller may check callers again (auth-delegator, the authentication
-// reader in kube-system), view, edit and admin get playbooklogs, and the API server accepts every
+// reader in kube-system), view, edit and admin get playbooklogs and playbooklogs/log, and the API server accepts every
 // object in a server-side dry run. Off, none of it renders.
 import { X509Certificate } from "node:crypto";
 import path from "node:path";
@@ -55,7 +55,7 @@ const find = (objects: Rendered[], kind: string, name: string) =>
   objects.find((o) => o.kind === kind && o.metadata.name === name);
 
 describe("the chart's log API", () => {
-  it("registers the APIService with the CA of the controller's certificate, and grants get playbooklogs to view, edit and admin", async () => {
+  it("registers the APIService with the CA of the controller's certificate, and grants get playbooklogs and playbooklogs/log to view, edit and admin", async () => {
     const { text, objects } = await template(["logArchive.enabled=true", "logArchive.bucket=playbook-logs"]);
     const apiService = find(objects, "APIService", "v1alpha1.logs.playbook.dev");
     expect(apiService?.spec).toMatchObject({
@@ -95,7 +95,7 @@ describe("the chart's log API", () => {
       "rbac.authorization.k8s.io/aggregate-to-admin": "true",
     });
     expect(logReader?.rules).toEqual([
-      { apiGroups: ["logs.playbook.dev"], resources: ["playbooklogs"], verbs: ["get"] },
+      { apiGroups: ["logs.playbook.dev"], resources: ["playbooklogs", "playbooklogs/log"], verbs: ["get"] },
     ]);
 
     const applied = await kubectlResult(

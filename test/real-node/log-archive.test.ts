@@ -267,6 +267,71 @@ describe("the log archive on a real node", () => {
     expect(sha256(fromArchive.stdout)).toBe(sha256(shown));
   }, 420_000);
 
+  it("follows a run with -f printing a gone attempt from the archive before the live one, in attempt order", async () => {
+    const name = "retried";
+    const playbook = await createPlaybook(namespace, name, {
+      ceiling: "5m",
+      backoffLimit: 1,
+      tasks: [
+        {
+          name: "hold",
+          // The first attempt waits for its pod to be deleted; the second until the run is cancelled.
+          run: `case "$(cat /etc/hostname)" in *-1) echo first-attempt; sleep 300;; *) echo second-attempt; sleep 300;; esac`,
+        },
+      ],
+    });
+    const run = { namespace, name, uid: playbook.metadata.uid as string };
+    const deadline = realNode.taskStartMs + 60_000;
+    const started = Date.now();
+    while (!(await runnerLogs(namespace, name).catch(() => "")).includes("[hold] first-attempt")) {
+      if (Date.now() - started > deadline) throw new Error(`${name}-1 never printed its line`);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+    await kubectl(["-n", namespace, "delete", "pod", `${name}-1`, "--wait=true"]);
+    // The first attempt's object complete (its record beside it) before the log is followed.
+    const record = `${attemptLogKey("", run, 1)}.json`;
+    while ((await readObject(record)).length === 0) {
+      if (Date.now() - started > deadline + 60_000) throw new Error(`${record} was never written`);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+    const child = spawn(process.execPath, [CLI, "logs", "-f", name, "-n", namespace], {
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, KUBECONFIG: inject("kubeconfig") },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      stdout += chunk.toString();
+    });
+    child.stderr.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    const closed = new Promise<number | null>((resolve) => child.on("close", resolve));
+    while (!stdout.includes("[hold] second-attempt")) {
+      if (Date.now() - started > deadline + 180_000) throw new Error(`no second attempt followed: ${stderr}`);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+    await kubectl([
+      "-n",
+      namespace,
+      "patch",
+      "playbook",
+      name,
+      "--type=merge",
+      "-p",
+      '{"spec":{"cancel":true}}',
+    ]);
+    const code = await closed;
+    expect(code, stderr).toBe(0);
+    expect(stderr).toContain("playbook: from the log archive: attempt 1,");
+    expect(stdout).toMatch(
+      new RegExp(
+        `^--- pod ${name}-1 \\(attempt 1\\) ---\\n(.*\\n)*\\[hold\\] first-attempt\\n(.*\\n)*--- pod ${name}-2 \\(attempt 2\\) ---\\n(.*\\n)*\\[hold\\] second-attempt\\n`,
+      ),
+    );
+    expect(stdout.match(/^--- pod /gm)).toHaveLength(2);
+  }, 420_000);
+
   it("holds no credential of the store in the pod, and the bucket refuses a PUT not signed with the controller's keys", async () => {
     const name = "no-keys";
     await createPlaybook(namespace, name, { ceiling: "2m", tasks: [{ name: "env", run: "env | sort" }] });

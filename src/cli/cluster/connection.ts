@@ -141,6 +141,13 @@ const StatusSchema = z.looseObject({
 const NETWORK_FAILURE =
   /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN|EPIPE|socket hang up|\(timeout\)|certificate|self[- ]signed|TLS/i;
 
+/** What the API server said in its answer: its Status's message, else a text body's first line. */
+export function serverSaid(error: ApiError): string | undefined {
+  const status = StatusSchema.safeParse(error.body).data;
+  if (status?.message !== undefined) return status.message;
+  return typeof error.body === "string" ? error.body.trim().split("\n")[0] : undefined;
+}
+
 /** The message of an error and of its causes, on one line. */
 function messageChain(error: unknown): string {
   const parts: string[] = [];
@@ -169,7 +176,7 @@ export function describeApiFailure(
   const where = `(context ${cluster.context}, server ${cluster.server})`;
   if (error instanceof ApiError) {
     const status = StatusSchema.safeParse(error.body).data;
-    const said = status?.message ?? (typeof error.body === "string" ? error.body.trim().split("\n")[0] : "");
+    const said = serverSaid(error);
     const detail = said ? `\n  the API server said: ${said}` : "";
     switch (error.code) {
       case 404:

@@ -60,19 +60,10 @@ export async function showLogs(options: LogsOptions): Promise<number> {
       EXIT.invalid,
     );
   }
-  const prefix = options.task === undefined ? undefined : `[${options.task}] `;
-  const write = (text: string) => {
-    if (prefix === undefined) out.write(`${text}\n`);
-    else if (text.startsWith(prefix)) out.write(`${text.slice(prefix.length)}\n`);
-  };
-  // Between attempts, a line that says whose log follows (not with --task: its lines are the task's alone).
-  const header = (pod: RunPod) => {
-    if (prefix === undefined) out.write(`--- pod ${pod.name} (attempt ${pod.attempt}) ---\n`);
-  };
   const { podName } = podsInStatus(playbook);
   // A run that has ended has nothing to follow: its logs are printed whole, from the archive too.
   if (options.follow && terminalReason(playbook) === undefined)
-    return followLogs(options, playbook, write, header);
+    return followLogs(options, playbook, new AttemptPrinter(options, out));
   if (!podName) {
     const condition = playbook.status?.conditions?.find((c) => c.type === "Succeeded");
     const said = condition?.message ? ` (${condition.reason}: ${condition.message})` : "";
@@ -83,41 +74,110 @@ export async function showLogs(options: LogsOptions): Promise<number> {
     );
     return EXIT.succeeded;
   }
-  return printLogs(options, playbook, write, header);
+  return printLogs(options, playbook, new AttemptPrinter(options, out));
+}
+
+/**
+ * How `logs` prints, the same whether it prints or follows: each line (one task's alone with
+ * --task), a header before each attempt when more than one is shown (never with --attempt or
+ * --task), and a gone pod's attempt from the archive, remembering what could not be read.
+ */
+class AttemptPrinter {
+  private readonly options: LogsOptions;
+  private readonly out: NodeJS.WritableStream;
+  private readonly prefix: string | undefined;
+  private shown = 0;
+  /** The attempts whose lines have begun: a header is written once. */
+  private readonly begun = new Set<number>();
+  private readonly unread: RunPod[] = [];
+  private archiveSaid: string | undefined;
+
+  constructor(options: LogsOptions, out: NodeJS.WritableStream) {
+    this.options = options;
+    this.out = out;
+    this.prefix = options.task === undefined ? undefined : `[${options.task}] `;
+  }
+
+  /** Whether --attempt leaves this attempt out. */
+  skips(pod: RunPod): boolean {
+    return this.options.attempt !== undefined && pod.attempt !== this.options.attempt;
+  }
+
+  line(text: string): void {
+    if (this.prefix === undefined) this.out.write(`${text}\n`);
+    else if (text.startsWith(this.prefix)) this.out.write(`${text.slice(this.prefix.length)}\n`);
+  }
+
+  /** An attempt's lines begin; `many`: more than this one attempt is (or will be) shown. */
+  begin(pod: RunPod, many: boolean): void {
+    if (this.begun.has(pod.attempt)) return;
+    this.begun.add(pod.attempt);
+    const headed = this.options.attempt === undefined && this.prefix === undefined;
+    if (headed && (many || this.shown > 0))
+      this.out.write(`--- pod ${pod.name} (attempt ${pod.attempt}) ---\n`);
+    this.shown++;
+  }
+
+  /** A gone pod's attempt from the archive: true once printed; false (remembered as unread) when not. */
+  async fromArchive(pod: RunPod, many: boolean, remember = true): Promise<boolean> {
+    try {
+      await readArchivedLog(this.options.cluster, this.options.name, {
+        attempt: pod.attempt,
+        signal: new AbortController().signal,
+        onOpen: (read) => {
+          this.begin(pod, many);
+          process.stderr.write(
+            `playbook: from the log archive: attempt ${read.attempt}, ${read.bytes} bytes\n`,
+          );
+        },
+        onLine: (text) => this.line(text),
+      });
+      return true;
+    } catch (error) {
+      if (!(error instanceof ArchiveUnavailable)) throw error;
+      if (remember) {
+        this.unread.push(pod);
+        // Not served at all: say nothing of an archive.
+        if (error.served) this.archiveSaid ??= error.message;
+      }
+      return false;
+    }
+  }
+
+  /** Ends the command: an error naming the attempts neither their pods nor the archive gave. */
+  finish(): number {
+    if (this.unread.length > 0) throw goneError(this.options, this.unread, this.archiveSaid);
+    return EXIT.succeeded;
+  }
 }
 
 /** Every attempt's log in order (or the one --attempt names): its pod's while kept, else the archive's. */
 async function printLogs(
   options: LogsOptions,
   playbook: ClusterPlaybook,
-  write: (text: string) => void,
-  header: (pod: RunPod) => void,
+  printer: AttemptPrinter,
 ): Promise<number> {
   const { cluster, name } = options;
   const { podAttempts } = podsInStatus(playbook);
   const pods = await podsOfRun(cluster, playbook);
   const every = [...pods, ...missingAttempts(name, pods, podAttempts)].sort((a, b) => a.attempt - b.attempt);
-  const chosen =
-    options.attempt === undefined ? every : every.filter((pod) => pod.attempt === options.attempt);
+  const chosen = every.filter((pod) => !printer.skips(pod));
   if (chosen.length === 0)
     throw new ClusterError(
       `--attempt ${options.attempt}: ${RESOURCE} ${name} in namespace ${cluster.namespace} has ${podAttempts === 1 ? "attempt 1 only" : `attempts 1 to ${podAttempts}`}`,
       EXIT.invalid,
     );
   const signal = new AbortController().signal;
-  const gone: RunPod[] = [];
-  let archiveSaid: string | undefined;
+  const many = chosen.length > 1;
   for (const pod of chosen) {
-    // Each attempt's header once, before the first of its lines that can be read.
-    let headed = false;
-    const headOnce = () => {
-      if (chosen.length > 1 && !headed) header(pod);
-      headed = true;
-    };
     if (pods.includes(pod)) {
-      headOnce();
+      printer.begin(pod, many);
       try {
-        await readPodLog(cluster, pod.name, { follow: false, signal, onLine: (line) => write(line.text) });
+        await readPodLog(cluster, pod.name, {
+          follow: false,
+          signal,
+          onLine: (line) => printer.line(line.text),
+        });
         continue;
       } catch (error) {
         if (!(error instanceof LogUnavailable)) throw error;
@@ -126,57 +186,37 @@ async function printLogs(
           continue;
         }
       }
+      // Gone between the listing and the read: the archive's lines follow its header.
+      await printer.fromArchive(pod, many);
+      continue;
     }
-    const archived = await readArchive(options, pod, write, headOnce);
-    if (archived !== true) {
-      gone.push(pod);
-      archiveSaid ??= archived;
-    }
+    await printer.fromArchive(pod, many);
   }
-  if (gone.length > 0) throw goneError(options, gone, archiveSaid);
-  return EXIT.succeeded;
+  return printer.finish();
 }
 
-/** A gone pod's log from the archive: true once printed, else what the archive said (undefined: no archive). */
-async function readArchive(
-  options: LogsOptions,
-  pod: RunPod,
-  write: (text: string) => void,
-  onOpen: () => void,
-): Promise<true | string | undefined> {
-  try {
-    await readArchivedLog(options.cluster, options.name, {
-      attempt: pod.attempt,
-      signal: new AbortController().signal,
-      onOpen: (read) => {
-        onOpen();
-        process.stderr.write(
-          `playbook: from the log archive: attempt ${read.attempt}, ${read.bytes} bytes\n`,
-        );
-      },
-      onLine: write,
-    });
-    return true;
-  } catch (error) {
-    if (error instanceof ArchiveUnavailable) return error.served ? error.message : undefined;
-    throw error;
-  }
-}
-
+/**
+ * Follows the run until it ends. The attempts whose pods were already gone come first, from the
+ * archive, in attempt order before the live ones; one the archive cannot give yet (its upload not
+ * complete) is tried again at the end, as is a pod that goes while it waits to be read.
+ */
 async function followLogs(
   options: LogsOptions,
   playbook: ClusterPlaybook,
-  write: (text: string) => void,
-  header: (pod: RunPod) => void,
+  printer: AttemptPrinter,
 ): Promise<number> {
   const { cluster, name } = options;
   const state = new RunState();
   // Only a run that has not ended is followed (showLogs).
   state.update(playbook, false);
   const { podAttempts } = podsInStatus(playbook);
-  const gone = (
-    podAttempts > 1 ? missingAttempts(name, await podsOfRun(cluster, playbook), podAttempts) : []
-  ).filter((pod) => options.attempt === undefined || pod.attempt === options.attempt);
+  const many = podAttempts > 1;
+  const later: RunPod[] = [];
+  if (podAttempts > 1)
+    for (const pod of missingAttempts(name, await podsOfRun(cluster, playbook), podAttempts)) {
+      if (printer.skips(pod)) continue;
+      if (!(await printer.fromArchive(pod, many, false))) later.push(pod);
+    }
   const watching = new AbortController();
   const reading = new AbortController();
   let interrupted = false;
@@ -193,22 +233,19 @@ async function followLogs(
     (latest) => state.update(latest, latest !== null && terminalReason(latest) !== undefined),
     watching.signal,
   );
-  let pods = 0;
-  const skipped = (pod: RunPod) => options.attempt !== undefined && pod.attempt !== options.attempt;
   try {
     const following = followRun(
       cluster,
       state,
       {
         onPod: (pod) => {
-          if (skipped(pod)) return;
-          if (pods++ > 0 || podAttempts > 1) header(pod);
+          if (!printer.skips(pod)) printer.begin(pod, many);
         },
         onLine: (line, pod) => {
-          if (!skipped(pod)) write(line.text);
+          if (!printer.skips(pod)) printer.line(line.text);
         },
         onGone: (pod) => {
-          if (!skipped(pod)) gone.push(pod);
+          if (!printer.skips(pod)) later.push(pod);
         },
         onProblem: (pod, message) =>
           process.stderr.write(
@@ -237,15 +274,6 @@ async function followLogs(
       EXIT.lost,
     );
   }
-  // Attempts whose pods were gone before they were read: from the archive, after the rest.
-  const unread: RunPod[] = [];
-  let archiveSaid: string | undefined;
-  for (const pod of gone.sort((a, b) => a.attempt - b.attempt)) {
-    const archived = await readArchive(options, pod, write, () => header(pod));
-    if (archived === true) continue;
-    unread.push(pod);
-    archiveSaid ??= archived;
-  }
-  if (unread.length > 0) throw goneError(options, unread, archiveSaid);
-  return EXIT.succeeded;
+  for (const pod of later.sort((a, b) => a.attempt - b.attempt)) await printer.fromArchive(pod, many);
+  return printer.finish();
 }

@@ -131,11 +131,14 @@ const SubjectAccessReviewAnswer = z.looseObject({
     .optional(),
 });
 
-/** Whether the API server lets `user` get the run's playbooklogs (a SubjectAccessReview). */
+/**
+ * Whether the API server lets `user` get the run's playbooklogs, or the subresource named
+ * (playbooklogs/log), as the caller asked it (a SubjectAccessReview).
+ */
 export async function mayGetPlaybookLog(
   api: ApiClient,
   user: RemoteUser,
-  target: { namespace: string; name: string },
+  target: { namespace: string; name: string; subresource?: string | undefined },
   options?: CallOptions,
 ): Promise<{ allowed: boolean; reason: string }> {
   const raw = await api.call({
@@ -154,6 +157,7 @@ export async function mayGetPlaybookLog(
           verb: "get",
           group: LOG_API_GROUP,
           resource: LOG_API_RESOURCE,
+          ...(target.subresource === undefined ? {} : { subresource: target.subresource }),
           name: target.name,
         },
       },

@@ -1,11 +1,14 @@
 // The log API: archived logs served to the API server as the aggregated group logs.playbook.dev
 // (as metrics-server serves metrics.k8s.io), so that reading one takes a Kubernetes permission
-// the API server checks (`get playbooklogs`) and the store's credentials never leave the
-// controller. One verb on one resource:
-//   GET /apis/logs.playbook.dev/v1alpha1/namespaces/NS/playbooklogs/NAME[?attempt=K]
+// the API server checks (`get playbooklogs/log`) and the store's credentials never leave the
+// controller. One verb on one resource and its `log` subresource:
+//   GET /apis/logs.playbook.dev/v1alpha1/namespaces/NS/playbooklogs/NAME
+// answers a PlaybookLog object listing the run's archived attempts (playbook-log-object.ts);
+//   GET /apis/logs.playbook.dev/v1alpha1/namespaces/NS/playbooklogs/NAME/log[?attempt=K]
 // answers the attempt's archived log as text/plain (default: the latest attempt archived), its
-// attempt in X-Playbook-Log-Attempt. Discovery (/apis, the group, the version) makes the
-// APIService Available. Who may call: log-api-access.ts.
+// attempt in X-Playbook-Log-Attempt. The API server counts a `log` subresource as long-running
+// (as pods/log), so its request timeout does not cut a slow read of a big log. Discovery (/apis,
+// the group, the version) makes the APIService Available. Who may call: log-api-access.ts.
 import { readFile } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { createServer, type Server } from "node:https";
@@ -18,13 +21,14 @@ import {
   LOG_API_ATTEMPT_HEADER,
   LOG_API_GROUP,
   LOG_API_RESOURCE,
+  LOG_API_SUBRESOURCE,
   LOG_API_VERSION,
 } from "../../api/log-archive.js";
 import { GROUP, PLURAL, VERSION } from "../../api/playbook.js";
 import type { ApiClient } from "../../runtime/api-client.js";
 import { statusCodeOf } from "../../runtime/api-errors.js";
 import { parseAddress } from "../config.js";
-import { attemptLogKey, type RunIdentity, runPrefix } from "./archive-keys.js";
+import { attemptLogKey, type RunIdentity } from "./archive-keys.js";
 import type { ArchiveStore } from "./archive-store.js";
 import {
   mayGetPlaybookLog,
@@ -33,9 +37,10 @@ import {
   readRequestHeaderSettings,
   remoteUserOf,
 } from "./log-api-access.js";
+import { archivedAttempts, LOG_API_KIND, playbookLogObject } from "./playbook-log-object.js";
 import { selfSignedCertificate } from "./self-signed.js";
 
-export const LOG_API_KIND = "PlaybookLog";
+export { LOG_API_KIND };
 /** What the log API's own refusal says, apart from the API server's. */
 export const REFUSED_BY_LOG_API = "refused by the log API's SubjectAccessReview";
 
@@ -60,15 +65,23 @@ const DISCOVERY: Record<string, object> = {
         kind: LOG_API_KIND,
         verbs: ["get"],
       },
+      // As the API server lists pods/log.
+      {
+        name: `${LOG_API_RESOURCE}/${LOG_API_SUBRESOURCE}`,
+        singularName: "",
+        namespaced: true,
+        kind: LOG_API_KIND,
+        verbs: ["get"],
+      },
     ],
   },
 };
 const LOG_PATH = new RegExp(
-  `^/apis/${LOG_API_GROUP.replaceAll(".", "\\.")}/${LOG_API_VERSION}/namespaces/([^/]+)/${LOG_API_RESOURCE}/([^/]+)$`,
+  `^/apis/${LOG_API_GROUP.replaceAll(".", "\\.")}/${LOG_API_VERSION}/namespaces/([^/]+)/${LOG_API_RESOURCE}/([^/]+)(?:/([^/]+))?$`,
 );
+/** Only `attempt` is read: other parameters the API server passes on (timeout) are accepted. */
 const AttemptQuery = z.object({ attempt: z.coerce.number().int().min(1).max(10_000).optional() });
 const StoredPlaybookIdentity = z.looseObject({ metadata: z.looseObject({ uid: z.string().min(1) }) });
-const ATTEMPT_KEY = /\/attempt-(\d+)\.log$/;
 /** How often the API server's front-proxy CA and names are read again (they rotate). */
 const REQUEST_HEADER_REFRESH_MS = 5 * 60_000;
 
@@ -81,6 +94,8 @@ export interface LogApiOptions {
   store: ArchiveStore;
   api: ApiClient;
   log: Logger;
+  /** The Playbook from the controller's cache by `namespace/name`; undefined: not cached (read from the API). */
+  cached?: ((key: string) => { metadata: { uid?: string | undefined } } | undefined) | undefined;
 }
 
 /** A Kubernetes Status, as the API server answers an error. */
@@ -205,25 +220,43 @@ export class LogApiServer {
     if (!match) throw new Refusal(404, "the server could not find the requested resource");
     const namespace = decodeURIComponent(match[1] ?? "");
     const name = decodeURIComponent(match[2] ?? "");
-    const query = AttemptQuery.safeParse({ attempt: url.searchParams.get("attempt") ?? undefined });
+    const subresource = match[3] === undefined ? undefined : decodeURIComponent(match[3]);
+    if (subresource !== undefined && subresource !== LOG_API_SUBRESOURCE)
+      throw new Refusal(
+        404,
+        `${LOG_API_RESOURCE}.${LOG_API_GROUP} has no subresource ${subresource}: only ${LOG_API_SUBRESOURCE}`,
+      );
+    const asked = url.searchParams.get("attempt");
+    const query = AttemptQuery.safeParse({ attempt: asked ?? undefined });
     if (!query.success)
-      throw new Refusal(400, `attempt must be a whole number from 1: ${url.searchParams.get("attempt")}`);
-    await this.authorize(caller.user, namespace, name);
-    await this.sendLog(response, { namespace, name }, query.data.attempt);
+      throw new Refusal(400, `attempt=${asked}: must be a whole number from 1 to 10000`, name);
+    await this.authorize(caller.user, { namespace, name, subresource });
+    const run = await this.runOf(namespace, name);
+    if (subresource === undefined) json(response, 200, await playbookLogObject(this.options.store, run));
+    else await this.sendLog(response, run, query.data.attempt);
   }
 
   /** Defence in depth: the API server checked RBAC before proxying; the controller asks it again. */
-  private async authorize(user: RemoteUser, namespace: string, name: string): Promise<void> {
-    const { allowed, reason } = await mayGetPlaybookLog(this.options.api, user, { namespace, name });
+  private async authorize(
+    user: RemoteUser,
+    target: { namespace: string; name: string; subresource: string | undefined },
+  ): Promise<void> {
+    const { namespace, name, subresource } = target;
+    const { allowed, reason } = await mayGetPlaybookLog(this.options.api, user, target);
     if (allowed) return;
-    this.options.log.info({ user: user.name, namespace, name }, "Refused an archived log");
+    const resource = subresource === undefined ? LOG_API_RESOURCE : `${LOG_API_RESOURCE}/${subresource}`;
+    this.options.log.info({ user: user.name, namespace, name, resource }, "Refused an archived log");
     throw new Refusal(
       403,
-      `${LOG_API_RESOURCE}.${LOG_API_GROUP} "${name}" is forbidden: User "${user.name}" cannot get resource "${LOG_API_RESOURCE}" in API group "${LOG_API_GROUP}" in the namespace "${namespace}" (${REFUSED_BY_LOG_API})${reason ? `: ${reason}` : ""}`,
+      `${LOG_API_RESOURCE}.${LOG_API_GROUP} "${name}" is forbidden: User "${user.name}" cannot get resource "${resource}" in API group "${LOG_API_GROUP}" in the namespace "${namespace}" (${REFUSED_BY_LOG_API})${reason ? `: ${reason}` : ""}`,
+      name,
     );
   }
 
   private async runOf(namespace: string, name: string): Promise<RunIdentity> {
+    // The cache the controller keeps of the namespaces it watches; others are read from the API.
+    const uid = this.options.cached?.(`${namespace}/${name}`)?.metadata.uid;
+    if (uid) return { namespace, name, uid };
     try {
       const raw = await this.options.api.call({
         method: "GET",
@@ -240,12 +273,11 @@ export class LogApiServer {
 
   private async sendLog(
     response: ServerResponse,
-    target: { namespace: string; name: string },
+    run: RunIdentity,
     asked: number | undefined,
   ): Promise<void> {
     const { store, log } = this.options;
-    const run = await this.runOf(target.namespace, target.name);
-    const attempt = asked ?? (await latestAttempt(store, run));
+    const attempt = asked ?? (await archivedAttempts(store, run)).at(-1);
     if (attempt === undefined)
       throw new Refusal(404, `${PLURAL}.${GROUP} "${run.name}" has no archived log yet`, run.name);
     const reading = new AbortController();
@@ -281,10 +313,11 @@ export class LogApiServer {
       return;
     }
     if (error instanceof Refusal) {
+      // As the API server's Status: the object named, of the group's kind; nothing otherwise.
       const details =
-        error.name === undefined
+        error.object === undefined
           ? undefined
-          : { name: error.name, group: LOG_API_GROUP, kind: LOG_API_RESOURCE };
+          : { name: error.object, group: LOG_API_GROUP, kind: LOG_API_KIND };
       json(
         response,
         error.code,
@@ -309,32 +342,26 @@ function json(response: ServerResponse, code: number, body: object): void {
   response.writeHead(code, { "content-type": "application/json" }).end(JSON.stringify(body));
 }
 
-/** The highest attempt with a log in the run's folder. */
-async function latestAttempt(store: ArchiveStore, run: RunIdentity): Promise<number | undefined> {
-  let latest: number | undefined;
-  for (const key of await store.listKeys(runPrefix(store.prefix, run))) {
-    const attempt = Number(ATTEMPT_KEY.exec(key)?.[1]);
-    if (Number.isInteger(attempt) && (latest === undefined || attempt > latest)) latest = attempt;
-  }
-  return latest;
-}
-
 /**
  * The log API the controller's settings ask for, started: its certificate from the files given
  * (or self-signed), the aggregation layer's settings from the API server. Undefined while the
  * archive is off.
  */
-export async function startLogApi(deps: {
-  config: {
-    logApiAddress: string;
-    logApiCertFile?: string | undefined;
-    logApiKeyFile?: string | undefined;
-  };
-  /** The controller's archive store; none without --log-archive-bucket. */
-  store: ArchiveStore | undefined;
-  api: ApiClient;
-  log: Logger;
-}): Promise<LogApiServer | undefined> {
+export async function startLogApi(
+  deps: {
+    config: {
+      logApiAddress: string;
+      logApiCertFile?: string | undefined;
+      logApiKeyFile?: string | undefined;
+    };
+    /** The controller's archive store; none without --log-archive-bucket. */
+    store: ArchiveStore | undefined;
+    api: ApiClient;
+    log: Logger;
+  },
+  /** The controller's cache of Playbooks (LogApiOptions.cached). */
+  cached?: LogApiOptions["cached"],
+): Promise<LogApiServer | undefined> {
   const { config, store, api, log } = deps;
   if (store === undefined) return undefined;
   // The runs and their archiving go on without it: the log says why reading back fails.
@@ -349,7 +376,7 @@ export async function startLogApi(deps: {
           selfSignedCertificate(["playbook-controller-log-api", "localhost"], new Date());
     const { host, port } = parseAddress(config.logApiAddress);
     const requestHeader = await readRequestHeaderSettings(api);
-    const server = new LogApiServer({ host, port, tls, requestHeader, store, api, log });
+    const server = new LogApiServer({ host, port, tls, requestHeader, store, api, log, cached });
     const address = await server.listen();
     server.refreshEvery(REQUEST_HEADER_REFRESH_MS);
     log.info(
