@@ -97,7 +97,7 @@ const RecordSchemaLike = (raw: string) =>
 async function attemptRecord(run: { namespace: string; name: string; uid: string }, timeoutMs: number) {
   const key = attemptLogKey("", run, 1);
   return waitFor(
-    `attempt 1's archive of ${run.name} to end (it stays Archiving while the follow is open)`,
+    `attempt 1's record of ${run.name} beside its object`,
     async () => {
       const raw = (await archive?.readObject(recordKey(key)))?.toString("utf8") ?? "";
       return raw ? { key, record: RecordSchemaLike(raw) } : undefined;
@@ -137,11 +137,27 @@ describe("an archived log whose node is lost", () => {
     // The node's grace (up to 50 s after its last Lease renewal), the controller's 30 s, the
     // archiver's 5 s of an idle stream and 1 s look, and slack for a loaded machine.
     const bound = 50_000 + 30_000 + 6_000 + 14_000;
-    const { key, record } = await attemptRecord(run, bound);
+    const said = await waitForPlaybook(
+      namespace,
+      name,
+      "to say how attempt 1's archive ended (it stays Archiving while the follow is open)",
+      (p) => {
+        const archived = condition(p, "LogArchived");
+        return archived?.status !== "Unknown" && (archived?.message ?? "").startsWith("attempt 1: ");
+      },
+      bound,
+    );
     const tookMs = Date.now() - stoppedAt;
+    const { key, record } = await attemptRecord(run, 10_000);
     process.stderr.write(
       `[log-archive-node-lost] NodeLost ${tookMs} ms after the kubelet stopped: ${record.message}\n`,
     );
+    // The status says it, as the record beside the object does (whether attempt 2 is there yet or not).
+    expect(condition(said, "LogArchived")).toMatchObject({
+      status: "False",
+      reason: "NodeLost",
+      message: `attempt 1: ${record.message}`,
+    });
     expect(record.reason).toBe("NodeLost");
 
     const object = (await archive?.readObject(key)) as Buffer;
@@ -158,11 +174,11 @@ describe("an archived log whose node is lost", () => {
     expect(stoppedAt - last.at).toBeLessThan(3_000);
 
     // The message's figures are the object's.
-    const said = record.message.match(
+    const figures = record.message.match(
       /^(\d+) bytes archived, the last at (\S+); the pod's node (\S+) stopped reporting \(marked not Ready at (\S+); [^)]*\): what the task printed after \2, at most (\d+) s of it before the node was marked, is not in it/,
     );
-    expect(said, record.message).not.toBeNull();
-    const [, bytes, lastAt, node, markedAt, gap] = said as RegExpMatchArray;
+    expect(figures, record.message).not.toBeNull();
+    const [, bytes, lastAt, node, markedAt, gap] = figures as RegExpMatchArray;
     expect(Number(bytes)).toBe(object.length);
     expect(node).toBe(REAL_NODE_NAME);
     const arrived = Date.parse(lastAt as string);

@@ -3,6 +3,9 @@
 // cleanly while the runner still runs (a kubelet that died), and when opening is tried again.
 // The real node, silent with the stream open, is test/real-node/log-archive-node-lost.test.ts.
 import { describe, expect, it } from "vitest";
+import { LOG_ARCHIVE_REASONS, LOG_ARCHIVED } from "../../src/api/log-archive.js";
+import type { PlaybookStatus } from "../../src/api/playbook.js";
+import { archiveStatus, archivingMessage } from "../../src/controller/log-archive/archive-status.js";
 import {
   CLEAN_END_SETTLE_MS,
   cleanEnd,
@@ -183,5 +186,49 @@ describe("what an archive that is not whole says it misses", () => {
     expect(notWholeMessage({ bytes: 0, why: "the pod was gone" })).toBe(
       "0 bytes archived; the pod was gone: what the task printed is not in it",
     );
+  });
+});
+
+describe("what the status says of an earlier attempt lost with its node", () => {
+  const lost = {
+    podUID: "p1",
+    attempt: 1,
+    state: "ended" as const,
+    reason: LOG_ARCHIVE_REASONS.nodeLost,
+    message: "2495 bytes archived, the last at ...",
+    log: { bucket: "b", key: "ns/run/u/attempt-1.log", bytes: 2495, sha256: "a".repeat(64) },
+  };
+  const archiving = (attempt: number) => ({
+    type: LOG_ARCHIVED,
+    status: "Unknown" as const,
+    reason: LOG_ARCHIVE_REASONS.archiving,
+    message: archivingMessage(attempt, `ns/run/u/attempt-${attempt}.log`),
+    lastTransitionTime: iso(0),
+  });
+  // The run moved on to attempt 2 (its pod not started yet) while attempt 1's follow was open.
+  const movedOn: PlaybookStatus = {
+    phase: "Pending",
+    podName: "run-2",
+    podUID: "p2",
+    podAttempts: 2,
+    conditions: [archiving(1)],
+  };
+
+  it("says how attempt 1's archive ended, without its status.log, while the status still says it is being archived", () => {
+    const next = archiveStatus(movedOn, lost, new Date(at(80)), 1);
+    expect(next?.conditions?.find((c) => c.type === LOG_ARCHIVED)).toMatchObject({
+      status: "False",
+      reason: "NodeLost",
+      message: `attempt 1: ${lost.message}`,
+    });
+    expect(next?.log).toBeUndefined();
+    expect(next && archiveStatus(next, lost, new Date(at(81)), 1)).toBeNull();
+  });
+
+  it("says nothing of it once attempt 2's archive began, nor while attempt 1's follow is open", () => {
+    expect(archiveStatus({ ...movedOn, conditions: [archiving(2)] }, lost, new Date(at(80)), 1)).toBeNull();
+    expect(
+      archiveStatus(movedOn, { podUID: "p1", attempt: 1, state: "archiving", key: "k" }, new Date(at(80)), 1),
+    ).toBeNull();
   });
 });

@@ -17,7 +17,7 @@ import type { ControllerMetrics } from "../metrics.js";
 import { type PodView, RUNNER_CONTAINER, type StoredPlaybook } from "../objects.js";
 import { nodeSilenceOf } from "../pods/node-lost.js";
 import { attemptLogKey, attemptReportKey, type RunIdentity } from "./archive-keys.js";
-import type { AttemptArchive } from "./archive-status.js";
+import { type AttemptArchive, wasArchiving } from "./archive-status.js";
 import type { ArchiveStore } from "./archive-store.js";
 import { ArchiveStoreError, AttemptUpload, type RetryBound } from "./attempt-upload.js";
 import {
@@ -104,6 +104,22 @@ export class LogArchiver {
   /** What is known of the attempt whose pod has this UID. */
   resultOf(podUID: string): AttemptArchive | undefined {
     return this.attempts.get(podUID);
+  }
+
+  /**
+   * An earlier attempt of the run of this key whose archive ended while its status still says it
+   * is being archived (archive-status.ts): the status says how it ended until the next begins.
+   */
+  earlierResultOf(key: string, status: PlaybookStatus | undefined): AttemptArchive | undefined {
+    let found: AttemptArchive | undefined;
+    for (const [uid, runKey] of this.runOf) {
+      const archive = this.attempts.get(uid);
+      if (runKey !== key || archive?.state !== "ended" || archive.attempt >= (status?.podAttempts ?? 0))
+        continue;
+      if (wasArchiving(status, archive.attempt) && (!found || archive.attempt > found.attempt))
+        found = archive;
+    }
+    return found;
   }
 
   /** Begins archiving the attempt unless it is already archived or being archived. */
