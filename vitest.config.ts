@@ -6,9 +6,14 @@ import { configDefaults, defineConfig } from "vitest/config";
  * a controller that watches every namespace (helm-release), or register the cluster's one
  * APIService v1alpha1.logs.playbook.dev (log-api; log-archive, in the shared group, registers it too).
  */
-const REAL_NODE_EXCLUSIVE = ["faults", "cluster-up-down", "install", "helm-release", "log-api"].map(
-  (name) => `test/real-node/${name}.test.ts`,
-);
+const REAL_NODE_EXCLUSIVE = [
+  "faults",
+  "cluster-up-down",
+  "install",
+  "helm-release",
+  "log-api",
+  "log-archive-node-lost",
+].map((name) => `test/real-node/${name}.test.ts`);
 
 /**
  * PLAYBOOK_REAL_NODE_GROUP=shared: the files that can share the node two at a time;

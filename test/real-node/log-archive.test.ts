@@ -8,8 +8,7 @@
 // controller serves (test/harness/log-api.ts) and prints the same bytes as from the pod.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { GROUP, VERSION } from "../../src/api/playbook.js";
@@ -31,9 +30,10 @@ import {
   taskLines,
   waitForFinished,
 } from "../controller/support.js";
+import { type ArchiveOnStore, startArchiveOnStore } from "../harness/archive-on-store.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { logApiEndpoint, logApiServingCertificate, registerLogApi } from "../harness/log-api.js";
-import { type ObjectStore, startObjectStore } from "../harness/object-store.js";
+import type { ObjectStore } from "../harness/object-store.js";
 import { freePort } from "../harness/processes.js";
 import { realNodePodLogsDir } from "../harness/real-node/real-node.js";
 import { CLI } from "../support/cli.js";
@@ -42,6 +42,7 @@ const MiB = 1024 * 1024;
 const { core } = clients();
 let namespace = "";
 let stateDir = "";
+let archive: ArchiveOnStore;
 let store: ObjectStore;
 let controller: RunningController | undefined;
 /** The controller's settings: the archive in SeaweedFS, and the log API the APIService names. */
@@ -67,17 +68,7 @@ function generated(blocks: number): string[] {
 
 const sha256 = (bytes: Buffer) => createHash("sha256").update(bytes).digest("hex");
 
-async function readObject(key: string): Promise<Buffer> {
-  const client = store.client();
-  try {
-    const object = await client.getObject(key);
-    const chunks: Buffer[] = [];
-    for await (const chunk of object?.body ?? []) chunks.push(chunk as Buffer);
-    return Buffer.concat(chunks);
-  } finally {
-    client.destroy();
-  }
-}
+const readObject = (key: string) => archive.readObject(key);
 
 /** `playbook logs NAME -n NAMESPACE` as the cluster's admin: its exit code, stdout as bytes, stderr. */
 function playbookLogs(name: string): Promise<{ code: number | null; stdout: Buffer; stderr: string }> {
@@ -126,11 +117,9 @@ async function archivingOf(name: string): Promise<void> {
 }
 
 beforeAll(async () => {
-  stateDir = mkdtempSync(path.join(tmpdir(), "rn-log-archive-"));
-  store = await startObjectStore({ binDir: inject("binDir"), stateDir });
   // The controller's credentials, as the chart gives them: the SDK's env, in the controller only.
-  process.env.AWS_ACCESS_KEY_ID = store.accessKeyId;
-  process.env.AWS_SECRET_ACCESS_KEY = store.secretAccessKey;
+  archive = await startArchiveOnStore(inject("binDir"), "rn-log-archive");
+  ({ store, stateDir } = archive);
   namespace = await createTestNamespace(core, "rn-log-archive", {
     "pod-security.kubernetes.io/enforce": "restricted",
   });
@@ -141,10 +130,7 @@ beforeAll(async () => {
   stopRelays = endpoint.stop;
   controllerOptions = {
     ...realNode.controller,
-    logArchiveBucket: store.bucket,
-    logArchiveEndpoint: store.endpoint,
-    logArchiveRegion: store.region,
-    logArchiveForcePathStyle: true,
+    ...archive.controllerOptions,
     logApiAddress: `${endpoint.listen}:${port}`,
     logApiCertFile: serving.certFile,
     logApiKeyFile: serving.keyFile,
@@ -162,8 +148,7 @@ afterAll(async () => {
   await controller?.stop();
   await stopRelays?.();
   if (namespace) await deleteTestNamespace(core, namespace);
-  await store?.stop();
-  if (stateDir) rmSync(stateDir, { recursive: true, force: true });
+  await archive?.stop();
 });
 
 describe("the log archive on a real node", () => {

@@ -48,8 +48,23 @@ export function archiveSettled(status: PlaybookStatus | undefined, attempt: numb
 }
 
 /**
- * The status with the recorded attempt's archive in it, or null when it says that already (or
- * the archive is not about the recorded attempt).
+ * Whether the status should hear of this archive: the recorded attempt's, or an earlier attempt's
+ * that ended while the status still says it is being archived (its pod was lost with its node
+ * and the run moved on to a new pod before the follow ended): its condition is written until the
+ * new attempt's archive begins; status.log stays the recorded attempt's.
+ */
+function concerns(status: PlaybookStatus, archive: AttemptArchive): boolean {
+  if (archive.podUID === status.podUID) return true;
+  return (
+    archive.state === "ended" &&
+    archive.attempt < (status.podAttempts ?? 0) &&
+    wasArchiving(status, archive.attempt)
+  );
+}
+
+/**
+ * The status with the archive in it (the recorded attempt's, or an earlier attempt's the status
+ * still says is being archived), or null when it says that already or the archive is not its.
  */
 export function archiveStatus(
   status: PlaybookStatus,
@@ -57,7 +72,8 @@ export function archiveStatus(
   now: Date,
   generation: number | undefined,
 ): PlaybookStatus | null {
-  if (!archive || archive.podUID !== status.podUID) return null;
+  if (!archive || !concerns(status, archive)) return null;
+  const earlier = archive.podUID !== status.podUID;
   const { log: _earlier, ...rest } = status;
   let next: PlaybookStatus;
   if (archive.state === "archiving") {
@@ -77,9 +93,10 @@ export function archiveStatus(
     };
   } else {
     const whole = archive.reason === LOG_ARCHIVE_REASONS.archived;
+    const log = earlier ? status.log : archive.log;
     next = {
       ...rest,
-      ...(archive.log ? { log: archive.log } : {}),
+      ...(log ? { log } : {}),
       conditions: setCondition(
         status.conditions ?? [],
         {

@@ -4,6 +4,8 @@
 // keys are built here from the Playbook the controller reads; the store's credentials never
 // leave the controller. A small record (attempt-<K>.log.json) beside each completed object lets a
 // restarted controller say what it holds without reading it again.
+import type { IncomingMessage } from "node:http";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import { z } from "zod";
 import { LOG_ARCHIVE_REASONS, type LogArchiveFailure, type LogArchiveReason } from "../../api/log-archive.js";
@@ -15,9 +17,18 @@ import type { ControllerMetrics } from "../metrics.js";
 import { type PodView, RUNNER_CONTAINER, type StoredPlaybook } from "../objects.js";
 import { nodeSilenceOf } from "../pods/node-lost.js";
 import { attemptLogKey, attemptReportKey, type RunIdentity } from "./archive-keys.js";
-import type { AttemptArchive } from "./archive-status.js";
+import { type AttemptArchive, wasArchiving } from "./archive-status.js";
 import type { ArchiveStore } from "./archive-store.js";
 import { ArchiveStoreError, AttemptUpload, type RetryBound } from "./attempt-upload.js";
+import {
+  cleanEnd,
+  FOLLOW_WATCH_MS,
+  type FollowCut,
+  type FollowTimes,
+  followCut,
+  notWholeMessage,
+  openRetryDelay,
+} from "./follow-watch.js";
 
 /** One attempt to follow: the run, its attempt number and its pod. */
 export interface AttemptRef {
@@ -43,6 +54,13 @@ export interface LogArchiverDeps {
   podOf: (namespace: string, pod: string) => PodView | undefined;
   partBytes?: number;
   retry?: RetryBound;
+}
+
+/** How a follow ended: whole (neither), broken by its stream, or cut by the controller (follow-watch.ts). */
+interface FollowEnd {
+  lastByteAt?: number | undefined;
+  broke?: string;
+  cut?: FollowCut;
 }
 
 const RecordSchema = z.object({
@@ -86,6 +104,22 @@ export class LogArchiver {
   /** What is known of the attempt whose pod has this UID. */
   resultOf(podUID: string): AttemptArchive | undefined {
     return this.attempts.get(podUID);
+  }
+
+  /**
+   * An earlier attempt of the run of this key whose archive ended while its status still says it
+   * is being archived (archive-status.ts): the status says how it ended until the next begins.
+   */
+  earlierResultOf(key: string, status: PlaybookStatus | undefined): AttemptArchive | undefined {
+    let found: AttemptArchive | undefined;
+    for (const [uid, runKey] of this.runOf) {
+      const archive = this.attempts.get(uid);
+      if (runKey !== key || archive?.state !== "ended" || archive.attempt >= (status?.podAttempts ?? 0))
+        continue;
+      if (wasArchiving(status, archive.attempt) && (!found || archive.attempt > found.attempt))
+        found = archive;
+    }
+    return found;
   }
 
   /** Begins archiving the attempt unless it is already archived or being archived. */
@@ -190,34 +224,21 @@ export class LogArchiver {
       this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${messageOf(error)}`);
       return;
     }
-    let broke: string | undefined;
+    let end: FollowEnd;
     try {
-      const stream = await this.deps.api.openPodLog(
-        { namespace: ref.run.namespace, name: ref.pod, container: RUNNER_CONTAINER, follow: true },
-        { signal },
-      );
-      try {
-        for await (const chunk of stream) await upload.write(chunk as Buffer);
-      } finally {
-        stream.destroy();
-      }
+      end = await this.followInto(ref, upload, signal);
     } catch (error) {
+      await upload.abort();
       // Stopping (the lead lost, or a shutdown): the next leader begins the attempt again.
-      if (signal.aborted) {
-        await upload.abort();
-        return;
-      }
-      if (error instanceof ArchiveStoreError) {
-        await upload.abort();
-        this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${error.message}`);
-        return;
-      }
-      broke = isNotFound(error) ? "the pod was gone" : `the log stream broke: ${apiErrorMessage(error)}`;
+      if (signal.aborted) return;
+      this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${messageOf(error)}`);
+      return;
     }
-    if (broke !== undefined && upload.receivedBytes === 0) {
+    const whole = end.cut === undefined && end.broke === undefined;
+    if (!whole && upload.receivedBytes === 0) {
       // Nothing arrived (no kubelet answered, the pod was gone): no empty object.
       await upload.abort();
-      const [reason, message] = this.verdict(ref, { bytes: 0, leftOut: 0, received: 0 }, broke);
+      const [reason, message] = this.verdict(ref, { bytes: 0, leftOut: 0, received: 0 }, end);
       this.end(ref, reason, message);
       return;
     }
@@ -230,7 +251,7 @@ export class LogArchiver {
       this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${messageOf(error)}`);
       return;
     }
-    const [reason, message] = this.verdict(ref, outcome, broke);
+    const [reason, message] = this.verdict(ref, outcome, end);
     const log = { key, bytes: outcome.bytes, sha256: outcome.sha256 };
     try {
       await this.deps.store.putObject(
@@ -245,21 +266,93 @@ export class LogArchiver {
     this.end(ref, reason, message, log);
   }
 
+  /**
+   * Follows the runner's log into the upload until its stream ends, breaks or is cut: opening it
+   * is retried while the pod exists and is not lost (openRetryDelay); while it is open, the pod
+   * as the cache shows it is looked at every FOLLOW_WATCH_MS, and the follow ends once the pod
+   * is taken as lost (followCut); a stream that ends cleanly while the runner still runs is cut
+   * (cleanEnd). A stream that breaks after bytes arrived is not opened again: the kubelet would
+   * send the log from its start. Throws when stopping or when the store fails.
+   */
+  private async followInto(ref: AttemptRef, upload: AttemptUpload, signal: AbortSignal): Promise<FollowEnd> {
+    const times: FollowTimes = { openedAt: Date.now() };
+    const podOf = () => this.deps.podOf(ref.run.namespace, ref.pod);
+    const cut = new AbortController();
+    let cutBy: FollowCut | undefined;
+    let stream: IncomingMessage | undefined;
+    const watch = setInterval(() => {
+      if (cutBy) return;
+      cutBy = followCut(podOf(), times, Date.now());
+      if (!cutBy) return;
+      cut.abort();
+      stream?.destroy(new Error(cutBy.why));
+    }, FOLLOW_WATCH_MS);
+    const following = AbortSignal.any([signal, cut.signal]);
+    try {
+      for (let tries = 1; ; tries += 1) {
+        try {
+          stream = await this.deps.api.openPodLog(
+            { namespace: ref.run.namespace, name: ref.pod, container: RUNNER_CONTAINER, follow: true },
+            { signal: following },
+          );
+          break;
+        } catch (error) {
+          if (following.aborted) throw error;
+          const delay = openRetryDelay(
+            { notFound: isNotFound(error), tries },
+            podOf(),
+            times.openedAt,
+            Date.now(),
+          );
+          if (delay === undefined) throw error;
+          this.deps.log.info(
+            { ...where(ref), err: apiErrorMessage(error), delayMs: delay },
+            "Retrying log follow",
+          );
+          await sleep(delay, undefined, { signal: following });
+        }
+      }
+      try {
+        for await (const chunk of stream) {
+          times.lastByteAt = Date.now();
+          await upload.write(chunk as Buffer);
+        }
+      } finally {
+        stream.destroy();
+      }
+      if (cutBy) return { lastByteAt: times.lastByteAt, cut: cutBy };
+      const endedAt = Date.now();
+      for (;;) {
+        const settled = cleanEnd(podOf(), endedAt, Date.now());
+        if (settled === "whole") return { lastByteAt: times.lastByteAt };
+        if (settled !== "wait") return { lastByteAt: times.lastByteAt, cut: settled };
+        await sleep(FOLLOW_WATCH_MS, undefined, { signal });
+      }
+    } catch (error) {
+      if (signal.aborted || error instanceof ArchiveStoreError) throw error;
+      if (cutBy) return { lastByteAt: times.lastByteAt, cut: cutBy };
+      return {
+        lastByteAt: times.lastByteAt,
+        broke: isNotFound(error) ? "the pod was gone" : `the log stream broke: ${apiErrorMessage(error)}`,
+      };
+    } finally {
+      clearInterval(watch);
+    }
+  }
+
   private verdict(
     ref: AttemptRef,
     outcome: { bytes: number; leftOut: number; received: number },
-    broke: string | undefined,
+    end: FollowEnd,
   ): [LogArchiveReason, string] {
     const kept = `${outcome.bytes} bytes archived`;
-    if (broke !== undefined) {
+    const why = end.cut?.why ?? end.broke;
+    if (why !== undefined) {
       const pod = this.deps.podOf(ref.run.namespace, ref.pod);
-      const lost = pod === undefined || nodeSilenceOf(pod) !== undefined;
-      return lost
-        ? [
-            LOG_ARCHIVE_REASONS.nodeLost,
-            `${kept}; the pod's node stopped reporting (${broke}): output the kubelet had not sent is not in it`,
-          ]
-        : [LOG_ARCHIVE_REASONS.incomplete, `${kept}; ${broke}: output after that is not in it`];
+      const silence = end.cut?.silence ?? (pod ? nodeSilenceOf(pod) : undefined);
+      const lost = pod === undefined || silence !== undefined;
+      const message = notWholeMessage({ bytes: outcome.bytes, lastByteAt: end.lastByteAt, silence, why });
+      return [lost ? LOG_ARCHIVE_REASONS.nodeLost : LOG_ARCHIVE_REASONS.incomplete, message];
     }
     if (ref.resumed)
       return [

@@ -279,7 +279,8 @@ export class PlaybookReconciler {
     if (!archive || podUID === undefined) return undefined;
     const ref = attemptToFollow(input.playbook, input.pods, archivedLogCap(input.rules));
     if (ref) archive.follow(ref);
-    return archive.resultOf(podUID);
+    const { namespace = "", name } = input.playbook.metadata;
+    return archive.resultOf(podUID) ?? archive.earlierResultOf(`${namespace}/${name}`, input.playbook.status);
   }
 
   /**

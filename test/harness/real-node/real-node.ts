@@ -920,6 +920,38 @@ export async function killRealNodeDaemon(stateDir: string, name: RealNodeDaemon)
   return { name, argv, logFile: daemon.logFile };
 }
 
+/** A daemon paused by stopRealNodeDaemon: what continueRealNodeDaemon resumes. */
+export interface StoppedDaemon {
+  name: RealNodeDaemon;
+  pid: number;
+}
+
+/**
+ * SIGSTOPs the real node's kubelet or containerd: it stays alive and holds its connections
+ * open, but answers nothing (a node that went silent, with a log follow open through it).
+ */
+export async function stopRealNodeDaemon(stateDir: string, name: RealNodeDaemon): Promise<StoppedDaemon> {
+  const state = await readClusterState(stateDir);
+  const daemon = runningRecorded(state?.processes ?? [], name);
+  if (!daemon) throw new Error(`no ${name} of a real node runs in ${stateDir}`);
+  process.kill(daemon.pid, "SIGSTOP");
+  await waitFor(
+    `${name} (pid ${daemon.pid}) to stop`,
+    async () => (/^\S+ \(.*\) T /.test(readFileSync(`/proc/${daemon.pid}/stat`, "utf8")) ? true : undefined),
+    { timeoutMs: 10_000, intervalMs: 20 },
+  );
+  return { name, pid: daemon.pid };
+}
+
+/** SIGCONTs a daemon stopRealNodeDaemon paused; one that is gone meanwhile is left. */
+export function continueRealNodeDaemon(stopped: StoppedDaemon): void {
+  try {
+    process.kill(stopped.pid, "SIGCONT");
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "ESRCH") throw error;
+  }
+}
+
 /**
  * Starts a daemon killed by killRealNodeDaemon again, with the same command line and log, in the
  * node's namespaces as startRealNode started it, and records it in state.json (teardown and
