@@ -4,6 +4,7 @@
 import { describe, expect, it } from "vitest";
 import type { PlaybookStatus } from "../../src/api/playbook.js";
 import type { PodView } from "../../src/controller/objects.js";
+import { recordedRunningPod } from "../../src/controller/playbook/progress-looks.js";
 import { decide, type ReconcileInput } from "../../src/controller/playbook/reconcile.js";
 import { NODE_SILENCE_MS, nodeSilenceOf } from "../../src/controller/pods/node-lost.js";
 import { at, playbook, pod, recordedStatus, SETTINGS, SPEC, T0 } from "./controller-fixtures.js";
@@ -66,6 +67,22 @@ describe("nodeSilenceOf", () => {
     expect(nodeSilenceOf(runningPod())).toBeUndefined();
     // The kubelet writes Ready False with a runner that is not ready (it ended, it is starting).
     expect(nodeSilenceOf(runningPod({ markedAt: 60, runnerReady: false }))).toBeUndefined();
+  });
+});
+
+describe("the progress of a run whose node stopped reporting", () => {
+  it("is not read: its kubelet does not answer, so the read would wait out its deadline", () => {
+    const running = (p: PodView) =>
+      playbook({}, {
+        phase: "Running",
+        startTime: T0.toISOString(),
+        podName: p.metadata.name,
+        podUID: p.metadata.uid ?? "",
+      } as PlaybookStatus);
+    const answering = runningPod();
+    expect(recordedRunningPod(running(answering), [answering])).toBe(answering);
+    const silent = runningPod({ markedAt: 60 });
+    expect(recordedRunningPod(running(silent), [silent])).toBeUndefined();
   });
 });
 

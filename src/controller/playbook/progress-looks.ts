@@ -6,6 +6,7 @@ import { PROGRESS_MARKER, PROGRESS_MAX_BYTES, parseProgressLine } from "../../ap
 import type { CallOptions } from "../../runtime/api-client.js";
 import type { PodLogSource } from "../../runtime/pod-log.js";
 import { keyOf, type PodView, RUNNER_CONTAINER, type StoredPlaybook } from "../objects.js";
+import { nodeSilenceOf } from "../pods/node-lost.js";
 import { isFinished } from "../status.js";
 import type { ProgressLook } from "./live-progress.js";
 import type { TakenRecord } from "./progress-bounds.js";
@@ -36,7 +37,11 @@ interface Looked {
   taken?: TakenRecord;
 }
 
-/** The recorded pod, while its runner container runs: the only log progress is read from. */
+/**
+ * The recorded pod, while its runner container runs: the only log progress is read from. Not a
+ * pod whose node stopped reporting (pods/node-lost.ts): its kubelet does not answer, and a read
+ * would hold the reconcile pass until the call's deadline.
+ */
 export function recordedRunningPod(playbook: StoredPlaybook, pods: readonly PodView[]): PodView | undefined {
   const status = playbook.status;
   if (!status || isFinished(status) || status.phase !== "Running") return undefined;
@@ -44,7 +49,7 @@ export function recordedRunningPod(playbook: StoredPlaybook, pods: readonly PodV
   const pod = pods.find((p) => p.metadata.name === status.podName && p.metadata.uid === status.podUID);
   if (!pod || pod.metadata.deletionTimestamp) return undefined;
   const runner = pod.status?.containerStatuses?.find((c) => c.name === RUNNER_CONTAINER);
-  return runner?.state?.running !== undefined ? pod : undefined;
+  return runner?.state?.running !== undefined && nodeSilenceOf(pod) === undefined ? pod : undefined;
 }
 
 /** Per run, when its progress was last read and the newest record taken from it. */
