@@ -354,6 +354,9 @@ export async function followRun(
       await state.changed(signal);
       continue;
     }
+    // Whether the run had ended before this read: one that ends while a read finds the container
+    // not started yet (an attempt of a second) is read once more, as its container has run.
+    const endedBefore = state.ended;
     try {
       await readPodLog(cluster, pod.name, {
         follow: true,
@@ -369,7 +372,7 @@ export async function followRun(
     } catch (error) {
       if (!(error instanceof LogUnavailable)) throw error;
       const current = playbook ? podsInStatus(state.latest ?? playbook).podName : undefined;
-      if (error.kind === "gone" || state.ended || (current !== undefined && current !== pod.name)) {
+      if (error.kind === "gone" || endedBefore || (current !== undefined && current !== pod.name)) {
         if (error.kind === "gone") handlers.onGone(pod, error.message);
         done.add(pod.name);
         continue;
