@@ -34,7 +34,8 @@ function readStat(pid: number): Stat | undefined {
 /** CPU seconds by pid and its command name, of the roots and every process below them. */
 export type CpuReading = Map<number, { comm: string; cpuSeconds: number }>;
 
-export function readTreeCpu(roots: readonly number[]): CpuReading {
+/** `labels` names some pids apart from their command (two controllers, both `node`). */
+export function readTreeCpu(roots: readonly number[], labels = new Map<number, string>()): CpuReading {
   const stats = new Map<number, Stat>();
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
@@ -51,7 +52,7 @@ export function readTreeCpu(roots: readonly number[]): CpuReading {
   };
   const reading: CpuReading = new Map();
   for (const [pid, stat] of stats)
-    if (under(pid)) reading.set(pid, { comm: stat.comm, cpuSeconds: stat.cpuSeconds });
+    if (under(pid)) reading.set(pid, { comm: labels.get(pid) ?? stat.comm, cpuSeconds: stat.cpuSeconds });
   return reading;
 }
 
