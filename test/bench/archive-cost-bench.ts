@@ -1,23 +1,24 @@
 // `npm run bench:archive [-- --quick] [-- --rounds=N] [-- --bytes=N] [-- --results-file=F]
-// [-- --controller-profile=DIR]`: what
-// the log archive (issue 58) costs a run, on a real node of its own (containerd under Kubernetes'
-// kubelet, SeaweedFS's S3 server beside the API server; root, and no other real node running:
-// take /tmp/real-node.lock). Two controllers run as the chart runs them (each its own process,
-// dist/bin/playbook.js, the chart's heap flags, 2 workers), one per namespace: one with the archive
-// on, one with it off. Each round runs the same Playbook once under each, the order turned every
-// round (on off, off on, ...):
-//   archive_stdout_throughput: one task prints --bytes (default 256 MiB) of 100-byte lines to
-//     stdout; its throughput is those bytes over the task's own time as status.tasks gives it
-//     (completionTime - startTime, from the runner's report, ms). Archive on against off: the
-//     median of the rounds' paired ratios, with p10..p90 and each side's median MiB/s. Target
-//     >= 0.9. With the archive on, the run must end LogArchived=True (Archived) and the object
-//     must hold every line the task printed, behind the runner's prefix, byte for byte: else the
-//     bench fails, as it would have measured no archive.
+// [-- --controller-profile=DIR]`: what the log archive (issue 58) costs a run, on a real node of
+// its own (containerd under Kubernetes' kubelet, SeaweedFS's S3 server beside the API server; root,
+// and no other real node running: take /tmp/real-node.lock). Two controllers run as the chart runs
+// them (each its own process, dist/bin/playbook.js, the chart's heap flags, 2 workers), one per
+// namespace: one with the archive on, one with it off. Each round runs the same Playbook once
+// under each, the order turned every round (on off, off on, ...):
+//   archive_stdout_throughput: one task prints --bytes (default 256 MiB) of numbered 100-byte
+//     lines to stdout; its throughput is those bytes over the task's own time as status.tasks
+//     gives it (completionTime - startTime, from the runner's report, ms). Archive on against
+//     off: the median of the rounds' paired ratios, with p10..p90 and each side's median MiB/s.
+//     Target >= 0.9. With the archive on, a run must end LogArchived=True (Archived), else the
+//     bench stops; its object must hold every line the task printed, in order, behind the
+//     runner's prefix, else the bench fails once the figures are printed, naming the first gaps.
 //   archive_controller_cpu_per_run: the controller process's CPU (user + system, /proc/PID/stat)
 //     from the Playbook's creation until the run is settled (Succeeded, and with the archive on,
 //     LogArchived True), on against off; and the archive's CPU per archived MiB.
 // Each round's CPU of the cluster's other processes (the kubelet, kube-apiserver, containerd,
 // weed, etcd) is printed by side too: where the archive's cost goes besides the controller.
+// --quick: one round of 16 MiB. --controller-profile: the archiving controller under node
+// --cpu-prof, its profile written to DIR at its exit.
 import { appendFileSync, mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
