@@ -19,7 +19,7 @@
 // weed, etcd) is printed by side too: where the archive's cost goes besides the controller.
 // --quick: one round of 16 MiB. --controller-profile: the archiving controller under node
 // --cpu-prof, its profile written to DIR at its exit.
-import { appendFileSync, mkdtempSync } from "node:fs";
+import { appendFileSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { CoreV1Api, CustomObjectsApi, KubeConfig } from "@kubernetes/client-node";
@@ -338,6 +338,14 @@ async function main(): Promise<void> {
   } finally {
     for (const controller of Object.values(controllers)) await controller.stop();
     await cluster.stop();
+    // The store's data and the node's files go (hundreds of MB); the processes' logs stay.
+    try {
+      for (const entry of readdirSync(stateDir))
+        if (entry !== "logs") rmSync(path.join(stateDir, entry), { recursive: true, force: true });
+    } catch (error) {
+      log(`could not remove all of ${stateDir}: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    log(`the cluster's logs are in ${path.join(stateDir, "logs")}`);
   }
   report(rounds, during);
   if (incomplete.length > 0)
