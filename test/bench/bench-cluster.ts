@@ -149,12 +149,22 @@ export const CHART_NODE_OPTIONS = "--max-old-space-size=96 --max-semi-space-size
  * replica), the chart's heap flags.
  */
 export async function startOurController(
-  cluster: BenchCluster,
-  options: { workers: number; extraArgs?: string[]; nodeOptions?: string[]; cli?: string },
+  cluster: { state: { stateDir: string }; ourKubeconfig: string },
+  options: {
+    workers: number;
+    extraArgs?: string[];
+    nodeOptions?: string[];
+    cli?: string;
+    /** its log is logs/<name>.log (default controller) */
+    name?: string;
+    /** env beside KUBECONFIG and NODE_OPTIONS, e.g. the archive's keys */
+    env?: Record<string, string>;
+  },
 ): Promise<RunningController & { metricsUrl: string }> {
   const port = await freePort();
+  const name = options.name ?? "controller";
   const started = startProcess(
-    "controller",
+    name,
     process.execPath,
     [
       ...(options.nodeOptions ?? []),
@@ -170,8 +180,13 @@ export async function startOurController(
       ...(options.extraArgs ?? []),
     ],
     {
-      logFile: path.join(cluster.state.stateDir, "logs", "controller.log"),
-      env: { ...process.env, KUBECONFIG: cluster.ourKubeconfig, NODE_OPTIONS: CHART_NODE_OPTIONS },
+      logFile: path.join(cluster.state.stateDir, "logs", `${name}.log`),
+      env: {
+        ...process.env,
+        ...options.env,
+        KUBECONFIG: cluster.ourKubeconfig,
+        NODE_OPTIONS: CHART_NODE_OPTIONS,
+      },
     },
   );
   const metricsUrl = `http://127.0.0.1:${port}`;

@@ -26,6 +26,13 @@ export interface RetryBound {
 
 export const DEFAULT_RETRY: RetryBound = { tries: 3, firstWaitMs: 2_000 };
 
+/**
+ * A chunk smaller than this is copied into a block of this size rather than kept: a stream's
+ * chunk is a slice of a larger read (a TLS record's buffer), and a part held as thousands of
+ * slices would hold all their reads (some 16 KiB each) alive until it is uploaded.
+ */
+const BLOCK_BYTES = 64 * 1024;
+
 /** The store did not answer or refused, past the retries. */
 export class ArchiveStoreError extends Error {
   constructor(message: string) {
@@ -62,6 +69,9 @@ export class AttemptUpload {
   private readonly parts: UploadedPart[] = [];
   private filling: Buffer[] = [];
   private fillingBytes = 0;
+  /** The block small chunks are copied into, and how much of it is filled. */
+  private block: Buffer | undefined;
+  private blockBytes = 0;
   private inFlight: Promise<void> | undefined;
   private received = 0;
   /** Bytes in the object's parts (and in the part in flight). */
@@ -104,11 +114,39 @@ export class AttemptUpload {
     while (rest.length > 0) {
       const room = this.partBytes - this.fillingBytes;
       const taken = rest.subarray(0, room);
-      this.filling.push(taken);
-      this.fillingBytes += taken.length;
+      this.append(taken);
       rest = rest.subarray(taken.length);
       if (this.fillingBytes === this.partBytes) await this.flushPart();
     }
+  }
+
+  /** Bytes into the part being filled (they fit): a small chunk copied into the block, a large one kept. */
+  private append(bytes: Buffer): void {
+    this.fillingBytes += bytes.length;
+    if (bytes.length >= BLOCK_BYTES) {
+      this.sealBlock();
+      this.filling.push(bytes);
+      return;
+    }
+    let rest = bytes;
+    while (rest.length > 0) {
+      if (this.block === undefined) {
+        this.block = Buffer.allocUnsafeSlow(BLOCK_BYTES);
+        this.blockBytes = 0;
+      }
+      const copied = rest.copy(this.block, this.blockBytes);
+      this.blockBytes += copied;
+      rest = rest.subarray(copied);
+      if (this.blockBytes === BLOCK_BYTES) this.sealBlock();
+    }
+  }
+
+  /** The block's filled bytes join the part; the next small chunk starts a new block. */
+  private sealBlock(): void {
+    if (this.block !== undefined && this.blockBytes > 0)
+      this.filling.push(this.block.subarray(0, this.blockBytes));
+    this.block = undefined;
+    this.blockBytes = 0;
   }
 
   /** The stream ended: the object is completed from what arrived; resolves with what it holds. */
@@ -144,6 +182,7 @@ export class AttemptUpload {
   private leftOutLineBytes = 0;
 
   private takeFilling(): Buffer {
+    this.sealBlock();
     const buffer = Buffer.concat(this.filling, this.fillingBytes);
     this.filling = [];
     this.fillingBytes = 0;
@@ -222,8 +261,7 @@ export class AttemptUpload {
     let rest = bytes;
     while (rest.length > 0) {
       const taken = rest.subarray(0, this.partBytes - this.fillingBytes);
-      this.filling.push(taken);
-      this.fillingBytes += taken.length;
+      this.append(taken);
       rest = rest.subarray(taken.length);
       if (this.fillingBytes === this.partBytes) await this.uploadPart(this.takeFilling());
     }
