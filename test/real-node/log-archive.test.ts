@@ -426,6 +426,45 @@ describe("the log archive on a real node", () => {
     client.destroy();
   }, 420_000);
 
+  it("says Incomplete, never Archived, when the kubelet's reader fell behind its rotation and skipped part of the log", async () => {
+    const name = "skipped";
+    // 60 MiB at some 6 MiB/s: while the store stands still the follow stops reading, and the
+    // kubelet rotates the log (4Mi x 2, checked every 3 s) past its reader more than once.
+    await createPlaybook(namespace, name, {
+      ceiling: "5m",
+      tasks: [{ name: "gen", run: generator(60, 150) }],
+    });
+    await archivingOf(name);
+    const weed = store.process()?.pid;
+    if (weed === undefined) throw new Error("the store runs no process");
+    process.kill(weed, "SIGSTOP");
+    try {
+      // Shorter than a store call's deadline (15 s): the part in flight goes on, no retry fails.
+      await new Promise((resolve) => setTimeout(resolve, 10_000));
+    } finally {
+      process.kill(weed, "SIGCONT");
+    }
+    const ended = await waitForFinished(namespace, name, 240_000);
+    expect(condition(ended, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
+    const done = await archived(namespace, name);
+    const log = logOf(done);
+    if (!log) throw new Error(`no status.log: ${JSON.stringify(done.status)}`);
+    // What the object holds of the task's numbered lines: the set-up must have made the reader skip.
+    const numbers = (await archive.readObject(log.key))
+      .toString("utf8")
+      .split("\n")
+      .filter((line) => line.startsWith("[gen] "))
+      .map((line) => Number(line.slice(6, 14)));
+    const printed = 60 * 1024;
+    const skipped = numbers.length < printed || numbers.some((n, i) => n !== i);
+    expect(skipped, `the object holds ${numbers.length} of ${printed} lines in order`).toBe(true);
+    const said = condition(done, "LogArchived");
+    expect(said).toMatchObject({ status: "False", reason: "Incomplete" });
+    expect(said?.message).toMatch(
+      /bytes archived; (the kubelet's log reader skipped part of the log \(it fell behind the log's rotation\): \d+ of the runner's progress records are missing|the log ends while the plan's task 1 runs although the runner ended with its report)/,
+    );
+  }, 420_000);
+
   it("ends a run with its true outcome when the store stops mid-run: LogArchived False StoreUnreachable", async () => {
     const name = "store-down";
     await createPlaybook(namespace, name, {

@@ -29,6 +29,7 @@ import {
   notWholeMessage,
   openRetryDelay,
 } from "./follow-watch.js";
+import { type Continuity, continuityGap, LogContinuity } from "./log-continuity.js";
 
 /** One attempt to follow: the run, its attempt number and its pod. */
 export interface AttemptRef {
@@ -61,6 +62,8 @@ interface FollowEnd {
   lastByteAt?: number | undefined;
   broke?: string;
   cut?: FollowCut;
+  /** What the runner's progress records in the stream say of it (log-continuity.ts). */
+  continuity?: Continuity;
 }
 
 const RecordSchema = z.object({
@@ -225,8 +228,9 @@ export class LogArchiver {
       return;
     }
     let end: FollowEnd;
+    const continuity = new LogContinuity();
     try {
-      end = await this.followInto(ref, upload, signal);
+      end = { ...(await this.followInto(ref, upload, continuity, signal)), continuity: continuity.result };
     } catch (error) {
       await upload.abort();
       // Stopping (the lead lost, or a shutdown): the next leader begins the attempt again.
@@ -274,7 +278,12 @@ export class LogArchiver {
    * (cleanEnd). A stream that breaks after bytes arrived is not opened again: the kubelet would
    * send the log from its start. Throws when stopping or when the store fails.
    */
-  private async followInto(ref: AttemptRef, upload: AttemptUpload, signal: AbortSignal): Promise<FollowEnd> {
+  private async followInto(
+    ref: AttemptRef,
+    upload: AttemptUpload,
+    continuity: LogContinuity,
+    signal: AbortSignal,
+  ): Promise<FollowEnd> {
     const times: FollowTimes = { openedAt: Date.now() };
     const podOf = () => this.deps.podOf(ref.run.namespace, ref.pod);
     const cut = new AbortController();
@@ -315,6 +324,7 @@ export class LogArchiver {
       try {
         for await (const chunk of stream) {
           times.lastByteAt = Date.now();
+          continuity.feed(chunk as Buffer);
           await upload.write(chunk as Buffer);
         }
       } finally {
@@ -359,12 +369,21 @@ export class LogArchiver {
         LOG_ARCHIVE_REASONS.incomplete,
         `${kept}; the controller restarted while the attempt ran: the archive begins at what the kubelet still kept`,
       ];
+    const gap = end.continuity && continuityGap(end.continuity, this.runnerReported(ref));
+    if (gap !== undefined) return [LOG_ARCHIVE_REASONS.incomplete, `${kept}; ${gap}`];
     if (outcome.leftOut > 0)
       return [
         LOG_ARCHIVE_REASONS.capReached,
         `${kept} of ${outcome.received}: ${outcome.leftOut} bytes past maximums.archivedLogBytes (${ref.capBytes}) were left out between the head and the tail`,
       ];
     return [LOG_ARCHIVE_REASONS.archived, kept];
+  }
+
+  /** The attempt's runner container ended with its report (the message it leaves on its end). */
+  private runnerReported(ref: AttemptRef): boolean {
+    const pod = this.deps.podOf(ref.run.namespace, ref.pod);
+    const runner = pod?.status?.containerStatuses?.find((c) => c.name === RUNNER_CONTAINER);
+    return (runner?.state?.terminated?.message ?? "") !== "";
   }
 
   private end(
