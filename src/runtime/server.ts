@@ -49,18 +49,26 @@ export class HealthServer {
   }
 
   listen(): Promise<AddressInfo> {
-    return new Promise((resolve, reject) => {
-      this.server.once("error", reject);
-      this.server.listen(this.options.port, this.options.host, () =>
-        resolve(this.server.address() as AddressInfo),
-      );
-    });
+    return listenOn(this.server, this.options);
   }
 
   close(): Promise<void> {
-    return new Promise((resolve) => {
-      this.server.close(() => resolve());
-      this.server.closeAllConnections();
-    });
+    return closeNow(this.server);
   }
+}
+
+/** Listens on the address; resolves with the one bound (port 0: the kernel's choice). */
+export function listenOn(server: Server, address: { host: string; port: number }): Promise<AddressInfo> {
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(address.port, address.host, () => resolve(server.address() as AddressInfo));
+  });
+}
+
+/** Stops listening and ends the open connections (a watch or a stream would hold close for ever). */
+export function closeNow(server: Server): Promise<void> {
+  return new Promise((resolve) => {
+    server.close(() => resolve());
+    server.closeAllConnections();
+  });
 }

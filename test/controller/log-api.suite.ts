@@ -22,10 +22,9 @@ import {
   LOG_API_VERSION,
 } from "../../src/api/log-archive.js";
 import { GROUP, PLURAL } from "../../src/api/playbook.js";
-import { attemptLogKey } from "../../src/controller/log-archive/archive-keys.js";
+import { attemptLogKey, recordKey } from "../../src/controller/log-archive/archive-keys.js";
 import type { ArchiveStore } from "../../src/controller/log-archive/archive-store.js";
 import { LOG_API_KIND, REFUSED_BY_LOG_API } from "../../src/controller/log-archive/log-api.js";
-import { recordKey } from "../../src/controller/log-archive/log-archiver.js";
 import { ApiError } from "../../src/runtime/api-client.js";
 import { makeClients } from "../../src/runtime/kube-config.js";
 import { signClientCertificate } from "../harness/certificates.js";

@@ -9,8 +9,7 @@
 // that is not a whole log either. The node is restored after each test, whatever happens.
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from "vitest";
-import { attemptLogKey } from "../../src/controller/log-archive/archive-keys.js";
-import { recordKey } from "../../src/controller/log-archive/log-archiver.js";
+import { attemptLogKey, recordKey } from "../../src/controller/log-archive/archive-keys.js";
 import { realNode } from "../controller/reason-cases.js";
 import {
   clients,

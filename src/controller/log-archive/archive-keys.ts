@@ -21,6 +21,11 @@ export function attemptLogKey(prefix: string, run: RunIdentity, attempt: number)
   return `${runPrefix(prefix, run)}attempt-${attempt}.log`;
 }
 
+/** The record beside an attempt's completed log object: what it holds, as the controller completed it. */
+export function recordKey(logKey: string): string {
+  return `${logKey}.json`;
+}
+
 /** The attempt's report, as the runner wrote it to its termination message. */
 export function attemptReportKey(prefix: string, run: RunIdentity, attempt: number): string {
   return `${runPrefix(prefix, run)}attempt-${attempt}.report.json`;

@@ -139,6 +139,15 @@ export class ArchiveStore {
     }
   }
 
+  /** A small object (a record, a report) whole, as UTF-8 text; undefined when absent. */
+  async readText(key: string): Promise<string | undefined> {
+    const object = await this.getObject(key);
+    if (!object) return undefined;
+    const chunks: Buffer[] = [];
+    for await (const chunk of object.body) chunks.push(Buffer.from(chunk as Uint8Array));
+    return Buffer.concat(chunks).toString("utf8");
+  }
+
   async headObject(key: string): Promise<{ bytes: number } | undefined> {
     try {
       const out = await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: key }), {

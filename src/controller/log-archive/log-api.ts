@@ -27,6 +27,7 @@ import {
 import { GROUP, PLURAL, VERSION } from "../../api/playbook.js";
 import type { ApiClient } from "../../runtime/api-client.js";
 import { statusCodeOf } from "../../runtime/api-errors.js";
+import { closeNow, listenOn } from "../../runtime/server.js";
 import { parseAddress } from "../config.js";
 import { attemptLogKey, type RunIdentity } from "./archive-keys.js";
 import type { ArchiveStore } from "./archive-store.js";
@@ -186,20 +187,12 @@ export class LogApiServer {
   }
 
   listen(): Promise<AddressInfo> {
-    return new Promise((resolve, reject) => {
-      this.server.once("error", reject);
-      this.server.listen(this.options.port, this.options.host, () =>
-        resolve(this.server.address() as AddressInfo),
-      );
-    });
+    return listenOn(this.server, this.options);
   }
 
   close(): Promise<void> {
     clearInterval(this.refresh);
-    return new Promise((resolve) => {
-      this.server.close(() => resolve());
-      this.server.closeAllConnections();
-    });
+    return closeNow(this.server);
   }
 
   private async serve(request: IncomingMessage, response: ServerResponse): Promise<void> {

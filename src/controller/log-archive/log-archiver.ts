@@ -16,7 +16,7 @@ import { apiErrorMessage, isNotFound } from "../../runtime/api-errors.js";
 import type { ControllerMetrics } from "../metrics.js";
 import { type PodView, RUNNER_CONTAINER, type StoredPlaybook } from "../objects.js";
 import { nodeSilenceOf } from "../pods/node-lost.js";
-import { attemptLogKey, attemptReportKey, type RunIdentity } from "./archive-keys.js";
+import { attemptLogKey, attemptReportKey, type RunIdentity, recordKey } from "./archive-keys.js";
 import { type AttemptArchive, wasArchiving } from "./archive-status.js";
 import type { ArchiveStore } from "./archive-store.js";
 import { ArchiveStoreError, AttemptUpload, type RetryBound } from "./attempt-upload.js";
@@ -80,11 +80,6 @@ const FAILURE_OF: Partial<Record<LogArchiveReason, LogArchiveFailure>> = {
   [LOG_ARCHIVE_REASONS.nodeLost]: "node_lost",
   [LOG_ARCHIVE_REASONS.incomplete]: "incomplete",
 };
-
-/** The record beside the attempt's object: what it holds, as the controller completed it. */
-export function recordKey(logKey: string): string {
-  return `${logKey}.json`;
-}
 
 export class LogArchiver {
   private readonly deps: LogArchiverDeps;
@@ -410,11 +405,9 @@ export class LogArchiver {
   }
 
   private async readRecord(key: string): Promise<z.infer<typeof RecordSchema> | undefined> {
-    const object = await this.deps.store.getObject(recordKey(key));
-    if (!object) return undefined;
-    const chunks: Buffer[] = [];
-    for await (const chunk of object.body) chunks.push(chunk as Buffer);
-    const parsed = RecordSchema.safeParse(JSON.parse(Buffer.concat(chunks).toString("utf8")));
+    const text = await this.deps.store.readText(recordKey(key));
+    if (text === undefined) return undefined;
+    const parsed = RecordSchema.safeParse(JSON.parse(text));
     return parsed.success ? parsed.data : undefined;
   }
 }

@@ -5,9 +5,8 @@
 // failed) is listed with the object's size alone.
 import { z } from "zod";
 import { LOG_API_GROUP, LOG_API_VERSION } from "../../api/log-archive.js";
-import { attemptLogKey, type RunIdentity, runPrefix } from "./archive-keys.js";
+import { attemptLogKey, type RunIdentity, recordKey, runPrefix } from "./archive-keys.js";
 import type { ArchiveStore } from "./archive-store.js";
-import { recordKey } from "./log-archiver.js";
 
 export const LOG_API_KIND = "PlaybookLog";
 
@@ -51,12 +50,10 @@ export async function archivedAttempts(store: ArchiveStore, run: RunIdentity): P
 }
 
 async function readRecord(store: ArchiveStore, key: string): Promise<z.infer<typeof Record> | undefined> {
-  const object = await store.getObject(recordKey(key));
-  if (!object) return undefined;
-  const chunks: Buffer[] = [];
-  for await (const chunk of object.body) chunks.push(Buffer.from(chunk as Uint8Array));
+  const text = await store.readText(recordKey(key));
+  if (text === undefined) return undefined;
   try {
-    return Record.parse(JSON.parse(Buffer.concat(chunks).toString("utf8")));
+    return Record.parse(JSON.parse(text));
   } catch {
     return undefined;
   }
