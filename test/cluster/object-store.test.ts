@@ -1,7 +1,8 @@
 // The log archive's store (src/controller/log-archive/archive-store.ts) against SeaweedFS's S3
 // server as the tests and the dev cluster run it (test/harness/object-store.ts): an attempt's
 // multipart upload, the run's folder deleted with its uploads in progress, a key not the
-// archive's refused, and a store that goes away answered within the call's deadline.
+// archive's refused, a presigned PUT bound to its one key, an object composed of others by the
+// store, and a store that goes away answered within the call's deadline.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -61,6 +62,40 @@ describe("the archive's store on SeaweedFS", () => {
       $metadata: { httpStatusCode: 403 },
     });
     stranger.destroy();
+  });
+
+  it("lets a presigned URL's holder PUT its one object, and no other key with the same signature", async () => {
+    const client = store.client("logs/");
+    const key = attemptLogKey(client.prefix, run, 3);
+    const url = await client.presignPut(`${key}.seg/00000`, 600);
+    expect((await fetch(url, { method: "PUT", body: "first\n" })).status).toBe(200);
+    // The same key again: the holder replaces what it put (the runner's growing last segment).
+    expect((await fetch(url, { method: "PUT", body: "first\nsecond\n" })).status).toBe(200);
+    expect(await client.readText(`${key}.seg/00000`)).toBe("first\nsecond\n");
+
+    const other = attemptLogKey(client.prefix, { ...run, name: "other-run" }, 1);
+    const forged = url.replace(encodeURI(`${key}.seg/00000`), encodeURI(other));
+    expect(forged).not.toBe(url);
+    const refused = await fetch(forged, { method: "PUT", body: "overwritten" });
+    expect(refused.status).toBe(403);
+    expect(await client.headObject(other)).toBeUndefined();
+    // Nor a read of its own object: the signature is for PUT.
+    expect((await fetch(url)).status).toBe(403);
+    client.destroy();
+  });
+
+  it("composes an object of others in order, copied by the store", async () => {
+    const client = store.client("logs/");
+    const key = attemptLogKey(client.prefix, run, 4);
+    const first = Buffer.alloc(5 << 20, "a");
+    await client.putObject(`${key}.seg/00000`, first, "text/plain");
+    await client.putObject(`${key}.seg/00001`, "tail\n", "text/plain");
+    await client.composeObject(key, [`${key}.seg/00000`, `${key}.seg/00001`], "text/plain");
+    const whole = await client.readText(key);
+    expect(whole).toBe(`${first.toString()}tail\n`);
+    await expect(client.composeObject(`${key}.none`, [`${key}.seg/99999`], "text/plain")).rejects.toThrow();
+    expect(await client.listUploads(`${key}.none`)).toEqual([]);
+    client.destroy();
   });
 
   it("answers within the call's deadline while the store is down, and works again once it is back", async () => {

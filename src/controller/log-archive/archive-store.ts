@@ -17,8 +17,11 @@ import {
   ListObjectsV2Command,
   PutObjectCommand,
   S3Client,
+  type S3ClientConfig,
   UploadPartCommand,
+  UploadPartCopyCommand,
 } from "@aws-sdk/client-s3";
+import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
 
 export interface ArchiveStoreSettings {
   /** e.g. https://s3.eu-west-1.amazonaws.com or http://127.0.0.1:8333; unset: AWS's own. */
@@ -51,13 +54,16 @@ export class ArchiveStore {
   readonly bucket: string;
   readonly prefix: string;
   private readonly client: S3Client;
+  private readonly config: S3ClientConfig;
+  /** Signs the runner's uploads: made on first use. */
+  private presigner: S3Client | undefined;
   private readonly callTimeoutMs: number;
 
   constructor(settings: ArchiveStoreSettings) {
     this.bucket = settings.bucket;
     this.prefix = settings.prefix;
     this.callTimeoutMs = settings.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
-    this.client = new S3Client({
+    this.config = {
       ...(settings.endpoint === undefined ? {} : { endpoint: settings.endpoint }),
       region: settings.region,
       forcePathStyle: settings.forcePathStyle,
@@ -66,7 +72,52 @@ export class ArchiveStore {
       // retry covers a dropped connection.
       maxAttempts: 2,
       requestHandler: { connectionTimeout: Math.min(5000, this.callTimeoutMs) },
+    };
+    this.client = new S3Client(this.config);
+  }
+
+  /**
+   * A URL that lets whoever holds it PUT the object `key`, and nothing else, until it expires.
+   * The signature covers the method, the bucket and the key: the same URL with another key is
+   * refused. Signed without a payload checksum, which the holder could not know in advance.
+   */
+  async presignPut(key: string, expiresInSeconds: number): Promise<string> {
+    this.presigner ??= new S3Client({ ...this.config, requestChecksumCalculation: "WHEN_REQUIRED" });
+    return getSignedUrl(this.presigner, new PutObjectCommand({ Bucket: this.bucket, Key: key }), {
+      expiresIn: expiresInSeconds,
     });
+  }
+
+  /**
+   * The object `key` made of the objects `sources`, in order, copied by the store itself (a
+   * multipart upload of copied parts): every source but the last must hold 5 MiB at least, as S3
+   * requires of a part. The sources stay.
+   */
+  async composeObject(key: string, sources: string[], contentType: string): Promise<void> {
+    if (sources.length === 0) throw new Error(`no sources to compose ${key} of`);
+    const uploadId = await this.startUpload(key, contentType);
+    try {
+      const parts: UploadedPart[] = [];
+      for (const [i, source] of sources.entries()) {
+        const out = await this.client.send(
+          new UploadPartCopyCommand({
+            Bucket: this.bucket,
+            Key: key,
+            UploadId: uploadId,
+            PartNumber: i + 1,
+            CopySource: `${this.bucket}/${source.split("/").map(encodeURIComponent).join("/")}`,
+          }),
+          { abortSignal: this.signal() },
+        );
+        const etag = out.CopyPartResult?.ETag;
+        if (!etag) throw new Error(`the store returned no ETag copying ${source} into ${key}`);
+        parts.push({ PartNumber: i + 1, ETag: etag });
+      }
+      await this.completeUpload(key, uploadId, parts);
+    } catch (error) {
+      await this.abortUpload(key, uploadId).catch(() => undefined);
+      throw error;
+    }
   }
 
   private signal(): AbortSignal {
@@ -225,6 +276,7 @@ export class ArchiveStore {
 
   destroy(): void {
     this.client.destroy();
+    this.presigner?.destroy();
   }
 }
 
