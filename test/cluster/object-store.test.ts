@@ -90,10 +90,20 @@ describe("the archive's store on SeaweedFS", () => {
     const first = Buffer.alloc(5 << 20, "a");
     await client.putObject(`${key}.seg/00000`, first, "text/plain");
     await client.putObject(`${key}.seg/00001`, "tail\n", "text/plain");
-    await client.composeObject(key, [`${key}.seg/00000`, `${key}.seg/00001`], "text/plain");
+    await client.composeObject(
+      key,
+      [
+        { key: `${key}.seg/00000` },
+        { bytes: Buffer.from("middle\n".repeat(800_000)) },
+        { key: `${key}.seg/00001` },
+      ],
+      "text/plain",
+    );
     const whole = await client.readText(key);
-    expect(whole).toBe(`${first.toString()}tail\n`);
-    await expect(client.composeObject(`${key}.none`, [`${key}.seg/99999`], "text/plain")).rejects.toThrow();
+    expect(whole).toBe(`${first.toString()}${"middle\n".repeat(800_000)}tail\n`);
+    await expect(
+      client.composeObject(`${key}.none`, [{ key: `${key}.seg/99999` }], "text/plain"),
+    ).rejects.toThrow();
     expect(await client.listUploads(`${key}.none`)).toEqual([]);
     client.destroy();
   });

@@ -30,3 +30,23 @@ export function recordKey(logKey: string): string {
 export function attemptReportKey(prefix: string, run: RunIdentity, attempt: number): string {
   return `${runPrefix(prefix, run)}attempt-${attempt}.report.json`;
 }
+
+/**
+ * Where the runner's own upload of an attempt puts its pieces until the controller composes them
+ * into the attempt's log object (src/api/log-upload.ts): head segment n, tail slot j, the index.
+ */
+export function uploadSegmentsPrefix(logKey: string): string {
+  return `${logKey}.seg/`;
+}
+
+export function headSegmentKey(logKey: string, n: number): string {
+  return `${uploadSegmentsPrefix(logKey)}h-${String(n).padStart(5, "0")}`;
+}
+
+export function tailSlotKey(logKey: string, slot: number): string {
+  return `${uploadSegmentsPrefix(logKey)}t-${String(slot).padStart(4, "0")}`;
+}
+
+export function uploadIndexKey(logKey: string): string {
+  return `${uploadSegmentsPrefix(logKey)}index.json`;
+}

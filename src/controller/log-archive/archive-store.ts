@@ -43,6 +43,9 @@ export interface StoredObject {
   bytes: number;
 }
 
+/** A piece of a composed object: an object the store copies, or bytes given. */
+export type ComposeSource = { key: string } | { bytes: Buffer };
+
 export interface UploadedPart {
   PartNumber: number;
   ETag: string;
@@ -89,28 +92,32 @@ export class ArchiveStore {
   }
 
   /**
-   * The object `key` made of the objects `sources`, in order, copied by the store itself (a
-   * multipart upload of copied parts): every source but the last must hold 5 MiB at least, as S3
-   * requires of a part. The sources stay.
+   * The object `key` made of `sources` in order: objects copied by the store itself, or bytes the
+   * caller gives (a multipart upload of their parts). Every source but the last must hold 5 MiB
+   * at least, as S3 requires of a part. The source objects stay.
    */
-  async composeObject(key: string, sources: string[], contentType: string): Promise<void> {
+  async composeObject(key: string, sources: ComposeSource[], contentType: string): Promise<void> {
     if (sources.length === 0) throw new Error(`no sources to compose ${key} of`);
     const uploadId = await this.startUpload(key, contentType);
     try {
       const parts: UploadedPart[] = [];
       for (const [i, source] of sources.entries()) {
+        if ("bytes" in source) {
+          parts.push(await this.uploadPart(key, uploadId, i + 1, source.bytes));
+          continue;
+        }
         const out = await this.client.send(
           new UploadPartCopyCommand({
             Bucket: this.bucket,
             Key: key,
             UploadId: uploadId,
             PartNumber: i + 1,
-            CopySource: `${this.bucket}/${source.split("/").map(encodeURIComponent).join("/")}`,
+            CopySource: `${this.bucket}/${source.key.split("/").map(encodeURIComponent).join("/")}`,
           }),
           { abortSignal: this.signal() },
         );
         const etag = out.CopyPartResult?.ETag;
-        if (!etag) throw new Error(`the store returned no ETag copying ${source} into ${key}`);
+        if (!etag) throw new Error(`the store returned no ETag copying ${source.key} into ${key}`);
         parts.push({ PartNumber: i + 1, ETag: etag });
       }
       await this.completeUpload(key, uploadId, parts);
@@ -192,11 +199,16 @@ export class ArchiveStore {
 
   /** A small object (a record, a report) whole, as UTF-8 text; undefined when absent. */
   async readText(key: string): Promise<string | undefined> {
+    return (await this.readBytes(key))?.toString("utf8");
+  }
+
+  /** An object whole, in memory (a segment at most); undefined when absent. */
+  async readBytes(key: string): Promise<Buffer | undefined> {
     const object = await this.getObject(key);
     if (!object) return undefined;
     const chunks: Buffer[] = [];
     for await (const chunk of object.body) chunks.push(Buffer.from(chunk as Uint8Array));
-    return Buffer.concat(chunks).toString("utf8");
+    return Buffer.concat(chunks);
   }
 
   async headObject(key: string): Promise<{ bytes: number } | undefined> {
@@ -220,17 +232,22 @@ export class ArchiveStore {
 
   /** Every key under a prefix (objects only, not uploads in progress). */
   async listKeys(prefix: string): Promise<string[]> {
-    const keys: string[] = [];
+    return [...(await this.listSizes(prefix)).keys()];
+  }
+
+  /** Every object under a prefix and its size in bytes. */
+  async listSizes(prefix: string): Promise<Map<string, number>> {
+    const sizes = new Map<string, number>();
     let token: string | undefined;
     do {
       const out = await this.client.send(
         new ListObjectsV2Command({ Bucket: this.bucket, Prefix: prefix, ContinuationToken: token }),
         { abortSignal: this.signal() },
       );
-      for (const item of out.Contents ?? []) if (item.Key) keys.push(item.Key);
+      for (const item of out.Contents ?? []) if (item.Key) sizes.set(item.Key, item.Size ?? 0);
       token = out.IsTruncated ? out.NextContinuationToken : undefined;
     } while (token);
-    return keys;
+    return sizes;
   }
 
   /** The multipart uploads begun and not ended under a prefix. */

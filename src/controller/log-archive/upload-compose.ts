@@ -1,0 +1,121 @@
+// The attempt's log object made of what its runner uploaded (src/api/log-upload.ts): the head
+// segments, then the tail slots in the order the runner filled them, composed by the store. What
+// the runner says of its upload (the index) is checked against what the store holds: a segment
+// missing, or short of its size, ends the object there, and the object says no more than the
+// store's segments hold. Past the cap, the line saying how much was left out opens the tail
+// (archive-cap.ts's words). The segments go once the object is complete.
+import { createHash } from "node:crypto";
+import { type LogUploadIndex, LogUploadIndexSchema } from "../../api/log-upload.js";
+import { leftOutLine } from "./archive-cap.js";
+import { headSegmentKey, tailSlotKey, uploadIndexKey, uploadSegmentsPrefix } from "./archive-keys.js";
+import type { ArchiveStore, ComposeSource } from "./archive-store.js";
+
+export interface UploadShape {
+  head: number;
+  tail: number;
+  segmentBytes: number;
+}
+
+/** Segment n's key: a head segment, a tail slot, or none (left out: its slot was used again). */
+export function segmentSource(
+  logKey: string,
+  shape: UploadShape,
+  segments: number,
+  n: number,
+): string | undefined {
+  if (n < shape.head) return headSegmentKey(logKey, n);
+  if (shape.tail === 0 || n < segments - shape.tail) return undefined;
+  return tailSlotKey(logKey, (n - shape.head) % shape.tail);
+}
+
+export interface ComposedAttempt {
+  bytes: number;
+  sha256: string;
+  /** Bytes the cap left out. */
+  leftOut: number;
+  /** Bytes the runner wrote, as its index says (what it wrote past a failure included). */
+  received: number;
+  /** The runner's index, when it wrote one that reads. */
+  index: LogUploadIndex | undefined;
+  /** The store holds less than the index says: which segment, and why. */
+  short: string | undefined;
+}
+
+async function readIndex(store: ArchiveStore, logKey: string): Promise<LogUploadIndex | undefined> {
+  const text = await store.readText(uploadIndexKey(logKey));
+  if (text === undefined) return undefined;
+  try {
+    return LogUploadIndexSchema.parse(JSON.parse(text));
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Composes `logKey` of the attempt's uploaded segments and removes them; undefined when the runner
+ * uploaded nothing (no index and no first segment).
+ */
+export async function composeUploadedAttempt(
+  store: ArchiveStore,
+  logKey: string,
+  shape: UploadShape,
+): Promise<ComposedAttempt | undefined> {
+  const index = await readIndex(store, logKey);
+  const sizes = await store.listSizes(uploadSegmentsPrefix(logKey));
+  // Without an index, only the head can be read in order: its segments from the first on.
+  let segments = index?.segments ?? 0;
+  if (index === undefined)
+    while (segments < shape.head && sizes.has(headSegmentKey(logKey, segments))) segments++;
+  if (index === undefined && segments === 0) return undefined;
+
+  const keys: { n: number; key: string; bytes: number }[] = [];
+  let short: string | undefined;
+  let firstKept: number | undefined;
+  for (let n = 0; n < segments; n++) {
+    const key = segmentSource(logKey, shape, segments, n);
+    if (key === undefined) continue;
+    firstKept ??= n >= shape.head ? n : undefined;
+    const bytes = sizes.get(key);
+    if (bytes === undefined) {
+      short = `segment ${n} is not in the store`;
+      break;
+    }
+    keys.push({ n, key, bytes });
+    // A segment short of its size is the runner's last flush of it: the bytes after are not there.
+    if (n < segments - 1 && bytes !== shape.segmentBytes) {
+      short = `segment ${n} holds ${bytes} bytes, not ${shape.segmentBytes}`;
+      break;
+    }
+  }
+  const keptTail = keys.filter((k) => k.n >= shape.head).reduce((sum, k) => sum + k.bytes, 0);
+  const leftOutSegments = firstKept === undefined ? 0 : firstKept - shape.head;
+  const leftOut = leftOutSegments * shape.segmentBytes;
+  const sources: ComposeSource[] = [];
+  for (const { n, key } of keys) {
+    if (leftOut > 0 && n === firstKept) {
+      // The line saying what was left out opens the tail: a part of its own would be under S3's
+      // 5 MiB, so it joins the first kept tail segment's bytes.
+      const line = leftOutLine(leftOut, { headBytes: shape.head * shape.segmentBytes, tailBytes: keptTail });
+      const segment = await store.readBytes(key);
+      if (segment === undefined) throw new Error(`${key} went from the store while its attempt was composed`);
+      sources.push({ bytes: Buffer.concat([Buffer.from(line), segment]) });
+    } else sources.push({ key });
+  }
+  if (sources.length === 0) await store.putObject(logKey, Buffer.alloc(0), "text/plain");
+  else await store.composeObject(logKey, sources, "text/plain");
+  const { bytes, sha256 } = await digestOf(store, logKey);
+  await store.deletePrefix(uploadSegmentsPrefix(logKey), { uploads: false });
+  return { bytes, sha256, leftOut, received: index?.bytes ?? bytes, index, short };
+}
+
+async function digestOf(store: ArchiveStore, key: string): Promise<{ bytes: number; sha256: string }> {
+  const object = await store.getObject(key);
+  if (!object) throw new Error(`${key} is not in the store after it was composed`);
+  const hash = createHash("sha256");
+  let bytes = 0;
+  for await (const chunk of object.body) {
+    hash.update(chunk as Uint8Array);
+    bytes += (chunk as Uint8Array).length;
+  }
+  return { bytes, sha256: hash.digest("hex") };
+}
