@@ -79,6 +79,8 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
   logApiKeyFile: "the log API's serving key, PEM (with --log-api-cert-file)",
   logArchiveDeleteTimeout:
     "how long a deleted Playbook's archived objects are retried; then it goes with a Warning and its objects left (default 10m)",
+  logArchiveUpload:
+    "runner: each run's runner uploads its log through URLs the controller presigns (its pods must reach the store); follow: the controller follows the pod's log through the API server (default runner)",
 };
 
 export function registerControllerCommand(program: Command): void {

@@ -177,6 +177,12 @@ export const ControllerConfigSchema = z
     logApiKeyFile: z.string().min(1).optional(),
     /** How long a deleted Playbook's archived objects are retried before it is let go with them left. */
     logArchiveDeleteTimeout: Duration.prefault("10m"),
+    /**
+     * Who carries an attempt's log into the archive: `runner`, the runner itself through URLs the
+     * controller presigns (its pods must reach the store); `follow`, the controller, following the
+     * pod's log through the API server (the kubelet's rotation can outrun it).
+     */
+    logArchiveUpload: z.enum(["runner", "follow"]).default("runner"),
   })
   .superRefine((config, ctx) => {
     if (config.defaultCeiling > config.maxCeiling) {
@@ -294,6 +300,7 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   logApiCertFile: "PLAYBOOK_LOG_API_CERT_FILE",
   logApiKeyFile: "PLAYBOOK_LOG_API_KEY_FILE",
   logArchiveDeleteTimeout: "PLAYBOOK_LOG_ARCHIVE_DELETE_TIMEOUT",
+  logArchiveUpload: "PLAYBOOK_LOG_ARCHIVE_UPLOAD",
 };
 
 export class InvalidConfigError extends Error {}

@@ -15,6 +15,7 @@ import { LeaderElector } from "../runtime/leader-election.js";
 import { apiPodLogSource, type PodLogSource } from "../runtime/pod-log.js";
 import { HealthServer } from "../runtime/server.js";
 import { WorkQueue } from "../runtime/work-queue.js";
+import { describeProblem } from "./cache-problems.js";
 import { type ControllerConfig, limitDefaults, parseAddress } from "./config.js";
 import { CronController } from "./cron/cron-controller.js";
 import type { CronMetricsSink } from "./cron/cron-writer.js";
@@ -25,6 +26,7 @@ import { type ArchiveStore, archiveStoreFromConfig } from "./log-archive/archive
 import { type LogApiServer, startLogApi } from "./log-archive/log-api.js";
 import { logArchiverOf } from "./log-archive/log-archiver.js";
 import { runRetentionFor } from "./log-archive/run-retention.js";
+import { runnerUploadsOf } from "./log-archive/upload-secret.js";
 import { ControllerMetrics } from "./metrics.js";
 import { NodeRuntimesWatch } from "./node-runtimes-watch.js";
 import {
@@ -130,6 +132,8 @@ export class PlaybookController {
         taskLabel: deps.config.metricsTaskLabel,
       });
     this.queue = new WorkQueue({ onDepthChange: (depth) => this.metrics.workqueueDepth.set(depth) });
+    this.archiveStore = archiveStoreFromConfig(deps.config);
+    const uploads = runnerUploadsOf(this.archiveStore, deps.config, deps);
     this.writer = new PlaybookWriter({
       clients: deps.clients,
       log: deps.log,
@@ -139,6 +143,7 @@ export class PlaybookController {
       metricsPlaybookLabel: deps.config.metricsPlaybookLabel,
       observePlacement: (pod, signal) =>
         observePlacement(deps.clients.api, pod, workloadOf(pod, this.workloads?.of([pod])), { signal }),
+      ...(uploads ? { logUpload: uploads } : {}),
     });
     this.settings = {
       defaults: limitDefaults(deps.config),
@@ -147,6 +152,7 @@ export class PlaybookController {
       allowedServiceAccounts: deps.config.allowedServiceAccounts,
       allowedImages: deps.config.allowedImages,
       defaultQueueName: deps.config.defaultQueueName,
+      ...(uploads ? { logUpload: true } : {}),
     };
     const namespaces = deps.config.namespaces.length > 0 ? deps.config.namespaces : [""];
     for (const namespace of namespaces) {
@@ -184,10 +190,9 @@ export class PlaybookController {
           onRelist: () => this.metrics.watchRelists.inc({ resource: "workloads" }),
         })
       : undefined;
-    this.archiveStore = archiveStoreFromConfig(deps.config);
     const retentionDeps = { writer: this.writer, metrics: this.metrics, clock: this.clock, log: deps.log };
     this.reconciler = new PlaybookReconciler({
-      archive: logArchiverOf(this.archiveStore, deps, this.metrics, this.queue, this.listers()),
+      archive: logArchiverOf(this.archiveStore, deps, this.metrics, this.queue, this.listers(), uploads),
       listers: this.listers(),
       writer: this.writer,
       api: deps.clients.api,
@@ -587,14 +592,4 @@ export class PlaybookController {
       now: () => this.clock.now(),
     });
   }
-}
-
-function describeProblem(
-  resource: string,
-  namespace: string,
-  informer: { problem: string | undefined },
-): string[] {
-  const problem = informer.problem;
-  if (problem === undefined) return [];
-  return [`${resource}${namespace ? ` in ${namespace}` : ""}: ${problem}`];
 }

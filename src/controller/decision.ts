@@ -27,6 +27,8 @@ export interface ReconcileSettings {
   agentDelivery?: AgentDelivery;
   /** Whether the pods created now get their own user namespace (hostUsers: false); off unless set. */
   userNamespaces?: boolean;
+  /** The runner uploads its own log to the archive (pods/log-upload-volume.ts); off unless set. */
+  logUpload?: boolean;
   ttlSecondsAfterFinished: number;
   /** --allowed-service-accounts and --allowed-images: allowed where no policy says otherwise. */
   allowedServiceAccounts?: readonly string[];
@@ -81,7 +83,14 @@ export type StartRecord = Required<
 
 export type Action =
   /** planDigest: the digest of the plan the pod carries, as status.planDigest records it. */
-  | { type: "createPod"; pod: PodManifest; attempt: number; planDigest: string }
+  | {
+      type: "createPod";
+      pod: PodManifest;
+      attempt: number;
+      planDigest: string;
+      /** The runner uploads its log: its plan's Secret is made first, for this cap and this long. */
+      logUpload?: { capBytes: number; validForSeconds: number };
+    }
   | { type: "deletePod"; name: string; gracePeriodSeconds?: number; why: "cancel" | "ttl" | "finished" }
   /** Cancel: the kubelet stops the pod at its lowered deadline and keeps it for its logs. */
   | { type: "lowerDeadline"; name: string; activeDeadlineSeconds: number }

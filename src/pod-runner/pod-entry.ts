@@ -4,6 +4,7 @@ import { exitCodeForReason } from "../api/exit-codes.js";
 import { resolveLimits } from "../api/limits.js";
 import { validatePlaybook } from "../api/manifest.js";
 import { PLAN_DIGEST_ENV_VAR, planDigest, RunPlanSchema } from "../api/plan.js";
+import { teeLogUpload } from "./log-upload-tee.js";
 import { handedCeilingLeftMs, podAgeMs } from "./pod-age.js";
 import type { DrawProgress } from "./progress-sink.js";
 import { runSession, type SessionResult } from "./session.js";
@@ -54,6 +55,8 @@ export async function runInPod(input: PodRunInput): Promise<PodRunResult> {
   } catch (error) {
     throw new PlanError((error as Error).message);
   }
+  // The log goes into the archive too when the controller handed the runner an upload plan.
+  const log = teeLogUpload(input.output, input.env);
   const result = await runSession({
     name: plan.namespace ? `${plan.namespace}/${plan.name}` : plan.name,
     tasks: playbook.spec.tasks,
@@ -63,8 +66,8 @@ export async function runInPod(input: PodRunInput): Promise<PodRunResult> {
     runStart: new Date(plan.runStartTime),
     ...(ceilingLeftMs !== undefined ? { ceilingLeftMs } : {}),
     // One stream, one ordered writer: the runner's log is what the controller reads progress from.
-    output: input.output,
-    progressOut: input.output,
+    output: log.output,
+    progressOut: log.output,
     podLog: true,
     tty: false,
     draw: input.draw,
@@ -77,6 +80,7 @@ export async function runInPod(input: PodRunInput): Promise<PodRunResult> {
       ? { taskContainers: [...plan.tasks, ...(plan.finally ?? [])].map((task) => task.container) }
       : {}),
   });
+  await log.finish();
   // The controller trusts a report only from a runner whose exit code its reason explains.
   return { ...result, exitCode: exitCodeForReason(result.report.reason) };
 }

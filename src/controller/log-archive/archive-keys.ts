@@ -50,3 +50,8 @@ export function tailSlotKey(logKey: string, slot: number): string {
 export function uploadIndexKey(logKey: string): string {
   return `${uploadSegmentsPrefix(logKey)}index.json`;
 }
+
+/** The shape the controller gave the attempt's upload (head, tail, segment size), as it made the plan. */
+export function uploadShapeKey(logKey: string): string {
+  return `${uploadSegmentsPrefix(logKey)}shape.json`;
+}

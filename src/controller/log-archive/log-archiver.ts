@@ -30,6 +30,10 @@ import {
   openRetryDelay,
 } from "./follow-watch.js";
 import { type Continuity, continuityGap, LogContinuity } from "./log-continuity.js";
+import { type UploadEnd, uploadEnd, uploadVerdict } from "./upload-collect.js";
+import { type ComposedAttempt, composeUploadedAttempt } from "./upload-compose.js";
+import { shapeOf, UPLOAD_FLUSH_MS } from "./upload-plan.js";
+import type { LogUploadSecrets } from "./upload-secret.js";
 
 /** One attempt to follow: the run, its attempt number and its pod. */
 export interface AttemptRef {
@@ -55,6 +59,8 @@ export interface LogArchiverDeps {
   podOf: (namespace: string, pod: string) => PodView | undefined;
   partBytes?: number;
   retry?: RetryBound;
+  /** Set: each attempt's runner uploads its own log (upload-collect.ts); its Secret goes once composed. */
+  uploads?: Pick<LogUploadSecrets, "remove">;
 }
 
 /** How a follow ended: whole (neither), broken by its stream, or cut by the controller (follow-watch.ts). */
@@ -205,6 +211,10 @@ export class LogArchiver {
       );
       return;
     }
+    if (this.deps.uploads) {
+      await this.collectUpload(ref, key, this.deps.uploads, signal);
+      return;
+    }
     const upload = new AttemptUpload({
       store: this.deps.store,
       key,
@@ -252,16 +262,7 @@ export class LogArchiver {
     }
     const [reason, message] = this.verdict(ref, outcome, end);
     const log = { key, bytes: outcome.bytes, sha256: outcome.sha256 };
-    try {
-      await this.deps.store.putObject(
-        recordKey(key),
-        JSON.stringify({ v: 1, bytes: outcome.bytes, sha256: outcome.sha256, reason, message }),
-        "application/json",
-      );
-    } catch (error) {
-      // The object is whole; only a restart's recovery would miss it.
-      this.deps.log.warn({ ...where(ref), err: messageOf(error) }, "Could not write log archive record");
-    }
+    await this.keepRecord(ref, log, reason, message);
     this.end(ref, reason, message, log);
   }
 
@@ -342,6 +343,68 @@ export class LogArchiver {
       };
     } finally {
       clearInterval(watch);
+    }
+  }
+
+  /**
+   * Waits for the attempt to end as the cache shows its pod, then composes its object of what the
+   * runner uploaded, records it and removes the attempt's Secret.
+   */
+  private async collectUpload(
+    ref: AttemptRef,
+    key: string,
+    uploads: Pick<LogUploadSecrets, "remove">,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const { store } = this.deps;
+    let end: UploadEnd | undefined;
+    for (;;) {
+      end = uploadEnd(this.deps.podOf(ref.run.namespace, ref.pod), Date.now());
+      if (end) break;
+      try {
+        await sleep(FOLLOW_WATCH_MS, undefined, { signal });
+      } catch {
+        return;
+      }
+    }
+    let composed: ComposedAttempt | undefined;
+    try {
+      // A controller before this one may have begun composing the attempt: that upload goes.
+      for (const stray of await store.listUploads(key))
+        if (stray.key === key) await store.abortUpload(stray.key, stray.uploadId);
+      composed = await composeUploadedAttempt(store, key, await shapeOf(store, key, ref.capBytes));
+    } catch (error) {
+      if (signal.aborted) return;
+      this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${messageOf(error)}`);
+      return;
+    }
+    const [reason, message] = uploadVerdict(composed, end, {
+      capBytes: ref.capBytes,
+      flushMs: UPLOAD_FLUSH_MS,
+    });
+    const log = composed ? { key, bytes: composed.bytes, sha256: composed.sha256 } : undefined;
+    if (log) await this.keepRecord(ref, log, reason, message);
+    await uploads.remove(ref.run.namespace, ref.pod).catch((error: unknown) => {
+      this.deps.log.warn({ ...where(ref), err: messageOf(error) }, "Could not remove log upload Secret");
+    });
+    this.end(ref, reason, message, log);
+  }
+
+  /** The record beside a completed object; a failure only costs a restart's recovery. */
+  private async keepRecord(
+    ref: AttemptRef,
+    log: { key: string; bytes: number; sha256: string },
+    reason: LogArchiveReason,
+    message: string,
+  ): Promise<void> {
+    try {
+      await this.deps.store.putObject(
+        recordKey(log.key),
+        JSON.stringify({ v: 1, bytes: log.bytes, sha256: log.sha256, reason, message }),
+        "application/json",
+      );
+    } catch (error) {
+      this.deps.log.warn({ ...where(ref), err: messageOf(error) }, "Could not write log archive record");
     }
   }
 
@@ -427,9 +490,11 @@ export function logArchiverOf(
   metrics: Pick<ControllerMetrics, "logArchiveFailures">,
   queue: { add(key: string): void },
   cache: { pod(key: string): PodView | undefined },
+  uploads?: Pick<LogUploadSecrets, "remove">,
 ): LogArchiver | undefined {
   if (!store) return undefined;
   return new LogArchiver({
+    ...(uploads ? { uploads } : {}),
     store,
     api: deps.clients.api,
     log: deps.log,

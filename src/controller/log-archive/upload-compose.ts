@@ -9,12 +9,7 @@ import { type LogUploadIndex, LogUploadIndexSchema } from "../../api/log-upload.
 import { leftOutLine } from "./archive-cap.js";
 import { headSegmentKey, tailSlotKey, uploadIndexKey, uploadSegmentsPrefix } from "./archive-keys.js";
 import type { ArchiveStore, ComposeSource } from "./archive-store.js";
-
-export interface UploadShape {
-  head: number;
-  tail: number;
-  segmentBytes: number;
-}
+import type { UploadShape } from "./upload-plan.js";
 
 /** Segment n's key: a head segment, a tail slot, or none (left out: its slot was used again). */
 export function segmentSource(

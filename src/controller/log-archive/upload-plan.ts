@@ -2,9 +2,15 @@
 // presigned PUT per head segment and per tail slot of the attempt, and one for the index, all
 // under the attempt's own key, so the runner can write nothing else. The head and the tail follow
 // the run's cap as the controller's own upload cuts it (archive-cap.ts), in whole segments.
-import { LOG_UPLOAD_VERSION, type LogUploadPlan } from "../../api/log-upload.js";
+import { z } from "zod";
+import {
+  LOG_UPLOAD_VERSION,
+  type LogUploadPlan,
+  MAX_SEGMENT_BYTES,
+  MIN_SEGMENT_BYTES,
+} from "../../api/log-upload.js";
 import { capPlan } from "./archive-cap.js";
-import { headSegmentKey, tailSlotKey, uploadIndexKey } from "./archive-keys.js";
+import { headSegmentKey, tailSlotKey, uploadIndexKey, uploadShapeKey } from "./archive-keys.js";
 import type { ArchiveStore } from "./archive-store.js";
 
 export const UPLOAD_SEGMENT_BYTES = 8 * 1024 * 1024;
@@ -19,6 +25,34 @@ export function uploadShape(
 ): { head: number; tail: number } {
   const plan = capPlan(capBytes, segmentBytes);
   return { head: plan.headBytes / segmentBytes, tail: Math.floor(plan.tailBytes / segmentBytes) };
+}
+
+const ShapeSchema = z.strictObject({
+  head: z.number().int().min(1),
+  tail: z.number().int().min(0),
+  segmentBytes: z.number().int().min(MIN_SEGMENT_BYTES).max(MAX_SEGMENT_BYTES),
+});
+export type UploadShape = z.infer<typeof ShapeSchema>;
+
+/** The shape kept beside the segments when the plan is made: the cap may change while the run goes on. */
+export async function keepShape(
+  store: Pick<ArchiveStore, "putObject">,
+  logKey: string,
+  shape: UploadShape,
+): Promise<void> {
+  await store.putObject(uploadShapeKey(logKey), JSON.stringify(shape), "application/json");
+}
+
+/** The shape kept with the upload, else the one the cap gives now. */
+export async function shapeOf(
+  store: Pick<ArchiveStore, "readText">,
+  logKey: string,
+  capBytes: number,
+): Promise<UploadShape> {
+  const text = await store.readText(uploadShapeKey(logKey));
+  const kept = text === undefined ? undefined : ShapeSchema.safeParse(JSON.parse(text));
+  if (kept?.success) return kept.data;
+  return { ...uploadShape(capBytes), segmentBytes: UPLOAD_SEGMENT_BYTES };
 }
 
 export async function uploadPlan(

@@ -15,6 +15,7 @@ import {
   settle,
 } from "../decision.js";
 import { ceilingStartMs, queuedMsAfter } from "../kueue/queued-time.js";
+import { archivedLogCap } from "../log-archive/archive-pass.js";
 import type { PodView } from "../objects.js";
 import { alternatePodName, buildPod, podNameFor } from "../pods/pod-builder.js";
 import { rulesOf } from "../run-plan.js";
@@ -225,6 +226,7 @@ function createPodAction(
     runnerImage: state.input.settings.runnerImage,
     ...(state.input.settings.agentDelivery ? { agentDelivery: state.input.settings.agentDelivery } : {}),
     ...(state.input.settings.userNamespaces ? { userNamespaces: true } : {}),
+    ...(state.input.settings.logUpload ? { logUpload: true } : {}),
     pod: state.pod,
     name,
   });
@@ -232,7 +234,20 @@ function createPodAction(
   const read = parsePlan(text);
   // The digest of what the pod carries, read back as the controller reads any pod's plan.
   if (!read.ok) throw new Error(`the plan built for pod ${name} ${read.problem}`);
-  return { type: "createPod", pod, attempt, planDigest: planDigest(read.plan) };
+  const logUpload = state.input.settings.logUpload
+    ? {
+        capBytes: archivedLogCap(rulesOf(state.input)),
+        // The URLs outlive the run's ceiling by an hour: a runner's last flush is never refused for age.
+        validForSeconds: Math.ceil(state.base.limits.ceiling.ms / 1000) + 3600,
+      }
+    : undefined;
+  return {
+    type: "createPod",
+    pod,
+    attempt,
+    planDigest: planDigest(read.plan),
+    ...(logUpload ? { logUpload } : {}),
+  };
 }
 
 /**

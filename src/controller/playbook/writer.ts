@@ -12,6 +12,7 @@ import type { KubeClients } from "../../runtime/kube-config.js";
 import type { Action, Decision, StartRecord } from "../decision.js";
 import { PREEMPTION_FINALIZER } from "../kueue/kueue-names.js";
 import { ceilingStartMs } from "../kueue/queued-time.js";
+import type { LogUploadSecrets } from "../log-archive/upload-secret.js";
 import type { ControllerMetrics } from "../metrics.js";
 import { type PodView, parsePod, type StoredPlaybook } from "../objects.js";
 import { builtPodDifference, type ObservedPlacement } from "../pods/built-pod-difference.js";
@@ -32,6 +33,8 @@ export interface WriterDeps {
   metricsPlaybookLabel: string;
   /** Where a pod found at a create was placed, as the API server shows it (pods/observed-placement.ts). */
   observePlacement?: (pod: PodView, signal: AbortSignal) => Promise<ObservedPlacement>;
+  /** Makes the Secret of a runner that uploads its own log, before its pod (log-archive/upload-secret.ts). */
+  logUpload?: Pick<LogUploadSecrets, "prepare">;
 }
 
 const SAID_ONCE_MAX = 10_000;
@@ -272,6 +275,21 @@ export class PlaybookWriter {
     const { api } = this.deps.clients;
     const podName = action.pod.metadata.name;
     const body = await this.respectTokenAutomount(action.pod, ref.namespace);
+    if (action.logUpload) {
+      const secrets = this.deps.logUpload;
+      if (!secrets)
+        throw new Error(`pod ${podName} uploads its log, and this controller makes no upload Secret`);
+      try {
+        await secrets.prepare(action.pod, action.attempt, action.logUpload, this.leading.signal);
+      } catch (error) {
+        const code = statusCodeOf(error);
+        if (code === undefined || code === 401 || code === 429 || code >= 500) throw error;
+        throw new PodCreateFailedError(
+          `could not create the log upload Secret of pod ${podName}: ${apiErrorMessage(error)}`,
+          undefined,
+        );
+      }
+    }
     try {
       const created = parsePod(
         await api.createNamespacedPod({ namespace: ref.namespace, body }, { signal: this.leading.signal }),

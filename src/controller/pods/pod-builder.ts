@@ -43,6 +43,7 @@ import {
   RUNNER_CONTAINER,
 } from "../objects.js";
 import type { AgentDelivery } from "./agent-delivery.js";
+import { logUploadMounts } from "./log-upload-volume.js";
 import { maskMounts } from "./mask-volumes.js";
 import { serviceAccountTokenVolume } from "./service-account-token.js";
 import {
@@ -170,6 +171,8 @@ export interface PodRequest {
   agentDelivery?: AgentDelivery;
   /** true: the pod gets its own user namespace (`hostUsers: false`, user-namespaces.ts); the node's unless told. */
   userNamespaces?: boolean;
+  /** true: the runner uploads its own log, from the plan in the pod's Secret (log-upload-volume.ts). */
+  logUpload?: boolean;
   /** Default task image, service account and resources as the namespace's policy fills them in; the spec's alone when absent. */
   pod?: PodSettings | undefined;
   /** The pod's name: `<playbook>-<attempt>` when not given. */
@@ -249,6 +252,9 @@ export function buildPod(request: PodRequest): PodManifest {
     ? queuedTaskResources(request.spec, settings.resources).resources
     : settings.resources;
   const masks = maskMounts(request.spec);
+  const upload = request.logUpload
+    ? logUploadMounts(request.name ?? podNameFor(request.playbook.name, request.attempt))
+    : { env: [], volumeMounts: [], volumes: [] };
   const runner: Record<string, unknown> = {
     name: RUNNER_CONTAINER,
     image: request.runnerImage,
@@ -264,12 +270,14 @@ export function buildPod(request: PodRequest): PodManifest {
       },
       { name: TASK_UIDS_ENV_VAR, value: taskUidsEnv(tasks.containers, taskContainerUid) },
       ...masks.env,
+      ...upload.env,
     ],
     volumeMounts: [
       { name: PLAN_VOLUME, mountPath: PLAN_MOUNT_DIR, readOnly: true },
       { name: RUN_VOLUME, mountPath: RUN_DIR },
       ...delivery.volumeMounts,
       ...masks.volumeMounts,
+      ...upload.volumeMounts,
     ],
     ...(delivery.lifecycle ? { lifecycle: delivery.lifecycle } : {}),
     // The report comes only from the file the runner writes, never from its log's tail, which
@@ -316,6 +324,7 @@ export function buildPod(request: PodRequest): PodManifest {
       // The Playbook's own volumes (task-sources.ts), then the runner's Secrets to mask.
       ...(request.spec.volumes ?? []),
       ...masks.volumes,
+      ...upload.volumes,
     ],
   };
   if (settings.serviceAccountName) podSpec.serviceAccountName = settings.serviceAccountName;

@@ -1,0 +1,66 @@
+// An attempt whose runner uploads its own log (src/api/log-upload.ts): the controller waits for the
+// attempt to end as the cache shows its pod, then composes the object of the runner's segments
+// (upload-compose.ts) and says what it holds. Pure decisions over the observed pod and the
+// composed upload; the archiver owns the waiting and the record.
+import { LOG_ARCHIVE_REASONS, type LogArchiveReason } from "../../api/log-archive.js";
+import { type PodView, RUNNER_CONTAINER } from "../objects.js";
+import { nodeSilenceOf } from "../pods/node-lost.js";
+import type { ComposedAttempt } from "./upload-compose.js";
+
+/** How the attempt's runner ended, as the cache shows its pod; undefined while it runs. */
+export type UploadEnd = "ended" | "gone" | "lost";
+
+export function uploadEnd(pod: PodView | undefined, now: number): UploadEnd | undefined {
+  if (!pod) return "gone";
+  const runner = pod.status?.containerStatuses?.find((c) => c.name === RUNNER_CONTAINER);
+  if (runner?.state?.terminated) return "ended";
+  const phase = pod.status?.phase;
+  if (phase === "Succeeded" || phase === "Failed") return "ended";
+  const silence = nodeSilenceOf(pod);
+  if (silence && now >= silence.lostAt) return "lost";
+  return undefined;
+}
+
+/** The condition the composed upload gives: its reason and message. */
+export function uploadVerdict(
+  composed: ComposedAttempt | undefined,
+  end: UploadEnd,
+  args: { capBytes: number; flushMs: number },
+): [LogArchiveReason, string] {
+  const lost = end !== "ended";
+  if (!composed) {
+    if (lost)
+      return [
+        LOG_ARCHIVE_REASONS.nodeLost,
+        "the pod was lost before its runner uploaded any of its log: nothing is archived",
+      ];
+    return [LOG_ARCHIVE_REASONS.incomplete, "the runner uploaded none of its log: nothing is archived"];
+  }
+  const kept = `${composed.bytes} bytes archived`;
+  const index = composed.index;
+  if (index?.failed)
+    return [
+      LOG_ARCHIVE_REASONS.storeUnreachable,
+      `${kept} of ${index.bytes}: the runner's upload stopped: ${index.failed}`,
+    ];
+  if (composed.short !== undefined)
+    return [LOG_ARCHIVE_REASONS.incomplete, `${kept} of ${composed.received}: ${composed.short}`];
+  if (!index?.done) {
+    const missing = `at most the last ${Math.ceil(args.flushMs / 1000)} s of its output before that is missing`;
+    return lost
+      ? [
+          LOG_ARCHIVE_REASONS.nodeLost,
+          `${kept}: the pod was lost before its runner ended, and the archive holds what the runner had uploaded; ${missing}`,
+        ]
+      : [
+          LOG_ARCHIVE_REASONS.incomplete,
+          `${kept}: the runner ended without its upload's last word; ${missing}`,
+        ];
+  }
+  if (composed.leftOut > 0)
+    return [
+      LOG_ARCHIVE_REASONS.capReached,
+      `${kept} of ${composed.received}: ${composed.leftOut} bytes past maximums.archivedLogBytes (${args.capBytes}) were left out between the head and the tail`,
+    ];
+  return [LOG_ARCHIVE_REASONS.archived, kept];
+}

@@ -1,0 +1,50 @@
+// The pod runner's log, written to its stdout as ever, and on its way into the archive too when
+// the controller handed it an upload plan (a file in the runner's own Secret volume, named by
+// $PLAYBOOK_LOG_UPLOAD_FILE). The upload never holds the log back: LogUploader.write only copies.
+// At the run's end the runner waits at most FINISH_MS for the store to take the last bytes.
+import { readFileSync } from "node:fs";
+import { Writable } from "node:stream";
+import { LOG_UPLOAD_FILE_ENV_VAR, LogUploadPlanSchema } from "../api/log-upload.js";
+import { LogUploader } from "./log-upload.js";
+
+/** How long the runner's end waits for the store to take its last segment and index. */
+export const FINISH_MS = 3_000;
+
+export interface TeedOutput {
+  output: NodeJS.WritableStream;
+  /** The upload's end; nothing to wait for without a plan. */
+  finish: () => Promise<void>;
+}
+
+/**
+ * The output the run writes to: `target` alone without a plan, else `target` and the upload. A
+ * plan that cannot be read is said on `target`, once, and the run goes on without the upload.
+ */
+export function teeLogUpload(target: NodeJS.WritableStream, env: NodeJS.ProcessEnv): TeedOutput {
+  const file = env[LOG_UPLOAD_FILE_ENV_VAR];
+  if (!file) return { output: target, finish: async () => {} };
+  let uploader: LogUploader;
+  try {
+    const plan = LogUploadPlanSchema.parse(JSON.parse(readFileSync(file, "utf8")));
+    uploader = new LogUploader(plan, { log: (message) => target.write(`[playbook] log archive: ${message}\n`) });
+  } catch (error) {
+    target.write(
+      `[playbook] log archive: the upload plan ${file} cannot be read (${error instanceof Error ? error.message : String(error)}); this attempt's log is not archived\n`,
+    );
+    return { output: target, finish: async () => {} };
+  }
+  const output = new Writable({
+    highWaterMark: 1 << 16,
+    write(chunk: Buffer, _encoding, callback) {
+      uploader.write(chunk);
+      target.write(chunk, (error) => callback(error ?? undefined));
+    },
+  });
+  return {
+    output,
+    finish: async () => {
+      await new Promise<void>((resolve) => output.end(resolve));
+      await uploader.finish(FINISH_MS);
+    },
+  };
+}
