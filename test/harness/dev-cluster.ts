@@ -87,12 +87,19 @@ export interface DevClusterOptions {
 /** The namespace and name of the dev cluster's archive credentials, as the chart's defaults name them. */
 export const DEV_ARCHIVE_SECRET = { namespace: "playbook-system", name: "playbook-log-archive" };
 
-/** The flags and env that turn the dev controller's log archive on against the dev store. */
-export function devArchiveSettings(store: ObjectStore): { args: string[]; env: Record<string, string> } {
+/**
+ * The flags and env that turn the dev controller's log archive on against the dev store; with
+ * `podEndpoint`, where the real node's pods reach it (storeOnNode), the runner's uploads go there.
+ */
+export function devArchiveSettings(
+  store: ObjectStore,
+  podEndpoint?: string,
+): { args: string[]; env: Record<string, string> } {
   return {
     args: [
       `--log-archive-bucket=${store.bucket}`,
       `--log-archive-endpoint=${store.endpoint}`,
+      ...(podEndpoint ? [`--log-archive-pod-endpoint=${podEndpoint}`] : []),
       `--log-archive-region=${store.region}`,
       "--log-archive-force-path-style",
     ],
