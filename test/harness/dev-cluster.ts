@@ -27,6 +27,7 @@ import {
   startRealNode,
   stopRealNode,
 } from "./real-node/real-node.js";
+import { publishStoreOnNode } from "./real-node/store-on-node.js";
 import { ensureRunnerImage } from "./runner-image.js";
 import { ScriptedNode } from "./scripted-node.js";
 
@@ -47,6 +48,11 @@ export interface DevCluster {
   realNode?: RealNode;
   /** SeaweedFS's S3 server, the log archive's store, when `objectStore: true`. */
   objectStore?: ObjectStore;
+  /**
+   * The store as the real node's pods reach it (http://NODE_API_ADDRESS:PORT, store-on-node.ts),
+   * when `objectStore: true` and `node: "real"`: the controller's --log-archive-pod-endpoint.
+   */
+  objectStorePodEndpoint?: string;
   /** Where the controller serves /metrics, /healthz and /readyz (http://127.0.0.1:PORT), when started. */
   controllerUrl?: string;
   /** The scripted node, when `node: "scripted"`. */
@@ -284,7 +290,16 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       await applyArchiveSecret(binDir, state.kubeconfig, objectStore);
       log(`Made Secret ${DEV_ARCHIVE_SECRET.namespace}/${DEV_ARCHIVE_SECRET.name} with the store's keys`);
     }
-    const archive = objectStore ? devArchiveSettings(objectStore) : undefined;
+    // Recorded in the cluster's state: stopped with it, by cluster:down too.
+    const storeOnNode =
+      objectStore && realNode
+        ? await publishStoreOnNode(state.stateDir, objectStore.endpoint, {
+            daemon: options.daemon,
+            record: (process) => controlPlane.record(process),
+          })
+        : undefined;
+    if (storeOnNode) log(`The store is at ${storeOnNode.podEndpoint} for the real node's pods`);
+    const archive = objectStore ? devArchiveSettings(objectStore, storeOnNode?.podEndpoint) : undefined;
 
     // The bundle users run (the package's bin and the image's command), not tsc's output.
     const cli = path.join(repoRoot(), "dist", "bin", "playbook.js");
@@ -354,6 +369,7 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       ...(realNode ? { realNode } : {}),
       ...(kueue ? { kueue } : {}),
       ...(objectStore ? { objectStore } : {}),
+      ...(storeOnNode ? { objectStorePodEndpoint: storeOnNode.podEndpoint } : {}),
       async stop() {
         await scriptedNode?.stop();
         await stopRealNode(state.stateDir, state.processes, log);
