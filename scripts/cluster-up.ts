@@ -102,6 +102,8 @@ try {
     log(
       `Log archive store (SeaweedFS S3) at ${cluster.objectStore.endpoint}, bucket ${cluster.objectStore.bucket}, path-style; its keys in Secret playbook-system/playbook-log-archive (log ${cluster.objectStore.logFile})`,
     );
+  if (cluster.objectStorePodEndpoint)
+    log(`The store for the real node's pods: ${cluster.objectStorePodEndpoint} (--log-archive-pod-endpoint)`);
   if (cluster.controllerUrl)
     log(
       `Controller metrics: ${cluster.controllerUrl}/metrics (health ${cluster.controllerUrl}/healthz, readiness ${cluster.controllerUrl}/readyz)`,

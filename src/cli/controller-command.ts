@@ -68,6 +68,8 @@ const FLAG_HELP: Record<keyof ControllerConfigInput, string> = {
     "archive every run's output to this S3 bucket (docs/log-archive.md); credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (default: no archive)",
   logArchiveEndpoint:
     "the S3 endpoint, e.g. http://seaweedfs.storage:8333 (default: AWS's own for the region)",
+  logArchivePodEndpoint:
+    "the S3 endpoint as the run's pods reach it; the runner's upload URLs are signed for it (default: the endpoint)",
   logArchiveRegion: "the bucket's region (default us-east-1)",
   logArchivePrefix:
     "prefix of every archived key, ending in '/', e.g. playbooks/ (default: the bucket's root)",

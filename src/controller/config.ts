@@ -156,6 +156,13 @@ export const ControllerConfigSchema = z
     logArchiveEndpoint: z
       .url({ protocol: /^https?$/, error: "must be an http:// or https:// URL" })
       .optional(),
+    /**
+     * The store's endpoint as the run's pods reach it, e.g. http://10.87.0.1:8333; the runner's
+     * upload URLs are signed for it (SigV4 signs the host). Unset: the endpoint.
+     */
+    logArchivePodEndpoint: z
+      .url({ protocol: /^https?$/, error: "must be an http:// or https:// URL" })
+      .optional(),
     logArchiveRegion: z.string().min(1).default("us-east-1"),
     /** Prefix of every key the archive writes, e.g. "playbooks/"; empty: the bucket's root. */
     logArchivePrefix: z
@@ -293,6 +300,7 @@ export const CONFIG_ENV: Record<keyof ControllerConfigInput, string> = {
   progressInterval: "PLAYBOOK_PROGRESS_INTERVAL",
   logArchiveBucket: "PLAYBOOK_LOG_ARCHIVE_BUCKET",
   logArchiveEndpoint: "PLAYBOOK_LOG_ARCHIVE_ENDPOINT",
+  logArchivePodEndpoint: "PLAYBOOK_LOG_ARCHIVE_POD_ENDPOINT",
   logArchiveRegion: "PLAYBOOK_LOG_ARCHIVE_REGION",
   logArchivePrefix: "PLAYBOOK_LOG_ARCHIVE_PREFIX",
   logArchiveForcePathStyle: "PLAYBOOK_LOG_ARCHIVE_FORCE_PATH_STYLE",

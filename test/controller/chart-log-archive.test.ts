@@ -1,7 +1,8 @@
 // The chart's logArchive values (docs/log-archive.md) with the real helm and API server: turned on,
 // they become the controller's --log-archive-* flags and the credentials Secret's two keys in the
 // controller container's env, nowhere else; the schema refuses what the controller would (no
-// bucket, an endpoint that is no http(s) URL, a prefix not ending in '/'); off, no archive flag.
+// bucket, an endpoint or pod endpoint that is no http(s) URL, a prefix not ending in '/'); off, no
+// archive flag.
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseAllDocuments } from "yaml";
@@ -49,6 +50,7 @@ const ON = [
   "logArchive.enabled=true",
   "logArchive.bucket=playbook-logs",
   "logArchive.endpoint=http://seaweedfs.storage:8333",
+  "logArchive.podEndpoint=http://10.87.0.1:8333",
   "logArchive.prefix=playbooks/",
   "logArchive.forcePathStyle=true",
 ];
@@ -69,6 +71,7 @@ describe("the chart's logArchive values", () => {
       expect.arrayContaining([
         "--log-archive-bucket=playbook-logs",
         "--log-archive-endpoint=http://seaweedfs.storage:8333",
+        "--log-archive-pod-endpoint=http://10.87.0.1:8333",
         "--log-archive-region=us-east-1",
         "--log-archive-prefix=playbooks/",
         "--log-archive-force-path-style=true",
@@ -94,6 +97,9 @@ describe("the chart's logArchive values", () => {
 
     const chain = controllerOf((await render([...ON, "logArchive.credentialsSecret="])).objects);
     expect((chain.env ?? []).filter((e) => e.name.startsWith("AWS_"))).toEqual([]);
+    // No podEndpoint: no flag, the controller signs the runner's uploads for the endpoint.
+    const samePlace = controllerOf((await render([...ON, "logArchive.podEndpoint="])).objects);
+    expect((samePlace.args ?? []).filter((a) => a.startsWith("--log-archive-pod-endpoint"))).toEqual([]);
 
     const off = controllerOf((await render([])).objects);
     expect((off.args ?? []).filter((a) => a.startsWith("--log-archive-"))).toEqual([
@@ -109,6 +115,11 @@ describe("the chart's logArchive values", () => {
       "an endpoint that is no http(s) URL",
       [...ON, "logArchive.endpoint=ftp://store"],
       "/logArchive/endpoint",
+    ],
+    [
+      "a pod endpoint that is no http(s) URL",
+      [...ON, "logArchive.podEndpoint=10.87.0.1:8333"],
+      "/logArchive/podEndpoint",
     ],
     ["a prefix not ending in '/'", [...ON, "logArchive.prefix=playbooks"], "/logArchive/prefix"],
     [

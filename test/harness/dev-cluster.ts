@@ -27,6 +27,7 @@ import {
   startRealNode,
   stopRealNode,
 } from "./real-node/real-node.js";
+import { publishStoreOnNode } from "./real-node/store-on-node.js";
 import { ensureRunnerImage } from "./runner-image.js";
 import { ScriptedNode } from "./scripted-node.js";
 
@@ -47,6 +48,11 @@ export interface DevCluster {
   realNode?: RealNode;
   /** SeaweedFS's S3 server, the log archive's store, when `objectStore: true`. */
   objectStore?: ObjectStore;
+  /**
+   * The store as the real node's pods reach it (http://NODE_API_ADDRESS:PORT, store-on-node.ts),
+   * when `objectStore: true` and `node: "real"`: the controller's --log-archive-pod-endpoint.
+   */
+  objectStorePodEndpoint?: string;
   /** Where the controller serves /metrics, /healthz and /readyz (http://127.0.0.1:PORT), when started. */
   controllerUrl?: string;
   /** The scripted node, when `node: "scripted"`. */
@@ -87,12 +93,19 @@ export interface DevClusterOptions {
 /** The namespace and name of the dev cluster's archive credentials, as the chart's defaults name them. */
 export const DEV_ARCHIVE_SECRET = { namespace: "playbook-system", name: "playbook-log-archive" };
 
-/** The flags and env that turn the dev controller's log archive on against the dev store. */
-export function devArchiveSettings(store: ObjectStore): { args: string[]; env: Record<string, string> } {
+/**
+ * The flags and env that turn the dev controller's log archive on against the dev store; with
+ * `podEndpoint`, where the real node's pods reach it (storeOnNode), the runner's uploads go there.
+ */
+export function devArchiveSettings(
+  store: ObjectStore,
+  podEndpoint?: string,
+): { args: string[]; env: Record<string, string> } {
   return {
     args: [
       `--log-archive-bucket=${store.bucket}`,
       `--log-archive-endpoint=${store.endpoint}`,
+      ...(podEndpoint ? [`--log-archive-pod-endpoint=${podEndpoint}`] : []),
       `--log-archive-region=${store.region}`,
       "--log-archive-force-path-style",
     ],
@@ -277,7 +290,16 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       await applyArchiveSecret(binDir, state.kubeconfig, objectStore);
       log(`Made Secret ${DEV_ARCHIVE_SECRET.namespace}/${DEV_ARCHIVE_SECRET.name} with the store's keys`);
     }
-    const archive = objectStore ? devArchiveSettings(objectStore) : undefined;
+    // Recorded in the cluster's state: stopped with it, by cluster:down too.
+    const storeOnNode =
+      objectStore && realNode
+        ? await publishStoreOnNode(state.stateDir, objectStore.endpoint, {
+            daemon: options.daemon,
+            record: (process) => controlPlane.record(process),
+          })
+        : undefined;
+    if (storeOnNode) log(`The store is at ${storeOnNode.podEndpoint} for the real node's pods`);
+    const archive = objectStore ? devArchiveSettings(objectStore, storeOnNode?.podEndpoint) : undefined;
 
     // The bundle users run (the package's bin and the image's command), not tsc's output.
     const cli = path.join(repoRoot(), "dist", "bin", "playbook.js");
@@ -347,6 +369,7 @@ export async function startDevCluster(options: DevClusterOptions): Promise<DevCl
       ...(realNode ? { realNode } : {}),
       ...(kueue ? { kueue } : {}),
       ...(objectStore ? { objectStore } : {}),
+      ...(storeOnNode ? { objectStorePodEndpoint: storeOnNode.podEndpoint } : {}),
       async stop() {
         await scriptedNode?.stop();
         await stopRealNode(state.stateDir, state.processes, log);

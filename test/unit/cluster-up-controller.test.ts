@@ -58,5 +58,18 @@ describe("the dev cluster's controller with --with-object-store", () => {
     expect(config.logArchiveForcePathStyle).toBe(true);
     expect(args.join(" ")).not.toContain("dev-secret");
     expect(archive.env).toEqual({ AWS_ACCESS_KEY_ID: "AKDEV", AWS_SECRET_ACCESS_KEY: "dev-secret" });
+    expect(config.logArchivePodEndpoint).toBeUndefined();
+  });
+
+  it("signs the runner's uploads for the store's address on the real node when it has one", async () => {
+    const store = { endpoint: "http://127.0.0.1:40111", bucket: "playbook-logs", region: "us-east-1" };
+    const archive = devArchiveSettings(store as ObjectStore, "http://10.87.0.1:40111");
+    const args = [
+      ...devControllerArgs({ cli: "/x/dist/bin/playbook.js", metricsPort: 1, kueue: false }),
+      ...archive.args,
+    ];
+    const config = await configFrom(args.slice(1));
+    expect(config.logArchiveEndpoint).toBe("http://127.0.0.1:40111");
+    expect(config.logArchivePodEndpoint).toBe("http://10.87.0.1:40111");
   });
 });

@@ -1,0 +1,130 @@
+// The log archive's store from a run's pod on the real node (issue 58: the runner uploads its own
+// log through URLs the controller presigns). The pods' network namespace has no route to this
+// machine's, where the store listens on loopback; store-on-node.ts relays NODE_API_ADDRESS:PORT in
+// the node's namespace to it. A PUT presigned for that endpoint, sent from a pod, stores its body;
+// the controller's own endpoint (127.0.0.1:PORT) is the pod's own loopback, where nothing listens;
+// and a URL presigned for the controller's endpoint, sent to the pods' address, is refused, since
+// SigV4 signs the Host header: the runner's URLs must be signed for the address the pod dials.
+import path from "node:path";
+import type { V1Pod } from "@kubernetes/client-node";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { ArchiveStore } from "../../src/controller/log-archive/archive-store.js";
+import { type ArchiveOnStore, startArchiveOnStore } from "../harness/archive-on-store.js";
+import {
+  clusterClients,
+  createTestNamespace,
+  deleteTestNamespace,
+  waitForPod,
+} from "../harness/cluster-test.js";
+import { projectImageName } from "../harness/real-node/images.js";
+import { NODE_API_ADDRESS } from "../harness/real-node/real-node.js";
+
+const { core } = clusterClients();
+let namespace = "";
+let archive: ArchiveOnStore;
+let podEndpoint = "";
+const clients: ArchiveStore[] = [];
+
+/** The store's client, its URLs presigned for `endpoint` (the pods' or the controller's). */
+function presignerFor(endpoint: string): ArchiveStore {
+  const { store } = archive;
+  const client = new ArchiveStore({
+    endpoint,
+    bucket: store.bucket,
+    region: store.region,
+    prefix: "",
+    forcePathStyle: true,
+    credentials: { accessKeyId: store.accessKeyId, secretAccessKey: store.secretAccessKey },
+  });
+  clients.push(client);
+  return client;
+}
+
+/** What the pod prints for one PUT of `body` to $URL: `status N`, or `error CODE` when no answer came. */
+const PUT_SCRIPT = [
+  "fetch(process.env.URL, { method: 'PUT', body: process.env.BODY, signal: AbortSignal.timeout(10000) })",
+  "  .then((r) => { console.log('status ' + r.status); process.exit(r.status === 200 ? 0 : 1); })",
+  "  .catch((e) => { console.log('error ' + (e.cause?.code ?? e.name)); process.exit(1); });",
+].join("\n");
+
+/** A pod of the project's image that PUTs `body` to `url` once; returns its phase and output. */
+async function putFromPod(
+  name: string,
+  url: string,
+  body: string,
+): Promise<{ phase?: string; output: string }> {
+  await core.createNamespacedPod({
+    namespace,
+    body: {
+      metadata: { name },
+      spec: {
+        restartPolicy: "Never",
+        containers: [
+          {
+            name: "main",
+            image: projectImageName(),
+            imagePullPolicy: "IfNotPresent",
+            command: ["node", "-e", PUT_SCRIPT],
+            env: [
+              { name: "URL", value: url },
+              { name: "BODY", value: body },
+            ],
+          },
+        ],
+      },
+    },
+  });
+  const ended = (pod: V1Pod) => pod.status?.phase === "Succeeded" || pod.status?.phase === "Failed";
+  const done = await waitForPod(core, namespace, name, "to end", ended, 90_000);
+  const output = await core.readNamespacedPodLog({ namespace, name, container: "main" });
+  return { ...(done.status?.phase ? { phase: done.status.phase } : {}), output };
+}
+
+beforeAll(async () => {
+  archive = await startArchiveOnStore(inject("binDir"), "rn-store-from-pod", {
+    node: path.dirname(inject("kubeconfig")),
+  });
+  podEndpoint = archive.podEndpoint ?? "";
+  namespace = await createTestNamespace(core, "rn-store-from-pod");
+}, 120_000);
+
+afterAll(async () => {
+  for (const client of clients) client.destroy();
+  if (namespace) await deleteTestNamespace(core, namespace);
+  await archive?.stop();
+});
+
+describe("the log archive's store from a pod on the real node", () => {
+  it("is published at the node's address on the store's own port, for the controller's --log-archive-pod-endpoint", () => {
+    const storePort = new URL(archive.store.endpoint).port;
+    expect(podEndpoint).toBe(`http://${NODE_API_ADDRESS}:${storePort}`);
+    expect(archive.controllerOptions.logArchivePodEndpoint).toBe(podEndpoint);
+  });
+
+  it("takes a PUT from the pod through a URL presigned for the pods' endpoint", async () => {
+    const key = "from-pod/attempt-1.log";
+    const url = await presignerFor(podEndpoint).presignPut(key, 300);
+    expect(new URL(url).host).toBe(new URL(podEndpoint).host);
+    const put = await putFromPod("put", url, "from the pod\n");
+    expect(put).toEqual({ phase: "Succeeded", output: "status 200\n" });
+    expect((await archive.readObject(key)).toString("utf8")).toBe("from the pod\n");
+  });
+
+  it("is out of the pod's reach at the controller's own endpoint (127.0.0.1:PORT)", async () => {
+    const key = "from-pod/loopback.log";
+    const url = await presignerFor(archive.store.endpoint).presignPut(key, 300);
+    expect(new URL(url).hostname).toBe("127.0.0.1");
+    const put = await putFromPod("loopback", url, "never stored\n");
+    expect(put).toEqual({ phase: "Failed", output: "error ECONNREFUSED\n" });
+    expect((await archive.readObject(key)).length).toBe(0);
+  });
+
+  it("refuses, at the pods' endpoint, a URL presigned for the controller's: the signature names the host", async () => {
+    const key = "from-pod/other-host.log";
+    const signed = new URL(await presignerFor(archive.store.endpoint).presignPut(key, 300));
+    signed.host = new URL(podEndpoint).host;
+    const put = await putFromPod("other-host", signed.toString(), "never stored\n");
+    expect(put).toEqual({ phase: "Failed", output: "status 403\n" });
+    expect((await archive.readObject(key)).length).toBe(0);
+  });
+});
