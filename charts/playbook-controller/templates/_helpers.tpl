@@ -134,6 +134,13 @@ rules:
   - apiGroups: [""]
     resources: [events]
     verbs: [create, patch, list]
+{{- if and .Values.logArchive.enabled (eq .Values.logArchive.upload "runner") }}
+  # The log archive's upload Secret of each attempt (its runner's presigned URLs), made before
+  # its pod and deleted once its log is composed.
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [create, delete]
+{{- end }}
 {{- if .Values.config.kueue }}
   # --kueue: Kueue's Workloads of the runs' pods, read from the watch cache for Kueue's words.
   - apiGroups: [kueue.x-k8s.io]

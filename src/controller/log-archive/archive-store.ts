@@ -36,6 +36,8 @@ export interface ArchiveStoreSettings {
   credentials?: { accessKeyId: string; secretAccessKey: string } | undefined;
   /** Each call's deadline. */
   callTimeoutMs?: number | undefined;
+  /** The store's endpoint as the run's pods reach it: the runner's upload URLs are signed for it. */
+  podEndpoint?: string | undefined;
 }
 
 export interface StoredObject {
@@ -58,14 +60,16 @@ export class ArchiveStore {
   readonly prefix: string;
   private readonly client: S3Client;
   private readonly config: S3ClientConfig;
-  /** Signs the runner's uploads: made on first use. */
+  /** Signs the runner's uploads, for the endpoint the pods reach: made on first use. */
   private presigner: S3Client | undefined;
+  private readonly podEndpoint: string | undefined;
   private readonly callTimeoutMs: number;
 
   constructor(settings: ArchiveStoreSettings) {
     this.bucket = settings.bucket;
     this.prefix = settings.prefix;
     this.callTimeoutMs = settings.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    this.podEndpoint = settings.podEndpoint;
     this.config = {
       ...(settings.endpoint === undefined ? {} : { endpoint: settings.endpoint }),
       region: settings.region,
@@ -85,7 +89,11 @@ export class ArchiveStore {
    * refused. Signed without a payload checksum, which the holder could not know in advance.
    */
   async presignPut(key: string, expiresInSeconds: number): Promise<string> {
-    this.presigner ??= new S3Client({ ...this.config, requestChecksumCalculation: "WHEN_REQUIRED" });
+    this.presigner ??= new S3Client({
+      ...this.config,
+      ...(this.podEndpoint === undefined ? {} : { endpoint: this.podEndpoint }),
+      requestChecksumCalculation: "WHEN_REQUIRED",
+    });
     return getSignedUrl(this.presigner, new PutObjectCommand({ Bucket: this.bucket, Key: key }), {
       expiresIn: expiresInSeconds,
     });
@@ -309,10 +317,12 @@ export function archiveStoreFromConfig(config: {
   logArchiveRegion: string;
   logArchivePrefix: string;
   logArchiveForcePathStyle: boolean;
+  logArchivePodEndpoint?: string | undefined;
 }): ArchiveStore | undefined {
   if (config.logArchiveBucket === undefined) return undefined;
   return new ArchiveStore({
     endpoint: config.logArchiveEndpoint,
+    podEndpoint: config.logArchivePodEndpoint,
     bucket: config.logArchiveBucket,
     region: config.logArchiveRegion,
     prefix: config.logArchivePrefix,
