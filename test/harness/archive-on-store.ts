@@ -48,6 +48,8 @@ export async function startArchiveOnStore(
       logArchiveBucket: store.bucket,
       logArchiveEndpoint: store.endpoint,
       ...(onNode ? { logArchivePodEndpoint: onNode.podEndpoint } : {}),
+      // The runner uploads where the node's pods reach the store; else the controller follows.
+      logArchiveUpload: onNode ? "runner" : "follow",
       logArchiveRegion: store.region,
       logArchiveForcePathStyle: true,
     },
