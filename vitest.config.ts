@@ -2,13 +2,15 @@ import { configDefaults, defineConfig } from "vitest/config";
 
 /**
  * The real-node files that must have the node to themselves: they restart containerd or the
- * kubelet (faults), start clusters of their own beside it (cluster-up-down, install), or install
- * a controller that watches every namespace (helm-release), or register the cluster's one
+ * kubelet (faults), start clusters of their own beside it (cluster-up-down, install,
+ * dev-cluster-store-on-node), or install a controller that watches every namespace (helm-release),
+ * or register the cluster's one
  * APIService v1alpha1.logs.playbook.dev (log-api; log-archive, in the shared group, registers it too).
  */
 const REAL_NODE_EXCLUSIVE = [
   "faults",
   "cluster-up-down",
+  "dev-cluster-store-on-node",
   "install",
   "helm-release",
   "log-api",

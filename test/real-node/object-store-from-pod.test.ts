@@ -6,18 +6,12 @@
 // and a URL presigned for the controller's endpoint, sent to the pods' address, is refused, since
 // SigV4 signs the Host header: the runner's URLs must be signed for the address the pod dials.
 import path from "node:path";
-import type { V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { ArchiveStore } from "../../src/controller/log-archive/archive-store.js";
 import { type ArchiveOnStore, startArchiveOnStore } from "../harness/archive-on-store.js";
-import {
-  clusterClients,
-  createTestNamespace,
-  deleteTestNamespace,
-  waitForPod,
-} from "../harness/cluster-test.js";
-import { projectImageName } from "../harness/real-node/images.js";
+import { clusterClients, createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
 import { NODE_API_ADDRESS } from "../harness/real-node/real-node.js";
+import { putFromPod } from "../support/put-from-pod.js";
 
 const { core } = clusterClients();
 let namespace = "";
@@ -38,46 +32,6 @@ function presignerFor(endpoint: string): ArchiveStore {
   });
   clients.push(client);
   return client;
-}
-
-/** What the pod prints for one PUT of `body` to $URL: `status N`, or `error CODE` when no answer came. */
-const PUT_SCRIPT = [
-  "fetch(process.env.URL, { method: 'PUT', body: process.env.BODY, signal: AbortSignal.timeout(10000) })",
-  "  .then((r) => { console.log('status ' + r.status); process.exit(r.status === 200 ? 0 : 1); })",
-  "  .catch((e) => { console.log('error ' + (e.cause?.code ?? e.name)); process.exit(1); });",
-].join("\n");
-
-/** A pod of the project's image that PUTs `body` to `url` once; returns its phase and output. */
-async function putFromPod(
-  name: string,
-  url: string,
-  body: string,
-): Promise<{ phase?: string; output: string }> {
-  await core.createNamespacedPod({
-    namespace,
-    body: {
-      metadata: { name },
-      spec: {
-        restartPolicy: "Never",
-        containers: [
-          {
-            name: "main",
-            image: projectImageName(),
-            imagePullPolicy: "IfNotPresent",
-            command: ["node", "-e", PUT_SCRIPT],
-            env: [
-              { name: "URL", value: url },
-              { name: "BODY", value: body },
-            ],
-          },
-        ],
-      },
-    },
-  });
-  const ended = (pod: V1Pod) => pod.status?.phase === "Succeeded" || pod.status?.phase === "Failed";
-  const done = await waitForPod(core, namespace, name, "to end", ended, 90_000);
-  const output = await core.readNamespacedPodLog({ namespace, name, container: "main" });
-  return { ...(done.status?.phase ? { phase: done.status.phase } : {}), output };
 }
 
 beforeAll(async () => {
@@ -105,7 +59,7 @@ describe("the log archive's store from a pod on the real node", () => {
     const key = "from-pod/attempt-1.log";
     const url = await presignerFor(podEndpoint).presignPut(key, 300);
     expect(new URL(url).host).toBe(new URL(podEndpoint).host);
-    const put = await putFromPod("put", url, "from the pod\n");
+    const put = await putFromPod(core, namespace, "put", url, "from the pod\n");
     expect(put).toEqual({ phase: "Succeeded", output: "status 200\n" });
     expect((await archive.readObject(key)).toString("utf8")).toBe("from the pod\n");
   });
@@ -114,7 +68,7 @@ describe("the log archive's store from a pod on the real node", () => {
     const key = "from-pod/loopback.log";
     const url = await presignerFor(archive.store.endpoint).presignPut(key, 300);
     expect(new URL(url).hostname).toBe("127.0.0.1");
-    const put = await putFromPod("loopback", url, "never stored\n");
+    const put = await putFromPod(core, namespace, "loopback", url, "never stored\n");
     expect(put).toEqual({ phase: "Failed", output: "error ECONNREFUSED\n" });
     expect((await archive.readObject(key)).length).toBe(0);
   });
@@ -123,7 +77,7 @@ describe("the log archive's store from a pod on the real node", () => {
     const key = "from-pod/other-host.log";
     const signed = new URL(await presignerFor(archive.store.endpoint).presignPut(key, 300));
     signed.host = new URL(podEndpoint).host;
-    const put = await putFromPod("other-host", signed.toString(), "never stored\n");
+    const put = await putFromPod(core, namespace, "other-host", signed.toString(), "never stored\n");
     expect(put).toEqual({ phase: "Failed", output: "status 403\n" });
     expect((await archive.readObject(key)).length).toBe(0);
   });

@@ -76,6 +76,20 @@ describe("the controller's configuration", () => {
     );
   });
 
+  it("takes the store's endpoint for the run's pods from env or flags, unset by default, and refuses one that is no http(s) URL", () => {
+    expect(loadControllerConfig({}, {}).logArchivePodEndpoint).toBeUndefined();
+    expect(
+      loadControllerConfig({}, { PLAYBOOK_LOG_ARCHIVE_POD_ENDPOINT: "http://10.87.0.1:8333" })
+        .logArchivePodEndpoint,
+    ).toBe("http://10.87.0.1:8333");
+    expect(
+      loadControllerConfig({ logArchivePodEndpoint: "https://s3.example:443" }, {}).logArchivePodEndpoint,
+    ).toBe("https://s3.example:443");
+    expect(() => loadControllerConfig({ logArchivePodEndpoint: "10.87.0.1:8333" }, {})).toThrow(
+      "--log-archive-pod-endpoint ($PLAYBOOK_LOG_ARCHIVE_POD_ENDPOINT): must be an http:// or https:// URL",
+    );
+  });
+
   it("takes env, and flags over env", () => {
     const config = loadControllerConfig(
       { workers: "4" },
