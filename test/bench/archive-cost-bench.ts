@@ -1,5 +1,5 @@
-// `npm run bench:archive [-- --quick] [-- --rounds=N] [-- --bytes=N] [-- --results-file=F]
-// [-- --controller-profile=DIR]`: what the log archive (issue 58) costs a run, on a real node of
+// `npm run bench:archive [-- --quick] [-- --rounds=N] [-- --bytes=N] [-- --upload=runner|follow]
+// [-- --results-file=F] [-- --controller-profile=DIR]`: what the log archive (issue 58) costs a run, on a real node of
 // its own (containerd under Kubernetes' kubelet, SeaweedFS's S3 server beside the API server; root,
 // and no other real node running: take /tmp/real-node.lock). Two controllers run as the chart runs
 // them (each its own process, dist/bin/playbook.js, the chart's heap flags, 2 workers), one per
@@ -48,6 +48,9 @@ const RESULTS_FILE = args.get("results-file");
 /** `--controller-profile=DIR`: the archiving controller's CPU profile (node --cpu-prof), written at its exit. */
 const PROFILE = args.get("controller-profile");
 const TARGET = ">= 0.9";
+/** Who carries the log into the archive (--log-archive-upload): the runner (default) or the controller's follow. */
+const UPLOAD = args.get("upload") ?? "runner";
+if (UPLOAD !== "runner" && UPLOAD !== "follow") throw new Error(`--upload=${UPLOAD}: must be runner or follow`);
 const TASK = "gen";
 /** The runner's prefix of each task line. */
 const PREFIX = `[${TASK}] `;
@@ -172,7 +175,10 @@ async function main(): Promise<void> {
     const core = kubeConfig.makeApiClient(CoreV1Api);
     const custom = kubeConfig.makeApiClient(CustomObjectsApi);
     const namespaces: Record<Side, string> = { on: "bench-archive-on", off: "bench-archive-off" };
-    const archive = devArchiveSettings(store);
+    // --upload=follow: the controller follows the pod's log; else the runner uploads its own.
+    const podEndpoint = UPLOAD === "runner" ? cluster.objectStorePodEndpoint : undefined;
+    if (UPLOAD === "runner" && !podEndpoint) throw new Error("the dev cluster published no store for the node's pods");
+    const archive = devArchiveSettings(store, podEndpoint);
     const identity = { state: cluster.state, ourKubeconfig: cluster.state.kubeconfig };
     for (const side of ["on", "off"] as const) {
       await createBenchNamespace(core, custom, namespaces[side]);
@@ -373,7 +379,7 @@ function report(rounds: Round[], during: LoadDuring | undefined): void {
     unit: "MiB/s",
     ratio: median(ratios),
     target: TARGET,
-    note: `a task printing ${size} to stdout on a real node, the archive on against off (its own controller each), the task's time from status.tasks; median of ${ROUNDS} paired ratios (${range(ratios)}), rounds interleaved and their order alternated; every line checked in the archived object`,
+    note: `a task printing ${size} to stdout on a real node, the archive on (--log-archive-upload=${UPLOAD}) against off (its own controller each), the task's time from status.tasks; median of ${ROUNDS} paired ratios (${range(ratios)}), rounds interleaved and their order alternated; every line checked in the archived object`,
     spread: { ours: spread(on.map(mibs)), reference: spread(off.map(mibs)), ratio: spread(ratios) },
     ...(during ? { load: during } : {}),
   });

@@ -105,7 +105,8 @@ export function devArchiveSettings(
     args: [
       `--log-archive-bucket=${store.bucket}`,
       `--log-archive-endpoint=${store.endpoint}`,
-      ...(podEndpoint ? [`--log-archive-pod-endpoint=${podEndpoint}`] : []),
+      // The runner uploads where the node's pods reach the store; else the controller follows.
+      ...(podEndpoint ? [`--log-archive-pod-endpoint=${podEndpoint}`] : ["--log-archive-upload=follow"]),
       `--log-archive-region=${store.region}`,
       "--log-archive-force-path-style",
     ],
