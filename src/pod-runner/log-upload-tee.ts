@@ -26,7 +26,9 @@ export function teeLogUpload(target: NodeJS.WritableStream, env: NodeJS.ProcessE
   let uploader: LogUploader;
   try {
     const plan = LogUploadPlanSchema.parse(JSON.parse(readFileSync(file, "utf8")));
-    uploader = new LogUploader(plan, { log: (message) => target.write(`[playbook] log archive: ${message}\n`) });
+    uploader = new LogUploader(plan, {
+      log: (message) => target.write(`[playbook] log archive: ${message}\n`),
+    });
   } catch (error) {
     target.write(
       `[playbook] log archive: the upload plan ${file} cannot be read (${error instanceof Error ? error.message : String(error)}); this attempt's log is not archived\n`,

@@ -64,7 +64,12 @@ describe("an attempt composed of its runner's upload", () => {
     await store.putObject(headSegmentKey(key, 1), parts[1] as Buffer, "text/plain");
     await store.putObject(uploadIndexKey(key), index(2, S + 1234, 1234), "application/json");
     const whole = Buffer.concat(parts);
-    const composed = await composeUploadedAttempt(store, key, { head: 4, tail: 2, segmentBytes: S });
+    const composed = await composeUploadedAttempt(store, key, {
+      head: 4,
+      tail: 2,
+      tailBytes: 2 * S,
+      segmentBytes: S,
+    });
     expect(composed).toMatchObject({
       bytes: whole.length,
       sha256: sha256(whole),
@@ -82,7 +87,12 @@ describe("an attempt composed of its runner's upload", () => {
     await store.putObject(tailSlotKey(key, 0), segment(3), "text/plain");
     await store.putObject(tailSlotKey(key, 1), segment(4, 999), "text/plain");
     await store.putObject(uploadIndexKey(key), index(5, 4 * S + 999, 999), "application/json");
-    const composed = await composeUploadedAttempt(store, key, { head: 1, tail: 2, segmentBytes: S });
+    const composed = await composeUploadedAttempt(store, key, {
+      head: 1,
+      tail: 2,
+      tailBytes: S + 999,
+      segmentBytes: S,
+    });
     expect(composed?.leftOut).toBe(2 * S);
     const text = (await store.readBytes(key))?.toString("latin1") ?? "";
     const line = `\n[playbook-controller: ${2 * S} bytes of output left out here; the archive keeps the first ${S} and the last ${S + 999} bytes (maximums.archivedLogBytes)]\n`;
@@ -95,12 +105,39 @@ describe("an attempt composed of its runner's upload", () => {
     expect(composed?.bytes).toBe(text.length);
   });
 
+  it("fills the cap's tail with the end of the segment before the kept ones", async () => {
+    const key = logKey();
+    // Head 1, tail 3 slots: segment 1's slot went to segment 4; 2, 3 and 4 are there.
+    await store.putObject(headSegmentKey(key, 0), segment(0), "text/plain");
+    await store.putObject(tailSlotKey(key, 1), segment(2), "text/plain");
+    await store.putObject(tailSlotKey(key, 2), segment(3), "text/plain");
+    await store.putObject(tailSlotKey(key, 0), segment(4, 999), "text/plain");
+    await store.putObject(uploadIndexKey(key), index(5, 4 * S + 999, 999), "application/json");
+    const shape = { head: 1, tail: 3, tailBytes: S + 999 + 100, segmentBytes: S };
+    const composed = await composeUploadedAttempt(store, key, shape);
+    expect(composed?.leftOut).toBe(2 * S - 100);
+    const text = (await store.readBytes(key))?.toString("latin1") ?? "";
+    const line = `\n[playbook-controller: ${2 * S - 100} bytes of output left out here; the archive keeps the first ${S} and the last ${S + 1099} bytes (maximums.archivedLogBytes)]\n`;
+    expect(text).toBe(
+      segment(0).toString("latin1") +
+        line +
+        segment(2).toString("latin1").slice(-100) +
+        segment(3).toString("latin1") +
+        segment(4, 999).toString("latin1"),
+    );
+  });
+
   it("ends the object where the store stops bearing the index out, and says which segment", async () => {
     const key = logKey();
     await store.putObject(headSegmentKey(key, 0), segment(0), "text/plain");
     await store.putObject(headSegmentKey(key, 2), segment(2, 10), "text/plain");
     await store.putObject(uploadIndexKey(key), index(3, 2 * S + 10, 10), "application/json");
-    const composed = await composeUploadedAttempt(store, key, { head: 4, tail: 0, segmentBytes: S });
+    const composed = await composeUploadedAttempt(store, key, {
+      head: 4,
+      tail: 0,
+      tailBytes: 0,
+      segmentBytes: S,
+    });
     expect(composed?.short).toBe("segment 1 is not in the store");
     expect(composed?.bytes).toBe(S);
     expect(composed?.received).toBe(2 * S + 10);
@@ -111,7 +148,12 @@ describe("an attempt composed of its runner's upload", () => {
     await store.putObject(headSegmentKey(key, 0), segment(0, 100), "text/plain");
     await store.putObject(headSegmentKey(key, 1), segment(1, 100), "text/plain");
     await store.putObject(uploadIndexKey(key), index(2, S + 100, 100), "application/json");
-    const composed = await composeUploadedAttempt(store, key, { head: 4, tail: 0, segmentBytes: S });
+    const composed = await composeUploadedAttempt(store, key, {
+      head: 4,
+      tail: 0,
+      tailBytes: 0,
+      segmentBytes: S,
+    });
     expect(composed?.short).toBe(`segment 0 holds 100 bytes, not ${S}`);
     expect((await store.readBytes(key))?.equals(segment(0, 100))).toBe(true);
   });
@@ -120,10 +162,15 @@ describe("an attempt composed of its runner's upload", () => {
     const key = logKey();
     await store.putObject(headSegmentKey(key, 0), segment(0), "text/plain");
     await store.putObject(headSegmentKey(key, 1), segment(1, 77), "text/plain");
-    const composed = await composeUploadedAttempt(store, key, { head: 4, tail: 2, segmentBytes: S });
+    const composed = await composeUploadedAttempt(store, key, {
+      head: 4,
+      tail: 2,
+      tailBytes: 2 * S,
+      segmentBytes: S,
+    });
     expect(composed).toMatchObject({ bytes: S + 77, index: undefined, short: undefined });
     expect(
-      await composeUploadedAttempt(store, logKey(), { head: 4, tail: 2, segmentBytes: S }),
+      await composeUploadedAttempt(store, logKey(), { head: 4, tail: 2, tailBytes: 2 * S, segmentBytes: S }),
     ).toBeUndefined();
   });
 });

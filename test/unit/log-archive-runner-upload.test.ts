@@ -18,14 +18,24 @@ const MiB = 1024 * 1024;
 const KEY = "ns/run/uid/attempt-1.log";
 
 describe("the runner's upload plan", () => {
-  it("gives the default 1 GiB cap 64 head segments of 8 MiB and 63 tail slots, and a cap under two segments no tail", () => {
-    expect(uploadShape(1024 * MiB)).toEqual({ head: 64, tail: 63 });
-    expect(uploadShape(12 * MiB)).toEqual({ head: 1, tail: 0 });
+  it("gives the default 1 GiB cap 64 head segments of 8 MiB and 65 tail slots for its last 512 MiB, and a small cap one head segment", () => {
+    expect(uploadShape(1024 * MiB)).toEqual({
+      head: 64,
+      tail: 65,
+      tailBytes: 512 * MiB - 256,
+      segmentBytes: 8 * MiB,
+    });
+    expect(uploadShape(16 * MiB)).toEqual({
+      head: 1,
+      tail: 2,
+      tailBytes: 8 * MiB - 256,
+      segmentBytes: 8 * MiB,
+    });
     expect(UPLOAD_SEGMENT_BYTES).toBeGreaterThanOrEqual(MIN_SEGMENT_BYTES);
   });
 
   it("finds segment n in the head, then in the tail slots in turn, and none for a slot used again since", () => {
-    const shape = { head: 2, tail: 3, segmentBytes: 8 * MiB };
+    const shape = { head: 2, tail: 3, tailBytes: 16 * MiB, segmentBytes: 8 * MiB };
     // 7 segments: 0 1 in the head; 2 3 4 5 6 in slots 0 1 2 0 1, so 2 and 3 were replaced.
     expect([0, 1, 2, 3, 4, 5, 6].map((n) => segmentSource(KEY, shape, 7, n))).toEqual([
       headSegmentKey(KEY, 0),
@@ -71,7 +81,10 @@ describe("an uploading attempt's end", () => {
     const notReady = [
       { type: "Ready", status: "False", reason: "NodeNotReady", lastTransitionTime: "2026-12-07T11:58:00Z" },
     ];
-    const running = { phase: "Running", containerStatuses: [{ name: "runner", ready: true, state: { running: {} } }] };
+    const running = {
+      phase: "Running",
+      containerStatuses: [{ name: "runner", ready: true, state: { running: {} } }],
+    };
     expect(uploadEnd(pod(running, notReady), now)).toBe("lost");
     expect(uploadEnd(pod(running, notReady), Date.parse("2026-12-07T11:58:05Z"))).toBeUndefined();
   });

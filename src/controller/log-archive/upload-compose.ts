@@ -63,44 +63,89 @@ export async function composeUploadedAttempt(
     while (segments < shape.head && sizes.has(headSegmentKey(logKey, segments))) segments++;
   if (index === undefined && segments === 0) return undefined;
 
-  const keys: { n: number; key: string; bytes: number }[] = [];
+  const present: Present[] = [];
   let short: string | undefined;
-  let firstKept: number | undefined;
   for (let n = 0; n < segments; n++) {
     const key = segmentSource(logKey, shape, segments, n);
     if (key === undefined) continue;
-    firstKept ??= n >= shape.head ? n : undefined;
     const bytes = sizes.get(key);
     if (bytes === undefined) {
       short = `segment ${n} is not in the store`;
       break;
     }
-    keys.push({ n, key, bytes });
+    present.push({ n, key, bytes });
     // A segment short of its size is the runner's last flush of it: the bytes after are not there.
     if (n < segments - 1 && bytes !== shape.segmentBytes) {
       short = `segment ${n} holds ${bytes} bytes, not ${shape.segmentBytes}`;
       break;
     }
   }
-  const keptTail = keys.filter((k) => k.n >= shape.head).reduce((sum, k) => sum + k.bytes, 0);
-  const leftOutSegments = firstKept === undefined ? 0 : firstKept - shape.head;
-  const leftOut = leftOutSegments * shape.segmentBytes;
-  const sources: ComposeSource[] = [];
-  for (const { n, key } of keys) {
-    if (leftOut > 0 && n === firstKept) {
-      // The line saying what was left out opens the tail: a part of its own would be under S3's
-      // 5 MiB, so it joins the first kept tail segment's bytes.
-      const line = leftOutLine(leftOut, { headBytes: shape.head * shape.segmentBytes, tailBytes: keptTail });
-      const segment = await store.readBytes(key);
-      if (segment === undefined) throw new Error(`${key} went from the store while its attempt was composed`);
-      sources.push({ bytes: Buffer.concat([Buffer.from(line), segment]) });
-    } else sources.push({ key });
+  const head = present.filter((p) => p.n < shape.head);
+  const tail = present.filter((p) => p.n >= shape.head);
+  const cut = tailCut(tail, shape);
+  const sources: ComposeSource[] = head.map(({ key }) => ({ key }));
+  if (cut.leftOut === 0) sources.push(...tail.map(({ key }) => ({ key })));
+  else {
+    // The line saying what was left out opens the tail, with the end of the segment before the
+    // kept ones: parts of their own would be under S3's 5 MiB, so they join the first kept segment.
+    const keptBytes = cut.suffix + cut.kept.reduce((sum, k) => sum + k.bytes, 0);
+    const line = leftOutLine(cut.leftOut, {
+      headBytes: shape.head * shape.segmentBytes,
+      tailBytes: keptBytes,
+    });
+    const pieces: Buffer[] = [Buffer.from(line)];
+    if (cut.before && cut.suffix > 0)
+      pieces.push((await readSegment(store, cut.before.key)).subarray(-cut.suffix));
+    const [first, ...rest] = cut.kept;
+    if (first) pieces.push(await readSegment(store, first.key));
+    sources.push({ bytes: Buffer.concat(pieces) }, ...rest.map(({ key }) => ({ key })));
   }
+  const leftOut = cut.leftOut;
   if (sources.length === 0) await store.putObject(logKey, Buffer.alloc(0), "text/plain");
   else await store.composeObject(logKey, sources, "text/plain");
   const { bytes, sha256 } = await digestOf(store, logKey);
   await store.deletePrefix(uploadSegmentsPrefix(logKey), { uploads: false });
   return { bytes, sha256, leftOut, received: index?.bytes ?? bytes, index, short };
+}
+
+interface Present {
+  n: number;
+  key: string;
+  bytes: number;
+}
+
+/**
+ * Which tail segments the object keeps: the newest that fit in the cap's tail, and the end of the
+ * one before them to fill it; the bytes before that are left out (the tail's segments, each full
+ * but the last, all counted though some slots were used again since).
+ */
+export function tailCut(
+  tail: readonly Present[],
+  shape: UploadShape,
+): { kept: Present[]; before: Present | undefined; suffix: number; leftOut: number } {
+  const last = tail.at(-1);
+  if (!last) return { kept: [], before: undefined, suffix: 0, leftOut: 0 };
+  const total = (last.n - shape.head) * shape.segmentBytes + last.bytes;
+  if (total <= shape.tailBytes && tail[0]?.n === shape.head)
+    return { kept: [...tail], before: undefined, suffix: 0, leftOut: 0 };
+  const kept: Present[] = [];
+  let bytes = 0;
+  let i = tail.length - 1;
+  for (; i >= 0; i--) {
+    const segment = tail[i] as Present;
+    if (bytes + segment.bytes > shape.tailBytes) break;
+    kept.unshift(segment);
+    bytes += segment.bytes;
+  }
+  const before = i >= 0 ? tail[i] : undefined;
+  const suffix = before ? Math.min(before.bytes, shape.tailBytes - bytes) : 0;
+  return { kept, before, suffix, leftOut: total - bytes - suffix };
+}
+
+async function readSegment(store: ArchiveStore, key: string): Promise<Buffer> {
+  const bytes = await store.readBytes(key);
+  if (bytes === undefined) throw new Error(`${key} went from the store while its attempt was composed`);
+  return bytes;
 }
 
 async function digestOf(store: ArchiveStore, key: string): Promise<{ bytes: number; sha256: string }> {

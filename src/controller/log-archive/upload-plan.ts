@@ -18,18 +18,22 @@ export const UPLOAD_FLUSH_MS = 2_000;
 /** SigV4 signs for at most 7 days. */
 export const MAX_PRESIGN_SECONDS = 7 * 24 * 3600;
 
-/** How many head segments and tail slots a cap gives: the head about half of it, the tail the rest. */
-export function uploadShape(
-  capBytes: number,
-  segmentBytes = UPLOAD_SEGMENT_BYTES,
-): { head: number; tail: number } {
+/**
+ * How many head segments and tail slots a cap gives: the head about half of it in whole segments,
+ * the tail the rest, with slots enough for the segments that hold its last `tailBytes` (the last
+ * one partial, the one before it cut).
+ */
+export function uploadShape(capBytes: number, segmentBytes = UPLOAD_SEGMENT_BYTES): UploadShape {
   const plan = capPlan(capBytes, segmentBytes);
-  return { head: plan.headBytes / segmentBytes, tail: Math.floor(plan.tailBytes / segmentBytes) };
+  const tail = plan.tailBytes === 0 ? 0 : Math.floor(plan.tailBytes / segmentBytes) + 2;
+  return { head: plan.headBytes / segmentBytes, tail, tailBytes: plan.tailBytes, segmentBytes };
 }
 
 const ShapeSchema = z.strictObject({
   head: z.number().int().min(1),
   tail: z.number().int().min(0),
+  /** The cap's tail: the object keeps at most this many bytes after the head. */
+  tailBytes: z.number().int().min(0),
   segmentBytes: z.number().int().min(MIN_SEGMENT_BYTES).max(MAX_SEGMENT_BYTES),
 });
 export type UploadShape = z.infer<typeof ShapeSchema>;
@@ -52,16 +56,19 @@ export async function shapeOf(
   const text = await store.readText(uploadShapeKey(logKey));
   const kept = text === undefined ? undefined : ShapeSchema.safeParse(JSON.parse(text));
   if (kept?.success) return kept.data;
-  return { ...uploadShape(capBytes), segmentBytes: UPLOAD_SEGMENT_BYTES };
+  return uploadShape(capBytes);
 }
 
 export async function uploadPlan(
-  store: Pick<ArchiveStore, "presignPut">,
+  store: Pick<ArchiveStore, "presignPut" | "putObject">,
   logKey: string,
   args: { capBytes: number; validForSeconds: number; segmentBytes?: number; flushMs?: number },
+  /** The shape could not be kept beside the segments: a store that does not answer now holds no pod back. */
+  onKeepFailed: (error: unknown) => void = () => {},
 ): Promise<LogUploadPlan> {
   const segmentBytes = args.segmentBytes ?? UPLOAD_SEGMENT_BYTES;
   const shape = uploadShape(args.capBytes, segmentBytes);
+  await keepShape(store, logKey, shape).catch(onKeepFailed);
   const seconds = Math.min(MAX_PRESIGN_SECONDS, Math.max(60, Math.ceil(args.validForSeconds)));
   const sign = (key: string) => store.presignPut(key, seconds);
   return {

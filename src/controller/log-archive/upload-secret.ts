@@ -9,7 +9,7 @@ import { LOG_UPLOAD_PLAN_FILE_NAME, logUploadSecretName } from "../pods/log-uplo
 import type { PodManifest } from "../pods/pod-builder.js";
 import { attemptLogKey } from "./archive-keys.js";
 import type { ArchiveStore } from "./archive-store.js";
-import { keepShape, uploadPlan } from "./upload-plan.js";
+import { uploadPlan } from "./upload-plan.js";
 
 export interface LogUploadSecretsDeps {
   store: ArchiveStore;
@@ -41,13 +41,9 @@ export class LogUploadSecrets {
       { namespace, name: owner.name, uid: owner.uid },
       attempt,
     );
-    const plan = await uploadPlan(this.deps.store, key, upload);
-    // Kept for the composition; a store that does not answer now does not hold the pod back.
-    await keepShape(this.deps.store, key, {
-      head: plan.head.length,
-      tail: plan.tail.length,
-      segmentBytes: plan.segmentBytes,
-    }).catch((error: unknown) => {
+    // The shape is kept beside the segments for the composition; a store that does not answer
+    // now does not hold the pod back.
+    const plan = await uploadPlan(this.deps.store, key, upload, (error) => {
       this.deps.log.warn(
         { namespace, pod: pod.metadata.name, err: String(error) },
         "Could not keep log upload shape",

@@ -5,7 +5,7 @@
 import { LOG_UPLOAD_FILE_ENV_VAR } from "../../api/log-upload.js";
 
 const VOLUME = "log-upload";
-const MOUNT_DIR = "/var/run/playbook/log-upload";
+const MOUNT_DIR = "/run/playbook/log-upload";
 export const LOG_UPLOAD_PLAN_FILE_NAME = "plan.json";
 
 /** The Secret the controller makes for the attempt's pod before it creates the pod. */
