@@ -32,6 +32,15 @@ interface Rendered {
   kind: string;
   metadata: { name: string };
   spec?: { template?: { spec: PodSpec } };
+  rules?: { apiGroups: string[]; resources: string[]; verbs: string[] }[];
+}
+
+/** The rules on Secrets of the controller's own roles (not the log API's reader roles). */
+function secretRules(objects: (Rendered | null)[]) {
+  return objects
+    .filter((o) => (o?.kind === "ClusterRole" || o?.kind === "Role") && !o.metadata.name.includes("log"))
+    .flatMap((o) => o?.rules ?? [])
+    .filter((rule) => rule.resources.includes("secrets"));
 }
 
 async function render(sets: string[]) {
@@ -75,9 +84,14 @@ describe("the chart's logArchive values", () => {
         "--log-archive-region=us-east-1",
         "--log-archive-prefix=playbooks/",
         "--log-archive-force-path-style=true",
+        "--log-archive-upload=runner",
         "--log-archive-delete-timeout=10m",
       ]),
     );
+    // The runner's upload Secrets: made and deleted, never read, by the controller's own role.
+    expect(secretRules(on.objects)).toEqual([
+      { apiGroups: [""], resources: ["secrets"], verbs: ["create", "delete"] },
+    ]);
     const keys = (controller.env ?? []).filter((e) => e.name.startsWith("AWS_"));
     expect(keys).toEqual([
       {
@@ -101,6 +115,11 @@ describe("the chart's logArchive values", () => {
     const samePlace = controllerOf((await render([...ON, "logArchive.podEndpoint="])).objects);
     expect((samePlace.args ?? []).filter((a) => a.startsWith("--log-archive-pod-endpoint"))).toEqual([]);
 
+    // The controller follows the logs: no Secret is made, and the role has no rule on them.
+    const follow = await render([...ON, "logArchive.upload=follow"]);
+    expect(controllerOf(follow.objects).args).toContain("--log-archive-upload=follow");
+    expect(secretRules(follow.objects)).toEqual([]);
+
     const off = controllerOf((await render([])).objects);
     expect((off.args ?? []).filter((a) => a.startsWith("--log-archive-"))).toEqual([
       "--log-archive-delete-timeout=10m",
@@ -122,6 +141,11 @@ describe("the chart's logArchive values", () => {
       "/logArchive/podEndpoint",
     ],
     ["a prefix not ending in '/'", [...ON, "logArchive.prefix=playbooks"], "/logArchive/prefix"],
+    [
+      "an upload that is neither runner nor follow",
+      [...ON, "logArchive.upload=controller"],
+      "/logArchive/upload",
+    ],
     [
       "a delete timeout that is no duration",
       [...ON, "logArchive.deleteTimeout=ten minutes"],
