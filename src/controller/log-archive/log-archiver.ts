@@ -19,7 +19,7 @@ import { nodeSilenceOf } from "../pods/node-lost.js";
 import { attemptLogKey, attemptReportKey, type RunIdentity, recordKey } from "./archive-keys.js";
 import { type AttemptArchive, wasArchiving } from "./archive-status.js";
 import type { ArchiveStore } from "./archive-store.js";
-import { ArchiveStoreError, AttemptUpload, type RetryBound } from "./attempt-upload.js";
+import { ArchiveStoreError, AttemptUpload, DEFAULT_RETRY, type RetryBound } from "./attempt-upload.js";
 import {
   cleanEnd,
   FOLLOW_WATCH_MS,
@@ -368,15 +368,31 @@ export class LogArchiver {
       }
     }
     let composed: ComposedAttempt | undefined;
-    try {
-      // A controller before this one may have begun composing the attempt: that upload goes.
-      for (const stray of await store.listUploads(key))
-        if (stray.key === key) await store.abortUpload(stray.key, stray.uploadId);
-      composed = await composeUploadedAttempt(store, key, await shapeOf(store, key, ref.capBytes));
-    } catch (error) {
-      if (signal.aborted) return;
-      this.end(ref, LOG_ARCHIVE_REASONS.storeUnreachable, `the store did not answer: ${messageOf(error)}`);
-      return;
+    const retry = this.deps.retry ?? DEFAULT_RETRY;
+    for (let tries = 1; ; tries += 1) {
+      try {
+        // A controller before this one may have begun composing the attempt: that upload goes.
+        for (const stray of await store.listUploads(key))
+          if (stray.key === key) await store.abortUpload(stray.key, stray.uploadId);
+        composed = await composeUploadedAttempt(store, key, await shapeOf(store, key, ref.capBytes));
+        break;
+      } catch (error) {
+        if (signal.aborted) return;
+        if (tries >= retry.tries) {
+          this.end(
+            ref,
+            LOG_ARCHIVE_REASONS.storeUnreachable,
+            `the store did not answer: ${messageOf(error)} (${tries} tries); the runner's segments stay until the run is deleted`,
+          );
+          return;
+        }
+        // The runner's segments are kept in the store: the composition waits for it to come back.
+        try {
+          await sleep(retry.firstWaitMs * 2 ** (tries - 1), undefined, { signal });
+        } catch {
+          return;
+        }
+      }
     }
     const [reason, message] = uploadVerdict(composed, end, {
       capBytes: ref.capBytes,
