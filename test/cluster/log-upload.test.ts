@@ -240,7 +240,15 @@ describe("the runner's log upload through presigned URLs", () => {
     expect(uploader.index.bytes).toBe(10 * LINE_BYTES + 6);
   });
 
-  // Last: the store stays down.
+  it("ends an empty log with an index of no segments", async () => {
+    const { plan, keys } = await planFor("team-a/empty/uid-8", { head: 1, tail: 0 });
+    const index = await new LogUploader(plan).finish(10_000);
+    expect(index).toEqual({ v: 1, segments: 0, bytes: 0, lastSegmentBytes: 0, done: true });
+    expect(await readIndex(keys.index)).toEqual(index);
+    expect(await client.headObject(keys.head[0] as string)).toBeUndefined();
+  });
+
+  // Last: the store goes away, and comes back in the last case.
   describe("with the store gone", () => {
     it("never makes the run wait nor holds more than three segments, and ends failed", async () => {
       const { plan } = await planFor("team-a/down/uid-5", { head: 16, tail: 4 });
@@ -282,6 +290,33 @@ describe("the runner's log upload through presigned URLs", () => {
       expect(Date.now() - finishing).toBeLessThan(2500);
       expect(index).toMatchObject({ segments: 0, bytes: 1000, done: false });
       expect(index.failed).toBe("the store did not take the last 1000 bytes within 2000 ms");
+    });
+
+    it("loses nothing when the store is back within the retries", async () => {
+      const { plan, keys } = await planFor("team-a/back/uid-7", { head: 2, tail: 0 });
+      const counted = countingFetch();
+      // Waits of 1, 2, 4, 8, 16 and 32 s: a minute for the store to come back.
+      const uploader = new LogUploader(plan, {
+        fetch: counted.fetch,
+        retry: { tries: 7, firstWaitMs: 1000 },
+      });
+      const data = numberedLines(10 * LINE_BYTES);
+      uploader.write(data);
+      const finishing = uploader.finish(100_000);
+      await sleep(500);
+      await store.start();
+      const index = await finishing;
+
+      expect(index).toEqual({
+        v: 1,
+        segments: 1,
+        bytes: data.length,
+        lastSegmentBytes: data.length,
+        done: true,
+      });
+      expect(counted.calls.filter((url) => url === plan.head[0]).length).toBeGreaterThan(1);
+      expect((await readObject(keys.head[0] as string))?.equals(data)).toBe(true);
+      expect(await readIndex(keys.index)).toEqual(index);
     });
   });
 });
