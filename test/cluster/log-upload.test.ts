@@ -240,6 +240,19 @@ describe("the runner's log upload through presigned URLs", () => {
     expect(uploader.index.bytes).toBe(10 * LINE_BYTES + 6);
   });
 
+  it("counts what comes past the head when the plan has no tail, and keeps the head", async () => {
+    const { plan, keys } = await planFor("team-a/no-tail/uid-9", { head: 1, tail: 0 });
+    const data = numberedLines(SEGMENT + 10 * LINE_BYTES);
+    const uploader = new LogUploader(plan);
+    await writeAsOutput(uploader, data, { seed: 9 });
+    // The head's one segment (its PUT may still be in flight), and no buffer for what follows it.
+    expect(uploader.heldBytes).toBeLessThanOrEqual(SEGMENT);
+    const index = await uploader.finish(10_000);
+    expect(uploader.heldBytes).toBe(0);
+    expect(index).toEqual({ v: 1, segments: 1, bytes: data.length, lastSegmentBytes: SEGMENT, done: true });
+    expect((await readObject(keys.head[0] as string))?.equals(data.subarray(0, SEGMENT))).toBe(true);
+  });
+
   it("ends an empty log with an index of no segments", async () => {
     const { plan, keys } = await planFor("team-a/empty/uid-8", { head: 1, tail: 0 });
     const index = await new LogUploader(plan).finish(10_000);
