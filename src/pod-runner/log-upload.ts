@@ -242,9 +242,7 @@ export class LogUploader {
   private kick(): void {
     if (this.busy || this.failed !== undefined) return;
     this.busy = true;
-    void this.drain().finally(() => {
-      this.busy = false;
-    });
+    void this.drain();
   }
 
   /** The PUTs in order, one at a time, each segment's followed by the index. */
@@ -276,6 +274,10 @@ export class LogUploader {
       this.giveUp(
         error instanceof UploadGivenUp ? error.message : `the log upload failed: ${describeError(error)}`,
       );
+    } finally {
+      // In the same turn as the last look at the queue: a segment queued after it finds no drain
+      // still marked busy, and starts one.
+      this.busy = false;
     }
   }
 

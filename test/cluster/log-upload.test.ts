@@ -226,10 +226,11 @@ describe("the runner's log upload through presigned URLs", () => {
     const started = Date.now();
     const index = await uploader.finish(10_000);
 
-    expect(index.failed).toMatch(/refused the PUT of segment 0: 403/);
-    expect(index.done).toBe(false);
+    // One PUT of the segment, none again, and no wait for a retry.
     expect(counted.calls.filter((url) => url === forged)).toHaveLength(1);
     expect(Date.now() - started).toBeLessThan(2000);
+    expect(index.failed).toMatch(/^the store refused the PUT of segment 0: 403 /);
+    expect(index.done).toBe(false);
     expect(logged).toHaveLength(1);
     expect(await client.headObject(keys.head[1] as string)).toBeUndefined();
     expect(await readIndex(keys.index)).toMatchObject({ segments: 0, done: false, failed: index.failed });
@@ -239,7 +240,28 @@ describe("the runner's log upload through presigned URLs", () => {
     expect(uploader.index.bytes).toBe(10 * LINE_BYTES + 6);
   });
 
-  // Last: the store stays down.
+  it("counts what comes past the head when the plan has no tail, and keeps the head", async () => {
+    const { plan, keys } = await planFor("team-a/no-tail/uid-9", { head: 1, tail: 0 });
+    const data = numberedLines(SEGMENT + 10 * LINE_BYTES);
+    const uploader = new LogUploader(plan);
+    await writeAsOutput(uploader, data, { seed: 9 });
+    // The head's one segment (its PUT may still be in flight), and no buffer for what follows it.
+    expect(uploader.heldBytes).toBeLessThanOrEqual(SEGMENT);
+    const index = await uploader.finish(10_000);
+    expect(uploader.heldBytes).toBe(0);
+    expect(index).toEqual({ v: 1, segments: 1, bytes: data.length, lastSegmentBytes: SEGMENT, done: true });
+    expect((await readObject(keys.head[0] as string))?.equals(data.subarray(0, SEGMENT))).toBe(true);
+  });
+
+  it("ends an empty log with an index of no segments", async () => {
+    const { plan, keys } = await planFor("team-a/empty/uid-8", { head: 1, tail: 0 });
+    const index = await new LogUploader(plan).finish(10_000);
+    expect(index).toEqual({ v: 1, segments: 0, bytes: 0, lastSegmentBytes: 0, done: true });
+    expect(await readIndex(keys.index)).toEqual(index);
+    expect(await client.headObject(keys.head[0] as string)).toBeUndefined();
+  });
+
+  // Last: the store goes away, and comes back in the last case.
   describe("with the store gone", () => {
     it("never makes the run wait nor holds more than three segments, and ends failed", async () => {
       const { plan } = await planFor("team-a/down/uid-5", { head: 16, tail: 4 });
@@ -281,6 +303,33 @@ describe("the runner's log upload through presigned URLs", () => {
       expect(Date.now() - finishing).toBeLessThan(2500);
       expect(index).toMatchObject({ segments: 0, bytes: 1000, done: false });
       expect(index.failed).toBe("the store did not take the last 1000 bytes within 2000 ms");
+    });
+
+    it("loses nothing when the store is back within the retries", async () => {
+      const { plan, keys } = await planFor("team-a/back/uid-7", { head: 2, tail: 0 });
+      const counted = countingFetch();
+      // Waits of 1, 2, 4, 8, 16 and 32 s: a minute for the store to come back.
+      const uploader = new LogUploader(plan, {
+        fetch: counted.fetch,
+        retry: { tries: 7, firstWaitMs: 1000 },
+      });
+      const data = numberedLines(10 * LINE_BYTES);
+      uploader.write(data);
+      const finishing = uploader.finish(100_000);
+      await sleep(500);
+      await store.start();
+      const index = await finishing;
+
+      expect(index).toEqual({
+        v: 1,
+        segments: 1,
+        bytes: data.length,
+        lastSegmentBytes: data.length,
+        done: true,
+      });
+      expect(counted.calls.filter((url) => url === plan.head[0]).length).toBeGreaterThan(1);
+      expect((await readObject(keys.head[0] as string))?.equals(data)).toBe(true);
+      expect(await readIndex(keys.index)).toEqual(index);
     });
   });
 });
