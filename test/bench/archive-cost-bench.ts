@@ -50,7 +50,8 @@ const PROFILE = args.get("controller-profile");
 const TARGET = ">= 0.9";
 /** Who carries the log into the archive (--log-archive-upload): the runner (default) or the controller's follow. */
 const UPLOAD = args.get("upload") ?? "runner";
-if (UPLOAD !== "runner" && UPLOAD !== "follow") throw new Error(`--upload=${UPLOAD}: must be runner or follow`);
+if (UPLOAD !== "runner" && UPLOAD !== "follow")
+  throw new Error(`--upload=${UPLOAD}: must be runner or follow`);
 const TASK = "gen";
 /** The runner's prefix of each task line. */
 const PREFIX = `[${TASK}] `;
@@ -177,7 +178,8 @@ async function main(): Promise<void> {
     const namespaces: Record<Side, string> = { on: "bench-archive-on", off: "bench-archive-off" };
     // --upload=follow: the controller follows the pod's log; else the runner uploads its own.
     const podEndpoint = UPLOAD === "runner" ? cluster.objectStorePodEndpoint : undefined;
-    if (UPLOAD === "runner" && !podEndpoint) throw new Error("the dev cluster published no store for the node's pods");
+    if (UPLOAD === "runner" && !podEndpoint)
+      throw new Error("the dev cluster published no store for the node's pods");
     const archive = devArchiveSettings(store, podEndpoint);
     const identity = { state: cluster.state, ourKubeconfig: cluster.state.kubeconfig };
     for (const side of ["on", "off"] as const) {
