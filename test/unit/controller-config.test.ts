@@ -90,6 +90,16 @@ describe("the controller's configuration", () => {
     );
   });
 
+  it("has the runner upload the log unless told to follow it, and refuses any other way naming the flag", () => {
+    expect(loadControllerConfig({}, {}).logArchiveUpload).toBe("runner");
+    expect(loadControllerConfig({}, { PLAYBOOK_LOG_ARCHIVE_UPLOAD: "follow" }).logArchiveUpload).toBe(
+      "follow",
+    );
+    expect(() => loadControllerConfig({ logArchiveUpload: "controller" }, {})).toThrow(
+      /--log-archive-upload \(\$PLAYBOOK_LOG_ARCHIVE_UPLOAD\): .*"runner".*"follow"/,
+    );
+  });
+
   it("takes env, and flags over env", () => {
     const config = loadControllerConfig(
       { workers: "4" },
