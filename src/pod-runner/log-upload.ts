@@ -112,6 +112,8 @@ export class LogUploader {
   private finished: Promise<LogUploadIndex> | undefined;
   private readonly settled: Promise<void>;
   private settle: () => void = () => {};
+  /** The index with `failed` is in the store. */
+  private failedSaid = false;
 
   constructor(plan: LogUploadPlan, options: LogUploaderOptions = {}) {
     this.plan = plan;
@@ -187,7 +189,13 @@ export class LogUploader {
     try {
       if ((await Promise.race([this.settled, outOfTime])) === "late")
         this.giveUp(`the store did not take the last ${this.unstoredBytes()} bytes within ${timeoutMs} ms`);
-      // The index with `failed`, if it goes, within what is left of the deadline.
+      // The index with `failed`, if it goes, within what is left of the deadline: tried again when
+      // the store refused it as the upload stopped (it was down then, and may be back now).
+      if (this.failed !== undefined && this.lastWord) {
+        const left = Math.max(0, deadline - Date.now());
+        await Promise.race([this.lastWord, new Promise((resolve) => setTimeout(resolve, left).unref())]);
+        if (!this.failedSaid && Date.now() < deadline) this.sayFailed();
+      }
       if (this.lastWord) {
         clearTimeout(timer);
         const left = Math.max(0, deadline - Date.now());
@@ -346,12 +354,19 @@ export class LogUploader {
     this.inFlight = undefined;
     this.waiting.length = 0;
     this.log(`Gave up the log upload: ${this.failed}`);
+    this.sayFailed();
+    this.settle();
+  }
+
+  /** One PUT of the index with `failed`; at the end it is tried once more if it did not go. */
+  private sayFailed(): void {
     const index = JSON.stringify(this.indexOf(false));
     this.lastWord = this.putOnce(this.plan.index, index, INDEX_TYPE, undefined).then(
-      () => undefined,
+      () => {
+        this.failedSaid = true;
+      },
       () => undefined,
     );
-    this.settle();
   }
 
   private unstoredBytes(): number {
