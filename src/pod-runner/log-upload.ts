@@ -362,8 +362,8 @@ export class LogUploader {
   private sayFailed(): void {
     const index = JSON.stringify(this.indexOf(false));
     this.lastWord = this.putOnce(this.plan.index, index, INDEX_TYPE, undefined).then(
-      () => {
-        this.failedSaid = true;
+      (result) => {
+        if (result.ok) this.failedSaid = true;
       },
       () => undefined,
     );
