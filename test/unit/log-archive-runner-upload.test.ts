@@ -125,12 +125,15 @@ describe("what the composed upload says", () => {
     );
   });
 
-  it("is NodeLost with the flush bound when the pod was lost before the runner ended, Incomplete when it ended without its last word", () => {
+  it("is NodeLost with the flush bound when the pod was lost before the runner ended, StoreUnreachable when it ended and the store did not take its last word", () => {
     expect(uploadVerdict(composed({ done: false }), "lost", args)).toEqual([
       "NodeLost",
       "1000 bytes archived: the pod was lost before its runner ended, and the archive holds what the runner had uploaded; at most the last 2 s of its output before that is missing",
     ]);
-    expect(uploadVerdict(composed({ done: false }), "ended", args)[0]).toBe("Incomplete");
+    expect(uploadVerdict(composed({ done: false }), "ended", args)).toEqual([
+      "StoreUnreachable",
+      "1000 bytes archived: the store did not take the runner's last segment and index as it ended; at most the last 2 s of its output before that is missing",
+    ]);
   });
 
   it("is Incomplete naming the segment the store lacks, CapReached past the cap, and says when nothing was uploaded", () => {

@@ -52,9 +52,10 @@ export function uploadVerdict(
           LOG_ARCHIVE_REASONS.nodeLost,
           `${kept}: the pod was lost before its runner ended, and the archive holds what the runner had uploaded; ${missing}`,
         ]
-      : [
-          LOG_ARCHIVE_REASONS.incomplete,
-          `${kept}: the runner ended without its upload's last word; ${missing}`,
+      : // The runner tries its last segment and index for a while as it ends: the store did not take them.
+        [
+          LOG_ARCHIVE_REASONS.storeUnreachable,
+          `${kept}: the store did not take the runner's last segment and index as it ended; ${missing}`,
         ];
   }
   if (composed.leftOut > 0)
