@@ -6,7 +6,6 @@
 // is kept whole; a store that stops mid-run never changes the run's outcome and never holds the
 // runner's memory; past the policy's maximums.archivedLogBytes the head, one left-out line and
 // the tail are kept.
-import { createHash } from "node:crypto";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { GROUP, VERSION } from "../../src/api/playbook.js";
@@ -16,9 +15,7 @@ import {
   clients,
   condition,
   createPlaybook,
-  getPlaybook,
   kubectl,
-  type PlaybookObject,
   type RunningController,
   startController,
   taskLines,
@@ -26,43 +23,21 @@ import {
 } from "../controller/support.js";
 import { type ArchiveOnStore, startArchiveOnStore } from "../harness/archive-on-store.js";
 import { createTestNamespace, deleteTestNamespace } from "../harness/cluster-test.js";
+import {
+  archived,
+  expectHeadAndTail,
+  generated,
+  generator,
+  logOf,
+  type StatusLog,
+  sha256,
+} from "../support/archived-lines.js";
 
 const MiB = 1024 * 1024;
 const { core } = clients();
 let namespace = "";
 let archive: ArchiveOnStore;
 let controller: RunningController | undefined;
-
-/** `blocks` MiB of numbered 1 KiB lines, as fast as the pipe takes them: the runner prefixes each with [gen]. */
-function generator(blocks: number, pauseMs = 0): string {
-  const script =
-    "const pad='x'.repeat(1014); let i=0;" +
-    "function step(){ let s=''; for(let j=0;j<1024;j++,i++) s+=String(i).padStart(8,'0')+' '+pad+'\\n';" +
-    ` process.stdout.write(s, () => { if (i < ${blocks * 1024}) setTimeout(step, ${pauseMs}); }); }` +
-    " step();";
-  return `node -e "${script}"`;
-}
-
-function generated(blocks: number): string[] {
-  const pad = "x".repeat(1014);
-  return Array.from({ length: blocks * 1024 }, (_, i) => `${String(i).padStart(8, "0")} ${pad}`);
-}
-
-const sha256 = (bytes: Buffer) => createHash("sha256").update(bytes).digest("hex");
-type StatusLog = { bucket: string; key: string; bytes: number; sha256: string };
-const logOf = (playbook: PlaybookObject) => (playbook.status as { log?: StatusLog } | undefined)?.log;
-
-async function archived(name: string, timeoutMs = 180_000): Promise<PlaybookObject> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const playbook = await getPlaybook(namespace, name);
-    const said = condition(playbook, "LogArchived");
-    if (said && said.status !== "Unknown") return playbook;
-    if (Date.now() > deadline)
-      throw new Error(`${name}'s log archive did not settle: ${JSON.stringify(playbook.status)}`);
-    await new Promise((resolve) => setTimeout(resolve, 500));
-  }
-}
 
 async function podOf(name: string): Promise<{
   spec: {
@@ -102,10 +77,10 @@ afterAll(async () => {
 describe("the log archive uploaded by the runner, on a real node", () => {
   it("keeps every byte of 40 MiB printed as fast as it goes, rotated away on the node, with status.log's sha256; the upload Secret reaches the runner alone and goes after", async () => {
     const name = "forty-fast";
-    await createPlaybook(namespace, name, { ceiling: "5m", tasks: [{ name: "gen", run: generator(40) }] });
+    await createPlaybook(namespace, name, { ceiling: "5m", tasks: [{ name: "gen", run: generator(40, 0) }] });
     const ended = await waitForFinished(namespace, name, realNode.taskStartMs + 240_000);
     expect(condition(ended, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
-    const done = await archived(name);
+    const done = await archived(namespace, name);
     expect(condition(done, "LogArchived")).toMatchObject({ status: "True", reason: "Archived" });
     const log = logOf(done) as StatusLog;
     expect(log.key).toBe(attemptLogKey("", { namespace, name, uid: done.metadata.uid as string }, 1));
@@ -143,10 +118,13 @@ describe("the log archive uploaded by the runner, on a real node", () => {
     expect(applied.stderr).toBe("");
     try {
       const name = "capped";
-      await createPlaybook(namespace, name, { ceiling: "5m", tasks: [{ name: "gen", run: generator(40) }] });
+      await createPlaybook(namespace, name, {
+        ceiling: "5m",
+        tasks: [{ name: "gen", run: generator(40, 0) }],
+      });
       const ended = await waitForFinished(namespace, name, realNode.taskStartMs + 240_000);
       expect(condition(ended, "Succeeded")).toMatchObject({ status: "True", reason: "Succeeded" });
-      const done = await archived(name);
+      const done = await archived(namespace, name);
       const said = condition(done, "LogArchived");
       expect(said).toMatchObject({ status: "False", reason: "CapReached" });
       expect(said?.message).toMatch(/bytes past maximums\.archivedLogBytes \(20971520\) were left out/);
@@ -158,15 +136,7 @@ describe("the log archive uploaded by the runner, on a real node", () => {
       expect(object.length).toBeGreaterThan(19 * MiB);
       expect(sha256(object)).toBe(log.sha256);
       const text = object.toString("utf8");
-      const marks = text.split("\n").filter((line) => line.includes("bytes of output left out here"));
-      expect(marks).toHaveLength(1);
-      const [head, tail] = text.split(marks[0] as string);
-      const lines = generated(40);
-      const headLines = taskLines(head as string, "gen");
-      const tailLines = taskLines(tail as string, "gen");
-      expect(headLines.slice(0, -1)).toEqual(lines.slice(0, headLines.length - 1));
-      expect(tailLines.slice(1)).toEqual(lines.slice(lines.length - tailLines.length + 1));
-      expect(headLines.length + tailLines.length).toBeLessThan(lines.length);
+      expectHeadAndTail(text, 40);
     } finally {
       await kubectl(["-n", namespace, "delete", "playbookpolicy", "default"]);
     }
@@ -203,7 +173,7 @@ describe("the log archive uploaded by the runner, on a real node", () => {
       const runner = (await podOf(name)).status.containerStatuses.find((c) => c.name === "runner");
       expect(runner?.state.terminated?.reason).not.toBe("OOMKilled");
       expect(runner?.state.terminated?.exitCode).toBe(0);
-      const done = await archived(name);
+      const done = await archived(namespace, name);
       const said = condition(done, "LogArchived");
       expect(said, said?.message).toMatchObject({ status: "False", reason: "StoreUnreachable" });
       // The runner stopped uploading and said why, or (the store slower to come back than the

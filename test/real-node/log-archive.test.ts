@@ -7,7 +7,6 @@
 // pod is deleted, `playbook logs` reads its archived log back through the aggregated API the
 // controller serves (test/harness/log-api.ts) and prints the same bytes as from the pod.
 import { spawn } from "node:child_process";
-import { createHash } from "node:crypto";
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
@@ -23,7 +22,6 @@ import {
   createPlaybook,
   getPlaybook,
   kubectl,
-  type PlaybookObject,
   type RunningController,
   runnerLogs,
   startController,
@@ -36,6 +34,15 @@ import { logApiEndpoint, logApiServingCertificate, registerLogApi } from "../har
 import type { ObjectStore } from "../harness/object-store.js";
 import { freePort } from "../harness/processes.js";
 import { realNodePodLogsDir } from "../harness/real-node/real-node.js";
+import {
+  archived,
+  expectHeadAndTail,
+  generated,
+  generator,
+  logOf,
+  type StatusLog,
+  sha256,
+} from "../support/archived-lines.js";
 import { CLI } from "../support/cli.js";
 
 const MiB = 1024 * 1024;
@@ -49,24 +56,6 @@ let controller: RunningController | undefined;
 let controllerOptions: Record<string, string | boolean> = {};
 let unregisterLogApi: (() => Promise<void>) | undefined;
 let stopRelays: (() => Promise<void>) | undefined;
-
-/** `blocks` MiB of numbered 1 KiB lines, a MiB every `pauseMs`: the runner prefixes each with [gen]. */
-function generator(blocks: number, pauseMs: number): string {
-  const script =
-    "const pad='x'.repeat(1014); let i=0;" +
-    "function step(){ let s=''; for(let j=0;j<1024;j++,i++) s+=String(i).padStart(8,'0')+' '+pad+'\\n';" +
-    ` process.stdout.write(s, () => { if (i < ${blocks * 1024}) setTimeout(step, ${pauseMs}); }); }` +
-    " step();";
-  return `node -e "${script}"`;
-}
-
-/** The lines generator() prints, as the task printed them. */
-function generated(blocks: number): string[] {
-  const pad = "x".repeat(1014);
-  return Array.from({ length: blocks * 1024 }, (_, i) => `${String(i).padStart(8, "0")} ${pad}`);
-}
-
-const sha256 = (bytes: Buffer) => createHash("sha256").update(bytes).digest("hex");
 
 const readObject = (key: string) => archive.readObject(key);
 
@@ -86,22 +75,6 @@ function playbookLogs(name: string): Promise<{ code: number | null; stdout: Buff
       resolve({ code, stdout: Buffer.concat(out), stderr: Buffer.concat(err).toString() }),
     );
   });
-}
-
-type StatusLog = { bucket: string; key: string; bytes: number; sha256: string };
-const logOf = (playbook: PlaybookObject) => (playbook.status as { log?: StatusLog } | undefined)?.log;
-
-/** The Playbook once its LogArchived condition is settled (True or False). */
-async function archived(ns: string, name: string, timeoutMs = 180_000): Promise<PlaybookObject> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const playbook = await getPlaybook(ns, name);
-    const said = condition(playbook, "LogArchived");
-    if (said && said.status !== "Unknown") return playbook;
-    if (Date.now() > deadline)
-      throw new Error(`${name}'s log archive did not settle: ${JSON.stringify(playbook.status)}`);
-    await new Promise((resolve) => setTimeout(resolve, 500));
-  }
 }
 
 /** Waits until the run's LogArchived says Archiving. */
@@ -382,17 +355,7 @@ describe("the log archive on a real node", () => {
       expect(object.length).toBeLessThanOrEqual(16 * MiB);
       expect(sha256(object)).toBe(log.sha256);
       const text = object.toString("utf8");
-      const marks = text.split("\n").filter((line) => line.includes("bytes of output left out here"));
-      expect(marks).toHaveLength(1);
-      const [head, tail] = text.split(marks[0] as string);
-      const lines = generated(40);
-      const headLines = taskLines(head as string, "gen");
-      const tailLines = taskLines(tail as string, "gen");
-      // The head from the first line on, the tail to the last, each in order (the lines at the
-      // cut are partial).
-      expect(headLines.slice(0, -1)).toEqual(lines.slice(0, headLines.length - 1));
-      expect(tailLines.slice(1)).toEqual(lines.slice(lines.length - tailLines.length + 1));
-      expect(headLines.length + tailLines.length).toBeLessThan(lines.length);
+      expectHeadAndTail(text, 40);
     } finally {
       await kubectl(["-n", namespace, "delete", "playbookpolicy", "default"]);
     }
