@@ -18,12 +18,20 @@ export interface LogUploadRetry {
 
 export interface LogUploaderOptions {
   fetch?: typeof fetch;
+  /** Full segments that may wait for the store behind the one in flight (MAX_WAITING unless told). */
+  maxWaiting?: number;
   retry?: LogUploadRetry;
   /** One line per give-up. */
   log?: (message: string) => void;
 }
 
 const DEFAULT_RETRY: LogUploadRetry = { tries: 3, firstWaitMs: 1000 };
+/**
+ * Full segments that may wait behind the one in flight: a task printing faster than the store
+ * takes it for a while (a burst) is kept whole, and the runner holds at most this many + 2
+ * segments (64 MiB of 8 MiB ones, in a container limited to 512 MiB).
+ */
+export const MAX_WAITING = 6;
 const PUT_TIMEOUT_MS = 15_000;
 const FAILED_MAX_CHARS = 500;
 const BODY_EXCERPT_CHARS = 200;
@@ -112,6 +120,7 @@ export class LogUploader {
   private finished: Promise<LogUploadIndex> | undefined;
   private readonly settled: Promise<void>;
   private settle: () => void = () => {};
+  private readonly maxWaiting: number;
   /** The index with `failed` is in the store. */
   private failedSaid = false;
 
@@ -119,6 +128,7 @@ export class LogUploader {
     this.plan = plan;
     this.fetch = options.fetch ?? ((input, init) => fetch(input, init));
     this.retry = options.retry ?? DEFAULT_RETRY;
+    this.maxWaiting = options.maxWaiting ?? MAX_WAITING;
     this.log = options.log ?? (() => {});
     this.settled = new Promise((resolve) => {
       this.settle = resolve;
@@ -127,7 +137,7 @@ export class LogUploader {
     this.timer.unref();
   }
 
-  /** Bytes held in buffers now: the segment being filled, the one in flight, the one waiting. */
+  /** Bytes held in buffers now: the segment being filled, the one in flight, those waiting. */
   get heldBytes(): number {
     const held = new Set<Buffer>();
     for (const segment of [this.filling, this.inFlight, ...this.waiting])
@@ -227,7 +237,7 @@ export class LogUploader {
   /** Queues a full segment for its PUT; false when the store is a segment behind already (given up). */
   private queueFull(segment: Segment): boolean {
     segment.fullAt = Date.now();
-    if (this.waiting.length > 0) {
+    if (this.waiting.length >= this.maxWaiting) {
       const oldest = this.inFlight?.fullAt ?? this.waiting[0]?.fullAt ?? segment.fullAt;
       this.giveUp(
         `the store did not keep up: ${this.unstoredBytes()} bytes of the log were waiting for it, the oldest since ${new Date(oldest).toISOString()} (${Date.now() - oldest} ms)`,

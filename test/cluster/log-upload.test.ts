@@ -2,7 +2,7 @@
 // through URLs presigned by the archive's store as the controller will hand them out: the head's
 // segments in order, a growing segment that shows in the store before the run ends, the tail's
 // slots reused in turn, a refused signature given up at once, and a store that goes away while
-// the run writes on without waiting and without holding more than three segments.
+// the run writes on without waiting and without holding more than its waiting segments and two.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -263,11 +263,11 @@ describe("the runner's log upload through presigned URLs", () => {
 
   // Last: the store goes away, and comes back in the last case.
   describe("with the store gone", () => {
-    it("never makes the run wait nor holds more than three segments, and ends failed", async () => {
+    it("never makes the run wait nor holds more than its waiting segments and two, and ends failed", async () => {
       const { plan } = await planFor("team-a/down/uid-5", { head: 16, tail: 4 });
       await store.stop();
       // The default retries (1 s, then 2 s): the writer fills segments faster than they run out.
-      const uploader = new LogUploader(plan);
+      const uploader = new LogUploader(plan, { maxWaiting: 1 });
       let mostHeld = 0;
       let slowestWriteMs = 0;
       const loop = performance.now();
