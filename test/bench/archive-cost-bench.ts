@@ -1,5 +1,5 @@
 // `npm run bench:archive [-- --quick] [-- --rounds=N] [-- --bytes=N] [-- --upload=runner|follow]
-// [-- --results-file=F] [-- --controller-profile=DIR]`: what the log archive (issue 58) costs a run, on a real node of
+// [-- --colocated] [-- --results-file=F] [-- --controller-profile=DIR]`: what the log archive (issue 58) costs a run, on a real node of
 // its own (containerd under Kubernetes' kubelet, SeaweedFS's S3 server beside the API server; root,
 // and no other real node running: take /tmp/real-node.lock). Two controllers run as the chart runs
 // them (each its own process, dist/bin/playbook.js, the chart's heap flags, 2 workers), one per
@@ -16,6 +16,10 @@
 //   archive_controller_cpu_per_run: the controller process's CPU (user + system, /proc/PID/stat)
 //     from the Playbook's creation until the run is settled (Succeeded, and with the archive on,
 //     LogArchived settled), on against off; and the archive's CPU per archived MiB.
+// The node's processes (kubelet, containerd and so every pod, kube-proxy) have the last CPU to
+// themselves, the control plane, the store, the controllers and the relays the others, as on a
+// cluster where they are other machines (cpu-split.ts); --colocated leaves every process on
+// every CPU.
 // Each round's CPU of the cluster's other processes (the kubelet, kube-apiserver, containerd,
 // weed, etcd) is printed by side too: where the archive's cost goes besides the controller.
 // --quick: one round of 16 MiB. --controller-profile: the archiving controller under node
@@ -31,6 +35,7 @@ import { freePort, waitFor } from "../harness/processes.js";
 import { projectImageArchive, projectImageName } from "../harness/real-node/images.js";
 import { processUsage, type RunningController, startOurController } from "./bench-cluster.js";
 import { createBenchNamespace } from "./bench-namespace.js";
+import { type CpuSplit, splitCpus } from "./cpu-split.js";
 import { type LoadDuring, MachineLoad } from "./machine-load.js";
 import { cpuByCommand, readTreeCpu } from "./process-cpu.js";
 import { ComparisonSchema, FigureSchema } from "./results.js";
@@ -50,6 +55,9 @@ const PROFILE = args.get("controller-profile");
 const TARGET = ">= 0.9";
 /** Who carries the log into the archive (--log-archive-upload): the runner (default) or the controller's follow. */
 const UPLOAD = args.get("upload") ?? "runner";
+/** The node's CPU apart from the control plane's (cpu-split.ts) unless --colocated. */
+const SPLIT = !args.has("colocated");
+let cpuSplit: CpuSplit | undefined;
 if (UPLOAD !== "runner" && UPLOAD !== "follow")
   throw new Error(`--upload=${UPLOAD}: must be runner or follow`);
 const TASK = "gen";
@@ -204,6 +212,15 @@ async function main(): Promise<void> {
       ]),
     );
     const roots = [...cluster.state.processes.map((p) => p.pid), ...labels.keys()];
+    if (SPLIT) {
+      const split = splitCpus(cluster.state.processes, [process.pid, ...labels.keys()]);
+      log(
+        split
+          ? `the node's processes on CPU ${split.node}, the control plane, the store and the relays on CPU ${split.controlPlane}`
+          : "one CPU: nothing to split",
+      );
+      cpuSplit = split;
+    }
     const client = store.client();
 
     const getStatus = async (namespace: string, name: string): Promise<PlaybookStatus> => {
@@ -381,7 +398,7 @@ function report(rounds: Round[], during: LoadDuring | undefined): void {
     unit: "MiB/s",
     ratio: median(ratios),
     target: TARGET,
-    note: `a task printing ${size} to stdout on a real node, the archive on (--log-archive-upload=${UPLOAD}) against off (its own controller each), the task's time from status.tasks; median of ${ROUNDS} paired ratios (${range(ratios)}), rounds interleaved and their order alternated; every line checked in the archived object`,
+    note: `a task printing ${size} to stdout on a real node${cpuSplit ? ` whose processes have CPU ${cpuSplit.node} to themselves (the control plane, the store and the relays on ${cpuSplit.controlPlane})` : " sharing every CPU with the control plane and the store"}, the archive on (--log-archive-upload=${UPLOAD}) against off (its own controller each), the task's time from status.tasks; median of ${ROUNDS} paired ratios (${range(ratios)}), rounds interleaved and their order alternated; every line checked in the archived object`,
     spread: { ours: spread(on.map(mibs)), reference: spread(off.map(mibs)), ratio: spread(ratios) },
     ...(during ? { load: during } : {}),
   });
