@@ -3,7 +3,6 @@
 // $PLAYBOOK_LOG_UPLOAD_FILE). The upload never holds the log back: LogUploader.write only copies.
 // At the run's end the runner waits at most FINISH_MS for the store to take the last bytes.
 import { readFileSync } from "node:fs";
-import { Writable } from "node:stream";
 import { LOG_UPLOAD_FILE_ENV_VAR, LogUploadPlanSchema } from "../api/log-upload.js";
 import { LogUploader } from "./log-upload.js";
 
@@ -35,17 +34,19 @@ export function teeLogUpload(target: NodeJS.WritableStream, env: NodeJS.ProcessE
     );
     return { output: target, finish: async () => {} };
   }
-  const output = new Writable({
-    highWaterMark: 1 << 16,
-    write(chunk: Buffer, _encoding, callback) {
-      uploader.write(chunk);
-      target.write(chunk, (error) => callback(error ?? undefined));
-    },
-  });
+  // The stream's own write, wrapped on the instance: every other use of it (cork, drain, its fd
+  // for sameTarget) stays the stream's, and a write costs one copy more, not a stream's hop (the
+  // runner writes a line's prefix and its bytes apart, some million writes for 100 MiB).
+  const write = target.write;
+  const teed = function (this: NodeJS.WritableStream, chunk: unknown, ...rest: unknown[]): boolean {
+    uploader.write(typeof chunk === "string" ? Buffer.from(chunk) : (chunk as Uint8Array));
+    return (write as (...args: unknown[]) => boolean).call(this, chunk, ...rest);
+  };
+  target.write = teed as NodeJS.WritableStream["write"];
   return {
-    output,
+    output: target,
     finish: async () => {
-      await new Promise<void>((resolve) => output.end(resolve));
+      if (target.write === teed) target.write = write;
       await uploader.finish(FINISH_MS);
     },
   };
