@@ -37,16 +37,21 @@ export function teeLogUpload(target: NodeJS.WritableStream, env: NodeJS.ProcessE
   // The stream's own write, wrapped on the instance: every other use of it (cork, drain, its fd
   // for sameTarget) stays the stream's, and a write costs one copy more, not a stream's hop (the
   // runner writes a line's prefix and its bytes apart, some million writes for 100 MiB).
-  const write = target.write;
-  const teed = function (this: NodeJS.WritableStream, chunk: unknown, ...rest: unknown[]): boolean {
+  const write = target.write as (chunk: unknown, encoding: unknown, callback: unknown) => boolean;
+  const teed = function (
+    this: NodeJS.WritableStream,
+    chunk: unknown,
+    encoding?: unknown,
+    callback?: unknown,
+  ): boolean {
     uploader.write(typeof chunk === "string" ? Buffer.from(chunk) : (chunk as Uint8Array));
-    return (write as (...args: unknown[]) => boolean).call(this, chunk, ...rest);
+    return write.call(this, chunk, encoding, callback);
   };
   target.write = teed as NodeJS.WritableStream["write"];
   return {
     output: target,
     finish: async () => {
-      if (target.write === teed) target.write = write;
+      if (target.write === teed) target.write = write as NodeJS.WritableStream["write"];
       await uploader.finish(FINISH_MS);
     },
   };

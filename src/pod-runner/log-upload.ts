@@ -161,7 +161,8 @@ export class LogUploader {
         const segment = this.filling ?? this.begin();
         if (!segment) return;
         const take = Math.min(chunk.length - at, segment.buffer.length - segment.filled);
-        segment.buffer.set(chunk.subarray(at, at + take), segment.filled);
+        // Whole, as a chunk mostly is: no view to make (the runner writes millions of small ones).
+        segment.buffer.set(take === chunk.length ? chunk : chunk.subarray(at, at + take), segment.filled);
         segment.filled += take;
         this.kept += take;
         at += take;
