@@ -225,6 +225,7 @@ export function logApiSuite(): void {
       logArchiveRegion: objectStore.region,
       logArchivePrefix: PREFIX,
       logArchiveForcePathStyle: true,
+      logArchiveUpload: "follow",
       logApiAddress: `${address}:${port}`,
       logApiCertFile: serving.certFile,
       logApiKeyFile: serving.keyFile,

@@ -71,6 +71,8 @@ function archiveOn(ns: string, overrides: Record<string, string | boolean> = {},
       logArchiveEndpoint: store.endpoint,
       logArchiveForcePathStyle: true,
       logArchivePrefix: PREFIX,
+      // The scripted node runs no runner to upload: the controller follows.
+      logArchiveUpload: "follow",
       ...overrides,
     },
     undefined,

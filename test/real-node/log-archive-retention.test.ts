@@ -61,6 +61,8 @@ describe("a deleted Playbook's archived log on a real node", () => {
         logArchiveEndpoint: store.endpoint,
         logArchiveForcePathStyle: true,
         logArchivePrefix: PREFIX,
+        // The store is on this machine's loopback, out of the node's pods' reach: the controller follows.
+        logArchiveUpload: "follow",
       }),
     );
     const created = await createPlaybook(namespace, "kept", {
