@@ -147,7 +147,21 @@ export async function startObjectStore(options: ObjectStoreOptions): Promise<Obj
     });
 
   let current: StartedProcess | undefined;
+  // A weed started again on the ports of one just stopped can exit at once (a port not yet
+  // free, under load): it is started again, a few times, before the start fails.
   const start = async () => {
+    for (let tries = 1; ; tries += 1) {
+      try {
+        await startOnce();
+        return;
+      } catch (error) {
+        if (tries >= 3 || !(error instanceof Error) || !error.message.includes("weed exited")) throw error;
+        log(`SeaweedFS exited as it started (try ${tries}); starting it again`);
+        await new Promise((resolve) => setTimeout(resolve, 2000));
+      }
+    }
+  };
+  const startOnce = async () => {
     current = startProcess("object-store", weed, args, {
       logFile,
       daemon: options.daemon ?? false,
