@@ -22,6 +22,7 @@ import {
   UploadPartCopyCommand,
 } from "@aws-sdk/client-s3";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
+import type { z } from "zod";
 
 export interface ArchiveStoreSettings {
   /** e.g. https://s3.eu-west-1.amazonaws.com or http://127.0.0.1:8333; unset: AWS's own. */
@@ -208,6 +209,21 @@ export class ArchiveStore {
   /** A small object (a record, a report) whole, as UTF-8 text; undefined when absent. */
   async readText(key: string): Promise<string | undefined> {
     return (await this.readBytes(key))?.toString("utf8");
+  }
+
+  /**
+   * A small JSON object read with its schema: undefined when absent, or when it is not JSON or not
+   * of the schema (whatever wrote it may have been cut short); a store that fails throws.
+   */
+  async readJson<T>(key: string, schema: z.ZodType<T>): Promise<T | undefined> {
+    const text = await this.readText(key);
+    if (text === undefined) return undefined;
+    try {
+      const read = schema.safeParse(JSON.parse(text));
+      return read.success ? read.data : undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   /** An object whole, in memory (a segment at most); undefined when absent. */

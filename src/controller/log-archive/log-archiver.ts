@@ -200,7 +200,7 @@ export class LogArchiver {
   }
 
   private async archive(ref: AttemptRef, key: string, signal: AbortSignal): Promise<void> {
-    const recorded = await this.readRecord(key).catch(() => undefined);
+    const recorded = await this.deps.store.readJson(recordKey(key), RecordSchema).catch(() => undefined);
     if (recorded) {
       this.end(
         ref,
@@ -481,13 +481,6 @@ export class LogArchiver {
     if (failure) this.deps.log.warn(fields, "Archived log not whole");
     else this.deps.log.info(fields, "Archived log");
     this.deps.onChange(`${ref.run.namespace}/${ref.run.name}`);
-  }
-
-  private async readRecord(key: string): Promise<z.infer<typeof RecordSchema> | undefined> {
-    const text = await this.deps.store.readText(recordKey(key));
-    if (text === undefined) return undefined;
-    const parsed = RecordSchema.safeParse(JSON.parse(text));
-    return parsed.success ? parsed.data : undefined;
   }
 }
 

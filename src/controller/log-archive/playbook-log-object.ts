@@ -49,22 +49,12 @@ export async function archivedAttempts(store: ArchiveStore, run: RunIdentity): P
   return attempts.sort((a, b) => a - b);
 }
 
-async function readRecord(store: ArchiveStore, key: string): Promise<z.infer<typeof Record> | undefined> {
-  const text = await store.readText(recordKey(key));
-  if (text === undefined) return undefined;
-  try {
-    return Record.parse(JSON.parse(text));
-  } catch {
-    return undefined;
-  }
-}
-
 /** The PlaybookLog of a run: its archived attempts and what each record says. */
 export async function playbookLogObject(store: ArchiveStore, run: RunIdentity): Promise<PlaybookLogObject> {
   const attempts: ArchivedAttempt[] = [];
   for (const attempt of await archivedAttempts(store, run)) {
     const key = attemptLogKey(store.prefix, run, attempt);
-    const record = await readRecord(store, key);
+    const record = await store.readJson(recordKey(key), Record);
     const bytes = record?.bytes ?? (await store.headObject(key))?.bytes;
     // Deleted between the listing and now: not archived any more.
     if (bytes === undefined) continue;

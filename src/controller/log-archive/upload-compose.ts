@@ -36,16 +36,6 @@ export interface ComposedAttempt {
   short: string | undefined;
 }
 
-async function readIndex(store: ArchiveStore, logKey: string): Promise<LogUploadIndex | undefined> {
-  const text = await store.readText(uploadIndexKey(logKey));
-  if (text === undefined) return undefined;
-  try {
-    return LogUploadIndexSchema.parse(JSON.parse(text));
-  } catch {
-    return undefined;
-  }
-}
-
 /**
  * Composes `logKey` of the attempt's uploaded segments and removes them; undefined when the runner
  * uploaded nothing (no index and no first segment).
@@ -55,7 +45,7 @@ export async function composeUploadedAttempt(
   logKey: string,
   shape: UploadShape,
 ): Promise<ComposedAttempt | undefined> {
-  const index = await readIndex(store, logKey);
+  const index = await store.readJson(uploadIndexKey(logKey), LogUploadIndexSchema);
   const sizes = await store.listSizes(uploadSegmentsPrefix(logKey));
   // Without an index, only the head can be read in order: its segments from the first on.
   let segments = index?.segments ?? 0;

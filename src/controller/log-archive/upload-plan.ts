@@ -49,14 +49,11 @@ export async function keepShape(
 
 /** The shape kept with the upload, else the one the cap gives now. */
 export async function shapeOf(
-  store: Pick<ArchiveStore, "readText">,
+  store: Pick<ArchiveStore, "readJson">,
   logKey: string,
   capBytes: number,
 ): Promise<UploadShape> {
-  const text = await store.readText(uploadShapeKey(logKey));
-  const kept = text === undefined ? undefined : ShapeSchema.safeParse(JSON.parse(text));
-  if (kept?.success) return kept.data;
-  return uploadShape(capBytes);
+  return (await store.readJson(uploadShapeKey(logKey), ShapeSchema)) ?? uploadShape(capBytes);
 }
 
 export async function uploadPlan(
