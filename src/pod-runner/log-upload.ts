@@ -9,6 +9,7 @@
 // not yet PUT is not counted, so that a reader of an index left by a lost pod never takes a slot's
 // older segment, or a missing one, for part of the log.
 import { LOG_UPLOAD_VERSION, type LogUploadIndex, type LogUploadPlan } from "../api/log-upload.js";
+import { type PutAnswer, type PutBytes, putBytes } from "./http-put.js";
 
 export interface LogUploadRetry {
   tries: number;
@@ -17,7 +18,8 @@ export interface LogUploadRetry {
 }
 
 export interface LogUploaderOptions {
-  fetch?: typeof fetch;
+  /** How a PUT goes (putBytes unless told). */
+  put?: PutBytes;
   /** Full segments that may wait for the store behind the one in flight (MAX_WAITING unless told). */
   maxWaiting?: number;
   retry?: LogUploadRetry;
@@ -87,11 +89,13 @@ interface Job {
   segment: Segment;
   /** A view of the segment's first bytes: written once, they never change. */
   body: Buffer;
+  /** The segment is full (else a flush of the one being filled): once stored, its buffer is free. */
+  full: boolean;
 }
 
 export class LogUploader {
   private readonly plan: LogUploadPlan;
-  private readonly fetch: typeof fetch;
+  private readonly putBytes: PutBytes;
   private readonly retry: LogUploadRetry;
   private readonly log: (message: string) => void;
   /** Aborts the PUT in flight and a retry's wait once the uploader gave up. */
@@ -107,6 +111,13 @@ export class LogUploader {
   private inFlight: Segment | undefined;
   /** Full segments waiting for their PUT (one at most while the run writes). */
   private readonly waiting: Segment[] = [];
+  /**
+   * Buffers of segments the store holds, for the next segments: fresh 8 MiB buffers at 30 MiB/s
+   * are memory the kernel must fault in and the collector chase. A buffer is only kept once no
+   * segment needs it, and taken before any is made, so the held ones never outnumber the most
+   * segments ever held at once.
+   */
+  private readonly spares: Buffer[] = [];
   /** The last segment PUT and how much of it the store holds. */
   private storedSegments = 0;
   private lastSegmentBytes = 0;
@@ -126,7 +137,7 @@ export class LogUploader {
 
   constructor(plan: LogUploadPlan, options: LogUploaderOptions = {}) {
     this.plan = plan;
-    this.fetch = options.fetch ?? ((input, init) => fetch(input, init));
+    this.putBytes = options.put ?? putBytes;
     this.retry = options.retry ?? DEFAULT_RETRY;
     this.maxWaiting = options.maxWaiting ?? MAX_WAITING;
     this.log = options.log ?? (() => {});
@@ -142,6 +153,7 @@ export class LogUploader {
     const held = new Set<Buffer>();
     for (const segment of [this.filling, this.inFlight, ...this.waiting])
       if (segment) held.add(segment.buffer);
+    for (const spare of this.spares) held.add(spare);
     let bytes = 0;
     for (const buffer of held) bytes += buffer.length;
     return bytes;
@@ -225,7 +237,7 @@ export class LogUploader {
     const segment: Segment = {
       n: this.begun,
       url,
-      buffer: Buffer.allocUnsafe(this.plan.segmentBytes),
+      buffer: this.spares.pop() ?? Buffer.allocUnsafeSlow(this.plan.segmentBytes),
       filled: 0,
       stored: 0,
       fullAt: undefined,
@@ -275,6 +287,7 @@ export class LogUploader {
           this.inFlight = segment;
           await this.put(segment.url, body, SEGMENT_TYPE, segmentName(this.plan, segment.n));
           this.inFlight = undefined;
+          if (job.full && this.failed === undefined) this.spares.push(segment.buffer);
           segment.stored = body.length;
           this.storedSegments = segment.n + 1;
           this.lastSegmentBytes = body.length;
@@ -302,11 +315,11 @@ export class LogUploader {
 
   private nextJob(): Job | undefined {
     const full = this.waiting.shift();
-    if (full) return { segment: full, body: full.buffer.subarray(0, full.filled) };
+    if (full) return { segment: full, body: full.buffer.subarray(0, full.filled), full: true };
     const flush = this.flushDue ? this.filling : undefined;
     this.flushDue = false;
     if (flush && flush.filled > flush.stored)
-      return { segment: flush, body: flush.buffer.subarray(0, flush.filled) };
+      return { segment: flush, body: flush.buffer.subarray(0, flush.filled), full: false };
     return undefined;
   }
 
@@ -337,22 +350,16 @@ export class LogUploader {
     stop: AbortSignal | undefined,
   ): Promise<{ ok: true } | { ok: false; retry: boolean; problem: string }> {
     const timeout = AbortSignal.timeout(PUT_TIMEOUT_MS);
-    let response: Response;
+    let answer: PutAnswer;
     try {
-      response = await this.fetch(url, {
-        method: "PUT",
-        body,
-        headers: { "content-type": contentType },
-        signal: stop ? AbortSignal.any([timeout, stop]) : timeout,
-      });
+      answer = await this.putBytes(url, body, contentType, stop ? AbortSignal.any([timeout, stop]) : timeout);
     } catch (error) {
       if (stop?.aborted) throw error;
       return { ok: false, retry: true, problem: describeError(error) };
     }
-    const text = await response.text().catch(() => "");
-    if (response.ok) return { ok: true };
-    const problem = `${response.status} ${text.slice(0, BODY_EXCERPT_CHARS)}`.trim();
-    return { ok: false, retry: response.status >= 500, problem };
+    if (answer.status >= 200 && answer.status < 300) return { ok: true };
+    const problem = `${answer.status} ${answer.text.slice(0, BODY_EXCERPT_CHARS)}`.trim();
+    return { ok: false, retry: answer.status >= 500, problem };
   }
 
   /** Stops for good: buffers dropped, bytes only counted, the index with `failed` PUT once. */
@@ -364,6 +371,7 @@ export class LogUploader {
     this.filling = undefined;
     this.inFlight = undefined;
     this.waiting.length = 0;
+    this.spares.length = 0;
     this.log(`Gave up the log upload: ${this.failed}`);
     this.sayFailed();
     this.settle();
@@ -415,7 +423,7 @@ function waitOrStop(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
-/** A fetch error with its cause ("fetch failed: connect ECONNREFUSED 127.0.0.1:8333"). */
+/** A network error, with its cause when it has one ("connect ECONNREFUSED 10.87.0.1:8333"). */
 function describeError(error: unknown): string {
   if (!(error instanceof Error)) return String(error);
   const cause = error.cause instanceof Error ? `: ${error.cause.message}` : "";

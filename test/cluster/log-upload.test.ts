@@ -15,6 +15,7 @@ import {
   MIN_SEGMENT_BYTES,
 } from "../../src/api/log-upload.js";
 import type { ArchiveStore } from "../../src/controller/log-archive/archive-store.js";
+import { type PutBytes, putBytes } from "../../src/pod-runner/http-put.js";
 import { LogUploader } from "../../src/pod-runner/log-upload.js";
 import { type ObjectStore, startObjectStore } from "../harness/object-store.js";
 
@@ -129,14 +130,14 @@ async function readIndex(key: string): Promise<LogUploadIndex | undefined> {
   return text === undefined ? undefined : LogUploadIndexSchema.parse(JSON.parse(text));
 }
 
-/** A fetch that notes each URL it is asked to PUT to. */
-function countingFetch(): { fetch: typeof fetch; calls: string[] } {
+/** The uploader's PUT, noting each URL it PUTs to. */
+function countingPut(): { put: PutBytes; calls: string[] } {
   const calls: string[] = [];
   return {
     calls,
-    fetch: (input, init) => {
-      calls.push(String(input));
-      return fetch(input, init);
+    put: (url, body, contentType, signal) => {
+      calls.push(url);
+      return putBytes(url, body, contentType, signal);
     },
   };
 }
@@ -216,11 +217,11 @@ describe("the runner's log upload through presigned URLs", () => {
     // The signature of h-00000 on another key's path: the store refuses it.
     const forged = (plan.head[0] as string).replace("/h-00000", "/h-00001");
     expect(forged).not.toBe(plan.head[0]);
-    const counted = countingFetch();
+    const counted = countingPut();
     const logged: string[] = [];
     const uploader = new LogUploader(
       { ...plan, head: [forged, plan.head[1] as string] },
-      { fetch: counted.fetch, retry: { tries: 3, firstWaitMs: 200 }, log: (line) => logged.push(line) },
+      { put: counted.put, retry: { tries: 3, firstWaitMs: 200 }, log: (line) => logged.push(line) },
     );
     uploader.write(numberedLines(10 * LINE_BYTES));
     const started = Date.now();
@@ -307,10 +308,10 @@ describe("the runner's log upload through presigned URLs", () => {
 
     it("loses nothing when the store is back within the retries", async () => {
       const { plan, keys } = await planFor("team-a/back/uid-7", { head: 2, tail: 0 });
-      const counted = countingFetch();
+      const counted = countingPut();
       // Waits of 1, 2, 4, 8, 16 and 32 s: a minute for the store to come back.
       const uploader = new LogUploader(plan, {
-        fetch: counted.fetch,
+        put: counted.put,
         retry: { tries: 7, firstWaitMs: 1000 },
       });
       const data = numberedLines(10 * LINE_BYTES);

@@ -72,9 +72,29 @@ describe("an uploading attempt's end", () => {
         }),
         now,
       ),
-    ).toBe("ended");
-    expect(uploadEnd(pod({ phase: "Failed" }), now)).toBe("ended");
-    expect(uploadEnd(undefined, now)).toBe("gone");
+    ).toEqual({ how: "ended" });
+    expect(uploadEnd(pod({ phase: "Failed" }), now)).toEqual({ how: "ended" });
+    // A runner's own exit code, whatever its reason, is an end of its own.
+    const exited = (terminated: object) =>
+      uploadEnd(
+        pod({ phase: "Failed", containerStatuses: [{ name: "runner", state: { terminated } }] }),
+        now,
+      );
+    expect(exited({ exitCode: 124, reason: "Error" })).toEqual({ how: "ended" });
+    expect(uploadEnd(undefined, now)).toEqual({ how: "gone" });
+  });
+
+  it("is killed when the runner did not end by itself: SIGKILL once its grace ran out, or out of memory", () => {
+    const runner = (terminated: object) =>
+      pod({ phase: "Failed", containerStatuses: [{ name: "runner", state: { terminated } }] });
+    expect(uploadEnd(runner({ exitCode: 137, reason: "Error" }), now)).toEqual({
+      how: "killed",
+      by: "SIGKILL (exit code 137)",
+    });
+    expect(uploadEnd(runner({ exitCode: 137, reason: "OOMKilled" }), now)).toEqual({
+      how: "killed",
+      by: "the kernel, out of memory (OOMKilled)",
+    });
   });
 
   it("is lost once the node's silence reached the point the controller takes the pod as lost", () => {
@@ -85,7 +105,7 @@ describe("an uploading attempt's end", () => {
       phase: "Running",
       containerStatuses: [{ name: "runner", ready: true, state: { running: {} } }],
     };
-    expect(uploadEnd(pod(running, notReady), now)).toBe("lost");
+    expect(uploadEnd(pod(running, notReady), now)).toEqual({ how: "lost" });
     expect(uploadEnd(pod(running, notReady), Date.parse("2026-12-07T11:58:05Z"))).toBeUndefined();
   });
 });
@@ -112,13 +132,14 @@ function composed(over: Partial<ComposedAttempt> & { done?: boolean; failed?: st
 
 describe("what the composed upload says", () => {
   const args = { capBytes: 1024 * MiB, flushMs: 2000 };
+  const ENDED = { how: "ended" } as const;
 
   it("is Archived when the runner said its last word and the store bore it out", () => {
-    expect(uploadVerdict(composed({}), "ended", args)).toEqual(["Archived", "1000 bytes archived"]);
+    expect(uploadVerdict(composed({}), ENDED, args)).toEqual(["Archived", "1000 bytes archived"]);
   });
 
   it("names why the runner's upload stopped (StoreUnreachable), keeping what came before", () => {
-    const [reason, message] = uploadVerdict(composed({ failed: "PUT segment 3: status 503" }), "ended", args);
+    const [reason, message] = uploadVerdict(composed({ failed: "PUT segment 3: status 503" }), ENDED, args);
     expect(reason).toBe("StoreUnreachable");
     expect(message).toBe(
       "1000 bytes archived of 1000: the runner's upload stopped: PUT segment 3: status 503",
@@ -126,24 +147,36 @@ describe("what the composed upload says", () => {
   });
 
   it("is NodeLost with the flush bound when the pod was lost before the runner ended, StoreUnreachable when it ended and the store did not take its last word", () => {
-    expect(uploadVerdict(composed({ done: false }), "lost", args)).toEqual([
+    expect(uploadVerdict(composed({ done: false }), { how: "lost" }, args)).toEqual([
       "NodeLost",
       "1000 bytes archived: the pod was lost before its runner ended, and the archive holds what the runner had uploaded; at most the last 2 s of its output before that is missing",
     ]);
-    expect(uploadVerdict(composed({ done: false }), "ended", args)).toEqual([
+    expect(uploadVerdict(composed({ done: false }), ENDED, args)).toEqual([
       "StoreUnreachable",
       "1000 bytes archived: the store did not take the runner's last segment and index as it ended; at most the last 2 s of its output before that is missing",
     ]);
   });
 
+  it("is Incomplete, not StoreUnreachable, when the runner was killed before its last word", () => {
+    const killed = { how: "killed", by: "SIGKILL (exit code 137)" } as const;
+    expect(uploadVerdict(composed({ done: false }), killed, args)).toEqual([
+      "Incomplete",
+      "1000 bytes archived: the runner was killed by SIGKILL (exit code 137) before it uploaded its last segment and index; at most the last 2 s of its output before that is missing",
+    ]);
+    expect(uploadVerdict(undefined, killed, args)).toEqual([
+      "Incomplete",
+      "the runner was killed by SIGKILL (exit code 137) before it uploaded any of its log: nothing is archived",
+    ]);
+  });
+
   it("is Incomplete naming the segment the store lacks, CapReached past the cap, and says when nothing was uploaded", () => {
-    expect(uploadVerdict(composed({ short: "segment 1 is not in the store" }), "ended", args)).toEqual([
+    expect(uploadVerdict(composed({ short: "segment 1 is not in the store" }), ENDED, args)).toEqual([
       "Incomplete",
       "1000 bytes archived of 1000: segment 1 is not in the store",
     ]);
-    expect(uploadVerdict(composed({ leftOut: 500, received: 1500 }), "ended", args)[0]).toBe("CapReached");
-    expect(uploadVerdict(undefined, "gone", args)[0]).toBe("NodeLost");
-    expect(uploadVerdict(undefined, "ended", args)).toEqual([
+    expect(uploadVerdict(composed({ leftOut: 500, received: 1500 }), ENDED, args)[0]).toBe("CapReached");
+    expect(uploadVerdict(undefined, { how: "gone" }, args)[0]).toBe("NodeLost");
+    expect(uploadVerdict(undefined, ENDED, args)).toEqual([
       "Incomplete",
       "the runner uploaded none of its log: nothing is archived",
     ]);

@@ -7,17 +7,30 @@ import { type PodView, RUNNER_CONTAINER } from "../objects.js";
 import { nodeSilenceOf } from "../pods/node-lost.js";
 import type { ComposedAttempt } from "./upload-compose.js";
 
-/** How the attempt's runner ended, as the cache shows its pod; undefined while it runs. */
-export type UploadEnd = "ended" | "gone" | "lost";
+/**
+ * How the attempt's runner ended, as the cache shows its pod; undefined while it runs. `killed`:
+ * it did not end by itself (SIGKILL, for memory or once its grace period ran out), so it had no
+ * time for its last segment and index, whatever the store did.
+ */
+export type UploadEnd = { how: "ended" } | { how: "killed"; by: string } | { how: "gone" } | { how: "lost" };
+
+const SIGKILL = 9;
 
 export function uploadEnd(pod: PodView | undefined, now: number): UploadEnd | undefined {
-  if (!pod) return "gone";
+  if (!pod) return { how: "gone" };
   const runner = pod.status?.containerStatuses?.find((c) => c.name === RUNNER_CONTAINER);
-  if (runner?.state?.terminated) return "ended";
+  const terminated = runner?.state?.terminated;
+  if (terminated) {
+    if (terminated.reason === "OOMKilled")
+      return { how: "killed", by: "the kernel, out of memory (OOMKilled)" };
+    if (terminated.signal === SIGKILL || terminated.exitCode === 128 + SIGKILL)
+      return { how: "killed", by: `SIGKILL (exit code ${terminated.exitCode})` };
+    return { how: "ended" };
+  }
   const phase = pod.status?.phase;
-  if (phase === "Succeeded" || phase === "Failed") return "ended";
+  if (phase === "Succeeded" || phase === "Failed") return { how: "ended" };
   const silence = nodeSilenceOf(pod);
-  if (silence && now >= silence.lostAt) return "lost";
+  if (silence && now >= silence.lostAt) return { how: "lost" };
   return undefined;
 }
 
@@ -27,14 +40,18 @@ export function uploadVerdict(
   end: UploadEnd,
   args: { capBytes: number; flushMs: number },
 ): [LogArchiveReason, string] {
-  const lost = end !== "ended";
+  const lost = end.how === "gone" || end.how === "lost";
   if (!composed) {
     if (lost)
       return [
         LOG_ARCHIVE_REASONS.nodeLost,
         "the pod was lost before its runner uploaded any of its log: nothing is archived",
       ];
-    return [LOG_ARCHIVE_REASONS.incomplete, "the runner uploaded none of its log: nothing is archived"];
+    const what =
+      end.how === "killed"
+        ? `the runner was killed by ${end.by} before it uploaded any of its log`
+        : "the runner uploaded none of its log";
+    return [LOG_ARCHIVE_REASONS.incomplete, `${what}: nothing is archived`];
   }
   const kept = `${composed.bytes} bytes archived`;
   const index = composed.index;
@@ -47,6 +64,11 @@ export function uploadVerdict(
     return [LOG_ARCHIVE_REASONS.incomplete, `${kept} of ${composed.received}: ${composed.short}`];
   if (!index?.done) {
     const missing = `at most the last ${Math.ceil(args.flushMs / 1000)} s of its output before that is missing`;
+    if (end.how === "killed")
+      return [
+        LOG_ARCHIVE_REASONS.incomplete,
+        `${kept}: the runner was killed by ${end.by} before it uploaded its last segment and index; ${missing}`,
+      ];
     return lost
       ? [
           LOG_ARCHIVE_REASONS.nodeLost,
