@@ -226,6 +226,7 @@ export class LogUploader {
       }
     } finally {
       clearTimeout(timer);
+      this.spares.length = 0;
     }
     return this.indexOf(this.doneWritten);
   }
@@ -325,6 +326,7 @@ export class LogUploader {
 
   private markDone(): void {
     this.doneWritten = true;
+    this.spares.length = 0;
     this.settle();
   }
 

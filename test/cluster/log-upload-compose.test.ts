@@ -49,8 +49,8 @@ function segment(n: number, size = S): Buffer {
   return Buffer.from(line.repeat(Math.ceil(size / line.length)).slice(0, size), "latin1");
 }
 
-function index(segments: number, bytes: number, last: number): string {
-  const body: LogUploadIndex = { v: LOG_UPLOAD_VERSION, segments, bytes, lastSegmentBytes: last, done: true };
+function index(segments: number, bytes: number, last: number, done = true): string {
+  const body: LogUploadIndex = { v: LOG_UPLOAD_VERSION, segments, bytes, lastSegmentBytes: last, done };
   return JSON.stringify(body);
 }
 
@@ -82,14 +82,16 @@ describe("an attempt composed of its runner's upload", () => {
 
   it("past the cap keeps the head and the newest tail slots in order, the left-out line between", async () => {
     const key = logKey();
-    // Head 1, tail 2: segments 1 and 2 were replaced in their slots by 3 and 4.
+    // Head 1, tail 3: segment 1 was replaced in its slot by 4; segment 2's slot is the one
+    // segment 5 goes to, never read.
     await store.putObject(headSegmentKey(key, 0), segment(0), "text/plain");
-    await store.putObject(tailSlotKey(key, 0), segment(3), "text/plain");
-    await store.putObject(tailSlotKey(key, 1), segment(4, 999), "text/plain");
+    await store.putObject(tailSlotKey(key, 1), segment(2), "text/plain");
+    await store.putObject(tailSlotKey(key, 2), segment(3), "text/plain");
+    await store.putObject(tailSlotKey(key, 0), segment(4, 999), "text/plain");
     await store.putObject(uploadIndexKey(key), index(5, 4 * S + 999, 999), "application/json");
     const composed = await composeUploadedAttempt(store, key, {
       head: 1,
-      tail: 2,
+      tail: 3,
       tailBytes: S + 999,
       segmentBytes: S,
     });
@@ -107,23 +109,52 @@ describe("an attempt composed of its runner's upload", () => {
 
   it("fills the cap's tail with the end of the segment before the kept ones", async () => {
     const key = logKey();
-    // Head 1, tail 3 slots: segment 1's slot went to segment 4; 2, 3 and 4 are there.
+    // Head 1, tail 4 slots: segment 1's slot went to segment 5; 2, 3, 4 and 5 are there, 2's
+    // slot the one segment 6 goes to next.
     await store.putObject(headSegmentKey(key, 0), segment(0), "text/plain");
     await store.putObject(tailSlotKey(key, 1), segment(2), "text/plain");
     await store.putObject(tailSlotKey(key, 2), segment(3), "text/plain");
-    await store.putObject(tailSlotKey(key, 0), segment(4, 999), "text/plain");
-    await store.putObject(uploadIndexKey(key), index(5, 4 * S + 999, 999), "application/json");
-    const shape = { head: 1, tail: 3, tailBytes: S + 999 + 100, segmentBytes: S };
+    await store.putObject(tailSlotKey(key, 3), segment(4), "text/plain");
+    await store.putObject(tailSlotKey(key, 0), segment(5, 999), "text/plain");
+    await store.putObject(uploadIndexKey(key), index(6, 5 * S + 999, 999), "application/json");
+    const shape = { head: 1, tail: 4, tailBytes: S + 999 + 100, segmentBytes: S };
     const composed = await composeUploadedAttempt(store, key, shape);
-    expect(composed?.leftOut).toBe(2 * S - 100);
+    expect(composed?.leftOut).toBe(3 * S - 100);
     const text = (await store.readBytes(key))?.toString("latin1") ?? "";
-    const line = `\n[playbook-controller: ${2 * S - 100} bytes of output left out here; the archive keeps the first ${S} and the last ${S + 1099} bytes (maximums.archivedLogBytes)]\n`;
+    const line = `\n[playbook-controller: ${3 * S - 100} bytes of output left out here; the archive keeps the first ${S} and the last ${S + 1099} bytes (maximums.archivedLogBytes)]\n`;
     expect(text).toBe(
       segment(0).toString("latin1") +
         line +
-        segment(2).toString("latin1").slice(-100) +
-        segment(3).toString("latin1") +
-        segment(4, 999).toString("latin1"),
+        segment(3).toString("latin1").slice(-100) +
+        segment(4).toString("latin1") +
+        segment(5, 999).toString("latin1"),
+    );
+  });
+
+  it("never reads the slot the runner fills next: a pod lost between a segment's PUT and its index's left newer bytes there", async () => {
+    const key = logKey();
+    // Head 1, tail 3: the index names segments 0..3 (1 2 3 in slots 0 1 2); the runner then PUT
+    // segment 4's first flush to slot 0, in place of segment 1, and was lost before its index.
+    await store.putObject(headSegmentKey(key, 0), segment(0), "text/plain");
+    await store.putObject(tailSlotKey(key, 0), segment(4, 500), "text/plain");
+    await store.putObject(tailSlotKey(key, 1), segment(2), "text/plain");
+    await store.putObject(tailSlotKey(key, 2), segment(3), "text/plain");
+    await store.putObject(uploadIndexKey(key), index(4, 4 * S, S, false), "application/json");
+    const composed = await composeUploadedAttempt(store, key, {
+      head: 1,
+      tail: 3,
+      tailBytes: S + 999,
+      segmentBytes: S,
+    });
+    expect(composed?.short).toBeUndefined();
+    expect(composed?.leftOut).toBe(2 * S - 999);
+    const text = (await store.readBytes(key))?.toString("latin1") ?? "";
+    const line = `\n[playbook-controller: ${2 * S - 999} bytes of output left out here; the archive keeps the first ${S} and the last ${S + 999} bytes (maximums.archivedLogBytes)]\n`;
+    expect(text).toBe(
+      segment(0).toString("latin1") +
+        line +
+        segment(2).toString("latin1").slice(-999) +
+        segment(3).toString("latin1"),
     );
   });
 

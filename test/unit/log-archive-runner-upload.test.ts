@@ -18,31 +18,32 @@ const MiB = 1024 * 1024;
 const KEY = "ns/run/uid/attempt-1.log";
 
 describe("the runner's upload plan", () => {
-  it("gives the default 1 GiB cap 64 head segments of 8 MiB and 65 tail slots for its last 512 MiB, and a small cap one head segment", () => {
+  it("gives the default 1 GiB cap 64 head segments of 8 MiB and 66 tail slots for its last 512 MiB, and a small cap one head segment", () => {
     expect(uploadShape(1024 * MiB)).toEqual({
       head: 64,
-      tail: 65,
+      tail: 66,
       tailBytes: 512 * MiB - 256,
       segmentBytes: 8 * MiB,
     });
     expect(uploadShape(16 * MiB)).toEqual({
       head: 1,
-      tail: 2,
+      tail: 3,
       tailBytes: 8 * MiB - 256,
       segmentBytes: 8 * MiB,
     });
     expect(UPLOAD_SEGMENT_BYTES).toBeGreaterThanOrEqual(MIN_SEGMENT_BYTES);
   });
 
-  it("finds segment n in the head, then in the tail slots in turn, and none for a slot used again since", () => {
+  it("finds segment n in the head, then in the tail slots in turn, and none for a slot used again since or the one filled next", () => {
     const shape = { head: 2, tail: 3, tailBytes: 16 * MiB, segmentBytes: 8 * MiB };
-    // 7 segments: 0 1 in the head; 2 3 4 5 6 in slots 0 1 2 0 1, so 2 and 3 were replaced.
+    // 7 segments: 0 1 in the head; 2 3 4 5 6 in slots 0 1 2 0 1, so 2 and 3 were replaced, and
+    // segment 7 goes to slot 2 next (segment 4's): it may hold 7's first bytes already.
     expect([0, 1, 2, 3, 4, 5, 6].map((n) => segmentSource(KEY, shape, 7, n))).toEqual([
       headSegmentKey(KEY, 0),
       headSegmentKey(KEY, 1),
       undefined,
       undefined,
-      tailSlotKey(KEY, 2),
+      undefined,
       tailSlotKey(KEY, 0),
       tailSlotKey(KEY, 1),
     ]);

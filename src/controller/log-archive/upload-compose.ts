@@ -11,7 +11,11 @@ import { headSegmentKey, tailSlotKey, uploadIndexKey, uploadSegmentsPrefix } fro
 import type { ArchiveStore, ComposeSource } from "./archive-store.js";
 import type { UploadShape } from "./upload-plan.js";
 
-/** Segment n's key: a head segment, a tail slot, or none (left out: its slot was used again). */
+/**
+ * Segment n's key: a head segment, a tail slot, or none (left out: its slot was used again). The
+ * oldest slot is never read: it is where segment `segments` goes next, and a runner lost between
+ * that segment's PUT and its index's left newer bytes in it than the index says.
+ */
 export function segmentSource(
   logKey: string,
   shape: UploadShape,
@@ -19,7 +23,7 @@ export function segmentSource(
   n: number,
 ): string | undefined {
   if (n < shape.head) return headSegmentKey(logKey, n);
-  if (shape.tail === 0 || n < segments - shape.tail) return undefined;
+  if (shape.tail === 0 || n <= segments - shape.tail) return undefined;
   return tailSlotKey(logKey, (n - shape.head) % shape.tail);
 }
 

@@ -21,11 +21,12 @@ export const MAX_PRESIGN_SECONDS = 7 * 24 * 3600;
 /**
  * How many head segments and tail slots a cap gives: the head about half of it in whole segments,
  * the tail the rest, with slots enough for the segments that hold its last `tailBytes` (the last
- * one partial, the one before it cut).
+ * one partial, the one before it cut), and one more: the slot the runner fills next, never read
+ * (upload-compose.ts's segmentSource), as it may hold a segment the index does not name yet.
  */
 export function uploadShape(capBytes: number, segmentBytes = UPLOAD_SEGMENT_BYTES): UploadShape {
   const plan = capPlan(capBytes, segmentBytes);
-  const tail = plan.tailBytes === 0 ? 0 : Math.floor(plan.tailBytes / segmentBytes) + 2;
+  const tail = plan.tailBytes === 0 ? 0 : Math.floor(plan.tailBytes / segmentBytes) + 3;
   return { head: plan.headBytes / segmentBytes, tail, tailBytes: plan.tailBytes, segmentBytes };
 }
 
