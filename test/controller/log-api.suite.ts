@@ -21,7 +21,7 @@ import {
   LOG_API_SUBRESOURCE,
   LOG_API_VERSION,
 } from "../../src/api/log-archive.js";
-import { GROUP, PLURAL } from "../../src/api/playbook.js";
+import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
 import { attemptLogKey, recordKey } from "../../src/controller/log-archive/archive-keys.js";
 import type { ArchiveStore } from "../../src/controller/log-archive/archive-store.js";
 import { LOG_API_KIND, REFUSED_BY_LOG_API } from "../../src/controller/log-archive/log-api.js";
@@ -369,14 +369,19 @@ export function logApiSuite(): void {
     });
 
     it("lists the attempts archived with kubectl get playbooklogs, to a user granted get playbooklogs alone", async () => {
+      const playbook = (await api.call({
+        method: "GET",
+        path: `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PLURAL}/${NAME}`,
+      })) as { metadata: { creationTimestamp: string } };
       for (const user of ["reader", "lister"]) {
         const listed = JSON.parse(
           (await kubectlAs(user, ["-n", namespace, "get", LOG_API_RESOURCE, NAME, "-o", "json"])).toString(),
         );
+        // Made when the run was: kubectl's AGE is the Playbook's.
         expect(listed).toMatchObject({
           kind: LOG_API_KIND,
           apiVersion: `${LOG_API_GROUP}/${LOG_API_VERSION}`,
-          metadata: { name: NAME, namespace },
+          metadata: { name: NAME, namespace, creationTimestamp: playbook.metadata.creationTimestamp },
         });
         expect(listed.attempts).toEqual([
           { attempt: 1, ...records[1] },
@@ -385,7 +390,7 @@ export function logApiSuite(): void {
       }
       // Without -o, kubectl's own columns.
       const table = (await kubectlAs("lister", ["-n", namespace, "get", LOG_API_RESOURCE, NAME])).toString();
-      expect(table).toMatch(new RegExp(`^NAME\\s.*\\n${NAME}\\s`));
+      expect(table).toMatch(new RegExp(`^NAME\\s+AGE\\n${NAME}\\s+\\d+[smhd]`));
       // Discovery names the subresource, as the API server's names pods/log.
       const resources = JSON.parse(
         (await getRaw("reader", `/apis/${LOG_API_GROUP}/${LOG_API_VERSION}`)).toString(),

@@ -82,7 +82,9 @@ const LOG_PATH = new RegExp(
 );
 /** Only `attempt` is read: other parameters the API server passes on (timeout) are accepted. */
 const AttemptQuery = z.object({ attempt: z.coerce.number().int().min(1).max(10_000).optional() });
-const StoredPlaybookIdentity = z.looseObject({ metadata: z.looseObject({ uid: z.string().min(1) }) });
+const StoredPlaybookIdentity = z.looseObject({
+  metadata: z.looseObject({ uid: z.string().min(1), creationTimestamp: z.string().optional() }),
+});
 /** How often the API server's front-proxy CA and names are read again (they rotate). */
 const REQUEST_HEADER_REFRESH_MS = 5 * 60_000;
 
@@ -96,7 +98,11 @@ export interface LogApiOptions {
   api: ApiClient;
   log: Logger;
   /** The Playbook from the controller's cache by `namespace/name`; undefined: not cached (read from the API). */
-  cached?: ((key: string) => { metadata: { uid?: string | undefined } } | undefined) | undefined;
+  cached?:
+    | ((
+        key: string,
+      ) => { metadata: { uid?: string | undefined; creationTimestamp?: string | undefined } } | undefined)
+    | undefined;
 }
 
 /** A Kubernetes Status, as the API server answers an error. */
@@ -224,8 +230,9 @@ export class LogApiServer {
     if (!query.success)
       throw new Refusal(400, `attempt=${asked}: must be a whole number from 1 to 10000`, name);
     await this.authorize(caller.user, { namespace, name, subresource });
-    const run = await this.runOf(namespace, name);
-    if (subresource === undefined) json(response, 200, await playbookLogObject(this.options.store, run));
+    const { run, created } = await this.runOf(namespace, name);
+    if (subresource === undefined)
+      json(response, 200, await playbookLogObject(this.options.store, run, created));
     else await this.sendLog(response, run, query.data.attempt);
   }
 
@@ -246,16 +253,18 @@ export class LogApiServer {
     );
   }
 
-  private async runOf(namespace: string, name: string): Promise<RunIdentity> {
+  /** The run, and when its Playbook was made (the PlaybookLog's age). */
+  private async runOf(namespace: string, name: string): Promise<{ run: RunIdentity; created?: string }> {
     // The cache the controller keeps of the namespaces it watches; others are read from the API.
-    const uid = this.options.cached?.(`${namespace}/${name}`)?.metadata.uid;
-    if (uid) return { namespace, name, uid };
+    const cached = this.options.cached?.(`${namespace}/${name}`)?.metadata;
+    if (cached?.uid) return { run: { namespace, name, uid: cached.uid }, created: cached.creationTimestamp };
     try {
       const raw = await this.options.api.call({
         method: "GET",
         path: `/apis/${GROUP}/${VERSION}/namespaces/${encodeURIComponent(namespace)}/${PLURAL}/${encodeURIComponent(name)}`,
       });
-      return { namespace, name, uid: StoredPlaybookIdentity.parse(raw).metadata.uid };
+      const { uid, creationTimestamp } = StoredPlaybookIdentity.parse(raw).metadata;
+      return { run: { namespace, name, uid }, created: creationTimestamp };
     } catch (error) {
       // A deleted Playbook's objects went with it: there is nothing to read.
       if (statusCodeOf(error) === 404)

@@ -23,7 +23,8 @@ export interface ArchivedAttempt {
 export interface PlaybookLogObject {
   kind: typeof LOG_API_KIND;
   apiVersion: string;
-  metadata: { name: string; namespace: string };
+  /** creationTimestamp: the Playbook's, so that kubectl's AGE is the run's. */
+  metadata: { name: string; namespace: string; creationTimestamp?: string };
   /** The run (Playbook) whose folder the attempts are in. */
   playbookUID: string;
   attempts: ArchivedAttempt[];
@@ -50,7 +51,11 @@ export async function archivedAttempts(store: ArchiveStore, run: RunIdentity): P
 }
 
 /** The PlaybookLog of a run: its archived attempts and what each record says. */
-export async function playbookLogObject(store: ArchiveStore, run: RunIdentity): Promise<PlaybookLogObject> {
+export async function playbookLogObject(
+  store: ArchiveStore,
+  run: RunIdentity,
+  created?: string,
+): Promise<PlaybookLogObject> {
   const attempts: ArchivedAttempt[] = [];
   for (const attempt of await archivedAttempts(store, run)) {
     const key = attemptLogKey(store.prefix, run, attempt);
@@ -69,7 +74,11 @@ export async function playbookLogObject(store: ArchiveStore, run: RunIdentity): 
   return {
     kind: LOG_API_KIND,
     apiVersion: `${LOG_API_GROUP}/${LOG_API_VERSION}`,
-    metadata: { name: run.name, namespace: run.namespace },
+    metadata: {
+      name: run.name,
+      namespace: run.namespace,
+      ...(created === undefined ? {} : { creationTimestamp: created }),
+    },
     playbookUID: run.uid,
     attempts,
   };
