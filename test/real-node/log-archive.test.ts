@@ -391,11 +391,14 @@ describe("the log archive on a real node", () => {
 
   it("says Incomplete, never Archived, when the kubelet's reader fell behind its rotation and skipped part of the log", async () => {
     const name = "skipped";
-    // 60 MiB at some 6 MiB/s: while the store stands still the follow stops reading, and the
-    // kubelet rotates the log (4Mi x 2, checked every 3 s) past its reader more than once.
+    // 120 MiB at up to some 20 MiB/s: while the store stands still the follow stops reading once
+    // its parts (8 MiB each) and the connections' buffers are full, and the kubelet rotates the
+    // log (4Mi x 2, checked every 3 s) past its reader more than once. A slower task (60 MiB at
+    // 6 MiB/s) printed too little past those buffers on a loaded machine: nothing was skipped.
+    const blocks = 120;
     await createPlaybook(namespace, name, {
       ceiling: "5m",
-      tasks: [{ name: "gen", run: generator(60, 150) }],
+      tasks: [{ name: "gen", run: generator(blocks, 40) }],
     });
     await archivingOf(name);
     const weed = store.process()?.pid;
@@ -403,7 +406,7 @@ describe("the log archive on a real node", () => {
     process.kill(weed, "SIGSTOP");
     try {
       // Shorter than a store call's deadline (15 s): the part in flight goes on, no retry fails.
-      await new Promise((resolve) => setTimeout(resolve, 10_000));
+      await new Promise((resolve) => setTimeout(resolve, 12_000));
     } finally {
       process.kill(weed, "SIGCONT");
     }
@@ -418,7 +421,7 @@ describe("the log archive on a real node", () => {
       .split("\n")
       .filter((line) => line.startsWith("[gen] "))
       .map((line) => Number(line.slice(6, 14)));
-    const printed = 60 * 1024;
+    const printed = blocks * 1024;
     const skipped = numbers.length < printed || numbers.some((n, i) => n !== i);
     expect(skipped, `the object holds ${numbers.length} of ${printed} lines in order`).toBe(true);
     const said = condition(done, "LogArchived");
