@@ -11,7 +11,6 @@ import { CreateBucketCommand, S3Client } from "@aws-sdk/client-s3";
 import { ArchiveStore } from "../../src/controller/log-archive/archive-store.js";
 import {
   freeFixedPort,
-  isRunning,
   logTail,
   type RecordedProcess,
   type StartedProcess,
@@ -107,10 +106,10 @@ export async function startObjectStore(options: ObjectStoreOptions): Promise<Obj
     }),
     { mode: 0o600 },
   );
-  const ports = await choosePorts();
+  let ports = await choosePorts();
   const weed = path.join(options.binDir, "weed");
-  const endpoint = `http://127.0.0.1:${ports.s3}`;
-  const args = [
+  let endpoint = `http://127.0.0.1:${ports.s3}`;
+  const argsOf = (ports: Ports) => [
     "server",
     `-dir=${dataDir}`,
     "-ip=127.0.0.1",
@@ -148,8 +147,10 @@ export async function startObjectStore(options: ObjectStoreOptions): Promise<Obj
 
   let current: StartedProcess | undefined;
   // A weed started again on the ports of one just stopped can exit at once (a port not yet
-  // free, under load): it is started again, a few times, before the start fails.
-  const start = async () => {
+  // free, under load): it is started again, a few times, before the start fails. The first start
+  // takes new ports each time: one chosen free may have been taken since by another test's
+  // listener (nothing has the store's endpoint yet).
+  const start = async (first = false) => {
     for (let tries = 1; ; tries += 1) {
       try {
         await startOnce();
@@ -157,18 +158,28 @@ export async function startObjectStore(options: ObjectStoreOptions): Promise<Obj
       } catch (error) {
         if (tries >= 3 || !(error instanceof Error) || !error.message.includes("weed exited")) throw error;
         log(`SeaweedFS exited as it started (try ${tries}); starting it again`);
+        if (first) {
+          ports = await choosePorts();
+          endpoint = `http://127.0.0.1:${ports.s3}`;
+        }
         await new Promise((resolve) => setTimeout(resolve, 2000));
       }
     }
   };
   const startOnce = async () => {
-    current = startProcess("object-store", weed, args, {
+    current = startProcess("object-store", weed, argsOf(ports), {
       logFile,
       daemon: options.daemon ?? false,
       // Not in any cluster's state.json: a test run killed before its teardown leaves none behind.
       diesWithParent: true,
     });
     const started = current;
+    // Its exit as Node saw it, with the code or signal: /proc's view of a process that is just
+    // exec'ing (setpriv to weed) is no proof it has gone.
+    let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+    void started.exited.then((how) => {
+      exit = how;
+    });
     await options.record?.(started);
     const s3 = new S3Client({ endpoint, region: OBJECT_STORE_REGION, forcePathStyle: true, credentials });
     try {
@@ -195,7 +206,10 @@ export async function startObjectStore(options: ObjectStoreOptions): Promise<Obj
         {
           timeoutMs: 60_000,
           intervalMs: 250,
-          abortIf: () => (isRunning(started) ? undefined : `weed exited:\n${logTail(logFile)}`),
+          abortIf: () =>
+            exit === undefined
+              ? undefined
+              : `weed exited (${exit.signal ? `signal ${exit.signal}` : `code ${exit.code}`}):\n${logTail(logFile)}`,
         },
       );
     } finally {
@@ -203,7 +217,7 @@ export async function startObjectStore(options: ObjectStoreOptions): Promise<Obj
     }
     log(`SeaweedFS's S3 server at ${endpoint}, bucket ${bucket} (log ${logFile})`);
   };
-  await start();
+  await start(true);
 
   return {
     endpoint,
@@ -218,6 +232,6 @@ export async function startObjectStore(options: ObjectStoreOptions): Promise<Obj
       if (current) await stopProcess(current);
       current = undefined;
     },
-    start,
+    start: () => start(),
   };
 }
