@@ -326,7 +326,6 @@ export class LogUploader {
 
   private markDone(): void {
     this.doneWritten = true;
-    this.spares.length = 0;
     this.settle();
   }
 

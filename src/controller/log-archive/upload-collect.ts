@@ -41,16 +41,14 @@ export function uploadVerdict(
   args: { capBytes: number; flushMs: number },
 ): [LogArchiveReason, string] {
   const lost = end.how === "gone" || end.how === "lost";
+  const killed = end.how === "killed" ? `the runner was killed by ${end.by} before it uploaded` : undefined;
   if (!composed) {
     if (lost)
       return [
         LOG_ARCHIVE_REASONS.nodeLost,
         "the pod was lost before its runner uploaded any of its log: nothing is archived",
       ];
-    const what =
-      end.how === "killed"
-        ? `the runner was killed by ${end.by} before it uploaded any of its log`
-        : "the runner uploaded none of its log";
+    const what = killed ? `${killed} any of its log` : "the runner uploaded none of its log";
     return [LOG_ARCHIVE_REASONS.incomplete, `${what}: nothing is archived`];
   }
   const kept = `${composed.bytes} bytes archived`;
@@ -64,11 +62,8 @@ export function uploadVerdict(
     return [LOG_ARCHIVE_REASONS.incomplete, `${kept} of ${composed.received}: ${composed.short}`];
   if (!index?.done) {
     const missing = `at most the last ${Math.ceil(args.flushMs / 1000)} s of its output before that is missing`;
-    if (end.how === "killed")
-      return [
-        LOG_ARCHIVE_REASONS.incomplete,
-        `${kept}: the runner was killed by ${end.by} before it uploaded its last segment and index; ${missing}`,
-      ];
+    if (killed)
+      return [LOG_ARCHIVE_REASONS.incomplete, `${kept}: ${killed} its last segment and index; ${missing}`];
     return lost
       ? [
           LOG_ARCHIVE_REASONS.nodeLost,
