@@ -1,9 +1,10 @@
 // A real node's CPU apart from the control plane's, on one machine: the node's own processes
-// (the kubelet, containerd, kube-proxy, and through containerd every shim and pod) get the last
-// CPU; the API server, etcd, the controllers, the object store, the relays standing in for the
-// network and the bench itself get the others. On a cluster they are different machines, and
-// what a task pays is what its node pays. sched_setaffinity (taskset) is inherited by the
-// threads and processes each one starts later.
+// (the kubelet, containerd, kube-proxy, and through containerd every shim) get the last CPU; the
+// API server, etcd, the controllers, the object store, the relays standing in for the network and
+// the bench itself get the others. On a cluster they are different machines, and what a task
+// pays is what its node pays. sched_setaffinity (taskset) is inherited by the threads and
+// processes each one starts later, but not by the pods: runc resets a container's affinity to its
+// cgroup's cpuset, so the pods are confined by their cgroups (confineRealNodePods).
 import { execFileSync } from "node:child_process";
 import os from "node:os";
 

@@ -1007,6 +1007,60 @@ function podCgroupPids(cgroupRoot: string): number[] {
   return [...pids];
 }
 
+/**
+ * Confines the node's pods to `cpus` (a cpuset list, "1"): its pod cgroups' cpuset, as a node's
+ * own cores would. Pinning containerd (taskset) does not reach them: runc resets a container's
+ * affinity to its cgroup's cpuset, every CPU here. Pod cgroups made later inherit it. Throws when
+ * the machine has no cpuset hierarchy to write.
+ */
+export function confineRealNodePods(stateDir: string, cpus: string): void {
+  const record = readHostRecord(stateDir);
+  if (!record) throw new Error(`no real node in ${stateDir}`);
+  let confined = false;
+  for (const line of readFileSync("/proc/self/mountinfo", "utf8").split("\n")) {
+    const [before, after] = line.split(" - ");
+    const [fsType, , superOptions = ""] = after?.split(" ") ?? [];
+    const mount = before?.split(" ")[4];
+    if (!mount) continue;
+    const root = path.join(mount, record.cgroupRoot);
+    if (fsType === "cgroup" && superOptions.split(",").includes("cpuset")) {
+      // v1: a child's CPUs must stay within its parent's, so the deepest are written first.
+      const write = (dir: string): void => {
+        for (const entry of readdirSync(dir, { withFileTypes: true }))
+          if (entry.isDirectory()) write(path.join(dir, entry.name));
+        writeFileSync(path.join(dir, "cpuset.cpus"), cpus);
+      };
+      write(root);
+      confined = true;
+    } else if (
+      fsType === "cgroup2" &&
+      readFileSync(path.join(mount, "cgroup.controllers"), "utf8").includes("cpuset")
+    ) {
+      // v2: the controller enabled down to the root; its children's CPUs are within it.
+      writeFileSync(path.join(mount, "cgroup.subtree_control"), "+cpuset");
+      writeFileSync(path.join(root, "cpuset.cpus"), cpus);
+      confined = true;
+    }
+  }
+  if (!confined) throw new Error("no cpuset cgroup hierarchy to confine the node's pods with");
+}
+
+/** The CPU lists (`Cpus_allowed_list`) the processes in the node's pod cgroups may run on now. */
+export function realNodePodCpuLists(stateDir: string): string[] {
+  const record = readHostRecord(stateDir);
+  if (!record) throw new Error(`no real node in ${stateDir}`);
+  const lists = new Set<string>();
+  for (const pid of podCgroupPids(record.cgroupRoot)) {
+    try {
+      const line = readFileSync(`/proc/${pid}/status`, "utf8").match(/^Cpus_allowed_list:\s*(\S+)/m);
+      if (line?.[1]) lists.add(line[1]);
+    } catch {
+      // Gone since its cgroup was read.
+    }
+  }
+  return [...lists];
+}
+
 /** Processes started for this node that no recorded process group holds: containerd's shims. */
 function shimPids(socket: string): number[] {
   const pids: number[] = [];
