@@ -33,7 +33,7 @@ import { GROUP, PLURAL, VERSION } from "../../src/api/playbook.js";
 import { devArchiveSettings, startDevCluster } from "../harness/dev-cluster.js";
 import { freePort, waitFor } from "../harness/processes.js";
 import { projectImageArchive, projectImageName } from "../harness/real-node/images.js";
-import { confineRealNodePods, realNodePodCpuLists } from "../harness/real-node/real-node.js";
+import { confineRealNodePods } from "../harness/real-node/real-node.js";
 import { processUsage, type RunningController, startOurController } from "./bench-cluster.js";
 import { createBenchNamespace } from "./bench-namespace.js";
 import { type CpuSplit, splitCpus } from "./cpu-split.js";
@@ -215,9 +215,11 @@ async function main(): Promise<void> {
       ]),
     );
     const roots = [...cluster.state.processes.map((p) => p.pid), ...labels.keys()];
+    /** The CPU lists the pods' processes may run on now, once they are confined to the node's CPU. */
+    let podCpuLists: (() => string[]) | undefined;
     if (SPLIT) {
       const split = splitCpus(cluster.state.processes, [process.pid, ...labels.keys()]);
-      if (split) confineRealNodePods(cluster.state.stateDir, split.node);
+      if (split) podCpuLists = confineRealNodePods(cluster.state.stateDir, split.node);
       log(
         split
           ? `the node's processes on CPU ${split.node}, the control plane, the store and the relays on CPU ${split.controlPlane}`
@@ -254,7 +256,7 @@ async function main(): Promise<void> {
           return status;
         if (Date.now() > deadline)
           throw new Error(`${namespace}/${name} did not settle: ${JSON.stringify(status)}`);
-        if (cpuSplit) for (const list of realNodePodCpuLists(cluster.state.stateDir)) podCpus.add(list);
+        for (const list of podCpuLists?.() ?? []) podCpus.add(list);
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
     };
@@ -299,8 +301,8 @@ async function main(): Promise<void> {
             `${namespace}/${name}: LogArchived ${archived?.status} ${archived?.reason}: ${archived?.message}`,
           );
         if (!status.log) throw new Error(`${namespace}/${name}: ${said} without status.log`);
-        // Read whole and checked line by line: past the store client's 15 s deadline for a call
-        // when the store shares a loaded CPU (it was cut off at 280 of 280 MB).
+        // Read whole and checked line by line, which on a loaded CPU takes longer than the store
+        // client's 15 s deadline for a call.
         const object = await client.getObject(status.log.key, AbortSignal.timeout(READ_BACK_MS));
         if (!object) throw new Error(`${namespace}/${name}: no object at ${status.log.key}`);
         if (object.bytes !== status.log.bytes)

@@ -57,12 +57,13 @@ export function startProcess(
 export function isRunning(recorded: Pick<RecordedProcess, "pid" | "executable">): boolean {
   try {
     const stat = readFileSync(`/proc/${recorded.pid}/stat`, "utf8");
-    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+    // After the command's name: state ppid pgrp session tty_nr tpgid flags ...
+    const [state, , , , , , flags] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
     if (state === "Z" || state === "X") return false;
     const cmdline = readFileSync(`/proc/${recorded.pid}/cmdline`, "utf8");
     // Empty while an exec replaces the process's memory (setpriv becoming the executable): it
     // runs, unless the pid is now a kernel thread's (PF_KTHREAD in stat's flags).
-    if (cmdline === "") return (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[6]) & 0x200000) === 0;
+    if (cmdline === "") return (Number(flags) & 0x200000) === 0;
     const argv = cmdline.split("\0");
     // startProcess's setpriv (diesWithParent) until it has exec'd the executable.
     if (argv[0] === "setpriv") return argv[argv.indexOf("--") + 1] === recorded.executable;

@@ -155,17 +155,28 @@ function cniBinDir(): string {
   return CNI_BIN_DIRS.find((dir) => existsSync(path.join(dir, "bridge"))) ?? CNI_BIN_DIRS[0] ?? "";
 }
 
+interface CgroupHierarchy {
+  mount: string;
+  /** v1 (`cgroup`, its controllers in `options`) or the unified one (`cgroup2`). */
+  version: 1 | 2;
+  /** The super options: a v1 hierarchy's controllers among them. */
+  options: string[];
+}
+
 /** The cgroup hierarchies mounted here (v1 controllers and the unified one). */
-function cgroupMounts(): string[] {
-  const mounts: string[] = [];
+function cgroupHierarchies(): CgroupHierarchy[] {
+  const hierarchies: CgroupHierarchy[] = [];
   for (const line of readFileSync("/proc/self/mountinfo", "utf8").split("\n")) {
     const [before, after] = line.split(" - ");
-    const fsType = after?.split(" ")[0];
-    const mountPoint = before?.split(" ")[4];
-    if ((fsType === "cgroup" || fsType === "cgroup2") && mountPoint) mounts.push(mountPoint);
+    const [fsType, , options = ""] = after?.split(" ") ?? [];
+    const mount = before?.split(" ")[4];
+    if ((fsType === "cgroup" || fsType === "cgroup2") && mount)
+      hierarchies.push({ mount, version: fsType === "cgroup" ? 1 : 2, options: options.split(",") });
   }
-  return mounts;
+  return hierarchies;
 }
+
+const cgroupMounts = (): string[] => cgroupHierarchies().map((h) => h.mount);
 
 function readSysctl(name: string): string | undefined {
   try {
@@ -980,8 +991,8 @@ function readHostRecord(stateDir: string): HostRecord | undefined {
   }
 }
 
-/** Every pid in the node's pod cgroups (containers and pause), from each hierarchy. */
-function podCgroupPids(cgroupRoot: string): number[] {
+/** Every pid in the node's pod cgroups (containers and pause), from each hierarchy given. */
+function podCgroupPids(cgroupRoot: string, mounts = cgroupMounts()): number[] {
   const pids = new Set<number>();
   const walk = (dir: string): void => {
     let entries: string[];
@@ -1003,62 +1014,60 @@ function podCgroupPids(cgroupRoot: string): number[] {
       }
     }
   };
-  for (const mount of cgroupMounts()) walk(path.join(mount, cgroupRoot));
+  for (const mount of mounts) walk(path.join(mount, cgroupRoot));
   return [...pids];
+}
+
+/** The hierarchies that hold a cpuset: v1's cpuset one, or the unified one where it offers it. */
+function cpusetHierarchies(): CgroupHierarchy[] {
+  return cgroupHierarchies().filter((h) =>
+    h.version === 1
+      ? h.options.includes("cpuset")
+      : readFileSync(path.join(h.mount, "cgroup.controllers"), "utf8").includes("cpuset"),
+  );
 }
 
 /**
  * Confines the node's pods to `cpus` (a cpuset list, "1"): its pod cgroups' cpuset, as a node's
  * own cores would. Pinning containerd (taskset) does not reach them: runc resets a container's
  * affinity to its cgroup's cpuset, every CPU here. Pod cgroups made later inherit it. Throws when
- * the machine has no cpuset hierarchy to write.
+ * the machine has no cpuset hierarchy to write. Returns what reads, each time it is called, the
+ * CPU lists (`Cpus_allowed_list`) the processes in the pod cgroups may run on then.
  */
-export function confineRealNodePods(stateDir: string, cpus: string): void {
+export function confineRealNodePods(stateDir: string, cpus: string): () => string[] {
   const record = readHostRecord(stateDir);
   if (!record) throw new Error(`no real node in ${stateDir}`);
-  let confined = false;
-  for (const line of readFileSync("/proc/self/mountinfo", "utf8").split("\n")) {
-    const [before, after] = line.split(" - ");
-    const [fsType, , superOptions = ""] = after?.split(" ") ?? [];
-    const mount = before?.split(" ")[4];
-    if (!mount) continue;
+  const hierarchies = cpusetHierarchies();
+  if (hierarchies.length === 0) throw new Error("no cpuset cgroup hierarchy to confine the node's pods with");
+  for (const { mount, version } of hierarchies) {
     const root = path.join(mount, record.cgroupRoot);
-    if (fsType === "cgroup" && superOptions.split(",").includes("cpuset")) {
-      // v1: a child's CPUs must stay within its parent's, so the deepest are written first.
+    if (version === 1) {
+      // A child's CPUs must stay within its parent's, so the deepest are written first.
       const write = (dir: string): void => {
         for (const entry of readdirSync(dir, { withFileTypes: true }))
           if (entry.isDirectory()) write(path.join(dir, entry.name));
         writeFileSync(path.join(dir, "cpuset.cpus"), cpus);
       };
       write(root);
-      confined = true;
-    } else if (
-      fsType === "cgroup2" &&
-      readFileSync(path.join(mount, "cgroup.controllers"), "utf8").includes("cpuset")
-    ) {
-      // v2: the controller enabled down to the root; its children's CPUs are within it.
+    } else {
+      // The controller enabled down to the root; its children's CPUs are within it.
       writeFileSync(path.join(mount, "cgroup.subtree_control"), "+cpuset");
       writeFileSync(path.join(root, "cpuset.cpus"), cpus);
-      confined = true;
     }
   }
-  if (!confined) throw new Error("no cpuset cgroup hierarchy to confine the node's pods with");
-}
-
-/** The CPU lists (`Cpus_allowed_list`) the processes in the node's pod cgroups may run on now. */
-export function realNodePodCpuLists(stateDir: string): string[] {
-  const record = readHostRecord(stateDir);
-  if (!record) throw new Error(`no real node in ${stateDir}`);
-  const lists = new Set<string>();
-  for (const pid of podCgroupPids(record.cgroupRoot)) {
-    try {
-      const line = readFileSync(`/proc/${pid}/status`, "utf8").match(/^Cpus_allowed_list:\s*(\S+)/m);
-      if (line?.[1]) lists.add(line[1]);
-    } catch {
-      // Gone since its cgroup was read.
+  const mounts = hierarchies.map((h) => h.mount);
+  return () => {
+    const lists = new Set<string>();
+    for (const pid of podCgroupPids(record.cgroupRoot, mounts)) {
+      try {
+        const line = readFileSync(`/proc/${pid}/status`, "utf8").match(/^Cpus_allowed_list:\s*(\S+)/m);
+        if (line?.[1]) lists.add(line[1]);
+      } catch {
+        // Gone since its cgroup was read.
+      }
     }
-  }
-  return [...lists];
+    return [...lists];
+  };
 }
 
 /** Processes started for this node that no recorded process group holds: containerd's shims. */
